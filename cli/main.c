@@ -1,0 +1,55 @@
+/*
+ * main.c — `tokenkv`: dispatch to a subcommand.
+ */
+#include "cli.h"
+#include "tokenkv.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} commands[] = {
+    {"inspect", cmd_inspect, "show a GGUF file's architecture, tokenizer and tensors"},
+};
+
+int cli_fail(const char *sub, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "tokenkv %s: ", sub);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tokenkv COMMAND [OPTIONS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'tokenkv COMMAND --help' lists the options of a command.\n"
+               "  -h, --help     show this help\n"
+               "  --version      show the version\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("tokenkv %d.%d.%d\n", TKV_VERSION_MAJOR, TKV_VERSION_MINOR, TKV_VERSION_PATCH);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "tokenkv: unknown command '%s' (try 'tokenkv --help')\n", argv[1]);
+    return 2;
+}

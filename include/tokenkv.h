@@ -1,0 +1,316 @@
+/*
+ * tokenkv.h — the public API of tokenkv.
+ *
+ * tokenkv runs llama-family GGUF models on the CPU around a KV cache that
+ * knows which tokens it holds (see DESIGN.md). This header is the contract:
+ * everything a program may use is declared and documented here, and nothing
+ * else is exported from the shared library.
+ *
+ * Conventions that hold for every function below:
+ *   - A function that can fail returns tkv_status: TKV_OK (0) on success, a
+ *     negative code otherwise. Results come through out-parameters, which are
+ *     left unchanged on failure unless the function says otherwise.
+ *   - On failure, tkv_last_error() gives a one-line message that names the
+ *     offending field, key or value (and the file offset for format errors).
+ *   - The library never exits, aborts or prints on bad input.
+ *   - Every _load/_create has a _free; _free(NULL) is a no-op.
+ *   - A tkv_model is immutable after load and may be shared across threads.
+ */
+#ifndef TOKENKV_H
+#define TOKENKV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(TKV_BUILDING_LIBRARY)
+#define TKV_API __attribute__((visibility("default")))
+#else
+#define TKV_API
+#endif
+
+#define TKV_VERSION_MAJOR 0
+#define TKV_VERSION_MINOR 1
+#define TKV_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+/** Result of every fallible call. */
+typedef enum tkv_status {
+    TKV_OK = 0,
+    TKV_ERR_NOMEM = -1,       /**< an allocation failed */
+    TKV_ERR_IO = -2,          /**< open/read/mmap/write failed */
+    TKV_ERR_FORMAT = -3,      /**< a file is malformed or corrupt */
+    TKV_ERR_UNSUPPORTED = -4, /**< valid, but not something tokenkv handles */
+    TKV_ERR_INVALID = -5,     /**< a bad argument, or a missing/mistyped key */
+    TKV_ERR_FULL = -6,        /**< a buffer or the cache has no room */
+    TKV_ERR_ABORTED = -7,     /**< the abort callback asked to stop */
+} tkv_status;
+
+/**
+ * Short constant name of a status ("TKV_ERR_FORMAT", ...); never NULL, also
+ * for codes it does not know ("unknown status").
+ */
+TKV_API const char *tkv_status_str(tkv_status status);
+
+/**
+ * The message of the last failure.
+ *
+ * @param obj  a handle whose own last failure you want, or NULL. Models are
+ *             shared across threads, so their failures (and those of calls
+ *             with no handle yet, like tkv_model_load) are recorded per
+ *             thread, like errno: for NULL or a tkv_model* this returns the
+ *             calling thread's last failure. (Contexts, which one thread
+ *             uses at a time, will keep their own.)
+ * @return a NUL-terminated message, "" when nothing failed. It stays valid
+ *         until the next failing call in the same thread.
+ */
+TKV_API const char *tkv_last_error(const void *obj);
+
+/* ------------------------------------------------------------------------ */
+/* Types of tensors and metadata values, as GGUF numbers them                */
+/* ------------------------------------------------------------------------ */
+
+/** Tensor element types (ggml numbering, as stored in GGUF files). */
+typedef enum tkv_type {
+    TKV_TYPE_F32 = 0,
+    TKV_TYPE_F16 = 1,
+    TKV_TYPE_Q4_0 = 2,
+    TKV_TYPE_Q4_1 = 3,
+    TKV_TYPE_Q5_0 = 6,
+    TKV_TYPE_Q5_1 = 7,
+    TKV_TYPE_Q8_0 = 8,
+    TKV_TYPE_Q8_1 = 9,
+    TKV_TYPE_Q2_K = 10,
+    TKV_TYPE_Q3_K = 11,
+    TKV_TYPE_Q4_K = 12,
+    TKV_TYPE_Q5_K = 13,
+    TKV_TYPE_Q6_K = 14,
+    TKV_TYPE_Q8_K = 15,
+    TKV_TYPE_IQ2_XXS = 16,
+    TKV_TYPE_IQ2_XS = 17,
+    TKV_TYPE_IQ3_XXS = 18,
+    TKV_TYPE_IQ1_S = 19,
+    TKV_TYPE_IQ4_NL = 20,
+    TKV_TYPE_IQ3_S = 21,
+    TKV_TYPE_IQ2_S = 22,
+    TKV_TYPE_IQ4_XS = 23,
+    TKV_TYPE_I8 = 24,
+    TKV_TYPE_I16 = 25,
+    TKV_TYPE_I32 = 26,
+    TKV_TYPE_I64 = 27,
+    TKV_TYPE_F64 = 28,
+    TKV_TYPE_IQ1_M = 29,
+    TKV_TYPE_BF16 = 30,
+    TKV_TYPE_TQ1_0 = 34,
+    TKV_TYPE_TQ2_0 = 35,
+    TKV_TYPE_MXFP4 = 39,
+    TKV_TYPE_COUNT = 40,
+} tkv_type;
+
+/** Name of a tensor type ("Q4_K"), or NULL when the number is not a type. */
+TKV_API const char *tkv_type_name(tkv_type type);
+
+/**
+ * Block geometry of a tensor type: `*block_elems` elements are stored in
+ * `*block_bytes` bytes. Returns TKV_ERR_INVALID (outputs unchanged) when the
+ * number is not a known type.
+ */
+TKV_API tkv_status tkv_type_block(tkv_type type, uint32_t *block_elems, uint32_t *block_bytes);
+
+/** Metadata value types (GGUF numbering). */
+typedef enum tkv_meta_type {
+    TKV_META_U8 = 0,
+    TKV_META_I8 = 1,
+    TKV_META_U16 = 2,
+    TKV_META_I16 = 3,
+    TKV_META_U32 = 4,
+    TKV_META_I32 = 5,
+    TKV_META_F32 = 6,
+    TKV_META_BOOL = 7,
+    TKV_META_STRING = 8,
+    TKV_META_ARRAY = 9,
+    TKV_META_U64 = 10,
+    TKV_META_I64 = 11,
+    TKV_META_F64 = 12,
+    TKV_META_TYPE_COUNT = 13,
+} tkv_meta_type;
+
+/** Name of a metadata type ("uint32", "string", ...), or NULL if unknown. */
+TKV_API const char *tkv_meta_type_name(tkv_meta_type type);
+
+/* ------------------------------------------------------------------------ */
+/* Models                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/** A loaded model file: metadata, tensor table and (later) weights. */
+typedef struct tkv_model tkv_model;
+
+/** Parameters of tkv_model_load; get defaults from tkv_model_default_params. */
+typedef struct tkv_model_params {
+    /**
+     * Load metadata and the tensor table only, for tokenizer use and
+     * inspection: the file is validated as GGUF, but no architecture or
+     * tensor is required. A file without tensors loads only this way.
+     */
+    bool vocab_only;
+} tkv_model_params;
+
+/** Defaults: a full model load (vocab_only false). */
+TKV_API tkv_model_params tkv_model_default_params(void);
+
+/**
+ * Map and validate a GGUF file.
+ *
+ * Every structure of the file is checked before it is used: magic, version
+ * (2 or 3), counts against the file size, strings, arrays, tensor dims and
+ * types, byte sizes, alignment, bounds and overlap. Unless params->vocab_only,
+ * the architecture must be `llama` or `qwen2`, its hyperparameters consistent,
+ * and every tensor it needs present with the right shape.
+ *
+ * @param path    the GGUF file.
+ * @param params  NULL for defaults.
+ * @param out     receives the model; the caller frees it with tkv_model_free.
+ * @return TKV_OK; TKV_ERR_IO (cannot open/map), TKV_ERR_FORMAT (malformed
+ *         file, or a model without tensors / a missing or mis-shaped tensor),
+ *         TKV_ERR_UNSUPPORTED (an architecture or feature tokenkv does not
+ *         run), TKV_ERR_NOMEM, TKV_ERR_INVALID (NULL path or out).
+ *         On failure *out is set to NULL and tkv_last_error(NULL) explains.
+ */
+TKV_API tkv_status tkv_model_load(const char *path, const tkv_model_params *params, tkv_model **out);
+
+/**
+ * Same as tkv_model_load, over a GGUF image in memory. The bytes are not
+ * copied: they must outlive the model. Used by the fuzzer and by tests.
+ */
+TKV_API tkv_status tkv_model_load_from_memory(const void *data, size_t size, const tkv_model_params *params,
+                                              tkv_model **out);
+
+/** Unmap and free a model. NULL is a no-op. */
+TKV_API void tkv_model_free(tkv_model *model);
+
+/** Hyperparameters of a llama-family model (GGUF key in brackets). */
+typedef struct tkv_hparams {
+    char arch[32];          /**< [general.architecture] "llama" or "qwen2" */
+    uint32_t n_vocab;       /**< [ARCH.vocab_size] or the token list length */
+    uint32_t n_ctx_train;   /**< [ARCH.context_length] */
+    uint32_t n_embd;        /**< [ARCH.embedding_length] */
+    uint32_t n_layer;       /**< [ARCH.block_count] */
+    uint32_t n_ff;          /**< [ARCH.feed_forward_length] */
+    uint32_t n_head;        /**< [ARCH.attention.head_count] */
+    uint32_t n_head_kv;     /**< [ARCH.attention.head_count_kv], default n_head */
+    uint32_t head_dim;      /**< [ARCH.attention.key_length], default n_embd/n_head */
+    uint32_t n_rot;         /**< [ARCH.rope.dimension_count], default head_dim */
+    float rope_freq_base;   /**< [ARCH.rope.freq_base], default 10000 */
+    float rope_freq_scale;  /**< 1 / [ARCH.rope.scaling.factor] (linear), default 1 */
+    char rope_scaling[16];  /**< [ARCH.rope.scaling.type] "none", "linear", "yarn" */
+    uint32_t n_ctx_orig;    /**< [ARCH.rope.scaling.original_context_length] or n_ctx_train */
+    float rms_eps;          /**< [ARCH.attention.layer_norm_rms_epsilon] */
+    bool tied_output;       /**< no output.weight: logits use token_embd */
+} tkv_hparams;
+
+/**
+ * Copy the model's hyperparameters to *out.
+ * @return TKV_OK; TKV_ERR_UNSUPPORTED when the model was loaded vocab_only
+ *         and its architecture could not be read (the message says why).
+ */
+TKV_API tkv_status tkv_model_hparams(const tkv_model *model, tkv_hparams *out);
+
+/** GGUF version of the file (2 or 3). */
+TKV_API uint32_t tkv_model_gguf_version(const tkv_model *model);
+
+/** Size in bytes of the file (or memory image) the model was loaded from. */
+TKV_API uint64_t tkv_model_file_size(const tkv_model *model);
+
+/** Offset of the tensor data section in the file, and its alignment. */
+TKV_API uint64_t tkv_model_data_offset(const tkv_model *model);
+TKV_API uint32_t tkv_model_alignment(const tkv_model *model);
+
+/* ---- metadata ----------------------------------------------------------- */
+
+/** Number of metadata key/value pairs. */
+TKV_API size_t tkv_model_meta_count(const tkv_model *model);
+
+/**
+ * Key and type of the i-th metadata pair, in file order. Returns
+ * TKV_ERR_INVALID when i is out of range. *key stays valid as long as the
+ * model. For arrays, *type is TKV_META_ARRAY.
+ */
+TKV_API tkv_status tkv_model_meta_at(const tkv_model *model, size_t i, const char **key, tkv_meta_type *type);
+
+/**
+ * Find a key. Returns TKV_OK and its type in *type (may be NULL), or
+ * TKV_ERR_INVALID when the key is absent. Never sets the model's error.
+ */
+TKV_API tkv_status tkv_model_meta_find(const tkv_model *model, const char *key, tkv_meta_type *type);
+
+/*
+ * Typed getters. Each returns TKV_ERR_INVALID when the key is absent and
+ * TKV_ERR_FORMAT when it holds another type (the message names the key and
+ * both types); *out is then unchanged.
+ *
+ *   tkv_model_meta_str:   a string. *out points into the model (NUL-terminated,
+ *                         valid as long as the model); *len (may be NULL) is
+ *                         its byte length (strings may hold NUL bytes).
+ *   tkv_model_meta_int:   any integer or bool type, as int64. A uint64 above
+ *                         INT64_MAX is TKV_ERR_FORMAT.
+ *   tkv_model_meta_float: f32 or f64 (integers are accepted too), as double.
+ *   tkv_model_meta_bool:  bool.
+ */
+TKV_API tkv_status tkv_model_meta_str(const tkv_model *model, const char *key, const char **out, size_t *len);
+TKV_API tkv_status tkv_model_meta_int(const tkv_model *model, const char *key, int64_t *out);
+TKV_API tkv_status tkv_model_meta_float(const tkv_model *model, const char *key, double *out);
+TKV_API tkv_status tkv_model_meta_bool(const tkv_model *model, const char *key, bool *out);
+
+/**
+ * An array: its element type and length. Same errors as the typed getters
+ * (TKV_ERR_FORMAT when the key is not an array).
+ */
+TKV_API tkv_status tkv_model_meta_array(const tkv_model *model, const char *key, tkv_meta_type *elem_type,
+                                        size_t *n);
+
+/**
+ * Element i of an array. _arr_str for string arrays (pointer valid as long
+ * as the model), _arr_int for integer/bool arrays, _arr_float for f32/f64
+ * arrays. TKV_ERR_INVALID when the key is absent or i >= length,
+ * TKV_ERR_FORMAT when the element type differs.
+ */
+TKV_API tkv_status tkv_model_meta_arr_str(const tkv_model *model, const char *key, size_t i, const char **out,
+                                          size_t *len);
+TKV_API tkv_status tkv_model_meta_arr_int(const tkv_model *model, const char *key, size_t i, int64_t *out);
+TKV_API tkv_status tkv_model_meta_arr_float(const tkv_model *model, const char *key, size_t i, double *out);
+
+/* ---- tensors ------------------------------------------------------------ */
+
+/** One entry of the tensor table. Pointers live as long as the model. */
+typedef struct tkv_tensor_info {
+    const char *name;
+    tkv_type type;
+    uint32_t n_dims;  /**< 1..4 */
+    uint64_t ne[4];   /**< elements per dim, ne[0] fastest; unused dims are 1 */
+    uint64_t n_elems; /**< product of ne */
+    uint64_t n_bytes; /**< stored size */
+    uint64_t offset;  /**< from the start of the file */
+    const void *data; /**< the mapped bytes */
+} tkv_tensor_info;
+
+/** Number of tensors (0 for a vocabulary-only file). */
+TKV_API size_t tkv_model_tensor_count(const tkv_model *model);
+
+/** The i-th tensor, in file order. TKV_ERR_INVALID when i is out of range. */
+TKV_API tkv_status tkv_model_tensor_at(const tkv_model *model, size_t i, tkv_tensor_info *out);
+
+/** The tensor called name. TKV_ERR_INVALID (no message) when absent. */
+TKV_API tkv_status tkv_model_tensor_find(const tkv_model *model, const char *name, tkv_tensor_info *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TOKENKV_H */

@@ -1,0 +1,27 @@
+/*
+ * alloc.h — the one allocator every part of tokenkv goes through.
+ *
+ * Having a single hook lets the tests make the n-th allocation fail and
+ * check that every failure path returns TKV_ERR_NOMEM and leaks nothing.
+ */
+#ifndef TKV_ALLOC_H
+#define TKV_ALLOC_H
+
+#include <stddef.h>
+
+/* Like malloc/calloc/realloc/free; NULL on failure (or on an injected one). */
+void *tkv__malloc(size_t size);
+void *tkv__calloc(size_t n, size_t size);
+void *tkv__realloc(void *p, size_t size);
+void tkv__free(void *p);
+
+/*
+ * Test hook: the next `n` allocations succeed and every one after fails,
+ * until tkv__alloc_fail_after(-1) turns injection off. Returns how many
+ * allocations were made since the last call (lets a test count the
+ * allocations of an operation, then fail each of them in turn).
+ * Not thread-safe: tests only.
+ */
+long tkv__alloc_fail_after(long n);
+
+#endif

@@ -1,0 +1,39 @@
+/*
+ * error.c — status names and the per-thread last-error message.
+ */
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Per thread, like errno: a shared tkv_model may fail in several threads. */
+static _Thread_local char last_error[512];
+
+tkv_status tkv__fail(tkv_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+void tkv__clear_error(void) { last_error[0] = '\0'; }
+
+const char *tkv_last_error(const void *obj) {
+    (void)obj; /* models record per thread; contexts will keep their own */
+    return last_error;
+}
+
+const char *tkv_status_str(tkv_status status) {
+    switch (status) {
+    case TKV_OK: return "TKV_OK";
+    case TKV_ERR_NOMEM: return "TKV_ERR_NOMEM";
+    case TKV_ERR_IO: return "TKV_ERR_IO";
+    case TKV_ERR_FORMAT: return "TKV_ERR_FORMAT";
+    case TKV_ERR_UNSUPPORTED: return "TKV_ERR_UNSUPPORTED";
+    case TKV_ERR_INVALID: return "TKV_ERR_INVALID";
+    case TKV_ERR_FULL: return "TKV_ERR_FULL";
+    case TKV_ERR_ABORTED: return "TKV_ERR_ABORTED";
+    }
+    return "unknown status";
+}

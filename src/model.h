@@ -1,0 +1,18 @@
+/*
+ * model.h — what the rest of the library sees of a loaded model.
+ */
+#ifndef TKV_MODEL_H
+#define TKV_MODEL_H
+
+#include "gguf.h"
+#include "tokenkv.h"
+
+struct tkv_model {
+    tkv__gguf *gguf;
+    bool vocab_only;
+    bool has_hparams;        /* false only for vocab_only files */
+    tkv_hparams hp;
+    char hparams_error[256]; /* why has_hparams is false */
+};
+
+#endif
