@@ -151,7 +151,10 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     long long vocab_dflt = -1;
     if (tokens && tokens->type == TKV_META_ARRAY && tokens->n <= UINT32_MAX) vocab_dflt = (long long)tokens->n;
     else if (embd && embd->n_dims == 2 && embd->ne[1] <= UINT32_MAX) vocab_dflt = (long long)embd->ne[1];
-    if ((st = hp_u32(g, arch, "vocab_size", vocab_dflt, &hp->n_vocab))) return st;
+    if ((st = hp_u32(g, arch, "vocab_size", vocab_dflt < 0 ? 0 : vocab_dflt, &hp->n_vocab))) return st;
+    if (hp->n_vocab == 0 && vocab_dflt < 0)
+        return tkv__fail(TKV_ERR_FORMAT, "vocabulary size unknown: no '%s.vocab_size', 'tokenizer.ggml.tokens' or "
+                                         "2-D 'token_embd.weight'", arch);
     if (hp->n_vocab == 0) return tkv__fail(TKV_ERR_FORMAT, "hyperparameters: vocabulary size is 0");
     if (tokens && tokens->type == TKV_META_ARRAY && tokens->n != hp->n_vocab)
         return tkv__fail(TKV_ERR_FORMAT, "metadata key 'tokenizer.ggml.tokens': %llu tokens, but the vocabulary size is %u",

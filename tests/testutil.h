@@ -1,0 +1,66 @@
+/*
+ * testutil.h — helpers shared by the tests: files, an independent reading of
+ * a GGUF file's layout, and tiny synthetic models.
+ */
+#ifndef TKV_TESTUTIL_H
+#define TKV_TESTUTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+/* cmocka needs the four includes above first */
+#include <cmocka.h>
+
+#include "tokenkv.h"
+
+/* "<shared>/<rel>" in a static buffer (one at a time). */
+const char *tu_shared(const char *rel);
+
+/* Whole file in a malloc'd buffer (NULL if unreadable). */
+uint8_t *tu_read_file(const char *path, size_t *size);
+
+/* Write bytes to a fresh temporary file; returns its path (static buffer). */
+const char *tu_write_temp(const uint8_t *data, size_t size);
+
+/*
+ * Where things are in a well-formed GGUF file, found by a walk written
+ * independently of src/gguf.c (so the reader is checked against it).
+ */
+typedef struct tu_layout {
+    uint64_t n_kv, n_tensors;
+    uint64_t kv_start[512];    /* n_kv + 1 entries: the last is the end */
+    uint64_t kv_type_at[512];  /* offset of each pair's type field */
+    uint64_t ti_start[1024];   /* n_tensors + 1 entries */
+    uint64_t ti_ndims_at[1024];
+    uint64_t ti_type_at[1024];
+    uint64_t ti_offset_at[1024];
+    uint32_t type[1024];
+    uint64_t ne[1024][4];
+    uint64_t rel_offset[1024];
+    char name[1024][72];
+    uint64_t data_start;
+    uint32_t alignment;
+} tu_layout;
+
+/* Fill *l from a well-formed image; fails the test otherwise. */
+void tu_layout_read(const uint8_t *p, size_t n, tu_layout *l);
+
+/* Little-endian field access for patching images. */
+uint64_t tu_get(const uint8_t *p, uint64_t at, unsigned bytes);
+void tu_put(uint8_t *p, uint64_t at, uint64_t v, unsigned bytes);
+
+/* Options for a tiny synthetic llama/qwen2 model (all zero: a valid llama). */
+typedef struct tu_tiny_opts {
+    const char *arch;         /* NULL: "llama" */
+    const char *skip_tensor;  /* leave this tensor out */
+    const char *reshape;      /* give this tensor a wrong ne[0] */
+    const char *skip_key;     /* leave this metadata key out (full name) */
+    int no_output;            /* omit output.weight (tied embeddings) */
+    int n_vocab;              /* 0: 16 */
+} tu_tiny_opts;
+
+/* A tiny model: n_embd 8, 2 layers, 2 heads, 1 KV head, n_ff 16, F32. */
+void tu_tiny_model(const tu_tiny_opts *o, uint8_t **out, size_t *size);
+
+#endif
