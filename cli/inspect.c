@@ -153,10 +153,22 @@ static json_t *gather(const char *path) {
     }
     json_object_set_new(root, "tokenizer", tokenizer_json(m));
 
-    /* Can tokenkv run it? A full load answers with its own checks. */
+    /* Can tokenkv run it? A full load answers with its own checks. A model
+       file (one with tensors) of a supported architecture that fails them
+       is corrupt: that is an error, not a report. */
     size_t n_tensors = tkv_model_tensor_count(m);
     tkv_model *full = NULL;
-    bool runnable = n_tensors > 0 && tkv_model_load(path, NULL, &full) == TKV_OK;
+    tkv_status full_st = n_tensors > 0 ? tkv_model_load(path, NULL, &full) : TKV_ERR_UNSUPPORTED;
+    bool runnable = full_st == TKV_OK;
+    if (n_tensors > 0 && !runnable) {
+        if (full_st != TKV_ERR_UNSUPPORTED) {
+            cli_fail("inspect", "%s", tkv_last_error(NULL));
+            json_decref(root);
+            tkv_model_free(m);
+            return NULL;
+        }
+        fprintf(stderr, "tokenkv inspect: warning: %s\n", tkv_last_error(NULL));
+    }
     json_object_set_new(root, "runnable", json_boolean(runnable));
     if (!runnable)
         json_object_set_new(root, "runnable_error",

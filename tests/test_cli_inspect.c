@@ -186,6 +186,10 @@ static void test_corrupt_files(void **state) {
     memcpy(q, p, n), tu_put(q, l.ti_type_at[3], 77, 4), expect_clean_failure(q, n);
     memcpy(q, p, n), tu_put(q, l.ti_offset_at[7], 3, 8), expect_clean_failure(q, n);
     memcpy(q, p, n), tu_put(q, l.kv_start[5], 1ull << 40, 8), expect_clean_failure(q, n);
+    /* structurally valid, but a tensor the model needs is gone: corrupt as a model */
+    memcpy(q, p, n), q[l.ti_start[9] + 8 + 2] ^= 0x04, expect_clean_failure(q, n);
+    /* a hyperparameter key renamed: required key missing */
+    memcpy(q, p, n), q[l.kv_start[4] + 8 + 3] ^= 0x01, expect_clean_failure(q, n);
     free(q);
     free(p);
     run_result r = run("inspect /nonexistent.gguf");
