@@ -14,6 +14,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"inspect", cmd_inspect, "show a GGUF file's architecture, tokenizer and tensors"},
+    {"tokenize", cmd_tokenize, "turn text into token ids"},
 };
 
 int cli_fail(const char *sub, const char *fmt, ...) {

@@ -73,6 +73,12 @@ TKV_API const char *tkv_status_str(tkv_status status);
  */
 TKV_API const char *tkv_last_error(const void *obj);
 
+/** A token id: an index into the model's vocabulary. */
+typedef int32_t tkv_token;
+
+/** "No token" (e.g. a special id the vocabulary does not have). */
+#define TKV_TOKEN_NULL ((tkv_token)-1)
+
 /* ------------------------------------------------------------------------ */
 /* Types of tensors and metadata values, as GGUF numbers them                */
 /* ------------------------------------------------------------------------ */
@@ -308,6 +314,116 @@ TKV_API tkv_status tkv_model_tensor_at(const tkv_model *model, size_t i, tkv_ten
 
 /** The tensor called name. TKV_ERR_INVALID (no message) when absent. */
 TKV_API tkv_status tkv_model_tensor_find(const tkv_model *model, const char *name, tkv_tensor_info *out);
+
+
+/* ------------------------------------------------------------------------ */
+/* Tokenizer                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The tokenizer is built from the model's GGUF metadata at load time (also
+ * for vocab_only loads). SentencePiece ("llama") and byte-level BPE ("gpt2",
+ * with the pre-tokenizer of `tokenizer.ggml.pre`) produce exactly the ids of
+ * the reference implementation. Functions below return TKV_ERR_UNSUPPORTED
+ * when the model has no usable tokenizer (the message says why).
+ */
+
+/** tkv_tokenize flag: add the vocabulary's BOS/EOS as it specifies. */
+#define TKV_TOKENIZE_ADD_SPECIAL 1u
+/**
+ * tkv_tokenize flag: text that matches a control token ("<|im_start|>",
+ * "<s>") becomes that token. Without it, such text is ordinary text; only
+ * user-defined tokens are always matched (as the reference does).
+ */
+#define TKV_TOKENIZE_PARSE_SPECIAL 2u
+
+/**
+ * Tokenize `len` bytes of `text` (any bytes: invalid UTF-8 is encoded
+ * through byte fallback, never rejected).
+ *
+ * @param flags  TKV_TOKENIZE_ADD_SPECIAL and/or TKV_TOKENIZE_PARSE_SPECIAL.
+ * @param out    room for `cap` tokens (may be NULL when cap is 0).
+ * @param n      receives the number of tokens, also when they do not fit.
+ * @return TKV_OK; TKV_ERR_FULL when *n > cap (out is then unspecified: call
+ *         again with cap >= *n); TKV_ERR_INVALID (NULL text with len > 0, or
+ *         NULL n); TKV_ERR_UNSUPPORTED (no tokenizer); TKV_ERR_NOMEM.
+ */
+TKV_API tkv_status tkv_tokenize(const tkv_model *model, const char *text, size_t len, unsigned flags, tkv_token *out,
+                                size_t cap, size_t *n);
+
+/** Detokenize flag: render control and unknown tokens as their text. */
+#define TKV_DETOKENIZE_SPECIAL 1u
+
+/**
+ * The text of one token: "▁" as a space for SentencePiece, the byte of a
+ * <0xXX> or byte-level symbol, nothing for control tokens unless
+ * TKV_DETOKENIZE_SPECIAL. A piece may be part of a UTF-8 character.
+ *
+ * @param buf,cap  receives the piece and a terminating NUL.
+ * @param n        receives the piece's length (without the NUL), also when
+ *                 it does not fit.
+ * @return TKV_OK; TKV_ERR_FULL when cap < *n + 1; TKV_ERR_INVALID for a token
+ *         out of range (the message names it); TKV_ERR_UNSUPPORTED.
+ */
+TKV_API tkv_status tkv_token_to_piece(const tkv_model *model, tkv_token token, unsigned flags, char *buf, size_t cap,
+                                      size_t *n);
+
+/**
+ * The text of a token list. For vocabularies with a space prefix
+ * (SentencePiece), one leading space is removed at the start and after each
+ * special token, undoing what tkv_tokenize adds, so that
+ * detokenize(tokenize(x)) == x.
+ *
+ * Same buffer rules and errors as tkv_token_to_piece; a token out of range
+ * fails the whole call (TKV_ERR_INVALID) and writes nothing.
+ */
+TKV_API tkv_status tkv_detokenize(const tkv_model *model, const tkv_token *tokens, size_t n_tokens, unsigned flags,
+                                  char *buf, size_t cap, size_t *n);
+
+/**
+ * A streaming detokenizer: feed generated tokens one at a time and get back
+ * only complete UTF-8 characters; the bytes of an incomplete character are
+ * held back until the token that completes it (or tkv_detok_flush). Follows
+ * the same space-prefix rule as tkv_detokenize. One per stream; not
+ * thread-safe; it keeps a pointer to the model, which must outlive it.
+ */
+typedef struct tkv_detok tkv_detok;
+
+/** Create a streaming detokenizer (flags: TKV_DETOKENIZE_SPECIAL). */
+TKV_API tkv_status tkv_detok_create(const tkv_model *model, unsigned flags, tkv_detok **out);
+
+/**
+ * Feed one token. *text and *len receive the bytes now ready (possibly none);
+ * they stay valid until the next call on d. TKV_ERR_INVALID for a token out
+ * of range (nothing changes).
+ */
+TKV_API tkv_status tkv_detok_push(tkv_detok *d, tkv_token token, const char **text, size_t *len);
+
+/** Release the held-back bytes, complete or not (at the end of a stream). */
+TKV_API tkv_status tkv_detok_flush(tkv_detok *d, const char **text, size_t *len);
+
+/** Forget held bytes and start a new stream. */
+TKV_API void tkv_detok_reset(tkv_detok *d);
+
+/** Free; NULL is a no-op. */
+TKV_API void tkv_detok_free(tkv_detok *d);
+
+/** Number of tokens in the vocabulary; 0 when the model has no tokenizer. */
+TKV_API size_t tkv_vocab_size(const tkv_model *model);
+
+/** Special ids: begin/end of sequence, end of turn; TKV_TOKEN_NULL if none. */
+TKV_API tkv_token tkv_token_bos(const tkv_model *model);
+TKV_API tkv_token tkv_token_eos(const tkv_model *model);
+TKV_API tkv_token tkv_token_eot(const tkv_model *model);
+
+/** Whether generation should stop at this token (EOS, EOT and the like). */
+TKV_API bool tkv_token_is_eog(const tkv_model *model, tkv_token token);
+
+/** The raw vocabulary text of a token (NULL when out of range). */
+TKV_API const char *tkv_token_text(const tkv_model *model, tkv_token token);
+
+/** Whether TKV_TOKENIZE_ADD_SPECIAL adds a BOS for this vocabulary. */
+TKV_API bool tkv_tokenizer_adds_bos(const tkv_model *model);
 
 #ifdef __cplusplus
 }

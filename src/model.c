@@ -235,6 +235,20 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
     m->has_hparams = st == TKV_OK;
     if (m->has_hparams) m->hp = hp;
     else snprintf(m->hparams_error, sizeof m->hparams_error, "%s", tkv_last_error(NULL));
+
+    /* The tokenizer: a model without tokenizer metadata still runs on ids,
+       but broken tokenizer metadata makes a broken model. Running out of
+       memory fails every load. */
+    m->tok_status = tkv__tokenizer_create(g, &m->tok);
+    if (m->tok_status) {
+        snprintf(m->tok_error, sizeof m->tok_error, "%s", tkv_last_error(NULL));
+        bool absent = !tkv__gguf_find(g, "tokenizer.ggml.model");
+        if (m->tok_status == TKV_ERR_NOMEM || (!p.vocab_only && !absent)) {
+            tkv_status tst = m->tok_status;
+            tkv_model_free(m);
+            return tst; /* the tokenizer's message stands */
+        }
+    }
     *out = m;
     return TKV_OK;
 }
@@ -265,6 +279,7 @@ tkv_status tkv_model_load_from_memory(const void *data, size_t size, const tkv_m
 
 void tkv_model_free(tkv_model *model) {
     if (!model) return;
+    tkv__tokenizer_free(model->tok);
     tkv__gguf_free(model->gguf);
     tkv__free(model);
 }

@@ -5,6 +5,7 @@
 #define TKV_MODEL_H
 
 #include "gguf.h"
+#include "tokenizer.h"
 #include "tokenkv.h"
 
 struct tkv_model {
@@ -13,6 +14,9 @@ struct tkv_model {
     bool has_hparams;        /* false only for vocab_only files */
     tkv_hparams hp;
     char hparams_error[256]; /* why has_hparams is false */
+    tkv__tokenizer *tok;     /* NULL: no usable tokenizer */
+    tkv_status tok_status;   /* why tok is NULL */
+    char tok_error[256];
 };
 
 #endif
