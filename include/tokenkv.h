@@ -372,7 +372,9 @@ TKV_API tkv_status tkv_token_to_piece(const tkv_model *model, tkv_token token, u
  * The text of a token list. For vocabularies with a space prefix
  * (SentencePiece), one leading space is removed at the start and after each
  * special token, undoing what tkv_tokenize adds, so that
- * detokenize(tokenize(x)) == x.
+ * detokenize(tokenize(x)) == x. (Two exceptions inherent to the vocabularies:
+ * SentencePiece reads the character U+2581 "▁" as a space, and a vocabulary
+ * without a symbol for some byte cannot give that byte back.)
  *
  * Same buffer rules and errors as tkv_token_to_piece; a token out of range
  * fails the whole call (TKV_ERR_INVALID) and writes nothing.

@@ -362,7 +362,7 @@ static tkv_status release(tkv_detok *d, size_t keep, const char **text, size_t *
     d->ready.n = 0;
     tkv_status st = put(&d->ready, d->pending.p ? d->pending.p : "", d->pending.n - keep);
     if (st) return tkv__fail(st, "out of memory");
-    memmove(d->pending.p, d->pending.p + d->pending.n - keep, keep);
+    if (keep) memmove(d->pending.p, d->pending.p + d->pending.n - keep, keep);
     d->pending.n = keep;
     *text = d->ready.p;
     *len = d->ready.n;

@@ -74,10 +74,11 @@ static pair heap_pop(work *w) {
     return top;
 }
 
-/* One symbol per UTF-8 character; a lead byte claims its sequence length
-   (clamped to the end), as the reference does, so any bytes segment. */
+/* One symbol per UTF-8 character, and one per byte of an invalid sequence.
+   (The reference lets a lead byte claim its length even when what follows
+   is not a continuation, which can swallow part of the next character; for
+   valid UTF-8 the two agree.) */
 static tkv_status split_chars(work *w, const char *text, size_t len) {
-    static const uint8_t lead_len[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
     if (len > w->cap_sym) {
         symbol *s = tkv__realloc(w->sym, len * sizeof *s);
         if (!s) return TKV_ERR_NOMEM;
@@ -87,8 +88,8 @@ static tkv_status split_chars(work *w, const char *text, size_t len) {
     w->n_sym = 0;
     w->n_heap = 0;
     for (size_t off = 0; off < len;) {
-        size_t n = lead_len[(uint8_t)text[off] >> 4];
-        if (n > len - off) n = len - off;
+        size_t n = tkv__utf8_valid_len((const unsigned char *)text + off, len - off);
+        if (n == 0) n = 1;
         int i = (int)w->n_sym++;
         w->sym[i] = (symbol){i - 1, off + n == len ? -1 : i + 1, off, n};
         off += n;

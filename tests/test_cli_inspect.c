@@ -9,59 +9,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-
-typedef struct run_result {
-    int status;
-    char *out, *err; /* malloc'd */
-} run_result;
-
-static char *slurp(FILE *f) {
-    size_t cap = 4096, n = 0;
-    char *s = malloc(cap);
-    size_t k;
-    while ((k = fread(s + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (cap - n < 2) s = realloc(s, cap *= 2);
-    }
-    s[n] = '\0';
-    return s;
-}
-
-/* Run `tokenkv ARGS` through the shell; capture stdout, stderr and the exit status. */
-static run_result run(const char *args) {
-    char errpath[] = "/tmp/tkv-cli-err-XXXXXX";
-    int fd = mkstemp(errpath);
-    assert_true(fd >= 0);
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' %s 2>'%s'", TKV_BIN, args, errpath);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    run_result r;
-    r.out = slurp(p);
-    int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    FILE *e = fdopen(fd, "r");
-    r.err = slurp(e);
-    fclose(e);
-    remove(errpath);
-    return r;
-}
-
-static void free_result(run_result *r) {
-    free(r->out);
-    free(r->err);
-}
 
 static json_t *inspect_json(const char *path) {
     char args[1024];
     snprintf(args, sizeof args, "inspect --json '%s'", path);
-    run_result r = run(args);
+    tu_run_result r = tu_run(args);
     if (r.status != 0) fail_msg("inspect %s: exit %d: %s", path, r.status, r.err);
     json_error_t e;
     json_t *j = json_loads(r.out, 0, &e);
     if (!j) fail_msg("inspect --json %s: not JSON: %s", path, e.text);
-    free_result(&r);
+    tu_run_free(&r);
     return j;
 }
 
@@ -104,14 +61,14 @@ static void test_stories_text(void **state) {
     (void)state;
     char args[1024];
     snprintf(args, sizeof args, "inspect '%s'", tu_shared("models/stories260K.gguf"));
-    run_result r = run(args);
+    tu_run_result r = tu_run(args);
     assert_int_equal(r.status, 0);
     assert_string_equal(r.err, "");
     assert_non_null(strstr(r.out, "architecture   llama"));
     assert_non_null(strstr(r.out, "tensors (48)"));
     assert_non_null(strstr(r.out, "block_count                            5\n"));
     assert_non_null(strstr(r.out, "blk.4.ffn_down.weight"));
-    free_result(&r);
+    tu_run_free(&r);
 }
 
 /* Each parity file: every tensor's type as stored, by an independent walk. */
@@ -160,7 +117,7 @@ static void expect_clean_failure(const uint8_t *p, size_t n) {
     const char *path = tu_write_temp(p, n);
     char args[256];
     snprintf(args, sizeof args, "inspect --json '%s'", path);
-    run_result r = run(args);
+    tu_run_result r = tu_run(args);
     if (r.status == 0 || r.status >= 128) fail_msg("exit status %d for a corrupt file", r.status);
     assert_string_equal(r.out, "");
     size_t len = strlen(r.err);
@@ -168,7 +125,7 @@ static void expect_clean_failure(const uint8_t *p, size_t n) {
     assert_true(r.err[len - 1] == '\n');
     assert_null(memchr(r.err, '\n', len - 1));
     assert_true(strncmp(r.err, "tokenkv inspect: ", 17) == 0);
-    free_result(&r);
+    tu_run_free(&r);
     remove(path);
 }
 
@@ -192,31 +149,31 @@ static void test_corrupt_files(void **state) {
     memcpy(q, p, n), q[l.kv_start[4] + 8 + 3] ^= 0x01, expect_clean_failure(q, n);
     free(q);
     free(p);
-    run_result r = run("inspect /nonexistent.gguf");
+    tu_run_result r = tu_run("inspect /nonexistent.gguf");
     assert_int_equal(r.status, 1);
     assert_non_null(strstr(r.err, "/nonexistent.gguf"));
-    free_result(&r);
+    tu_run_free(&r);
 }
 
 static void test_usage(void **state) {
     (void)state;
-    run_result r = run("--help");
+    tu_run_result r = tu_run("--help");
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "inspect"));
-    free_result(&r);
-    r = run("inspect --help");
+    tu_run_free(&r);
+    r = tu_run("inspect --help");
     assert_int_equal(r.status, 0);
     assert_non_null(strstr(r.out, "--json"));
-    free_result(&r);
-    r = run("inspect --bogus x");
+    tu_run_free(&r);
+    r = tu_run("inspect --bogus x");
     assert_int_equal(r.status, 2);
-    free_result(&r);
-    r = run("inspect");
+    tu_run_free(&r);
+    r = tu_run("inspect");
     assert_int_equal(r.status, 2);
-    free_result(&r);
-    r = run("frobnicate");
+    tu_run_free(&r);
+    r = tu_run("frobnicate");
     assert_int_equal(r.status, 2);
-    free_result(&r);
+    tu_run_free(&r);
 }
 
 int main(void) {

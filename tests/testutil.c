@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 const char *tu_shared(const char *rel) {
@@ -41,6 +42,48 @@ const char *tu_write_temp(const uint8_t *data, size_t size) {
     assert_int_equal(write(fd, data, size), (ssize_t)size);
     close(fd);
     return path;
+}
+
+static char *slurp_file(const char *path) {
+    size_t n;
+    char *s = (char *)tu_read_file(path, &n);
+    assert_non_null(s);
+    s = realloc(s, n + 1);
+    s[n] = '\0';
+    return s;
+}
+
+tu_run_result tu_run_input(const char *args, const void *input, size_t input_len) {
+#ifndef TKV_BIN
+    (void)args, (void)input, (void)input_len;
+    fail_msg("tu_run: this test was built without TKV_BIN");
+    return (tu_run_result){0};
+#else
+    char in[] = "/tmp/tkv-in-XXXXXX", out[] = "/tmp/tkv-out-XXXXXX", err[] = "/tmp/tkv-err-XXXXXX";
+    int fds[3] = {mkstemp(in), mkstemp(out), mkstemp(err)};
+    for (int i = 0; i < 3; i++) assert_true(fds[i] >= 0), close(fds[i]);
+    if (input_len) {
+        FILE *f = fopen(in, "wb");
+        assert_int_equal(fwrite(input, 1, input_len, f), input_len);
+        fclose(f);
+    }
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' %s <'%s' >'%s' 2>'%s'", TKV_BIN, args, input ? in : "/dev/null", out, err);
+    int st = system(cmd);
+    tu_run_result r;
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    r.out = slurp_file(out);
+    r.err = slurp_file(err);
+    remove(in), remove(out), remove(err);
+    return r;
+#endif
+}
+
+tu_run_result tu_run(const char *args) { return tu_run_input(args, NULL, 0); }
+
+void tu_run_free(tu_run_result *r) {
+    free(r->out);
+    free(r->err);
 }
 
 uint64_t tu_get(const uint8_t *p, uint64_t at, unsigned bytes) {

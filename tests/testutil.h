@@ -46,6 +46,20 @@ typedef struct tu_layout {
 /* Fill *l from a well-formed image; fails the test otherwise. */
 void tu_layout_read(const uint8_t *p, size_t n, tu_layout *l);
 
+/* The result of running the tokenkv command. */
+typedef struct tu_run_result {
+    int status;      /* exit status, or 128 + signal */
+    char *out, *err; /* everything written to stdout / stderr (malloc'd) */
+} tu_run_result;
+
+/*
+ * Run `tokenkv ARGS` (ARGS is shell syntax) with `input` (may be NULL: no
+ * input) on stdin. The binary is TKV_BIN, defined by the test's build.
+ */
+tu_run_result tu_run_input(const char *args, const void *input, size_t input_len);
+tu_run_result tu_run(const char *args);
+void tu_run_free(tu_run_result *r);
+
 /* Little-endian field access for patching images. */
 uint64_t tu_get(const uint8_t *p, uint64_t at, unsigned bytes);
 void tu_put(uint8_t *p, uint64_t at, uint64_t v, unsigned bytes);
