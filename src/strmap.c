@@ -6,6 +6,7 @@
 #include "alloc.h"
 
 #include <string.h>
+#define XXH_INLINE_ALL /* hashing short keys: no call into the shared library */
 #include <xxhash.h>
 
 struct tkv__strmap_slot {

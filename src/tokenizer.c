@@ -9,6 +9,7 @@
  *   BPE ("gpt2"):  bos = eos = 11, no unk; add_bos as the pre-tokenizer type
  *                  says (true for Llama 3), add_eos false, no space prefix.
  */
+#define _GNU_SOURCE /* memmem */
 #include "tokenizer.h"
 
 #include "alloc.h"
@@ -231,6 +232,15 @@ static tkv_status build(const tkv__gguf *g, tkv__tokenizer *t) {
         }
     }
     t->nl = t->byte_token['\n'];
+
+    /* Can SPM text be split into words at each "▁" after another character? */
+    t->spm_words = spm;
+    for (uint32_t i = 0; i < t->n_vocab && t->spm_words; i++) {
+        const char *s = t->text[i].s;
+        size_t n = t->text[i].n, k = 0;
+        while (k + 3 <= n && !memcmp(s + k, "\xE2\x96\x81", 3)) k += 3;
+        if (k < n && memmem(s + k, n - k, "\xE2\x96\x81", 3)) t->spm_words = false;
+    }
 
     /* end-of-generation: eos, eot and the tokens known by their text, which
        count as control tokens whatever the file says */

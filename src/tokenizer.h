@@ -44,6 +44,7 @@ typedef struct tkv__tokenizer {
     int32_t byte_token[256]; /* SPM: id of <0xXX> (or the 1-byte text); BPE: of the byte's symbol; -1 none */
     tkv_token bos, eos, eot, unk, pad, sep, nl;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
+    bool spm_words; /* SPM: no token has "▁" after a non-"▁" byte (see tkv__spm_encode) */
     int32_t *special; /* control, user-defined and unknown ids, longest text first */
     size_t n_special;
     tkv_token *eog; /* end-of-generation ids */

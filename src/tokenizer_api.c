@@ -58,11 +58,25 @@ static tkv_status frags_push(frags *f, frag x) {
 static tkv_status partition(const tkv__tokenizer *t, const char *text, size_t len, bool parse_special, frags *out) {
     frags a = {0}, b = {0};
     tkv_status st = len ? frags_push(&a, (frag){0, len, TKV_TOKEN_NULL}) : TKV_OK;
+    /* Which byte pairs occur in the text: a token with a pair that does not
+       cannot occur, and most special tokens are skipped without a search. */
+    uint64_t *pairs = len > 1 ? tkv__calloc(65536 / 64, sizeof *pairs) : NULL;
+    for (size_t i = 0; pairs && i + 1 < len; i++) {
+        unsigned k = (unsigned)(uint8_t)text[i] << 8 | (uint8_t)text[i + 1];
+        pairs[k >> 6] |= 1ull << (k & 63);
+    }
     for (size_t s = 0; s < t->n_special && !st; s++) {
         const tkv_token id = t->special[s];
         if (!parse_special && t->type[id] != TKV__TOK_USER_DEFINED) continue;
         const char *tok = t->text[id].s;
         const size_t tn = t->text[id].n;
+        if (tn > len) continue;
+        bool possible = true;
+        for (size_t i = 0; pairs && possible && i + 1 < tn; i++) {
+            unsigned k = (unsigned)(uint8_t)tok[i] << 8 | (uint8_t)tok[i + 1];
+            possible = pairs[k >> 6] >> (k & 63) & 1;
+        }
+        if (!possible) continue;
         b.n = 0;
         bool split = false;
         for (size_t i = 0; i < a.n && !st; i++) {
@@ -89,6 +103,7 @@ static tkv_status partition(const tkv__tokenizer *t, const char *text, size_t le
         }
     }
     tkv__free(b.v);
+    tkv__free(pairs);
     if (st) {
         tkv__free(a.v);
         return st;

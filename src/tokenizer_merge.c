@@ -134,20 +134,45 @@ static tkv_status spm_emit(const tkv__tokenizer *t, const char *s, size_t n, tkv
     return TKV_OK;
 }
 
+/* Segment one word (or the whole span) with the SPM merge loop. */
+static tkv_status spm_word(const tkv__tokenizer *t, work *w, const char *text, size_t len, tkv__tokbuf *out) {
+    tkv_status st = split_chars(w, text, len);
+    for (size_t i = 1; i < w->n_sym && !st; i++) st = spm_try_pair(t, w, text, (int)i - 1, (int)i);
+    while (!st && w->n_heap) {
+        pair p = heap_pop(w);
+        const symbol *l = &w->sym[p.left], *r = &w->sym[p.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* stale */
+        merge(w, &p);
+        st = spm_try_pair(t, w, text, w->sym[p.left].prev, p.left);
+        if (!st) st = spm_try_pair(t, w, text, p.left, w->sym[p.left].next);
+    }
+    for (int i = w->n_sym ? 0 : -1; i >= 0 && !st; i = w->sym[i].next)
+        st = spm_emit(t, text + w->sym[i].start, w->sym[i].n, out);
+    return st;
+}
+
+static bool is_mark(const char *p) { return !memcmp(p, "\xE2\x96\x81", 3); }
+
+/*
+ * When no token has "▁" after its leading run of them (t->spm_words), no
+ * merge can cross the start of a "▁" that follows another character, so the
+ * text splits there into words merged separately: the same result as one
+ * merge loop over the whole text, with small queues instead of one huge one.
+ */
 tkv_status tkv__spm_encode(const tkv__tokenizer *t, const char *text, size_t len, tkv__tokbuf *out) {
     work w = {0};
-    tkv_status st = split_chars(&w, text, len);
-    for (size_t i = 1; i < w.n_sym && !st; i++) st = spm_try_pair(t, &w, text, (int)i - 1, (int)i);
-    while (!st && w.n_heap) {
-        pair p = heap_pop(&w);
-        const symbol *l = &w.sym[p.left], *r = &w.sym[p.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue; /* stale */
-        merge(&w, &p);
-        st = spm_try_pair(t, &w, text, w.sym[p.left].prev, p.left);
-        if (!st) st = spm_try_pair(t, &w, text, p.left, w.sym[p.left].next);
+    tkv_status st = TKV_OK;
+    size_t start = 0;
+    if (t->spm_words) {
+        for (size_t p = 3; p + 3 <= len && !st; p++) {
+            if (is_mark(text + p) && !is_mark(text + p - 3)) {
+                st = spm_word(t, &w, text + start, p - start, out);
+                start = p;
+                p += 2;
+            }
+        }
     }
-    for (int i = w.n_sym ? 0 : -1; i >= 0 && !st; i = w.sym[i].next)
-        st = spm_emit(t, text + w.sym[i].start, w.sym[i].n, out);
+    if (!st && start < len) st = spm_word(t, &w, text + start, len - start, out);
     free_work(&w);
     return st;
 }

@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "gguf_write.h"
+#include "model.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -351,6 +352,32 @@ static void test_streaming_holds_partial_characters(void **state) {
     free(t);
 }
 
+/* SPM's split into words (tokenizer_merge.c) must equal one merge loop over
+   the whole text: the whole-text loop is the oracle. */
+static void test_spm_word_split_is_exact(void **state) {
+    (void)state;
+    tkv_model *spm = vocab("ggml-vocab-llama-spm.gguf");
+    tkv__tokenizer *t = spm->tok;
+    assert_true(t->spm_words); /* Llama 2's vocabulary has the property */
+    srand(3);
+    char buf[2048];
+    for (int iter = 0; iter < 200; iter++) {
+        size_t len = 0;
+        int n = rand() % 200;
+        for (int i = 0; i < n; i++) len += put_utf8(buf + len, rand() % 3 ? (uint32_t)(' ' + rand() % 95) : random_cpt());
+        size_t n1, n2;
+        t->spm_words = true;
+        tkv_token *a = tokenize(spm, buf, len, 0, &n1);
+        t->spm_words = false;
+        tkv_token *b = tokenize(spm, buf, len, 0, &n2);
+        t->spm_words = true;
+        assert_int_equal(n1, n2);
+        assert_memory_equal(a, b, n1 * sizeof *a);
+        free(a);
+        free(b);
+    }
+}
+
 /* ---- special tokens and contracts --------------------------------------- */
 
 static void test_special_tokens(void **state) {
@@ -485,6 +512,7 @@ int main(void) {
         cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_streaming_holds_partial_characters),
+        cmocka_unit_test(test_spm_word_split_is_exact),
         cmocka_unit_test(test_special_tokens),
         cmocka_unit_test(test_contracts),
         cmocka_unit_test(test_metadata_errors),
