@@ -1,0 +1,155 @@
+/*
+ * bench_kernels.c — throughput of the matmul kernels, per weight type and
+ * per kernel level, single-threaded.
+ *
+ *   bench_kernels [-n COLS] [-r ROWS] [-t TOKENS] [-i ITERS] [-l LEVEL] [TYPE...]
+ *
+ * For each type (default: all eleven) and level (default: every level the
+ * CPU has) it times tkv__ops_matmul over a ROWS x COLS random weight matrix
+ * (default 4096 x 4096) and TOKENS activation rows (default 1: a decode
+ * step, the memory-bound case), best of ITERS runs, and prints
+ *   GFLOP/s  2 * rows * cols * tokens / time
+ *   GB/s     weight bytes read / time
+ * Activation quantization is timed separately (once per token row).
+ */
+#include "kernels.h"
+#include "ops.h"
+#include "quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rng = 88172645463325252ull;
+
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+static float rndf(void) {
+    return (float)(rnd() & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+/* Random weights: real blocks, made by quantizing random floats the slow way. */
+static void fill_weights(tkv_type t, uint8_t *w, size_t rows, size_t n) {
+    const size_t rs = tkv__quant_row_size(t, n);
+    for (size_t i = 0; i < rows * rs; i++) w[i] = (uint8_t)rnd();
+    if (t == TKV_TYPE_F32 || t == TKV_TYPE_F16 || t == TKV_TYPE_BF16) {
+        for (size_t i = 0; i < rows * n; i++) {
+            const float f = rndf() * 0.1f;
+            if (t == TKV_TYPE_F32) {
+                memcpy(w + 4 * i, &f, 4);
+            } else {
+                const uint16_t h = t == TKV_TYPE_F16 ? tkv__quant_f32_to_f16(f) : tkv__quant_f32_to_bf16(f);
+                memcpy(w + 2 * i, &h, 2);
+            }
+        }
+        return;
+    }
+    /* fix the fp16 scales of every block: offsets of d (and m/dmin) */
+    size_t bsz = 0, d_at = 0, m_at = 0;
+    switch (t) {
+    case TKV_TYPE_Q8_0: bsz = 34; break;
+    case TKV_TYPE_Q4_0: bsz = 18; break;
+    case TKV_TYPE_Q5_0: bsz = 22; break;
+    case TKV_TYPE_Q4_1: bsz = 20, m_at = 2; break;
+    case TKV_TYPE_Q5_1: bsz = 24, m_at = 2; break;
+    case TKV_TYPE_Q4_K: bsz = 144, m_at = 2; break;
+    case TKV_TYPE_Q5_K: bsz = 176, m_at = 2; break;
+    case TKV_TYPE_Q6_K: bsz = 210, d_at = 208; break;
+    default: break;
+    }
+    for (size_t b = 0; b < rows * rs / bsz; b++) {
+        const uint16_t d = tkv__quant_f32_to_f16(0.01f * rndf());
+        memcpy(w + b * bsz + d_at, &d, 2);
+        if (m_at) {
+            const uint16_t m = tkv__quant_f32_to_f16(0.01f * rndf());
+            memcpy(w + b * bsz + m_at, &m, 2);
+        }
+    }
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: bench_kernels [-n COLS] [-r ROWS] [-t TOKENS] [-i ITERS] [-l scalar|avx2|avx512] [TYPE...]\n");
+}
+
+int main(int argc, char **argv) {
+    size_t n = 4096, rows = 4096, n_tok = 1;
+    int iters = 5, only_level = -1;
+    tkv_type types[16];
+    int n_types = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-n") && i + 1 < argc) n = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) rows = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "-t") && i + 1 < argc) n_tok = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "-i") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-l") && i + 1 < argc) {
+            const char *l = argv[++i];
+            for (int k = 0; k < TKV__KERNEL_LEVELS; k++)
+                if (!strcmp(l, tkv__kernel_level_name((tkv__kernel_level)k))) only_level = k;
+            if (only_level < 0) return usage(), 2;
+        } else if (argv[i][0] == '-') {
+            return usage(), strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? 2 : 0;
+        } else {
+            int found = 0;
+            for (int k = 0; k < TKV_TYPE_COUNT && n_types < 16; k++) {
+                const char *nm = tkv_type_name((tkv_type)k);
+                if (nm && !strcmp(nm, argv[i]) && tkv__quant_supported((tkv_type)k)) types[n_types++] = (tkv_type)k, found = 1;
+            }
+            if (!found) return fprintf(stderr, "unsupported type %s\n", argv[i]), 2;
+        }
+    }
+    if (!n_types) {
+        const tkv_type all[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1,
+                                TKV_TYPE_Q5_0, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
+        for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) types[n_types++] = all[k];
+    }
+    if (n % 256 || !rows || !n_tok || iters < 1) return usage(), 2;
+
+    printf("matmul %zu x %zu, %zu token(s), best of %d, 1 thread; best level on this CPU: %s\n", rows, n, n_tok,
+           iters, tkv__kernel_level_name(tkv__kernel_level_best()));
+    printf("%-5s %-7s %10s %9s %9s %12s\n", "type", "level", "ms", "GFLOP/s", "GB/s", "quant us/row");
+    float *x = malloc(n_tok * n * sizeof(float)), *y = malloc(n_tok * rows * sizeof(float));
+    if (!x || !y) return 1;
+    for (size_t i = 0; i < n_tok * n; i++) x[i] = rndf();
+    for (int ti = 0; ti < n_types; ti++) {
+        const tkv_type t = types[ti];
+        const size_t wbytes = rows * tkv__quant_row_size(t, n);
+        uint8_t *w = malloc(wbytes), *xq = malloc(n_tok * tkv__ops_act_row_size(t, n));
+        if (!w || !xq) return 1;
+        fill_weights(t, w, rows, n);
+        for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+            if (only_level >= 0 && l != only_level) continue;
+            if (tkv__kernel_force_level((tkv__kernel_level)l) != 0) continue;
+            double best = 1e30, bestq = 1e30;
+            for (int it = 0; it < iters; it++) {
+                double t0 = now();
+                tkv__ops_quantize_acts(t, x, n_tok, n, xq);
+                double t1 = now();
+                tkv__ops_matmul(t, w, n, 0, rows, xq, n_tok, y, rows);
+                double t2 = now();
+                if (t1 - t0 < bestq) bestq = t1 - t0;
+                if (t2 - t1 < best) best = t2 - t1;
+            }
+            printf("%-5s %-7s %10.3f %9.2f %9.2f %12.2f\n", tkv_type_name(t), tkv__kernel_level_name((tkv__kernel_level)l),
+                   best * 1e3, 2.0 * (double)rows * (double)n * (double)n_tok / best * 1e-9, (double)wbytes / best * 1e-9,
+                   bestq / (double)n_tok * 1e6);
+            fflush(stdout);
+        }
+        free(w);
+        free(xq);
+    }
+    free(x);
+    free(y);
+    return 0;
+}

@@ -1,0 +1,573 @@
+/*
+ * kernels_avx2.c — AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma
+ * -mf16c; only reached through the table when the CPU has all three).
+ *
+ * Integer parts of the quantized dot products are exact, like the scalar
+ * ones: only the order of the float accumulation differs. Activation
+ * quantizers give the same bytes as the scalar ones (same formulas, same
+ * round-half-even, max/abs are exact).
+ *
+ * Every load goes through the unaligned intrinsics or memcpy: blocks may sit
+ * at any address.
+ */
+#include "kernels.h"
+#include "quant.h"
+
+#include <math.h>
+#include <stddef.h>
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+/* ---- helpers --------------------------------------------------------------- */
+
+#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
+/* address of the bsums of a Q8_K block (a packed member: no int16_t pointer) */
+#define Q8K_BSUMS(b) ((const uint8_t *)(b) + offsetof(tkv__block_q8_K, bsums))
+
+static inline float hsum_f32(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hmax_f32(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float f16(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+/* Sums of 4 products of signed bytes: x any int8, y in -127..127. */
+static inline __m256i dot_i8(__m256i x, __m256i y) {
+    /* |x| as unsigned (|-128| = 128 fits), y takes x's sign; pairs <= 2*128*127 fit int16 */
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Sums of 4 products of unsigned u (0..63) with signed y. */
+static inline __m256i dot_u8(__m256i u, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+}
+
+/* 16 bytes of nibbles to 32 bytes: low nibbles (elements 0-15), then high. */
+static inline __m256i nibbles32(const uint8_t *qs) {
+    const __m128i b = LOAD128(qs);
+    const __m128i m = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+/* 0x10 in byte j when bit j of the little-endian uint32 at qh is set. */
+static inline __m256i fifth_bits32(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+                                          3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), shuf);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* ---- dot products: float rows ------------------------------------------------ */
+
+static float dot_f32(size_t n, const void *w, const void *a) {
+    const float *x = w, *y = a; /* read only through unaligned loads and memcpy */
+    const uint8_t *px = w, *py = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
+    float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) {
+        float u, v;
+        memcpy(&u, px + 4 * i, 4);
+        memcpy(&v, py + 4 * i, 4);
+        s += u * v;
+    }
+    return s;
+}
+
+static inline __m256 load_f16x8(const uint8_t *p) {
+    return _mm256_cvtph_ps(LOAD128(p));
+}
+
+static inline __m256 load_bf16x8(const uint8_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(LOAD128(p)), 16));
+}
+
+static float dot_f16(size_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(load_f16x8(x + 2 * i), load_f16x8(y + 2 * i), acc0);
+        acc1 = _mm256_fmadd_ps(load_f16x8(x + 2 * i + 16), load_f16x8(y + 2 * i + 16), acc1);
+        acc2 = _mm256_fmadd_ps(load_f16x8(x + 2 * i + 32), load_f16x8(y + 2 * i + 32), acc2);
+        acc3 = _mm256_fmadd_ps(load_f16x8(x + 2 * i + 48), load_f16x8(y + 2 * i + 48), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16x8(x + 2 * i), load_f16x8(y + 2 * i), acc0);
+    float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) {
+        uint16_t u, v;
+        memcpy(&u, x + 2 * i, 2);
+        memcpy(&v, y + 2 * i, 2);
+        s += f16(u) * f16(v);
+    }
+    return s;
+}
+
+static float dot_bf16(size_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        acc0 = _mm256_fmadd_ps(load_bf16x8(x + 2 * i), load_bf16x8(y + 2 * i), acc0);
+        acc1 = _mm256_fmadd_ps(load_bf16x8(x + 2 * i + 16), load_bf16x8(y + 2 * i + 16), acc1);
+        acc2 = _mm256_fmadd_ps(load_bf16x8(x + 2 * i + 32), load_bf16x8(y + 2 * i + 32), acc2);
+        acc3 = _mm256_fmadd_ps(load_bf16x8(x + 2 * i + 48), load_bf16x8(y + 2 * i + 48), acc3);
+    }
+    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_bf16x8(x + 2 * i), load_bf16x8(y + 2 * i), acc0);
+    float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
+    for (; i < n; i++) {
+        uint16_t u, v;
+        memcpy(&u, x + 2 * i, 2);
+        memcpy(&v, y + 2 * i, 2);
+        s += tkv__quant_bf16_to_f32(u) * tkv__quant_bf16_to_f32(v);
+    }
+    return s;
+}
+
+/* ---- dot products: 32-element blocks ------------------------------------------ */
+
+static float dot_q8_0(size_t n, const void *w, const void *a) {
+    const tkv__block_q8_0 *x = w;
+    const tkv__block_q8_0 *y = a;
+    const size_t nb = n / TKV__QK;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256i p0 = dot_i8(LOAD256(x[i].qs), LOAD256(y[i].qs));
+        const __m256i p1 = dot_i8(LOAD256(x[i + 1].qs), LOAD256(y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256i p = dot_i8(LOAD256(x[i].qs), LOAD256(y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
+    }
+    return hsum_f32(_mm256_add_ps(acc0, acc1));
+}
+
+static float dot_q4_0(size_t n, const void *w, const void *a) {
+    const tkv__block_q4_0 *x = w;
+    const tkv__block_q8_0 *y = a;
+    const size_t nb = n / TKV__QK;
+    const __m256i eight = _mm256_set1_epi8(8);
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256i q0 = _mm256_sub_epi8(nibbles32(x[i].qs), eight);
+        const __m256i q1 = _mm256_sub_epi8(nibbles32(x[i + 1].qs), eight);
+        const __m256i p0 = dot_i8(q0, LOAD256(y[i].qs));
+        const __m256i p1 = dot_i8(q1, LOAD256(y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256i q = _mm256_sub_epi8(nibbles32(x[i].qs), eight);
+        const __m256i p = dot_i8(q, LOAD256(y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
+    }
+    return hsum_f32(_mm256_add_ps(acc0, acc1));
+}
+
+static float dot_q4_1(size_t n, const void *w, const void *a) {
+    const tkv__block_q4_1 *x = w;
+    const tkv__block_q8_1 *y = a;
+    const size_t nb = n / TKV__QK;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (size_t i = 0; i < nb; i++) {
+        const __m256i p = dot_u8(nibbles32(x[i].qs), LOAD256(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
+        summ += f16(x[i].m) * f16(y[i].s);
+    }
+    return hsum_f32(acc) + summ;
+}
+
+static float dot_q5_0(size_t n, const void *w, const void *a) {
+    const tkv__block_q5_0 *x = w;
+    const tkv__block_q8_0 *y = a;
+    const size_t nb = n / TKV__QK;
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < nb; i++) {
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(x[i].qs), fifth_bits32(x[i].qh)), sixteen);
+        const __m256i p = dot_i8(q, LOAD256(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
+    }
+    return hsum_f32(acc);
+}
+
+static float dot_q5_1(size_t n, const void *w, const void *a) {
+    const tkv__block_q5_1 *x = w;
+    const tkv__block_q8_1 *y = a;
+    const size_t nb = n / TKV__QK;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (size_t i = 0; i < nb; i++) {
+        const __m256i q = _mm256_or_si256(nibbles32(x[i].qs), fifth_bits32(x[i].qh));
+        const __m256i p = dot_u8(q, LOAD256(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
+        summ += f16(x[i].m) * f16(y[i].s);
+    }
+    return hsum_f32(acc) + summ;
+}
+
+/* ---- dot products: K blocks ------------------------------------------------- */
+
+/* sum over groups g of mins[g] * (bsums[2g] + bsums[2g+1]), exact. */
+static inline int k_mins_dot(const uint8_t mins[8], const tkv__block_q8_K *y) {
+    const __m256i bs = LOAD256(Q8K_BSUMS(y));
+    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)mins));
+    __m128i s = _mm_madd_epi16(m, pairs);
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Shared by Q4_K and Q5_K (qh NULL for Q4_K). */
+static inline float dot_k(size_t n, const uint8_t *p, size_t bsize, const tkv__block_q8_K *y, int five) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    uint8_t sm[16];
+    for (size_t i = 0; i < n / TKV__QK_K; i++, p += bsize) {
+        const tkv__block_q4_K *b4 = (const tkv__block_q4_K *)p; /* d, dmin, scales: same place in Q5_K */
+        const uint8_t *qs = five ? ((const tkv__block_q5_K *)p)->qs : b4->qs;
+        const float d = y[i].d * f16(b4->d), dmin = y[i].d * f16(b4->dmin);
+        tkv__quant_k4_unpack(b4->scales, sm);
+        __m256i h = five ? LOAD256(((const tkv__block_q5_K *)p)->qh) : _mm256_setzero_si256();
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = LOAD256(qs + 32 * c);
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
+                h = _mm256_srli_epi16(h, 2);
+            }
+            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, LOAD256(y[i].qs + 64 * c)),
+                                                  _mm256_set1_epi16(sm[2 * c]));
+            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, LOAD256(y[i].qs + 64 * c + 32)),
+                                                  _mm256_set1_epi16(sm[2 * c + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        accm += dmin * (float)k_mins_dot(sm + 8, &y[i]);
+    }
+    return hsum_f32(acc) - accm;
+}
+
+static float dot_q4_K(size_t n, const void *w, const void *a) {
+    return dot_k(n, w, sizeof(tkv__block_q4_K), a, 0);
+}
+
+static float dot_q5_K(size_t n, const void *w, const void *a) {
+    return dot_k(n, w, sizeof(tkv__block_q5_K), a, 1);
+}
+
+static float dot_q6_K(size_t n, const void *w, const void *a) {
+    const tkv__block_q6_K *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const float d = y[i].d * f16(x[i].d);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = LOAD256(x[i].ql + 64 * h), ql1 = LOAD256(x[i].ql + 64 * h + 32);
+            const __m256i qh = LOAD256(x[i].qh + 32 * h);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+            for (int k = 0; k < 4; k++) {
+                const int g = 8 * h + 2 * k; /* groups g (low lane) and g + 1 (high lane) */
+                const __m256i p16 = _mm256_maddubs_epi16(q[k], LOAD256(y[i].qs + 128 * h + 32 * k));
+                const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x[i].scales[g + 1]), _mm_set1_epi16(x[i].scales[g]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
+            }
+        }
+        /* the -32 offset: subtract 32 * sum_g scales[g] * bsums[g] */
+        const __m256i sc16 = _mm256_cvtepi8_epi16(LOAD128(x[i].scales));
+        const __m256i corr = _mm256_madd_epi16(LOAD256(Q8K_BSUMS(&y[i])), sc16);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32(acc);
+}
+
+/* ---- activation quantization ------------------------------------------------- */
+
+/* Round half to even and convert: 4 x 8 floats to 32 bytes in element order. */
+static inline __m256i pack_i32x32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+    const __m256i a = _mm256_packs_epi32(i0, i1); /* lanes interleave: fixed by the permute */
+    const __m256i b = _mm256_packs_epi32(i2, i3);
+    const __m256i c = _mm256_packs_epi16(a, b);
+    return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline __m256i round_i32(__m256 v) {
+    return _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+static void quant_q8_01(const float *x, void *y, size_t n, int with_sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    uint8_t *out = y;
+    const size_t bsize = with_sum ? sizeof(tkv__block_q8_1) : sizeof(tkv__block_q8_0);
+    for (size_t i = 0; i < n / TKV__QK; i++, x += TKV__QK, out += bsize) {
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+        __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                       _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        const float amax = hmax_f32(m);
+        const float d = amax / 127.0f;
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        const __m256i i0 = round_i32(_mm256_mul_ps(v0, id)), i1 = round_i32(_mm256_mul_ps(v1, id));
+        const __m256i i2 = round_i32(_mm256_mul_ps(v2, id)), i3 = round_i32(_mm256_mul_ps(v3, id));
+        const uint16_t d16 = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(out, &d16, 2);
+        uint8_t *qs = out + 2;
+        if (with_sum) {
+            const int sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+            const uint16_t s16 = (uint16_t)_cvtss_sh(d * (float)sum, _MM_FROUND_TO_NEAREST_INT);
+            memcpy(out + 2, &s16, 2);
+            qs = out + 4;
+        }
+        _mm256_storeu_si256((__m256i *)(void *)qs, pack_i32x32(i0, i1, i2, i3));
+    }
+}
+
+static void quant_q8_0(const float *x, void *y, size_t n) {
+    quant_q8_01(x, y, n, 0);
+}
+
+static void quant_q8_1(const float *x, void *y, size_t n) {
+    quant_q8_01(x, y, n, 1);
+}
+
+static void quant_q8_K(const float *x, void *y, size_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    tkv__block_q8_K *b = y;
+    for (size_t i = 0; i < n / TKV__QK_K; i++, x += TKV__QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 32; k++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+        const float amax = hmax_f32(m);
+        uint8_t *qs = (uint8_t *)&b[i] + offsetof(tkv__block_q8_K, qs);
+        uint8_t *bsums = (uint8_t *)&b[i] + offsetof(tkv__block_q8_K, bsums);
+        if (amax == 0.0f) {
+            b[i].d = 0.0f;
+            memset(qs, 0, 256);
+            memset(bsums, 0, 32);
+            continue;
+        }
+        /* the first element of largest magnitude, as the scalar code picks it */
+        float max = 0.0f;
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int k = 0; k < 32; k++) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), am, _CMP_EQ_OQ));
+            if (hit) {
+                max = x[8 * k + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m256 is = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int k = 0; k < 8; k++) {
+            const float *xk = x + 32 * k;
+            __m256i r[4];
+            for (int j = 0; j < 4; j++) r[j] = _mm256_min_epi32(round_i32(_mm256_mul_ps(_mm256_loadu_ps(xk + 8 * j), is)), lim);
+            const __m256i q = pack_i32x32(r[0], r[1], r[2], r[3]);
+            _mm256_storeu_si256((__m256i *)(void *)(qs + 32 * k), q);
+            /* group sums: 2 groups of 16 per 32 bytes */
+            __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+            s = _mm256_hadd_epi32(s, s);
+            s = _mm256_hadd_epi32(s, s);
+            const int16_t g0 = (int16_t)_mm256_extract_epi32(s, 0), g1 = (int16_t)_mm256_extract_epi32(s, 4);
+            memcpy(bsums + 4 * k, &g0, 2);
+            memcpy(bsums + 4 * k + 2, &g1, 2);
+        }
+        b[i].d = 1.0f / iscale;
+    }
+}
+
+static void quant_f16(const float *x, void *y, size_t n) {
+    uint8_t *out = y;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) {
+        const uint16_t h = tkv__quant_f32_to_f16(x[i]);
+        memcpy(out + 2 * i, &h, 2);
+    }
+}
+
+/* ---- element-wise ops ---------------------------------------------------------- */
+
+/*
+ * e^x for 8 floats: 2^k * e^r with k = round(x / ln 2), r = x - k ln 2 (ln 2
+ * split in two for exactness), e^r by its degree-7 Taylor polynomial (error
+ * < 1e-8 relative on |r| <= ln2/2). Within ~2 ulp of expf for x in [-87, 88];
+ * below -87 gives 0 (expf gives tiny subnormals), above 88 gives e^88;
+ * NaN stays NaN.
+ */
+static inline __m256 exp8(__m256 x) {
+    __m256 t = _mm256_min_ps(_mm256_set1_ps(88.0f), x); /* this operand order lets NaN through */
+    t = _mm256_max_ps(_mm256_set1_ps(-88.0f), t);
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), t);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    const __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ), res);
+}
+
+static inline __m256 silu8(__m256 x) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+static inline double hsum_f64(__m256d v) {
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+}
+
+/* Sums are kept in double, like the scalar version: they cost little here. */
+static void rmsnorm(float *y, const float *x, const float *w, size_t n, float eps) {
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(v)), b = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+        acc0 = _mm256_fmadd_pd(a, a, acc0);
+        acc1 = _mm256_fmadd_pd(b, b, acc1);
+    }
+    double ss = hsum_f64(_mm256_add_pd(acc0, acc1));
+    for (; i < n; i++) ss += (double)x[i] * (double)x[i];
+    const float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    const __m256 s = _mm256_set1_ps(scale);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), s), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+static void softmax(float *x, size_t n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+    float max = hmax_f32(m);
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    const __m256 mv = _mm256_set1_ps(max);
+    __m256d acc = _mm256_setzero_pd();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_pd(acc, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)),
+                                               _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1))));
+    }
+    double sum = hsum_f64(acc);
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    const __m256 iv = _mm256_set1_ps(inv);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), iv));
+    for (; i < n; i++) x[i] *= inv;
+}
+
+static void silu(float *y, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+static void swiglu(float *y, const float *gate, const float *up, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+    for (; i < n; i++) y[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+const tkv__kernels tkv__kernel_avx2_part = {
+    .level = TKV__KERNEL_AVX2,
+    .name = "avx2",
+    .vec_dot =
+        {
+            [TKV_TYPE_F32] = dot_f32,
+            [TKV_TYPE_F16] = dot_f16,
+            [TKV_TYPE_BF16] = dot_bf16,
+            [TKV_TYPE_Q8_0] = dot_q8_0,
+            [TKV_TYPE_Q4_0] = dot_q4_0,
+            [TKV_TYPE_Q4_1] = dot_q4_1,
+            [TKV_TYPE_Q5_0] = dot_q5_0,
+            [TKV_TYPE_Q5_1] = dot_q5_1,
+            [TKV_TYPE_Q4_K] = dot_q4_K,
+            [TKV_TYPE_Q5_K] = dot_q5_K,
+            [TKV_TYPE_Q6_K] = dot_q6_K,
+        },
+    .quantize =
+        {
+            [TKV_TYPE_F16] = quant_f16,
+            [TKV_TYPE_Q8_0] = quant_q8_0,
+            [TKV_TYPE_Q8_1] = quant_q8_1,
+            [TKV_TYPE_Q8_K] = quant_q8_K,
+        },
+    .rmsnorm = rmsnorm,
+    .softmax = softmax,
+    .silu = silu,
+    .swiglu = swiglu,
+};
+
+#else /* not an x86-64 build with AVX2 flags: an empty part, never selected */
+
+const tkv__kernels tkv__kernel_avx2_part = {.level = TKV__KERNEL_AVX2, .name = NULL};
+
+#endif

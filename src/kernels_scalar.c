@@ -1,0 +1,75 @@
+/*
+ * kernels_scalar.c — the scalar kernel table: the reference versions every
+ * SIMD kernel is tested against, and the fallback on any CPU.
+ *
+ * The dot products and quantizers are the ones of quant.c; the element-wise
+ * ops are here. Reductions accumulate in double, so the oracle is at least as
+ * accurate as any SIMD version.
+ */
+#include "kernels.h"
+#include "quant.h"
+
+#include <math.h>
+
+void tkv__kernel_rmsnorm_scalar(float *y, const float *x, const float *w, size_t n, float eps) {
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    const float mean = (float)(ss / (double)n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (size_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+void tkv__kernel_softmax_scalar(float *x, size_t n) {
+    float max = -INFINITY;
+    for (size_t i = 0; i < n; i++) max = x[i] > max ? x[i] : max;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (size_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void tkv__kernel_silu_scalar(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void tkv__kernel_swiglu_scalar(float *y, const float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float g = gate[i];
+        y[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+const tkv__kernels tkv__kernel_scalar_part = {
+    .level = TKV__KERNEL_SCALAR,
+    .name = "scalar",
+    .vec_dot =
+        {
+            [TKV_TYPE_F32] = tkv__quant_vec_dot_f32,
+            [TKV_TYPE_F16] = tkv__quant_vec_dot_f16,
+            [TKV_TYPE_BF16] = tkv__quant_vec_dot_bf16,
+            [TKV_TYPE_Q8_0] = tkv__quant_vec_dot_q8_0,
+            [TKV_TYPE_Q4_0] = tkv__quant_vec_dot_q4_0,
+            [TKV_TYPE_Q4_1] = tkv__quant_vec_dot_q4_1,
+            [TKV_TYPE_Q5_0] = tkv__quant_vec_dot_q5_0,
+            [TKV_TYPE_Q5_1] = tkv__quant_vec_dot_q5_1,
+            [TKV_TYPE_Q4_K] = tkv__quant_vec_dot_q4_K,
+            [TKV_TYPE_Q5_K] = tkv__quant_vec_dot_q5_K,
+            [TKV_TYPE_Q6_K] = tkv__quant_vec_dot_q6_K,
+        },
+    .quantize =
+        {
+            [TKV_TYPE_F32] = tkv__quant_quantize_f32,
+            [TKV_TYPE_F16] = tkv__quant_quantize_f16,
+            [TKV_TYPE_BF16] = tkv__quant_quantize_bf16,
+            [TKV_TYPE_Q8_0] = tkv__quant_quantize_q8_0,
+            [TKV_TYPE_Q8_1] = tkv__quant_quantize_q8_1,
+            [TKV_TYPE_Q8_K] = tkv__quant_quantize_q8_K,
+        },
+    .rmsnorm = tkv__kernel_rmsnorm_scalar,
+    .softmax = tkv__kernel_softmax_scalar,
+    .silu = tkv__kernel_silu_scalar,
+    .swiglu = tkv__kernel_swiglu_scalar,
+};

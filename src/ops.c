@@ -1,0 +1,101 @@
+/*
+ * ops.c — forward-pass operations over the active kernel table (see ops.h).
+ */
+#include "ops.h"
+
+#include "kernels.h"
+#include "quant.h"
+
+#include <assert.h>
+#include <math.h>
+
+void tkv__ops_rmsnorm(float *y, const float *x, const float *w, size_t n, float eps) {
+    assert(n >= 1);
+    tkv__kernel_get()->rmsnorm(y, x, w, n, eps);
+}
+
+void tkv__ops_softmax(float *x, size_t n) {
+    assert(n >= 1);
+    tkv__kernel_get()->softmax(x, n);
+}
+
+void tkv__ops_silu(float *y, const float *x, size_t n) {
+    tkv__kernel_get()->silu(y, x, n);
+}
+
+void tkv__ops_swiglu(float *y, const float *gate, const float *up, size_t n) {
+    tkv__kernel_get()->swiglu(y, gate, up, n);
+}
+
+/* ---- RoPE ------------------------------------------------------------------ */
+
+void tkv__ops_rope_cache(float *cs, size_t n_rot, int32_t pos, float freq_base, float freq_scale) {
+    assert(n_rot >= 2 && n_rot % 2 == 0);
+    const float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    float theta = (float)pos; /* pos * base^(-2i/n_rot), built step by step as ggml does */
+    for (size_t i = 0; i < n_rot / 2; i++) {
+        const float t = freq_scale * theta;
+        cs[2 * i] = cosf(t);
+        cs[2 * i + 1] = sinf(t);
+        theta *= theta_scale;
+    }
+}
+
+void tkv__ops_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, tkv__rope_mode mode) {
+    assert(n_rot % 2 == 0 && n_rot <= head_dim);
+    const size_t half = n_rot / 2;
+    for (size_t h = 0; h < n_head; h++) {
+        float *v = x + h * head_dim; /* (head_dim) */
+        for (size_t i = 0; i < half; i++) {
+            /* the two dimensions that rotate by theta_i */
+            const size_t i0 = mode == TKV__ROPE_NEOX ? i : 2 * i;
+            const size_t i1 = mode == TKV__ROPE_NEOX ? i + half : 2 * i + 1;
+            const float c = cs[2 * i], s = cs[2 * i + 1];
+            const float a = v[i0], b = v[i1];
+            v[i0] = a * c - b * s;
+            v[i1] = a * s + b * c;
+        }
+    }
+}
+
+/* ---- matrix products ---------------------------------------------------------- */
+
+size_t tkv__ops_act_row_size(tkv_type wtype, size_t n) {
+    const tkv_type vdt = tkv__quant_vec_dot_type(wtype);
+    if (vdt == TKV_TYPE_COUNT) return 0;
+    return tkv__quant_row_size(vdt, n);
+}
+
+void tkv__ops_quantize_acts(tkv_type wtype, const float *x, size_t n_tok, size_t n, void *xq) {
+    const tkv_type vdt = tkv__quant_vec_dot_type(wtype);
+    assert(vdt != TKV_TYPE_COUNT);
+    const tkv__quantize_fn q = tkv__kernel_get()->quantize[vdt];
+    const size_t rs = tkv__quant_row_size(vdt, n);
+    uint8_t *out = xq; /* (n_tok, rs) */
+    for (size_t t = 0; t < n_tok; t++) q(x + t * n, out + t * rs, n);
+}
+
+/*
+ * Rows are taken in tiles small enough that a tile of weights stays in cache
+ * while every token's activations pass over it: the weights, by far the
+ * bigger operand, are read from memory once per call.
+ */
+#define ROW_TILE 16
+
+void tkv__ops_matmul(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
+                     float *y, size_t ldy) {
+    const tkv__vec_dot_fn dot = tkv__kernel_get()->vec_dot[wtype];
+    assert(dot && r0 <= r1 && r1 <= ldy);
+    const size_t wrs = tkv__quant_row_size(wtype, n);      /* bytes per weight row */
+    const size_t xrs = tkv__ops_act_row_size(wtype, n);    /* bytes per activation row */
+    const uint8_t *wb = w;                                 /* (n_rows, wrs) */
+    const uint8_t *xb = xq;                                /* (n_tok, xrs) */
+    for (size_t rt = r0; rt < r1; rt += ROW_TILE) {
+        const size_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
+        for (size_t t = 0; t < n_tok; t++) {
+            const uint8_t *xt = xb + t * xrs;
+            float *yt = y + t * ldy; /* (ldy) */
+            for (size_t r = rt; r < re; r++) yt[r] = dot(n, wb + r * wrs, xt);
+        }
+    }
+}
