@@ -14,6 +14,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"inspect", cmd_inspect, "show a GGUF file's architecture, tokenizer and tensors"},
+    {"run", cmd_run, "generate text from a prompt"},
     {"tokenize", cmd_tokenize, "turn text into token ids"},
 };
 

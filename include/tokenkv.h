@@ -62,12 +62,12 @@ TKV_API const char *tkv_status_str(tkv_status status);
 /**
  * The message of the last failure.
  *
- * @param obj  a handle whose own last failure you want, or NULL. Models are
- *             shared across threads, so their failures (and those of calls
- *             with no handle yet, like tkv_model_load) are recorded per
- *             thread, like errno: for NULL or a tkv_model* this returns the
- *             calling thread's last failure. (Contexts, which one thread
- *             uses at a time, will keep their own.)
+ * @param obj  a tkv_context* for that context's last failure; otherwise
+ *             (NULL, a tkv_model*) the calling thread's last failure. Models
+ *             are shared across threads, so their failures (and those of
+ *             calls with no handle yet, like tkv_model_load) are recorded per
+ *             thread, like errno; a context, used by one thread at a time,
+ *             keeps its own.
  * @return a NUL-terminated message, "" when nothing failed. It stays valid
  *         until the next failing call in the same thread.
  */
@@ -78,6 +78,12 @@ typedef int32_t tkv_token;
 
 /** "No token" (e.g. a special id the vocabulary does not have). */
 #define TKV_TOKEN_NULL ((tkv_token)-1)
+
+/** A position in a sequence (0-based). */
+typedef int32_t tkv_pos;
+
+/** A sequence id, 0 .. n_seq_max - 1. */
+typedef int32_t tkv_seq;
 
 /* ------------------------------------------------------------------------ */
 /* Types of tensors and metadata values, as GGUF numbers them                */
@@ -426,6 +432,123 @@ TKV_API const char *tkv_token_text(const tkv_model *model, tkv_token token);
 
 /** Whether TKV_TOKENIZE_ADD_SPECIAL adds a BOS for this vocabulary. */
 TKV_API bool tkv_tokenizer_adds_bos(const tkv_model *model);
+
+/* ------------------------------------------------------------------------ */
+/* Contexts: a KV cache, a thread pool and scratch over one model            */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * A context computes logits for batches of tokens from any number of
+ * sequences, keeping their K/V in its cache. One thread at a time may use a
+ * context; the model must outlive it. tkv_last_error(ctx) gives the message
+ * of the context's last failure.
+ */
+typedef struct tkv_context tkv_context;
+
+/** Return true to stop a decode (checked between layers): TKV_ERR_ABORTED. */
+typedef bool (*tkv_abort_fn)(void *user);
+
+typedef struct tkv_context_params {
+    uint32_t n_cells;   /**< KV cells (tokens held across all sequences); default 4096 */
+    uint32_t n_seq_max; /**< sequence ids 0..n_seq_max-1; default 256 */
+    uint32_t n_batch;   /**< tokens per forward pass; longer batches are split; default 512 */
+    int n_threads;      /**< default: the number of online CPUs */
+    tkv_type kv_type;   /**< TKV_TYPE_F16 (default) or TKV_TYPE_F32 */
+    tkv_abort_fn abort_cb; /**< optional */
+    void *abort_user;
+} tkv_context_params;
+
+/** The defaults above. */
+TKV_API tkv_context_params tkv_context_default_params(void);
+
+/**
+ * Create a context over a fully loaded model (not vocab_only).
+ * @return TKV_OK; TKV_ERR_INVALID (vocab_only model, zero sizes),
+ *         TKV_ERR_UNSUPPORTED (kv_type), TKV_ERR_NOMEM. On failure *out is
+ *         NULL and tkv_last_error(NULL) explains.
+ */
+TKV_API tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *params, tkv_context **out);
+
+/** Free a context and its cache; NULL is a no-op. */
+TKV_API void tkv_context_free(tkv_context *ctx);
+
+/** The model a context runs. */
+TKV_API const tkv_model *tkv_context_model(const tkv_context *ctx);
+
+/**
+ * A batch of tokens to decode. Token i is appended to sequence seq[i] at
+ * position pos[i], which must be the sequence's current length (counting
+ * earlier tokens of the same sequence in this batch): sequences grow only at
+ * their end. Token i attends to its own sequence's positions 0..pos[i].
+ */
+typedef struct tkv_batch {
+    size_t n;
+    const tkv_token *token; /**< (n) */
+    const tkv_pos *pos;     /**< (n) */
+    const tkv_seq *seq;     /**< (n) */
+    const bool *logits;     /**< (n) which tokens get logits; NULL: only the last */
+} tkv_batch;
+
+/**
+ * Run the model on a batch and keep the K/V of its tokens.
+ *
+ * Transactional: on any failure the cache and every sequence are exactly as
+ * before the call, and the logits of the previous batch are gone.
+ * @return TKV_OK; TKV_ERR_INVALID (a token out of range, a bad sequence id
+ *         or position: the message names the token index); TKV_ERR_FULL (not
+ *         enough free cells); TKV_ERR_ABORTED (the abort callback);
+ *         TKV_ERR_NOMEM.
+ */
+TKV_API tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *batch);
+
+/**
+ * Logits (n_vocab floats) of token i of the last successful tkv_decode, or
+ * NULL when token i did not ask for logits. Valid until the next decode.
+ */
+TKV_API const float *tkv_get_logits(const tkv_context *ctx, size_t i);
+
+/** Number of tokens sequence seq holds (0 for an unknown id). */
+TKV_API tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq);
+
+/** Keep the first n tokens of seq (n >= its length: no change). */
+TKV_API tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n);
+
+/** Empty a sequence. */
+TKV_API tkv_status tkv_seq_clear(tkv_context *ctx, tkv_seq seq);
+
+/* ------------------------------------------------------------------------ */
+/* Sampling                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct tkv_sampler_params {
+    float temperature;    /**< <= 0: greedy (argmax); default 0.8 */
+    int32_t top_k;        /**< <= 0: off; default 40 */
+    float top_p;          /**< >= 1: off; default 0.95 */
+    float min_p;          /**< <= 0: off; default 0.05 */
+    float repeat_penalty; /**< 1: off; default 1 */
+    int32_t repeat_last_n; /**< tokens the penalty looks back on; default 64 */
+    uint64_t seed;        /**< same seed, same choices; default 0 */
+} tkv_sampler_params;
+
+/** The defaults above. */
+TKV_API tkv_sampler_params tkv_sampler_default_params(void);
+
+/** A sampler: its parameters, its RNG state and the recent tokens. */
+typedef struct tkv_sampler tkv_sampler;
+
+TKV_API tkv_status tkv_sampler_create(const tkv_sampler_params *params, size_t n_vocab, tkv_sampler **out);
+TKV_API void tkv_sampler_free(tkv_sampler *s);
+
+/**
+ * Choose the next token from a logits row (n_vocab floats): repetition
+ * penalty, then top-k, top-p, min-p, temperature and a draw; or argmax when
+ * temperature <= 0. Records the choice for the penalty. Never fails for
+ * finite logits; the row is not modified.
+ */
+TKV_API tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits);
+
+/** Record a token as seen (e.g. the prompt's) for the repetition penalty. */
+TKV_API void tkv_sampler_accept(tkv_sampler *s, tkv_token token);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Per thread, like errno: a shared tkv_model may fail in several threads. */
 static _Thread_local char last_error[512];
@@ -19,9 +20,18 @@ tkv_status tkv__fail(tkv_status status, const char *fmt, ...) {
 
 void tkv__clear_error(void) { last_error[0] = '\0'; }
 
+tkv_status tkv__handle_fail(tkv__handle *h, tkv_status st) {
+    snprintf(h->error, sizeof h->error, "%s", last_error);
+    return st;
+}
+
 const char *tkv_last_error(const void *obj) {
-    (void)obj; /* models record per thread; contexts will keep their own */
-    return last_error;
+    if (obj) {
+        uint32_t magic;
+        memcpy(&magic, obj, sizeof magic);
+        if (magic == TKV__CONTEXT_MAGIC) return ((const tkv__handle *)obj)->error;
+    }
+    return last_error; /* models, and calls without a handle: per thread */
 }
 
 const char *tkv_status_str(tkv_status status) {

@@ -215,11 +215,13 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
     tkv_model_params p = params ? *params : tkv_model_default_params();
     tkv_hparams hp;
     tkv_status st = read_hparams(g, &hp);
+    tkv__weights w = {0};
     if (st == TKV_OK && !p.vocab_only) {
         if (g->n_tensors == 0)
             st = tkv__fail(TKV_ERR_FORMAT, "the file has no tensors (a vocabulary-only file): it loads only with vocab_only");
         else
             st = check_tensors(g, &hp);
+        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, &w);
     }
     if (st && !p.vocab_only) {
         tkv__gguf_free(g);
@@ -227,10 +229,13 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
     }
     tkv_model *m = tkv__calloc(1, sizeof *m);
     if (!m) {
+        tkv__weights_free(&w);
         tkv__gguf_free(g);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for the model");
     }
+    m->magic = TKV__MODEL_MAGIC;
     m->gguf = g;
+    m->w = w;
     m->vocab_only = p.vocab_only;
     m->has_hparams = st == TKV_OK;
     if (m->has_hparams) m->hp = hp;
@@ -280,6 +285,7 @@ tkv_status tkv_model_load_from_memory(const void *data, size_t size, const tkv_m
 void tkv_model_free(tkv_model *model) {
     if (!model) return;
     tkv__tokenizer_free(model->tok);
+    tkv__weights_free(&model->w);
     tkv__gguf_free(model->gguf);
     tkv__free(model);
 }

@@ -1,0 +1,203 @@
+/*
+ * run.c — `tokenkv run`: generate text from a prompt.
+ */
+#include "cli.h"
+#include "tokenkv.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const run_help =
+    "usage: tokenkv run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
+    "                  [--repeat-penalty R] [--seed S] [-t THREADS] [-c CELLS] [--ids]\n"
+    "\n"
+    "Generate up to N tokens after PROMPT (tokenized with the model's default special\n"
+    "tokens) and print only the generated text, as it is produced; logs and timings\n"
+    "go to stderr. Stops at end-of-generation or after N tokens.\n"
+    "\n"
+    "  -m, --model MODEL       a GGUF model\n"
+    "  -p, --prompt PROMPT     the prompt\n"
+    "  -n, --n-predict N       tokens to generate (default 128)\n"
+    "  --temp T                temperature; 0 is greedy (default 0.8)\n"
+    "  --top-k K               keep the K most likely tokens, 0 = off (default 40)\n"
+    "  --top-p P               nucleus sampling, 1 = off (default 0.95)\n"
+    "  --min-p P               drop tokens below P x the best one's probability (default 0.05)\n"
+    "  --repeat-penalty R      penalise the last 64 tokens, 1 = off (default 1)\n"
+    "  --seed S                random seed (default 0): same seed, same output\n"
+    "  -t, --threads N         threads (default: all CPUs)\n"
+    "  -c, --cells N           KV cells, i.e. the context size (default 4096)\n"
+    "  --ids                   print one JSON array of the generated ids instead of text\n"
+    "  -h, --help              show this help\n";
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Parse a number option; returns false (message printed) on a bad value. */
+static bool num(const char *opt, const char *v, double lo, double hi, double *out) {
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || d < lo || d > hi) {
+        fprintf(stderr, "tokenkv run: %s: '%s' is not a number in [%g, %g]\n", opt, v, lo, hi);
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *model_path = NULL, *prompt = NULL;
+    double n_predict = 128, threads = 0, cells = 0, seed = 0;
+    tkv_sampler_params sp = tkv_sampler_default_params();
+    bool ids_only = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double d;
+        bool ok = true;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(run_help, stdout);
+            return 0;
+        } else if (!strcmp(a, "--ids")) {
+            ids_only = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "tokenkv run: unknown option or missing value: '%s'\n%s", a, run_help);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) prompt = v;
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) ok = num(a, v, 0, 1e9, &n_predict);
+        else if (!strcmp(a, "--temp")) ok = num(a, v, 0, 100, &d), sp.temperature = (float)d;
+        else if (!strcmp(a, "--top-k")) ok = num(a, v, 0, 1e9, &d), sp.top_k = (int32_t)d;
+        else if (!strcmp(a, "--top-p")) ok = num(a, v, 0, 1, &d), sp.top_p = (float)d;
+        else if (!strcmp(a, "--min-p")) ok = num(a, v, 0, 1, &d), sp.min_p = (float)d;
+        else if (!strcmp(a, "--repeat-penalty")) ok = num(a, v, 0.01, 100, &d), sp.repeat_penalty = (float)d;
+        else if (!strcmp(a, "--seed")) ok = num(a, v, 0, 1.8e19, &seed), sp.seed = (uint64_t)seed;
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = num(a, v, 1, 1024, &threads);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--cells")) ok = num(a, v, 1, 1 << 24, &cells);
+        else {
+            fprintf(stderr, "tokenkv run: unknown option '%s'\n%s", a, run_help);
+            return 2;
+        }
+        if (!ok) return 2;
+    }
+    if (!model_path || !prompt) {
+        fprintf(stderr, "tokenkv run: -m MODEL and -p PROMPT are required\n%s", run_help);
+        return 2;
+    }
+
+    int rc = 1;
+    tkv_model *m = NULL;
+    tkv_context *ctx = NULL;
+    tkv_sampler *smp = NULL;
+    tkv_detok *dt = NULL;
+    tkv_token *toks = NULL, *gen = NULL;
+    double t0 = now();
+    if (tkv_model_load(model_path, NULL, &m) != TKV_OK) {
+        cli_fail("run", "%s", tkv_last_error(NULL));
+        goto done;
+    }
+    tkv_context_params cp = tkv_context_default_params();
+    if (threads > 0) cp.n_threads = (int)threads;
+    if (cells > 0) cp.n_cells = (uint32_t)cells;
+    size_t n_prompt = 0;
+    size_t plen = strlen(prompt);
+    tkv_tokenize(m, prompt, plen, TKV_TOKENIZE_ADD_SPECIAL, NULL, 0, &n_prompt);
+    toks = malloc((n_prompt + 1) * sizeof *toks);
+    gen = malloc(((size_t)n_predict + 1) * sizeof *gen);
+    if (!toks || !gen) {
+        cli_fail("run", "out of memory");
+        goto done;
+    }
+    if (tkv_tokenize(m, prompt, plen, TKV_TOKENIZE_ADD_SPECIAL, toks, n_prompt, &n_prompt) != TKV_OK) {
+        cli_fail("run", "%s", tkv_last_error(m));
+        goto done;
+    }
+    if (n_prompt == 0) {
+        cli_fail("run", "the prompt is empty and the model adds no BOS token");
+        goto done;
+    }
+    if (n_prompt + (size_t)n_predict > cp.n_cells) {
+        cli_fail("run", "prompt (%zu tokens) + %g to generate exceed the context of %u cells (-c)", n_prompt, n_predict,
+                 cp.n_cells);
+        goto done;
+    }
+    if (tkv_context_create(m, &cp, &ctx) != TKV_OK || tkv_sampler_create(&sp, tkv_vocab_size(m), &smp) != TKV_OK ||
+        tkv_detok_create(m, 0, &dt) != TKV_OK) {
+        cli_fail("run", "%s", tkv_last_error(NULL));
+        goto done;
+    }
+    double t1 = now();
+
+    /* the prompt in one batch, sequence 0 */
+    tkv_pos *pos = malloc(n_prompt * sizeof *pos);
+    tkv_seq *seq = calloc(n_prompt, sizeof *seq);
+    if (!pos || !seq) {
+        free(pos), free(seq);
+        cli_fail("run", "out of memory");
+        goto done;
+    }
+    for (size_t i = 0; i < n_prompt; i++) pos[i] = (tkv_pos)i, tkv_sampler_accept(smp, toks[i]);
+    tkv_batch b = {n_prompt, toks, pos, seq, NULL};
+    tkv_status st = tkv_decode(ctx, &b);
+    free(pos), free(seq);
+    if (st != TKV_OK) {
+        cli_fail("run", "%s", tkv_last_error(ctx));
+        goto done;
+    }
+    double t2 = now();
+    const float *logits = tkv_get_logits(ctx, n_prompt - 1);
+    size_t n_gen = 0;
+    while (n_gen < (size_t)n_predict) {
+        tkv_token t = tkv_sampler_sample(smp, logits);
+        if (tkv_token_is_eog(m, t)) break;
+        gen[n_gen++] = t;
+        if (!ids_only) {
+            const char *s;
+            size_t len;
+            if (tkv_detok_push(dt, t, &s, &len) == TKV_OK && len) {
+                fwrite(s, 1, len, stdout);
+                fflush(stdout);
+            }
+        }
+        if (n_gen == (size_t)n_predict) break;
+        tkv_pos p = (tkv_pos)(n_prompt + n_gen - 1);
+        tkv_seq s0 = 0;
+        tkv_batch one = {1, &t, &p, &s0, NULL};
+        if (tkv_decode(ctx, &one) != TKV_OK) {
+            cli_fail("run", "%s", tkv_last_error(ctx));
+            goto done;
+        }
+        logits = tkv_get_logits(ctx, 0);
+    }
+    double t3 = now();
+    if (ids_only) {
+        putchar('[');
+        for (size_t i = 0; i < n_gen; i++) printf(i ? ", %d" : "%d", (int)gen[i]);
+        puts("]");
+    } else {
+        const char *s;
+        size_t len;
+        if (tkv_detok_flush(dt, &s, &len) == TKV_OK) fwrite(s, 1, len, stdout);
+        putchar('\n');
+    }
+    fprintf(stderr, "tokenkv run: load %.0f ms; prompt %zu tokens in %.1f ms (%.1f tok/s); generated %zu in %.1f ms (%.1f tok/s)\n",
+            1e3 * (t1 - t0), n_prompt, 1e3 * (t2 - t1), (double)n_prompt / (t2 - t1), n_gen, 1e3 * (t3 - t2),
+            n_gen > 0 ? (double)n_gen / (t3 - t2) : 0.0);
+    rc = 0;
+done:
+    free(toks);
+    free(gen);
+    tkv_detok_free(dt);
+    tkv_sampler_free(smp);
+    tkv_context_free(ctx);
+    tkv_model_free(m);
+    return rc;
+}

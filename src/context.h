@@ -1,0 +1,31 @@
+/*
+ * context.h — the inside of a tkv_context.
+ */
+#ifndef TKV_CONTEXT_H
+#define TKV_CONTEXT_H
+
+#include "error.h"
+#include "forward.h"
+#include "kvcache.h"
+#include "model.h"
+#include "threadpool.h"
+
+struct tkv_context {
+    tkv__handle h; /* first: tkv_last_error(ctx) finds the context's message */
+    const tkv_model *model;
+    tkv_context_params params;
+    tkv__kvcache *kv;
+    tkv__fwd *fwd;
+    tkv__pool *pool;
+    /* decode scratch, sized at creation */
+    uint32_t *cells;        /* (n_cells) the cells a batch takes */
+    uint32_t **cell_lists;  /* (n_batch) each chunk token's sequence cells */
+    uint32_t *out;          /* (n_cells) batch indices that want logits */
+    uint32_t *seq_count;    /* (n_seq_max) tokens per sequence in the batch */
+    int32_t *logits_row;    /* (n_cells) batch index -> logits row, -1: none */
+    /* the last batch's logits */
+    float *logits;          /* (logits_cap, n_vocab) */
+    size_t logits_cap, n_logits_rows, last_n;
+};
+
+#endif

@@ -1,0 +1,102 @@
+/*
+ * kvcache.c — see kvcache.h.
+ */
+#include "kvcache.h"
+
+#include "alloc.h"
+#include "error.h"
+#include "quant.h"
+
+#include <string.h>
+
+tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv, tkv_type type, uint32_t n_seq,
+                          tkv__kvcache **out) {
+    if (type != TKV_TYPE_F16 && type != TKV_TYPE_F32)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "KV cache type %s is not supported (F16, F32)", tkv_type_name(type));
+    if (!n_cells || !n_seq) return tkv__fail(TKV_ERR_INVALID, "KV cache: n_cells and n_seq_max must be > 0");
+    tkv__kvcache *kv = tkv__calloc(1, sizeof *kv);
+    if (!kv) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the KV cache");
+    kv->type = type;
+    kv->n_cells = n_cells;
+    kv->n_layer = n_layer;
+    kv->n_embd_kv = n_embd_kv;
+    kv->row_size = tkv__quant_row_size(type, n_embd_kv);
+    size_t bytes = (size_t)n_layer * n_cells * kv->row_size;
+    kv->k = tkv__malloc(bytes);
+    kv->v = tkv__malloc(bytes);
+    kv->token = tkv__malloc(n_cells * sizeof *kv->token);
+    kv->pos = tkv__malloc(n_cells * sizeof *kv->pos);
+    kv->n_users = tkv__calloc(n_cells, sizeof *kv->n_users);
+    kv->free = tkv__malloc(n_cells * sizeof *kv->free);
+    kv->seq = tkv__calloc(n_seq, sizeof *kv->seq);
+    kv->n_seq = n_seq;
+    if (!kv->k || !kv->v || !kv->token || !kv->pos || !kv->n_users || !kv->free || !kv->seq) {
+        tkv__kv_free(kv);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory for a KV cache of %u cells (%zu bytes)", n_cells, 2 * bytes);
+    }
+    for (uint32_t i = 0; i < n_cells; i++) {
+        kv->token[i] = TKV_TOKEN_NULL;
+        kv->pos[i] = -1;
+        kv->free[i] = n_cells - 1 - i; /* low cells first */
+    }
+    kv->n_free = n_cells;
+    *out = kv;
+    return TKV_OK;
+}
+
+void tkv__kv_free(tkv__kvcache *kv) {
+    if (!kv) return;
+    if (kv->seq)
+        for (uint32_t s = 0; s < kv->n_seq; s++) tkv__free(kv->seq[s].cells);
+    tkv__free(kv->seq);
+    tkv__free(kv->k);
+    tkv__free(kv->v);
+    tkv__free(kv->token);
+    tkv__free(kv->pos);
+    tkv__free(kv->n_users);
+    tkv__free(kv->free);
+    tkv__free(kv);
+}
+
+tkv_status tkv__kv_take(tkv__kvcache *kv, uint32_t n, uint32_t *out) {
+    if (n > kv->n_free)
+        return tkv__fail(TKV_ERR_FULL, "KV cache full: %u cells needed, %u free of %u", n, kv->n_free, kv->n_cells);
+    for (uint32_t i = 0; i < n; i++) out[i] = kv->free[--kv->n_free];
+    return TKV_OK;
+}
+
+void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n) {
+    for (uint32_t i = n; i-- > 0;) kv->free[kv->n_free++] = cells[i];
+}
+
+tkv_status tkv__kv_seq_reserve(tkv__kvcache *kv, tkv_seq seq, uint32_t extra) {
+    tkv__kvseq *s = &kv->seq[seq];
+    if (s->n + extra <= s->cap) return TKV_OK;
+    uint32_t cap = s->cap ? s->cap : 64;
+    while (cap < s->n + extra) cap *= 2;
+    uint32_t *cells = tkv__realloc(s->cells, cap * sizeof *cells);
+    if (!cells) return tkv__fail(TKV_ERR_NOMEM, "out of memory growing sequence %d to %u cells", (int)seq, cap);
+    s->cells = cells;
+    s->cap = cap;
+    return TKV_OK;
+}
+
+void tkv__kv_publish(tkv__kvcache *kv, tkv_seq seq, uint32_t cell, tkv_token token, tkv_pos pos) {
+    tkv__kvseq *s = &kv->seq[seq];
+    kv->token[cell] = token;
+    kv->pos[cell] = pos;
+    kv->n_users[cell]++;
+    s->cells[s->n++] = cell;
+}
+
+void tkv__kv_seq_truncate(tkv__kvcache *kv, tkv_seq seq, uint32_t n) {
+    tkv__kvseq *s = &kv->seq[seq];
+    while (s->n > n) {
+        uint32_t c = s->cells[--s->n];
+        if (--kv->n_users[c] == 0) {
+            kv->token[c] = TKV_TOKEN_NULL;
+            kv->pos[c] = -1;
+            kv->free[kv->n_free++] = c;
+        }
+    }
+}
