@@ -52,14 +52,13 @@ struct tkv__fwd {
     float *up;   /* (n_batch, n_ff) */
     float *cs;   /* (n_batch, n_rot) RoPE cos/sin per token */
     uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
-    float *scores; /* (n_threads, n_cells) attention weights, per thread */
-    uint32_t n_cells;
+    float *attn_scratch; /* (n_threads, 2 * hd) per thread: output accumulator and q */
     int n_threads;
 };
 
 void tkv__fwd_free(tkv__fwd *f) {
     if (!f) return;
-    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->att, f->tmp, f->gate, f->up, f->cs, f->scores};
+    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->att, f->tmp, f->gate, f->up, f->cs, f->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
     tkv__free(f);
@@ -78,7 +77,7 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->n_ff = hp->n_ff;
     f->n_rot = hp->n_rot;
     f->n_vocab = hp->n_vocab;
-    f->n_cells = n_cells;
+    (void)n_cells; /* attention runs in one pass: no per-cell scratch */
     f->n_threads = n_threads;
     const size_t B = n_batch;
     size_t widest = f->n_embd > f->n_q ? f->n_embd : f->n_q;
@@ -94,9 +93,9 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->up = tkv__malloc(B * f->n_ff * sizeof(float));
     f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     f->xq = tkv__malloc(B * widest * sizeof(float)); /* F32 acts are the widest form */
-    f->scores = tkv__malloc((size_t)n_threads * n_cells * sizeof(float));
+    f->attn_scratch = tkv__malloc((size_t)n_threads * 2 * f->hd * sizeof(float));
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
-        !f->scores) {
+        !f->attn_scratch) {
         tkv__fwd_free(f);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for forward scratch (%u tokens)", n_batch);
     }
@@ -183,30 +182,54 @@ static float kv_at(const tkv__kvcache *kv, const void *row, size_t i) {
     return tkv__quant_f16_to_f32(((const uint16_t *)row)[i]);
 }
 
-/* Attention of token t, query head hq, over its sequence's cells 0..pos. */
-static void attend(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *scores) {
+/*
+ * Attention of token t, query head hq, over its sequence's cells 0..pos, in
+ * one pass with a running softmax (as the reference's flash attention does
+ * on the CPU, so results agree to the last bits that matter): for each cell,
+ * s = q.k / sqrt(hd); when s is a new maximum M the accumulated output is
+ * rescaled by exp(M_old - M); out += exp(s - M) v; finally out /= the sum of
+ * the weights. With an F16 cache, q is rounded to F16 for the dot products
+ * and the output accumulates in F16, like the reference.
+ */
+static void attend(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *acc) {
     const tkv__fwd *f = P->f;
     const tkv__kvcache *kv = P->kv;
     const tkv_hparams *hp = &f->m->hp;
     const size_t hd = f->hd, hkv = hq / (hp->n_head / hp->n_head_kv);
-    const float *qv = f->q + (size_t)t * f->n_q + hq * hd;
+    const bool f16 = kv->type == TKV_TYPE_F16;
+    const float *q = f->q + (size_t)t * f->n_q + hq * hd;
+    float *qr = acc + hd; /* (hd) q as the dot products see it */
+    for (size_t i = 0; i < hd; i++) qr[i] = f16 ? tkv__quant_f16_to_f32(tkv__quant_f32_to_f16(q[i])) : q[i];
     const uint32_t *cells = P->b->cells[t];
     const size_t n = (size_t)P->b->pos[t] + 1;
     const float scale = 1.0f / sqrtf((float)hd);
+    float M = -INFINITY, S = 0;
+    memset(acc, 0, hd * sizeof(float));
     for (size_t j = 0; j < n; j++) {
         const void *krow = tkv__kv_k(kv, layer, cells[j]);
-        float s = 0;
-        for (size_t i = 0; i < hd; i++) s += qv[i] * kv_at(kv, krow, hkv * hd + i);
-        scores[j] = s * scale;
-    }
-    tkv__ops_softmax(scores, n);
-    float *out = f->att + (size_t)t * f->n_q + hq * hd;
-    memset(out, 0, hd * sizeof(float));
-    for (size_t j = 0; j < n; j++) {
         const void *vrow = tkv__kv_v(kv, layer, cells[j]);
-        const float w = scores[j];
-        for (size_t i = 0; i < hd; i++) out[i] += w * kv_at(kv, vrow, hkv * hd + i);
+        double sd = 0; /* F16 x F16 products are exact in float; the reference sums them in double */
+        for (size_t i = 0; i < hd; i++) sd += (double)(qr[i] * kv_at(kv, krow, hkv * hd + i));
+        float s = (float)sd * scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            const float M_old = M;
+            M = s;
+            ms = expf(M_old - M);
+            for (size_t i = 0; i < hd; i++) acc[i] *= ms;
+            if (f16)
+                for (size_t i = 0; i < hd; i++) acc[i] = tkv__quant_f16_to_f32(tkv__quant_f32_to_f16(acc[i]));
+        } else {
+            vs = expf(s - M);
+        }
+        /* one rounding per step (a fused multiply-add), then F16's */
+        for (size_t i = 0; i < hd; i++) acc[i] = fmaf(kv_at(kv, vrow, hkv * hd + i), vs, acc[i]);
+        if (f16) /* the reference keeps this accumulator in F16 */
+            for (size_t i = 0; i < hd; i++) acc[i] = tkv__quant_f16_to_f32(tkv__quant_f32_to_f16(acc[i]));
+        S = S * ms + vs;
     }
+    float *out = f->att + (size_t)t * f->n_q + hq * hd;
+    for (size_t i = 0; i < hd; i++) out[i] = acc[i] / S;
 }
 
 static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
@@ -247,8 +270,8 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     /* attention, one (token, head) pair at a time          att: (n, n_q) */
     size_t p0, p1;
     tkv__split((size_t)n * hp->n_head, ith, nth, &p0, &p1);
-    float *scores = f->scores + (size_t)ith * f->n_cells;
-    for (size_t p = p0; p < p1; p++) attend(P, l, (uint32_t)(p / hp->n_head), p % hp->n_head, scores);
+    float *scratch = f->attn_scratch + (size_t)ith * 2 * f->hd;
+    for (size_t p = p0; p < p1; p++) attend(P, l, (uint32_t)(p / hp->n_head), p % hp->n_head, scratch);
     tkv__pool_barrier(P->pool);
 
     /* x = x + att Wo                                       (n, n_embd) */

@@ -56,7 +56,7 @@ static void *worker(void *varg) {
     worker_arg wa = *(worker_arg *)varg;
     tkv__free(varg);
     tkv__pool *p = wa.p;
-    unsigned seen = atomic_load(&p->generation);
+    unsigned seen = 0; /* the generation at creation: a task may start before this thread runs */
     for (;;) {
         /* wait for the next generation: spin, then sleep */
         unsigned spins = 0;
