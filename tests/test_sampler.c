@@ -1,0 +1,126 @@
+/*
+ * test_sampler.c — sampling: greedy is the argmax; the same seed gives the
+ * same choices; draws follow the softmax; top-k, top-p and min-p keep
+ * exactly the tokens their definitions keep; the repetition penalty
+ * applies to recent tokens.
+ */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static tkv_sampler *make(float temp, int top_k, float top_p, float min_p, float penalty, uint64_t seed, size_t n) {
+    tkv_sampler_params p = tkv_sampler_default_params();
+    p.temperature = temp;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.repeat_penalty = penalty;
+    p.seed = seed;
+    tkv_sampler *s = NULL;
+    assert_int_equal(tkv_sampler_create(&p, n, &s), TKV_OK);
+    return s;
+}
+
+static void test_greedy(void **state) {
+    (void)state;
+    float l[6] = {0.1f, 2.0f, -1.0f, 2.0f, 1.9f, 0.0f};
+    tkv_sampler *s = make(0, 40, 0.95f, 0.05f, 1.0f, 1, 6);
+    for (int i = 0; i < 10; i++) assert_int_equal(tkv_sampler_sample(s, l), 1); /* ties: lowest id */
+    tkv_sampler_free(s);
+    /* top_k 1 is greedy at any temperature */
+    s = make(5.0f, 1, 1.0f, 0.0f, 1.0f, 2, 6);
+    for (int i = 0; i < 10; i++) assert_int_equal(tkv_sampler_sample(s, l), 1);
+    tkv_sampler_free(s);
+    tkv_sampler_free(NULL);
+}
+
+static void test_seeds(void **state) {
+    (void)state;
+    enum { V = 50, N = 200 };
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = (float)sin(i * 0.7) * 2;
+    tkv_token a[N], b[N], c[N];
+    tkv_sampler *sa = make(1.0f, 0, 1.0f, 0.0f, 1.0f, 42, V), *sb = make(1.0f, 0, 1.0f, 0.0f, 1.0f, 42, V),
+                *sc = make(1.0f, 0, 1.0f, 0.0f, 1.0f, 43, V);
+    for (int i = 0; i < N; i++) a[i] = tkv_sampler_sample(sa, l), b[i] = tkv_sampler_sample(sb, l), c[i] = tkv_sampler_sample(sc, l);
+    assert_memory_equal(a, b, sizeof a);
+    assert_memory_not_equal(a, c, sizeof a);
+    tkv_sampler_free(sa), tkv_sampler_free(sb), tkv_sampler_free(sc);
+}
+
+/* Frequencies of n draws over 4 tokens. */
+static void draw(tkv_sampler *s, const float *l, int n, int counts[4]) {
+    memset(counts, 0, 4 * sizeof *counts);
+    for (int i = 0; i < n; i++) {
+        tkv_token t = tkv_sampler_sample(s, l);
+        assert_true(t >= 0 && t < 4);
+        counts[t]++;
+    }
+}
+
+static void test_distribution_and_filters(void **state) {
+    (void)state;
+    const float l[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+    const int n = 100000;
+    int c[4];
+    /* no filter, temperature 1: the softmax itself (4-sigma bounds) */
+    tkv_sampler *s = make(1.0f, 0, 1.0f, 0.0f, 1.0f, 7, 4);
+    draw(s, l, n, c);
+    const double p[4] = {0.5, 0.3, 0.15, 0.05};
+    for (int i = 0; i < 4; i++) assert_true(fabs(c[i] - n * p[i]) < 4 * sqrt(n * p[i] * (1 - p[i])));
+    tkv_sampler_free(s);
+    /* temperature 2: p ~ sqrt of the above, renormalised */
+    s = make(2.0f, 0, 1.0f, 0.0f, 1.0f, 8, 4);
+    draw(s, l, n, c);
+    double q[4], sum = 0;
+    for (int i = 0; i < 4; i++) sum += q[i] = sqrt(p[i]);
+    for (int i = 0; i < 4; i++) q[i] /= sum, assert_true(fabs(c[i] - n * q[i]) < 4 * sqrt(n * q[i] * (1 - q[i])));
+    tkv_sampler_free(s);
+    /* top_k 2: only the two best */
+    s = make(1.0f, 2, 1.0f, 0.0f, 1.0f, 9, 4);
+    draw(s, l, 20000, c);
+    assert_int_equal(c[2] + c[3], 0);
+    assert_true(c[0] > c[1] && c[1] > 0);
+    tkv_sampler_free(s);
+    /* top_p 0.7: the smallest set reaching 0.7 is {0, 1} (0.5 + 0.3) */
+    s = make(1.0f, 0, 0.7f, 0.0f, 1.0f, 10, 4);
+    draw(s, l, 20000, c);
+    assert_int_equal(c[2] + c[3], 0);
+    assert_true(c[1] > 0);
+    tkv_sampler_free(s);
+    /* min_p 0.25: keep p >= 0.125, i.e. {0, 1, 2} */
+    s = make(1.0f, 0, 1.0f, 0.25f, 1.0f, 11, 4);
+    draw(s, l, 20000, c);
+    assert_int_equal(c[3], 0);
+    assert_true(c[2] > 0);
+    tkv_sampler_free(s);
+}
+
+static void test_repeat_penalty(void **state) {
+    (void)state;
+    float l[4] = {3.0f, 2.9f, -1.0f, -2.0f};
+    tkv_sampler *s = make(0, 0, 1.0f, 0.0f, 1.5f, 1, 4);
+    assert_int_equal(tkv_sampler_sample(s, l), 0); /* records 0: now penalised */
+    assert_int_equal(tkv_sampler_sample(s, l), 1); /* 3.0 / 1.5 = 2.0 < 2.9 */
+    tkv_sampler_free(s);
+    /* negative logits are multiplied */
+    float m[3] = {-1.0f, -1.2f, -5.0f};
+    s = make(0, 0, 1.0f, 0.0f, 1.5f, 1, 3);
+    tkv_sampler_accept(s, 0);
+    assert_int_equal(tkv_sampler_sample(s, m), 1); /* -1.5 < -1.2 */
+    tkv_sampler_free(s);
+    /* the input row is never modified */
+    assert_true(l[0] == 3.0f && m[0] == -1.0f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_seeds),
+        cmocka_unit_test(test_distribution_and_filters),
+        cmocka_unit_test(test_repeat_penalty),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
