@@ -195,6 +195,11 @@ void tu_tiny_model(const tu_tiny_opts *o, uint8_t **out, size_t *size) {
     assert_int_equal(tkv__gguf_write_f32(w, key, 500000.0f), TKV_OK);
 
     tensor(w, o, "token_embd.weight", n_embd, n_vocab);
+    if (o->rope_freqs) {
+        float ff[2] = {4.0f, 0.01f}; /* n_rot / 2 = head_dim / 2 = 2; both change the angles a lot */
+        uint64_t ne[1] = {2};
+        assert_int_equal(tkv__gguf_write_tensor(w, "rope_freqs.weight", TKV_TYPE_F32, 1, ne, ff), TKV_OK);
+    }
     tensor(w, o, "output_norm.weight", n_embd, 1);
     if (!o->no_output) tensor(w, o, "output.weight", n_embd, n_vocab);
     for (uint32_t l = 0; l < n_layer; l++) {

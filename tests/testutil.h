@@ -72,6 +72,7 @@ typedef struct tu_tiny_opts {
     const char *skip_key;     /* leave this metadata key out (full name) */
     int no_output;            /* omit output.weight (tied embeddings) */
     int n_vocab;              /* 0: 16 */
+    int rope_freqs;           /* add rope_freqs.weight (factors 1, 2, ...) */
 } tu_tiny_opts;
 
 /* A tiny model: n_embd 8, 2 layers, 2 heads, 1 KV head, n_ff 16, F32. */
