@@ -28,6 +28,7 @@
 #include "forward.h"
 
 #include "alloc.h"
+#include "attention.h"
 #include "error.h"
 #include "ops.h"
 #include "quant.h"
@@ -113,6 +114,7 @@ typedef struct pass {
     tkv_abort_fn abort_cb;
     void *abort_user;
     atomic_bool aborted;
+    const tkv__attn_ops *attn;
 } pass;
 
 /* What f->xq holds, so a second product on the same input skips quantizing.
@@ -177,55 +179,75 @@ static void store_row(const tkv__kvcache *kv, void *dst, const float *src) {
     }
 }
 
-static float kv_at(const tkv__kvcache *kv, const void *row, size_t i) {
-    if (kv->type == TKV_TYPE_F32) return ((const float *)row)[i];
-    return tkv__quant_f16_to_f32(((const uint16_t *)row)[i]);
-}
-
 /*
  * Attention of token t, query head hq, over its sequence's cells 0..pos, in
- * one pass with a running softmax (as the reference's flash attention does
- * on the CPU, so results agree to the last bits that matter): for each cell,
- * s = q.k / sqrt(hd); when s is a new maximum M the accumulated output is
- * rescaled by exp(M_old - M); out += exp(s - M) v; finally out /= the sum of
- * the weights. With an F16 cache, q is rounded to F16 for the dot products
- * and the output accumulates in F16, like the reference.
+ * one pass with a running softmax, as the reference's flash attention does
+ * on the CPU: for each cell, s = q.k / sqrt(hd); when s is a new maximum M
+ * the output so far is rescaled by exp(M_old - M); out += exp(s - M) v;
+ * finally out /= the sum of the weights. With an F16 cache, q is rounded to
+ * F16 and the output accumulates in F16 (attention.h), like the reference,
+ * so the two agree to the bit.
  */
-static void attend(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *acc) {
+static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, void *scratch) {
     const tkv__fwd *f = P->f;
     const tkv__kvcache *kv = P->kv;
     const tkv_hparams *hp = &f->m->hp;
-    const size_t hd = f->hd, hkv = hq / (hp->n_head / hp->n_head_kv);
-    const bool f16 = kv->type == TKV_TYPE_F16;
+    const tkv__attn_ops *ops = P->attn;
+    const size_t hd = f->hd, koff = hq / (hp->n_head / hp->n_head_kv) * hd;
     const float *q = f->q + (size_t)t * f->n_q + hq * hd;
-    float *qr = acc + hd; /* (hd) q as the dot products see it */
-    for (size_t i = 0; i < hd; i++) qr[i] = f16 ? tkv__quant_f16_to_f32(tkv__quant_f32_to_f16(q[i])) : q[i];
+    uint16_t *q16 = scratch, *acc = q16 + hd; /* (hd), (hd) */
+    for (size_t i = 0; i < hd; i++) q16[i] = tkv__quant_f32_to_f16(q[i]), acc[i] = 0;
     const uint32_t *cells = P->b->cells[t];
     const size_t n = (size_t)P->b->pos[t] + 1;
     const float scale = 1.0f / sqrtf((float)hd);
     float M = -INFINITY, S = 0;
-    memset(acc, 0, hd * sizeof(float));
     for (size_t j = 0; j < n; j++) {
-        const void *krow = tkv__kv_k(kv, layer, cells[j]);
-        const void *vrow = tkv__kv_v(kv, layer, cells[j]);
-        double sd = 0; /* F16 x F16 products are exact in float; the reference sums them in double */
-        for (size_t i = 0; i < hd; i++) sd += (double)(qr[i] * kv_at(kv, krow, hkv * hd + i));
-        float s = (float)sd * scale;
+        const uint16_t *k = (const uint16_t *)tkv__kv_k(kv, layer, cells[j]) + koff;
+        const uint16_t *v = (const uint16_t *)tkv__kv_v(kv, layer, cells[j]) + koff;
+        const float s = ops->dot(q16, k, hd) * scale;
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
             const float M_old = M;
             M = s;
             ms = expf(M_old - M);
-            for (size_t i = 0; i < hd; i++) acc[i] *= ms;
-            if (f16)
-                for (size_t i = 0; i < hd; i++) acc[i] = tkv__quant_f16_to_f32(tkv__quant_f32_to_f16(acc[i]));
+            ops->scale(acc, ms, hd);
         } else {
             vs = expf(s - M);
         }
-        /* one rounding per step (a fused multiply-add), then F16's */
-        for (size_t i = 0; i < hd; i++) acc[i] = fmaf(kv_at(kv, vrow, hkv * hd + i), vs, acc[i]);
-        if (f16) /* the reference keeps this accumulator in F16 */
-            for (size_t i = 0; i < hd; i++) acc[i] = tkv__quant_f16_to_f32(tkv__quant_f32_to_f16(acc[i]));
+        ops->mad(acc, v, vs, hd);
+        S = S * ms + vs;
+    }
+    float *out = f->att + (size_t)t * f->n_q + hq * hd;
+    for (size_t i = 0; i < hd; i++) out[i] = tkv__quant_f16_to_f32(acc[i]) / S;
+}
+
+/* The same with an F32 cache, in float. */
+static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *acc) {
+    const tkv__fwd *f = P->f;
+    const tkv__kvcache *kv = P->kv;
+    const tkv_hparams *hp = &f->m->hp;
+    const size_t hd = f->hd, koff = hq / (hp->n_head / hp->n_head_kv) * hd;
+    const float *q = f->q + (size_t)t * f->n_q + hq * hd;
+    const uint32_t *cells = P->b->cells[t];
+    const size_t n = (size_t)P->b->pos[t] + 1;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float M = -INFINITY, S = 0;
+    memset(acc, 0, hd * sizeof *acc);
+    for (size_t j = 0; j < n; j++) {
+        const float *k = (const float *)tkv__kv_k(kv, layer, cells[j]) + koff;
+        const float *v = (const float *)tkv__kv_v(kv, layer, cells[j]) + koff;
+        double sd = 0;
+        for (size_t i = 0; i < hd; i++) sd += (double)q[i] * k[i];
+        const float s = (float)sd * scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            ms = expf(M - s);
+            M = s;
+            for (size_t i = 0; i < hd; i++) acc[i] *= ms;
+        } else {
+            vs = expf(s - M);
+        }
+        for (size_t i = 0; i < hd; i++) acc[i] = fmaf(v[i], vs, acc[i]);
         S = S * ms + vs;
     }
     float *out = f->att + (size_t)t * f->n_q + hq * hd;
@@ -271,7 +293,10 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     size_t p0, p1;
     tkv__split((size_t)n * hp->n_head, ith, nth, &p0, &p1);
     float *scratch = f->attn_scratch + (size_t)ith * 2 * f->hd;
-    for (size_t p = p0; p < p1; p++) attend(P, l, (uint32_t)(p / hp->n_head), p % hp->n_head, scratch);
+    for (size_t p = p0; p < p1; p++) {
+        if (P->kv->type == TKV_TYPE_F16) attend_f16(P, l, (uint32_t)(p / hp->n_head), p % hp->n_head, scratch);
+        else attend_f32(P, l, (uint32_t)(p / hp->n_head), p % hp->n_head, scratch);
+    }
     tkv__pool_barrier(P->pool);
 
     /* x = x + att Wo                                       (n, n_embd) */
@@ -342,7 +367,8 @@ static void pass_task(void *arg, int ith, int nth) {
 
 tkv_status tkv__forward(tkv__fwd *f, tkv__kvcache *kv, tkv__pool *pool, const tkv__fwd_batch *b, tkv_abort_fn abort_cb,
                         void *abort_user) {
-    pass P = {.f = f, .kv = kv, .pool = pool, .b = b, .abort_cb = abort_cb, .abort_user = abort_user};
+    pass P = {.f = f, .kv = kv, .pool = pool, .b = b, .abort_cb = abort_cb, .abort_user = abort_user,
+              .attn = tkv__attn_get()};
     atomic_init(&P.aborted, false);
     tkv__pool_run(pool, pass_task, &P);
     if (atomic_load(&P.aborted)) return tkv__fail(TKV_ERR_ABORTED, "decode aborted by the abort callback");

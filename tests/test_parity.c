@@ -117,7 +117,31 @@ static bool row_ok(const float *got, const float *ref, size_t n, bool exact_type
     return true;
 }
 
+/* TKV_PARITY_REPORT=1: print each model's worst errors (for work on parity). */
+static const bool report_default = false;
+static bool report;
+static struct {
+    double max_norm, max_rel;
+    int rows, rows_over_1e3;
+} stats;
+
+static void report_row(const char *name, const float *got, const float *ref, size_t n) {
+    (void)name;
+    double d2 = 0, r2 = 0, mx = 0;
+    for (size_t k = 0; k < n; k++) {
+        double e = fabs(got[k] - ref[k]);
+        d2 += e * e, r2 += (double)ref[k] * ref[k];
+        if (e / (1 + fabs(ref[k])) > mx) mx = e / (1 + fabs(ref[k]));
+    }
+    if (mx > stats.max_norm) stats.max_norm = mx;
+    if (sqrt(d2 / r2) > stats.max_rel) stats.max_rel = sqrt(d2 / r2);
+    stats.rows++;
+    stats.rows_over_1e3 += mx > 1e-3;
+}
+
 static void check_model(const char *name, const char *model_rel, bool exact_type, bool greedy_exact) {
+    report = report_default || getenv("TKV_PARITY_REPORT");
+    memset(&stats, 0, sizeof stats);
     tkv_model *m = NULL;
     if (tkv_model_load(tu_shared(model_rel), NULL, &m) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
     const size_t n_vocab = tkv_vocab_size(m);
@@ -147,6 +171,7 @@ static void check_model(const char *name, const char *model_rel, bool exact_type
             const float *got = tkv_get_logits(ctx, i);
             assert_non_null(got);
             memcpy(batched + i * n_vocab, got, n_vocab * sizeof *got);
+            if (report) report_row(name, got, r->logits + i * n_vocab, n_vocab);
             if (!row_ok(got, r->logits + i * n_vocab, n_vocab, exact_type, msg, sizeof msg))
                 fail_msg("%s prompt %zu position %zu: %s", name, p, i, msg);
         }
@@ -179,6 +204,9 @@ static void check_model(const char *name, const char *model_rel, bool exact_type
             logits = tkv_get_logits(ctx, 0);
         }
     }
+    if (report)
+        printf("%-20s rows %3d  worst |d|/(1+|ref|) %.6f  rows over 1e-3: %3d  worst row ||d||/||ref|| %.5f\n", name,
+               stats.rows, stats.max_norm, stats.rows_over_1e3, stats.max_rel);
     free(batched);
     free_refs(refs, n_refs);
     tkv_context_free(ctx);

@@ -1,0 +1,35 @@
+/*
+ * attention.h — the three vector operations of attention over an F16 KV
+ * cache, in the reference implementation's arithmetic:
+ *
+ *   dot:   q . k of two F16 rows. Full 64-element steps go to 4 x 16 float
+ *          lanes with fused multiply-adds, reduced pairwise (lanes of
+ *          accumulators 0+2, 1+3, then 0+1, then 16 -> 8 -> 4 -> 2 -> 1);
+ *          the remaining elements add in double. This is the order of the
+ *          reference's AVX-512 F16 dot product, so scores agree to the bit.
+ *   mad:   acc = f16(fma(v, w, f32(acc))) element-wise (F16 accumulator).
+ *   scale: acc = f16(f32(acc) * s) element-wise.
+ *
+ * Scalar versions and AVX2+F16C+FMA versions (chosen at run time) give
+ * identical results: every lane computes the same operations in the same
+ * order.
+ */
+#ifndef TKV_ATTENTION_H
+#define TKV_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct tkv__attn_ops {
+    float (*dot)(const uint16_t *q, const uint16_t *k, size_t n);
+    void (*mad)(uint16_t *acc, const uint16_t *v, float w, size_t n);
+    void (*scale)(uint16_t *acc, float s, size_t n);
+} tkv__attn_ops;
+
+/* The best version this CPU runs (and the kernel level allows). */
+const tkv__attn_ops *tkv__attn_get(void);
+
+/* The scalar version (the oracle). */
+const tkv__attn_ops *tkv__attn_scalar(void);
+
+#endif
