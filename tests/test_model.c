@@ -235,6 +235,10 @@ static void test_tiny_models(void **state) {
                       "tensor 'blk.1.attn_v.weight': shape [9, 4");
     expect_load_error(&(tu_tiny_opts){.reshape = "output.weight"}, TKV_ERR_FORMAT, "'output.weight'");
     expect_load_error(&(tu_tiny_opts){.arch = "gptneox"}, TKV_ERR_UNSUPPORTED, "'gptneox'");
+    /* a weight type without kernels: the tensor and the type are named */
+    expect_load_error(&(tu_tiny_opts){.f64_tensor = "blk.1.ffn_up.weight"}, TKV_ERR_UNSUPPORTED,
+                      "tensor 'blk.1.ffn_up.weight': type F64 is not supported");
+    expect_load_error(&(tu_tiny_opts){.f64_tensor = "blk.0.attn_norm.weight"}, TKV_ERR_UNSUPPORTED, "must be F32");
     expect_load_error(&(tu_tiny_opts){.skip_key = "general.architecture"}, TKV_ERR_FORMAT, "general.architecture");
     expect_load_error(&(tu_tiny_opts){.skip_key = "llama.block_count"}, TKV_ERR_FORMAT, "'llama.block_count' is missing");
     expect_load_error(&(tu_tiny_opts){.skip_key = "llama.attention.layer_norm_rms_epsilon"}, TKV_ERR_FORMAT,

@@ -158,9 +158,11 @@ static void tensor(tkv__gguf_writer *w, const tu_tiny_opts *o, const char *name,
     if (o->skip_tensor && !strcmp(o->skip_tensor, name)) return;
     if (o->reshape && !strcmp(o->reshape, name)) ne0 += 1;
     uint64_t ne[2] = {ne0, ne1};
-    float *data = calloc((size_t)(ne0 * ne1), sizeof(float));
+    const bool f64 = o->f64_tensor && !strcmp(o->f64_tensor, name);
+    float *data = calloc((size_t)(ne0 * ne1), 2 * sizeof(float)); /* room for F64 */
     for (uint64_t i = 0; i < ne0 * ne1; i++) data[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-    assert_int_equal(tkv__gguf_write_tensor(w, name, TKV_TYPE_F32, ne1 == 1 ? 1 : 2, ne, data), TKV_OK);
+    assert_int_equal(tkv__gguf_write_tensor(w, name, f64 ? TKV_TYPE_F64 : TKV_TYPE_F32, ne1 == 1 ? 1 : 2, ne, data),
+                     TKV_OK);
     free(data);
 }
 

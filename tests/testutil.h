@@ -69,6 +69,7 @@ typedef struct tu_tiny_opts {
     const char *arch;         /* NULL: "llama" */
     const char *skip_tensor;  /* leave this tensor out */
     const char *reshape;      /* give this tensor a wrong ne[0] */
+    const char *f64_tensor;   /* store this tensor as F64 (a type without kernels) */
     const char *skip_key;     /* leave this metadata key out (full name) */
     int no_output;            /* omit output.weight (tied embeddings) */
     int n_vocab;              /* 0: 16 */
