@@ -1,338 +1,418 @@
 /*
  * prefix_index.c — the radix tree of cached prefixes (see prefix_index.h).
  *
- * Children are kept sorted by their first token and found by binary search,
- * so a look-up costs O(length x log(branching)). Sequence ends and pins are
- * recorded as positions in the tree; counts on every node of their paths
- * (refs, pins) make "is anything using this subtree" an O(1) question.
+ * Storage, all sized at creation:
+ *   node[]   a pool of 2 n_cells + 1 nodes (a non-root node holds at least
+ *            one cell; a root exists only while it has children, plus the
+ *            one an insert is about to fill);
+ *   next[]   per cell: the next cell of the same run (runs are linked
+ *            lists of cells, so growing and splitting move no memory);
+ *   tok[]    per cell: its token;
+ *   child    an open-addressing table (parent, first token) -> child, so a
+ *            look-up costs O(1) per node and O(length) per prefix;
+ *   roots    an open-addressing table namespace -> root.
+ * Sequence ends and pins are positions in the tree; counts on every node of
+ * their paths (refs, pins) answer "is anything using this subtree" in O(1).
  * Eviction picks the least recently used evictable leaf by a scan of the
- * tree: simple and exact, O(nodes) per evicted node, fine for the node
- * counts of a CPU cache (a heap can replace it when profiles say so).
+ * tree: exact and simple; a heap can replace it when profiles ask.
  */
 #include "prefix_index.h"
 
 #include "alloc.h"
 #include "error.h"
 
-#include <stdio.h>
 #include <string.h>
+
+#define NONE TKV__PNONE
 
 typedef struct pin_rec {
     tkv__ppos at;
     uint32_t count;
 } pin_rec;
 
+typedef struct child_slot {
+    uint32_t parent; /* NONE: empty */
+    tkv_token token;
+    uint32_t child;
+} child_slot;
+
+typedef struct root_slot {
+    uint64_t ns;
+    uint32_t root; /* NONE: empty */
+} root_slot;
+
 struct tkv__pindex {
-    tkv__pnode **roots; /* (n_roots) sorted by namespace */
-    uint32_t n_roots, cap_roots;
+    uint32_t n_cells, n_nodes;
+    tkv__pnode *node;    /* (n_nodes) */
+    uint32_t *free_node; /* stack of free node ids */
+    uint32_t n_free_node;
+    uint32_t *next;      /* (n_cells) */
+    tkv_token *tok;      /* (n_cells) */
+    child_slot *tab;
+    uint32_t tab_mask;
+    root_slot *roots;
+    uint32_t roots_mask;
     uint32_t n_seq;
-    tkv__ppos *seq; /* (n_seq) each sequence's end */
+    tkv__ppos *seq;      /* (n_seq) */
     pin_rec *pins;
     uint32_t n_pins, cap_pins;
     uint64_t clock;
 };
 
-/* ---- nodes -------------------------------------------------------------- */
+static uint64_t mix(uint64_t x) {
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ull;
+    x ^= x >> 27;
+    x *= 0x81dadef4bc2dd44dull;
+    return x ^ (x >> 33);
+}
 
-static tkv__pnode *node_new(uint64_t ns, tkv__pnode *parent, uint32_t depth, uint32_t cap) {
-    tkv__pnode *nd = tkv__calloc(1, sizeof *nd);
-    if (!nd) return NULL;
-    nd->ns = ns;
-    nd->parent = parent;
-    nd->depth = depth;
-    if (cap) {
-        nd->tokens = tkv__malloc(cap * sizeof *nd->tokens);
-        nd->cells = tkv__malloc(cap * sizeof *nd->cells);
-        if (!nd->tokens || !nd->cells) {
-            tkv__free(nd->tokens);
-            tkv__free(nd->cells);
-            tkv__free(nd);
-            return NULL;
+/* ---- the child table ------------------------------------------------------ */
+
+static uint32_t child_home(const tkv__pindex *ix, uint32_t parent, tkv_token t) {
+    return (uint32_t)mix((uint64_t)parent << 32 | (uint32_t)t) & ix->tab_mask;
+}
+
+static uint32_t child_get(const tkv__pindex *ix, uint32_t parent, tkv_token t) {
+    for (uint32_t i = child_home(ix, parent, t);; i = (i + 1) & ix->tab_mask) {
+        const child_slot *s = &ix->tab[i];
+        if (s->parent == NONE) return NONE;
+        if (s->parent == parent && s->token == t) return s->child;
+    }
+}
+
+static void child_put(tkv__pindex *ix, uint32_t parent, tkv_token t, uint32_t child) {
+    uint32_t i = child_home(ix, parent, t);
+    while (ix->tab[i].parent != NONE) i = (i + 1) & ix->tab_mask;
+    ix->tab[i] = (child_slot){parent, t, child};
+}
+
+/* Remove an entry, shifting later entries of the probe run back (no tombstones). */
+static void child_del(tkv__pindex *ix, uint32_t parent, tkv_token t) {
+    uint32_t i = child_home(ix, parent, t);
+    while (!(ix->tab[i].parent == parent && ix->tab[i].token == t)) i = (i + 1) & ix->tab_mask;
+    for (uint32_t j = i;;) {
+        ix->tab[i].parent = NONE;
+        for (;;) {
+            j = (j + 1) & ix->tab_mask;
+            if (ix->tab[j].parent == NONE) return;
+            uint32_t k = child_home(ix, ix->tab[j].parent, ix->tab[j].token);
+            /* the entry at j may move to i unless its home lies cyclically in (i, j] */
+            bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+            if (!stays) break;
         }
-        nd->cap = cap;
+        ix->tab[i] = ix->tab[j];
+        i = j;
     }
-    return nd;
 }
 
-static void node_free(tkv__pnode *nd) {
-    tkv__free(nd->tokens);
-    tkv__free(nd->cells);
-    tkv__free(nd->child);
-    tkv__free(nd);
-}
+/* ---- the root table ------------------------------------------------------- */
 
-/* Index of the child starting with `token`, or where it would go. */
-static uint32_t child_slot(const tkv__pnode *nd, tkv_token token, bool *found) {
-    uint32_t lo = 0, hi = nd->n_child;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        tkv_token t = nd->child[mid]->tokens[0];
-        if (t < token) lo = mid + 1;
-        else hi = mid;
+static uint32_t root_home(const tkv__pindex *ix, uint64_t ns) { return (uint32_t)mix(ns ^ 0x5bd1e995u) & ix->roots_mask; }
+
+static uint32_t root_find(const tkv__pindex *ix, uint64_t ns) {
+    for (uint32_t i = root_home(ix, ns);; i = (i + 1) & ix->roots_mask) {
+        if (ix->roots[i].root == NONE) return NONE;
+        if (ix->roots[i].ns == ns) return ix->roots[i].root;
     }
-    *found = lo < nd->n_child && nd->child[lo]->tokens[0] == token;
-    return lo;
 }
 
-static tkv__pnode *child_find(const tkv__pnode *nd, tkv_token token) {
-    bool found;
-    uint32_t i = child_slot(nd, token, &found);
-    return found ? nd->child[i] : NULL;
+static void root_del(tkv__pindex *ix, uint64_t ns) {
+    uint32_t i = root_home(ix, ns);
+    while (ix->roots[i].ns != ns || ix->roots[i].root == NONE) i = (i + 1) & ix->roots_mask;
+    for (uint32_t j = i;;) {
+        ix->roots[i].root = NONE;
+        for (;;) {
+            j = (j + 1) & ix->roots_mask;
+            if (ix->roots[j].root == NONE) return;
+            uint32_t k = root_home(ix, ix->roots[j].ns);
+            bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+            if (!stays) break;
+        }
+        ix->roots[i] = ix->roots[j];
+        i = j;
+    }
 }
 
-/* Room for one more child; TKV_ERR_NOMEM leaves the node as it was. */
-static tkv_status child_reserve(tkv__pnode *nd) {
-    if (nd->n_child < nd->cap_child) return TKV_OK;
-    uint32_t cap = nd->cap_child ? 2 * nd->cap_child : 4;
-    tkv__pnode **c = tkv__realloc(nd->child, cap * sizeof *c);
-    if (!c) return TKV_ERR_NOMEM;
-    nd->child = c;
-    nd->cap_child = cap;
-    return TKV_OK;
+/* ---- nodes ---------------------------------------------------------------- */
+
+static uint32_t node_new(tkv__pindex *ix, uint64_t ns, uint32_t parent, uint32_t depth) {
+    uint32_t id = ix->free_node[--ix->n_free_node]; /* the pool is sized so this never runs dry */
+    ix->node[id] = (tkv__pnode){.parent = parent, .first_child = NONE, .next_sibling = NONE, .ns = ns,
+                                .depth = depth, .first_cell = NONE, .last_cell = NONE, .live = true};
+    return id;
 }
 
-/* Insert `c` (room reserved) among nd's children. */
-static void child_add(tkv__pnode *nd, tkv__pnode *c) {
-    bool found;
-    uint32_t i = child_slot(nd, c->tokens[0], &found);
-    memmove(nd->child + i + 1, nd->child + i, (nd->n_child - i) * sizeof *nd->child);
-    nd->child[i] = c;
-    nd->n_child++;
-    c->parent = nd;
+static void node_release(tkv__pindex *ix, uint32_t id) {
+    ix->node[id].live = false;
+    ix->free_node[ix->n_free_node++] = id;
 }
 
-static void child_remove(tkv__pnode *nd, const tkv__pnode *c) {
-    bool found;
-    uint32_t i = child_slot(nd, c->tokens[0], &found);
-    memmove(nd->child + i, nd->child + i + 1, (nd->n_child - i - 1) * sizeof *nd->child);
-    nd->n_child--;
+static uint32_t root_get(tkv__pindex *ix, uint64_t ns) {
+    uint32_t r = root_find(ix, ns);
+    if (r != NONE) return r;
+    r = node_new(ix, ns, NONE, 0);
+    uint32_t i = root_home(ix, ns);
+    while (ix->roots[i].root != NONE) i = (i + 1) & ix->roots_mask;
+    ix->roots[i] = (root_slot){ns, r};
+    return r;
 }
 
-static void add_refs(tkv__pnode *nd, int delta) {
-    for (; nd; nd = nd->parent) nd->refs = (uint32_t)((int64_t)nd->refs + delta);
+/* Link child c (its run already set) under parent p. */
+static void attach(tkv__pindex *ix, uint32_t p, uint32_t c) {
+    tkv__pnode *P = &ix->node[p], *C = &ix->node[c];
+    C->parent = p;
+    C->next_sibling = P->first_child;
+    P->first_child = c;
+    P->n_child++;
+    child_put(ix, p, ix->tok[C->first_cell], c);
 }
 
-static void add_pins(tkv__pnode *nd, int delta) {
-    for (; nd; nd = nd->parent) nd->pins = (uint32_t)((int64_t)nd->pins + delta);
+static void detach(tkv__pindex *ix, uint32_t c) {
+    tkv__pnode *C = &ix->node[c], *P = &ix->node[C->parent];
+    child_del(ix, C->parent, ix->tok[C->first_cell]);
+    uint32_t *link = &P->first_child;
+    while (*link != c) link = &ix->node[*link].next_sibling;
+    *link = C->next_sibling;
+    P->n_child--;
 }
 
-/* ---- the index ---------------------------------------------------------- */
+static void add_refs(tkv__pindex *ix, uint32_t id, int delta) {
+    for (; id != NONE; id = ix->node[id].parent) ix->node[id].refs = (uint32_t)((int64_t)ix->node[id].refs + delta);
+}
 
-tkv_status tkv__pindex_create(uint32_t n_seq, tkv__pindex **out) {
+static void add_pins(tkv__pindex *ix, uint32_t id, int delta) {
+    for (; id != NONE; id = ix->node[id].parent) ix->node[id].pins = (uint32_t)((int64_t)ix->node[id].pins + delta);
+}
+
+/* ---- creation ------------------------------------------------------------- */
+
+static uint32_t pow2_at_least(uint64_t n) {
+    uint32_t c = 16;
+    while (c < n) c *= 2;
+    return c;
+}
+
+tkv_status tkv__pindex_create(uint32_t n_cells, uint32_t n_seq, tkv__pindex **out) {
     tkv__pindex *ix = tkv__calloc(1, sizeof *ix);
     if (!ix) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the prefix index");
+    ix->n_cells = n_cells;
+    ix->n_nodes = 2 * n_cells + 1;
+    ix->node = tkv__malloc(ix->n_nodes * sizeof *ix->node);
+    ix->free_node = tkv__malloc(ix->n_nodes * sizeof *ix->free_node);
+    ix->next = tkv__malloc((n_cells ? n_cells : 1) * sizeof *ix->next);
+    ix->tok = tkv__malloc((n_cells ? n_cells : 1) * sizeof *ix->tok);
+    uint32_t tab = pow2_at_least(2 * (uint64_t)n_cells + 2), rts = pow2_at_least(2 * (uint64_t)n_cells + 2);
+    ix->tab = tkv__malloc(tab * sizeof *ix->tab);
+    ix->roots = tkv__malloc(rts * sizeof *ix->roots);
     ix->n_seq = n_seq;
-    ix->seq = tkv__calloc(n_seq ? n_seq : 1, sizeof *ix->seq);
-    if (!ix->seq) {
-        tkv__free(ix);
-        return tkv__fail(TKV_ERR_NOMEM, "out of memory for the prefix index");
+    ix->seq = tkv__malloc((n_seq ? n_seq : 1) * sizeof *ix->seq);
+    if (!ix->node || !ix->free_node || !ix->next || !ix->tok || !ix->tab || !ix->roots || !ix->seq) {
+        tkv__pindex_free(ix);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory for the prefix index of %u cells", n_cells);
     }
+    ix->tab_mask = tab - 1;
+    ix->roots_mask = rts - 1;
+    for (uint32_t i = 0; i < tab; i++) ix->tab[i].parent = NONE;
+    for (uint32_t i = 0; i < rts; i++) ix->roots[i].root = NONE;
+    for (uint32_t i = 0; i < ix->n_nodes; i++) ix->node[i].live = false, ix->free_node[i] = ix->n_nodes - 1 - i;
+    ix->n_free_node = ix->n_nodes;
+    for (uint32_t s = 0; s < n_seq; s++) ix->seq[s] = TKV__PPOS_EMPTY;
     *out = ix;
     return TKV_OK;
 }
 
-static void free_subtree(tkv__pnode *nd) {
-    for (uint32_t i = 0; i < nd->n_child; i++) free_subtree(nd->child[i]);
-    node_free(nd);
-}
-
 void tkv__pindex_free(tkv__pindex *ix) {
     if (!ix) return;
-    for (uint32_t i = 0; i < ix->n_roots; i++) free_subtree(ix->roots[i]);
+    tkv__free(ix->node);
+    tkv__free(ix->free_node);
+    tkv__free(ix->next);
+    tkv__free(ix->tok);
+    tkv__free(ix->tab);
     tkv__free(ix->roots);
     tkv__free(ix->seq);
     tkv__free(ix->pins);
     tkv__free(ix);
 }
 
-static tkv__pnode *root_find(const tkv__pindex *ix, uint64_t ns, uint32_t *slot) {
-    uint32_t lo = 0, hi = ix->n_roots;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (ix->roots[mid]->ns < ns) lo = mid + 1;
-        else hi = mid;
-    }
-    if (slot) *slot = lo;
-    return lo < ix->n_roots && ix->roots[lo]->ns == ns ? ix->roots[lo] : NULL;
+const tkv__pnode *tkv__pindex_node(const tkv__pindex *ix, uint32_t id) { return &ix->node[id]; }
+
+uint32_t tkv__pindex_len(const tkv__pindex *ix, tkv__ppos at) {
+    return at.node == NONE ? 0 : ix->node[at.node].depth + at.off;
 }
 
-static tkv__pnode *root_get(tkv__pindex *ix, uint64_t ns) {
-    uint32_t slot;
-    tkv__pnode *r = root_find(ix, ns, &slot);
-    if (r) return r;
-    if (ix->n_roots == ix->cap_roots) {
-        uint32_t cap = ix->cap_roots ? 2 * ix->cap_roots : 4;
-        tkv__pnode **roots = tkv__realloc(ix->roots, cap * sizeof *roots);
-        if (!roots) return NULL;
-        ix->roots = roots;
-        ix->cap_roots = cap;
-    }
-    if (!(r = node_new(ns, NULL, 0, 0))) return NULL;
-    memmove(ix->roots + slot + 1, ix->roots + slot, (ix->n_roots - slot) * sizeof *ix->roots);
-    ix->roots[slot] = r;
-    ix->n_roots++;
-    return r;
-}
+/* ---- look-ups ------------------------------------------------------------- */
 
 size_t tkv__pindex_match(tkv__pindex *ix, uint64_t ns, const tkv_token *tokens, size_t n, bool touch, tkv__ppos *at) {
-    *at = (tkv__ppos){NULL, 0};
-    tkv__pnode *cur = root_find(ix, ns, NULL);
+    *at = TKV__PPOS_EMPTY;
+    uint32_t cur = root_find(ix, ns);
     size_t len = 0;
     const uint64_t now = touch ? ++ix->clock : 0;
-    while (cur && len < n) {
-        tkv__pnode *c = child_find(cur, tokens[len]);
-        if (!c) break;
+    while (cur != NONE && len < n) {
+        uint32_t c = child_get(ix, cur, tokens[len]);
+        if (c == NONE) break;
+        tkv__pnode *C = &ix->node[c];
         uint32_t k = 0;
-        while (k < c->n && len + k < n && c->tokens[k] == tokens[len + k]) k++;
+        for (uint32_t cell = C->first_cell; k < C->n && len + k < n && ix->tok[cell] == tokens[len + k]; cell = ix->next[cell])
+            k++;
         len += k;
         *at = (tkv__ppos){c, k};
-        if (touch) c->last_use = now, c->hits++;
-        if (k < c->n) break;
+        if (touch) C->last_use = now, C->hits++;
+        if (k < C->n) break;
         cur = c;
     }
     return len;
 }
 
-void tkv__pindex_cells(const tkv__ppos *at, uint32_t *out) {
-    uint32_t take = at->off;
-    for (const tkv__pnode *nd = at->node; nd && nd->parent; nd = nd->parent) {
-        memcpy(out + nd->depth, nd->cells, take * sizeof *out);
-        if (nd->parent) take = nd->parent->n;
+void tkv__pindex_run(const tkv__pindex *ix, uint32_t id, uint32_t *cells, tkv_token *tokens) {
+    const tkv__pnode *nd = &ix->node[id];
+    uint32_t cell = nd->first_cell;
+    for (uint32_t k = 0; k < nd->n; k++, cell = ix->next[cell]) {
+        if (cells) cells[k] = cell;
+        if (tokens) tokens[k] = ix->tok[cell];
     }
 }
 
-tkv__ppos tkv__pindex_ancestor(tkv__ppos at, uint32_t len) {
-    tkv__pnode *nd = at.node;
-    if (len == 0 || !nd) return (tkv__ppos){NULL, 0};
-    while (nd->depth >= len) nd = nd->parent;
-    return (tkv__ppos){nd, len - nd->depth};
+void tkv__pindex_path(const tkv__pindex *ix, tkv__ppos at, uint32_t *cells, tkv_token *tokens) {
+    uint32_t take = at.off;
+    for (uint32_t id = at.node; id != NONE && ix->node[id].parent != NONE; id = ix->node[id].parent) {
+        const tkv__pnode *nd = &ix->node[id];
+        uint32_t cell = nd->first_cell;
+        for (uint32_t k = 0; k < take; k++, cell = ix->next[cell]) {
+            if (cells) cells[nd->depth + k] = cell;
+            if (tokens) tokens[nd->depth + k] = ix->tok[cell];
+        }
+        take = ix->node[nd->parent].n;
+    }
 }
 
-/* ---- positions that move when a node splits ----------------------------- */
+tkv__ppos tkv__pindex_ancestor(const tkv__pindex *ix, tkv__ppos at, uint32_t len) {
+    if (len == 0 || at.node == NONE) return TKV__PPOS_EMPTY;
+    uint32_t id = at.node;
+    while (ix->node[id].depth >= len) id = ix->node[id].parent;
+    return (tkv__ppos){id, len - ix->node[id].depth};
+}
 
-/* Split nd after `off` tokens (0 < off < n): the tail becomes its only child. */
-static tkv_status split(tkv__pindex *ix, tkv__pnode *nd, uint32_t off) {
-    tkv__pnode *tail = node_new(nd->ns, nd, nd->depth + off, nd->n - off);
-    if (!tail) return TKV_ERR_NOMEM;
-    tkv__pnode **one = tkv__malloc(4 * sizeof *one);
-    if (!one) {
-        node_free(tail);
-        return TKV_ERR_NOMEM;
-    }
+/* ---- insertion ------------------------------------------------------------ */
+
+/* The cell at offset `off` of node id's run. */
+static uint32_t cell_at(const tkv__pindex *ix, uint32_t id, uint32_t off) {
+    uint32_t cell = ix->node[id].first_cell;
+    while (off--) cell = ix->next[cell];
+    return cell;
+}
+
+/* Split node id after `off` tokens (0 < off < n): the tail becomes its only child. */
+static void split(tkv__pindex *ix, uint32_t id, uint32_t off) {
+    tkv__pnode *nd = &ix->node[id];
+    const uint32_t keep_last = cell_at(ix, id, off - 1);
+    uint32_t t = node_new(ix, nd->ns, id, nd->depth + off);
+    nd = &ix->node[id];
+    tkv__pnode *tail = &ix->node[t];
     tail->n = nd->n - off;
-    memcpy(tail->tokens, nd->tokens + off, tail->n * sizeof *tail->tokens);
-    memcpy(tail->cells, nd->cells + off, tail->n * sizeof *tail->cells);
-    tail->child = nd->child;
-    tail->n_child = nd->n_child;
-    tail->cap_child = nd->cap_child;
-    for (uint32_t i = 0; i < tail->n_child; i++) tail->child[i]->parent = tail;
+    tail->first_cell = ix->next[keep_last];
+    tail->last_cell = nd->last_cell;
+    ix->next[keep_last] = NONE;
+    nd->n = off;
+    nd->last_cell = keep_last;
     tail->last_use = nd->last_use;
     tail->hits = nd->hits;
-    nd->n = off;
-    nd->child = one;
-    nd->cap_child = 4;
+    /* nd's children become the tail's */
+    for (uint32_t c = nd->first_child; c != NONE;) {
+        uint32_t next = ix->node[c].next_sibling;
+        child_del(ix, id, ix->tok[ix->node[c].first_cell]);
+        attach(ix, t, c);
+        tail->refs += ix->node[c].refs;
+        tail->pins += ix->node[c].pins;
+        c = next;
+    }
+    nd->first_child = NONE;
     nd->n_child = 0;
-    child_add(nd, tail);
-    /* ends past the split point move to the tail; the counts follow */
-    tail->refs = tail->pins = 0;
-    for (uint32_t i = 0; i < tail->n_child; i++) tail->refs += tail->child[i]->refs, tail->pins += tail->child[i]->pins;
+    attach(ix, id, t);
+    /* ends past the split point move to the tail */
     for (uint32_t s = 0; s < ix->n_seq; s++)
-        if (ix->seq[s].node == nd && ix->seq[s].off > off) ix->seq[s] = (tkv__ppos){tail, ix->seq[s].off - off}, tail->refs++;
+        if (ix->seq[s].node == id && ix->seq[s].off > off) ix->seq[s] = (tkv__ppos){t, ix->seq[s].off - off}, tail->refs++;
     for (uint32_t p = 0; p < ix->n_pins; p++)
-        if (ix->pins[p].at.node == nd && ix->pins[p].at.off > off) {
-            ix->pins[p].at = (tkv__ppos){tail, ix->pins[p].at.off - off};
+        if (ix->pins[p].at.node == id && ix->pins[p].at.off > off) {
+            ix->pins[p].at = (tkv__ppos){t, ix->pins[p].at.off - off};
             tail->pins += ix->pins[p].count;
         }
-    return TKV_OK;
 }
 
-/* Grow nd's run by n tokens. */
-static tkv_status extend(tkv__pnode *nd, const tkv_token *tokens, const uint32_t *cells, uint32_t n) {
-    if (nd->n + n > nd->cap) {
-        uint32_t cap = nd->cap ? nd->cap : 16;
-        while (cap < nd->n + n) cap *= 2;
-        tkv_token *t = tkv__realloc(nd->tokens, cap * sizeof *t);
-        if (!t) return TKV_ERR_NOMEM;
-        nd->tokens = t;
-        uint32_t *c = tkv__realloc(nd->cells, cap * sizeof *c);
-        if (!c) return TKV_ERR_NOMEM;
-        nd->cells = c;
-        nd->cap = cap;
+/* Append cells[0..n) (holding tokens[0..n)) to node id's run. */
+static void append(tkv__pindex *ix, uint32_t id, const tkv_token *tokens, const uint32_t *cells, uint32_t n) {
+    tkv__pnode *nd = &ix->node[id];
+    for (uint32_t i = 0; i < n; i++) {
+        ix->tok[cells[i]] = tokens[i];
+        ix->next[cells[i]] = NONE;
+        if (nd->last_cell == NONE) nd->first_cell = cells[i];
+        else ix->next[nd->last_cell] = cells[i];
+        nd->last_cell = cells[i];
     }
-    memcpy(nd->tokens + nd->n, tokens, n * sizeof *tokens);
-    memcpy(nd->cells + nd->n, cells, n * sizeof *cells);
     nd->n += n;
-    return TKV_OK;
 }
 
-tkv_status tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const tkv_token *tokens, uint32_t *cells,
-                              uint32_t n, tkv__ppos *to, uint32_t *dup, uint32_t *n_dup) {
+tkv__ppos tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const tkv_token *tokens, uint32_t *cells,
+                             uint32_t n, uint32_t *dup, uint32_t *n_dup) {
     *n_dup = 0;
-    tkv__pnode *P = from.node ? from.node : root_get(ix, ns);
-    if (!P) return tkv__fail(TKV_ERR_NOMEM, "out of memory growing the prefix index");
-    uint32_t o = from.node ? from.off : 0, i = 0;
+    if (n == 0) return from;
+    uint32_t P = from.node != NONE ? from.node : root_get(ix, ns);
+    uint32_t o = from.node != NONE ? from.off : 0;
+    uint32_t cc = o < ix->node[P].n ? cell_at(ix, P, o) : NONE; /* the cell after position o */
     const uint64_t now = ++ix->clock;
-    tkv_status st = TKV_OK;
-    while (i < n && !st) {
-        if (o < P->n) { /* inside a run: the tree already goes on */
-            if (P->tokens[o] == tokens[i]) {
+    for (uint32_t i = 0; i < n;) {
+        if (o < ix->node[P].n) { /* inside a run: the tree already goes on */
+            if (ix->tok[cc] == tokens[i]) {
                 dup[(*n_dup)++] = cells[i];
-                cells[i++] = P->cells[o++];
+                cells[i++] = cc;
+                o++;
+                cc = ix->next[cc];
                 continue;
             }
-            if ((st = split(ix, P, o))) break;
+            split(ix, P, o);
         }
-        tkv__pnode *c = child_find(P, tokens[i]);
-        if (c) {
-            P = c, o = 0;
-            P->last_use = now;
+        uint32_t c = child_get(ix, P, tokens[i]);
+        if (c != NONE) {
+            P = c, o = 0, cc = ix->node[c].first_cell;
+            ix->node[c].last_use = now;
             continue;
         }
-        if (P->parent && P->n_child == 0) { /* a leaf grows in place */
-            if ((st = extend(P, tokens + i, cells + i, n - i))) break;
+        if (ix->node[P].parent != NONE && ix->node[P].n_child == 0) { /* a leaf grows in place */
+            append(ix, P, tokens + i, cells + i, n - i);
         } else {
-            tkv__pnode *nn = node_new(ns, P, P->depth + P->n, n - i);
-            if (!nn || (st = child_reserve(P))) {
-                if (nn) node_free(nn);
-                st = TKV_ERR_NOMEM;
-                break;
-            }
-            nn->n = n - i;
-            memcpy(nn->tokens, tokens + i, nn->n * sizeof *tokens);
-            memcpy(nn->cells, cells + i, nn->n * sizeof *cells);
-            child_add(P, nn);
+            uint32_t nn = node_new(ix, ns, P, ix->node[P].depth + ix->node[P].n);
+            append(ix, nn, tokens + i, cells + i, n - i);
+            attach(ix, P, nn);
             P = nn;
         }
-        P->last_use = now;
-        o = P->n;
-        i = n;
+        ix->node[P].last_use = now;
+        o = ix->node[P].n;
+        break;
     }
-    if (st) return tkv__fail(TKV_ERR_NOMEM, "out of memory growing the prefix index");
-    *to = P->parent ? (tkv__ppos){P, o} : (tkv__ppos){NULL, 0};
-    return TKV_OK;
+    return (tkv__ppos){P, o};
 }
 
-/* ---- sequences and pins ------------------------------------------------- */
+/* ---- sequences and pins --------------------------------------------------- */
 
 tkv__ppos tkv__pindex_seq_end(const tkv__pindex *ix, tkv_seq seq) { return ix->seq[seq]; }
 
 void tkv__pindex_seq_set(tkv__pindex *ix, tkv_seq seq, tkv__ppos at) {
-    add_refs(at.node, +1); /* first: the old path may share nodes with the new */
-    add_refs(ix->seq[seq].node, -1);
+    add_refs(ix, at.node, +1); /* first: the old path may share nodes with the new */
+    add_refs(ix, ix->seq[seq].node, -1);
     ix->seq[seq] = at;
 }
 
 tkv_status tkv__pindex_pin(tkv__pindex *ix, tkv__ppos at, int delta) {
-    if (!at.node) return TKV_OK;
+    if (at.node == NONE || delta == 0) return TKV_OK;
     for (uint32_t p = 0; p < ix->n_pins; p++) {
         if (ix->pins[p].at.node != at.node || ix->pins[p].at.off != at.off) continue;
         if (delta < 0 && (uint32_t)-delta > ix->pins[p].count) delta = -(int)ix->pins[p].count;
         ix->pins[p].count = (uint32_t)((int64_t)ix->pins[p].count + delta);
-        add_pins(at.node, delta);
+        add_pins(ix, at.node, delta);
         if (ix->pins[p].count == 0) ix->pins[p] = ix->pins[--ix->n_pins];
         return TKV_OK;
     }
-    if (delta <= 0) return TKV_OK;
+    if (delta < 0) return TKV_OK;
     if (ix->n_pins == ix->cap_pins) {
         uint32_t cap = ix->cap_pins ? 2 * ix->cap_pins : 8;
         pin_rec *p = tkv__realloc(ix->pins, cap * sizeof *p);
@@ -341,65 +421,70 @@ tkv_status tkv__pindex_pin(tkv__pindex *ix, tkv__ppos at, int delta) {
         ix->cap_pins = cap;
     }
     ix->pins[ix->n_pins++] = (pin_rec){at, (uint32_t)delta};
-    add_pins(at.node, delta);
+    add_pins(ix, at.node, delta);
     return TKV_OK;
 }
 
-/* ---- eviction ----------------------------------------------------------- */
+/* ---- eviction ------------------------------------------------------------- */
 
-static bool evictable(const tkv__pnode *nd) { return nd->parent && nd->n_child == 0 && nd->refs == 0 && nd->pins == 0; }
-
-static void lru_leaf(tkv__pnode *nd, tkv__pnode **best) {
-    if (evictable(nd) && (!*best || nd->last_use < (*best)->last_use)) *best = nd;
-    for (uint32_t i = 0; i < nd->n_child; i++) lru_leaf(nd->child[i], best);
+static bool evictable(const tkv__pnode *nd) {
+    return nd->live && nd->parent != NONE && nd->n_child == 0 && nd->refs == 0 && nd->pins == 0;
 }
 
-static uint32_t remove_leaf(tkv__pnode *nd, uint32_t *out) {
-    uint32_t n = nd->n;
-    memcpy(out, nd->cells, n * sizeof *out);
-    child_remove(nd->parent, nd);
-    node_free(nd);
+/* Remove leaf id, its cells into out; a root left without children goes too. */
+static uint32_t remove_leaf(tkv__pindex *ix, uint32_t id, uint32_t *out) {
+    tkv__pnode *nd = &ix->node[id];
+    uint32_t n = 0;
+    for (uint32_t cell = nd->first_cell; n < nd->n; cell = ix->next[cell]) out[n++] = cell;
+    uint32_t parent = nd->parent;
+    detach(ix, id);
+    node_release(ix, id);
+    tkv__pnode *P = &ix->node[parent];
+    if (P->parent == NONE && P->n_child == 0) {
+        root_del(ix, P->ns);
+        node_release(ix, parent);
+    }
     return n;
 }
 
 uint32_t tkv__pindex_evict(tkv__pindex *ix, uint32_t want, uint32_t *out) {
     uint32_t freed = 0;
     while (freed < want) {
-        tkv__pnode *best = NULL;
-        for (uint32_t r = 0; r < ix->n_roots; r++) lru_leaf(ix->roots[r], &best);
-        if (!best) break;
-        freed += remove_leaf(best, out + freed);
+        uint32_t best = NONE;
+        for (uint32_t id = 0; id < ix->n_nodes; id++)
+            if (evictable(&ix->node[id]) && (best == NONE || ix->node[id].last_use < ix->node[best].last_use)) best = id;
+        if (best == NONE) break;
+        freed += remove_leaf(ix, best, out + freed);
     }
-    return freed;
-}
-
-static uint32_t evict_below(tkv__pnode *nd, uint32_t *out) {
-    uint32_t freed = 0;
-    for (uint32_t i = nd->n_child; i-- > 0;) freed += evict_below(nd->child[i], out + freed);
-    if (evictable(nd)) freed += remove_leaf(nd, out + freed);
     return freed;
 }
 
 uint32_t tkv__pindex_evict_all(tkv__pindex *ix, uint32_t *out) {
     uint32_t freed = 0;
-    for (uint32_t r = 0; r < ix->n_roots; r++) freed += evict_below(ix->roots[r], out + freed);
+    for (bool again = true; again;) { /* leaves first; their parents may follow */
+        again = false;
+        for (uint32_t id = 0; id < ix->n_nodes; id++)
+            if (evictable(&ix->node[id])) freed += remove_leaf(ix, id, out + freed), again = true;
+    }
     return freed;
 }
 
-/* ---- introspection ------------------------------------------------------ */
+/* ---- introspection -------------------------------------------------------- */
 
-static void visit(const tkv__pnode *nd, void (*fn)(const tkv__pnode *, void *), void *user) {
-    fn(nd, user);
-    for (uint32_t i = 0; i < nd->n_child; i++) visit(nd->child[i], fn, user);
+static void visit(const tkv__pindex *ix, uint32_t id, void (*fn)(const tkv__pindex *, uint32_t, void *), void *user) {
+    fn(ix, id, user);
+    for (uint32_t c = ix->node[id].first_child; c != NONE; c = ix->node[c].next_sibling) visit(ix, c, fn, user);
 }
 
-void tkv__pindex_foreach(const tkv__pindex *ix, void (*fn)(const tkv__pnode *node, void *user), void *user) {
-    for (uint32_t r = 0; r < ix->n_roots; r++) visit(ix->roots[r], fn, user);
+void tkv__pindex_foreach(const tkv__pindex *ix, void (*fn)(const tkv__pindex *ix, uint32_t id, void *user), void *user) {
+    for (uint32_t i = 0; i <= ix->roots_mask; i++)
+        if (ix->roots[i].root != NONE) visit(ix, ix->roots[i].root, fn, user);
 }
 
-static void count(const tkv__pnode *nd, void *user) {
+static void count(const tkv__pindex *ix, uint32_t id, void *user) {
     tkv__pindex_stats *st = user;
-    if (!nd->parent) return;
+    const tkv__pnode *nd = &ix->node[id];
+    if (nd->parent == NONE) return;
     st->nodes++;
     st->cells += nd->n;
     if (nd->refs == 0 && nd->pins == 0) st->evictable_cells += nd->n;
@@ -412,39 +497,54 @@ void tkv__pindex_stats_get(const tkv__pindex *ix, tkv__pindex_stats *st) {
 }
 
 typedef struct check_state {
-    const tkv__pindex *ix;
     tkv_status st;
+    uint8_t *seen; /* (n_cells) */
 } check_state;
 
-/* How many sequence ends / pins lie in the subtree of nd. */
-static bool in_subtree(const tkv__pnode *nd, const tkv__pnode *at) {
-    for (; at; at = at->parent)
-        if (at == nd) return true;
+static bool in_subtree(const tkv__pindex *ix, uint32_t id, uint32_t at) {
+    for (; at != NONE; at = ix->node[at].parent)
+        if (at == id) return true;
     return false;
 }
 
-static void check_node(const tkv__pnode *nd, void *user) {
+static void check_node(const tkv__pindex *ix, uint32_t id, void *user) {
     check_state *cs = user;
     if (cs->st) return;
-    const tkv__pnode *p = nd->parent;
-    if (p) {
-        if (nd->n == 0) cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: an empty node at depth %u", nd->depth);
+    const tkv__pnode *nd = &ix->node[id];
+    if (nd->parent != NONE) {
+        const tkv__pnode *p = &ix->node[nd->parent];
+        uint32_t k = 0, last = NONE;
+        for (uint32_t cell = nd->first_cell; cell != NONE && k <= nd->n; cell = ix->next[cell], k++) {
+            if (cell >= ix->n_cells || cs->seen[cell]) {
+                cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: cell %u is in two places (or out of range)", cell);
+                return;
+            }
+            cs->seen[cell] = 1;
+            last = cell;
+        }
+        if (nd->n == 0 || k != nd->n || last != nd->last_cell)
+            cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: node at depth %u has a run of %u cells, says %u", nd->depth, k,
+                               nd->n);
         else if (nd->depth != p->depth + p->n)
             cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: node at depth %u under a run ending at %u", nd->depth,
                                p->depth + p->n);
-        else if (nd->ns != p->ns) cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: a node changes namespace");
-        else if (child_find(p, nd->tokens[0]) != nd)
+        else if (nd->ns != p->ns)
+            cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: a node changes namespace");
+        else if (child_get(ix, nd->parent, ix->tok[nd->first_cell]) != id)
             cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: node at depth %u is not found from its parent", nd->depth);
+    } else if (root_find(ix, nd->ns) != id) {
+        cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: a root is not found by its namespace");
     }
-    for (uint32_t i = 1; i < nd->n_child && !cs->st; i++)
-        if (nd->child[i - 1]->tokens[0] >= nd->child[i]->tokens[0])
-            cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: children at depth %u not sorted or not distinct",
-                               nd->depth + nd->n);
     if (cs->st) return;
+    uint32_t n_child = 0;
+    for (uint32_t c = nd->first_child; c != NONE; c = ix->node[c].next_sibling) n_child++;
     uint32_t refs = 0, pins = 0;
-    for (uint32_t s = 0; s < cs->ix->n_seq; s++) refs += in_subtree(nd, cs->ix->seq[s].node);
-    for (uint32_t q = 0; q < cs->ix->n_pins; q++) pins += in_subtree(nd, cs->ix->pins[q].at.node) ? cs->ix->pins[q].count : 0;
-    if (refs != nd->refs)
+    for (uint32_t s = 0; s < ix->n_seq; s++) refs += in_subtree(ix, id, ix->seq[s].node);
+    for (uint32_t q = 0; q < ix->n_pins; q++) pins += in_subtree(ix, id, ix->pins[q].at.node) ? ix->pins[q].count : 0;
+    if (n_child != nd->n_child)
+        cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: node at depth %u has %u children, says %u", nd->depth, n_child,
+                           nd->n_child);
+    else if (refs != nd->refs)
         cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: node at depth %u counts %u sequences, %u end below it",
                            nd->depth, nd->refs, refs);
     else if (pins != nd->pins)
@@ -453,15 +553,15 @@ static void check_node(const tkv__pnode *nd, void *user) {
 }
 
 tkv_status tkv__pindex_check(const tkv__pindex *ix) {
-    check_state cs = {ix, TKV_OK};
+    check_state cs = {TKV_OK, tkv__calloc(ix->n_cells ? ix->n_cells : 1, 1)};
+    if (!cs.seen) return tkv__fail(TKV_ERR_NOMEM, "out of memory checking the prefix index");
     for (uint32_t s = 0; s < ix->n_seq && !cs.st; s++) {
         tkv__ppos e = ix->seq[s];
-        if (e.node && (e.off == 0 || e.off > e.node->n || !e.node->parent))
+        if (e.node != NONE && (!ix->node[e.node].live || e.off == 0 || e.off > ix->node[e.node].n))
             cs.st = tkv__fail(TKV_ERR_FORMAT, "prefix index: sequence %u ends at offset %u of a %u-token node", s, e.off,
-                              e.node->n);
+                              ix->node[e.node].n);
     }
-    for (uint32_t r = 1; r < ix->n_roots && !cs.st; r++)
-        if (ix->roots[r - 1]->ns >= ix->roots[r]->ns) cs.st = tkv__fail(TKV_ERR_FORMAT, "prefix index: roots not sorted");
     if (!cs.st) tkv__pindex_foreach(ix, check_node, &cs);
+    tkv__free(cs.seen);
     return cs.st;
 }

@@ -2,84 +2,91 @@
  * prefix_index.h — a radix tree over token ids: for every cached prefix of
  * every namespace, which KV cells hold its tokens.
  *
- * A node holds a run of tokens and the cells that hold them, at positions
- * depth .. depth + n - 1. The path from a namespace's root to a node spells
- * a prefix; siblings start with different tokens. Sequences do not own
- * cells: each sequence is a position in the tree (its end), and every node
- * on the path to that end counts the sequence in `refs`. A node no sequence
+ * A node holds a run of tokens (at positions depth .. depth + n - 1) and the
+ * cells that hold them. The path from a namespace's root to a node spells a
+ * prefix; siblings start with different tokens. Sequences do not own cells:
+ * each sequence is a position in the tree (its end), and every node on the
+ * path to that end counts the sequence in `refs`. A node that no sequence
  * reaches and nobody pinned is evictable once it is a leaf, least recently
- * used first; its cells then become free.
+ * used first; its cells are then free again.
  *
- * The index knows nothing of K/V: the caller (kvcache.c / context.c) keeps
- * each cell's metadata in step, and tkv__pindex_check verifies the tree's
- * own invariants.
+ * Everything is sized when the index is created (nodes, runs, the child
+ * table are pools indexed by cell), so inserting a decoded run never
+ * allocates and never fails: a decode can publish its results without a
+ * failure point after the forward pass.
  */
 #ifndef TKV_PREFIX_INDEX_H
 #define TKV_PREFIX_INDEX_H
 
 #include "tokenkv.h"
 
-typedef struct tkv__pnode tkv__pnode;
+#define TKV__PNONE UINT32_MAX
 
-struct tkv__pnode {
-    tkv__pnode *parent;   /* NULL for a namespace root */
-    tkv__pnode **child;   /* (n_child) sorted by their first token */
-    uint32_t n_child, cap_child;
+typedef struct tkv__pnode {
+    uint32_t parent;      /* node id; TKV__PNONE for a namespace root */
+    uint32_t first_child, next_sibling;
+    uint32_t n_child;
     uint64_t ns;          /* namespace of the whole subtree */
-    uint32_t depth;       /* position of tokens[0] */
-    uint32_t n, cap;      /* run length (a root has 0) */
-    tkv_token *tokens;    /* (cap) */
-    uint32_t *cells;      /* (cap) */
+    uint32_t depth;       /* position of the run's first token */
+    uint32_t n;           /* run length (0 for a root) */
+    uint32_t first_cell, last_cell; /* the run: cells linked by tkv__pindex's next[] */
     uint32_t refs;        /* sequences whose end lies in this subtree */
-    uint32_t pins;        /* pins of this node or of a node below it */
+    uint32_t pins;        /* pins on this node or below it */
     uint64_t last_use;    /* logical time of the last match or insert through it */
-    uint64_t hits;        /* matches that ended in or went through it */
-};
+    uint64_t hits;        /* matches that went through or ended in it */
+    bool live;
+} tkv__pnode;
 
-/* Where a sequence ends: node and the number of its tokens used (1..n).
-   The empty sequence is {NULL, 0}. */
+/* Where a prefix ends: a node and how many of its tokens (1..n); the empty
+   prefix is {TKV__PNONE, 0}. */
 typedef struct tkv__ppos {
-    tkv__pnode *node;
+    uint32_t node;
     uint32_t off;
 } tkv__ppos;
 
+#define TKV__PPOS_EMPTY ((tkv__ppos){TKV__PNONE, 0})
+
 typedef struct tkv__pindex tkv__pindex;
 
-tkv_status tkv__pindex_create(uint32_t n_seq, tkv__pindex **out);
+/* An index for n_cells cells and n_seq sequences. TKV_ERR_NOMEM. */
+tkv_status tkv__pindex_create(uint32_t n_cells, uint32_t n_seq, tkv__pindex **out);
 void tkv__pindex_free(tkv__pindex *ix);
 
+/* The node behind an id (for introspection). */
+const tkv__pnode *tkv__pindex_node(const tkv__pindex *ix, uint32_t id);
+
+/* Length of the prefix that ends at `at`. */
+uint32_t tkv__pindex_len(const tkv__pindex *ix, tkv__ppos at);
+
 /*
- * The longest prefix of tokens[0..n) cached in namespace ns: its length,
- * and its end in *at (a node and offset; {NULL, 0} when nothing matches).
- * Costs O(n log(branching)). Marks the path used (LRU, hits) when `touch`.
+ * The longest prefix of tokens[0..n) cached in namespace ns: its length, and
+ * its end in *at. Costs O(n). Marks the path used (LRU, hits) when `touch`.
  */
 size_t tkv__pindex_match(tkv__pindex *ix, uint64_t ns, const tkv_token *tokens, size_t n, bool touch, tkv__ppos *at);
 
-/* The cells of the prefix ending at `at`, positions 0..len-1, into out. */
-void tkv__pindex_cells(const tkv__ppos *at, uint32_t *out);
+/* The cells and tokens of the prefix ending at `at`, positions 0..len-1
+   (either output may be NULL). */
+void tkv__pindex_path(const tkv__pindex *ix, tkv__ppos at, uint32_t *cells, tkv_token *tokens);
 
 /*
- * Extend the path ending at `from` (in namespace ns) by tokens[0..n) held in
- * cells[0..n). Where the tree already holds some of these tokens after
- * `from` (another sequence computed them), the tree's cells are kept and the
- * new ones are reported in dup[] (*n_dup of them) for the caller to free;
- * cells[] is rewritten to the cells actually used. *to receives the new end.
- * Sequence ends inside a node that is split are moved. No sequence's
- * reference changes: call tkv__pindex_seq_set afterwards.
- * TKV_ERR_NOMEM leaves the tree as it was.
+ * Extend the path ending at `from` (in namespace ns; `from` empty means the
+ * root) by tokens[0..n) held in cells[0..n), cells the tree does not hold.
+ * Where the tree already holds some of these tokens after `from` (another
+ * sequence computed them), the tree's cells are kept: the new ones are
+ * reported in dup[] (*n_dup of them) for the caller to free, and cells[] is
+ * rewritten to the cells actually used. Returns the new end. Never fails.
+ * Sequence ends and pins inside a node that splits are moved. References
+ * do not change: move a sequence with tkv__pindex_seq_set.
  */
-tkv_status tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const tkv_token *tokens, uint32_t *cells,
-                              uint32_t n, tkv__ppos *to, uint32_t *dup, uint32_t *n_dup);
+tkv__ppos tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const tkv_token *tokens, uint32_t *cells,
+                             uint32_t n, uint32_t *dup, uint32_t *n_dup);
 
 /* A sequence's end, and moving it (references follow). */
 tkv__ppos tkv__pindex_seq_end(const tkv__pindex *ix, tkv_seq seq);
 void tkv__pindex_seq_set(tkv__pindex *ix, tkv_seq seq, tkv__ppos at);
 
-/* The position `len` tokens into the path of `at` (len <= its length). */
-tkv__ppos tkv__pindex_ancestor(tkv__ppos at, uint32_t len);
-
-/* Length of the prefix that ends at `at`. */
-static inline uint32_t tkv__ppos_len(tkv__ppos at) { return at.node ? at.node->depth + at.off : 0; }
+/* The position `len` tokens into the path ending at `at` (len <= its length). */
+tkv__ppos tkv__pindex_ancestor(const tkv__pindex *ix, tkv__ppos at, uint32_t len);
 
 /* Pin (delta > 0) or unpin (< 0) the prefix ending at `at`: nodes on its
    path are never evicted while pinned. TKV_ERR_NOMEM: nothing changed. */
@@ -87,12 +94,12 @@ tkv_status tkv__pindex_pin(tkv__pindex *ix, tkv__ppos at, int delta);
 
 /*
  * Evict least recently used unreferenced, unpinned leaves until at least
- * `want` cells were freed or nothing is evictable; the freed cells are
- * written to out (room for the cells of the whole tree). Returns how many.
+ * `want` cells were freed or nothing is evictable; the freed cells go to out
+ * (room for n_cells). Returns how many.
  */
 uint32_t tkv__pindex_evict(tkv__pindex *ix, uint32_t want, uint32_t *out);
 
-/* Drop every unreferenced, unpinned node (tkv_cache_clear); cells into out. */
+/* Drop every unreferenced, unpinned node; cells into out. Returns how many. */
 uint32_t tkv__pindex_evict_all(tkv__pindex *ix, uint32_t *out);
 
 typedef struct tkv__pindex_stats {
@@ -102,13 +109,16 @@ typedef struct tkv__pindex_stats {
 void tkv__pindex_stats_get(const tkv__pindex *ix, tkv__pindex_stats *st);
 
 /*
- * Verify the tree: depths, sorted distinct children, namespaces, refs equal
- * to the sequence ends below, pins, no empty non-root node. TKV_OK or
- * TKV_ERR_FORMAT with a message naming the first violation.
+ * Verify the tree: depths, distinct first tokens among siblings, the child
+ * table, namespaces, runs, refs equal to the sequence ends below, pins, no
+ * cell in two places. TKV_OK, or TKV_ERR_FORMAT naming the first violation.
  */
 tkv_status tkv__pindex_check(const tkv__pindex *ix);
 
-/* Visit every node (roots included), parents before children. */
-void tkv__pindex_foreach(const tkv__pindex *ix, void (*fn)(const tkv__pnode *node, void *user), void *user);
+/* Visit every live node (roots included), parents before children. */
+void tkv__pindex_foreach(const tkv__pindex *ix, void (*fn)(const tkv__pindex *ix, uint32_t id, void *user), void *user);
+
+/* The cells of a node's run in order, into out (room for node->n). */
+void tkv__pindex_run(const tkv__pindex *ix, uint32_t id, uint32_t *cells, tkv_token *tokens);
 
 #endif
