@@ -507,14 +507,97 @@ TKV_API tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *batch);
  */
 TKV_API const float *tkv_get_logits(const tkv_context *ctx, size_t i);
 
+/**
+ * Logits of the last token of the last successful tkv_decode or
+ * tkv_seq_sync, or NULL when that token did not ask for logits.
+ */
+TKV_API const float *tkv_get_logits_last(const tkv_context *ctx);
+
+/* ---- sequences and the token-aware cache ---------------------------------
+ *
+ * Every cell of the cache knows the token it was computed from and its
+ * position; a prefix index over all cached tokens, per namespace, finds the
+ * longest cached prefix of any token list. Sequences share the cells of
+ * common prefixes (nothing is copied). A prefix no sequence holds stays
+ * cached until its cells are needed (least recently used first) unless it
+ * is pinned. Ask the cache what it holds; never keep a copy of your own.
+ */
+
 /** Number of tokens sequence seq holds (0 for an unknown id). */
 TKV_API tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq);
 
-/** Keep the first n tokens of seq (n >= its length: no change). */
+/**
+ * The tokens seq holds, read from the cache itself.
+ * @return TKV_OK; TKV_ERR_FULL when cap < *n (nothing written);
+ *         TKV_ERR_INVALID for a bad sequence id.
+ */
+TKV_API tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, size_t cap, size_t *n);
+
+/**
+ * Make seq hold exactly tokens[0..n) in namespace ns: keep what is cached —
+ * the longest cached prefix of the list, from any sequence of the same
+ * namespace — and decode the rest in batches of n_batch. The logits of the
+ * last token are then available (tkv_get_logits_last): when the whole list
+ * is cached, its last token is decoded again (at most one token is ever
+ * recomputed; its K/V is identical and the cached cell is kept).
+ *
+ * @param ns        namespace: prefixes never match across namespaces (use
+ *                  one per tenant); 0 is the default.
+ * @param n_reused  (may be NULL) how many tokens came from the cache.
+ * @return TKV_OK; TKV_ERR_INVALID (bad sequence or token id: nothing
+ *         changed); TKV_ERR_FULL, TKV_ERR_ABORTED, TKV_ERR_NOMEM from a
+ *         decode, after which seq holds the prefix of tokens cached or
+ *         decoded so far (tkv_seq_len says how long).
+ */
+TKV_API tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
+                                size_t *n_reused);
+
+/** Keep the first n tokens of seq (n >= its length: no change). The dropped
+    tokens stay cached (unreferenced) until evicted. */
 TKV_API tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n);
 
-/** Empty a sequence. */
+/** Empty a sequence (its prefix stays cached). */
 TKV_API tkv_status tkv_seq_clear(tkv_context *ctx, tkv_seq seq);
+
+/** Make dst hold what src holds, in the same namespace, sharing its cells. */
+TKV_API tkv_status tkv_seq_fork(tkv_context *ctx, tkv_seq src, tkv_seq dst);
+
+/** Length of the longest cached prefix of tokens[0..n) in ns; changes nothing. */
+TKV_API tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len);
+
+/**
+ * Pin (keep resident) the longest cached prefix of tokens[0..n) in ns;
+ * *len (may be NULL) receives its length. Pins count: unpin as many times.
+ */
+TKV_API tkv_status tkv_cache_pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len);
+TKV_API tkv_status tkv_cache_unpin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n);
+
+/** Drop every cached prefix that no sequence holds and nobody pinned. */
+TKV_API tkv_status tkv_cache_clear(tkv_context *ctx);
+
+/** What the cache holds, and what it did. */
+typedef struct tkv_stats {
+    uint64_t cells_total;     /**< n_cells */
+    uint64_t cells_used;      /**< holding a token */
+    uint64_t cells_shared;    /**< used by two or more sequences */
+    uint64_t cells_evictable; /**< held by no sequence, not pinned */
+    uint64_t cells_pinned;
+    uint64_t nodes;           /**< prefix-index nodes */
+    uint64_t lookups;         /**< tkv_seq_sync calls */
+    uint64_t tokens_reused;   /**< tokens tkv_seq_sync took from the cache */
+    uint64_t tokens_computed; /**< tokens decoded */
+    uint64_t evictions;       /**< cells evicted to make room */
+} tkv_stats;
+
+TKV_API tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out);
+
+/**
+ * Verify every invariant of the cache: cells <-> prefix-index nodes <->
+ * sequences <-> positions <-> tokens, free-cell accounting.
+ * @return TKV_OK, or TKV_ERR_FORMAT with tkv_last_error(NULL) naming the
+ *         first violation (for tests and debugging; costs O(cells)).
+ */
+TKV_API tkv_status tkv_cache_check(const tkv_context *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                  */

@@ -26,11 +26,10 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
     kv->v = tkv__malloc(bytes);
     kv->token = tkv__malloc(n_cells * sizeof *kv->token);
     kv->pos = tkv__malloc(n_cells * sizeof *kv->pos);
-    kv->n_users = tkv__calloc(n_cells, sizeof *kv->n_users);
     kv->free = tkv__malloc(n_cells * sizeof *kv->free);
     kv->seq = tkv__calloc(n_seq, sizeof *kv->seq);
     kv->n_seq = n_seq;
-    if (!kv->k || !kv->v || !kv->token || !kv->pos || !kv->n_users || !kv->free || !kv->seq) {
+    if (!kv->k || !kv->v || !kv->token || !kv->pos || !kv->free || !kv->seq) {
         tkv__kv_free(kv);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for a KV cache of %u cells (%zu bytes)", n_cells, 2 * bytes);
     }
@@ -51,22 +50,49 @@ void tkv__kv_free(tkv__kvcache *kv) {
     tkv__free(kv->seq);
     tkv__free(kv->k);
     tkv__free(kv->v);
+    tkv__free(kv->vk);
+    tkv__free(kv->vv);
     tkv__free(kv->token);
     tkv__free(kv->pos);
-    tkv__free(kv->n_users);
     tkv__free(kv->free);
     tkv__free(kv);
 }
 
-tkv_status tkv__kv_take(tkv__kvcache *kv, uint32_t n, uint32_t *out) {
-    if (n > kv->n_free)
-        return tkv__fail(TKV_ERR_FULL, "KV cache full: %u cells needed, %u free of %u", n, kv->n_free, kv->n_cells);
-    for (uint32_t i = 0; i < n; i++) out[i] = kv->free[--kv->n_free];
+tkv_status tkv__kv_reserve_virtual(tkv__kvcache *kv, uint32_t n) {
+    if (n <= kv->cap_virtual) return TKV_OK;
+    size_t bytes = (size_t)kv->n_layer * n * kv->row_size;
+    uint8_t *vk = tkv__malloc(bytes), *vv = tkv__malloc(bytes);
+    if (!vk || !vv) {
+        tkv__free(vk);
+        tkv__free(vv);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory staging %u tokens while the cache is full", n);
+    }
+    tkv__free(kv->vk);
+    tkv__free(kv->vv);
+    kv->vk = vk;
+    kv->vv = vv;
+    kv->cap_virtual = n;
     return TKV_OK;
 }
 
+void tkv__kv_take(tkv__kvcache *kv, uint32_t n, uint32_t *out) {
+    for (uint32_t i = 0; i < n; i++) out[i] = kv->free[--kv->n_free];
+}
+
 void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n) {
-    for (uint32_t i = n; i-- > 0;) kv->free[kv->n_free++] = cells[i];
+    for (uint32_t i = n; i-- > 0;) {
+        if (cells[i] >= kv->n_cells) continue; /* virtual: nothing to give back */
+        kv->token[cells[i]] = TKV_TOKEN_NULL;
+        kv->pos[cells[i]] = -1;
+        kv->free[kv->n_free++] = cells[i];
+    }
+}
+
+void tkv__kv_copy(tkv__kvcache *kv, uint32_t from, uint32_t to) {
+    for (uint32_t l = 0; l < kv->n_layer; l++) {
+        memcpy(tkv__kv_k(kv, l, to), tkv__kv_k(kv, l, from), kv->row_size);
+        memcpy(tkv__kv_v(kv, l, to), tkv__kv_v(kv, l, from), kv->row_size);
+    }
 }
 
 tkv_status tkv__kv_seq_reserve(tkv__kvcache *kv, tkv_seq seq, uint32_t extra) {
@@ -79,24 +105,4 @@ tkv_status tkv__kv_seq_reserve(tkv__kvcache *kv, tkv_seq seq, uint32_t extra) {
     s->cells = cells;
     s->cap = cap;
     return TKV_OK;
-}
-
-void tkv__kv_publish(tkv__kvcache *kv, tkv_seq seq, uint32_t cell, tkv_token token, tkv_pos pos) {
-    tkv__kvseq *s = &kv->seq[seq];
-    kv->token[cell] = token;
-    kv->pos[cell] = pos;
-    kv->n_users[cell]++;
-    s->cells[s->n++] = cell;
-}
-
-void tkv__kv_seq_truncate(tkv__kvcache *kv, tkv_seq seq, uint32_t n) {
-    tkv__kvseq *s = &kv->seq[seq];
-    while (s->n > n) {
-        uint32_t c = s->cells[--s->n];
-        if (--kv->n_users[c] == 0) {
-            kv->token[c] = TKV_TOKEN_NULL;
-            kv->pos[c] = -1;
-            kv->free[kv->n_free++] = c;
-        }
-    }
 }

@@ -339,6 +339,11 @@ static void split(tkv__pindex *ix, uint32_t id, uint32_t off) {
         }
 }
 
+tkv__ppos tkv__pindex_cut(tkv__pindex *ix, tkv__ppos at) {
+    if (at.node != NONE && at.off < ix->node[at.node].n) split(ix, at.node, at.off);
+    return at;
+}
+
 /* Append cells[0..n) (holding tokens[0..n)) to node id's run. */
 static void append(tkv__pindex *ix, uint32_t id, const tkv_token *tokens, const uint32_t *cells, uint32_t n) {
     tkv__pnode *nd = &ix->node[id];
@@ -498,14 +503,10 @@ void tkv__pindex_stats_get(const tkv__pindex *ix, tkv__pindex_stats *st) {
 
 typedef struct check_state {
     tkv_status st;
-    uint8_t *seen; /* (n_cells) */
+    uint8_t *seen;     /* (n_cells) */
+    uint32_t *refs;    /* (n_nodes) recounted from the sequence ends */
+    uint32_t *pins;    /* (n_nodes) recounted from the pin records */
 } check_state;
-
-static bool in_subtree(const tkv__pindex *ix, uint32_t id, uint32_t at) {
-    for (; at != NONE; at = ix->node[at].parent)
-        if (at == id) return true;
-    return false;
-}
 
 static void check_node(const tkv__pindex *ix, uint32_t id, void *user) {
     check_state *cs = user;
@@ -538,9 +539,7 @@ static void check_node(const tkv__pindex *ix, uint32_t id, void *user) {
     if (cs->st) return;
     uint32_t n_child = 0;
     for (uint32_t c = nd->first_child; c != NONE; c = ix->node[c].next_sibling) n_child++;
-    uint32_t refs = 0, pins = 0;
-    for (uint32_t s = 0; s < ix->n_seq; s++) refs += in_subtree(ix, id, ix->seq[s].node);
-    for (uint32_t q = 0; q < ix->n_pins; q++) pins += in_subtree(ix, id, ix->pins[q].at.node) ? ix->pins[q].count : 0;
+    const uint32_t refs = cs->refs[id], pins = cs->pins[id];
     if (n_child != nd->n_child)
         cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: node at depth %u has %u children, says %u", nd->depth, n_child,
                            nd->n_child);
@@ -553,8 +552,18 @@ static void check_node(const tkv__pindex *ix, uint32_t id, void *user) {
 }
 
 tkv_status tkv__pindex_check(const tkv__pindex *ix) {
-    check_state cs = {TKV_OK, tkv__calloc(ix->n_cells ? ix->n_cells : 1, 1)};
-    if (!cs.seen) return tkv__fail(TKV_ERR_NOMEM, "out of memory checking the prefix index");
+    check_state cs = {TKV_OK, tkv__calloc(ix->n_cells ? ix->n_cells : 1, 1), tkv__calloc(ix->n_nodes, sizeof(uint32_t)),
+                      tkv__calloc(ix->n_nodes, sizeof(uint32_t))};
+    if (!cs.seen || !cs.refs || !cs.pins) {
+        tkv__free(cs.seen), tkv__free(cs.refs), tkv__free(cs.pins);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory checking the prefix index");
+    }
+    /* what refs and pins should be: walk up from every end */
+    for (uint32_t s = 0; s < ix->n_seq; s++)
+        for (uint32_t id = ix->seq[s].node; id != NONE && id < ix->n_nodes; id = ix->node[id].parent) cs.refs[id]++;
+    for (uint32_t q = 0; q < ix->n_pins; q++)
+        for (uint32_t id = ix->pins[q].at.node; id != NONE && id < ix->n_nodes; id = ix->node[id].parent)
+            cs.pins[id] += ix->pins[q].count;
     for (uint32_t s = 0; s < ix->n_seq && !cs.st; s++) {
         tkv__ppos e = ix->seq[s];
         if (e.node != NONE && (!ix->node[e.node].live || e.off == 0 || e.off > ix->node[e.node].n))
@@ -563,5 +572,7 @@ tkv_status tkv__pindex_check(const tkv__pindex *ix) {
     }
     if (!cs.st) tkv__pindex_foreach(ix, check_node, &cs);
     tkv__free(cs.seen);
+    tkv__free(cs.refs);
+    tkv__free(cs.pins);
     return cs.st;
 }

@@ -81,6 +81,10 @@ void tkv__pindex_path(const tkv__pindex *ix, tkv__ppos at, uint32_t *cells, tkv_
 tkv__ppos tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const tkv_token *tokens, uint32_t *cells,
                              uint32_t n, uint32_t *dup, uint32_t *n_dup);
 
+/* Make `at` the end of its node (splitting it), so that what follows can be
+   evicted once unreferenced. Returns the same position, now at a node's end. */
+tkv__ppos tkv__pindex_cut(tkv__pindex *ix, tkv__ppos at);
+
 /* A sequence's end, and moving it (references follow). */
 tkv__ppos tkv__pindex_seq_end(const tkv__pindex *ix, tkv_seq seq);
 void tkv__pindex_seq_set(tkv__pindex *ix, tkv_seq seq, tkv__ppos at);

@@ -167,11 +167,21 @@ static void test_truncate_and_regrow(void **state) {
     uint32_t free_before = ctx->kv->n_free;
     assert_int_equal(tkv_seq_truncate(ctx, 0, 8), TKV_OK);
     assert_int_equal(tkv_seq_len(ctx, 0), 8);
-    assert_int_equal(ctx->kv->n_free, free_before + 8); /* the dropped cells are free again */
+    /* the dropped tokens stay cached, held by no sequence */
+    tkv_stats st;
+    assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+    assert_int_equal(ctx->kv->n_free, free_before);
+    assert_int_equal(st.cells_evictable, 8);
+    size_t len;
+    assert_int_equal(tkv_cache_match(ctx, 0, a, N, &len), TKV_OK);
+    assert_int_equal(len, N);
     assert_int_equal(decode_seq(ctx, 0, b + 8, N - 8, got), TKV_OK);
     assert_memory_equal(got, want + 8 * n_vocab, (N - 8) * n_vocab * sizeof *got);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
     assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
+    assert_int_equal(tkv_cache_clear(ctx), TKV_OK);
     assert_int_equal(ctx->kv->n_free, 40);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
     assert_int_equal(tkv_seq_truncate(ctx, 99, 0), TKV_ERR_INVALID);
     assert_int_equal(tkv_seq_truncate(ctx, 0, -1), TKV_ERR_INVALID);
     free(got);
