@@ -136,24 +136,14 @@ int cmd_run(int argc, char **argv) {
     }
     double t1 = now();
 
-    /* the prompt in one batch, sequence 0 */
-    tkv_pos *pos = malloc(n_prompt * sizeof *pos);
-    tkv_seq *seq = calloc(n_prompt, sizeof *seq);
-    if (!pos || !seq) {
-        free(pos), free(seq);
-        cli_fail("run", "out of memory");
-        goto done;
-    }
-    for (size_t i = 0; i < n_prompt; i++) pos[i] = (tkv_pos)i, tkv_sampler_accept(smp, toks[i]);
-    tkv_batch b = {n_prompt, toks, pos, seq, NULL};
-    tkv_status st = tkv_decode(ctx, &b);
-    free(pos), free(seq);
-    if (st != TKV_OK) {
+    /* the prompt: sequence 0 holds it (nothing is cached yet in a fresh context) */
+    for (size_t i = 0; i < n_prompt; i++) tkv_sampler_accept(smp, toks[i]);
+    if (tkv_seq_sync(ctx, 0, 0, toks, n_prompt, NULL) != TKV_OK) {
         cli_fail("run", "%s", tkv_last_error(ctx));
         goto done;
     }
     double t2 = now();
-    const float *logits = tkv_get_logits(ctx, n_prompt - 1);
+    const float *logits = tkv_get_logits_last(ctx);
     size_t n_gen = 0;
     while (n_gen < (size_t)n_predict) {
         tkv_token t = tkv_sampler_sample(smp, logits);
