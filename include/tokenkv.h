@@ -587,6 +587,9 @@ typedef struct tkv_stats {
     uint64_t tokens_reused;   /**< tokens tkv_seq_sync took from the cache */
     uint64_t tokens_computed; /**< tokens decoded */
     uint64_t evictions;       /**< cells evicted to make room */
+    uint64_t kv_bytes;        /**< K/V storage of all cells */
+    uint64_t meta_bytes;      /**< what knows the tokens: per-cell token, position,
+                                   free list, sequence cell lists, prefix index */
 } tkv_stats;
 
 TKV_API tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out);

@@ -59,6 +59,11 @@ tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out) {
     out->nodes = ps.nodes;
     out->cells_shared = 0;
     tkv__pindex_foreach(ctx->ix, count_shared, &out->cells_shared);
+    const tkv__kvcache *kv = ctx->kv;
+    out->kv_bytes = 2ull * kv->n_layer * kv->n_cells * kv->row_size;
+    out->meta_bytes = (uint64_t)kv->n_cells * (sizeof *kv->token + sizeof *kv->pos + sizeof *kv->free) +
+                      tkv__pindex_bytes(ctx->ix);
+    for (uint32_t s = 0; s < kv->n_seq; s++) out->meta_bytes += sizeof kv->seq[s] + (uint64_t)kv->seq[s].cap * sizeof(uint32_t);
     return TKV_OK;
 }
 

@@ -164,7 +164,6 @@ static void attach(tkv__pindex *ix, uint32_t p, uint32_t c) {
     C->parent = p;
     C->next_sibling = P->first_child;
     P->first_child = c;
-    P->n_child++;
     child_put(ix, p, ix->tok[C->first_cell], c);
 }
 
@@ -174,7 +173,6 @@ static void detach(tkv__pindex *ix, uint32_t c) {
     uint32_t *link = &P->first_child;
     while (*link != c) link = &ix->node[*link].next_sibling;
     *link = C->next_sibling;
-    P->n_child--;
 }
 
 static void add_refs(tkv__pindex *ix, uint32_t id, int delta) {
@@ -202,7 +200,8 @@ tkv_status tkv__pindex_create(uint32_t n_cells, uint32_t n_seq, tkv__pindex **ou
     ix->free_node = tkv__malloc(ix->n_nodes * sizeof *ix->free_node);
     ix->next = tkv__malloc((n_cells ? n_cells : 1) * sizeof *ix->next);
     ix->tok = tkv__malloc((n_cells ? n_cells : 1) * sizeof *ix->tok);
-    uint32_t tab = pow2_at_least(2 * (uint64_t)n_cells + 2), rts = pow2_at_least(2 * (uint64_t)n_cells + 2);
+    /* at most n_cells children and n_cells roots: tables of 1.5x keep probes short */
+    uint32_t tab = pow2_at_least(3 * (uint64_t)n_cells / 2 + 2), rts = pow2_at_least(3 * (uint64_t)n_cells / 2 + 2);
     ix->tab = tkv__malloc(tab * sizeof *ix->tab);
     ix->roots = tkv__malloc(rts * sizeof *ix->roots);
     ix->n_seq = n_seq;
@@ -327,7 +326,6 @@ static void split(tkv__pindex *ix, uint32_t id, uint32_t off) {
         c = next;
     }
     nd->first_child = NONE;
-    nd->n_child = 0;
     attach(ix, id, t);
     /* ends past the split point move to the tail */
     for (uint32_t s = 0; s < ix->n_seq; s++)
@@ -382,7 +380,7 @@ tkv__ppos tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const
             ix->node[c].last_use = now;
             continue;
         }
-        if (ix->node[P].parent != NONE && ix->node[P].n_child == 0) { /* a leaf grows in place */
+        if (ix->node[P].parent != NONE && ix->node[P].first_child == NONE) { /* a leaf grows in place */
             append(ix, P, tokens + i, cells + i, n - i);
         } else {
             uint32_t nn = node_new(ix, ns, P, ix->node[P].depth + ix->node[P].n);
@@ -433,7 +431,7 @@ tkv_status tkv__pindex_pin(tkv__pindex *ix, tkv__ppos at, int delta) {
 /* ---- eviction ------------------------------------------------------------- */
 
 static bool evictable(const tkv__pnode *nd) {
-    return nd->live && nd->parent != NONE && nd->n_child == 0 && nd->refs == 0 && nd->pins == 0;
+    return nd->live && nd->parent != NONE && nd->first_child == NONE && nd->refs == 0 && nd->pins == 0;
 }
 
 /* Remove leaf id, its cells into out; a root left without children goes too. */
@@ -445,7 +443,7 @@ static uint32_t remove_leaf(tkv__pindex *ix, uint32_t id, uint32_t *out) {
     detach(ix, id);
     node_release(ix, id);
     tkv__pnode *P = &ix->node[parent];
-    if (P->parent == NONE && P->n_child == 0) {
+    if (P->parent == NONE && P->first_child == NONE) {
         root_del(ix, P->ns);
         node_release(ix, parent);
     }
@@ -501,6 +499,13 @@ void tkv__pindex_stats_get(const tkv__pindex *ix, tkv__pindex_stats *st) {
     tkv__pindex_foreach(ix, count, st);
 }
 
+uint64_t tkv__pindex_bytes(const tkv__pindex *ix) {
+    return sizeof *ix + (uint64_t)ix->n_nodes * (sizeof *ix->node + sizeof *ix->free_node) +
+           (uint64_t)ix->n_cells * (sizeof *ix->next + sizeof *ix->tok) + (uint64_t)(ix->tab_mask + 1) * sizeof *ix->tab +
+           (uint64_t)(ix->roots_mask + 1) * sizeof *ix->roots + (uint64_t)ix->n_seq * sizeof *ix->seq +
+           (uint64_t)ix->cap_pins * sizeof *ix->pins;
+}
+
 typedef struct check_state {
     tkv_status st;
     uint8_t *seen;     /* (n_cells) */
@@ -537,13 +542,12 @@ static void check_node(const tkv__pindex *ix, uint32_t id, void *user) {
         cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: a root is not found by its namespace");
     }
     if (cs->st) return;
-    uint32_t n_child = 0;
-    for (uint32_t c = nd->first_child; c != NONE; c = ix->node[c].next_sibling) n_child++;
+    for (uint32_t c = nd->first_child; c != NONE && !cs->st; c = ix->node[c].next_sibling)
+        if (!ix->node[c].live || ix->node[c].parent != id)
+            cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: node at depth %u lists a child that is not its own", nd->depth);
+    if (cs->st) return;
     const uint32_t refs = cs->refs[id], pins = cs->pins[id];
-    if (n_child != nd->n_child)
-        cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: node at depth %u has %u children, says %u", nd->depth, n_child,
-                           nd->n_child);
-    else if (refs != nd->refs)
+    if (refs != nd->refs)
         cs->st = tkv__fail(TKV_ERR_FORMAT, "prefix index: node at depth %u counts %u sequences, %u end below it",
                            nd->depth, nd->refs, refs);
     else if (pins != nd->pins)

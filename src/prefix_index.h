@@ -24,8 +24,7 @@
 
 typedef struct tkv__pnode {
     uint32_t parent;      /* node id; TKV__PNONE for a namespace root */
-    uint32_t first_child, next_sibling;
-    uint32_t n_child;
+    uint32_t first_child, next_sibling; /* TKV__PNONE: none */
     uint64_t ns;          /* namespace of the whole subtree */
     uint32_t depth;       /* position of the run's first token */
     uint32_t n;           /* run length (0 for a root) */
@@ -33,7 +32,7 @@ typedef struct tkv__pnode {
     uint32_t refs;        /* sequences whose end lies in this subtree */
     uint32_t pins;        /* pins on this node or below it */
     uint64_t last_use;    /* logical time of the last match or insert through it */
-    uint64_t hits;        /* matches that went through or ended in it */
+    uint32_t hits;        /* matches that went through or ended in it */
     bool live;
 } tkv__pnode;
 
@@ -111,6 +110,9 @@ typedef struct tkv__pindex_stats {
 } tkv__pindex_stats;
 
 void tkv__pindex_stats_get(const tkv__pindex *ix, tkv__pindex_stats *st);
+
+/* Bytes the index has allocated (all of it sized at creation, pins aside). */
+uint64_t tkv__pindex_bytes(const tkv__pindex *ix);
 
 /*
  * Verify the tree: depths, distinct first tokens among siblings, the child
