@@ -3,6 +3,7 @@
  * per kernel level, single-threaded.
  *
  *   bench_kernels [-n COLS] [-r ROWS] [-t TOKENS] [-i ITERS] [-l LEVEL] [TYPE...]
+ *   bench_kernels --prefill [-t TOKENS] [-i ITERS] [-l LEVEL] [TYPE...]
  *
  * For each type (default: all eleven) and level (default: every level the
  * CPU has) it times tkv__ops_matmul over a ROWS x COLS random weight matrix
@@ -11,6 +12,14 @@
  *   GFLOP/s  2 * rows * cols * tokens / time
  *   GB/s     weight bytes read / time
  * Activation quantization is timed separately (once per token row).
+ *
+ * --prefill times the products of one transformer layer of two model shapes
+ * against a prompt of TOKENS (default 512) tokens, as a prefill runs them
+ * (quantize the input once per distinct input, then each product):
+ *   125m: n_embd 768, 4 KV heads of 64, n_ff 2048 (q, k, v, o, gate, up, down)
+ *   1b:   n_embd 2048, 4 KV heads of 64, n_ff 5632 (TinyLlama's shape)
+ * and prints each shape's GFLOP/s (2 * weights * tokens / time of the layer's
+ * products, activation quantization included), best of ITERS layers.
  */
 #include "kernels.h"
 #include "ops.h"
@@ -79,13 +88,88 @@ static void fill_weights(tkv_type t, uint8_t *w, size_t rows, size_t n) {
     }
 }
 
+/* One layer's products: rows x cols of each weight, and which input it reads (0: normed h, 1: attention out, 2: ffn act). */
+typedef struct shape {
+    const char *name;
+    size_t rows[7], cols[7];
+    int input[7];
+} shape;
+
+static const shape shapes[] = {
+    {"125m", {768, 256, 256, 768, 2048, 2048, 768}, {768, 768, 768, 768, 768, 768, 2048}, {0, 0, 0, 1, 0, 0, 2}},
+    {"1b", {2048, 256, 256, 2048, 5632, 5632, 2048}, {2048, 2048, 2048, 2048, 2048, 2048, 5632}, {0, 0, 0, 1, 0, 0, 2}},
+};
+
+static int run_prefill(const tkv_type *types, int n_types, size_t n_tok, int iters, int only_level) {
+    printf("prefill: one layer's products, %zu tokens, best of %d, 1 thread; best level on this CPU: %s\n", n_tok, iters,
+           tkv__kernel_level_name(tkv__kernel_level_best()));
+    printf("%-5s %-7s", "type", "level");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) printf(" %8s ms %7s GF/s", shapes[s].name, "");
+    printf("\n");
+    for (int ti = 0; ti < n_types; ti++) {
+        const tkv_type t = types[ti];
+        /* per shape: the 7 weights, 3 float inputs and their quantized copies */
+        uint8_t *w[2][7], *xq[2][3];
+        float *x[2][3], *y = NULL;
+        size_t ymax = 0;
+        for (size_t s = 0; s < 2; s++) {
+            for (int k = 0; k < 7; k++) {
+                w[s][k] = malloc(shapes[s].rows[k] * tkv__quant_row_size(t, shapes[s].cols[k]));
+                if (!w[s][k]) return 1;
+                fill_weights(t, w[s][k], shapes[s].rows[k], shapes[s].cols[k]);
+                if (shapes[s].rows[k] > ymax) ymax = shapes[s].rows[k];
+            }
+            for (int in = 0; in < 3; in++) {
+                const size_t c = in == 2 ? shapes[s].cols[6] : shapes[s].cols[0];
+                x[s][in] = malloc(n_tok * c * sizeof(float));
+                xq[s][in] = malloc(n_tok * tkv__ops_act_row_size(t, c));
+                if (!x[s][in] || !xq[s][in]) return 1;
+                for (size_t i = 0; i < n_tok * c; i++) x[s][in][i] = rndf();
+            }
+        }
+        y = malloc(n_tok * ymax * sizeof(float));
+        if (!y) return 1;
+        for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+            if (only_level >= 0 && l != only_level) continue;
+            if (tkv__kernel_force_level((tkv__kernel_level)l) != 0) continue;
+            printf("%-5s %-7s", tkv_type_name(t), tkv__kernel_level_name((tkv__kernel_level)l));
+            for (size_t s = 0; s < 2; s++) {
+                const shape *sh = &shapes[s];
+                double best = 1e30, flops = 0;
+                for (int k = 0; k < 7; k++) flops += 2.0 * (double)sh->rows[k] * (double)sh->cols[k] * (double)n_tok;
+                for (int it = 0; it < iters; it++) {
+                    const double t0 = now();
+                    for (int k = 0; k < 7; k++) {
+                        const int in = sh->input[k];
+                        if (k == 0 || in != sh->input[k - 1])
+                            tkv__ops_quantize_acts(t, x[s][in], n_tok, sh->cols[k], xq[s][in]);
+                        tkv__ops_matmul(t, w[s][k], sh->cols[k], 0, sh->rows[k], xq[s][in], n_tok, y, sh->rows[k]);
+                    }
+                    const double dt = now() - t0;
+                    if (dt < best) best = dt;
+                }
+                printf(" %11.2f %12.2f", best * 1e3, flops / best * 1e-9);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+        for (size_t s = 0; s < 2; s++) {
+            for (int k = 0; k < 7; k++) free(w[s][k]);
+            for (int in = 0; in < 3; in++) free(x[s][in]), free(xq[s][in]);
+        }
+        free(y);
+    }
+    return 0;
+}
+
 static void usage(void) {
-    fprintf(stderr, "usage: bench_kernels [-n COLS] [-r ROWS] [-t TOKENS] [-i ITERS] [-l scalar|avx2|avx512] [TYPE...]\n");
+    fprintf(stderr, "usage: bench_kernels [-n COLS] [-r ROWS] [-t TOKENS] [-i ITERS] [-l scalar|avx2|avx512] [TYPE...]\n"
+                    "       bench_kernels --prefill [-t TOKENS] [-i ITERS] [-l scalar|avx2|avx512] [TYPE...]\n");
 }
 
 int main(int argc, char **argv) {
-    size_t n = 4096, rows = 4096, n_tok = 1;
-    int iters = 5, only_level = -1;
+    size_t n = 4096, rows = 4096, n_tok = 0;
+    int iters = 5, only_level = -1, prefill = 0;
     tkv_type types[16];
     int n_types = 0;
     for (int i = 1; i < argc; i++) {
@@ -93,6 +177,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) rows = (size_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) n_tok = (size_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "-i") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--prefill")) prefill = 1;
         else if (!strcmp(argv[i], "-l") && i + 1 < argc) {
             const char *l = argv[++i];
             for (int k = 0; k < TKV__KERNEL_LEVELS; k++)
@@ -114,7 +199,9 @@ int main(int argc, char **argv) {
                                 TKV_TYPE_Q5_0, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) types[n_types++] = all[k];
     }
-    if (n % 256 || !rows || !n_tok || iters < 1) return usage(), 2;
+    if (!n_tok) n_tok = prefill ? 512 : 1;
+    if (n % 256 || !rows || iters < 1) return usage(), 2;
+    if (prefill) return run_prefill(types, n_types, n_tok, iters, only_level);
 
     printf("matmul %zu x %zu, %zu token(s), best of %d, 1 thread; best level on this CPU: %s\n", rows, n, n_tok,
            iters, tkv__kernel_level_name(tkv__kernel_level_best()));

@@ -11,15 +11,24 @@ set(TKV_KERNEL_SOURCES
   src/kernels_scalar.c
   src/kernels_avx2.c
   src/kernels_avx512.c
+  src/gemm_avx2.c
+  src/gemm_avx512.c
   src/ops.c
 )
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   set_source_files_properties(src/kernels_avx2.c PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
-  set_source_files_properties(src/kernels_avx512.c PROPERTIES
+  set_source_files_properties(src/kernels_avx512.c src/gemm_avx512.c PROPERTIES
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c")
+  set_source_files_properties(src/gemm_avx2.c PROPERTIES
+    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
 endif()
+
+# The tiled products must equal the vec_dots bit for bit, float operations
+# included: no compiler may fuse a multiply and an add of its own accord
+# (gcc does not in ISO C mode; clang would by default).
+set_property(SOURCE ${TKV_KERNEL_SOURCES} APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=off")
 
 # Kernel benchmark (not a test): GFLOP/s and GB/s of vec_dot/matmul per type
 # and per level. `bench_kernels --help` for options.

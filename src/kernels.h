@@ -36,6 +36,20 @@ typedef enum tkv__kernel_level {
 typedef float (*tkv__vec_dot_fn)(size_t n, const void *w, const void *a);
 
 /*
+ * Batched products (prefill): for r < nr and t < n_tok,
+ *   y[t * ldy + r] = vec_dot(n, w + r * wrs, xq + t * xrs)
+ * with the vec_dot of the same table, bit for bit (the tiled kernels keep
+ * its integer lanes and its float operations in its order, per row and
+ * token). w: nr weight rows of wrs bytes; xq: n_tok activation rows of xrs
+ * bytes (quantized to the paired type); y: only the nr x n_tok entries above
+ * are written. Any alignment; n a multiple of the block size and at most
+ * TKV__GEMM_MAX_N; no allocation (under 80 KiB of stack; see src/gemm.h).
+ */
+#define TKV__GEMM_MAX_N 65536
+typedef void (*tkv__gemm_fn)(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+
+/*
  * Quantize n floats x to an activation type at y (row_size bytes, any
  * address); n a multiple of the block size. Every level gives bit-identical
  * output to the scalar code for finite inputs.
@@ -59,6 +73,9 @@ typedef struct tkv__kernels {
     const char *name; /* "scalar", "avx2", "avx512" */
     /* indexed by weight type; NULL for unsupported types */
     tkv__vec_dot_fn vec_dot[TKV_TYPE_COUNT];
+    /* indexed by weight type; NULL where the level has no tiled kernel (the
+       product then runs vec_dot per row and token) */
+    tkv__gemm_fn gemm[TKV_TYPE_COUNT];
     /* indexed by activation type (F32, F16, BF16, Q8_0, Q8_1, Q8_K); else NULL */
     tkv__quantize_fn quantize[TKV_TYPE_COUNT];
     tkv__rmsnorm_fn rmsnorm;

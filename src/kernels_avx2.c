@@ -10,6 +10,7 @@
  * Every load goes through the unaligned intrinsics or memcpy: blocks may sit
  * at any address.
  */
+#include "gemm.h"
 #include "kernels.h"
 #include "quant.h"
 
@@ -552,6 +553,15 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_K] = dot_q4_K,
             [TKV_TYPE_Q5_K] = dot_q5_K,
             [TKV_TYPE_Q6_K] = dot_q6_K,
+        },
+    /* tiled products (gemm_avx2.c), bit for bit these vec_dots */
+    .gemm =
+        {
+            [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx2,
+            [TKV_TYPE_Q4_0] = tkv__gemm_q4_0_avx2,
+            [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx2,
+            [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
+            [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,
         },
     .quantize =
         {

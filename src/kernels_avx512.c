@@ -15,6 +15,7 @@
  *
  * As in the AVX2 file, integer sums are exact and loads are unaligned.
  */
+#include "gemm.h"
 #include "kernels.h"
 #include "quant.h"
 
@@ -266,137 +267,18 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_K] = dot_q5_K,
             [TKV_TYPE_Q6_K] = dot_q6_K,
         },
+    /* tiled products (gemm_avx512.c), bit for bit these vec_dots */
+    .gemm =
+        {
+            [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx512,
+            [TKV_TYPE_Q4_0] = tkv__gemm_q4_0_avx512,
+            [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx512,
+            [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
+            [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,
+        },
 };
 
 #else /* not an x86-64 build with AVX-512 flags: an empty part, never selected */
-
-/* ---- quantized types: 256-bit VNNI ------------------------------------------------- */
-
-static inline int k_mins_dot(const uint8_t mins[8], const tkv__block_q8_K *y) {
-    const __m256i bs = LOAD256(Q8K_BSUMS(y));
-    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
-    const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)mins));
-    __m128i s = _mm_madd_epi16(m, pairs);
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
-static float dot_q8_0(size_t n, const void *w, const void *a) {
-    const tkv__block_q8_0 *x = w;
-    const tkv__block_q8_0 *y = a;
-    const size_t nb = n / TKV__QK;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256i p0 = dot_i8_256(LOAD256(x[i].qs), LOAD256(y[i].qs));
-        const __m256i p1 = dot_i8_256(LOAD256(x[i + 1].qs), LOAD256(y[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256i p = dot_i8_256(LOAD256(x[i].qs), LOAD256(y[i].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
-    }
-    return hsum256(_mm256_add_ps(acc0, acc1));
-}
-
-/* sum((q - 8) * y) = sum(q * y) - sum(8 * y), both unsigned x signed */
-static inline __m256i dot_q4_0_block(const tkv__block_q4_0 *x, const tkv__block_q8_0 *y) {
-    const __m256i yv = LOAD256(y->qs), z = _mm256_setzero_si256();
-    return _mm256_sub_epi32(_mm256_dpbusd_epi32(z, nibbles32(x->qs), yv), _mm256_dpbusd_epi32(z, _mm256_set1_epi8(8), yv));
-}
-
-static float dot_q4_0(size_t n, const void *w, const void *a) {
-    const tkv__block_q4_0 *x = w;
-    const tkv__block_q8_0 *y = a;
-    const size_t nb = n / TKV__QK;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256i p0 = dot_q4_0_block(&x[i], &y[i]), p1 = dot_q4_0_block(&x[i + 1], &y[i + 1]);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256i p = dot_q4_0_block(&x[i], &y[i]);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
-    }
-    return hsum256(_mm256_add_ps(acc0, acc1));
-}
-
-/* Q4_K / Q5_K: maddubs to int16 pairs, then vpdpwssd applies the group scale and accumulates. */
-static inline float dot_k(size_t n, const uint8_t *p, size_t bsize, const tkv__block_q8_K *y, int five) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    __m256 acc = _mm256_setzero_ps();
-    float accm = 0.0f;
-    uint8_t sm[16];
-    for (size_t i = 0; i < n / TKV__QK_K; i++, p += bsize) {
-        const tkv__block_q4_K *b4 = (const tkv__block_q4_K *)p;
-        const uint8_t *qs = five ? ((const tkv__block_q5_K *)p)->qs : b4->qs;
-        const float d = y[i].d * f16(b4->d), dmin = y[i].d * f16(b4->dmin);
-        tkv__quant_k4_unpack(b4->scales, sm);
-        __m256i h = five ? LOAD256(((const tkv__block_q5_K *)p)->qh) : _mm256_setzero_si256();
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = LOAD256(qs + 32 * c);
-            __m256i lo = _mm256_and_si256(q, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (five) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
-                h = _mm256_srli_epi16(h, 2);
-            }
-            sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(lo, LOAD256(y[i].qs + 64 * c)),
-                                       _mm256_set1_epi16(sm[2 * c]));
-            sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(hi, LOAD256(y[i].qs + 64 * c + 32)),
-                                       _mm256_set1_epi16(sm[2 * c + 1]));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        accm += dmin * (float)k_mins_dot(sm + 8, &y[i]);
-    }
-    return hsum256(acc) - accm;
-}
-
-static float dot_q4_K(size_t n, const void *w, const void *a) {
-    return dot_k(n, w, sizeof(tkv__block_q4_K), a, 0);
-}
-
-static float dot_q5_K(size_t n, const void *w, const void *a) {
-    return dot_k(n, w, sizeof(tkv__block_q5_K), a, 1);
-}
-
-static float dot_q6_K(size_t n, const void *w, const void *a) {
-    const tkv__block_q6_K *x = w;
-    const tkv__block_q8_K *y = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        const float d = y[i].d * f16(x[i].d);
-        /* start from -32 * sum_g scales[g] * bsums[g]: the q - 32 offset */
-        const __m256i corr = _mm256_madd_epi16(LOAD256(Q8K_BSUMS(&y[i])), _mm256_cvtepi8_epi16(LOAD128(x[i].scales)));
-        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
-        for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = LOAD256(x[i].ql + 64 * h), ql1 = LOAD256(x[i].ql + 64 * h + 32);
-            const __m256i qh = LOAD256(x[i].qh + 32 * h);
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-            for (int k = 0; k < 4; k++) {
-                const int g = 8 * h + 2 * k; /* groups g (low 128 bits) and g + 1 (high) */
-                const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x[i].scales[g + 1]), _mm_set1_epi16(x[i].scales[g]));
-                sumi = _mm256_dpwssd_epi32(sumi, _mm256_maddubs_epi16(q[k], LOAD256(y[i].qs + 128 * h + 32 * k)), sc);
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return hsum256(acc);
-}
 
 const tkv__kernels tkv__kernel_avx512_part = {.level = TKV__KERNEL_AVX512, .name = NULL};
 

@@ -82,14 +82,27 @@ void tkv__ops_quantize_acts(tkv_type wtype, const float *x, size_t n_tok, size_t
  */
 #define ROW_TILE 16
 
+/*
+ * From this many tokens on, products go to the level's tiled kernel where it
+ * has one (kernels.h: bit for bit the vec_dot, so the choice never changes a
+ * result). Below, unpacking the weights for the tile costs more than it
+ * saves.
+ */
+#define GEMM_MIN_TOK 3
+
 void tkv__ops_matmul(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
                      float *y, size_t ldy) {
-    const tkv__vec_dot_fn dot = tkv__kernel_get()->vec_dot[wtype];
+    const tkv__kernels *k = tkv__kernel_get();
+    const tkv__vec_dot_fn dot = k->vec_dot[wtype];
     assert(dot && r0 <= r1 && r1 <= ldy);
     const size_t wrs = tkv__quant_row_size(wtype, n);      /* bytes per weight row */
     const size_t xrs = tkv__ops_act_row_size(wtype, n);    /* bytes per activation row */
     const uint8_t *wb = w;                                 /* (n_rows, wrs) */
     const uint8_t *xb = xq;                                /* (n_tok, xrs) */
+    if (n_tok >= GEMM_MIN_TOK && k->gemm[wtype] && n > 0 && n <= TKV__GEMM_MAX_N) {
+        if (r1 > r0) k->gemm[wtype](n, wb + r0 * wrs, wrs, r1 - r0, xb, xrs, n_tok, y + r0, ldy);
+        return;
+    }
     for (size_t rt = r0; rt < r1; rt += ROW_TILE) {
         const size_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
         for (size_t t = 0; t < n_tok; t++) {

@@ -1,8 +1,9 @@
 /*
  * test_kernels.c — every SIMD kernel against its scalar twin: the dot
  * products of all weight types over random blocks and several row lengths,
- * the activation quantizers (bit for bit), the element-wise ops; and the
- * dispatch (levels, forcing a level).
+ * the tiled products against their level's dot product (bit for bit, at
+ * every tile edge), the activation quantizers (bit for bit), the
+ * element-wise ops; and the dispatch (levels, forcing a level).
  *
  * Levels the CPU lacks are skipped (and said so); the scalar table is
  * always there.
@@ -148,6 +149,14 @@ static void test_dispatch(void **state) {
             }
         }
         assert_true(t->rmsnorm && t->softmax && t->silu && t->swiglu);
+        /* tiled products: only beside a vec_dot; the SIMD levels have them for the prefill types */
+        for (int ty = 0; ty < TKV_TYPE_COUNT; ty++)
+            if (t->gemm[ty]) assert_non_null(t->vec_dot[ty]);
+        if (l == TKV__KERNEL_SCALAR)
+            for (int ty = 0; ty < TKV_TYPE_COUNT; ty++) assert_null(t->gemm[ty]);
+        else
+            assert_true(t->gemm[TKV_TYPE_Q8_0] && t->gemm[TKV_TYPE_Q4_0] && t->gemm[TKV_TYPE_Q4_K] && t->gemm[TKV_TYPE_Q5_K] &&
+                        t->gemm[TKV_TYPE_Q6_K]);
         assert_int_equal(tkv__kernel_force_level((tkv__kernel_level)l), 0);
         assert_int_equal(tkv__kernel_level_active(), l);
         assert_ptr_equal(tkv__kernel_get(), t);
@@ -301,6 +310,146 @@ static void test_vec_dot_extremes(void **state) {
     }
 }
 
+/* ---- tiled products (prefill) ---------------------------------------------------- */
+
+static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
+
+/*
+ * One product through a level's gemm entry against that level's vec_dot,
+ * bit for bit: rows [r0, r1) of a matrix of weights at w (row stride wrs)
+ * times the first n_tok of the activation rows at xq; y gets a sentinel
+ * first, and everything outside the product's rows and tokens must keep it.
+ */
+static void check_gemm_range(const tkv__kernels *k, tkv_type t, size_t n, const uint8_t *w, const uint8_t *xq,
+                             size_t n_tok, size_t r0, size_t r1, size_t ldy, float *y) {
+    const size_t wrs = tkv__quant_row_size(t, n), xrs = tkv__quant_row_size(tkv__quant_vec_dot_type(t), n);
+    const float sentinel = -7.25e30f;
+    for (size_t i = 0; i < (n_tok + 1) * ldy; i++) y[i] = sentinel;
+    k->gemm[t](n, w + r0 * wrs, wrs, r1 - r0, xq, xrs, n_tok, y + r0, ldy);
+    for (size_t tok = 0; tok <= n_tok; tok++)
+        for (size_t r = 0; r < ldy; r++) {
+            const float got = y[tok * ldy + r];
+            if (tok == n_tok || r < r0 || r >= r1) {
+                if (memcmp(&got, &sentinel, sizeof got) != 0)
+                    fail_msg("%s gemm %s n=%zu tokens=%zu rows [%zu, %zu): wrote y[%zu][%zu]", k->name, tkv_type_name(t), n,
+                             n_tok, r0, r1, tok, r);
+                continue;
+            }
+            const float want = k->vec_dot[t](n, w + r * wrs, xq + tok * xrs);
+            if (memcmp(&got, &want, sizeof got) != 0)
+                fail_msg("%s gemm %s n=%zu tokens=%zu rows [%zu, %zu): row %zu token %zu: %.9g, vec_dot %.9g", k->name,
+                         tkv_type_name(t), n, n_tok, r0, r1, r, tok, got, want);
+        }
+}
+
+/*
+ * Random weights and activations of row length n, at odd addresses; tiles
+ * at every edge: 1..17 tokens, row ranges of 1..16 rows at odd offsets;
+ * then batches long enough to cross chunks of tokens (big_tok) on a few
+ * rows. The row lengths (tests below) cover one chunk of K and several,
+ * odd block counts and the last chunk partial.
+ */
+static void check_gemm(const tkv__kernels *k, tkv_type t, size_t n, size_t big_tok) {
+    const tkv_type at = tkv__quant_vec_dot_type(t);
+    const size_t n_rows = 17, wrs = tkv__quant_row_size(t, n), xrs = tkv__quant_row_size(at, n);
+    const size_t max_tok = big_tok > 17 ? big_tok : 17, ldy = n_rows + 2;
+    uint8_t *wbuf = malloc(n_rows * wrs + 1), *xbuf = malloc(max_tok * xrs + 3);
+    float *x = malloc(n * sizeof(float)), *y = malloc((max_tok + 1) * ldy * sizeof(float));
+    assert_true(wbuf && xbuf && x && y);
+    uint8_t *w = wbuf + 1, *xq = xbuf + 3;
+    for (size_t r = 0; r < n_rows; r++) rnd_weights(t, w + r * wrs, n);
+    for (size_t tok = 0; tok < max_tok; tok++) {
+        rnd_acts(x, n);
+        tkv__quant_quantize_row(at, x, xq + tok * xrs, n);
+    }
+    static const size_t ranges[][2] = {{0, 1}, {3, 5}, {1, 4}, {0, 4}, {5, 10}, {2, 9}, {1, 14}, {0, 16}, {4, 17}};
+    for (size_t n_tok = 1; n_tok <= 17; n_tok++)
+        for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++)
+            check_gemm_range(k, t, n, w, xq, n_tok, ranges[ri][0], ranges[ri][1], ldy, y);
+    if (big_tok) {
+        check_gemm_range(k, t, n, w, xq, big_tok, 1, 6, ldy, y);
+        check_gemm_range(k, t, n, w, xq, big_tok - 5, 0, 17, ldy, y);
+    }
+    free(wbuf);
+    free(xbuf);
+    free(x);
+    free(y);
+}
+
+static void test_gemm_levels(void **state) {
+    (void)state;
+    /*
+     * 32-element blocks: chunks of K of 32 blocks (avx512; 64 for avx2),
+     * then chunks of up to 32 tokens (avx512; 64 for avx2), or of up to 256
+     * when K fits one chunk; the K types: chunks of 8 blocks, tables of
+     * 256 / blocks tiles of 4 tokens. Long batches (second number) cross
+     * chunks of tokens in both modes.
+     */
+    static const size_t lens32[][2] = {{32, 0},    {64, 0},   {96, 0},   {768, 300}, {1024, 0},
+                                       {1088, 40}, {2048, 0}, {2080, 0}, {4160, 70}};
+    static const size_t lens256[][2] = {{256, 0}, {512, 0}, {768, 0}, {2048, 130}, {2304, 70}, {256 * 17, 0}};
+    int levels = 0;
+    for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+        const tkv__kernels *k = tkv__kernel_table((tkv__kernel_level)l);
+        if (!k) continue;
+        for (size_t ti = 0; ti < sizeof gemm_types / sizeof gemm_types[0]; ti++) {
+            const tkv_type t = gemm_types[ti];
+            if (!k->gemm[t]) continue;
+            levels++;
+            const int k32 = tkv__quant_block_elems(t) == 32;
+            const size_t nl = k32 ? sizeof lens32 / sizeof lens32[0] : sizeof lens256 / sizeof lens256[0];
+            for (size_t li = 0; li < nl; li++) {
+                const size_t *len = k32 ? lens32[li] : lens256[li];
+                check_gemm(k, t, len[0], len[1]);
+            }
+        }
+    }
+    if (!levels) skip();
+}
+
+/* Extreme quants in the tiled products: weights at their limits, activations at +-127. */
+static void test_gemm_extremes(void **state) {
+    (void)state;
+    const size_t n = 2304, n_rows = 6, n_tok = 7, ldy = 8;
+    for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+        const tkv__kernels *k = tkv__kernel_table((tkv__kernel_level)l);
+        if (!k) continue;
+        for (size_t ti = 0; ti < sizeof gemm_types / sizeof gemm_types[0]; ti++) {
+            const tkv_type t = gemm_types[ti], at = tkv__quant_vec_dot_type(t);
+            if (!k->gemm[t]) continue;
+            const size_t wrs = tkv__quant_row_size(t, n), xrs = tkv__quant_row_size(at, n);
+            const size_t bsz = tkv__quant_row_size(t, tkv__quant_block_elems(t));
+            uint8_t *w = malloc(n_rows * wrs), *xq = malloc(n_tok * xrs);
+            float *x = malloc(n * sizeof(float)), y[8 * 8];
+            assert_true(w && xq && x);
+            for (size_t r = 0; r < n_rows; r++) {
+                uint8_t *row = w + r * wrs;
+                rnd_weights(t, row, n);
+                const uint8_t fill = (uint8_t[]){0x00, 0xff, 0x80, 0x7f, 0x80, 0xff}[r];
+                for (size_t b = 0; b < n / tkv__quant_block_elems(t); b++) {
+                    uint8_t *blk = row + b * bsz;
+                    size_t q0 = 2, q1 = bsz; /* the quant bytes of the block */
+                    if (t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K) q0 = 16;
+                    if (t == TKV_TYPE_Q6_K) q0 = 0, q1 = 192;
+                    memset(blk + q0, fill, q1 - q0);
+                    if (t == TKV_TYPE_Q6_K && r >= 4) memset(blk + 192, 0x80, 16); /* scales -128 */
+                    if ((t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K) && r >= 4) memset(blk + 4, 0xff, 12); /* scales, mins 63 */
+                }
+            }
+            for (size_t tok = 0; tok < n_tok; tok++) {
+                for (size_t i = 0; i < n; i++) x[i] = (i + tok) % 3 == 0 ? -1.0f : (tok % 2 ? 1.0f : 0.5f);
+                if (tok == 3)
+                    for (size_t i = 0; i < n; i++) x[i] = -1.0f; /* every quant -127 */
+                tkv__quant_quantize_row(at, x, xq + tok * xrs, n);
+            }
+            check_gemm_range(k, t, n, w, xq, n_tok, 0, n_rows, ldy, y);
+            free(w);
+            free(xq);
+            free(x);
+        }
+    }
+}
+
 /* ---- activation quantizers: bit-identical -------------------------------------------- */
 
 static void test_quantize_levels(void **state) {
@@ -427,6 +576,8 @@ int main(void) {
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_vec_dot_levels),
         cmocka_unit_test(test_vec_dot_extremes),
+        cmocka_unit_test(test_gemm_levels),
+        cmocka_unit_test(test_gemm_extremes),
         cmocka_unit_test(test_quantize_levels),
         cmocka_unit_test(test_ops_levels),
     };

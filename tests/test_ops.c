@@ -271,12 +271,15 @@ static void test_matmul(void **state) {
     (void)state;
     const tkv_type types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1,
                               TKV_TYPE_Q5_0, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
-    const size_t n = 512, n_rows = 37, n_tok = 5, ldy = 41;
-    float x[5 * 512], y[5 * 41], wf[512], xf[512];
+    /* 1 and 2 tokens run vec_dot per pair, 3 and more the tiled products where a level has them */
+    const size_t n = 512, n_rows = 37, ldy = 41, toks[] = {1, 2, 3, 5, 9};
+    float x[9 * 512], y[9 * 41], wf[512], xf[512];
     FOR_EACH_LEVEL(l) {
         const tkv__kernels *k = tkv__kernel_get();
-        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-            const tkv_type t = types[ti];
+        const size_t n_toks = sizeof toks / sizeof toks[0];
+        for (size_t c = 0; c < n_toks * (sizeof types / sizeof types[0]); c++) { /* every type, every batch size */
+            const size_t n_tok = toks[c % n_toks];
+            const tkv_type t = types[c / n_toks];
             const size_t wrs = tkv__quant_row_size(t, n), xrs = tkv__ops_act_row_size(t, n);
             assert_int_equal(xrs, tkv__quant_row_size(tkv__quant_vec_dot_type(t), n));
             uint8_t *w = malloc(n_rows * wrs), *xq = malloc(n_tok * xrs + 1);

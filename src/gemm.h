@@ -1,0 +1,58 @@
+/*
+ * gemm.h — tiled (register-blocked) products of several weight rows with
+ * several tokens, for prefill: the tkv__gemm_fn entries of the kernel tables
+ * (kernels.h), defined in gemm_avx2.c and gemm_avx512.c, each compiled with
+ * its level's -m flags and reached only through a table the CPU supports.
+ *
+ * Contract (kernels.h): y[t * ldy + r] equals the same level's vec_dot of
+ * weight row r and token t, bit for bit. The vec_dots of Q8_0, Q4_0, Q4_K,
+ * Q5_K and Q6_K (avx2 and avx512 alike) keep, per (row, token), 8 int32 lanes per
+ * block (lane j sums products of elements 4j..4j+3 of each 32-element group,
+ * times group scales), convert them to float and fma them with the block's
+ * scale product into 8 float lanes (Q8_0/Q4_0: two accumulators, even and
+ * odd blocks), then add the lanes as ((v0+v4) + (v2+v6)) + ((v1+v5) +
+ * (v3+v7)); Q4_K and Q5_K also subtract a scalar sum of dmin * (mins .
+ * bsums). The
+ * tiled kernels compute the same integer lanes (any exact integer route to
+ * the same lane value is the same value) and do the same float operations in
+ * the same order, only for many (row, token) pairs at once.
+ *
+ * How the work is laid out (both levels):
+ *   - weights are unpacked once per call into a "panel" per group of rows and
+ *     chunk of K, on the stack: quants as bytes ready for the multiply, the
+ *     per-lane scales and corrections, fp16 scales as floats;
+ *   - activations are read in place (broadcast loads), with a small table of
+ *     per-token values built once per chunk of tokens;
+ *   - a tile of rows x tokens keeps one accumulator register per pair;
+ *   - the K dimension is cut into chunks whose panel stays in L1; the tile's
+ *     accumulators go to a stash between chunks.
+ * Tile shapes are described in each file. Stack use is below 80 KiB.
+ */
+#ifndef TKV_GEMM_H
+#define TKV_GEMM_H
+
+#include <stddef.h>
+
+void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+
+void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+
+#endif
