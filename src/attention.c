@@ -48,7 +48,17 @@ static void scale_scalar(uint16_t *acc, float s, size_t n) {
     for (size_t i = 0; i < n; i++) acc[i] = tkv__quant_f32_to_f16(tkv__quant_f16_to_f32(acc[i]) * s);
 }
 
-static const tkv__attn_ops scalar_ops = {dot_scalar, mad_scalar, scale_scalar};
+static float dot_f32_scalar(const float *q, const uint16_t *k, size_t n) {
+    float s = 0;
+    for (size_t i = 0; i < n; i++) s += q[i] * tkv__quant_f16_to_f32(k[i]);
+    return s;
+}
+
+static void mad_f32_scalar(float *acc, const uint16_t *v, float w, size_t n) {
+    for (size_t i = 0; i < n; i++) acc[i] += w * tkv__quant_f16_to_f32(v[i]);
+}
+
+static const tkv__attn_ops scalar_ops = {dot_scalar, mad_scalar, scale_scalar, dot_f32_scalar, mad_f32_scalar};
 
 const tkv__attn_ops *tkv__attn_scalar(void) { return &scalar_ops; }
 
@@ -102,7 +112,24 @@ AVX2 static void scale_avx2(uint16_t *acc, float s, size_t n) {
     scale_scalar(acc + i, s, n - i);
 }
 
-static const tkv__attn_ops avx2_ops = {dot_avx2, mad_avx2, scale_avx2};
+AVX2 static float dot_f32_avx2(const float *q, const uint16_t *k, size_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), acc);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    float s = _mm_cvtss_f32(_mm_add_ss(s4, _mm_shuffle_ps(s4, s4, 1)));
+    return s + dot_f32_scalar(q + i, k + i, n - i);
+}
+
+AVX2 static void mad_f32_avx2(float *acc, const uint16_t *v, float w, size_t n) {
+    const __m256 vw = _mm256_set1_ps(w);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(load8(v + i), vw, _mm256_loadu_ps(acc + i)));
+    mad_f32_scalar(acc + i, v + i, w, n - i);
+}
+
+static const tkv__attn_ops avx2_ops = {dot_avx2, mad_avx2, scale_avx2, dot_f32_avx2, mad_f32_avx2};
 #endif
 
 const tkv__attn_ops *tkv__attn_get(void) {

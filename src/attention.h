@@ -24,6 +24,9 @@ typedef struct tkv__attn_ops {
     float (*dot)(const uint16_t *q, const uint16_t *k, size_t n);
     void (*mad)(uint16_t *acc, const uint16_t *v, float w, size_t n);
     void (*scale)(uint16_t *acc, float s, size_t n);
+    /* the float forms used for long batches (prefill): any summation order */
+    float (*dot_f32)(const float *q, const uint16_t *k, size_t n);       /* sum q[i] k[i] */
+    void (*mad_f32)(float *acc, const uint16_t *v, float w, size_t n);   /* acc += w v */
 } tkv__attn_ops;
 
 /* The best version this CPU runs (and the kernel level allows). */

@@ -53,7 +53,8 @@ struct tkv__fwd {
     float *up;   /* (n_batch, n_ff) */
     float *cs;   /* (n_batch, n_rot) RoPE cos/sin per token */
     uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
-    float *attn_scratch; /* (n_threads, 2 * hd) per thread: output accumulator and q */
+    float *attn_scratch; /* (n_threads, attn_scratch_per_thread): q/accumulator, or one weight per cell */
+    size_t attn_scratch_per_thread;
     int n_threads;
 };
 
@@ -78,7 +79,6 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->n_ff = hp->n_ff;
     f->n_rot = hp->n_rot;
     f->n_vocab = hp->n_vocab;
-    (void)n_cells; /* attention runs in one pass: no per-cell scratch */
     f->n_threads = n_threads;
     const size_t B = n_batch;
     size_t widest = f->n_embd > f->n_q ? f->n_embd : f->n_q;
@@ -94,7 +94,8 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->up = tkv__malloc(B * f->n_ff * sizeof(float));
     f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     f->xq = tkv__malloc(B * widest * sizeof(float)); /* F32 acts are the widest form */
-    f->attn_scratch = tkv__malloc((size_t)n_threads * 2 * f->hd * sizeof(float));
+    f->attn_scratch_per_thread = (n_cells > 2 * f->hd ? n_cells : 2 * f->hd) + 64;
+    f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
         !f->attn_scratch) {
         tkv__fwd_free(f);
@@ -221,6 +222,31 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
     for (size_t i = 0; i < hd; i++) out[i] = tkv__quant_f16_to_f32(acc[i]) / S;
 }
 
+/*
+ * Long batches (prefill): the scores of all cells first, one softmax (SIMD
+ * exp), then the weighted sum of V, all in float, as the reference's tiled
+ * prefill path does. Not bit-identical to the one-pass F16 form above, and
+ * several times faster: per cell it does vector work only, no libm call.
+ */
+static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *scratch) {
+    const tkv__fwd *f = P->f;
+    const tkv__kvcache *kv = P->kv;
+    const tkv_hparams *hp = &f->m->hp;
+    const tkv__attn_ops *ops = P->attn;
+    const size_t hd = f->hd, koff = hq / (hp->n_head / hp->n_head_kv) * hd;
+    const float *q = f->q + (size_t)t * f->n_q + hq * hd;
+    const uint32_t *cells = P->b->cells[t];
+    const size_t n = (size_t)P->b->pos[t] + 1;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *w = scratch; /* (n) */
+    for (size_t j = 0; j < n; j++)
+        w[j] = ops->dot_f32(q, (const uint16_t *)tkv__kv_k(kv, layer, cells[j]) + koff, hd) * scale;
+    tkv__ops_softmax(w, n);
+    float *out = f->att + (size_t)t * f->n_q + hq * hd;
+    memset(out, 0, hd * sizeof *out);
+    for (size_t j = 0; j < n; j++) ops->mad_f32(out, (const uint16_t *)tkv__kv_v(kv, layer, cells[j]) + koff, w[j], hd);
+}
+
 /* The same with an F32 cache, in float. */
 static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *acc) {
     const tkv__fwd *f = P->f;
@@ -292,10 +318,14 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     /* attention, one (token, head) pair at a time          att: (n, n_q) */
     size_t p0, p1;
     tkv__split((size_t)n * hp->n_head, ith, nth, &p0, &p1);
-    float *scratch = f->attn_scratch + (size_t)ith * 2 * f->hd;
+    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
+    const bool batched = n >= TKV__ATTN_BATCHED_MIN;
     for (size_t p = p0; p < p1; p++) {
-        if (P->kv->type == TKV_TYPE_F16) attend_f16(P, l, (uint32_t)(p / hp->n_head), p % hp->n_head, scratch);
-        else attend_f32(P, l, (uint32_t)(p / hp->n_head), p % hp->n_head, scratch);
+        const uint32_t t = (uint32_t)(p / hp->n_head);
+        const size_t hq = p % hp->n_head;
+        if (P->kv->type != TKV_TYPE_F16) attend_f32(P, l, t, hq, scratch);
+        else if (batched) attend_f16_batched(P, l, t, hq, scratch);
+        else attend_f16(P, l, t, hq, scratch);
     }
     tkv__pool_barrier(P->pool);
 

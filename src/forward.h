@@ -8,6 +8,14 @@
 #include "model.h"
 #include "threadpool.h"
 
+/*
+ * Batches of at least this many tokens attend in float with one softmax per
+ * (token, head) (the reference's prefill form); shorter ones in the
+ * reference's one-pass F16 form, which it uses for decoding and short
+ * batches and which its reference logits were made with.
+ */
+#define TKV__ATTN_BATCHED_MIN 32
+
 /* Scratch for forward passes of up to n_batch tokens (sized once). */
 typedef struct tkv__fwd tkv__fwd;
 

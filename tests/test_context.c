@@ -7,7 +7,10 @@
  * The oracle for logits is the engine itself in the plainest setting: one
  * sequence, one batch, a fresh context. Per-token results do not depend on
  * the batch around a token (products are per row, attention per token), so
- * those comparisons are exact.
+ * those comparisons are exact, as long as every forward pass is shorter
+ * than TKV__ATTN_BATCHED_MIN (longer ones attend in float, see forward.h):
+ * the contexts here use n_batch 16. test_batched_attention compares the two
+ * forms.
  */
 #include "testutil.h"
 
@@ -68,7 +71,7 @@ static tkv_status decode_seq(tkv_context *ctx, tkv_seq seq, const tkv_token *t, 
 
 /* The logits of one sequence decoded alone, in one batch, in a fresh context. */
 static float *oracle(const tkv_token *t, size_t n) {
-    tkv_context *ctx = new_ctx(256, 512, 1);
+    tkv_context *ctx = new_ctx(256, 16, 1);
     float *out = malloc(n * n_vocab * sizeof *out);
     assert_int_equal(decode_seq(ctx, 0, t, n, out), TKV_OK);
     tkv_context_free(ctx);
@@ -111,7 +114,7 @@ static void test_interleaved_sequences(void **state) {
     tkv_seq bs[3 * N];
     for (int i = 0; i < N; i++)
         for (int s = 0; s < 3; s++) bt[3 * i + s] = t[s][i], bp[3 * i + s] = i, bs[3 * i + s] = s + 2;
-    tkv_context *ctx = new_ctx(128, 512, 2);
+    tkv_context *ctx = new_ctx(128, 16, 2);
     tkv_batch b = {3 * N, bt, bp, bs, NULL};
     bool all[3 * N];
     for (int i = 0; i < 3 * N; i++) all[i] = true;
@@ -184,6 +187,26 @@ static void test_truncate_and_regrow(void **state) {
     assert_int_equal(tkv_cache_check(ctx), TKV_OK);
     assert_int_equal(tkv_seq_truncate(ctx, 99, 0), TKV_ERR_INVALID);
     assert_int_equal(tkv_seq_truncate(ctx, 0, -1), TKV_ERR_INVALID);
+    free(got);
+    free(want);
+    tkv_context_free(ctx);
+}
+
+/* Long forward passes attend in float (one softmax) rather than in the F16
+   one-pass form: the two agree within F16's rounding. */
+static void test_batched_attention(void **state) {
+    (void)state;
+    enum { N = 60 };
+    tkv_token t[N];
+    tokens(t, N, 11);
+    float *want = oracle(t, N); /* chunks of 16: the F16 form */
+    float *got = malloc(N * n_vocab * sizeof *got);
+    tkv_context *ctx = new_ctx(128, 64, 2); /* one pass of 60 */
+    assert_int_equal(decode_seq(ctx, 0, t, N, got), TKV_OK);
+    double worst = 0;
+    for (size_t i = 0; i < N * n_vocab; i++) worst = fmax(worst, fabs(got[i] - want[i]) / (1 + fabs(want[i])));
+    assert_true(worst < 1e-2);
+    assert_true(worst > 0); /* the forms do differ: this test compares two paths */
     free(got);
     free(want);
     tkv_context_free(ctx);
@@ -289,7 +312,7 @@ static void test_allocation_failures(void **state) {
     float *want = oracle(t, N);
     float *got = malloc(N * n_vocab * sizeof *got);
     for (long k = 0;; k++) {
-        tkv_context *ctx = new_ctx(128, 32, 2);
+        tkv_context *ctx = new_ctx(128, 16, 2);
         assert_int_equal(decode_seq(ctx, 0, t, 10, NULL), TKV_OK);
         snapshot before = snap(ctx);
         tkv__alloc_fail_after(k);
@@ -372,6 +395,7 @@ int main(void) {
         cmocka_unit_test(test_interleaved_sequences),
         cmocka_unit_test(test_chunks_threads_and_steps),
         cmocka_unit_test(test_truncate_and_regrow),
+        cmocka_unit_test(test_batched_attention),
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_abort_at_each_layer),
         cmocka_unit_test(test_allocation_failures),
