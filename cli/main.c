@@ -13,7 +13,9 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
+    {"bench", cmd_bench, "measure prompt processing and generation speed"},
     {"inspect", cmd_inspect, "show a GGUF file's architecture, tokenizer and tensors"},
+    {"mkmodel", cmd_mkmodel, "write a random-weight llama model of any shape and type"},
     {"run", cmd_run, "generate text from a prompt"},
     {"tokenize", cmd_tokenize, "turn text into token ids"},
 };

@@ -1,0 +1,329 @@
+/*
+ * bench.c — `tokenkv bench`: prompt processing and generation throughput,
+ * measured the way the reference's llama-bench measures them, through the
+ * public API only.
+ *
+ *   ppP  one batch of P random tokens into an empty sequence (logits for
+ *        the last token only): P / time of the tkv_decode.
+ *   tgN  N random tokens decoded one at a time into an empty sequence:
+ *        N / total time.
+ *
+ * Each test runs once to warm up (caches, page faults of the mapped
+ * weights, the thread pool) and then R times; the figure is the mean of the
+ * R throughputs and their sample standard deviation. Fresh random tokens on
+ * every run, so no run can reuse another's cached prefix.
+ */
+#include "cli.h"
+#include "tokenkv.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const bench_help =
+    "usage: tokenkv bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [--json]\n"
+    "\n"
+    "Measure prompt processing (one batch of -p random tokens) and token generation\n"
+    "(-n random tokens one at a time) in tokens per second: mean and standard\n"
+    "deviation over REPS runs after one warm-up run. Prints a markdown table, or\n"
+    "with --json one JSON object per test per line.\n"
+    "\n"
+    "  -m, --model MODEL       a GGUF model\n"
+    "  -p, --n-prompt N        prompt tokens, 0 = skip the test (default 512)\n"
+    "  -n, --n-gen N           generated tokens, 0 = skip the test (default 128)\n"
+    "  -t, --threads N         threads (default 2)\n"
+    "  -r, --repetitions N     measured runs per test (default 3)\n"
+    "  --json                  one JSON object per test per line\n"
+    "  -h, --help              show this help\n";
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static bool parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
+    char *end = (char *)v;
+    long x = (v[0] >= '0' && v[0] <= '9') ? strtol(v, &end, 10) : -1;
+    if (x < lo || x > hi || *end) {
+        fprintf(stderr, "tokenkv bench: %s: '%s' is not an integer in [%ld, %ld]\n", opt, v, lo, hi);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+/* ---- the model's description (as llama-bench's columns) ----------------------- */
+
+typedef struct model_facts {
+    const char *file;   /* base name of the path */
+    uint64_t size;      /* bytes of all tensors */
+    uint64_t params;    /* elements of all tensors */
+    char type[16];      /* "Q4_K_M", or the dominant tensor type */
+} model_facts;
+
+/* Names of the reference's general.file_type numbers that tokenkv can run. */
+static const char *ftype_name(int64_t ft) {
+    switch (ft) {
+    case 0: return "F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 14: return "Q4_K_S";
+    case 15: return "Q4_K_M";
+    case 16: return "Q5_K_S";
+    case 17: return "Q5_K_M";
+    case 18: return "Q6_K";
+    case 32: return "BF16";
+    default: return NULL;
+    }
+}
+
+static void describe(const tkv_model *m, const char *path, model_facts *f) {
+    const char *slash = strrchr(path, '/');
+    f->file = slash ? slash + 1 : path;
+    f->size = f->params = 0;
+    uint64_t by_type[TKV_TYPE_COUNT] = {0};
+    for (size_t i = 0; i < tkv_model_tensor_count(m); i++) {
+        tkv_tensor_info ti;
+        if (tkv_model_tensor_at(m, i, &ti)) continue;
+        f->size += ti.n_bytes;
+        f->params += ti.n_elems;
+        if ((unsigned)ti.type < TKV_TYPE_COUNT && ti.n_dims >= 2) by_type[ti.type] += ti.n_bytes;
+    }
+    int64_t ft;
+    const char *name = tkv_model_meta_int(m, "general.file_type", &ft) == TKV_OK ? ftype_name(ft) : NULL;
+    if (!name) { /* no (known) file type: the type holding most matrix bytes */
+        int best = 0;
+        for (int t = 1; t < TKV_TYPE_COUNT; t++)
+            if (by_type[t] > by_type[best]) best = t;
+        name = tkv_type_name((tkv_type)best);
+    }
+    snprintf(f->type, sizeof f->type, "%s", name ? name : "?");
+}
+
+static void human_size(uint64_t bytes, char *buf, size_t cap) {
+    const double mib = (double)bytes / (1024.0 * 1024.0);
+    if (mib >= 1024.0) snprintf(buf, cap, "%.2f GiB", mib / 1024.0);
+    else snprintf(buf, cap, "%.2f MiB", mib);
+}
+
+static void human_params(uint64_t n, char *buf, size_t cap) {
+    if (n >= 1000000000ull) snprintf(buf, cap, "%.2f B", (double)n / 1e9);
+    else if (n >= 1000000ull) snprintf(buf, cap, "%.2f M", (double)n / 1e6);
+    else snprintf(buf, cap, "%.2f K", (double)n / 1e3);
+}
+
+/* ---- the runs ------------------------------------------------------------------------ */
+
+typedef struct bench {
+    tkv_context *ctx;
+    uint32_t n_vocab;
+    uint64_t rng;
+    tkv_token *tok; /* (max(p, 1)) */
+    tkv_pos *pos;   /* (max(p, 1)) */
+    tkv_seq *seq;   /* (max(p, 1)), all 0 */
+} bench;
+
+static tkv_token random_token(bench *b) {
+    b->rng = b->rng * 6364136223846793005ull + 1442695040888963407ull; /* LCG; top bits are good enough */
+    return (tkv_token)((b->rng >> 33) % b->n_vocab);
+}
+
+/* One prompt-processing run: seconds of one tkv_decode of p tokens, < 0 on failure. */
+static double run_pp(bench *b, size_t p) {
+    if (tkv_seq_clear(b->ctx, 0) != TKV_OK) return -1;
+    for (size_t i = 0; i < p; i++) b->tok[i] = random_token(b), b->pos[i] = (tkv_pos)i;
+    tkv_batch batch = {p, b->tok, b->pos, b->seq, NULL};
+    double t0 = now();
+    if (tkv_decode(b->ctx, &batch) != TKV_OK) return -1;
+    return now() - t0;
+}
+
+/* One generation run: seconds of n single-token decodes, < 0 on failure. */
+static double run_tg(bench *b, size_t n) {
+    if (tkv_seq_clear(b->ctx, 0) != TKV_OK) return -1;
+    double t0 = now();
+    for (size_t i = 0; i < n; i++) {
+        tkv_token t = random_token(b);
+        tkv_pos p = (tkv_pos)i;
+        tkv_seq s = 0;
+        tkv_batch one = {1, &t, &p, &s, NULL};
+        if (tkv_decode(b->ctx, &one) != TKV_OK) return -1;
+    }
+    return now() - t0;
+}
+
+typedef struct result {
+    char test[32];
+    size_t n_tokens;
+    double mean, stddev; /* tokens per second */
+} result;
+
+/* Warm-up plus reps runs of one test; false (message printed) on failure. */
+static bool measure(bench *b, bool prompt, size_t n, int reps, result *r) {
+    snprintf(r->test, sizeof r->test, "%s%zu", prompt ? "pp" : "tg", n);
+    r->n_tokens = n;
+    double sum = 0, sum2 = 0;
+    for (int i = -1; i < reps; i++) {
+        const double s = prompt ? run_pp(b, n) : run_tg(b, n);
+        if (s < 0) {
+            cli_fail("bench", "%s: %s", r->test, tkv_last_error(b->ctx));
+            return false;
+        }
+        if (i < 0) continue; /* the warm-up */
+        const double tps = (double)n / (s > 0 ? s : 1e-9);
+        sum += tps;
+        sum2 += tps * tps;
+    }
+    r->mean = sum / reps;
+    const double var = reps > 1 ? (sum2 - sum * sum / reps) / (reps - 1) : 0.0;
+    r->stddev = var > 0 ? sqrt(var) : 0.0;
+    return true;
+}
+
+/* ---- output ------------------------------------------------------------------------------ */
+
+static void print_header(void) {
+    printf("| %-30s | %10s | %10s | %-8s | %7s | %8s | %20s |\n", "model", "size", "params", "type", "threads", "test",
+           "t/s");
+    printf("| %s | %s: | %s: | %s | %s: | %s: | %s: |\n", "------------------------------", "---------",
+           "---------", "--------", "------", "-------", "-------------------");
+}
+
+static void print_row(const model_facts *f, int threads, const result *r) {
+    char size[32], params[32], tps[48];
+    human_size(f->size, size, sizeof size);
+    human_params(f->params, params, sizeof params);
+    snprintf(tps, sizeof tps, "%.2f ± %.2f", r->mean, r->stddev);
+    /* "±" is two bytes in UTF-8: widen the field by one so the columns line up */
+    printf("| %-30s | %10s | %10s | %-8s | %7d | %8s | %21s |\n", f->file, size, params, f->type, threads, r->test, tps);
+    fflush(stdout);
+}
+
+static double round2(double v) { return round(v * 100.0) / 100.0; }
+
+static bool print_json(const model_facts *f, int threads, int reps, const result *r) {
+    json_t *o = json_object();
+    if (!o) return false;
+    json_object_set_new(o, "test", json_string(r->test));
+    json_object_set_new(o, "tokens_per_second", json_real(round2(r->mean)));
+    json_object_set_new(o, "stddev", json_real(round2(r->stddev)));
+    json_object_set_new(o, "n_tokens", json_integer((json_int_t)r->n_tokens));
+    json_object_set_new(o, "repetitions", json_integer(reps));
+    json_object_set_new(o, "threads", json_integer(threads));
+    json_object_set_new(o, "model", json_string(f->file));
+    json_object_set_new(o, "type", json_string(f->type));
+    json_object_set_new(o, "model_size", json_integer((json_int_t)f->size));
+    json_object_set_new(o, "params", json_integer((json_int_t)f->params));
+    char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+    json_decref(o);
+    if (!s) return false;
+    puts(s);
+    fflush(stdout);
+    free(s);
+    return true;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL;
+    long n_prompt = 512, n_gen = 128, threads = 2, reps = 3;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(bench_help, stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--json")) {
+            json = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "tokenkv bench: unknown option or missing value: '%s'\n%s", a, bench_help);
+            return 2;
+        }
+        i++;
+        bool ok = true;
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
+        else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) ok = parse_int(a, v, 0, 1 << 20, &n_prompt);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) ok = parse_int(a, v, 0, 1 << 20, &n_gen);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = parse_int(a, v, 1, 1024, &threads);
+        else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) ok = parse_int(a, v, 1, 1000, &reps);
+        else {
+            fprintf(stderr, "tokenkv bench: unknown option '%s'\n%s", a, bench_help);
+            return 2;
+        }
+        if (!ok) return 2;
+    }
+    if (!model_path) {
+        fprintf(stderr, "tokenkv bench: -m MODEL is required\n%s", bench_help);
+        return 2;
+    }
+    if (n_prompt == 0 && n_gen == 0) {
+        fprintf(stderr, "tokenkv bench: nothing to measure (-p 0 and -n 0)\n");
+        return 2;
+    }
+
+    int rc = 1;
+    tkv_model *m = NULL;
+    bench b = {0};
+    if (tkv_model_load(model_path, NULL, &m) != TKV_OK) {
+        cli_fail("bench", "%s", tkv_last_error(NULL));
+        goto done;
+    }
+    tkv_hparams hp;
+    if (tkv_model_hparams(m, &hp) != TKV_OK) {
+        cli_fail("bench", "%s", tkv_last_error(NULL));
+        goto done;
+    }
+    model_facts facts;
+    describe(m, model_path, &facts);
+    tkv_context_params cp = tkv_context_default_params();
+    cp.n_cells = (uint32_t)(n_prompt + n_gen); /* one sequence at a time needs max(p, n); p + n leaves room */
+    cp.n_seq_max = 1;
+    cp.n_threads = (int)threads;
+    if (tkv_context_create(m, &cp, &b.ctx) != TKV_OK) {
+        cli_fail("bench", "%s", tkv_last_error(NULL));
+        goto done;
+    }
+    b.n_vocab = hp.n_vocab;
+    b.rng = 0x853c49e6748fea9bull;
+    const size_t cap = n_prompt > 0 ? (size_t)n_prompt : 1;
+    b.tok = malloc(cap * sizeof *b.tok);
+    b.pos = malloc(cap * sizeof *b.pos);
+    b.seq = calloc(cap, sizeof *b.seq);
+    if (!b.tok || !b.pos || !b.seq) {
+        cli_fail("bench", "out of memory");
+        goto done;
+    }
+    if (!json) print_header();
+    for (int test = 0; test < 2; test++) {
+        const size_t n = (size_t)(test == 0 ? n_prompt : n_gen);
+        if (n == 0) continue;
+        result r;
+        if (!measure(&b, test == 0, n, (int)reps, &r)) goto done;
+        if (json) {
+            if (!print_json(&facts, (int)threads, (int)reps, &r)) {
+                cli_fail("bench", "out of memory");
+                goto done;
+            }
+        } else {
+            print_row(&facts, (int)threads, &r);
+        }
+    }
+    rc = 0;
+done:
+    free(b.tok);
+    free(b.pos);
+    free(b.seq);
+    tkv_context_free(b.ctx);
+    tkv_model_free(m);
+    return rc;
+}
