@@ -43,7 +43,7 @@ static inline void cpu_relax(void) {
 /* Spin politely: after a while yield the CPU, so a thread we wait for that
    the OS has descheduled (more threads than free cores) can run. */
 static inline void spin_wait(unsigned *spins) {
-    if (++*spins < 2000) cpu_relax();
+    if (++*spins < 20000) cpu_relax();
     else sched_yield();
 }
 
