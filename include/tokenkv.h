@@ -453,7 +453,8 @@ typedef struct tkv_context_params {
     uint32_t n_seq_max; /**< sequence ids 0..n_seq_max-1; default 256 */
     uint32_t n_batch;   /**< tokens per forward pass; longer batches are split; default 512 */
     int n_threads;      /**< default: the number of online CPUs */
-    tkv_type kv_type;   /**< TKV_TYPE_F16 (default) or TKV_TYPE_F32 */
+    tkv_type kv_type;   /**< TKV_TYPE_F16 (default), TKV_TYPE_F32, or TKV_TYPE_Q8_0 (half
+                             the memory; needs K/V rows of a multiple of 32) */
     tkv_abort_fn abort_cb; /**< optional */
     void *abort_user;
 } tkv_context_params;

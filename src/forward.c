@@ -94,7 +94,11 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->up = tkv__malloc(B * f->n_ff * sizeof(float));
     f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     f->xq = tkv__malloc(B * widest * sizeof(float)); /* F32 acts are the widest form */
-    f->attn_scratch_per_thread = (n_cells > 2 * f->hd ? n_cells : 2 * f->hd) + 64;
+    /* one weight per cell (prefill), or q/accumulator (F16), or the
+       accumulator and a Q8_0 cell's K and V rows expanded */
+    f->attn_scratch_per_thread = n_cells;
+    if (f->attn_scratch_per_thread < f->hd + 2 * f->n_kv) f->attn_scratch_per_thread = f->hd + 2 * f->n_kv;
+    f->attn_scratch_per_thread += 64;
     f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
         !f->attn_scratch) {
@@ -174,6 +178,8 @@ static void add_bias(float *y, const tkv__tensor *b, size_t n) {
 static void store_row(const tkv__kvcache *kv, void *dst, const float *src) {
     if (kv->type == TKV_TYPE_F32) {
         memcpy(dst, src, kv->n_embd_kv * sizeof(float));
+    } else if (kv->type == TKV_TYPE_Q8_0) {
+        tkv__quant_quantize_row(TKV_TYPE_Q8_0, src, dst, kv->n_embd_kv);
     } else {
         uint16_t *d = dst;
         for (size_t i = 0; i < kv->n_embd_kv; i++) d[i] = tkv__quant_f32_to_f16(src[i]);
@@ -247,7 +253,8 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t, size_t
     for (size_t j = 0; j < n; j++) ops->mad_f32(out, (const uint16_t *)tkv__kv_v(kv, layer, cells[j]) + koff, w[j], hd);
 }
 
-/* The same with an F32 cache, in float. */
+/* The running softmax in float over rows of an F32 cache, or of a Q8_0
+   cache expanded row by row into `row` (n_embd_kv floats). */
 static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *acc) {
     const tkv__fwd *f = P->f;
     const tkv__kvcache *kv = P->kv;
@@ -259,9 +266,17 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
     const float scale = 1.0f / sqrtf((float)hd);
     float M = -INFINITY, S = 0;
     memset(acc, 0, hd * sizeof *acc);
+    const bool q8 = kv->type == TKV_TYPE_Q8_0;
+    float *row = acc + hd; /* (2, n_embd_kv) a Q8_0 cell's K and V, expanded */
     for (size_t j = 0; j < n; j++) {
         const float *k = (const float *)tkv__kv_k(kv, layer, cells[j]) + koff;
         const float *v = (const float *)tkv__kv_v(kv, layer, cells[j]) + koff;
+        if (q8) {
+            tkv__quant_dequantize_row(TKV_TYPE_Q8_0, tkv__kv_k(kv, layer, cells[j]), row, kv->n_embd_kv);
+            tkv__quant_dequantize_row(TKV_TYPE_Q8_0, tkv__kv_v(kv, layer, cells[j]), row + kv->n_embd_kv, kv->n_embd_kv);
+            k = row + koff;
+            v = row + kv->n_embd_kv + koff;
+        }
         double sd = 0;
         for (size_t i = 0; i < hd; i++) sd += (double)q[i] * k[i];
         const float s = (float)sd * scale;

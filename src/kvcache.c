@@ -11,8 +11,12 @@
 
 tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv, tkv_type type, uint32_t n_seq,
                           tkv__kvcache **out) {
-    if (type != TKV_TYPE_F16 && type != TKV_TYPE_F32)
-        return tkv__fail(TKV_ERR_UNSUPPORTED, "KV cache type %s is not supported (F16, F32)", tkv_type_name(type));
+    if (type != TKV_TYPE_F16 && type != TKV_TYPE_F32 && type != TKV_TYPE_Q8_0)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "KV cache type %s is not supported (F16, F32, Q8_0)",
+                         tkv_type_name(type) ? tkv_type_name(type) : "?");
+    if (type == TKV_TYPE_Q8_0 && n_embd_kv % 32)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "KV cache type Q8_0 needs K/V rows of a multiple of 32 (this model: %u)",
+                         n_embd_kv);
     if (!n_cells || !n_seq) return tkv__fail(TKV_ERR_INVALID, "KV cache: n_cells and n_seq_max must be > 0");
     tkv__kvcache *kv = tkv__calloc(1, sizeof *kv);
     if (!kv) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the KV cache");

@@ -26,7 +26,7 @@ typedef struct tkv__kvseq {
 } tkv__kvseq;
 
 typedef struct tkv__kvcache {
-    tkv_type type;   /* F16 or F32 */
+    tkv_type type;   /* F16 (default), F32 or Q8_0 */
     uint32_t n_cells, n_layer, n_embd_kv;
     size_t row_size; /* bytes of one K (or V) row: one cell, one layer */
     uint8_t *k, *v;  /* (n_layer, n_cells, n_embd_kv) */

@@ -360,6 +360,7 @@ static void test_create_errors(void **state) {
     p = tkv_context_default_params();
     p.kv_type = TKV_TYPE_Q4_0;
     assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(tkv_last_error(NULL), "Q4_0"));
     tkv_model_params mp = tkv_model_default_params();
     mp.vocab_only = true;
     tkv_model *vocab;
@@ -368,6 +369,35 @@ static void test_create_errors(void **state) {
     assert_non_null(strstr(tkv_last_error(NULL), "vocab_only"));
     tkv_model_free(vocab);
     tkv_context_free(NULL);
+}
+
+/* A Q8_0 cache holds K/V in 8 bits: close to F16's logits, and the cache
+   works the same (reuse, eviction, check). */
+static void test_q8_0_cache(void **state) {
+    (void)state;
+    enum { N = 24 };
+    tkv_token t[N];
+    tokens(t, N, 12);
+    float *want = oracle(t, N);
+    tkv_context_params p = tkv_context_default_params();
+    p.n_cells = 32;
+    p.n_batch = 16;
+    p.kv_type = TKV_TYPE_Q8_0;
+    tkv_context *ctx;
+    assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_OK);
+    float *got = malloc(N * n_vocab * sizeof *got);
+    assert_int_equal(decode_seq(ctx, 0, t, N, got), TKV_OK);
+    double d2 = 0, r2 = 0;
+    for (size_t i = 0; i < N * n_vocab; i++) d2 += (got[i] - want[i]) * (got[i] - want[i]), r2 += want[i] * want[i];
+    assert_true(sqrt(d2 / r2) < 0.02); /* 8-bit K/V: within 2% of the F16 cache's logits */
+    size_t reused;
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, t, N, &reused), TKV_OK);
+    assert_int_equal(reused, N - 1);
+    assert_memory_equal(tkv_get_logits_last(ctx), got + (N - 1) * n_vocab, n_vocab * sizeof *got);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+    free(got);
+    free(want);
+    tkv_context_free(ctx);
 }
 
 /* An F32 cache computes the same tokens' logits within F16's rounding. */
@@ -401,6 +431,7 @@ int main(void) {
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_create_errors),
         cmocka_unit_test(test_f32_cache),
+        cmocka_unit_test(test_q8_0_cache),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
