@@ -33,6 +33,7 @@
 
 /* internal modules (the CLI links the static library) */
 #include "../src/alloc.h"
+#include "../src/gguf.h"
 #include "../src/gguf_write.h"
 #include "../src/quantize.h"
 
@@ -124,27 +125,9 @@ static void fill_uniform(uint64_t *s, float *x, size_t n, uint64_t fan_in) {
 
 /* ---- metadata ---------------------------------------------------------------------- */
 
-/* Bytes of a numeric metadata type (0 for string and array). */
-static size_t meta_size(tkv_meta_type t) {
-    switch (t) {
-    case TKV_META_U8:
-    case TKV_META_I8:
-    case TKV_META_BOOL: return 1;
-    case TKV_META_U16:
-    case TKV_META_I16: return 2;
-    case TKV_META_U32:
-    case TKV_META_I32:
-    case TKV_META_F32: return 4;
-    case TKV_META_U64:
-    case TKV_META_I64:
-    case TKV_META_F64: return 8;
-    default: return 0;
-    }
-}
-
 /*
  * The little-endian bytes of element i (i == SIZE_MAX: the scalar) of `key`
- * as type t (numeric) into out (meta_size(t) bytes). Integers and bools come
+ * as type t (numeric) into out (tkv__gguf_meta_size(t) bytes). Integers and bools come
  * through the int64 getter and are truncated back to their own width, which
  * is exact since they came from that width.
  */
@@ -165,7 +148,7 @@ static tkv_status numeric_bytes(const tkv_model *src, const char *key, size_t i,
     int64_t v;
     st = i == SIZE_MAX ? tkv_model_meta_int(src, key, &v) : tkv_model_meta_arr_int(src, key, i, &v);
     if (st) return st;
-    for (size_t b = 0; b < meta_size(t); b++) out[b] = (uint8_t)((uint64_t)v >> (8 * b));
+    for (size_t b = 0; b < tkv__gguf_meta_size(t); b++) out[b] = (uint8_t)((uint64_t)v >> (8 * b));
     return TKV_OK;
 }
 
@@ -189,7 +172,7 @@ static tkv_status copy_pair(const tkv_model *src, const char *key, tkv_meta_type
     }
     if (type != TKV_META_ARRAY) {
         uint8_t bytes[8];
-        if (!meta_size(type)) return *why = "unknown value type", TKV_ERR_UNSUPPORTED;
+        if (!tkv__gguf_meta_size(type)) return *why = "unknown value type", TKV_ERR_UNSUPPORTED;
         if ((st = numeric_bytes(src, key, SIZE_MAX, type, bytes))) return st;
         return tkv__gguf_write_scalar(w, key, type, bytes);
     }
@@ -208,7 +191,7 @@ static tkv_status copy_pair(const tkv_model *src, const char *key, tkv_meta_type
         free(strs);
         return st;
     }
-    const size_t es = meta_size(et);
+    const size_t es = tkv__gguf_meta_size(et);
     if (!es) return *why = "arrays of arrays are not copied", TKV_ERR_UNSUPPORTED;
     uint8_t *data = malloc(n ? n * es : 1); /* (n, es) little-endian elements */
     if (!data) return TKV_ERR_NOMEM;
