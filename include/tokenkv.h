@@ -457,6 +457,13 @@ typedef struct tkv_context_params {
                              the memory; needs K/V rows of a multiple of 32) */
     tkv_abort_fn abort_cb; /**< optional */
     void *abort_user;
+    /** false (default): passes of 32 or more tokens attend in float (fast
+        prefill), shorter ones in the reference's exact F16 form, so a token's
+        logits depend slightly on how its prompt was split into passes.
+        true: every token attends in float whatever the batch, so logits do
+        not depend on batch composition or on how much of a prompt came from
+        the cache (what a server that batches requests needs). */
+    bool batch_invariant;
 } tkv_context_params;
 
 /** The defaults above. */
@@ -553,6 +560,21 @@ TKV_API tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token
 TKV_API tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
                                 size_t *n_reused);
 
+/**
+ * The first half of tkv_seq_sync, for callers that schedule decoding
+ * themselves (a server batching many sequences): make seq hold the longest
+ * cached prefix of tokens[0..n) in namespace ns, at most n - 1 tokens so that
+ * at least the last token is left to decode for its logits; decode nothing.
+ * The caller then decodes tokens[*n_reused..n) with tkv_decode, in any
+ * batches, at positions *n_reused.. of seq.
+ *
+ * @param n_reused  (may be NULL) how many tokens seq now holds, all cached.
+ * @return TKV_OK; TKV_ERR_INVALID (bad sequence or token id),
+ *         TKV_ERR_FULL (n exceeds the cache), TKV_ERR_NOMEM: seq unchanged.
+ */
+TKV_API tkv_status tkv_seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
+                                  size_t *n_reused);
+
 /** Keep the first n tokens of seq (n >= its length: no change). The dropped
     tokens stay cached (unreferenced) until evicted. */
 TKV_API tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n);
@@ -584,8 +606,8 @@ typedef struct tkv_stats {
     uint64_t cells_evictable; /**< held by no sequence, not pinned */
     uint64_t cells_pinned;
     uint64_t nodes;           /**< prefix-index nodes */
-    uint64_t lookups;         /**< tkv_seq_sync calls */
-    uint64_t tokens_reused;   /**< tokens tkv_seq_sync took from the cache */
+    uint64_t lookups;         /**< tkv_seq_sync and tkv_seq_attach calls */
+    uint64_t tokens_reused;   /**< tokens they took from the cache */
     uint64_t tokens_computed; /**< tokens decoded */
     uint64_t evictions;       /**< cells evicted to make room */
     uint64_t kv_bytes;        /**< K/V storage of all cells */

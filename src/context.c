@@ -274,6 +274,7 @@ tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *b) {
             .n_out = (uint32_t)(o1 - o0),
             .out = ctx->out + o0,
             .logits = ctx->logits + o0 * n_vocab,
+            .attn_float = ctx->params.batch_invariant,
         };
         st = tkv__forward(ctx->fwd, kv, ctx->pool, &fb, ctx->params.abort_cb, ctx->params.abort_user);
         for (size_t o = o0; o < o1; o++) ctx->out[o] += (uint32_t)c0;

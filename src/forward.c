@@ -334,7 +334,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     size_t p0, p1;
     tkv__split((size_t)n * hp->n_head, ith, nth, &p0, &p1);
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
-    const bool batched = n >= TKV__ATTN_BATCHED_MIN;
+    const bool batched = b->attn_float || n >= TKV__ATTN_BATCHED_MIN;
     for (size_t p = p0; p < p1; p++) {
         const uint32_t t = (uint32_t)(p / hp->n_head);
         const size_t hq = p % hp->n_head;

@@ -31,6 +31,7 @@ typedef struct tkv__fwd_batch {
     uint32_t n_out;               /* tokens that want logits */
     const uint32_t *out;          /* (n_out) their batch indices */
     float *logits;                /* (n_out, n_vocab) */
+    bool attn_float;              /* every token attends in float, whatever n (batch invariance) */
 } tkv__fwd_batch;
 
 /*

@@ -86,21 +86,18 @@ tkv_status tkv_seq_fork(tkv_context *ctx, tkv_seq src, tkv_seq dst) {
     return TKV_OK;
 }
 
-tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
-                        size_t *n_reused) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_sync: ctx is NULL");
-    if (n_reused) *n_reused = 0;
-    ctx->last_logits = NULL;
-    tkv_status st = check_seq(ctx, seq, "tkv_seq_sync");
+/* Validate a token list for seq and reserve room for it in seq's cell list. */
+static tkv_status prepare(tkv_context *ctx, tkv_seq seq, const tkv_token *tokens, size_t n, const char *fn) {
+    tkv_status st = check_seq(ctx, seq, fn);
     if (st) return st;
-    if (!tokens && n) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_sync: tokens is NULL"));
+    if (!tokens && n) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: tokens is NULL", fn));
     const uint32_t n_vocab = ctx->model->hp.n_vocab;
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= n_vocab)
-            return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_sync: token %zu: id %d is out of range (vocabulary of %u)",
+            return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: token %zu: id %d is out of range (vocabulary of %u)", fn,
                                            i, (int)tokens[i], n_vocab));
     if (n > ctx->kv->n_cells)
-        return ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "tkv_seq_sync: %zu tokens exceed the cache's %u cells", n,
+        return ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "%s: %zu tokens exceed the cache's %u cells", fn, n,
                                        ctx->kv->n_cells));
     tkv__kvseq *s = &ctx->kv->seq[seq];
     if (n > s->cap) { /* room for the whole list, before anything moves */
@@ -110,9 +107,12 @@ tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_to
         s->n = keep_n;
         if (st) return ctx_fail(ctx, st);
     }
+    return TKV_OK;
+}
 
-    /* the longest cached prefix; the last token is decoded even when cached,
-       so that its logits are there */
+/* The attach step shared by tkv_seq_attach and tkv_seq_sync: seq holds the
+   longest cached prefix of tokens, at most n - 1 of them. */
+static size_t attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n) {
     tkv__ppos at;
     size_t cached = tkv__pindex_match(ctx->ix, ns, tokens, n, true, &at);
     uint32_t keep = (uint32_t)(cached < n ? cached : (n ? n - 1 : 0));
@@ -120,6 +120,29 @@ tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_to
     tkv__pindex_cut(ctx->ix, tkv__pindex_seq_end(ctx->ix, seq));
     ctx->stats.lookups++;
     ctx->stats.tokens_reused += keep;
+    return keep;
+}
+
+tkv_status tkv_seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
+                          size_t *n_reused) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_attach: ctx is NULL");
+    if (n_reused) *n_reused = 0;
+    tkv_status st = prepare(ctx, seq, tokens, n, "tkv_seq_attach");
+    if (st) return st;
+    size_t keep = attach(ctx, seq, ns, tokens, n);
+    if (n_reused) *n_reused = keep;
+    return TKV_OK;
+}
+
+tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
+                        size_t *n_reused) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_sync: ctx is NULL");
+    if (n_reused) *n_reused = 0;
+    ctx->last_logits = NULL;
+    tkv_status st = prepare(ctx, seq, tokens, n, "tkv_seq_sync");
+    if (st) return st;
+    /* the last token is decoded even when cached, so that its logits are there */
+    size_t keep = attach(ctx, seq, ns, tokens, n);
     if (n_reused) *n_reused = keep;
 
     for (size_t c0 = keep; c0 < n; c0 += ctx->params.n_batch) {

@@ -315,11 +315,106 @@ static void test_random_operations(void **state) {
     tkv_context_free(ctx);
 }
 
+/* Greedy continuation of t[0..n) by a fresh batch-invariant context that
+   decodes the whole prompt in one pass: the reference for the next test.
+   logits: (steps, n_vocab) of each step's sampled position. */
+static void reference_run(const tkv_token *t, size_t n, int steps, float *logits) {
+    tkv_context_params p = tkv_context_default_params();
+    p.n_cells = 256, p.n_seq_max = 1, p.n_threads = n_threads, p.batch_invariant = true;
+    tkv_context *ctx = NULL;
+    assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_OK);
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, t, n, NULL), TKV_OK);
+    for (int k = 0; k < steps; k++) {
+        const float *l = tkv_get_logits_last(ctx);
+        memcpy(logits + (size_t)k * n_vocab, l, n_vocab * sizeof *l);
+        size_t best = 0;
+        for (size_t v = 1; v < n_vocab; v++) best = l[v] > l[best] ? v : best;
+        tkv_token tok = (tkv_token)best;
+        tkv_pos pos = (tkv_pos)(n + (size_t)k);
+        tkv_seq sq = 0;
+        tkv_batch b = {1, &tok, &pos, &sq, NULL};
+        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+    }
+    tkv_context_free(ctx);
+}
+
+/* With batch_invariant, what a server does — attach the cached prefix, then
+   decode prompt chunks of several sequences mixed with one generated token
+   of others in each batch — gives, bit for bit, the logits of each prompt
+   decoded alone in one pass. */
+static void test_batch_invariant_attach(void **state) {
+    (void)state;
+    enum { NSEQ = 6, MAXP = 90, STEPS = 6, CHUNK = 7 };
+    tkv_token prompt[NSEQ][MAXP + STEPS];
+    size_t plen[NSEQ];
+    unsigned seed = 7;
+    float *want = malloc((size_t)NSEQ * STEPS * n_vocab * sizeof *want);
+    for (int q = 0; q < NSEQ; q++) {
+        plen[q] = random_list(prompt[q], MAXP, &seed);
+        reference_run(prompt[q], plen[q], STEPS, want + (size_t)q * STEPS * n_vocab);
+    }
+
+    tkv_context_params p = tkv_context_default_params();
+    p.n_cells = 1024, p.n_seq_max = NSEQ, p.n_threads = n_threads, p.batch_invariant = true;
+    tkv_context *ctx = NULL;
+    assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_OK);
+    size_t done[NSEQ] = {0}; /* prompt tokens held */
+    int gen[NSEQ] = {0};     /* tokens generated */
+    size_t reused_total = 0;
+    /* sequences join one step apart, so prompts and generation overlap */
+    for (int step = 0;; step++) {
+        tkv_token tok[NSEQ * CHUNK];
+        tkv_pos pos[NSEQ * CHUNK];
+        tkv_seq sq[NSEQ * CHUNK];
+        bool want_logits[NSEQ * CHUNK];
+        int owner_last[NSEQ];
+        size_t n = 0;
+        for (int q = 0; q < NSEQ && q <= step; q++) {
+            owner_last[q] = -1;
+            if (gen[q] == STEPS) continue;
+            if (q == step) { /* joins: attach whatever is cached */
+                size_t r;
+                assert_int_equal(tkv_seq_attach(ctx, q, 0, prompt[q], plen[q], &r), TKV_OK);
+                assert_true(r < plen[q]);
+                assert_int_equal(tkv_seq_len(ctx, q), (tkv_pos)r);
+                done[q] = r;
+                reused_total += r;
+            }
+            size_t len = (size_t)tkv_seq_len(ctx, q);
+            size_t take = done[q] < plen[q] ? (plen[q] - done[q] < CHUNK ? plen[q] - done[q] : CHUNK) : 1;
+            for (size_t i = 0; i < take; i++) {
+                tok[n] = prompt[q][len + i], pos[n] = (tkv_pos)(len + i), sq[n] = q;
+                want_logits[n] = i + 1 == take && len + take >= plen[q];
+                if (want_logits[n]) owner_last[q] = (int)n;
+                n++;
+            }
+            if (done[q] < plen[q]) done[q] += take;
+        }
+        if (n == 0) break;
+        tkv_batch b = {n, tok, pos, sq, want_logits};
+        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+        for (int q = 0; q < NSEQ && q <= step; q++) {
+            if (owner_last[q] < 0) continue;
+            const float *l = tkv_get_logits(ctx, (size_t)owner_last[q]);
+            assert_non_null(l);
+            assert_memory_equal(l, want + ((size_t)q * STEPS + (size_t)gen[q]) * n_vocab, n_vocab * sizeof *l);
+            size_t best = 0;
+            for (size_t v = 1; v < n_vocab; v++) best = l[v] > l[best] ? v : best;
+            prompt[q][plen[q] + (size_t)gen[q]] = (tkv_token)best; /* the next token to decode */
+            gen[q]++;
+        }
+        check(ctx);
+    }
+    assert_true(reused_total > 0); /* later prompts reused the stems of earlier ones */
+    tkv_context_free(ctx);
+    free(want);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_reuse_equals_fresh),   cmocka_unit_test(test_namespaces_and_forks),
         cmocka_unit_test(test_eviction_and_pins),         cmocka_unit_test(test_failure_under_pressure),
-        cmocka_unit_test(test_random_operations),
+        cmocka_unit_test(test_random_operations),         cmocka_unit_test(test_batch_invariant_attach),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
