@@ -617,6 +617,40 @@ typedef struct tkv_stats {
 
 TKV_API tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out);
 
+/** Parent id of a namespace's root node in tkv_cache_node. */
+#define TKV_CACHE_NODE_NONE UINT32_MAX
+
+/** One node of the prefix index: a run of tokens that extends its parent's prefix. */
+typedef struct tkv_cache_node {
+    uint32_t id;       /**< stable while the node lives (splits and evictions change the tree) */
+    uint32_t parent;   /**< the parent's id; TKV_CACHE_NODE_NONE for a namespace's root */
+    uint64_t ns;       /**< namespace */
+    uint32_t depth;    /**< position of the run's first token (the length of the parent's prefix) */
+    uint32_t n_tokens; /**< tokens in the run (0 for a root) */
+    uint32_t refs;     /**< sequences whose end lies in this node or below it */
+    uint32_t pins;     /**< pins on this node or below it */
+    uint32_t hits;     /**< look-ups that went through or ended in it */
+    uint64_t last_use; /**< logical clock of the last look-up or insert through it (larger: more recent) */
+} tkv_cache_node;
+
+/** Called by tkv_cache_walk once per node; must not change the context. */
+typedef void (*tkv_cache_visit_fn)(const tkv_cache_node *node, void *user);
+
+/**
+ * Visit every node of the prefix index, roots included, parents before
+ * children. O(nodes).
+ * @return TKV_OK; TKV_ERR_INVALID for a NULL ctx or fn.
+ */
+TKV_API tkv_status tkv_cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *user);
+
+/**
+ * The tokens of node id's run (n_tokens of them), read from the cells.
+ * @param out,cap  room for the tokens; *n receives n_tokens.
+ * @return TKV_OK; TKV_ERR_FULL when cap < *n (nothing written);
+ *         TKV_ERR_INVALID for an id that names no live node.
+ */
+TKV_API tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tkv_token *out, size_t cap, size_t *n);
+
 /**
  * Verify every invariant of the cache: cells <-> prefix-index nodes <->
  * sequences <-> positions <-> tokens, free-cell accounting.

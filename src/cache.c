@@ -142,3 +142,42 @@ done:
     tkv__free(c.tokens);
     return c.st;
 }
+
+typedef struct walk_ctx {
+    tkv_cache_visit_fn fn;
+    void *user;
+} walk_ctx;
+
+static void visit_node(const tkv__pindex *ix, uint32_t id, void *user) {
+    const walk_ctx *w = user;
+    const tkv__pnode *nd = tkv__pindex_node(ix, id);
+    tkv_cache_node out = {
+        .id = id,
+        .parent = nd->parent == TKV__PNONE ? TKV_CACHE_NODE_NONE : nd->parent,
+        .ns = nd->ns,
+        .depth = nd->depth,
+        .n_tokens = nd->n,
+        .refs = nd->refs,
+        .pins = nd->pins,
+        .hits = nd->hits,
+        .last_use = nd->last_use,
+    };
+    w->fn(&out, w->user);
+}
+
+tkv_status tkv_cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *user) {
+    if (!ctx || !fn) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_walk: NULL argument");
+    walk_ctx w = {fn, user};
+    tkv__pindex_foreach(ctx->ix, visit_node, &w);
+    return TKV_OK;
+}
+
+tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tkv_token *out, size_t cap, size_t *n) {
+    if (!ctx || !n || (!out && cap)) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: NULL argument");
+    const tkv__pnode *nd = tkv__pindex_node(ctx->ix, id);
+    if (!nd) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: no node has id %u", id);
+    *n = nd->n;
+    if (cap < nd->n) return tkv__fail(TKV_ERR_FULL, "tkv_cache_node_tokens: %u tokens do not fit in %zu", nd->n, cap);
+    tkv__pindex_run(ctx->ix, id, NULL, out);
+    return TKV_OK;
+}

@@ -234,7 +234,9 @@ void tkv__pindex_free(tkv__pindex *ix) {
     tkv__free(ix);
 }
 
-const tkv__pnode *tkv__pindex_node(const tkv__pindex *ix, uint32_t id) { return &ix->node[id]; }
+const tkv__pnode *tkv__pindex_node(const tkv__pindex *ix, uint32_t id) {
+    return id < ix->n_nodes && ix->node[id].live ? &ix->node[id] : NULL;
+}
 
 uint32_t tkv__pindex_len(const tkv__pindex *ix, tkv__ppos at) {
     return at.node == NONE ? 0 : ix->node[at.node].depth + at.off;

@@ -51,7 +51,7 @@ typedef struct tkv__pindex tkv__pindex;
 tkv_status tkv__pindex_create(uint32_t n_cells, uint32_t n_seq, tkv__pindex **out);
 void tkv__pindex_free(tkv__pindex *ix);
 
-/* The node behind an id (for introspection). */
+/* The node behind an id (for introspection); NULL when no live node has it. */
 const tkv__pnode *tkv__pindex_node(const tkv__pindex *ix, uint32_t id);
 
 /* Length of the prefix that ends at `at`. */

@@ -410,11 +410,92 @@ static void test_batch_invariant_attach(void **state) {
     free(want);
 }
 
+typedef struct walk_rec {
+    tkv_cache_node nodes[256];
+    size_t n;
+} walk_rec;
+
+static void record_node(const tkv_cache_node *nd, void *user) {
+    walk_rec *w = user;
+    assert_true(w->n < 256);
+    w->nodes[w->n++] = *nd;
+}
+
+static const tkv_cache_node *find_node(const walk_rec *w, uint32_t id) {
+    for (size_t i = 0; i < w->n; i++)
+        if (w->nodes[i].id == id) return &w->nodes[i];
+    return NULL;
+}
+
+/* tkv_cache_walk and tkv_cache_node_tokens describe the tree the cache
+   holds: parents before children, depths that add up, runs whose tokens
+   spell every sequence, and run lengths that account for every used cell. */
+static void test_cache_walk(void **state) {
+    (void)state;
+    tkv_context *ctx = new_ctx(512, 8, NULL);
+    unsigned seed = 3;
+    tkv_token lists[8][48];
+    size_t len[8];
+    for (int q = 0; q < 8; q++) {
+        len[q] = random_list(lists[q], 48, &seed);
+        assert_int_equal(tkv_seq_sync(ctx, q, q == 7 ? 42 : 0, lists[q], len[q], NULL), TKV_OK);
+    }
+    assert_int_equal(tkv_seq_clear(ctx, 3), TKV_OK); /* an unreferenced branch */
+    walk_rec w = {.n = 0};
+    assert_int_equal(tkv_cache_walk(ctx, record_node, &w), TKV_OK);
+    tkv_stats st;
+    tkv_cache_stats(ctx, &st);
+    uint64_t cells = 0, roots = 0;
+    for (size_t i = 0; i < w.n; i++) {
+        const tkv_cache_node *nd = &w.nodes[i];
+        if (nd->parent == TKV_CACHE_NODE_NONE) {
+            roots++;
+            assert_int_equal(nd->n_tokens, 0);
+            continue;
+        }
+        const tkv_cache_node *p = find_node(&w, nd->parent);
+        assert_non_null(p);
+        assert_true(p < nd); /* visited before */
+        assert_int_equal(nd->depth, p->depth + p->n_tokens);
+        assert_true(nd->ns == p->ns);
+        cells += nd->n_tokens;
+    }
+    assert_int_equal(roots, 2); /* namespaces 0 and 42 */
+    assert_int_equal(cells, st.cells_used);
+    assert_int_equal(w.n - roots, st.nodes);
+    /* every list, read back through the runs from its deepest node */
+    for (int q = 0; q < 8; q++) {
+        size_t best = SIZE_MAX, got_n = 0;
+        tkv_token got[48];
+        for (size_t i = 0; i < w.n; i++) {
+            const tkv_cache_node *nd = &w.nodes[i];
+            if (nd->parent == TKV_CACHE_NODE_NONE || nd->depth + nd->n_tokens != len[q] || nd->ns != (q == 7 ? 42u : 0u))
+                continue;
+            /* spell the path ending at nd */
+            size_t n = 0;
+            for (const tkv_cache_node *a = nd; a->parent != TKV_CACHE_NODE_NONE; a = find_node(&w, a->parent)) {
+                size_t k;
+                assert_int_equal(tkv_cache_node_tokens(ctx, a->id, got + a->depth, 48 - a->depth, &k), TKV_OK);
+                assert_int_equal(k, a->n_tokens);
+                n += k;
+            }
+            assert_int_equal(n, len[q]);
+            if (!memcmp(got, lists[q], len[q] * sizeof *got)) best = i, got_n = n;
+        }
+        assert_true(best != SIZE_MAX);
+        assert_int_equal(got_n, len[q]);
+    }
+    size_t k;
+    assert_int_equal(tkv_cache_node_tokens(ctx, UINT32_MAX - 1, NULL, 0, &k), TKV_ERR_INVALID);
+    tkv_context_free(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_reuse_equals_fresh),   cmocka_unit_test(test_namespaces_and_forks),
         cmocka_unit_test(test_eviction_and_pins),         cmocka_unit_test(test_failure_under_pressure),
         cmocka_unit_test(test_random_operations),         cmocka_unit_test(test_batch_invariant_attach),
+        cmocka_unit_test(test_cache_walk),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
