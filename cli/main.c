@@ -17,6 +17,7 @@ static const struct {
     {"inspect", cmd_inspect, "show a GGUF file's architecture, tokenizer and tensors"},
     {"mkmodel", cmd_mkmodel, "write a random-weight llama model of any shape and type"},
     {"run", cmd_run, "generate text from a prompt"},
+    {"serve", cmd_serve, "an OpenAI-compatible server that reuses every cached prefix"},
     {"tokenize", cmd_tokenize, "turn text into token ids"},
 };
 

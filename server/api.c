@@ -1,0 +1,456 @@
+/*
+ * api.c — OpenAI request parsing and validation, response and chunk bodies.
+ *
+ * Validation names the offending field in `param` and in the message, the
+ * way OpenAI's own 400s do, so a client can tell what to fix.
+ */
+#include "api.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+void srv_err_set(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...) {
+    e->status = status;
+    e->param = param;
+    e->code = code;
+    e->type = status == 401   ? "invalid_request_error"
+              : status == 429 ? "rate_limit_error"
+              : status >= 500 ? "server_error"
+                              : "invalid_request_error";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+
+static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
+
+char *srv_err_json(const srv_err *e) {
+    json_t *o = json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", srv_json_text(e->message, strlen(e->message)),
+                          "type", e->type, "param", str_or_null(e->param), "code", str_or_null(e->code));
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+/* ---- UTF-8 ---------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 character at s (n bytes left), or 0. */
+static size_t utf8_char(const unsigned char *s, size_t n) {
+    if (s[0] < 0x80) return 1;
+    size_t len = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
+    if (!len || len > n) return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    if (len == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 0; /* overlong, surrogate */
+    if (len == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
+    return len;
+}
+
+json_t *srv_json_text(const char *s, size_t n) {
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    /* generated text can hold bytes that never formed a character (a
+       byte-fallback token cut short): replace them, as OpenAI does */
+    char *t = malloc(3 * n + 1);
+    if (!t) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        size_t c = utf8_char((const unsigned char *)s + i, n - i);
+        if (c) {
+            memcpy(t + k, s + i, c);
+            k += c, i += c;
+        } else {
+            memcpy(t + k, "\xEF\xBF\xBD", 3);
+            k += 3, i++;
+        }
+    }
+    j = json_stringn(t, k);
+    free(t);
+    return j;
+}
+
+uint64_t srv_api_namespace(const char *salt, size_t n) {
+    if (!salt) return 0;
+    uint64_t h = XXH3_64bits_withSeed(salt, n, 0x746f6b656e6b76ull); /* "tokenkv" */
+    return h ? h : 1; /* 0 is the unsalted namespace */
+}
+
+/* ---- request fields ---------------------------------------------------------- */
+
+static bool get_number(const json_t *body, const char *key, double lo, double hi, double *out, srv_err *e) {
+    const json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_number(v)) {
+        srv_err_set(e, 400, key, "invalid_type", "'%s' must be a number", key);
+        return false;
+    }
+    double d = json_number_value(v);
+    if (!(d >= lo && d <= hi)) {
+        srv_err_set(e, 400, key, "invalid_value", "'%s' must be between %g and %g (got %g)", key, lo, hi, d);
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
+static bool get_int(const json_t *body, const char *key, long long lo, long long hi, long long *out, srv_err *e) {
+    const json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_integer(v)) {
+        srv_err_set(e, 400, key, "invalid_type", "'%s' must be an integer", key);
+        return false;
+    }
+    long long d = json_integer_value(v);
+    if (d < lo || d > hi) {
+        srv_err_set(e, 400, key, "invalid_value", "'%s' must be between %lld and %lld (got %lld)", key, lo, hi, d);
+        return false;
+    }
+    *out = d;
+    return true;
+}
+
+static bool get_bool(const json_t *body, const char *key, bool *out, srv_err *e) {
+    const json_t *v = json_object_get(body, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) {
+        srv_err_set(e, 400, key, "invalid_type", "'%s' must be a boolean", key);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+static bool tokenize(const srv_api *a, const char *text, size_t len, const char *param, srv_req *r, srv_err *e) {
+    size_t cap = len + 8, n = 0; /* a token covers at least one byte; room for BOS/EOS */
+    r->prompt = malloc(cap * sizeof *r->prompt);
+    if (!r->prompt) {
+        srv_err_set(e, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    if (tkv_tokenize(a->model, text, len, TKV_TOKENIZE_ADD_SPECIAL | TKV_TOKENIZE_PARSE_SPECIAL, r->prompt, cap, &n)) {
+        srv_err_set(e, 400, param, "invalid_value", "'%s' cannot be tokenized: %s", param, tkv_last_error(a->model));
+        return false;
+    }
+    r->n_prompt = n;
+    return true;
+}
+
+static bool token_array(const srv_api *a, const json_t *arr, srv_req *r, srv_err *e) {
+    const size_t n = json_array_size(arr), n_vocab = tkv_vocab_size(a->model);
+    r->prompt = malloc((n ? n : 1) * sizeof *r->prompt);
+    if (!r->prompt) {
+        srv_err_set(e, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(arr, i);
+        if (!json_is_integer(t)) {
+            srv_err_set(e, 400, "prompt", "invalid_type", "prompt[%zu] must be a token id (an integer)", i);
+            return false;
+        }
+        long long id = json_integer_value(t);
+        if (id < 0 || (unsigned long long)id >= n_vocab) {
+            srv_err_set(e, 400, "prompt", "invalid_value", "prompt[%zu]: token id %lld is out of range (vocabulary of %zu)",
+                        i, id, n_vocab);
+            return false;
+        }
+        r->prompt[i] = (tkv_token)id;
+    }
+    r->n_prompt = n;
+    return true;
+}
+
+/* prompt: a string, an array of token ids, or a one-element array of either */
+static bool parse_prompt(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+    const json_t *p = json_object_get(body, "prompt");
+    if (!p) {
+        srv_err_set(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
+        return false;
+    }
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0);
+    else if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0))) {
+        srv_err_set(e, 400, "prompt", "invalid_value", "only one prompt per request is supported (got %zu)",
+                    json_array_size(p));
+        return false;
+    }
+    if (json_is_string(p)) {
+        if (!json_string_length(p)) {
+            srv_err_set(e, 400, "prompt", "invalid_value", "'prompt' is empty");
+            return false;
+        }
+        return tokenize(a, json_string_value(p), json_string_length(p), "prompt", r, e);
+    }
+    if (json_is_array(p)) {
+        if (!json_array_size(p)) {
+            srv_err_set(e, 400, "prompt", "invalid_value", "'prompt' is empty");
+            return false;
+        }
+        return token_array(a, p, r, e);
+    }
+    srv_err_set(e, 400, "prompt", "invalid_type", "'prompt' must be a string or an array of token ids");
+    return false;
+}
+
+/* The text of a message's content: a string, null, or an array of
+   {"type": "text", "text": ...} parts, concatenated. *owned is set when the
+   result was allocated. */
+static const char *content_text(const json_t *c, size_t i, char **owned, srv_err *e) {
+    *owned = NULL;
+    if (!c || json_is_null(c)) return "";
+    if (json_is_string(c)) return json_string_value(c);
+    if (!json_is_array(c)) {
+        srv_err_set(e, 400, "messages", "invalid_type", "messages[%zu].content must be a string or an array of text parts", i);
+        return NULL;
+    }
+    size_t len = 0;
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        const json_t *part = json_array_get(c, k), *type = json_object_get(part, "type"),
+                     *text = json_object_get(part, "text");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text)) {
+            srv_err_set(e, 400, "messages", "invalid_value",
+                        "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": \"...\"} parts are supported", i, k);
+            return NULL;
+        }
+        len += json_string_length(text);
+    }
+    char *s = malloc(len + 1);
+    if (!s) {
+        srv_err_set(e, 500, NULL, NULL, "out of memory");
+        return NULL;
+    }
+    size_t at = 0;
+    for (size_t k = 0; k < json_array_size(c); k++) {
+        const json_t *text = json_object_get(json_array_get(c, k), "text");
+        memcpy(s + at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    s[at] = 0;
+    return *owned = s;
+}
+
+static bool parse_messages(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+    const json_t *m = json_object_get(body, "messages");
+    if (!m) {
+        srv_err_set(e, 400, "messages", "missing_required_parameter", "'messages' is required");
+        return false;
+    }
+    if (!json_is_array(m) || !json_array_size(m)) {
+        srv_err_set(e, 400, "messages", "invalid_value", "'messages' must be a non-empty array");
+        return false;
+    }
+    const size_t n = json_array_size(m);
+    srv_chat_msg *msgs = calloc(n, sizeof *msgs);
+    char **owned = calloc(n, sizeof *owned);
+    bool ok = msgs && owned;
+    if (!ok) srv_err_set(e, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; ok && i < n; i++) {
+        const json_t *msg = json_array_get(m, i), *role = json_object_get(msg, "role");
+        if (!json_is_object(msg) || !json_is_string(role)) {
+            srv_err_set(e, 400, "messages", "invalid_value", "messages[%zu] must be an object with a string 'role'", i);
+            ok = false;
+            break;
+        }
+        msgs[i].role = json_string_value(role);
+        msgs[i].content = content_text(json_object_get(msg, "content"), i, &owned[i], e);
+        ok = msgs[i].content != NULL;
+    }
+    char *text = NULL, err[256];
+    if (ok) {
+        tkv_token bos = tkv_token_bos(a->model), eos = tkv_token_eos(a->model);
+        const char *bos_t = bos == TKV_TOKEN_NULL ? "" : tkv_token_text(a->model, bos);
+        const char *eos_t = eos == TKV_TOKEN_NULL ? "" : tkv_token_text(a->model, eos);
+        ok = srv_chat_render(a->chat, msgs, n, bos_t, eos_t, &text, err, sizeof err);
+        if (!ok) srv_err_set(e, 400, "messages", "invalid_value", "%s", err);
+    }
+    if (ok) ok = tokenize(a, text, strlen(text), "messages", r, e);
+    for (size_t i = 0; owned && i < n; i++) free(owned[i]);
+    free(owned);
+    free(msgs);
+    free(text);
+    return ok;
+}
+
+static bool parse_stop(const json_t *body, srv_req *r, srv_err *e) {
+    const json_t *s = json_object_get(body, "stop");
+    if (!s || json_is_null(s)) return true;
+    const json_t *one[1] = {s};
+    size_t n = json_is_string(s) ? 1 : json_is_array(s) ? json_array_size(s) : 0;
+    if (!json_is_string(s) && !json_is_array(s)) {
+        srv_err_set(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+        return false;
+    }
+    if (n > SRV_MAX_STOP) {
+        srv_err_set(e, 400, "stop", "invalid_value", "'stop' has %zu strings; at most %d are allowed", n, SRV_MAX_STOP);
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_is_string(s) ? one[0] : json_array_get(s, i);
+        if (!json_is_string(v) || !json_string_length(v)) {
+            srv_err_set(e, 400, "stop", "invalid_value", "stop[%zu] must be a non-empty string", i);
+            return false;
+        }
+        if (!(r->stop[r->n_stop] = strdup(json_string_value(v)))) {
+            srv_err_set(e, 500, NULL, NULL, "out of memory");
+            return false;
+        }
+        r->n_stop++;
+    }
+    return true;
+}
+
+static void make_id(srv_req *r, const char *prefix) {
+    static unsigned long long counter; /* ids only need to differ */
+    unsigned long long c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(r->id, sizeof r->id, "%s%012llx%08llx", prefix, (unsigned long long)XXH3_64bits(&ts, sizeof ts) >> 16, c);
+    r->created = (int64_t)ts.tv_sec;
+}
+
+bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, srv_err *e) {
+    if (!json_is_object(body)) {
+        srv_err_set(e, 400, NULL, "invalid_json", "the request body must be a JSON object");
+        return false;
+    }
+    r->chat = chat;
+    make_id(r, chat ? "chatcmpl-" : "cmpl-");
+    if (!(chat ? parse_messages(a, body, r, e) : parse_prompt(a, body, r, e))) return false;
+    if (r->n_prompt >= a->n_ctx) {
+        srv_err_set(e, 400, chat ? "messages" : "prompt", "context_length_exceeded",
+                    "the prompt is %zu tokens; this server's context holds %u (prompt and completion)", r->n_prompt,
+                    a->n_ctx);
+        return false;
+    }
+
+    long long n = 1, max_tokens = -1, seed = -1;
+    if (!get_int(body, "n", 1, 128, &n, e)) return false;
+    if (n != 1) {
+        srv_err_set(e, 400, "n", "invalid_value", "only n = 1 is supported (got %lld)", n);
+        return false;
+    }
+    const char *mt_key = chat && json_object_get(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    const json_t *mt = json_object_get(body, mt_key);
+    if (mt && json_is_integer(mt) && (json_integer_value(mt) <= 0 || json_integer_value(mt) > a->max_tokens)) {
+        srv_err_set(e, 400, mt_key, "invalid_value", "'%s' must be between 1 and %d (this server's --max-tokens), got %lld",
+                    mt_key, a->max_tokens, (long long)json_integer_value(mt));
+        return false;
+    }
+    if (!get_int(body, mt_key, 1, a->max_tokens, &max_tokens, e)) return false;
+    const long long room = (long long)a->n_ctx - (long long)r->n_prompt;
+    if (max_tokens < 0) max_tokens = chat ? a->max_tokens : 16; /* OpenAI's default for completions */
+    r->max_tokens = (int)(max_tokens < room ? max_tokens : room);
+
+    /* OpenAI's sampling defaults: temperature 1, no top-p cut; top_k, min_p
+       and repeat_penalty are llama.cpp-style extensions, off by default */
+    tkv_sampler_params sp = tkv_sampler_default_params();
+    double temperature = 1, top_p = 1, top_k = 0, min_p = 0, rp = 1;
+    if (!get_number(body, "temperature", 0, 2, &temperature, e) || !get_number(body, "top_p", 0, 1, &top_p, e) ||
+        !get_number(body, "top_k", 0, 1e9, &top_k, e) || !get_number(body, "min_p", 0, 1, &min_p, e) ||
+        !get_number(body, "repeat_penalty", 0, 10, &rp, e) || !get_int(body, "seed", LLONG_MIN, LLONG_MAX, &seed, e))
+        return false;
+    sp.temperature = (float)temperature, sp.top_p = (float)top_p, sp.top_k = (int32_t)top_k;
+    sp.min_p = (float)min_p, sp.repeat_penalty = (float)rp;
+    if (json_object_get(body, "seed") && json_is_integer(json_object_get(body, "seed"))) sp.seed = (uint64_t)seed;
+    else sp.seed = XXH3_64bits(r->id, strlen(r->id));
+    r->sp = sp;
+
+    if (!get_bool(body, "stream", &r->stream, e) || !parse_stop(body, r, e)) return false;
+    const json_t *so = json_object_get(body, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) {
+            srv_err_set(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
+            return false;
+        }
+        if (!r->stream) {
+            srv_err_set(e, 400, "stream_options", "invalid_value", "'stream_options' is only allowed when 'stream' is true");
+            return false;
+        }
+        if (!get_bool(so, "include_usage", &r->include_usage, e)) {
+            e->param = "stream_options.include_usage";
+            return false;
+        }
+    }
+    const json_t *salt = json_object_get(body, "cache_salt");
+    if (salt && !json_is_null(salt)) {
+        if (!json_is_string(salt) || !json_string_length(salt)) {
+            srv_err_set(e, 400, "cache_salt", "invalid_value", "'cache_salt' must be a non-empty string");
+            return false;
+        }
+        r->ns = srv_api_namespace(json_string_value(salt), json_string_length(salt));
+    }
+    const json_t *model = json_object_get(body, "model");
+    if (model && !json_is_string(model) && !json_is_null(model)) {
+        srv_err_set(e, 400, "model", "invalid_type", "'model' must be a string");
+        return false;
+    }
+    return true;
+}
+
+/* ---- responses ---------------------------------------------------------------- */
+
+static json_t *usage(const srv_req *r) {
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->n_prompt, "completion_tokens",
+                     (json_int_t)r->n_gen, "total_tokens", (json_int_t)(r->n_prompt + (size_t)r->n_gen),
+                     "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
+}
+
+static char *dump(json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+char *srv_api_response(const srv_api *a, srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    json_t *text = srv_json_text(r->text, r->text_len), *choice;
+    if (r->chat)
+        choice = json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", 0, "message", "role", "assistant", "content", text,
+                           "logprobs", "finish_reason", r->finish_reason);
+    else
+        choice = json_pack("{s:o,s:i,s:n,s:s}", "text", text, "index", 0, "logprobs", "finish_reason", r->finish_reason);
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:s}", "id", r->id, "object",
+                          r->chat ? "chat.completion" : "text_completion", "created", (json_int_t)r->created, "model",
+                          a->model_id, "choices", choice, "usage", usage(r), "system_fingerprint", "tokenkv");
+    pthread_mutex_unlock(&r->mu);
+    return dump(o);
+}
+
+char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first) {
+    json_t *choices = json_array(), *choice = NULL;
+    if (kind != SRV_CHUNK_USAGE) {
+        const char *reason = kind == SRV_CHUNK_FINISH ? r->finish_reason : NULL;
+        json_t *t = kind == SRV_CHUNK_DELTA ? srv_json_text(text, n) : NULL;
+        if (r->chat) {
+            json_t *delta = json_object();
+            if (first) json_object_set_new(delta, "role", json_string("assistant"));
+            if (t) json_object_set_new(delta, "content", t);
+            choice = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason",
+                               str_or_null(reason));
+        } else {
+            choice = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? t : json_string(""), "index", 0, "logprobs",
+                               "finish_reason", str_or_null(reason));
+        }
+        json_array_append_new(choices, choice);
+    }
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id, "object",
+                          r->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created,
+                          "model", a->model_id, "system_fingerprint", "tokenkv", "choices", choices);
+    /* with include_usage every chunk carries "usage": null but the last */
+    if (o && r->include_usage) json_object_set_new(o, "usage", kind == SRV_CHUNK_USAGE ? usage(r) : json_null());
+    char *body = dump(o);
+    if (!body) return NULL;
+    size_t len = strlen(body);
+    char *ev = malloc(len + 9);
+    if (ev) memcpy(ev, "data: ", 6), memcpy(ev + 6, body, len), memcpy(ev + 6 + len, "\n\n", 3);
+    free(body);
+    return ev;
+}

@@ -1,0 +1,62 @@
+/*
+ * api.h — the OpenAI request and response shapes: parsing and validating
+ * /v1/completions and /v1/chat/completions bodies into a srv_req, and
+ * building responses, stream chunks and error bodies. No HTTP here.
+ */
+#ifndef TKV_SRV_API_H
+#define TKV_SRV_API_H
+
+#include "chat_template.h"
+#include "request.h"
+
+#include <jansson.h>
+
+/* What the API layer needs to know about the server. */
+typedef struct srv_api {
+    const tkv_model *model;
+    const char *model_id;   /* the id /v1/models lists */
+    int max_tokens;         /* the largest max_tokens accepted */
+    uint32_t n_ctx;         /* positions per request: prompt + completion */
+    srv_chat_kind chat;     /* how messages are rendered */
+} srv_api;
+
+/* An error for the client: HTTP status and the OpenAI error object. */
+typedef struct srv_err {
+    int status;
+    const char *type;  /* "invalid_request_error", ... */
+    const char *code;  /* or NULL */
+    const char *param; /* or NULL */
+    char message[512];
+} srv_err;
+
+void srv_err_set(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* {"error": {"message", "type", "param", "code"}} as a malloc'd string. */
+char *srv_err_json(const srv_err *e);
+
+/*
+ * Fill r's input (prompt tokens, sampling, stop strings, stream flags,
+ * namespace) from a request body; chat selects /v1/chat/completions.
+ * Returns false with *e set (400) on any invalid field.
+ */
+bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, srv_err *e);
+
+/* The complete (non-streamed) response of a finished request. malloc'd. */
+char *srv_api_response(const srv_api *a, srv_req *r);
+
+/*
+ * One SSE event ("data: {...}\n\n") of a stream: a text delta (first: the
+ * chat role comes with it), the final chunk with its finish reason, or the
+ * usage chunk. malloc'd; NULL when out of memory.
+ */
+typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_FINISH, SRV_CHUNK_USAGE } srv_chunk_kind;
+char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first);
+
+/* A JSON string for text that may hold invalid UTF-8 (replaced by U+FFFD). */
+json_t *srv_json_text(const char *s, size_t n);
+
+/* The cache namespace of a cache_salt (0 for none). */
+uint64_t srv_api_namespace(const char *salt, size_t n);
+
+#endif

@@ -1,0 +1,111 @@
+/*
+ * cache_view.c — GET /v1/cache and GET /metrics: the cache's own view of
+ * what it holds, read on the inference thread (the only thread that may
+ * touch the context) through srv_sched_call.
+ */
+#include "http.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* At most this many nodes are listed, and this many tokens of text each. */
+#define VIEW_MAX_NODES 2000
+#define VIEW_MAX_TEXT_TOKENS 64
+
+typedef struct view {
+    srv_state *S;
+    tkv_context *ctx;
+    bool detail, check;
+    json_t *nodes;
+    size_t n_nodes;
+    tkv_token *tok; /* (n_cells) a node's tokens */
+    size_t tok_cap;
+    char *out;
+} view;
+
+static void add_node(const tkv_cache_node *nd, void *user) {
+    view *v = user;
+    if (nd->parent == TKV_CACHE_NODE_NONE) return; /* a namespace's root holds no tokens */
+    if (v->n_nodes++ >= VIEW_MAX_NODES) return;
+    char ns[24];
+    snprintf(ns, sizeof ns, "%016llx", (unsigned long long)nd->ns);
+    json_t *o = json_pack("{s:I,s:o,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:b}", "id", (json_int_t)nd->id, "parent",
+                          nd->depth ? json_integer(nd->parent) : json_null(), "namespace", ns, "depth",
+                          (json_int_t)nd->depth, "tokens", (json_int_t)nd->n_tokens, "refs", (json_int_t)nd->refs,
+                          "hits", (json_int_t)nd->hits, "last_use", (json_int_t)nd->last_use, "pins",
+                          (json_int_t)nd->pins, "pinned", nd->pins > 0);
+    if (o && v->detail && v->tok) {
+        size_t n = 0;
+        if (tkv_cache_node_tokens(v->ctx, nd->id, v->tok, v->tok_cap, &n) == TKV_OK) {
+            const size_t shown = n < VIEW_MAX_TEXT_TOKENS ? n : VIEW_MAX_TEXT_TOKENS;
+            char buf[4096];
+            size_t len = 0;
+            if (tkv_detokenize(v->S->model, v->tok, shown, TKV_DETOKENIZE_SPECIAL, buf, sizeof buf, &len) == TKV_OK)
+                json_object_set_new(o, "text", srv_json_text(buf, len));
+            json_object_set_new(o, "text_truncated", json_boolean(shown < n));
+        }
+    }
+    if (o) json_array_append_new(v->nodes, o);
+}
+
+static void build_view(tkv_context *ctx, void *user) {
+    view *v = user;
+    v->ctx = ctx;
+    tkv_stats st;
+    tkv_cache_stats(ctx, &st);
+    v->tok_cap = st.cells_total;
+    v->tok = v->detail ? malloc(v->tok_cap * sizeof *v->tok) : NULL;
+    v->nodes = json_array();
+    tkv_cache_walk(ctx, add_node, v);
+    free(v->tok);
+
+    tkv_seq seqs[256];
+    const srv_req *reqs[256];
+    size_t n = srv_sched_slots(v->S->sched, seqs, reqs, 256);
+    json_t *sequences = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(sequences, json_pack("{s:i,s:I,s:s}", "seq", seqs[i], "length",
+                                                   (json_int_t)tkv_seq_len(ctx, seqs[i]), "request", reqs[i]->id));
+    json_t *o = json_pack(
+        "{s:{s:I,s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:b}", "cells", "total",
+        (json_int_t)st.cells_total, "used", (json_int_t)st.cells_used, "free",
+        (json_int_t)(st.cells_total - st.cells_used), "evictable", (json_int_t)st.cells_evictable, "shared",
+        (json_int_t)st.cells_shared, "pinned", (json_int_t)st.cells_pinned, "nodes", (json_int_t)st.nodes, "lookups",
+        (json_int_t)st.lookups, "tokens_reused", (json_int_t)st.tokens_reused, "tokens_computed",
+        (json_int_t)st.tokens_computed, "evictions", (json_int_t)st.evictions, "kv_bytes", (json_int_t)st.kv_bytes,
+        "meta_bytes", (json_int_t)st.meta_bytes, "sequences", sequences, "tree", v->nodes, "tree_truncated",
+        v->n_nodes > VIEW_MAX_NODES);
+    if (o && v->check) {
+        tkv_status cs = tkv_cache_check(ctx);
+        json_object_set_new(o, "check", json_string(cs ? tkv_last_error(NULL) : "ok"));
+    }
+    v->out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+}
+
+char *srv_cache_view(srv_state *S, bool detail, bool check) {
+    view v = {.S = S, .detail = detail, .check = check};
+    srv_sched_call(S->sched, build_view, &v);
+    return v.out;
+}
+
+typedef struct mview {
+    srv_state *S;
+    char *out;
+} mview;
+
+static void build_metrics(tkv_context *ctx, void *user) {
+    mview *m = user;
+    tkv_stats st;
+    tkv_cache_stats(ctx, &st);
+    size_t waiting, running;
+    srv_sched_load(m->S->sched, &waiting, &running);
+    m->out = srv_metrics_render(m->S->metrics, &st, waiting, running);
+}
+
+char *srv_metrics_view(srv_state *S) {
+    mview m = {S, NULL};
+    srv_sched_call(S->sched, build_metrics, &m);
+    return m.out;
+}

@@ -1,0 +1,473 @@
+/*
+ * http.c — routing, bodies, authentication and streaming over
+ * libmicrohttpd, one thread per connection.
+ *
+ * A connection thread may block: waiting for its request to finish (or, for
+ * a stream, for the next text) it wakes every 100 ms to see whether the
+ * client is still there, and cancels the request when it is not, so a
+ * client that goes away stops its generation within a step or so.
+ */
+#include "http.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+typedef struct conn {
+    char method[16], path[96];
+    char *body;
+    size_t n, cap;
+    bool too_big, oom;
+    int status;    /* of the response, for the log and the metrics */
+    srv_req *req;  /* a generation in flight, or NULL */
+    double t0;
+} conn;
+
+static const char oom_body[] =
+    "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+
+static enum MHD_Result send_body(conn *cs, struct MHD_Connection *c, int status, const char *ctype, char *body) {
+    struct MHD_Response *r;
+    if (body) {
+        r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    } else {
+        status = 500;
+        ctype = "application/json";
+        r = MHD_create_response_from_buffer(sizeof oom_body - 1, (void *)oom_body, MHD_RESPMEM_PERSISTENT);
+    }
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    cs->status = status;
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_json(conn *cs, struct MHD_Connection *c, int status, json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return send_body(cs, c, status, "application/json", s);
+}
+
+static enum MHD_Result send_err(conn *cs, struct MHD_Connection *c, const srv_err *e) {
+    return send_body(cs, c, e->status, "application/json", srv_err_json(e));
+}
+
+static enum MHD_Result fail(conn *cs, struct MHD_Connection *c, int status, const char *param, const char *code,
+                            const char *msg) {
+    srv_err e;
+    srv_err_set(&e, status, param, code, "%s", msg);
+    return send_err(cs, c, &e);
+}
+
+/* ---- the client ------------------------------------------------------------ */
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* Whether the peer closed or reset the connection. The request was read
+   whole, so a readable socket that reads 0 bytes means it went away. */
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    char b;
+    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static void deadline_in(struct timespec *ts, long ms) {
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_nsec += ms * 1000000L;
+    ts->tv_sec += ts->tv_nsec / 1000000000L;
+    ts->tv_nsec %= 1000000000L;
+}
+
+/* Wait, with r->mu held, until ready(r) or the client leaves (then the
+   request is cancelled and false returned). */
+static bool wait_locked(srv_req *r, int fd, bool (*ready)(const srv_req *r, const void *arg), const void *arg) {
+    while (!ready(r, arg)) {
+        struct timespec ts;
+        deadline_in(&ts, 100);
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        if (!ready(r, arg) && client_gone(fd)) {
+            r->cancelled = true;
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool is_done(const srv_req *r, const void *arg) { return (void)arg, r->done; }
+static bool has_first(const srv_req *r, const void *arg) { return (void)arg, r->done || r->t_first; }
+static bool has_more(const srv_req *r, const void *arg) { return r->done || r->text_ready > *(const size_t *)arg; }
+
+/* ---- streaming ----------------------------------------------------------------- */
+
+typedef struct stream {
+    srv_state *S;
+    srv_req *r;
+    int fd;
+    size_t sent;   /* text bytes sent */
+    bool first;    /* nothing sent yet (the chat role goes with the first delta) */
+    bool finished; /* the last events are queued */
+    char *pend;    /* events not yet handed to MHD */
+    size_t pend_n, pend_off, pend_cap;
+} stream;
+
+static void pend(stream *st, char *ev) {
+    if (!ev) return; /* out of memory: this event is lost, the stream goes on */
+    size_t n = strlen(ev);
+    if (st->pend_n + n > st->pend_cap) {
+        size_t cap = st->pend_cap ? st->pend_cap * 2 : 4096;
+        while (cap < st->pend_n + n) cap *= 2;
+        char *t = realloc(st->pend, cap);
+        if (!t) {
+            free(ev);
+            return;
+        }
+        st->pend = t, st->pend_cap = cap;
+    }
+    memcpy(st->pend + st->pend_n, ev, n);
+    st->pend_n += n;
+    free(ev);
+}
+
+static char *strdup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+/* The next events of the stream into st->pend; false when the client left. */
+static bool next_events(stream *st) {
+    srv_req *r = st->r;
+    const srv_api *a = &st->S->api;
+    pthread_mutex_lock(&r->mu);
+    if (!wait_locked(r, st->fd, has_more, &st->sent)) {
+        pthread_mutex_unlock(&r->mu);
+        return false;
+    }
+    if (r->text_ready > st->sent) {
+        pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + st->sent, r->text_ready - st->sent, st->first));
+        st->sent = r->text_ready, st->first = false;
+    }
+    if (r->done) {
+        if (r->err_status) {
+            srv_err e;
+            srv_err_set(&e, r->err_status, NULL, r->err_code, "%s", r->err_msg);
+            char *body = srv_err_json(&e), *ev = body ? malloc(strlen(body) + 9) : NULL;
+            if (ev) sprintf(ev, "data: %s\n\n", body);
+            free(body);
+            pend(st, ev);
+        } else {
+            if (st->first && r->chat) pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, "", 0, true));
+            pend(st, srv_api_chunk(a, r, SRV_CHUNK_FINISH, NULL, 0, false));
+            if (r->include_usage) pend(st, srv_api_chunk(a, r, SRV_CHUNK_USAGE, NULL, 0, false));
+        }
+        pend(st, strdup_or_null("data: [DONE]\n\n"));
+        st->finished = true;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return true;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    stream *st = cls;
+    while (st->pend_off == st->pend_n) {
+        st->pend_off = st->pend_n = 0;
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (!next_events(st)) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t k = st->pend_n - st->pend_off < max ? st->pend_n - st->pend_off : max;
+    memcpy(buf, st->pend + st->pend_off, k);
+    st->pend_off += k;
+    return (ssize_t)k;
+}
+
+static void stream_free(void *cls) {
+    stream *st = cls;
+    if (!st->finished) srv_req_cancel(st->r);
+    srv_req_unref(st->r);
+    free(st->pend);
+    free(st);
+}
+
+static enum MHD_Result send_stream(conn *cs, struct MHD_Connection *c, srv_state *S, srv_req *r, int fd) {
+    stream *st = calloc(1, sizeof *st);
+    if (!st) return send_body(cs, c, 500, NULL, NULL);
+    *st = (stream){.S = S, .r = r, .fd = fd, .first = true};
+    srv_req_ref(r);
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+    if (!resp) {
+        stream_free(st);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    cs->status = 200;
+    enum MHD_Result ret = MHD_queue_response(c, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* ---- routes -------------------------------------------------------------------- */
+
+static json_t *parse_body(conn *cs, srv_err *e) {
+    json_error_t je;
+    json_t *body = json_loadb(cs->body ? cs->body : "", cs->n, 0, &je);
+    if (!body)
+        srv_err_set(e, 400, NULL, "invalid_json", "invalid JSON in the request body: %s (line %d, column %d)", je.text,
+                    je.line, je.column);
+    return body;
+}
+
+static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S, bool chat) {
+    srv_err e;
+    json_t *body = parse_body(cs, &e);
+    if (!body) return send_err(cs, c, &e);
+    srv_req *r = srv_req_new();
+    if (!r) {
+        json_decref(body);
+        return send_body(cs, c, 500, NULL, NULL);
+    }
+    bool ok = srv_api_parse(&S->api, body, chat, r, &e);
+    json_decref(body);
+    if (!ok) {
+        srv_req_unref(r);
+        return send_err(cs, c, &e);
+    }
+    int rc = srv_sched_submit(S->sched, r);
+    if (rc) {
+        srv_req_unref(r);
+        return rc == 429 ? fail(cs, c, 429, NULL, "queue_full",
+                                "the server is busy: its queue of waiting requests is full (--max-queue); retry later")
+                         : fail(cs, c, 503, NULL, "shutting_down", "the server is shutting down");
+    }
+    cs->req = r;
+    const int fd = conn_fd(c);
+    pthread_mutex_lock(&r->mu);
+    bool here = wait_locked(r, fd, r->stream ? has_first : is_done, NULL);
+    pthread_mutex_unlock(&r->mu);
+    if (!here) {
+        cs->status = 499; /* client closed the request */
+        return MHD_NO;
+    }
+    if (r->err_status) {
+        srv_err_set(&e, r->err_status, NULL, r->err_code, "%s", r->err_msg);
+        return send_err(cs, c, &e);
+    }
+    if (r->stream) return send_stream(cs, c, S, r, fd);
+    return send_body(cs, c, 200, "application/json", srv_api_response(&S->api, r));
+}
+
+static enum MHD_Result tokenize(conn *cs, struct MHD_Connection *c, srv_state *S) {
+    srv_err e;
+    json_t *body = parse_body(cs, &e);
+    if (!body) return send_err(cs, c, &e);
+    const json_t *content = json_object_get(body, "content");
+    bool add_special = true, parse_special = true;
+    const json_t *as = json_object_get(body, "add_special"), *ps = json_object_get(body, "parse_special");
+    if (!json_is_string(content)) {
+        json_decref(body);
+        return fail(cs, c, 400, "content", "invalid_type", "'content' must be a string");
+    }
+    if ((as && !json_is_boolean(as)) || (ps && !json_is_boolean(ps))) {
+        json_decref(body);
+        return fail(cs, c, 400, as && !json_is_boolean(as) ? "add_special" : "parse_special", "invalid_type",
+                    "'add_special' and 'parse_special' must be booleans");
+    }
+    if (as) add_special = json_is_true(as);
+    if (ps) parse_special = json_is_true(ps);
+    const size_t len = json_string_length(content), cap = len + 8;
+    tkv_token *t = malloc(cap * sizeof *t);
+    size_t n = 0;
+    tkv_status st = t ? tkv_tokenize(S->model, json_string_value(content), len,
+                                     (add_special ? TKV_TOKENIZE_ADD_SPECIAL : 0) |
+                                         (parse_special ? TKV_TOKENIZE_PARSE_SPECIAL : 0),
+                                     t, cap, &n)
+                      : TKV_ERR_NOMEM;
+    json_decref(body);
+    if (st) {
+        free(t);
+        srv_err_set(&e, st == TKV_ERR_NOMEM ? 500 : 400, "content", NULL, "cannot tokenize: %s", tkv_last_error(S->model));
+        return send_err(cs, c, &e);
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(t[i]));
+    free(t);
+    return send_json(cs, c, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+static enum MHD_Result detokenize(conn *cs, struct MHD_Connection *c, srv_state *S) {
+    srv_err e;
+    json_t *body = parse_body(cs, &e);
+    if (!body) return send_err(cs, c, &e);
+    const json_t *arr = json_object_get(body, "tokens");
+    if (!json_is_array(arr)) {
+        json_decref(body);
+        return fail(cs, c, 400, "tokens", "invalid_type", "'tokens' must be an array of token ids");
+    }
+    const size_t n = json_array_size(arr), n_vocab = tkv_vocab_size(S->model);
+    tkv_token *t = malloc((n ? n : 1) * sizeof *t);
+    for (size_t i = 0; t && i < n; i++) {
+        const json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || (unsigned long long)json_integer_value(v) >= n_vocab) {
+            srv_err_set(&e, 400, "tokens", "invalid_value", "tokens[%zu] is not a token id in [0, %zu)", i, n_vocab);
+            free(t);
+            json_decref(body);
+            return send_err(cs, c, &e);
+        }
+        t[i] = (tkv_token)json_integer_value(v);
+    }
+    json_decref(body);
+    size_t len = 0;
+    char *text = NULL;
+    tkv_status st = t ? tkv_detokenize(S->model, t, n, 0, NULL, 0, &len) : TKV_ERR_NOMEM;
+    if (st == TKV_OK || st == TKV_ERR_FULL) {
+        text = malloc(len + 1);
+        st = text ? tkv_detokenize(S->model, t, n, 0, text, len + 1, &len) : TKV_ERR_NOMEM;
+    }
+    free(t);
+    json_t *o = st ? NULL : json_pack("{s:o}", "content", srv_json_text(text, len));
+    free(text);
+    return send_json(cs, c, 200, o);
+}
+
+static enum MHD_Result models(conn *cs, struct MHD_Connection *c, srv_state *S, const char *id) {
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", S->api.model_id, "object", "model", "created",
+                          (json_int_t)S->started, "owned_by", "tokenkv");
+    if (!id) return send_json(cs, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    if (strcmp(id, S->api.model_id)) {
+        json_decref(m);
+        srv_err e;
+        srv_err_set(&e, 404, "model", "model_not_found", "the model '%s' does not exist; this server runs '%s'", id,
+                    S->api.model_id);
+        return send_err(cs, c, &e);
+    }
+    return send_json(cs, c, 200, m);
+}
+
+static bool authorized(srv_state *S, struct MHD_Connection *c) {
+    if (!S->o->api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    /* compare every byte, so the time taken does not tell how much matched */
+    const char *got = h + 7, *want = S->o->api_key;
+    size_t lg = strlen(got), lw = strlen(want);
+    unsigned diff = (unsigned)(lg ^ lw);
+    for (size_t i = 0; i < lw; i++) diff |= (unsigned char)want[i] ^ (unsigned char)(i < lg ? got[i] : 0);
+    return diff == 0;
+}
+
+static bool flag(struct MHD_Connection *c, const char *key) {
+    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
+    return v && strcmp(v, "0") && strcmp(v, "false");
+}
+
+static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
+    const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    static const struct {
+        const char *path;
+        bool post;
+    } known[] = {{"/health", false},           {"/metrics", false},   {"/v1/models", false},
+                 {"/v1/cache", false},         {"/v1/completions", true}, {"/completions", true},
+                 {"/v1/chat/completions", true}, {"/chat/completions", true}, {"/tokenize", true},
+                 {"/detokenize", true}};
+    if (!strcmp(url, "/health") && get) return send_json(cs, c, 200, json_pack("{s:s}", "status", "ok"));
+    if (strcmp(url, "/metrics") && !authorized(S, c))
+        return fail(cs, c, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
+    if (cs->oom) return send_body(cs, c, 500, NULL, NULL);
+    if (cs->too_big) {
+        srv_err e;
+        srv_err_set(&e, 413, NULL, "request_too_large", "the request body exceeds this server's limit of %zu bytes (--max-body)",
+                    S->o->max_body);
+        return send_err(cs, c, &e);
+    }
+    if (get && !strcmp(url, "/metrics")) return send_body(cs, c, 200, "text/plain; version=0.0.4", srv_metrics_view(S));
+    if (get && !strcmp(url, "/v1/models")) return models(cs, c, S, NULL);
+    if (get && !strncmp(url, "/v1/models/", 11)) return models(cs, c, S, url + 11);
+    if (get && !strcmp(url, "/v1/cache"))
+        return send_body(cs, c, 200, "application/json", srv_cache_view(S, flag(c, "detail"), flag(c, "check")));
+    if (post && (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions"))) return generate(cs, c, S, false);
+    if (post && (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")))
+        return generate(cs, c, S, true);
+    if (post && !strcmp(url, "/tokenize")) return tokenize(cs, c, S);
+    if (post && !strcmp(url, "/detokenize")) return detokenize(cs, c, S);
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(url, known[i].path)) {
+            srv_err e;
+            srv_err_set(&e, 405, NULL, "method_not_allowed", "%s is not allowed on %s; use %s", method, url,
+                        known[i].post ? "POST" : "GET");
+            return send_err(cs, c, &e);
+        }
+    srv_err e;
+    srv_err_set(&e, 404, NULL, "not_found", "no route for %s %s", method, url);
+    return send_err(cs, c, &e);
+}
+
+enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                 const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    srv_state *S = cls;
+    conn *cs = *con_cls;
+    if (!cs) { /* headers are in; the body follows in later calls */
+        if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
+        snprintf(cs->method, sizeof cs->method, "%s", method);
+        snprintf(cs->path, sizeof cs->path, "%s", url);
+        cs->t0 = srv_now();
+        *con_cls = cs;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        /* past the limit the rest is read and dropped, so the client still
+           gets its 413 instead of a reset connection */
+        if (!cs->too_big && !cs->oom) {
+            if (cs->n + *upload_size > S->o->max_body) {
+                cs->too_big = true;
+                free(cs->body);
+                cs->body = NULL, cs->n = cs->cap = 0;
+            } else {
+                if (cs->n + *upload_size + 1 > cs->cap) {
+                    size_t cap = cs->cap ? cs->cap : 4096;
+                    while (cap < cs->n + *upload_size + 1) cap *= 2;
+                    char *b = realloc(cs->body, cap);
+                    if (!b) cs->oom = true;
+                    else cs->body = b, cs->cap = cap;
+                }
+                if (!cs->oom) memcpy(cs->body + cs->n, upload, *upload_size), cs->n += *upload_size;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return route(cs, c, S, url, method);
+}
+
+void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c;
+    srv_state *S = cls;
+    conn *cs = *con_cls;
+    if (!cs) return;
+    int status = cs->status ? cs->status : 499;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499; /* the client left mid-response */
+    size_t prompt = 0, cached = 0;
+    int gen = 0;
+    if (cs->req) {
+        srv_req *r = cs->req;
+        pthread_mutex_lock(&r->mu);
+        if (!r->done) r->cancelled = true;
+        prompt = r->n_prompt, cached = r->n_cached, gen = r->n_gen;
+        pthread_mutex_unlock(&r->mu);
+        srv_req_unref(r);
+    }
+    srv_metrics_request(S->metrics, status);
+    fprintf(stderr, "%s %s %d prompt=%zu cached=%zu generated=%d %.1f ms\n", cs->method, cs->path, status, prompt, cached,
+            gen, 1e3 * (srv_now() - cs->t0));
+    free(cs->body);
+    free(cs);
+    *con_cls = NULL;
+}

@@ -1,0 +1,36 @@
+/*
+ * http.h — the HTTP side of the server: libmicrohttpd callbacks, routing,
+ * authentication, bodies, Server-Sent Events.
+ */
+#ifndef TKV_SRV_HTTP_H
+#define TKV_SRV_HTTP_H
+
+#include "api.h"
+#include "metrics.h"
+#include "sched.h"
+#include "server.h"
+
+#include <microhttpd.h>
+
+/* What every connection thread shares; read-only after start-up. */
+typedef struct srv_state {
+    const srv_opts *o;
+    const tkv_model *model;
+    srv_sched *sched;
+    srv_metrics *metrics;
+    srv_api api;
+    int64_t started;  /* unix seconds: the model's "created" */
+} srv_state;
+
+/* MHD_AccessHandlerCallback (cls: srv_state). */
+enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                 const char *version, const char *upload, size_t *upload_size, void **con_cls);
+
+/* MHD_RequestCompletedCallback: the log line, metrics, cleanup. */
+void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+
+/* GET /v1/cache and /metrics bodies, built on the inference thread. */
+char *srv_cache_view(srv_state *S, bool detail, bool check);
+char *srv_metrics_view(srv_state *S);
+
+#endif

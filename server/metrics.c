@@ -1,0 +1,158 @@
+/*
+ * metrics.c — counters and histograms for GET /metrics (Prometheus text
+ * exposition format 0.0.4).
+ */
+#include "metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Histogram bucket bounds, seconds. TTFT spans a cached prompt (ms) to a
+   long cold prefill (s); time per output token is ms-scale on CPUs. */
+static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+static const double tpot_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
+#define N_TTFT (sizeof ttft_bounds / sizeof ttft_bounds[0])
+#define N_TPOT (sizeof tpot_bounds / sizeof tpot_bounds[0])
+
+typedef struct hist {
+    uint64_t count[16]; /* per bucket (not cumulative) */
+    uint64_t n;
+    double sum;
+} hist;
+
+/* HTTP statuses we count separately; the rest fall into "other". */
+static const int statuses[] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
+#define N_STATUS (sizeof statuses / sizeof statuses[0])
+
+struct srv_metrics {
+    pthread_mutex_t mu;
+    uint64_t requests[N_STATUS + 1];
+    uint64_t prompt, cached, generated;
+    hist ttft, tpot;
+};
+
+srv_metrics *srv_metrics_new(void) {
+    srv_metrics *m = calloc(1, sizeof *m);
+    if (m) pthread_mutex_init(&m->mu, NULL);
+    return m;
+}
+
+void srv_metrics_free(srv_metrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+void srv_metrics_request(srv_metrics *m, int status) {
+    size_t i = 0;
+    while (i < N_STATUS && statuses[i] != status) i++;
+    pthread_mutex_lock(&m->mu);
+    m->requests[i]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_tokens(srv_metrics *m, uint64_t prompt, uint64_t cached, uint64_t generated) {
+    pthread_mutex_lock(&m->mu);
+    m->prompt += prompt, m->cached += cached, m->generated += generated;
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void observe(srv_metrics *m, hist *h, const double *bounds, size_t nb, double s) {
+    size_t b = 0;
+    while (b < nb && s > bounds[b]) b++;
+    pthread_mutex_lock(&m->mu);
+    h->count[b]++;
+    h->n++;
+    h->sum += s;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_ttft(srv_metrics *m, double s) { observe(m, &m->ttft, ttft_bounds, N_TTFT, s); }
+void srv_metrics_tpot(srv_metrics *m, double s) { observe(m, &m->tpot, tpot_bounds, N_TPOT, s); }
+
+/* A growing string; on allocation failure it stays marked failed. */
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+    bool failed;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...) {
+    if (b->failed) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->failed = true;
+            return;
+        }
+        if (b->s && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->n + (size_t)k + 1) cap *= 2;
+        char *t = realloc(b->s, cap);
+        if (!t) {
+            b->failed = true;
+            return;
+        }
+        b->s = t, b->cap = cap;
+    }
+}
+
+static void put_metric(sbuf *b, const char *name, const char *type, const char *help, double v) {
+    put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+static void put_hist(sbuf *b, const char *name, const char *help, const hist *h, const double *bounds, size_t nb) {
+    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < nb; i++) {
+        cum += h->count[i];
+        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+    }
+    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name, (unsigned long long)h->n, name, h->sum,
+        name, (unsigned long long)h->n);
+}
+
+char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth, size_t running) {
+    sbuf b = {0};
+    pthread_mutex_lock(&m->mu);
+    put(&b, "# HELP tokenkv_requests_total HTTP requests answered, by status.\n"
+            "# TYPE tokenkv_requests_total counter\n");
+    for (size_t i = 0; i <= N_STATUS; i++) {
+        if (i < N_STATUS) put(&b, "tokenkv_requests_total{status=\"%d\"} %llu\n", statuses[i], (unsigned long long)m->requests[i]);
+        else put(&b, "tokenkv_requests_total{status=\"other\"} %llu\n", (unsigned long long)m->requests[i]);
+    }
+    put_metric(&b, "tokenkv_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", (double)m->prompt);
+    put_metric(&b, "tokenkv_cached_prompt_tokens_total", "counter", "Prompt tokens reused from the cache.", (double)m->cached);
+    put_metric(&b, "tokenkv_generated_tokens_total", "counter", "Completion tokens generated.", (double)m->generated);
+    put_hist(&b, "tokenkv_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft,
+             ttft_bounds, N_TTFT);
+    put_hist(&b, "tokenkv_time_per_output_token_seconds", "Mean time per generated token after the first.", &m->tpot,
+             tpot_bounds, N_TPOT);
+    pthread_mutex_unlock(&m->mu);
+    put_metric(&b, "tokenkv_queue_depth", "gauge", "Requests waiting for a sequence.", (double)queue_depth);
+    put_metric(&b, "tokenkv_running_requests", "gauge", "Requests being decoded.", (double)running);
+    put_metric(&b, "tokenkv_cache_cells", "gauge", "KV cells in the cache.", (double)c->cells_total);
+    put_metric(&b, "tokenkv_cache_cells_used", "gauge", "KV cells holding a token.", (double)c->cells_used);
+    put_metric(&b, "tokenkv_cache_cells_evictable", "gauge", "Cached cells no sequence holds and nobody pinned.",
+               (double)c->cells_evictable);
+    put_metric(&b, "tokenkv_cache_cells_shared", "gauge", "Cells used by two or more sequences.", (double)c->cells_shared);
+    put_metric(&b, "tokenkv_cache_nodes", "gauge", "Prefix-index nodes.", (double)c->nodes);
+    put_metric(&b, "tokenkv_cache_evictions_total", "counter", "Cells evicted to make room.", (double)c->evictions);
+    put_metric(&b, "tokenkv_cache_tokens_reused_total", "counter", "Tokens taken from the cache.", (double)c->tokens_reused);
+    put_metric(&b, "tokenkv_cache_tokens_computed_total", "counter", "Tokens decoded.", (double)c->tokens_computed);
+    if (b.failed) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}

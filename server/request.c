@@ -1,0 +1,156 @@
+/*
+ * request.c — the request object shared by an HTTP thread and the
+ * inference thread; stop strings.
+ */
+#include "request.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+srv_req *srv_req_new(void) {
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->text = malloc(256);
+    if (!r->text) {
+        free(r);
+        return NULL;
+    }
+    r->text[0] = 0;
+    r->text_cap = 256;
+    r->refs = 1;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->t_arrival = srv_now();
+    return r;
+}
+
+void srv_req_ref(srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    r->refs++;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void srv_req_unref(srv_req *r) {
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    int left = --r->refs;
+    pthread_mutex_unlock(&r->mu);
+    if (left) return;
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    free(r->prompt);
+    free(r->text);
+    free(r);
+}
+
+/* Longest suffix of s[from..n) that is a proper prefix of a stop string:
+   those bytes may still become a stop string and are held back. */
+static size_t held_back(const srv_req *r, size_t from) {
+    size_t best = 0;
+    for (size_t k = 0; k < r->n_stop; k++) {
+        const size_t ls = strlen(r->stop[k]);
+        if (ls == 0) continue;
+        for (size_t len = ls - 1; len > best; len--)
+            if (r->text_len - from >= len && !memcmp(r->text + r->text_len - len, r->stop[k], len)) {
+                best = len;
+                break;
+            }
+    }
+    return best;
+}
+
+bool srv_req_append(srv_req *r, const char *s, size_t n) {
+    pthread_mutex_lock(&r->mu);
+    if (r->text_len + n + 1 > r->text_cap) {
+        size_t cap = r->text_cap;
+        while (r->text_len + n + 1 > cap) cap *= 2;
+        char *t = realloc(r->text, cap);
+        if (!t) { /* keep what we have; the text is cut short, never corrupt */
+            pthread_mutex_unlock(&r->mu);
+            return false;
+        }
+        r->text = t, r->text_cap = cap;
+    }
+    memcpy(r->text + r->text_len, s, n);
+    r->text_len += n;
+    r->text[r->text_len] = 0;
+    /* a stop string can only start where the ready text ends (it would have
+       been found, or held back, otherwise) */
+    bool stopped = false;
+    size_t cut = r->text_len;
+    for (size_t k = 0; k < r->n_stop; k++) {
+        const char *hit = strstr(r->text + r->text_ready, r->stop[k]);
+        if (hit && (size_t)(hit - r->text) < cut) cut = (size_t)(hit - r->text), stopped = true;
+    }
+    if (stopped) {
+        r->text_len = cut;
+        r->text[cut] = 0;
+        r->text_ready = cut;
+    } else {
+        r->text_ready = r->text_len - held_back(r, r->text_ready);
+    }
+    if (!r->t_first) r->t_first = srv_now();
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return stopped;
+}
+
+void srv_req_set_started(srv_req *r, size_t n_cached) {
+    pthread_mutex_lock(&r->mu);
+    r->started = true;
+    r->n_cached = n_cached;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void srv_req_finish(srv_req *r, const char *reason, int n_gen) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->done) {
+        r->done = true;
+        r->n_gen = n_gen;
+        r->finish_reason = reason;
+        r->text_ready = r->text_len; /* nothing more can complete a stop string */
+        r->t_done = srv_now();
+        if (!r->t_first) r->t_first = r->t_done;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void srv_req_fail(srv_req *r, int status, const char *code, const char *fmt, ...) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->done) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->err_msg, sizeof r->err_msg, fmt, ap);
+        va_end(ap);
+        r->err_status = status;
+        r->err_code = code;
+        r->done = true;
+        r->t_done = srv_now();
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+bool srv_req_is_cancelled(srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    bool c = r->cancelled;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+void srv_req_cancel(srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    r->cancelled = true;
+    pthread_mutex_unlock(&r->mu);
+}

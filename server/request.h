@@ -1,0 +1,80 @@
+/*
+ * request.h — one generation request, shared by the HTTP thread that
+ * received it and the inference thread that runs it.
+ *
+ * The HTTP thread fills the input fields, submits the request to the
+ * scheduler and then only reads the output through srv_req_wait. The
+ * inference thread appends text and finally marks the request done. Both
+ * hold a reference; the last srv_req_unref frees it. Everything that both
+ * threads touch after submission is under `mu`.
+ */
+#ifndef TKV_SRV_REQUEST_H
+#define TKV_SRV_REQUEST_H
+
+#include "tokenkv.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SRV_MAX_STOP 4
+
+typedef struct srv_req {
+    /* ---- input: written before submission, read-only afterwards ---- */
+    tkv_token *prompt;          /* (n_prompt) */
+    size_t n_prompt;
+    uint64_t ns;                /* cache namespace (from cache_salt) */
+    int max_tokens;             /* >= 1 */
+    tkv_sampler_params sp;
+    char *stop[SRV_MAX_STOP];   /* stop strings (owned) */
+    size_t n_stop;
+    bool stream, include_usage, chat;
+    char id[48];
+    int64_t created;            /* unix seconds */
+    double t_arrival;           /* monotonic seconds */
+
+    /* ---- output, under mu ---- */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *text;                 /* generated text (NUL-terminated), stop string removed */
+    size_t text_len, text_cap;
+    size_t text_ready;          /* bytes of text that cannot turn into a stop string */
+    size_t n_cached;            /* prompt tokens reused from the cache */
+    int n_gen;                  /* completion tokens */
+    bool started;               /* admitted: n_cached is known */
+    bool done;
+    const char *finish_reason;  /* "stop" or "length" once done */
+    int err_status;             /* non-zero: failed with this HTTP status */
+    char err_msg[256];
+    const char *err_code;       /* OpenAI-style error code, or NULL */
+    bool cancelled;             /* the client went away */
+    double t_first, t_done;     /* monotonic seconds of the first token and the end */
+    int refs;
+} srv_req;
+
+/* A request with one reference and empty output; NULL on allocation failure. */
+srv_req *srv_req_new(void);
+void srv_req_ref(srv_req *r);
+void srv_req_unref(srv_req *r);
+
+/* Monotonic seconds. */
+double srv_now(void);
+
+/* ---- inference thread ---- */
+
+/* Append generated text; applies the stop strings. Returns true when a stop
+   string was found (the text is cut before it). Caller holds no lock. */
+bool srv_req_append(srv_req *r, const char *s, size_t n);
+/* Finish with reason "stop" or "length" after n_gen completion tokens. */
+void srv_req_finish(srv_req *r, const char *reason, int n_gen);
+/* Finish with an error: an HTTP status, an OpenAI-style code and a message. */
+void srv_req_fail(srv_req *r, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void srv_req_set_started(srv_req *r, size_t n_cached);
+bool srv_req_is_cancelled(srv_req *r);
+
+/* ---- HTTP thread ---- */
+
+void srv_req_cancel(srv_req *r);
+
+#endif

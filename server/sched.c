@@ -1,0 +1,451 @@
+/*
+ * sched.c — continuous batching on one inference thread.
+ *
+ * The thread owns the context. HTTP threads hand it requests through a
+ * waiting list (under `mu`) and get text back through each request's own
+ * lock (request.h). A running request occupies a slot, and a slot is a
+ * sequence of the context; when the request ends the sequence is cleared,
+ * which leaves everything it computed cached (unreferenced, evictable), so
+ * the next request with the same prefix finds it whichever slot it lands on.
+ */
+#include "sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A waiting request passed over this many times is admitted next. */
+#define STARVE_AFTER 8
+/* Hold a request back only for a shared prefix at least this long. */
+#define HOLD_MIN_TOKENS 8
+
+typedef struct slot {
+    srv_req *req;   /* NULL: free */
+    tkv_seq seq;
+    uint64_t ns;
+    size_t n_past;  /* tokens the sequence holds */
+    bool generating;
+    tkv_token next; /* generating: the sampled token to decode next */
+    int n_gen;
+    uint64_t order; /* admission order: preemption takes the youngest */
+    tkv_sampler *smp;
+    tkv_detok *dt;
+    int logits_at;  /* batch index of this step's logits, -1: none */
+    size_t in_batch; /* tokens in this step's batch */
+} slot;
+
+typedef struct call {
+    void (*fn)(tkv_context *ctx, void *user);
+    void *user;
+    bool done;
+    struct call *next;
+} call;
+
+struct srv_sched {
+    tkv_context *ctx;
+    const tkv_model *model;
+    srv_sched_opts o;
+    srv_metrics *metrics;
+    size_t n_vocab;
+    uint32_t n_batch;
+
+    pthread_t thread;
+    pthread_mutex_t mu; /* wait list, calls, stopping, n_running */
+    pthread_cond_t wake, call_done;
+    srv_req **wait;     /* (max_queue) oldest first */
+    uint32_t *skipped;  /* (max_queue) times each was passed over */
+    size_t n_wait;
+    call *calls;
+    bool stopping;
+    size_t n_running;
+
+    slot *slots;        /* (parallel) */
+    uint64_t admitted, unique_ns;
+    /* the step's batch, n_batch tokens */
+    tkv_token *b_tok;
+    tkv_pos *b_pos;
+    tkv_seq *b_seq;
+    bool *b_logits;
+};
+
+static size_t common_prefix(const tkv_token *a, size_t na, const tkv_token *b, size_t nb) {
+    size_t n = na < nb ? na : nb, i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* ---- ending a request ----------------------------------------------------- */
+
+static void release(srv_sched *s, slot *sl) {
+    tkv_seq_clear(s->ctx, sl->seq); /* what it computed stays cached */
+    tkv_sampler_free(sl->smp);
+    tkv_detok_free(sl->dt);
+    srv_req_unref(sl->req);
+    sl->req = NULL, sl->smp = NULL, sl->dt = NULL;
+    pthread_mutex_lock(&s->mu);
+    s->n_running--;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void finish(srv_sched *s, slot *sl, const char *reason) {
+    srv_req *r = sl->req;
+    srv_req_finish(r, reason, sl->n_gen);
+    srv_metrics_tokens(s->metrics, r->n_prompt, r->n_cached, (uint64_t)sl->n_gen);
+    if (sl->n_gen > 0) {
+        srv_metrics_ttft(s->metrics, r->t_first - r->t_arrival);
+        if (sl->n_gen > 1) srv_metrics_tpot(s->metrics, (r->t_done - r->t_first) / (sl->n_gen - 1));
+    }
+    release(s, sl);
+}
+
+static void fail(srv_sched *s, slot *sl, int status, const char *code, const char *msg) {
+    srv_req_fail(sl->req, status, code, "%s", msg);
+    release(s, sl);
+}
+
+/* ---- admission ------------------------------------------------------------ */
+
+/* Whether a running request is computing, right now, a prefix of r longer
+   than what is cached: then r waits for it instead of computing it too. */
+static bool held_back(const srv_sched *s, const srv_req *r, uint64_t ns, size_t cached) {
+    for (int i = 0; i < s->o.parallel; i++) {
+        const slot *sl = &s->slots[i];
+        if (!sl->req || sl->generating || sl->ns != ns) continue;
+        size_t shared = common_prefix(r->prompt, r->n_prompt - 1, sl->req->prompt, sl->req->n_prompt);
+        if (shared >= cached + HOLD_MIN_TOKENS && sl->n_past < shared) return true;
+    }
+    return false;
+}
+
+static uint64_t ns_of(srv_sched *s, const srv_req *r) {
+    /* without the prefix cache every request is its own namespace: the
+       same computation, nothing shared */
+    return s->o.no_prefix_cache ? (1ull << 63) | s->unique_ns : r->ns;
+}
+
+/* Index of the waiting request to admit, or -1 (none, or all held back).
+   Called with mu held. */
+static long choose(srv_sched *s) {
+    for (size_t i = 0; i < s->n_wait; i++)
+        if (s->skipped[i] >= STARVE_AFTER) return (long)i; /* the oldest starving one */
+    long best = -1;
+    size_t best_len = 0;
+    for (size_t i = 0; i < s->n_wait; i++) {
+        const srv_req *r = s->wait[i];
+        const uint64_t ns = ns_of(s, r);
+        size_t cached = 0;
+        tkv_cache_match(s->ctx, ns, r->prompt, r->n_prompt, &cached);
+        if (!s->o.no_prefix_cache && held_back(s, r, ns, cached)) continue;
+        if (best < 0 || cached > best_len) best = (long)i, best_len = cached;
+    }
+    return best;
+}
+
+static void start(srv_sched *s, slot *sl, srv_req *r) {
+    sl->req = r;
+    sl->ns = ns_of(s, r);
+    s->unique_ns++;
+    sl->generating = false;
+    sl->n_gen = 0;
+    sl->order = s->admitted++;
+    size_t reused = 0;
+    tkv_status st = tkv_seq_attach(s->ctx, sl->seq, sl->ns, r->prompt, r->n_prompt, &reused);
+    if (!st) st = tkv_sampler_create(&r->sp, s->n_vocab, &sl->smp);
+    if (!st) st = tkv_detok_create(s->model, 0, &sl->dt);
+    if (st) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", tkv_last_error(st == TKV_ERR_INVALID || st == TKV_ERR_FULL ? s->ctx : NULL));
+        if (st == TKV_ERR_FULL) fail(s, sl, 503, "cache_full", msg);
+        else if (st == TKV_ERR_INVALID) fail(s, sl, 400, "invalid_value", msg);
+        else fail(s, sl, 500, "internal_error", msg);
+        return;
+    }
+    sl->n_past = reused;
+    srv_req_set_started(r, reused);
+}
+
+static void admit(srv_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->o.parallel && s->n_wait; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->req) continue;
+        long k = choose(s);
+        if (k < 0) break;
+        srv_req *r = s->wait[k];
+        for (long j = 0; j < k; j++) s->skipped[j]++; /* older ones passed over */
+        memmove(s->wait + k, s->wait + k + 1, (s->n_wait - (size_t)k - 1) * sizeof *s->wait);
+        memmove(s->skipped + k, s->skipped + k + 1, (s->n_wait - (size_t)k - 1) * sizeof *s->skipped);
+        s->n_wait--;
+        s->n_running++;
+        pthread_mutex_unlock(&s->mu);
+        start(s, sl, r);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Waiting requests whose client left are dropped; running ones end. */
+static void drop_cancelled(srv_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    size_t k = 0;
+    for (size_t i = 0; i < s->n_wait; i++) {
+        if (srv_req_is_cancelled(s->wait[i])) {
+            srv_req_fail(s->wait[i], 499, "cancelled", "the client closed the connection");
+            srv_req_unref(s->wait[i]);
+            continue;
+        }
+        s->skipped[k] = s->skipped[i];
+        s->wait[k++] = s->wait[i];
+    }
+    s->n_wait = k;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->o.parallel; i++)
+        if (s->slots[i].req && srv_req_is_cancelled(s->slots[i].req)) finish(s, &s->slots[i], "cancelled");
+}
+
+/* ---- one step --------------------------------------------------------------- */
+
+/* The slot admitted last among those generating (or not), or NULL. */
+static slot *youngest(srv_sched *s, bool generating) {
+    slot *y = NULL;
+    for (int i = 0; i < s->o.parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->req && sl->generating == generating && (!y || sl->order > y->order)) y = sl;
+    }
+    return y;
+}
+
+static size_t add(srv_sched *s, size_t n, slot *sl, tkv_token tok, bool logits) {
+    s->b_tok[n] = tok;
+    s->b_pos[n] = (tkv_pos)(sl->n_past + sl->in_batch);
+    s->b_seq[n] = sl->seq;
+    s->b_logits[n] = logits;
+    if (logits) sl->logits_at = (int)n;
+    sl->in_batch++;
+    return n + 1;
+}
+
+/* Fill the batch: one token per generating request, then prompt chunks in
+   admission order while the batch has room. Returns its size. */
+static size_t build(srv_sched *s, bool with_prompts) {
+    size_t n = 0;
+    for (int i = 0; i < s->o.parallel; i++) s->slots[i].logits_at = -1, s->slots[i].in_batch = 0;
+    for (int i = 0; i < s->o.parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->req && sl->generating) n = add(s, n, sl, sl->next, true);
+    }
+    while (with_prompts && n < s->n_batch) {
+        slot *first = NULL; /* the oldest prefilling slot not yet in the batch */
+        for (int i = 0; i < s->o.parallel; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->req && !sl->generating && !sl->in_batch && (!first || sl->order < first->order)) first = sl;
+        }
+        if (!first) break;
+        const srv_req *r = first->req;
+        size_t take = r->n_prompt - first->n_past;
+        if (take > s->n_batch - n) take = s->n_batch - n;
+        for (size_t k = 0; k < take; k++) {
+            const size_t p = first->n_past + k;
+            n = add(s, n, first, r->prompt[p], p + 1 == r->n_prompt);
+        }
+    }
+    return n;
+}
+
+/* The token sampled for sl: text out, and whether the request goes on. */
+static void on_token(srv_sched *s, slot *sl, tkv_token tok) {
+    srv_req *r = sl->req;
+    if (tkv_token_is_eog(s->model, tok)) {
+        finish(s, sl, "stop");
+        return;
+    }
+    sl->n_gen++;
+    const char *text = "";
+    size_t len = 0;
+    bool stopped = false;
+    if (tkv_detok_push(sl->dt, tok, &text, &len) == TKV_OK) stopped = srv_req_append(r, text, len);
+    if (stopped) finish(s, sl, "stop");
+    else if (sl->n_gen >= r->max_tokens || sl->n_past + 1 >= s->o.n_ctx) finish(s, sl, "length");
+    else sl->generating = true, sl->next = tok;
+}
+
+static void step(srv_sched *s) {
+    bool with_prompts = true;
+    size_t n = build(s, true);
+    tkv_status st = TKV_ERR_FULL;
+    while (n) {
+        tkv_batch b = {n, s->b_tok, s->b_pos, s->b_seq, s->b_logits};
+        st = tkv_decode(s->ctx, &b);
+        if (st != TKV_ERR_FULL) break;
+        /* No room: prompts wait while generating requests go on (they end
+           and free their cells); with none generating, or when even those
+           do not fit, the youngest request gives way. */
+        slot *gen = youngest(s, true);
+        if (with_prompts && gen) {
+            with_prompts = false;
+        } else if (with_prompts) {
+            fail(s, youngest(s, false), 503, "cache_full",
+                 "the KV cache is full: every cell is held by running requests or pinned; retry later or "
+                 "start the server with more --ctx cells");
+        } else {
+            finish(s, gen, "length");
+        }
+        n = build(s, with_prompts);
+    }
+    if (!n) return;
+    if (st) { /* not a capacity problem: the requests in this batch cannot go on */
+        char msg[256];
+        snprintf(msg, sizeof msg, "decode failed: %s", tkv_last_error(s->ctx));
+        for (int i = 0; i < s->o.parallel; i++)
+            if (s->slots[i].req && s->slots[i].in_batch) fail(s, &s->slots[i], 500, "internal_error", msg);
+        return;
+    }
+    for (int i = 0; i < s->o.parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || !sl->in_batch) continue;
+        sl->n_past += sl->in_batch;
+        if (sl->logits_at < 0) continue;
+        on_token(s, sl, tkv_sampler_sample(sl->smp, tkv_get_logits(s->ctx, (size_t)sl->logits_at)));
+    }
+}
+
+/* ---- the thread --------------------------------------------------------------- */
+
+static void run_calls(srv_sched *s) { /* with mu held */
+    while (s->calls) {
+        call *c = s->calls;
+        s->calls = c->next;
+        pthread_mutex_unlock(&s->mu);
+        c->fn(s->ctx, c->user);
+        pthread_mutex_lock(&s->mu);
+        c->done = true;
+        pthread_cond_broadcast(&s->call_done);
+    }
+}
+
+static void *thread_main(void *arg) {
+    srv_sched *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        run_calls(s);
+        if (s->stopping) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        if (!s->n_running && !s->n_wait) {
+            pthread_cond_wait(&s->wake, &s->mu);
+            pthread_mutex_unlock(&s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        drop_cancelled(s);
+        admit(s);
+        step(s);
+    }
+    for (int i = 0; i < s->o.parallel; i++)
+        if (s->slots[i].req) fail(s, &s->slots[i], 503, "shutting_down", "the server is shutting down");
+    return NULL;
+}
+
+srv_sched *srv_sched_start(tkv_context *ctx, const srv_sched_opts *o, srv_metrics *metrics) {
+    srv_sched *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->ctx = ctx;
+    s->model = tkv_context_model(ctx);
+    s->o = *o;
+    s->metrics = metrics;
+    s->n_vocab = tkv_vocab_size(s->model);
+    s->n_batch = o->n_batch;
+    s->wait = calloc(o->max_queue ? o->max_queue : 1, sizeof *s->wait);
+    s->skipped = calloc(o->max_queue ? o->max_queue : 1, sizeof *s->skipped);
+    s->slots = calloc((size_t)o->parallel, sizeof *s->slots);
+    s->b_tok = malloc(s->n_batch * sizeof *s->b_tok);
+    s->b_pos = malloc(s->n_batch * sizeof *s->b_pos);
+    s->b_seq = malloc(s->n_batch * sizeof *s->b_seq);
+    s->b_logits = malloc(s->n_batch * sizeof *s->b_logits);
+    if (!s->wait || !s->skipped || !s->slots || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits) goto fail;
+    for (int i = 0; i < o->parallel; i++) s->slots[i].seq = i;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->call_done, NULL);
+    if (pthread_create(&s->thread, NULL, thread_main, s) == 0) return s;
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->call_done);
+fail:
+    free(s->wait), free(s->skipped), free(s->slots);
+    free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_logits);
+    free(s);
+    return NULL;
+}
+
+int srv_sched_submit(srv_sched *s, srv_req *r) {
+    pthread_mutex_lock(&s->mu);
+    int rc = s->stopping ? 503 : s->n_wait >= s->o.max_queue ? 429 : 0;
+    if (!rc) {
+        srv_req_ref(r);
+        s->skipped[s->n_wait] = 0;
+        s->wait[s->n_wait++] = r;
+        pthread_cond_signal(&s->wake);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void srv_sched_call(srv_sched *s, void (*fn)(tkv_context *ctx, void *user), void *user) {
+    call c = {fn, user, false, NULL};
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) { /* the thread is gone or going: the context is idle */
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    call **tail = &s->calls;
+    while (*tail) tail = &(*tail)->next;
+    *tail = &c;
+    pthread_cond_signal(&s->wake);
+    while (!c.done) pthread_cond_wait(&s->call_done, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_sched_load(srv_sched *s, size_t *waiting, size_t *running) {
+    pthread_mutex_lock(&s->mu);
+    *waiting = s->n_wait;
+    *running = s->n_running;
+    pthread_mutex_unlock(&s->mu);
+}
+
+size_t srv_sched_slots(srv_sched *s, tkv_seq *seq, const srv_req **req, size_t cap) {
+    size_t n = 0;
+    for (int i = 0; i < s->o.parallel && n < cap; i++)
+        if (s->slots[i].req) seq[n] = s->slots[i].seq, req[n] = s->slots[i].req, n++;
+    return n;
+}
+
+void srv_sched_stop(srv_sched *s) {
+    if (!s) return;
+    pthread_mutex_lock(&s->mu);
+    bool was = s->stopping;
+    s->stopping = true;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    if (was) return;
+    pthread_join(s->thread, NULL);
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < s->n_wait; i++) {
+        srv_req_fail(s->wait[i], 503, "shutting_down", "the server is shutting down");
+        srv_req_unref(s->wait[i]);
+    }
+    s->n_wait = 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_sched_free(srv_sched *s) {
+    if (!s) return;
+    srv_sched_stop(s);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->call_done);
+    free(s->wait), free(s->skipped), free(s->slots);
+    free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_logits);
+    free(s);
+}

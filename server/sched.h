@@ -1,0 +1,55 @@
+/*
+ * sched.h — the scheduler: one inference thread owns the context and runs
+ * continuous batching over the requests HTTP threads queue.
+ *
+ * Each step decodes one token for every generating request plus chunks of
+ * prompt for newly admitted ones, up to the batch size. Every prompt first
+ * takes the longest prefix any earlier request left in the cache
+ * (tkv_seq_attach); admission prefers the waiting request with the longest
+ * cached prefix without starving the others, and holds back a request whose
+ * prompt shares a prefix that a running request is computing right now, so
+ * that prefix is computed once.
+ */
+#ifndef TKV_SRV_SCHED_H
+#define TKV_SRV_SCHED_H
+
+#include "metrics.h"
+#include "request.h"
+
+typedef struct srv_sched srv_sched;
+
+typedef struct srv_sched_opts {
+    int parallel;         /* sequences decoded together */
+    size_t max_queue;     /* waiting requests beyond which submissions are refused */
+    uint32_t n_ctx;       /* positions per sequence (prompt + completion) */
+    uint32_t n_batch;     /* tokens per step (the context's n_batch) */
+    bool no_prefix_cache; /* every request in its own namespace: nothing is reused */
+} srv_sched_opts;
+
+/* Start the inference thread over ctx (which it then owns until
+   srv_sched_stop). NULL when out of memory or the thread cannot start. */
+srv_sched *srv_sched_start(tkv_context *ctx, const srv_sched_opts *o, srv_metrics *metrics);
+
+/* Queue a request (the scheduler takes its own reference). Returns 0, or
+   429 when the queue is full, or 503 when the scheduler is stopping. */
+int srv_sched_submit(srv_sched *s, srv_req *r);
+
+/* Run fn(ctx, user) on the inference thread between two steps and wait for
+   it: the only way another thread may look at the context. */
+void srv_sched_call(srv_sched *s, void (*fn)(tkv_context *ctx, void *user), void *user);
+
+/* Requests waiting and running now. */
+void srv_sched_load(srv_sched *s, size_t *waiting, size_t *running);
+
+/* The sequence id and length of each running request (for /v1/cache); call
+   on the inference thread (inside srv_sched_call). Returns how many. */
+size_t srv_sched_slots(srv_sched *s, tkv_seq *seq, const srv_req **req, size_t cap);
+
+/* Fail waiting and running requests (503), join the thread; later
+   submissions get 503. The context is the caller's again. */
+void srv_sched_stop(srv_sched *s);
+
+/* Free a stopped scheduler, once no other thread can reach it. */
+void srv_sched_free(srv_sched *s);
+
+#endif

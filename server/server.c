@@ -1,0 +1,167 @@
+/*
+ * server.c — start-up and shutdown of `tokenkv serve`: load the model,
+ * create the context and the scheduler, listen, and on SIGINT/SIGTERM stop
+ * accepting, end what runs and free everything.
+ */
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    fputs("tokenkv serve: http: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
+/* Streamed tokens are small writes: send each at once instead of letting
+   Nagle's algorithm hold it for the client's delayed ACK (~40 ms). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode code) {
+    (void)cls, (void)socket_ctx;
+    if (code != MHD_CONNECTION_NOTIFY_STARTED) return;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int one = 1;
+    if (ci) setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/* The id /v1/models lists: the file's name without directory and .gguf. */
+static void model_id(const char *path, char *out, size_t cap) {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n > 5 && !strcmp(base + n - 5, ".gguf")) n -= 5;
+    snprintf(out, cap, "%.*s", (int)n, base);
+}
+
+/* How messages are rendered: --chat-template, else the model's template. */
+static bool pick_template(const srv_opts *o, const tkv_model *m, srv_chat_kind *kind) {
+    if (o->chat_template) {
+        if (!srv_chat_from_name(o->chat_template, kind)) {
+            fprintf(stderr, "tokenkv serve: --chat-template: unknown family '%s' (chatml, llama2, llama3, mistral, "
+                            "zephyr, phi3, plain)\n", o->chat_template);
+            return false;
+        }
+        return true;
+    }
+    const char *tmpl = NULL;
+    size_t len = 0;
+    if (tkv_model_meta_str(m, "tokenizer.chat_template", &tmpl, &len) != TKV_OK) tmpl = NULL;
+    bool recognised = true;
+    *kind = srv_chat_detect(tmpl, &recognised);
+    if (!recognised)
+        fprintf(stderr, "tokenkv serve: warning: the model's chat template is not one we recognise; chat messages "
+                        "are rendered as plain 'Role: content' lines (choose one with --chat-template)\n");
+    return true;
+}
+
+static bool bind_addr(const srv_opts *o, struct sockaddr_storage *ss) {
+    memset(ss, 0, sizeof *ss);
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET, o->host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)o->port);
+        return true;
+    }
+    if (inet_pton(AF_INET6, o->host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)o->port);
+        return true;
+    }
+    fprintf(stderr, "tokenkv serve: --host: '%s' is not an IPv4 or IPv6 address\n", o->host);
+    return false;
+}
+
+int srv_main(const srv_opts *o) {
+    /* SIGINT/SIGTERM are taken by sigwait below: block them before any
+       thread starts, so every thread inherits the mask */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    struct sockaddr_storage addr;
+    if (!bind_addr(o, &addr)) return 2;
+    tkv_model *model = NULL;
+    if (tkv_model_load(o->model_path, NULL, &model) != TKV_OK) {
+        fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
+        return 1;
+    }
+    tkv_hparams hp;
+    tkv_model_hparams(model, &hp);
+    srv_state S = {.o = o, .model = model, .started = (int64_t)time(NULL)};
+    char id[128];
+    model_id(o->model_path, id, sizeof id);
+    S.api = (srv_api){.model = model, .model_id = id, .max_tokens = o->max_tokens};
+    /* a request's positions: the cache and the model's trained context bound them */
+    S.api.n_ctx = hp.n_ctx_train && hp.n_ctx_train < o->cells ? hp.n_ctx_train : o->cells;
+    if (!pick_template(o, model, &S.api.chat)) {
+        tkv_model_free(model);
+        return 2;
+    }
+
+    tkv_context_params cp = tkv_context_default_params();
+    cp.n_cells = o->cells;
+    cp.n_seq_max = (uint32_t)o->parallel;
+    cp.n_batch = o->n_batch;
+    if (o->threads > 0) cp.n_threads = o->threads;
+    /* batched requests must not change each other's outputs, nor may
+       reuse change a request's output: see tkv_context_params */
+    cp.batch_invariant = true;
+    tkv_context *ctx = NULL;
+    int rc = 1;
+    if (tkv_context_create(model, &cp, &ctx) != TKV_OK) {
+        fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
+        tkv_model_free(model);
+        return 1;
+    }
+    S.metrics = srv_metrics_new();
+    srv_sched_opts so = {.parallel = o->parallel, .max_queue = o->max_queue, .n_ctx = S.api.n_ctx,
+                         .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache};
+    S.sched = S.metrics ? srv_sched_start(ctx, &so, S.metrics) : NULL;
+    struct MHD_Daemon *d = NULL;
+    if (!S.sched) {
+        fprintf(stderr, "tokenkv serve: cannot start the inference thread\n");
+        goto out;
+    }
+    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC |
+                             (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+                         (uint16_t)o->port, NULL, NULL, srv_http_handler, &S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                         MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_NOTIFY_COMPLETED, srv_http_completed, &S,
+                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_LIMIT, 512u,
+                         MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_END);
+    if (!d) {
+        fprintf(stderr, "tokenkv serve: cannot listen on %s port %d (in use, or not an address of this machine)\n",
+                o->host, o->port);
+        goto out;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "tokenkv serve: model %s (%s, %u layers, vocabulary %zu), %u cells, %d parallel, chat %s%s\n",
+            id, hp.arch, hp.n_layer, tkv_vocab_size(model), o->cells, o->parallel, srv_chat_name(S.api.chat),
+            o->no_prefix_cache ? ", prefix cache OFF" : "");
+    fprintf(stderr, "tokenkv serve: listening on http://%s%s%s:%u\n", addr.ss_family == AF_INET6 ? "[" : "", o->host,
+            addr.ss_family == AF_INET6 ? "]" : "", di ? di->port : (unsigned)o->port);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "tokenkv serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    MHD_quiesce_daemon(d); /* no new connections */
+    rc = 0;
+out:
+    srv_sched_stop(S.sched); /* waiting and running requests end with 503 */
+    if (d) MHD_stop_daemon(d); /* connection threads answer and end */
+    srv_sched_free(S.sched);
+    srv_metrics_free(S.metrics);
+    tkv_context_free(ctx);
+    tkv_model_free(model);
+    return rc;
+}

@@ -1,0 +1,37 @@
+/*
+ * server.h — `tokenkv serve`: an OpenAI-compatible HTTP server over one
+ * model and one context, reusing every cached prefix for every client.
+ *
+ * Threads: libmicrohttpd runs one thread per connection; those threads
+ * parse, validate and tokenize, then hand requests to the scheduler
+ * (sched.h), whose single inference thread is the only one that touches
+ * the context.
+ */
+#ifndef TKV_SRV_SERVER_H
+#define TKV_SRV_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct srv_opts {
+    const char *model_path;
+    const char *host;          /* an IPv4 or IPv6 address to bind */
+    int port;                  /* 0: any free port (printed at start-up) */
+    int parallel;              /* sequences decoded together */
+    uint32_t cells;            /* KV cells */
+    uint32_t n_batch;          /* tokens per decode step */
+    int threads;
+    const char *api_key;       /* NULL: no authentication */
+    size_t max_body;           /* bytes */
+    int max_tokens;            /* the largest max_tokens a request may ask */
+    size_t max_queue;          /* waiting requests before 429 */
+    bool no_prefix_cache;
+    const char *chat_template; /* a family name overriding the model's, or NULL */
+} srv_opts;
+
+/* Run until SIGINT or SIGTERM. Returns the process exit status; start-up
+   failures print one line on stderr. */
+int srv_main(const srv_opts *o);
+
+#endif
