@@ -363,7 +363,9 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     else sp.seed = XXH3_64bits(r->id, strlen(r->id));
     r->sp = sp;
 
-    if (!get_bool(body, "stream", &r->stream, e) || !parse_stop(body, r, e)) return false;
+    if (!get_bool(body, "stream", &r->stream, e) || !get_bool(body, "return_tokens", &r->return_tokens, e) ||
+        !parse_stop(body, r, e))
+        return false;
     const json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {
@@ -397,6 +399,14 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
 
 /* ---- responses ---------------------------------------------------------------- */
 
+/* With return_tokens (an extension), the choice lists the generated ids. */
+static void add_tokens(json_t *choice, const srv_req *r) {
+    if (!choice || !r->return_tokens) return;
+    json_t *a = json_array();
+    for (size_t i = 0; i < r->n_gen_tokens; i++) json_array_append_new(a, json_integer(r->gen[i]));
+    json_object_set_new(choice, "tokens", a);
+}
+
 static json_t *usage(const srv_req *r) {
     return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->n_prompt, "completion_tokens",
                      (json_int_t)r->n_gen, "total_tokens", (json_int_t)(r->n_prompt + (size_t)r->n_gen),
@@ -417,6 +427,7 @@ char *srv_api_response(const srv_api *a, srv_req *r) {
                            "logprobs", "finish_reason", r->finish_reason);
     else
         choice = json_pack("{s:o,s:i,s:n,s:s}", "text", text, "index", 0, "logprobs", "finish_reason", r->finish_reason);
+    add_tokens(choice, r);
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:s}", "id", r->id, "object",
                           r->chat ? "chat.completion" : "text_completion", "created", (json_int_t)r->created, "model",
                           a->model_id, "choices", choice, "usage", usage(r), "system_fingerprint", "tokenkv");
@@ -439,6 +450,7 @@ char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const cha
             choice = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? t : json_string(""), "index", 0, "logprobs",
                                "finish_reason", str_or_null(reason));
         }
+        if (kind == SRV_CHUNK_FINISH) add_tokens(choice, r);
         json_array_append_new(choices, choice);
     }
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id, "object",

@@ -50,6 +50,7 @@ void srv_req_unref(srv_req *r) {
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->prompt);
     free(r->text);
+    free(r->gen);
     free(r);
 }
 
@@ -103,6 +104,17 @@ bool srv_req_append(srv_req *r, const char *s, size_t n) {
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     return stopped;
+}
+
+void srv_req_push_token(srv_req *r, tkv_token t) {
+    pthread_mutex_lock(&r->mu);
+    if (r->n_gen_tokens == r->gen_cap) {
+        size_t cap = r->gen_cap ? 2 * r->gen_cap : 64;
+        tkv_token *g = realloc(r->gen, cap * sizeof *g);
+        if (g) r->gen = g, r->gen_cap = cap;
+    }
+    if (r->n_gen_tokens < r->gen_cap) r->gen[r->n_gen_tokens++] = t;
+    pthread_mutex_unlock(&r->mu);
 }
 
 void srv_req_set_started(srv_req *r, size_t n_cached) {

@@ -30,6 +30,7 @@ typedef struct srv_req {
     char *stop[SRV_MAX_STOP];   /* stop strings (owned) */
     size_t n_stop;
     bool stream, include_usage, chat;
+    bool return_tokens;         /* extension: list the generated token ids in the response */
     char id[48];
     int64_t created;            /* unix seconds */
     double t_arrival;           /* monotonic seconds */
@@ -40,6 +41,8 @@ typedef struct srv_req {
     char *text;                 /* generated text (NUL-terminated), stop string removed */
     size_t text_len, text_cap;
     size_t text_ready;          /* bytes of text that cannot turn into a stop string */
+    tkv_token *gen;             /* (n_gen_tokens) every sampled token, end-of-generation excluded */
+    size_t n_gen_tokens, gen_cap;
     size_t n_cached;            /* prompt tokens reused from the cache */
     int n_gen;                  /* completion tokens */
     bool started;               /* admitted: n_cached is known */
@@ -66,6 +69,8 @@ double srv_now(void);
 /* Append generated text; applies the stop strings. Returns true when a stop
    string was found (the text is cut before it). Caller holds no lock. */
 bool srv_req_append(srv_req *r, const char *s, size_t n);
+/* Record a sampled token (for return_tokens). */
+void srv_req_push_token(srv_req *r, tkv_token t);
 /* Finish with reason "stop" or "length" after n_gen completion tokens. */
 void srv_req_finish(srv_req *r, const char *reason, int n_gen);
 /* Finish with an error: an HTTP status, an OpenAI-style code and a message. */

@@ -260,6 +260,7 @@ static void on_token(srv_sched *s, slot *sl, tkv_token tok) {
         return;
     }
     sl->n_gen++;
+    if (r->return_tokens) srv_req_push_token(r, tok);
     const char *text = "";
     size_t len = 0;
     bool stopped = false;
