@@ -14,6 +14,7 @@ static const char *const serve_help =
     "usage: tokenkv serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx CELLS]\n"
     "                     [-t THREADS] [--api-key KEY] [--max-body BYTES] [--max-tokens N]\n"
     "                     [--max-queue N] [--batch N] [--chat-template NAME] [--no-prefix-cache]\n"
+    "                     [--cache-dir DIR [--cache-dir-max BYTES] [--save-interval S]]\n"
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
     "/tokenize, /detokenize; GET /v1/models, /v1/cache, /health, /metrics. Every\n"
@@ -34,6 +35,10 @@ static const char *const serve_help =
     "  --chat-template NAME    chatml, llama2, llama3, mistral, zephyr, phi3 or plain\n"
     "                          (default: recognised from the model's tokenizer.chat_template)\n"
     "  --no-prefix-cache       reuse nothing (for measurement and comparison)\n"
+    "  --cache-dir DIR         load cached prefixes from DIR at start; save them there\n"
+    "                          every --save-interval seconds and at shutdown\n"
+    "  --cache-dir-max BYTES   most recently used prefixes first, up to BYTES (default: no limit)\n"
+    "  --save-interval S       seconds between saves, 0: only at shutdown (default 300)\n"
     "  -h, --help              show this help\n";
 
 static bool num(const char *opt, const char *v, long long lo, long long hi, long long *out) {
@@ -59,6 +64,7 @@ int cmd_serve(int argc, char **argv) {
         .max_tokens = 4096,
         .max_queue = 256,
         .api_key = getenv("TOKENKV_API_KEY"),
+        .save_interval = 300,
     };
     if (o.api_key && !*o.api_key) o.api_key = NULL;
     for (int i = 1; i < argc; i++) {
@@ -90,6 +96,9 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-queue")) ok = num(a, v, 1, 1 << 20, &d), o.max_queue = (size_t)d;
         else if (!strcmp(a, "--batch")) ok = num(a, v, 1, 1 << 16, &d), o.n_batch = (uint32_t)d;
         else if (!strcmp(a, "--chat-template")) o.chat_template = v;
+        else if (!strcmp(a, "--cache-dir")) o.cache_dir = v;
+        else if (!strcmp(a, "--cache-dir-max")) ok = num(a, v, 0, 1ll << 50, &d), o.cache_dir_max = (uint64_t)d;
+        else if (!strcmp(a, "--save-interval")) ok = num(a, v, 0, 1 << 24, &d), o.save_interval = (int)d;
         else {
             fprintf(stderr, "tokenkv serve: unknown option '%s'\n%s", a, serve_help);
             return 2;

@@ -1,5 +1,7 @@
-/*
- * tokenkv.h — the public API of tokenkv.
+/**
+ * @file tokenkv.h
+ * @brief The public API of tokenkv: models, tokenizers, contexts over a
+ *        token-aware KV cache, and sampling.
  *
  * tokenkv runs llama-family GGUF models on the CPU around a KV cache that
  * knows which tokens it holds (see DESIGN.md). This header is the contract:
@@ -14,7 +16,25 @@
  *     offending field, key or value (and the file offset for format errors).
  *   - The library never exits, aborts or prints on bad input.
  *   - Every _load/_create has a _free; _free(NULL) is a no-op.
- *   - A tkv_model is immutable after load and may be shared across threads.
+ *
+ * Ownership and lifetime:
+ *   - A handle returned through an `out` parameter (tkv_model, tkv_context,
+ *     tkv_sampler, tkv_detok) belongs to the caller, who frees it with the
+ *     matching _free. A context or detokenizer keeps a pointer to its model:
+ *     free them before the model.
+ *   - Pointers the library returns (strings, tensor data, logits, pieces)
+ *     belong to the library; each function says how long they stay valid.
+ *     Buffers the caller passes are only read or written during the call.
+ *
+ * Threads:
+ *   - A tkv_model is immutable after load and may be shared across threads
+ *     (every function that takes a const tkv_model* is safe to call
+ *     concurrently on one model).
+ *   - A tkv_context, a tkv_sampler and a tkv_detok are used by one thread at
+ *     a time; different ones are independent. A context runs its own thread
+ *     pool inside tkv_decode and tkv_seq_sync.
+ *   - Failure messages (tkv_last_error) are kept per thread, and per context
+ *     for the functions that change a context.
  */
 #ifndef TOKENKV_H
 #define TOKENKV_H
@@ -30,20 +50,24 @@ extern "C" {
 #if defined(TKV_BUILDING_LIBRARY)
 #define TKV_API __attribute__((visibility("default")))
 #else
+/** Marks a declaration of the public API: the only symbols the shared library exports. */
 #define TKV_API
 #endif
 
+/** Major version of this header and library (incompatible API changes). */
 #define TKV_VERSION_MAJOR 0
+/** Minor version (additions). */
 #define TKV_VERSION_MINOR 1
+/** Patch version (fixes). */
 #define TKV_VERSION_PATCH 0
 
 /* ------------------------------------------------------------------------ */
 /* Status codes                                                              */
 /* ------------------------------------------------------------------------ */
 
-/** Result of every fallible call. */
+/** Result of every fallible call: TKV_OK or a negative error code. */
 typedef enum tkv_status {
-    TKV_OK = 0,
+    TKV_OK = 0,               /**< success */
     TKV_ERR_NOMEM = -1,       /**< an allocation failed */
     TKV_ERR_IO = -2,          /**< open/read/mmap/write failed */
     TKV_ERR_FORMAT = -3,      /**< a file is malformed or corrupt */
@@ -54,8 +78,11 @@ typedef enum tkv_status {
 } tkv_status;
 
 /**
- * Short constant name of a status ("TKV_ERR_FORMAT", ...); never NULL, also
- * for codes it does not know ("unknown status").
+ * Short constant name of a status.
+ *
+ * @param status  any value, known or not.
+ * @return "TKV_OK", "TKV_ERR_FORMAT", ...; "unknown status" for a code it
+ *         does not know. Never NULL; a static string.
  */
 TKV_API const char *tkv_status_str(tkv_status status);
 
@@ -68,8 +95,9 @@ TKV_API const char *tkv_status_str(tkv_status status);
  *             calls with no handle yet, like tkv_model_load) are recorded per
  *             thread, like errno; a context, used by one thread at a time,
  *             keeps its own.
- * @return a NUL-terminated message, "" when nothing failed. It stays valid
- *         until the next failing call in the same thread.
+ * @return a NUL-terminated message, "" when nothing failed; owned by the
+ *         library. It stays valid (and unchanged) until the next failing
+ *         call in the same thread, or on the same context.
  */
 TKV_API const char *tkv_last_error(const void *obj);
 
@@ -89,7 +117,10 @@ typedef int32_t tkv_seq;
 /* Types of tensors and metadata values, as GGUF numbers them                */
 /* ------------------------------------------------------------------------ */
 
-/** Tensor element types (ggml numbering, as stored in GGUF files). */
+/**
+ * Tensor element types (ggml numbering and names, as stored in GGUF files).
+ * Numbers without a name here are types GGUF has retired.
+ */
 typedef enum tkv_type {
     TKV_TYPE_F32 = 0,
     TKV_TYPE_F16 = 1,
@@ -123,16 +154,28 @@ typedef enum tkv_type {
     TKV_TYPE_TQ1_0 = 34,
     TKV_TYPE_TQ2_0 = 35,
     TKV_TYPE_MXFP4 = 39,
-    TKV_TYPE_COUNT = 40,
+    TKV_TYPE_COUNT = 40, /**< one past the largest type number */
 } tkv_type;
 
-/** Name of a tensor type ("Q4_K"), or NULL when the number is not a type. */
+/**
+ * Name of a tensor type.
+ *
+ * @param type  any number.
+ * @return "F32", "Q4_K", ... (a static string), or NULL when the number is
+ *         not a type.
+ */
 TKV_API const char *tkv_type_name(tkv_type type);
 
 /**
  * Block geometry of a tensor type: `*block_elems` elements are stored in
- * `*block_bytes` bytes. Returns TKV_ERR_INVALID (outputs unchanged) when the
- * number is not a known type.
+ * `*block_bytes` bytes.
+ *
+ * @param type         any number.
+ * @param block_elems  (may be NULL) receives the elements per block (1 for
+ *                     F32, F16, BF16 and the integer types).
+ * @param block_bytes  (may be NULL) receives the bytes per block.
+ * @return TKV_OK; TKV_ERR_INVALID (outputs unchanged, no message) when the
+ *         number is not a known type.
  */
 TKV_API tkv_status tkv_type_block(tkv_type type, uint32_t *block_elems, uint32_t *block_bytes);
 
@@ -151,17 +194,28 @@ typedef enum tkv_meta_type {
     TKV_META_U64 = 10,
     TKV_META_I64 = 11,
     TKV_META_F64 = 12,
-    TKV_META_TYPE_COUNT = 13,
+    TKV_META_TYPE_COUNT = 13, /**< one past the largest type number */
 } tkv_meta_type;
 
-/** Name of a metadata type ("uint32", "string", ...), or NULL if unknown. */
+/**
+ * Name of a metadata type.
+ *
+ * @param type  any number.
+ * @return "uint32", "string", "array", ... (a static string), or NULL when
+ *         the number is not a type.
+ */
 TKV_API const char *tkv_meta_type_name(tkv_meta_type type);
 
 /* ------------------------------------------------------------------------ */
 /* Models                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/** A loaded model file: metadata, tensor table and (later) weights. */
+/**
+ * A loaded model file: metadata, tensor table, tokenizer and weights (the
+ * weights stay in the mapped file). Opaque; immutable after load, so one
+ * model may serve any number of contexts and threads. Free it with
+ * tkv_model_free after every context and detokenizer over it.
+ */
 typedef struct tkv_model tkv_model;
 
 /** Parameters of tkv_model_load; get defaults from tkv_model_default_params. */
@@ -174,7 +228,10 @@ typedef struct tkv_model_params {
     bool vocab_only;
 } tkv_model_params;
 
-/** Defaults: a full model load (vocab_only false). */
+/**
+ * Default parameters of tkv_model_load.
+ * @return a full model load (vocab_only false).
+ */
 TKV_API tkv_model_params tkv_model_default_params(void);
 
 /**
@@ -198,13 +255,25 @@ TKV_API tkv_model_params tkv_model_default_params(void);
 TKV_API tkv_status tkv_model_load(const char *path, const tkv_model_params *params, tkv_model **out);
 
 /**
- * Same as tkv_model_load, over a GGUF image in memory. The bytes are not
- * copied: they must outlive the model. Used by the fuzzer and by tests.
+ * Same as tkv_model_load, over a GGUF image in memory. Used by the fuzzer
+ * and by tests.
+ *
+ * @param data    the image; not copied: it must stay valid and unchanged
+ *                until tkv_model_free.
+ * @param size    its size in bytes.
+ * @param params  NULL for defaults.
+ * @param out     receives the model; the caller frees it with tkv_model_free.
+ * @return TKV_OK, or an error code of tkv_model_load (TKV_ERR_FORMAT for
+ *         bytes that are not a GGUF image); on failure *out is NULL.
  */
 TKV_API tkv_status tkv_model_load_from_memory(const void *data, size_t size, const tkv_model_params *params,
                                               tkv_model **out);
 
-/** Unmap and free a model. NULL is a no-op. */
+/**
+ * Unmap and free a model. Every context and detokenizer over it must have
+ * been freed before.
+ * @param model  the model; NULL is a no-op.
+ */
 TKV_API void tkv_model_free(tkv_model *model);
 
 /** Hyperparameters of a llama-family model (GGUF key in brackets). */
@@ -228,82 +297,188 @@ typedef struct tkv_hparams {
 } tkv_hparams;
 
 /**
- * Copy the model's hyperparameters to *out.
- * @return TKV_OK; TKV_ERR_UNSUPPORTED when the model was loaded vocab_only
- *         and its architecture could not be read (the message says why).
+ * Copy the model's hyperparameters.
+ *
+ * @param model  the model.
+ * @param out    receives them.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_UNSUPPORTED when
+ *         the model was loaded vocab_only and its architecture could not be
+ *         read (the message says why).
  */
 TKV_API tkv_status tkv_model_hparams(const tkv_model *model, tkv_hparams *out);
 
-/** GGUF version of the file (2 or 3). */
+/**
+ * GGUF version of the model's file.
+ * @param model  the model (not NULL).
+ * @return 2 or 3.
+ */
 TKV_API uint32_t tkv_model_gguf_version(const tkv_model *model);
 
-/** Size in bytes of the file (or memory image) the model was loaded from. */
+/**
+ * Size of the file (or memory image) the model was loaded from.
+ * @param model  the model (not NULL).
+ * @return the size in bytes.
+ */
 TKV_API uint64_t tkv_model_file_size(const tkv_model *model);
 
-/** Offset of the tensor data section in the file, and its alignment. */
+/**
+ * Where the tensor data section starts in the file.
+ * @param model  the model (not NULL).
+ * @return the offset in bytes, a multiple of tkv_model_alignment.
+ */
 TKV_API uint64_t tkv_model_data_offset(const tkv_model *model);
+
+/**
+ * Alignment of the tensor data (`general.alignment`, default 32).
+ * @param model  the model (not NULL).
+ * @return the alignment in bytes.
+ */
 TKV_API uint32_t tkv_model_alignment(const tkv_model *model);
 
 /* ---- metadata ----------------------------------------------------------- */
 
-/** Number of metadata key/value pairs. */
+/**
+ * Number of metadata key/value pairs.
+ * @param model  the model (NULL: 0).
+ * @return the count, for tkv_model_meta_at.
+ */
 TKV_API size_t tkv_model_meta_count(const tkv_model *model);
 
 /**
- * Key and type of the i-th metadata pair, in file order. Returns
- * TKV_ERR_INVALID when i is out of range. *key stays valid as long as the
- * model. For arrays, *type is TKV_META_ARRAY.
+ * Key and type of the i-th metadata pair, in file order.
+ *
+ * @param model  the model.
+ * @param i      0 .. tkv_model_meta_count() - 1.
+ * @param key    (may be NULL) receives the key, NUL-terminated, owned by the
+ *               model and valid as long as it.
+ * @param type   (may be NULL) receives the value's type; TKV_META_ARRAY for
+ *               arrays (see tkv_model_meta_array).
+ * @return TKV_OK; TKV_ERR_INVALID when i is out of range.
  */
 TKV_API tkv_status tkv_model_meta_at(const tkv_model *model, size_t i, const char **key, tkv_meta_type *type);
 
 /**
- * Find a key. Returns TKV_OK and its type in *type (may be NULL), or
- * TKV_ERR_INVALID when the key is absent. Never sets the model's error.
+ * Whether a key is present, and its type.
+ *
+ * @param model  the model.
+ * @param key    the full key ("llama.block_count").
+ * @param type   (may be NULL) receives its type.
+ * @return TKV_OK; TKV_ERR_INVALID when the key is absent (or model or key is
+ *         NULL). Never sets an error message: absence is an answer here.
  */
 TKV_API tkv_status tkv_model_meta_find(const tkv_model *model, const char *key, tkv_meta_type *type);
 
 /*
  * Typed getters. Each returns TKV_ERR_INVALID when the key is absent and
  * TKV_ERR_FORMAT when it holds another type (the message names the key and
- * both types); *out is then unchanged.
+ * both types); the outputs are then unchanged.
+ */
+
+/**
+ * A string value.
  *
- *   tkv_model_meta_str:   a string. *out points into the model (NUL-terminated,
- *                         valid as long as the model); *len (may be NULL) is
- *                         its byte length (strings may hold NUL bytes).
- *   tkv_model_meta_int:   any integer or bool type, as int64. A uint64 above
- *                         INT64_MAX is TKV_ERR_FORMAT.
- *   tkv_model_meta_float: f32 or f64 (integers are accepted too), as double.
- *   tkv_model_meta_bool:  bool.
+ * @param model  the model.
+ * @param key    the full key.
+ * @param out    (may be NULL) receives the string: NUL-terminated, owned by
+ *               the model, valid as long as it.
+ * @param len    (may be NULL) receives its byte length (GGUF strings may
+ *               hold NUL bytes).
+ * @return TKV_OK; TKV_ERR_INVALID (absent key, NULL model or key);
+ *         TKV_ERR_FORMAT (not a string).
  */
 TKV_API tkv_status tkv_model_meta_str(const tkv_model *model, const char *key, const char **out, size_t *len);
+
+/**
+ * An integer value: any integer or bool type, as int64.
+ *
+ * @param model  the model.
+ * @param key    the full key.
+ * @param out    receives the value.
+ * @return TKV_OK; TKV_ERR_INVALID (absent key, NULL argument);
+ *         TKV_ERR_FORMAT (not an integer, or a uint64 above INT64_MAX).
+ */
 TKV_API tkv_status tkv_model_meta_int(const tkv_model *model, const char *key, int64_t *out);
+
+/**
+ * A floating-point value: f32 or f64 (integers are accepted too), as double.
+ *
+ * @param model  the model.
+ * @param key    the full key.
+ * @param out    receives the value.
+ * @return TKV_OK; TKV_ERR_INVALID (absent key, NULL argument);
+ *         TKV_ERR_FORMAT (not a number).
+ */
 TKV_API tkv_status tkv_model_meta_float(const tkv_model *model, const char *key, double *out);
+
+/**
+ * A bool value.
+ *
+ * @param model  the model.
+ * @param key    the full key.
+ * @param out    receives the value.
+ * @return TKV_OK; TKV_ERR_INVALID (absent key, NULL argument);
+ *         TKV_ERR_FORMAT (not a bool).
+ */
 TKV_API tkv_status tkv_model_meta_bool(const tkv_model *model, const char *key, bool *out);
 
 /**
- * An array: its element type and length. Same errors as the typed getters
- * (TKV_ERR_FORMAT when the key is not an array).
+ * An array value: its element type and length.
+ *
+ * @param model      the model.
+ * @param key        the full key.
+ * @param elem_type  (may be NULL) receives the type of the elements.
+ * @param n          (may be NULL) receives the number of elements.
+ * @return TKV_OK; TKV_ERR_INVALID (absent key, NULL model or key);
+ *         TKV_ERR_FORMAT (not an array).
  */
 TKV_API tkv_status tkv_model_meta_array(const tkv_model *model, const char *key, tkv_meta_type *elem_type,
                                         size_t *n);
 
 /**
- * Element i of an array. _arr_str for string arrays (pointer valid as long
- * as the model), _arr_int for integer/bool arrays, _arr_float for f32/f64
- * arrays. TKV_ERR_INVALID when the key is absent or i >= length,
- * TKV_ERR_FORMAT when the element type differs.
+ * Element i of a string array.
+ *
+ * @param model  the model.
+ * @param key    the full key.
+ * @param i      0 .. length - 1.
+ * @param out    (may be NULL) receives the string: NUL-terminated, owned by
+ *               the model, valid as long as it.
+ * @param len    (may be NULL) receives its byte length.
+ * @return TKV_OK; TKV_ERR_INVALID (absent key, i >= length);
+ *         TKV_ERR_FORMAT (not an array of strings).
  */
 TKV_API tkv_status tkv_model_meta_arr_str(const tkv_model *model, const char *key, size_t i, const char **out,
                                           size_t *len);
+
+/**
+ * Element i of an integer or bool array, as int64.
+ *
+ * @param model  the model.
+ * @param key    the full key.
+ * @param i      0 .. length - 1.
+ * @param out    receives the value.
+ * @return TKV_OK; TKV_ERR_INVALID (absent key, i >= length);
+ *         TKV_ERR_FORMAT (another element type).
+ */
 TKV_API tkv_status tkv_model_meta_arr_int(const tkv_model *model, const char *key, size_t i, int64_t *out);
+
+/**
+ * Element i of an f32 or f64 array, as double.
+ *
+ * @param model  the model.
+ * @param key    the full key.
+ * @param i      0 .. length - 1.
+ * @param out    receives the value.
+ * @return TKV_OK; TKV_ERR_INVALID (absent key, i >= length);
+ *         TKV_ERR_FORMAT (another element type).
+ */
 TKV_API tkv_status tkv_model_meta_arr_float(const tkv_model *model, const char *key, size_t i, double *out);
 
 /* ---- tensors ------------------------------------------------------------ */
 
 /** One entry of the tensor table. Pointers live as long as the model. */
 typedef struct tkv_tensor_info {
-    const char *name;
-    tkv_type type;
+    const char *name; /**< "blk.0.attn_q.weight", NUL-terminated */
+    tkv_type type;    /**< element type */
     uint32_t n_dims;  /**< 1..4 */
     uint64_t ne[4];   /**< elements per dim, ne[0] fastest; unused dims are 1 */
     uint64_t n_elems; /**< product of ne */
@@ -312,13 +487,32 @@ typedef struct tkv_tensor_info {
     const void *data; /**< the mapped bytes */
 } tkv_tensor_info;
 
-/** Number of tensors (0 for a vocabulary-only file). */
+/**
+ * Number of tensors.
+ * @param model  the model (NULL: 0).
+ * @return the count (0 for a file without tensors), for tkv_model_tensor_at.
+ */
 TKV_API size_t tkv_model_tensor_count(const tkv_model *model);
 
-/** The i-th tensor, in file order. TKV_ERR_INVALID when i is out of range. */
+/**
+ * The i-th tensor, in file order.
+ *
+ * @param model  the model.
+ * @param i      0 .. tkv_model_tensor_count() - 1.
+ * @param out    receives the entry; its pointers live as long as the model.
+ * @return TKV_OK; TKV_ERR_INVALID when i is out of range (or a NULL
+ *         argument).
+ */
 TKV_API tkv_status tkv_model_tensor_at(const tkv_model *model, size_t i, tkv_tensor_info *out);
 
-/** The tensor called name. TKV_ERR_INVALID (no message) when absent. */
+/**
+ * The tensor called name.
+ *
+ * @param model  the model.
+ * @param name   the tensor's name.
+ * @param out    receives the entry; its pointers live as long as the model.
+ * @return TKV_OK; TKV_ERR_INVALID (no message) when absent.
+ */
 TKV_API tkv_status tkv_model_tensor_find(const tkv_model *model, const char *name, tkv_tensor_info *out);
 
 
@@ -345,10 +539,15 @@ TKV_API tkv_status tkv_model_tensor_find(const tkv_model *model, const char *nam
 
 /**
  * Tokenize `len` bytes of `text` (any bytes: invalid UTF-8 is encoded
- * through byte fallback, never rejected).
+ * through byte fallback, never rejected). Call it first with cap 0 to learn
+ * the size (TKV_ERR_FULL, *n set), then with a buffer of *n tokens.
  *
+ * @param model  the model (its tokenizer; vocab_only models have one too).
+ * @param text   the bytes; need not be NUL-terminated.
+ * @param len    their number.
  * @param flags  TKV_TOKENIZE_ADD_SPECIAL and/or TKV_TOKENIZE_PARSE_SPECIAL.
  * @param out    room for `cap` tokens (may be NULL when cap is 0).
+ * @param cap    the room in tokens.
  * @param n      receives the number of tokens, also when they do not fit.
  * @return TKV_OK; TKV_ERR_FULL when *n > cap (out is then unspecified: call
  *         again with cap >= *n); TKV_ERR_INVALID (NULL text with len > 0, or
@@ -365,11 +564,17 @@ TKV_API tkv_status tkv_tokenize(const tkv_model *model, const char *text, size_t
  * <0xXX> or byte-level symbol, nothing for control tokens unless
  * TKV_DETOKENIZE_SPECIAL. A piece may be part of a UTF-8 character.
  *
- * @param buf,cap  receives the piece and a terminating NUL.
- * @param n        receives the piece's length (without the NUL), also when
- *                 it does not fit.
+ * @param model  the model.
+ * @param token  the token id.
+ * @param flags  0 or TKV_DETOKENIZE_SPECIAL.
+ * @param buf    receives the piece and a terminating NUL (may be NULL when
+ *               cap is 0).
+ * @param cap    the room in bytes, the NUL included.
+ * @param n      receives the piece's length (without the NUL), also when
+ *               it does not fit.
  * @return TKV_OK; TKV_ERR_FULL when cap < *n + 1; TKV_ERR_INVALID for a token
- *         out of range (the message names it); TKV_ERR_UNSUPPORTED.
+ *         out of range (the message names it) or a NULL n;
+ *         TKV_ERR_UNSUPPORTED (no tokenizer); TKV_ERR_NOMEM.
  */
 TKV_API tkv_status tkv_token_to_piece(const tkv_model *model, tkv_token token, unsigned flags, char *buf, size_t cap,
                                       size_t *n);
@@ -382,8 +587,19 @@ TKV_API tkv_status tkv_token_to_piece(const tkv_model *model, tkv_token token, u
  * SentencePiece reads the character U+2581 "▁" as a space, and a vocabulary
  * without a symbol for some byte cannot give that byte back.)
  *
- * Same buffer rules and errors as tkv_token_to_piece; a token out of range
- * fails the whole call (TKV_ERR_INVALID) and writes nothing.
+ * @param model     the model.
+ * @param tokens    the token ids (may be NULL when n_tokens is 0).
+ * @param n_tokens  their number.
+ * @param flags     0 or TKV_DETOKENIZE_SPECIAL.
+ * @param buf       receives the text and a terminating NUL (may be NULL when
+ *                  cap is 0).
+ * @param cap       the room in bytes, the NUL included.
+ * @param n         receives the text's length (without the NUL), also when
+ *                  it does not fit.
+ * @return TKV_OK; TKV_ERR_FULL when cap < *n + 1 (call again with a buffer
+ *         of *n + 1 bytes); TKV_ERR_INVALID (a token out of range: the whole
+ *         call fails and writes nothing; NULL tokens or n);
+ *         TKV_ERR_UNSUPPORTED (no tokenizer); TKV_ERR_NOMEM.
  */
 TKV_API tkv_status tkv_detokenize(const tkv_model *model, const tkv_token *tokens, size_t n_tokens, unsigned flags,
                                   char *buf, size_t cap, size_t *n);
@@ -397,40 +613,106 @@ TKV_API tkv_status tkv_detokenize(const tkv_model *model, const tkv_token *token
  */
 typedef struct tkv_detok tkv_detok;
 
-/** Create a streaming detokenizer (flags: TKV_DETOKENIZE_SPECIAL). */
+/**
+ * Create a streaming detokenizer.
+ *
+ * @param model  the model; must outlive the detokenizer.
+ * @param flags  0 or TKV_DETOKENIZE_SPECIAL.
+ * @param out    receives it; the caller frees it with tkv_detok_free.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL out); TKV_ERR_UNSUPPORTED (no
+ *         tokenizer); TKV_ERR_NOMEM.
+ */
 TKV_API tkv_status tkv_detok_create(const tkv_model *model, unsigned flags, tkv_detok **out);
 
 /**
- * Feed one token. *text and *len receive the bytes now ready (possibly none);
- * they stay valid until the next call on d. TKV_ERR_INVALID for a token out
- * of range (nothing changes).
+ * Feed one token.
+ *
+ * @param d      the detokenizer.
+ * @param token  the token id.
+ * @param text   receives the bytes now ready (possibly none), owned by d:
+ *               valid until the next call on d. Not NUL-terminated.
+ * @param len    receives their number.
+ * @return TKV_OK; TKV_ERR_INVALID for a token out of range or a NULL
+ *         argument (nothing changes); TKV_ERR_NOMEM.
  */
 TKV_API tkv_status tkv_detok_push(tkv_detok *d, tkv_token token, const char **text, size_t *len);
 
-/** Release the held-back bytes, complete or not (at the end of a stream). */
+/**
+ * Release the held-back bytes, complete character or not (at the end of a
+ * stream).
+ *
+ * @param d     the detokenizer.
+ * @param text  receives the bytes (possibly none), owned by d: valid until
+ *              the next call on d.
+ * @param len   receives their number.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_NOMEM.
+ */
 TKV_API tkv_status tkv_detok_flush(tkv_detok *d, const char **text, size_t *len);
 
-/** Forget held bytes and start a new stream. */
+/**
+ * Forget held bytes and start a new stream (the space-prefix rule applies
+ * again to its first token).
+ * @param d  the detokenizer (not NULL).
+ */
 TKV_API void tkv_detok_reset(tkv_detok *d);
 
-/** Free; NULL is a no-op. */
+/**
+ * Free a streaming detokenizer.
+ * @param d  the detokenizer; NULL is a no-op.
+ */
 TKV_API void tkv_detok_free(tkv_detok *d);
 
-/** Number of tokens in the vocabulary; 0 when the model has no tokenizer. */
+/**
+ * Number of tokens in the vocabulary.
+ * @param model  the model (NULL: 0).
+ * @return token ids are 0 .. this - 1; 0 when the model has no tokenizer.
+ */
 TKV_API size_t tkv_vocab_size(const tkv_model *model);
 
-/** Special ids: begin/end of sequence, end of turn; TKV_TOKEN_NULL if none. */
+/**
+ * The begin-of-sequence token.
+ * @param model  the model.
+ * @return its id; TKV_TOKEN_NULL when the vocabulary has none.
+ */
 TKV_API tkv_token tkv_token_bos(const tkv_model *model);
+
+/**
+ * The end-of-sequence token.
+ * @param model  the model.
+ * @return its id; TKV_TOKEN_NULL when the vocabulary has none.
+ */
 TKV_API tkv_token tkv_token_eos(const tkv_model *model);
+
+/**
+ * The end-of-turn token (chat models).
+ * @param model  the model.
+ * @return its id; TKV_TOKEN_NULL when the vocabulary has none.
+ */
 TKV_API tkv_token tkv_token_eot(const tkv_model *model);
 
-/** Whether generation should stop at this token (EOS, EOT and the like). */
+/**
+ * Whether generation should stop at this token.
+ * @param model  the model.
+ * @param token  any id.
+ * @return true for EOS, EOT and the vocabulary's other end-of-generation
+ *         tokens; false otherwise (also for ids out of range).
+ */
 TKV_API bool tkv_token_is_eog(const tkv_model *model, tkv_token token);
 
-/** The raw vocabulary text of a token (NULL when out of range). */
+/**
+ * The raw vocabulary text of a token ("▁the", "<0x0A>", "<s>").
+ * @param model  the model.
+ * @param token  any id.
+ * @return NUL-terminated, owned by the model and valid as long as it; NULL
+ *         when the id is out of range.
+ */
 TKV_API const char *tkv_token_text(const tkv_model *model, tkv_token token);
 
-/** Whether TKV_TOKENIZE_ADD_SPECIAL adds a BOS for this vocabulary. */
+/**
+ * Whether TKV_TOKENIZE_ADD_SPECIAL adds a BOS for this vocabulary.
+ * @param model  the model.
+ * @return true when it does (SentencePiece vocabularies, usually).
+ */
 TKV_API bool tkv_tokenizer_adds_bos(const tkv_model *model);
 
 /* ------------------------------------------------------------------------ */
@@ -445,9 +727,15 @@ TKV_API bool tkv_tokenizer_adds_bos(const tkv_model *model);
  */
 typedef struct tkv_context tkv_context;
 
-/** Return true to stop a decode (checked between layers): TKV_ERR_ABORTED. */
+/**
+ * Abort callback: called by the thread that runs a decode, before each layer
+ * of each forward pass (n_layer times per pass of up to n_batch tokens).
+ * Returning true makes that decode fail with TKV_ERR_ABORTED, leaving the
+ * cache as it was before the decode. `user` is tkv_context_params.abort_user.
+ */
 typedef bool (*tkv_abort_fn)(void *user);
 
+/** Parameters of tkv_context_create; get defaults from tkv_context_default_params. */
 typedef struct tkv_context_params {
     uint32_t n_cells;   /**< KV cells (tokens held across all sequences); default 4096 */
     uint32_t n_seq_max; /**< sequence ids 0..n_seq_max-1; default 256 */
@@ -455,8 +743,8 @@ typedef struct tkv_context_params {
     int n_threads;      /**< default: the number of online CPUs */
     tkv_type kv_type;   /**< TKV_TYPE_F16 (default), TKV_TYPE_F32, or TKV_TYPE_Q8_0 (half
                              the memory; needs K/V rows of a multiple of 32) */
-    tkv_abort_fn abort_cb; /**< optional */
-    void *abort_user;
+    tkv_abort_fn abort_cb; /**< optional (NULL: never abort) */
+    void *abort_user;      /**< passed to abort_cb */
     /** false (default): passes of 32 or more tokens attend in float (fast
         prefill), shorter ones in the reference's exact F16 form, so a token's
         logits depend slightly on how its prompt was split into passes.
@@ -466,21 +754,38 @@ typedef struct tkv_context_params {
     bool batch_invariant;
 } tkv_context_params;
 
-/** The defaults above. */
+/**
+ * Default parameters of tkv_context_create.
+ * @return the defaults listed in tkv_context_params.
+ */
 TKV_API tkv_context_params tkv_context_default_params(void);
 
 /**
- * Create a context over a fully loaded model (not vocab_only).
- * @return TKV_OK; TKV_ERR_INVALID (vocab_only model, zero sizes),
- *         TKV_ERR_UNSUPPORTED (kv_type), TKV_ERR_NOMEM. On failure *out is
- *         NULL and tkv_last_error(NULL) explains.
+ * Create a context over a fully loaded model (not vocab_only): it allocates
+ * the whole KV cache (n_cells cells) and starts its thread pool.
+ *
+ * @param model   the model; not copied: it must outlive the context.
+ * @param params  NULL for defaults.
+ * @param out     receives the context; the caller frees it with
+ *                tkv_context_free.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL model or out, vocab_only model,
+ *         zero sizes), TKV_ERR_UNSUPPORTED (kv_type), TKV_ERR_NOMEM. On
+ *         failure *out is NULL and tkv_last_error(NULL) explains.
  */
 TKV_API tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *params, tkv_context **out);
 
-/** Free a context and its cache; NULL is a no-op. */
+/**
+ * Free a context: its cache, its thread pool and its logits (pointers from
+ * tkv_get_logits become invalid).
+ * @param ctx  the context; NULL is a no-op.
+ */
 TKV_API void tkv_context_free(tkv_context *ctx);
 
-/** The model a context runs. */
+/**
+ * The model a context runs.
+ * @param ctx  the context (not NULL).
+ * @return the model given to tkv_context_create.
+ */
 TKV_API const tkv_model *tkv_context_model(const tkv_context *ctx);
 
 /**
@@ -490,7 +795,7 @@ TKV_API const tkv_model *tkv_context_model(const tkv_context *ctx);
  * their end. Token i attends to its own sequence's positions 0..pos[i].
  */
 typedef struct tkv_batch {
-    size_t n;
+    size_t n;               /**< number of tokens */
     const tkv_token *token; /**< (n) */
     const tkv_pos *pos;     /**< (n) */
     const tkv_seq *seq;     /**< (n) */
@@ -502,6 +807,9 @@ typedef struct tkv_batch {
  *
  * Transactional: on any failure the cache and every sequence are exactly as
  * before the call, and the logits of the previous batch are gone.
+ *
+ * @param ctx    the context.
+ * @param batch  the tokens; only read during the call.
  * @return TKV_OK; TKV_ERR_INVALID (a token out of range, a bad sequence id
  *         or position: the message names the token index); TKV_ERR_FULL (not
  *         enough free cells); TKV_ERR_ABORTED (the abort callback);
@@ -510,14 +818,26 @@ typedef struct tkv_batch {
 TKV_API tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *batch);
 
 /**
- * Logits (n_vocab floats) of token i of the last successful tkv_decode, or
- * NULL when token i did not ask for logits. Valid until the next decode.
+ * Logits of token i of the last successful tkv_decode (tkv_seq_sync decodes
+ * through it too: then i indexes its last pass).
+ *
+ * @param ctx  the context.
+ * @param i    index of the token in that batch.
+ * @return n_vocab floats, owned by the context: valid until the next call
+ *         that decodes (tkv_decode, tkv_seq_sync, successful or not) or
+ *         tkv_context_free. NULL when token i did not ask for logits, i is
+ *         out of range, or the last decode failed.
  */
 TKV_API const float *tkv_get_logits(const tkv_context *ctx, size_t i);
 
 /**
  * Logits of the last token of the last successful tkv_decode or
- * tkv_seq_sync, or NULL when that token did not ask for logits.
+ * tkv_seq_sync: what to sample the next token from.
+ *
+ * @param ctx  the context.
+ * @return n_vocab floats, owned by the context, valid as for tkv_get_logits;
+ *         NULL when that token did not ask for logits, or the last decode or
+ *         sync failed.
  */
 TKV_API const float *tkv_get_logits_last(const tkv_context *ctx);
 
@@ -531,13 +851,26 @@ TKV_API const float *tkv_get_logits_last(const tkv_context *ctx);
  * is pinned. Ask the cache what it holds; never keep a copy of your own.
  */
 
-/** Number of tokens sequence seq holds (0 for an unknown id). */
+/**
+ * Number of tokens a sequence holds: the position its next token takes.
+ * @param ctx  the context.
+ * @param seq  the sequence.
+ * @return the length; 0 for an empty sequence, an unknown id or a NULL ctx.
+ */
 TKV_API tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq);
 
 /**
- * The tokens seq holds, read from the cache itself.
+ * The tokens seq holds, read from the cache itself. Call it with cap 0 to
+ * learn the size (TKV_ERR_FULL, *n set).
+ *
+ * @param ctx  the context.
+ * @param seq  the sequence.
+ * @param out  room for cap tokens (may be NULL when cap is 0).
+ * @param cap  the room in tokens.
+ * @param n    receives the sequence's length, also when it does not fit.
  * @return TKV_OK; TKV_ERR_FULL when cap < *n (nothing written);
- *         TKV_ERR_INVALID for a bad sequence id.
+ *         TKV_ERR_INVALID for a bad sequence id or NULL ctx or n (the
+ *         message is in tkv_last_error(NULL)).
  */
 TKV_API tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, size_t cap, size_t *n);
 
@@ -549,9 +882,16 @@ TKV_API tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token
  * is cached, its last token is decoded again (at most one token is ever
  * recomputed; its K/V is identical and the cached cell is kept).
  *
+ * @param ctx       the context.
+ * @param seq       the sequence; what it held before is released (and stays
+ *                  cached, as a prefix no sequence holds, until evicted).
  * @param ns        namespace: prefixes never match across namespaces (use
  *                  one per tenant); 0 is the default.
- * @param n_reused  (may be NULL) how many tokens came from the cache.
+ * @param tokens    the token list; only read during the call.
+ * @param n         its length, at most n_cells (0 empties seq, and leaves no
+ *                  logits).
+ * @param n_reused  (may be NULL) how many tokens came from the cache; set on
+ *                  failure too.
  * @return TKV_OK; TKV_ERR_INVALID (bad sequence or token id: nothing
  *         changed); TKV_ERR_FULL, TKV_ERR_ABORTED, TKV_ERR_NOMEM from a
  *         decode, after which seq holds the prefix of tokens cached or
@@ -568,6 +908,11 @@ TKV_API tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, cons
  * The caller then decodes tokens[*n_reused..n) with tkv_decode, in any
  * batches, at positions *n_reused.. of seq.
  *
+ * @param ctx       the context.
+ * @param seq       the sequence; what it held before is released.
+ * @param ns        namespace, as for tkv_seq_sync.
+ * @param tokens    the token list; only read during the call.
+ * @param n         its length.
  * @param n_reused  (may be NULL) how many tokens seq now holds, all cached.
  * @return TKV_OK; TKV_ERR_INVALID (bad sequence or token id),
  *         TKV_ERR_FULL (n exceeds the cache), TKV_ERR_NOMEM: seq unchanged.
@@ -575,27 +920,85 @@ TKV_API tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, cons
 TKV_API tkv_status tkv_seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
                                   size_t *n_reused);
 
-/** Keep the first n tokens of seq (n >= its length: no change). The dropped
-    tokens stay cached (unreferenced) until evicted. */
+/**
+ * Keep the first n tokens of a sequence. The dropped tokens stay cached (as
+ * a prefix no sequence holds) until evicted.
+ *
+ * @param ctx  the context.
+ * @param seq  the sequence.
+ * @param n    the length to keep; n >= its length: no change.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL ctx, bad sequence id, negative n).
+ */
 TKV_API tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n);
 
-/** Empty a sequence (its prefix stays cached). */
+/**
+ * Empty a sequence; its tokens stay cached until evicted.
+ * @param ctx  the context.
+ * @param seq  the sequence.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL ctx, bad sequence id).
+ */
 TKV_API tkv_status tkv_seq_clear(tkv_context *ctx, tkv_seq seq);
 
-/** Make dst hold what src holds, in the same namespace, sharing its cells. */
+/**
+ * Make dst hold what src holds, in src's namespace, sharing its cells
+ * (nothing is copied or computed).
+ *
+ * @param ctx  the context.
+ * @param src  the sequence to copy.
+ * @param dst  the sequence to fill; what it held before is released.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL ctx, bad sequence id);
+ *         TKV_ERR_NOMEM (dst unchanged).
+ */
 TKV_API tkv_status tkv_seq_fork(tkv_context *ctx, tkv_seq src, tkv_seq dst);
 
-/** Length of the longest cached prefix of tokens[0..n) in ns; changes nothing. */
+/**
+ * How much of a token list is cached: what tkv_seq_sync would reuse (plus
+ * the last token when the whole list is cached). Changes nothing, not even
+ * the recency used for eviction.
+ *
+ * @param ctx     the context.
+ * @param ns      the namespace.
+ * @param tokens  the token list (may be NULL when n is 0).
+ * @param n       its length.
+ * @param len     receives the length of its longest cached prefix, 0 .. n.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument).
+ */
 TKV_API tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len);
 
 /**
- * Pin (keep resident) the longest cached prefix of tokens[0..n) in ns;
- * *len (may be NULL) receives its length. Pins count: unpin as many times.
+ * Pin (keep resident) the longest cached prefix of a token list: it is not
+ * evicted, even when no sequence holds it, until unpinned. Pins count: unpin
+ * as many times as pinned.
+ *
+ * @param ctx     the context.
+ * @param ns      the namespace.
+ * @param tokens  the token list (e.g. a system prompt, decoded before).
+ * @param n       its length.
+ * @param len     (may be NULL) receives the length of the pinned prefix (0:
+ *                nothing was cached, nothing pinned).
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_NOMEM.
  */
 TKV_API tkv_status tkv_cache_pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len);
+
+/**
+ * Remove one pin set by tkv_cache_pin with the same token list (whose
+ * longest cached prefix is the pinned one). Unpinning what is not pinned
+ * does nothing.
+ *
+ * @param ctx     the context.
+ * @param ns      the namespace.
+ * @param tokens  the token list given to tkv_cache_pin.
+ * @param n       its length.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument).
+ */
 TKV_API tkv_status tkv_cache_unpin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n);
 
-/** Drop every cached prefix that no sequence holds and nobody pinned. */
+/**
+ * Drop every cached prefix that no sequence holds and nobody pinned; their
+ * cells become free.
+ * @param ctx  the context.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL ctx).
+ */
 TKV_API tkv_status tkv_cache_clear(tkv_context *ctx);
 
 /** What the cache holds, and what it did. */
@@ -604,7 +1007,7 @@ typedef struct tkv_stats {
     uint64_t cells_used;      /**< holding a token */
     uint64_t cells_shared;    /**< used by two or more sequences */
     uint64_t cells_evictable; /**< held by no sequence, not pinned */
-    uint64_t cells_pinned;
+    uint64_t cells_pinned;    /**< in pinned prefixes */
     uint64_t nodes;           /**< prefix-index nodes */
     uint64_t lookups;         /**< tkv_seq_sync and tkv_seq_attach calls */
     uint64_t tokens_reused;   /**< tokens they took from the cache */
@@ -615,6 +1018,13 @@ typedef struct tkv_stats {
                                    free list, sequence cell lists, prefix index */
 } tkv_stats;
 
+/**
+ * What the cache holds, and what it did since the context was created.
+ *
+ * @param ctx  the context.
+ * @param out  receives the figures (O(nodes) to gather).
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument).
+ */
 TKV_API tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out);
 
 /** Parent id of a namespace's root node in tkv_cache_node. */
@@ -639,30 +1049,177 @@ typedef void (*tkv_cache_visit_fn)(const tkv_cache_node *node, void *user);
 /**
  * Visit every node of the prefix index, roots included, parents before
  * children. O(nodes).
+ *
+ * @param ctx   the context.
+ * @param fn    called once per node; the node it receives is valid during
+ *              the call only.
+ * @param user  passed to fn.
  * @return TKV_OK; TKV_ERR_INVALID for a NULL ctx or fn.
  */
 TKV_API tkv_status tkv_cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *user);
 
 /**
  * The tokens of node id's run (n_tokens of them), read from the cells.
- * @param out,cap  room for the tokens; *n receives n_tokens.
+ *
+ * @param ctx  the context.
+ * @param id   a node id from tkv_cache_walk (ids change when the tree does).
+ * @param out  room for cap tokens (may be NULL when cap is 0).
+ * @param cap  the room in tokens.
+ * @param n    receives n_tokens, also when they do not fit.
  * @return TKV_OK; TKV_ERR_FULL when cap < *n (nothing written);
- *         TKV_ERR_INVALID for an id that names no live node.
+ *         TKV_ERR_INVALID for an id that names no live node, or a NULL
+ *         argument.
  */
 TKV_API tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tkv_token *out, size_t cap, size_t *n);
 
 /**
  * Verify every invariant of the cache: cells <-> prefix-index nodes <->
  * sequences <-> positions <-> tokens, free-cell accounting.
+ *
+ * @param ctx  the context; not changed.
  * @return TKV_OK, or TKV_ERR_FORMAT with tkv_last_error(NULL) naming the
- *         first violation (for tests and debugging; costs O(cells)).
+ *         first violation (for tests and debugging; costs O(cells));
+ *         TKV_ERR_INVALID (NULL ctx); TKV_ERR_NOMEM.
  */
 TKV_API tkv_status tkv_cache_check(const tkv_context *ctx);
+
+/* ---- Saving and loading the cache ----------------------------------------
+ *
+ * A cache file holds one prefix: its namespace, its token ids and positions,
+ * and their K/V rows, with the model's fingerprint, the KV type and geometry,
+ * and a checksum per block. Loading reads and checks all of it (every
+ * checksum, every field against the context) before the cache changes, so a
+ * restore can never pair tokens with the wrong K/V: a file from another
+ * model, another KV type, another format version, or a truncated or
+ * corrupted one is refused with a message naming the file and the problem,
+ * and the cache is left as it was. Files are written to a temporary file in
+ * the same directory, fsynced and renamed over the final name, so a reader
+ * (or a restart after a crash) never sees half of one.
+ */
+
+/**
+ * @brief Compute the fingerprint that cache files carry to name their model.
+ *
+ * An XXH3-128 hash of the hyperparameters, the tensor table (names, types,
+ * shapes, and a sample of each tensor's bytes) and the tokenizer metadata
+ * (vocabulary, scores, token types, merges, special ids): two different
+ * models do not share one. Costs O(tensors + vocabulary), not O(weights).
+ *
+ * @param model  any loaded model (vocab_only too).
+ * @param out    receives the 128 bits (low half first).
+ * @return TKV_OK; TKV_ERR_INVALID for a NULL argument.
+ */
+TKV_API tkv_status tkv_model_fingerprint(const tkv_model *model, uint64_t out[2]);
+
+/**
+ * @brief Save what sequence seq holds (its tokens and their K/V) to one file.
+ *
+ * @param ctx   the context; not changed.
+ * @param seq   the sequence (an empty one gives a file of no tokens).
+ * @param path  the file, replaced atomically if it exists (written as
+ *              PATH.tmp.PID first; its directory must be writable).
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument, bad sequence id);
+ *         TKV_ERR_IO (cannot write, fsync or rename: no file is left
+ *         half-written); TKV_ERR_NOMEM. tkv_last_error(ctx) explains.
+ */
+TKV_API tkv_status tkv_seq_save(tkv_context *ctx, tkv_seq seq, const char *path);
+
+/**
+ * @brief Load a file written by tkv_seq_save into sequence seq.
+ *
+ * (A file of tkv_cache_save loads too: one that holds the K/V of only its
+ * node's run needs the prefix it extends to be cached in its namespace.)
+ *
+ * seq then holds the file's tokens, in the file's namespace, as if
+ * tkv_seq_sync had computed them: the prefix joins the prefix index, and
+ * where part of it is cached already (in that namespace) the cached cells
+ * are kept. Room is made as tkv_seq_sync makes it (seq's old tokens and
+ * prefixes no sequence holds may be evicted, least recently used first).
+ * The logits of the last decode are not changed.
+ *
+ * @param ctx   the context.
+ * @param seq   the sequence to fill (what it held is replaced).
+ * @param path  the file; read whole and validated before anything changes.
+ * @return TKV_OK; on failure the cache and every sequence are unchanged:
+ *         TKV_ERR_IO (cannot read); TKV_ERR_FORMAT (not a cache file,
+ *         truncated, a checksum mismatch, a bad token id or position);
+ *         TKV_ERR_UNSUPPORTED (another format version); TKV_ERR_INVALID
+ *         (NULL argument, bad sequence id, a file of another model, KV type
+ *         or cache geometry, a node file whose prefix is not cached);
+ *         TKV_ERR_FULL (more tokens than cells, or not enough free and
+ *         evictable cells); TKV_ERR_NOMEM. tkv_last_error(ctx) names the
+ *         file and the problem.
+ */
+TKV_API tkv_status tkv_seq_load(tkv_context *ctx, tkv_seq seq, const char *path);
+
+/**
+ * @brief Save the cached prefixes of every namespace to a directory, most
+ *        recently used first, within a size budget.
+ *
+ * One file per prefix-index node (RRRRRRRR-HASH.tkvc, R the rank: 0 for the
+ * most recently used): its path's tokens and its own run's K/V, so shared
+ * prefixes are stored once. A node is saved only with its parent; nodes go
+ * in order of the latest use in their subtree until the next file would
+ * pass max_bytes (smaller later ones may still fit). Files of an earlier
+ * save in dir that this one did not write again are removed; other files
+ * are left alone.
+ *
+ * @param ctx        the context; not changed.
+ * @param dir        the directory (created if missing).
+ * @param max_bytes  the most bytes of files to write; 0: no limit.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_IO (the files
+ *         written so far stay, each whole); TKV_ERR_NOMEM.
+ */
+TKV_API tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes);
+
+/** What tkv_cache_load_ex did. */
+typedef struct tkv_cache_load_info {
+    uint32_t files_loaded;       /**< files whose prefix is now cached */
+    uint32_t files_skipped;      /**< files refused (see first_skip_reason) */
+    uint64_t tokens_loaded;      /**< tokens whose K/V came from the files (not cached before) */
+    char first_skip_reason[256]; /**< the message of the first refusal; "" if none */
+} tkv_cache_load_info;
+
+/**
+ * @brief Load a directory written by tkv_cache_save: its prefixes become
+ *        cached prefixes no sequence holds (evictable, as if computed).
+ *
+ * Files ending in .tkvc are loaded in rank order (most recently used first,
+ * parents before children), each validated whole before the cache changes;
+ * where the index already holds some of a prefix, its cells are kept.
+ * Prefixes no sequence holds that were cached before are evicted when the
+ * files need room; prefixes loaded by this call are not, so with too little
+ * room the most recently used files are the ones loaded. A file that fails
+ * validation (truncated, corrupt, another model, KV type or version), whose
+ * parent prefix is not cached, or that does not fit is skipped and counted;
+ * files being written (*.tmp*) are ignored.
+ *
+ * @param ctx   the context.
+ * @param dir   the directory.
+ * @param info  (may be NULL) receives the counts and the first skip reason.
+ * @return TKV_OK, also when files were skipped; TKV_ERR_INVALID (NULL
+ *         argument); TKV_ERR_IO (cannot read the directory); TKV_ERR_NOMEM
+ *         (the cache is then unchanged).
+ */
+TKV_API tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_info *info);
+
+/**
+ * @brief Load a directory written by tkv_cache_save; tkv_cache_load_ex
+ *        without the report.
+ *
+ * @param ctx  the context.
+ * @param dir  the directory.
+ * @return TKV_OK, also when files were skipped; TKV_ERR_INVALID (NULL
+ *         argument); TKV_ERR_IO (cannot read the directory); TKV_ERR_NOMEM
+ *         (the cache is then unchanged).
+ */
+TKV_API tkv_status tkv_cache_load(tkv_context *ctx, const char *dir);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/** Parameters of tkv_sampler_create; get defaults from tkv_sampler_default_params. */
 typedef struct tkv_sampler_params {
     float temperature;    /**< <= 0: greedy (argmax); default 0.8 */
     int32_t top_k;        /**< <= 0: off; default 40 */
@@ -673,24 +1230,53 @@ typedef struct tkv_sampler_params {
     uint64_t seed;        /**< same seed, same choices; default 0 */
 } tkv_sampler_params;
 
-/** The defaults above. */
+/**
+ * Default parameters of tkv_sampler_create.
+ * @return the defaults listed in tkv_sampler_params.
+ */
 TKV_API tkv_sampler_params tkv_sampler_default_params(void);
 
-/** A sampler: its parameters, its RNG state and the recent tokens. */
+/**
+ * A sampler: its parameters, its RNG state and the recent tokens. Opaque;
+ * used by one thread at a time (one per stream of generated tokens).
+ */
 typedef struct tkv_sampler tkv_sampler;
 
+/**
+ * Create a sampler.
+ *
+ * @param params   NULL for defaults; copied.
+ * @param n_vocab  the length of the logits rows it will sample from
+ *                 (tkv_vocab_size of the model).
+ * @param out      receives the sampler; the caller frees it with
+ *                 tkv_sampler_free.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL out, n_vocab 0); TKV_ERR_NOMEM.
+ */
 TKV_API tkv_status tkv_sampler_create(const tkv_sampler_params *params, size_t n_vocab, tkv_sampler **out);
+
+/**
+ * Free a sampler.
+ * @param s  the sampler; NULL is a no-op.
+ */
 TKV_API void tkv_sampler_free(tkv_sampler *s);
 
 /**
- * Choose the next token from a logits row (n_vocab floats): repetition
- * penalty, then top-k, top-p, min-p, temperature and a draw; or argmax when
- * temperature <= 0. Records the choice for the penalty. Never fails for
- * finite logits; the row is not modified.
+ * Choose the next token from a logits row: repetition penalty, then top-k,
+ * top-p, min-p, temperature and a draw; or argmax when temperature <= 0.
+ * Records the choice for the penalty.
+ *
+ * @param s       the sampler.
+ * @param logits  n_vocab floats (tkv_get_logits_last); only read.
+ * @return the chosen token id, 0 .. n_vocab - 1. Never fails for finite
+ *         logits.
  */
 TKV_API tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits);
 
-/** Record a token as seen (e.g. the prompt's) for the repetition penalty. */
+/**
+ * Record a token as seen (e.g. the prompt's) for the repetition penalty.
+ * @param s      the sampler (NULL: no-op).
+ * @param token  the token id.
+ */
 TKV_API void tkv_sampler_accept(tkv_sampler *s, tkv_token token);
 
 #ifdef __cplusplus

@@ -160,6 +160,13 @@ static void start(srv_sched *s, slot *sl, srv_req *r) {
         else fail(s, sl, 500, "internal_error", msg);
         return;
     }
+    /* the text continues the prompt: prime the detokenizer with the prompt's
+       last token, or SentencePiece's rule for the start of a text would drop
+       the space before the first generated word */
+    const char *piece;
+    size_t len;
+    tkv_detok_push(sl->dt, r->prompt[r->n_prompt - 1], &piece, &len);
+    tkv_detok_flush(sl->dt, &piece, &len);
     sl->n_past = reused;
     srv_req_set_started(r, reused);
 }

@@ -6,6 +6,7 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -59,6 +61,36 @@ static bool pick_template(const srv_opts *o, const tkv_model *m, srv_chat_kind *
         fprintf(stderr, "tokenkv serve: warning: the model's chat template is not one we recognise; chat messages "
                         "are rendered as plain 'Role: content' lines (choose one with --chat-template)\n");
     return true;
+}
+
+/* Save the cache (on the inference thread, or after it stopped). */
+static void save_cache(tkv_context *ctx, void *user) {
+    const srv_opts *o = user;
+    double t0 = srv_now();
+    if (tkv_cache_save(ctx, o->cache_dir, o->cache_dir_max) != TKV_OK)
+        fprintf(stderr, "tokenkv serve: warning: cache: saving to %s failed: %s\n", o->cache_dir, tkv_last_error(ctx));
+    else
+        fprintf(stderr, "tokenkv serve: cache: saved to %s in %.1f ms\n", o->cache_dir, 1e3 * (srv_now() - t0));
+}
+
+static void load_cache(tkv_context *ctx, const srv_opts *o) {
+    tkv_cache_load_info info;
+    memset(&info, 0, sizeof info);
+    double t0 = srv_now();
+    struct stat sb;
+    if (stat(o->cache_dir, &sb) != 0 && errno == ENOENT) {
+        fprintf(stderr, "tokenkv serve: cache: %s does not exist yet: starting empty\n", o->cache_dir);
+        return;
+    }
+    if (tkv_cache_load_ex(ctx, o->cache_dir, &info) != TKV_OK) {
+        fprintf(stderr, "tokenkv serve: warning: cache: nothing loaded from %s: %s\n", o->cache_dir, tkv_last_error(ctx));
+        return;
+    }
+    fprintf(stderr, "tokenkv serve: cache: loaded %u files (%llu tokens) from %s in %.1f ms\n", info.files_loaded,
+            (unsigned long long)info.tokens_loaded, o->cache_dir, 1e3 * (srv_now() - t0));
+    if (info.files_skipped)
+        fprintf(stderr, "tokenkv serve: warning: cache: skipped %u files that failed validation; the first: %s\n",
+                info.files_skipped, info.first_skip_reason);
 }
 
 static bool bind_addr(const srv_opts *o, struct sockaddr_storage *ss) {
@@ -124,6 +156,7 @@ int srv_main(const srv_opts *o) {
         tkv_model_free(model);
         return 1;
     }
+    if (o->cache_dir) load_cache(ctx, o);
     S.metrics = srv_metrics_new();
     srv_sched_opts so = {.parallel = o->parallel, .max_queue = o->max_queue, .n_ctx = S.api.n_ctx,
                          .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache};
@@ -151,13 +184,20 @@ int srv_main(const srv_opts *o) {
     fprintf(stderr, "tokenkv serve: listening on http://%s%s%s:%u\n", addr.ss_family == AF_INET6 ? "[" : "", o->host,
             addr.ss_family == AF_INET6 ? "]" : "", di ? di->port : (unsigned)o->port);
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    int sig;
+    for (;;) {
+        struct timespec every = {o->save_interval > 0 ? o->save_interval : 3600, 0};
+        sig = sigtimedwait(&sigs, NULL, &every);
+        if (sig == SIGINT || sig == SIGTERM) break;
+        if (sig < 0 && errno == EAGAIN && o->cache_dir && o->save_interval > 0)
+            srv_sched_call(S.sched, save_cache, (void *)o); /* between two steps */
+    }
     fprintf(stderr, "tokenkv serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     MHD_quiesce_daemon(d); /* no new connections */
     rc = 0;
 out:
     srv_sched_stop(S.sched); /* waiting and running requests end with 503 */
+    if (rc == 0 && o->cache_dir) save_cache(ctx, (void *)o); /* the inference thread is gone: ctx is ours */
     if (d) MHD_stop_daemon(d); /* connection threads answer and end */
     srv_sched_free(S.sched);
     srv_metrics_free(S.metrics);

@@ -28,9 +28,13 @@ typedef struct srv_opts {
     size_t max_queue;          /* waiting requests before 429 */
     bool no_prefix_cache;
     const char *chat_template; /* a family name overriding the model's, or NULL */
+    const char *cache_dir;     /* load the cache from here at start, save it here; NULL: none */
+    uint64_t cache_dir_max;    /* bytes of cache files at most; 0: no limit */
+    int save_interval;         /* seconds between saves; 0: only at shutdown */
 } srv_opts;
 
-/* Run until SIGINT or SIGTERM. Returns the process exit status; start-up
+/* Run until SIGINT or SIGTERM (then: stop accepting, end running requests,
+   save the cache to cache_dir). Returns the process exit status; start-up
    failures print one line on stderr. */
 int srv_main(const srv_opts *o);
 

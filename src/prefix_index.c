@@ -582,3 +582,23 @@ tkv_status tkv__pindex_check(const tkv__pindex *ix) {
     tkv__free(cs.pins);
     return cs.st;
 }
+
+/* ---- for loading saved prefixes (persist.c) -------------------------------- */
+
+void tkv__pindex_touch(tkv__pindex *ix, tkv__ppos at) {
+    const uint64_t now = ++ix->clock;
+    for (uint32_t id = at.node; id != NONE && ix->node[id].parent != NONE; id = ix->node[id].parent)
+        ix->node[id].last_use = now;
+}
+
+tkv_status tkv__pindex_pin_reserve(tkv__pindex *ix, uint32_t extra) {
+    if ((uint64_t)ix->n_pins + extra <= ix->cap_pins) return TKV_OK;
+    uint64_t cap = ix->cap_pins ? ix->cap_pins : 8;
+    while (cap < (uint64_t)ix->n_pins + extra) cap *= 2;
+    if (cap > UINT32_MAX) return tkv__fail(TKV_ERR_NOMEM, "too many pins (%llu)", (unsigned long long)cap);
+    pin_rec *p = tkv__realloc(ix->pins, (size_t)cap * sizeof *p);
+    if (!p) return tkv__fail(TKV_ERR_NOMEM, "out of memory reserving %u pins", extra);
+    ix->pins = p;
+    ix->cap_pins = (uint32_t)cap;
+    return TKV_OK;
+}

@@ -127,4 +127,11 @@ void tkv__pindex_foreach(const tkv__pindex *ix, void (*fn)(const tkv__pindex *ix
 /* The cells of a node's run in order, into out (room for node->n). */
 void tkv__pindex_run(const tkv__pindex *ix, uint32_t id, uint32_t *cells, tkv_token *tokens);
 
+/* Mark the path ending at `at` used now (LRU order), without counting a hit. */
+void tkv__pindex_touch(tkv__pindex *ix, tkv__ppos at);
+
+/* Room for `extra` more pin records, so the next pins (of new positions)
+   cannot fail. TKV_ERR_NOMEM: nothing changed. */
+tkv_status tkv__pindex_pin_reserve(tkv__pindex *ix, uint32_t extra);
+
 #endif

@@ -1,0 +1,130 @@
+/*
+ * fuzz_cachefile.c — libFuzzer target for the cache file loader
+ * (persist_format.c, persist.c) against a context over stories260K.
+ *
+ * Any input must end in TKV_OK or a clean error with a message, and leave a
+ * cache that passes tkv_cache_check. The first input byte chooses:
+ *   bits 0-1  0: the rest of the input is the file;
+ *             1: the same, with its checksums recomputed (so that the field
+ *                checks behind them are reached);
+ *             2: a valid file made at start-up (a sequence, or a prefix-index
+ *                node that extends a cached prefix), patched by the rest of
+ *                the input (3 bytes a patch: offset, xor): any change must
+ *                be refused, no change must load;
+ *             3: the same, resealed;
+ *   bit 2     which valid file (modes 2 and 3);
+ *   bit 3     cut the patched file at the last patch's offset;
+ *   bits 4-5  0: load as a cached prefix (tkv_cache_load's way), else into
+ *             that sequence.
+ */
+#include "error.h"
+#include "persist.h"
+#include "tokenkv.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static tkv_model *model;
+static tkv_context *ctx;
+static uint8_t *tmpl[2];
+static size_t tmpl_size[2];
+
+static void die(const char *what) {
+    fprintf(stderr, "fuzz_cachefile: %s: %s\n", what, tkv_last_error(ctx));
+    abort();
+}
+
+static uint8_t *slurp(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die(path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
+    if (!p || fread(p, 1, (size_t)n, f) != (size_t)n) die(path);
+    fclose(f);
+    *size = (size_t)n;
+    return p;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    if (tkv_model_load(TKV_SHARED_DIR "/models/stories260K.gguf", NULL, &model)) die("model");
+    tkv_context_params p = tkv_context_default_params();
+    p.n_cells = 64;
+    p.n_seq_max = 4;
+    p.n_threads = 1;
+    p.n_batch = 16;
+    if (tkv_context_create(model, &p, &ctx)) die("context");
+    const tkv_token t[12] = {1, 403, 407, 261, 378, 29, 356, 395, 434, 8, 300, 301};
+    size_t reused;
+    if (tkv_seq_sync(ctx, 0, 5, t, 12, &reused) || tkv_seq_truncate(ctx, 0, 8)) die("sync");
+    /* the templates: seq 0 (8 tokens), and the node of tokens 8..11 */
+    char dir[] = "/tmp/tkv-fuzz-XXXXXX", path[512];
+    if (!mkdtemp(dir)) die("mkdtemp");
+    snprintf(path, sizeof path, "%s/seq.bin", dir);
+    if (tkv_seq_save(ctx, 0, path)) die("save");
+    tmpl[0] = slurp(path, &tmpl_size[0]);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/cache", dir);
+    if (tkv_cache_save(ctx, path, 0)) die("cache save");
+    DIR *d = opendir(path);
+    if (!d) die("opendir");
+    for (struct dirent *de; (de = readdir(d));) {
+        char f[1024];
+        if (de->d_name[0] == '.') continue;
+        snprintf(f, sizeof f, "%s/%s", path, de->d_name);
+        if (strncmp(de->d_name, "00000001-", 9) == 0) tmpl[1] = slurp(f, &tmpl_size[1]); /* rank 1: the child */
+        unlink(f);
+    }
+    closedir(d);
+    rmdir(path);
+    rmdir(dir);
+    if (!tmpl[1]) die("no child node file");
+    tkv_cache_clear(ctx); /* seq 0 keeps its 8 tokens: the child's prefix */
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    const unsigned ctl = data[0];
+    const unsigned mode = ctl & 3;
+    const uint8_t *in = data + 1;
+    size_t n_in = size - 1, n;
+    uint8_t *buf;
+    bool changed = false;
+    if (mode < 2) {
+        n = n_in;
+        buf = malloc(n ? n : 1);
+        if (n) memcpy(buf, in, n);
+    } else {
+        const unsigned k = (ctl >> 2) & 1;
+        n = tmpl_size[k];
+        buf = malloc(n);
+        memcpy(buf, tmpl[k], n);
+        size_t last = n;
+        for (size_t i = 0; i + 3 <= n_in; i += 3) {
+            last = ((size_t)in[i] | (size_t)in[i + 1] << 8) % n;
+            buf[last] ^= in[i + 2];
+        }
+        if (ctl & 8) n = last;
+        changed = n != tmpl_size[k] || memcmp(buf, tmpl[k], n) != 0;
+    }
+    if (mode & 1) tkv__persist_reseal(buf, n);
+    const unsigned s = (ctl >> 4) & 3;
+    const tkv_seq seq = s ? (tkv_seq)s : -1;
+    tkv__clear_error();
+    tkv_status st = tkv__persist_load_image(ctx, "fuzz", buf, n, seq);
+    if (st != TKV_OK && tkv_last_error(NULL)[0] == '\0') die("a failure without a message");
+    if (mode == 2 && changed && st == TKV_OK) die("a changed file loaded");
+    if (mode == 2 && !changed && st != TKV_OK) die("the valid file did not load");
+    if (tkv_cache_check(ctx) != TKV_OK) die("cache check");
+    if (seq >= 0) tkv_seq_clear(ctx, seq);
+    tkv_cache_clear(ctx);
+    if (tkv_seq_len(ctx, 0) != 8) die("seq 0 changed");
+    free(buf);
+    return 0;
+}
