@@ -32,6 +32,7 @@ typedef struct slot {
     tkv_detok *dt;
     int logits_at;  /* batch index of this step's logits, -1: none */
     size_t in_batch; /* tokens in this step's batch */
+    bool wait_step;  /* prefilling, but left out of this step: no room */
 } slot;
 
 typedef struct call {
@@ -234,18 +235,19 @@ static size_t add(srv_sched *s, size_t n, slot *sl, tkv_token tok, bool logits) 
 
 /* Fill the batch: one token per generating request, then prompt chunks in
    admission order while the batch has room. Returns its size. */
-static size_t build(srv_sched *s, bool with_prompts) {
+static size_t build(srv_sched *s) {
     size_t n = 0;
     for (int i = 0; i < s->o.parallel; i++) s->slots[i].logits_at = -1, s->slots[i].in_batch = 0;
     for (int i = 0; i < s->o.parallel; i++) {
         slot *sl = &s->slots[i];
         if (sl->req && sl->generating) n = add(s, n, sl, sl->next, true);
     }
-    while (with_prompts && n < s->n_batch) {
+    while (n < s->n_batch) {
         slot *first = NULL; /* the oldest prefilling slot not yet in the batch */
         for (int i = 0; i < s->o.parallel; i++) {
             slot *sl = &s->slots[i];
-            if (sl->req && !sl->generating && !sl->in_batch && (!first || sl->order < first->order)) first = sl;
+            if (sl->req && !sl->generating && !sl->in_batch && !sl->wait_step && (!first || sl->order < first->order))
+                first = sl;
         }
         if (!first) break;
         const srv_req *r = first->req;
@@ -277,28 +279,58 @@ static void on_token(srv_sched *s, slot *sl, tkv_token tok) {
     else sl->generating = true, sl->next = tok;
 }
 
+/* The youngest slot of the batch that is prefilling, or NULL; *count: how many. */
+static slot *youngest_prompt(srv_sched *s, int *count) {
+    slot *y = NULL;
+    *count = 0;
+    for (int i = 0; i < s->o.parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || sl->generating || !sl->in_batch) continue;
+        ++*count;
+        if (!y || sl->order > y->order) y = sl;
+    }
+    return y;
+}
+
+/*
+ * No room for the batch. Prompts give way first, youngest first, while older
+ * requests go on: generating requests end and free their cells. A prompt
+ * that cannot go on with no one generating fails the youngest request that
+ * waits holding cells (its partial prompt becomes evictable), or itself
+ * with 503 when it is the only one. Generation alone out of room ends the
+ * youngest generating request ("length").
+ */
+static void make_room(srv_sched *s) {
+    int n_prompts;
+    slot *p = youngest_prompt(s, &n_prompts), *gen = youngest(s, true);
+    if (n_prompts > 1 || (p && gen)) {
+        p->wait_step = true;
+        return;
+    }
+    if (p) {
+        slot *holder = NULL; /* prompts left out of this step hold cells too */
+        for (int i = 0; i < s->o.parallel; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->req && sl != p && sl->n_past && (!holder || sl->order > holder->order)) holder = sl;
+        }
+        fail(s, holder ? holder : p, 503, "cache_full",
+             "the KV cache is full: its cells are held by running requests or pinned; retry later, or start the "
+             "server with more --ctx cells");
+        return;
+    }
+    finish(s, gen, "length");
+}
+
 static void step(srv_sched *s) {
-    bool with_prompts = true;
-    size_t n = build(s, true);
+    for (int i = 0; i < s->o.parallel; i++) s->slots[i].wait_step = false;
+    size_t n = build(s);
     tkv_status st = TKV_ERR_FULL;
     while (n) {
         tkv_batch b = {n, s->b_tok, s->b_pos, s->b_seq, s->b_logits};
         st = tkv_decode(s->ctx, &b);
         if (st != TKV_ERR_FULL) break;
-        /* No room: prompts wait while generating requests go on (they end
-           and free their cells); with none generating, or when even those
-           do not fit, the youngest request gives way. */
-        slot *gen = youngest(s, true);
-        if (with_prompts && gen) {
-            with_prompts = false;
-        } else if (with_prompts) {
-            fail(s, youngest(s, false), 503, "cache_full",
-                 "the KV cache is full: every cell is held by running requests or pinned; retry later or "
-                 "start the server with more --ctx cells");
-        } else {
-            finish(s, gen, "length");
-        }
-        n = build(s, with_prompts);
+        make_room(s);
+        n = build(s);
     }
     if (!n) return;
     if (st) { /* not a capacity problem: the requests in this batch cannot go on */
