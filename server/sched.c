@@ -33,6 +33,7 @@ typedef struct slot {
     int logits_at;  /* batch index of this step's logits, -1: none */
     size_t in_batch; /* tokens in this step's batch */
     bool wait_step;  /* prefilling, but left out of this step: no room */
+    bool at_start;   /* no text yet */
 } slot;
 
 typedef struct call {
@@ -147,6 +148,7 @@ static void start(srv_sched *s, slot *sl, srv_req *r) {
     sl->ns = ns_of(s, r);
     s->unique_ns++;
     sl->generating = false;
+    sl->at_start = true;
     sl->n_gen = 0;
     sl->order = s->admitted++;
     size_t reused = 0;
@@ -273,7 +275,14 @@ static void on_token(srv_sched *s, slot *sl, tkv_token tok) {
     const char *text = "";
     size_t len = 0;
     bool stopped = false;
-    if (tkv_detok_push(sl->dt, tok, &text, &len) == TKV_OK) stopped = srv_req_append(r, text, len);
+    if (tkv_detok_push(sl->dt, tok, &text, &len) == TKV_OK) {
+        /* a chat answer is a message of its own: without the space that
+           joins it to "Assistant:" (which the template puts back when the
+           message is sent in the next turn, so its tokens match the cache) */
+        if (r->chat && sl->at_start && len && text[0] == ' ') text++, len--;
+        if (len) sl->at_start = false;
+        stopped = srv_req_append(r, text, len);
+    }
     if (stopped) finish(s, sl, "stop");
     else if (sl->n_gen >= r->max_tokens || sl->n_past + 1 >= s->o.n_ctx) finish(s, sl, "length");
     else sl->generating = true, sl->next = tok;

@@ -1,0 +1,105 @@
+// /v1/chat/completions through the official openai client: plain and
+// streamed answers agree, the stream has the role first, the finish reason
+// last and, on request, a usage chunk.
+import assert from 'node:assert/strict';
+import { MODEL_ID, commonPrefix, continuation, post, serverSuite, tokenize } from '../lib/server.mjs';
+
+const MESSAGES = [
+  { role: 'system', content: 'You tell short stories to children.' },
+  { role: 'user', content: 'Tell me a story about a cat and a dog.' },
+];
+// stories260K has no chat template: the server renders messages as plain
+// "Role: content" lines ending with the generation prompt (chat_template.h)
+const RENDERED = 'System: You tell short stories to children.\nUser: Tell me a story about a cat and a dog.\nAssistant:';
+
+// An answer is the completion of the rendered prompt: the text that follows
+// it, except that whether a chat answer keeps the space SentencePiece puts
+// before its first word is the server's choice (a completion must keep it).
+function assertAnswer(content, completion) {
+  assert.ok(content === completion || (completion.startsWith(' ') && content === completion.slice(1)),
+            `answer ${JSON.stringify(content)}, completion ${JSON.stringify(completion)}`);
+}
+
+serverSuite('chat completions', [], (s) => {
+  s.test('plain and streamed answers agree', async (server) => {
+    const client = server.client();
+    const req = { model: MODEL_ID, messages: MESSAGES, max_tokens: 30, temperature: 0 };
+    const plain = await client.chat.completions.create(req);
+    assert.equal(plain.object, 'chat.completion');
+    assert.match(plain.id, /^chatcmpl-/);
+    assert.equal(plain.model, MODEL_ID);
+    assert.equal(plain.choices.length, 1);
+    const msg = plain.choices[0].message;
+    assert.equal(msg.role, 'assistant');
+    assert.equal(typeof msg.content, 'string');
+    assert.ok(msg.content.length > 0);
+    assert.ok(['stop', 'length'].includes(plain.choices[0].finish_reason));
+
+    // the answer is the completion of the rendered prompt
+    const promptIds = await tokenize(server, RENDERED);
+    assert.equal(plain.usage.prompt_tokens, promptIds.length);
+    assert.equal(plain.usage.total_tokens, plain.usage.prompt_tokens + plain.usage.completion_tokens);
+    assert.equal(plain.usage.prompt_tokens_details.cached_tokens, 0, 'first request on a fresh server');
+    const oracle = await continuation(server, RENDERED, 30);
+    assertAnswer(msg.content, oracle);
+    if (plain.choices[0].finish_reason === 'length') assert.equal(plain.usage.completion_tokens, 30);
+    const viaCompletions = await post(server, '/v1/completions', { prompt: RENDERED, max_tokens: 30, temperature: 0 });
+    assert.equal(viaCompletions.json.choices[0].text, oracle);
+
+    // streamed
+    const stream = await client.chat.completions.create({ ...req, stream: true });
+    const chunks = [];
+    for await (const c of stream) chunks.push(c);
+    assert.ok(chunks.length >= 2);
+    for (const c of chunks) {
+      assert.equal(c.object, 'chat.completion.chunk');
+      assert.equal(c.id, chunks[0].id);
+      assert.equal(c.choices.length, 1);
+    }
+    assert.equal(chunks[0].choices[0].delta.role, 'assistant', 'the role comes with the first chunk');
+    for (const c of chunks.slice(1)) assert.equal(c.choices[0].delta.role, undefined);
+    const streamed = chunks.map((c) => c.choices[0].delta.content ?? '').join('');
+    assert.equal(streamed, msg.content);
+    const last = chunks[chunks.length - 1];
+    assert.equal(last.choices[0].finish_reason, plain.choices[0].finish_reason);
+    for (const c of chunks.slice(0, -1)) assert.equal(c.choices[0].finish_reason, null);
+
+    // stream_options.include_usage: a last chunk with no choices and the usage
+    const withUsage = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+    const all = [];
+    for await (const c of withUsage) all.push(c);
+    const final = all[all.length - 1];
+    assert.deepEqual(final.choices, []);
+    assert.equal(final.usage.prompt_tokens, promptIds.length);
+    assert.equal(final.usage.completion_tokens, plain.usage.completion_tokens);
+    assert.equal(final.usage.total_tokens, final.usage.prompt_tokens + final.usage.completion_tokens);
+    assert.equal(final.usage.prompt_tokens_details.cached_tokens, promptIds.length - 1);
+    for (const c of all.slice(0, -1)) assert.equal(c.usage, null, 'usage is null on the other chunks');
+    assert.equal(all.slice(0, -1).map((c) => c.choices[0].delta.content ?? '').join(''), msg.content);
+    assert.equal(all[all.length - 2].choices[0].finish_reason, plain.choices[0].finish_reason);
+  });
+
+  s.test('max_completion_tokens bounds the answer', async (server) => {
+    const client = server.client();
+    const r = await client.chat.completions.create({ model: MODEL_ID, messages: MESSAGES, max_completion_tokens: 5, temperature: 0 });
+    assert.equal(r.usage.completion_tokens, 5);
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assertAnswer(r.choices[0].message.content, await continuation(server, RENDERED, 5));
+  });
+
+  s.test('a follow-up turn reuses the conversation so far', async (server) => {
+    const client = server.client();
+    const first = await client.chat.completions.create({ model: MODEL_ID, messages: MESSAGES, max_tokens: 12, temperature: 0 });
+    const messages = [...MESSAGES, first.choices[0].message, { role: 'user', content: 'What happened next?' }];
+    const second = await client.chat.completions.create({ model: MODEL_ID, messages, max_tokens: 12, temperature: 0 });
+    // plain rendering: one "Role: content" line per message, content as it is
+    const rendered = `${RENDERED} ${first.choices[0].message.content}\nUser: What happened next?\nAssistant:`;
+    const renderedIds = await tokenize(server, rendered);
+    const shared = commonPrefix(renderedIds, await tokenize(server, RENDERED));
+    assert.equal(second.usage.prompt_tokens, renderedIds.length);
+    // at least the first turn's prompt comes from the cache
+    assert.ok(shared > 20 && second.usage.prompt_tokens_details.cached_tokens >= shared,
+              `cached ${second.usage.prompt_tokens_details.cached_tokens} of ${renderedIds.length}, shared ${shared}`);
+    assert.ok(second.usage.prompt_tokens_details.cached_tokens < renderedIds.length);
+  });
+});

@@ -1,0 +1,95 @@
+// 16 clients at once against --parallel 4: every answer is the answer the
+// same request gets alone, and the same again with the prefix cache off.
+import assert from 'node:assert/strict';
+import { MODEL_ID, get, startServer, stopAndCheck, tail, tokenize } from '../lib/server.mjs';
+import { describe, it } from 'node:test';
+
+// A long shared beginning (a "system prompt" or a document) for half the
+// requests, and unrelated prompts for the other half.
+const SHARED = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park '
+  + 'with her friends. One day, she saw a big red ball under a tree. She wanted to play with it, so she ran '
+  + 'to the tree and';
+const ENDINGS = [' picked it up.', ' looked at it.', ' said hello.', ' was very happy.', ' saw a cat.',
+                 ' called her mom.', ' sat down.', ' smiled.'];
+const OTHERS = ['Tom had a blue car', 'The sun was hot and', 'A little bird flew to', 'Sam and Mia went to the shop',
+                'The dog barked at', 'Once there was a big bear who', 'Ben liked to eat', 'It was a rainy day and'];
+const PROMPTS = [...ENDINGS.map((e) => SHARED + e), ...OTHERS];
+const MAX_TOKENS = 24;
+
+function ask(client, prompt) {
+  return client.completions.create({ model: MODEL_ID, prompt, max_tokens: MAX_TOKENS, temperature: 0 });
+}
+
+async function withServer(args, fn) {
+  const server = await startServer(args);
+  try {
+    await fn(server);
+  } catch (e) {
+    await server.stop(); // the test's own failure is the one to report
+    if (e && typeof e === 'object') e.message += `\n--- server stderr (${server.argv.join(' ')}) ---\n${tail(server.log())}`;
+    throw e;
+  }
+  await stopAndCheck(server);
+}
+
+// Every generating request is checked: its usage is consistent, and it
+// generated the whole budget or stopped at end-of-text.
+function checkUsage(r, promptLen) {
+  assert.equal(r.usage.prompt_tokens, promptLen);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  if (r.choices[0].finish_reason === 'length') assert.equal(r.usage.completion_tokens, MAX_TOKENS);
+  else assert.equal(r.choices[0].finish_reason, 'stop');
+}
+
+describe('16 concurrent clients', () => {
+  it('get what each gets alone, with and without the prefix cache', async () => {
+    // one by one on a fresh server: the expected outputs
+    const alone = [];
+    let promptLens;
+    await withServer(['--parallel', '4'], async (server) => {
+      promptLens = await Promise.all(PROMPTS.map(async (p) => (await tokenize(server, p)).length));
+      const client = server.client({ maxRetries: 0 });
+      for (const p of PROMPTS) alone.push(await ask(client, p));
+    });
+    alone.forEach((r, i) => checkUsage(r, promptLens[i]));
+    assert.ok(alone.every((r) => r.choices[0].text.length > 0));
+    assert.ok(new Set(alone.map((r) => r.choices[0].text)).size > 8, 'different prompts, different answers');
+
+    // all at once (and with two threads: how work is split does not matter either)
+    await withServer(['--parallel', '4', '-t', '2'], async (server) => {
+      const client = server.client({ maxRetries: 0 });
+      const together = await Promise.all(PROMPTS.map((p) => ask(client, p)));
+      together.forEach((r, i) => {
+        checkUsage(r, promptLens[i]);
+        assert.equal(r.choices[0].text, alone[i].choices[0].text, `prompt ${i}: ${JSON.stringify(PROMPTS[i])}`);
+        assert.equal(r.choices[0].finish_reason, alone[i].choices[0].finish_reason);
+      });
+      // the shared beginning was computed once and reused by the others
+      const sharedCached = together.slice(0, ENDINGS.length).map((r) => r.usage.prompt_tokens_details.cached_tokens);
+      const sharedLen = (await tokenize(server, SHARED)).length;
+      assert.ok(sharedCached.filter((c) => c >= sharedLen - 2).length >= ENDINGS.length - 1,
+                `cached tokens of the shared-prefix requests: ${sharedCached} (prefix ${sharedLen})`);
+      const cache = await get(server, '/v1/cache?check=1');
+      assert.equal(cache.json.check, 'ok');
+      assert.deepEqual(cache.json.sequences, []);
+      assert.ok(cache.json.tokens_reused > 0);
+    });
+
+    // all at once, nothing reused
+    await withServer(['--parallel', '4', '--no-prefix-cache'], async (server) => {
+      const client = server.client({ maxRetries: 0 });
+      const together = await Promise.all(PROMPTS.map((p) => ask(client, p)));
+      together.forEach((r, i) => {
+        checkUsage(r, promptLens[i]);
+        assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0);
+        assert.equal(r.choices[0].text, alone[i].choices[0].text, `prompt ${i}: ${JSON.stringify(PROMPTS[i])}`);
+      });
+      const again = await ask(client, PROMPTS[0]);
+      assert.equal(again.usage.prompt_tokens_details.cached_tokens, 0, '--no-prefix-cache reuses nothing');
+      assert.equal(again.choices[0].text, alone[0].choices[0].text);
+      const cache = await get(server, '/v1/cache?check=1');
+      assert.equal(cache.json.check, 'ok');
+      assert.equal(cache.json.tokens_reused, 0);
+    });
+  });
+});
