@@ -30,7 +30,7 @@ static const int statuses[] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
 struct srv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[N_STATUS + 1];
-    uint64_t prompt, cached, generated;
+    uint64_t prompt, cached, generated, preemptions;
     hist ttft, tpot;
 };
 
@@ -57,6 +57,12 @@ void srv_metrics_request(srv_metrics *m, int status) {
 void srv_metrics_tokens(srv_metrics *m, uint64_t prompt, uint64_t cached, uint64_t generated) {
     pthread_mutex_lock(&m->mu);
     m->prompt += prompt, m->cached += cached, m->generated += generated;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_preemption(srv_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    m->preemptions++;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -134,6 +140,8 @@ char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth,
     put_metric(&b, "tokenkv_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", (double)m->prompt);
     put_metric(&b, "tokenkv_cached_prompt_tokens_total", "counter", "Prompt tokens reused from the cache.", (double)m->cached);
     put_metric(&b, "tokenkv_generated_tokens_total", "counter", "Completion tokens generated.", (double)m->generated);
+    put_metric(&b, "tokenkv_preemptions_total", "counter",
+               "Requests preempted for want of cache room (they resume where they were).", (double)m->preemptions);
     put_hist(&b, "tokenkv_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft,
              ttft_bounds, N_TTFT);
     put_hist(&b, "tokenkv_time_per_output_token_seconds", "Mean time per generated token after the first.", &m->tpot,

@@ -20,6 +20,8 @@
 
 #define SRV_MAX_STOP 4
 
+struct srv_run; /* the scheduler's state of a request (sched.c) */
+
 typedef struct srv_req {
     /* ---- input: written before submission, read-only afterwards ---- */
     tkv_token *prompt;          /* (n_prompt) */
@@ -54,6 +56,9 @@ typedef struct srv_req {
     bool cancelled;             /* the client went away */
     double t_first, t_done;     /* monotonic seconds of the first token and the end */
     int refs;
+
+    /* ---- the inference thread's own ---- */
+    struct srv_run *run;        /* created at admission, kept across preemption */
 } srv_req;
 
 /* A request with one reference and empty output; NULL on allocation failure. */

@@ -7,6 +7,16 @@
  * sequence of the context; when the request ends the sequence is cleared,
  * which leaves everything it computed cached (unreferenced, evictable), so
  * the next request with the same prefix finds it whichever slot it lands on.
+ *
+ * A request is a token list its sequence must hold (the prompt, then each
+ * generated token) and a sampler. Each step decodes, for every running
+ * request, the tokens of its list that its sequence does not hold yet: one
+ * for a generating request, a chunk of prompt for a new one. When the cache
+ * runs out of room, the youngest request is preempted: its sequence is
+ * cleared (what it computed stays cached while there is room) and it waits
+ * at the head of the queue until another request ends; then it attaches
+ * whatever of its list is still cached and goes on, with the same output it
+ * would have had (decoding is batch-invariant).
  */
 #include "sched.h"
 
@@ -19,21 +29,28 @@
 /* Hold a request back only for a shared prefix at least this long. */
 #define HOLD_MIN_TOKENS 8
 
-typedef struct slot {
-    srv_req *req;   /* NULL: free */
-    tkv_seq seq;
-    uint64_t ns;
-    size_t n_past;  /* tokens the sequence holds */
-    bool generating;
-    tkv_token next; /* generating: the sampled token to decode next */
-    int n_gen;
-    uint64_t order; /* admission order: preemption takes the youngest */
+/* What a request needs to go on; survives preemption. */
+typedef struct srv_run {
+    tkv_token *toks;       /* (n_toks) what the sequence must hold: prompt, then generated tokens */
+    size_t n_toks, cap;
+    int n_gen;             /* tokens generated (the last one not decoded yet) */
+    uint64_t ns;           /* namespace */
+    bool at_start;         /* no text yet */
+    bool preempted;
+    uint64_t resume_after; /* requests ended when it was preempted: it waits for one more */
     tkv_sampler *smp;
     tkv_detok *dt;
-    int logits_at;  /* batch index of this step's logits, -1: none */
+} srv_run;
+
+typedef struct slot {
+    srv_req *req;    /* NULL: free */
+    srv_run *run;    /* req->run */
+    tkv_seq seq;
+    size_t n_past;   /* tokens of run->toks the sequence holds */
+    uint64_t order;  /* admission order: the youngest gives way */
+    int logits_at;   /* batch index of this step's logits, -1: none */
     size_t in_batch; /* tokens in this step's batch */
-    bool wait_step;  /* prefilling, but left out of this step: no room */
-    bool at_start;   /* no text yet */
+    bool wait_step;  /* left out of this step: no room */
 } slot;
 
 typedef struct call {
@@ -62,7 +79,7 @@ struct srv_sched {
     size_t n_running;
 
     slot *slots;        /* (parallel) */
-    uint64_t admitted, unique_ns;
+    uint64_t admitted, ended, unique_ns;
     /* the step's batch, n_batch tokens */
     tkv_token *b_tok;
     tkv_pos *b_pos;
@@ -76,14 +93,29 @@ static size_t common_prefix(const tkv_token *a, size_t na, const tkv_token *b, s
     return i;
 }
 
+/* The token list a request's sequence must hold (its prompt until admitted). */
+static const tkv_token *list_of(const srv_req *r, size_t *n) {
+    if (r->run) return *n = r->run->n_toks, r->run->toks;
+    return *n = r->n_prompt, r->prompt;
+}
+
+static void run_free(srv_req *r) {
+    if (!r->run) return;
+    tkv_sampler_free(r->run->smp);
+    tkv_detok_free(r->run->dt);
+    free(r->run->toks);
+    free(r->run);
+    r->run = NULL;
+}
+
 /* ---- ending a request ----------------------------------------------------- */
 
 static void release(srv_sched *s, slot *sl) {
     tkv_seq_clear(s->ctx, sl->seq); /* what it computed stays cached */
-    tkv_sampler_free(sl->smp);
-    tkv_detok_free(sl->dt);
+    run_free(sl->req);
     srv_req_unref(sl->req);
-    sl->req = NULL, sl->smp = NULL, sl->dt = NULL;
+    sl->req = NULL, sl->run = NULL;
+    s->ended++;
     pthread_mutex_lock(&s->mu);
     s->n_running--;
     pthread_mutex_unlock(&s->mu);
@@ -91,11 +123,12 @@ static void release(srv_sched *s, slot *sl) {
 
 static void finish(srv_sched *s, slot *sl, const char *reason) {
     srv_req *r = sl->req;
-    srv_req_finish(r, reason, sl->n_gen);
-    srv_metrics_tokens(s->metrics, r->n_prompt, r->n_cached, (uint64_t)sl->n_gen);
-    if (sl->n_gen > 0) {
+    const int n_gen = sl->run->n_gen;
+    srv_req_finish(r, reason, n_gen);
+    srv_metrics_tokens(s->metrics, r->n_prompt, r->n_cached, (uint64_t)n_gen);
+    if (n_gen > 0) {
         srv_metrics_ttft(s->metrics, r->t_first - r->t_arrival);
-        if (sl->n_gen > 1) srv_metrics_tpot(s->metrics, (r->t_done - r->t_first) / (sl->n_gen - 1));
+        if (n_gen > 1) srv_metrics_tpot(s->metrics, (r->t_done - r->t_first) / (n_gen - 1));
     }
     release(s, sl);
 }
@@ -105,21 +138,47 @@ static void fail(srv_sched *s, slot *sl, int status, const char *code, const cha
     release(s, sl);
 }
 
+/* Give the slot back and queue the request again, first in line; it goes on
+   once another request has ended. False when the queue is full. */
+static bool preempt(srv_sched *s, slot *sl) {
+    pthread_mutex_lock(&s->mu);
+    if (s->n_wait == s->o.max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        return false;
+    }
+    memmove(s->wait + 1, s->wait, s->n_wait * sizeof *s->wait);
+    memmove(s->skipped + 1, s->skipped, s->n_wait * sizeof *s->skipped);
+    s->wait[0] = sl->req;
+    s->skipped[0] = STARVE_AFTER;
+    s->n_wait++;
+    s->n_running--;
+    pthread_mutex_unlock(&s->mu);
+    tkv_seq_clear(s->ctx, sl->seq);
+    sl->run->preempted = true;
+    sl->run->resume_after = s->ended;
+    sl->req = NULL, sl->run = NULL;
+    srv_metrics_preemption(s->metrics);
+    return true;
+}
+
 /* ---- admission ------------------------------------------------------------ */
 
 /* Whether a running request is computing, right now, a prefix of r longer
    than what is cached: then r waits for it instead of computing it too. */
 static bool held_back(const srv_sched *s, const srv_req *r, uint64_t ns, size_t cached) {
+    size_t n;
+    const tkv_token *t = list_of(r, &n);
     for (int i = 0; i < s->o.parallel; i++) {
         const slot *sl = &s->slots[i];
-        if (!sl->req || sl->generating || sl->ns != ns) continue;
-        size_t shared = common_prefix(r->prompt, r->n_prompt - 1, sl->req->prompt, sl->req->n_prompt);
+        if (!sl->req || sl->run->n_gen || sl->run->ns != ns) continue;
+        size_t shared = common_prefix(t, n - 1, sl->run->toks, sl->run->n_toks);
         if (shared >= cached + HOLD_MIN_TOKENS && sl->n_past < shared) return true;
     }
     return false;
 }
 
 static uint64_t ns_of(srv_sched *s, const srv_req *r) {
+    if (r->run) return r->run->ns;
     /* without the prefix cache every request is its own namespace: the
        same computation, nothing shared */
     return s->o.no_prefix_cache ? (1ull << 63) | s->unique_ns : r->ns;
@@ -128,50 +187,72 @@ static uint64_t ns_of(srv_sched *s, const srv_req *r) {
 /* Index of the waiting request to admit, or -1 (none, or all held back).
    Called with mu held. */
 static long choose(srv_sched *s) {
+    for (size_t i = 0; i < s->n_wait; i++) {
+        const srv_run *run = s->wait[i]->run;
+        /* a preempted request waits for room: until another request ends,
+           nothing is admitted (it would take the room back) */
+        if (run && run->preempted && run->resume_after == s->ended && s->n_running) return -1;
+    }
     for (size_t i = 0; i < s->n_wait; i++)
-        if (s->skipped[i] >= STARVE_AFTER) return (long)i; /* the oldest starving one */
+        if (s->skipped[i] >= STARVE_AFTER) return (long)i; /* the oldest starving (or preempted) one */
     long best = -1;
     size_t best_len = 0;
     for (size_t i = 0; i < s->n_wait; i++) {
         const srv_req *r = s->wait[i];
         const uint64_t ns = ns_of(s, r);
-        size_t cached = 0;
-        tkv_cache_match(s->ctx, ns, r->prompt, r->n_prompt, &cached);
+        size_t n, cached = 0;
+        const tkv_token *t = list_of(r, &n);
+        tkv_cache_match(s->ctx, ns, t, n, &cached);
         if (!s->o.no_prefix_cache && held_back(s, r, ns, cached)) continue;
         if (best < 0 || cached > best_len) best = (long)i, best_len = cached;
     }
     return best;
 }
 
-static void start(srv_sched *s, slot *sl, srv_req *r) {
-    sl->req = r;
-    sl->ns = ns_of(s, r);
+/* A request's state at its first admission. */
+static tkv_status new_run(srv_sched *s, srv_req *r) {
+    srv_run *run = calloc(1, sizeof *run);
+    if (!run) return TKV_ERR_NOMEM;
+    run->ns = ns_of(s, r); /* before r->run is set: ns_of reads it */
     s->unique_ns++;
-    sl->generating = false;
-    sl->at_start = true;
-    sl->n_gen = 0;
-    sl->order = s->admitted++;
-    size_t reused = 0;
-    tkv_status st = tkv_seq_attach(s->ctx, sl->seq, sl->ns, r->prompt, r->n_prompt, &reused);
-    if (!st) st = tkv_sampler_create(&r->sp, s->n_vocab, &sl->smp);
-    if (!st) st = tkv_detok_create(s->model, 0, &sl->dt);
-    if (st) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s", tkv_last_error(st == TKV_ERR_INVALID || st == TKV_ERR_FULL ? s->ctx : NULL));
-        if (st == TKV_ERR_FULL) fail(s, sl, 503, "cache_full", msg);
-        else if (st == TKV_ERR_INVALID) fail(s, sl, 400, "invalid_value", msg);
-        else fail(s, sl, 500, "internal_error", msg);
-        return;
-    }
+    r->run = run;
+    run->at_start = true;
+    run->cap = r->n_prompt + (size_t)r->max_tokens + 1; /* room for every token: no allocation per step */
+    run->toks = malloc(run->cap * sizeof *run->toks);
+    if (!run->toks) return TKV_ERR_NOMEM;
+    memcpy(run->toks, r->prompt, r->n_prompt * sizeof *r->prompt);
+    run->n_toks = r->n_prompt;
+    tkv_status st = tkv_sampler_create(&r->sp, s->n_vocab, &run->smp);
+    if (!st) st = tkv_detok_create(s->model, 0, &run->dt);
+    if (st) return st;
     /* the text continues the prompt: prime the detokenizer with the prompt's
        last token, or SentencePiece's rule for the start of a text would drop
        the space before the first generated word */
     const char *piece;
     size_t len;
-    tkv_detok_push(sl->dt, r->prompt[r->n_prompt - 1], &piece, &len);
-    tkv_detok_flush(sl->dt, &piece, &len);
+    tkv_detok_push(run->dt, r->prompt[r->n_prompt - 1], &piece, &len);
+    tkv_detok_flush(run->dt, &piece, &len);
+    return TKV_OK;
+}
+
+static void start(srv_sched *s, slot *sl, srv_req *r) {
+    const bool first = !r->run;
+    sl->req = r;
+    sl->order = s->admitted++;
+    tkv_status st = first ? new_run(s, r) : TKV_OK;
+    sl->run = r->run;
+    size_t reused = 0;
+    if (!st) st = tkv_seq_attach(s->ctx, sl->seq, sl->run->ns, sl->run->toks, sl->run->n_toks, &reused);
+    if (st) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", st == TKV_ERR_NOMEM ? "out of memory" : tkv_last_error(s->ctx));
+        if (st == TKV_ERR_FULL) fail(s, sl, 503, "cache_full", msg);
+        else if (st == TKV_ERR_INVALID) fail(s, sl, 400, "invalid_value", msg);
+        else fail(s, sl, 500, "internal_error", msg);
+        return;
+    }
     sl->n_past = reused;
-    srv_req_set_started(r, reused);
+    if (first) srv_req_set_started(r, reused); /* cached_tokens: of the prompt, at arrival */
 }
 
 static void admit(srv_sched *s) {
@@ -201,6 +282,7 @@ static void drop_cancelled(srv_sched *s) {
     for (size_t i = 0; i < s->n_wait; i++) {
         if (srv_req_is_cancelled(s->wait[i])) {
             srv_req_fail(s->wait[i], 499, "cancelled", "the client closed the connection");
+            run_free(s->wait[i]);
             srv_req_unref(s->wait[i]);
             continue;
         }
@@ -215,50 +297,53 @@ static void drop_cancelled(srv_sched *s) {
 
 /* ---- one step --------------------------------------------------------------- */
 
-/* The slot admitted last among those generating (or not), or NULL. */
-static slot *youngest(srv_sched *s, bool generating) {
+static bool generating(const slot *sl) { return sl->req && sl->run->n_gen > 0; }
+
+/* The youngest generating slot, or NULL. */
+static slot *youngest_generating(srv_sched *s) {
     slot *y = NULL;
     for (int i = 0; i < s->o.parallel; i++) {
         slot *sl = &s->slots[i];
-        if (sl->req && sl->generating == generating && (!y || sl->order > y->order)) y = sl;
+        if (generating(sl) && (!y || sl->order > y->order)) y = sl;
     }
     return y;
 }
 
-static size_t add(srv_sched *s, size_t n, slot *sl, tkv_token tok, bool logits) {
-    s->b_tok[n] = tok;
-    s->b_pos[n] = (tkv_pos)(sl->n_past + sl->in_batch);
-    s->b_seq[n] = sl->seq;
-    s->b_logits[n] = logits;
-    if (logits) sl->logits_at = (int)n;
-    sl->in_batch++;
-    return n + 1;
+/* Put tokens [n_past, n_past + take) of sl's list in the batch at n. */
+static size_t add(srv_sched *s, size_t n, slot *sl, size_t take) {
+    const srv_run *run = sl->run;
+    for (size_t k = 0; k < take; k++) {
+        const size_t p = sl->n_past + k;
+        s->b_tok[n] = run->toks[p];
+        s->b_pos[n] = (tkv_pos)p;
+        s->b_seq[n] = sl->seq;
+        s->b_logits[n] = p + 1 == run->n_toks;
+        if (s->b_logits[n]) sl->logits_at = (int)n;
+        n++;
+    }
+    sl->in_batch = take;
+    return n;
 }
 
-/* Fill the batch: one token per generating request, then prompt chunks in
-   admission order while the batch has room. Returns its size. */
+/* Fill the batch: the next token of every generating request, then prompt
+   chunks in admission order while the batch has room. Returns its size. */
 static size_t build(srv_sched *s) {
     size_t n = 0;
     for (int i = 0; i < s->o.parallel; i++) s->slots[i].logits_at = -1, s->slots[i].in_batch = 0;
     for (int i = 0; i < s->o.parallel; i++) {
         slot *sl = &s->slots[i];
-        if (sl->req && sl->generating) n = add(s, n, sl, sl->next, true);
+        if (generating(sl) && !sl->wait_step) n = add(s, n, sl, 1);
     }
     while (n < s->n_batch) {
         slot *first = NULL; /* the oldest prefilling slot not yet in the batch */
         for (int i = 0; i < s->o.parallel; i++) {
             slot *sl = &s->slots[i];
-            if (sl->req && !sl->generating && !sl->in_batch && !sl->wait_step && (!first || sl->order < first->order))
+            if (sl->req && !generating(sl) && !sl->in_batch && !sl->wait_step && (!first || sl->order < first->order))
                 first = sl;
         }
         if (!first) break;
-        const srv_req *r = first->req;
-        size_t take = r->n_prompt - first->n_past;
-        if (take > s->n_batch - n) take = s->n_batch - n;
-        for (size_t k = 0; k < take; k++) {
-            const size_t p = first->n_past + k;
-            n = add(s, n, first, r->prompt[p], p + 1 == r->n_prompt);
-        }
+        size_t take = first->run->n_toks - first->n_past;
+        n = add(s, n, first, take < s->n_batch - n ? take : s->n_batch - n);
     }
     return n;
 }
@@ -266,26 +351,27 @@ static size_t build(srv_sched *s) {
 /* The token sampled for sl: text out, and whether the request goes on. */
 static void on_token(srv_sched *s, slot *sl, tkv_token tok) {
     srv_req *r = sl->req;
+    srv_run *run = sl->run;
     if (tkv_token_is_eog(s->model, tok)) {
         finish(s, sl, "stop");
         return;
     }
-    sl->n_gen++;
+    run->n_gen++;
+    run->toks[run->n_toks++] = tok; /* decoded next step, unless the request ends here */
     if (r->return_tokens) srv_req_push_token(r, tok);
     const char *text = "";
     size_t len = 0;
     bool stopped = false;
-    if (tkv_detok_push(sl->dt, tok, &text, &len) == TKV_OK) {
+    if (tkv_detok_push(run->dt, tok, &text, &len) == TKV_OK) {
         /* a chat answer is a message of its own: without the space that
            joins it to "Assistant:" (which the template puts back when the
            message is sent in the next turn, so its tokens match the cache) */
-        if (r->chat && sl->at_start && len && text[0] == ' ') text++, len--;
-        if (len) sl->at_start = false;
+        if (r->chat && run->at_start && len && text[0] == ' ') text++, len--;
+        if (len) run->at_start = false;
         stopped = srv_req_append(r, text, len);
     }
     if (stopped) finish(s, sl, "stop");
-    else if (sl->n_gen >= r->max_tokens || sl->n_past + 1 >= s->o.n_ctx) finish(s, sl, "length");
-    else sl->generating = true, sl->next = tok;
+    else if (run->n_gen >= r->max_tokens || sl->n_past + 1 >= s->o.n_ctx) finish(s, sl, "length");
 }
 
 /* The youngest slot of the batch that is prefilling, or NULL; *count: how many. */
@@ -294,40 +380,48 @@ static slot *youngest_prompt(srv_sched *s, int *count) {
     *count = 0;
     for (int i = 0; i < s->o.parallel; i++) {
         slot *sl = &s->slots[i];
-        if (!sl->req || sl->generating || !sl->in_batch) continue;
+        if (!sl->req || generating(sl) || !sl->in_batch) continue;
         ++*count;
         if (!y || sl->order > y->order) y = sl;
     }
     return y;
 }
 
+/* sl cannot go on for want of room, and no other request holds any. */
+static void out_of_room(srv_sched *s, slot *sl) {
+    if (sl->run->n_gen) finish(s, sl, "length"); /* it filled the cache by itself, like a context limit */
+    else
+        fail(s, sl, 503, "cache_full",
+             "the KV cache is full: this prompt does not fit beside what is pinned; retry with a shorter prompt, "
+             "or start the server with more --ctx cells");
+}
+
 /*
- * No room for the batch. Prompts give way first, youngest first, while older
- * requests go on: generating requests end and free their cells. A prompt
- * that cannot go on with no one generating fails the youngest request that
- * waits holding cells (its partial prompt becomes evictable), or itself
- * with 503 when it is the only one. Generation alone out of room ends the
- * youngest generating request ("length").
+ * No room for the batch. Prompts give way first, youngest first, while
+ * generating requests go on (they end and free their cells). A prompt that
+ * cannot go on with no one generating preempts the youngest request that
+ * holds cells. When generation alone does not fit, the youngest generating
+ * request is preempted. Preempted requests resume later, where they were.
  */
 static void make_room(srv_sched *s) {
     int n_prompts;
-    slot *p = youngest_prompt(s, &n_prompts), *gen = youngest(s, true);
+    slot *p = youngest_prompt(s, &n_prompts), *gen = youngest_generating(s);
     if (n_prompts > 1 || (p && gen)) {
         p->wait_step = true;
         return;
     }
-    if (p) {
-        slot *holder = NULL; /* prompts left out of this step hold cells too */
-        for (int i = 0; i < s->o.parallel; i++) {
-            slot *sl = &s->slots[i];
-            if (sl->req && sl != p && sl->n_past && (!holder || sl->order > holder->order)) holder = sl;
-        }
-        fail(s, holder ? holder : p, 503, "cache_full",
-             "the KV cache is full: its cells are held by running requests or pinned; retry later, or start the "
-             "server with more --ctx cells");
-        return;
+    /* the youngest request holding cells, other than the prompt that needs
+       them; preempting the only holder would free nothing for anyone else */
+    slot *victim = NULL;
+    int holders = 0;
+    for (int i = 0; i < s->o.parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (!sl->req || !sl->n_past) continue;
+        holders++;
+        if (sl != p && (!victim || sl->order > victim->order)) victim = sl;
     }
-    finish(s, gen, "length");
+    slot *stuck = p ? p : gen;
+    if (!victim || (!p && holders < 2) || !preempt(s, victim)) out_of_room(s, stuck);
 }
 
 static void step(srv_sched *s) {
@@ -354,7 +448,7 @@ static void step(srv_sched *s) {
         if (!sl->req || !sl->in_batch) continue;
         sl->n_past += sl->in_batch;
         if (sl->logits_at < 0) continue;
-        on_token(s, sl, tkv_sampler_sample(sl->smp, tkv_get_logits(s->ctx, (size_t)sl->logits_at)));
+        on_token(s, sl, tkv_sampler_sample(sl->run->smp, tkv_get_logits(s->ctx, (size_t)sl->logits_at)));
     }
 }
 
@@ -482,6 +576,7 @@ void srv_sched_stop(srv_sched *s) {
     pthread_mutex_lock(&s->mu);
     for (size_t i = 0; i < s->n_wait; i++) {
         srv_req_fail(s->wait[i], 503, "shutting_down", "the server is shutting down");
+        run_free(s->wait[i]);
         srv_req_unref(s->wait[i]);
     }
     s->n_wait = 0;

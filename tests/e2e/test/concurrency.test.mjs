@@ -92,4 +92,29 @@ describe('16 concurrent clients', () => {
       assert.equal(cache.json.tokens_reused, 0);
     });
   });
+
+  it('under cache pressure, preempted requests resume and answer what they answer alone', async () => {
+    // 4 requests of ~16 prompt tokens and 30 generated each need ~190 cells;
+    // the server has 64: prompts wait, the youngest generating request is
+    // preempted and resumes from what is still cached
+    const prompts = OTHERS.slice(0, 4);
+    const ask30 = (client, prompt) =>
+      client.completions.create({ model: MODEL_ID, prompt, max_tokens: 30, temperature: 0 });
+    const alone = [];
+    await withServer([], async (server) => {
+      const client = server.client({ maxRetries: 0 });
+      for (const p of prompts) alone.push(await ask30(client, p));
+    });
+    await withServer(['--parallel', '4', '--ctx', '64'], async (server) => {
+      const client = server.client({ maxRetries: 0 });
+      const together = await Promise.all(prompts.map((p) => ask30(client, p)));
+      together.forEach((r, i) => {
+        assert.equal(r.choices[0].text, alone[i].choices[0].text, `prompt ${i}: ${JSON.stringify(prompts[i])}`);
+        assert.equal(r.usage.completion_tokens, alone[i].usage.completion_tokens);
+      });
+      const cache = await get(server, '/v1/cache?check=1');
+      assert.equal(cache.json.check, 'ok');
+      assert.deepEqual(cache.json.sequences, []);
+    });
+  });
 });
