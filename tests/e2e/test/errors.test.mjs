@@ -202,3 +202,20 @@ serverSuite('API key', ['--api-key', 'secret'], (s) => {
     assert.equal(health.json.status, 'ok');
   });
 });
+
+serverSuite('a full queue', ['--parallel', '1', '--max-queue', '1'], (s) => {
+  s.test('-> 429 with an error body; the queued requests are answered', async (server) => {
+    // one request runs, one waits, the others find the queue full
+    const long = { prompt: PROMPT, max_tokens: 400, temperature: 0 };
+    const rs = await Promise.all(Array.from({ length: 4 }, () => post(server, '/v1/completions', long)));
+    const statuses = rs.map((r) => r.status).sort();
+    assert.ok(statuses.filter((x) => x === 429).length >= 2, `statuses ${statuses}`);
+    assert.ok(statuses.filter((x) => x === 200).length >= 1, `statuses ${statuses}`);
+    for (const r of rs) {
+      if (r.status === 429) assertErrorBody(r.json, { type: 'rate_limit_error', code: 'queue_full' });
+      else assert.equal(r.status, 200, r.body);
+    }
+    const texts = new Set(rs.filter((r) => r.status === 200).map((r) => r.json.choices[0].text));
+    assert.equal(texts.size, 1, 'the same request, the same answer');
+  });
+});
