@@ -7,7 +7,7 @@
 
 #include "api.h"
 #include "metrics.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "server.h"
 
 #include <microhttpd.h>

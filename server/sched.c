@@ -18,7 +18,7 @@
  * whatever of its list is still cached and goes on, with the same output it
  * would have had (decoding is batch-invariant).
  */
-#include "sched.h"
+#include "scheduler.h"
 
 #include <stdio.h>
 #include <stdlib.h>

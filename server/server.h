@@ -4,7 +4,7 @@
  *
  * Threads: libmicrohttpd runs one thread per connection; those threads
  * parse, validate and tokenize, then hand requests to the scheduler
- * (sched.h), whose single inference thread is the only one that touches
+ * (scheduler.h), whose single inference thread is the only one that touches
  * the context.
  */
 #ifndef TKV_SRV_SERVER_H

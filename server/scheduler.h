@@ -1,5 +1,5 @@
 /*
- * sched.h — the scheduler: one inference thread owns the context and runs
+ * scheduler.h — the scheduler: one inference thread owns the context and runs
  * continuous batching over the requests HTTP threads queue.
  *
  * Each step decodes one token for every generating request plus chunks of
@@ -10,8 +10,8 @@
  * prompt shares a prefix that a running request is computing right now, so
  * that prefix is computed once.
  */
-#ifndef TKV_SRV_SCHED_H
-#define TKV_SRV_SCHED_H
+#ifndef TKV_SRV_SCHEDULER_H
+#define TKV_SRV_SCHEDULER_H
 
 #include "metrics.h"
 #include "request.h"
