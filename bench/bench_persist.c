@@ -46,7 +46,7 @@ static uint64_t dir_bytes(const char *dir, int *n_files) {
         if (de->d_name[0] == '.') continue;
         char p[1024];
         struct stat sb;
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (snprintf(p, sizeof p, "%s/%s", dir, de->d_name) >= (int)sizeof p) continue;
         if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) total += (uint64_t)sb.st_size, ++*n_files;
     }
     closedir(d);
@@ -59,8 +59,7 @@ static void clean_dir(const char *dir) {
     for (struct dirent *de; (de = readdir(d));) {
         if (de->d_name[0] == '.') continue;
         char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        unlink(p);
+        if (snprintf(p, sizeof p, "%s/%s", dir, de->d_name) < (int)sizeof p) unlink(p);
     }
     closedir(d);
 }

@@ -313,7 +313,7 @@ static tkv_status read_header(walker *w, header *h) {
     if (w->size < GGUF_HEADER_BYTES)
         return tkv__fail(TKV_ERR_FORMAT, "file is %llu bytes, too small for a GGUF header (%u bytes)", (ull)w->size,
                          GGUF_HEADER_BYTES);
-    uint32_t magic;
+    uint32_t magic = 0;
     read_u32(w, &magic, "magic");
     if (magic != GGUF_MAGIC)
         return tkv__fail(TKV_ERR_FORMAT, "header at offset 0: bad magic 0x%08x (not a GGUF file)", magic);

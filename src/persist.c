@@ -24,6 +24,7 @@
 #include "error.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,11 +274,28 @@ static int by_recency(const void *a, const void *b) {
 }
 
 /* Remove the files of earlier saves that this one did not write again. */
+/* NAME.tkvc.tmp.PID of a process that no longer runs: a save cut short (a
+   crash, kill -9). Files of a live writer are left alone. */
+static bool is_orphan_tmp(const char *name) {
+    const char *t = strstr(name, TKV__PERSIST_EXT ".tmp.");
+    if (!t) return false;
+    char *end;
+    long pid = strtol(t + strlen(TKV__PERSIST_EXT ".tmp."), &end, 10);
+    if (*end || pid <= 0 || pid == (long)getpid()) return false;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 static tkv_status remove_stale(const char *dir, char (*names)[NAME_LEN + 1], uint32_t n_written) {
     DIR *d = opendir(dir);
     if (!d) return tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot open: %s", dir, strerror(errno));
     tkv_status st = TKV_OK;
     for (struct dirent *de; !st && (de = readdir(d));) {
+        if (is_orphan_tmp(de->d_name)) {
+            char *p = join(dir, de->d_name);
+            if (p) unlink(p); /* best effort: a crashed writer's half file */
+            tkv__free(p);
+            continue;
+        }
         if (!is_saved_name(de->d_name)) continue;
         unsigned long rank = strtoul(de->d_name, NULL, 16);
         if (rank < n_written && strcmp(names[rank], de->d_name) == 0) continue;
@@ -444,7 +462,7 @@ tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_i
     cand *v = NULL;
     uint32_t n = 0;
     if ((st = list_files(dir, &e, &v, &n, info))) return ctx_fail(ctx, st);
-    qsort(v, n, sizeof *v, by_rank);
+    if (n) qsort(v, n, sizeof *v, by_rank);
     /* everything the loads need, allocated before the cache changes */
     size_t max_size = 1, n_tok = 0;
     for (uint32_t i = 0; i < n; i++) {

@@ -713,7 +713,12 @@ static void test_corrupt_directory(void **state) {
     truncate_file(path, 500);
     snprintf(path, sizeof path, "%s/garbage.tkvc", dir);
     write_bytes(path, (const uint8_t *)"not a cache file at all", 23);
-    snprintf(path, sizeof path, "%s/zz-leftover.tkvc.tmp.12345", dir); /* being written: ignored */
+    /* being written by a live process (pid 1 always runs): ignored and kept */
+    snprintf(path, sizeof path, "%s/zz-leftover.tkvc.tmp.1", dir);
+    write_bytes(path, (const uint8_t *)"half", 4);
+    /* left by a writer that died (no process has this id): ignored, and
+       removed by the next save */
+    snprintf(path, sizeof path, "%s/zz-orphan.tkvc.tmp.2147480000", dir);
     write_bytes(path, (const uint8_t *)"half", 4);
     snprintf(path, sizeof path, "%s/notes.txt", dir); /* not ours: ignored */
     write_bytes(path, (const uint8_t *)"x", 1);
@@ -754,7 +759,12 @@ static void test_corrupt_directory(void **state) {
     sync(a, 0, 0, q, LEN);
     tkv_seq_truncate(a, 0, 20); /* two nodes */
     assert_int_equal(tkv_cache_save(a, dir, 0), TKV_OK);
-    assert_int_equal(list_dir(dir, names, 16, NULL), 6); /* 2 nodes, and the 4 foreign files */
+    /* 2 nodes, and the 4 foreign files; the dead writer's half file is gone */
+    assert_int_equal(list_dir(dir, names, 16, NULL), 6);
+    snprintf(path, sizeof path, "%s/zz-orphan.tkvc.tmp.2147480000", dir);
+    assert_int_equal(access(path, F_OK), -1);
+    snprintf(path, sizeof path, "%s/zz-leftover.tkvc.tmp.1", dir);
+    assert_int_equal(access(path, F_OK), 0);
     snprintf(path, sizeof path, "%s/%s", dir, names[0]); /* rank 0: the parent */
     corrupt_file(path, 200);
     b = new_ctx(512);

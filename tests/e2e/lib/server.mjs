@@ -49,7 +49,8 @@ const SANITIZER_REPORT = /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:
  * listens and GET /health answers 200. The result:
  *   port, url ('http://127.0.0.1:PORT'), baseURL (url + '/v1'),
  *   log() (its stderr so far), client(opts) (an OpenAI client for it),
- *   stop() (SIGTERM, SIGKILL after a timeout; resolves {code, signal, log}).
+ *   stop() (SIGTERM, SIGKILL after a timeout; resolves {code, signal, log}),
+ *   kill(sig) (that signal, default SIGKILL, and nothing else; resolves the same).
  */
 export async function startServer(args = [], { model = MODEL } = {}) {
   const threads = args.includes('-t') || args.includes('--threads') ? [] : THREADS;
@@ -113,9 +114,20 @@ export async function startServer(args = [], { model = MODEL } = {}) {
       })();
       return stopped;
     },
+    // send `sig` (default SIGKILL: no shutdown, no save) and resolve once the
+    // process is gone: {code, signal, log}; stop() then resolves the same
+    kill(sig = 'SIGKILL') {
+      if (stopped) return stopped;
+      stopping = true;
+      if (child.exitCode === null && child.signalCode === null) child.kill(sig);
+      stopped = exited.then((r) => ({ ...r, log: stderr }));
+      return stopped;
+    },
   };
-  // a test that dies still takes its server down
-  process.once('exit', () => child.kill('SIGKILL'));
+  // a test that dies still takes its server down (one listener per live server)
+  const killOnExit = () => child.kill('SIGKILL');
+  process.once('exit', killOnExit);
+  exited.then(() => process.removeListener('exit', killOnExit));
 
   try {
     await waitFor(async () => (await fetch(`${url}/health`)).status === 200, 'GET /health -> 200');
@@ -136,6 +148,11 @@ export async function stopAndCheck(server) {
   assert.equal(signal, null, `the server was killed by ${signal} (did not stop on SIGTERM):\n${tail(log)}`);
   assert.equal(code, 0, `the server exited with status ${code}:\n${tail(log)}`);
   assert.match(log, /SIGTERM: shutting down/);
+}
+
+/** Kill a server's process with a signal (default SIGKILL), no checks: see server.kill(). */
+export function kill(server, sig = 'SIGKILL') {
+  return server.kill(sig);
 }
 
 export function tail(s, n = 6000) {
