@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         srv_req_finish(r, "length", 1);
         char *resp = srv_api_response(&api, r);
         char *chunk = srv_api_chunk(&api, r, SRV_CHUNK_DELTA, (const char *)data + 1, size - 1, true);
-        json_t *back = resp ? json_loads(resp, 0, &je) : NULL;
+        json_t *back = resp ? json_loads(resp, JSON_ALLOW_NUL, &je) : NULL; /* text may hold NUL (\u0000) */
         if (resp && !back) abort(); /* what we send must parse */
         json_decref(back);
         free(resp);
@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (body) {
         if (e.status < 400 || e.status > 599) abort();
         char *s = srv_err_json(&e);
-        json_t *back = s ? json_loads(s, 0, &je) : NULL;
+        json_t *back = s ? json_loads(s, JSON_ALLOW_NUL, &je) : NULL;
         if (s && !back) abort();
         json_decref(back);
         free(s);
