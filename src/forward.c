@@ -330,12 +330,12 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     }
     tkv__pool_barrier(P->pool);
 
-    /* attention, one (token, head) pair at a time          att: (n, n_q) */
-    size_t p0, p1;
-    tkv__split((size_t)n * hp->n_head, ith, nth, &p0, &p1);
+    /* attention, one (token, head) pair at a time          att: (n, n_q)
+       Pairs are dealt round-robin: a later token attends to more cells, so
+       contiguous ranges would leave the first threads waiting for the last. */
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
     const bool batched = b->attn_float || n >= TKV__ATTN_BATCHED_MIN;
-    for (size_t p = p0; p < p1; p++) {
+    for (size_t p = (size_t)ith; p < (size_t)n * hp->n_head; p += (size_t)nth) {
         const uint32_t t = (uint32_t)(p / hp->n_head);
         const size_t hq = p % hp->n_head;
         if (P->kv->type != TKV_TYPE_F16) attend_f32(P, l, t, hq, scratch);
