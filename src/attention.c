@@ -130,10 +130,34 @@ AVX2 static void mad_f32_avx2(float *acc, const uint16_t *v, float w, size_t n) 
 }
 
 static const tkv__attn_ops avx2_ops = {dot_avx2, mad_avx2, scale_avx2, dot_f32_avx2, mad_f32_avx2};
+
+/* ---- AVX-512: the float forms (long batches) 16 lanes at a time; the F16
+   forms stay AVX2's, which are exact twins of the scalar ones ------------ */
+
+#define AVX512 __attribute__((target("avx512f")))
+
+AVX512 static inline __m512 load16(const uint16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+AVX512 static float dot_f32_avx512(const float *q, const uint16_t *k, size_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16(k + i), acc);
+    return _mm512_reduce_add_ps(acc) + dot_f32_scalar(q + i, k + i, n - i);
+}
+
+AVX512 static void mad_f32_avx512(float *acc, const uint16_t *v, float w, size_t n) {
+    const __m512 vw = _mm512_set1_ps(w);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(acc + i, _mm512_fmadd_ps(load16(v + i), vw, _mm512_loadu_ps(acc + i)));
+    mad_f32_scalar(acc + i, v + i, w, n - i);
+}
+
+static const tkv__attn_ops avx512_ops = {dot_avx2, mad_avx2, scale_avx2, dot_f32_avx512, mad_f32_avx512};
 #endif
 
 const tkv__attn_ops *tkv__attn_get(void) {
 #if defined(__x86_64__)
+    if (tkv__kernel_level_active() >= TKV__KERNEL_AVX512) return &avx512_ops;
     if (tkv__kernel_level_active() >= TKV__KERNEL_AVX2) return &avx2_ops;
 #endif
     return &scalar_ops;

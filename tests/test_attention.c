@@ -50,7 +50,35 @@ static void test_simd_equals_scalar(void **state) {
     }
 }
 
+/* The float forms (long batches): a dot product within rounding of the
+   exact one (the lanes sum in another order than the scalar loop), and the
+   weighted sum of V rows equal to the scalar one within one rounding each. */
+static void test_float_forms(void **state) {
+    (void)state;
+    const tkv__attn_ops *sc = tkv__attn_scalar(), *best = tkv__attn_get();
+    if (tkv__kernel_level_active() < TKV__KERNEL_AVX2) skip();
+    static const size_t sizes[] = {1, 7, 8, 15, 16, 17, 64, 80, 100, 128, 256};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const size_t n = sizes[s];
+        uint16_t k[256];
+        float q[256], a1[256], a2[256];
+        fill(k, n, 400 + (unsigned)s);
+        srand(500 + (unsigned)s);
+        for (size_t i = 0; i < n; i++) q[i] = (float)(rand() % 2001 - 1000) / 250.0f, a1[i] = a2[i] = (float)(rand() % 101) / 7.0f;
+        double exact = 0, mag = 0;
+        for (size_t i = 0; i < n; i++) {
+            exact += (double)q[i] * tkv__quant_f16_to_f32(k[i]);
+            mag += fabs((double)q[i] * tkv__quant_f16_to_f32(k[i]));
+        }
+        const double d1 = sc->dot_f32(q, k, n), d2 = best->dot_f32(q, k, n);
+        assert_true(fabs(d1 - exact) <= 1e-6 * mag * (double)n + 1e-6);
+        assert_true(fabs(d2 - exact) <= 1e-6 * mag * (double)n + 1e-6);
+        sc->mad_f32(a1, k, 0.37f, n), best->mad_f32(a2, k, 0.37f, n);
+        for (size_t i = 0; i < n; i++) assert_true(fabsf(a1[i] - a2[i]) <= 1e-6f * (1 + fabsf(a1[i])));
+    }
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_simd_equals_scalar)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_simd_equals_scalar), cmocka_unit_test(test_float_forms)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
