@@ -95,13 +95,10 @@ static json_t *answer(service *sv, json_t *req, json_t *reply) {
        and only the rest is decoded. When the whole prompt is cached, its last
        token is decoded again for its logits, so at most n - 1 are reused. */
     st = tkv_seq_sync(sv->ctx, seq, 0, prompt, n, &reused);
-    /* The prompt's last token primes the detokenizer so that the text reads
-       as a continuation (SentencePiece drops the space of a text's first word). */
     const char *piece = NULL;
     char *text = NULL; /* the answer's text; its tokens, only the cache keeps */
     FILE *out = open_memstream(&text, &text_len);
     tkv_detok_reset(sv->detok);
-    if (!st) tkv_detok_push(sv->detok, prompt[n - 1], &piece, &len), tkv_detok_flush(sv->detok, &piece, &len);
     const float *logits = tkv_get_logits_last(sv->ctx); /* valid until the next decode */
     for (json_int_t i = 0; !st && out && i < max_tokens; i++) {
         tkv_token t = tkv_sampler_sample(sv->greedy, logits);
@@ -180,7 +177,7 @@ int main(int argc, char **argv) {
     tkv_sampler_params sp = tkv_sampler_default_params();
     sp.temperature = 0; /* greedy: the same prompt always gets the same answer */
     if (tkv_context_create(sv.model, &cp, &sv.ctx) || tkv_sampler_create(&sp, tkv_vocab_size(sv.model), &sv.greedy) ||
-        tkv_detok_create(sv.model, 0, &sv.detok) || !(sv.sessions = json_array()))
+        tkv_detok_create(sv.model, TKV_DETOKENIZE_CONTINUE, &sv.detok) || !(sv.sessions = json_array()))
         return fprintf(stderr, "%s\n", tkv_last_error(NULL)), 1;
     char *line = NULL;
     size_t cap = 0;

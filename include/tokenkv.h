@@ -558,6 +558,12 @@ TKV_API tkv_status tkv_tokenize(const tkv_model *model, const char *text, size_t
 
 /** Detokenize flag: render control and unknown tokens as their text. */
 #define TKV_DETOKENIZE_SPECIAL 1u
+/**
+ * tkv_detok_create flag: the stream continues a text (tokens generated after
+ * a prompt), so its first token keeps its leading space; without it the
+ * space-prefix rule removes that space, as at the start of a text.
+ */
+#define TKV_DETOKENIZE_CONTINUE 2u
 
 /**
  * The text of one token: "▁" as a space for SentencePiece, the byte of a
@@ -617,7 +623,7 @@ typedef struct tkv_detok tkv_detok;
  * Create a streaming detokenizer.
  *
  * @param model  the model; must outlive the detokenizer.
- * @param flags  0 or TKV_DETOKENIZE_SPECIAL.
+ * @param flags  0, or TKV_DETOKENIZE_SPECIAL and/or TKV_DETOKENIZE_CONTINUE.
  * @param out    receives it; the caller frees it with tkv_detok_free.
  * @return TKV_OK; TKV_ERR_INVALID (NULL out); TKV_ERR_UNSUPPORTED (no
  *         tokenizer); TKV_ERR_NOMEM.
@@ -651,7 +657,7 @@ TKV_API tkv_status tkv_detok_flush(tkv_detok *d, const char **text, size_t *len)
 
 /**
  * Forget held bytes and start a new stream (the space-prefix rule applies
- * again to its first token).
+ * again to its first token, unless created with TKV_DETOKENIZE_CONTINUE).
  * @param d  the detokenizer (not NULL).
  */
 TKV_API void tkv_detok_reset(tkv_detok *d);

@@ -344,7 +344,7 @@ tkv_status tkv_detok_create(const tkv_model *model, unsigned flags, tkv_detok **
     if (!d) return tkv__fail(TKV_ERR_NOMEM, "out of memory");
     d->model = model;
     d->flags = flags;
-    d->strip = model->tok->add_space_prefix;
+    d->strip = model->tok->add_space_prefix && !(flags & TKV_DETOKENIZE_CONTINUE);
     *out = d;
     return TKV_OK;
 }
@@ -358,7 +358,7 @@ void tkv_detok_free(tkv_detok *d) {
 
 void tkv_detok_reset(tkv_detok *d) {
     d->pending.n = d->ready.n = 0;
-    d->strip = d->model->tok->add_space_prefix;
+    d->strip = d->model->tok->add_space_prefix && !(d->flags & TKV_DETOKENIZE_CONTINUE);
 }
 
 /* How many bytes at the end of p[0..n) are an incomplete UTF-8 sequence that

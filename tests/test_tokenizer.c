@@ -352,6 +352,47 @@ static void test_streaming_holds_partial_characters(void **state) {
     free(t);
 }
 
+/* A stream that continues a text (TKV_DETOKENIZE_CONTINUE) gives what the
+   whole text has after its head, its first word's space included; a plain
+   stream starts a text and drops that space, as tkv_detokenize does. */
+static void test_streaming_continuation(void **state) {
+    (void)state;
+    tkv_model *m = vocab("stories260K.gguf");
+    const char *text = "Once upon a time there was a dog";
+    size_t n;
+    tkv_token *t = tokenize(m, text, strlen(text), 0, &n);
+    assert_true(n > 4);
+    for (size_t head = 1; head < n; head++) {
+        char whole[256], front[256];
+        size_t lw, lf;
+        assert_int_equal(tkv_detokenize(m, t, n, 0, whole, sizeof whole, &lw), TKV_OK);
+        assert_int_equal(tkv_detokenize(m, t, head, 0, front, sizeof front, &lf), TKV_OK);
+        for (unsigned flags = 0; flags <= TKV_DETOKENIZE_CONTINUE; flags += TKV_DETOKENIZE_CONTINUE) {
+            tkv_detok *d;
+            assert_int_equal(tkv_detok_create(m, flags, &d), TKV_OK);
+            for (int round = 0; round < 2; round++) { /* and again after a reset */
+                char got[256];
+                size_t lg = 0, k;
+                const char *out;
+                for (size_t i = head; i < n; i++) {
+                    assert_int_equal(tkv_detok_push(d, t[i], &out, &k), TKV_OK);
+                    memcpy(got + lg, out, k), lg += k;
+                }
+                assert_int_equal(tkv_detok_flush(d, &out, &k), TKV_OK);
+                memcpy(got + lg, out, k), lg += k;
+                const char *want = whole + lf;
+                size_t lwant = lw - lf;
+                if (!flags && lwant && want[0] == ' ') want++, lwant--; /* a new text: no leading space */
+                assert_int_equal(lg, lwant);
+                assert_memory_equal(got, want, lg);
+                tkv_detok_reset(d);
+            }
+            tkv_detok_free(d);
+        }
+    }
+    free(t);
+}
+
 /* SPM's split into words (tokenizer_merge.c) must equal one merge loop over
    the whole text: the whole-text loop is the oracle. */
 static void test_spm_word_split_is_exact(void **state) {
@@ -512,6 +553,7 @@ int main(void) {
         cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_streaming_holds_partial_characters),
+        cmocka_unit_test(test_streaming_continuation),
         cmocka_unit_test(test_spm_word_split_is_exact),
         cmocka_unit_test(test_special_tokens),
         cmocka_unit_test(test_contracts),
