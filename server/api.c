@@ -127,19 +127,21 @@ static bool get_bool(const json_t *body, const char *key, bool *out, srv_err *e)
     return true;
 }
 
+tkv_status srv_tokenize(const tkv_model *m, const char *text, size_t len, unsigned flags, tkv_token **out, size_t *n) {
+    const size_t cap = len + 8; /* a token covers at least one byte; room for BOS/EOS */
+    *n = 0;
+    if (!(*out = malloc(cap * sizeof **out))) return TKV_ERR_NOMEM;
+    tkv_status st = tkv_tokenize(m, text, len, flags, *out, cap, n);
+    if (st) free(*out), *out = NULL;
+    return st;
+}
+
 static bool tokenize(const srv_api *a, const char *text, size_t len, const char *param, srv_req *r, srv_err *e) {
-    size_t cap = len + 8, n = 0; /* a token covers at least one byte; room for BOS/EOS */
-    r->prompt = malloc(cap * sizeof *r->prompt);
-    if (!r->prompt) {
-        srv_err_set(e, 500, NULL, NULL, "out of memory");
-        return false;
-    }
-    if (tkv_tokenize(a->model, text, len, TKV_TOKENIZE_ADD_SPECIAL | TKV_TOKENIZE_PARSE_SPECIAL, r->prompt, cap, &n)) {
-        srv_err_set(e, 400, param, "invalid_value", "'%s' cannot be tokenized: %s", param, tkv_last_error(a->model));
-        return false;
-    }
-    r->n_prompt = n;
-    return true;
+    tkv_status st = srv_tokenize(a->model, text, len, TKV_TOKENIZE_ADD_SPECIAL | TKV_TOKENIZE_PARSE_SPECIAL,
+                                 &r->prompt, &r->n_prompt);
+    if (st == TKV_ERR_NOMEM) srv_err_set(e, 500, NULL, NULL, "out of memory");
+    else if (st) srv_err_set(e, 400, param, "invalid_value", "'%s' cannot be tokenized: %s", param, tkv_last_error(a->model));
+    return st == TKV_OK;
 }
 
 static bool token_array(const srv_api *a, const json_t *arr, srv_req *r, srv_err *e) {

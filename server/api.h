@@ -53,6 +53,9 @@ char *srv_api_response(const srv_api *a, srv_req *r);
 typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_FINISH, SRV_CHUNK_USAGE } srv_chunk_kind;
 char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first);
 
+/* Tokenize text into a malloc'd array (*out, *n); on failure *out is NULL. */
+tkv_status srv_tokenize(const tkv_model *m, const char *text, size_t len, unsigned flags, tkv_token **out, size_t *n);
+
 /* A JSON string for text that may hold invalid UTF-8 (replaced by U+FFFD). */
 json_t *srv_json_text(const char *s, size_t n);
 

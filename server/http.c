@@ -282,17 +282,14 @@ static enum MHD_Result tokenize(conn *cs, struct MHD_Connection *c, srv_state *S
     }
     if (as) add_special = json_is_true(as);
     if (ps) parse_special = json_is_true(ps);
-    const size_t len = json_string_length(content), cap = len + 8;
-    tkv_token *t = malloc(cap * sizeof *t);
+    tkv_token *t = NULL;
     size_t n = 0;
-    tkv_status st = t ? tkv_tokenize(S->model, json_string_value(content), len,
-                                     (add_special ? TKV_TOKENIZE_ADD_SPECIAL : 0) |
-                                         (parse_special ? TKV_TOKENIZE_PARSE_SPECIAL : 0),
-                                     t, cap, &n)
-                      : TKV_ERR_NOMEM;
+    tkv_status st = srv_tokenize(S->model, json_string_value(content), json_string_length(content),
+                                 (add_special ? TKV_TOKENIZE_ADD_SPECIAL : 0) |
+                                     (parse_special ? TKV_TOKENIZE_PARSE_SPECIAL : 0),
+                                 &t, &n);
     json_decref(body);
     if (st) {
-        free(t);
         srv_err_set(&e, st == TKV_ERR_NOMEM ? 500 : 400, "content", NULL, "cannot tokenize: %s", tkv_last_error(S->model));
         return send_err(cs, c, &e);
     }

@@ -72,6 +72,10 @@ static size_t held_back(const srv_req *r, size_t from) {
 
 bool srv_req_append(srv_req *r, const char *s, size_t n) {
     pthread_mutex_lock(&r->mu);
+    /* a chat answer is a message of its own: without the space that joins it
+       to "Assistant:" (the template puts it back when the message comes back
+       in the next turn, so that turn's tokens match the cached ones) */
+    if (r->chat && r->text_len == 0 && n && s[0] == ' ') s++, n--;
     if (r->text_len + n + 1 > r->text_cap) {
         size_t cap = r->text_cap;
         while (r->text_len + n + 1 > cap) cap *= 2;
@@ -106,20 +110,18 @@ bool srv_req_append(srv_req *r, const char *s, size_t n) {
     return stopped;
 }
 
-void srv_req_push_token(srv_req *r, tkv_token t) {
+void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n) {
+    tkv_token *g = malloc((n ? n : 1) * sizeof *g);
+    if (!g) return; /* the response then lists none */
+    if (n) memcpy(g, t, n * sizeof *t);
     pthread_mutex_lock(&r->mu);
-    if (r->n_gen_tokens == r->gen_cap) {
-        size_t cap = r->gen_cap ? 2 * r->gen_cap : 64;
-        tkv_token *g = realloc(r->gen, cap * sizeof *g);
-        if (g) r->gen = g, r->gen_cap = cap;
-    }
-    if (r->n_gen_tokens < r->gen_cap) r->gen[r->n_gen_tokens++] = t;
+    free(r->gen);
+    r->gen = g, r->n_gen_tokens = n;
     pthread_mutex_unlock(&r->mu);
 }
 
-void srv_req_set_started(srv_req *r, size_t n_cached) {
+void srv_req_set_cached(srv_req *r, size_t n_cached) {
     pthread_mutex_lock(&r->mu);
-    r->started = true;
     r->n_cached = n_cached;
     pthread_mutex_unlock(&r->mu);
 }

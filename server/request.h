@@ -43,11 +43,10 @@ typedef struct srv_req {
     char *text;                 /* generated text (NUL-terminated), stop string removed */
     size_t text_len, text_cap;
     size_t text_ready;          /* bytes of text that cannot turn into a stop string */
-    tkv_token *gen;             /* (n_gen_tokens) every sampled token, end-of-generation excluded */
-    size_t n_gen_tokens, gen_cap;
+    tkv_token *gen;             /* (n_gen_tokens) with return_tokens: the generated ids, once done */
+    size_t n_gen_tokens;
     size_t n_cached;            /* prompt tokens reused from the cache */
     int n_gen;                  /* completion tokens */
-    bool started;               /* admitted: n_cached is known */
     bool done;
     const char *finish_reason;  /* "stop" or "length" once done */
     int err_status;             /* non-zero: failed with this HTTP status */
@@ -71,16 +70,17 @@ double srv_now(void);
 
 /* ---- inference thread ---- */
 
-/* Append generated text; applies the stop strings. Returns true when a stop
+/* Append generated text; applies the stop strings, and drops the space that
+   joins a chat answer to its generation prompt. Returns true when a stop
    string was found (the text is cut before it). Caller holds no lock. */
 bool srv_req_append(srv_req *r, const char *s, size_t n);
-/* Record a sampled token (for return_tokens). */
-void srv_req_push_token(srv_req *r, tkv_token t);
+/* The generated ids (for return_tokens), copied once at the end. */
+void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n);
 /* Finish with reason "stop" or "length" after n_gen completion tokens. */
 void srv_req_finish(srv_req *r, const char *reason, int n_gen);
 /* Finish with an error: an HTTP status, an OpenAI-style code and a message. */
 void srv_req_fail(srv_req *r, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-void srv_req_set_started(srv_req *r, size_t n_cached);
+void srv_req_set_cached(srv_req *r, size_t n_cached);
 bool srv_req_is_cancelled(srv_req *r);
 
 /* ---- HTTP thread ---- */

@@ -35,7 +35,6 @@ typedef struct srv_run {
     size_t n_toks, cap;
     int n_gen;             /* tokens generated (the last one not decoded yet) */
     uint64_t ns;           /* namespace */
-    bool at_start;         /* no text yet */
     bool preempted;
     uint64_t resume_after; /* requests ended when it was preempted: it waits for one more */
     tkv_sampler *smp;
@@ -124,6 +123,8 @@ static void release(srv_sched *s, slot *sl) {
 static void finish(srv_sched *s, slot *sl, const char *reason) {
     srv_req *r = sl->req;
     const int n_gen = sl->run->n_gen;
+    /* the generated ids follow the prompt in the run's list */
+    if (r->return_tokens) srv_req_set_tokens(r, sl->run->toks + r->n_prompt, sl->run->n_toks - r->n_prompt);
     srv_req_finish(r, reason, n_gen);
     srv_metrics_tokens(s->metrics, r->n_prompt, r->n_cached, (uint64_t)n_gen);
     if (n_gen > 0) {
@@ -216,23 +217,15 @@ static tkv_status new_run(srv_sched *s, srv_req *r) {
     run->ns = ns_of(s, r); /* before r->run is set: ns_of reads it */
     s->unique_ns++;
     r->run = run;
-    run->at_start = true;
     run->cap = r->n_prompt + (size_t)r->max_tokens + 1; /* room for every token: no allocation per step */
     run->toks = malloc(run->cap * sizeof *run->toks);
     if (!run->toks) return TKV_ERR_NOMEM;
     memcpy(run->toks, r->prompt, r->n_prompt * sizeof *r->prompt);
     run->n_toks = r->n_prompt;
     tkv_status st = tkv_sampler_create(&r->sp, s->n_vocab, &run->smp);
-    if (!st) st = tkv_detok_create(s->model, 0, &run->dt);
-    if (st) return st;
-    /* the text continues the prompt: prime the detokenizer with the prompt's
-       last token, or SentencePiece's rule for the start of a text would drop
-       the space before the first generated word */
-    const char *piece;
-    size_t len;
-    tkv_detok_push(run->dt, r->prompt[r->n_prompt - 1], &piece, &len);
-    tkv_detok_flush(run->dt, &piece, &len);
-    return TKV_OK;
+    /* the text continues the prompt: keep the space before its first word */
+    if (!st) st = tkv_detok_create(s->model, TKV_DETOKENIZE_CONTINUE, &run->dt);
+    return st;
 }
 
 static void start(srv_sched *s, slot *sl, srv_req *r) {
@@ -252,7 +245,7 @@ static void start(srv_sched *s, slot *sl, srv_req *r) {
         return;
     }
     sl->n_past = reused;
-    if (first) srv_req_set_started(r, reused); /* cached_tokens: of the prompt, at arrival */
+    if (first) srv_req_set_cached(r, reused); /* cached_tokens: of the prompt, at arrival */
 }
 
 static void admit(srv_sched *s) {
@@ -358,18 +351,10 @@ static void on_token(srv_sched *s, slot *sl, tkv_token tok) {
     }
     run->n_gen++;
     run->toks[run->n_toks++] = tok; /* decoded next step, unless the request ends here */
-    if (r->return_tokens) srv_req_push_token(r, tok);
     const char *text = "";
     size_t len = 0;
     bool stopped = false;
-    if (tkv_detok_push(run->dt, tok, &text, &len) == TKV_OK) {
-        /* a chat answer is a message of its own: without the space that
-           joins it to "Assistant:" (which the template puts back when the
-           message is sent in the next turn, so its tokens match the cache) */
-        if (r->chat && run->at_start && len && text[0] == ' ') text++, len--;
-        if (len) run->at_start = false;
-        stopped = srv_req_append(r, text, len);
-    }
+    if (tkv_detok_push(run->dt, tok, &text, &len) == TKV_OK) stopped = srv_req_append(r, text, len);
     if (stopped) finish(s, sl, "stop");
     else if (run->n_gen >= r->max_tokens || sl->n_past + 1 >= s->o.n_ctx) finish(s, sl, "length");
 }
