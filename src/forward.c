@@ -142,7 +142,11 @@ static void matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *
     }
     size_t r0, r1;
     tkv__split(w->ne1, ith, nth, &r0, &r1);
-    if (r1 > r0) tkv__ops_matmul(w->type, w->data, w->ne0, r0, r1, f->xq, n, y, w->ne1);
+    /* float weights: the reference's prefill order for 2+ tokens, as it
+       does; always, when results must not depend on the batch */
+    const bool lanes = (n >= 2 || P->b->attn_float) && tkv__ops_lanes_ok(w->type, w->ne0, w->ne1);
+    if (lanes) tkv__ops_matmul_lanes(w->type, w->data, w->ne0, r0, r1, f->xq, n, y, w->ne1);
+    else if (r1 > r0) tkv__ops_matmul(w->type, w->data, w->ne0, r0, r1, f->xq, n, y, w->ne1);
 }
 
 /* RoPE angles of one position. With rope_freqs (Llama 3.1), each angle is
@@ -225,7 +229,8 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
         S = S * ms + vs;
     }
     float *out = f->att + (size_t)t * f->n_q + hq * hd;
-    for (size_t i = 0; i < hd; i++) out[i] = tkv__quant_f16_to_f32(acc[i]) / S;
+    const float S_inv = S == 0.0f ? 0.0f : 1.0f / S; /* a product, as the reference does: not a division */
+    for (size_t i = 0; i < hd; i++) out[i] = tkv__quant_f16_to_f32(acc[i]) * S_inv;
 }
 
 /*
@@ -292,7 +297,8 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
         S = S * ms + vs;
     }
     float *out = f->att + (size_t)t * f->n_q + hq * hd;
-    for (size_t i = 0; i < hd; i++) out[i] = acc[i] / S;
+    const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (size_t i = 0; i < hd; i++) out[i] = acc[i] * S_inv;
 }
 
 static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {

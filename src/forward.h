@@ -31,7 +31,8 @@ typedef struct tkv__fwd_batch {
     uint32_t n_out;               /* tokens that want logits */
     const uint32_t *out;          /* (n_out) their batch indices */
     float *logits;                /* (n_out, n_vocab) */
-    bool attn_float;              /* every token attends in float, whatever n (batch invariance) */
+    bool attn_float;              /* batch invariance: every token attends in float, and float weights
+                                     take one product order, whatever n */
 } tkv__fwd_batch;
 
 /*

@@ -55,4 +55,21 @@ void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 
+/*
+ * Float rows (gemm_float_avx512.c): the reference's vec_dots, and its "lanes"
+ * products for batches (each entry one accumulator over the whole row; n a
+ * multiple of 16). Same signatures as
+ * tkv__vec_dot_fn and tkv__gemm_fn; the lanes products are NOT bit-equal to
+ * the vec_dots (the reference's two orders differ).
+ */
+float tkv__dot_f32_ref_avx512(size_t n, const void *w, const void *a);
+float tkv__dot_f16_ref_avx512(size_t n, const void *w, const void *a);
+float tkv__dot_bf16_ref_avx512(size_t n, const void *w, const void *a);
+void tkv__lanes_f32_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__lanes_f16_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__lanes_bf16_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy);
+
 #endif

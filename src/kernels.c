@@ -31,7 +31,10 @@ static void overlay(tkv__kernels *t, const tkv__kernels *part) {
         /* a tiled product must give its level's vec_dot bit for bit: it goes
            with that vec_dot, and a part replacing one drops the level
            below's (NULL: the product loops over that vec_dot) */
-        if (part->vec_dot[i]) t->vec_dot[i] = part->vec_dot[i], t->gemm[i] = part->gemm[i];
+        if (part->vec_dot[i]) {
+            t->vec_dot[i] = part->vec_dot[i], t->gemm[i] = part->gemm[i];
+            t->lanes[i] = part->lanes[i], t->lanes_kn[i] = part->lanes_kn[i];
+        }
         if (part->quantize[i]) t->quantize[i] = part->quantize[i];
     }
     if (part->rmsnorm) t->rmsnorm = part->rmsnorm;

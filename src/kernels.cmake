@@ -13,13 +13,14 @@ set(TKV_KERNEL_SOURCES
   src/kernels_avx512.c
   src/gemm_avx2.c
   src/gemm_avx512.c
+  src/gemm_float_avx512.c
   src/ops.c
 )
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   set_source_files_properties(src/kernels_avx2.c PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
-  set_source_files_properties(src/kernels_avx512.c src/gemm_avx512.c PROPERTIES
+  set_source_files_properties(src/kernels_avx512.c src/gemm_avx512.c src/gemm_float_avx512.c PROPERTIES
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c")
   set_source_files_properties(src/gemm_avx2.c PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")

@@ -76,6 +76,12 @@ typedef struct tkv__kernels {
     /* indexed by weight type; NULL where the level has no tiled kernel (the
        product then runs vec_dot per row and token) */
     tkv__gemm_fn gemm[TKV_TYPE_COUNT];
+    /* indexed by weight type, F32/F16/BF16 only: the "lanes" products, the
+       reference's order for batches of 2+ tokens (one accumulator of
+       lanes_kn elements per entry, see gemm.h); NULL where a level has none.
+       Rows must be a multiple of lanes_kn long. Not bit-equal to vec_dot. */
+    tkv__gemm_fn lanes[TKV_TYPE_COUNT];
+    unsigned lanes_kn[TKV_TYPE_COUNT];
     /* indexed by activation type (F32, F16, BF16, Q8_0, Q8_1, Q8_K); else NULL */
     tkv__quantize_fn quantize[TKV_TYPE_COUNT];
     tkv__rmsnorm_fn rmsnorm;
@@ -124,6 +130,7 @@ const char *tkv__kernel_level_name(tkv__kernel_level level);
 extern const tkv__kernels tkv__kernel_scalar_part;
 extern const tkv__kernels tkv__kernel_avx2_part;
 extern const tkv__kernels tkv__kernel_avx512_part;
+
 
 /* Scalar element-wise ops (the oracles; also table entries). */
 void tkv__kernel_rmsnorm_scalar(float *y, const float *x, const float *w, size_t n, float eps);

@@ -8,10 +8,10 @@
  *     maddubs/madd/add chains. Measured faster than both AVX2 and 512-bit
  *     versions of the same loops (which pay for cross-lane inserts and
  *     vpmulld, and on some CPUs a lower clock): see bench/bench_kernels.c;
- *   - BF16 rows: 512-bit FMA, masked loads for the tail (F32 and F16 rows
- *     were measured slower in 512-bit form than in AVX2: those products are
- *     bound by memory bandwidth, and 512-bit work only costs clock speed).
- * Quantizers, F32/F16 products and element-wise ops stay on the AVX2 versions.
+ *   - F32, F16 and BF16 rows: the reference's own arithmetic, in
+ *     gemm_float_avx512.c (so that float models match it to the bit).
+ *   - SiLU/SwiGLU with the reference's own e^x approximation.
+ * Quantizers and the other element-wise ops stay on the AVX2 versions.
  *
  * As in the AVX2 file, integer sums are exact and loads are unaligned.
  */
@@ -19,6 +19,7 @@
 #include "kernels.h"
 #include "quant.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -51,27 +52,6 @@ static inline float hsum256(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-/* ---- BF16 rows --------------------------------------------------------------------- */
-
-static inline __m512 load_bf16x16(const uint8_t *p, __mmask16 k) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
-}
-
-static float dot_bf16(size_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(load_bf16x16(x + 2 * i, 0xffff), load_bf16x16(y + 2 * i, 0xffff), acc0);
-        acc1 = _mm512_fmadd_ps(load_bf16x16(x + 2 * i + 32, 0xffff), load_bf16x16(y + 2 * i + 32, 0xffff), acc1);
-    }
-    for (; i < n; i += 16) {
-        const __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
-        acc0 = _mm512_fmadd_ps(load_bf16x16(x + 2 * i, k), load_bf16x16(y + 2 * i, k), acc0);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
 }
 
 /* ---- quantized types: 256-bit VNNI ------------------------------------------------- */
@@ -252,12 +232,61 @@ static float dot_q6_K(size_t n, const void *w, const void *a) {
     return hsum256(acc);
 }
 
+/* ---- element-wise: SiLU as the reference computes it on an AVX-512 CPU --------- */
+
+/*
+ * e^x for 16 floats, the approximation the reference uses here (so that an
+ * activation agrees to the bit, and with it its rounding to F16 or BF16 on
+ * the way into the next product): k = round(x / ln 2) by the 1.5 * 2^23
+ * shift trick, r = x - k ln 2 with ln 2 in two parts, e^r by a degree-5
+ * polynomial evaluated in two halves, then scaled by 2^k (vscalefps).
+ * |k| > 192 gives +inf (x > 0) or 0. About 1.5 ulp from e^x.
+ */
+static inline __m512 exp16(__m512 x) {
+    const __m512 shift = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), shift);
+    const __m512 k = _mm512_sub_ps(z, shift);
+    const __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0x1.7f7d1cp-20f), _mm512_fnmadd_ps(k, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __m512 r2 = _mm512_mul_ps(r, r);
+    const __m512 hi = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), r, _mm512_set1_ps(0x1.573e2ep-5f)), r2,
+                                      _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), r, _mm512_set1_ps(0x1.fffdb6p-2f)));
+    const __m512 p = _mm512_fmadd_ps(hi, r2, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), r, _mm512_set1_ps(1.0f)));
+    const __m512 res = _mm512_scalef_ps(p, k);
+    const __mmask16 big = _mm512_cmp_ps_mask(_mm512_abs_ps(k), _mm512_set1_ps(192.0f), _CMP_GT_OQ);
+    if (!big) return res;
+    const __mmask16 neg = _mm512_cmp_ps_mask(k, _mm512_setzero_ps(), _CMP_LE_OQ);
+    const __m512 limit = _mm512_mask_blend_ps(neg, _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(big, res, limit);
+}
+
+/* x / (1 + e^(0 - x)) */
+static inline __m512 silu16(__m512 x) {
+    const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    return _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
+/* 16 at a time as above, the tail with the C library's expf (as the reference) */
+static void silu(float *y, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, silu16(_mm512_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+static void swiglu(float *y, const float *gate, const float *up, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(silu16(_mm512_loadu_ps(gate + i)), _mm512_loadu_ps(up + i)));
+    for (; i < n; i++) y[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
 const tkv__kernels tkv__kernel_avx512_part = {
     .level = TKV__KERNEL_AVX512,
     .name = "avx512",
     .vec_dot =
         {
-            [TKV_TYPE_BF16] = dot_bf16,
+            /* float rows in the reference's order (gemm_float_avx512.c) */
+            [TKV_TYPE_F32] = tkv__dot_f32_ref_avx512,
+            [TKV_TYPE_F16] = tkv__dot_f16_ref_avx512,
+            [TKV_TYPE_BF16] = tkv__dot_bf16_ref_avx512,
             [TKV_TYPE_Q8_0] = dot_q8_0,
             [TKV_TYPE_Q4_0] = dot_q4_0,
             [TKV_TYPE_Q4_1] = dot_q4_1,
@@ -276,10 +305,22 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,
         },
+    .lanes =
+        {
+            [TKV_TYPE_F32] = tkv__lanes_f32_avx512,
+            [TKV_TYPE_F16] = tkv__lanes_f16_avx512,
+            [TKV_TYPE_BF16] = tkv__lanes_bf16_avx512,
+        },
+    .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
+    .silu = silu,
+    .swiglu = swiglu,
 };
+
 
 #else /* not an x86-64 build with AVX-512 flags: an empty part, never selected */
 
 const tkv__kernels tkv__kernel_avx512_part = {.level = TKV__KERNEL_AVX512, .name = NULL};
+void tkv__lanes_bf16_variant(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
 
 #endif

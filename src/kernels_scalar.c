@@ -11,9 +11,10 @@
 
 #include <math.h>
 
+/* The reference's arithmetic: squares in float, summed in double in order. */
 void tkv__kernel_rmsnorm_scalar(float *y, const float *x, const float *w, size_t n, float eps) {
     double ss = 0.0;
-    for (size_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    for (size_t i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
     const float mean = (float)(ss / (double)n);
     const float scale = 1.0f / sqrtf(mean + eps);
     for (size_t i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];

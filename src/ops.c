@@ -52,8 +52,12 @@ void tkv__ops_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, const
             const size_t i1 = mode == TKV__ROPE_NEOX ? i + half : 2 * i + 1;
             const float c = cs[2 * i], s = cs[2 * i + 1];
             const float a = v[i0], b = v[i1];
-            v[i0] = a * c - b * s;
-            v[i1] = a * s + b * c;
+            /* a c - b s and a s + b c with the first product fused, as the
+               reference's compiler contracts them (the last bit matters:
+               it decides how K rounds to F16 in the cache) */
+            const float bs = b * s, bc = b * c;
+            v[i0] = fmaf(a, c, -bs);
+            v[i1] = fmaf(a, s, bc);
         }
     }
 }
@@ -111,4 +115,17 @@ void tkv__ops_matmul(tkv_type wtype, const void *w, size_t n, size_t r0, size_t 
             for (size_t r = rt; r < re; r++) yt[r] = dot(n, wb + r * wrs, xt);
         }
     }
+}
+
+bool tkv__ops_lanes_ok(tkv_type wtype, size_t n, size_t n_rows) {
+    const tkv__kernels *k = tkv__kernel_get();
+    return k->lanes[wtype] && n > 0 && n % k->lanes_kn[wtype] == 0 && n_rows % 4 == 0;
+}
+
+void tkv__ops_matmul_lanes(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
+                           float *y, size_t ldy) {
+    const tkv__kernels *k = tkv__kernel_get();
+    assert(k->lanes[wtype] && r0 <= r1 && r1 <= ldy);
+    const size_t wrs = tkv__quant_row_size(wtype, n), xrs = tkv__ops_act_row_size(wtype, n);
+    if (r1 > r0) k->lanes[wtype](n, (const uint8_t *)w + r0 * wrs, wrs, r1 - r0, xq, xrs, n_tok, y + r0, ldy);
 }

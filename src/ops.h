@@ -99,4 +99,23 @@ void tkv__ops_quantize_acts(tkv_type wtype, const float *x, size_t n_tok, size_t
 void tkv__ops_matmul(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
                      float *y, size_t ldy);
 
+/*
+ * Whether the active level computes products of this float weight matrix
+ * (n_rows rows of n elements) in the reference's prefill order too: F32,
+ * F16 or BF16 weights, a level that has a lanes kernel (kernels.h), n a
+ * multiple of its lane count and n_rows a multiple of 4 (the reference's own
+ * conditions for that order). False for every other matrix.
+ */
+bool tkv__ops_lanes_ok(tkv_type wtype, size_t n, size_t n_rows);
+
+/*
+ * As tkv__ops_matmul, in the lanes order (kernels.h), which differs from the
+ * vec_dot's in the last bits. Only where tkv__ops_lanes_ok. The reference
+ * takes this order for batches of 2 or more tokens and its vec_dot for one;
+ * the forward pass does the same, or takes this one always when asked for
+ * results that do not depend on the batch.
+ */
+void tkv__ops_matmul_lanes(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
+                           float *y, size_t ldy);
+
 #endif

@@ -47,6 +47,7 @@ static tkv_context *new_ctx(uint32_t n_cells, uint32_t n_seq, abort_ctl *a) {
     p.n_seq_max = n_seq;
     p.n_threads = n_threads; /* the random run uses 1: tiny batches of a tiny model gain nothing from 2 */
     p.n_batch = 16;
+    p.batch_invariant = true; /* logits compared to the bit across batch shapes (F32 weights) */
     p.abort_cb = a ? abort_cb : NULL;
     p.abort_user = a;
     tkv_context *ctx = NULL;
