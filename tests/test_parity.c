@@ -10,19 +10,30 @@
  *   greedy continuations exactly equal for stories260K and
  *   llama-2-tiny-random (the quantized files: as far as the reference's own
  *   choices are not near-ties).
- * And batched prefill equals one token at a time, within the same bounds.
+ * One token at a time agrees with batched prefill within the row bound (for
+ * float weights the reference itself takes another summation order for one
+ * token than for a batch, and so does the engine), and to the bit in a
+ * batch_invariant context.
  *
- * Not met yet: the per-logit bound for float weights holds at 1e-2, not
- * 1e-3. Quantized dot products are exact integer sums and agree with the
- * reference to the last bit (Q8_0, Q5_K_M: every row identical); float dot
- * products sum in another order than the reference's SIMD loops, and a
- * difference in the last bit of a float can flip the rounding of a K/V value
- * to F16, a step of 5e-4 that shows up in the logits (measured worst:
- * stories260K 4e-3, F16 2e-3, BF16 1e-2 of 1 + |ref|). Bit-exact float
- * summation orders would close it.
+ * Float weights run in the reference's own arithmetic (summation orders,
+ * its e^x, its fused products: src/gemm_float_avx512.c), so F16, BF16 and
+ * llama-2-tiny-random agree with it to the precision its files print (2e-6),
+ * as do Q8_0, Q4_1, Q5_0, Q5_1, Q5_K_M and Q6_K.
+ *
+ * Not met yet: stories260K (F32) holds at 2.5e-3, not 1e-3: 3 of its 52 rows
+ * differ by up to 2.2e-3 of 1 + |ref|, from one K/V value rounding to the
+ * other side of an F16 step somewhere in its odd shapes (8-wide heads, a
+ * 172-long FFN row that the reference's tiled order cannot take); which of
+ * its operations differs from the reference in the last bit is not found.
  */
-#define EXACT_TOL 1e-2f
+/* The reference's float arithmetic is the avx512 level's; on a CPU without
+   it (or with TKV_KERNELS lower) float products sum in other orders, and
+   the bound is the one a different rounding order holds: 1e-2. */
+#define EXACT_TOL (tkv__kernel_level_active() >= TKV__KERNEL_AVX512 ? 1e-3f : 1e-2f)
+#define STORIES_TOL (tkv__kernel_level_active() >= TKV__KERNEL_AVX512 ? 2.5e-3f : 1e-2f) /* see above */
 #include "testutil.h"
+
+#include "kernels.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -92,10 +103,10 @@ static float top2_gap(const float *x, size_t n) {
 }
 
 /* Compare one row against the reference row; describe the failure in msg. */
-static bool row_ok(const float *got, const float *ref, size_t n, bool exact_type, char *msg, size_t msg_len) {
-    if (exact_type) {
+static bool row_ok(const float *got, const float *ref, size_t n, float exact_tol, char *msg, size_t msg_len) {
+    if (exact_tol > 0) {
         for (size_t k = 0; k < n; k++) {
-            float tol = EXACT_TOL * (1.0f + fabsf(ref[k]));
+            float tol = exact_tol * (1.0f + fabsf(ref[k]));
             if (!(fabsf(got[k] - ref[k]) <= tol)) {
                 snprintf(msg, msg_len, "logit %zu: %g vs reference %g (tolerance %g)", k, got[k], ref[k], tol);
                 return false;
@@ -139,7 +150,8 @@ static void report_row(const char *name, const float *got, const float *ref, siz
     stats.rows_over_1e3 += mx > 1e-3;
 }
 
-static void check_model(const char *name, const char *model_rel, bool exact_type, bool greedy_exact) {
+/* exact_tol: the per-logit bound of float weights; 0: a quantized type's row bound */
+static void check_model(const char *name, const char *model_rel, float exact_tol, bool greedy_exact) {
     report = report_default || getenv("TKV_PARITY_REPORT");
     memset(&stats, 0, sizeof stats);
     tkv_model *m = NULL;
@@ -154,7 +166,10 @@ static void check_model(const char *name, const char *model_rel, bool exact_type
     tkv_context *ctx = NULL;
     if (tkv_context_create(m, &cp, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
     char msg[256];
-    float *batched = malloc(64 * n_vocab * sizeof *batched);
+    float *batched = malloc(2 * 64 * n_vocab * sizeof *batched);
+    tkv_context *ictx = NULL;
+    cp.batch_invariant = true;
+    if (tkv_context_create(m, &cp, &ictx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
 
     for (size_t p = 0; p < n_refs; p++) {
         const ref_prompt *r = &refs[p];
@@ -172,7 +187,7 @@ static void check_model(const char *name, const char *model_rel, bool exact_type
             assert_non_null(got);
             memcpy(batched + i * n_vocab, got, n_vocab * sizeof *got);
             if (report) report_row(name, got, r->logits + i * n_vocab, n_vocab);
-            if (!row_ok(got, r->logits + i * n_vocab, n_vocab, exact_type, msg, sizeof msg))
+            if (!row_ok(got, r->logits + i * n_vocab, n_vocab, exact_tol, msg, sizeof msg))
                 fail_msg("%s prompt %zu position %zu: %s", name, p, i, msg);
         }
 
@@ -182,8 +197,26 @@ static void check_model(const char *name, const char *model_rel, bool exact_type
             tkv_seq one = 1;
             tkv_batch b1 = {1, &r->tokens[i], &pos[i], &one, NULL};
             assert_int_equal(tkv_decode(ctx, &b1), TKV_OK);
-            if (!row_ok(tkv_get_logits(ctx, 0), batched + i * n_vocab, n_vocab, exact_type, msg, sizeof msg))
+            /* float weights: a single token takes the reference's vec_dot
+               order, a batch its tiled order, as the reference does; the two
+               differ like two roundings (up to 9e-3 of 1 + |ref| measured, on
+               BF16), so they are held to the row bound. */
+            if (!row_ok(tkv_get_logits(ctx, 0), batched + i * n_vocab, n_vocab, 0.0f, msg, sizeof msg))
                 fail_msg("%s prompt %zu position %zu: one at a time vs batched: %s", name, p, i, msg);
+        }
+
+        /* with batch_invariant, batched and one at a time are the same to the bit */
+        float *inv = batched + 64 * n_vocab; /* (n, n_vocab) */
+        assert_int_equal(tkv_seq_clear(ictx, 0), TKV_OK);
+        if (tkv_decode(ictx, &b) != TKV_OK) fail_msg("%s: %s", name, tkv_last_error(ictx));
+        for (size_t i = 0; i < r->n; i++) memcpy(inv + i * n_vocab, tkv_get_logits(ictx, i), n_vocab * sizeof *inv);
+        assert_int_equal(tkv_seq_clear(ictx, 1), TKV_OK);
+        for (size_t i = 0; i < r->n; i++) {
+            tkv_seq one = 1;
+            tkv_batch b1 = {1, &r->tokens[i], &pos[i], &one, NULL};
+            assert_int_equal(tkv_decode(ictx, &b1), TKV_OK);
+            if (memcmp(tkv_get_logits(ictx, 0), inv + i * n_vocab, n_vocab * sizeof *inv) != 0)
+                fail_msg("%s prompt %zu position %zu: batch_invariant, one at a time differs from batched", name, p, i);
         }
 
         /* greedy continuation of sequence 0 */
@@ -209,18 +242,19 @@ static void check_model(const char *name, const char *model_rel, bool exact_type
                stats.rows, stats.max_norm, stats.rows_over_1e3, stats.max_rel);
     free(batched);
     free_refs(refs, n_refs);
+    tkv_context_free(ictx);
     tkv_context_free(ctx);
     tkv_model_free(m);
 }
 
 static void test_stories260k(void **state) {
     (void)state;
-    check_model("stories260K", "models/stories260K.gguf", true, true);
+    check_model("stories260K", "models/stories260K.gguf", STORIES_TOL, true);
 }
 
 static void test_llama2_tiny_random(void **state) {
     (void)state;
-    check_model("llama-2-tiny-random", "models/llama-2-tiny-random.gguf", true, true);
+    check_model("llama-2-tiny-random", "models/llama-2-tiny-random.gguf", EXACT_TOL, true);
 }
 
 static void test_parity_types(void **state) {
@@ -234,7 +268,7 @@ static void test_parity_types(void **state) {
         char name[64], rel[128];
         snprintf(name, sizeof name, "parity-%s", types[i].type);
         snprintf(rel, sizeof rel, "models/parity/%s.gguf", name);
-        check_model(name, rel, types[i].exact, false);
+        check_model(name, rel, types[i].exact ? EXACT_TOL : 0.0f, false);
     }
 }
 
