@@ -41,6 +41,7 @@ static void overlay(tkv__kernels *t, const tkv__kernels *part) {
     if (part->softmax) t->softmax = part->softmax;
     if (part->silu) t->silu = part->silu;
     if (part->swiglu) t->swiglu = part->swiglu;
+    if (part->rope_pairs) t->rope_pairs = part->rope_pairs;
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -44,20 +44,19 @@ void tkv__ops_rope_cache(float *cs, size_t n_rot, int32_t pos, float freq_base, 
 void tkv__ops_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, const float *cs, tkv__rope_mode mode) {
     assert(n_rot % 2 == 0 && n_rot <= head_dim);
     const size_t half = n_rot / 2;
+    const tkv__rope_pairs_fn pairs = tkv__kernel_get()->rope_pairs;
     for (size_t h = 0; h < n_head; h++) {
         float *v = x + h * head_dim; /* (head_dim) */
+        if (mode == TKV__ROPE_NORMAL) {
+            pairs(v, cs, half); /* adjacent pairs */
+            continue;
+        }
+        /* NEOX: dimension i turns with i + half, in the same arithmetic */
         for (size_t i = 0; i < half; i++) {
-            /* the two dimensions that rotate by theta_i */
-            const size_t i0 = mode == TKV__ROPE_NEOX ? i : 2 * i;
-            const size_t i1 = mode == TKV__ROPE_NEOX ? i + half : 2 * i + 1;
-            const float c = cs[2 * i], s = cs[2 * i + 1];
-            const float a = v[i0], b = v[i1];
-            /* a c - b s and a s + b c with the first product fused, as the
-               reference's compiler contracts them (the last bit matters:
-               it decides how K rounds to F16 in the cache) */
+            const float a = v[i], b = v[i + half], c = cs[2 * i], s = cs[2 * i + 1];
             const float bs = b * s, bc = b * c;
-            v[i0] = fmaf(a, c, -bs);
-            v[i1] = fmaf(a, s, bc);
+            v[i] = fmaf(a, c, -bs);
+            v[i + half] = fmaf(a, s, bc);
         }
     }
 }

@@ -13,7 +13,8 @@
  *   lanes: one 16-lane accumulator over the whole row, reduced by halves.
  *
  * Also the matmul entry points: lanes only where tkv__ops_lanes_ok, disjoint
- * row ranges, every tile edge. Skipped on a CPU without the avx512 level.
+ * row ranges, every tile edge (skipped on a CPU without the avx512 level);
+ * and RoPE's fused pairs at every level.
  */
 #include "testutil.h"
 
@@ -176,6 +177,29 @@ static void test_lanes_levels(void **state) {
     }
 }
 
+/* RoPE pairs: every level's kernel gives the fused form of the scalar model, to the bit. */
+static void test_rope_pairs_levels(void **state) {
+    (void)state;
+    float v[80], w[80], cs[80];
+    for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+        const tkv__kernels *k = tkv__kernel_table((tkv__kernel_level)l);
+        if (!k) continue;
+        for (size_t n_pairs = 1; n_pairs <= 40; n_pairs++) {
+            for (size_t i = 0; i < 2 * n_pairs; i++) v[i] = 8 * rndf(), cs[i] = rndf();
+            memcpy(w, v, sizeof v);
+            k->rope_pairs(v, cs, n_pairs);
+            for (size_t i = 0; i < n_pairs; i++) {
+                const float a = w[2 * i], b = w[2 * i + 1], c = cs[2 * i], s = cs[2 * i + 1];
+                const float bs = b * s, bc = b * c;
+                const float want0 = fmaf(a, c, -bs), want1 = fmaf(a, s, bc);
+                if (memcmp(&v[2 * i], &want0, 4) || memcmp(&v[2 * i + 1], &want1, 4))
+                    fail_msg("level %d, %zu pairs: pair %zu (%.9g, %.9g), want (%.9g, %.9g)", l, n_pairs, i, v[2 * i],
+                             v[2 * i + 1], want0, want1);
+            }
+        }
+    }
+}
+
 static int teardown(void **state) {
     (void)state;
     tkv__kernel_force_level(tkv__kernel_level_best());
@@ -187,6 +211,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_vec_dot_order, teardown),
         cmocka_unit_test_teardown(test_lanes_order, teardown),
         cmocka_unit_test_teardown(test_lanes_levels, teardown),
+        cmocka_unit_test(test_rope_pairs_levels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
