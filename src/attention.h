@@ -27,6 +27,11 @@ typedef struct tkv__attn_ops {
     /* the float forms used for long batches (prefill): any summation order */
     float (*dot_f32)(const float *q, const uint16_t *k, size_t n);       /* sum q[i] k[i] */
     void (*mad_f32)(float *acc, const uint16_t *v, float w, size_t n);   /* acc += w v */
+    /* 16 rows at a time, where a level has them (else NULL), for n a
+       multiple of 16: out[c] = scale * sum q[i] k[c][i] for c < 16, and
+       acc[i] += sum over c < m of w[c] v[c][i] (m <= 16) */
+    void (*scores16)(const float *q, const uint16_t *const k[16], size_t n, float scale, float out[16]);
+    void (*wsum16)(float *acc, const uint16_t *const v[16], const float *w, size_t m, size_t n);
 } tkv__attn_ops;
 
 /* The best version this CPU runs (and the kernel level allows). */

@@ -250,12 +250,27 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t, size_t
     const size_t n = (size_t)P->b->pos[t] + 1;
     const float scale = 1.0f / sqrtf((float)hd);
     float *w = scratch; /* (n) */
-    for (size_t j = 0; j < n; j++)
-        w[j] = ops->dot_f32(q, (const uint16_t *)tkv__kv_k(kv, layer, cells[j]) + koff, hd) * scale;
+    const bool wide = ops->scores16 && hd % 16 == 0; /* 16 cells at a time */
+    const uint16_t *rows[16];
+    size_t j = 0;
+    if (wide)
+        for (; j + 16 <= n; j += 16) {
+            for (size_t c = 0; c < 16; c++) rows[c] = (const uint16_t *)tkv__kv_k(kv, layer, cells[j + c]) + koff;
+            ops->scores16(q, rows, hd, scale, w + j);
+        }
+    for (; j < n; j++) w[j] = ops->dot_f32(q, (const uint16_t *)tkv__kv_k(kv, layer, cells[j]) + koff, hd) * scale;
     tkv__ops_softmax(w, n);
     float *out = f->att + (size_t)t * f->n_q + hq * hd;
     memset(out, 0, hd * sizeof *out);
-    for (size_t j = 0; j < n; j++) ops->mad_f32(out, (const uint16_t *)tkv__kv_v(kv, layer, cells[j]) + koff, w[j], hd);
+    if (wide) {
+        for (j = 0; j < n; j += 16) {
+            const size_t m = n - j < 16 ? n - j : 16;
+            for (size_t c = 0; c < m; c++) rows[c] = (const uint16_t *)tkv__kv_v(kv, layer, cells[j + c]) + koff;
+            ops->wsum16(out, rows, w + j, m, hd);
+        }
+        return;
+    }
+    for (j = 0; j < n; j++) ops->mad_f32(out, (const uint16_t *)tkv__kv_v(kv, layer, cells[j]) + koff, w[j], hd);
 }
 
 /* The running softmax in float over rows of an F32 cache, or of a Q8_0

@@ -78,7 +78,50 @@ static void test_float_forms(void **state) {
     }
 }
 
+/* 16 cells at a time: cell c's score in lane c (each row its own data), and
+   the weighted sum of up to 16 rows, against exact double sums. */
+static void test_sixteen_rows(void **state) {
+    (void)state;
+    const tkv__attn_ops *best = tkv__attn_get();
+    if (!best->scores16) skip();
+    static const size_t sizes[] = {16, 32, 64, 80, 128, 256};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const size_t n = sizes[s];
+        uint16_t k[16][256];
+        const uint16_t *rows[16];
+        float q[256], out[16], acc[256], want[256];
+        for (int c = 0; c < 16; c++) fill(k[c], n, 900 + (unsigned)(16 * s) + (unsigned)c), rows[c] = k[c];
+        srand(77 + (unsigned)s);
+        for (size_t i = 0; i < n; i++) q[i] = (float)(rand() % 2001 - 1000) / 250.0f;
+        best->scores16(q, rows, n, 0.125f, out);
+        for (int c = 0; c < 16; c++) {
+            double exact = 0, mag = 0;
+            for (size_t i = 0; i < n; i++) {
+                exact += (double)q[i] * tkv__quant_f16_to_f32(k[c][i]);
+                mag += fabs((double)q[i] * tkv__quant_f16_to_f32(k[c][i]));
+            }
+            if (!(fabs(out[c] - 0.125 * exact) <= 0.125 * (1e-6 * mag * (double)n + 1e-6)))
+                fail_msg("n %zu cell %d: %.9g, exact %.9g", n, c, out[c], 0.125 * exact);
+        }
+        for (size_t m = 1; m <= 16; m++) {
+            float w[16];
+            for (size_t c = 0; c < m; c++) w[c] = (float)(rand() % 1000) / 1000.0f;
+            for (size_t i = 0; i < n; i++) {
+                acc[i] = (float)(rand() % 101) / 7.0f;
+                double e = acc[i];
+                for (size_t c = 0; c < m; c++) e += (double)w[c] * tkv__quant_f16_to_f32(k[c][i]);
+                want[i] = (float)e;
+            }
+            best->wsum16(acc, rows, w, m, n);
+            for (size_t i = 0; i < n; i++)
+                if (!(fabsf(acc[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i]))))
+                    fail_msg("n %zu m %zu element %zu: %.9g, exact %.9g", n, m, i, acc[i], want[i]);
+        }
+    }
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_simd_equals_scalar), cmocka_unit_test(test_float_forms)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_simd_equals_scalar), cmocka_unit_test(test_float_forms),
+                                       cmocka_unit_test(test_sixteen_rows)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
