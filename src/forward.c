@@ -226,7 +226,7 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
             vs = expf(s - M);
         }
         ops->mad(acc, v, vs, hd);
-        S = S * ms + vs;
+        S = fmaf(S, ms, vs); /* the reference (C++, GCC: -ffp-contract=fast) fuses S*ms + vs */
     }
     float *out = f->att + (size_t)t * f->n_q + hq * hd;
     const float S_inv = S == 0.0f ? 0.0f : 1.0f / S; /* a product, as the reference does: not a division */
@@ -309,7 +309,7 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
             vs = expf(s - M);
         }
         for (size_t i = 0; i < hd; i++) acc[i] = fmaf(v[i], vs, acc[i]);
-        S = S * ms + vs;
+        S = fmaf(S, ms, vs); /* the reference (C++, GCC: -ffp-contract=fast) fuses S*ms + vs */
     }
     float *out = f->att + (size_t)t * f->n_q + hq * hd;
     const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
