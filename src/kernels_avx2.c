@@ -592,22 +592,6 @@ const tkv__kernels tkv__kernel_avx2_part = {
 
 #else /* not an x86-64 build with AVX2 flags: an empty part, never selected */
 
-/*
- * 4 pairs at a time: with A = (a, a), B = (b, b) per pair and CS = (c, s),
- * P = B * (s, c) is (b s, b c) rounded, and fmaddsub(A, CS, P) gives
- * (a c - b s, a s + b c) fused: the scalar version's operations, lane by lane.
- */
-static void rope_pairs(float *v, const float *cs, size_t n_pairs) {
-    size_t i = 0;
-    for (; i + 4 <= n_pairs; i += 4) {
-        const __m256 x = _mm256_loadu_ps(v + 2 * i), r = _mm256_loadu_ps(cs + 2 * i);
-        const __m256 a = _mm256_moveldup_ps(x), b = _mm256_movehdup_ps(x);
-        const __m256 p = _mm256_mul_ps(b, _mm256_permute_ps(r, 0xb1)); /* (b s, b c) */
-        _mm256_storeu_ps(v + 2 * i, _mm256_fmaddsub_ps(a, r, p));
-    }
-    tkv__kernel_rope_pairs_scalar(v + 2 * i, cs + 2 * i, n_pairs - i);
-}
-
 const tkv__kernels tkv__kernel_avx2_part = {.level = TKV__KERNEL_AVX2, .name = NULL};
 
 #endif
