@@ -34,6 +34,7 @@
  * multiply-add and a multiply then add give the same sum for them.
  */
 #include "gemm.h"
+#include "quant.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -97,15 +98,13 @@ float tkv__dot_f16_ref_avx512(size_t n, const void *w, const void *a) {
     return (float)sum;
 }
 
-static inline float bf16f(const uint8_t *p) {
-    uint32_t b = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 24;
-    float f;
-    __builtin_memcpy(&f, &b, 4);
-    return f;
-}
-
 static double bf16_tail(double sum, const uint8_t *x, const uint8_t *y, size_t i, size_t n) {
-    for (; i < n; i++) sum += (double)(bf16f(x + 2 * i) * bf16f(y + 2 * i));
+    for (; i < n; i++) {
+        uint16_t xi, yi;
+        __builtin_memcpy(&xi, x + 2 * i, 2);
+        __builtin_memcpy(&yi, y + 2 * i, 2);
+        sum += (double)(tkv__quant_bf16_to_f32(xi) * tkv__quant_bf16_to_f32(yi));
+    }
     return sum;
 }
 

@@ -18,6 +18,7 @@
 
 #include "tokenkv.h"
 
+#include <math.h>
 #include <stddef.h>
 
 typedef enum tkv__kernel_level {
@@ -144,5 +145,12 @@ void tkv__kernel_softmax_scalar(float *x, size_t n);
 void tkv__kernel_silu_scalar(float *y, const float *x, size_t n);
 void tkv__kernel_swiglu_scalar(float *y, const float *gate, const float *up, size_t n);
 void tkv__kernel_rope_pairs_scalar(float *v, const float *cs, size_t n_pairs);
+
+/* One RoPE rotation of (*a, *b) by (c, s), in the fused form above. */
+static inline void tkv__kernel_rope_rotate(float *a, float *b, float c, float s) {
+    const float x = *a, bs = *b * s, bc = *b * c;
+    *a = fmaf(x, c, -bs);
+    *b = fmaf(x, s, bc);
+}
 
 #endif

@@ -44,12 +44,7 @@ void tkv__kernel_swiglu_scalar(float *y, const float *gate, const float *up, siz
 }
 
 void tkv__kernel_rope_pairs_scalar(float *v, const float *cs, size_t n_pairs) {
-    for (size_t i = 0; i < n_pairs; i++) {
-        const float a = v[2 * i], b = v[2 * i + 1], c = cs[2 * i], s = cs[2 * i + 1];
-        const float bs = b * s, bc = b * c;
-        v[2 * i] = fmaf(a, c, -bs);
-        v[2 * i + 1] = fmaf(a, s, bc);
-    }
+    for (size_t i = 0; i < n_pairs; i++) tkv__kernel_rope_rotate(&v[2 * i], &v[2 * i + 1], cs[2 * i], cs[2 * i + 1]);
 }
 
 const tkv__kernels tkv__kernel_scalar_part = {

@@ -52,12 +52,7 @@ void tkv__ops_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, const
             continue;
         }
         /* NEOX: dimension i turns with i + half, in the same arithmetic */
-        for (size_t i = 0; i < half; i++) {
-            const float a = v[i], b = v[i + half], c = cs[2 * i], s = cs[2 * i + 1];
-            const float bs = b * s, bc = b * c;
-            v[i] = fmaf(a, c, -bs);
-            v[i + half] = fmaf(a, s, bc);
-        }
+        for (size_t i = 0; i < half; i++) tkv__kernel_rope_rotate(&v[i], &v[i + half], cs[2 * i], cs[2 * i + 1]);
     }
 }
 

@@ -353,40 +353,35 @@ void tkv__quant_quantize_row(tkv_type vdtype, const float *x, void *y, size_t n)
 
 /* ---- dot products --------------------------------------------------------- */
 
-float tkv__quant_vec_dot_f32(size_t n, const void *w, const void *a) {
-    const uint8_t *pw = w, *pa = a;
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        float x, y;
-        memcpy(&x, pw + 4 * i, 4);
-        memcpy(&y, pa + 4 * i, 4);
-        s += (double)x * (double)y;
+/* Element i of a float row of type t (F32, F16 or BF16), as a float. */
+static float float_elem(tkv_type t, const uint8_t *row, size_t i) {
+    float f;
+    uint16_t h;
+    if (t == TKV_TYPE_F32) {
+        memcpy(&f, row + 4 * i, 4);
+        return f;
     }
+    memcpy(&h, row + 2 * i, 2);
+    return t == TKV_TYPE_F16 ? tkv__quant_f16_to_f32(h) : tkv__quant_bf16_to_f32(h);
+}
+
+/* The float rows' oracle: every product exact in double, summed in order. */
+static float vec_dot_float(tkv_type t, size_t n, const void *w, const void *a) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)float_elem(t, w, i) * (double)float_elem(t, a, i);
     return (float)s;
+}
+
+float tkv__quant_vec_dot_f32(size_t n, const void *w, const void *a) {
+    return vec_dot_float(TKV_TYPE_F32, n, w, a);
 }
 
 float tkv__quant_vec_dot_f16(size_t n, const void *w, const void *a) {
-    const uint8_t *pw = w, *pa = a;
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t x, y;
-        memcpy(&x, pw + 2 * i, 2);
-        memcpy(&y, pa + 2 * i, 2);
-        s += (double)tkv__quant_f16_to_f32(x) * (double)tkv__quant_f16_to_f32(y);
-    }
-    return (float)s;
+    return vec_dot_float(TKV_TYPE_F16, n, w, a);
 }
 
 float tkv__quant_vec_dot_bf16(size_t n, const void *w, const void *a) {
-    const uint8_t *pw = w, *pa = a;
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t x, y;
-        memcpy(&x, pw + 2 * i, 2);
-        memcpy(&y, pa + 2 * i, 2);
-        s += (double)tkv__quant_bf16_to_f32(x) * (double)tkv__quant_bf16_to_f32(y);
-    }
-    return (float)s;
+    return vec_dot_float(TKV_TYPE_BF16, n, w, a);
 }
 
 float tkv__quant_vec_dot_q8_0(size_t n, const void *w, const void *a) {
