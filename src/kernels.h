@@ -47,6 +47,7 @@ typedef float (*tkv__vec_dot_fn)(size_t n, const void *w, const void *a);
  * TKV__GEMM_MAX_N; no allocation (under 80 KiB of stack; see src/gemm.h).
  */
 #define TKV__GEMM_MAX_N 65536
+#define TKV__GEMV_MAX_N 32768
 typedef void (*tkv__gemm_fn)(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 
@@ -82,6 +83,10 @@ typedef struct tkv__kernels {
     /* indexed by weight type; NULL where the level has no tiled kernel (the
        product then runs vec_dot per row and token) */
     tkv__gemm_fn gemm[TKV_TYPE_COUNT];
+    /* indexed by weight type; NULL where the level has none: products with
+       1 or 2 tokens (generation), bit for bit the vec_dot too, with the
+       per-token work done once for all rows; n at most TKV__GEMV_MAX_N */
+    tkv__gemm_fn gemv[TKV_TYPE_COUNT];
     /* indexed by weight type, F32/F16/BF16 only: the "lanes" products, the
        reference's order for batches of 2+ tokens (one accumulator of
        lanes_kn elements per entry, see gemm.h); NULL where a level has none.

@@ -20,6 +20,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <stdalign.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -107,6 +108,57 @@ static float dot_q4_0(size_t n, const void *w, const void *a) {
         acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
     }
     return hsum256(_mm256_add_ps(acc0, acc1));
+}
+
+
+/* A block's 8 lane sums of (q - 8) y, from the token's precomputed correction. */
+static inline __m256 q4_0_sums(const tkv__block_q4_0 *x, const int8_t *yqs, const int32_t *corr, __m256i m, __m256i sh) {
+    /* the 16 bytes in both halves, the high half shifted: elements 0-15, then 16-31 */
+    const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(LOAD128(x->qs)), sh), m);
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_load_si256((const __m256i *)(const void *)corr), q, LOAD256(yqs)));
+}
+
+/* The block scale times the token's, as dot_q4_0 forms it, in all 8 lanes. */
+static inline __m256 q4_0_scale(const tkv__block_q4_0 *x, float dy) {
+    return _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)x->d)), _mm256_set1_ps(dy));
+}
+
+/*
+ * Products with a few tokens (generation): dot_q4_0 for each row and token,
+ * bit for bit, with what depends only on the token done once for all rows:
+ * its block scales as floats and, per block, the correction -8 * (sums of
+ * four activations) that turns products with the unsigned nibbles q into
+ * products with q - 8. Per block and row that leaves one vpdpbusd (started
+ * from the correction), one conversion and one fma, and the row's scale.
+ */
+static void gemv_q4_0(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                      float *y, size_t ldy) {
+    enum { MAXB = TKV__GEMV_MAX_N / TKV__QK };
+    const size_t nb = n / TKV__QK;
+    alignas(32) int32_t corr[MAXB][8]; /* 32 KiB */
+    float dy[MAXB];                    /* 4 KiB */
+    const __m256i m = _mm256_set1_epi8(0x0f), sh = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
+    const __m256i z = _mm256_setzero_si256();
+    for (size_t t = 0; t < n_tok; t++) {
+        const tkv__block_q8_0 *yb = (const tkv__block_q8_0 *)(const void *)((const uint8_t *)xq + t * xrs);
+        for (size_t i = 0; i < nb; i++) {
+            dy[i] = f16(yb[i].d);
+            _mm256_store_si256((__m256i *)(void *)corr[i],
+                               _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, _mm256_set1_epi8(8), LOAD256(yb[i].qs))));
+        }
+        for (size_t r = 0; r < nr; r++) {
+            const tkv__block_q4_0 *x = (const tkv__block_q4_0 *)(const void *)((const uint8_t *)w + r * wrs);
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            size_t i = 0;
+            /* dot_q4_0's order: pairs of blocks into acc0 and acc1, an odd last one into acc0 */
+            for (; i + 2 <= nb; i += 2) {
+                acc0 = _mm256_fmadd_ps(q4_0_scale(&x[i], dy[i]), q4_0_sums(&x[i], yb[i].qs, corr[i], m, sh), acc0);
+                acc1 = _mm256_fmadd_ps(q4_0_scale(&x[i + 1], dy[i + 1]), q4_0_sums(&x[i + 1], yb[i + 1].qs, corr[i + 1], m, sh), acc1);
+            }
+            if (i < nb) acc0 = _mm256_fmadd_ps(q4_0_scale(&x[i], dy[i]), q4_0_sums(&x[i], yb[i].qs, corr[i], m, sh), acc0);
+            y[t * ldy + r] = hsum256(_mm256_add_ps(acc0, acc1));
+        }
+    }
 }
 
 /* 0x10 in byte j when bit j of the little-endian uint32 at qh is set. */
@@ -304,6 +356,10 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx512,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,
+        },
+    .gemv =
+        {
+            [TKV_TYPE_Q4_0] = gemv_q4_0,
         },
     .lanes =
         {

@@ -101,6 +101,10 @@ void tkv__ops_matmul(tkv_type wtype, const void *w, size_t n, size_t r0, size_t 
         if (r1 > r0) k->gemm[wtype](n, wb + r0 * wrs, wrs, r1 - r0, xb, xrs, n_tok, y + r0, ldy);
         return;
     }
+    if (k->gemv[wtype] && n > 0 && n <= TKV__GEMV_MAX_N) {
+        if (r1 > r0) k->gemv[wtype](n, wb + r0 * wrs, wrs, r1 - r0, xb, xrs, n_tok, y + r0, ldy);
+        return;
+    }
     for (size_t rt = r0; rt < r1; rt += ROW_TILE) {
         const size_t re = rt + ROW_TILE < r1 ? rt + ROW_TILE : r1;
         for (size_t t = 0; t < n_tok; t++) {

@@ -271,15 +271,19 @@ static void test_matmul(void **state) {
     (void)state;
     const tkv_type types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1,
                               TKV_TYPE_Q5_0, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
-    /* 1 and 2 tokens run vec_dot per pair, 3 and more the tiled products where a level has them */
-    const size_t n = 512, n_rows = 37, ldy = 41, toks[] = {1, 2, 3, 5, 9};
-    float x[9 * 512], y[9 * 41], wf[512], xf[512];
+    /* 1 and 2 tokens run the level's gemv where it has one, else vec_dot per
+       pair; 3 and more the tiled products where a level has them. Rows of 17
+       blocks of 32 too: an odd block count takes the kernels' last-block path. */
+    const size_t n_rows = 37, ldy = 41, toks[] = {1, 2, 3, 5, 9}, ns[] = {512, 544};
+    float x[9 * 544], y[9 * 41], wf[544], xf[544];
     FOR_EACH_LEVEL(l) {
         const tkv__kernels *k = tkv__kernel_get();
-        const size_t n_toks = sizeof toks / sizeof toks[0];
-        for (size_t c = 0; c < n_toks * (sizeof types / sizeof types[0]); c++) { /* every type, every batch size */
+        const size_t n_toks = sizeof toks / sizeof toks[0], n_types = sizeof types / sizeof types[0];
+        for (size_t c = 0; c < 2 * n_toks * n_types; c++) { /* every type, every batch size, both lengths */
             const size_t n_tok = toks[c % n_toks];
-            const tkv_type t = types[c / n_toks];
+            const tkv_type t = types[c / n_toks % n_types];
+            const size_t n = ns[c / n_toks / n_types];
+            if (n % tkv__quant_block_elems(t)) continue;
             const size_t wrs = tkv__quant_row_size(t, n), xrs = tkv__ops_act_row_size(t, n);
             assert_int_equal(xrs, tkv__quant_row_size(tkv__quant_vec_dot_type(t), n));
             uint8_t *w = malloc(n_rows * wrs), *xq = malloc(n_tok * xrs + 1);
@@ -293,7 +297,7 @@ static void test_matmul(void **state) {
             tkv__ops_matmul(t, w, n, 5, 20, xq + 1, n_tok, y, ldy);
             tkv__ops_matmul(t, w, n, 20, 29, xq + 1, n_tok, y, ldy);
             for (size_t tk = 0; tk < n_tok; tk++) {
-                uint8_t row[2048];
+                uint8_t row[2560];
                 tkv__quant_quantize_row(tkv__quant_vec_dot_type(t), x + tk * n, row, n);
                 /* the batched quantization is the per-row one, bit for bit */
                 assert_memory_equal(row, xq + 1 + tk * xrs, xrs);
