@@ -47,6 +47,8 @@ typedef float (*tkv__vec_dot_fn)(size_t n, const void *w, const void *a);
  * TKV__GEMM_MAX_N; no allocation (under 80 KiB of stack; see src/gemm.h).
  */
 #define TKV__GEMM_MAX_N 65536
+/* The longest row a gemv takes (kernels_avx512.c keeps per-block token data
+   for a row on its stack: 36 KiB at this length); longer rows use vec_dot. */
 #define TKV__GEMV_MAX_N 32768
 typedef void (*tkv__gemm_fn)(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);

@@ -112,10 +112,12 @@ static float dot_q4_0(size_t n, const void *w, const void *a) {
 
 
 /* A block's 8 lane sums of (q - 8) y, from the token's precomputed correction. */
-static inline __m256 q4_0_sums(const tkv__block_q4_0 *x, const int8_t *yqs, const int32_t *corr, __m256i m, __m256i sh) {
+static inline __m256 q4_0_sums(const tkv__block_q4_0 *x, const int8_t *yqs, const int32_t *corr, __m256i m,
+                               __m256i sh) {
     /* the 16 bytes in both halves, the high half shifted: elements 0-15, then 16-31 */
     const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(LOAD128(x->qs)), sh), m);
-    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_load_si256((const __m256i *)(const void *)corr), q, LOAD256(yqs)));
+    const __m256i c = _mm256_load_si256((const __m256i *)(const void *)corr);
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(c, q, LOAD256(yqs)));
 }
 
 /* The block scale times the token's, as dot_q4_0 forms it, in all 8 lanes. */
@@ -152,10 +154,12 @@ static void gemv_q4_0(size_t n, const void *w, size_t wrs, size_t nr, const void
             size_t i = 0;
             /* dot_q4_0's order: pairs of blocks into acc0 and acc1, an odd last one into acc0 */
             for (; i + 2 <= nb; i += 2) {
+                const size_t j = i + 1;
                 acc0 = _mm256_fmadd_ps(q4_0_scale(&x[i], dy[i]), q4_0_sums(&x[i], yb[i].qs, corr[i], m, sh), acc0);
-                acc1 = _mm256_fmadd_ps(q4_0_scale(&x[i + 1], dy[i + 1]), q4_0_sums(&x[i + 1], yb[i + 1].qs, corr[i + 1], m, sh), acc1);
+                acc1 = _mm256_fmadd_ps(q4_0_scale(&x[j], dy[j]), q4_0_sums(&x[j], yb[j].qs, corr[j], m, sh), acc1);
             }
-            if (i < nb) acc0 = _mm256_fmadd_ps(q4_0_scale(&x[i], dy[i]), q4_0_sums(&x[i], yb[i].qs, corr[i], m, sh), acc0);
+            if (i < nb)
+                acc0 = _mm256_fmadd_ps(q4_0_scale(&x[i], dy[i]), q4_0_sums(&x[i], yb[i].qs, corr[i], m, sh), acc0);
             y[t * ldy + r] = hsum256(_mm256_add_ps(acc0, acc1));
         }
     }
