@@ -14,22 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static tkv_model *model;
-static size_t n_vocab;
-
-static int setup(void **state) {
-    (void)state;
-    if (tkv_model_load(tu_shared("models/stories260K.gguf"), NULL, &model) != TKV_OK) return -1;
-    n_vocab = tkv_vocab_size(model);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    tkv_model_free(model);
-    return 0;
-}
-
 typedef struct abort_ctl {
     int countdown; /* abort when it reaches 0; < 0: never */
 } abort_ctl;
@@ -51,7 +35,7 @@ static tkv_context *new_ctx(uint32_t n_cells, uint32_t n_seq, abort_ctl *a) {
     p.abort_cb = a ? abort_cb : NULL;
     p.abort_user = a;
     tkv_context *ctx = NULL;
-    if (tkv_context_create(model, &p, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+    if (tkv_context_create(tu_model, &p, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
     return ctx;
 }
 
@@ -80,8 +64,8 @@ static void test_sync_reuse_equals_fresh(void **state) {
         tkv_seq s = iter % 8;
         assert_int_equal(tkv_seq_sync(ctx, s, 0, t, n, &reused), TKV_OK);
         reused_total += reused;
-        float *got = malloc(n_vocab * sizeof *got);
-        memcpy(got, tkv_get_logits_last(ctx), n_vocab * sizeof *got);
+        float *got = malloc(tu_n_vocab * sizeof *got);
+        memcpy(got, tkv_get_logits_last(ctx), tu_n_vocab * sizeof *got);
         check(ctx);
         tkv_token back[48];
         size_t nb;
@@ -92,7 +76,7 @@ static void test_sync_reuse_equals_fresh(void **state) {
         tkv_context *fresh = new_ctx(64, 1, NULL);
         assert_int_equal(tkv_seq_sync(fresh, 0, 0, t, n, &reused), TKV_OK);
         assert_int_equal(reused, 0);
-        assert_memory_equal(got, tkv_get_logits_last(fresh), n_vocab * sizeof *got);
+        assert_memory_equal(got, tkv_get_logits_last(fresh), tu_n_vocab * sizeof *got);
         tkv_context_free(fresh);
         free(got);
     }
@@ -318,18 +302,18 @@ static void test_random_operations(void **state) {
 
 /* Greedy continuation of t[0..n) by a fresh batch-invariant context that
    decodes the whole prompt in one pass: the reference for the next test.
-   logits: (steps, n_vocab) of each step's sampled position. */
+   logits: (steps, tu_n_vocab) of each step's sampled position. */
 static void reference_run(const tkv_token *t, size_t n, int steps, float *logits) {
     tkv_context_params p = tkv_context_default_params();
     p.n_cells = 256, p.n_seq_max = 1, p.n_threads = n_threads, p.batch_invariant = true;
     tkv_context *ctx = NULL;
-    assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_OK);
+    assert_int_equal(tkv_context_create(tu_model, &p, &ctx), TKV_OK);
     assert_int_equal(tkv_seq_sync(ctx, 0, 0, t, n, NULL), TKV_OK);
     for (int k = 0; k < steps; k++) {
         const float *l = tkv_get_logits_last(ctx);
-        memcpy(logits + (size_t)k * n_vocab, l, n_vocab * sizeof *l);
+        memcpy(logits + (size_t)k * tu_n_vocab, l, tu_n_vocab * sizeof *l);
         size_t best = 0;
-        for (size_t v = 1; v < n_vocab; v++) best = l[v] > l[best] ? v : best;
+        for (size_t v = 1; v < tu_n_vocab; v++) best = l[v] > l[best] ? v : best;
         tkv_token tok = (tkv_token)best;
         tkv_pos pos = (tkv_pos)(n + (size_t)k);
         tkv_seq sq = 0;
@@ -349,16 +333,16 @@ static void test_batch_invariant_attach(void **state) {
     tkv_token prompt[NSEQ][MAXP + STEPS];
     size_t plen[NSEQ];
     unsigned seed = 7;
-    float *want = malloc((size_t)NSEQ * STEPS * n_vocab * sizeof *want);
+    float *want = malloc((size_t)NSEQ * STEPS * tu_n_vocab * sizeof *want);
     for (int q = 0; q < NSEQ; q++) {
         plen[q] = random_list(prompt[q], MAXP, &seed);
-        reference_run(prompt[q], plen[q], STEPS, want + (size_t)q * STEPS * n_vocab);
+        reference_run(prompt[q], plen[q], STEPS, want + (size_t)q * STEPS * tu_n_vocab);
     }
 
     tkv_context_params p = tkv_context_default_params();
     p.n_cells = 1024, p.n_seq_max = NSEQ, p.n_threads = n_threads, p.batch_invariant = true;
     tkv_context *ctx = NULL;
-    assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_OK);
+    assert_int_equal(tkv_context_create(tu_model, &p, &ctx), TKV_OK);
     size_t done[NSEQ] = {0}; /* prompt tokens held */
     int gen[NSEQ] = {0};     /* tokens generated */
     size_t reused_total = 0;
@@ -398,9 +382,9 @@ static void test_batch_invariant_attach(void **state) {
             if (owner_last[q] < 0) continue;
             const float *l = tkv_get_logits(ctx, (size_t)owner_last[q]);
             assert_non_null(l);
-            assert_memory_equal(l, want + ((size_t)q * STEPS + (size_t)gen[q]) * n_vocab, n_vocab * sizeof *l);
+            assert_memory_equal(l, want + ((size_t)q * STEPS + (size_t)gen[q]) * tu_n_vocab, tu_n_vocab * sizeof *l);
             size_t best = 0;
-            for (size_t v = 1; v < n_vocab; v++) best = l[v] > l[best] ? v : best;
+            for (size_t v = 1; v < tu_n_vocab; v++) best = l[v] > l[best] ? v : best;
             prompt[q][plen[q] + (size_t)gen[q]] = (tkv_token)best; /* the next token to decode */
             gen[q]++;
         }
@@ -498,5 +482,5 @@ int main(void) {
         cmocka_unit_test(test_random_operations),         cmocka_unit_test(test_batch_invariant_attach),
         cmocka_unit_test(test_cache_walk),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
 }

@@ -21,22 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static tkv_model *model;
-static size_t n_vocab;
-
-static int setup(void **state) {
-    (void)state;
-    if (tkv_model_load(tu_shared("models/stories260K.gguf"), NULL, &model) != TKV_OK) return -1;
-    n_vocab = tkv_vocab_size(model);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    tkv_model_free(model);
-    return 0;
-}
-
 static bool invariant = true; /* new_ctx's batch_invariant */
 
 static tkv_context *new_ctx(uint32_t n_cells, uint32_t n_batch, int n_threads) {
@@ -50,17 +34,17 @@ static tkv_context *new_ctx(uint32_t n_cells, uint32_t n_batch, int n_threads) {
        batch order (one token vs several) unless asked not to */
     p.batch_invariant = invariant;
     tkv_context *ctx = NULL;
-    if (tkv_context_create(model, &p, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+    if (tkv_context_create(tu_model, &p, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
     return ctx;
 }
 
 /* A deterministic token list. */
 static void tokens(tkv_token *t, size_t n, unsigned seed) {
-    for (size_t i = 0; i < n; i++) t[i] = (tkv_token)(3 + (seed * 7919u + i * 104729u) % (unsigned)(n_vocab - 3));
+    for (size_t i = 0; i < n; i++) t[i] = (tkv_token)(3 + (seed * 7919u + i * 104729u) % (unsigned)(tu_n_vocab - 3));
 }
 
 /* Decode `n` tokens into seq starting at its current length; all logits kept
-   in out (n, n_vocab) when out is not NULL. */
+   in out (n, tu_n_vocab) when out is not NULL. */
 static tkv_status decode_seq(tkv_context *ctx, tkv_seq seq, const tkv_token *t, size_t n, float *out) {
     tkv_pos *pos = malloc(n * sizeof *pos);
     tkv_seq *sq = malloc(n * sizeof *sq);
@@ -70,7 +54,7 @@ static tkv_status decode_seq(tkv_context *ctx, tkv_seq seq, const tkv_token *t, 
     tkv_batch b = {n, t, pos, sq, want};
     tkv_status st = tkv_decode(ctx, &b);
     if (st == TKV_OK && out)
-        for (size_t i = 0; i < n; i++) memcpy(out + i * n_vocab, tkv_get_logits(ctx, i), n_vocab * sizeof(float));
+        for (size_t i = 0; i < n; i++) memcpy(out + i * tu_n_vocab, tkv_get_logits(ctx, i), tu_n_vocab * sizeof(float));
     free(pos), free(sq), free(want);
     return st;
 }
@@ -78,7 +62,7 @@ static tkv_status decode_seq(tkv_context *ctx, tkv_seq seq, const tkv_token *t, 
 /* The logits of one sequence decoded alone, in one batch, in a fresh context. */
 static float *oracle(const tkv_token *t, size_t n) {
     tkv_context *ctx = new_ctx(256, 16, 1);
-    float *out = malloc(n * n_vocab * sizeof *out);
+    float *out = malloc(n * tu_n_vocab * sizeof *out);
     assert_int_equal(decode_seq(ctx, 0, t, n, out), TKV_OK);
     tkv_context_free(ctx);
     return out;
@@ -127,7 +111,7 @@ static void test_interleaved_sequences(void **state) {
     b.logits = all;
     assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
     for (int i = 0; i < N; i++)
-        for (int s = 0; s < 3; s++) assert_memory_equal(tkv_get_logits(ctx, 3 * i + s), want[s] + i * n_vocab, n_vocab * sizeof(float));
+        for (int s = 0; s < 3; s++) assert_memory_equal(tkv_get_logits(ctx, 3 * i + s), want[s] + i * tu_n_vocab, tu_n_vocab * sizeof(float));
     for (int s = 0; s < 3; s++) assert_int_equal(tkv_seq_len(ctx, s + 2), N), free(want[s]);
     tkv_context_free(ctx);
 }
@@ -138,17 +122,17 @@ static void test_chunks_threads_and_steps(void **state) {
     tkv_token t[N];
     tokens(t, N, 9);
     float *want = oracle(t, N);
-    float *got = malloc(N * n_vocab * sizeof *got);
+    float *got = malloc(N * tu_n_vocab * sizeof *got);
     /* n_batch 4: the batch runs in 6 chunks; 2 threads */
     tkv_context *ctx = new_ctx(64, 4, 2);
     assert_int_equal(decode_seq(ctx, 0, t, N, got), TKV_OK);
-    assert_memory_equal(got, want, N * n_vocab * sizeof *got);
+    assert_memory_equal(got, want, N * tu_n_vocab * sizeof *got);
     tkv_context_free(ctx);
     /* one token at a time */
     ctx = new_ctx(64, 512, 2);
     for (size_t i = 0; i < N; i++) {
         assert_int_equal(decode_seq(ctx, 1, &t[i], 1, got), TKV_OK);
-        assert_memory_equal(got, want + i * n_vocab, n_vocab * sizeof *got);
+        assert_memory_equal(got, want + i * tu_n_vocab, tu_n_vocab * sizeof *got);
     }
     /* logits only where asked: the default is the last token */
     tkv_pos p = N;
@@ -170,7 +154,7 @@ static void test_truncate_and_regrow(void **state) {
     tokens(b, N, 4);
     memcpy(b, a, 8 * sizeof *a); /* b shares a's first 8 tokens */
     float *want = oracle(b, N);
-    float *got = malloc(N * n_vocab * sizeof *got);
+    float *got = malloc(N * tu_n_vocab * sizeof *got);
     tkv_context *ctx = new_ctx(40, 512, 2);
     assert_int_equal(decode_seq(ctx, 0, a, N, NULL), TKV_OK);
     uint32_t free_before = ctx->kv->n_free;
@@ -185,7 +169,7 @@ static void test_truncate_and_regrow(void **state) {
     assert_int_equal(tkv_cache_match(ctx, 0, a, N, &len), TKV_OK);
     assert_int_equal(len, N);
     assert_int_equal(decode_seq(ctx, 0, b + 8, N - 8, got), TKV_OK);
-    assert_memory_equal(got, want + 8 * n_vocab, (N - 8) * n_vocab * sizeof *got);
+    assert_memory_equal(got, want + 8 * tu_n_vocab, (N - 8) * tu_n_vocab * sizeof *got);
     assert_int_equal(tkv_cache_check(ctx), TKV_OK);
     assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
     assert_int_equal(tkv_cache_clear(ctx), TKV_OK);
@@ -207,11 +191,11 @@ static void test_batched_attention(void **state) {
     tokens(t, N, 11);
     invariant = false; /* the default form, which depends on the batch */
     float *want = oracle(t, N); /* chunks of 16: the F16 form */
-    float *got = malloc(N * n_vocab * sizeof *got);
+    float *got = malloc(N * tu_n_vocab * sizeof *got);
     tkv_context *ctx = new_ctx(128, 64, 2); /* one pass of 60 */
     assert_int_equal(decode_seq(ctx, 0, t, N, got), TKV_OK);
     double worst = 0;
-    for (size_t i = 0; i < N * n_vocab; i++) worst = fmax(worst, fabs(got[i] - want[i]) / (1 + fabs(want[i])));
+    for (size_t i = 0; i < N * tu_n_vocab; i++) worst = fmax(worst, fabs(got[i] - want[i]) / (1 + fabs(want[i])));
     assert_true(worst < 1e-2);
     assert_true(worst > 0); /* the forms do differ: this test compares two paths */
     invariant = true;
@@ -230,7 +214,7 @@ static void test_bad_batches(void **state) {
     assert_int_equal(decode_seq(ctx, 0, t, 4, NULL), TKV_OK);
     snapshot before = snap(ctx);
 
-    tkv_token bad[3] = {t[0], (tkv_token)n_vocab, t[1]};
+    tkv_token bad[3] = {t[0], (tkv_token)tu_n_vocab, t[1]};
     assert_int_equal(decode_seq(ctx, 0, bad, 3, NULL), TKV_ERR_INVALID);
     assert_non_null(strstr(tkv_last_error(ctx), "batch token 1"));
     expect_same(&before, snap(ctx));
@@ -281,7 +265,7 @@ static void test_abort_at_each_layer(void **state) {
     tkv_token t[N];
     tokens(t, N, 7);
     float *want = oracle(t, N);
-    float *got = malloc(N * n_vocab * sizeof *got);
+    float *got = malloc(N * tu_n_vocab * sizeof *got);
     const int n_layer = 5;
     for (int at = 1; at <= n_layer; at++) {
         abort_state a = {0, -1};
@@ -293,7 +277,7 @@ static void test_abort_at_each_layer(void **state) {
         p.abort_user = &a;
         p.batch_invariant = true; /* compared with the oracle's, to the bit */
         tkv_context *ctx;
-        assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_OK);
+        assert_int_equal(tkv_context_create(tu_model, &p, &ctx), TKV_OK);
         assert_int_equal(decode_seq(ctx, 0, t, 4, NULL), TKV_OK);
         assert_int_equal(a.calls, n_layer); /* asked once per layer */
         a.calls = 0;
@@ -305,7 +289,7 @@ static void test_abort_at_each_layer(void **state) {
         /* and the next decode computes exactly what it would have */
         a.abort_at = -1;
         assert_int_equal(decode_seq(ctx, 0, t + 4, N - 4, got), TKV_OK);
-        assert_memory_equal(got, want + 4 * n_vocab, (N - 4) * n_vocab * sizeof *got);
+        assert_memory_equal(got, want + 4 * tu_n_vocab, (N - 4) * tu_n_vocab * sizeof *got);
         tkv_context_free(ctx);
     }
     free(got);
@@ -319,7 +303,7 @@ static void test_allocation_failures(void **state) {
     tkv_token t[N];
     tokens(t, N, 8);
     float *want = oracle(t, N);
-    float *got = malloc(N * n_vocab * sizeof *got);
+    float *got = malloc(N * tu_n_vocab * sizeof *got);
     for (long k = 0;; k++) {
         tkv_context *ctx = new_ctx(128, 16, 2);
         assert_int_equal(decode_seq(ctx, 0, t, 10, NULL), TKV_OK);
@@ -328,7 +312,7 @@ static void test_allocation_failures(void **state) {
         tkv_status st = decode_seq(ctx, 0, t + 10, N - 10, got);
         tkv__alloc_fail_after(-1);
         if (st == TKV_OK) {
-            assert_memory_equal(got, want + 10 * n_vocab, (N - 10) * n_vocab * sizeof *got);
+            assert_memory_equal(got, want + 10 * tu_n_vocab, (N - 10) * tu_n_vocab * sizeof *got);
             tkv_context_free(ctx);
             assert_true(k >= 1); /* at least one allocation was there to fail */
             break;
@@ -336,7 +320,7 @@ static void test_allocation_failures(void **state) {
         assert_int_equal(st, TKV_ERR_NOMEM);
         expect_same(&before, snap(ctx));
         assert_int_equal(decode_seq(ctx, 0, t + 10, N - 10, got), TKV_OK);
-        assert_memory_equal(got, want + 10 * n_vocab, (N - 10) * n_vocab * sizeof *got);
+        assert_memory_equal(got, want + 10 * tu_n_vocab, (N - 10) * tu_n_vocab * sizeof *got);
         tkv_context_free(ctx);
     }
     /* creating a context fails cleanly at every allocation too */
@@ -346,7 +330,7 @@ static void test_allocation_failures(void **state) {
         p.n_threads = 2;
         tkv_context *ctx = (tkv_context *)0x1;
         tkv__alloc_fail_after(k);
-        tkv_status st = tkv_context_create(model, &p, &ctx);
+        tkv_status st = tkv_context_create(tu_model, &p, &ctx);
         tkv__alloc_fail_after(-1);
         if (st == TKV_OK) {
             tkv_context_free(ctx);
@@ -364,11 +348,11 @@ static void test_create_errors(void **state) {
     tkv_context *ctx;
     tkv_context_params p = tkv_context_default_params();
     p.n_cells = 0;
-    assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_ERR_INVALID);
+    assert_int_equal(tkv_context_create(tu_model, &p, &ctx), TKV_ERR_INVALID);
     assert_null(ctx);
     p = tkv_context_default_params();
     p.kv_type = TKV_TYPE_Q4_0;
-    assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_ERR_UNSUPPORTED);
+    assert_int_equal(tkv_context_create(tu_model, &p, &ctx), TKV_ERR_UNSUPPORTED);
     assert_non_null(strstr(tkv_last_error(NULL), "Q4_0"));
     tkv_model_params mp = tkv_model_default_params();
     mp.vocab_only = true;
@@ -394,16 +378,16 @@ static void test_q8_0_cache(void **state) {
     p.kv_type = TKV_TYPE_Q8_0;
     p.batch_invariant = true;
     tkv_context *ctx;
-    assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_OK);
-    float *got = malloc(N * n_vocab * sizeof *got);
+    assert_int_equal(tkv_context_create(tu_model, &p, &ctx), TKV_OK);
+    float *got = malloc(N * tu_n_vocab * sizeof *got);
     assert_int_equal(decode_seq(ctx, 0, t, N, got), TKV_OK);
     double d2 = 0, r2 = 0;
-    for (size_t i = 0; i < N * n_vocab; i++) d2 += (got[i] - want[i]) * (got[i] - want[i]), r2 += want[i] * want[i];
+    for (size_t i = 0; i < N * tu_n_vocab; i++) d2 += (got[i] - want[i]) * (got[i] - want[i]), r2 += want[i] * want[i];
     assert_true(sqrt(d2 / r2) < 0.02); /* 8-bit K/V: within 2% of the F16 cache's logits */
     size_t reused;
     assert_int_equal(tkv_seq_sync(ctx, 1, 0, t, N, &reused), TKV_OK);
     assert_int_equal(reused, N - 1);
-    assert_memory_equal(tkv_get_logits_last(ctx), got + (N - 1) * n_vocab, n_vocab * sizeof *got);
+    assert_memory_equal(tkv_get_logits_last(ctx), got + (N - 1) * tu_n_vocab, tu_n_vocab * sizeof *got);
     assert_int_equal(tkv_cache_check(ctx), TKV_OK);
     free(got);
     free(want);
@@ -421,10 +405,10 @@ static void test_f32_cache(void **state) {
     p.n_cells = 16;
     p.kv_type = TKV_TYPE_F32;
     tkv_context *ctx;
-    assert_int_equal(tkv_context_create(model, &p, &ctx), TKV_OK);
-    float *got = malloc(N * n_vocab * sizeof *got);
+    assert_int_equal(tkv_context_create(tu_model, &p, &ctx), TKV_OK);
+    float *got = malloc(N * tu_n_vocab * sizeof *got);
     assert_int_equal(decode_seq(ctx, 0, t, N, got), TKV_OK);
-    for (size_t i = 0; i < N * n_vocab; i++) assert_true(fabsf(got[i] - want[i]) < 2e-2f * (1 + fabsf(want[i])));
+    for (size_t i = 0; i < N * tu_n_vocab; i++) assert_true(fabsf(got[i] - want[i]) < 2e-2f * (1 + fabsf(want[i])));
     free(got);
     free(want);
     tkv_context_free(ctx);
@@ -443,5 +427,5 @@ int main(void) {
         cmocka_unit_test(test_f32_cache),
         cmocka_unit_test(test_q8_0_cache),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
 }

@@ -21,22 +21,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static tkv_model *model;
-static size_t n_vocab;
-
-static int setup(void **state) {
-    (void)state;
-    if (tkv_model_load(tu_shared("models/stories260K.gguf"), NULL, &model) != TKV_OK) return -1;
-    n_vocab = tkv_vocab_size(model);
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    tkv_model_free(model);
-    return 0;
-}
-
 static tkv_context *new_ctx_of(const tkv_model *m, uint32_t n_cells, tkv_type kv_type) {
     tkv_context_params p = tkv_context_default_params();
     p.n_cells = n_cells;
@@ -49,7 +33,7 @@ static tkv_context *new_ctx_of(const tkv_model *m, uint32_t n_cells, tkv_type kv
     return ctx;
 }
 
-static tkv_context *new_ctx(uint32_t n_cells) { return new_ctx_of(model, n_cells, TKV_TYPE_F16); }
+static tkv_context *new_ctx(uint32_t n_cells) { return new_ctx_of(tu_model, n_cells, TKV_TYPE_F16); }
 
 static void check(const tkv_context *ctx) {
     if (tkv_cache_check(ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
@@ -164,7 +148,7 @@ static void test_seq_roundtrip(void **state) {
     char path[128];
     snprintf(path, sizeof path, "%s/seq.tkvc", dir);
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
-        tkv_context *a = new_ctx_of(model, 256, types[k]), *b = new_ctx_of(model, 256, types[k]);
+        tkv_context *a = new_ctx_of(tu_model, 256, types[k]), *b = new_ctx_of(tu_model, 256, types[k]);
         tkv_token t[41];
         list(t, 41, 1, 2);
         sync(a, 0, 7, t, 40);
@@ -184,7 +168,7 @@ static void test_seq_roundtrip(void **state) {
         assert_int_equal(tkv_seq_sync(b, 3, 7, t, 41, &rb), TKV_OK);
         assert_int_equal(ra, 40);
         assert_int_equal(rb, 40);
-        assert_memory_equal(tkv_get_logits_last(a), tkv_get_logits_last(b), n_vocab * sizeof(float));
+        assert_memory_equal(tkv_get_logits_last(a), tkv_get_logits_last(b), tu_n_vocab * sizeof(float));
         check(b);
         tkv_context_free(a);
         tkv_context_free(b);
@@ -300,7 +284,7 @@ static void test_other_model_and_kv_type(void **state) {
 
     /* fingerprints: stable, and different for different models */
     uint64_t fa[2], fb[2], fc[2], fd[2];
-    assert_int_equal(tkv_model_fingerprint(model, fa), TKV_OK);
+    assert_int_equal(tkv_model_fingerprint(tu_model, fa), TKV_OK);
     tkv_model *again, *llama, *tiny, *tiny32;
     assert_int_equal(tkv_model_load(tu_shared("models/stories260K.gguf"), NULL, &again), TKV_OK);
     assert_int_equal(tkv_model_fingerprint(again, fb), TKV_OK);
@@ -351,7 +335,7 @@ static void test_other_model_and_kv_type(void **state) {
     /* another KV type */
     const tkv_type types[] = {TKV_TYPE_F32, TKV_TYPE_Q8_0};
     for (int k = 0; k < 2; k++) {
-        tkv_context *ctx = new_ctx_of(model, 64, types[k]);
+        tkv_context *ctx = new_ctx_of(tu_model, 64, types[k]);
         snap before;
         take_snap(ctx, &before);
         assert_int_equal(tkv_seq_load(ctx, 0, path), TKV_ERR_INVALID);
@@ -557,7 +541,7 @@ static void test_cache_roundtrip(void **state) {
         assert_int_equal(tkv_seq_sync(b, 5, list_ns[i], lists[i], n + 1, &rb), TKV_OK);
         assert_int_equal(ra, n);
         assert_int_equal(rb, n);
-        assert_memory_equal(tkv_get_logits_last(a), tkv_get_logits_last(b), n_vocab * sizeof(float));
+        assert_memory_equal(tkv_get_logits_last(a), tkv_get_logits_last(b), tu_n_vocab * sizeof(float));
         tkv_seq_truncate(a, 5, (tkv_pos)n);
         tkv_seq_truncate(b, 5, (tkv_pos)n);
     }
@@ -889,5 +873,5 @@ int main(void) {
         cmocka_unit_test(test_load_under_pressure),
         cmocka_unit_test(test_alloc_failures),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
 }

@@ -226,3 +226,20 @@ void tu_tiny_model(const tu_tiny_opts *o, uint8_t **out, size_t *size) {
     assert_int_equal(tkv__gguf_write_finish(w, out, size), TKV_OK);
     tkv__gguf_writer_free(w);
 }
+
+tkv_model *tu_model;
+size_t tu_n_vocab;
+
+int tu_stories_setup(void **state) {
+    (void)state;
+    if (tkv_model_load(tu_shared("models/stories260K.gguf"), NULL, &tu_model) != TKV_OK) return -1;
+    tu_n_vocab = tkv_vocab_size(tu_model);
+    return 0;
+}
+
+int tu_stories_teardown(void **state) {
+    (void)state;
+    tkv_model_free(tu_model);
+    tu_model = NULL;
+    return 0;
+}

@@ -17,6 +17,14 @@
 /* "<shared>/<rel>" in a static buffer (one at a time). */
 const char *tu_shared(const char *rel);
 
+/* stories260K and its vocabulary size, for tests that share one model:
+   loaded by tu_stories_setup and freed by tu_stories_teardown (cmocka group
+   setup and teardown; 0 on success, -1 when the model does not load). */
+extern tkv_model *tu_model;
+extern size_t tu_n_vocab;
+int tu_stories_setup(void **state);
+int tu_stories_teardown(void **state);
+
 /* Whole file in a malloc'd buffer (NULL if unreadable). */
 uint8_t *tu_read_file(const char *path, size_t *size);
 
