@@ -111,7 +111,8 @@ static void test_interleaved_sequences(void **state) {
     b.logits = all;
     assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
     for (int i = 0; i < N; i++)
-        for (int s = 0; s < 3; s++) assert_memory_equal(tkv_get_logits(ctx, 3 * i + s), want[s] + i * tu_n_vocab, tu_n_vocab * sizeof(float));
+        for (int s = 0; s < 3; s++)
+            assert_memory_equal(tkv_get_logits(ctx, 3 * i + s), want[s] + i * tu_n_vocab, tu_n_vocab * sizeof(float));
     for (int s = 0; s < 3; s++) assert_int_equal(tkv_seq_len(ctx, s + 2), N), free(want[s]);
     tkv_context_free(ctx);
 }
