@@ -11,8 +11,11 @@
  *   vec_dot (one token; a matrix the tiled order cannot take):
  *     F32, F16: four 16-lane accumulators over 64-element steps (fused
  *       multiply-adds), added as (0 + 2) + (1 + 3), the 16 lanes reduced by
- *       reduce16; then the tail element by element (F32: fused into a float
- *       sum; F16: products added in double).
+ *       reduce16; then the tail element by element (F32: into a float sum,
+ *       the products rounded and added in order except the last n % 8,
+ *       which are fused: the reference's compiler vectorised that loop, and
+ *       only its scalar remainder became fused multiply-adds; F16: products
+ *       added in double).
  *     BF16: two 16-lane accumulators over 32-element steps, each reduced by
  *       reduce16 and added in double, tail in double.
  *
@@ -75,6 +78,14 @@ float tkv__dot_f32_ref_avx512(size_t n, const void *w, const void *a) {
     size_t i = 0;
     STEPS64(ld_f32, 4);
     float sum = steps;
+    /* the reference's compiler vectorised its tail loop 8 and 16 elements at
+       a time as products then in-order adds, and fused only the last n % 8 */
+    for (const size_t vec_end = i + ((n - i) & ~(size_t)7); i < vec_end; i++) {
+        float xi, yi;
+        __builtin_memcpy(&xi, x + 4 * i, 4);
+        __builtin_memcpy(&yi, y + 4 * i, 4);
+        sum += xi * yi; /* not contracted: this file is built with -ffp-contract=off */
+    }
     for (; i < n; i++) {
         float xi, yi;
         __builtin_memcpy(&xi, x + 4 * i, 4);

@@ -7,7 +7,8 @@
  *   vec_dot F32/F16: lane l of accumulator j sums elements 64 s + 16 j + l
  *     with fused multiply-adds; lanes of (0 + 2) + (1 + 3); then the 16
  *     lanes by halves (l + 8, l + 4, l + 2, l + 1); the tail one element at
- *     a time (F32: fused into the float sum; F16: products in double).
+ *     a time (F32: into the float sum, a rounded product added for all but
+ *     the last n % 8, which are fused; F16: products in double).
  *   vec_dot BF16: two accumulators over 32-element steps, each reduced by
  *     halves, added in double with the tail.
  *   lanes: one 16-lane accumulator over the whole row, reduced by halves.
@@ -91,6 +92,10 @@ static float model_vec_dot(tkv_type t, const uint8_t *x, const uint8_t *y, size_
     for (int l = 0; l < 16; l++) s[l] = (a[0][l] + a[2][l]) + (a[1][l] + a[3][l]);
     if (t == TKV_TYPE_F32) {
         float sum = halves(s);
+        for (; i < n - n % 8; i++) {
+            const float p = elem(t, x, i) * elem(t, y, i);
+            sum = sum + p;
+        }
         for (; i < n; i++) sum = fmaf(elem(t, x, i), elem(t, y, i), sum);
         return sum;
     }
