@@ -28,10 +28,13 @@ typedef struct tkv__attn_ops {
     float (*dot_f32)(const float *q, const uint16_t *k, size_t n);       /* sum q[i] k[i] */
     void (*mad_f32)(float *acc, const uint16_t *v, float w, size_t n);   /* acc += w v */
     /* 16 rows at a time, where a level has them (else NULL), for n a
-       multiple of 16: out[c] = scale * sum q[i] k[c][i] for c < 16, and
-       acc[i] += sum over c < m of w[c] v[c][i] (m <= 16) */
-    void (*scores16)(const float *q, const uint16_t *const k[16], size_t n, float scale, float out[16]);
-    void (*wsum16)(float *acc, const uint16_t *const v[16], const float *w, size_t m, size_t n);
+       multiple of 16. widen16: rows c < m to floats, row c at dst + c n
+       (the heads that share a K/V head then read them without converting
+       again). On widened rows: out[c] = scale * sum q[i] k[c n + i] for
+       c < 16, and acc[i] += sum over c < m of w[c] v[c n + i] (m <= 16). */
+    void (*widen16)(const uint16_t *const rows[16], size_t m, size_t n, float *dst);
+    void (*scores16)(const float *q, const float *k, size_t n, float scale, float out[16]);
+    void (*wsum16)(float *acc, const float *v, const float *w, size_t m, size_t n);
 } tkv__attn_ops;
 
 /* The best version this CPU runs (and the kernel level allows). */

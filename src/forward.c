@@ -94,9 +94,10 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->up = tkv__malloc(B * f->n_ff * sizeof(float));
     f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     f->xq = tkv__malloc(B * widest * sizeof(float)); /* F32 acts are the widest form */
-    /* one weight per cell (prefill), or q/accumulator (F16), or the
-       accumulator and a Q8_0 cell's K and V rows expanded */
-    f->attn_scratch_per_thread = n_cells;
+    /* one weight per cell for each (token, head) of a prefill unit and 16
+       widened rows, or q/accumulator (F16), or the accumulator and a Q8_0
+       cell's K and V rows expanded */
+    f->attn_scratch_per_thread = (size_t)TKV__ATTN_TOKENS * (hp->n_head / hp->n_head_kv) * n_cells + 16 * f->hd;
     if (f->attn_scratch_per_thread < f->hd + 2 * f->n_kv) f->attn_scratch_per_thread = f->hd + 2 * f->n_kv;
     f->attn_scratch_per_thread += 64;
     f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
@@ -238,39 +239,71 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
  * exp), then the weighted sum of V, all in float, as the reference's tiled
  * prefill path does. Not bit-identical to the one-pass F16 form above, and
  * several times faster: per cell it does vector work only, no libm call.
+ *
+ * One call does tokens t0 .. t0 + tn - 1 of one sequence (one cell list),
+ * and of each the query heads that share K/V head g: 16 cells' K (then V)
+ * rows are widened to float once and read by every (token, head) that
+ * attends to them, instead of converted again by each. Each (token, head)
+ * gets the same arithmetic as if it ran alone.
  */
-static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *scratch) {
+static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint32_t tn, size_t g, float *scratch) {
     const tkv__fwd *f = P->f;
     const tkv__kvcache *kv = P->kv;
     const tkv_hparams *hp = &f->m->hp;
     const tkv__attn_ops *ops = P->attn;
-    const size_t hd = f->hd, koff = hq / (hp->n_head / hp->n_head_kv) * hd;
-    const float *q = f->q + (size_t)t * f->n_q + hq * hd;
-    const uint32_t *cells = P->b->cells[t];
-    const size_t n = (size_t)P->b->pos[t] + 1;
+    const size_t hd = f->hd, group = hp->n_head / hp->n_head_kv, koff = g * hd;
+    const uint32_t *cells = P->b->cells[t0];
     const float scale = 1.0f / sqrtf((float)hd);
-    float *w = scratch; /* (n) */
+    size_t n_max = 0;
+    for (uint32_t u = 0; u < tn; u++)
+        if ((size_t)P->b->pos[t0 + u] + 1 > n_max) n_max = (size_t)P->b->pos[t0 + u] + 1;
+    /* (tn, group, n_max) weights: token u's head h at w + (u group + h) n_max; then (16, hd) widened rows */
+    float *w = scratch, *wide_rows = scratch + tn * group * n_max;
+#define Q(u, h) (f->q + (size_t)(t0 + (u)) * f->n_q + (g * group + (h)) * hd)
+#define OUT(u, h) (f->att + (size_t)(t0 + (u)) * f->n_q + (g * group + (h)) * hd)
+#define W(u, h) (w + ((u) * group + (h)) * n_max)
+#define N(u) ((size_t)P->b->pos[t0 + (u)] + 1)
     const bool wide = ops->scores16 && hd % 16 == 0; /* 16 cells at a time */
     const uint16_t *rows[16];
-    size_t j = 0;
     if (wide)
-        for (; j + 16 <= n; j += 16) {
+        for (size_t j = 0; j + 16 <= n_max; j += 16) {
             for (size_t c = 0; c < 16; c++) rows[c] = (const uint16_t *)tkv__kv_k(kv, layer, cells[j + c]) + koff;
-            ops->scores16(q, rows, hd, scale, w + j);
+            ops->widen16(rows, 16, hd, wide_rows);
+            for (uint32_t u = 0; u < tn; u++)
+                if (j + 16 <= N(u))
+                    for (size_t h = 0; h < group; h++) ops->scores16(Q(u, h), wide_rows, hd, scale, W(u, h) + j);
         }
-    for (; j < n; j++) w[j] = ops->dot_f32(q, (const uint16_t *)tkv__kv_k(kv, layer, cells[j]) + koff, hd) * scale;
-    tkv__ops_softmax(w, n);
-    float *out = f->att + (size_t)t * f->n_q + hq * hd;
-    memset(out, 0, hd * sizeof *out);
-    if (wide) {
-        for (j = 0; j < n; j += 16) {
-            const size_t m = n - j < 16 ? n - j : 16;
-            for (size_t c = 0; c < m; c++) rows[c] = (const uint16_t *)tkv__kv_v(kv, layer, cells[j + c]) + koff;
-            ops->wsum16(out, rows, w + j, m, hd);
+    for (uint32_t u = 0; u < tn; u++) {
+        const size_t n = N(u);
+        for (size_t j = wide ? n / 16 * 16 : 0; j < n; j++) {
+            const uint16_t *k = (const uint16_t *)tkv__kv_k(kv, layer, cells[j]) + koff;
+            for (size_t h = 0; h < group; h++) W(u, h)[j] = ops->dot_f32(Q(u, h), k, hd) * scale;
         }
-        return;
+        for (size_t h = 0; h < group; h++) {
+            tkv__ops_softmax(W(u, h), n);
+            memset(OUT(u, h), 0, hd * sizeof(float));
+        }
     }
-    for (j = 0; j < n; j++) ops->mad_f32(out, (const uint16_t *)tkv__kv_v(kv, layer, cells[j]) + koff, w[j], hd);
+    if (wide) {
+        for (size_t j = 0; j < n_max; j += 16) {
+            for (size_t c = 0; c < 16 && j + c < n_max; c++) rows[c] = (const uint16_t *)tkv__kv_v(kv, layer, cells[j + c]) + koff;
+            ops->widen16(rows, n_max - j < 16 ? n_max - j : 16, hd, wide_rows);
+            for (uint32_t u = 0; u < tn; u++)
+                if (j < N(u))
+                    for (size_t h = 0; h < group; h++)
+                        ops->wsum16(OUT(u, h), wide_rows, W(u, h) + j, N(u) - j < 16 ? N(u) - j : 16, hd);
+        }
+    } else {
+        for (uint32_t u = 0; u < tn; u++)
+            for (size_t j = 0; j < N(u); j++) {
+                const uint16_t *v = (const uint16_t *)tkv__kv_v(kv, layer, cells[j]) + koff;
+                for (size_t h = 0; h < group; h++) ops->mad_f32(OUT(u, h), v, W(u, h)[j], hd);
+            }
+    }
+#undef Q
+#undef OUT
+#undef W
+#undef N
 }
 
 /* The running softmax in float over rows of an F32 cache, or of a Q8_0
@@ -355,13 +388,24 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
        Pairs are dealt round-robin: a later token attends to more cells, so
        contiguous ranges would leave the first threads waiting for the last. */
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
-    const bool batched = b->attn_float || n >= TKV__ATTN_BATCHED_MIN;
-    for (size_t p = (size_t)ith; p < (size_t)n * hp->n_head; p += (size_t)nth) {
-        const uint32_t t = (uint32_t)(p / hp->n_head);
-        const size_t hq = p % hp->n_head;
-        if (P->kv->type != TKV_TYPE_F16) attend_f32(P, l, t, hq, scratch);
-        else if (batched) attend_f16_batched(P, l, t, hq, scratch);
-        else attend_f16(P, l, t, hq, scratch);
+    if (P->kv->type == TKV_TYPE_F16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
+        /* (block of TKV__ATTN_TOKENS tokens, K/V head) units; a block splits where the sequence changes */
+        const size_t n_blocks = (n + TKV__ATTN_TOKENS - 1) / TKV__ATTN_TOKENS;
+        for (size_t p = (size_t)ith; p < n_blocks * hp->n_head_kv; p += (size_t)nth) {
+            const size_t block_end = (p / hp->n_head_kv + 1) * TKV__ATTN_TOKENS;
+            const uint32_t t_end = block_end < n ? (uint32_t)block_end : n;
+            for (uint32_t t = (uint32_t)(p / hp->n_head_kv * TKV__ATTN_TOKENS), run; t < t_end; t += run) {
+                for (run = 1; t + run < t_end && b->cells[t + run] == b->cells[t];) run++;
+                attend_f16_batched(P, l, t, run, p % hp->n_head_kv, scratch);
+            }
+        }
+    } else {
+        for (size_t p = (size_t)ith; p < (size_t)n * hp->n_head; p += (size_t)nth) {
+            const uint32_t t = (uint32_t)(p / hp->n_head);
+            const size_t hq = p % hp->n_head;
+            if (P->kv->type != TKV_TYPE_F16) attend_f32(P, l, t, hq, scratch);
+            else attend_f16(P, l, t, hq, scratch);
+        }
     }
     tkv__pool_barrier(P->pool);
 

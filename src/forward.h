@@ -15,6 +15,8 @@
  * batches and which its reference logits were made with.
  */
 #define TKV__ATTN_BATCHED_MIN 32
+/* tokens per unit of prefill attention: they share each widened K/V row */
+#define TKV__ATTN_TOKENS 4
 
 /* Scratch for forward passes of up to n_batch tokens (sized once). */
 typedef struct tkv__fwd tkv__fwd;

@@ -78,8 +78,9 @@ static void test_float_forms(void **state) {
     }
 }
 
-/* 16 cells at a time: cell c's score in lane c (each row its own data), and
-   the weighted sum of up to 16 rows, against exact double sums. */
+/* 16 cells at a time: the rows widened to float exactly, cell c's score in
+   lane c (each row its own data), and the weighted sum of up to 16 rows,
+   against exact double sums. */
 static void test_sixteen_rows(void **state) {
     (void)state;
     const tkv__attn_ops *best = tkv__attn_get();
@@ -89,11 +90,17 @@ static void test_sixteen_rows(void **state) {
         const size_t n = sizes[s];
         uint16_t k[16][256];
         const uint16_t *rows[16];
-        float q[256], out[16], acc[256], want[256];
+        float q[256], out[16], acc[256], want[256], wide[16 * 256];
         for (int c = 0; c < 16; c++) fill(k[c], n, 900 + (unsigned)(16 * s) + (unsigned)c), rows[c] = k[c];
         srand(77 + (unsigned)s);
         for (size_t i = 0; i < n; i++) q[i] = (float)(rand() % 2001 - 1000) / 250.0f;
-        best->scores16(q, rows, n, 0.125f, out);
+        for (int c = 0; c < 16; c++) memset(wide + (size_t)c * n, 0xff, n * sizeof(float)); /* NaN unless written */
+        best->widen16(rows, 16, n, wide);
+        for (int c = 0; c < 16; c++)
+            for (size_t i = 0; i < n; i++)
+                if (memcmp(&wide[(size_t)c * n + i], &(float){tkv__quant_f16_to_f32(k[c][i])}, 4) != 0)
+                    fail_msg("n %zu row %d element %zu: widened %.9g", n, c, i, wide[(size_t)c * n + i]);
+        best->scores16(q, wide, n, 0.125f, out);
         for (int c = 0; c < 16; c++) {
             double exact = 0, mag = 0;
             for (size_t i = 0; i < n; i++) {
@@ -112,7 +119,8 @@ static void test_sixteen_rows(void **state) {
                 for (size_t c = 0; c < m; c++) e += (double)w[c] * tkv__quant_f16_to_f32(k[c][i]);
                 want[i] = (float)e;
             }
-            best->wsum16(acc, rows, w, m, n);
+            best->widen16(rows, m, n, wide);
+            best->wsum16(acc, wide, w, m, n);
             for (size_t i = 0; i < n; i++)
                 if (!(fabsf(acc[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i]))))
                     fail_msg("n %zu m %zu element %zu: %.9g, exact %.9g", n, m, i, acc[i], want[i]);
