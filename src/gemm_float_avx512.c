@@ -79,18 +79,13 @@ float tkv__dot_f32_ref_avx512(size_t n, const void *w, const void *a) {
     STEPS64(ld_f32, 4);
     float sum = steps;
     /* the reference's compiler vectorised its tail loop 8 and 16 elements at
-       a time as products then in-order adds, and fused only the last n % 8 */
-    for (const size_t vec_end = i + ((n - i) & ~(size_t)7); i < vec_end; i++) {
+       a time as products then in-order adds, and fused only the last n % 8
+       (the add is not contracted: this file is built with -ffp-contract=off) */
+    for (const size_t fused_from = n - n % 8; i < n; i++) {
         float xi, yi;
         __builtin_memcpy(&xi, x + 4 * i, 4);
         __builtin_memcpy(&yi, y + 4 * i, 4);
-        sum += xi * yi; /* not contracted: this file is built with -ffp-contract=off */
-    }
-    for (; i < n; i++) {
-        float xi, yi;
-        __builtin_memcpy(&xi, x + 4 * i, 4);
-        __builtin_memcpy(&yi, y + 4 * i, 4);
-        sum = __builtin_fmaf(xi, yi, sum);
+        sum = i < fused_from ? sum + xi * yi : __builtin_fmaf(xi, yi, sum);
     }
     return sum;
 }
