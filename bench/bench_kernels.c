@@ -21,9 +21,9 @@
  * and prints each shape's GFLOP/s (2 * weights * tokens / time of the layer's
  * products, activation quantization included), best of ITERS layers.
  */
-#include "kernels.h"
-#include "ops.h"
-#include "quant.h"
+#include "compute/kernels.h"
+#include "compute/ops.h"
+#include "compute/quant.h"
 
 #include <stdio.h>
 #include <stdlib.h>

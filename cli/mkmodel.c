@@ -31,11 +31,8 @@
 #include "cli.h"
 #include "tokenkv.h"
 
-/* internal modules (the CLI links the static library) */
-#include "../src/alloc.h"
-#include "../src/gguf.h"
-#include "../src/gguf_write.h"
-#include "../src/quantize.h"
+/* the tools library: the GGUF writer and the quantizer */
+#include "tools/tools.h"
 
 #include <errno.h>
 #include <math.h>
@@ -127,7 +124,7 @@ static void fill_uniform(uint64_t *s, float *x, size_t n, uint64_t fan_in) {
 
 /*
  * The little-endian bytes of element i (i == SIZE_MAX: the scalar) of `key`
- * as type t (numeric) into out (tkv__gguf_meta_size(t) bytes). Integers and bools come
+ * as type t (numeric) into out (tkv__gguf_write_value_size(t) bytes). Integers and bools come
  * through the int64 getter and are truncated back to their own width, which
  * is exact since they came from that width.
  */
@@ -148,7 +145,7 @@ static tkv_status numeric_bytes(const tkv_model *src, const char *key, size_t i,
     int64_t v;
     st = i == SIZE_MAX ? tkv_model_meta_int(src, key, &v) : tkv_model_meta_arr_int(src, key, i, &v);
     if (st) return st;
-    for (size_t b = 0; b < tkv__gguf_meta_size(t); b++) out[b] = (uint8_t)((uint64_t)v >> (8 * b));
+    for (size_t b = 0; b < tkv__gguf_write_value_size(t); b++) out[b] = (uint8_t)((uint64_t)v >> (8 * b));
     return TKV_OK;
 }
 
@@ -172,7 +169,7 @@ static tkv_status copy_pair(const tkv_model *src, const char *key, tkv_meta_type
     }
     if (type != TKV_META_ARRAY) {
         uint8_t bytes[8];
-        if (!tkv__gguf_meta_size(type)) return *why = "unknown value type", TKV_ERR_UNSUPPORTED;
+        if (!tkv__gguf_write_value_size(type)) return *why = "unknown value type", TKV_ERR_UNSUPPORTED;
         if ((st = numeric_bytes(src, key, SIZE_MAX, type, bytes))) return st;
         return tkv__gguf_write_scalar(w, key, type, bytes);
     }
@@ -191,7 +188,7 @@ static tkv_status copy_pair(const tkv_model *src, const char *key, tkv_meta_type
         free(strs);
         return st;
     }
-    const size_t es = tkv__gguf_meta_size(et);
+    const size_t es = tkv__gguf_write_value_size(et);
     if (!es) return *why = "arrays of arrays are not copied", TKV_ERR_UNSUPPORTED;
     uint8_t *data = malloc(n ? n * es : 1); /* (n, es) little-endian elements */
     if (!data) return TKV_ERR_NOMEM;
@@ -456,7 +453,7 @@ int cmd_mkmodel(int argc, char **argv) {
     size_t plen = strlen(o.out);
     char *tmp = malloc(plen + 5);
     if (!tmp) {
-        tkv__free(img);
+        tkv__gguf_image_free(img);
         return cli_fail("mkmodel", "out of memory");
     }
     memcpy(tmp, o.out, plen);
@@ -467,7 +464,7 @@ int cmd_mkmodel(int argc, char **argv) {
         remove(tmp);
         goto out;
     }
-    tkv__free(img);
+    tkv__gguf_image_free(img);
     img = NULL;
     /* the loader must accept what we wrote: check before it takes the final name */
     tkv_model *check = NULL;
@@ -487,7 +484,7 @@ int cmd_mkmodel(int argc, char **argv) {
            (double)size / (1024.0 * 1024.0));
     rc = 0;
 out:
-    tkv__free(img);
+    tkv__gguf_image_free(img);
     free(tmp);
     return rc;
 }

@@ -1,6 +1,6 @@
 /*
  * fuzz_cachefile.c — libFuzzer target for the cache file loader
- * (persist_format.c, persist.c) against a context over stories260K.
+ * (src/kv/cachefile.c, src/runtime/persist.c) against a context over stories260K.
  *
  * Any input must end in TKV_OK or a clean error with a message, and leave a
  * cache that passes tkv_cache_check. The first input byte chooses:
@@ -17,8 +17,8 @@
  *   bits 4-5  0: load as a cached prefix (tkv_cache_load's way), else into
  *             that sequence.
  */
-#include "error.h"
-#include "persist.h"
+#include "base/error.h"
+#include "runtime/persist.h"
 #include "tokenkv.h"
 
 #include <dirent.h>
@@ -113,7 +113,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (ctl & 8) n = last;
         changed = n != tmpl_size[k] || memcmp(buf, tmpl[k], n) != 0;
     }
-    if (mode & 1) tkv__persist_reseal(buf, n);
+    if (mode & 1) tkv__cachefile_reseal(buf, n);
     const unsigned s = (ctl >> 4) & 3;
     const tkv_seq seq = s ? (tkv_seq)s : -1;
     tkv__clear_error();

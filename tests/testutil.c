@@ -3,8 +3,8 @@
  */
 #include "testutil.h"
 
-#include "alloc.h"
-#include "gguf_write.h"
+#include "base/alloc.h"
+#include "tools/gguf_write.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -33,7 +33,7 @@ const char *tu_write_temp(const uint8_t *data, size_t size);
 
 /*
  * Where things are in a well-formed GGUF file, found by a walk written
- * independently of src/gguf.c (so the reader is checked against it).
+ * independently of src/format/gguf.c (so the reader is checked against it).
  */
 typedef struct tu_layout {
     uint64_t n_kv, n_tensors;

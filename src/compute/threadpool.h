@@ -1,0 +1,41 @@
+/*
+ * threadpool.h — a persistent pool of threads that run one task together.
+ *
+ * The forward pass is a chain of steps separated by barriers (norm ->
+ * quantize -> matmul -> ...). The pool runs a task on all n threads at once
+ * (the calling thread is thread 0) and offers a barrier inside the task, so a
+ * whole layer is one dispatch. Workers spin briefly between tasks (a decode
+ * step dispatches often) and then sleep, so an idle pool costs nothing.
+ */
+#ifndef TKV_THREADPOOL_H
+#define TKV_THREADPOOL_H
+
+#include "tokenkv_types.h"
+
+typedef struct tkv__pool tkv__pool;
+
+/* ith in [0, nth): which share of the work this thread does. */
+typedef void (*tkv__task_fn)(void *arg, int ith, int nth);
+
+/* A pool of n_threads (>= 1; the caller counts as one). */
+tkv_status tkv__pool_create(int n_threads, tkv__pool **out);
+
+/* Stop and join the workers; NULL is a no-op. */
+void tkv__pool_free(tkv__pool *p);
+
+int tkv__pool_size(const tkv__pool *p);
+
+/* Run fn(arg, ith, nth) on every thread; returns when all have finished.
+   Not re-entrant: one task at a time per pool. */
+void tkv__pool_run(tkv__pool *p, tkv__task_fn fn, void *arg);
+
+/* Inside a task: wait until every thread of the pool has reached it. */
+void tkv__pool_barrier(tkv__pool *p);
+
+/* [*r0, *r1): the share of n items of thread ith among nth. */
+static inline void tkv__split(size_t n, int ith, int nth, size_t *r0, size_t *r1) {
+    *r0 = n * (size_t)ith / (size_t)nth;
+    *r1 = n * (size_t)(ith + 1) / (size_t)nth;
+}
+
+#endif

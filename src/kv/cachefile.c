@@ -1,0 +1,400 @@
+/*
+ * cachefile.c — the cache file format: writing a prefix (token ids and
+ * their K/V) crash-safely, and parsing and validating a file image.
+ *
+ * Format, version 1. One file holds one prefix of one namespace: the token
+ * ids of positions 0..n_tokens-1 and the K/V of positions kv_from..n_tokens-1
+ * (kv_from is 0 for a sequence; for a prefix-index node it is the node's
+ * depth, and the tokens before it must already be cached when it loads).
+ * Every integer is little-endian; K/V rows are stored as the cache holds
+ * them (F16, F32 or Q8_0 blocks, little-endian hosts). Files are a sequence
+ * of blocks, each followed by its XXH3-64 checksum, seeded with the block's
+ * number so that blocks cannot be swapped or repeated unnoticed:
+ *
+ *   block 0, header (96 bytes, checksum at 88 over bytes 0..87, seed 0)
+ *     0  magic        "TKVCACHE"
+ *     8  u32 version  1
+ *    12  u32 header   96 (bytes of this block, checksum included)
+ *    16  u64 fp[2]    model fingerprint (tkv_model_fingerprint: XXH3-128 of
+ *                     the hyperparameters, tensor table and tokenizer)
+ *    32  u32 kv_type  tkv_type of the rows (F16, F32, Q8_0)
+ *    36  u32 n_layer
+ *    40  u32 n_embd_kv  elements of one K (or V) row
+ *    44  u32 n_vocab
+ *    48  u64 row_size   bytes of one K (or V) row
+ *    56  u64 ns         namespace of the prefix
+ *    64  u32 n_tokens
+ *    68  u32 kv_from
+ *    72  u64 rank       order in a tkv_cache_save, 0 = most recently used
+ *    80  u64 reserved   0
+ *    88  u64 checksum
+ *   block 1, tokens: n_tokens int32 ids, then n_tokens int32 positions
+ *     (0..n_tokens-1), then the checksum (seed 1);
+ *   blocks 2 .. 2 + 2 n_layer - 1: for each layer, its K rows then its V
+ *     rows of positions kv_from..n_tokens-1 (row_size bytes each), each
+ *     block followed by its checksum (seed = block number).
+ * The file ends there: its size is exactly
+ *   96 + 8 n_tokens + 8 + 2 n_layer ((n_tokens - kv_from) row_size + 8).
+ *
+ * Reading checks all of it before anything is used: size, magic, version,
+ * the header checksum, every field against the context (fingerprint, KV
+ * type, geometry, n_tokens <= n_cells, kv_from <= n_tokens), the exact size,
+ * every block checksum, token ids < n_vocab and positions 0..n-1.
+ *
+ * Writing goes to NAME.tmp.PID in the same directory, is fsynced, then
+ * renamed over NAME: a reader sees the old file or the new one, never half
+ * of one (the caller fsyncs the directory to make the rename durable).
+ */
+#include "cachefile.h"
+
+#include "base/alloc.h"
+#include "base/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+static const uint8_t magic[8] = {'T', 'K', 'V', 'C', 'A', 'C', 'H', 'E'};
+
+static uint32_t get32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
+static void put32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+    put32(p, (uint32_t)v);
+    put32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Byte offsets of the layout (see the top of the file). */
+enum { H_CHECKSUM = 88, H_BYTES = TKV__CACHEFILE_HEADER_BYTES };
+
+static uint64_t kv_block_bytes(const tkv__phdr *h) { return (uint64_t)(h->n_tokens - h->kv_from) * h->row_size; }
+
+uint64_t tkv__cachefile_file_size(const tkv__phdr *h) {
+    return H_BYTES + 8ull * h->n_tokens + 8 + 2ull * h->n_layer * (kv_block_bytes(h) + 8);
+}
+
+static void encode_header(const tkv__phdr *h, uint8_t p[H_BYTES]) {
+    memset(p, 0, H_BYTES);
+    memcpy(p, magic, sizeof magic);
+    put32(p + 8, TKV__CACHEFILE_VERSION);
+    put32(p + 12, H_BYTES);
+    put64(p + 16, h->fp[0]);
+    put64(p + 24, h->fp[1]);
+    put32(p + 32, h->kv_type);
+    put32(p + 36, h->n_layer);
+    put32(p + 40, h->n_embd_kv);
+    put32(p + 44, h->n_vocab);
+    put64(p + 48, h->row_size);
+    put64(p + 56, h->ns);
+    put32(p + 64, h->n_tokens);
+    put32(p + 68, h->kv_from);
+    put64(p + 72, h->rank);
+    put64(p + H_CHECKSUM, XXH3_64bits_withSeed(p, H_CHECKSUM, 0));
+}
+
+static void decode_header(const uint8_t *p, tkv__phdr *h) {
+    h->fp[0] = get64(p + 16);
+    h->fp[1] = get64(p + 24);
+    h->kv_type = get32(p + 32);
+    h->n_layer = get32(p + 36);
+    h->n_embd_kv = get32(p + 40);
+    h->n_vocab = get32(p + 44);
+    h->row_size = get64(p + 48);
+    h->ns = get64(p + 56);
+    h->n_tokens = get32(p + 64);
+    h->kv_from = get32(p + 68);
+    h->rank = get64(p + 72);
+}
+
+static const char *type_name(uint32_t t) {
+    const char *s = t < TKV_TYPE_COUNT ? tkv_type_name((tkv_type)t) : NULL;
+    return s ? s : "unknown";
+}
+
+tkv_status tkv__cachefile_check_header(const char *name, const uint8_t *p, uint64_t file_size, const tkv__pexpect *e,
+                                     tkv__phdr *h) {
+    if (file_size < H_BYTES)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': truncated (%llu bytes, shorter than the %u-byte header)", name,
+                         (unsigned long long)file_size, H_BYTES);
+    if (memcmp(p, magic, sizeof magic) != 0)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': not a tokenkv cache file (bad magic)", name);
+    const uint32_t version = get32(p + 8);
+    if (version != TKV__CACHEFILE_VERSION)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "cache file '%s': format version %u is not supported (this build reads version %u)",
+                         name, version, TKV__CACHEFILE_VERSION);
+    if (get64(p + H_CHECKSUM) != XXH3_64bits_withSeed(p, H_CHECKSUM, 0))
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block 0 (header) checksum mismatch (the file is corrupt)", name);
+    if (get32(p + 12) != H_BYTES || get64(p + 80) != 0)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': header size %u or reserved field %llu is wrong", name,
+                         get32(p + 12), (unsigned long long)get64(p + 80));
+    decode_header(p, h);
+    if (h->fp[0] != e->fp[0] || h->fp[1] != e->fp[1])
+        return tkv__fail(TKV_ERR_INVALID,
+                         "cache file '%s': model fingerprint differs (file from another model: %016llx%016llx, this "
+                         "model %016llx%016llx)",
+                         name, (unsigned long long)h->fp[1], (unsigned long long)h->fp[0], (unsigned long long)e->fp[1],
+                         (unsigned long long)e->fp[0]);
+    if (h->kv_type != e->kv_type)
+        return tkv__fail(TKV_ERR_INVALID, "cache file '%s': KV type %s differs from the context's %s", name,
+                         type_name(h->kv_type), type_name(e->kv_type));
+    if (h->n_layer != e->n_layer || h->n_embd_kv != e->n_embd_kv || h->row_size != e->row_size ||
+        h->n_vocab != e->n_vocab)
+        return tkv__fail(TKV_ERR_INVALID,
+                         "cache file '%s': geometry differs (n_layer %u, K/V row of %u elements in %llu bytes, vocabulary "
+                         "of %u; the context has %u, %u, %llu, %u)",
+                         name, h->n_layer, h->n_embd_kv, (unsigned long long)h->row_size, h->n_vocab, e->n_layer,
+                         e->n_embd_kv, (unsigned long long)e->row_size, e->n_vocab);
+    if (h->n_tokens > e->n_cells)
+        return tkv__fail(TKV_ERR_FULL, "cache file '%s': holds %u tokens, more than the context's %u cells", name,
+                         h->n_tokens, e->n_cells);
+    if (h->kv_from > h->n_tokens)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': K/V from position %u of a %u-token prefix", name, h->kv_from,
+                         h->n_tokens);
+    /* the fields are bounded by the context's own sizes now: no overflow */
+    const uint64_t want = tkv__cachefile_file_size(h);
+    if (file_size < want)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': truncated (%llu bytes, the header says %llu)", name,
+                         (unsigned long long)file_size, (unsigned long long)want);
+    if (file_size > want)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': %llu bytes after the end the header gives (%llu bytes)", name,
+                         (unsigned long long)(file_size - want), (unsigned long long)want);
+    return TKV_OK;
+}
+
+tkv_token tkv__cachefile_token(const tkv__prec *rec, uint32_t i) { return (tkv_token)get32(rec->tokens + 4ull * i); }
+
+tkv_status tkv__cachefile_parse(const char *name, const uint8_t *data, size_t size, const tkv__pexpect *e,
+                              tkv__prec *rec) {
+    tkv__phdr h;
+    tkv_status st = tkv__cachefile_check_header(name, data, size, e, &h);
+    if (st) return st;
+    const uint8_t *tok = data + H_BYTES;
+    const size_t tok_bytes = 8 * (size_t)h.n_tokens;
+    if (get64(tok + tok_bytes) != XXH3_64bits_withSeed(tok, tok_bytes, 1))
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block 1 (tokens) checksum mismatch (the file is corrupt)", name);
+    for (uint32_t i = 0; i < h.n_tokens; i++) {
+        const int32_t t = (int32_t)get32(tok + 4ull * i), pos = (int32_t)get32(tok + 4ull * h.n_tokens + 4ull * i);
+        if (t < 0 || (uint32_t)t >= e->n_vocab)
+            return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': token %u: id %d is out of range (vocabulary of %u)", name, i,
+                             (int)t, e->n_vocab);
+        if (pos != (int32_t)i)
+            return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': token %u is at position %d, expected %u", name, i, (int)pos,
+                             i);
+    }
+    const uint64_t blk = kv_block_bytes(&h);
+    const uint8_t *kv = tok + tok_bytes + 8;
+    for (uint32_t b = 0; b < 2 * h.n_layer; b++) {
+        const uint8_t *p = kv + b * (blk + 8);
+        if (get64(p + blk) != XXH3_64bits_withSeed(p, (size_t)blk, 2 + b))
+            return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block %u (layer %u %c) checksum mismatch (the file is corrupt)",
+                             name, 2 + b, b / 2, b % 2 ? 'V' : 'K');
+    }
+    rec->h = h;
+    rec->tokens = tok;
+    rec->kv = kv;
+    rec->kv_block = blk;
+    return TKV_OK;
+}
+
+void tkv__cachefile_reseal(uint8_t *data, size_t size) {
+    if (size < H_BYTES) return;
+    put64(data + H_CHECKSUM, XXH3_64bits_withSeed(data, H_CHECKSUM, 0));
+    tkv__phdr h;
+    decode_header(data, &h);
+    if (h.kv_from > h.n_tokens) return;
+    /* the layout, without overflow, must fit the image exactly */
+    uint64_t blk, kv_all, total;
+    if (__builtin_mul_overflow((uint64_t)(h.n_tokens - h.kv_from), h.row_size, &blk) ||
+        __builtin_mul_overflow(blk + 8 < blk ? UINT64_MAX : blk + 8, 2ull * h.n_layer, &kv_all) ||
+        __builtin_add_overflow(kv_all, H_BYTES + 8ull * h.n_tokens + 8, &total) || total != size)
+        return;
+    uint8_t *tok = data + H_BYTES;
+    const size_t tok_bytes = 8 * (size_t)h.n_tokens;
+    put64(tok + tok_bytes, XXH3_64bits_withSeed(tok, tok_bytes, 1));
+    uint8_t *kv = tok + tok_bytes + 8;
+    for (uint32_t b = 0; b < 2 * h.n_layer; b++) {
+        uint8_t *p = kv + b * (blk + 8);
+        put64(p + blk, XXH3_64bits_withSeed(p, (size_t)blk, 2 + b));
+    }
+}
+
+/* ---- writing -------------------------------------------------------------- */
+
+/* Buffered writes to a file descriptor, hashing each block as it goes. */
+typedef struct writer {
+    XXH3_state_t hash;
+    int fd;
+    int err;        /* errno of the first failed write; 0: none */
+    uint8_t *buf;   /* (cap) */
+    size_t n, cap;
+    uint64_t block; /* number of the block being written */
+} writer;
+
+static void w_flush(writer *w) {
+    for (size_t off = 0; off < w->n && !w->err;) {
+        ssize_t r = write(w->fd, w->buf + off, w->n - off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) w->err = r < 0 ? errno : EIO;
+        else off += (size_t)r;
+    }
+    w->n = 0;
+}
+
+static void w_raw(writer *w, const void *p, size_t n) {
+    const uint8_t *s = p;
+    while (n && !w->err) {
+        if (w->n == w->cap) w_flush(w);
+        size_t k = w->cap - w->n < n ? w->cap - w->n : n;
+        memcpy(w->buf + w->n, s, k);
+        w->n += k, s += k, n -= k;
+    }
+}
+
+static void w_put(writer *w, const void *p, size_t n) {
+    XXH3_64bits_update(&w->hash, p, n);
+    w_raw(w, p, n);
+}
+
+/* End the current block: write its checksum and start the next one. */
+static void w_end_block(writer *w) {
+    uint8_t b[8];
+    put64(b, XXH3_64bits_digest(&w->hash));
+    w_raw(w, b, sizeof b);
+    XXH3_64bits_reset_withSeed(&w->hash, ++w->block);
+}
+
+/* The body: blocks 1.. (tokens, then K and V of each layer). */
+static void write_body(writer *w, const tkv__kvcache *kv, const tkv__phdr *h, const tkv_token *tokens,
+                       const uint32_t *cells) {
+    XXH3_64bits_reset_withSeed(&w->hash, w->block = 1);
+    uint8_t b[4];
+    for (uint32_t i = 0; i < h->n_tokens; i++) put32(b, (uint32_t)tokens[i]), w_put(w, b, 4);
+    for (uint32_t i = 0; i < h->n_tokens; i++) put32(b, i), w_put(w, b, 4);
+    w_end_block(w);
+    const uint32_t m = h->n_tokens - h->kv_from;
+    for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
+        for (uint32_t i = 0; i < m; i++) w_put(w, tkv__kv_k(kv, l, cells[i]), kv->rows.row_size);
+        w_end_block(w);
+        for (uint32_t i = 0; i < m; i++) w_put(w, tkv__kv_v(kv, l, cells[i]), kv->rows.row_size);
+        w_end_block(w);
+    }
+}
+
+tkv_status tkv__cachefile_write(const tkv__kvcache *kv, const char *path, const tkv__phdr *h, const tkv_token *tokens,
+                              const uint32_t *cells) {
+    const size_t plen = strlen(path);
+    char *tmp = tkv__malloc(plen + 32);
+    writer w = {.fd = -1, .cap = 1 << 18};
+    w.buf = tkv__malloc(w.cap);
+    if (!tmp || !w.buf) {
+        tkv__free(tmp);
+        tkv__free(w.buf);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory writing cache file '%s'", path);
+    }
+    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    tkv_status st = TKV_OK;
+    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (w.fd < 0) {
+        st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    uint8_t hdr[H_BYTES];
+    encode_header(h, hdr);
+    w_raw(&w, hdr, sizeof hdr);
+    write_body(&w, kv, h, tokens, cells);
+    w_flush(&w);
+    if (!w.err && fsync(w.fd) != 0) w.err = errno;
+    if (close(w.fd) != 0 && !w.err) w.err = errno;
+    w.fd = -1;
+    if (w.err) {
+        st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot write: %s", tmp, strerror(w.err));
+    } else if (rename(tmp, path) != 0) {
+        st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot rename %s over it: %s", path, tmp, strerror(errno));
+    }
+    if (st) unlink(tmp);
+done:
+    tkv__free(tmp);
+    tkv__free(w.buf);
+    return st;
+}
+
+tkv_status tkv__cachefile_sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot open: %s", dir, strerror(errno));
+    int rc = fsync(fd), e = errno;
+    close(fd);
+    /* some file systems cannot fsync a directory (EINVAL): the rename is then as durable as they make it */
+    if (rc != 0 && e != EINVAL)
+        return tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot fsync: %s", dir, strerror(e));
+    return TKV_OK;
+}
+
+/* ---- reading -------------------------------------------------------------- */
+
+/* Read exactly n bytes from fd (a regular file that should have them). */
+static int read_all(int fd, uint8_t *p, size_t n) {
+    while (n) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return errno;
+        if (r == 0) return EIO; /* shorter than fstat said: the file changed */
+        p += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+tkv_status tkv__cachefile_read(const char *path, uint8_t *buf, size_t cap, size_t *size) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block us */
+    if (fd < 0) return tkv__fail(TKV_ERR_IO, "cache file '%s': cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    tkv_status st = TKV_OK;
+    int e;
+    if (fstat(fd, &sb) != 0) {
+        st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot stat: %s", path, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        st = tkv__fail(TKV_ERR_IO, "cache file '%s': not a regular file", path);
+    } else {
+        *size = (size_t)sb.st_size;
+        size_t n = *size < cap ? *size : cap;
+        if ((e = read_all(fd, buf, n)) != 0)
+            st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot read: %s", path, strerror(e));
+    }
+    close(fd);
+    return st;
+}
+
+tkv_status tkv__cachefile_read_file(const char *path, uint8_t **data, size_t *size) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block us */
+    if (fd < 0) return tkv__fail(TKV_ERR_IO, "cache file '%s': cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    tkv_status st = TKV_OK;
+    uint8_t *buf = NULL;
+    int e;
+    if (fstat(fd, &sb) != 0) {
+        st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot stat: %s", path, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        st = tkv__fail(TKV_ERR_IO, "cache file '%s': not a regular file", path);
+    } else if (!(buf = tkv__malloc((size_t)sb.st_size))) {
+        st = tkv__fail(TKV_ERR_NOMEM, "out of memory reading cache file '%s' (%lld bytes)", path, (long long)sb.st_size);
+    } else if ((e = read_all(fd, buf, (size_t)sb.st_size)) != 0) {
+        st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot read: %s", path, strerror(e));
+    }
+    close(fd);
+    if (st) {
+        tkv__free(buf);
+        return st;
+    }
+    *data = buf;
+    *size = (size_t)sb.st_size;
+    return TKV_OK;
+}

@@ -1,0 +1,95 @@
+/*
+ * cachefile.h — the cache file format: one prefix (token ids with their K/V
+ * rows) per file, checked against the model fingerprint and block checksums
+ * (the format is described at the top of cachefile.c). Writing a prefix out
+ * of the cache crash-safely, and reading and validating a file image.
+ *
+ * runtime/persist.c puts validated images into the cache (tkv_seq_load,
+ * tkv_cache_load) and chooses what to write (tkv_seq_save, tkv_cache_save).
+ */
+#ifndef TKV_CACHEFILE_H
+#define TKV_CACHEFILE_H
+
+#include "kvcache.h"
+
+#include <stdint.h>
+
+#define TKV__CACHEFILE_VERSION 1u
+#define TKV__CACHEFILE_HEADER_BYTES 96u
+#define TKV__CACHEFILE_EXT ".tkvc"
+
+/* The fields of a file header (all validated by tkv__cachefile_check_header). */
+typedef struct tkv__phdr {
+    uint64_t fp[2];     /* model fingerprint */
+    uint32_t kv_type, n_layer, n_embd_kv, n_vocab;
+    uint64_t row_size;  /* bytes of one K (or V) row */
+    uint64_t ns;        /* namespace */
+    uint32_t n_tokens;  /* the prefix: positions 0..n_tokens-1 */
+    uint32_t kv_from;   /* K/V stored for positions kv_from..n_tokens-1 */
+    uint64_t rank;      /* order of the save: 0 = most recently used */
+} tkv__phdr;
+
+/* A parsed, fully validated file image (pointers into the image). */
+typedef struct tkv__prec {
+    tkv__phdr h;
+    const uint8_t *tokens; /* (n_tokens) int32 little-endian */
+    const uint8_t *kv;     /* first K block; block b (K of layer b/2 or V) at kv + b * (kv_block + 8) */
+    uint64_t kv_block;     /* bytes of one K or V block: (n_tokens - kv_from) * row_size */
+} tkv__prec;
+
+/* What a context requires of a file: its model's fingerprint and the cache geometry. */
+typedef struct tkv__pexpect {
+    uint64_t fp[2];
+    uint32_t kv_type, n_layer, n_embd_kv, n_vocab, n_cells;
+    uint64_t row_size;
+} tkv__pexpect;
+
+/* Exact file size for a header's fields. */
+uint64_t tkv__cachefile_file_size(const tkv__phdr *h);
+
+/*
+ * Check the first TKV__CACHEFILE_HEADER_BYTES bytes of a file of `file_size`
+ * bytes: magic, version, header checksum, every field against *e, and the
+ * file size the fields imply. TKV_ERR_FORMAT (or TKV_ERR_UNSUPPORTED for
+ * another version, TKV_ERR_INVALID for another model or geometry) with the
+ * thread's error naming `name` and the problem.
+ */
+tkv_status tkv__cachefile_check_header(const char *name, const uint8_t *p, uint64_t file_size, const tkv__pexpect *e,
+                                     tkv__phdr *h);
+
+/* Validate a whole image (header, every block checksum, tokens, positions). */
+tkv_status tkv__cachefile_parse(const char *name, const uint8_t *data, size_t size, const tkv__pexpect *e,
+                              tkv__prec *rec);
+
+/* Token i of a parsed record. */
+tkv_token tkv__cachefile_token(const tkv__prec *rec, uint32_t i);
+
+/*
+ * Write one prefix to `path`, crash-safely (a temporary file PATH.tmp.PID in
+ * the same directory, fsync, rename). h gives the header; the tokens of
+ * positions 0..n_tokens-1 are tokens[]; the K/V of position kv_from + i is
+ * in cell cells[i]. The directory is not fsynced (the caller does it once:
+ * tkv__cachefile_sync_dir). TKV_ERR_IO / TKV_ERR_NOMEM; nothing is left
+ * behind on failure.
+ */
+tkv_status tkv__cachefile_write(const tkv__kvcache *kv, const char *path, const tkv__phdr *h, const tkv_token *tokens,
+                              const uint32_t *cells);
+
+/* fsync a directory (the renames in it are then durable). TKV_ERR_IO. */
+tkv_status tkv__cachefile_sync_dir(const char *dir);
+
+/* Read a whole file into a tkv__malloc'd buffer; TKV_ERR_IO / TKV_ERR_NOMEM. */
+tkv_status tkv__cachefile_read_file(const char *path, uint8_t **data, size_t *size);
+
+/* Read the first min(size, cap) bytes of a file into buf; *size receives its
+   size. Allocates nothing. TKV_ERR_IO. */
+tkv_status tkv__cachefile_read(const char *path, uint8_t *buf, size_t cap, size_t *size);
+
+/*
+ * Recompute every checksum of an image whose header gives a consistent
+ * layout for its size (tests and fuzzing: corrupt a field, reseal, and see
+ * the field itself rejected). Images it cannot lay out are left as they are.
+ */
+void tkv__cachefile_reseal(uint8_t *data, size_t size);
+
+#endif

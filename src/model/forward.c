@@ -1,0 +1,486 @@
+/*
+ * forward.c — the transformer forward pass (Llama / Qwen2), for a batch of
+ * tokens from any number of sequences.
+ *
+ * For each token t of the batch, with x its residual stream:
+ *
+ *   x = embed(token)                                   (n_embd)
+ *   for each layer:
+ *     h = rmsnorm(x) * attn_norm
+ *     q, k, v = h Wq, h Wk, h Wv  (+ biases: qwen2)    (n_q), (n_kv), (n_kv)
+ *     q, k = rope(q, pos), rope(k, pos)
+ *     K[cell], V[cell] = k, v                          into the KV cache
+ *     a = softmax(q K^T / sqrt(hd)) V   over the cells of t's sequence at
+ *                                       positions 0..pos (grouped-query:
+ *                                       n_head / n_head_kv query heads share
+ *                                       a KV head)
+ *     x = x + a Wo
+ *     h = rmsnorm(x) * ffn_norm
+ *     x = x + (silu(h Wgate) * (h Wup)) Wdown
+ *   logits = (rmsnorm(x) * output_norm) Wout           (n_vocab), if asked
+ *
+ * All threads of the pool run the whole pass together (one dispatch), each
+ * taking its share of every step, with barriers between steps. Matrix
+ * products split the weight rows (each weight row is read once per batch);
+ * the other steps split tokens or (token, head) pairs. Activations are
+ * quantized once per product input to the type the weights pair with.
+ */
+#include "forward.h"
+
+#include "base/alloc.h"
+#include "compute/attention.h"
+#include "base/error.h"
+#include "compute/ops.h"
+#include "compute/quant.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+struct tkv__fwd {
+    const tkv_model *m;
+    uint32_t n_batch;
+    size_t n_embd, n_q, n_kv, n_ff, hd, n_rot, n_vocab;
+    /* activations, one row per token */
+    float *x;    /* (n_batch, n_embd) residual stream */
+    float *h;    /* (n_batch, n_embd) normed input of a block */
+    float *q;    /* (n_batch, n_q) */
+    float *k;    /* (n_batch, n_kv) */
+    float *v;    /* (n_batch, n_kv) */
+    float *att;  /* (n_batch, n_q) attention output */
+    float *tmp;  /* (n_batch, n_embd) a block's output before the residual add */
+    float *gate; /* (n_batch, n_ff) */
+    float *up;   /* (n_batch, n_ff) */
+    float *cs;   /* (n_batch, n_rot) RoPE cos/sin per token */
+    uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
+    float *attn_scratch; /* (n_threads, attn_scratch_per_thread): q/accumulator, or one weight per cell */
+    size_t attn_scratch_per_thread;
+    int n_threads;
+};
+
+void tkv__fwd_free(tkv__fwd *f) {
+    if (!f) return;
+    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->att, f->tmp, f->gate, f->up, f->cs, f->attn_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
+    tkv__free(f->xq);
+    tkv__free(f);
+}
+
+tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cells, int n_threads, tkv__fwd **out) {
+    const tkv_hparams *hp = &m->hp;
+    tkv__fwd *f = tkv__calloc(1, sizeof *f);
+    if (!f) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the forward pass");
+    f->m = m;
+    f->n_batch = n_batch;
+    f->n_embd = hp->n_embd;
+    f->hd = hp->head_dim;
+    f->n_q = (size_t)hp->n_head * hp->head_dim;
+    f->n_kv = (size_t)hp->n_head_kv * hp->head_dim;
+    f->n_ff = hp->n_ff;
+    f->n_rot = hp->n_rot;
+    f->n_vocab = hp->n_vocab;
+    f->n_threads = n_threads;
+    const size_t B = n_batch;
+    size_t widest = f->n_embd > f->n_q ? f->n_embd : f->n_q;
+    if (f->n_ff > widest) widest = f->n_ff;
+    f->x = tkv__malloc(B * f->n_embd * sizeof(float));
+    f->h = tkv__malloc(B * f->n_embd * sizeof(float));
+    f->q = tkv__malloc(B * f->n_q * sizeof(float));
+    f->k = tkv__malloc(B * f->n_kv * sizeof(float));
+    f->v = tkv__malloc(B * f->n_kv * sizeof(float));
+    f->att = tkv__malloc(B * f->n_q * sizeof(float));
+    f->tmp = tkv__malloc(B * f->n_embd * sizeof(float));
+    f->gate = tkv__malloc(B * f->n_ff * sizeof(float));
+    f->up = tkv__malloc(B * f->n_ff * sizeof(float));
+    f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
+    f->xq = tkv__malloc(B * widest * sizeof(float)); /* F32 acts are the widest form */
+    /* one weight per cell for each (token, head) of a prefill unit and 16
+       widened rows, or q/accumulator (F16), or the accumulator and a Q8_0
+       cell's K and V rows expanded */
+    f->attn_scratch_per_thread = (size_t)TKV__ATTN_TOKENS * (hp->n_head / hp->n_head_kv) * n_cells + 16 * f->hd;
+    if (f->attn_scratch_per_thread < f->hd + 2 * f->n_kv) f->attn_scratch_per_thread = f->hd + 2 * f->n_kv;
+    f->attn_scratch_per_thread += 64;
+    f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
+    if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
+        !f->attn_scratch) {
+        tkv__fwd_free(f);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory for forward scratch (%u tokens)", n_batch);
+    }
+    *out = f;
+    return TKV_OK;
+}
+
+/* ---- one pass: the shared state of the threads ---------------------------- */
+
+typedef struct pass {
+    tkv__fwd *f;
+    tkv__kvrows *kv;
+    tkv__pool *pool;
+    const tkv__fwd_batch *b;
+    tkv_abort_fn abort_cb;
+    void *abort_user;
+    atomic_bool aborted;
+    const tkv__attn_ops *attn;
+} pass;
+
+/* What f->xq holds, so a second product on the same input skips quantizing.
+   Each thread keeps its own copy; all make the same decisions. */
+typedef struct acts_tag {
+    const float *src;
+    tkv_type vdt;
+} acts_tag;
+
+/* All threads: y (n rows, w->ne1) = x (n rows, w->ne0) W^T. */
+static void matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *w, const float *x, uint32_t n, float *y) {
+    tkv__fwd *f = P->f;
+    const tkv_type vdt = tkv__quant_vec_dot_type(w->type);
+    if (tag->src != x || tag->vdt != vdt) {
+        size_t t0, t1, rs = tkv__ops_act_row_size(w->type, w->ne0);
+        tkv__split(n, ith, nth, &t0, &t1);
+        if (t1 > t0) tkv__ops_quantize_acts(w->type, x + t0 * w->ne0, t1 - t0, w->ne0, f->xq + t0 * rs);
+        tkv__pool_barrier(P->pool);
+        *tag = (acts_tag){x, vdt};
+    }
+    size_t r0, r1;
+    tkv__split(w->ne1, ith, nth, &r0, &r1);
+    /* float weights: the reference's prefill order for 2+ tokens, as it
+       does; always, when results must not depend on the batch */
+    const bool lanes = (n >= 2 || P->b->attn_float) && tkv__ops_lanes_ok(w->type, w->ne0, w->ne1);
+    if (lanes) tkv__ops_matmul_lanes(w->type, w->data, w->ne0, r0, r1, f->xq, n, y, w->ne1);
+    else if (r1 > r0) tkv__ops_matmul(w->type, w->data, w->ne0, r0, r1, f->xq, n, y, w->ne1);
+}
+
+/* RoPE angles of one position. With rope_freqs (Llama 3.1), each angle is
+   divided by its factor, the angle built as the kernel builds it. */
+static void rope_angles(const tkv_model *m, float *cs, tkv_pos pos) {
+    const tkv_hparams *hp = &m->hp;
+    const uint8_t *ff = m->w.rope_freqs.data;
+    if (!ff) {
+        tkv__ops_rope_cache(cs, hp->n_rot, pos, hp->rope_freq_base, hp->rope_freq_scale);
+        return;
+    }
+    const float step = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
+    float theta = (float)pos;
+    for (size_t i = 0; i < hp->n_rot / 2; i++) {
+        float factor;
+        memcpy(&factor, ff + 4 * i, 4);
+        const float th = hp->rope_freq_scale * (theta / factor);
+        cs[2 * i] = cosf(th);
+        cs[2 * i + 1] = sinf(th);
+        theta *= step;
+    }
+}
+
+static void add_bias(float *y, const tkv__tensor *b, size_t n) {
+    const float *bias = b->data;
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, bias + i, 4);
+        y[i] += v;
+    }
+}
+
+static void store_row(const tkv__kvrows *kv, void *dst, const float *src) {
+    if (kv->type == TKV_TYPE_F32) {
+        memcpy(dst, src, kv->n_embd_kv * sizeof(float));
+    } else if (kv->type == TKV_TYPE_Q8_0) {
+        tkv__quant_quantize_row(TKV_TYPE_Q8_0, src, dst, kv->n_embd_kv);
+    } else {
+        uint16_t *d = dst;
+        for (size_t i = 0; i < kv->n_embd_kv; i++) d[i] = tkv__quant_f32_to_f16(src[i]);
+    }
+}
+
+/*
+ * Attention of token t, query head hq, over its sequence's cells 0..pos, in
+ * one pass with a running softmax, as the reference's flash attention does
+ * on the CPU: for each cell, s = q.k / sqrt(hd); when s is a new maximum M
+ * the output so far is rescaled by exp(M_old - M); out += exp(s - M) v;
+ * finally out /= the sum of the weights. With an F16 cache, q is rounded to
+ * F16 and the output accumulates in F16 (attention.h), like the reference,
+ * so the two agree to the bit.
+ */
+static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, void *scratch) {
+    const tkv__fwd *f = P->f;
+    const tkv__kvrows *kv = P->kv;
+    const tkv_hparams *hp = &f->m->hp;
+    const tkv__attn_ops *ops = P->attn;
+    const size_t hd = f->hd, koff = hq / (hp->n_head / hp->n_head_kv) * hd;
+    const float *q = f->q + (size_t)t * f->n_q + hq * hd;
+    uint16_t *q16 = scratch, *acc = q16 + hd; /* (hd), (hd) */
+    for (size_t i = 0; i < hd; i++) q16[i] = tkv__quant_f32_to_f16(q[i]), acc[i] = 0;
+    const uint32_t *cells = P->b->cells[t];
+    const size_t n = (size_t)P->b->pos[t] + 1;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float M = -INFINITY, S = 0;
+    for (size_t j = 0; j < n; j++) {
+        const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
+        const uint16_t *v = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j]) + koff;
+        const float s = ops->dot(q16, k, hd) * scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            const float M_old = M;
+            M = s;
+            ms = expf(M_old - M);
+            ops->scale(acc, ms, hd);
+        } else {
+            vs = expf(s - M);
+        }
+        ops->mad(acc, v, vs, hd);
+        S = fmaf(S, ms, vs); /* the reference (C++, GCC: -ffp-contract=fast) fuses S*ms + vs */
+    }
+    float *out = f->att + (size_t)t * f->n_q + hq * hd;
+    const float S_inv = S == 0.0f ? 0.0f : 1.0f / S; /* a product, as the reference does: not a division */
+    for (size_t i = 0; i < hd; i++) out[i] = tkv__quant_f16_to_f32(acc[i]) * S_inv;
+}
+
+/*
+ * Long batches (prefill): the scores of all cells first, one softmax (SIMD
+ * exp), then the weighted sum of V, all in float, as the reference's tiled
+ * prefill path does. Not bit-identical to the one-pass F16 form above, and
+ * several times faster: per cell it does vector work only, no libm call.
+ *
+ * One call does tokens t0 .. t0 + tn - 1 of one sequence (one cell list),
+ * and of each the query heads that share K/V head g: 16 cells' K (then V)
+ * rows are widened to float once and read by every (token, head) that
+ * attends to them, instead of converted again by each. Each (token, head)
+ * gets the same arithmetic as if it ran alone.
+ */
+static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint32_t tn, size_t g, float *scratch) {
+    const tkv__fwd *f = P->f;
+    const tkv__kvrows *kv = P->kv;
+    const tkv_hparams *hp = &f->m->hp;
+    const tkv__attn_ops *ops = P->attn;
+    const size_t hd = f->hd, group = hp->n_head / hp->n_head_kv, koff = g * hd;
+    const uint32_t *cells = P->b->cells[t0];
+    const float scale = 1.0f / sqrtf((float)hd);
+    size_t n_max = 0;
+    for (uint32_t u = 0; u < tn; u++)
+        if ((size_t)P->b->pos[t0 + u] + 1 > n_max) n_max = (size_t)P->b->pos[t0 + u] + 1;
+    /* (tn, group, n_max) weights: token u's head h at w + (u group + h) n_max; then (16, hd) widened rows */
+    float *w = scratch, *wide_rows = scratch + tn * group * n_max;
+#define Q(u, h) (f->q + (size_t)(t0 + (u)) * f->n_q + (g * group + (h)) * hd)
+#define OUT(u, h) (f->att + (size_t)(t0 + (u)) * f->n_q + (g * group + (h)) * hd)
+#define W(u, h) (w + ((u) * group + (h)) * n_max)
+#define N(u) ((size_t)P->b->pos[t0 + (u)] + 1)
+    const bool wide = ops->scores16 && hd % 16 == 0; /* 16 cells at a time */
+    const uint16_t *rows[16];
+    if (wide)
+        for (size_t j = 0; j + 16 <= n_max; j += 16) {
+            for (size_t c = 0; c < 16; c++) rows[c] = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j + c]) + koff;
+            ops->widen16(rows, 16, hd, wide_rows);
+            for (uint32_t u = 0; u < tn; u++)
+                if (j + 16 <= N(u))
+                    for (size_t h = 0; h < group; h++) ops->scores16(Q(u, h), wide_rows, hd, scale, W(u, h) + j);
+        }
+    for (uint32_t u = 0; u < tn; u++) {
+        const size_t n = N(u);
+        for (size_t j = wide ? n / 16 * 16 : 0; j < n; j++) {
+            const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
+            for (size_t h = 0; h < group; h++) W(u, h)[j] = ops->dot_f32(Q(u, h), k, hd) * scale;
+        }
+        for (size_t h = 0; h < group; h++) {
+            tkv__ops_softmax(W(u, h), n);
+            memset(OUT(u, h), 0, hd * sizeof(float));
+        }
+    }
+    if (wide) {
+        for (size_t j = 0; j < n_max; j += 16) {
+            for (size_t c = 0; c < 16 && j + c < n_max; c++) rows[c] = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j + c]) + koff;
+            ops->widen16(rows, n_max - j < 16 ? n_max - j : 16, hd, wide_rows);
+            for (uint32_t u = 0; u < tn; u++)
+                if (j < N(u))
+                    for (size_t h = 0; h < group; h++)
+                        ops->wsum16(OUT(u, h), wide_rows, W(u, h) + j, N(u) - j < 16 ? N(u) - j : 16, hd);
+        }
+    } else {
+        for (uint32_t u = 0; u < tn; u++)
+            for (size_t j = 0; j < N(u); j++) {
+                const uint16_t *v = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j]) + koff;
+                for (size_t h = 0; h < group; h++) ops->mad_f32(OUT(u, h), v, W(u, h)[j], hd);
+            }
+    }
+#undef Q
+#undef OUT
+#undef W
+#undef N
+}
+
+/* The running softmax in float over rows of an F32 cache, or of a Q8_0
+   cache expanded row by row into `row` (n_embd_kv floats). */
+static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *acc) {
+    const tkv__fwd *f = P->f;
+    const tkv__kvrows *kv = P->kv;
+    const tkv_hparams *hp = &f->m->hp;
+    const size_t hd = f->hd, koff = hq / (hp->n_head / hp->n_head_kv) * hd;
+    const float *q = f->q + (size_t)t * f->n_q + hq * hd;
+    const uint32_t *cells = P->b->cells[t];
+    const size_t n = (size_t)P->b->pos[t] + 1;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float M = -INFINITY, S = 0;
+    memset(acc, 0, hd * sizeof *acc);
+    const bool q8 = kv->type == TKV_TYPE_Q8_0;
+    float *row = acc + hd; /* (2, n_embd_kv) a Q8_0 cell's K and V, expanded */
+    for (size_t j = 0; j < n; j++) {
+        const float *k = (const float *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
+        const float *v = (const float *)tkv__kvrows_v(kv, layer, cells[j]) + koff;
+        if (q8) {
+            tkv__quant_dequantize_row(TKV_TYPE_Q8_0, tkv__kvrows_k(kv, layer, cells[j]), row, kv->n_embd_kv);
+            tkv__quant_dequantize_row(TKV_TYPE_Q8_0, tkv__kvrows_v(kv, layer, cells[j]), row + kv->n_embd_kv, kv->n_embd_kv);
+            k = row + koff;
+            v = row + kv->n_embd_kv + koff;
+        }
+        double sd = 0;
+        for (size_t i = 0; i < hd; i++) sd += (double)q[i] * k[i];
+        const float s = (float)sd * scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            ms = expf(M - s);
+            M = s;
+            for (size_t i = 0; i < hd; i++) acc[i] *= ms;
+        } else {
+            vs = expf(s - M);
+        }
+        for (size_t i = 0; i < hd; i++) acc[i] = fmaf(v[i], vs, acc[i]);
+        S = fmaf(S, ms, vs); /* the reference (C++, GCC: -ffp-contract=fast) fuses S*ms + vs */
+    }
+    float *out = f->att + (size_t)t * f->n_q + hq * hd;
+    const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
+    for (size_t i = 0; i < hd; i++) out[i] = acc[i] * S_inv;
+}
+
+static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
+    tkv__fwd *f = P->f;
+    const tkv_model *m = f->m;
+    const tkv_hparams *hp = &m->hp;
+    const tkv__layer *L = &m->w.layers[l];
+    const tkv__fwd_batch *b = P->b;
+    const uint32_t n = b->n;
+    const float *attn_norm = L->attn_norm.data, *ffn_norm = L->ffn_norm.data;
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+
+    /* h = rmsnorm(x) * attn_norm                          (n, n_embd) */
+    for (size_t t = t0; t < t1; t++) tkv__ops_rmsnorm(f->h + t * f->n_embd, f->x + t * f->n_embd, attn_norm, f->n_embd, hp->rms_eps);
+    tag->src = NULL;
+    tkv__pool_barrier(P->pool);
+
+    /* q, k, v = h Wq, h Wk, h Wv              (n, n_q), (n, n_kv), (n, n_kv) */
+    matmul(P, ith, nth, tag, &L->wq, f->h, n, f->q);
+    matmul(P, ith, nth, tag, &L->wk, f->h, n, f->k);
+    matmul(P, ith, nth, tag, &L->wv, f->h, n, f->v);
+    tkv__pool_barrier(P->pool);
+
+    /* biases, RoPE, and K/V into each token's cell */
+    const tkv__rope_mode mode = strcmp(hp->arch, "qwen2") == 0 ? TKV__ROPE_NEOX : TKV__ROPE_NORMAL;
+    for (size_t t = t0; t < t1; t++) {
+        float *q = f->q + t * f->n_q, *k = f->k + t * f->n_kv, *v = f->v + t * f->n_kv;
+        if (L->bq.data) add_bias(q, &L->bq, f->n_q), add_bias(k, &L->bk, f->n_kv), add_bias(v, &L->bv, f->n_kv);
+        const float *cs = f->cs + t * f->n_rot;
+        tkv__ops_rope(q, hp->n_head, f->hd, f->n_rot, cs, mode);
+        tkv__ops_rope(k, hp->n_head_kv, f->hd, f->n_rot, cs, mode);
+        store_row(P->kv, tkv__kvrows_k(P->kv, l, b->cell[t]), k);
+        store_row(P->kv, tkv__kvrows_v(P->kv, l, b->cell[t]), v);
+    }
+    tkv__pool_barrier(P->pool);
+
+    /* attention, one (token, head) pair at a time          att: (n, n_q)
+       Pairs are dealt round-robin: a later token attends to more cells, so
+       contiguous ranges would leave the first threads waiting for the last. */
+    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
+    if (P->kv->type == TKV_TYPE_F16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
+        /* (block of TKV__ATTN_TOKENS tokens, K/V head) units; a block splits where the sequence changes */
+        const size_t n_blocks = (n + TKV__ATTN_TOKENS - 1) / TKV__ATTN_TOKENS;
+        for (size_t p = (size_t)ith; p < n_blocks * hp->n_head_kv; p += (size_t)nth) {
+            const size_t block_end = (p / hp->n_head_kv + 1) * TKV__ATTN_TOKENS;
+            const uint32_t t_end = block_end < n ? (uint32_t)block_end : n;
+            for (uint32_t t = (uint32_t)(p / hp->n_head_kv * TKV__ATTN_TOKENS), run; t < t_end; t += run) {
+                for (run = 1; t + run < t_end && b->cells[t + run] == b->cells[t];) run++;
+                attend_f16_batched(P, l, t, run, p % hp->n_head_kv, scratch);
+            }
+        }
+    } else {
+        for (size_t p = (size_t)ith; p < (size_t)n * hp->n_head; p += (size_t)nth) {
+            const uint32_t t = (uint32_t)(p / hp->n_head);
+            const size_t hq = p % hp->n_head;
+            if (P->kv->type != TKV_TYPE_F16) attend_f32(P, l, t, hq, scratch);
+            else attend_f16(P, l, t, hq, scratch);
+        }
+    }
+    tkv__pool_barrier(P->pool);
+
+    /* x = x + att Wo                                       (n, n_embd) */
+    matmul(P, ith, nth, tag, &L->wo, f->att, n, f->tmp);
+    tkv__pool_barrier(P->pool);
+    for (size_t t = t0; t < t1; t++) {
+        float *x = f->x + t * f->n_embd;
+        const float *y = f->tmp + t * f->n_embd;
+        for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
+        /* h = rmsnorm(x) * ffn_norm */
+        tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
+    }
+    tag->src = NULL;
+    tkv__pool_barrier(P->pool);
+
+    /* x = x + (silu(h Wgate) * (h Wup)) Wdown   gate, up: (n, n_ff) */
+    matmul(P, ith, nth, tag, &L->w_gate, f->h, n, f->gate);
+    matmul(P, ith, nth, tag, &L->w_up, f->h, n, f->up);
+    tkv__pool_barrier(P->pool);
+    for (size_t t = t0; t < t1; t++) tkv__ops_swiglu(f->gate + t * f->n_ff, f->gate + t * f->n_ff, f->up + t * f->n_ff, f->n_ff);
+    tag->src = NULL;
+    tkv__pool_barrier(P->pool);
+    matmul(P, ith, nth, tag, &L->w_down, f->gate, n, f->tmp);
+    tkv__pool_barrier(P->pool);
+    for (size_t t = t0; t < t1; t++) {
+        float *x = f->x + t * f->n_embd;
+        const float *y = f->tmp + t * f->n_embd;
+        for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
+    }
+    tkv__pool_barrier(P->pool);
+}
+
+static void pass_task(void *arg, int ith, int nth) {
+    pass *P = arg;
+    tkv__fwd *f = P->f;
+    const tkv_model *m = f->m;
+    const tkv__fwd_batch *b = P->b;
+    acts_tag tag = {0};
+    size_t t0, t1;
+    tkv__split(b->n, ith, nth, &t0, &t1);
+
+    /* x = embed(token), and each token's RoPE angles        (n, n_embd) */
+    const tkv__tensor *E = &m->w.tok_embd;
+    for (size_t t = t0; t < t1; t++) {
+        tkv__quant_dequantize_row(E->type, (const uint8_t *)E->data + (size_t)b->token[t] * E->row_size,
+                                  f->x + t * f->n_embd, f->n_embd);
+        if (f->n_rot) rope_angles(m, f->cs + t * f->n_rot, b->pos[t]);
+    }
+    tkv__pool_barrier(P->pool);
+
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        if (ith == 0 && P->abort_cb && P->abort_cb(P->abort_user)) atomic_store(&P->aborted, true);
+        tkv__pool_barrier(P->pool);
+        if (atomic_load(&P->aborted)) return;
+        layer_pass(P, ith, nth, l, &tag);
+    }
+
+    /* logits = (rmsnorm(x) * output_norm) Wout, for the tokens asked   (n_out, n_vocab) */
+    size_t o0, o1;
+    tkv__split(b->n_out, ith, nth, &o0, &o1);
+    for (size_t o = o0; o < o1; o++)
+        tkv__ops_rmsnorm(f->h + o * f->n_embd, f->x + (size_t)b->out[o] * f->n_embd, m->w.out_norm.data, f->n_embd,
+                         m->hp.rms_eps);
+    tag.src = NULL;
+    tkv__pool_barrier(P->pool);
+    if (b->n_out) matmul(P, ith, nth, &tag, &m->w.output, f->h, b->n_out, b->logits);
+}
+
+tkv_status tkv__forward(tkv__fwd *f, tkv__kvrows *kv, tkv__pool *pool, const tkv__fwd_batch *b, tkv_abort_fn abort_cb,
+                        void *abort_user) {
+    pass P = {.f = f, .kv = kv, .pool = pool, .b = b, .abort_cb = abort_cb, .abort_user = abort_user,
+              .attn = tkv__attn_get()};
+    atomic_init(&P.aborted, false);
+    tkv__pool_run(pool, pass_task, &P);
+    if (atomic_load(&P.aborted)) return tkv__fail(TKV_ERR_ABORTED, "decode aborted by the abort callback");
+    return TKV_OK;
+}

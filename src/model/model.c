@@ -1,0 +1,305 @@
+/*
+ * model.c — a GGUF file as a llama-family model: hyperparameters, the tensor
+ * set each architecture needs, and the metadata accessors of the public API.
+ */
+#include "model.h"
+
+#include "base/alloc.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef unsigned long long ull;
+
+tkv_model_params tkv_model_default_params(void) { return (tkv_model_params){.vocab_only = false}; }
+
+/* ---- hyperparameters ---------------------------------------------------- */
+
+/*
+ * Read an unsigned 32-bit hyperparameter stored as any integer type.
+ * Missing: *out = dflt, or TKV_ERR_FORMAT when dflt < 0 (required).
+ */
+static tkv_status hp_u32(const tkv__gguf *g, const char *arch, const char *name, long long dflt, uint32_t *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
+    if (!kv) {
+        if (dflt < 0) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s' is missing", key);
+        *out = (uint32_t)dflt;
+        return TKV_OK;
+    }
+    if (kv->type == TKV_META_ARRAY)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': per-layer values (an array) are not supported", key);
+    int64_t v;
+    switch (kv->type) {
+    case TKV_META_U8:
+    case TKV_META_U16:
+    case TKV_META_U32:
+    case TKV_META_U64: v = kv->v.u > UINT32_MAX ? -1 : (int64_t)kv->v.u; break;
+    case TKV_META_I8:
+    case TKV_META_I16:
+    case TKV_META_I32:
+    case TKV_META_I64: v = kv->v.i; break;
+    default:
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': type %s, expected an integer", key,
+                         tkv_meta_type_name(kv->type));
+    }
+    if (v < 0 || v > UINT32_MAX)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': value out of range for a count", key);
+    *out = (uint32_t)v;
+    return TKV_OK;
+}
+
+/* A float hyperparameter (f32, f64 or an integer). Missing: dflt, or an error when dflt is NaN. */
+static tkv_status hp_float(const tkv__gguf *g, const char *arch, const char *name, double dflt, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
+    if (!kv) {
+        if (isnan(dflt)) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s' is missing", key);
+        *out = (float)dflt;
+        return TKV_OK;
+    }
+    if (kv->type != TKV_META_F32 && kv->type != TKV_META_F64)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': type %s, expected a float", key,
+                         tkv_meta_type_name(kv->type));
+    if (!isfinite(kv->v.f)) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': value is not finite", key);
+    *out = (float)kv->v.f;
+    return TKV_OK;
+}
+
+static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
+    tkv_status st;
+    memset(hp, 0, sizeof *hp);
+    const tkv__gguf_kv *akv = tkv__gguf_find(g, "general.architecture");
+    if (!akv) return tkv__fail(TKV_ERR_FORMAT, "metadata key 'general.architecture' is missing");
+    if (akv->type != TKV_META_STRING)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key 'general.architecture': type %s, expected string",
+                         tkv_meta_type_name(akv->type));
+    const char *arch = akv->str.s;
+    if (strcmp(arch, "llama") != 0 && strcmp(arch, "qwen2") != 0)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "architecture '%.64s' is not supported (llama, qwen2)", arch);
+    snprintf(hp->arch, sizeof hp->arch, "%s", arch);
+
+    uint32_t n_expert = 0;
+    if ((st = hp_u32(g, arch, "expert_count", 0, &n_expert))) return st;
+    if (n_expert > 0)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s.expert_count' = %u: mixture-of-experts models are not supported",
+                         arch, n_expert);
+
+    if ((st = hp_u32(g, arch, "context_length", -1, &hp->n_ctx_train))) return st;
+    if ((st = hp_u32(g, arch, "embedding_length", -1, &hp->n_embd))) return st;
+    if ((st = hp_u32(g, arch, "block_count", -1, &hp->n_layer))) return st;
+    if ((st = hp_u32(g, arch, "feed_forward_length", -1, &hp->n_ff))) return st;
+    if ((st = hp_u32(g, arch, "attention.head_count", -1, &hp->n_head))) return st;
+    if ((st = hp_u32(g, arch, "attention.head_count_kv", hp->n_head, &hp->n_head_kv))) return st;
+    if (!hp->n_embd || !hp->n_layer || !hp->n_ff || !hp->n_head || !hp->n_head_kv)
+        return tkv__fail(TKV_ERR_FORMAT,
+                         "hyperparameters: embedding_length %u, block_count %u, feed_forward_length %u, head_count %u, "
+                         "head_count_kv %u: none may be 0",
+                         hp->n_embd, hp->n_layer, hp->n_ff, hp->n_head, hp->n_head_kv);
+    if (hp->n_head % hp->n_head_kv)
+        return tkv__fail(TKV_ERR_FORMAT, "hyperparameters: head_count %u is not a multiple of head_count_kv %u",
+                         hp->n_head, hp->n_head_kv);
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.key_length", arch);
+    if (hp->n_embd % hp->n_head && !tkv__gguf_find(g, key))
+        return tkv__fail(TKV_ERR_FORMAT, "hyperparameters: embedding_length %u is not a multiple of head_count %u",
+                         hp->n_embd, hp->n_head);
+    uint32_t v_len;
+    if ((st = hp_u32(g, arch, "attention.key_length", hp->n_embd / hp->n_head, &hp->head_dim))) return st;
+    if ((st = hp_u32(g, arch, "attention.value_length", hp->head_dim, &v_len))) return st;
+    if (v_len != hp->head_dim)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "hyperparameters: value_length %u differs from key_length %u", v_len,
+                         hp->head_dim);
+    if ((st = hp_u32(g, arch, "rope.dimension_count", hp->head_dim, &hp->n_rot))) return st;
+    if (hp->head_dim == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return tkv__fail(TKV_ERR_FORMAT, "hyperparameters: rope.dimension_count %u must be even and at most the head size %u",
+                         hp->n_rot, hp->head_dim);
+    if ((st = hp_float(g, arch, "rope.freq_base", 10000.0, &hp->rope_freq_base))) return st;
+    if ((st = hp_float(g, arch, "attention.layer_norm_rms_epsilon", NAN, &hp->rms_eps))) return st;
+    if (hp->rope_freq_base <= 0 || hp->rms_eps <= 0)
+        return tkv__fail(TKV_ERR_FORMAT, "hyperparameters: rope.freq_base %g and layer_norm_rms_epsilon %g must be > 0",
+                         hp->rope_freq_base, hp->rms_eps);
+
+    /* RoPE scaling: the `rope.scaling.*` keys, or the older `rope.scale_linear`. */
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    const tkv__gguf_kv *skv = tkv__gguf_find(g, key);
+    float factor = 0;
+    snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "none");
+    if (skv) {
+        if (skv->type != TKV_META_STRING)
+            return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': type %s, expected string", key,
+                             tkv_meta_type_name(skv->type));
+        if (strcmp(skv->str.s, "none") && strcmp(skv->str.s, "linear"))
+            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': RoPE scaling '%.32s' is not supported (none, linear)",
+                             key, skv->str.s);
+        snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "%s", skv->str.s);
+    }
+    if ((st = hp_float(g, arch, "rope.scaling.factor", 0.0, &factor))) return st;
+    if (factor == 0 && (st = hp_float(g, arch, "rope.scale_linear", 0.0, &factor))) return st;
+    if (factor < 0) return tkv__fail(TKV_ERR_FORMAT, "hyperparameters: RoPE scaling factor %g is negative", factor);
+    if (factor > 0 && !skv) snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "linear");
+    hp->rope_freq_scale = (factor > 0 && strcmp(hp->rope_scaling, "linear") == 0) ? 1.0f / factor : 1.0f;
+    if ((st = hp_u32(g, arch, "rope.scaling.original_context_length", hp->n_ctx_train, &hp->n_ctx_orig))) return st;
+
+    /* Vocabulary size: the explicit key, else the token list, else the embedding rows. */
+    const tkv__gguf_kv *tokens = tkv__gguf_find(g, "tokenizer.ggml.tokens");
+    const tkv__gguf_tensor *embd = tkv__gguf_tensor_find(g, "token_embd.weight");
+    long long vocab_dflt = -1;
+    if (tokens && tokens->type == TKV_META_ARRAY && tokens->n <= UINT32_MAX) vocab_dflt = (long long)tokens->n;
+    else if (embd && embd->n_dims == 2 && embd->ne[1] <= UINT32_MAX) vocab_dflt = (long long)embd->ne[1];
+    if ((st = hp_u32(g, arch, "vocab_size", vocab_dflt < 0 ? 0 : vocab_dflt, &hp->n_vocab))) return st;
+    if (hp->n_vocab == 0 && vocab_dflt < 0)
+        return tkv__fail(TKV_ERR_FORMAT, "vocabulary size unknown: no '%s.vocab_size', 'tokenizer.ggml.tokens' or "
+                                         "2-D 'token_embd.weight'", arch);
+    if (hp->n_vocab == 0) return tkv__fail(TKV_ERR_FORMAT, "hyperparameters: vocabulary size is 0");
+    if (tokens && tokens->type == TKV_META_ARRAY && tokens->n != hp->n_vocab)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key 'tokenizer.ggml.tokens': %llu tokens, but the vocabulary size is %u",
+                         (ull)tokens->n, hp->n_vocab);
+    hp->tied_output = tkv__gguf_tensor_find(g, "output.weight") == NULL;
+    return TKV_OK;
+}
+
+/* ---- the tensors an architecture needs ---------------------------------- */
+
+static tkv_status check_tensor(const tkv__gguf *g, const char *arch, const char *name, uint64_t ne0, uint64_t ne1,
+                               bool optional) {
+    const tkv__gguf_tensor *t = tkv__gguf_tensor_find(g, name);
+    if (!t) {
+        if (optional) return TKV_OK;
+        return tkv__fail(TKV_ERR_FORMAT, "tensor '%s' is missing (needed by %s)", name, arch);
+    }
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return tkv__fail(TKV_ERR_FORMAT, "tensor '%s': shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", name,
+                         (ull)t->ne[0], (ull)t->ne[1], (ull)t->ne[2], (ull)t->ne[3], (ull)ne0, (ull)ne1);
+    return TKV_OK;
+}
+
+static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
+    tkv_status st;
+    const char *a = hp->arch;
+    const uint64_t e = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim, kv = (uint64_t)hp->n_head_kv * hp->head_dim;
+    const bool qwen2 = strcmp(a, "qwen2") == 0;
+    if ((st = check_tensor(g, a, "token_embd.weight", e, hp->n_vocab, false))) return st;
+    if ((st = check_tensor(g, a, "output_norm.weight", e, 1, false))) return st;
+    if ((st = check_tensor(g, a, "output.weight", e, hp->n_vocab, true))) return st;
+    if ((st = check_tensor(g, a, "rope_freqs.weight", hp->n_rot / 2, 1, true))) return st;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        static const struct {
+            const char *suffix;
+            int ne0, ne1; /* 0 n_embd, 1 q width, 2 kv width, 3 n_ff, 4 one */
+            bool qwen2_only;
+        } need[] = {
+            {"attn_norm.weight", 0, 4, false}, {"attn_q.weight", 0, 1, false},   {"attn_k.weight", 0, 2, false},
+            {"attn_v.weight", 0, 2, false},    {"attn_output.weight", 1, 0, false}, {"ffn_norm.weight", 0, 4, false},
+            {"ffn_gate.weight", 0, 3, false},  {"ffn_up.weight", 0, 3, false},  {"ffn_down.weight", 3, 0, false},
+            {"attn_q.bias", 1, 4, true},       {"attn_k.bias", 2, 4, true},     {"attn_v.bias", 2, 4, true},
+        };
+        const uint64_t dim[5] = {e, q, kv, hp->n_ff, 1};
+        for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+            if (need[i].qwen2_only && !qwen2) continue;
+            char name[96];
+            snprintf(name, sizeof name, "blk.%u.%s", l, need[i].suffix);
+            if ((st = check_tensor(g, a, name, dim[need[i].ne0], dim[need[i].ne1], false))) return st;
+        }
+    }
+    return TKV_OK;
+}
+
+/* ---- load / free -------------------------------------------------------- */
+
+static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_model **out) {
+    tkv_model_params p = params ? *params : tkv_model_default_params();
+    tkv_hparams hp;
+    tkv_status st = read_hparams(g, &hp);
+    tkv__weights w = {0};
+    if (st == TKV_OK && !p.vocab_only) {
+        if (g->n_tensors == 0)
+            st = tkv__fail(TKV_ERR_FORMAT, "the file has no tensors (a vocabulary-only file): it loads only with vocab_only");
+        else
+            st = check_tensors(g, &hp);
+        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, &w);
+    }
+    if (st && !p.vocab_only) {
+        tkv__gguf_free(g);
+        return st;
+    }
+    tkv_model *m = tkv__calloc(1, sizeof *m);
+    if (!m) {
+        tkv__weights_free(&w);
+        tkv__gguf_free(g);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory for the model");
+    }
+    m->magic = TKV__MODEL_MAGIC;
+    m->gguf = g;
+    m->w = w;
+    m->vocab_only = p.vocab_only;
+    m->has_hparams = st == TKV_OK;
+    if (m->has_hparams) m->hp = hp;
+    else snprintf(m->hparams_error, sizeof m->hparams_error, "%s", tkv_last_error(NULL));
+
+    /* The tokenizer: a model without tokenizer metadata still runs on ids,
+       but broken tokenizer metadata makes a broken model. Running out of
+       memory fails every load. */
+    m->tok_status = tkv__tokenizer_create(g, &m->tok);
+    if (m->tok_status) {
+        snprintf(m->tok_error, sizeof m->tok_error, "%s", tkv_last_error(NULL));
+        bool absent = !tkv__gguf_find(g, "tokenizer.ggml.model");
+        if (m->tok_status == TKV_ERR_NOMEM || (!p.vocab_only && !absent)) {
+            tkv_status tst = m->tok_status;
+            tkv_model_free(m);
+            return tst; /* the tokenizer's message stands */
+        }
+    }
+    *out = m;
+    return TKV_OK;
+}
+
+tkv_status tkv_model_load(const char *path, const tkv_model_params *params, tkv_model **out) {
+    if (!out) return tkv__fail(TKV_ERR_INVALID, "tkv_model_load: out is NULL");
+    *out = NULL;
+    tkv__gguf *g = NULL;
+    tkv_status st = tkv__gguf_open(path, &g);
+    if (st) return st;
+    st = finish_load(g, params, out);
+    if (st) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", tkv_last_error(NULL));
+        return tkv__fail(st, "%s: %s", path, msg);
+    }
+    return TKV_OK;
+}
+
+tkv_status tkv_model_load_from_memory(const void *data, size_t size, const tkv_model_params *params, tkv_model **out) {
+    if (!out) return tkv__fail(TKV_ERR_INVALID, "tkv_model_load_from_memory: out is NULL");
+    *out = NULL;
+    tkv__gguf *g = NULL;
+    tkv_status st = tkv__gguf_parse(data, size, &g);
+    if (st) return st;
+    return finish_load(g, params, out);
+}
+
+void tkv_model_free(tkv_model *model) {
+    if (!model) return;
+    tkv__tokenizer_free(model->tok);
+    tkv__weights_free(&model->w);
+    tkv__gguf_free(model->gguf);
+    tkv__free(model);
+}
+
+/* ---- file facts --------------------------------------------------------- */
+
+tkv_status tkv_model_hparams(const tkv_model *model, tkv_hparams *out) {
+    if (!model || !out) return tkv__fail(TKV_ERR_INVALID, "tkv_model_hparams: NULL argument");
+    if (!model->has_hparams) return tkv__fail(TKV_ERR_UNSUPPORTED, "%s", model->hparams_error);
+    *out = model->hp;
+    return TKV_OK;
+}
+
+uint32_t tkv_model_gguf_version(const tkv_model *model) { return model->gguf->version; }
+uint64_t tkv_model_file_size(const tkv_model *model) { return model->gguf->size; }
+uint64_t tkv_model_data_offset(const tkv_model *model) { return model->gguf->data_offset; }
+uint32_t tkv_model_alignment(const tkv_model *model) { return model->gguf->alignment; }

@@ -1,0 +1,25 @@
+/*
+ * model.h — what the rest of the library sees of a loaded model.
+ */
+#ifndef TKV_MODEL_H
+#define TKV_MODEL_H
+
+#include "format/gguf.h"
+#include "text/tokenizer.h"
+#include "weights.h"
+#include "tokenkv.h"
+
+struct tkv_model {
+    uint32_t magic; /* TKV__MODEL_MAGIC (see tkv_last_error) */
+    tkv__gguf *gguf;
+    bool vocab_only;
+    bool has_hparams;        /* false only for vocab_only files */
+    tkv_hparams hp;
+    char hparams_error[256]; /* why has_hparams is false */
+    tkv__weights w;          /* bound tensors (full loads only) */
+    tkv__tokenizer *tok;     /* NULL: no usable tokenizer */
+    tkv_status tok_status;   /* why tok is NULL */
+    char tok_error[256];
+};
+
+#endif

@@ -1,0 +1,76 @@
+/*
+ * weights.c — binding a model's tensors by role, checking their types.
+ */
+#include "weights.h"
+
+#include "base/alloc.h"
+#include "base/error.h"
+#include "compute/quant.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static tkv_status bind(const tkv__gguf *g, const char *name, bool matrix, bool optional, tkv__tensor *out) {
+    memset(out, 0, sizeof *out);
+    const tkv__gguf_tensor *t = tkv__gguf_tensor_find(g, name);
+    if (!t) {
+        if (optional) return TKV_OK;
+        return tkv__fail(TKV_ERR_FORMAT, "tensor '%s' is missing", name);
+    }
+    if (matrix ? !tkv__quant_supported(t->type) : t->type != TKV_TYPE_F32)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "tensor '%s': type %s is not supported (%s)", name, tkv_type_name(t->type),
+                         matrix ? "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K" : "norms and biases must be F32");
+    out->data = g->data + t->offset;
+    out->type = t->type;
+    out->ne0 = (size_t)t->ne[0];
+    out->ne1 = (size_t)t->ne[1];
+    out->row_size = tkv__quant_row_size(t->type, out->ne0);
+    return TKV_OK;
+}
+
+tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, tkv__weights *w) {
+    memset(w, 0, sizeof *w);
+    tkv_status st;
+    if ((st = bind(g, "token_embd.weight", true, false, &w->tok_embd))) return st;
+    if ((st = bind(g, "output_norm.weight", false, false, &w->out_norm))) return st;
+    if ((st = bind(g, "output.weight", true, true, &w->output))) return st;
+    if (!w->output.data) w->output = w->tok_embd;
+    if ((st = bind(g, "rope_freqs.weight", false, true, &w->rope_freqs))) return st;
+    w->layers = tkv__calloc(hp->n_layer, sizeof *w->layers);
+    if (!w->layers) return tkv__fail(TKV_ERR_NOMEM, "out of memory for %u layers", hp->n_layer);
+    const bool biases = strcmp(hp->arch, "qwen2") == 0;
+    for (uint32_t l = 0; l < hp->n_layer && !st; l++) {
+        tkv__layer *L = &w->layers[l];
+        static const struct {
+            const char *suffix;
+            size_t offset;
+            bool matrix, bias;
+        } roles[] = {
+            {"attn_norm.weight", offsetof(tkv__layer, attn_norm), false, false},
+            {"attn_q.weight", offsetof(tkv__layer, wq), true, false},
+            {"attn_k.weight", offsetof(tkv__layer, wk), true, false},
+            {"attn_v.weight", offsetof(tkv__layer, wv), true, false},
+            {"attn_output.weight", offsetof(tkv__layer, wo), true, false},
+            {"ffn_norm.weight", offsetof(tkv__layer, ffn_norm), false, false},
+            {"ffn_gate.weight", offsetof(tkv__layer, w_gate), true, false},
+            {"ffn_up.weight", offsetof(tkv__layer, w_up), true, false},
+            {"ffn_down.weight", offsetof(tkv__layer, w_down), true, false},
+            {"attn_q.bias", offsetof(tkv__layer, bq), false, true},
+            {"attn_k.bias", offsetof(tkv__layer, bk), false, true},
+            {"attn_v.bias", offsetof(tkv__layer, bv), false, true},
+        };
+        for (size_t i = 0; i < sizeof roles / sizeof roles[0] && !st; i++) {
+            if (roles[i].bias && !biases) continue;
+            char name[96];
+            snprintf(name, sizeof name, "blk.%u.%s", l, roles[i].suffix);
+            st = bind(g, name, roles[i].matrix, false, (tkv__tensor *)((char *)L + roles[i].offset));
+        }
+    }
+    if (st) tkv__weights_free(w);
+    return st;
+}
+
+void tkv__weights_free(tkv__weights *w) {
+    tkv__free(w->layers);
+    w->layers = NULL;
+}

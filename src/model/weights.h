@@ -1,0 +1,44 @@
+/*
+ * weights.h — the tensors of a llama-family model, bound by role.
+ */
+#ifndef TKV_WEIGHTS_H
+#define TKV_WEIGHTS_H
+
+#include "format/gguf.h"
+#include "tokenkv.h"
+
+/* A 1-D or 2-D tensor in the mapped file: ne1 rows of ne0 elements. */
+typedef struct tkv__tensor {
+    const void *data; /* NULL: absent (optional tensors) */
+    tkv_type type;
+    size_t ne0, ne1;
+    size_t row_size; /* bytes of one row */
+} tkv__tensor;
+
+typedef struct tkv__layer {
+    tkv__tensor attn_norm;  /* (n_embd) F32 */
+    tkv__tensor wq, wk, wv; /* (n_head*hd | n_head_kv*hd rows, n_embd) */
+    tkv__tensor bq, bk, bv; /* qwen2: biases, F32; else absent */
+    tkv__tensor wo;         /* (n_embd rows, n_head*hd) */
+    tkv__tensor ffn_norm;   /* (n_embd) F32 */
+    tkv__tensor w_gate, w_up; /* (n_ff rows, n_embd) */
+    tkv__tensor w_down;     /* (n_embd rows, n_ff) */
+} tkv__layer;
+
+typedef struct tkv__weights {
+    tkv__tensor tok_embd;   /* (n_vocab rows, n_embd) */
+    tkv__tensor out_norm;   /* (n_embd) F32 */
+    tkv__tensor output;     /* (n_vocab rows, n_embd): token_embd when tied */
+    tkv__tensor rope_freqs; /* optional (n_rot/2) F32 divisors of the angles */
+    tkv__layer *layers;     /* (n_layer) */
+} tkv__weights;
+
+/*
+ * Bind every tensor of a model whose shapes check_tensors has verified.
+ * Returns TKV_ERR_UNSUPPORTED naming the tensor and its type when a weight
+ * type has no kernels (or a norm or bias is not F32), TKV_ERR_NOMEM.
+ */
+tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, tkv__weights *w);
+void tkv__weights_free(tkv__weights *w);
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * context.h — the inside of a tkv_context.
+ */
+#ifndef TKV_CONTEXT_H
+#define TKV_CONTEXT_H
+
+#include "base/error.h"
+#include "model/forward.h"
+#include "kv/kvcache.h"
+#include "model/model.h"
+#include "kv/prefix_index.h"
+#include "compute/threadpool.h"
+
+struct tkv_context {
+    tkv__handle h; /* first: tkv_last_error(ctx) finds the context's message */
+    const tkv_model *model;
+    tkv_context_params params;
+    tkv__kvcache *kv;
+    tkv__pindex *ix;
+    tkv__fwd *fwd;
+    tkv__pool *pool;
+    /* decode scratch, sized at creation */
+    uint32_t *cells;        /* (n_cells) the cells a batch takes */
+    uint32_t **cell_lists;  /* (n_batch) each chunk token's sequence cells */
+    uint32_t *out;          /* (n_cells) batch indices that want logits */
+    uint32_t *seq_count;    /* (n_seq_max) tokens per sequence in the batch */
+    int32_t *logits_row;    /* (n_cells) batch index -> logits row, -1: none */
+    uint32_t *spare;        /* (n_cells) cells the index hands back (evictions, duplicates) */
+    tkv_token *seq_tokens;  /* (n_cells) one sequence's tokens of a batch */
+    uint32_t *seq_cells;    /* (n_cells) and their cells */
+    uint32_t *seq_first;    /* (n_seq_max) per sequence: first batch index (grouping) */
+    tkv_pos *sync_pos;      /* (n_batch) tkv_seq_sync's batches */
+    tkv_seq *sync_seq;      /* (n_batch) */
+    bool *sync_logits;      /* (n_batch) */
+    tkv_stats stats;
+    /* the last batch's logits */
+    float *logits;          /* (logits_cap, n_vocab) */
+    size_t logits_cap, n_logits_rows, last_n;
+    const float *last_logits; /* the last token's row of the last batch, or NULL */
+};
+
+#endif

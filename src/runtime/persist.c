@@ -1,0 +1,542 @@
+/*
+ * persist.c — saving and loading the cache: tkv_seq_save / tkv_seq_load
+ * (one sequence, one file) and tkv_cache_save / tkv_cache_load (every
+ * prefix-index node, one file each, in a directory). The file format and its
+ * checks are in kv/cachefile.c.
+ *
+ * Loading a file never changes the cache until the whole file has been read
+ * and validated, and until room for its tokens is certain; what follows
+ * cannot fail. Its tokens join the prefix index like decoded ones: where the
+ * index already holds some of them, its cells are kept.
+ *
+ * A directory saved by tkv_cache_save holds one file per node, named
+ * RRRRRRRR-HHHHHHHHHHHHHHHH.tkvc (R: rank, 0 = most recently used; H: hash
+ * of the namespace and tokens). A node's file holds the tokens of its whole
+ * path but only the K/V of its own run, so shared prefixes are stored once;
+ * it loads only after the file of its parent (or with the parent already
+ * cached). Ranks put every parent before its children: tkv_cache_load loads
+ * in rank order, so with too little room the most recently used prefixes
+ * are the ones loaded.
+ */
+#include "persist.h"
+
+#include "base/alloc.h"
+#include "base/error.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+static tkv_status ctx_fail(tkv_context *ctx, tkv_status st) { return tkv__handle_fail(&ctx->h, st); }
+
+/* ---- putting a record into the cache -------------------------------------- */
+
+/* Copy the K/V rows of positions from..from+n-1 of record r into cells[] and
+   give the cells their tokens and positions. */
+static void fill_cells(tkv__kvcache *kv, const tkv__prec *r, const tkv_token *tokens, uint32_t from, uint32_t n,
+                       const uint32_t *cells) {
+    const uint64_t stride = r->kv_block + 8; /* a block and its checksum */
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t p = from + i, c = cells[i];
+        const uint64_t row = (uint64_t)(p - r->h.kv_from) * kv->rows.row_size;
+        for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
+            memcpy(tkv__kv_k(kv, l, c), r->kv + (2ull * l) * stride + row, kv->rows.row_size);
+            memcpy(tkv__kv_v(kv, l, c), r->kv + (2ull * l + 1) * stride + row, kv->rows.row_size);
+        }
+        kv->token[c] = tokens[p];
+        kv->pos[c] = (tkv_pos)p;
+    }
+}
+
+/* Make `need` cells free: free ones first, then evict (least recently used
+   first) prefixes that no sequence holds and nobody pinned. The caller has
+   protected the prefix the new tokens extend. Nothing changes on failure. */
+static tkv_status make_room(tkv_context *ctx, const char *name, uint32_t need) {
+    tkv__kvcache *kv = ctx->kv;
+    if (need <= kv->n_free) return TKV_OK;
+    const uint32_t want = need - kv->n_free;
+    tkv__pindex_stats ps;
+    tkv__pindex_stats_get(ctx->ix, &ps);
+    if (ps.evictable_cells < want)
+        return tkv__fail(TKV_ERR_FULL, "cache file '%s': %u cells needed, %u free and %llu evictable of %u", name, need,
+                         kv->n_free, (unsigned long long)ps.evictable_cells, kv->rows.n_cells);
+    uint32_t freed = tkv__pindex_evict(ctx->ix, want, ctx->spare);
+    tkv__kv_give_back(kv, ctx->spare, freed);
+    ctx->stats.evictions += freed;
+    return TKV_OK;
+}
+
+/*
+ * Put a validated record into the cache, namespace rec->h.ns. seq >= 0: the
+ * sequence then holds the prefix; seq < 0: it stays cached, held by nobody.
+ * Its tokens are left in ctx->seq_tokens. *end receives where the prefix
+ * ends in the index, *n_new how many cells were filled from the file (the
+ * rest was cached already). Nothing changes on failure. With seq < 0 a pin
+ * record may be needed (tkv__pindex_pin_reserve makes that infallible).
+ */
+static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, tkv_seq seq, tkv__ppos *end,
+                        uint32_t *n_new) {
+    tkv__kvcache *kv = ctx->kv;
+    tkv__pindex *ix = ctx->ix;
+    const uint32_t n = r->h.n_tokens;
+    const uint64_t ns = r->h.ns;
+    tkv_token *tokens = ctx->seq_tokens; /* (n_cells); the header check bounded n by it */
+    for (uint32_t i = 0; i < n; i++) tokens[i] = tkv__cachefile_token(r, i);
+    tkv_status st;
+    if (seq >= 0 && n > kv->seq[seq].cap) { /* room for the cell list, before anything moves */
+        tkv__kvseq *s = &kv->seq[seq];
+        const uint32_t keep = s->n;
+        s->n = 0;
+        st = tkv__kv_seq_reserve(kv, seq, n);
+        s->n = keep;
+        if (st) return st;
+    }
+    tkv__ppos at;
+    const uint32_t cached = (uint32_t)tkv__pindex_match(ix, ns, tokens, n, false, &at);
+    if (cached < r->h.kv_from)
+        return tkv__fail(TKV_ERR_INVALID,
+                         "cache file '%s': extends a prefix of %u tokens that is not cached (%u of them are): load the "
+                         "file of that prefix first",
+                         name, r->h.kv_from, cached);
+    /* hold the cached part while making room: by the sequence itself (its old
+       tokens may then be evicted, as tkv_seq_sync allows), or by a pin */
+    const tkv__ppos old = seq >= 0 ? tkv__pindex_seq_end(ix, seq) : TKV__PPOS_EMPTY;
+    if (seq >= 0) tkv__pindex_seq_set(ix, seq, at);
+    else if ((st = tkv__pindex_pin(ix, at, +1))) return st;
+    const uint32_t need = n - cached;
+    if ((st = make_room(ctx, name, need))) {
+        if (seq >= 0) tkv__pindex_seq_set(ix, seq, old);
+        else tkv__pindex_pin(ix, at, -1);
+        return st;
+    }
+    /* from here on nothing can fail */
+    tkv__ppos e = at;
+    if (need) {
+        tkv__kv_take(kv, need, ctx->cells);
+        fill_cells(kv, r, tokens, cached, need, ctx->cells);
+        uint32_t n_dup;
+        e = tkv__pindex_insert(ix, ns, at, tokens + cached, ctx->cells, need, ctx->spare, &n_dup);
+        tkv__kv_give_back(kv, ctx->spare, n_dup); /* none: the match stopped where these tokens begin */
+    }
+    if (seq >= 0) {
+        tkv__kvseq *s = &kv->seq[seq];
+        tkv__pindex_path(ix, e, s->cells, NULL);
+        s->n = n;
+        s->ns = ns;
+        tkv__pindex_seq_set(ix, seq, e);
+        tkv__pindex_cut(ix, e); /* what follows the sequence can be evicted on its own */
+    } else {
+        tkv__pindex_pin(ix, at, -1);
+        /* where the new tokens grew a leaf in place (a sequence's end), split
+           them off: held by nobody, they must be evictable on their own */
+        if (need && at.node != TKV__PNONE && e.node == at.node) {
+            tkv__pindex_cut(ix, at);
+            tkv__pindex_match(ix, ns, tokens, n, false, &e);
+        }
+    }
+    *end = e;
+    *n_new = need;
+    return TKV_OK;
+}
+
+tkv_status tkv__persist_expect(const tkv_context *ctx, tkv__pexpect *e) {
+    tkv_status st = tkv_model_fingerprint(ctx->model, e->fp);
+    if (st) return st;
+    const tkv__kvcache *kv = ctx->kv;
+    e->kv_type = (uint32_t)kv->rows.type;
+    e->n_layer = kv->rows.n_layer;
+    e->n_embd_kv = kv->rows.n_embd_kv;
+    e->n_vocab = ctx->model->hp.n_vocab;
+    e->n_cells = kv->rows.n_cells;
+    e->row_size = kv->rows.row_size;
+    return TKV_OK;
+}
+
+tkv_status tkv__persist_load_image(tkv_context *ctx, const char *name, const uint8_t *data, size_t size, tkv_seq seq) {
+    if (seq >= 0 && (uint32_t)seq >= ctx->kv->n_seq)
+        return tkv__fail(TKV_ERR_INVALID, "cache file '%s': sequence %d is out of range (n_seq_max %u)", name, (int)seq,
+                         ctx->kv->n_seq);
+    tkv__pexpect e;
+    tkv__prec rec;
+    tkv__ppos end;
+    uint32_t n_new;
+    tkv_status st = tkv__persist_expect(ctx, &e);
+    if (!st) st = tkv__cachefile_parse(name, data, size, &e, &rec);
+    if (!st) st = apply(ctx, name, &rec, seq, &end, &n_new);
+    return st;
+}
+
+/* ---- one sequence --------------------------------------------------------- */
+
+static tkv_status check_seq(tkv_context *ctx, tkv_seq seq, const char *fn) {
+    if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
+        return tkv__fail(TKV_ERR_INVALID, "%s: sequence %d is out of range (n_seq_max %u)", fn, (int)seq, ctx->kv->n_seq);
+    return TKV_OK;
+}
+
+/* The directory a path is in, in a tkv__malloc'd string (NULL: no memory). */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    char *d = tkv__malloc(n + 2);
+    if (!d) return NULL;
+    if (!slash) strcpy(d, ".");
+    else if (n == 0) strcpy(d, "/");
+    else memcpy(d, path, n), d[n] = '\0';
+    return d;
+}
+
+/* The header of a file written from ctx (fingerprint, geometry). */
+static tkv_status header_for(const tkv_context *ctx, tkv__phdr *h) {
+    tkv__pexpect e;
+    tkv_status st = tkv__persist_expect(ctx, &e);
+    if (st) return st;
+    *h = (tkv__phdr){.fp = {e.fp[0], e.fp[1]}, .kv_type = e.kv_type, .n_layer = e.n_layer, .n_embd_kv = e.n_embd_kv,
+                     .n_vocab = e.n_vocab, .row_size = e.row_size};
+    return TKV_OK;
+}
+
+tkv_status tkv_seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: ctx is NULL");
+    if (!path) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: path is NULL"));
+    tkv_status st = check_seq(ctx, seq, "tkv_seq_save");
+    if (st) return ctx_fail(ctx, st);
+    const tkv__kvseq *s = &ctx->kv->seq[seq];
+    tkv__phdr h;
+    if ((st = header_for(ctx, &h))) return ctx_fail(ctx, st);
+    h.ns = s->ns;
+    h.n_tokens = s->n;
+    for (uint32_t i = 0; i < s->n; i++) ctx->seq_tokens[i] = ctx->kv->token[s->cells[i]];
+    char *dir = dir_of(path);
+    if (!dir) return ctx_fail(ctx, tkv__fail(TKV_ERR_NOMEM, "out of memory saving sequence %d", (int)seq));
+    st = tkv__cachefile_write(ctx->kv, path, &h, ctx->seq_tokens, s->cells);
+    if (!st) st = tkv__cachefile_sync_dir(dir);
+    tkv__free(dir);
+    return st ? ctx_fail(ctx, st) : TKV_OK;
+}
+
+tkv_status tkv_seq_load(tkv_context *ctx, tkv_seq seq, const char *path) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: ctx is NULL");
+    if (!path) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: path is NULL"));
+    tkv_status st = check_seq(ctx, seq, "tkv_seq_load");
+    if (st) return ctx_fail(ctx, st);
+    uint8_t *data;
+    size_t size;
+    if ((st = tkv__cachefile_read_file(path, &data, &size))) return ctx_fail(ctx, st);
+    st = tkv__persist_load_image(ctx, path, data, size, seq);
+    tkv__free(data);
+    return st ? ctx_fail(ctx, st) : TKV_OK;
+}
+
+/* ---- the whole cache: saving ---------------------------------------------- */
+
+/* "RRRRRRRR-HHHHHHHHHHHHHHHH.tkvc": the names tkv_cache_save writes. */
+enum { NAME_LEN = 8 + 1 + 16 + 5 };
+
+static bool is_hex(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
+    return true;
+}
+
+static bool is_saved_name(const char *s) {
+    return strlen(s) == NAME_LEN && is_hex(s, 8) && s[8] == '-' && is_hex(s + 9, 16) &&
+           strcmp(s + 25, TKV__CACHEFILE_EXT) == 0;
+}
+
+/* "dir/name" in a tkv__malloc'd string. */
+static char *join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = tkv__malloc(a + b + 2);
+    if (p) memcpy(p, dir, a), p[a] = '/', memcpy(p + a + 1, name, b + 1);
+    return p;
+}
+
+typedef struct snode {
+    uint32_t id, depth;
+    uint64_t recency; /* the latest use in its subtree */
+} snode;
+
+typedef struct collect {
+    snode *v;
+    uint32_t n;
+    uint32_t *idx; /* (node ids) index into v */
+} collect;
+
+static void collect_node(const tkv__pindex *ix, uint32_t id, void *user) {
+    collect *c = user;
+    const tkv__pnode *nd = tkv__pindex_node(ix, id);
+    if (nd->parent == TKV__PNONE) return;
+    c->idx[id] = c->n;
+    c->v[c->n++] = (snode){id, nd->depth, nd->last_use};
+}
+
+/* Most recently used first; a parent (as recent as its subtree, shallower) before its children. */
+static int by_recency(const void *a, const void *b) {
+    const snode *x = a, *y = b;
+    if (x->recency != y->recency) return x->recency > y->recency ? -1 : 1;
+    if (x->depth != y->depth) return x->depth < y->depth ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Remove the files of earlier saves that this one did not write again. */
+/* NAME.tkvc.tmp.PID of a process that no longer runs: a save cut short (a
+   crash, kill -9). Files of a live writer are left alone. */
+static bool is_orphan_tmp(const char *name) {
+    const char *t = strstr(name, TKV__CACHEFILE_EXT ".tmp.");
+    if (!t) return false;
+    char *end;
+    long pid = strtol(t + strlen(TKV__CACHEFILE_EXT ".tmp."), &end, 10);
+    if (*end || pid <= 0 || pid == (long)getpid()) return false;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+static tkv_status remove_stale(const char *dir, char (*names)[NAME_LEN + 1], uint32_t n_written) {
+    DIR *d = opendir(dir);
+    if (!d) return tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot open: %s", dir, strerror(errno));
+    tkv_status st = TKV_OK;
+    for (struct dirent *de; !st && (de = readdir(d));) {
+        if (is_orphan_tmp(de->d_name)) {
+            char *p = join(dir, de->d_name);
+            if (p) unlink(p); /* best effort: a crashed writer's half file */
+            tkv__free(p);
+            continue;
+        }
+        if (!is_saved_name(de->d_name)) continue;
+        unsigned long rank = strtoul(de->d_name, NULL, 16);
+        if (rank < n_written && strcmp(names[rank], de->d_name) == 0) continue;
+        char *p = join(dir, de->d_name);
+        if (!p) st = tkv__fail(TKV_ERR_NOMEM, "out of memory cleaning cache directory '%s'", dir);
+        else if (unlink(p) != 0 && errno != ENOENT)
+            st = tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot remove %s: %s", dir, de->d_name, strerror(errno));
+        tkv__free(p);
+    }
+    closedir(d);
+    return st;
+}
+
+tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: ctx is NULL");
+    if (!dir) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: dir is NULL"));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return ctx_fail(ctx, tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot create: %s", dir, strerror(errno)));
+    tkv__phdr h0;
+    tkv_status st = header_for(ctx, &h0);
+    if (st) return ctx_fail(ctx, st);
+    tkv__pindex *ix = ctx->ix;
+    tkv__pindex_stats ps;
+    tkv__pindex_stats_get(ix, &ps);
+    const uint32_t max_id = 2 * ctx->kv->rows.n_cells + 1; /* the index's node pool */
+    collect c = {tkv__malloc((ps.nodes ? ps.nodes : 1) * sizeof *c.v), 0, tkv__calloc(max_id, sizeof *c.idx)};
+    char(*names)[NAME_LEN + 1] = tkv__malloc((ps.nodes ? ps.nodes : 1) * sizeof *names);
+    char *path = NULL;
+    if (!c.v || !c.idx || !names) {
+        st = tkv__fail(TKV_ERR_NOMEM, "out of memory saving the cache");
+        goto done;
+    }
+    tkv__pindex_foreach(ix, collect_node, &c);
+    /* parents come before children: walk back to give each node its subtree's latest use */
+    for (uint32_t i = c.n; i-- > 0;) {
+        uint32_t p = tkv__pindex_node(ix, c.v[i].id)->parent;
+        if (tkv__pindex_node(ix, p)->parent == TKV__PNONE) continue;
+        snode *P = &c.v[c.idx[p]];
+        if (P->recency < c.v[i].recency) P->recency = c.v[i].recency;
+    }
+    qsort(c.v, c.n, sizeof *c.v, by_recency);
+    uint32_t *taken = c.idx; /* reused: 1 for a node whose file was written */
+    memset(taken, 0, max_id * sizeof *taken);
+    uint64_t total = 0;
+    uint32_t n_written = 0;
+    for (uint32_t k = 0; k < c.n && !st; k++) {
+        const tkv__pnode *nd = tkv__pindex_node(ix, c.v[k].id);
+        if (tkv__pindex_node(ix, nd->parent)->parent != TKV__PNONE && !taken[nd->parent]) continue; /* useless alone */
+        tkv__phdr h = h0;
+        h.ns = nd->ns;
+        h.n_tokens = nd->depth + nd->n;
+        h.kv_from = nd->depth;
+        h.rank = n_written;
+        const uint64_t size = tkv__cachefile_file_size(&h);
+        if (max_bytes && total + size > max_bytes) continue;
+        tkv__pindex_path(ix, (tkv__ppos){c.v[k].id, nd->n}, NULL, ctx->seq_tokens);
+        tkv__pindex_run(ix, c.v[k].id, ctx->seq_cells, NULL);
+        const uint64_t hash = XXH3_64bits_withSeed(ctx->seq_tokens, (size_t)h.n_tokens * sizeof(tkv_token), h.ns);
+        snprintf(names[n_written], sizeof names[n_written], "%08x-%016llx%s", n_written, (unsigned long long)hash,
+                 TKV__CACHEFILE_EXT);
+        tkv__free(path);
+        if (!(path = join(dir, names[n_written]))) {
+            st = tkv__fail(TKV_ERR_NOMEM, "out of memory saving the cache");
+            break;
+        }
+        if ((st = tkv__cachefile_write(ctx->kv, path, &h, ctx->seq_tokens, ctx->seq_cells))) break;
+        taken[c.v[k].id] = 1;
+        total += size;
+        n_written++;
+    }
+    if (!st) st = remove_stale(dir, names, n_written);
+    if (!st) st = tkv__cachefile_sync_dir(dir);
+done:
+    tkv__free(c.v);
+    tkv__free(c.idx);
+    tkv__free(names);
+    tkv__free(path);
+    return st ? ctx_fail(ctx, st) : TKV_OK;
+}
+
+/* ---- the whole cache: loading --------------------------------------------- */
+
+typedef struct cand {
+    char *path;
+    uint64_t rank, ns;
+    uint32_t kv_from, n_tokens;
+    size_t size;
+    size_t tok_off; /* where its tokens are kept once loaded */
+    bool loaded;
+} cand;
+
+static int by_rank(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    if (x->kv_from != y->kv_from) return x->kv_from < y->kv_from ? -1 : 1;
+    return strcmp(x->path, y->path);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static void skipped(tkv_cache_load_info *info) {
+    if (info->files_skipped++ == 0)
+        snprintf(info->first_skip_reason, sizeof info->first_skip_reason, "%s", tkv_last_error(NULL));
+}
+
+/* Pass 1: the files of dir whose header fits the context; the others are skipped. */
+static tkv_status list_files(const char *dir, const tkv__pexpect *e, cand **out, uint32_t *n_out,
+                             tkv_cache_load_info *info) {
+    DIR *d = opendir(dir);
+    if (!d) return tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot open: %s", dir, strerror(errno));
+    cand *v = NULL;
+    uint32_t n = 0, cap = 0;
+    tkv_status st = TKV_OK;
+    for (struct dirent *de; !st && (de = readdir(d));) {
+        if (!ends_with(de->d_name, TKV__CACHEFILE_EXT) || strstr(de->d_name, ".tmp")) continue; /* temporary: being written */
+        if (n == cap) {
+            uint32_t ncap = cap ? 2 * cap : 16;
+            cand *nv = tkv__realloc(v, ncap * sizeof *nv);
+            if (!nv) {
+                st = tkv__fail(TKV_ERR_NOMEM, "out of memory listing cache directory '%s'", dir);
+                break;
+            }
+            v = nv, cap = ncap;
+        }
+        char *path = join(dir, de->d_name);
+        if (!path) {
+            st = tkv__fail(TKV_ERR_NOMEM, "out of memory listing cache directory '%s'", dir);
+            break;
+        }
+        uint8_t hdr[TKV__CACHEFILE_HEADER_BYTES];
+        size_t size;
+        tkv__phdr h;
+        if (tkv__cachefile_read(path, hdr, sizeof hdr, &size) ||
+            tkv__cachefile_check_header(path, hdr, size, e, &h)) {
+            skipped(info);
+            tkv__free(path);
+            continue;
+        }
+        v[n++] = (cand){path, h.rank, h.ns, h.kv_from, h.n_tokens, size, 0, false};
+    }
+    closedir(d);
+    if (st) {
+        for (uint32_t i = 0; i < n; i++) tkv__free(v[i].path);
+        tkv__free(v);
+        return st;
+    }
+    *out = v;
+    *n_out = n;
+    return TKV_OK;
+}
+
+tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_info *info) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: ctx is NULL");
+    if (!dir) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: dir is NULL"));
+    tkv_cache_load_info local;
+    if (!info) info = &local;
+    memset(info, 0, sizeof *info);
+    tkv__pexpect e;
+    tkv_status st = tkv__persist_expect(ctx, &e);
+    if (st) return ctx_fail(ctx, st);
+    cand *v = NULL;
+    uint32_t n = 0;
+    if ((st = list_files(dir, &e, &v, &n, info))) return ctx_fail(ctx, st);
+    if (n) qsort(v, n, sizeof *v, by_rank);
+    /* everything the loads need, allocated before the cache changes */
+    size_t max_size = 1, n_tok = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (v[i].size > max_size) max_size = v[i].size;
+        v[i].tok_off = n_tok;
+        n_tok += v[i].n_tokens;
+    }
+    uint8_t *buf = tkv__malloc(max_size);
+    tkv_token *toks = tkv__malloc((n_tok ? n_tok : 1) * sizeof *toks);
+    if (!buf || !toks) st = tkv__fail(TKV_ERR_NOMEM, "out of memory loading cache directory '%s'", dir);
+    else st = tkv__pindex_pin_reserve(ctx->ix, n + 2); /* one per file, and one for the prefix being extended */
+    /* pass 2: load in rank order; each loaded prefix stays pinned until the
+       end, so later files evict only what was cached before this call */
+    for (uint32_t i = 0; i < n && !st; i++) {
+        size_t size;
+        tkv__prec rec;
+        tkv__ppos end;
+        uint32_t n_new;
+        if (tkv__cachefile_read(v[i].path, buf, max_size, &size)) {
+            skipped(info);
+            continue;
+        }
+        if (size != v[i].size) {
+            tkv__fail(TKV_ERR_IO, "cache file '%s': changed while loading", v[i].path);
+            skipped(info);
+            continue;
+        }
+        if (tkv__cachefile_parse(v[i].path, buf, size, &e, &rec)) {
+            skipped(info);
+            continue;
+        }
+        if (rec.h.n_tokens != v[i].n_tokens || rec.h.kv_from != v[i].kv_from) { /* replaced since pass 1 */
+            tkv__fail(TKV_ERR_IO, "cache file '%s': changed while loading", v[i].path);
+            skipped(info);
+            continue;
+        }
+        if (apply(ctx, v[i].path, &rec, -1, &end, &n_new)) {
+            skipped(info);
+            continue;
+        }
+        tkv__pindex_pin(ctx->ix, end, +1); /* reserved: cannot fail */
+        memcpy(toks + v[i].tok_off, ctx->seq_tokens, v[i].n_tokens * sizeof *toks);
+        v[i].ns = rec.h.ns;
+        v[i].loaded = true;
+        info->files_loaded++;
+        info->tokens_loaded += n_new;
+    }
+    /* unpin, and mark the loaded prefixes used, least recently used first, so
+       eviction takes them in the order the saved cache would have */
+    for (uint32_t i = n; i-- > 0;) {
+        if (!v[i].loaded) continue;
+        tkv__ppos at;
+        tkv__pindex_match(ctx->ix, v[i].ns, toks + v[i].tok_off, v[i].n_tokens, false, &at);
+        tkv__pindex_pin(ctx->ix, at, -1);
+        tkv__pindex_touch(ctx->ix, at);
+    }
+    tkv__free(buf);
+    tkv__free(toks);
+    for (uint32_t i = 0; i < n; i++) tkv__free(v[i].path);
+    tkv__free(v);
+    return st ? ctx_fail(ctx, st) : TKV_OK;
+}
+
+tkv_status tkv_cache_load(tkv_context *ctx, const char *dir) { return tkv_cache_load_ex(ctx, dir, NULL); }

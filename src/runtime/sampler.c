@@ -1,0 +1,210 @@
+/*
+ * sampler.c — choosing the next token from a row of logits.
+ *
+ * The chain, in the reference's default order: repetition penalty, top-k,
+ * top-p, min-p, temperature, then a draw from the softmax with a seeded
+ * generator (xoshiro256**, seeded by splitmix64): the same seed and logits
+ * give the same tokens. Temperature <= 0 means greedy: the argmax, lowest
+ * id on ties. Candidate storage is allocated once, at creation.
+ */
+#include "tokenkv.h"
+
+#include "base/alloc.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cand {
+    float logit;
+    tkv_token id;
+} cand;
+
+struct tkv_sampler {
+    tkv_sampler_params p;
+    size_t n_vocab;
+    cand *c;          /* (n_vocab) */
+    float *prob;      /* (n_vocab) */
+    tkv_token *recent; /* ring of the last repeat_last_n tokens */
+    size_t n_recent, recent_head;
+    uint64_t s[4]; /* xoshiro256** state */
+};
+
+tkv_sampler_params tkv_sampler_default_params(void) {
+    return (tkv_sampler_params){.temperature = 0.8f,
+                                .top_k = 40,
+                                .top_p = 0.95f,
+                                .min_p = 0.05f,
+                                .repeat_penalty = 1.0f,
+                                .repeat_last_n = 64,
+                                .seed = 0};
+}
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(tkv_sampler *s) {
+    uint64_t r = rotl(s->s[1] * 5, 7) * 9, t = s->s[1] << 17;
+    s->s[2] ^= s->s[0];
+    s->s[3] ^= s->s[1];
+    s->s[1] ^= s->s[2];
+    s->s[0] ^= s->s[3];
+    s->s[2] ^= t;
+    s->s[3] = rotl(s->s[3], 45);
+    return r;
+}
+
+/* uniform in [0, 1) */
+static double next_unit(tkv_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+tkv_status tkv_sampler_create(const tkv_sampler_params *params, size_t n_vocab, tkv_sampler **out) {
+    if (!out || n_vocab == 0) return tkv__fail(TKV_ERR_INVALID, "tkv_sampler_create: no output or an empty vocabulary");
+    tkv_sampler *s = tkv__calloc(1, sizeof *s);
+    if (!s) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the sampler");
+    s->p = params ? *params : tkv_sampler_default_params();
+    if (s->p.repeat_last_n < 0) s->p.repeat_last_n = 0;
+    s->n_vocab = n_vocab;
+    s->c = tkv__malloc(n_vocab * sizeof *s->c);
+    s->prob = tkv__malloc(n_vocab * sizeof *s->prob);
+    s->recent = tkv__malloc(((size_t)s->p.repeat_last_n + 1) * sizeof *s->recent);
+    if (!s->c || !s->prob || !s->recent) {
+        tkv_sampler_free(s);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory for the sampler");
+    }
+    uint64_t x = s->p.seed;
+    for (int i = 0; i < 4; i++) s->s[i] = splitmix64(&x);
+    *out = s;
+    return TKV_OK;
+}
+
+void tkv_sampler_free(tkv_sampler *s) {
+    if (!s) return;
+    tkv__free(s->c);
+    tkv__free(s->prob);
+    tkv__free(s->recent);
+    tkv__free(s);
+}
+
+void tkv_sampler_accept(tkv_sampler *s, tkv_token token) {
+    if (!s || s->p.repeat_last_n == 0) return;
+    const size_t cap = (size_t)s->p.repeat_last_n;
+    s->recent[(s->recent_head + s->n_recent) % cap] = token;
+    if (s->n_recent < cap) s->n_recent++;
+    else s->recent_head = (s->recent_head + 1) % cap;
+}
+
+static int by_logit_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Keep the k best of c[0..n) at the front, sorted (n log k with a min-heap). */
+static size_t keep_top_k(cand *c, size_t n, size_t k) {
+    if (k >= n) {
+        qsort(c, n, sizeof *c, by_logit_desc);
+        return n;
+    }
+    /* heap of the k best so far, worst at the root */
+    for (size_t i = 0; i < n; i++) {
+        size_t len = i < k ? i : k;
+        if (i >= k) {
+            if (by_logit_desc(&c[i], &c[0]) >= 0) continue; /* not better than the worst kept */
+            c[0] = c[i];
+            len = k;
+            size_t j = 0; /* sift down */
+            for (;;) {
+                size_t l = 2 * j + 1, r = l + 1, w = j;
+                if (l < len && by_logit_desc(&c[l], &c[w]) > 0) w = l;
+                if (r < len && by_logit_desc(&c[r], &c[w]) > 0) w = r;
+                if (w == j) break;
+                cand t = c[j];
+                c[j] = c[w], c[w] = t, j = w;
+            }
+        } else {
+            c[len] = c[i]; /* sift up */
+            for (size_t j = len; j > 0 && by_logit_desc(&c[j], &c[(j - 1) / 2]) > 0; j = (j - 1) / 2) {
+                cand t = c[j];
+                c[j] = c[(j - 1) / 2], c[(j - 1) / 2] = t;
+            }
+        }
+    }
+    qsort(c, k, sizeof *c, by_logit_desc);
+    return k;
+}
+
+/* probabilities of c[0..n) (sorted, best first) at temperature t */
+static void softmax_cands(tkv_sampler *s, size_t n, float t) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        s->prob[i] = expf((s->c[i].logit - s->c[0].logit) / t);
+        sum += s->prob[i];
+    }
+    for (size_t i = 0; i < n; i++) s->prob[i] = (float)(s->prob[i] / sum);
+}
+
+tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits) {
+    const size_t n_vocab = s->n_vocab;
+    for (size_t i = 0; i < n_vocab; i++) s->c[i] = (cand){logits[i], (tkv_token)i};
+
+    /* repetition penalty, once per distinct recent token */
+    if (s->p.repeat_penalty != 1.0f && s->n_recent) {
+        const size_t cap = (size_t)s->p.repeat_last_n;
+        for (size_t r = 0; r < s->n_recent; r++) {
+            tkv_token id = s->recent[(s->recent_head + r) % cap];
+            bool seen = false;
+            for (size_t q = 0; q < r && !seen; q++) seen = s->recent[(s->recent_head + q) % cap] == id;
+            if (seen || id < 0 || (size_t)id >= n_vocab) continue;
+            float *l = &s->c[id].logit;
+            *l = *l > 0 ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
+        }
+    }
+
+    tkv_token chosen;
+    if (s->p.temperature <= 0) {
+        size_t best = 0;
+        for (size_t i = 1; i < n_vocab; i++)
+            if (s->c[i].logit > s->c[best].logit) best = i;
+        chosen = s->c[best].id;
+    } else {
+        size_t n = keep_top_k(s->c, n_vocab, s->p.top_k > 0 ? (size_t)s->p.top_k : n_vocab);
+        if (s->p.top_p < 1.0f) {
+            softmax_cands(s, n, 1.0f);
+            double cum = 0;
+            size_t keep = n;
+            for (size_t i = 0; i < n; i++) {
+                cum += s->prob[i];
+                if (cum >= s->p.top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            n = keep;
+        }
+        if (s->p.min_p > 0) {
+            softmax_cands(s, n, 1.0f);
+            size_t keep = 1;
+            while (keep < n && s->prob[keep] >= s->p.min_p * s->prob[0]) keep++;
+            n = keep;
+        }
+        softmax_cands(s, n, s->p.temperature);
+        double u = next_unit(s), cum = 0;
+        chosen = s->c[n - 1].id;
+        for (size_t i = 0; i < n; i++) {
+            cum += s->prob[i];
+            if (u < cum) {
+                chosen = s->c[i].id;
+                break;
+            }
+        }
+    }
+    tkv_sampler_accept(s, chosen);
+    return chosen;
+}

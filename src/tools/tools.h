@@ -1,0 +1,17 @@
+/*
+ * tools.h — the face of the tools library (libtokenkv_tools, not part of
+ * libtokenkv): what `tokenkv mkmodel` and the tests use to make model files.
+ *
+ *   gguf_write.h  a GGUF image built in memory (any metadata, any tensors,
+ *                 valid or deliberately not)
+ *   quantize.h    float rows to the block formats the writer stores
+ *
+ * Callers outside src/ include this header only.
+ */
+#ifndef TKV_TOOLS_H
+#define TKV_TOOLS_H
+
+#include "gguf_write.h"
+#include "quantize.h"
+
+#endif

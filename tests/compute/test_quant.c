@@ -1,0 +1,488 @@
+/*
+ * test_quant.c — number formats: fp16/bf16 conversion (exhaustive round
+ * trips, rounding of chosen values), the block layouts checked against real
+ * blocks written by llama.cpp (../shared/models/parity), the activation
+ * quantizers against their formulas, and vec_dot on real weight rows against
+ * a float dot product, at every kernel level the CPU has.
+ */
+#include "testutil.h"
+
+#include "compute/kernels.h"
+#include "compute/quant.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- fp16 / bf16 ------------------------------------------------------------ */
+
+static void test_f16_roundtrip_exhaustive(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = tkv__quant_f16_to_f32((uint16_t)h);
+        const uint16_t back = tkv__quant_f32_to_f16(f);
+        const int is_nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
+        if (is_nan) {
+            if (!isnan(f)) fail_msg("f16 %04x: not NaN as float", h);
+            if (!((back & 0x7c00) == 0x7c00 && (back & 0x3ff))) fail_msg("f16 %04x: NaN came back as %04x", h, back);
+            if ((back & 0x8000) != (h & 0x8000)) fail_msg("f16 %04x: NaN lost its sign", h);
+        } else if (back != h) {
+            fail_msg("f16 %04x -> %a -> %04x", h, (double)f, back);
+        }
+    }
+    /* the float value of every finite pattern, against ldexp */
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        const int e = (int)(h >> 10), m = (int)(h & 0x3ff);
+        const double want = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+        assert_true(tkv__quant_f16_to_f32((uint16_t)h) == (float)want);
+        assert_true(tkv__quant_f16_to_f32((uint16_t)(h | 0x8000)) == (float)-want);
+    }
+    assert_true(isinf(tkv__quant_f16_to_f32(0x7c00)) && tkv__quant_f16_to_f32(0x7c00) > 0);
+    assert_true(isinf(tkv__quant_f16_to_f32(0xfc00)) && tkv__quant_f16_to_f32(0xfc00) < 0);
+}
+
+static void test_f16_rounding(void **state) {
+    (void)state;
+    const struct {
+        float f;
+        uint16_t h;
+    } cases[] = {
+        {0.0f, 0x0000},
+        {-0.0f, 0x8000},
+        {1.0f, 0x3c00},
+        {-2.0f, 0xc000},
+        {65504.0f, 0x7bff},              /* largest finite */
+        {65519.99f, 0x7bff},             /* just below the halfway point to 65536 */
+        {65520.0f, 0x7c00},              /* halfway: ties to even, which is infinity */
+        {1e10f, 0x7c00},                 /* overflow */
+        {-1e10f, 0xfc00},
+        {INFINITY, 0x7c00},
+        {1.0f + 0x1p-11f, 0x3c00},       /* halfway between 1 and 1+2^-10: even is 1 */
+        {1.0f + 3 * 0x1p-11f, 0x3c02},   /* halfway between 1+2^-10 and 1+2^-9: even is up */
+        {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01}, /* just above halfway */
+        {0x1p-14f, 0x0400},              /* smallest normal */
+        {0x1p-24f, 0x0001},              /* smallest subnormal */
+        {0x1p-25f, 0x0000},              /* halfway to the smallest subnormal: even is 0 */
+        {0x1.000002p-25f, 0x0001},       /* just above it */
+        {3 * 0x1p-25f, 0x0002},          /* 1.5 subnormal units: even is 2 */
+        {5 * 0x1p-25f, 0x0002},          /* 2.5 units: even is 2 */
+        {0x1p-14f - 0x1p-25f, 0x0400},   /* 1023.5 units: even rounds up into the normals */
+        {1e-30f, 0x0000},                /* underflow */
+        {-1e-30f, 0x8000},
+        {0x1.ffep-15f, 0x0400},          /* below the smallest normal, rounds up to it */
+        {3.14159265f, 0x4248},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const uint16_t got = tkv__quant_f32_to_f16(cases[i].f);
+        if (got != cases[i].h) fail_msg("f32 %a -> f16 %04x, want %04x", (double)cases[i].f, got, cases[i].h);
+    }
+    /* NaN stays NaN, with its sign */
+    assert_true((tkv__quant_f32_to_f16(NAN) & 0x7fff) > 0x7c00);
+    assert_true((tkv__quant_f32_to_f16(u2f(0xff800001u)) & 0xfc00) == 0xfc00); /* payload only in low bits */
+    assert_true((tkv__quant_f32_to_f16(u2f(0xff800001u)) & 0x3ff) != 0);
+    /* every float between consecutive halves rounds to the nearer one (sampled) */
+    uint32_t s = 12345;
+    for (int i = 0; i < 200000; i++) {
+        s = s * 1664525u + 1013904223u;
+        const float f = u2f(((s >> 1) % 0x477fe000u) | (s << 31)); /* |f| < 65504, random sign */
+        const uint16_t h = tkv__quant_f32_to_f16(f);
+        const double hv = tkv__quant_f16_to_f32(h);
+        const double err = fabs((double)f - hv);
+        /* the neighbours of h on both sides are no closer */
+        const double lo = tkv__quant_f16_to_f32((uint16_t)(h - ((h & 0x7fff) ? 1 : 0)));
+        const double hi = tkv__quant_f16_to_f32((uint16_t)((h & 0x7fff) < 0x7bff ? h + 1 : h));
+        if (fabs((double)f - lo) < err || fabs((double)f - hi) < err) fail_msg("f32 %a -> f16 %04x not nearest", (double)f, h);
+    }
+}
+
+static void test_bf16(void **state) {
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        const float f = tkv__quant_bf16_to_f32((uint16_t)h);
+        assert_int_equal(f2u(f), h << 16);
+        const uint16_t back = tkv__quant_f32_to_bf16(f);
+        if (isnan(f)) {
+            assert_true((back & 0x7f80) == 0x7f80 && (back & 0x7f));
+        } else {
+            assert_int_equal(back, h);
+        }
+    }
+    assert_int_equal(tkv__quant_f32_to_bf16(u2f(0x3f808000u)), 0x3f80); /* tie, even down */
+    assert_int_equal(tkv__quant_f32_to_bf16(u2f(0x3f818000u)), 0x3f82); /* tie, even up */
+    assert_int_equal(tkv__quant_f32_to_bf16(u2f(0x3f808001u)), 0x3f81); /* above the tie */
+    assert_int_equal(tkv__quant_f32_to_bf16(u2f(0x7f7fffffu)), 0x7f80); /* FLT_MAX rounds to inf */
+    assert_int_equal(tkv__quant_f32_to_bf16(u2f(0x00000001u)), 0x0000); /* subnormals round, not flush */
+    assert_int_equal(tkv__quant_f32_to_bf16(u2f(0x00008000u)), 0x0000);
+    assert_int_equal(tkv__quant_f32_to_bf16(u2f(0x00018000u)), 0x0002);
+    const uint16_t nan = tkv__quant_f32_to_bf16(u2f(0x7f800001u)); /* payload only in the dropped bits */
+    assert_true((nan & 0x7f80) == 0x7f80 && (nan & 0x7f));
+}
+
+/* ---- type facts and block layouts ---------------------------------------------- */
+
+static void test_type_facts(void **state) {
+    (void)state;
+    const tkv_type w[] = {TKV_TYPE_F32, TKV_TYPE_F16, TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q5_0,
+                          TKV_TYPE_Q4_1, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
+    const tkv_type a[] = {TKV_TYPE_F32, TKV_TYPE_F16, TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0,
+                          TKV_TYPE_Q8_1, TKV_TYPE_Q8_1, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K};
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
+        assert_true(tkv__quant_supported(w[i]));
+        assert_int_equal(tkv__quant_vec_dot_type(w[i]), a[i]);
+    }
+    assert_false(tkv__quant_supported(TKV_TYPE_Q2_K));
+    assert_false(tkv__quant_supported(TKV_TYPE_IQ4_NL));
+    assert_int_equal(tkv__quant_vec_dot_type(TKV_TYPE_Q3_K), TKV_TYPE_COUNT);
+    assert_int_equal(tkv__quant_row_size(TKV_TYPE_Q4_0, 4096), 4096 / 32 * 18);
+    assert_int_equal(tkv__quant_row_size(TKV_TYPE_Q8_K, 512), 2 * 292);
+    assert_int_equal(tkv__quant_row_size(TKV_TYPE_F16, 7), 14);
+    assert_int_equal(tkv__quant_block_elems(TKV_TYPE_Q6_K), 256);
+    /* the struct sizes agree with the library's type table */
+    const struct {
+        tkv_type t;
+        size_t size;
+    } sz[] = {{TKV_TYPE_Q4_0, sizeof(tkv__block_q4_0)}, {TKV_TYPE_Q4_1, sizeof(tkv__block_q4_1)},
+              {TKV_TYPE_Q5_0, sizeof(tkv__block_q5_0)}, {TKV_TYPE_Q5_1, sizeof(tkv__block_q5_1)},
+              {TKV_TYPE_Q8_0, sizeof(tkv__block_q8_0)}, {TKV_TYPE_Q8_1, sizeof(tkv__block_q8_1)},
+              {TKV_TYPE_Q4_K, sizeof(tkv__block_q4_K)}, {TKV_TYPE_Q5_K, sizeof(tkv__block_q5_K)},
+              {TKV_TYPE_Q6_K, sizeof(tkv__block_q6_K)}, {TKV_TYPE_Q8_K, sizeof(tkv__block_q8_K)}};
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
+        uint32_t be, bb;
+        assert_int_equal(tkv_type_block(sz[i].t, &be, &bb), TKV_OK);
+        assert_int_equal(bb, sz[i].size);
+    }
+}
+
+/* The 6-bit packing: every (scale, min) pair of every group survives a pack/unpack. */
+static void test_k4_scales(void **state) {
+    (void)state;
+    uint32_t s = 99;
+    for (int iter = 0; iter < 2000; iter++) {
+        uint8_t sc[8], mn[8], packed[12] = {0};
+        for (int j = 0; j < 8; j++) {
+            s = s * 1664525u + 1013904223u;
+            sc[j] = (uint8_t)((s >> 8) & 63);
+            mn[j] = (uint8_t)((s >> 20) & 63);
+        }
+        /* pack as the format describes it (quant.h), independently of the reader */
+        for (int j = 0; j < 8; j++) {
+            if (j < 4) {
+                packed[j] |= sc[j];
+                packed[j + 4] |= mn[j];
+            } else {
+                packed[j + 4] = (uint8_t)((sc[j] & 15) | ((mn[j] & 15) << 4));
+                packed[j - 4] |= (uint8_t)((sc[j] >> 4) << 6);
+                packed[j] |= (uint8_t)((mn[j] >> 4) << 6);
+            }
+        }
+        uint8_t all[16];
+        tkv__quant_k4_unpack(packed, all);
+        for (int j = 0; j < 8; j++) {
+            uint8_t a, b;
+            tkv__quant_k4_scale_min(j, packed, &a, &b);
+            assert_int_equal(a, sc[j]);
+            assert_int_equal(b, mn[j]);
+            assert_int_equal(all[j], sc[j]);
+            assert_int_equal(all[8 + j], mn[j]);
+        }
+    }
+}
+
+/* Hand-made blocks: one element at a time, to pin the element order. */
+static void test_layout_by_hand(void **state) {
+    (void)state;
+    float y[256];
+    /* Q4_0: d = 1; byte 3 = 0xa2: element 3 is 2 - 8, element 19 is 10 - 8 */
+    tkv__block_q4_0 b40;
+    memset(&b40, 0x88, sizeof b40);
+    b40.d = 0x3c00;
+    b40.qs[3] = 0xa2;
+    tkv__quant_dequantize_row(TKV_TYPE_Q4_0, &b40, y, 32);
+    for (int j = 0; j < 32; j++) assert_true(y[j] == (j == 3 ? -6.0f : j == 19 ? 2.0f : 0.0f));
+    /* Q5_0: the fifth bit of element 21 is bit 21 of qh */
+    tkv__block_q5_0 b50;
+    memset(&b50, 0, sizeof b50);
+    b50.d = 0x3c00;
+    b50.qh[2] = 0x20; /* bit 21 */
+    tkv__quant_dequantize_row(TKV_TYPE_Q5_0, &b50, y, 32);
+    for (int j = 0; j < 32; j++) assert_true(y[j] == (j == 21 ? 0.0f : -16.0f));
+    /* Q4_K: group 5 (elements 160..191) = chunk 2, high nibbles; scale 5 is in byte 9 + bits of byte 1 */
+    tkv__block_q4_K bk;
+    memset(&bk, 0, sizeof bk);
+    bk.d = 0x3c00;
+    bk.dmin = 0x3c00;
+    bk.scales[9] = 0x03;        /* scale 5 low bits = 3, min 5 low bits = 0 */
+    bk.scales[1] = 0x40;        /* scale 5 high bits = 1: scale 19 */
+    bk.qs[64 + 7] = 0x50;       /* chunk 2, byte 7, high nibble 5: element 160 + 7 */
+    tkv__quant_dequantize_row(TKV_TYPE_Q4_K, &bk, y, 256);
+    for (int e = 0; e < 256; e++) assert_true(y[e] == (e == 167 ? 95.0f : 0.0f));
+    /* Q6_K: element 128 + 64 + 5 = high nibble of ql[64 + 5], bits 4-5 of qh[32 + 5]; group 12 */
+    tkv__block_q6_K b6;
+    memset(&b6, 0, sizeof b6);
+    b6.d = 0x3c00;
+    for (int g = 0; g < 16; g++) b6.scales[g] = (int8_t)(g + 1);
+    memset(b6.ql, 0, sizeof b6.ql);
+    memset(b6.qh, 0xaa, sizeof b6.qh); /* every q = 32 (bit pattern 10): value 0 */
+    b6.ql[64 + 5] = 0x70;
+    tkv__quant_dequantize_row(TKV_TYPE_Q6_K, &b6, y, 256);
+    for (int e = 0; e < 256; e++) assert_true(y[e] == (e == 197 ? 13.0f * 7.0f : 0.0f));
+}
+
+/* ---- the parity files --------------------------------------------------------- */
+
+static tkv_model *load_parity(const char *type) {
+    char rel[128];
+    snprintf(rel, sizeof rel, "models/parity/parity-%s.gguf", type);
+    tkv_model *m = NULL;
+    tkv_status st = tkv_model_load(tu_shared(rel), NULL, &m);
+    if (st) fail_msg("%s: %s: %s", rel, tkv_status_str(st), tkv_last_error(NULL));
+    return m;
+}
+
+/*
+ * Bounds on the RMS error of a dequantized tensor relative to the RMS of the
+ * same tensor from the F16 file (itself exact to ~2^-11). The worst tensor
+ * measured on these files (random weights; the test prints them), then ~1.5x
+ * margin. A wrong layout (swapped nibbles, wrong scale packing, wrong bit of
+ * qh) gives errors of 50% to over 100%.
+ */
+static double rel_bound(tkv_type t) {
+    switch (t) {            /* measured */
+    case TKV_TYPE_BF16: return 0.003; /* 0.0016 */
+    case TKV_TYPE_Q8_0: return 0.006; /* 0.0038 */
+    case TKV_TYPE_Q6_K: return 0.022; /* 0.0133 */
+    case TKV_TYPE_Q5_0: return 0.05;  /* 0.0314 */
+    case TKV_TYPE_Q5_1: return 0.05;  /* 0.0294 */
+    case TKV_TYPE_Q5_K: return 0.045; /* 0.0277 */
+    case TKV_TYPE_Q4_0: return 0.10;  /* 0.0653 */
+    case TKV_TYPE_Q4_1: return 0.10;  /* 0.0609 */
+    case TKV_TYPE_Q4_K: return 0.085; /* 0.0548 */
+    default: return 0.0;
+    }
+}
+
+static void test_parity_dequantize(void **state) {
+    (void)state;
+    const char *files[] = {"BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K"};
+    tkv_model *ref = load_parity("F16");
+    int seen[TKV_TYPE_COUNT] = {0};
+    double worst[TKV_TYPE_COUNT] = {0};
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        tkv_model *m = load_parity(files[f]);
+        for (size_t i = 0; i < tkv_model_tensor_count(m); i++) {
+            tkv_tensor_info t, r;
+            assert_int_equal(tkv_model_tensor_at(m, i, &t), TKV_OK);
+            if (t.n_dims != 2) continue;
+            assert_int_equal(tkv_model_tensor_find(ref, t.name, &r), TKV_OK);
+            assert_int_equal(r.type, TKV_TYPE_F16);
+            assert_int_equal(r.n_elems, t.n_elems);
+            if (!tkv__quant_supported(t.type)) fail_msg("%s: %s has unsupported type %d", files[f], t.name, t.type);
+            float *a = malloc(t.n_elems * sizeof(float)), *b = malloc(t.n_elems * sizeof(float));
+            assert_non_null(a);
+            assert_non_null(b);
+            tkv__quant_dequantize_row(t.type, t.data, a, t.n_elems);
+            tkv__quant_dequantize_row(TKV_TYPE_F16, r.data, b, r.n_elems);
+            double se = 0, sr = 0;
+            for (size_t k = 0; k < t.n_elems; k++) {
+                se += ((double)a[k] - b[k]) * ((double)a[k] - b[k]);
+                sr += (double)b[k] * b[k];
+            }
+            const double rel = sqrt(se / sr);
+            if (rel > worst[t.type]) worst[t.type] = rel;
+            seen[t.type] = 1;
+            if (!(rel <= rel_bound(t.type)))
+                fail_msg("%s: %s (%s): relative RMS error %.4f > %.4f", files[f], t.name, tkv_type_name(t.type), rel,
+                         rel_bound(t.type));
+            free(a);
+            free(b);
+        }
+        tkv_model_free(m);
+    }
+    const tkv_type want[] = {TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0,
+                             TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (!seen[want[i]]) fail_msg("no tensor of type %s in the parity files", tkv_type_name(want[i]));
+        print_message("  %-5s worst relative RMS error %.4f (bound %.3f)\n", tkv_type_name(want[i]), worst[want[i]],
+                      rel_bound(want[i]));
+    }
+    tkv_model_free(ref);
+}
+
+/*
+ * Bound on |vec_dot(w, quantized x) - sum(w_i x_i)|. The integer parts of
+ * every kernel are exact, and the K formats' min term uses exact quant sums,
+ * so the result is sum(w_i * xq_i) up to float rounding, where xq_i is the
+ * activation as quantized; |xq_i - x_i| is at most
+ *   Q8_0/Q8_1: half a step amax/254, plus the fp16 rounding of d: 127 * d * 2^-11 = amax * 2^-11
+ *   Q8_K:      half a step amax/254 (d is a float)
+ *   F16: |x| 2^-11, BF16: |x| 2^-8, F32: 0.
+ * Q4_1/Q5_1 add m * (s - sum(xq)) per block, with |s - sum(xq)| <= 64 amax 2^-11
+ * (fp16 rounding of s, and d vs its fp16). Float rounding: 1e-5 of sum|w x|
+ * (at most n/32 float additions of exact block terms, or n for float rows).
+ */
+static double dot_bound(tkv_type wt, const float *w, const float *x, size_t n, const float *mvals) {
+    const tkv_type at = tkv__quant_vec_dot_type(wt);
+    const size_t bs = at == TKV_TYPE_Q8_K ? 256 : 32;
+    double bound = 0, mag = 0;
+    for (size_t b0 = 0; b0 < n; b0 += bs) {
+        double amax = 0;
+        for (size_t i = b0; i < b0 + bs && i < n; i++) amax = fmax(amax, fabs(x[i]));
+        for (size_t i = b0; i < b0 + bs && i < n; i++) {
+            double e;
+            switch (at) {
+            case TKV_TYPE_Q8_0:
+            case TKV_TYPE_Q8_1: e = amax / 254 + amax * 0x1p-11; break;
+            case TKV_TYPE_Q8_K: e = amax / 254; break;
+            case TKV_TYPE_F16: e = fabs(x[i]) * 0x1p-11 + 0x1p-25; break;
+            case TKV_TYPE_BF16: e = fabs(x[i]) * 0x1p-8; break;
+            default: e = 0;
+            }
+            bound += fabs(w[i]) * e * 1.001;
+            mag += fabs((double)w[i] * x[i]);
+        }
+        if (mvals) bound += fabs(mvals[b0 / 32]) * 64 * amax * 0x1p-11;
+    }
+    return bound + 1e-5 * mag + 1e-30;
+}
+
+static void test_parity_vec_dot(void **state) {
+    (void)state;
+    const char *files[] = {"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K"};
+    uint32_t s = 7;
+    size_t checked = 0;
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        tkv_model *m = load_parity(files[f]);
+        for (size_t i = 0; i < tkv_model_tensor_count(m); i++) {
+            tkv_tensor_info t;
+            assert_int_equal(tkv_model_tensor_at(m, i, &t), TKV_OK);
+            if (t.n_dims != 2) continue;
+            const size_t n = t.ne[0], rs = tkv__quant_row_size(t.type, n);
+            const tkv_type at = tkv__quant_vec_dot_type(t.type);
+            float *x = malloc(n * sizeof(float)), *w = malloc(n * sizeof(float));
+            uint8_t *xq = malloc(tkv__quant_row_size(at, n));
+            assert_true(x && w && xq);
+            const uint64_t rows[] = {0, t.ne[1] / 2, t.ne[1] - 1};
+            for (int ri = 0; ri < 3; ri++) {
+                for (size_t k = 0; k < n; k++) {
+                    s = s * 1664525u + 1013904223u;
+                    x[k] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (ri == 1 ? 40.0f : 2.0f);
+                }
+                const uint8_t *row = (const uint8_t *)t.data + rows[ri] * rs;
+                tkv__quant_dequantize_row(t.type, row, w, n);
+                tkv__quant_quantize_row(at, x, xq, n);
+                float mv[64];
+                const float *mvals = NULL;
+                if (t.type == TKV_TYPE_Q4_1 || t.type == TKV_TYPE_Q5_1) {
+                    const size_t bsz = t.type == TKV_TYPE_Q4_1 ? 20 : 24;
+                    for (size_t b = 0; b < n / 32; b++) {
+                        uint16_t mh;
+                        memcpy(&mh, row + b * bsz + 2, 2);
+                        mv[b] = tkv__quant_f16_to_f32(mh);
+                    }
+                    mvals = mv;
+                }
+                double want = 0;
+                for (size_t k = 0; k < n; k++) want += (double)w[k] * x[k];
+                const double bound = dot_bound(t.type, w, x, n, mvals);
+                for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+                    const tkv__kernels *kt = tkv__kernel_table((tkv__kernel_level)l);
+                    if (!kt) continue;
+                    const double got = kt->vec_dot[t.type](n, row, xq);
+                    if (!(fabs(got - want) <= bound))
+                        fail_msg("%s %s row %llu (%s): vec_dot %.7g, float dot %.7g, bound %.3g", files[f], t.name,
+                                 (unsigned long long)rows[ri], kt->name, got, want, bound);
+                    checked++;
+                }
+            }
+            free(x);
+            free(w);
+            free(xq);
+        }
+        tkv_model_free(m);
+    }
+    assert_true(checked > 100);
+}
+
+/* ---- the activation quantizers against their formulas --------------------------- */
+
+static void test_quantize_formulas(void **state) {
+    (void)state;
+    float x[512];
+    uint32_t s = 3;
+    for (int i = 0; i < 512; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = (float)(s >> 8) / 16777216.0f * 6.0f - 3.0f;
+    }
+    x[5] = 4.5f;    /* block 0's amax */
+    x[300] = -7.0f; /* block 1 of Q8_K: the max is negative */
+    x[301] = 7.0f;  /* same magnitude later: the first one wins */
+    for (int i = 32; i < 64; i++) x[i] = 0.0f; /* an all-zero Q8_0 block */
+
+    tkv__block_q8_0 q0[16];
+    tkv__quant_quantize_q8_0(x, q0, 512);
+    assert_int_equal(q0[0].d, tkv__quant_f32_to_f16(4.5f / 127.0f));
+    assert_int_equal(q0[0].qs[5], 127);
+    for (int j = 0; j < 32; j++) assert_int_equal(q0[0].qs[j], (int)lrintf(x[j] * (127.0f / 4.5f)));
+    assert_int_equal(q0[1].d, 0);
+    for (int j = 0; j < 32; j++) assert_int_equal(q0[1].qs[j], 0);
+
+    tkv__block_q8_1 q1[16];
+    tkv__quant_quantize_q8_1(x, q1, 512);
+    for (int b = 0; b < 16; b++) {
+        int sum = 0;
+        for (int j = 0; j < 32; j++) sum += q1[b].qs[j];
+        assert_int_equal(q1[b].d, q0[b].d);
+        assert_memory_equal(q1[b].qs, q0[b].qs, 32);
+        const float d = tkv__quant_f16_to_f32(q1[b].d);
+        /* s = fp16(d * sum) with the unrounded d: within one fp16 step of the rounded-d product */
+        assert_true(fabsf(tkv__quant_f16_to_f32(q1[b].s) - d * (float)sum) <= fabsf(d * (float)sum) * 0x1p-9f + 1e-6f);
+    }
+
+    tkv__block_q8_K qk[2];
+    tkv__quant_quantize_q8_K(x, qk, 512);
+    /* block 0: max = +4.5, so d < 0 and the largest element is -127 */
+    assert_true(qk[0].d == 1.0f / (-127.0f / 4.5f));
+    assert_int_equal(qk[0].qs[5], -127);
+    /* block 1: max = -7 (the first of -7, +7): d > 0, x[300] -> -127, x[301] -> +127 */
+    assert_true(qk[1].d == 1.0f / (-127.0f / -7.0f));
+    assert_int_equal(qk[1].qs[300 - 256], -127);
+    assert_int_equal(qk[1].qs[301 - 256], 127);
+    for (int b = 0; b < 2; b++) {
+        for (int g = 0; g < 16; g++) {
+            int sum = 0;
+            for (int l = 0; l < 16; l++) sum += qk[b].qs[16 * g + l];
+            assert_int_equal(qk[b].bsums[g], sum);
+        }
+        float y[256];
+        tkv__quant_dequantize_row(TKV_TYPE_Q8_K, &qk[b], y, 256);
+        for (int j = 0; j < 256; j++) assert_true(fabsf(y[j] - x[256 * b + j]) <= fabsf(qk[b].d) * 0.5001f);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_roundtrip_exhaustive),
+        cmocka_unit_test(test_f16_rounding),
+        cmocka_unit_test(test_bf16),
+        cmocka_unit_test(test_type_facts),
+        cmocka_unit_test(test_k4_scales),
+        cmocka_unit_test(test_layout_by_hand),
+        cmocka_unit_test(test_parity_dequantize),
+        cmocka_unit_test(test_parity_vec_dot),
+        cmocka_unit_test(test_quantize_formulas),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

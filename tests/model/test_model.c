@@ -1,0 +1,280 @@
+/*
+ * test_model.c — model loading: the facts of every file in ../shared/models
+ * (as its README states them), architecture and tensor checks on synthetic
+ * models, and vocabulary-only files.
+ */
+#include "testutil.h"
+
+#include "base/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static tkv_model *load(const char *rel, bool vocab_only) {
+    tkv_model_params p = tkv_model_default_params();
+    p.vocab_only = vocab_only;
+    tkv_model *m = NULL;
+    tkv_status st = tkv_model_load(tu_shared(rel), &p, &m);
+    if (st) fail_msg("%s: %s: %s", rel, tkv_status_str(st), tkv_last_error(NULL));
+    return m;
+}
+
+static void test_stories260k(void **state) {
+    (void)state;
+    tkv_model *m = load("models/stories260K.gguf", false);
+    tkv_hparams hp;
+    assert_int_equal(tkv_model_hparams(m, &hp), TKV_OK);
+    assert_string_equal(hp.arch, "llama");
+    assert_int_equal(hp.n_layer, 5);
+    assert_int_equal(hp.n_embd, 64);
+    assert_int_equal(hp.n_head, 8);
+    assert_int_equal(hp.n_head_kv, 4);
+    assert_int_equal(hp.head_dim, 8);
+    assert_int_equal(hp.n_ff, 172);
+    assert_int_equal(hp.n_vocab, 512);
+    assert_int_equal(hp.n_ctx_train, 2048);
+    assert_int_equal(hp.n_rot, 8);
+    assert_true(hp.rope_freq_base == 10000.0f); /* no key: the default */
+    assert_true(fabsf(hp.rms_eps - 1e-5f) < 1e-12f);
+    assert_false(hp.tied_output);
+    assert_int_equal(tkv_model_tensor_count(m), 48);
+    assert_int_equal(tkv_model_meta_count(m), 19);
+    uint64_t params = 0;
+    for (size_t i = 0; i < tkv_model_tensor_count(m); i++) {
+        tkv_tensor_info t;
+        assert_int_equal(tkv_model_tensor_at(m, i, &t), TKV_OK);
+        assert_int_equal(t.type, TKV_TYPE_F32);
+        params += t.n_elems;
+    }
+    assert_int_equal(params, 292800);
+    tkv_tensor_info t;
+    assert_int_equal(tkv_model_tensor_find(m, "blk.4.ffn_down.weight", &t), TKV_OK);
+    assert_int_equal(t.ne[0], 172), assert_int_equal(t.ne[1], 64);
+    assert_int_equal(tkv_model_tensor_find(m, "blk.5.ffn_down.weight", &t), TKV_ERR_INVALID);
+    /* tokenizer facts */
+    const char *s;
+    int64_t v;
+    assert_int_equal(tkv_model_meta_str(m, "tokenizer.ggml.model", &s, NULL), TKV_OK);
+    assert_string_equal(s, "llama");
+    assert_int_equal(tkv_model_meta_arr_str(m, "tokenizer.ggml.tokens", 1, &s, NULL), TKV_OK);
+    assert_string_equal(s, "<s>");
+    assert_int_equal(tkv_model_meta_int(m, "tokenizer.ggml.bos_token_id", &v), TKV_OK), assert_int_equal(v, 1);
+    assert_int_equal(tkv_model_meta_int(m, "tokenizer.ggml.eos_token_id", &v), TKV_OK), assert_int_equal(v, 2);
+    assert_int_equal(tkv_model_meta_find(m, "tokenizer.ggml.pre", NULL), TKV_ERR_INVALID);
+    tkv_model_free(m);
+}
+
+static void test_llama2_tiny_random(void **state) {
+    (void)state;
+    tkv_model *m = load("models/llama-2-tiny-random.gguf", false);
+    tkv_hparams hp;
+    assert_int_equal(tkv_model_hparams(m, &hp), TKV_OK);
+    assert_int_equal(hp.n_layer, 1);
+    assert_int_equal(hp.n_embd, 8);
+    assert_int_equal(hp.n_head, 2), assert_int_equal(hp.n_head_kv, 2), assert_int_equal(hp.head_dim, 4);
+    assert_int_equal(hp.n_ff, 32);
+    assert_int_equal(hp.n_ctx_train, 4096);
+    assert_int_equal(hp.n_rot, 4);
+    assert_int_equal(hp.n_vocab, 32000);
+    int n_f16 = 0, n_f32 = 0;
+    for (size_t i = 0; i < tkv_model_tensor_count(m); i++) {
+        tkv_tensor_info t;
+        tkv_model_tensor_at(m, i, &t);
+        n_f16 += t.type == TKV_TYPE_F16;
+        n_f32 += t.type == TKV_TYPE_F32;
+    }
+    assert_int_equal(n_f16, 9), assert_int_equal(n_f32, 3);
+    int64_t ft;
+    assert_int_equal(tkv_model_meta_int(m, "general.file_type", &ft), TKV_OK), assert_int_equal(ft, 1);
+    tkv_model_free(m);
+}
+
+static void test_parity_models(void **state) {
+    (void)state;
+    static const struct {
+        const char *name;
+        tkv_type main; /* the type of the attention weights */
+    } files[] = {
+        {"F16", TKV_TYPE_F16},   {"BF16", TKV_TYPE_BF16}, {"Q8_0", TKV_TYPE_Q8_0},     {"Q4_0", TKV_TYPE_Q4_0},
+        {"Q4_1", TKV_TYPE_Q4_1}, {"Q5_0", TKV_TYPE_Q5_0}, {"Q5_1", TKV_TYPE_Q5_1},     {"Q4_K_M", TKV_TYPE_Q4_K},
+        {"Q5_K_M", TKV_TYPE_Q5_K}, {"Q6_K", TKV_TYPE_Q6_K},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char rel[96];
+        snprintf(rel, sizeof rel, "models/parity/parity-%s.gguf", files[i].name);
+        tkv_model *m = load(rel, false);
+        tkv_hparams hp;
+        assert_int_equal(tkv_model_hparams(m, &hp), TKV_OK);
+        assert_int_equal(hp.n_embd, 256), assert_int_equal(hp.n_layer, 2);
+        assert_int_equal(hp.n_head, 4), assert_int_equal(hp.n_head_kv, 2);
+        assert_int_equal(hp.n_ff, 768), assert_int_equal(hp.n_ctx_train, 2048);
+        assert_int_equal(hp.n_vocab, 512);
+        tkv_tensor_info t;
+        assert_int_equal(tkv_model_tensor_find(m, "blk.0.attn_q.weight", &t), TKV_OK);
+        assert_int_equal(t.type, files[i].main);
+        assert_int_equal(tkv_model_tensor_find(m, "blk.1.attn_norm.weight", &t), TKV_OK);
+        assert_int_equal(t.type, TKV_TYPE_F32);
+        tkv_model_free(m);
+    }
+}
+
+static void test_vocab_only_files(void **state) {
+    (void)state;
+    static const struct {
+        const char *rel;
+        const char *tok_model, *pre;
+        size_t n_tokens, n_merges;
+        int64_t bos, eos;
+        bool arch_supported;
+    } files[] = {
+        {"models/vocab/ggml-vocab-gpt-2.gguf", "gpt2", "gpt-2", 50257, 50000, 50256, 50256, false},
+        {"models/vocab/ggml-vocab-deepseek-coder.gguf", "gpt2", "deepseek-coder", 32256, 31757, 32013, 32014, true},
+        {"models/vocab/ggml-vocab-llama-spm.gguf", "llama", "default", 32000, 0, 1, 2, true},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        /* as a model: a clear FORMAT error */
+        tkv_model *m = NULL;
+        tkv_status st = tkv_model_load(tu_shared(files[i].rel), NULL, &m);
+        if (files[i].arch_supported) {
+            assert_int_equal(st, TKV_ERR_FORMAT);
+            assert_non_null(strstr(tkv_last_error(NULL), "no tensors"));
+        } else {
+            assert_int_equal(st, TKV_ERR_UNSUPPORTED);
+            assert_non_null(strstr(tkv_last_error(NULL), "gpt2"));
+        }
+        assert_null(m);
+        /* for the tokenizer: loads */
+        m = load(files[i].rel, true);
+        assert_int_equal(tkv_model_tensor_count(m), 0);
+        const char *s;
+        assert_int_equal(tkv_model_meta_str(m, "tokenizer.ggml.model", &s, NULL), TKV_OK);
+        assert_string_equal(s, files[i].tok_model);
+        assert_int_equal(tkv_model_meta_str(m, "tokenizer.ggml.pre", &s, NULL), TKV_OK);
+        assert_string_equal(s, files[i].pre);
+        tkv_meta_type et;
+        size_t n;
+        assert_int_equal(tkv_model_meta_array(m, "tokenizer.ggml.tokens", &et, &n), TKV_OK);
+        assert_int_equal(et, TKV_META_STRING), assert_int_equal(n, files[i].n_tokens);
+        if (files[i].n_merges) {
+            assert_int_equal(tkv_model_meta_array(m, "tokenizer.ggml.merges", &et, &n), TKV_OK);
+            assert_int_equal(n, files[i].n_merges);
+        }
+        int64_t v;
+        assert_int_equal(tkv_model_meta_int(m, "tokenizer.ggml.bos_token_id", &v), TKV_OK);
+        assert_int_equal(v, files[i].bos);
+        assert_int_equal(tkv_model_meta_int(m, "tokenizer.ggml.eos_token_id", &v), TKV_OK);
+        assert_int_equal(v, files[i].eos);
+        tkv_hparams hp;
+        assert_int_equal(tkv_model_hparams(m, &hp), files[i].arch_supported ? TKV_OK : TKV_ERR_UNSUPPORTED);
+        tkv_model_free(m);
+    }
+    /* deepseek-coder's big-model facts: 32 layers, linear RoPE scaling x4 */
+    tkv_model *m = load("models/vocab/ggml-vocab-deepseek-coder.gguf", true);
+    tkv_hparams hp;
+    assert_int_equal(tkv_model_hparams(m, &hp), TKV_OK);
+    assert_int_equal(hp.n_layer, 32), assert_int_equal(hp.n_embd, 4096), assert_int_equal(hp.n_vocab, 32256);
+    assert_true(hp.rope_freq_base == 100000.0f);
+    assert_string_equal(hp.rope_scaling, "linear");
+    assert_true(hp.rope_freq_scale == 0.25f);
+    tkv_model_free(m);
+}
+
+/* ---- synthetic models --------------------------------------------------- */
+
+static tkv_status load_tiny(const tu_tiny_opts *o, tkv_model **m) {
+    uint8_t *p;
+    size_t n;
+    tu_tiny_model(o, &p, &n);
+    const char *path = tu_write_temp(p, n);
+    free(p);
+    tkv__clear_error();
+    tkv_status st = tkv_model_load(path, NULL, m);
+    remove(path);
+    return st;
+}
+
+static void expect_load_error(const tu_tiny_opts *o, tkv_status want, const char *needle) {
+    tkv_model *m = NULL;
+    tkv_status st = load_tiny(o, &m);
+    if (st != want) fail_msg("expected %s, got %s (%s)", tkv_status_str(want), tkv_status_str(st), tkv_last_error(NULL));
+    assert_null(m);
+    if (!strstr(tkv_last_error(NULL), needle)) fail_msg("'%s' does not mention '%s'", tkv_last_error(NULL), needle);
+}
+
+static void test_tiny_models(void **state) {
+    (void)state;
+    tkv_model *m = NULL;
+    tkv_hparams hp;
+    assert_int_equal(load_tiny(NULL, &m), TKV_OK);
+    assert_int_equal(tkv_model_hparams(m, &hp), TKV_OK);
+    assert_false(hp.tied_output);
+    assert_int_equal(hp.n_head_kv, 1);
+    assert_true(hp.rope_freq_base == 500000.0f);
+    tkv_model_free(m);
+
+    tu_tiny_opts o = {.no_output = 1};
+    assert_int_equal(load_tiny(&o, &m), TKV_OK);
+    assert_int_equal(tkv_model_hparams(m, &hp), TKV_OK);
+    assert_true(hp.tied_output);
+    tkv_model_free(m);
+
+    o = (tu_tiny_opts){.arch = "qwen2"};
+    assert_int_equal(load_tiny(&o, &m), TKV_OK);
+    assert_int_equal(tkv_model_hparams(m, &hp), TKV_OK);
+    assert_string_equal(hp.arch, "qwen2");
+    tkv_model_free(m);
+
+    expect_load_error(&(tu_tiny_opts){.arch = "qwen2", .skip_tensor = "blk.1.attn_k.bias"}, TKV_ERR_FORMAT,
+                      "'blk.1.attn_k.bias' is missing");
+    expect_load_error(&(tu_tiny_opts){.skip_tensor = "blk.0.ffn_up.weight"}, TKV_ERR_FORMAT,
+                      "'blk.0.ffn_up.weight' is missing");
+    expect_load_error(&(tu_tiny_opts){.skip_tensor = "token_embd.weight"}, TKV_ERR_FORMAT, "'token_embd.weight'");
+    expect_load_error(&(tu_tiny_opts){.reshape = "blk.1.attn_v.weight"}, TKV_ERR_FORMAT,
+                      "tensor 'blk.1.attn_v.weight': shape [9, 4");
+    expect_load_error(&(tu_tiny_opts){.reshape = "output.weight"}, TKV_ERR_FORMAT, "'output.weight'");
+    expect_load_error(&(tu_tiny_opts){.arch = "gptneox"}, TKV_ERR_UNSUPPORTED, "'gptneox'");
+    /* a weight type without kernels: the tensor and the type are named */
+    expect_load_error(&(tu_tiny_opts){.f64_tensor = "blk.1.ffn_up.weight"}, TKV_ERR_UNSUPPORTED,
+                      "tensor 'blk.1.ffn_up.weight': type F64 is not supported");
+    expect_load_error(&(tu_tiny_opts){.f64_tensor = "blk.0.attn_norm.weight"}, TKV_ERR_UNSUPPORTED, "must be F32");
+    expect_load_error(&(tu_tiny_opts){.skip_key = "general.architecture"}, TKV_ERR_FORMAT, "general.architecture");
+    expect_load_error(&(tu_tiny_opts){.skip_key = "llama.block_count"}, TKV_ERR_FORMAT, "'llama.block_count' is missing");
+    expect_load_error(&(tu_tiny_opts){.skip_key = "llama.attention.layer_norm_rms_epsilon"}, TKV_ERR_FORMAT,
+                      "layer_norm_rms_epsilon");
+}
+
+static void test_bad_paths(void **state) {
+    (void)state;
+    tkv_model *m = (tkv_model *)0x1;
+    assert_int_equal(tkv_model_load("/nonexistent/x.gguf", NULL, &m), TKV_ERR_IO);
+    assert_null(m);
+    assert_non_null(strstr(tkv_last_error(NULL), "/nonexistent/x.gguf"));
+    assert_int_equal(tkv_model_load("/tmp", NULL, &m), TKV_ERR_IO);
+    assert_non_null(strstr(tkv_last_error(NULL), "not a regular file"));
+    assert_int_equal(tkv_model_load(NULL, NULL, &m), TKV_ERR_INVALID);
+    assert_int_equal(tkv_model_load("x", NULL, NULL), TKV_ERR_INVALID);
+    const char *empty = tu_write_temp((const uint8_t *)"", 0);
+    assert_int_equal(tkv_model_load(empty, NULL, &m), TKV_ERR_FORMAT);
+    assert_non_null(strstr(tkv_last_error(NULL), "too small"));
+    remove(empty);
+    tkv_model_free(NULL);
+    assert_string_equal(tkv_status_str(TKV_ERR_FULL), "TKV_ERR_FULL");
+    assert_string_equal(tkv_status_str((tkv_status)-99), "unknown status");
+    uint32_t be, bb;
+    assert_int_equal(tkv_type_block(TKV_TYPE_Q6_K, &be, &bb), TKV_OK);
+    assert_int_equal(be, 256), assert_int_equal(bb, 210);
+    assert_int_equal(tkv_type_block((tkv_type)4, &be, &bb), TKV_ERR_INVALID);
+    assert_null(tkv_type_name((tkv_type)5));
+    assert_string_equal(tkv_type_name(TKV_TYPE_BF16), "BF16");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stories260k),      cmocka_unit_test(test_llama2_tiny_random),
+        cmocka_unit_test(test_parity_models),    cmocka_unit_test(test_vocab_only_files),
+        cmocka_unit_test(test_tiny_models),      cmocka_unit_test(test_bad_paths),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
