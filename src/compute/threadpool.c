@@ -1,38 +1,96 @@
 /*
  * threadpool.c — see threadpool.h.
  *
- * A task starts when the caller bumps `generation`; each worker runs it and
- * bumps `n_done`. Waiting is spin-then-sleep: spinning keeps the latency of
- * the many short dispatches of a decode step in microseconds, and after a
- * while a worker sleeps on the condition variable so an idle pool uses no CPU.
+ * A task starts when the caller bumps `generation`; it ends with a barrier
+ * of all n threads. Every wait (for a task, at a barrier) is spin-then-sleep
+ * on a futex, and how long to spin is decided by what the kernel says about
+ * our own threads:
+ *
+ *   - Spinning is right when every thread has a core: a barrier then
+ *     resolves in microseconds, far below a futex wake-up's latency.
+ *   - Spinning is ruinous when threads share cores (more threads than the
+ *     affinity mask or the cgroup quota allows, or another busy process):
+ *     the spinner burns the very timeslice the thread it waits for needs,
+ *     and a decode step has over a hundred barriers.
+ *
+ * The signal is each worker's run-queue delay (/proc/thread-self/schedstat,
+ * second field: time spent runnable but not running). Over a window of a
+ * few milliseconds of its own CPU time, a worker that waited for a CPU more
+ * than a tenth of the time it wanted one turns spinning off for the whole
+ * pool. It comes back on after a back-off (20 ms, doubling while the probes
+ * keep finding contention, up to 1 s), and stays on while the windows are
+ * calm. Windows are judged only while spinning: sleeping threads' wake-up
+ * latency is also run-queue delay, and would look like contention.
+ * Where schedstat cannot be read, spinning is on exactly when the pool has
+ * no more threads than the CPUs the process may run on.
  */
+#define _GNU_SOURCE /* syscall, sched_getaffinity */
 #include "threadpool.h"
 
 #include "base/alloc.h"
 #include "base/error.h"
 
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
-#define SPINS_BEFORE_SLEEP 20000 /* spins (then yields) before a worker sleeps */
+#define SPIN_NS 200000ll          /* a wait spins this long (when spinning is on) before sleeping */
+#define WINDOW_NS 4000000ll       /* a worker judges contention over this much wanted CPU time */
+#define CONTENDED_PERMILLE 100    /* ... and finds it when it waited for a CPU > 10% of it */
+#define BACKOFF_MIN_NS 20000000ll /* spinning stays off this long, then is tried again ... */
+#define BACKOFF_MAX_NS 1000000000ll /* ... doubling up to this while contention persists */
+
+/* What a worker knows of its own scheduling, for judging contention. */
+typedef struct worker {
+    struct tkv__pool *p;
+    int ith;
+    int schedstat;           /* fd of /proc/thread-self/schedstat, -1 if none */
+    long long run0, delay0;  /* the window's start: CPU time and run-queue delay (ns) */
+    long long next_check;    /* monotonic ns of the next look at the window */
+    unsigned epoch0;         /* the spin epoch the window started in */
+    bool spin0;              /* whether spinning was on when it started */
+    char pad[64];            /* workers' windows on different cache lines */
+} worker;
+
+/* The worker running on this thread (NULL on the caller's), so that a
+   barrier can look at its window without a parameter. */
+static _Thread_local worker *this_worker;
 
 struct tkv__pool {
     int n;
     pthread_t *threads;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    atomic_uint generation; /* bumped once per task (and to stop) */
-    atomic_int n_done;      /* workers finished with the current task */
-    atomic_int n_sleeping;
-    atomic_bool stop;
+    worker *workers; /* (n) [0] unused: the caller's thread does not measure */
     tkv__task_fn fn;
     void *arg;
-    /* barrier */
-    atomic_int barrier_count;
+    _Alignas(64) atomic_uint generation; /* bumped once per task (and to stop) */
+    atomic_int gen_sleepers;
+    atomic_bool stop;
+    _Alignas(64) atomic_int barrier_count;
     atomic_uint barrier_phase;
+    atomic_int phase_sleepers;
+    /* the spinning policy (see the top of the file); relaxed: races only
+       delay a decision by a window */
+    _Alignas(64) atomic_llong spin_off_until; /* monotonic ns; spinning is off before it */
+    atomic_llong backoff;                      /* the next off period */
+    atomic_uint spin_epoch;                    /* bumped on every switch, to discard straddling windows */
+    atomic_bool measured;                      /* some worker reads its schedstat */
+    bool spin_static;                          /* without schedstat: spin? */
 };
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000ll + ts.tv_nsec;
+}
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -40,42 +98,118 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-/* Spin politely: after a while yield the CPU, so a thread we wait for that
-   the OS has descheduled (more threads than free cores) can run. */
-static inline void spin_wait(unsigned *spins) {
-    if (++*spins < 20000) cpu_relax();
-    else sched_yield();
+static void futex_wait(atomic_uint *word, unsigned seen) {
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
 }
 
-typedef struct worker_arg {
-    tkv__pool *p;
-    int ith;
-} worker_arg;
+static void futex_wake_all(atomic_uint *word) {
+    syscall(SYS_futex, (unsigned *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
 
-static void *worker(void *varg) {
-    worker_arg wa = *(worker_arg *)varg;
-    tkv__free(varg);
-    tkv__pool *p = wa.p;
+static bool spinning(const tkv__pool *p, long long now) {
+    if (!atomic_load_explicit(&p->measured, memory_order_relaxed)) return p->spin_static;
+    return now >= atomic_load_explicit(&p->spin_off_until, memory_order_relaxed);
+}
+
+/*
+ * Wait until *word is no longer `seen`: spin (while spinning is on, up to
+ * SPIN_NS), then sleep on the futex. The sleeper count lets the waker skip
+ * the system call when nobody sleeps; with sequentially consistent
+ * operations on both sides, either the waker sees the sleeper or the
+ * sleeper sees the new value (and the kernel rechecks the value anyway).
+ */
+static void wait_change(tkv__pool *p, atomic_uint *word, unsigned seen, atomic_int *sleepers) {
+    if (atomic_load_explicit(word, memory_order_acquire) != seen) return;
+    long long start = now_ns();
+    if (spinning(p, start)) {
+        for (unsigned i = 1;; i++) {
+            cpu_relax();
+            if (atomic_load_explicit(word, memory_order_acquire) != seen) return;
+            if (i % 64 == 0 && now_ns() - start > SPIN_NS) break;
+        }
+    }
+    while (atomic_load(word) == seen) {
+        atomic_fetch_add(sleepers, 1);
+        if (atomic_load(word) == seen) futex_wait(word, seen);
+        atomic_fetch_sub(sleepers, 1);
+    }
+}
+
+/* Publish a new value of *word and wake whoever sleeps on it. */
+static void bump(atomic_uint *word, atomic_int *sleepers) {
+    atomic_fetch_add(word, 1);
+    if (atomic_load(sleepers) > 0) futex_wake_all(word);
+}
+
+/* This thread's CPU time and run-queue delay in ns; false if unreadable. */
+static bool read_schedstat(int fd, long long *run, long long *delay) {
+    char buf[96];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    return sscanf(buf, "%lld %lld", run, delay) == 2;
+}
+
+/*
+ * A worker's look at its window (at most once per millisecond of wall time):
+ * when it has wanted WINDOW_NS of CPU since the window started, judge it.
+ */
+static void check_contention(worker *w) {
+    tkv__pool *p = w->p;
+    long long now = now_ns();
+    if (w->schedstat < 0 || now < w->next_check) return;
+    w->next_check = now + 1000000;
+    long long run, delay;
+    if (!read_schedstat(w->schedstat, &run, &delay)) return;
+    unsigned epoch = atomic_load_explicit(&p->spin_epoch, memory_order_relaxed);
+    long long wanted = (run - w->run0) + (delay - w->delay0);
+    bool spin = spinning(p, now);
+    bool same = epoch == w->epoch0 && spin == w->spin0;
+    if (same && wanted < WINDOW_NS) return;
+    bool judge = same && spin;
+    bool contended = (delay - w->delay0) * 1000 > wanted * CONTENDED_PERMILLE;
+    w->run0 = run;
+    w->delay0 = delay;
+    w->epoch0 = epoch;
+    w->spin0 = spin;
+    if (!judge) return;
+    long long backoff = atomic_load_explicit(&p->backoff, memory_order_relaxed);
+    if (contended) {
+        atomic_store_explicit(&p->spin_off_until, now + backoff, memory_order_relaxed);
+        atomic_store_explicit(&p->backoff, backoff * 2 < BACKOFF_MAX_NS ? backoff * 2 : BACKOFF_MAX_NS,
+                              memory_order_relaxed);
+        w->epoch0 = atomic_fetch_add_explicit(&p->spin_epoch, 1, memory_order_relaxed) + 1;
+        w->spin0 = false;
+    } else if (backoff != BACKOFF_MIN_NS) {
+        atomic_store_explicit(&p->backoff, BACKOFF_MIN_NS, memory_order_relaxed);
+    }
+}
+
+static void *worker_main(void *varg) {
+    worker *w = varg;
+    tkv__pool *p = w->p;
+    this_worker = w;
+    w->schedstat = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (w->schedstat >= 0 && read_schedstat(w->schedstat, &w->run0, &w->delay0))
+        atomic_store(&p->measured, true);
     unsigned seen = 0; /* the generation at creation: a task may start before this thread runs */
     for (;;) {
-        /* wait for the next generation: spin, then sleep */
-        unsigned spins = 0;
-        while (atomic_load_explicit(&p->generation, memory_order_acquire) == seen) {
-            if (spins < SPINS_BEFORE_SLEEP) {
-                spin_wait(&spins);
-                continue;
-            }
-            pthread_mutex_lock(&p->mu);
-            atomic_fetch_add(&p->n_sleeping, 1);
-            while (atomic_load(&p->generation) == seen) pthread_cond_wait(&p->cv, &p->mu);
-            atomic_fetch_sub(&p->n_sleeping, 1);
-            pthread_mutex_unlock(&p->mu);
-        }
+        check_contention(w);
+        wait_change(p, &p->generation, seen, &p->gen_sleepers);
         seen = atomic_load(&p->generation);
-        if (atomic_load(&p->stop)) return NULL;
-        p->fn(p->arg, wa.ith, p->n);
-        atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
+        if (atomic_load(&p->stop)) break;
+        p->fn(p->arg, w->ith, p->n);
+        tkv__pool_barrier(p);
     }
+    if (w->schedstat >= 0) close(w->schedstat);
+    return NULL;
+}
+
+/* CPUs this process may run on (its affinity mask), or 0 if unknown. */
+static int affinity_cpus(void) {
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+    return CPU_COUNT(&set);
 }
 
 tkv_status tkv__pool_create(int n_threads, tkv__pool **out) {
@@ -83,51 +217,39 @@ tkv_status tkv__pool_create(int n_threads, tkv__pool **out) {
     tkv__pool *p = tkv__calloc(1, sizeof *p);
     if (!p) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the thread pool");
     p->n = n_threads;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    int cpus = affinity_cpus();
+    p->spin_static = cpus == 0 || n_threads <= cpus;
+    /* oversubscribed from the start: begin with spinning off */
+    atomic_store(&p->backoff, BACKOFF_MIN_NS);
+    if (!p->spin_static) atomic_store(&p->spin_off_until, now_ns() + BACKOFF_MIN_NS);
     p->threads = tkv__calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads) {
+    p->workers = tkv__calloc((size_t)n_threads, sizeof *p->workers);
+    if (!p->threads || !p->workers) {
         tkv__pool_free(p);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for the thread pool");
     }
     for (int i = 1; i < n_threads; i++) {
-        worker_arg *wa = tkv__malloc(sizeof *wa);
-        if (wa) *wa = (worker_arg){p, i};
-        int rc = wa ? pthread_create(&p->threads[i], NULL, worker, wa) : -1;
+        p->workers[i] = (worker){.p = p, .ith = i, .schedstat = -1, .spin0 = p->spin_static};
+        int rc = pthread_create(&p->threads[i], NULL, worker_main, &p->workers[i]);
         if (rc != 0) {
-            tkv__free(wa);
             p->n = i; /* join the ones started */
             tkv__pool_free(p);
-            return tkv__fail(TKV_ERR_NOMEM, "cannot start thread %d of %d: %s", i, n_threads,
-                             rc > 0 ? strerror(rc) : "out of memory");
+            return tkv__fail(TKV_ERR_NOMEM, "cannot start thread %d of %d: %s", i, n_threads, strerror(rc));
         }
     }
     *out = p;
     return TKV_OK;
 }
 
-static void bump(tkv__pool *p) {
-    atomic_fetch_add(&p->generation, 1); /* seq_cst: ordered before the n_sleeping read */
-    if (atomic_load(&p->n_sleeping) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-    }
-}
-
 void tkv__pool_free(tkv__pool *p) {
     if (!p) return;
-    if (p->threads) {
+    if (p->threads && p->workers) {
         atomic_store(&p->stop, true);
-        pthread_mutex_lock(&p->mu);
-        atomic_fetch_add(&p->generation, 1);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
+        bump(&p->generation, &p->gen_sleepers);
         for (int i = 1; i < p->n; i++) pthread_join(p->threads[i], NULL);
     }
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
     tkv__free(p->threads);
+    tkv__free(p->workers);
     tkv__free(p);
 }
 
@@ -140,11 +262,9 @@ void tkv__pool_run(tkv__pool *p, tkv__task_fn fn, void *arg) {
     }
     p->fn = fn;
     p->arg = arg;
-    atomic_store(&p->n_done, 0);
-    bump(p);
+    bump(&p->generation, &p->gen_sleepers); /* seq_cst: fn and arg are visible to whoever sees it */
     fn(arg, 0, p->n);
-    unsigned spins = 0;
-    while (atomic_load_explicit(&p->n_done, memory_order_acquire) < p->n - 1) spin_wait(&spins);
+    tkv__pool_barrier(p); /* the task ends when every thread has finished its share */
 }
 
 void tkv__pool_barrier(tkv__pool *p) {
@@ -152,9 +272,9 @@ void tkv__pool_barrier(tkv__pool *p) {
     unsigned phase = atomic_load_explicit(&p->barrier_phase, memory_order_acquire);
     if (atomic_fetch_add_explicit(&p->barrier_count, 1, memory_order_acq_rel) == p->n - 1) {
         atomic_store_explicit(&p->barrier_count, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&p->barrier_phase, 1, memory_order_release);
+        bump(&p->barrier_phase, &p->phase_sleepers);
         return;
     }
-    unsigned spins = 0;
-    while (atomic_load_explicit(&p->barrier_phase, memory_order_acquire) == phase) spin_wait(&spins);
+    if (this_worker && this_worker->p == p) check_contention(this_worker);
+    wait_change(p, &p->barrier_phase, phase, &p->phase_sleepers);
 }
