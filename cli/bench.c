@@ -34,7 +34,8 @@ static const char *const bench_help =
     "  -m, --model MODEL       a GGUF model\n"
     "  -p, --n-prompt N        prompt tokens, 0 = skip the test (default 512)\n"
     "  -n, --n-gen N           generated tokens, 0 = skip the test (default 128)\n"
-    "  -t, --threads N         threads (default 2)\n"
+    "  -t, --threads N         threads (default: the physical cores this process may use,\n"
+    "                          within its cgroup quota)\n"
     "  -r, --repetitions N     measured runs per test (default 3)\n"
     "  --json                  one JSON object per test per line\n"
     "  -h, --help              show this help\n";
@@ -233,7 +234,7 @@ static bool print_json(const model_facts *f, int threads, int reps, const result
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
-    long n_prompt = 512, n_gen = 128, threads = 2, reps = 3;
+    long n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -288,7 +289,8 @@ int cmd_bench(int argc, char **argv) {
     tkv_context_params cp = tkv_context_default_params();
     cp.n_cells = (uint32_t)(n_prompt + n_gen); /* one sequence at a time needs max(p, n); p + n leaves room */
     cp.n_seq_max = 1;
-    cp.n_threads = (int)threads;
+    if (threads > 0) cp.n_threads = (int)threads;
+    threads = cp.n_threads;
     if (tkv_context_create(m, &cp, &b.ctx) != TKV_OK) {
         cli_fail("bench", "%s", tkv_last_error(NULL));
         goto done;

@@ -26,7 +26,8 @@ static const char *const run_help =
     "  --min-p P               drop tokens below P x the best one's probability (default 0.05)\n"
     "  --repeat-penalty R      penalise the last 64 tokens, 1 = off (default 1)\n"
     "  --seed S                random seed (default 0): same seed, same output\n"
-    "  -t, --threads N         threads (default: all CPUs)\n"
+    "  -t, --threads N         threads (default: the physical cores this process may use,\n"
+    "                          within its cgroup quota)\n"
     "  -c, --cells N           KV cells, i.e. the context size (default 4096)\n"
     "  --ids                   print one JSON array of the generated ids instead of text\n"
     "  -h, --help              show this help\n";
@@ -105,7 +106,13 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     tkv_context_params cp = tkv_context_default_params();
-    if (threads > 0) cp.n_threads = (int)threads;
+    if (threads > 0) {
+        cp.n_threads = (int)threads;
+    } else { /* the default, and why: a container's quota or a taskset shows here */
+        char why[160];
+        cp.n_threads = tkv_default_threads(why, sizeof why);
+        fprintf(stderr, "tokenkv run: %s\n", why);
+    }
     if (cells > 0) cp.n_cells = (uint32_t)cells;
     size_t n_prompt = 0;
     size_t plen = strlen(prompt);

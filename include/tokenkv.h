@@ -592,7 +592,8 @@ typedef struct tkv_context_params {
     uint32_t n_cells;   /**< KV cells (tokens held across all sequences); default 4096 */
     uint32_t n_seq_max; /**< sequence ids 0..n_seq_max-1; default 256 */
     uint32_t n_batch;   /**< tokens per forward pass; longer batches are split; default 512 */
-    int n_threads;      /**< default: the number of online CPUs */
+    int n_threads;      /**< default: tkv_default_threads() (the physical cores this
+                             process may use, within its cgroup CPU quota) */
     tkv_type kv_type;   /**< TKV_TYPE_F16 (default), TKV_TYPE_F32, or TKV_TYPE_Q8_0 (half
                              the memory; needs K/V rows of a multiple of 32) */
     tkv_abort_fn abort_cb; /**< optional (NULL: never abort) */
@@ -615,6 +616,21 @@ typedef struct tkv_context_params {
  * @return the defaults listed in tkv_context_params.
  */
 TKV_API tkv_context_params tkv_context_default_params(void);
+
+/**
+ * The number of threads a context runs by default: the physical cores
+ * among the CPUs of this process's affinity mask (SMT siblings count once),
+ * at most the whole CPUs of its cgroup quota (cgroup v2 cpu.max, or v1
+ * cpu.cfs_quota_us / cpu.cfs_period_us, the smallest along its cgroup's
+ * path), at least 1. Facts that cannot be read (no sysfs, no cgroup) are
+ * left out of the choice. Reads a few small files each call; no errors.
+ *
+ * @param why  NULL, or a buffer that receives why, e.g. "2 threads
+ *             (affinity 2, cores 2, cgroup quota none)", truncated to fit.
+ * @param cap  bytes at why (including the terminating NUL).
+ * @return the thread count, >= 1.
+ */
+TKV_API int tkv_default_threads(char *why, size_t cap);
 
 /**
  * Create a context over a fully loaded model (not vocab_only): it allocates

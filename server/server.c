@@ -145,7 +145,13 @@ int srv_main(const srv_opts *o) {
     cp.n_cells = o->cells;
     cp.n_seq_max = (uint32_t)o->parallel;
     cp.n_batch = o->n_batch;
-    if (o->threads > 0) cp.n_threads = o->threads;
+    if (o->threads > 0) {
+        cp.n_threads = o->threads;
+    } else { /* the default, and why: a container's quota or a taskset shows here */
+        char why[160];
+        cp.n_threads = tkv_default_threads(why, sizeof why);
+        fprintf(stderr, "tokenkv serve: %s\n", why);
+    }
     /* batched requests must not change each other's outputs, nor may
        reuse change a request's output: see tkv_context_params */
     cp.batch_invariant = true;

@@ -21,6 +21,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "compute/cpus.h"
 #include "model/forward.h"
 
 #include <stdarg.h>
@@ -28,13 +29,19 @@
 #include <string.h>
 #include <unistd.h>
 
+int tkv_default_threads(char *why, size_t cap) {
+    tkv__cpus c;
+    tkv__cpus_detect("", NULL, 0, &c);
+    if (why && cap) tkv__cpus_describe(&c, why, cap);
+    return c.threads;
+}
+
 tkv_context_params tkv_context_default_params(void) {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     return (tkv_context_params){
         .n_cells = 4096,
         .n_seq_max = 256,
         .n_batch = 512,
-        .n_threads = cpus > 0 ? (int)cpus : 1,
+        .n_threads = tkv_default_threads(NULL, 0),
         .kv_type = TKV_TYPE_F16,
     };
 }
