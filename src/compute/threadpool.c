@@ -2,33 +2,38 @@
  * threadpool.c — see threadpool.h.
  *
  * A task starts when the caller bumps `generation`; it ends with a barrier
- * of all n threads. Every wait (for a task, at a barrier) is spin-then-sleep
- * on a futex, and how long to spin is decided by what the kernel says about
- * our own threads:
+ * of the threads that run it. Two decisions keep threads from fighting over
+ * CPUs, and both come from what the kernel says about this process:
  *
- *   - Spinning is right when every thread has a core: a barrier then
- *     resolves in microseconds, far below a futex wake-up's latency.
- *   - Spinning is ruinous when threads share cores (more threads than the
- *     affinity mask or the cgroup quota allows, or another busy process):
- *     the spinner burns the very timeslice the thread it waits for needs,
- *     and a decode step has over a hundred barriers.
+ *   How many threads run a task. Never more than the CPUs the process may
+ *   use (its affinity mask, re-read every 100 ms, and its cgroup quota):
+ *   more can only take turns, and every barrier then costs two context
+ *   switches. Workers beyond that count sleep through the task.
  *
- * The signal is each worker's run-queue delay (/proc/thread-self/schedstat,
- * second field: time spent runnable but not running). Over a window of a
- * few milliseconds of its own CPU time, a worker that waited for a CPU more
- * than a tenth of the time it wanted one turns spinning off for the whole
- * pool. It comes back on after a back-off (20 ms, doubling while the probes
- * keep finding contention, up to 1 s), and stays on while the windows are
- * calm. Windows are judged only while spinning: sleeping threads' wake-up
- * latency is also run-queue delay, and would look like contention.
- * Where schedstat cannot be read, spinning is on exactly when the pool has
- * no more threads than the CPUs the process may run on.
+ *   Whether a wait spins. Every wait (for a task, at a barrier) spins up to
+ *   200 us and then sleeps on a futex. Spinning is right when every thread
+ *   has a core: a barrier resolves in microseconds, far below a futex
+ *   wake-up. It is ruinous when something else wants the CPUs: the spinner
+ *   burns the timeslice the thread it waits for needs, and a decode step
+ *   has over a hundred barriers.
+ *
+ * The signal for the second is each worker's run-queue delay
+ * (/proc/thread-self/schedstat, second field: time spent runnable but not
+ * running). Over a window of 4 ms of the CPU time it wanted, a worker that
+ * waited for a CPU more than a tenth of it declares contention: spinning
+ * goes off for the pool, and tasks run on as many threads as the CPU share
+ * the window saw (active x (1 - delay fraction), at least 1). Both come back
+ * after a back-off (20 ms, doubling to 1 s while the probes keep finding
+ * contention). Windows are judged only while spinning: a sleeping thread's
+ * wake-up latency is run-queue delay too, and would look like contention.
+ * Where schedstat cannot be read, the pool spins and uses the static count.
  */
 #define _GNU_SOURCE /* syscall, sched_getaffinity */
 #include "threadpool.h"
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "cpus.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -71,6 +76,10 @@ struct tkv__pool {
     worker *workers; /* (n) [0] unused: the caller's thread does not measure */
     tkv__task_fn fn;
     void *arg;
+    atomic_int active; /* threads that run the current task (set before the bump) */
+    int quota_cpus;    /* whole CPUs of the cgroup quota at creation, 0 for none */
+    int cap;           /* at most this many threads run a task: CPUs we may use */
+    long long cap_at;  /* monotonic ns when cap was computed */
     _Alignas(64) atomic_uint generation; /* bumped once per task (and to stop) */
     atomic_int gen_sleepers;
     atomic_bool stop;
@@ -82,8 +91,8 @@ struct tkv__pool {
     _Alignas(64) atomic_llong spin_off_until; /* monotonic ns; spinning is off before it */
     atomic_llong backoff;                      /* the next off period */
     atomic_uint spin_epoch;                    /* bumped on every switch, to discard straddling windows */
+    atomic_int shrunk;                         /* threads per task while spinning is off */
     atomic_bool measured;                      /* some worker reads its schedstat */
-    bool spin_static;                          /* without schedstat: spin? */
 };
 
 static long long now_ns(void) {
@@ -107,7 +116,7 @@ static void futex_wake_all(atomic_uint *word) {
 }
 
 static bool spinning(const tkv__pool *p, long long now) {
-    if (!atomic_load_explicit(&p->measured, memory_order_relaxed)) return p->spin_static;
+    if (!atomic_load_explicit(&p->measured, memory_order_relaxed)) return true;
     return now >= atomic_load_explicit(&p->spin_off_until, memory_order_relaxed);
 }
 
@@ -162,19 +171,20 @@ static void check_contention(worker *w) {
     long long run, delay;
     if (!read_schedstat(w->schedstat, &run, &delay)) return;
     unsigned epoch = atomic_load_explicit(&p->spin_epoch, memory_order_relaxed);
-    long long wanted = (run - w->run0) + (delay - w->delay0);
+    long long ran = run - w->run0, waited = delay - w->delay0, wanted = ran + waited;
     bool spin = spinning(p, now);
     bool same = epoch == w->epoch0 && spin == w->spin0;
     if (same && wanted < WINDOW_NS) return;
-    bool judge = same && spin;
-    bool contended = (delay - w->delay0) * 1000 > wanted * CONTENDED_PERMILLE;
     w->run0 = run;
     w->delay0 = delay;
     w->epoch0 = epoch;
     w->spin0 = spin;
-    if (!judge) return;
+    if (!same || !spin) return; /* only a whole window of spinning is judged */
     long long backoff = atomic_load_explicit(&p->backoff, memory_order_relaxed);
-    if (contended) {
+    if (waited * 1000 > wanted * CONTENDED_PERMILLE) {
+        /* run on the share of the CPUs the window saw, in whole threads */
+        long long share = (long long)atomic_load_explicit(&p->active, memory_order_relaxed) * ran / wanted;
+        atomic_store_explicit(&p->shrunk, share < 1 ? 1 : (int)share, memory_order_relaxed);
         atomic_store_explicit(&p->spin_off_until, now + backoff, memory_order_relaxed);
         atomic_store_explicit(&p->backoff, backoff * 2 < BACKOFF_MAX_NS ? backoff * 2 : BACKOFF_MAX_NS,
                               memory_order_relaxed);
@@ -198,18 +208,23 @@ static void *worker_main(void *varg) {
         wait_change(p, &p->generation, seen, &p->gen_sleepers);
         seen = atomic_load(&p->generation);
         if (atomic_load(&p->stop)) break;
-        p->fn(p->arg, w->ith, p->n);
+        int k = atomic_load_explicit(&p->active, memory_order_relaxed);
+        if (w->ith >= k) continue; /* not needed for this task */
+        p->fn(p->arg, w->ith, k);
         tkv__pool_barrier(p);
     }
     if (w->schedstat >= 0) close(w->schedstat);
     return NULL;
 }
 
-/* CPUs this process may run on (its affinity mask), or 0 if unknown. */
-static int affinity_cpus(void) {
+/* At most this many threads can run at once: the CPUs of the affinity mask
+   and of the cgroup quota (n if unknown). */
+static int cpu_cap(const tkv__pool *p) {
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
-    return CPU_COUNT(&set);
+    int cap = p->n;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) < cap) cap = CPU_COUNT(&set);
+    if (p->quota_cpus > 0 && p->quota_cpus < cap) cap = p->quota_cpus;
+    return cap < 1 ? 1 : cap;
 }
 
 tkv_status tkv__pool_create(int n_threads, tkv__pool **out) {
@@ -217,11 +232,14 @@ tkv_status tkv__pool_create(int n_threads, tkv__pool **out) {
     tkv__pool *p = tkv__calloc(1, sizeof *p);
     if (!p) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the thread pool");
     p->n = n_threads;
-    int cpus = affinity_cpus();
-    p->spin_static = cpus == 0 || n_threads <= cpus;
-    /* oversubscribed from the start: begin with spinning off */
+    if (n_threads > 1) {
+        tkv__cpus c;
+        tkv__cpus_detect("", NULL, 0, &c);
+        p->quota_cpus = c.quota > 0 ? (c.quota < 1 ? 1 : (int)c.quota) : 0;
+    }
+    p->cap = cpu_cap(p);
+    p->cap_at = now_ns();
     atomic_store(&p->backoff, BACKOFF_MIN_NS);
-    if (!p->spin_static) atomic_store(&p->spin_off_until, now_ns() + BACKOFF_MIN_NS);
     p->threads = tkv__calloc((size_t)n_threads, sizeof *p->threads);
     p->workers = tkv__calloc((size_t)n_threads, sizeof *p->workers);
     if (!p->threads || !p->workers) {
@@ -229,7 +247,7 @@ tkv_status tkv__pool_create(int n_threads, tkv__pool **out) {
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for the thread pool");
     }
     for (int i = 1; i < n_threads; i++) {
-        p->workers[i] = (worker){.p = p, .ith = i, .schedstat = -1, .spin0 = p->spin_static};
+        p->workers[i] = (worker){.p = p, .ith = i, .schedstat = -1, .spin0 = true};
         int rc = pthread_create(&p->threads[i], NULL, worker_main, &p->workers[i]);
         if (rc != 0) {
             p->n = i; /* join the ones started */
@@ -260,17 +278,33 @@ void tkv__pool_run(tkv__pool *p, tkv__task_fn fn, void *arg) {
         fn(arg, 0, 1);
         return;
     }
+    long long now = now_ns();
+    if (now - p->cap_at > 100000000) { /* a taskset may change the mask while we run */
+        p->cap = cpu_cap(p);
+        p->cap_at = now;
+    }
+    int k = p->cap;
+    if (!spinning(p, now)) {
+        int shrunk = atomic_load_explicit(&p->shrunk, memory_order_relaxed);
+        if (shrunk < k) k = shrunk;
+    }
+    atomic_store_explicit(&p->active, k, memory_order_relaxed);
+    if (k <= 1) { /* the workers sleep through it */
+        fn(arg, 0, 1);
+        return;
+    }
     p->fn = fn;
     p->arg = arg;
-    bump(&p->generation, &p->gen_sleepers); /* seq_cst: fn and arg are visible to whoever sees it */
-    fn(arg, 0, p->n);
+    bump(&p->generation, &p->gen_sleepers); /* seq_cst: active, fn and arg are visible to whoever sees it */
+    fn(arg, 0, k);
     tkv__pool_barrier(p); /* the task ends when every thread has finished its share */
 }
 
 void tkv__pool_barrier(tkv__pool *p) {
-    if (p->n == 1) return;
+    int k = atomic_load_explicit(&p->active, memory_order_relaxed);
+    if (p->n == 1 || k <= 1) return;
     unsigned phase = atomic_load_explicit(&p->barrier_phase, memory_order_acquire);
-    if (atomic_fetch_add_explicit(&p->barrier_count, 1, memory_order_acq_rel) == p->n - 1) {
+    if (atomic_fetch_add_explicit(&p->barrier_count, 1, memory_order_acq_rel) == k - 1) {
         atomic_store_explicit(&p->barrier_count, 0, memory_order_relaxed);
         bump(&p->barrier_phase, &p->phase_sleepers);
         return;

@@ -2,10 +2,11 @@
  * threadpool.h — a persistent pool of threads that run one task together.
  *
  * The forward pass is a chain of steps separated by barriers (norm ->
- * quantize -> matmul -> ...). The pool runs a task on all n threads at once
+ * quantize -> matmul -> ...). The pool runs a task on its threads at once
  * (the calling thread is thread 0) and offers a barrier inside the task, so a
- * whole layer is one dispatch. Workers spin briefly between tasks (a decode
- * step dispatches often) and then sleep, so an idle pool costs nothing.
+ * whole forward pass is one dispatch. Waits spin briefly and then sleep, so
+ * an idle pool costs nothing; the pool never runs more threads than the
+ * CPUs it may use, and stops spinning when others need them.
  */
 #ifndef TKV_THREADPOOL_H
 #define TKV_THREADPOOL_H
@@ -25,11 +26,13 @@ void tkv__pool_free(tkv__pool *p);
 
 int tkv__pool_size(const tkv__pool *p);
 
-/* Run fn(arg, ith, nth) on every thread; returns when all have finished.
-   Not re-entrant: one task at a time per pool. */
+/* Run fn(arg, ith, nth) for ith in [0, nth) on nth threads, nth <= the
+   pool's size (fewer when the process may use fewer CPUs, or while other
+   work takes them: see threadpool.c); returns when all have finished. The
+   caller's thread runs ith 0. Not re-entrant: one task at a time per pool. */
 void tkv__pool_run(tkv__pool *p, tkv__task_fn fn, void *arg);
 
-/* Inside a task: wait until every thread of the pool has reached it. */
+/* Inside a task: wait until every thread running it has reached it. */
 void tkv__pool_barrier(tkv__pool *p);
 
 /* [*r0, *r1): the share of n items of thread ith among nth. */

@@ -1,9 +1,11 @@
 /*
- * test_threadpool.c — the pool runs every share of every task exactly once,
- * its barrier separates stages (every thread sees every other's writes of
- * the stage before), and both hold whatever the waits do: spinning, sleeping
- * on the futex (a thread late by milliseconds), or many threads on one CPU.
- * Speed is not asserted here (bench/contention measures it).
+ * test_threadpool.c — the pool runs every share of every task exactly once
+ * (shares 0..nth-1 for one nth per task, 1 <= nth <= the pool's size, never
+ * more than the CPUs the process may use), its barrier separates stages
+ * (every thread sees every other's writes of the stage before), and both
+ * hold whatever the waits do: spinning, sleeping on the futex (a thread late
+ * by milliseconds), or more threads than CPUs. Speed is not asserted here
+ * (bench/contention measures it).
  */
 #define _GNU_SOURCE /* sched_setaffinity */
 #include "testutil.h"
@@ -20,9 +22,9 @@
 #define STAGES 8
 
 typedef struct job {
-    atomic_int calls[MAX_T]; /* shares run, per ith */
-    atomic_int bad_nth;      /* calls with the wrong nth */
-    int nth;
+    atomic_int calls[MAX_T]; /* shares run in this task, per ith */
+    atomic_int nth_seen;     /* the nth of the task's calls (0: none yet) */
+    atomic_int bad_nth;      /* calls whose nth differs from another call's */
     /* stage s: thread i writes slot[s][i] = task id + s, then a barrier;
        after it, every thread checks every slot of stage s */
     int slot[STAGES][MAX_T];
@@ -39,7 +41,9 @@ static void sleep_ms(int ms) {
 static void task_fn(void *arg, int ith, int nth, tkv__pool *pool) {
     job *j = arg;
     atomic_fetch_add(&j->calls[ith], 1);
-    if (nth != j->nth) atomic_fetch_add(&j->bad_nth, 1);
+    int expect = 0;
+    if (!atomic_compare_exchange_strong(&j->nth_seen, &expect, nth) && expect != nth)
+        atomic_fetch_add(&j->bad_nth, 1);
     for (int s = 0; s < STAGES; s++) {
         j->slot[s][ith] = j->task + s;
         if (j->late_ms && ith == nth - 1) sleep_ms(j->late_ms);
@@ -60,43 +64,64 @@ static void run_fn(void *arg, int ith, int nth) {
     task_fn(&r->j, ith, nth, r->pool);
 }
 
-/* Run `tasks` tasks on a pool of n threads; every share once, every stage seen whole. */
-static void check_pool(int n, int tasks, int late_ms) {
+static int cpus_allowed(void) {
+    cpu_set_t set;
+    assert_int_equal(sched_getaffinity(0, sizeof set, &set), 0);
+    return CPU_COUNT(&set);
+}
+
+/*
+ * Run `tasks` tasks on a pool of n threads: each runs shares 0..nth-1 once,
+ * with one nth, at most min(n, CPUs allowed); every stage is seen whole.
+ * Returns the largest nth seen.
+ */
+static int check_pool(int n, int tasks, int late_ms) {
     tkv__pool *pool = NULL;
     assert_int_equal(tkv__pool_create(n, &pool), TKV_OK);
     assert_int_equal(tkv__pool_size(pool), n);
+    int most = n < cpus_allowed() ? n : cpus_allowed(), widest = 0;
     static run r;
     memset(&r, 0, sizeof r);
     r.pool = pool;
-    r.j.nth = n;
     r.j.late_ms = late_ms;
     for (int t = 0; t < tasks; t++) {
         r.j.task = 1000 * (t + 1);
+        for (int i = 0; i < MAX_T; i++) atomic_store(&r.j.calls[i], 0);
+        atomic_store(&r.j.nth_seen, 0);
         tkv__pool_run(pool, run_fn, &r);
         /* the task is over when run returns: every share has finished */
-        for (int i = 0; i < n; i++) assert_int_equal(atomic_load(&r.j.calls[i]), t + 1);
+        int nth = atomic_load(&r.j.nth_seen);
+        assert_true(nth >= 1 && nth <= most);
+        for (int i = 0; i < MAX_T; i++) assert_int_equal(atomic_load(&r.j.calls[i]), i < nth ? 1 : 0);
+        if (nth > widest) widest = nth;
     }
     assert_int_equal(atomic_load(&r.j.bad_nth), 0);
     assert_int_equal(atomic_load(&r.j.mismatches), 0);
     tkv__pool_free(pool);
+    return widest;
 }
 
 static void test_shares_and_barriers(void **state) {
     (void)state;
     for (int n = 1; n <= 4; n++) check_pool(n, 2000, 0);
+    /* more threads than CPUs: never more shares at once than CPUs */
+    check_pool(MAX_T, 200, 0);
 }
 
 /* A thread late by milliseconds: the others stop spinning and sleep on the
    futex, and must be woken by the last arrival. */
 static void test_late_thread_wakes_sleepers(void **state) {
     (void)state;
-    check_pool(3, 20, 3);
+    if (cpus_allowed() < 2) skip();
+    assert_int_equal(check_pool(2, 20, 3), 2);
 }
 
-/* More threads than CPUs: everything on one CPU, so every wait must give the
-   CPU up for the thread it waits for (this hung or crawled with a pure spin). */
-static void test_oversubscribed_one_cpu(void **state) {
+/* Pinned to one CPU after the pool was made (a taskset on a running
+   server): tasks go on, on one thread, and widen again when the CPUs come
+   back (the pool looks at its mask every 100 ms). */
+static void test_mask_shrinks_and_grows(void **state) {
     (void)state;
+    if (cpus_allowed() < 2) skip();
     cpu_set_t old, one;
     assert_int_equal(sched_getaffinity(0, sizeof old, &old), 0);
     CPU_ZERO(&one);
@@ -105,10 +130,33 @@ static void test_oversubscribed_one_cpu(void **state) {
             CPU_SET(c, &one);
             break;
         }
-    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0); /* the pool's threads inherit it */
-    check_pool(4, 300, 0);
-    check_pool(MAX_T, 50, 0);
+    tkv__pool *pool = NULL;
+    assert_int_equal(tkv__pool_create(2, &pool), TKV_OK);
+    static run r;
+    memset(&r, 0, sizeof r);
+    r.pool = pool;
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    int seen_one = 0;
+    for (int t = 0; t < 400 && !seen_one; t++) { /* within ~100 ms the pool sees the mask */
+        atomic_store(&r.j.nth_seen, 0);
+        tkv__pool_run(pool, run_fn, &r);
+        seen_one = atomic_load(&r.j.nth_seen) == 1;
+        sleep_ms(1);
+    }
+    assert_true(seen_one);
     assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
+    int seen_two = 0;
+    for (int t = 0; t < 400 && !seen_two; t++) {
+        atomic_store(&r.j.nth_seen, 0);
+        tkv__pool_run(pool, run_fn, &r);
+        seen_two = atomic_load(&r.j.nth_seen) == 2;
+        sleep_ms(1);
+    }
+    tkv__pool_free(pool);
+    /* two shares again, unless the machine was busy enough for the pool to
+       narrow itself: then it had to widen back within its back-off */
+    assert_true(seen_two);
+    assert_int_equal(atomic_load(&r.j.mismatches), 0);
 }
 
 /* Pools come and go (a context each): threads are joined, nothing leaks
@@ -131,7 +179,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shares_and_barriers),
         cmocka_unit_test(test_late_thread_wakes_sleepers),
-        cmocka_unit_test(test_oversubscribed_one_cpu),
+        cmocka_unit_test(test_mask_shrinks_and_grows),
         cmocka_unit_test(test_create_free_and_nomem),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
