@@ -366,7 +366,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     r->sp = sp;
 
     if (!get_bool(body, "stream", &r->stream, e) || !get_bool(body, "return_tokens", &r->return_tokens, e) ||
-        !parse_stop(body, r, e))
+        !get_bool(body, "ignore_eos", &r->ignore_eos, e) || !parse_stop(body, r, e))
         return false;
     const json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {

@@ -33,6 +33,7 @@ typedef struct srv_req {
     size_t n_stop;
     bool stream, include_usage, chat;
     bool return_tokens;         /* extension: list the generated token ids in the response */
+    bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
     char id[48];
     int64_t created;            /* unix seconds */
     double t_arrival;           /* monotonic seconds */

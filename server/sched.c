@@ -345,7 +345,7 @@ static size_t build(srv_sched *s) {
 static void on_token(srv_sched *s, slot *sl, tkv_token tok) {
     srv_req *r = sl->req;
     srv_run *run = sl->run;
-    if (tkv_token_is_eog(s->model, tok)) {
+    if (!r->ignore_eos && tkv_token_is_eog(s->model, tok)) {
         finish(s, sl, "stop");
         return;
     }

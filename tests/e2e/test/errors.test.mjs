@@ -45,6 +45,7 @@ serverSuite('bad requests', ['--max-tokens', String(MAX_TOKENS)], (s) => {
       [{ seed: 'abc' }, 'seed'],
       [{ model: 3 }, 'model'],
       [{ cache_salt: 5 }, 'cache_salt'],
+      [{ ignore_eos: 'yes' }, 'ignore_eos'],
     ];
     for (const [patch, param] of cases) {
       const r = await post(server, '/v1/completions', { ...ok, ...patch });
