@@ -19,8 +19,9 @@
  *
  * The signal for the second is each worker's run-queue delay
  * (/proc/thread-self/schedstat, second field: time spent runnable but not
- * running). Over a window of 4 ms of the CPU time it wanted, a worker that
- * waited for a CPU more than a tenth of it declares contention: spinning
+ * running). Over windows of 4 ms of the CPU time it wanted, a worker that
+ * waited for a CPU more than a fifth of it, in two windows in a row (a
+ * burst, such as a process starting, is not contention), declares it: spinning
  * goes off for the pool, and tasks run on as many threads as the CPU share
  * the window saw (active x (1 - delay fraction), at least 1). Both come back
  * after a back-off (20 ms, doubling to 1 s while the probes keep finding
@@ -50,7 +51,8 @@
 
 #define SPIN_NS 200000ll          /* a wait spins this long (when spinning is on) before sleeping */
 #define WINDOW_NS 4000000ll       /* a worker judges contention over this much wanted CPU time */
-#define CONTENDED_PERMILLE 100    /* ... and finds it when it waited for a CPU > 10% of it */
+#define CONTENDED_PERMILLE 200    /* ... and finds it when it waited for a CPU > 20% of it */
+#define STRIKES 2                 /* ... in this many windows in a row */
 #define BACKOFF_MIN_NS 20000000ll /* spinning stays off this long, then is tried again ... */
 #define BACKOFF_MAX_NS 1000000000ll /* ... doubling up to this while contention persists */
 
@@ -63,6 +65,7 @@ typedef struct worker {
     long long next_check;    /* monotonic ns of the next look at the window */
     unsigned epoch0;         /* the spin epoch the window started in */
     bool spin0;              /* whether spinning was on when it started */
+    int strikes;             /* contended windows in a row */
     char pad[64];            /* workers' windows on different cache lines */
 } worker;
 
@@ -181,7 +184,11 @@ static void check_contention(worker *w) {
     w->spin0 = spin;
     if (!same || !spin) return; /* only a whole window of spinning is judged */
     long long backoff = atomic_load_explicit(&p->backoff, memory_order_relaxed);
-    if (waited * 1000 > wanted * CONTENDED_PERMILLE) {
+    if (waited * 1000 <= wanted * CONTENDED_PERMILLE) {
+        w->strikes = 0;
+        if (backoff != BACKOFF_MIN_NS) atomic_store_explicit(&p->backoff, BACKOFF_MIN_NS, memory_order_relaxed);
+    } else if (++w->strikes >= STRIKES) { /* contention that lasts, not a burst */
+        w->strikes = 0;
         /* run on the share of the CPUs the window saw, in whole threads */
         long long share = (long long)atomic_load_explicit(&p->active, memory_order_relaxed) * ran / wanted;
         atomic_store_explicit(&p->shrunk, share < 1 ? 1 : (int)share, memory_order_relaxed);
@@ -190,8 +197,6 @@ static void check_contention(worker *w) {
                               memory_order_relaxed);
         w->epoch0 = atomic_fetch_add_explicit(&p->spin_epoch, 1, memory_order_relaxed) + 1;
         w->spin0 = false;
-    } else if (backoff != BACKOFF_MIN_NS) {
-        atomic_store_explicit(&p->backoff, BACKOFF_MIN_NS, memory_order_relaxed);
     }
 }
 
