@@ -50,6 +50,9 @@ typedef float (*tkv__vec_dot_fn)(size_t n, const void *w, const void *a);
 /* The longest row a gemv takes (kernels_avx512.c keeps per-block token data
    for a row on its stack: 36 KiB at this length); longer rows use vec_dot. */
 #define TKV__GEMV_MAX_N 32768
+/* Products with at most this many tokens go to a level's gemv where it has
+   one (its rows are read once for them all); more, to the tiled gemm. */
+#define TKV__GEMV_MAX_TOK 8
 typedef void (*tkv__gemm_fn)(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 
@@ -86,8 +89,9 @@ typedef struct tkv__kernels {
        product then runs vec_dot per row and token) */
     tkv__gemm_fn gemm[TKV_TYPE_COUNT];
     /* indexed by weight type; NULL where the level has none: products with
-       1 or 2 tokens (generation), bit for bit the vec_dot too, with the
-       per-token work done once for all rows; n at most TKV__GEMV_MAX_N */
+       up to TKV__GEMV_MAX_TOK tokens (generation, decode steps of a few
+       sequences), bit for bit the vec_dot too, with the per-token work done
+       once for all rows; n at most TKV__GEMV_MAX_N */
     tkv__gemm_fn gemv[TKV_TYPE_COUNT];
     /* indexed by weight type, F32/F16/BF16 only: the "lanes" products, the
        reference's order for batches of 2+ tokens (one accumulator of

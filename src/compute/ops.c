@@ -97,6 +97,10 @@ void tkv__ops_matmul(tkv_type wtype, const void *w, size_t n, size_t r0, size_t 
     const size_t xrs = tkv__ops_act_row_size(wtype, n);    /* bytes per activation row */
     const uint8_t *wb = w;                                 /* (n_rows, wrs) */
     const uint8_t *xb = xq;                                /* (n_tok, xrs) */
+    if (n_tok <= TKV__GEMV_MAX_TOK && k->gemv[wtype] && n > 0 && n <= TKV__GEMV_MAX_N) {
+        if (r1 > r0) k->gemv[wtype](n, wb + r0 * wrs, wrs, r1 - r0, xb, xrs, n_tok, y + r0, ldy);
+        return;
+    }
     if (n_tok >= GEMM_MIN_TOK && k->gemm[wtype] && n > 0 && n <= TKV__GEMM_MAX_N) {
         if (r1 > r0) k->gemm[wtype](n, wb + r0 * wrs, wrs, r1 - r0, xb, xrs, n_tok, y + r0, ldy);
         return;

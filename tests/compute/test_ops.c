@@ -274,7 +274,7 @@ static void test_matmul(void **state) {
     /* 1 and 2 tokens run the level's gemv where it has one, else vec_dot per
        pair; 3 and more the tiled products where a level has them. Rows of 17
        blocks of 32 too: an odd block count takes the kernels' last-block path. */
-    const size_t n_rows = 37, ldy = 41, toks[] = {1, 2, 3, 5, 9}, ns[] = {512, 544};
+    const size_t n_rows = 37, ldy = 41, toks[] = {1, 2, 3, 4, 5, 8, 9}, ns[] = {512, 544};
     float x[9 * 544], y[9 * 41], wf[544], xf[544];
     FOR_EACH_LEVEL(l) {
         const tkv__kernels *k = tkv__kernel_get();
