@@ -116,9 +116,21 @@ static void test_late_thread_wakes_sleepers(void **state) {
     assert_int_equal(check_pool(2, 20, 3), 2);
 }
 
+/* Run tasks, a millisecond apart, until one runs on `want` threads (the
+   pool looks at its mask every 100 ms): true if one did within 400. */
+static bool reaches_width(run *r, int want) {
+    for (int t = 0; t < 400; t++) {
+        atomic_store(&r->j.nth_seen, 0);
+        tkv__pool_run(r->pool, run_fn, r);
+        if (atomic_load(&r->j.nth_seen) == want) return true;
+        sleep_ms(1);
+    }
+    return false;
+}
+
 /* Pinned to one CPU after the pool was made (a taskset on a running
    server): tasks go on, on one thread, and widen again when the CPUs come
-   back (the pool looks at its mask every 100 ms). */
+   back. */
 static void test_mask_shrinks_and_grows(void **state) {
     (void)state;
     if (cpus_allowed() < 2) skip();
@@ -130,32 +142,18 @@ static void test_mask_shrinks_and_grows(void **state) {
             CPU_SET(c, &one);
             break;
         }
-    tkv__pool *pool = NULL;
-    assert_int_equal(tkv__pool_create(2, &pool), TKV_OK);
     static run r;
     memset(&r, 0, sizeof r);
-    r.pool = pool;
+    assert_int_equal(tkv__pool_create(2, &r.pool), TKV_OK);
     assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
-    int seen_one = 0;
-    for (int t = 0; t < 400 && !seen_one; t++) { /* within ~100 ms the pool sees the mask */
-        atomic_store(&r.j.nth_seen, 0);
-        tkv__pool_run(pool, run_fn, &r);
-        seen_one = atomic_load(&r.j.nth_seen) == 1;
-        sleep_ms(1);
-    }
-    assert_true(seen_one);
+    const bool narrowed = reaches_width(&r, 1);
     assert_int_equal(sched_setaffinity(0, sizeof old, &old), 0);
-    int seen_two = 0;
-    for (int t = 0; t < 400 && !seen_two; t++) {
-        atomic_store(&r.j.nth_seen, 0);
-        tkv__pool_run(pool, run_fn, &r);
-        seen_two = atomic_load(&r.j.nth_seen) == 2;
-        sleep_ms(1);
-    }
-    tkv__pool_free(pool);
-    /* two shares again, unless the machine was busy enough for the pool to
-       narrow itself: then it had to widen back within its back-off */
-    assert_true(seen_two);
+    /* two shares again (had the machine been busy enough for the pool to
+       narrow itself, it widens back within its back-off) */
+    const bool widened = reaches_width(&r, 2);
+    tkv__pool_free(r.pool);
+    assert_true(narrowed);
+    assert_true(widened);
     assert_int_equal(atomic_load(&r.j.mismatches), 0);
 }
 
