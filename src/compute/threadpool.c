@@ -22,8 +22,9 @@
  * running). Over windows of 4 ms of the CPU time it wanted, a worker that
  * waited for a CPU more than a fifth of it, in two windows in a row (a
  * burst, such as a process starting, is not contention), declares it: spinning
- * goes off for the pool, and tasks run on as many threads as the CPU share
- * the window saw (active x (1 - delay fraction), rounded, at least 1). Both come back
+ * goes off for the pool and, past three tenths, tasks run on as many
+ * threads as the CPU share the window saw (active x (1 - delay fraction),
+ * at least 1). Both come back
  * after a back-off (20 ms, doubling to 1 s while the probes keep finding
  * contention). Windows are judged only while spinning: a sleeping thread's
  * wake-up latency is run-queue delay too, and would look like contention.
@@ -53,6 +54,7 @@
 #define WINDOW_NS 4000000ll       /* a worker judges contention over this much wanted CPU time */
 #define CONTENDED_PERMILLE 200    /* ... and finds it when it waited for a CPU > 20% of it */
 #define STRIKES 2                 /* ... in this many windows in a row */
+#define NARROW_PERMILLE 300       /* past this, tasks also run on fewer threads */
 #define BACKOFF_MIN_NS 20000000ll /* spinning stays off this long, then is tried again ... */
 #define BACKOFF_MAX_NS 1000000000ll /* ... doubling up to this while contention persists */
 
@@ -189,11 +191,11 @@ static void check_contention(worker *w) {
         if (backoff != BACKOFF_MIN_NS) atomic_store_explicit(&p->backoff, BACKOFF_MIN_NS, memory_order_relaxed);
     } else if (++w->strikes >= STRIKES) { /* contention that lasts, not a burst */
         w->strikes = 0;
-        /* run on the share of the CPUs the window saw, to the nearest whole
-           thread (a client process beside a server takes a fraction of a
-           CPU: narrowing for it would lose more than it gains) */
-        long long share =
-            ((long long)atomic_load_explicit(&p->active, memory_order_relaxed) * ran + wanted / 2) / wanted;
+        /* past three tenths (another busy process on two CPUs), also run on the
+           share of the CPUs the window saw, in whole threads; below it (a
+           client process beside a server) narrowing loses more than it gains */
+        const int active = atomic_load_explicit(&p->active, memory_order_relaxed);
+        long long share = waited * 1000 > wanted * NARROW_PERMILLE ? (long long)active * ran / wanted : active;
         atomic_store_explicit(&p->shrunk, share < 1 ? 1 : (int)share, memory_order_relaxed);
         atomic_store_explicit(&p->spin_off_until, now + backoff, memory_order_relaxed);
         atomic_store_explicit(&p->backoff, backoff * 2 < BACKOFF_MAX_NS ? backoff * 2 : BACKOFF_MAX_NS,
