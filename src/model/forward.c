@@ -234,6 +234,19 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
     for (size_t i = 0; i < hd; i++) out[i] = tkv__quant_f16_to_f32(acc[i]) * S_inv;
 }
 
+/* Ask for the K (or V) rows of cells [j, j + 16) of a cell list while the
+   16 before them are widened: the cells of a sequence that was decoded
+   beside others are strided through the cache, which the hardware
+   prefetcher does not follow far enough ahead. */
+static void prefetch_rows(const tkv__kvrows *kv, uint32_t layer, const uint32_t *cells, size_t j, size_t n_max,
+                          size_t koff, size_t hd, bool v) {
+    for (size_t c = j; c < j + 16 && c < n_max; c++) {
+        const void *row = v ? tkv__kvrows_v(kv, layer, cells[c]) : tkv__kvrows_k(kv, layer, cells[c]);
+        const uint16_t *r = (const uint16_t *)row + koff;
+        for (size_t b = 0; b < hd * sizeof *r; b += 64) __builtin_prefetch((const char *)r + b);
+    }
+}
+
 /*
  * Long batches (prefill): the scores of all cells first, one softmax (SIMD
  * exp), then the weighted sum of V, all in float, as the reference's tiled
@@ -268,6 +281,7 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
     if (wide)
         for (size_t j = 0; j + 16 <= n_max; j += 16) {
             for (size_t c = 0; c < 16; c++) rows[c] = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j + c]) + koff;
+            prefetch_rows(kv, layer, cells, j + 16, n_max, koff, hd, false);
             ops->widen16(rows, 16, hd, wide_rows);
             for (uint32_t u = 0; u < tn; u++)
                 if (j + 16 <= N(u))
@@ -287,6 +301,7 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
     if (wide) {
         for (size_t j = 0; j < n_max; j += 16) {
             for (size_t c = 0; c < 16 && j + c < n_max; c++) rows[c] = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j + c]) + koff;
+            prefetch_rows(kv, layer, cells, j + 16, n_max, koff, hd, true);
             ops->widen16(rows, n_max - j < 16 ? n_max - j : 16, hd, wide_rows);
             for (uint32_t u = 0; u < tn; u++)
                 if (j < N(u))
