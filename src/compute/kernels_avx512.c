@@ -161,7 +161,8 @@ static void gv_fill(gv_pair *tb, const uint8_t *xq, size_t xrs, size_t t0, int T
             gv_pair *e = &tb[(size_t)p * nb + i];
             const __m256i v = LOAD256(yb[i].qs);
             _mm256_store_si256((__m256i *)(void *)(e->q + 32 * h), v);
-            _mm256_store_si256((__m256i *)(void *)(e->corr + 8 * h), _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, eight, v)));
+            const __m256i corr = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, eight, v));
+            _mm256_store_si256((__m256i *)(void *)(e->corr + 8 * h), corr);
             _mm256_store_ps(e->dy + 8 * h, _mm256_set1_ps(f16(yb[i].d)));
         }
     }
@@ -195,7 +196,8 @@ static void gv_rows(size_t r0, size_t r1, size_t nb, const uint8_t *w, size_t wr
             a0 = gv_step(a0, qi, _mm512_cvtph_ps(_mm256_set1_epi16((short)x[i].d)), &tb[i]);
             a1 = gv_step(a1, qj, _mm512_cvtph_ps(_mm256_set1_epi16((short)x[i + 1].d)), &tb[i + 1]);
         }
-        if (i < nb) a0 = gv_step(a0, gv_nibbles(&x[i], m, sh), _mm512_cvtph_ps(_mm256_set1_epi16((short)x[i].d)), &tb[i]);
+        if (i < nb)
+            a0 = gv_step(a0, gv_nibbles(&x[i], m, sh), _mm512_cvtph_ps(_mm256_set1_epi16((short)x[i].d)), &tb[i]);
         const __m512 v = _mm512_add_ps(a0, a1);
         y[t0 * ldy + r] = hsum256(_mm512_castps512_ps256(v));
         if (both) y[(t0 + 1) * ldy + r] = hsum256(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
@@ -203,8 +205,8 @@ static void gv_rows(size_t r0, size_t r1, size_t nb, const uint8_t *w, size_t wr
 }
 
 /* Rows longer than the tables hold: one token at a time, the table on the stack. */
-static __attribute__((noinline)) void gemv_q4_0_long(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs,
-                           size_t n_tok, float *y, size_t ldy) {
+static __attribute__((noinline)) void gemv_q4_0_long(size_t n, const uint8_t *w, size_t wrs, size_t nr,
+                                                     const uint8_t *xq, size_t xrs, size_t n_tok, float *y, size_t ldy) {
     enum { MAXB = TKV__GEMV_MAX_N / TKV__QK };
     const size_t nb = n / TKV__QK;
     alignas(32) int32_t corr[MAXB][8]; /* 32 KiB */
