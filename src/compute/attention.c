@@ -58,7 +58,8 @@ static void mad_f32_scalar(float *acc, const uint16_t *v, float w, size_t n) {
     for (size_t i = 0; i < n; i++) acc[i] += w * tkv__quant_f16_to_f32(v[i]);
 }
 
-static const tkv__attn_ops scalar_ops = {dot_scalar, mad_scalar, scale_scalar, dot_f32_scalar, mad_f32_scalar, NULL, NULL, NULL};
+static const tkv__attn_ops scalar_ops = {dot_scalar, mad_scalar, scale_scalar, dot_f32_scalar, mad_f32_scalar,
+                                         NULL,       NULL,       NULL,         NULL,           NULL};
 
 const tkv__attn_ops *tkv__attn_scalar(void) { return &scalar_ops; }
 
@@ -129,7 +130,8 @@ AVX2 static void mad_f32_avx2(float *acc, const uint16_t *v, float w, size_t n) 
     mad_f32_scalar(acc + i, v + i, w, n - i);
 }
 
-static const tkv__attn_ops avx2_ops = {dot_avx2, mad_avx2, scale_avx2, dot_f32_avx2, mad_f32_avx2, NULL, NULL, NULL};
+static const tkv__attn_ops avx2_ops = {dot_avx2, mad_avx2, scale_avx2, dot_f32_avx2, mad_f32_avx2,
+                                       NULL,     NULL,     NULL,       NULL,         NULL};
 
 /* ---- AVX-512: the float forms (long batches) 16 lanes at a time; the F16
    forms stay AVX2's, which are exact twins of the scalar ones ------------ */
@@ -157,18 +159,25 @@ AVX512 static void widen16_avx512(const uint16_t *const rows[16], size_t m, size
         for (size_t d = 0; d < n; d += 16) _mm512_storeu_ps(dst + c * n + d, load16(rows[c] + d));
 }
 
+/* Element d of cell c: from its widened row (k + c n), or straight from its
+   F16 row when rows is given (the same float either way). */
+AVX512 static inline __m512 cell16(const float *k, const uint16_t *const *rows, size_t c, size_t n, size_t d) {
+    return rows ? load16(rows[c] + d) : _mm512_loadu_ps(k + c * n + d);
+}
+
 /*
  * Scores of 16 cells: one 16-lane accumulator per cell, then the 16 of them
  * reduced together in a transpose-and-add network (pairs by unpack, quads by
  * shuffle, 128-bit lanes by shuffle_f32x4) that leaves cell c's sum in lane c:
  * about 45 shuffles and adds where 16 separate reductions take ~140.
  */
-AVX512 static void scores16_avx512(const float *q, const float *k, size_t n, float scale, float out[16]) {
+AVX512 static inline void scores16_core(const float *q, const float *k, const uint16_t *const *rows, size_t n,
+                                        float scale, float out[16]) {
     __m512 a[16];
     for (int c = 0; c < 16; c++) a[c] = _mm512_setzero_ps();
     for (size_t d = 0; d < n; d += 16) {
         const __m512 qv = _mm512_loadu_ps(q + d);
-        for (size_t c = 0; c < 16; c++) a[c] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k + c * n + d), a[c]);
+        for (size_t c = 0; c < 16; c++) a[c] = _mm512_fmadd_ps(qv, cell16(k, rows, c, n, d), a[c]);
     }
     __m512 s1[8], s2[4];
     for (int i = 0; i < 8; i++) /* per 128-bit lane: (c0 0+2, c1 0+2, c0 1+3, c1 1+3) */
@@ -181,31 +190,50 @@ AVX512 static void scores16_avx512(const float *q, const float *k, size_t n, flo
     _mm512_storeu_ps(out, _mm512_mul_ps(v, _mm512_set1_ps(scale)));
 }
 
-/* acc += w[c] v[c] for m widened cells, 64 elements at a time kept in registers */
-AVX512 static void wsum16_avx512(float *acc, const float *v, const float *w, size_t m, size_t n) {
+/* acc += w[c] v[c] for m cells, 64 elements at a time kept in registers */
+AVX512 static inline void wsum16_core(float *acc, const float *v, const uint16_t *const *rows, const float *w, size_t m,
+                                      size_t n) {
     size_t d = 0;
     for (; d + 64 <= n; d += 64) {
         __m512 o0 = _mm512_loadu_ps(acc + d), o1 = _mm512_loadu_ps(acc + d + 16), o2 = _mm512_loadu_ps(acc + d + 32),
                o3 = _mm512_loadu_ps(acc + d + 48);
         for (size_t c = 0; c < m; c++) {
             const __m512 wc = _mm512_set1_ps(w[c]);
-            o0 = _mm512_fmadd_ps(_mm512_loadu_ps(v + c * n + d), wc, o0);
-            o1 = _mm512_fmadd_ps(_mm512_loadu_ps(v + c * n + d + 16), wc, o1);
-            o2 = _mm512_fmadd_ps(_mm512_loadu_ps(v + c * n + d + 32), wc, o2);
-            o3 = _mm512_fmadd_ps(_mm512_loadu_ps(v + c * n + d + 48), wc, o3);
+            o0 = _mm512_fmadd_ps(cell16(v, rows, c, n, d), wc, o0);
+            o1 = _mm512_fmadd_ps(cell16(v, rows, c, n, d + 16), wc, o1);
+            o2 = _mm512_fmadd_ps(cell16(v, rows, c, n, d + 32), wc, o2);
+            o3 = _mm512_fmadd_ps(cell16(v, rows, c, n, d + 48), wc, o3);
         }
         _mm512_storeu_ps(acc + d, o0), _mm512_storeu_ps(acc + d + 16, o1);
         _mm512_storeu_ps(acc + d + 32, o2), _mm512_storeu_ps(acc + d + 48, o3);
     }
     for (; d < n; d += 16) {
         __m512 o = _mm512_loadu_ps(acc + d);
-        for (size_t c = 0; c < m; c++) o = _mm512_fmadd_ps(_mm512_loadu_ps(v + c * n + d), _mm512_set1_ps(w[c]), o);
+        for (size_t c = 0; c < m; c++) o = _mm512_fmadd_ps(cell16(v, rows, c, n, d), _mm512_set1_ps(w[c]), o);
         _mm512_storeu_ps(acc + d, o);
     }
 }
 
-static const tkv__attn_ops avx512_ops = {dot_avx2,       mad_avx2,       scale_avx2,      dot_f32_avx512,
-                                         mad_f32_avx512, widen16_avx512, scores16_avx512, wsum16_avx512};
+AVX512 static void scores16_avx512(const float *q, const float *k, size_t n, float scale, float out[16]) {
+    scores16_core(q, k, NULL, n, scale, out);
+}
+
+AVX512 static void wsum16_avx512(float *acc, const float *v, const float *w, size_t m, size_t n) {
+    wsum16_core(acc, v, NULL, w, m, n);
+}
+
+AVX512 static void scores16_rows_avx512(const float *q, const uint16_t *const rows[16], size_t n, float scale,
+                                        float out[16]) {
+    scores16_core(q, NULL, rows, n, scale, out);
+}
+
+AVX512 static void wsum16_rows_avx512(float *acc, const uint16_t *const rows[16], const float *w, size_t m, size_t n) {
+    wsum16_core(acc, NULL, rows, w, m, n);
+}
+
+static const tkv__attn_ops avx512_ops = {dot_avx2,        mad_avx2,       scale_avx2,      dot_f32_avx512,
+                                         mad_f32_avx512,  widen16_avx512, scores16_avx512, wsum16_avx512,
+                                         scores16_rows_avx512, wsum16_rows_avx512};
 #endif
 
 const tkv__attn_ops *tkv__attn_get(void) {

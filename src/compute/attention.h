@@ -35,6 +35,11 @@ typedef struct tkv__attn_ops {
     void (*widen16)(const uint16_t *const rows[16], size_t m, size_t n, float *dst);
     void (*scores16)(const float *q, const float *k, size_t n, float scale, float out[16]);
     void (*wsum16)(float *acc, const float *v, const float *w, size_t m, size_t n);
+    /* the same two on the F16 rows themselves, bit for bit widen16 then
+       scores16 / wsum16: for a single token, whose rows nobody else reads,
+       converting in registers saves the widened copy */
+    void (*scores16_rows)(const float *q, const uint16_t *const rows[16], size_t n, float scale, float out[16]);
+    void (*wsum16_rows)(float *acc, const uint16_t *const rows[16], const float *w, size_t m, size_t n);
 } tkv__attn_ops;
 
 /* The best version this CPU runs (and the kernel level allows). */

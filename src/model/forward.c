@@ -277,11 +277,16 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
 #define W(u, h) (w + ((u) * group + (h)) * n_max)
 #define N(u) ((size_t)P->b->pos[t0 + (u)] + 1)
     const bool wide = ops->scores16 && hd % 16 == 0; /* 16 cells at a time */
+    const bool direct = wide && tn == 1 && ops->scores16_rows; /* no widened copy: nobody shares it */
     const uint16_t *rows[16];
     if (wide)
         for (size_t j = 0; j + 16 <= n_max; j += 16) {
             for (size_t c = 0; c < 16; c++) rows[c] = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j + c]) + koff;
             prefetch_rows(kv, layer, cells, j + 16, n_max, koff, hd, false);
+            if (direct) { /* one token: its heads read the F16 rows themselves */
+                for (size_t h = 0; h < group; h++) ops->scores16_rows(Q(0, h), rows, hd, scale, W(0, h) + j);
+                continue;
+            }
             ops->widen16(rows, 16, hd, wide_rows);
             for (uint32_t u = 0; u < tn; u++)
                 if (j + 16 <= N(u))
@@ -302,6 +307,11 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
         for (size_t j = 0; j < n_max; j += 16) {
             for (size_t c = 0; c < 16 && j + c < n_max; c++) rows[c] = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j + c]) + koff;
             prefetch_rows(kv, layer, cells, j + 16, n_max, koff, hd, true);
+            if (direct) {
+                const size_t m = n_max - j < 16 ? n_max - j : 16;
+                for (size_t h = 0; h < group; h++) ops->wsum16_rows(OUT(0, h), rows, W(0, h) + j, m, hd);
+                continue;
+            }
             ops->widen16(rows, n_max - j < 16 ? n_max - j : 16, hd, wide_rows);
             for (uint32_t u = 0; u < tn; u++)
                 if (j < N(u))

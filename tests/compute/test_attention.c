@@ -80,7 +80,8 @@ static void test_float_forms(void **state) {
 
 /* 16 cells at a time: the rows widened to float exactly, cell c's score in
    lane c (each row its own data), and the weighted sum of up to 16 rows,
-   against exact double sums. */
+   against exact double sums; the forms that read the F16 rows directly give
+   the same bits as widening first. */
 static void test_sixteen_rows(void **state) {
     (void)state;
     const tkv__attn_ops *best = tkv__attn_get();
@@ -101,6 +102,11 @@ static void test_sixteen_rows(void **state) {
                 if (memcmp(&wide[(size_t)c * n + i], &(float){tkv__quant_f16_to_f32(k[c][i])}, 4) != 0)
                     fail_msg("n %zu row %d element %zu: widened %.9g", n, c, i, wide[(size_t)c * n + i]);
         best->scores16(q, wide, n, 0.125f, out);
+        if (best->scores16_rows) { /* straight from the F16 rows: the same bits */
+            float direct[16];
+            best->scores16_rows(q, rows, n, 0.125f, direct);
+            assert_memory_equal(direct, out, sizeof out);
+        }
         for (int c = 0; c < 16; c++) {
             double exact = 0, mag = 0;
             for (size_t i = 0; i < n; i++) {
@@ -119,8 +125,14 @@ static void test_sixteen_rows(void **state) {
                 for (size_t c = 0; c < m; c++) e += (double)w[c] * tkv__quant_f16_to_f32(k[c][i]);
                 want[i] = (float)e;
             }
+            float acc2[256];
+            memcpy(acc2, acc, n * sizeof *acc);
             best->widen16(rows, m, n, wide);
             best->wsum16(acc, wide, w, m, n);
+            if (best->wsum16_rows) { /* straight from the F16 rows: the same bits */
+                best->wsum16_rows(acc2, rows, w, m, n);
+                assert_memory_equal(acc2, acc, n * sizeof *acc);
+            }
             for (size_t i = 0; i < n; i++)
                 if (!(fabsf(acc[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i]))))
                     fail_msg("n %zu m %zu element %zu: %.9g, exact %.9g", n, m, i, acc[i], want[i]);
