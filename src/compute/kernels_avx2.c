@@ -201,6 +201,38 @@ static float dot_q4_0(size_t n, const void *w, const void *a) {
     return hsum_f32(_mm256_add_ps(acc0, acc1));
 }
 
+/*
+ * IQ4_NL: the nibbles index the codebook (a byte shuffle), then Q8_0's
+ * signed products. The reference's order: pairs of blocks into acc0 and
+ * acc1, their 8 lanes summed, then an odd last block alone, fused.
+ */
+static float dot_iq4_nl(size_t n, const void *w, const void *a) {
+    const tkv__block_iq4_nl *x = w;
+    const tkv__block_q8_0 *y = a;
+    const size_t nb = n / TKV__QK;
+    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256i q0 = _mm256_shuffle_epi8(book, nibbles32(x[i].qs));
+        const __m256i q1 = _mm256_shuffle_epi8(book, nibbles32(x[i + 1].qs));
+        const __m256i p0 = dot_i8(q0, LOAD256(y[i].qs));
+        const __m256i p1 = dot_i8(q1, LOAD256(y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    float s = hsum_f32(_mm256_add_ps(acc0, acc1));
+    if (i < nb) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += tkv__iq4nl_values[x[i].qs[j] & 0x0f] * y[i].qs[j];
+            sumi += tkv__iq4nl_values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+        }
+        s = fmaf(f16(x[i].d) * f16(y[i].d), (float)sumi, s);
+    }
+    return s;
+}
+
 static float dot_q4_1(size_t n, const void *w, const void *a) {
     const tkv__block_q4_1 *x = w;
     const tkv__block_q8_1 *y = a;
@@ -562,6 +594,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_0] = dot_q4_0,
             [TKV_TYPE_Q4_1] = dot_q4_1,
             [TKV_TYPE_Q5_0] = dot_q5_0,
+            [TKV_TYPE_IQ4_NL] = dot_iq4_nl,
             [TKV_TYPE_Q5_1] = dot_q5_1,
             [TKV_TYPE_Q4_K] = dot_q4_K,
             [TKV_TYPE_Q5_K] = dot_q5_K,

@@ -24,7 +24,8 @@ tkv_type tkv__quant_vec_dot_type(tkv_type type) {
     case TKV_TYPE_BF16: return TKV_TYPE_BF16;
     case TKV_TYPE_Q8_0:
     case TKV_TYPE_Q4_0:
-    case TKV_TYPE_Q5_0: return TKV_TYPE_Q8_0;
+    case TKV_TYPE_Q5_0:
+    case TKV_TYPE_IQ4_NL: return TKV_TYPE_Q8_0;
     case TKV_TYPE_Q4_1:
     case TKV_TYPE_Q5_1: return TKV_TYPE_Q8_1;
     case TKV_TYPE_Q4_K:
@@ -214,6 +215,19 @@ static void dequant_q8_K(const void *src, float *y, size_t n) {
     }
 }
 
+const int8_t tkv__iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void dequant_iq4_nl(const void *src, float *y, size_t n) {
+    const tkv__block_iq4_nl *b = src;
+    for (size_t i = 0; i < n / TKV__QK; i++) {
+        const float d = tkv__quant_f16_to_f32(b[i].d);
+        for (int j = 0; j < 16; j++) {
+            y[32 * i + j] = d * (float)tkv__iq4nl_values[b[i].qs[j] & 0x0f];
+            y[32 * i + j + 16] = d * (float)tkv__iq4nl_values[b[i].qs[j] >> 4];
+        }
+    }
+}
+
 void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t n) {
     assert(tkv__quant_block_elems(type) && n % tkv__quant_block_elems(type) == 0);
     switch (type) {
@@ -229,6 +243,7 @@ void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t 
     case TKV_TYPE_Q4_K: dequant_k(src, y, n, 0); break;
     case TKV_TYPE_Q5_K: dequant_k(src, y, n, 1); break;
     case TKV_TYPE_Q6_K: dequant_q6_K(src, y, n); break;
+    case TKV_TYPE_IQ4_NL: dequant_iq4_nl(src, y, n); break;
     case TKV_TYPE_Q8_K: dequant_q8_K(src, y, n); break;
     default: assert(!"dequantize: unsupported type");
     }
@@ -411,6 +426,21 @@ float tkv__quant_vec_dot_q4_0(size_t n, const void *w, const void *a) {
     return s;
 }
 
+float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a) {
+    const tkv__block_iq4_nl *x = w;
+    const tkv__block_q8_0 *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += tkv__iq4nl_values[x[i].qs[j] & 0x0f] * y[i].qs[j];
+            sumi += tkv__iq4nl_values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+        }
+        s += (float)sumi * (tkv__quant_f16_to_f32(x[i].d) * tkv__quant_f16_to_f32(y[i].d));
+    }
+    return s;
+}
+
 float tkv__quant_vec_dot_q4_1(size_t n, const void *w, const void *a) {
     const tkv__block_q4_1 *x = w;
     const tkv__block_q8_1 *y = a;
@@ -527,6 +557,7 @@ float tkv__quant_vec_dot(tkv_type wtype, size_t n, const void *w, const void *a)
     case TKV_TYPE_Q4_K: return tkv__quant_vec_dot_q4_K(n, w, a);
     case TKV_TYPE_Q5_K: return tkv__quant_vec_dot_q5_K(n, w, a);
     case TKV_TYPE_Q6_K: return tkv__quant_vec_dot_q6_K(n, w, a);
+    case TKV_TYPE_IQ4_NL: return tkv__quant_vec_dot_iq4_nl(n, w, a);
     default: assert(!"vec_dot: unsupported type"); return 0.0f;
     }
 }

@@ -46,6 +46,16 @@ typedef struct __attribute__((packed)) tkv__block_q4_0 {
     uint8_t qs[16];  /* nibbles */
 } tkv__block_q4_0;
 
+/* IQ4_NL: x = d * tkv__iq4nl_values[q], q in 0..15: Q4_0's layout with a
+   non-linear codebook in place of q - 8. */
+typedef struct __attribute__((packed)) tkv__block_iq4_nl {
+    uint16_t d;      /* fp16 scale */
+    uint8_t qs[16];  /* nibbles: codebook indices */
+} tkv__block_iq4_nl;
+
+/* The 16 values of the IQ4_NL codebook (the GGUF format's, in index order). */
+extern const int8_t tkv__iq4nl_values[16];
+
 /* Q4_1: x = d * q + m, q in 0..15. */
 typedef struct __attribute__((packed)) tkv__block_q4_1 {
     uint16_t d;      /* fp16 scale */
@@ -141,6 +151,7 @@ typedef struct __attribute__((packed)) tkv__block_q8_K {
 } tkv__block_q8_K;
 
 _Static_assert(sizeof(tkv__block_q4_0) == 18, "Q4_0 block");
+_Static_assert(sizeof(tkv__block_iq4_nl) == 18, "IQ4_NL block");
 _Static_assert(sizeof(tkv__block_q4_1) == 20, "Q4_1 block");
 _Static_assert(sizeof(tkv__block_q5_0) == 22, "Q5_0 block");
 _Static_assert(sizeof(tkv__block_q5_1) == 24, "Q5_1 block");
@@ -283,7 +294,7 @@ size_t tkv__quant_row_size(tkv_type type, size_t n);
 /*
  * Expand n elements of `type` at src into floats at y (n floats).
  * Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
- * and the activation types Q8_1 (x = d * q; s is not used) and Q8_K. Preconditions: n % block_elems == 0 and a supported type
+ * IQ4_NL, and the activation types Q8_1 (x = d * q; s is not used) and Q8_K. Preconditions: n % block_elems == 0 and a supported type
  * (asserted). src may be at any address; y must not overlap it.
  */
 void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t n);
@@ -320,7 +331,7 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  * Dot product of a weight row w (n elements of the weight type) with an
  * activation row a (n elements quantized to the paired vec_dot type).
  * Integer partial sums are exact; per block the result adds
- *   Q4_0/Q5_0/Q8_0: sumi * d_w * d_a
+ *   Q4_0/Q5_0/Q8_0/IQ4_NL: sumi * d_w * d_a
  *   Q4_1/Q5_1:      sumi * d_w * d_a + m_w * s_a
  *   Q4_K/Q5_K:      d_a * d_w * sum_g(sc_g * sumi_g) - d_a * dmin_w * sum_g(mn_g * bsum_g)
  *   Q6_K:           d_a * d_w * sum_g(scales_g * sumi_g)      (q - 32 folded in)
@@ -341,5 +352,6 @@ float tkv__quant_vec_dot_q5_1(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q4_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q5_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q6_K(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a);
 
 #endif

@@ -66,7 +66,8 @@ static void rnd_weights(tkv_type t, uint8_t *w, size_t n) {
         for (size_t i = 0; i < n; i++) put16(w + 2 * i, tkv__quant_f32_to_bf16(rndf(-1.0f, 1.0f)));
         return;
     case TKV_TYPE_Q8_0: bsz = 34; break;
-    case TKV_TYPE_Q4_0: bsz = 18; break;
+    case TKV_TYPE_Q4_0:
+    case TKV_TYPE_IQ4_NL: bsz = 18; break;
     case TKV_TYPE_Q5_0: bsz = 22; break;
     case TKV_TYPE_Q4_1: bsz = 20; break;
     case TKV_TYPE_Q5_1: bsz = 24; break;
@@ -179,7 +180,7 @@ static void test_dispatch(void **state) {
 
 static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0,
                                         TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
-                                        TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
+                                        TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL};
 
 /*
  * SIMD vs scalar, per type and row length. Both compute the same exact
