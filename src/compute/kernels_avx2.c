@@ -233,6 +233,31 @@ static float dot_iq4_nl(size_t n, const void *w, const void *a) {
     return s;
 }
 
+/*
+ * IQ4_XS: per sub-block the codebook products as int16 pairs (maddubs),
+ * times the sub-block's scale in the pairs' sum (madd), all eight into one
+ * 8-lane integer sum per super-block; then, as the reference does, one fma
+ * of its float scale per super-block and lane.
+ */
+static float dot_iq4_xs(size_t n, const void *w, const void *a) {
+    const tkv__block_iq4_xs *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int b = 0; b < 8; b++) {
+            const __m256i q = _mm256_shuffle_epi8(book, nibbles32(x[i].qs + 16 * b));
+            const __m256i yq = LOAD256(y[i].qs + 32 * b);
+            const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
+            const __m256i ls = _mm256_set1_epi16((short)tkv__iq4_xs_scale(&x[i], b));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pairs, ls));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32(acc);
+}
+
 static float dot_q4_1(size_t n, const void *w, const void *a) {
     const tkv__block_q4_1 *x = w;
     const tkv__block_q8_1 *y = a;
@@ -595,6 +620,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_1] = dot_q4_1,
             [TKV_TYPE_Q5_0] = dot_q5_0,
             [TKV_TYPE_IQ4_NL] = dot_iq4_nl,
+            [TKV_TYPE_IQ4_XS] = dot_iq4_xs,
             [TKV_TYPE_Q5_1] = dot_q5_1,
             [TKV_TYPE_Q4_K] = dot_q4_K,
             [TKV_TYPE_Q5_K] = dot_q5_K,

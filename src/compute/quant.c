@@ -30,7 +30,8 @@ tkv_type tkv__quant_vec_dot_type(tkv_type type) {
     case TKV_TYPE_Q5_1: return TKV_TYPE_Q8_1;
     case TKV_TYPE_Q4_K:
     case TKV_TYPE_Q5_K:
-    case TKV_TYPE_Q6_K: return TKV_TYPE_Q8_K;
+    case TKV_TYPE_Q6_K:
+    case TKV_TYPE_IQ4_XS: return TKV_TYPE_Q8_K;
     default: return TKV_TYPE_COUNT;
     }
 }
@@ -228,6 +229,22 @@ static void dequant_iq4_nl(const void *src, float *y, size_t n) {
     }
 }
 
+static void dequant_iq4_xs(const void *src, float *y, size_t n) {
+    const tkv__block_iq4_xs *x = src;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const float d = tkv__quant_f16_to_f32(x[i].d);
+        for (int b = 0; b < 8; b++) {
+            const float dl = d * (float)tkv__iq4_xs_scale(&x[i], b);
+            const uint8_t *qs = x[i].qs + 16 * b;
+            float *yb = y + 256 * i + 32 * b;
+            for (int j = 0; j < 16; j++) {
+                yb[j] = dl * (float)tkv__iq4nl_values[qs[j] & 0x0f];
+                yb[j + 16] = dl * (float)tkv__iq4nl_values[qs[j] >> 4];
+            }
+        }
+    }
+}
+
 void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t n) {
     assert(tkv__quant_block_elems(type) && n % tkv__quant_block_elems(type) == 0);
     switch (type) {
@@ -244,6 +261,7 @@ void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t 
     case TKV_TYPE_Q5_K: dequant_k(src, y, n, 1); break;
     case TKV_TYPE_Q6_K: dequant_q6_K(src, y, n); break;
     case TKV_TYPE_IQ4_NL: dequant_iq4_nl(src, y, n); break;
+    case TKV_TYPE_IQ4_XS: dequant_iq4_xs(src, y, n); break;
     case TKV_TYPE_Q8_K: dequant_q8_K(src, y, n); break;
     default: assert(!"dequantize: unsupported type");
     }
@@ -441,6 +459,25 @@ float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a) {
     return s;
 }
 
+float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a) {
+    const tkv__block_iq4_xs *x = w;
+    const tkv__block_q8_K *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        int sumi = 0;
+        for (int b = 0; b < 8; b++) {
+            const uint8_t *qs = x[i].qs + 16 * b;
+            const int8_t *q8 = y[i].qs + 32 * b;
+            int sb = 0;
+            for (int j = 0; j < 16; j++)
+                sb += tkv__iq4nl_values[qs[j] & 0x0f] * q8[j] + tkv__iq4nl_values[qs[j] >> 4] * q8[j + 16];
+            sumi += tkv__iq4_xs_scale(&x[i], b) * sb;
+        }
+        s += (float)sumi * (tkv__quant_f16_to_f32(x[i].d) * y[i].d);
+    }
+    return s;
+}
+
 float tkv__quant_vec_dot_q4_1(size_t n, const void *w, const void *a) {
     const tkv__block_q4_1 *x = w;
     const tkv__block_q8_1 *y = a;
@@ -558,6 +595,7 @@ float tkv__quant_vec_dot(tkv_type wtype, size_t n, const void *w, const void *a)
     case TKV_TYPE_Q5_K: return tkv__quant_vec_dot_q5_K(n, w, a);
     case TKV_TYPE_Q6_K: return tkv__quant_vec_dot_q6_K(n, w, a);
     case TKV_TYPE_IQ4_NL: return tkv__quant_vec_dot_iq4_nl(n, w, a);
+    case TKV_TYPE_IQ4_XS: return tkv__quant_vec_dot_iq4_xs(n, w, a);
     default: assert(!"vec_dot: unsupported type"); return 0.0f;
     }
 }

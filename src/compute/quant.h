@@ -53,6 +53,24 @@ typedef struct __attribute__((packed)) tkv__block_iq4_nl {
     uint8_t qs[16];  /* nibbles: codebook indices */
 } tkv__block_iq4_nl;
 
+/*
+ * IQ4_XS: 256 elements in 8 sub-blocks of 32; sub-block b has the 6-bit
+ * scale ls = (low 4 bits: nibble b % 2 of scales_l[b / 2]) | (bits 2b, 2b + 1
+ * of scales_h) << 4, and x = d * (ls - 32) * tkv__iq4nl_values[q], with the
+ * nibbles of its 16 bytes of qs laid out as Q4_0's.
+ */
+typedef struct __attribute__((packed)) tkv__block_iq4_xs {
+    uint16_t d;          /* fp16 scale */
+    uint16_t scales_h;   /* the two high bits of each sub-block scale */
+    uint8_t scales_l[4]; /* the four low bits, two sub-blocks per byte */
+    uint8_t qs[128];     /* nibbles: codebook indices */
+} tkv__block_iq4_xs;
+
+/* Sub-block b's scale of an IQ4_XS block, ls - 32 (-32..31). */
+static inline int tkv__iq4_xs_scale(const tkv__block_iq4_xs *x, int b) {
+    return (((x->scales_l[b / 2] >> 4 * (b % 2)) & 0x0f) | (((x->scales_h >> 2 * b) & 3) << 4)) - 32;
+}
+
 /* The 16 values of the IQ4_NL codebook (the GGUF format's, in index order). */
 extern const int8_t tkv__iq4nl_values[16];
 
@@ -152,6 +170,7 @@ typedef struct __attribute__((packed)) tkv__block_q8_K {
 
 _Static_assert(sizeof(tkv__block_q4_0) == 18, "Q4_0 block");
 _Static_assert(sizeof(tkv__block_iq4_nl) == 18, "IQ4_NL block");
+_Static_assert(sizeof(tkv__block_iq4_xs) == 136, "IQ4_XS block");
 _Static_assert(sizeof(tkv__block_q4_1) == 20, "Q4_1 block");
 _Static_assert(sizeof(tkv__block_q5_0) == 22, "Q5_0 block");
 _Static_assert(sizeof(tkv__block_q5_1) == 24, "Q5_1 block");
@@ -294,7 +313,7 @@ size_t tkv__quant_row_size(tkv_type type, size_t n);
 /*
  * Expand n elements of `type` at src into floats at y (n floats).
  * Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
- * IQ4_NL, and the activation types Q8_1 (x = d * q; s is not used) and Q8_K. Preconditions: n % block_elems == 0 and a supported type
+ * IQ4_NL, IQ4_XS, and the activation types Q8_1 (x = d * q; s is not used) and Q8_K. Preconditions: n % block_elems == 0 and a supported type
  * (asserted). src may be at any address; y must not overlap it.
  */
 void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t n);
@@ -335,6 +354,7 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *   Q4_1/Q5_1:      sumi * d_w * d_a + m_w * s_a
  *   Q4_K/Q5_K:      d_a * d_w * sum_g(sc_g * sumi_g) - d_a * dmin_w * sum_g(mn_g * bsum_g)
  *   Q6_K:           d_a * d_w * sum_g(scales_g * sumi_g)      (q - 32 folded in)
+ *   IQ4_XS:         d_w * d_a * sum_b((ls_b - 32) * sumi_b)
  *   F32/F16/BF16:   a double-precision sum of products.
  * Preconditions: n % block_elems == 0; activation quants in -127..127.
  * Returns the dot product as float.
@@ -353,5 +373,6 @@ float tkv__quant_vec_dot_q4_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q5_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q6_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a);
 
 #endif

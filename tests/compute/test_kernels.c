@@ -72,6 +72,7 @@ static void rnd_weights(tkv_type t, uint8_t *w, size_t n) {
     case TKV_TYPE_Q4_1: bsz = 20; break;
     case TKV_TYPE_Q5_1: bsz = 24; break;
     case TKV_TYPE_Q4_K: bsz = 144; break;
+    case TKV_TYPE_IQ4_XS: bsz = 136; break;
     case TKV_TYPE_Q5_K: bsz = 176; break;
     case TKV_TYPE_Q6_K:
         for (size_t b = 0; b < nb; b++) put16(w + b * 210 + 208, rnd_scale());
@@ -180,7 +181,8 @@ static void test_dispatch(void **state) {
 
 static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0,
                                         TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
-                                        TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL};
+                                        TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
+                                        TKV_TYPE_IQ4_XS};
 
 /*
  * SIMD vs scalar, per type and row length. Both compute the same exact
