@@ -258,6 +258,76 @@ static float dot_iq4_xs(size_t n, const void *w, const void *a) {
     return hsum_f32(acc);
 }
 
+/*
+ * Q2_K and Q3_K. Per quarter-chunk of 32 elements (chunk c, j: bits 2j of
+ * qs[32 c ..]) the products form int16 pairs, and the pairs' sum takes the
+ * scale of their 16-element sub-block (lanes 0-3 the first, 4-7 the
+ * second); all eight quarter-chunks add into one integer per lane. Then, as
+ * the reference does per super-block: Q2_K one fma of -d_a dmin with the
+ * mins' products with the activation's sums of 16 (lane k: sub-blocks 2k
+ * and 2k + 1), then one of d_a d with those integers; Q3_K the latter only.
+ */
+static inline __m256i k_scale_pairs(int sa, int sb) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa));
+}
+
+static float dot_q2_K(size_t n, const void *w, const void *a) {
+    const tkv__block_q2_K *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const float d = y[i].d * f16(x[i].d), dmin = -y[i].d * f16(x[i].dmin);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(LOAD128(x[i].scales), 4),
+                                                                _mm_set1_epi8(0x0f)));
+        const __m256i prod = _mm256_madd_epi16(mins, LOAD256(Q8K_BSUMS(&y[i])));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i bits = LOAD256(x[i].qs + 32 * c);
+            for (int j = 0; j < 4; j++) {
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3);
+                const __m256i pairs = _mm256_maddubs_epi16(q, LOAD256(y[i].qs + 128 * c + 32 * j));
+                const int sub = 8 * c + 2 * j;
+                const __m256i sc = k_scale_pairs(x[i].scales[sub] & 0x0f, x[i].scales[sub + 1] & 0x0f);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, pairs));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32(acc);
+}
+
+static float dot_q3_K(size_t n, const void *w, const void *a) {
+    const tkv__block_q3_K *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const float d = y[i].d * f16(x[i].d);
+        int8_t sc[16];
+        tkv__q3_K_scales(x[i].scales, sc);
+        const __m256i hm = LOAD256(x[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i bits = LOAD256(x[i].qs + 32 * c);
+            for (int j = 0; j < 4; j++) {
+                /* q = low bits - 4 where the element's hmask bit is clear */
+                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * c + j)));
+                const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
+                const __m256i q = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3),
+                                                  _mm256_and_si256(clear, four));
+                const __m256i yq = LOAD256(y[i].qs + 128 * c + 32 * j);
+                const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
+                const int sub = 8 * c + 2 * j;
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(k_scale_pairs(sc[sub], sc[sub + 1]), pairs));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32(acc);
+}
+
 static float dot_q4_1(size_t n, const void *w, const void *a) {
     const tkv__block_q4_1 *x = w;
     const tkv__block_q8_1 *y = a;
@@ -621,6 +691,8 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q5_0] = dot_q5_0,
             [TKV_TYPE_IQ4_NL] = dot_iq4_nl,
             [TKV_TYPE_IQ4_XS] = dot_iq4_xs,
+            [TKV_TYPE_Q2_K] = dot_q2_K,
+            [TKV_TYPE_Q3_K] = dot_q3_K,
             [TKV_TYPE_Q5_1] = dot_q5_1,
             [TKV_TYPE_Q4_K] = dot_q4_K,
             [TKV_TYPE_Q5_K] = dot_q5_K,

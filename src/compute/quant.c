@@ -31,7 +31,9 @@ tkv_type tkv__quant_vec_dot_type(tkv_type type) {
     case TKV_TYPE_Q4_K:
     case TKV_TYPE_Q5_K:
     case TKV_TYPE_Q6_K:
-    case TKV_TYPE_IQ4_XS: return TKV_TYPE_Q8_K;
+    case TKV_TYPE_IQ4_XS:
+    case TKV_TYPE_Q2_K:
+    case TKV_TYPE_Q3_K: return TKV_TYPE_Q8_K;
     default: return TKV_TYPE_COUNT;
     }
 }
@@ -245,6 +247,38 @@ static void dequant_iq4_xs(const void *src, float *y, size_t n) {
     }
 }
 
+/* The 2 low bits of Q2_K/Q3_K element e (< 256) of a block's qs. */
+static inline int k_low2(const uint8_t *qs, int e) {
+    return (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+}
+
+/* Q3_K element e's quant, low bits minus 4 unless its hmask bit is set. */
+static inline int q3_K_quant(const tkv__block_q3_K *x, int e) {
+    const int bit = 4 * (e / 128) + e % 128 / 32;
+    return k_low2(x->qs, e) - ((x->hmask[e % 32] >> bit) & 1 ? 0 : 4);
+}
+
+static void dequant_q2_K(const void *src, float *y, size_t n) {
+    const tkv__block_q2_K *x = src;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const float d = tkv__quant_f16_to_f32(x[i].d), dmin = tkv__quant_f16_to_f32(x[i].dmin);
+        for (int e = 0; e < 256; e++) {
+            const uint8_t sc = x[i].scales[e / 16];
+            y[256 * i + e] = d * (float)(sc & 0x0f) * (float)k_low2(x[i].qs, e) - dmin * (float)(sc >> 4);
+        }
+    }
+}
+
+static void dequant_q3_K(const void *src, float *y, size_t n) {
+    const tkv__block_q3_K *x = src;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const float d = tkv__quant_f16_to_f32(x[i].d);
+        int8_t sc[16];
+        tkv__q3_K_scales(x[i].scales, sc);
+        for (int e = 0; e < 256; e++) y[256 * i + e] = d * (float)sc[e / 16] * (float)q3_K_quant(&x[i], e);
+    }
+}
+
 void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t n) {
     assert(tkv__quant_block_elems(type) && n % tkv__quant_block_elems(type) == 0);
     switch (type) {
@@ -262,6 +296,8 @@ void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t 
     case TKV_TYPE_Q6_K: dequant_q6_K(src, y, n); break;
     case TKV_TYPE_IQ4_NL: dequant_iq4_nl(src, y, n); break;
     case TKV_TYPE_IQ4_XS: dequant_iq4_xs(src, y, n); break;
+    case TKV_TYPE_Q2_K: dequant_q2_K(src, y, n); break;
+    case TKV_TYPE_Q3_K: dequant_q3_K(src, y, n); break;
     case TKV_TYPE_Q8_K: dequant_q8_K(src, y, n); break;
     default: assert(!"dequantize: unsupported type");
     }
@@ -478,6 +514,34 @@ float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a) {
     return s;
 }
 
+float tkv__quant_vec_dot_q2_K(size_t n, const void *w, const void *a) {
+    const tkv__block_q2_K *x = w;
+    const tkv__block_q8_K *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        int sumi = 0, summ = 0;
+        for (int e = 0; e < 256; e++) sumi += (x[i].scales[e / 16] & 0x0f) * k_low2(x[i].qs, e) * y[i].qs[e];
+        for (int b = 0; b < 16; b++) summ += (x[i].scales[b] >> 4) * y[i].bsums[b];
+        const float d = y[i].d * tkv__quant_f16_to_f32(x[i].d), dmin = y[i].d * tkv__quant_f16_to_f32(x[i].dmin);
+        s += d * (float)sumi - dmin * (float)summ;
+    }
+    return s;
+}
+
+float tkv__quant_vec_dot_q3_K(size_t n, const void *w, const void *a) {
+    const tkv__block_q3_K *x = w;
+    const tkv__block_q8_K *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        int8_t sc[16];
+        tkv__q3_K_scales(x[i].scales, sc);
+        int sumi = 0;
+        for (int e = 0; e < 256; e++) sumi += sc[e / 16] * q3_K_quant(&x[i], e) * y[i].qs[e];
+        s += y[i].d * tkv__quant_f16_to_f32(x[i].d) * (float)sumi;
+    }
+    return s;
+}
+
 float tkv__quant_vec_dot_q4_1(size_t n, const void *w, const void *a) {
     const tkv__block_q4_1 *x = w;
     const tkv__block_q8_1 *y = a;
@@ -596,6 +660,8 @@ float tkv__quant_vec_dot(tkv_type wtype, size_t n, const void *w, const void *a)
     case TKV_TYPE_Q6_K: return tkv__quant_vec_dot_q6_K(n, w, a);
     case TKV_TYPE_IQ4_NL: return tkv__quant_vec_dot_iq4_nl(n, w, a);
     case TKV_TYPE_IQ4_XS: return tkv__quant_vec_dot_iq4_xs(n, w, a);
+    case TKV_TYPE_Q2_K: return tkv__quant_vec_dot_q2_K(n, w, a);
+    case TKV_TYPE_Q3_K: return tkv__quant_vec_dot_q3_K(n, w, a);
     default: assert(!"vec_dot: unsupported type"); return 0.0f;
     }
 }

@@ -13,6 +13,9 @@
  *   weight  F32  F16  BF16  Q8_0  Q4_0  Q5_0  Q4_1  Q5_1  Q4_K  Q5_K  Q6_K
  *   acts    F32  F16  BF16  Q8_0  Q8_0  Q8_0  Q8_1  Q8_1  Q8_K  Q8_K  Q8_K
  *
+ *   weight  Q2_K  Q3_K  IQ4_NL  IQ4_XS
+ *   acts    Q8_K  Q8_K  Q8_0    Q8_K
+ *
  * Block layouts are declared as packed structs, byte for byte as GGUF stores
  * them (little-endian; fp16 fields are IEEE binary16 bits). Packed structs
  * have alignment 1, so a block may sit at any address in a mapped file.
@@ -52,6 +55,41 @@ typedef struct __attribute__((packed)) tkv__block_iq4_nl {
     uint16_t d;      /* fp16 scale */
     uint8_t qs[16];  /* nibbles: codebook indices */
 } tkv__block_iq4_nl;
+
+/*
+ * Q2_K: 256 elements in 16 sub-blocks of 16; x = d * sc * q - dmin * mn
+ * with q in 0..3, sc and mn the low and high nibbles of scales[sub].
+ * Element 128 c + 32 j + l (chunk c < 2, j < 4, l < 32) is bits 2j, 2j + 1 of
+ * qs[32 c + l]; its sub-block is 8 c + 2 j + l / 16.
+ */
+typedef struct __attribute__((packed)) tkv__block_q2_K {
+    uint8_t scales[16]; /* per sub-block: sc (low nibble), mn (high nibble) */
+    uint8_t qs[64];     /* 2-bit quants */
+    uint16_t d, dmin;   /* fp16 */
+} tkv__block_q2_K;
+
+/*
+ * Q3_K: 256 elements in 16 sub-blocks of 16; x = d * (sc - 32) * q with q =
+ * (2 low bits, as Q2_K's) - (4 unless the element's bit of hmask is set):
+ * element 128 c + 32 j + l has bit 4 c + j of hmask[l]. The 6-bit scales: the
+ * low nibbles of scales[0..7] (sub-blocks 0-7, then 8-15 in the high
+ * nibbles), the two high bits in scales[8..11] (see tkv__q3_K_scales).
+ */
+typedef struct __attribute__((packed)) tkv__block_q3_K {
+    uint8_t hmask[32];
+    uint8_t qs[64];
+    uint8_t scales[12];
+    uint16_t d;         /* fp16 */
+} tkv__block_q3_K;
+
+/* The 16 sub-block scales of a Q3_K block, sc - 32 (-32..31). */
+static inline void tkv__q3_K_scales(const uint8_t s12[12], int8_t out[16]) {
+    for (int b = 0; b < 16; b++) {
+        const int lo = (s12[b % 8] >> (4 * (b / 8))) & 0x0f;
+        const int hi = (s12[8 + b % 4] >> (2 * (b / 4))) & 3;
+        out[b] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
 
 /*
  * IQ4_XS: 256 elements in 8 sub-blocks of 32; sub-block b has the 6-bit
@@ -171,6 +209,8 @@ typedef struct __attribute__((packed)) tkv__block_q8_K {
 _Static_assert(sizeof(tkv__block_q4_0) == 18, "Q4_0 block");
 _Static_assert(sizeof(tkv__block_iq4_nl) == 18, "IQ4_NL block");
 _Static_assert(sizeof(tkv__block_iq4_xs) == 136, "IQ4_XS block");
+_Static_assert(sizeof(tkv__block_q2_K) == 84, "Q2_K block");
+_Static_assert(sizeof(tkv__block_q3_K) == 110, "Q3_K block");
 _Static_assert(sizeof(tkv__block_q4_1) == 20, "Q4_1 block");
 _Static_assert(sizeof(tkv__block_q5_0) == 22, "Q5_0 block");
 _Static_assert(sizeof(tkv__block_q5_1) == 24, "Q5_1 block");
@@ -312,8 +352,9 @@ size_t tkv__quant_row_size(tkv_type type, size_t n);
 
 /*
  * Expand n elements of `type` at src into floats at y (n floats).
- * Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
- * IQ4_NL, IQ4_XS, and the activation types Q8_1 (x = d * q; s is not used) and Q8_K. Preconditions: n % block_elems == 0 and a supported type
+ * Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
+ * Q5_K, Q6_K, IQ4_NL, IQ4_XS, and the activation types Q8_1 (x = d * q; s is
+ * not used) and Q8_K. Preconditions: n % block_elems == 0 and a supported type
  * (asserted). src may be at any address; y must not overlap it.
  */
 void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t n);
@@ -355,6 +396,8 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *   Q4_K/Q5_K:      d_a * d_w * sum_g(sc_g * sumi_g) - d_a * dmin_w * sum_g(mn_g * bsum_g)
  *   Q6_K:           d_a * d_w * sum_g(scales_g * sumi_g)      (q - 32 folded in)
  *   IQ4_XS:         d_w * d_a * sum_b((ls_b - 32) * sumi_b)
+ *   Q2_K:           d_a * d_w * sum_b(sc_b * sumi_b) - d_a * dmin_w * sum_b(mn_b * bsum_b)
+ *   Q3_K:           d_a * d_w * sum_b((sc_b - 32) * sumi_b)
  *   F32/F16/BF16:   a double-precision sum of products.
  * Preconditions: n % block_elems == 0; activation quants in -127..127.
  * Returns the dot product as float.
@@ -374,5 +417,7 @@ float tkv__quant_vec_dot_q5_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q6_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_q2_K(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_q3_K(size_t n, const void *w, const void *a);
 
 #endif

@@ -77,6 +77,12 @@ static void rnd_weights(tkv_type t, uint8_t *w, size_t n) {
     case TKV_TYPE_Q6_K:
         for (size_t b = 0; b < nb; b++) put16(w + b * 210 + 208, rnd_scale());
         return;
+    case TKV_TYPE_Q2_K: /* d and dmin at the end */
+        for (size_t b = 0; b < nb; b++) put16(w + b * 84 + 80, rnd_scale()), put16(w + b * 84 + 82, rnd_scale());
+        return;
+    case TKV_TYPE_Q3_K:
+        for (size_t b = 0; b < nb; b++) put16(w + b * 110 + 108, rnd_scale());
+        return;
     default: fail_msg("rnd_weights: type %d", t); return;
     }
     for (size_t b = 0; b < nb; b++) {
@@ -119,6 +125,13 @@ static void weight_offsets(tkv_type t, const uint8_t *w, size_t n, float *off) {
             uint8_t sc, mn;
             tkv__quant_k4_scale_min((int)(i % 256 / 32), b + 4, &sc, &mn);
             off[i] = tkv__quant_f16_to_f32(dmin) * mn;
+        }
+    } else if (t == TKV_TYPE_Q2_K) { /* dmin x the sub-block's min */
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *b = w + i / 256 * 84;
+            uint16_t dmin;
+            memcpy(&dmin, b + 82, 2);
+            off[i] = tkv__quant_f16_to_f32(dmin) * (float)(b[i % 256 / 16] >> 4);
         }
     }
 }
@@ -182,7 +195,7 @@ static void test_dispatch(void **state) {
 static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0,
                                         TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
                                         TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
-                                        TKV_TYPE_IQ4_XS};
+                                        TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K};
 
 /*
  * SIMD vs scalar, per type and row length. Both compute the same exact
@@ -294,6 +307,9 @@ static void test_vec_dot_extremes(void **state) {
                     if (t == TKV_TYPE_Q4_1 || t == TKV_TYPE_Q5_1) q0 = 4;
                     if (t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K) q0 = 16;
                     if (t == TKV_TYPE_Q6_K) q0 = 0, q1 = 192;
+                    if (t == TKV_TYPE_IQ4_XS) q0 = 8;
+                    if (t == TKV_TYPE_Q2_K) q0 = 16, q1 = 80;
+                    if (t == TKV_TYPE_Q3_K) q0 = 0, q1 = 96;
                     memset(blk + q0, fill, q1 - q0);
                 }
                 float x[512];
@@ -434,6 +450,9 @@ static void test_gemm_extremes(void **state) {
                     size_t q0 = 2, q1 = bsz; /* the quant bytes of the block */
                     if (t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K) q0 = 16;
                     if (t == TKV_TYPE_Q6_K) q0 = 0, q1 = 192;
+                    if (t == TKV_TYPE_IQ4_XS) q0 = 8;
+                    if (t == TKV_TYPE_Q2_K) q0 = 16, q1 = 80;
+                    if (t == TKV_TYPE_Q3_K) q0 = 0, q1 = 96;
                     memset(blk + q0, fill, q1 - q0);
                     if (t == TKV_TYPE_Q6_K && r >= 4) memset(blk + 192, 0x80, 16); /* scales -128 */
                     if ((t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K) && r >= 4) memset(blk + 4, 0xff, 12); /* scales, mins 63 */
