@@ -202,35 +202,50 @@ static float dot_q4_0(size_t n, const void *w, const void *a) {
 }
 
 /*
- * IQ4_NL: the nibbles index the codebook (a byte shuffle), then Q8_0's
- * signed products. The reference's order: pairs of blocks into acc0 and
- * acc1, their 8 lanes summed, then an odd last block alone, fused.
+ * IQ4_NL and MXFP4: 32 nibbles that index a 16-value codebook (a byte
+ * shuffle), then Q8_0's signed products. The reference's order: pairs of
+ * blocks into acc0 and acc1, their 8 lanes summed, then an odd last block
+ * alone, fused. A block is its scale (IQ4_NL: fp16 d, 2 bytes; MXFP4: the
+ * E8M0 exponent, 1 byte) and 16 bytes of nibbles.
  */
-static float dot_iq4_nl(size_t n, const void *w, const void *a) {
-    const tkv__block_iq4_nl *x = w;
-    const tkv__block_q8_0 *y = a;
-    const size_t nb = n / TKV__QK;
-    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
+static inline float book_scale(const uint8_t *blk, int mx) {
+    if (mx) return tkv__e8m0_half(blk[0]);
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return f16(h);
+}
+
+static inline float dot_book4(size_t n, const uint8_t *x, const tkv__block_q8_0 *y, const int8_t book[16], int mx) {
+    const size_t nb = n / TKV__QK, bs = mx ? sizeof(tkv__block_mxfp4) : sizeof(tkv__block_iq4_nl), qo = mx ? 1 : 2;
+    const __m256i vbook = _mm256_broadcastsi128_si256(LOAD128(book));
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     size_t i = 0;
     for (; i + 2 <= nb; i += 2) {
-        const __m256i q0 = _mm256_shuffle_epi8(book, nibbles32(x[i].qs));
-        const __m256i q1 = _mm256_shuffle_epi8(book, nibbles32(x[i + 1].qs));
-        const __m256i p0 = dot_i8(q0, LOAD256(y[i].qs));
-        const __m256i p1 = dot_i8(q1, LOAD256(y[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+        const uint8_t *b0 = x + i * bs, *b1 = b0 + bs;
+        const __m256i p0 = dot_i8(_mm256_shuffle_epi8(vbook, nibbles32(b0 + qo)), LOAD256(y[i].qs));
+        const __m256i p1 = dot_i8(_mm256_shuffle_epi8(vbook, nibbles32(b1 + qo)), LOAD256(y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(book_scale(b0, mx) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(book_scale(b1, mx) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
     }
     float s = hsum_f32(_mm256_add_ps(acc0, acc1));
     if (i < nb) {
+        const uint8_t *b = x + i * bs, *qs = b + qo;
         int sumi = 0;
         for (int j = 0; j < 16; j++) {
-            sumi += tkv__iq4nl_values[x[i].qs[j] & 0x0f] * y[i].qs[j];
-            sumi += tkv__iq4nl_values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+            sumi += book[qs[j] & 0x0f] * y[i].qs[j];
+            sumi += book[qs[j] >> 4] * y[i].qs[j + 16];
         }
-        s = fmaf(f16(x[i].d) * f16(y[i].d), (float)sumi, s);
+        s = fmaf(book_scale(b, mx) * f16(y[i].d), (float)sumi, s);
     }
     return s;
+}
+
+static float dot_iq4_nl(size_t n, const void *w, const void *a) {
+    return dot_book4(n, w, a, tkv__iq4nl_values, 0);
+}
+
+static float dot_mxfp4(size_t n, const void *w, const void *a) {
+    return dot_book4(n, w, a, tkv__mxfp4_values, 1);
 }
 
 /*
@@ -690,6 +705,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_1] = dot_q4_1,
             [TKV_TYPE_Q5_0] = dot_q5_0,
             [TKV_TYPE_IQ4_NL] = dot_iq4_nl,
+            [TKV_TYPE_MXFP4] = dot_mxfp4,
             [TKV_TYPE_IQ4_XS] = dot_iq4_xs,
             [TKV_TYPE_Q2_K] = dot_q2_K,
             [TKV_TYPE_Q3_K] = dot_q3_K,

@@ -60,6 +60,7 @@ const tkv__kernels tkv__kernel_scalar_part = {
             [TKV_TYPE_Q4_1] = tkv__quant_vec_dot_q4_1,
             [TKV_TYPE_Q5_0] = tkv__quant_vec_dot_q5_0,
             [TKV_TYPE_IQ4_NL] = tkv__quant_vec_dot_iq4_nl,
+            [TKV_TYPE_MXFP4] = tkv__quant_vec_dot_mxfp4,
             [TKV_TYPE_IQ4_XS] = tkv__quant_vec_dot_iq4_xs,
             [TKV_TYPE_Q2_K] = tkv__quant_vec_dot_q2_K,
             [TKV_TYPE_Q3_K] = tkv__quant_vec_dot_q3_K,

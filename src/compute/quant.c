@@ -25,7 +25,8 @@ tkv_type tkv__quant_vec_dot_type(tkv_type type) {
     case TKV_TYPE_Q8_0:
     case TKV_TYPE_Q4_0:
     case TKV_TYPE_Q5_0:
-    case TKV_TYPE_IQ4_NL: return TKV_TYPE_Q8_0;
+    case TKV_TYPE_IQ4_NL:
+    case TKV_TYPE_MXFP4: return TKV_TYPE_Q8_0;
     case TKV_TYPE_Q4_1:
     case TKV_TYPE_Q5_1: return TKV_TYPE_Q8_1;
     case TKV_TYPE_Q4_K:
@@ -219,6 +220,18 @@ static void dequant_q8_K(const void *src, float *y, size_t n) {
 }
 
 const int8_t tkv__iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t tkv__mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void dequant_mxfp4(const void *src, float *y, size_t n) {
+    const tkv__block_mxfp4 *b = src;
+    for (size_t i = 0; i < n / TKV__QK; i++) {
+        const float d = tkv__e8m0_half(b[i].e);
+        for (int j = 0; j < 16; j++) {
+            y[32 * i + j] = (float)tkv__mxfp4_values[b[i].qs[j] & 0x0f] * d;
+            y[32 * i + j + 16] = (float)tkv__mxfp4_values[b[i].qs[j] >> 4] * d;
+        }
+    }
+}
 
 static void dequant_iq4_nl(const void *src, float *y, size_t n) {
     const tkv__block_iq4_nl *b = src;
@@ -295,6 +308,7 @@ void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t 
     case TKV_TYPE_Q5_K: dequant_k(src, y, n, 1); break;
     case TKV_TYPE_Q6_K: dequant_q6_K(src, y, n); break;
     case TKV_TYPE_IQ4_NL: dequant_iq4_nl(src, y, n); break;
+    case TKV_TYPE_MXFP4: dequant_mxfp4(src, y, n); break;
     case TKV_TYPE_IQ4_XS: dequant_iq4_xs(src, y, n); break;
     case TKV_TYPE_Q2_K: dequant_q2_K(src, y, n); break;
     case TKV_TYPE_Q3_K: dequant_q3_K(src, y, n); break;
@@ -542,6 +556,21 @@ float tkv__quant_vec_dot_q3_K(size_t n, const void *w, const void *a) {
     return s;
 }
 
+float tkv__quant_vec_dot_mxfp4(size_t n, const void *w, const void *a) {
+    const tkv__block_mxfp4 *x = w;
+    const tkv__block_q8_0 *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK; i++) {
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += tkv__mxfp4_values[x[i].qs[j] & 0x0f] * y[i].qs[j];
+            sumi += tkv__mxfp4_values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
+        }
+        s += (float)sumi * (tkv__quant_f16_to_f32(y[i].d) * tkv__e8m0_half(x[i].e));
+    }
+    return s;
+}
+
 float tkv__quant_vec_dot_q4_1(size_t n, const void *w, const void *a) {
     const tkv__block_q4_1 *x = w;
     const tkv__block_q8_1 *y = a;
@@ -659,6 +688,7 @@ float tkv__quant_vec_dot(tkv_type wtype, size_t n, const void *w, const void *a)
     case TKV_TYPE_Q5_K: return tkv__quant_vec_dot_q5_K(n, w, a);
     case TKV_TYPE_Q6_K: return tkv__quant_vec_dot_q6_K(n, w, a);
     case TKV_TYPE_IQ4_NL: return tkv__quant_vec_dot_iq4_nl(n, w, a);
+    case TKV_TYPE_MXFP4: return tkv__quant_vec_dot_mxfp4(n, w, a);
     case TKV_TYPE_IQ4_XS: return tkv__quant_vec_dot_iq4_xs(n, w, a);
     case TKV_TYPE_Q2_K: return tkv__quant_vec_dot_q2_K(n, w, a);
     case TKV_TYPE_Q3_K: return tkv__quant_vec_dot_q3_K(n, w, a);

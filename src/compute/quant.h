@@ -13,8 +13,8 @@
  *   weight  F32  F16  BF16  Q8_0  Q4_0  Q5_0  Q4_1  Q5_1  Q4_K  Q5_K  Q6_K
  *   acts    F32  F16  BF16  Q8_0  Q8_0  Q8_0  Q8_1  Q8_1  Q8_K  Q8_K  Q8_K
  *
- *   weight  Q2_K  Q3_K  IQ4_NL  IQ4_XS
- *   acts    Q8_K  Q8_K  Q8_0    Q8_K
+ *   weight  Q2_K  Q3_K  IQ4_NL  IQ4_XS  MXFP4
+ *   acts    Q8_K  Q8_K  Q8_0    Q8_K    Q8_0
  *
  * Block layouts are declared as packed structs, byte for byte as GGUF stores
  * them (little-endian; fp16 fields are IEEE binary16 bits). Packed structs
@@ -112,6 +112,23 @@ static inline int tkv__iq4_xs_scale(const tkv__block_iq4_xs *x, int b) {
 /* The 16 values of the IQ4_NL codebook (the GGUF format's, in index order). */
 extern const int8_t tkv__iq4nl_values[16];
 
+/* MXFP4: x = 2^(e - 128) * tkv__mxfp4_values[q]: the E2M1 values doubled
+   (so integers), with the E8M0 exponent halving them back; nibbles as Q4_0. */
+typedef struct __attribute__((packed)) tkv__block_mxfp4 {
+    uint8_t e;       /* E8M0 exponent */
+    uint8_t qs[16];  /* nibbles: E2M1 codes */
+} tkv__block_mxfp4;
+
+extern const int8_t tkv__mxfp4_values[16];
+
+/* 2^(e - 128) as a float (e < 2: the subnormals 2^-128 and 2^-127). */
+static inline float tkv__e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* Q4_1: x = d * q + m, q in 0..15. */
 typedef struct __attribute__((packed)) tkv__block_q4_1 {
     uint16_t d;      /* fp16 scale */
@@ -208,6 +225,7 @@ typedef struct __attribute__((packed)) tkv__block_q8_K {
 
 _Static_assert(sizeof(tkv__block_q4_0) == 18, "Q4_0 block");
 _Static_assert(sizeof(tkv__block_iq4_nl) == 18, "IQ4_NL block");
+_Static_assert(sizeof(tkv__block_mxfp4) == 17, "MXFP4 block");
 _Static_assert(sizeof(tkv__block_iq4_xs) == 136, "IQ4_XS block");
 _Static_assert(sizeof(tkv__block_q2_K) == 84, "Q2_K block");
 _Static_assert(sizeof(tkv__block_q3_K) == 110, "Q3_K block");
@@ -353,7 +371,7 @@ size_t tkv__quant_row_size(tkv_type type, size_t n);
 /*
  * Expand n elements of `type` at src into floats at y (n floats).
  * Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
- * Q5_K, Q6_K, IQ4_NL, IQ4_XS, and the activation types Q8_1 (x = d * q; s is
+ * Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, and the activation types Q8_1 (x = d * q; s is
  * not used) and Q8_K. Preconditions: n % block_elems == 0 and a supported type
  * (asserted). src may be at any address; y must not overlap it.
  */
@@ -391,7 +409,7 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  * Dot product of a weight row w (n elements of the weight type) with an
  * activation row a (n elements quantized to the paired vec_dot type).
  * Integer partial sums are exact; per block the result adds
- *   Q4_0/Q5_0/Q8_0/IQ4_NL: sumi * d_w * d_a
+ *   Q4_0/Q5_0/Q8_0/IQ4_NL: sumi * d_w * d_a   (MXFP4: d_w = 2^(e - 128))
  *   Q4_1/Q5_1:      sumi * d_w * d_a + m_w * s_a
  *   Q4_K/Q5_K:      d_a * d_w * sum_g(sc_g * sumi_g) - d_a * dmin_w * sum_g(mn_g * bsum_g)
  *   Q6_K:           d_a * d_w * sum_g(scales_g * sumi_g)      (q - 32 folded in)
@@ -417,6 +435,7 @@ float tkv__quant_vec_dot_q5_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q6_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_mxfp4(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q2_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q3_K(size_t n, const void *w, const void *a);
 

@@ -254,6 +254,10 @@ static void sane_scales(tkv_type t, uint8_t *w, size_t bytes) {
     case TKV_TYPE_Q6_K: bsz = 210, at[0] = 208; break;
     default: break;
     }
+    if (t == TKV_TYPE_MXFP4) { /* a one-byte exponent: 2^-10 .. 2^-6 */
+        for (size_t b = 0; b < bytes / 17; b++) w[b * 17] = (uint8_t)(118 + b % 5);
+        return;
+    }
     if (t == TKV_TYPE_F32 || t == TKV_TYPE_F16 || t == TKV_TYPE_BF16) {
         const size_t es = t == TKV_TYPE_F32 ? 4 : 2;
         for (size_t i = 0; i < bytes / es; i++) {
@@ -275,7 +279,7 @@ static void test_matmul(void **state) {
     (void)state;
     const tkv_type types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1,
                               TKV_TYPE_Q5_0, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
-                                        TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K};
+                                        TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4};
     /* 1 and 2 tokens run the level's gemv where it has one, else vec_dot per
        pair; 3 and more the tiled products where a level has them. Rows of 17
        blocks of 32 too: an odd block count takes the kernels' last-block path. */

@@ -137,10 +137,10 @@ static void test_type_facts(void **state) {
     (void)state;
     const tkv_type w[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0,  TKV_TYPE_Q5_0,
                           TKV_TYPE_Q4_1, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
-                          TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K};
+                          TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4};
     const tkv_type a[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0,
                           TKV_TYPE_Q8_1, TKV_TYPE_Q8_1, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_0,
-                          TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K};
+                          TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_0};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
         assert_true(tkv__quant_supported(w[i]));
         assert_int_equal(tkv__quant_vec_dot_type(w[i]), a[i]);
@@ -276,13 +276,14 @@ static double rel_bound(tkv_type t) {
     case TKV_TYPE_IQ4_XS: return 0.10; /* 0.0648 */
     case TKV_TYPE_Q2_K: return 0.35;  /* 0.2336 */
     case TKV_TYPE_Q3_K: return 0.19;  /* 0.1257 */
+    case TKV_TYPE_MXFP4: return 0.22; /* 0.1441 */
     default: return 0.0;
     }
 }
 
 static void test_parity_dequantize(void **state) {
     (void)state;
-    const char *files[] = {"BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K_S"};
+    const char *files[] = {"BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K_S", "MXFP4"};
     tkv_model *ref = load_parity("F16");
     int seen[TKV_TYPE_COUNT] = {0};
     double worst[TKV_TYPE_COUNT] = {0};
@@ -319,7 +320,7 @@ static void test_parity_dequantize(void **state) {
     }
     const tkv_type want[] = {TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0,
                              TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
-                             TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K};
+                             TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!seen[want[i]]) fail_msg("no tensor of type %s in the parity files", tkv_type_name(want[i]));
         print_message("  %-5s worst relative RMS error %.4f (bound %.3f)\n", tkv_type_name(want[i]), worst[want[i]],
@@ -369,7 +370,7 @@ static void test_parity_vec_dot(void **state) {
     (void)state;
     const char *files[] = {"F16",    "BF16",   "Q8_0",   "Q4_0", "Q4_1",   "Q5_0",
                            "Q5_1",   "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS",
-                           "Q2_K",   "Q3_K_S"};
+                           "Q2_K",   "Q3_K_S", "MXFP4"};
     uint32_t s = 7;
     size_t checked = 0;
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {

@@ -258,7 +258,8 @@ static void test_parity_types(void **state) {
     } types[] = {{"F16", true},  {"BF16", true},  {"Q8_0", false},   {"Q4_0", false},   {"Q4_1", false},
                  {"Q5_0", false}, {"Q5_1", false}, {"Q4_K_M", false}, {"Q5_K_M", false}, {"Q6_K", false},
                  {"Q4_K_S", false}, {"Q5_K_S", false}, {"IQ4_NL", false}, {"IQ4_XS", false},
-                 {"Q2_K", false},   {"Q2_K_S", false}, {"Q3_K_S", false}, {"Q3_K_M", false}, {"Q3_K_L", false}};
+                 {"Q2_K", false},   {"Q2_K_S", false}, {"Q3_K_S", false}, {"Q3_K_M", false}, {"Q3_K_L", false},
+                 {"MXFP4", false}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char name[64], rel[128];
         snprintf(name, sizeof name, "parity-%s", types[i].type);
