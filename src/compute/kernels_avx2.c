@@ -15,6 +15,7 @@
 #include "quant.h"
 
 #include <math.h>
+#include <stdalign.h>
 #include <stddef.h>
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -339,6 +340,66 @@ static float dot_q3_K(size_t n, const void *w, const void *a) {
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32(acc);
+}
+
+/*
+ * TQ1_0 and TQ2_0, in the reference's lanes: the products of the quants
+ * 0..2 as int16 pairs by position within each 32-element chunk, the eight
+ * chunks added per position, less the activation's sums of 16 (taking the
+ * -1 off in aggregate), then pairs of those into 8 int32 lanes; per
+ * super-block lane * (d_a d) added to the float sum (a product and an add,
+ * not fused). The lanes depend only on element positions, so TQ1_0 (its
+ * base-3 digits unpacked first) gives TQ2_0's results for the same weights.
+ */
+static inline __m256 tq_block(__m256 acc, const uint8_t *const chunk[8], const tkv__block_q8_K *y, float d) {
+    __m256i s16 = _mm256_setzero_si256();
+    for (int c = 0; c < 8; c++)
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(LOAD256(chunk[c]), LOAD256(y->qs + 32 * c)));
+    s16 = _mm256_sub_epi16(s16, LOAD256(Q8K_BSUMS(y)));
+    const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+    return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s32), _mm256_set1_ps(y->d * d)), acc);
+}
+
+static float dot_tq2_0(size_t n, const void *w, const void *a) {
+    const tkv__block_tq2_0 *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    alignas(32) uint8_t q[256];
+    const uint8_t *chunk[8];
+    for (int c = 0; c < 8; c++) chunk[c] = q + 32 * c;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        for (int c = 0; c < 2; c++) {
+            const __m256i bits = LOAD256(x[i].qs + 32 * c);
+            for (int j = 0; j < 4; j++)
+                _mm256_store_si256((__m256i *)(void *)(q + 128 * c + 32 * j),
+                                   _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3));
+        }
+        acc = tq_block(acc, chunk, &y[i], f16(x[i].d));
+    }
+    return hsum_f32(acc);
+}
+
+static float dot_tq1_0(size_t n, const void *w, const void *a) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    const tkv__block_tq1_0 *x = w;
+    const tkv__block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    alignas(32) uint8_t q[256];
+    const uint8_t *chunk[8];
+    for (int c = 0; c < 8; c++) chunk[c] = q + 32 * c;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        /* digit k of byte b: ((uint8_t)(b 3^k) * 3) >> 8 (element order: tkv__block_tq1_0) */
+        for (int k = 0; k < 5; k++) {
+            for (int m = 0; m < 32; m++) q[32 * k + m] = (uint8_t)(((uint8_t)(x[i].qs[m] * pow3[k]) * 3) >> 8);
+            for (int m = 0; m < 16; m++)
+                q[160 + 16 * k + m] = (uint8_t)(((uint8_t)(x[i].qs[32 + m] * pow3[k]) * 3) >> 8);
+        }
+        for (int k = 0; k < 4; k++)
+            for (int m = 0; m < 4; m++) q[240 + 4 * k + m] = (uint8_t)(((uint8_t)(x[i].qh[m] * pow3[k]) * 3) >> 8);
+        acc = tq_block(acc, chunk, &y[i], f16(x[i].d));
     }
     return hsum_f32(acc);
 }
@@ -709,6 +770,8 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_IQ4_XS] = dot_iq4_xs,
             [TKV_TYPE_Q2_K] = dot_q2_K,
             [TKV_TYPE_Q3_K] = dot_q3_K,
+            [TKV_TYPE_TQ1_0] = dot_tq1_0,
+            [TKV_TYPE_TQ2_0] = dot_tq2_0,
             [TKV_TYPE_Q5_1] = dot_q5_1,
             [TKV_TYPE_Q4_K] = dot_q4_K,
             [TKV_TYPE_Q5_K] = dot_q5_K,

@@ -34,7 +34,9 @@ tkv_type tkv__quant_vec_dot_type(tkv_type type) {
     case TKV_TYPE_Q6_K:
     case TKV_TYPE_IQ4_XS:
     case TKV_TYPE_Q2_K:
-    case TKV_TYPE_Q3_K: return TKV_TYPE_Q8_K;
+    case TKV_TYPE_Q3_K:
+    case TKV_TYPE_TQ1_0:
+    case TKV_TYPE_TQ2_0: return TKV_TYPE_Q8_K;
     default: return TKV_TYPE_COUNT;
     }
 }
@@ -292,6 +294,39 @@ static void dequant_q3_K(const void *src, float *y, size_t n) {
     }
 }
 
+/* Digit k (0..4) of a byte of five base-3 digits. */
+static inline int trit(uint8_t b, int k) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    return ((uint8_t)(b * pow3[k]) * 3) >> 8;
+}
+
+/* Element e's ternary quant (0..2) of a TQ1_0 / TQ2_0 block. */
+static inline int tq_quant(tkv_type t, const uint8_t *blk, int e) {
+    if (t == TKV_TYPE_TQ2_0) return k_low2(blk, e);
+    const tkv__block_tq1_0 *x = (const tkv__block_tq1_0 *)(const void *)blk;
+    if (e < 160) return trit(x->qs[e % 32], e / 32);
+    if (e < 240) return trit(x->qs[32 + (e - 160) % 16], (e - 160) / 16);
+    return trit(x->qh[(e - 240) % 4], (e - 240) / 4);
+}
+
+static size_t tq_block_bytes(tkv_type t) {
+    return t == TKV_TYPE_TQ2_0 ? sizeof(tkv__block_tq2_0) : sizeof(tkv__block_tq1_0);
+}
+
+static float tq_scale(tkv_type t, const uint8_t *blk) {
+    uint16_t h;
+    memcpy(&h, blk + tq_block_bytes(t) - 2, 2);
+    return tkv__quant_f16_to_f32(h);
+}
+
+static void dequant_tq(tkv_type t, const void *src, float *y, size_t n) {
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const uint8_t *blk = (const uint8_t *)src + i * tq_block_bytes(t);
+        const float d = tq_scale(t, blk);
+        for (int e = 0; e < 256; e++) y[256 * i + e] = (float)(tq_quant(t, blk, e) - 1) * d;
+    }
+}
+
 void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t n) {
     assert(tkv__quant_block_elems(type) && n % tkv__quant_block_elems(type) == 0);
     switch (type) {
@@ -312,6 +347,8 @@ void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t 
     case TKV_TYPE_IQ4_XS: dequant_iq4_xs(src, y, n); break;
     case TKV_TYPE_Q2_K: dequant_q2_K(src, y, n); break;
     case TKV_TYPE_Q3_K: dequant_q3_K(src, y, n); break;
+    case TKV_TYPE_TQ1_0: dequant_tq(TKV_TYPE_TQ1_0, src, y, n); break;
+    case TKV_TYPE_TQ2_0: dequant_tq(TKV_TYPE_TQ2_0, src, y, n); break;
     case TKV_TYPE_Q8_K: dequant_q8_K(src, y, n); break;
     default: assert(!"dequantize: unsupported type");
     }
@@ -571,6 +608,22 @@ float tkv__quant_vec_dot_mxfp4(size_t n, const void *w, const void *a) {
     return s;
 }
 
+static float vec_dot_tq(tkv_type t, size_t n, const void *w, const void *a) {
+    const tkv__block_q8_K *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const uint8_t *blk = (const uint8_t *)w + i * tq_block_bytes(t);
+        int sumi = 0;
+        for (int e = 0; e < 256; e++) sumi += (tq_quant(t, blk, e) - 1) * y[i].qs[e];
+        s += (float)sumi * (y[i].d * tq_scale(t, blk));
+    }
+    return s;
+}
+
+float tkv__quant_vec_dot_tq1_0(size_t n, const void *w, const void *a) { return vec_dot_tq(TKV_TYPE_TQ1_0, n, w, a); }
+
+float tkv__quant_vec_dot_tq2_0(size_t n, const void *w, const void *a) { return vec_dot_tq(TKV_TYPE_TQ2_0, n, w, a); }
+
 float tkv__quant_vec_dot_q4_1(size_t n, const void *w, const void *a) {
     const tkv__block_q4_1 *x = w;
     const tkv__block_q8_1 *y = a;
@@ -692,6 +745,8 @@ float tkv__quant_vec_dot(tkv_type wtype, size_t n, const void *w, const void *a)
     case TKV_TYPE_IQ4_XS: return tkv__quant_vec_dot_iq4_xs(n, w, a);
     case TKV_TYPE_Q2_K: return tkv__quant_vec_dot_q2_K(n, w, a);
     case TKV_TYPE_Q3_K: return tkv__quant_vec_dot_q3_K(n, w, a);
+    case TKV_TYPE_TQ1_0: return tkv__quant_vec_dot_tq1_0(n, w, a);
+    case TKV_TYPE_TQ2_0: return tkv__quant_vec_dot_tq2_0(n, w, a);
     default: assert(!"vec_dot: unsupported type"); return 0.0f;
     }
 }

@@ -13,8 +13,8 @@
  *   weight  F32  F16  BF16  Q8_0  Q4_0  Q5_0  Q4_1  Q5_1  Q4_K  Q5_K  Q6_K
  *   acts    F32  F16  BF16  Q8_0  Q8_0  Q8_0  Q8_1  Q8_1  Q8_K  Q8_K  Q8_K
  *
- *   weight  Q2_K  Q3_K  IQ4_NL  IQ4_XS  MXFP4
- *   acts    Q8_K  Q8_K  Q8_0    Q8_K    Q8_0
+ *   weight  Q2_K  Q3_K  IQ4_NL  IQ4_XS  MXFP4  TQ1_0  TQ2_0
+ *   acts    Q8_K  Q8_K  Q8_0    Q8_K    Q8_0   Q8_K   Q8_K
  *
  * Block layouts are declared as packed structs, byte for byte as GGUF stores
  * them (little-endian; fp16 fields are IEEE binary16 bits). Packed structs
@@ -90,6 +90,27 @@ static inline void tkv__q3_K_scales(const uint8_t s12[12], int8_t out[16]) {
         out[b] = (int8_t)((lo | hi << 4) - 32);
     }
 }
+
+/*
+ * TQ2_0 (ternary): 256 elements, x = d * (q - 1), q in 0..2; element
+ * 128 c + 32 j + l has bits 2j, 2j + 1 of qs[32 c + l] (Q2_K's order).
+ */
+typedef struct __attribute__((packed)) tkv__block_tq2_0 {
+    uint8_t qs[64];
+    uint16_t d; /* fp16 */
+} tkv__block_tq2_0;
+
+/*
+ * TQ1_0 (ternary): 256 elements, x = d * (q - 1), q in 0..2, five base-3
+ * digits per byte (a byte b holds digit k as ((uint8_t)(b * 3^k) * 3) >> 8):
+ * elements 32 k + m (k < 5, m < 32) are digit k of qs[m]; 160 + 16 k + m
+ * (m < 16) digit k of qs[32 + m]; 240 + 4 k + m (k < 4, m < 4) digit k of qh[m].
+ */
+typedef struct __attribute__((packed)) tkv__block_tq1_0 {
+    uint8_t qs[48];
+    uint8_t qh[4];
+    uint16_t d; /* fp16 */
+} tkv__block_tq1_0;
 
 /*
  * IQ4_XS: 256 elements in 8 sub-blocks of 32; sub-block b has the 6-bit
@@ -229,6 +250,8 @@ _Static_assert(sizeof(tkv__block_mxfp4) == 17, "MXFP4 block");
 _Static_assert(sizeof(tkv__block_iq4_xs) == 136, "IQ4_XS block");
 _Static_assert(sizeof(tkv__block_q2_K) == 84, "Q2_K block");
 _Static_assert(sizeof(tkv__block_q3_K) == 110, "Q3_K block");
+_Static_assert(sizeof(tkv__block_tq2_0) == 66, "TQ2_0 block");
+_Static_assert(sizeof(tkv__block_tq1_0) == 54, "TQ1_0 block");
 _Static_assert(sizeof(tkv__block_q4_1) == 20, "Q4_1 block");
 _Static_assert(sizeof(tkv__block_q5_0) == 22, "Q5_0 block");
 _Static_assert(sizeof(tkv__block_q5_1) == 24, "Q5_1 block");
@@ -371,7 +394,7 @@ size_t tkv__quant_row_size(tkv_type type, size_t n);
 /*
  * Expand n elements of `type` at src into floats at y (n floats).
  * Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
- * Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, and the activation types Q8_1 (x = d * q; s is
+ * Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0, and the activation types Q8_1 (x = d * q; s is
  * not used) and Q8_K. Preconditions: n % block_elems == 0 and a supported type
  * (asserted). src may be at any address; y must not overlap it.
  */
@@ -416,6 +439,7 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *   IQ4_XS:         d_w * d_a * sum_b((ls_b - 32) * sumi_b)
  *   Q2_K:           d_a * d_w * sum_b(sc_b * sumi_b) - d_a * dmin_w * sum_b(mn_b * bsum_b)
  *   Q3_K:           d_a * d_w * sum_b((sc_b - 32) * sumi_b)
+ *   TQ1_0/TQ2_0:    d_a * d_w * (sum(q * a) - sum(a))
  *   F32/F16/BF16:   a double-precision sum of products.
  * Preconditions: n % block_elems == 0; activation quants in -127..127.
  * Returns the dot product as float.
@@ -438,5 +462,7 @@ float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_mxfp4(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q2_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q3_K(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_tq1_0(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_tq2_0(size_t n, const void *w, const void *a);
 
 #endif

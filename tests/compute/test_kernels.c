@@ -83,6 +83,12 @@ static void rnd_weights(tkv_type t, uint8_t *w, size_t n) {
     case TKV_TYPE_Q3_K:
         for (size_t b = 0; b < nb; b++) put16(w + b * 110 + 108, rnd_scale());
         return;
+    case TKV_TYPE_TQ1_0:
+    case TKV_TYPE_TQ2_0: { /* d at the end */
+        const size_t bs = t == TKV_TYPE_TQ2_0 ? 66 : 54;
+        for (size_t b = 0; b < nb; b++) put16(w + b * bs + bs - 2, rnd_scale());
+        return;
+    }
     case TKV_TYPE_MXFP4: /* the E8M0 exponent byte: 2^-12 .. 2^-4 */
         for (size_t b = 0; b < nb; b++) w[b * 17] = (uint8_t)(116 + rnd() % 9);
         return;
@@ -198,7 +204,8 @@ static void test_dispatch(void **state) {
 static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0,
                                         TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
                                         TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
-                                        TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4};
+                                        TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4,
+                                        TKV_TYPE_TQ1_0, TKV_TYPE_TQ2_0};
 
 /*
  * SIMD vs scalar, per type and row length. Both compute the same exact
@@ -312,6 +319,7 @@ static void test_vec_dot_extremes(void **state) {
                     if (t == TKV_TYPE_Q6_K) q0 = 0, q1 = 192;
                     if (t == TKV_TYPE_IQ4_XS) q0 = 8;
                     if (t == TKV_TYPE_MXFP4) q0 = 1;
+                    if (t == TKV_TYPE_TQ1_0 || t == TKV_TYPE_TQ2_0) q0 = 0, q1 = bsz - 2;
                     if (t == TKV_TYPE_Q2_K) q0 = 16, q1 = 80;
                     if (t == TKV_TYPE_Q3_K) q0 = 0, q1 = 96;
                     memset(blk + q0, fill, q1 - q0);
@@ -456,6 +464,7 @@ static void test_gemm_extremes(void **state) {
                     if (t == TKV_TYPE_Q6_K) q0 = 0, q1 = 192;
                     if (t == TKV_TYPE_IQ4_XS) q0 = 8;
                     if (t == TKV_TYPE_MXFP4) q0 = 1;
+                    if (t == TKV_TYPE_TQ1_0 || t == TKV_TYPE_TQ2_0) q0 = 0, q1 = bsz - 2;
                     if (t == TKV_TYPE_Q2_K) q0 = 16, q1 = 80;
                     if (t == TKV_TYPE_Q3_K) q0 = 0, q1 = 96;
                     memset(blk + q0, fill, q1 - q0);

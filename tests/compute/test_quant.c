@@ -137,15 +137,17 @@ static void test_type_facts(void **state) {
     (void)state;
     const tkv_type w[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0,  TKV_TYPE_Q5_0,
                           TKV_TYPE_Q4_1, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
-                          TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4};
+                          TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4, TKV_TYPE_TQ1_0,
+                          TKV_TYPE_TQ2_0};
     const tkv_type a[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0,
                           TKV_TYPE_Q8_1, TKV_TYPE_Q8_1, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_0,
-                          TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_0};
+                          TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_0, TKV_TYPE_Q8_K,
+                          TKV_TYPE_Q8_K};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
         assert_true(tkv__quant_supported(w[i]));
         assert_int_equal(tkv__quant_vec_dot_type(w[i]), a[i]);
     }
-    assert_false(tkv__quant_supported(TKV_TYPE_TQ1_0));
+    assert_false(tkv__quant_supported(TKV_TYPE_IQ1_S));
     assert_false(tkv__quant_supported(TKV_TYPE_IQ3_S));
     assert_int_equal(tkv__quant_vec_dot_type(TKV_TYPE_IQ2_XXS), TKV_TYPE_COUNT);
     assert_int_equal(tkv__quant_row_size(TKV_TYPE_Q4_0, 4096), 4096 / 32 * 18);
@@ -277,13 +279,15 @@ static double rel_bound(tkv_type t) {
     case TKV_TYPE_Q2_K: return 0.35;  /* 0.2336 */
     case TKV_TYPE_Q3_K: return 0.19;  /* 0.1257 */
     case TKV_TYPE_MXFP4: return 0.22; /* 0.1441 */
+    case TKV_TYPE_TQ1_0:
+    case TKV_TYPE_TQ2_0: return 0.75; /* 0.4994: ternary random weights */
     default: return 0.0;
     }
 }
 
 static void test_parity_dequantize(void **state) {
     (void)state;
-    const char *files[] = {"BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K_S", "MXFP4"};
+    const char *files[] = {"BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K_S", "MXFP4", "TQ1_0", "TQ2_0"};
     tkv_model *ref = load_parity("F16");
     int seen[TKV_TYPE_COUNT] = {0};
     double worst[TKV_TYPE_COUNT] = {0};
@@ -320,7 +324,8 @@ static void test_parity_dequantize(void **state) {
     }
     const tkv_type want[] = {TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0,
                              TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
-                             TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4};
+                             TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4, TKV_TYPE_TQ1_0,
+                          TKV_TYPE_TQ2_0};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!seen[want[i]]) fail_msg("no tensor of type %s in the parity files", tkv_type_name(want[i]));
         print_message("  %-5s worst relative RMS error %.4f (bound %.3f)\n", tkv_type_name(want[i]), worst[want[i]],
@@ -370,7 +375,7 @@ static void test_parity_vec_dot(void **state) {
     (void)state;
     const char *files[] = {"F16",    "BF16",   "Q8_0",   "Q4_0", "Q4_1",   "Q5_0",
                            "Q5_1",   "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS",
-                           "Q2_K",   "Q3_K_S", "MXFP4"};
+                           "Q2_K",   "Q3_K_S", "MXFP4",  "TQ1_0", "TQ2_0"};
     uint32_t s = 7;
     size_t checked = 0;
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
