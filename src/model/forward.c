@@ -1,5 +1,5 @@
 /*
- * forward.c — the transformer forward pass (Llama / Qwen2), for a batch of
+ * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3), for a batch of
  * tokens from any number of sequences.
  *
  * For each token t of the batch, with x its residual stream:
@@ -8,6 +8,7 @@
  *   for each layer:
  *     h = rmsnorm(x) * attn_norm
  *     q, k, v = h Wq, h Wk, h Wv  (+ biases: qwen2)    (n_q), (n_kv), (n_kv)
+ *     q, k = rmsnorm of each head (qwen3)               (arch.h says which)
  *     q, k = rope(q, pos), rope(k, pos)
  *     K[cell], V[cell] = k, v                          into the KV cache
  *     a = softmax(q K^T / sqrt(hd)) V   over the cells of t's sequence at
@@ -396,11 +397,17 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     matmul(P, ith, nth, tag, &L->wv, f->h, n, f->v);
     tkv__pool_barrier(P->pool);
 
-    /* biases, RoPE, and K/V into each token's cell */
-    const tkv__rope_mode mode = strcmp(hp->arch, "qwen2") == 0 ? TKV__ROPE_NEOX : TKV__ROPE_NORMAL;
+    /* biases, per-head q/k norms, RoPE, and K/V into each token's cell */
+    const tkv__arch *arch = f->m->arch;
     for (size_t t = t0; t < t1; t++) {
         float *q = f->q + t * f->n_q, *k = f->k + t * f->n_kv, *v = f->v + t * f->n_kv;
-        if (L->bq.data) add_bias(q, &L->bq, f->n_q), add_bias(k, &L->bk, f->n_kv), add_bias(v, &L->bv, f->n_kv);
+        if (arch->qkv_bias) add_bias(q, &L->bq, f->n_q), add_bias(k, &L->bk, f->n_kv), add_bias(v, &L->bv, f->n_kv);
+        if (arch->qk_norm) { /* each head of q, then of k: (head_dim) */
+            const float *qn = L->q_norm.data, *kn = L->k_norm.data;
+            for (size_t h = 0; h < hp->n_head; h++) tkv__ops_rmsnorm(q + h * f->hd, q + h * f->hd, qn, f->hd, hp->rms_eps);
+            for (size_t h = 0; h < hp->n_head_kv; h++) tkv__ops_rmsnorm(k + h * f->hd, k + h * f->hd, kn, f->hd, hp->rms_eps);
+        }
+        const tkv__rope_mode mode = arch->rope;
         const float *cs = f->cs + t * f->n_rot;
         tkv__ops_rope(q, hp->n_head, f->hd, f->n_rot, cs, mode);
         tkv__ops_rope(k, hp->n_head_kv, f->hd, f->n_rot, cs, mode);

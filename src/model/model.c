@@ -79,8 +79,11 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
         return tkv__fail(TKV_ERR_FORMAT, "metadata key 'general.architecture': type %s, expected string",
                          tkv_meta_type_name(akv->type));
     const char *arch = akv->str.s;
-    if (strcmp(arch, "llama") != 0 && strcmp(arch, "qwen2") != 0)
-        return tkv__fail(TKV_ERR_UNSUPPORTED, "architecture '%.64s' is not supported (llama, qwen2)", arch);
+    if (!tkv__arch_find(arch)) {
+        char names[128];
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "architecture '%.64s' is not supported (%s)", arch,
+                         tkv__arch_names(names, sizeof names));
+    }
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
 
     uint32_t n_expert = 0;
@@ -182,25 +185,27 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
     tkv_status st;
     const char *a = hp->arch;
     const uint64_t e = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim, kv = (uint64_t)hp->n_head_kv * hp->head_dim;
-    const bool qwen2 = strcmp(a, "qwen2") == 0;
+    const tkv__arch *ar = tkv__arch_find(a);
     if ((st = check_tensor(g, a, "token_embd.weight", e, hp->n_vocab, false))) return st;
     if ((st = check_tensor(g, a, "output_norm.weight", e, 1, false))) return st;
     if ((st = check_tensor(g, a, "output.weight", e, hp->n_vocab, true))) return st;
     if ((st = check_tensor(g, a, "rope_freqs.weight", hp->n_rot / 2, 1, true))) return st;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
+        enum { ALL, BIAS, QK_NORM };
         static const struct {
             const char *suffix;
-            int ne0, ne1; /* 0 n_embd, 1 q width, 2 kv width, 3 n_ff, 4 one */
-            bool qwen2_only;
+            int ne0, ne1; /* 0 n_embd, 1 q width, 2 kv width, 3 n_ff, 4 one, 5 head_dim */
+            int when;     /* ALL, or only where the architecture has biases / q-k norms */
         } need[] = {
-            {"attn_norm.weight", 0, 4, false}, {"attn_q.weight", 0, 1, false},   {"attn_k.weight", 0, 2, false},
-            {"attn_v.weight", 0, 2, false},    {"attn_output.weight", 1, 0, false}, {"ffn_norm.weight", 0, 4, false},
-            {"ffn_gate.weight", 0, 3, false},  {"ffn_up.weight", 0, 3, false},  {"ffn_down.weight", 3, 0, false},
-            {"attn_q.bias", 1, 4, true},       {"attn_k.bias", 2, 4, true},     {"attn_v.bias", 2, 4, true},
+            {"attn_norm.weight", 0, 4, ALL},  {"attn_q.weight", 0, 1, ALL},   {"attn_k.weight", 0, 2, ALL},
+            {"attn_v.weight", 0, 2, ALL},     {"attn_output.weight", 1, 0, ALL}, {"ffn_norm.weight", 0, 4, ALL},
+            {"ffn_gate.weight", 0, 3, ALL},   {"ffn_up.weight", 0, 3, ALL},   {"ffn_down.weight", 3, 0, ALL},
+            {"attn_q.bias", 1, 4, BIAS},      {"attn_k.bias", 2, 4, BIAS},    {"attn_v.bias", 2, 4, BIAS},
+            {"attn_q_norm.weight", 5, 4, QK_NORM}, {"attn_k_norm.weight", 5, 4, QK_NORM},
         };
-        const uint64_t dim[5] = {e, q, kv, hp->n_ff, 1};
+        const uint64_t dim[6] = {e, q, kv, hp->n_ff, 1, hp->head_dim};
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
-            if (need[i].qwen2_only && !qwen2) continue;
+            if ((need[i].when == BIAS && !ar->qkv_bias) || (need[i].when == QK_NORM && !ar->qk_norm)) continue;
             char name[96];
             snprintf(name, sizeof name, "blk.%u.%s", l, need[i].suffix);
             if ((st = check_tensor(g, a, name, dim[need[i].ne0], dim[need[i].ne1], false))) return st;
@@ -221,7 +226,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
             st = tkv__fail(TKV_ERR_FORMAT, "the file has no tensors (a vocabulary-only file): it loads only with vocab_only");
         else
             st = check_tensors(g, &hp);
-        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, &w);
+        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &w);
     }
     if (st && !p.vocab_only) {
         tkv__gguf_free(g);
@@ -238,7 +243,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
     m->w = w;
     m->vocab_only = p.vocab_only;
     m->has_hparams = st == TKV_OK;
-    if (m->has_hparams) m->hp = hp;
+    if (m->has_hparams) m->hp = hp, m->arch = tkv__arch_find(hp.arch);
     else snprintf(m->hparams_error, sizeof m->hparams_error, "%s", tkv_last_error(NULL));
 
     /* The tokenizer: a model without tokenizer metadata still runs on ids,

@@ -6,6 +6,7 @@
 
 #include "format/gguf.h"
 #include "text/tokenizer.h"
+#include "arch.h"
 #include "weights.h"
 #include "tokenkv.h"
 
@@ -15,6 +16,7 @@ struct tkv_model {
     bool vocab_only;
     bool has_hparams;        /* false only for vocab_only files */
     tkv_hparams hp;
+    const tkv__arch *arch;   /* how hp.arch's block differs (NULL without hparams) */
     char hparams_error[256]; /* why has_hparams is false */
     tkv__weights w;          /* bound tensors (full loads only) */
     tkv__tokenizer *tok;     /* NULL: no usable tokenizer */

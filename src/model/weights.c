@@ -29,7 +29,7 @@ static tkv_status bind(const tkv__gguf *g, const char *name, bool matrix, bool o
     return TKV_OK;
 }
 
-tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, tkv__weights *w) {
+tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch, tkv__weights *w) {
     memset(w, 0, sizeof *w);
     tkv_status st;
     if ((st = bind(g, "token_embd.weight", true, false, &w->tok_embd))) return st;
@@ -39,29 +39,31 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, tkv__wei
     if ((st = bind(g, "rope_freqs.weight", false, true, &w->rope_freqs))) return st;
     w->layers = tkv__calloc(hp->n_layer, sizeof *w->layers);
     if (!w->layers) return tkv__fail(TKV_ERR_NOMEM, "out of memory for %u layers", hp->n_layer);
-    const bool biases = strcmp(hp->arch, "qwen2") == 0;
     for (uint32_t l = 0; l < hp->n_layer && !st; l++) {
         tkv__layer *L = &w->layers[l];
         static const struct {
             const char *suffix;
             size_t offset;
-            bool matrix, bias;
+            bool matrix;
+            int when; /* 0 always, 1 with biases, 2 with q-k norms */
         } roles[] = {
-            {"attn_norm.weight", offsetof(tkv__layer, attn_norm), false, false},
-            {"attn_q.weight", offsetof(tkv__layer, wq), true, false},
-            {"attn_k.weight", offsetof(tkv__layer, wk), true, false},
-            {"attn_v.weight", offsetof(tkv__layer, wv), true, false},
-            {"attn_output.weight", offsetof(tkv__layer, wo), true, false},
-            {"ffn_norm.weight", offsetof(tkv__layer, ffn_norm), false, false},
-            {"ffn_gate.weight", offsetof(tkv__layer, w_gate), true, false},
-            {"ffn_up.weight", offsetof(tkv__layer, w_up), true, false},
-            {"ffn_down.weight", offsetof(tkv__layer, w_down), true, false},
-            {"attn_q.bias", offsetof(tkv__layer, bq), false, true},
-            {"attn_k.bias", offsetof(tkv__layer, bk), false, true},
-            {"attn_v.bias", offsetof(tkv__layer, bv), false, true},
+            {"attn_norm.weight", offsetof(tkv__layer, attn_norm), false, 0},
+            {"attn_q.weight", offsetof(tkv__layer, wq), true, 0},
+            {"attn_k.weight", offsetof(tkv__layer, wk), true, 0},
+            {"attn_v.weight", offsetof(tkv__layer, wv), true, 0},
+            {"attn_output.weight", offsetof(tkv__layer, wo), true, 0},
+            {"ffn_norm.weight", offsetof(tkv__layer, ffn_norm), false, 0},
+            {"ffn_gate.weight", offsetof(tkv__layer, w_gate), true, 0},
+            {"ffn_up.weight", offsetof(tkv__layer, w_up), true, 0},
+            {"ffn_down.weight", offsetof(tkv__layer, w_down), true, 0},
+            {"attn_q.bias", offsetof(tkv__layer, bq), false, 1},
+            {"attn_k.bias", offsetof(tkv__layer, bk), false, 1},
+            {"attn_v.bias", offsetof(tkv__layer, bv), false, 1},
+            {"attn_q_norm.weight", offsetof(tkv__layer, q_norm), false, 2},
+            {"attn_k_norm.weight", offsetof(tkv__layer, k_norm), false, 2},
         };
         for (size_t i = 0; i < sizeof roles / sizeof roles[0] && !st; i++) {
-            if (roles[i].bias && !biases) continue;
+            if ((roles[i].when == 1 && !arch->qkv_bias) || (roles[i].when == 2 && !arch->qk_norm)) continue;
             char name[96];
             snprintf(name, sizeof name, "blk.%u.%s", l, roles[i].suffix);
             st = bind(g, name, roles[i].matrix, false, (tkv__tensor *)((char *)L + roles[i].offset));

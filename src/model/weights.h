@@ -4,6 +4,7 @@
 #ifndef TKV_WEIGHTS_H
 #define TKV_WEIGHTS_H
 
+#include "arch.h"
 #include "format/gguf.h"
 #include "tokenkv.h"
 
@@ -18,7 +19,8 @@ typedef struct tkv__tensor {
 typedef struct tkv__layer {
     tkv__tensor attn_norm;  /* (n_embd) F32 */
     tkv__tensor wq, wk, wv; /* (n_head*hd | n_head_kv*hd rows, n_embd) */
-    tkv__tensor bq, bk, bv; /* qwen2: biases, F32; else absent */
+    tkv__tensor bq, bk, bv; /* arch->qkv_bias: biases, F32; else absent */
+    tkv__tensor q_norm, k_norm; /* arch->qk_norm: (head_dim) F32 per-head RMSNorm weights; else absent */
     tkv__tensor wo;         /* (n_embd rows, n_head*hd) */
     tkv__tensor ffn_norm;   /* (n_embd) F32 */
     tkv__tensor w_gate, w_up; /* (n_ff rows, n_embd) */
@@ -38,7 +40,7 @@ typedef struct tkv__weights {
  * Returns TKV_ERR_UNSUPPORTED naming the tensor and its type when a weight
  * type has no kernels (or a norm or bias is not F32), TKV_ERR_NOMEM.
  */
-tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, tkv__weights *w);
+tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch, tkv__weights *w);
 void tkv__weights_free(tkv__weights *w);
 
 #endif

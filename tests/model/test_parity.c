@@ -105,12 +105,13 @@ static bool row_ok(const float *got, const float *ref, size_t n, float exact_tol
                 return false;
             }
         }
-    } else {
+    } else { /* a row bound: 2% (quantized weights), or -exact_tol */
+        const double bound = exact_tol < 0 ? -exact_tol : 0.02;
         double d2 = 0, r2 = 0;
         for (size_t k = 0; k < n; k++) d2 += (double)(got[k] - ref[k]) * (got[k] - ref[k]), r2 += (double)ref[k] * ref[k];
         double rel = sqrt(d2 / (r2 > 0 ? r2 : 1));
-        if (!(rel <= 0.02)) {
-            snprintf(msg, msg_len, "relative row error %.4f > 2%%", rel);
+        if (!(rel <= bound)) {
+            snprintf(msg, msg_len, "relative row error %.4f > %.4f", rel, bound);
             return false;
         }
     }
@@ -143,7 +144,8 @@ static void report_row(const char *name, const float *got, const float *ref, siz
     stats.rows_over_1e3 += mx > 1e-3;
 }
 
-/* exact_tol: the per-logit bound of float weights; 0: a quantized type's row bound */
+/* exact_tol: the per-logit bound of float weights; 0: a quantized type's row
+   bound (2%); negative: a row bound of -exact_tol */
 static void check_model(const char *name, const char *model_rel, float exact_tol, bool greedy_exact) {
     report = report_default || getenv("TKV_PARITY_REPORT");
     memset(&stats, 0, sizeof stats);
@@ -159,18 +161,19 @@ static void check_model(const char *name, const char *model_rel, float exact_tol
     tkv_context *ctx = NULL;
     if (tkv_context_create(m, &cp, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
     char msg[256];
-    float *batched = malloc(2 * 64 * n_vocab * sizeof *batched);
+    enum { MAX_PROMPT = 256 };
+    float *batched = malloc(2 * MAX_PROMPT * n_vocab * sizeof *batched);
     tkv_context *ictx = NULL;
     cp.batch_invariant = true;
     if (tkv_context_create(m, &cp, &ictx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
 
     for (size_t p = 0; p < n_refs; p++) {
         const ref_prompt *r = &refs[p];
-        assert_true(r->n <= 64);
+        assert_true(r->n <= MAX_PROMPT);
         /* the whole prompt in one batch, logits at every position: sequence 0 */
-        tkv_pos pos[64];
-        tkv_seq seq[64] = {0};
-        bool want[64];
+        tkv_pos pos[MAX_PROMPT];
+        tkv_seq seq[MAX_PROMPT] = {0};
+        bool want[MAX_PROMPT];
         for (size_t i = 0; i < r->n; i++) pos[i] = (tkv_pos)i, want[i] = true;
         assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
         tkv_batch b = {r->n, r->tokens, pos, seq, want};
@@ -199,7 +202,7 @@ static void check_model(const char *name, const char *model_rel, float exact_tol
         }
 
         /* with batch_invariant, batched and one at a time are the same to the bit */
-        float *inv = batched + 64 * n_vocab; /* (n, n_vocab) */
+        float *inv = batched + MAX_PROMPT * n_vocab; /* (n, n_vocab) */
         assert_int_equal(tkv_seq_clear(ictx, 0), TKV_OK);
         if (tkv_decode(ictx, &b) != TKV_OK) fail_msg("%s: %s", name, tkv_last_error(ictx));
         for (size_t i = 0; i < r->n; i++) memcpy(inv + i * n_vocab, tkv_get_logits(ictx, i), n_vocab * sizeof *inv);
@@ -268,11 +271,27 @@ static void test_parity_types(void **state) {
     }
 }
 
+/* Architectures beyond llama (../shared/models/arch, F16 weights): the
+   references were made with flash attention on, so float weights are held
+   to the issue's bound, ||d|| / ||ref|| <= 3e-3 per row, and greedy
+   continuations equal. */
+static void test_architectures(void **state) {
+    (void)state;
+    static const char *const archs[] = {"qwen3"};
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        char name[64], rel[128];
+        snprintf(name, sizeof name, "arch-%s", archs[i]);
+        snprintf(rel, sizeof rel, "models/arch/%s.gguf", archs[i]);
+        check_model(name, rel, -3e-3f, true);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_llama2_tiny_random),
         cmocka_unit_test(test_parity_types),
+        cmocka_unit_test(test_architectures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,27 @@
+/*
+ * arch.c — the supported architectures (see arch.h).
+ */
+#include "arch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const tkv__arch archs[] = {
+    {"llama", TKV__ROPE_NORMAL, false, false},
+    {"qwen2", TKV__ROPE_NEOX, true, false},
+    {"qwen3", TKV__ROPE_NEOX, false, true},
+};
+
+const tkv__arch *tkv__arch_find(const char *name) {
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (!strcmp(archs[i].name, name)) return &archs[i];
+    return NULL;
+}
+
+const char *tkv__arch_names(char *buf, size_t cap) {
+    size_t n = 0;
+    if (cap) buf[0] = '\0';
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0] && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", archs[i].name);
+    return buf;
+}
