@@ -7,9 +7,11 @@
 #include <string.h>
 
 static const tkv__arch archs[] = {
-    {"llama", TKV__ROPE_NORMAL, false, false},
-    {"qwen2", TKV__ROPE_NEOX, true, false},
-    {"qwen3", TKV__ROPE_NEOX, false, true},
+    /* name      RoPE pairs        qkv_bias qk_norm nope_period */
+    {"llama",   TKV__ROPE_NORMAL, false,   false,  0},
+    {"qwen2",   TKV__ROPE_NEOX,   true,    false,  0},
+    {"qwen3",   TKV__ROPE_NEOX,   false,   true,   0},
+    {"smollm3", TKV__ROPE_NORMAL, false,   false,  4},
 };
 
 const tkv__arch *tkv__arch_find(const char *name) {

@@ -20,6 +20,8 @@ typedef struct tkv__arch {
     bool qkv_bias;        /* blk.N.attn_{q,k,v}.bias are added after the projections */
     bool qk_norm;         /* blk.N.attn_{q,k}_norm: RMSNorm of each head of q and k
                              (head_dim wide), before RoPE */
+    unsigned nope_period; /* > 0: layers l with (l + 1) % nope_period == 0 apply no
+                             RoPE (a built-in rule: no metadata key sets it) */
 } tkv__arch;
 
 /* The architecture called `name`, or NULL when it is not supported. */

@@ -1,6 +1,6 @@
 /*
- * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3), for a batch of
- * tokens from any number of sequences.
+ * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3, SmolLM3),
+ * for a batch of tokens from any number of sequences.
  *
  * For each token t of the batch, with x its residual stream:
  *
@@ -9,7 +9,7 @@
  *     h = rmsnorm(x) * attn_norm
  *     q, k, v = h Wq, h Wk, h Wv  (+ biases: qwen2)    (n_q), (n_kv), (n_kv)
  *     q, k = rmsnorm of each head (qwen3)               (arch.h says which)
- *     q, k = rope(q, pos), rope(k, pos)
+ *     q, k = rope(q, pos), rope(k, pos)             (not on smollm3's every 4th layer)
  *     K[cell], V[cell] = k, v                          into the KV cache
  *     a = softmax(q K^T / sqrt(hd)) V   over the cells of t's sequence at
  *                                       positions 0..pos (grouped-query:
@@ -407,10 +407,11 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
             for (size_t h = 0; h < hp->n_head; h++) tkv__ops_rmsnorm(q + h * f->hd, q + h * f->hd, qn, f->hd, hp->rms_eps);
             for (size_t h = 0; h < hp->n_head_kv; h++) tkv__ops_rmsnorm(k + h * f->hd, k + h * f->hd, kn, f->hd, hp->rms_eps);
         }
-        const tkv__rope_mode mode = arch->rope;
         const float *cs = f->cs + t * f->n_rot;
-        tkv__ops_rope(q, hp->n_head, f->hd, f->n_rot, cs, mode);
-        tkv__ops_rope(k, hp->n_head_kv, f->hd, f->n_rot, cs, mode);
+        if (!arch->nope_period || (l + 1) % arch->nope_period != 0) {
+            tkv__ops_rope(q, hp->n_head, f->hd, f->n_rot, cs, arch->rope);
+            tkv__ops_rope(k, hp->n_head_kv, f->hd, f->n_rot, cs, arch->rope);
+        }
         store_row(P->kv, tkv__kvrows_k(P->kv, l, b->cell[t]), k);
         store_row(P->kv, tkv__kvrows_v(P->kv, l, b->cell[t]), v);
     }
