@@ -14,12 +14,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Where q and k are RMS-normalized before RoPE. */
+typedef enum tkv__qk_norm {
+    TKV__QK_NORM_NONE = 0,
+    TKV__QK_NORM_HEAD,  /* each head, with head_dim-wide weights (qwen3) */
+    TKV__QK_NORM_WHOLE, /* the whole projection, n_q / n_kv-wide weights (olmo2) */
+} tkv__qk_norm;
+
 typedef struct tkv__arch {
     const char *name;     /* general.architecture */
     tkv__rope_mode rope;  /* NEOX: pairs (i, i + n_rot / 2); NORMAL: adjacent pairs */
     bool qkv_bias;        /* blk.N.attn_{q,k,v}.bias are added after the projections */
-    bool qk_norm;         /* blk.N.attn_{q,k}_norm: RMSNorm of each head of q and k
-                             (head_dim wide), before RoPE */
+    tkv__qk_norm qk_norm; /* blk.N.attn_{q,k}_norm, before RoPE */
+    bool post_norms;      /* no norms on the branches' inputs: RMSNorm of their outputs
+                             (blk.N.post_attention_norm, post_ffw_norm) before the residual add */
     unsigned nope_period; /* > 0: layers l with (l + 1) % nope_period == 0 apply no
                              RoPE (a built-in rule: no metadata key sets it) */
 } tkv__arch;

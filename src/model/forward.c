@@ -1,6 +1,6 @@
 /*
- * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3, SmolLM3),
- * for a batch of tokens from any number of sequences.
+ * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3, SmolLM3,
+ * OLMo 2), for a batch of tokens from any number of sequences.
  *
  * For each token t of the batch, with x its residual stream:
  *
@@ -8,14 +8,14 @@
  *   for each layer:
  *     h = rmsnorm(x) * attn_norm
  *     q, k, v = h Wq, h Wk, h Wv  (+ biases: qwen2)    (n_q), (n_kv), (n_kv)
- *     q, k = rmsnorm of each head (qwen3)               (arch.h says which)
+ *     q, k = rmsnorm of each head (qwen3), of all (olmo2) (arch.h says which)
  *     q, k = rope(q, pos), rope(k, pos)             (not on smollm3's every 4th layer)
  *     K[cell], V[cell] = k, v                          into the KV cache
  *     a = softmax(q K^T / sqrt(hd)) V   over the cells of t's sequence at
  *                                       positions 0..pos (grouped-query:
  *                                       n_head / n_head_kv query heads share
  *                                       a KV head)
- *     x = x + a Wo
+ *     x = x + a Wo                  (olmo2: x + rmsnorm(a Wo), and no pre-norms)
  *     h = rmsnorm(x) * ffn_norm
  *     x = x + (silu(h Wgate) * (h Wup)) Wdown
  *   logits = (rmsnorm(x) * output_norm) Wout           (n_vocab), if asked
@@ -386,26 +386,33 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     size_t t0, t1;
     tkv__split(n, ith, nth, &t0, &t1);
 
-    /* h = rmsnorm(x) * attn_norm                          (n, n_embd) */
-    for (size_t t = t0; t < t1; t++) tkv__ops_rmsnorm(f->h + t * f->n_embd, f->x + t * f->n_embd, attn_norm, f->n_embd, hp->rms_eps);
+    const tkv__arch *arch = m->arch;
+    /* h = rmsnorm(x) * attn_norm                          (n, n_embd)
+       (post_norms: the branch reads x itself) */
+    const float *attn_in = arch->post_norms ? f->x : f->h;
+    if (!arch->post_norms)
+        for (size_t t = t0; t < t1; t++)
+            tkv__ops_rmsnorm(f->h + t * f->n_embd, f->x + t * f->n_embd, attn_norm, f->n_embd, hp->rms_eps);
     tag->src = NULL;
     tkv__pool_barrier(P->pool);
 
     /* q, k, v = h Wq, h Wk, h Wv              (n, n_q), (n, n_kv), (n, n_kv) */
-    matmul(P, ith, nth, tag, &L->wq, f->h, n, f->q);
-    matmul(P, ith, nth, tag, &L->wk, f->h, n, f->k);
-    matmul(P, ith, nth, tag, &L->wv, f->h, n, f->v);
+    matmul(P, ith, nth, tag, &L->wq, attn_in, n, f->q);
+    matmul(P, ith, nth, tag, &L->wk, attn_in, n, f->k);
+    matmul(P, ith, nth, tag, &L->wv, attn_in, n, f->v);
     tkv__pool_barrier(P->pool);
 
-    /* biases, per-head q/k norms, RoPE, and K/V into each token's cell */
-    const tkv__arch *arch = f->m->arch;
+    /* biases, q/k norms, RoPE, and K/V into each token's cell */
     for (size_t t = t0; t < t1; t++) {
         float *q = f->q + t * f->n_q, *k = f->k + t * f->n_kv, *v = f->v + t * f->n_kv;
         if (arch->qkv_bias) add_bias(q, &L->bq, f->n_q), add_bias(k, &L->bk, f->n_kv), add_bias(v, &L->bv, f->n_kv);
-        if (arch->qk_norm) { /* each head of q, then of k: (head_dim) */
-            const float *qn = L->q_norm.data, *kn = L->k_norm.data;
+        const float *qn = L->q_norm.data, *kn = L->k_norm.data;
+        if (arch->qk_norm == TKV__QK_NORM_HEAD) { /* each head of q, then of k: (head_dim) */
             for (size_t h = 0; h < hp->n_head; h++) tkv__ops_rmsnorm(q + h * f->hd, q + h * f->hd, qn, f->hd, hp->rms_eps);
             for (size_t h = 0; h < hp->n_head_kv; h++) tkv__ops_rmsnorm(k + h * f->hd, k + h * f->hd, kn, f->hd, hp->rms_eps);
+        } else if (arch->qk_norm == TKV__QK_NORM_WHOLE) { /* (n_q), (n_kv) */
+            tkv__ops_rmsnorm(q, q, qn, f->n_q, hp->rms_eps);
+            tkv__ops_rmsnorm(k, k, kn, f->n_kv, hp->rms_eps);
         }
         const float *cs = f->cs + t * f->n_rot;
         if (!arch->nope_period || (l + 1) % arch->nope_period != 0) {
@@ -446,18 +453,19 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     matmul(P, ith, nth, tag, &L->wo, f->att, n, f->tmp);
     tkv__pool_barrier(P->pool);
     for (size_t t = t0; t < t1; t++) {
-        float *x = f->x + t * f->n_embd;
-        const float *y = f->tmp + t * f->n_embd;
+        float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
+        if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_attn_norm.data, f->n_embd, hp->rms_eps);
         for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
         /* h = rmsnorm(x) * ffn_norm */
-        tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
+        if (!arch->post_norms) tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
     }
     tag->src = NULL;
     tkv__pool_barrier(P->pool);
 
     /* x = x + (silu(h Wgate) * (h Wup)) Wdown   gate, up: (n, n_ff) */
-    matmul(P, ith, nth, tag, &L->w_gate, f->h, n, f->gate);
-    matmul(P, ith, nth, tag, &L->w_up, f->h, n, f->up);
+    const float *ffn_in = arch->post_norms ? f->x : f->h;
+    matmul(P, ith, nth, tag, &L->w_gate, ffn_in, n, f->gate);
+    matmul(P, ith, nth, tag, &L->w_up, ffn_in, n, f->up);
     tkv__pool_barrier(P->pool);
     for (size_t t = t0; t < t1; t++) tkv__ops_swiglu(f->gate + t * f->n_ff, f->gate + t * f->n_ff, f->up + t * f->n_ff, f->n_ff);
     tag->src = NULL;
@@ -465,8 +473,8 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     matmul(P, ith, nth, tag, &L->w_down, f->gate, n, f->tmp);
     tkv__pool_barrier(P->pool);
     for (size_t t = t0; t < t1; t++) {
-        float *x = f->x + t * f->n_embd;
-        const float *y = f->tmp + t * f->n_embd;
+        float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
+        if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_ffn_norm.data, f->n_embd, hp->rms_eps);
         for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
     }
     tkv__pool_barrier(P->pool);

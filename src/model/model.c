@@ -191,21 +191,26 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
     if ((st = check_tensor(g, a, "output.weight", e, hp->n_vocab, true))) return st;
     if ((st = check_tensor(g, a, "rope_freqs.weight", hp->n_rot / 2, 1, true))) return st;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        enum { ALL, BIAS, QK_NORM };
+        enum { ALL, BIAS, QK_NORM, PRE, POST };
         static const struct {
             const char *suffix;
-            int ne0, ne1; /* 0 n_embd, 1 q width, 2 kv width, 3 n_ff, 4 one, 5 head_dim */
-            int when;     /* ALL, or only where the architecture has biases / q-k norms */
+            int ne0, ne1; /* 0 n_embd, 1 q width, 2 kv width, 3 n_ff, 4 one, 5 q norm, 6 k norm */
+            int when;     /* ALL, or only with biases / q-k norms / pre-norms / post-norms */
         } need[] = {
-            {"attn_norm.weight", 0, 4, ALL},  {"attn_q.weight", 0, 1, ALL},   {"attn_k.weight", 0, 2, ALL},
-            {"attn_v.weight", 0, 2, ALL},     {"attn_output.weight", 1, 0, ALL}, {"ffn_norm.weight", 0, 4, ALL},
+            {"attn_norm.weight", 0, 4, PRE},  {"attn_q.weight", 0, 1, ALL},   {"attn_k.weight", 0, 2, ALL},
+            {"attn_v.weight", 0, 2, ALL},     {"attn_output.weight", 1, 0, ALL}, {"ffn_norm.weight", 0, 4, PRE},
             {"ffn_gate.weight", 0, 3, ALL},   {"ffn_up.weight", 0, 3, ALL},   {"ffn_down.weight", 3, 0, ALL},
             {"attn_q.bias", 1, 4, BIAS},      {"attn_k.bias", 2, 4, BIAS},    {"attn_v.bias", 2, 4, BIAS},
-            {"attn_q_norm.weight", 5, 4, QK_NORM}, {"attn_k_norm.weight", 5, 4, QK_NORM},
+            {"attn_q_norm.weight", 5, 4, QK_NORM}, {"attn_k_norm.weight", 6, 4, QK_NORM},
+            {"post_attention_norm.weight", 0, 4, POST}, {"post_ffw_norm.weight", 0, 4, POST},
         };
-        const uint64_t dim[6] = {e, q, kv, hp->n_ff, 1, hp->head_dim};
+        const bool whole = ar->qk_norm == TKV__QK_NORM_WHOLE;
+        const uint64_t dim[7] = {e, q, kv, hp->n_ff, 1, whole ? q : hp->head_dim, whole ? kv : hp->head_dim};
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
-            if ((need[i].when == BIAS && !ar->qkv_bias) || (need[i].when == QK_NORM && !ar->qk_norm)) continue;
+            const int when = need[i].when;
+            if ((when == BIAS && !ar->qkv_bias) || (when == QK_NORM && !ar->qk_norm) || (when == PRE && ar->post_norms) ||
+                (when == POST && !ar->post_norms))
+                continue;
             char name[96];
             snprintf(name, sizeof name, "blk.%u.%s", l, need[i].suffix);
             if ((st = check_tensor(g, a, name, dim[need[i].ne0], dim[need[i].ne1], false))) return st;

@@ -45,14 +45,14 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             const char *suffix;
             size_t offset;
             bool matrix;
-            int when; /* 0 always, 1 with biases, 2 with q-k norms */
+            int when; /* 0 always, 1 with biases, 2 with q-k norms, 3 pre-norms, 4 post-norms */
         } roles[] = {
-            {"attn_norm.weight", offsetof(tkv__layer, attn_norm), false, 0},
+            {"attn_norm.weight", offsetof(tkv__layer, attn_norm), false, 3},
             {"attn_q.weight", offsetof(tkv__layer, wq), true, 0},
             {"attn_k.weight", offsetof(tkv__layer, wk), true, 0},
             {"attn_v.weight", offsetof(tkv__layer, wv), true, 0},
             {"attn_output.weight", offsetof(tkv__layer, wo), true, 0},
-            {"ffn_norm.weight", offsetof(tkv__layer, ffn_norm), false, 0},
+            {"ffn_norm.weight", offsetof(tkv__layer, ffn_norm), false, 3},
             {"ffn_gate.weight", offsetof(tkv__layer, w_gate), true, 0},
             {"ffn_up.weight", offsetof(tkv__layer, w_up), true, 0},
             {"ffn_down.weight", offsetof(tkv__layer, w_down), true, 0},
@@ -61,9 +61,14 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             {"attn_v.bias", offsetof(tkv__layer, bv), false, 1},
             {"attn_q_norm.weight", offsetof(tkv__layer, q_norm), false, 2},
             {"attn_k_norm.weight", offsetof(tkv__layer, k_norm), false, 2},
+            {"post_attention_norm.weight", offsetof(tkv__layer, post_attn_norm), false, 4},
+            {"post_ffw_norm.weight", offsetof(tkv__layer, post_ffn_norm), false, 4},
         };
         for (size_t i = 0; i < sizeof roles / sizeof roles[0] && !st; i++) {
-            if ((roles[i].when == 1 && !arch->qkv_bias) || (roles[i].when == 2 && !arch->qk_norm)) continue;
+            const int when = roles[i].when;
+            if ((when == 1 && !arch->qkv_bias) || (when == 2 && !arch->qk_norm) || (when == 3 && arch->post_norms) ||
+                (when == 4 && !arch->post_norms))
+                continue;
             char name[96];
             snprintf(name, sizeof name, "blk.%u.%s", l, roles[i].suffix);
             st = bind(g, name, roles[i].matrix, false, (tkv__tensor *)((char *)L + roles[i].offset));

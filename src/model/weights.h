@@ -17,12 +17,14 @@ typedef struct tkv__tensor {
 } tkv__tensor;
 
 typedef struct tkv__layer {
-    tkv__tensor attn_norm;  /* (n_embd) F32 */
+    tkv__tensor attn_norm;  /* (n_embd) F32; absent with post_norms */
     tkv__tensor wq, wk, wv; /* (n_head*hd | n_head_kv*hd rows, n_embd) */
     tkv__tensor bq, bk, bv; /* arch->qkv_bias: biases, F32; else absent */
-    tkv__tensor q_norm, k_norm; /* arch->qk_norm: (head_dim) F32 per-head RMSNorm weights; else absent */
+    tkv__tensor q_norm, k_norm; /* arch->qk_norm: F32 RMSNorm weights, (head_dim) per head or
+                                   (n_q) / (n_kv) whole; else absent */
+    tkv__tensor post_attn_norm, post_ffn_norm; /* arch->post_norms: (n_embd) F32 instead of the pre-norms */
     tkv__tensor wo;         /* (n_embd rows, n_head*hd) */
-    tkv__tensor ffn_norm;   /* (n_embd) F32 */
+    tkv__tensor ffn_norm;   /* (n_embd) F32; absent with post_norms */
     tkv__tensor w_gate, w_up; /* (n_ff rows, n_embd) */
     tkv__tensor w_down;     /* (n_embd rows, n_ff) */
 } tkv__layer;
