@@ -7,12 +7,13 @@
 #include <string.h>
 
 static const tkv__arch archs[] = {
-    /* name      RoPE pairs        qkv_bias  q/k norm             post_norms nope_period */
-    {"llama",   TKV__ROPE_NORMAL, false,    TKV__QK_NORM_NONE,  false,     0},
-    {"qwen2",   TKV__ROPE_NEOX,   true,     TKV__QK_NORM_NONE,  false,     0},
-    {"qwen3",   TKV__ROPE_NEOX,   false,    TKV__QK_NORM_HEAD,  false,     0},
-    {"smollm3", TKV__ROPE_NORMAL, false,    TKV__QK_NORM_NONE,  false,     4},
-    {"olmo2",   TKV__ROPE_NEOX,   false,    TKV__QK_NORM_WHOLE, true,      0},
+    /* name      RoPE pairs        qkv_bias  q/k norm             post_norms fused  nope_period */
+    {"llama",   TKV__ROPE_NORMAL, false,    TKV__QK_NORM_NONE,  false,     false, 0},
+    {"qwen2",   TKV__ROPE_NEOX,   true,     TKV__QK_NORM_NONE,  false,     false, 0},
+    {"qwen3",   TKV__ROPE_NEOX,   false,    TKV__QK_NORM_HEAD,  false,     false, 0},
+    {"smollm3", TKV__ROPE_NORMAL, false,    TKV__QK_NORM_NONE,  false,     false, 4},
+    {"olmo2",   TKV__ROPE_NEOX,   false,    TKV__QK_NORM_WHOLE, true,      false, 0},
+    {"phi3",    TKV__ROPE_NEOX,   false,    TKV__QK_NORM_NONE,  false,     true,  0},
 };
 
 const tkv__arch *tkv__arch_find(const char *name) {

@@ -28,6 +28,8 @@ typedef struct tkv__arch {
     tkv__qk_norm qk_norm; /* blk.N.attn_{q,k}_norm, before RoPE */
     bool post_norms;      /* no norms on the branches' inputs: RMSNorm of their outputs
                              (blk.N.post_attention_norm, post_ffw_norm) before the residual add */
+    bool fused;           /* blk.N.attn_qkv (rows q, then k, then v) for attn_{q,k,v}, and
+                             blk.N.ffn_up of 2 n_ff rows (gate, then up) for ffn_{gate,up} */
     unsigned nope_period; /* > 0: layers l with (l + 1) % nope_period == 0 apply no
                              RoPE (a built-in rule: no metadata key sets it) */
 } tkv__arch;

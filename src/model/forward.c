@@ -1,6 +1,6 @@
 /*
  * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3, SmolLM3,
- * OLMo 2), for a batch of tokens from any number of sequences.
+ * OLMo 2, Phi-3), for a batch of tokens from any number of sequences.
  *
  * For each token t of the batch, with x its residual stream:
  *
@@ -40,6 +40,7 @@
 
 struct tkv__fwd {
     const tkv_model *m;
+    const uint8_t *rope_factors; /* (n_rot / 2) F32 divisors of the angles, or NULL */
     uint32_t n_batch;
     size_t n_embd, n_q, n_kv, n_ff, hd, n_rot, n_vocab;
     /* activations, one row per token */
@@ -70,6 +71,12 @@ void tkv__fwd_free(tkv__fwd *f) {
 tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cells, int n_threads, tkv__fwd **out) {
     const tkv_hparams *hp = &m->hp;
     tkv__fwd *f = tkv__calloc(1, sizeof *f);
+    if (f) { /* LongRoPE: the long factors for contexts beyond the original one, as the reference decides */
+        const tkv__weights *w = &m->w;
+        f->rope_factors = w->rope_long.data && n_cells > hp->n_ctx_orig ? w->rope_long.data
+                          : w->rope_short.data                         ? w->rope_short.data
+                                                                       : w->rope_freqs.data;
+    }
     if (!f) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the forward pass");
     f->m = m;
     f->n_batch = n_batch;
@@ -151,25 +158,30 @@ static void matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *
     else if (r1 > r0) tkv__ops_matmul(w->type, w->data, w->ne0, r0, r1, f->xq, n, y, w->ne1);
 }
 
-/* RoPE angles of one position. With rope_freqs (Llama 3.1), each angle is
-   divided by its factor, the angle built as the kernel builds it. */
-static void rope_angles(const tkv_model *m, float *cs, tkv_pos pos) {
+/* RoPE angles of one position. With factors (Llama 3.1's rope_freqs,
+   Phi-3's LongRoPE factors), each angle is divided by its factor, the angle
+   built as the kernel builds it; cos and sin are then scaled by the model's
+   attention factor (LongRoPE), where it has one. */
+static void rope_angles(const tkv__fwd *f, float *cs, tkv_pos pos) {
+    const tkv_model *m = f->m;
     const tkv_hparams *hp = &m->hp;
-    const uint8_t *ff = m->w.rope_freqs.data;
+    const uint8_t *ff = f->rope_factors;
     if (!ff) {
         tkv__ops_rope_cache(cs, hp->n_rot, pos, hp->rope_freq_base, hp->rope_freq_scale);
-        return;
+    } else {
+        const float step = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
+        float theta = (float)pos;
+        for (size_t i = 0; i < hp->n_rot / 2; i++) {
+            float factor;
+            memcpy(&factor, ff + 4 * i, 4);
+            const float th = hp->rope_freq_scale * (theta / factor);
+            cs[2 * i] = cosf(th);
+            cs[2 * i + 1] = sinf(th);
+            theta *= step;
+        }
     }
-    const float step = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
-    float theta = (float)pos;
-    for (size_t i = 0; i < hp->n_rot / 2; i++) {
-        float factor;
-        memcpy(&factor, ff + 4 * i, 4);
-        const float th = hp->rope_freq_scale * (theta / factor);
-        cs[2 * i] = cosf(th);
-        cs[2 * i + 1] = sinf(th);
-        theta *= step;
-    }
+    if (m->rope_attn_factor != 1.0f)
+        for (size_t i = 0; i < hp->n_rot; i++) cs[i] *= m->rope_attn_factor;
 }
 
 static void add_bias(float *y, const tkv__tensor *b, size_t n) {
@@ -494,7 +506,7 @@ static void pass_task(void *arg, int ith, int nth) {
     for (size_t t = t0; t < t1; t++) {
         tkv__quant_dequantize_row(E->type, (const uint8_t *)E->data + (size_t)b->token[t] * E->row_size,
                                   f->x + t * f->n_embd, f->n_embd);
-        if (f->n_rot) rope_angles(m, f->cs + t * f->n_rot, b->pos[t]);
+        if (f->n_rot) rope_angles(f, f->cs + t * f->n_rot, b->pos[t]);
     }
     tkv__pool_barrier(P->pool);
 

@@ -190,26 +190,31 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
     if ((st = check_tensor(g, a, "output_norm.weight", e, 1, false))) return st;
     if ((st = check_tensor(g, a, "output.weight", e, hp->n_vocab, true))) return st;
     if ((st = check_tensor(g, a, "rope_freqs.weight", hp->n_rot / 2, 1, true))) return st;
+    if ((st = check_tensor(g, a, "rope_factors_short.weight", hp->n_rot / 2, 1, true))) return st;
+    if ((st = check_tensor(g, a, "rope_factors_long.weight", hp->n_rot / 2, 1, true))) return st;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        enum { ALL, BIAS, QK_NORM, PRE, POST };
+        enum { ALL, BIAS, QK_NORM, PRE, POST, UNFUSED, FUSED };
         static const struct {
             const char *suffix;
-            int ne0, ne1; /* 0 n_embd, 1 q width, 2 kv width, 3 n_ff, 4 one, 5 q norm, 6 k norm */
+            int ne0, ne1; /* 0 n_embd, 1 q width, 2 kv width, 3 n_ff, 4 one, 5 q norm, 6 k norm,
+                             7 q + 2 kv widths, 8 2 n_ff */
             int when;     /* ALL, or only with biases / q-k norms / pre-norms / post-norms */
         } need[] = {
-            {"attn_norm.weight", 0, 4, PRE},  {"attn_q.weight", 0, 1, ALL},   {"attn_k.weight", 0, 2, ALL},
-            {"attn_v.weight", 0, 2, ALL},     {"attn_output.weight", 1, 0, ALL}, {"ffn_norm.weight", 0, 4, PRE},
-            {"ffn_gate.weight", 0, 3, ALL},   {"ffn_up.weight", 0, 3, ALL},   {"ffn_down.weight", 3, 0, ALL},
+            {"attn_norm.weight", 0, 4, PRE},  {"attn_q.weight", 0, 1, UNFUSED}, {"attn_k.weight", 0, 2, UNFUSED},
+            {"attn_v.weight", 0, 2, UNFUSED}, {"attn_output.weight", 1, 0, ALL}, {"ffn_norm.weight", 0, 4, PRE},
+            {"ffn_gate.weight", 0, 3, UNFUSED}, {"ffn_up.weight", 0, 3, UNFUSED}, {"ffn_down.weight", 3, 0, ALL},
+            {"attn_qkv.weight", 0, 7, FUSED}, {"ffn_up.weight", 0, 8, FUSED},
             {"attn_q.bias", 1, 4, BIAS},      {"attn_k.bias", 2, 4, BIAS},    {"attn_v.bias", 2, 4, BIAS},
             {"attn_q_norm.weight", 5, 4, QK_NORM}, {"attn_k_norm.weight", 6, 4, QK_NORM},
             {"post_attention_norm.weight", 0, 4, POST}, {"post_ffw_norm.weight", 0, 4, POST},
         };
         const bool whole = ar->qk_norm == TKV__QK_NORM_WHOLE;
-        const uint64_t dim[7] = {e, q, kv, hp->n_ff, 1, whole ? q : hp->head_dim, whole ? kv : hp->head_dim};
+        const uint64_t dim[9] = {e, q, kv, hp->n_ff, 1, whole ? q : hp->head_dim, whole ? kv : hp->head_dim,
+                                 q + 2 * kv, 2 * (uint64_t)hp->n_ff};
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
             const int when = need[i].when;
             if ((when == BIAS && !ar->qkv_bias) || (when == QK_NORM && !ar->qk_norm) || (when == PRE && ar->post_norms) ||
-                (when == POST && !ar->post_norms))
+                (when == POST && !ar->post_norms) || (when == UNFUSED && ar->fused) || (when == FUSED && !ar->fused))
                 continue;
             char name[96];
             snprintf(name, sizeof name, "blk.%u.%s", l, need[i].suffix);
@@ -248,7 +253,14 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
     m->w = w;
     m->vocab_only = p.vocab_only;
     m->has_hparams = st == TKV_OK;
-    if (m->has_hparams) m->hp = hp, m->arch = tkv__arch_find(hp.arch);
+    m->rope_attn_factor = 1.0f;
+    if (m->has_hparams) {
+        m->hp = hp, m->arch = tkv__arch_find(hp.arch);
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", hp.arch);
+        const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
+        if (kv && kv->type == TKV_META_F32) m->rope_attn_factor = (float)kv->v.f;
+    }
     else snprintf(m->hparams_error, sizeof m->hparams_error, "%s", tkv_last_error(NULL));
 
     /* The tokenizer: a model without tokenizer metadata still runs on ids,

@@ -17,6 +17,7 @@ struct tkv_model {
     bool has_hparams;        /* false only for vocab_only files */
     tkv_hparams hp;
     const tkv__arch *arch;   /* how hp.arch's block differs (NULL without hparams) */
+    float rope_attn_factor;  /* [ARCH.rope.scaling.attn_factor]: cos and sin scale (LongRoPE), default 1 */
     char hparams_error[256]; /* why has_hparams is false */
     tkv__weights w;          /* bound tensors (full loads only) */
     tkv__tokenizer *tok;     /* NULL: no usable tokenizer */

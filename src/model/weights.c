@@ -19,13 +19,38 @@ static tkv_status bind(const tkv__gguf *g, const char *name, bool matrix, bool o
     }
     if (matrix ? !tkv__quant_supported(t->type) : t->type != TKV_TYPE_F32)
         return tkv__fail(TKV_ERR_UNSUPPORTED, "tensor '%s': type %s is not supported (%s)", name, tkv_type_name(t->type),
-                         matrix ? "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0"
+                         matrix ? "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                                  "IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0"
                                 : "norms and biases must be F32");
     out->data = g->data + t->offset;
     out->type = t->type;
     out->ne0 = (size_t)t->ne[0];
     out->ne1 = (size_t)t->ne[1];
     out->row_size = tkv__quant_row_size(t->type, out->ne0);
+    return TKV_OK;
+}
+
+/* Rows [r0, r0 + n) of a bound matrix, as a tensor of its own (no copy). */
+static tkv__tensor rows_of(const tkv__tensor *t, size_t r0, size_t n) {
+    tkv__tensor v = *t;
+    v.data = (const uint8_t *)t->data + r0 * t->row_size;
+    v.ne1 = n;
+    return v;
+}
+
+/* The fused projections of layer l (arch->fused) as views: attn_qkv's rows
+   are q, k, v; ffn_up's are gate, then up (shapes checked at load). */
+static tkv_status bind_fused(const tkv__gguf *g, const tkv_hparams *hp, uint32_t l, tkv__layer *L) {
+    char name[96];
+    tkv__tensor qkv, gate_up;
+    snprintf(name, sizeof name, "blk.%u.attn_qkv.weight", l);
+    tkv_status st = bind(g, name, true, false, &qkv);
+    snprintf(name, sizeof name, "blk.%u.ffn_up.weight", l);
+    if (!st) st = bind(g, name, true, false, &gate_up);
+    if (st) return st;
+    const size_t nq = (size_t)hp->n_head * hp->head_dim, nkv = (size_t)hp->n_head_kv * hp->head_dim;
+    L->wq = rows_of(&qkv, 0, nq), L->wk = rows_of(&qkv, nq, nkv), L->wv = rows_of(&qkv, nq + nkv, nkv);
+    L->w_gate = rows_of(&gate_up, 0, hp->n_ff), L->w_up = rows_of(&gate_up, hp->n_ff, hp->n_ff);
     return TKV_OK;
 }
 
@@ -37,6 +62,8 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
     if ((st = bind(g, "output.weight", true, true, &w->output))) return st;
     if (!w->output.data) w->output = w->tok_embd;
     if ((st = bind(g, "rope_freqs.weight", false, true, &w->rope_freqs))) return st;
+    if ((st = bind(g, "rope_factors_short.weight", false, true, &w->rope_short))) return st;
+    if ((st = bind(g, "rope_factors_long.weight", false, true, &w->rope_long))) return st;
     w->layers = tkv__calloc(hp->n_layer, sizeof *w->layers);
     if (!w->layers) return tkv__fail(TKV_ERR_NOMEM, "out of memory for %u layers", hp->n_layer);
     for (uint32_t l = 0; l < hp->n_layer && !st; l++) {
@@ -45,16 +72,16 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             const char *suffix;
             size_t offset;
             bool matrix;
-            int when; /* 0 always, 1 with biases, 2 with q-k norms, 3 pre-norms, 4 post-norms */
+            int when; /* 0 always, 1 with biases, 2 with q-k norms, 3 pre-norms, 4 post-norms, 5 unfused */
         } roles[] = {
             {"attn_norm.weight", offsetof(tkv__layer, attn_norm), false, 3},
-            {"attn_q.weight", offsetof(tkv__layer, wq), true, 0},
-            {"attn_k.weight", offsetof(tkv__layer, wk), true, 0},
-            {"attn_v.weight", offsetof(tkv__layer, wv), true, 0},
+            {"attn_q.weight", offsetof(tkv__layer, wq), true, 5},
+            {"attn_k.weight", offsetof(tkv__layer, wk), true, 5},
+            {"attn_v.weight", offsetof(tkv__layer, wv), true, 5},
             {"attn_output.weight", offsetof(tkv__layer, wo), true, 0},
             {"ffn_norm.weight", offsetof(tkv__layer, ffn_norm), false, 3},
-            {"ffn_gate.weight", offsetof(tkv__layer, w_gate), true, 0},
-            {"ffn_up.weight", offsetof(tkv__layer, w_up), true, 0},
+            {"ffn_gate.weight", offsetof(tkv__layer, w_gate), true, 5},
+            {"ffn_up.weight", offsetof(tkv__layer, w_up), true, 5},
             {"ffn_down.weight", offsetof(tkv__layer, w_down), true, 0},
             {"attn_q.bias", offsetof(tkv__layer, bq), false, 1},
             {"attn_k.bias", offsetof(tkv__layer, bk), false, 1},
@@ -67,12 +94,13 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
         for (size_t i = 0; i < sizeof roles / sizeof roles[0] && !st; i++) {
             const int when = roles[i].when;
             if ((when == 1 && !arch->qkv_bias) || (when == 2 && !arch->qk_norm) || (when == 3 && arch->post_norms) ||
-                (when == 4 && !arch->post_norms))
+                (when == 4 && !arch->post_norms) || (when == 5 && arch->fused))
                 continue;
             char name[96];
             snprintf(name, sizeof name, "blk.%u.%s", l, roles[i].suffix);
             st = bind(g, name, roles[i].matrix, false, (tkv__tensor *)((char *)L + roles[i].offset));
         }
+        if (arch->fused && !st) st = bind_fused(g, hp, l, L);
     }
     if (st) tkv__weights_free(w);
     return st;

@@ -34,6 +34,8 @@ typedef struct tkv__weights {
     tkv__tensor out_norm;   /* (n_embd) F32 */
     tkv__tensor output;     /* (n_vocab rows, n_embd): token_embd when tied */
     tkv__tensor rope_freqs; /* optional (n_rot/2) F32 divisors of the angles */
+    tkv__tensor rope_short, rope_long; /* LongRoPE (phi3): (n_rot/2) F32 divisors for contexts up to
+                                          n_ctx_orig and beyond it; else absent */
     tkv__layer *layers;     /* (n_layer) */
 } tkv__weights;
 
