@@ -135,7 +135,7 @@ typedef struct tkv_hparams {
     uint32_t head_dim;      /**< [ARCH.attention.key_length], default n_embd/n_head */
     uint32_t n_rot;         /**< [ARCH.rope.dimension_count], default head_dim */
     float rope_freq_base;   /**< [ARCH.rope.freq_base], default 10000 */
-    float rope_freq_scale;  /**< 1 / [ARCH.rope.scaling.factor] (linear), default 1 */
+    float rope_freq_scale;  /**< 1 / [ARCH.rope.scaling.factor] (linear, yarn), default 1 */
     char rope_scaling[16];  /**< [ARCH.rope.scaling.type] "none", "linear", "yarn" */
     uint32_t n_ctx_orig;    /**< [ARCH.rope.scaling.original_context_length] or n_ctx_train */
     float rms_eps;          /**< [ARCH.attention.layer_norm_rms_epsilon] */

@@ -14,6 +14,7 @@ static const tkv__arch archs[] = {
     {"smollm3", TKV__ROPE_NORMAL, false,    TKV__QK_NORM_NONE,  false,     false, 4},
     {"olmo2",   TKV__ROPE_NEOX,   false,    TKV__QK_NORM_WHOLE, true,      false, 0},
     {"phi3",    TKV__ROPE_NEOX,   false,    TKV__QK_NORM_NONE,  false,     true,  0},
+    {"mistral3", TKV__ROPE_NORMAL, false,   TKV__QK_NORM_NONE,  false,     false, 0},
 };
 
 const tkv__arch *tkv__arch_find(const char *name) {

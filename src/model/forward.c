@@ -1,6 +1,7 @@
 /*
  * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3, SmolLM3,
- * OLMo 2, Phi-3), for a batch of tokens from any number of sequences.
+ * OLMo 2, Phi-3, Mistral 3), for a batch of tokens from any number of
+ * sequences.
  *
  * For each token t of the batch, with x its residual stream:
  *
@@ -166,7 +167,19 @@ static void rope_angles(const tkv__fwd *f, float *cs, tkv_pos pos) {
     const tkv_model *m = f->m;
     const tkv_hparams *hp = &m->hp;
     const uint8_t *ff = f->rope_factors;
-    if (!ff) {
+    if (m->yarn) { /* per pair: interpolated and extrapolated angles blended between the correction dims */
+        const float step = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
+        float theta = (float)pos; /* extrapolated: pos base^(-2i/n_rot), built step by step */
+        for (size_t i = 0; i < hp->n_rot / 2; i++) {
+            const float interp = hp->rope_freq_scale * theta;
+            const float y = ((float)i - m->yarn_corr[0]) / fmaxf(0.001f, m->yarn_corr[1] - m->yarn_corr[0]);
+            const float mix = 1 - fminf(1, fmaxf(0, y));
+            const float th = interp * (1 - mix) + theta * mix;
+            cs[2 * i] = cosf(th);
+            cs[2 * i + 1] = sinf(th);
+            theta *= step;
+        }
+    } else if (!ff) {
         tkv__ops_rope_cache(cs, hp->n_rot, pos, hp->rope_freq_base, hp->rope_freq_scale);
     } else {
         const float step = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
@@ -430,6 +443,10 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         if (!arch->nope_period || (l + 1) % arch->nope_period != 0) {
             tkv__ops_rope(q, hp->n_head, f->hd, f->n_rot, cs, arch->rope);
             tkv__ops_rope(k, hp->n_head_kv, f->hd, f->n_rot, cs, arch->rope);
+        }
+        if (m->attn_temp_scale != 0) { /* attention temperature: q grows with log(position / n_ctx_orig) */
+            const float s = 1 + m->attn_temp_scale * logf(1 + floorf((float)b->pos[t] / (float)hp->n_ctx_orig));
+            for (size_t i = 0; i < f->n_q; i++) q[i] *= s;
         }
         store_row(P->kv, tkv__kvrows_k(P->kv, l, b->cell[t]), k);
         store_row(P->kv, tkv__kvrows_v(P->kv, l, b->cell[t]), v);

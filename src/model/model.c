@@ -136,16 +136,18 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
         if (skv->type != TKV_META_STRING)
             return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': type %s, expected string", key,
                              tkv_meta_type_name(skv->type));
-        if (strcmp(skv->str.s, "none") && strcmp(skv->str.s, "linear"))
-            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': RoPE scaling '%.32s' is not supported (none, linear)",
-                             key, skv->str.s);
+        if (strcmp(skv->str.s, "none") && strcmp(skv->str.s, "linear") && strcmp(skv->str.s, "yarn"))
+            return tkv__fail(TKV_ERR_UNSUPPORTED,
+                             "metadata key '%s': RoPE scaling '%.32s' is not supported (none, linear, yarn)", key,
+                             skv->str.s);
         snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "%s", skv->str.s);
     }
     if ((st = hp_float(g, arch, "rope.scaling.factor", 0.0, &factor))) return st;
     if (factor == 0 && (st = hp_float(g, arch, "rope.scale_linear", 0.0, &factor))) return st;
     if (factor < 0) return tkv__fail(TKV_ERR_FORMAT, "hyperparameters: RoPE scaling factor %g is negative", factor);
     if (factor > 0 && !skv) snprintf(hp->rope_scaling, sizeof hp->rope_scaling, "linear");
-    hp->rope_freq_scale = (factor > 0 && strcmp(hp->rope_scaling, "linear") == 0) ? 1.0f / factor : 1.0f;
+    hp->rope_freq_scale =
+        factor > 0 && (!strcmp(hp->rope_scaling, "linear") || !strcmp(hp->rope_scaling, "yarn")) ? 1.0f / factor : 1.0f;
     if ((st = hp_u32(g, arch, "rope.scaling.original_context_length", hp->n_ctx_train, &hp->n_ctx_orig))) return st;
 
     /* Vocabulary size: the explicit key, else the token list, else the embedding rows. */
@@ -223,6 +225,33 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
     }
     return TKV_OK;
 }
+/*
+ * YaRN (rope.scaling.type yarn): the correction dims of the blend between
+ * interpolated and extrapolated angles, from the original context, the
+ * frequency base and beta_fast / beta_slow (default 32 and 1):
+ *   dim(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln base),
+ *   corr = [max(0, floor(dim(beta_fast))), min(n_rot - 1, ceil(dim(beta_slow)))].
+ * The magnitude is left at 1 (the files' yarn_log_multiplier 1).
+ */
+static void yarn_setup(const tkv__gguf *g, tkv_model *m) {
+    const tkv_hparams *hp = &m->hp;
+    if (strcmp(hp->rope_scaling, "yarn") != 0) return;
+    float beta[2] = {32.0f, 1.0f};
+    static const char *const names[2] = {"yarn_beta_fast", "yarn_beta_slow"};
+    for (int i = 0; i < 2; i++) {
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.scaling.%s", hp->arch, names[i]);
+        const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
+        if (kv && kv->type == TKV_META_F32) beta[i] = (float)kv->v.f;
+    }
+    const float n = (float)hp->n_rot, base = hp->rope_freq_base, ctx = (float)hp->n_ctx_orig, pi = 3.14159265358979f;
+    const float lo = floorf(n * logf(ctx / (beta[0] * 2 * pi)) / (2 * logf(base)));
+    const float hi = ceilf(n * logf(ctx / (beta[1] * 2 * pi)) / (2 * logf(base)));
+    m->yarn = true;
+    m->yarn_corr[0] = lo > 0 ? lo : 0;
+    m->yarn_corr[1] = hi < n - 1 ? hi : n - 1;
+}
+
 
 /* ---- load / free -------------------------------------------------------- */
 
@@ -260,6 +289,10 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
         snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", hp.arch);
         const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
         if (kv && kv->type == TKV_META_F32) m->rope_attn_factor = (float)kv->v.f;
+        snprintf(key, sizeof key, "%s.attention.temperature_scale", hp.arch);
+        kv = tkv__gguf_find(g, key);
+        if (kv && kv->type == TKV_META_F32) m->attn_temp_scale = (float)kv->v.f;
+        yarn_setup(g, m);
     }
     else snprintf(m->hparams_error, sizeof m->hparams_error, "%s", tkv_last_error(NULL));
 

@@ -18,6 +18,11 @@ struct tkv_model {
     tkv_hparams hp;
     const tkv__arch *arch;   /* how hp.arch's block differs (NULL without hparams) */
     float rope_attn_factor;  /* [ARCH.rope.scaling.attn_factor]: cos and sin scale (LongRoPE), default 1 */
+    bool yarn;               /* rope.scaling.type yarn: angles blend interpolation (position /
+                                factor) and extrapolation between the correction dims */
+    float yarn_corr[2];      /* the first and last pair index of the blend (from beta_fast/slow) */
+    float attn_temp_scale;   /* [ARCH.attention.temperature_scale]: q *= 1 + s ln(1 + floor(pos /
+                                n_ctx_orig)) after RoPE; 0: none */
     char hparams_error[256]; /* why has_hparams is false */
     tkv__weights w;          /* bound tensors (full loads only) */
     tkv__tokenizer *tok;     /* NULL: no usable tokenizer */
