@@ -27,6 +27,23 @@ void tkv__ops_swiglu(float *y, const float *gate, const float *up, size_t n) {
     tkv__kernel_get()->swiglu(y, gate, up, n);
 }
 
+void tkv__ops_geglu(float *y, const float *gate, const float *up, size_t n) {
+    const float c = 0.79788456080286535587989211986876f, a = 0.044715f; /* sqrt(2 / pi) */
+    for (size_t i = 0; i < n; i++) {
+        const float x = gate[i];
+        float g;
+        if (x <= -10.0f) {
+            g = 0.0f;
+        } else if (x >= 10.0f) {
+            g = x;
+        } else {
+            const float h = tkv__quant_f16_to_f32(tkv__quant_f32_to_f16(x));
+            g = tkv__quant_f16_to_f32(tkv__quant_f32_to_f16(0.5f * h * (1.0f + tanhf(c * h * (1.0f + a * h * h)))));
+        }
+        y[i] = g * up[i];
+    }
+}
+
 /* ---- RoPE ------------------------------------------------------------------ */
 
 void tkv__ops_rope_cache(float *cs, size_t n_rot, int32_t pos, float freq_base, float freq_scale) {

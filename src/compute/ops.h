@@ -38,6 +38,14 @@ void tkv__ops_silu(float *y, const float *x, size_t n);
 /* y = silu(gate) * up (the llama FFN's gating). All (n); y may alias either. */
 void tkv__ops_swiglu(float *y, const float *gate, const float *up, size_t n);
 
+/*
+ * y = gelu(gate) * up (GeGLU), gelu the tanh approximation computed as the
+ * reference's CPU backend does: on the fp16 rounding of the input, the
+ * result rounded to fp16 (its lookup table), for -10 < x < 10; 0 at or
+ * below -10 and x itself at or above 10. y may equal gate or up. (n)
+ */
+void tkv__ops_geglu(float *y, const float *gate, const float *up, size_t n);
+
 /* ---- RoPE ------------------------------------------------------------------ */
 
 /* Which dimensions rotate together (ggml's mode numbers). */

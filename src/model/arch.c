@@ -6,15 +6,19 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Designated fields: a row says only what differs from llama. */
 static const tkv__arch archs[] = {
-    /* name      RoPE pairs        qkv_bias  q/k norm             post_norms fused  nope_period */
-    {"llama",   TKV__ROPE_NORMAL, false,    TKV__QK_NORM_NONE,  false,     false, 0},
-    {"qwen2",   TKV__ROPE_NEOX,   true,     TKV__QK_NORM_NONE,  false,     false, 0},
-    {"qwen3",   TKV__ROPE_NEOX,   false,    TKV__QK_NORM_HEAD,  false,     false, 0},
-    {"smollm3", TKV__ROPE_NORMAL, false,    TKV__QK_NORM_NONE,  false,     false, 4},
-    {"olmo2",   TKV__ROPE_NEOX,   false,    TKV__QK_NORM_WHOLE, true,      false, 0},
-    {"phi3",    TKV__ROPE_NEOX,   false,    TKV__QK_NORM_NONE,  false,     true,  0},
-    {"mistral3", TKV__ROPE_NORMAL, false,   TKV__QK_NORM_NONE,  false,     false, 0},
+    {.name = "llama", .rope = TKV__ROPE_NORMAL, .pre_norms = true},
+    {.name = "qwen2", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qkv_bias = true},
+    {.name = "qwen3", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD},
+    {.name = "smollm3", .rope = TKV__ROPE_NORMAL, .pre_norms = true, .nope_period = 4},
+    {.name = "olmo2", .rope = TKV__ROPE_NEOX, .post_norms = true, .qk_norm = TKV__QK_NORM_WHOLE},
+    {.name = "phi3", .rope = TKV__ROPE_NEOX, .pre_norms = true, .fused = true},
+    {.name = "mistral3", .rope = TKV__ROPE_NORMAL, .pre_norms = true},
+    {.name = "gemma2", .rope = TKV__ROPE_NEOX, .pre_norms = true, .post_norms = true, .gemma = true,
+     .swa_period = 2},
+    {.name = "gemma3", .rope = TKV__ROPE_NEOX, .pre_norms = true, .post_norms = true, .gemma = true,
+     .qk_norm = TKV__QK_NORM_HEAD, .swa_period = 6, .swa_own_rope = true},
 };
 
 const tkv__arch *tkv__arch_find(const char *name) {

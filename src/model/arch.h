@@ -26,10 +26,17 @@ typedef struct tkv__arch {
     tkv__rope_mode rope;  /* NEOX: pairs (i, i + n_rot / 2); NORMAL: adjacent pairs */
     bool qkv_bias;        /* blk.N.attn_{q,k,v}.bias are added after the projections */
     tkv__qk_norm qk_norm; /* blk.N.attn_{q,k}_norm, before RoPE */
-    bool post_norms;      /* no norms on the branches' inputs: RMSNorm of their outputs
-                             (blk.N.post_attention_norm, post_ffw_norm) before the residual add */
+    bool post_norms;      /* RMSNorm of the branches' outputs (blk.N.post_attention_norm,
+                             post_ffw_norm) before the residual add ... */
+    bool pre_norms;       /* ... and/or of their inputs (attn_norm, ffn_norm): llama has only
+                             these, olmo2 only the post ones, gemma both */
     bool fused;           /* blk.N.attn_qkv (rows q, then k, then v) for attn_{q,k,v}, and
                              blk.N.ffn_up of 2 n_ff rows (gate, then up) for ffn_{gate,up} */
+    bool gemma;           /* embeddings times sqrt(n_embd), GeGLU (gelu(gate) * up) for SwiGLU,
+                             soft-capping from attn_logit_softcapping / final_logit_softcapping */
+    unsigned swa_period;  /* > 0: layer l attends within attention.sliding_window unless
+                             l % swa_period == swa_period - 1 (a built-in rule) */
+    bool swa_own_rope;    /* window layers take rope.freq_base_swa (default 10000), unscaled */
     unsigned nope_period; /* > 0: layers l with (l + 1) % nope_period == 0 apply no
                              RoPE (a built-in rule: no metadata key sets it) */
 } tkv__arch;

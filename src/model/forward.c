@@ -1,7 +1,7 @@
 /*
  * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3, SmolLM3,
- * OLMo 2, Phi-3, Mistral 3), for a batch of tokens from any number of
- * sequences.
+ * OLMo 2, Phi-3, Mistral 3, Gemma 2 and 3), for a batch of tokens from any
+ * number of sequences.
  *
  * For each token t of the batch, with x its residual stream:
  *
@@ -42,6 +42,7 @@
 struct tkv__fwd {
     const tkv_model *m;
     const uint8_t *rope_factors; /* (n_rot / 2) F32 divisors of the angles, or NULL */
+    float *cs_swa;               /* (n_batch, n_rot) window layers' angles (arch->swa_own_rope), or NULL */
     uint32_t n_batch;
     size_t n_embd, n_q, n_kv, n_ff, hd, n_rot, n_vocab;
     /* activations, one row per token */
@@ -63,7 +64,7 @@ struct tkv__fwd {
 
 void tkv__fwd_free(tkv__fwd *f) {
     if (!f) return;
-    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->att, f->tmp, f->gate, f->up, f->cs, f->attn_scratch};
+    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->att, f->tmp, f->gate, f->up, f->cs, f->cs_swa, f->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
     tkv__free(f);
@@ -102,6 +103,7 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->gate = tkv__malloc(B * f->n_ff * sizeof(float));
     f->up = tkv__malloc(B * f->n_ff * sizeof(float));
     f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
+    if (m->arch->swa_own_rope) f->cs_swa = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     f->xq = tkv__malloc(B * widest * sizeof(float)); /* F32 acts are the widest form */
     /* one weight per cell for each (token, head) of a prefill unit and 16
        widened rows, or q/accumulator (F16), or the accumulator and a Q8_0
@@ -111,7 +113,7 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->attn_scratch_per_thread += 64;
     f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
-        !f->attn_scratch) {
+        !f->attn_scratch || (m->arch->swa_own_rope && !f->cs_swa)) {
         tkv__fwd_free(f);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for forward scratch (%u tokens)", n_batch);
     }
@@ -217,6 +219,24 @@ static void store_row(const tkv__kvrows *kv, void *dst, const float *src) {
     }
 }
 
+/* Layer l attends within the sliding window (arch->swa_period layers). */
+static bool swa_layer(const tkv_model *m, uint32_t l) {
+    const unsigned p = m->arch->swa_period;
+    return m->swa_window && p && l % p != p - 1;
+}
+
+/* The first position a token at `pos` attends to in layer l: a window of W
+   sees pos - W + 1 .. pos. */
+static size_t first_cell(const tkv_model *m, uint32_t l, tkv_pos pos) {
+    const size_t w = swa_layer(m, l) ? m->swa_window : 0;
+    return w && (size_t)pos + 1 > w ? (size_t)pos + 1 - w : 0;
+}
+
+/* A score as the model takes it: soft-capped to c tanh(s / c) where it has c. */
+static inline float capped(const tkv_model *m, float s) {
+    return m->attn_softcap > 0 ? m->attn_softcap * tanhf(s / m->attn_softcap) : s;
+}
+
 /*
  * Attention of token t, query head hq, over its sequence's cells 0..pos, in
  * one pass with a running softmax, as the reference's flash attention does
@@ -239,10 +259,10 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
     const size_t n = (size_t)P->b->pos[t] + 1;
     const float scale = 1.0f / sqrtf((float)hd);
     float M = -INFINITY, S = 0;
-    for (size_t j = 0; j < n; j++) {
+    for (size_t j = first_cell(f->m, layer, P->b->pos[t]); j < n; j++) {
         const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
         const uint16_t *v = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j]) + koff;
-        const float s = ops->dot(q16, k, hd) * scale;
+        const float s = capped(f->m, ops->dot(q16, k, hd) * scale);
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
             const float M_old = M;
@@ -324,8 +344,13 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
             const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
             for (size_t h = 0; h < group; h++) W(u, h)[j] = ops->dot_f32(Q(u, h), k, hd) * scale;
         }
+        const size_t j0 = first_cell(f->m, layer, P->b->pos[t0 + u]);
         for (size_t h = 0; h < group; h++) {
-            tkv__ops_softmax(W(u, h), n);
+            float *wu = W(u, h);
+            if (f->m->attn_softcap > 0)
+                for (size_t j = j0; j < n; j++) wu[j] = capped(f->m, wu[j]);
+            for (size_t j = 0; j < j0; j++) wu[j] = -INFINITY; /* outside the window */
+            tkv__ops_softmax(wu, n);
             memset(OUT(u, h), 0, hd * sizeof(float));
         }
     }
@@ -372,7 +397,7 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
     memset(acc, 0, hd * sizeof *acc);
     const bool q8 = kv->type == TKV_TYPE_Q8_0;
     float *row = acc + hd; /* (2, n_embd_kv) a Q8_0 cell's K and V, expanded */
-    for (size_t j = 0; j < n; j++) {
+    for (size_t j = first_cell(f->m, layer, P->b->pos[t]); j < n; j++) {
         const float *k = (const float *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
         const float *v = (const float *)tkv__kvrows_v(kv, layer, cells[j]) + koff;
         if (q8) {
@@ -383,7 +408,7 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
         }
         double sd = 0;
         for (size_t i = 0; i < hd; i++) sd += (double)q[i] * k[i];
-        const float s = (float)sd * scale;
+        const float s = capped(f->m, (float)sd * scale);
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
             ms = expf(M - s);
@@ -413,9 +438,9 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
 
     const tkv__arch *arch = m->arch;
     /* h = rmsnorm(x) * attn_norm                          (n, n_embd)
-       (post_norms: the branch reads x itself) */
-    const float *attn_in = arch->post_norms ? f->x : f->h;
-    if (!arch->post_norms)
+       (without pre-norms the branch reads x itself) */
+    const float *attn_in = arch->pre_norms ? f->h : f->x;
+    if (arch->pre_norms)
         for (size_t t = t0; t < t1; t++)
             tkv__ops_rmsnorm(f->h + t * f->n_embd, f->x + t * f->n_embd, attn_norm, f->n_embd, hp->rms_eps);
     tag->src = NULL;
@@ -439,7 +464,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
             tkv__ops_rmsnorm(q, q, qn, f->n_q, hp->rms_eps);
             tkv__ops_rmsnorm(k, k, kn, f->n_kv, hp->rms_eps);
         }
-        const float *cs = f->cs + t * f->n_rot;
+        const float *cs = (f->cs_swa && swa_layer(m, l) ? f->cs_swa : f->cs) + t * f->n_rot;
         if (!arch->nope_period || (l + 1) % arch->nope_period != 0) {
             tkv__ops_rope(q, hp->n_head, f->hd, f->n_rot, cs, arch->rope);
             tkv__ops_rope(k, hp->n_head_kv, f->hd, f->n_rot, cs, arch->rope);
@@ -486,17 +511,21 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_attn_norm.data, f->n_embd, hp->rms_eps);
         for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
         /* h = rmsnorm(x) * ffn_norm */
-        if (!arch->post_norms) tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
+        if (arch->pre_norms) tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
     }
     tag->src = NULL;
     tkv__pool_barrier(P->pool);
 
     /* x = x + (silu(h Wgate) * (h Wup)) Wdown   gate, up: (n, n_ff) */
-    const float *ffn_in = arch->post_norms ? f->x : f->h;
+    const float *ffn_in = arch->pre_norms ? f->h : f->x;
     matmul(P, ith, nth, tag, &L->w_gate, ffn_in, n, f->gate);
     matmul(P, ith, nth, tag, &L->w_up, ffn_in, n, f->up);
     tkv__pool_barrier(P->pool);
-    for (size_t t = t0; t < t1; t++) tkv__ops_swiglu(f->gate + t * f->n_ff, f->gate + t * f->n_ff, f->up + t * f->n_ff, f->n_ff);
+    for (size_t t = t0; t < t1; t++) {
+        float *g = f->gate + t * f->n_ff;
+        if (arch->gemma) tkv__ops_geglu(g, g, f->up + t * f->n_ff, f->n_ff);
+        else tkv__ops_swiglu(g, g, f->up + t * f->n_ff, f->n_ff);
+    }
     tag->src = NULL;
     tkv__pool_barrier(P->pool);
     matmul(P, ith, nth, tag, &L->w_down, f->gate, n, f->tmp);
@@ -521,9 +550,15 @@ static void pass_task(void *arg, int ith, int nth) {
     /* x = embed(token), and each token's RoPE angles        (n, n_embd) */
     const tkv__tensor *E = &m->w.tok_embd;
     for (size_t t = t0; t < t1; t++) {
-        tkv__quant_dequantize_row(E->type, (const uint8_t *)E->data + (size_t)b->token[t] * E->row_size,
-                                  f->x + t * f->n_embd, f->n_embd);
+        float *x = f->x + t * f->n_embd;
+        tkv__quant_dequantize_row(E->type, (const uint8_t *)E->data + (size_t)b->token[t] * E->row_size, x, f->n_embd);
+        if (m->arch->gemma) { /* embeddings times sqrt(n_embd) */
+            const float sc = sqrtf((float)f->n_embd);
+            for (size_t i = 0; i < f->n_embd; i++) x[i] *= sc;
+        }
         if (f->n_rot) rope_angles(f, f->cs + t * f->n_rot, b->pos[t]);
+        if (f->cs_swa && f->n_rot) /* the window layers' own base, unscaled */
+            tkv__ops_rope_cache(f->cs_swa + t * f->n_rot, m->hp.n_rot, b->pos[t], m->rope_base_swa, 1.0f);
     }
     tkv__pool_barrier(P->pool);
 
@@ -543,6 +578,11 @@ static void pass_task(void *arg, int ith, int nth) {
     tag.src = NULL;
     tkv__pool_barrier(P->pool);
     if (b->n_out) matmul(P, ith, nth, &tag, &m->w.output, f->h, b->n_out, b->logits);
+    if (m->final_softcap > 0 && b->n_out) { /* logits = c tanh(logits / c) */
+        tkv__pool_barrier(P->pool);
+        const size_t nv = m->hp.n_vocab, c0 = nv * o0, c1 = nv * o1;
+        for (size_t i = c0; i < c1; i++) b->logits[i] = m->final_softcap * tanhf(b->logits[i] / m->final_softcap);
+    }
 }
 
 tkv_status tkv__forward(tkv__fwd *f, tkv__kvrows *kv, tkv__pool *pool, const tkv__fwd_batch *b, tkv_abort_fn abort_cb,

@@ -215,7 +215,7 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
                                  q + 2 * kv, 2 * (uint64_t)hp->n_ff};
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
             const int when = need[i].when;
-            if ((when == BIAS && !ar->qkv_bias) || (when == QK_NORM && !ar->qk_norm) || (when == PRE && ar->post_norms) ||
+            if ((when == BIAS && !ar->qkv_bias) || (when == QK_NORM && !ar->qk_norm) || (when == PRE && !ar->pre_norms) ||
                 (when == POST && !ar->post_norms) || (when == UNFUSED && ar->fused) || (when == FUSED && !ar->fused))
                 continue;
             char name[96];
@@ -292,6 +292,19 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
         snprintf(key, sizeof key, "%s.attention.temperature_scale", hp.arch);
         kv = tkv__gguf_find(g, key);
         if (kv && kv->type == TKV_META_F32) m->attn_temp_scale = (float)kv->v.f;
+        snprintf(key, sizeof key, "%s.attn_logit_softcapping", hp.arch);
+        kv = tkv__gguf_find(g, key);
+        if (kv && kv->type == TKV_META_F32 && m->arch->gemma) m->attn_softcap = (float)kv->v.f;
+        snprintf(key, sizeof key, "%s.final_logit_softcapping", hp.arch);
+        kv = tkv__gguf_find(g, key);
+        if (kv && kv->type == TKV_META_F32 && m->arch->gemma) m->final_softcap = (float)kv->v.f;
+        snprintf(key, sizeof key, "%s.attention.sliding_window", hp.arch);
+        kv = tkv__gguf_find(g, key);
+        if (kv && kv->type == TKV_META_U32 && m->arch->swa_period) m->swa_window = (uint32_t)kv->v.u;
+        m->rope_base_swa = 10000.0f;
+        snprintf(key, sizeof key, "%s.rope.freq_base_swa", hp.arch);
+        kv = tkv__gguf_find(g, key);
+        if (kv && kv->type == TKV_META_F32) m->rope_base_swa = (float)kv->v.f;
         yarn_setup(g, m);
     }
     else snprintf(m->hparams_error, sizeof m->hparams_error, "%s", tkv_last_error(NULL));

@@ -23,6 +23,9 @@ struct tkv_model {
     float yarn_corr[2];      /* the first and last pair index of the blend (from beta_fast/slow) */
     float attn_temp_scale;   /* [ARCH.attention.temperature_scale]: q *= 1 + s ln(1 + floor(pos /
                                 n_ctx_orig)) after RoPE; 0: none */
+    float attn_softcap, final_softcap; /* gemma: c tanh(x / c) on attention scores / logits; 0: none */
+    uint32_t swa_window;     /* [ARCH.attention.sliding_window] for arch->swa_period layers; 0: none */
+    float rope_base_swa;     /* [ARCH.rope.freq_base_swa] (default 10000): arch->swa_own_rope */
     char hparams_error[256]; /* why has_hparams is false */
     tkv__weights w;          /* bound tensors (full loads only) */
     tkv__tokenizer *tok;     /* NULL: no usable tokenizer */

@@ -93,7 +93,7 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
         };
         for (size_t i = 0; i < sizeof roles / sizeof roles[0] && !st; i++) {
             const int when = roles[i].when;
-            if ((when == 1 && !arch->qkv_bias) || (when == 2 && !arch->qk_norm) || (when == 3 && arch->post_norms) ||
+            if ((when == 1 && !arch->qkv_bias) || (when == 2 && !arch->qk_norm) || (when == 3 && !arch->pre_norms) ||
                 (when == 4 && !arch->post_norms) || (when == 5 && arch->fused))
                 continue;
             char name[96];
