@@ -37,6 +37,9 @@ typedef struct tkv__arch {
     unsigned swa_period;  /* > 0: layer l attends within attention.sliding_window unless
                              l % swa_period == swa_period - 1 (a built-in rule) */
     bool swa_own_rope;    /* window layers take rope.freq_base_swa (default 10000), unscaled */
+    bool moe;             /* the FFN is expert_used_count of expert_count SwiGLU experts
+                             (ffn_{gate,up,down}_exps), chosen per token by ffn_gate_inp:
+                             softmax over all experts, the top k, renormalized to sum 1 */
     unsigned nope_period; /* > 0: layers l with (l + 1) % nope_period == 0 apply no
                              RoPE (a built-in rule: no metadata key sets it) */
 } tkv__arch;

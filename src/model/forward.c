@@ -43,6 +43,12 @@ struct tkv__fwd {
     const tkv_model *m;
     const uint8_t *rope_factors; /* (n_rot / 2) F32 divisors of the angles, or NULL */
     float *cs_swa;               /* (n_batch, n_rot) window layers' angles (arch->swa_own_rope), or NULL */
+    /* arch->moe: the router's logits and choices, and one expert's batch */
+    float *router;               /* (n_batch, n_expert) */
+    uint32_t *chosen;            /* (n_batch, n_used) experts */
+    float *chosen_w;             /* (n_batch, n_used) their weights */
+    uint32_t *rows;              /* (n_batch) tokens routed to the expert at hand, and their slot */
+    float *ex, *eg, *eu, *ey;    /* (n_batch, n_embd), (n_batch, n_ff_exp) x2, (n_batch, n_embd) */
     uint32_t n_batch;
     size_t n_embd, n_q, n_kv, n_ff, hd, n_rot, n_vocab;
     /* activations, one row per token */
@@ -64,9 +70,13 @@ struct tkv__fwd {
 
 void tkv__fwd_free(tkv__fwd *f) {
     if (!f) return;
-    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->att, f->tmp, f->gate, f->up, f->cs, f->cs_swa, f->attn_scratch};
+    float *bufs[] = {f->x,  f->h,      f->q,      f->k,  f->v,  f->att, f->tmp,          f->gate, f->up,
+                     f->cs, f->cs_swa, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
+    tkv__free(f->chosen);
+    tkv__free(f->chosen_w);
+    tkv__free(f->rows);
     tkv__free(f);
 }
 
@@ -104,6 +114,19 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->up = tkv__malloc(B * f->n_ff * sizeof(float));
     f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     if (m->arch->swa_own_rope) f->cs_swa = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
+    const tkv__moe_dims *md = &m->moe;
+    if (m->arch->moe) {
+        f->router = tkv__malloc(B * md->n_expert * sizeof(float));
+        f->chosen = tkv__malloc(B * md->n_used * sizeof(uint32_t));
+        f->chosen_w = tkv__malloc(B * md->n_used * sizeof(float));
+        f->rows = tkv__malloc(B * sizeof(uint32_t));
+        f->ex = tkv__malloc(B * f->n_embd * sizeof(float));
+        f->eg = tkv__malloc(B * md->n_ff * sizeof(float));
+        f->eu = tkv__malloc(B * md->n_ff * sizeof(float));
+        f->ey = tkv__malloc(B * f->n_embd * sizeof(float));
+    }
+    const bool moe_ok = !m->arch->moe || (f->router && f->chosen && f->chosen_w && f->rows && f->ex && f->eg && f->eu &&
+                                           f->ey);
     f->xq = tkv__malloc(B * widest * sizeof(float)); /* F32 acts are the widest form */
     /* one weight per cell for each (token, head) of a prefill unit and 16
        widened rows, or q/accumulator (F16), or the accumulator and a Q8_0
@@ -113,7 +136,7 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->attn_scratch_per_thread += 64;
     f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
-        !f->attn_scratch || (m->arch->swa_own_rope && !f->cs_swa)) {
+        !f->attn_scratch || (m->arch->swa_own_rope && !f->cs_swa) || !moe_ok) {
         tkv__fwd_free(f);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for forward scratch (%u tokens)", n_batch);
     }
@@ -425,6 +448,62 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
     for (size_t i = 0; i < hd; i++) out[i] = acc[i] * S_inv;
 }
 
+/*
+ * The mixture-of-experts FFN: y (n, n_embd) = sum over each token's chosen
+ * experts of weight * down_e(silu(gate_e in) * up_e in). The tokens routed
+ * to an expert are gathered into one batch, so each expert's weights are
+ * read once per pass; experts nobody chose are skipped. All threads.
+ */
+static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y) {
+    tkv__fwd *f = P->f;
+    const tkv__moe_dims *md = &f->m->moe;
+    const uint32_t n = P->b->n, E = md->n_expert, K = md->n_used;
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+    /* router logits, then each token's experts                 (n, E) */
+    matmul(P, ith, nth, tag, &L->router, in, n, f->router);
+    tkv__pool_barrier(P->pool);
+    for (size_t t = t0; t < t1; t++) {
+        tkv__moe_choose(md, f->router + t * E, f->chosen + t * K, f->chosen_w + t * K);
+        memset(y + t * f->n_embd, 0, f->n_embd * sizeof(float));
+    }
+    tkv__pool_barrier(P->pool);
+    for (uint32_t e = 0; e < E; e++) {
+        /* the tokens that chose e, in order (every thread finds the same list) */
+        uint32_t ne = 0;
+        for (uint32_t t = 0; t < n; t++)
+            for (uint32_t k = 0; k < K; k++)
+                if (f->chosen[t * K + k] == e) f->rows[ne++] = t * K + k;
+        if (!ne) continue;
+        size_t r0, r1;
+        tkv__split(ne, ith, nth, &r0, &r1);
+        for (size_t r = r0; r < r1; r++)
+            memcpy(f->ex + r * f->n_embd, in + (size_t)(f->rows[r] / K) * f->n_embd, f->n_embd * sizeof(float));
+        tag->src = NULL;
+        tkv__pool_barrier(P->pool);
+        const tkv__tensor gate = tkv__tensor_rows(&L->exp_gate, (size_t)e * md->n_ff, md->n_ff);
+        const tkv__tensor up = tkv__tensor_rows(&L->exp_up, (size_t)e * md->n_ff, md->n_ff);
+        const tkv__tensor down = tkv__tensor_rows(&L->exp_down, (size_t)e * f->n_embd, f->n_embd);
+        matmul(P, ith, nth, tag, &gate, f->ex, ne, f->eg);
+        matmul(P, ith, nth, tag, &up, f->ex, ne, f->eu);
+        tkv__pool_barrier(P->pool);
+        for (size_t r = r0; r < r1; r++)
+            tkv__ops_swiglu(f->eg + r * md->n_ff, f->eg + r * md->n_ff, f->eu + r * md->n_ff, md->n_ff);
+        tag->src = NULL;
+        tkv__pool_barrier(P->pool);
+        matmul(P, ith, nth, tag, &down, f->eg, ne, f->ey);
+        tkv__pool_barrier(P->pool);
+        /* y[t] += w ey: a token appears once per expert, so threads never share a row */
+        for (size_t r = r0; r < r1; r++) {
+            const float w = f->chosen_w[f->rows[r]];
+            float *yt = y + (size_t)(f->rows[r] / K) * f->n_embd;
+            const float *er = f->ey + r * f->n_embd;
+            for (size_t i = 0; i < f->n_embd; i++) yt[i] += w * er[i];
+        }
+        tkv__pool_barrier(P->pool);
+    }
+}
+
 static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tkv__fwd *f = P->f;
     const tkv_model *m = f->m;
@@ -518,18 +597,22 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
 
     /* x = x + (silu(h Wgate) * (h Wup)) Wdown   gate, up: (n, n_ff) */
     const float *ffn_in = arch->pre_norms ? f->h : f->x;
-    matmul(P, ith, nth, tag, &L->w_gate, ffn_in, n, f->gate);
-    matmul(P, ith, nth, tag, &L->w_up, ffn_in, n, f->up);
-    tkv__pool_barrier(P->pool);
-    for (size_t t = t0; t < t1; t++) {
-        float *g = f->gate + t * f->n_ff;
-        if (arch->gemma) tkv__ops_geglu(g, g, f->up + t * f->n_ff, f->n_ff);
-        else tkv__ops_swiglu(g, g, f->up + t * f->n_ff, f->n_ff);
+    if (arch->moe) {
+        moe_ffn(P, ith, nth, L, tag, ffn_in, f->tmp);
+    } else {
+        matmul(P, ith, nth, tag, &L->w_gate, ffn_in, n, f->gate);
+        matmul(P, ith, nth, tag, &L->w_up, ffn_in, n, f->up);
+        tkv__pool_barrier(P->pool);
+        for (size_t t = t0; t < t1; t++) {
+            float *g = f->gate + t * f->n_ff;
+            if (arch->gemma) tkv__ops_geglu(g, g, f->up + t * f->n_ff, f->n_ff);
+            else tkv__ops_swiglu(g, g, f->up + t * f->n_ff, f->n_ff);
+        }
+        tag->src = NULL;
+        tkv__pool_barrier(P->pool);
+        matmul(P, ith, nth, tag, &L->w_down, f->gate, n, f->tmp);
+        tkv__pool_barrier(P->pool);
     }
-    tag->src = NULL;
-    tkv__pool_barrier(P->pool);
-    matmul(P, ith, nth, tag, &L->w_down, f->gate, n, f->tmp);
-    tkv__pool_barrier(P->pool);
     for (size_t t = t0; t < t1; t++) {
         float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
         if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_ffn_norm.data, f->n_embd, hp->rms_eps);

@@ -88,7 +88,7 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
 
     uint32_t n_expert = 0;
     if ((st = hp_u32(g, arch, "expert_count", 0, &n_expert))) return st;
-    if (n_expert > 0)
+    if (n_expert > 0 && !tkv__arch_find(arch)->moe)
         return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s.expert_count' = %u: mixture-of-experts models are not supported",
                          arch, n_expert);
 
@@ -194,8 +194,26 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
     if ((st = check_tensor(g, a, "rope_freqs.weight", hp->n_rot / 2, 1, true))) return st;
     if ((st = check_tensor(g, a, "rope_factors_short.weight", hp->n_rot / 2, 1, true))) return st;
     if ((st = check_tensor(g, a, "rope_factors_long.weight", hp->n_rot / 2, 1, true))) return st;
+    tkv__moe_dims md = {0};
+    if (ar->moe && (st = tkv__moe_dims_read(g, hp, &md))) return st;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        enum { ALL, BIAS, QK_NORM, PRE, POST, UNFUSED, FUSED };
+        if (ar->moe) { /* the router and the experts, in place of ffn_{gate,up,down} */
+            char name[96];
+            const uint64_t ne[4][3] = {{e, md.n_expert, 1}, {e, md.n_ff, md.n_expert}, {e, md.n_ff, md.n_expert},
+                                       {md.n_ff, e, md.n_expert}};
+            static const char *const sfx[4] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                               "ffn_down_exps.weight"};
+            for (int i = 0; i < 4; i++) {
+                snprintf(name, sizeof name, "blk.%u.%s", l, sfx[i]);
+                const tkv__gguf_tensor *t = tkv__gguf_tensor_find(g, name);
+                if (!t) return tkv__fail(TKV_ERR_FORMAT, "tensor '%s' is missing (needed by %s)", name, a);
+                if (t->ne[0] != ne[i][0] || t->ne[1] != ne[i][1] || t->ne[2] != ne[i][2] || t->ne[3] != 1)
+                    return tkv__fail(TKV_ERR_FORMAT, "tensor '%s': shape [%llu, %llu, %llu, %llu], expected [%llu, %llu, %llu]",
+                                     name, (ull)t->ne[0], (ull)t->ne[1], (ull)t->ne[2], (ull)t->ne[3], (ull)ne[i][0],
+                                     (ull)ne[i][1], (ull)ne[i][2]);
+            }
+        }
+        enum { ALL, BIAS, QK_NORM, PRE, POST, UNFUSED, FUSED, DENSE, DENSE_ALL };
         static const struct {
             const char *suffix;
             int ne0, ne1; /* 0 n_embd, 1 q width, 2 kv width, 3 n_ff, 4 one, 5 q norm, 6 k norm,
@@ -204,7 +222,7 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
         } need[] = {
             {"attn_norm.weight", 0, 4, PRE},  {"attn_q.weight", 0, 1, UNFUSED}, {"attn_k.weight", 0, 2, UNFUSED},
             {"attn_v.weight", 0, 2, UNFUSED}, {"attn_output.weight", 1, 0, ALL}, {"ffn_norm.weight", 0, 4, PRE},
-            {"ffn_gate.weight", 0, 3, UNFUSED}, {"ffn_up.weight", 0, 3, UNFUSED}, {"ffn_down.weight", 3, 0, ALL},
+            {"ffn_gate.weight", 0, 3, DENSE},   {"ffn_up.weight", 0, 3, DENSE},   {"ffn_down.weight", 3, 0, DENSE_ALL},
             {"attn_qkv.weight", 0, 7, FUSED}, {"ffn_up.weight", 0, 8, FUSED},
             {"attn_q.bias", 1, 4, BIAS},      {"attn_k.bias", 2, 4, BIAS},    {"attn_v.bias", 2, 4, BIAS},
             {"attn_q_norm.weight", 5, 4, QK_NORM}, {"attn_k_norm.weight", 6, 4, QK_NORM},
@@ -216,7 +234,8 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
             const int when = need[i].when;
             if ((when == BIAS && !ar->qkv_bias) || (when == QK_NORM && !ar->qk_norm) || (when == PRE && !ar->pre_norms) ||
-                (when == POST && !ar->post_norms) || (when == UNFUSED && ar->fused) || (when == FUSED && !ar->fused))
+                (when == POST && !ar->post_norms) || (when == UNFUSED && ar->fused) || (when == FUSED && !ar->fused) ||
+                (when == DENSE && (ar->fused || ar->moe)) || (when == DENSE_ALL && ar->moe))
                 continue;
             char name[96];
             snprintf(name, sizeof name, "blk.%u.%s", l, need[i].suffix);
@@ -306,6 +325,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
         kv = tkv__gguf_find(g, key);
         if (kv && kv->type == TKV_META_F32) m->rope_base_swa = (float)kv->v.f;
         yarn_setup(g, m);
+        if (m->arch->moe) tkv__moe_dims_read(g, &m->hp, &m->moe); /* checked at load: cannot fail */
     }
     else snprintf(m->hparams_error, sizeof m->hparams_error, "%s", tkv_last_error(NULL));
 

@@ -7,6 +7,7 @@
 #include "format/gguf.h"
 #include "text/tokenizer.h"
 #include "arch.h"
+#include "moe.h"
 #include "weights.h"
 #include "tokenkv.h"
 
@@ -26,6 +27,7 @@ struct tkv_model {
     float attn_softcap, final_softcap; /* gemma: c tanh(x / c) on attention scores / logits; 0: none */
     uint32_t swa_window;     /* [ARCH.attention.sliding_window] for arch->swa_period layers; 0: none */
     float rope_base_swa;     /* [ARCH.rope.freq_base_swa] (default 10000): arch->swa_own_rope */
+    tkv__moe_dims moe;       /* arch->moe: the experts' sizes; else zeros */
     char hparams_error[256]; /* why has_hparams is false */
     tkv__weights w;          /* bound tensors (full loads only) */
     tkv__tokenizer *tok;     /* NULL: no usable tokenizer */

@@ -25,17 +25,9 @@ static tkv_status bind(const tkv__gguf *g, const char *name, bool matrix, bool o
     out->data = g->data + t->offset;
     out->type = t->type;
     out->ne0 = (size_t)t->ne[0];
-    out->ne1 = (size_t)t->ne[1];
+    out->ne1 = (size_t)(t->ne[1] * t->ne[2] * t->ne[3]); /* rows: every outer dim (experts stack) */
     out->row_size = tkv__quant_row_size(t->type, out->ne0);
     return TKV_OK;
-}
-
-/* Rows [r0, r0 + n) of a bound matrix, as a tensor of its own (no copy). */
-static tkv__tensor rows_of(const tkv__tensor *t, size_t r0, size_t n) {
-    tkv__tensor v = *t;
-    v.data = (const uint8_t *)t->data + r0 * t->row_size;
-    v.ne1 = n;
-    return v;
 }
 
 /* The fused projections of layer l (arch->fused) as views: attn_qkv's rows
@@ -49,8 +41,9 @@ static tkv_status bind_fused(const tkv__gguf *g, const tkv_hparams *hp, uint32_t
     if (!st) st = bind(g, name, true, false, &gate_up);
     if (st) return st;
     const size_t nq = (size_t)hp->n_head * hp->head_dim, nkv = (size_t)hp->n_head_kv * hp->head_dim;
-    L->wq = rows_of(&qkv, 0, nq), L->wk = rows_of(&qkv, nq, nkv), L->wv = rows_of(&qkv, nq + nkv, nkv);
-    L->w_gate = rows_of(&gate_up, 0, hp->n_ff), L->w_up = rows_of(&gate_up, hp->n_ff, hp->n_ff);
+    L->wq = tkv__tensor_rows(&qkv, 0, nq), L->wk = tkv__tensor_rows(&qkv, nq, nkv);
+    L->wv = tkv__tensor_rows(&qkv, nq + nkv, nkv);
+    L->w_gate = tkv__tensor_rows(&gate_up, 0, hp->n_ff), L->w_up = tkv__tensor_rows(&gate_up, hp->n_ff, hp->n_ff);
     return TKV_OK;
 }
 
@@ -72,7 +65,8 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             const char *suffix;
             size_t offset;
             bool matrix;
-            int when; /* 0 always, 1 with biases, 2 with q-k norms, 3 pre-norms, 4 post-norms, 5 unfused */
+            int when; /* 0 always, 1 with biases, 2 with q-k norms, 3 pre-norms, 4 post-norms, 5 unfused,
+                         6 dense and unfused, 7 dense, 8 experts */
         } roles[] = {
             {"attn_norm.weight", offsetof(tkv__layer, attn_norm), false, 3},
             {"attn_q.weight", offsetof(tkv__layer, wq), true, 5},
@@ -80,9 +74,13 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             {"attn_v.weight", offsetof(tkv__layer, wv), true, 5},
             {"attn_output.weight", offsetof(tkv__layer, wo), true, 0},
             {"ffn_norm.weight", offsetof(tkv__layer, ffn_norm), false, 3},
-            {"ffn_gate.weight", offsetof(tkv__layer, w_gate), true, 5},
-            {"ffn_up.weight", offsetof(tkv__layer, w_up), true, 5},
-            {"ffn_down.weight", offsetof(tkv__layer, w_down), true, 0},
+            {"ffn_gate.weight", offsetof(tkv__layer, w_gate), true, 6},
+            {"ffn_up.weight", offsetof(tkv__layer, w_up), true, 6},
+            {"ffn_down.weight", offsetof(tkv__layer, w_down), true, 7},
+            {"ffn_gate_inp.weight", offsetof(tkv__layer, router), true, 8},
+            {"ffn_gate_exps.weight", offsetof(tkv__layer, exp_gate), true, 8},
+            {"ffn_up_exps.weight", offsetof(tkv__layer, exp_up), true, 8},
+            {"ffn_down_exps.weight", offsetof(tkv__layer, exp_down), true, 8},
             {"attn_q.bias", offsetof(tkv__layer, bq), false, 1},
             {"attn_k.bias", offsetof(tkv__layer, bk), false, 1},
             {"attn_v.bias", offsetof(tkv__layer, bv), false, 1},
@@ -94,7 +92,8 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
         for (size_t i = 0; i < sizeof roles / sizeof roles[0] && !st; i++) {
             const int when = roles[i].when;
             if ((when == 1 && !arch->qkv_bias) || (when == 2 && !arch->qk_norm) || (when == 3 && !arch->pre_norms) ||
-                (when == 4 && !arch->post_norms) || (when == 5 && arch->fused))
+                (when == 4 && !arch->post_norms) || (when == 5 && arch->fused) ||
+                (when == 6 && (arch->fused || arch->moe)) || (when == 7 && arch->moe) || (when == 8 && !arch->moe))
                 continue;
             char name[96];
             snprintf(name, sizeof name, "blk.%u.%s", l, roles[i].suffix);

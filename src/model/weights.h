@@ -16,13 +16,26 @@ typedef struct tkv__tensor {
     size_t row_size; /* bytes of one row */
 } tkv__tensor;
 
+/* Rows [r0, r0 + n) of a matrix, as a tensor of its own (no copy): a fused
+   projection's parts, one expert of a stack. */
+static inline tkv__tensor tkv__tensor_rows(const tkv__tensor *t, size_t r0, size_t n) {
+    tkv__tensor v = *t;
+    v.data = (const uint8_t *)t->data + r0 * t->row_size;
+    v.ne1 = n;
+    return v;
+}
+
 typedef struct tkv__layer {
     tkv__tensor attn_norm;  /* (n_embd) F32; absent with post_norms */
     tkv__tensor wq, wk, wv; /* (n_head*hd | n_head_kv*hd rows, n_embd) */
     tkv__tensor bq, bk, bv; /* arch->qkv_bias: biases, F32; else absent */
     tkv__tensor q_norm, k_norm; /* arch->qk_norm: F32 RMSNorm weights, (head_dim) per head or
                                    (n_q) / (n_kv) whole; else absent */
-    tkv__tensor post_attn_norm, post_ffn_norm; /* arch->post_norms: (n_embd) F32 instead of the pre-norms */
+    tkv__tensor post_attn_norm, post_ffn_norm; /* arch->post_norms: (n_embd) F32 */
+    tkv__tensor router;          /* arch->moe: (n_expert rows, n_embd) */
+    tkv__tensor exp_gate, exp_up; /* arch->moe: (n_expert n_ff_exp rows, n_embd): expert e's rows
+                                     e n_ff_exp .. (e + 1) n_ff_exp - 1 */
+    tkv__tensor exp_down;        /* arch->moe: (n_expert n_embd rows, n_ff_exp) */
     tkv__tensor wo;         /* (n_embd rows, n_head*hd) */
     tkv__tensor ffn_norm;   /* (n_embd) F32; absent with post_norms */
     tkv__tensor w_gate, w_up; /* (n_ff rows, n_embd) */

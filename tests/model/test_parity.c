@@ -146,6 +146,13 @@ static void report_row(const char *name, const float *got, const float *ref, siz
 
 /* exact_tol: the per-logit bound of float weights; 0: a quantized type's row
    bound (2%); negative: a row bound of -exact_tol */
+/* moe: experts are chosen by the largest router probabilities, which one
+   summation order or another can swap where two nearly tie, so a token run
+   alone may take other experts than in the batch: its row is then not
+   compared with the batch's (each is still compared with the reference,
+   and a batch_invariant context still gives the same bits). */
+static bool moe_model;
+
 static void check_model(const char *name, const char *model_rel, float exact_tol, bool greedy_exact) {
     report = report_default || getenv("TKV_PARITY_REPORT");
     memset(&stats, 0, sizeof stats);
@@ -197,7 +204,7 @@ static void check_model(const char *name, const char *model_rel, float exact_tol
                order, a batch its tiled order, as the reference does; the two
                differ like two roundings (up to 9e-3 of 1 + |ref| measured, on
                BF16), so they are held to the row bound. */
-            if (!row_ok(tkv_get_logits(ctx, 0), batched + i * n_vocab, n_vocab, 0.0f, msg, sizeof msg))
+            if (!moe_model && !row_ok(tkv_get_logits(ctx, 0), batched + i * n_vocab, n_vocab, 0.0f, msg, sizeof msg))
                 fail_msg("%s prompt %zu position %zu: one at a time vs batched: %s", name, p, i, msg);
         }
 
@@ -277,12 +284,14 @@ static void test_parity_types(void **state) {
    continuations equal. */
 static void test_architectures(void **state) {
     (void)state;
-    static const char *const archs[] = {"qwen3", "smollm3", "olmo2", "phi3", "mistral3", "gemma2", "gemma3"};
+    static const char *const archs[] = {"qwen3", "smollm3", "olmo2", "phi3", "mistral3", "gemma2", "gemma3", "qwen3moe"};
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
         char name[64], rel[128];
         snprintf(name, sizeof name, "arch-%s", archs[i]);
         snprintf(rel, sizeof rel, "models/arch/%s.gguf", archs[i]);
+        moe_model = strstr(archs[i], "moe") != NULL;
         check_model(name, rel, -3e-3f, true);
+        moe_model = false;
     }
 }
 

@@ -1,0 +1,29 @@
+/*
+ * moe.h — the sizes of a mixture-of-experts FFN (arch->moe) and how a token
+ * chooses its experts; forward.c runs the experts.
+ */
+#ifndef TKV_MOE_H
+#define TKV_MOE_H
+
+#include "format/gguf.h"
+#include "tokenkv.h"
+
+#include <stdint.h>
+
+typedef struct tkv__moe_dims {
+    uint32_t n_expert; /* [ARCH.expert_count] */
+    uint32_t n_used;   /* [ARCH.expert_used_count], 1..n_expert */
+    uint32_t n_ff;     /* [ARCH.expert_feed_forward_length] */
+} tkv__moe_dims;
+
+/* Read the dims; TKV_ERR_FORMAT naming the key when one is missing or out of range. */
+tkv_status tkv__moe_dims_read(const tkv__gguf *g, const tkv_hparams *hp, tkv__moe_dims *out);
+
+/*
+ * The experts of one token from its router logits (n_expert): softmax over
+ * all of them, the n_used largest probabilities (the lower index first on a
+ * tie), renormalized to sum 1. Writes their indices and weights (n_used).
+ */
+void tkv__moe_choose(const tkv__moe_dims *d, const float *logits, uint32_t *expert, float *weight);
+
+#endif
