@@ -40,6 +40,12 @@ typedef struct tkv__arch {
     bool moe;             /* the FFN is expert_used_count of expert_count SwiGLU experts
                              (ffn_{gate,up,down}_exps), chosen per token by ffn_gate_inp:
                              softmax over all experts, the top k, renormalized to sum 1 */
+    bool oai;             /* gpt-oss: attention sinks (attn_sinks: one extra logit per head,
+                             with no value), an attn_output bias, the FFN's input norm named
+                             post_attention_norm; router and expert biases, experts chosen
+                             as the top k logits with a softmax over those k alone, and the
+                             SwiGLU-OAI activation g sigmoid(1.702 g) (u + 1), g = min(gate,
+                             7), u = clamp(up, -7, 7) */
     unsigned nope_period; /* > 0: layers l with (l + 1) % nope_period == 0 apply no
                              RoPE (a built-in rule: no metadata key sets it) */
 } tkv__arch;

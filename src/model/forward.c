@@ -1,7 +1,7 @@
 /*
  * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3, SmolLM3,
- * OLMo 2, Phi-3, Mistral 3, Gemma 2 and 3), for a batch of tokens from any
- * number of sequences.
+ * OLMo 2, Phi-3, Mistral 3, Gemma 2 and 3, Qwen3-MoE, gpt-oss), for a batch
+ * of tokens from any number of sequences.
  *
  * For each token t of the batch, with x its residual stream:
  *
@@ -255,6 +255,12 @@ static size_t first_cell(const tkv_model *m, uint32_t l, tkv_pos pos) {
     return w && (size_t)pos + 1 > w ? (size_t)pos + 1 - w : 0;
 }
 
+/* The attention sink of query head hq (gpt-oss), or -inf: a logit with no value. */
+static inline float sink_of(const tkv_model *m, uint32_t l, size_t hq) {
+    const float *s = m->w.layers[l].sinks.data;
+    return s ? s[hq] : -INFINITY;
+}
+
 /* A score as the model takes it: soft-capped to c tanh(s / c) where it has c. */
 static inline float capped(const tkv_model *m, float s) {
     return m->attn_softcap > 0 ? m->attn_softcap * tanhf(s / m->attn_softcap) : s;
@@ -297,6 +303,12 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
         }
         ops->mad(acc, v, vs, hd);
         S = fmaf(S, ms, vs); /* the reference (C++, GCC: -ffp-contract=fast) fuses S*ms + vs */
+    }
+    const float sink = sink_of(f->m, layer, hq);
+    if (sink > -INFINITY) { /* one more logit, with no value: it only adds to the sum */
+        const float M2 = sink > M ? sink : M, ms = expf(M - M2);
+        if (ms != 1.0f) ops->scale(acc, ms, hd);
+        S = S * ms + expf(sink - M2);
     }
     float *out = f->att + (size_t)t * f->n_q + hq * hd;
     const float S_inv = S == 0.0f ? 0.0f : 1.0f / S; /* a product, as the reference does: not a division */
@@ -373,7 +385,16 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
             if (f->m->attn_softcap > 0)
                 for (size_t j = j0; j < n; j++) wu[j] = capped(f->m, wu[j]);
             for (size_t j = 0; j < j0; j++) wu[j] = -INFINITY; /* outside the window */
-            tkv__ops_softmax(wu, n);
+            const float sink = sink_of(f->m, layer, g * group + h);
+            if (sink > -INFINITY) { /* softmax with one more logit that has no value */
+                float mx = sink, sum = 0;
+                for (size_t j = 0; j < n; j++) mx = wu[j] > mx ? wu[j] : mx;
+                for (size_t j = 0; j < n; j++) sum += wu[j] = expf(wu[j] - mx);
+                sum += expf(sink - mx);
+                for (size_t j = 0; j < n; j++) wu[j] /= sum;
+            } else {
+                tkv__ops_softmax(wu, n);
+            }
             memset(OUT(u, h), 0, hd * sizeof(float));
         }
     }
@@ -443,6 +464,12 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
         for (size_t i = 0; i < hd; i++) acc[i] = fmaf(v[i], vs, acc[i]);
         S = fmaf(S, ms, vs); /* the reference (C++, GCC: -ffp-contract=fast) fuses S*ms + vs */
     }
+    const float sink = sink_of(f->m, layer, hq);
+    if (sink > -INFINITY) {
+        const float M2 = sink > M ? sink : M, ms = expf(M - M2);
+        for (size_t i = 0; i < hd; i++) acc[i] *= ms;
+        S = S * ms + expf(sink - M2);
+    }
     float *out = f->att + (size_t)t * f->n_q + hq * hd;
     const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
     for (size_t i = 0; i < hd; i++) out[i] = acc[i] * S_inv;
@@ -463,8 +490,11 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
     /* router logits, then each token's experts                 (n, E) */
     matmul(P, ith, nth, tag, &L->router, in, n, f->router);
     tkv__pool_barrier(P->pool);
+    const bool oai = f->m->arch->oai;
     for (size_t t = t0; t < t1; t++) {
-        tkv__moe_choose(md, f->router + t * E, f->chosen + t * K, f->chosen_w + t * K);
+        if (L->router_b.data) add_bias(f->router + t * E, &L->router_b, E);
+        if (oai) tkv__moe_choose_topk_softmax(md, f->router + t * E, f->chosen + t * K, f->chosen_w + t * K);
+        else tkv__moe_choose(md, f->router + t * E, f->chosen + t * K, f->chosen_w + t * K);
         memset(y + t * f->n_embd, 0, f->n_embd * sizeof(float));
     }
     tkv__pool_barrier(P->pool);
@@ -487,8 +517,19 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
         matmul(P, ith, nth, tag, &gate, f->ex, ne, f->eg);
         matmul(P, ith, nth, tag, &up, f->ex, ne, f->eu);
         tkv__pool_barrier(P->pool);
-        for (size_t r = r0; r < r1; r++)
-            tkv__ops_swiglu(f->eg + r * md->n_ff, f->eg + r * md->n_ff, f->eu + r * md->n_ff, md->n_ff);
+        for (size_t r = r0; r < r1; r++) {
+            float *eg = f->eg + r * md->n_ff, *eu = f->eu + r * md->n_ff;
+            if (!oai) {
+                tkv__ops_swiglu(eg, eg, eu, md->n_ff);
+                continue;
+            }
+            const float *gb = (const float *)L->exp_gate_b.data + (size_t)e * md->n_ff;
+            const float *ub = (const float *)L->exp_up_b.data + (size_t)e * md->n_ff;
+            for (size_t i = 0; i < md->n_ff; i++) { /* SwiGLU-OAI on the biased projections */
+                const float g = fminf(eg[i] + gb[i], 7.0f), u = fminf(fmaxf(eu[i] + ub[i], -7.0f), 7.0f);
+                eg[i] = g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
+            }
+        }
         tag->src = NULL;
         tkv__pool_barrier(P->pool);
         matmul(P, ith, nth, tag, &down, f->eg, ne, f->ey);
@@ -496,8 +537,11 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
         /* y[t] += w ey: a token appears once per expert, so threads never share a row */
         for (size_t r = r0; r < r1; r++) {
             const float w = f->chosen_w[f->rows[r]];
-            float *yt = y + (size_t)(f->rows[r] / K) * f->n_embd;
-            const float *er = f->ey + r * f->n_embd;
+            float *yt = y + (size_t)(f->rows[r] / K) * f->n_embd, *er = f->ey + r * f->n_embd;
+            if (oai) { /* the expert's down bias */
+                const float *db = (const float *)L->exp_down_b.data + (size_t)e * f->n_embd;
+                for (size_t i = 0; i < f->n_embd; i++) er[i] += db[i];
+            }
             for (size_t i = 0; i < f->n_embd; i++) yt[i] += w * er[i];
         }
         tkv__pool_barrier(P->pool);
@@ -587,6 +631,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tkv__pool_barrier(P->pool);
     for (size_t t = t0; t < t1; t++) {
         float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
+        if (L->bo.data) add_bias(y, &L->bo, f->n_embd);
         if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_attn_norm.data, f->n_embd, hp->rms_eps);
         for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
         /* h = rmsnorm(x) * ffn_norm */

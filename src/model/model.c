@@ -213,6 +213,20 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
                                      (ull)ne[i][1], (ull)ne[i][2]);
             }
         }
+        if (ar->oai) { /* gpt-oss's extra tensors */
+            char name[96];
+            const struct {
+                const char *suffix;
+                uint64_t ne0, ne1;
+            } x[] = {{"attn_output.bias", e, 1},          {"attn_sinks.weight", hp->n_head, 1},
+                     {"ffn_gate_inp.bias", md.n_expert, 1}, {"ffn_gate_exps.bias", md.n_ff, md.n_expert},
+                     {"ffn_up_exps.bias", md.n_ff, md.n_expert}, {"ffn_down_exps.bias", e, md.n_expert},
+                     {"post_attention_norm.weight", e, 1}};
+            for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
+                snprintf(name, sizeof name, "blk.%u.%s", l, x[i].suffix);
+                if ((st = check_tensor(g, a, name, x[i].ne0, x[i].ne1, false))) return st;
+            }
+        }
         enum { ALL, BIAS, QK_NORM, PRE, POST, UNFUSED, FUSED, DENSE, DENSE_ALL };
         static const struct {
             const char *suffix;
@@ -233,6 +247,7 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
                                  q + 2 * kv, 2 * (uint64_t)hp->n_ff};
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
             const int when = need[i].when;
+            if (ar->oai && !strcmp(need[i].suffix, "ffn_norm.weight")) continue; /* checked above, by its name there */
             if ((when == BIAS && !ar->qkv_bias) || (when == QK_NORM && !ar->qk_norm) || (when == PRE && !ar->pre_norms) ||
                 (when == POST && !ar->post_norms) || (when == UNFUSED && ar->fused) || (when == FUSED && !ar->fused) ||
                 (when == DENSE && (ar->fused || ar->moe)) || (when == DENSE_ALL && ar->moe))
@@ -266,6 +281,12 @@ static void yarn_setup(const tkv__gguf *g, tkv_model *m) {
     const float n = (float)hp->n_rot, base = hp->rope_freq_base, ctx = (float)hp->n_ctx_orig, pi = 3.14159265358979f;
     const float lo = floorf(n * logf(ctx / (beta[0] * 2 * pi)) / (2 * logf(base)));
     const float hi = ceilf(n * logf(ctx / (beta[1] * 2 * pi)) / (2 * logf(base)));
+    /* without a yarn_log_multiplier key the magnitude is 1 + 0.1 ln(factor) (gpt-oss); with one
+       (mistral3: 1) the files' choice leaves it at 1 */
+    char key[96];
+    snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", hp->arch);
+    if (!tkv__gguf_find(g, key) && hp->rope_freq_scale > 0)
+        m->rope_attn_factor *= 1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale);
     m->yarn = true;
     m->yarn_corr[0] = lo > 0 ? lo : 0;
     m->yarn_corr[1] = hi < n - 1 ? hi : n - 1;

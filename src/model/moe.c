@@ -6,6 +6,7 @@
 #include "base/error.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 static tkv_status dim(const tkv__gguf *g, const char *arch, const char *name, uint32_t lo, uint32_t hi, uint32_t *out) {
@@ -43,4 +44,19 @@ void tkv__moe_choose(const tkv__moe_dims *d, const float *logits, uint32_t *expe
         p[best] = -1; /* taken */
     }
     for (uint32_t k = 0; k < d->n_used; k++) weight[k] /= chosen;
+}
+
+void tkv__moe_choose_topk_softmax(const tkv__moe_dims *d, const float *logits, uint32_t *expert, float *weight) {
+    bool taken[1024] = {0};
+    for (uint32_t k = 0; k < d->n_used; k++) {
+        uint32_t best = d->n_expert;
+        for (uint32_t e = 0; e < d->n_expert; e++)
+            if (!taken[e] && (best == d->n_expert || logits[e] > logits[best])) best = e;
+        taken[best] = true;
+        expert[k] = best;
+    }
+    const float mx = logits[expert[0]]; /* the largest */
+    float sum = 0;
+    for (uint32_t k = 0; k < d->n_used; k++) sum += weight[k] = expf(logits[expert[k]] - mx);
+    for (uint32_t k = 0; k < d->n_used; k++) weight[k] /= sum;
 }

@@ -26,4 +26,8 @@ tkv_status tkv__moe_dims_read(const tkv__gguf *g, const tkv_hparams *hp, tkv__mo
  */
 void tkv__moe_choose(const tkv__moe_dims *d, const float *logits, uint32_t *expert, float *weight);
 
+/* gpt-oss's choice: the n_used largest logits (the lower index first on a
+   tie), their weights a softmax over those n_used alone. */
+void tkv__moe_choose_topk_softmax(const tkv__moe_dims *d, const float *logits, uint32_t *expert, float *weight);
+
 #endif

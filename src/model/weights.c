@@ -66,7 +66,7 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             size_t offset;
             bool matrix;
             int when; /* 0 always, 1 with biases, 2 with q-k norms, 3 pre-norms, 4 post-norms, 5 unfused,
-                         6 dense and unfused, 7 dense, 8 experts */
+                         6 dense and unfused, 7 dense, 8 experts, 9 gpt-oss, 10 gpt-oss FFN norm */
         } roles[] = {
             {"attn_norm.weight", offsetof(tkv__layer, attn_norm), false, 3},
             {"attn_q.weight", offsetof(tkv__layer, wq), true, 5},
@@ -81,6 +81,13 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             {"ffn_gate_exps.weight", offsetof(tkv__layer, exp_gate), true, 8},
             {"ffn_up_exps.weight", offsetof(tkv__layer, exp_up), true, 8},
             {"ffn_down_exps.weight", offsetof(tkv__layer, exp_down), true, 8},
+            {"attn_output.bias", offsetof(tkv__layer, bo), false, 9},
+            {"attn_sinks.weight", offsetof(tkv__layer, sinks), false, 9},
+            {"ffn_gate_inp.bias", offsetof(tkv__layer, router_b), false, 9},
+            {"ffn_gate_exps.bias", offsetof(tkv__layer, exp_gate_b), false, 9},
+            {"ffn_up_exps.bias", offsetof(tkv__layer, exp_up_b), false, 9},
+            {"ffn_down_exps.bias", offsetof(tkv__layer, exp_down_b), false, 9},
+            {"post_attention_norm.weight", offsetof(tkv__layer, ffn_norm), false, 10},
             {"attn_q.bias", offsetof(tkv__layer, bq), false, 1},
             {"attn_k.bias", offsetof(tkv__layer, bk), false, 1},
             {"attn_v.bias", offsetof(tkv__layer, bv), false, 1},
@@ -93,7 +100,10 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             const int when = roles[i].when;
             if ((when == 1 && !arch->qkv_bias) || (when == 2 && !arch->qk_norm) || (when == 3 && !arch->pre_norms) ||
                 (when == 4 && !arch->post_norms) || (when == 5 && arch->fused) ||
-                (when == 6 && (arch->fused || arch->moe)) || (when == 7 && arch->moe) || (when == 8 && !arch->moe))
+                (when == 6 && (arch->fused || arch->moe)) || (when == 7 && arch->moe) || (when == 8 && !arch->moe) ||
+                (when >= 9 && !arch->oai) || (when == 4 && arch->oai))
+                continue;
+            if (arch->oai && !strcmp(roles[i].suffix, "ffn_norm.weight")) /* named post_attention_norm there */
                 continue;
             char name[96];
             snprintf(name, sizeof name, "blk.%u.%s", l, roles[i].suffix);

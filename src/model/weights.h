@@ -36,6 +36,9 @@ typedef struct tkv__layer {
     tkv__tensor exp_gate, exp_up; /* arch->moe: (n_expert n_ff_exp rows, n_embd): expert e's rows
                                      e n_ff_exp .. (e + 1) n_ff_exp - 1 */
     tkv__tensor exp_down;        /* arch->moe: (n_expert n_embd rows, n_ff_exp) */
+    tkv__tensor bo, sinks;       /* arch->oai: (n_embd) attn_output bias, (n_head) attention sinks */
+    tkv__tensor router_b, exp_gate_b, exp_up_b, exp_down_b; /* arch->oai: (n_expert), (n_expert,
+                                                               n_ff_exp) x2, (n_expert, n_embd) F32 */
     tkv__tensor wo;         /* (n_embd rows, n_head*hd) */
     tkv__tensor ffn_norm;   /* (n_embd) F32; absent with post_norms */
     tkv__tensor w_gate, w_up; /* (n_ff rows, n_embd) */
