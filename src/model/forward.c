@@ -114,7 +114,7 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->up = tkv__malloc(B * f->n_ff * sizeof(float));
     f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     if (m->arch->swa_own_rope) f->cs_swa = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
-    const tkv__moe_dims *md = &m->moe;
+    const tkv__moe_dims *md = &m->ext.moe;
     if (m->arch->moe) {
         f->router = tkv__malloc(B * md->n_expert * sizeof(float));
         f->chosen = tkv__malloc(B * md->n_used * sizeof(uint32_t));
@@ -192,12 +192,12 @@ static void rope_angles(const tkv__fwd *f, float *cs, tkv_pos pos) {
     const tkv_model *m = f->m;
     const tkv_hparams *hp = &m->hp;
     const uint8_t *ff = f->rope_factors;
-    if (m->yarn) { /* per pair: interpolated and extrapolated angles blended between the correction dims */
+    if (m->ext.yarn) { /* per pair: interpolated and extrapolated angles blended between the correction dims */
         const float step = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
         float theta = (float)pos; /* extrapolated: pos base^(-2i/n_rot), built step by step */
         for (size_t i = 0; i < hp->n_rot / 2; i++) {
             const float interp = hp->rope_freq_scale * theta;
-            const float y = ((float)i - m->yarn_corr[0]) / fmaxf(0.001f, m->yarn_corr[1] - m->yarn_corr[0]);
+            const float y = ((float)i - m->ext.yarn_corr[0]) / fmaxf(0.001f, m->ext.yarn_corr[1] - m->ext.yarn_corr[0]);
             const float mix = 1 - fminf(1, fmaxf(0, y));
             const float th = interp * (1 - mix) + theta * mix;
             cs[2 * i] = cosf(th);
@@ -218,8 +218,8 @@ static void rope_angles(const tkv__fwd *f, float *cs, tkv_pos pos) {
             theta *= step;
         }
     }
-    if (m->rope_attn_factor != 1.0f)
-        for (size_t i = 0; i < hp->n_rot; i++) cs[i] *= m->rope_attn_factor;
+    if (m->ext.rope_attn_factor != 1.0f)
+        for (size_t i = 0; i < hp->n_rot; i++) cs[i] *= m->ext.rope_attn_factor;
 }
 
 static void add_bias(float *y, const tkv__tensor *b, size_t n) {
@@ -245,13 +245,13 @@ static void store_row(const tkv__kvrows *kv, void *dst, const float *src) {
 /* Layer l attends within the sliding window (arch->swa_period layers). */
 static bool swa_layer(const tkv_model *m, uint32_t l) {
     const unsigned p = m->arch->swa_period;
-    return m->swa_window && p && l % p != p - 1;
+    return m->ext.swa_window && p && l % p != p - 1;
 }
 
 /* The first position a token at `pos` attends to in layer l: a window of W
    sees pos - W + 1 .. pos. */
 static size_t first_cell(const tkv_model *m, uint32_t l, tkv_pos pos) {
-    const size_t w = swa_layer(m, l) ? m->swa_window : 0;
+    const size_t w = swa_layer(m, l) ? m->ext.swa_window : 0;
     return w && (size_t)pos + 1 > w ? (size_t)pos + 1 - w : 0;
 }
 
@@ -263,7 +263,7 @@ static inline float sink_of(const tkv_model *m, uint32_t l, size_t hq) {
 
 /* A score as the model takes it: soft-capped to c tanh(s / c) where it has c. */
 static inline float capped(const tkv_model *m, float s) {
-    return m->attn_softcap > 0 ? m->attn_softcap * tanhf(s / m->attn_softcap) : s;
+    return m->ext.attn_softcap > 0 ? m->ext.attn_softcap * tanhf(s / m->ext.attn_softcap) : s;
 }
 
 /*
@@ -382,7 +382,7 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
         const size_t j0 = first_cell(f->m, layer, P->b->pos[t0 + u]);
         for (size_t h = 0; h < group; h++) {
             float *wu = W(u, h);
-            if (f->m->attn_softcap > 0)
+            if (f->m->ext.attn_softcap > 0)
                 for (size_t j = j0; j < n; j++) wu[j] = capped(f->m, wu[j]);
             for (size_t j = 0; j < j0; j++) wu[j] = -INFINITY; /* outside the window */
             const float sink = sink_of(f->m, layer, g * group + h);
@@ -483,7 +483,7 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
  */
 static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y) {
     tkv__fwd *f = P->f;
-    const tkv__moe_dims *md = &f->m->moe;
+    const tkv__moe_dims *md = &f->m->ext.moe;
     const uint32_t n = P->b->n, E = md->n_expert, K = md->n_used;
     size_t t0, t1;
     tkv__split(n, ith, nth, &t0, &t1);
@@ -592,8 +592,8 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
             tkv__ops_rope(q, hp->n_head, f->hd, f->n_rot, cs, arch->rope);
             tkv__ops_rope(k, hp->n_head_kv, f->hd, f->n_rot, cs, arch->rope);
         }
-        if (m->attn_temp_scale != 0) { /* attention temperature: q grows with log(position / n_ctx_orig) */
-            const float s = 1 + m->attn_temp_scale * logf(1 + floorf((float)b->pos[t] / (float)hp->n_ctx_orig));
+        if (m->ext.attn_temp_scale != 0) { /* attention temperature: q grows with log(position / n_ctx_orig) */
+            const float s = 1 + m->ext.attn_temp_scale * logf(1 + floorf((float)b->pos[t] / (float)hp->n_ctx_orig));
             for (size_t i = 0; i < f->n_q; i++) q[i] *= s;
         }
         store_row(P->kv, tkv__kvrows_k(P->kv, l, b->cell[t]), k);
@@ -686,7 +686,7 @@ static void pass_task(void *arg, int ith, int nth) {
         }
         if (f->n_rot) rope_angles(f, f->cs + t * f->n_rot, b->pos[t]);
         if (f->cs_swa && f->n_rot) /* the window layers' own base, unscaled */
-            tkv__ops_rope_cache(f->cs_swa + t * f->n_rot, m->hp.n_rot, b->pos[t], m->rope_base_swa, 1.0f);
+            tkv__ops_rope_cache(f->cs_swa + t * f->n_rot, m->hp.n_rot, b->pos[t], m->ext.rope_base_swa, 1.0f);
     }
     tkv__pool_barrier(P->pool);
 
@@ -706,10 +706,10 @@ static void pass_task(void *arg, int ith, int nth) {
     tag.src = NULL;
     tkv__pool_barrier(P->pool);
     if (b->n_out) matmul(P, ith, nth, &tag, &m->w.output, f->h, b->n_out, b->logits);
-    if (m->final_softcap > 0 && b->n_out) { /* logits = c tanh(logits / c) */
+    if (m->ext.final_softcap > 0 && b->n_out) { /* logits = c tanh(logits / c) */
         tkv__pool_barrier(P->pool);
         const size_t nv = m->hp.n_vocab, c0 = nv * o0, c1 = nv * o1;
-        for (size_t i = c0; i < c1; i++) b->logits[i] = m->final_softcap * tanhf(b->logits[i] / m->final_softcap);
+        for (size_t i = c0; i < c1; i++) b->logits[i] = m->ext.final_softcap * tanhf(b->logits[i] / m->ext.final_softcap);
     }
 }
 

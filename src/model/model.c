@@ -183,7 +183,61 @@ static tkv_status check_tensor(const tkv__gguf *g, const char *arch, const char 
     return TKV_OK;
 }
 
-static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
+/*
+ * The hyperparameters some architectures add (model.h tkv__hp_ext), with the
+ * same checks as the others: a key of the wrong type fails the load.
+ * YaRN: the correction dims of the blend between interpolated and
+ * extrapolated angles come from the original context, the base and
+ * beta_fast / beta_slow (default 32 and 1):
+ *   dim(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln base),
+ *   corr = [max(0, floor(dim(beta_fast))), min(n_rot - 1, ceil(dim(beta_slow)))];
+ * without a yarn_log_multiplier key cos and sin are scaled by
+ * 1 + 0.1 ln(factor) (gpt-oss), with one (mistral3: 1) by 1.
+ */
+static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ext *x) {
+    const char *a = hp->arch;
+    const tkv__arch *ar = tkv__arch_find(a);
+    tkv_status st;
+    memset(x, 0, sizeof *x);
+    if ((st = hp_float(g, a, "rope.scaling.attn_factor", 1.0, &x->rope_attn_factor))) return st;
+    if ((st = hp_float(g, a, "attention.temperature_scale", 0.0, &x->attn_temp_scale))) return st;
+    if ((st = hp_float(g, a, "rope.freq_base_swa", 10000.0, &x->rope_base_swa))) return st;
+    if (ar->gemma) {
+        if ((st = hp_float(g, a, "attn_logit_softcapping", 0.0, &x->attn_softcap))) return st;
+        if ((st = hp_float(g, a, "final_logit_softcapping", 0.0, &x->final_softcap))) return st;
+    }
+    if (ar->swa_period && (st = hp_u32(g, a, "attention.sliding_window", 0, &x->swa_window))) return st;
+    if (ar->moe) {
+        tkv__moe_dims *md = &x->moe;
+        if ((st = hp_u32(g, a, "expert_count", -1, &md->n_expert))) return st;
+        if ((st = hp_u32(g, a, "expert_used_count", -1, &md->n_used))) return st;
+        if ((st = hp_u32(g, a, "expert_feed_forward_length", -1, &md->n_ff))) return st;
+        if (md->n_expert < 1 || md->n_expert > TKV__MOE_MAX_EXPERTS || md->n_used < 1 || md->n_used > md->n_expert ||
+            md->n_ff < 1)
+            return tkv__fail(TKV_ERR_FORMAT, "metadata keys '%s.expert_*': %u experts, %u used, %u wide: expected "
+                             "1..%d experts, 1..experts used, a width of at least 1",
+                             a, md->n_expert, md->n_used, md->n_ff, TKV__MOE_MAX_EXPERTS);
+    }
+    if (!strcmp(hp->rope_scaling, "yarn")) {
+        float beta_fast, beta_slow, unused;
+        if ((st = hp_float(g, a, "rope.scaling.yarn_beta_fast", 32.0, &beta_fast))) return st;
+        if ((st = hp_float(g, a, "rope.scaling.yarn_beta_slow", 1.0, &beta_slow))) return st;
+        const float n = (float)hp->n_rot, base = hp->rope_freq_base, ctx = (float)hp->n_ctx_orig;
+        const float pi = 3.14159265358979f;
+        const float lo = floorf(n * logf(ctx / (beta_fast * 2 * pi)) / (2 * logf(base)));
+        const float hi = ceilf(n * logf(ctx / (beta_slow * 2 * pi)) / (2 * logf(base)));
+        x->yarn = true;
+        x->yarn_corr[0] = lo > 0 ? lo : 0;
+        x->yarn_corr[1] = hi < n - 1 ? hi : n - 1;
+        char key[128];
+        snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", a);
+        if (!tkv__gguf_find(g, key)) x->rope_attn_factor *= 1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale);
+        else if ((st = hp_float(g, a, "rope.scaling.yarn_log_multiplier", 1.0, &unused))) return st;
+    }
+    return TKV_OK;
+}
+
+static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const tkv__hp_ext *x) {
     tkv_status st;
     const char *a = hp->arch;
     const uint64_t e = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim, kv = (uint64_t)hp->n_head_kv * hp->head_dim;
@@ -194,8 +248,7 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
     if ((st = check_tensor(g, a, "rope_freqs.weight", hp->n_rot / 2, 1, true))) return st;
     if ((st = check_tensor(g, a, "rope_factors_short.weight", hp->n_rot / 2, 1, true))) return st;
     if ((st = check_tensor(g, a, "rope_factors_long.weight", hp->n_rot / 2, 1, true))) return st;
-    tkv__moe_dims md = {0};
-    if (ar->moe && (st = tkv__moe_dims_read(g, hp, &md))) return st;
+    const tkv__moe_dims md = x->moe;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (ar->moe) { /* the router and the experts, in place of ffn_{gate,up,down} */
             char name[96];
@@ -218,13 +271,13 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
             const struct {
                 const char *suffix;
                 uint64_t ne0, ne1;
-            } x[] = {{"attn_output.bias", e, 1},          {"attn_sinks.weight", hp->n_head, 1},
+            } extra[] = {{"attn_output.bias", e, 1},          {"attn_sinks.weight", hp->n_head, 1},
                      {"ffn_gate_inp.bias", md.n_expert, 1}, {"ffn_gate_exps.bias", md.n_ff, md.n_expert},
                      {"ffn_up_exps.bias", md.n_ff, md.n_expert}, {"ffn_down_exps.bias", e, md.n_expert},
                      {"post_attention_norm.weight", e, 1}};
-            for (size_t i = 0; i < sizeof x / sizeof x[0]; i++) {
-                snprintf(name, sizeof name, "blk.%u.%s", l, x[i].suffix);
-                if ((st = check_tensor(g, a, name, x[i].ne0, x[i].ne1, false))) return st;
+            for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+                snprintf(name, sizeof name, "blk.%u.%s", l, extra[i].suffix);
+                if ((st = check_tensor(g, a, name, extra[i].ne0, extra[i].ne1, false))) return st;
             }
         }
         enum { ALL, BIAS, QK_NORM, PRE, POST, UNFUSED, FUSED, DENSE, DENSE_ALL };
@@ -259,52 +312,20 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp) {
     }
     return TKV_OK;
 }
-/*
- * YaRN (rope.scaling.type yarn): the correction dims of the blend between
- * interpolated and extrapolated angles, from the original context, the
- * frequency base and beta_fast / beta_slow (default 32 and 1):
- *   dim(b) = n_rot ln(n_ctx_orig / (2 pi b)) / (2 ln base),
- *   corr = [max(0, floor(dim(beta_fast))), min(n_rot - 1, ceil(dim(beta_slow)))].
- * The magnitude is left at 1 (the files' yarn_log_multiplier 1).
- */
-static void yarn_setup(const tkv__gguf *g, tkv_model *m) {
-    const tkv_hparams *hp = &m->hp;
-    if (strcmp(hp->rope_scaling, "yarn") != 0) return;
-    float beta[2] = {32.0f, 1.0f};
-    static const char *const names[2] = {"yarn_beta_fast", "yarn_beta_slow"};
-    for (int i = 0; i < 2; i++) {
-        char key[96];
-        snprintf(key, sizeof key, "%s.rope.scaling.%s", hp->arch, names[i]);
-        const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
-        if (kv && kv->type == TKV_META_F32) beta[i] = (float)kv->v.f;
-    }
-    const float n = (float)hp->n_rot, base = hp->rope_freq_base, ctx = (float)hp->n_ctx_orig, pi = 3.14159265358979f;
-    const float lo = floorf(n * logf(ctx / (beta[0] * 2 * pi)) / (2 * logf(base)));
-    const float hi = ceilf(n * logf(ctx / (beta[1] * 2 * pi)) / (2 * logf(base)));
-    /* without a yarn_log_multiplier key the magnitude is 1 + 0.1 ln(factor) (gpt-oss); with one
-       (mistral3: 1) the files' choice leaves it at 1 */
-    char key[96];
-    snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", hp->arch);
-    if (!tkv__gguf_find(g, key) && hp->rope_freq_scale > 0)
-        m->rope_attn_factor *= 1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale);
-    m->yarn = true;
-    m->yarn_corr[0] = lo > 0 ? lo : 0;
-    m->yarn_corr[1] = hi < n - 1 ? hi : n - 1;
-}
-
-
 /* ---- load / free -------------------------------------------------------- */
 
 static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_model **out) {
     tkv_model_params p = params ? *params : tkv_model_default_params();
     tkv_hparams hp;
     tkv_status st = read_hparams(g, &hp);
+    tkv__hp_ext ext = {0};
+    if (st == TKV_OK) st = read_ext(g, &hp, &ext);
     tkv__weights w = {0};
     if (st == TKV_OK && !p.vocab_only) {
         if (g->n_tensors == 0)
             st = tkv__fail(TKV_ERR_FORMAT, "the file has no tensors (a vocabulary-only file): it loads only with vocab_only");
         else
-            st = check_tensors(g, &hp);
+            st = check_tensors(g, &hp, &ext);
         if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &w);
     }
     if (st && !p.vocab_only) {
@@ -322,32 +343,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
     m->w = w;
     m->vocab_only = p.vocab_only;
     m->has_hparams = st == TKV_OK;
-    m->rope_attn_factor = 1.0f;
-    if (m->has_hparams) {
-        m->hp = hp, m->arch = tkv__arch_find(hp.arch);
-        char key[96];
-        snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", hp.arch);
-        const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
-        if (kv && kv->type == TKV_META_F32) m->rope_attn_factor = (float)kv->v.f;
-        snprintf(key, sizeof key, "%s.attention.temperature_scale", hp.arch);
-        kv = tkv__gguf_find(g, key);
-        if (kv && kv->type == TKV_META_F32) m->attn_temp_scale = (float)kv->v.f;
-        snprintf(key, sizeof key, "%s.attn_logit_softcapping", hp.arch);
-        kv = tkv__gguf_find(g, key);
-        if (kv && kv->type == TKV_META_F32 && m->arch->gemma) m->attn_softcap = (float)kv->v.f;
-        snprintf(key, sizeof key, "%s.final_logit_softcapping", hp.arch);
-        kv = tkv__gguf_find(g, key);
-        if (kv && kv->type == TKV_META_F32 && m->arch->gemma) m->final_softcap = (float)kv->v.f;
-        snprintf(key, sizeof key, "%s.attention.sliding_window", hp.arch);
-        kv = tkv__gguf_find(g, key);
-        if (kv && kv->type == TKV_META_U32 && m->arch->swa_period) m->swa_window = (uint32_t)kv->v.u;
-        m->rope_base_swa = 10000.0f;
-        snprintf(key, sizeof key, "%s.rope.freq_base_swa", hp.arch);
-        kv = tkv__gguf_find(g, key);
-        if (kv && kv->type == TKV_META_F32) m->rope_base_swa = (float)kv->v.f;
-        yarn_setup(g, m);
-        if (m->arch->moe) tkv__moe_dims_read(g, &m->hp, &m->moe); /* checked at load: cannot fail */
-    }
+    if (m->has_hparams) m->hp = hp, m->arch = tkv__arch_find(hp.arch), m->ext = ext;
     else snprintf(m->hparams_error, sizeof m->hparams_error, "%s", tkv_last_error(NULL));
 
     /* The tokenizer: a model without tokenizer metadata still runs on ids,

@@ -11,14 +11,11 @@
 #include "weights.h"
 #include "tokenkv.h"
 
-struct tkv_model {
-    uint32_t magic; /* TKV__MODEL_MAGIC (see tkv_last_error) */
-    tkv__gguf *gguf;
-    bool vocab_only;
-    bool has_hparams;        /* false only for vocab_only files */
-    tkv_hparams hp;
-    const tkv__arch *arch;   /* how hp.arch's block differs (NULL without hparams) */
-    float rope_attn_factor;  /* [ARCH.rope.scaling.attn_factor]: cos and sin scale (LongRoPE), default 1 */
+/* Hyperparameters beyond tkv_hparams that some architectures read (model.c
+   read_ext, checked with the others at load). */
+typedef struct tkv__hp_ext {
+    float rope_attn_factor;  /* [ARCH.rope.scaling.attn_factor] (LongRoPE), times YaRN's magnitude
+                                where the file has no yarn_log_multiplier: cos and sin scale; 1 */
     bool yarn;               /* rope.scaling.type yarn: angles blend interpolation (position /
                                 factor) and extrapolation between the correction dims */
     float yarn_corr[2];      /* the first and last pair index of the blend (from beta_fast/slow) */
@@ -28,6 +25,16 @@ struct tkv_model {
     uint32_t swa_window;     /* [ARCH.attention.sliding_window] for arch->swa_period layers; 0: none */
     float rope_base_swa;     /* [ARCH.rope.freq_base_swa] (default 10000): arch->swa_own_rope */
     tkv__moe_dims moe;       /* arch->moe: the experts' sizes; else zeros */
+} tkv__hp_ext;
+
+struct tkv_model {
+    uint32_t magic; /* TKV__MODEL_MAGIC (see tkv_last_error) */
+    tkv__gguf *gguf;
+    bool vocab_only;
+    bool has_hparams;        /* false only for vocab_only files */
+    tkv_hparams hp;
+    const tkv__arch *arch;   /* how hp.arch's block differs (NULL without hparams) */
+    tkv__hp_ext ext;         /* what the architecture's extra metadata says */
     char hparams_error[256]; /* why has_hparams is false */
     tkv__weights w;          /* bound tensors (full loads only) */
     tkv__tokenizer *tok;     /* NULL: no usable tokenizer */

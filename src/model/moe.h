@@ -1,11 +1,10 @@
 /*
- * moe.h — the sizes of a mixture-of-experts FFN (arch->moe) and how a token
- * chooses its experts; forward.c runs the experts.
+ * moe.h — the sizes of a mixture-of-experts FFN (arch->moe; model.c reads
+ * them) and how a token chooses its experts; forward.c runs the experts.
  */
 #ifndef TKV_MOE_H
 #define TKV_MOE_H
 
-#include "format/gguf.h"
 #include "tokenkv.h"
 
 #include <stdint.h>
@@ -16,8 +15,8 @@ typedef struct tkv__moe_dims {
     uint32_t n_ff;     /* [ARCH.expert_feed_forward_length] */
 } tkv__moe_dims;
 
-/* Read the dims; TKV_ERR_FORMAT naming the key when one is missing or out of range. */
-tkv_status tkv__moe_dims_read(const tkv__gguf *g, const tkv_hparams *hp, tkv__moe_dims *out);
+/* The most experts a model may have (the choice keeps one float per expert on the stack). */
+#define TKV__MOE_MAX_EXPERTS 1024
 
 /*
  * The experts of one token from its router logits (n_expert): softmax over
