@@ -230,13 +230,8 @@ static inline float dot_book4(size_t n, const uint8_t *x, const tkv__block_q8_0 
     }
     float s = hsum_f32(_mm256_add_ps(acc0, acc1));
     if (i < nb) {
-        const uint8_t *b = x + i * bs, *qs = b + qo;
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            sumi += book[qs[j] & 0x0f] * y[i].qs[j];
-            sumi += book[qs[j] >> 4] * y[i].qs[j + 16];
-        }
-        s = fmaf(book_scale(b, mx) * f16(y[i].d), (float)sumi, s);
+        const uint8_t *b = x + i * bs;
+        s = fmaf(book_scale(b, mx) * f16(y[i].d), (float)tkv__book4_sum(book, b + qo, y[i].qs), s);
     }
     return s;
 }

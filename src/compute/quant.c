@@ -224,41 +224,33 @@ static void dequant_q8_K(const void *src, float *y, size_t n) {
 const int8_t tkv__iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 const int8_t tkv__mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-static void dequant_mxfp4(const void *src, float *y, size_t n) {
-    const tkv__block_mxfp4 *b = src;
-    for (size_t i = 0; i < n / TKV__QK; i++) {
-        const float d = tkv__e8m0_half(b[i].e);
-        for (int j = 0; j < 16; j++) {
-            y[32 * i + j] = (float)tkv__mxfp4_values[b[i].qs[j] & 0x0f] * d;
-            y[32 * i + j + 16] = (float)tkv__mxfp4_values[b[i].qs[j] >> 4] * d;
-        }
+/* 32 values d * book[q] from 16 bytes of nibbles (Q4_0's element order). */
+static void dequant_book4(const int8_t book[16], const uint8_t qs[16], float d, float *y) {
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)book[qs[j] & 0x0f];
+        y[j + 16] = d * (float)book[qs[j] >> 4];
     }
 }
 
 static void dequant_iq4_nl(const void *src, float *y, size_t n) {
     const tkv__block_iq4_nl *b = src;
-    for (size_t i = 0; i < n / TKV__QK; i++) {
-        const float d = tkv__quant_f16_to_f32(b[i].d);
-        for (int j = 0; j < 16; j++) {
-            y[32 * i + j] = d * (float)tkv__iq4nl_values[b[i].qs[j] & 0x0f];
-            y[32 * i + j + 16] = d * (float)tkv__iq4nl_values[b[i].qs[j] >> 4];
-        }
-    }
+    for (size_t i = 0; i < n / TKV__QK; i++)
+        dequant_book4(tkv__iq4nl_values, b[i].qs, tkv__quant_f16_to_f32(b[i].d), y + 32 * i);
+}
+
+static void dequant_mxfp4(const void *src, float *y, size_t n) {
+    const tkv__block_mxfp4 *b = src;
+    for (size_t i = 0; i < n / TKV__QK; i++)
+        dequant_book4(tkv__mxfp4_values, b[i].qs, tkv__e8m0_half(b[i].e), y + 32 * i);
 }
 
 static void dequant_iq4_xs(const void *src, float *y, size_t n) {
     const tkv__block_iq4_xs *x = src;
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const float d = tkv__quant_f16_to_f32(x[i].d);
-        for (int b = 0; b < 8; b++) {
-            const float dl = d * (float)tkv__iq4_xs_scale(&x[i], b);
-            const uint8_t *qs = x[i].qs + 16 * b;
-            float *yb = y + 256 * i + 32 * b;
-            for (int j = 0; j < 16; j++) {
-                yb[j] = dl * (float)tkv__iq4nl_values[qs[j] & 0x0f];
-                yb[j + 16] = dl * (float)tkv__iq4nl_values[qs[j] >> 4];
-            }
-        }
+        for (int b = 0; b < 8; b++)
+            dequant_book4(tkv__iq4nl_values, x[i].qs + 16 * b, d * (float)tkv__iq4_xs_scale(&x[i], b),
+                          y + 256 * i + 32 * b);
     }
 }
 
@@ -536,11 +528,7 @@ float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a) {
     const tkv__block_q8_0 *y = a;
     float s = 0.0f;
     for (size_t i = 0; i < n / TKV__QK; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            sumi += tkv__iq4nl_values[x[i].qs[j] & 0x0f] * y[i].qs[j];
-            sumi += tkv__iq4nl_values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
-        }
+        const int sumi = tkv__book4_sum(tkv__iq4nl_values, x[i].qs, y[i].qs);
         s += (float)sumi * (tkv__quant_f16_to_f32(x[i].d) * tkv__quant_f16_to_f32(y[i].d));
     }
     return s;
@@ -552,14 +540,8 @@ float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a) {
     float s = 0.0f;
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         int sumi = 0;
-        for (int b = 0; b < 8; b++) {
-            const uint8_t *qs = x[i].qs + 16 * b;
-            const int8_t *q8 = y[i].qs + 32 * b;
-            int sb = 0;
-            for (int j = 0; j < 16; j++)
-                sb += tkv__iq4nl_values[qs[j] & 0x0f] * q8[j] + tkv__iq4nl_values[qs[j] >> 4] * q8[j + 16];
-            sumi += tkv__iq4_xs_scale(&x[i], b) * sb;
-        }
+        for (int b = 0; b < 8; b++)
+            sumi += tkv__iq4_xs_scale(&x[i], b) * tkv__book4_sum(tkv__iq4nl_values, x[i].qs + 16 * b, y[i].qs + 32 * b);
         s += (float)sumi * (tkv__quant_f16_to_f32(x[i].d) * y[i].d);
     }
     return s;
@@ -598,11 +580,7 @@ float tkv__quant_vec_dot_mxfp4(size_t n, const void *w, const void *a) {
     const tkv__block_q8_0 *y = a;
     float s = 0.0f;
     for (size_t i = 0; i < n / TKV__QK; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            sumi += tkv__mxfp4_values[x[i].qs[j] & 0x0f] * y[i].qs[j];
-            sumi += tkv__mxfp4_values[x[i].qs[j] >> 4] * y[i].qs[j + 16];
-        }
+        const int sumi = tkv__book4_sum(tkv__mxfp4_values, x[i].qs, y[i].qs);
         s += (float)sumi * (tkv__quant_f16_to_f32(y[i].d) * tkv__e8m0_half(x[i].e));
     }
     return s;

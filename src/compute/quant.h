@@ -142,6 +142,15 @@ typedef struct __attribute__((packed)) tkv__block_mxfp4 {
 
 extern const int8_t tkv__mxfp4_values[16];
 
+/* The integer sum of 32 codebook products: book[q] times y for the 16
+   bytes of nibbles qs (elements j in the low nibbles, j + 16 in the high),
+   shared by IQ4_NL, IQ4_XS's sub-blocks and MXFP4. */
+static inline int tkv__book4_sum(const int8_t book[16], const uint8_t qs[16], const int8_t y[32]) {
+    int s = 0;
+    for (int j = 0; j < 16; j++) s += book[qs[j] & 0x0f] * y[j] + book[qs[j] >> 4] * y[j + 16];
+    return s;
+}
+
 /* 2^(e - 128) as a float (e < 2: the subnormals 2^-128 and 2^-127). */
 static inline float tkv__e8m0_half(uint8_t e) {
     const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
