@@ -191,35 +191,30 @@ static void matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *
 static void rope_angles(const tkv__fwd *f, float *cs, tkv_pos pos) {
     const tkv_model *m = f->m;
     const tkv_hparams *hp = &m->hp;
+    const tkv__hp_ext *x = &m->ext;
     const uint8_t *ff = f->rope_factors;
-    if (m->ext.yarn) { /* per pair: interpolated and extrapolated angles blended between the correction dims */
-        const float step = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
-        float theta = (float)pos; /* extrapolated: pos base^(-2i/n_rot), built step by step */
-        for (size_t i = 0; i < hp->n_rot / 2; i++) {
-            const float interp = hp->rope_freq_scale * theta;
-            const float y = ((float)i - m->ext.yarn_corr[0]) / fmaxf(0.001f, m->ext.yarn_corr[1] - m->ext.yarn_corr[0]);
-            const float mix = 1 - fminf(1, fmaxf(0, y));
-            const float th = interp * (1 - mix) + theta * mix;
-            cs[2 * i] = cosf(th);
-            cs[2 * i + 1] = sinf(th);
-            theta *= step;
-        }
-    } else if (!ff) {
+    if (!x->yarn && !ff) {
         tkv__ops_rope_cache(cs, hp->n_rot, pos, hp->rope_freq_base, hp->rope_freq_scale);
     } else {
         const float step = powf(hp->rope_freq_base, -2.0f / (float)hp->n_rot);
-        float theta = (float)pos;
-        for (size_t i = 0; i < hp->n_rot / 2; i++) {
-            float factor;
-            memcpy(&factor, ff + 4 * i, 4);
-            const float th = hp->rope_freq_scale * (theta / factor);
+        float theta = (float)pos; /* pos base^(-2i/n_rot), built step by step */
+        for (size_t i = 0; i < hp->n_rot / 2; i++, theta *= step) {
+            float th;
+            if (x->yarn) { /* interpolated and extrapolated angles blended between the correction dims */
+                const float y = ((float)i - x->yarn_corr[0]) / fmaxf(0.001f, x->yarn_corr[1] - x->yarn_corr[0]);
+                const float mix = 1 - fminf(1, fmaxf(0, y));
+                th = hp->rope_freq_scale * theta * (1 - mix) + theta * mix;
+            } else { /* the pair's divisor */
+                float factor;
+                memcpy(&factor, ff + 4 * i, 4);
+                th = hp->rope_freq_scale * (theta / factor);
+            }
             cs[2 * i] = cosf(th);
             cs[2 * i + 1] = sinf(th);
-            theta *= step;
         }
     }
-    if (m->ext.rope_attn_factor != 1.0f)
-        for (size_t i = 0; i < hp->n_rot; i++) cs[i] *= m->ext.rope_attn_factor;
+    if (x->rope_attn_factor != 1.0f)
+        for (size_t i = 0; i < hp->n_rot; i++) cs[i] *= x->rope_attn_factor;
 }
 
 static void add_bias(float *y, const tkv__tensor *b, size_t n) {
