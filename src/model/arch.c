@@ -13,7 +13,7 @@ static const tkv__arch archs[] = {
     {.name = "qwen3", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD},
     {.name = "qwen3moe", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .moe = true},
     {.name = "gpt-oss", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qkv_bias = true, .moe = true, .oai = true,
-     .swa_period = 2},
+     .swa_period = 2, .ffn_norm = "post_attention_norm.weight"},
     {.name = "smollm3", .rope = TKV__ROPE_NORMAL, .pre_norms = true, .nope_period = 4},
     {.name = "olmo2", .rope = TKV__ROPE_NEOX, .post_norms = true, .qk_norm = TKV__QK_NORM_WHOLE},
     {.name = "phi3", .rope = TKV__ROPE_NEOX, .pre_norms = true, .fused = true},

@@ -30,6 +30,7 @@ typedef struct tkv__arch {
                              post_ffw_norm) before the residual add ... */
     bool pre_norms;       /* ... and/or of their inputs (attn_norm, ffn_norm): llama has only
                              these, olmo2 only the post ones, gemma both */
+    const char *ffn_norm; /* the FFN input norm's tensor name, if not "ffn_norm.weight" */
     bool fused;           /* blk.N.attn_qkv (rows q, then k, then v) for attn_{q,k,v}, and
                              blk.N.ffn_up of 2 n_ff rows (gate, then up) for ffn_{gate,up} */
     bool gemma;           /* embeddings times sqrt(n_embd), GeGLU (gelu(gate) * up) for SwiGLU,
@@ -41,8 +42,7 @@ typedef struct tkv__arch {
                              (ffn_{gate,up,down}_exps), chosen per token by ffn_gate_inp:
                              softmax over all experts, the top k, renormalized to sum 1 */
     bool oai;             /* gpt-oss: attention sinks (attn_sinks: one extra logit per head,
-                             with no value), an attn_output bias, the FFN's input norm named
-                             post_attention_norm; router and expert biases, experts chosen
+                             with no value), an attn_output bias; router and expert biases, experts chosen
                              as the top k logits with a softmax over those k alone, and the
                              SwiGLU-OAI activation g sigmoid(1.702 g) (u + 1), g = min(gate,
                              7), u = clamp(up, -7, 7) */
@@ -52,6 +52,11 @@ typedef struct tkv__arch {
 
 /* The architecture called `name`, or NULL when it is not supported. */
 const tkv__arch *tkv__arch_find(const char *name);
+
+/* The tensor name (after "blk.N.") of the FFN's input norm. */
+static inline const char *tkv__arch_ffn_norm(const tkv__arch *a) {
+    return a->ffn_norm ? a->ffn_norm : "ffn_norm.weight";
+}
 
 /* "llama, qwen2, ...": the supported names into buf (truncated to cap),
    for error messages. Returns buf. */

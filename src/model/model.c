@@ -273,8 +273,7 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const
                 uint64_t ne0, ne1;
             } extra[] = {{"attn_output.bias", e, 1},          {"attn_sinks.weight", hp->n_head, 1},
                      {"ffn_gate_inp.bias", md.n_expert, 1}, {"ffn_gate_exps.bias", md.n_ff, md.n_expert},
-                     {"ffn_up_exps.bias", md.n_ff, md.n_expert}, {"ffn_down_exps.bias", e, md.n_expert},
-                     {"post_attention_norm.weight", e, 1}};
+                     {"ffn_up_exps.bias", md.n_ff, md.n_expert}, {"ffn_down_exps.bias", e, md.n_expert}};
             for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
                 snprintf(name, sizeof name, "blk.%u.%s", l, extra[i].suffix);
                 if ((st = check_tensor(g, a, name, extra[i].ne0, extra[i].ne1, false))) return st;
@@ -300,13 +299,13 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const
                                  q + 2 * kv, 2 * (uint64_t)hp->n_ff};
         for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
             const int when = need[i].when;
-            if (ar->oai && !strcmp(need[i].suffix, "ffn_norm.weight")) continue; /* checked above, by its name there */
             if ((when == BIAS && !ar->qkv_bias) || (when == QK_NORM && !ar->qk_norm) || (when == PRE && !ar->pre_norms) ||
                 (when == POST && !ar->post_norms) || (when == UNFUSED && ar->fused) || (when == FUSED && !ar->fused) ||
                 (when == DENSE && (ar->fused || ar->moe)) || (when == DENSE_ALL && ar->moe))
                 continue;
             char name[96];
-            snprintf(name, sizeof name, "blk.%u.%s", l, need[i].suffix);
+            const bool ffn_norm = !strcmp(need[i].suffix, "ffn_norm.weight"); /* named by the architecture */
+            snprintf(name, sizeof name, "blk.%u.%s", l, ffn_norm ? tkv__arch_ffn_norm(ar) : need[i].suffix);
             if ((st = check_tensor(g, a, name, dim[need[i].ne0], dim[need[i].ne1], false))) return st;
         }
     }

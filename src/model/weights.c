@@ -66,7 +66,7 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             size_t offset;
             bool matrix;
             int when; /* 0 always, 1 with biases, 2 with q-k norms, 3 pre-norms, 4 post-norms, 5 unfused,
-                         6 dense and unfused, 7 dense, 8 experts, 9 gpt-oss, 10 gpt-oss FFN norm */
+                         6 dense and unfused, 7 dense, 8 experts, 9 gpt-oss */
         } roles[] = {
             {"attn_norm.weight", offsetof(tkv__layer, attn_norm), false, 3},
             {"attn_q.weight", offsetof(tkv__layer, wq), true, 5},
@@ -87,7 +87,6 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             {"ffn_gate_exps.bias", offsetof(tkv__layer, exp_gate_b), false, 9},
             {"ffn_up_exps.bias", offsetof(tkv__layer, exp_up_b), false, 9},
             {"ffn_down_exps.bias", offsetof(tkv__layer, exp_down_b), false, 9},
-            {"post_attention_norm.weight", offsetof(tkv__layer, ffn_norm), false, 10},
             {"attn_q.bias", offsetof(tkv__layer, bq), false, 1},
             {"attn_k.bias", offsetof(tkv__layer, bk), false, 1},
             {"attn_v.bias", offsetof(tkv__layer, bv), false, 1},
@@ -101,12 +100,11 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
             if ((when == 1 && !arch->qkv_bias) || (when == 2 && !arch->qk_norm) || (when == 3 && !arch->pre_norms) ||
                 (when == 4 && !arch->post_norms) || (when == 5 && arch->fused) ||
                 (when == 6 && (arch->fused || arch->moe)) || (when == 7 && arch->moe) || (when == 8 && !arch->moe) ||
-                (when >= 9 && !arch->oai) || (when == 4 && arch->oai))
+                (when == 9 && !arch->oai))
                 continue;
-            if (arch->oai && !strcmp(roles[i].suffix, "ffn_norm.weight")) /* named post_attention_norm there */
-                continue;
+            const bool ffn_norm = roles[i].offset == offsetof(tkv__layer, ffn_norm); /* named by the architecture */
             char name[96];
-            snprintf(name, sizeof name, "blk.%u.%s", l, roles[i].suffix);
+            snprintf(name, sizeof name, "blk.%u.%s", l, ffn_norm ? tkv__arch_ffn_norm(arch) : roles[i].suffix);
             st = bind(g, name, roles[i].matrix, false, (tkv__tensor *)((char *)L + roles[i].offset));
         }
         if (arch->fused && !st) st = bind_fused(g, hp, l, L);
