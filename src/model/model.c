@@ -3,6 +3,7 @@
  * set each architecture needs, and the metadata accessors of the public API.
  */
 #include "model.h"
+#include "tensors.h"
 
 #include "base/alloc.h"
 #include "base/error.h"
@@ -170,17 +171,26 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
 
 /* ---- the tensors an architecture needs ---------------------------------- */
 
-static tkv_status check_tensor(const tkv__gguf *g, const char *arch, const char *name, uint64_t ne0, uint64_t ne1,
-                               bool optional) {
-    const tkv__gguf_tensor *t = tkv__gguf_tensor_find(g, name);
+/* tkv__tensors_each: one tensor of the list, present (unless optional) with its shape. */
+typedef struct check_ctx {
+    const tkv__gguf *g;
+    const char *arch;
+} check_ctx;
+
+static tkv_status check_tensor(const tkv__tensor_need *n, void *ud) {
+    const check_ctx *c = ud;
+    const tkv__gguf_tensor *t = tkv__gguf_tensor_find(c->g, n->name);
     if (!t) {
-        if (optional) return TKV_OK;
-        return tkv__fail(TKV_ERR_FORMAT, "tensor '%s' is missing (needed by %s)", name, arch);
+        if (n->optional) return TKV_OK;
+        return tkv__fail(TKV_ERR_FORMAT, "tensor '%s' is missing (needed by %s)", n->name, c->arch);
     }
-    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return tkv__fail(TKV_ERR_FORMAT, "tensor '%s': shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", name,
-                         (ull)t->ne[0], (ull)t->ne[1], (ull)t->ne[2], (ull)t->ne[3], (ull)ne0, (ull)ne1);
-    return TKV_OK;
+    if (t->ne[0] == n->ne[0] && t->ne[1] == n->ne[1] && t->ne[2] == n->ne[2] && t->ne[3] == 1) return TKV_OK;
+    char want[80];
+    int w = snprintf(want, sizeof want, "%llu", (ull)n->ne[0]);
+    for (unsigned d = 1; d < n->n_dims && w > 0 && (size_t)w < sizeof want; d++)
+        w += snprintf(want + w, sizeof want - (size_t)w, ", %llu", (ull)n->ne[d]);
+    return tkv__fail(TKV_ERR_FORMAT, "tensor '%s': shape [%llu, %llu, %llu, %llu], expected [%s]", n->name,
+                     (ull)t->ne[0], (ull)t->ne[1], (ull)t->ne[2], (ull)t->ne[3], want);
 }
 
 /*
@@ -238,79 +248,10 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
 }
 
 static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const tkv__hp_ext *x) {
-    tkv_status st;
-    const char *a = hp->arch;
-    const uint64_t e = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim, kv = (uint64_t)hp->n_head_kv * hp->head_dim;
-    const tkv__arch *ar = tkv__arch_find(a);
-    if ((st = check_tensor(g, a, "token_embd.weight", e, hp->n_vocab, false))) return st;
-    if ((st = check_tensor(g, a, "output_norm.weight", e, 1, false))) return st;
-    if ((st = check_tensor(g, a, "output.weight", e, hp->n_vocab, true))) return st;
-    if ((st = check_tensor(g, a, "rope_freqs.weight", hp->n_rot / 2, 1, true))) return st;
-    if ((st = check_tensor(g, a, "rope_factors_short.weight", hp->n_rot / 2, 1, true))) return st;
-    if ((st = check_tensor(g, a, "rope_factors_long.weight", hp->n_rot / 2, 1, true))) return st;
-    const tkv__moe_dims md = x->moe;
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        if (ar->moe) { /* the router and the experts, in place of ffn_{gate,up,down} */
-            char name[96];
-            const uint64_t ne[4][3] = {{e, md.n_expert, 1}, {e, md.n_ff, md.n_expert}, {e, md.n_ff, md.n_expert},
-                                       {md.n_ff, e, md.n_expert}};
-            static const char *const sfx[4] = {"ffn_gate_inp.weight", "ffn_gate_exps.weight", "ffn_up_exps.weight",
-                                               "ffn_down_exps.weight"};
-            for (int i = 0; i < 4; i++) {
-                snprintf(name, sizeof name, "blk.%u.%s", l, sfx[i]);
-                const tkv__gguf_tensor *t = tkv__gguf_tensor_find(g, name);
-                if (!t) return tkv__fail(TKV_ERR_FORMAT, "tensor '%s' is missing (needed by %s)", name, a);
-                if (t->ne[0] != ne[i][0] || t->ne[1] != ne[i][1] || t->ne[2] != ne[i][2] || t->ne[3] != 1)
-                    return tkv__fail(TKV_ERR_FORMAT, "tensor '%s': shape [%llu, %llu, %llu, %llu], expected [%llu, %llu, %llu]",
-                                     name, (ull)t->ne[0], (ull)t->ne[1], (ull)t->ne[2], (ull)t->ne[3], (ull)ne[i][0],
-                                     (ull)ne[i][1], (ull)ne[i][2]);
-            }
-        }
-        if (ar->oai) { /* gpt-oss's extra tensors */
-            char name[96];
-            const struct {
-                const char *suffix;
-                uint64_t ne0, ne1;
-            } extra[] = {{"attn_output.bias", e, 1},          {"attn_sinks.weight", hp->n_head, 1},
-                     {"ffn_gate_inp.bias", md.n_expert, 1}, {"ffn_gate_exps.bias", md.n_ff, md.n_expert},
-                     {"ffn_up_exps.bias", md.n_ff, md.n_expert}, {"ffn_down_exps.bias", e, md.n_expert}};
-            for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
-                snprintf(name, sizeof name, "blk.%u.%s", l, extra[i].suffix);
-                if ((st = check_tensor(g, a, name, extra[i].ne0, extra[i].ne1, false))) return st;
-            }
-        }
-        enum { ALL, BIAS, QK_NORM, PRE, POST, UNFUSED, FUSED, DENSE, DENSE_ALL };
-        static const struct {
-            const char *suffix;
-            int ne0, ne1; /* 0 n_embd, 1 q width, 2 kv width, 3 n_ff, 4 one, 5 q norm, 6 k norm,
-                             7 q + 2 kv widths, 8 2 n_ff */
-            int when;     /* ALL, or only with biases / q-k norms / pre-norms / post-norms */
-        } need[] = {
-            {"attn_norm.weight", 0, 4, PRE},  {"attn_q.weight", 0, 1, UNFUSED}, {"attn_k.weight", 0, 2, UNFUSED},
-            {"attn_v.weight", 0, 2, UNFUSED}, {"attn_output.weight", 1, 0, ALL}, {"ffn_norm.weight", 0, 4, PRE},
-            {"ffn_gate.weight", 0, 3, DENSE},   {"ffn_up.weight", 0, 3, DENSE},   {"ffn_down.weight", 3, 0, DENSE_ALL},
-            {"attn_qkv.weight", 0, 7, FUSED}, {"ffn_up.weight", 0, 8, FUSED},
-            {"attn_q.bias", 1, 4, BIAS},      {"attn_k.bias", 2, 4, BIAS},    {"attn_v.bias", 2, 4, BIAS},
-            {"attn_q_norm.weight", 5, 4, QK_NORM}, {"attn_k_norm.weight", 6, 4, QK_NORM},
-            {"post_attention_norm.weight", 0, 4, POST}, {"post_ffw_norm.weight", 0, 4, POST},
-        };
-        const bool whole = ar->qk_norm == TKV__QK_NORM_WHOLE;
-        const uint64_t dim[9] = {e, q, kv, hp->n_ff, 1, whole ? q : hp->head_dim, whole ? kv : hp->head_dim,
-                                 q + 2 * kv, 2 * (uint64_t)hp->n_ff};
-        for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
-            const int when = need[i].when;
-            if ((when == BIAS && !ar->qkv_bias) || (when == QK_NORM && !ar->qk_norm) || (when == PRE && !ar->pre_norms) ||
-                (when == POST && !ar->post_norms) || (when == UNFUSED && ar->fused) || (when == FUSED && !ar->fused) ||
-                (when == DENSE && (ar->fused || ar->moe)) || (when == DENSE_ALL && ar->moe))
-                continue;
-            char name[96];
-            const bool ffn_norm = !strcmp(need[i].suffix, "ffn_norm.weight"); /* named by the architecture */
-            snprintf(name, sizeof name, "blk.%u.%s", l, ffn_norm ? tkv__arch_ffn_norm(ar) : need[i].suffix);
-            if ((st = check_tensor(g, a, name, dim[need[i].ne0], dim[need[i].ne1], false))) return st;
-        }
-    }
-    return TKV_OK;
+    check_ctx c = {g, hp->arch};
+    return tkv__tensors_each(tkv__arch_find(hp->arch), hp, &x->moe, check_tensor, &c);
 }
+
 /* ---- load / free -------------------------------------------------------- */
 
 static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_model **out) {
@@ -325,7 +266,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
             st = tkv__fail(TKV_ERR_FORMAT, "the file has no tensors (a vocabulary-only file): it loads only with vocab_only");
         else
             st = check_tensors(g, &hp, &ext);
-        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &w);
+        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &ext.moe, &w);
     }
     if (st && !p.vocab_only) {
         tkv__gguf_free(g);

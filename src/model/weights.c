@@ -2,6 +2,7 @@
  * weights.c — binding a model's tensors by role, checking their types.
  */
 #include "weights.h"
+#include "tensors.h"
 
 #include "base/alloc.h"
 #include "base/error.h"
@@ -47,68 +48,28 @@ static tkv_status bind_fused(const tkv__gguf *g, const tkv_hparams *hp, uint32_t
     return TKV_OK;
 }
 
-tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch, tkv__weights *w) {
+typedef struct bind_ctx {
+    const tkv__gguf *g;
+    tkv__weights *w;
+} bind_ctx;
+
+/* tkv__tensors_each: bind one tensor where the list says (fused ones after their layer) */
+static tkv_status bind_one(const tkv__tensor_need *n, void *ud) {
+    bind_ctx *c = ud;
+    if (n->bind == TKV__BIND_VIEWS) return TKV_OK;
+    char *base = n->layer < 0 ? (char *)c->w : (char *)&c->w->layers[n->layer];
+    return bind(c->g, n->name, n->matrix, n->optional, (tkv__tensor *)(base + n->bind));
+}
+
+tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch,
+                             const tkv__moe_dims *moe, tkv__weights *w) {
     memset(w, 0, sizeof *w);
-    tkv_status st;
-    if ((st = bind(g, "token_embd.weight", true, false, &w->tok_embd))) return st;
-    if ((st = bind(g, "output_norm.weight", false, false, &w->out_norm))) return st;
-    if ((st = bind(g, "output.weight", true, true, &w->output))) return st;
-    if (!w->output.data) w->output = w->tok_embd;
-    if ((st = bind(g, "rope_freqs.weight", false, true, &w->rope_freqs))) return st;
-    if ((st = bind(g, "rope_factors_short.weight", false, true, &w->rope_short))) return st;
-    if ((st = bind(g, "rope_factors_long.weight", false, true, &w->rope_long))) return st;
     w->layers = tkv__calloc(hp->n_layer, sizeof *w->layers);
     if (!w->layers) return tkv__fail(TKV_ERR_NOMEM, "out of memory for %u layers", hp->n_layer);
-    for (uint32_t l = 0; l < hp->n_layer && !st; l++) {
-        tkv__layer *L = &w->layers[l];
-        static const struct {
-            const char *suffix;
-            size_t offset;
-            bool matrix;
-            int when; /* 0 always, 1 with biases, 2 with q-k norms, 3 pre-norms, 4 post-norms, 5 unfused,
-                         6 dense and unfused, 7 dense, 8 experts, 9 gpt-oss */
-        } roles[] = {
-            {"attn_norm.weight", offsetof(tkv__layer, attn_norm), false, 3},
-            {"attn_q.weight", offsetof(tkv__layer, wq), true, 5},
-            {"attn_k.weight", offsetof(tkv__layer, wk), true, 5},
-            {"attn_v.weight", offsetof(tkv__layer, wv), true, 5},
-            {"attn_output.weight", offsetof(tkv__layer, wo), true, 0},
-            {"ffn_norm.weight", offsetof(tkv__layer, ffn_norm), false, 3},
-            {"ffn_gate.weight", offsetof(tkv__layer, w_gate), true, 6},
-            {"ffn_up.weight", offsetof(tkv__layer, w_up), true, 6},
-            {"ffn_down.weight", offsetof(tkv__layer, w_down), true, 7},
-            {"ffn_gate_inp.weight", offsetof(tkv__layer, router), true, 8},
-            {"ffn_gate_exps.weight", offsetof(tkv__layer, exp_gate), true, 8},
-            {"ffn_up_exps.weight", offsetof(tkv__layer, exp_up), true, 8},
-            {"ffn_down_exps.weight", offsetof(tkv__layer, exp_down), true, 8},
-            {"attn_output.bias", offsetof(tkv__layer, bo), false, 9},
-            {"attn_sinks.weight", offsetof(tkv__layer, sinks), false, 9},
-            {"ffn_gate_inp.bias", offsetof(tkv__layer, router_b), false, 9},
-            {"ffn_gate_exps.bias", offsetof(tkv__layer, exp_gate_b), false, 9},
-            {"ffn_up_exps.bias", offsetof(tkv__layer, exp_up_b), false, 9},
-            {"ffn_down_exps.bias", offsetof(tkv__layer, exp_down_b), false, 9},
-            {"attn_q.bias", offsetof(tkv__layer, bq), false, 1},
-            {"attn_k.bias", offsetof(tkv__layer, bk), false, 1},
-            {"attn_v.bias", offsetof(tkv__layer, bv), false, 1},
-            {"attn_q_norm.weight", offsetof(tkv__layer, q_norm), false, 2},
-            {"attn_k_norm.weight", offsetof(tkv__layer, k_norm), false, 2},
-            {"post_attention_norm.weight", offsetof(tkv__layer, post_attn_norm), false, 4},
-            {"post_ffw_norm.weight", offsetof(tkv__layer, post_ffn_norm), false, 4},
-        };
-        for (size_t i = 0; i < sizeof roles / sizeof roles[0] && !st; i++) {
-            const int when = roles[i].when;
-            if ((when == 1 && !arch->qkv_bias) || (when == 2 && !arch->qk_norm) || (when == 3 && !arch->pre_norms) ||
-                (when == 4 && !arch->post_norms) || (when == 5 && arch->fused) ||
-                (when == 6 && (arch->fused || arch->moe)) || (when == 7 && arch->moe) || (when == 8 && !arch->moe) ||
-                (when == 9 && !arch->oai))
-                continue;
-            const bool ffn_norm = roles[i].offset == offsetof(tkv__layer, ffn_norm); /* named by the architecture */
-            char name[96];
-            snprintf(name, sizeof name, "blk.%u.%s", l, ffn_norm ? tkv__arch_ffn_norm(arch) : roles[i].suffix);
-            st = bind(g, name, roles[i].matrix, false, (tkv__tensor *)((char *)L + roles[i].offset));
-        }
-        if (arch->fused && !st) st = bind_fused(g, hp, l, L);
-    }
+    bind_ctx c = {g, w};
+    tkv_status st = tkv__tensors_each(arch, hp, moe, bind_one, &c);
+    for (uint32_t l = 0; l < hp->n_layer && arch->fused && !st; l++) st = bind_fused(g, hp, l, &w->layers[l]);
+    if (!st && !w->output.data) w->output = w->tok_embd;
     if (st) tkv__weights_free(w);
     return st;
 }

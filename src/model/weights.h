@@ -5,6 +5,7 @@
 #define TKV_WEIGHTS_H
 
 #include "arch.h"
+#include "moe.h"
 #include "format/gguf.h"
 #include "tokenkv.h"
 
@@ -56,11 +57,12 @@ typedef struct tkv__weights {
 } tkv__weights;
 
 /*
- * Bind every tensor of a model whose shapes check_tensors has verified.
+ * Bind every tensor of a model (tensors.h) whose shapes the load has checked.
  * Returns TKV_ERR_UNSUPPORTED naming the tensor and its type when a weight
  * type has no kernels (or a norm or bias is not F32), TKV_ERR_NOMEM.
  */
-tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch, tkv__weights *w);
+tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch,
+                             const tkv__moe_dims *moe, tkv__weights *w);
 void tkv__weights_free(tkv__weights *w);
 
 #endif
