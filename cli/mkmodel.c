@@ -1,31 +1,30 @@
 /*
- * mkmodel.c — `tokenkv mkmodel`: write a random-weight llama GGUF of any
- * shape and tensor type, with the tokenizer of another GGUF file.
- *
- * The weights are uniform random with standard deviation 1/sqrt(fan_in)
- * (fan_in = the row length, ne[0]), so every matrix product keeps the scale
- * of its input and activations stay finite through any number of layers;
- * norm weights are 1. The values do not matter for speed, only the shapes
- * and types do.
+ * mkmodel.c — `tokenkv mkmodel`: write a random-weight GGUF of any supported
+ * architecture, shape and tensor type, with the tokenizer of another GGUF
+ * file. The hyperparameters and tensors come from the tools library
+ * (tools/model_write.h: the same tensor list the loader checks); this file
+ * parses the options, copies the tokenizer and writes the file.
  *
  * Which tensor gets which type follows the reference's quantization rules
  * (llama.cpp's llama_tensor_get_type, without an importance matrix):
- *   - norms are F32;
+ *   - norms, biases and MoE routers are F32;
  *   - F32, F16, BF16: every matrix of that type;
  *   - Q8_0: every matrix Q8_0;
  *   - Q4_0, Q4_1, Q5_0, Q5_1, Q6_K: every matrix of that type except
  *     output.weight, which is Q6_K;
  *   - Q4_K_M (Q5_K_M): Q4_K (Q5_K), except output.weight and, in the layers
- *     that "use more bits", attn_v.weight and ffn_down.weight: Q6_K. A layer
- *     i of n uses more bits when i < n/8, or i >= 7n/8, or
+ *     that "use more bits", attn_v and ffn_down (ffn_down_exps): Q6_K. A
+ *     layer i of n uses more bits when i < n/8, or i >= 7n/8, or
  *     (i - n/8) % 3 == 2 (integer divisions): the first and last eighth of
  *     the layers and every third layer in between;
  *   - a K type on rows whose length is not a multiple of 256 falls back as
  *     the reference does: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0.
- * general.file_type is the reference's number for the mix.
+ * The reference's further rules for some MoE and fused-QKV tensors are not
+ * followed: the mix is the dense models' one. general.file_type is the
+ * reference's number for the mix.
  *
  * The image is built in memory (at the peak about twice the file size, plus
- * the largest matrix as floats), written to OUT.tmp, loaded back as a
+ * the largest tensor as floats), written to OUT.tmp, loaded back as a
  * check, then renamed to OUT.
  */
 #include "cli.h"
@@ -43,23 +42,32 @@
 
 static const char *const mkmodel_help =
     "usage: tokenkv mkmodel OUT.gguf --dim D --layers L --heads H --kv-heads K --ff F\n"
-    "                       [--vocab-from GGUF] [--type TYPE] [--seed S] [--ctx N]\n"
+    "                       [--arch A] [--head-dim N] [--experts N --experts-used K --expert-ff F]\n"
+    "                       [--swa-window N] [--vocab-from GGUF] [--type TYPE] [--seed S] [--ctx N]\n"
     "\n"
-    "Write a llama model with random weights (std 1/sqrt(fan_in), norms 1) and the\n"
+    "Write a model with random weights (std 1/sqrt(fan_in), norms 1) and the\n"
     "tokenizer of another GGUF file; the vocabulary size is that file's token count.\n"
     "Quantized mixes follow the reference's rules (output.weight Q6_K; Q4_K_M and\n"
     "Q5_K_M give attn_v and ffn_down of some layers Q6_K).\n"
     "\n"
-    "  --dim D          embedding length (a multiple of --heads)\n"
+    "  --arch A         architecture (default llama): llama, qwen2, qwen3, qwen3moe,\n"
+    "                   gpt-oss, smollm3, olmo2, phi3, mistral3, gemma2, gemma3\n"
+    "  --dim D          embedding length (a multiple of --heads unless --head-dim)\n"
     "  --layers L       number of blocks\n"
     "  --heads H        attention heads\n"
     "  --kv-heads K     key/value heads (divides H; default H)\n"
     "  --ff F           feed-forward length\n"
+    "  --head-dim N     key/query/value size per head (default D / H)\n"
+    "  --experts N      MoE architectures: experts per layer\n"
+    "  --experts-used K MoE architectures: experts each token uses\n"
+    "  --expert-ff F    MoE architectures: each expert's feed-forward length\n"
+    "  --swa-window N   sliding-window architectures: the window (default the\n"
+    "                   published models': gemma2 4096, gemma3 1024, gpt-oss 128)\n"
     "  --vocab-from F   GGUF file to copy the tokenizer from\n"
     "                   (default ../shared/models/stories260K.gguf)\n"
     "  --type TYPE      F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_M, Q5_K_M,\n"
-    "                   Q6_K (default F32); quantized types need D and F to be\n"
-    "                   multiples of 32\n"
+    "                   Q6_K (default F32); quantized types need every row length\n"
+    "                   (D, F, heads x head size, expert F) to be a multiple of 32\n"
     "  --seed S         random seed (default 0): same seed, same file\n"
     "  --ctx N          context_length to record (default 2048)\n"
     "  -h, --help       show this help\n";
@@ -68,57 +76,23 @@ static const char *const mkmodel_help =
 
 typedef struct mix {
     const char *name;
-    uint32_t ftype;   /* general.file_type (the reference's LLAMA_FTYPE numbering) */
-    tkv_type base;    /* most matrices */
-    tkv_type output;  /* output.weight */
-    tkv_type more;    /* attn_v/ffn_down of layers that use more bits */
+    uint32_t ftype;      /* general.file_type (the reference's LLAMA_FTYPE numbering) */
+    tkv__type_mix types; /* most matrices, output.weight, the "more bits" ones */
 } mix;
 
 static const mix mixes[] = {
-    {"F32", 0, TKV_TYPE_F32, TKV_TYPE_F32, TKV_TYPE_F32},
-    {"F16", 1, TKV_TYPE_F16, TKV_TYPE_F16, TKV_TYPE_F16},
-    {"BF16", 32, TKV_TYPE_BF16, TKV_TYPE_BF16, TKV_TYPE_BF16},
-    {"Q8_0", 7, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0},
-    {"Q4_0", 2, TKV_TYPE_Q4_0, TKV_TYPE_Q6_K, TKV_TYPE_Q4_0},
-    {"Q4_1", 3, TKV_TYPE_Q4_1, TKV_TYPE_Q6_K, TKV_TYPE_Q4_1},
-    {"Q5_0", 8, TKV_TYPE_Q5_0, TKV_TYPE_Q6_K, TKV_TYPE_Q5_0},
-    {"Q5_1", 9, TKV_TYPE_Q5_1, TKV_TYPE_Q6_K, TKV_TYPE_Q5_1},
-    {"Q4_K_M", 15, TKV_TYPE_Q4_K, TKV_TYPE_Q6_K, TKV_TYPE_Q6_K},
-    {"Q5_K_M", 17, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_Q6_K},
-    {"Q6_K", 18, TKV_TYPE_Q6_K, TKV_TYPE_Q6_K, TKV_TYPE_Q6_K},
+    {"F32", 0, {TKV_TYPE_F32, TKV_TYPE_F32, TKV_TYPE_F32}},
+    {"F16", 1, {TKV_TYPE_F16, TKV_TYPE_F16, TKV_TYPE_F16}},
+    {"BF16", 32, {TKV_TYPE_BF16, TKV_TYPE_BF16, TKV_TYPE_BF16}},
+    {"Q8_0", 7, {TKV_TYPE_Q8_0, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0}},
+    {"Q4_0", 2, {TKV_TYPE_Q4_0, TKV_TYPE_Q6_K, TKV_TYPE_Q4_0}},
+    {"Q4_1", 3, {TKV_TYPE_Q4_1, TKV_TYPE_Q6_K, TKV_TYPE_Q4_1}},
+    {"Q5_0", 8, {TKV_TYPE_Q5_0, TKV_TYPE_Q6_K, TKV_TYPE_Q5_0}},
+    {"Q5_1", 9, {TKV_TYPE_Q5_1, TKV_TYPE_Q6_K, TKV_TYPE_Q5_1}},
+    {"Q4_K_M", 15, {TKV_TYPE_Q4_K, TKV_TYPE_Q6_K, TKV_TYPE_Q6_K}},
+    {"Q5_K_M", 17, {TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_Q6_K}},
+    {"Q6_K", 18, {TKV_TYPE_Q6_K, TKV_TYPE_Q6_K, TKV_TYPE_Q6_K}},
 };
-
-/* The reference's "use more bits" layers (see the top of the file). */
-static bool more_bits(uint32_t i, uint32_t n) {
-    return i < n / 8 || i >= 7 * n / 8 || (i >= n / 8 && (i - n / 8) % 3 == 2);
-}
-
-/* A K type on rows that are not whole super-blocks: the reference's fallback. */
-static tkv_type fit_rows(tkv_type t, uint64_t ne0) {
-    if (ne0 % 256 == 0) return t;
-    switch (t) {
-    case TKV_TYPE_Q4_K: return TKV_TYPE_Q5_0;
-    case TKV_TYPE_Q5_K: return TKV_TYPE_Q5_1;
-    case TKV_TYPE_Q6_K: return TKV_TYPE_Q8_0;
-    default: return t;
-    }
-}
-
-/* ---- random numbers -------------------------------------------------------------- */
-
-/* splitmix64: a fast generator with a 64-bit state, good enough for weights */
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* n floats uniform in [-a, a), a = sqrt(3 / fan_in): standard deviation 1/sqrt(fan_in) */
-static void fill_uniform(uint64_t *s, float *x, size_t n, uint64_t fan_in) {
-    const float a = sqrtf(3.0f / (float)fan_in);
-    for (size_t i = 0; i < n; i++) x[i] = a * ((float)(next_u64(s) >> 40) * 0x1p-23f - 1.0f);
-}
 
 /* ---- metadata ---------------------------------------------------------------------- */
 
@@ -208,8 +182,8 @@ static bool tokenizer_key(const char *key) {
 typedef struct opts {
     const char *out, *vocab_from;
     const mix *mix;
+    tkv__model_spec spec; /* everything but the vocabulary size, the mix's types and the seed */
     uint64_t seed;
-    uint32_t dim, layers, heads, kv_heads, ff, ctx;
 } opts;
 
 static bool parse_u64(const char *opt, const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
@@ -232,7 +206,8 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
     memset(o, 0, sizeof *o);
     o->vocab_from = "../shared/models/stories260K.gguf";
     o->mix = &mixes[0];
-    o->ctx = 2048;
+    o->spec.arch = "llama";
+    o->spec.ctx = 2048;
     uint64_t v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -254,9 +229,14 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             size_t off;
             uint64_t lo, hi;
         } nums[] = {
-            {"--dim", offsetof(opts, dim), 1, 1u << 20},     {"--layers", offsetof(opts, layers), 1, 4096},
-            {"--heads", offsetof(opts, heads), 1, 4096},    {"--kv-heads", offsetof(opts, kv_heads), 1, 4096},
-            {"--ff", offsetof(opts, ff), 1, 1u << 22},      {"--ctx", offsetof(opts, ctx), 1, 1u << 30},
+#define AT(f) offsetof(opts, spec.f)
+            {"--dim", AT(dim), 1, 1u << 20},           {"--layers", AT(layers), 1, 4096},
+            {"--heads", AT(heads), 1, 4096},           {"--kv-heads", AT(kv_heads), 1, 4096},
+            {"--ff", AT(ff), 1, 1u << 22},             {"--ctx", AT(ctx), 1, 1u << 30},
+            {"--head-dim", AT(head_dim), 2, 1u << 16}, {"--experts", AT(experts), 1, 1u << 16},
+            {"--experts-used", AT(experts_used), 1, 1u << 16}, {"--expert-ff", AT(expert_ff), 1, 1u << 22},
+            {"--swa-window", AT(swa_window), 1, 1u << 30},
+#undef AT
         };
         bool known = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
@@ -276,6 +256,8 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
         i++;
         if (!strcmp(a, "--vocab-from")) {
             o->vocab_from = val;
+        } else if (!strcmp(a, "--arch")) {
+            o->spec.arch = val;
         } else if (!strcmp(a, "--seed")) {
             if (!parse_u64(a, val, 0, UINT64_MAX, &o->seed)) return 2;
         } else if (!strcmp(a, "--type")) {
@@ -291,19 +273,16 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             return 2;
         }
     }
-    if (!o->kv_heads) o->kv_heads = o->heads;
+    tkv__model_spec *sp = &o->spec;
+    if (!sp->kv_heads) sp->kv_heads = sp->heads;
+    sp->mix = o->mix->types;
+    sp->seed = o->seed;
+    sp->n_vocab = 1; /* the vocabulary file's size is not known yet; no row length depends on it */
     const char *problem = NULL;
-    char msg[160];
+    char msg[256];
     if (!o->out) problem = "OUT.gguf is required";
-    else if (!o->dim || !o->layers || !o->heads || !o->ff) problem = "--dim, --layers, --heads and --ff are required";
-    else if (o->dim % o->heads) problem = "--dim must be a multiple of --heads";
-    else if (o->heads % o->kv_heads) problem = "--heads must be a multiple of --kv-heads";
-    else if ((o->dim / o->heads) % 2) problem = "the head size (--dim / --heads) must be even (RoPE rotates pairs)";
-    else if (o->mix->base != TKV_TYPE_F32 && o->mix->base != TKV_TYPE_F16 && o->mix->base != TKV_TYPE_BF16 &&
-             (o->dim % 32 || o->ff % 32)) {
-        snprintf(msg, sizeof msg, "type %s needs --dim and --ff to be multiples of 32", o->mix->name);
-        problem = msg;
-    }
+    else if (!sp->dim || !sp->layers || !sp->heads || !sp->ff) problem = "--dim, --layers, --heads and --ff are required";
+    else if (tkv__model_spec_check(sp, msg, sizeof msg)) problem = msg;
     if (problem) {
         fprintf(stderr, "tokenkv mkmodel: %s\n%s", problem, mkmodel_help);
         return 2;
@@ -313,55 +292,23 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
 
 /* ---- writing ------------------------------------------------------------------------- */
 
-/*
- * Append one matrix (ne0 x ne1, row length ne0) of random values quantized
- * to `type`. x and q are scratch of at least ne0*ne1 floats / bytes.
- */
-static tkv_status add_matrix(tkv__gguf_writer *w, uint64_t *rng, const char *name, tkv_type type, uint64_t ne0,
-                             uint64_t ne1, float *x, uint8_t *q) {
-    const size_t n = (size_t)(ne0 * ne1);
-    fill_uniform(rng, x, n, ne0);
-    tkv__quantize_row(type, x, q, n); /* rows are whole blocks, so the matrix is one long row */
-    const uint64_t ne[2] = {ne0, ne1};
-    return tkv__gguf_write_tensor(w, name, type, 2, ne, q);
-}
-
-static tkv_status add_norm(tkv__gguf_writer *w, const char *name, uint64_t n, float *x) {
-    for (uint64_t i = 0; i < n; i++) x[i] = 1.0f;
-    return tkv__gguf_write_tensor(w, name, TKV_TYPE_F32, 1, &n, x);
-}
-
 /* Write the whole image of the model into *img / *size; *why names a failure. */
 static tkv_status build(const opts *o, const tkv_model *vocab, uint32_t n_vocab, uint8_t **img, size_t *size,
                         char *why, size_t why_cap, uint64_t *n_params) {
     tkv_status st = TKV_OK;
     tkv__gguf_writer *w = tkv__gguf_writer_new(32);
-    const uint64_t e = o->dim, hd = o->dim / o->heads, kv = hd * o->kv_heads, ff = o->ff;
-    uint64_t biggest = e * n_vocab; /* elements of the largest matrix */
-    if (e * ff > biggest) biggest = e * ff;
-    if (e * e > biggest) biggest = e * e;
-    float *x = malloc(biggest * sizeof *x);       /* (ne1, ne0) floats of one matrix */
-    uint8_t *q = malloc(biggest * sizeof(float)); /* its stored bytes (at most 4 per element) */
-    if (!w || !x || !q) {
-        st = TKV_ERR_NOMEM;
-        goto done;
+    if (!w) {
+        snprintf(why, why_cap, "out of memory");
+        return TKV_ERR_NOMEM;
     }
-    /* hyperparameters: every llama.* key the loader reads */
+    tkv__model_spec spec = o->spec;
+    spec.n_vocab = n_vocab;
     char name[96];
-    snprintf(name, sizeof name, "random llama %ux%u %s", o->dim, o->layers, o->mix->name);
-    if (!st) st = tkv__gguf_write_str(w, "general.architecture", "llama");
+    /* not the architecture's name: the reference sets token attributes by model name ("phi3") */
+    snprintf(name, sizeof name, "random %ux%u %s", spec.dim, spec.layers, o->mix->name);
+    if (!st) st = tkv__gguf_write_str(w, "general.architecture", spec.arch);
     if (!st) st = tkv__gguf_write_str(w, "general.name", name);
     if (!st) st = tkv__gguf_write_u32(w, "general.file_type", o->mix->ftype);
-    if (!st) st = tkv__gguf_write_u32(w, "llama.vocab_size", n_vocab);
-    if (!st) st = tkv__gguf_write_u32(w, "llama.context_length", o->ctx);
-    if (!st) st = tkv__gguf_write_u32(w, "llama.embedding_length", o->dim);
-    if (!st) st = tkv__gguf_write_u32(w, "llama.block_count", o->layers);
-    if (!st) st = tkv__gguf_write_u32(w, "llama.feed_forward_length", o->ff);
-    if (!st) st = tkv__gguf_write_u32(w, "llama.attention.head_count", o->heads);
-    if (!st) st = tkv__gguf_write_u32(w, "llama.attention.head_count_kv", o->kv_heads);
-    if (!st) st = tkv__gguf_write_u32(w, "llama.rope.dimension_count", (uint32_t)hd);
-    if (!st) st = tkv__gguf_write_f32(w, "llama.rope.freq_base", 10000.0f);
-    if (!st) st = tkv__gguf_write_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     /* the tokenizer, pair by pair in the source's order */
     for (size_t i = 0; i < tkv_model_meta_count(vocab) && !st; i++) {
         const char *key, *reason = NULL;
@@ -371,45 +318,10 @@ static tkv_status build(const opts *o, const tkv_model *vocab, uint32_t n_vocab,
         if (st) snprintf(why, why_cap, "%s: metadata key '%s': %s", o->vocab_from, key,
                          reason ? reason : tkv_status_str(st));
     }
-    /* the tensors, in the order the reference's converter writes them */
-    uint64_t rng = o->seed ^ 0x6a09e667f3bcc909ull;
-    const mix *m = o->mix;
-    *n_params = 0;
-    if (!st) st = add_matrix(w, &rng, "token_embd.weight", fit_rows(m->base, e), e, n_vocab, x, q);
-    if (!st) st = add_norm(w, "output_norm.weight", e, x);
-    if (!st) st = add_matrix(w, &rng, "output.weight", fit_rows(m->output, e), e, n_vocab, x, q);
-    *n_params += 2 * e * n_vocab + e;
-    for (uint32_t l = 0; l < o->layers && !st; l++) {
-        const bool more = more_bits(l, o->layers);
-        const struct {
-            const char *suffix;
-            uint64_t ne0, ne1;
-            bool more_bits; /* one of the tensors that use more bits in some layers */
-        } mats[] = {
-            {"attn_q.weight", e, e, false},         {"attn_k.weight", e, kv, false},
-            {"attn_v.weight", e, kv, true},         {"attn_output.weight", e, e, false},
-            {"ffn_gate.weight", e, ff, false},      {"ffn_down.weight", ff, e, true},
-            {"ffn_up.weight", e, ff, false},
-        };
-        snprintf(name, sizeof name, "blk.%u.attn_norm.weight", l);
-        st = add_norm(w, name, e, x);
-        for (size_t k = 0; k < sizeof mats / sizeof mats[0] && !st; k++) {
-            const tkv_type t = fit_rows(mats[k].more_bits && more ? m->more : m->base, mats[k].ne0);
-            snprintf(name, sizeof name, "blk.%u.%s", l, mats[k].suffix);
-            st = add_matrix(w, &rng, name, t, mats[k].ne0, mats[k].ne1, x, q);
-            *n_params += mats[k].ne0 * mats[k].ne1;
-            if (k == 3 && !st) { /* the FFN norm sits between attention and FFN */
-                snprintf(name, sizeof name, "blk.%u.ffn_norm.weight", l);
-                st = add_norm(w, name, e, x);
-            }
-        }
-        *n_params += 2 * e;
-    }
+    /* the architecture's keys and tensors */
+    if (!st) st = tkv__model_write(w, &spec, n_params);
     if (!st) st = tkv__gguf_write_finish(w, img, size);
-done:
     if (st && !why[0]) snprintf(why, why_cap, "%s", st == TKV_ERR_NOMEM ? "out of memory" : tkv_last_error(NULL));
-    free(x);
-    free(q);
     tkv__gguf_writer_free(w);
     return st;
 }
@@ -479,8 +391,11 @@ int cmd_mkmodel(int argc, char **argv) {
         remove(tmp);
         goto out;
     }
-    printf("%s: llama %u layers, dim %u, %u/%u heads, ff %u, vocab %zu, %s: %.2f M params, %.2f MiB\n", o.out,
-           o.layers, o.dim, o.heads, o.kv_heads, o.ff, n_vocab, o.mix->name, (double)n_params / 1e6,
+    const tkv__model_spec *sp = &o.spec;
+    printf("%s: %s %u layers, dim %u, %u/%u heads, ff %u", o.out, sp->arch, sp->layers, sp->dim, sp->heads,
+           sp->kv_heads, sp->ff);
+    if (sp->experts) printf(", %u experts (%u used) of ff %u", sp->experts, sp->experts_used, sp->expert_ff);
+    printf(", vocab %zu, %s: %.2f M params, %.2f MiB\n", n_vocab, o.mix->name, (double)n_params / 1e6,
            (double)size / (1024.0 * 1024.0));
     rc = 0;
 out:

@@ -5,6 +5,8 @@
  *   gguf_write.h  a GGUF image built in memory (any metadata, any tensors,
  *                 valid or deliberately not)
  *   quantize.h    float rows to the block formats the writer stores
+ *   model_write.h the hyperparameters and random weights of a model of any
+ *                 supported architecture
  *
  * Callers outside src/ include this header only.
  */
@@ -13,5 +15,6 @@
 
 #include "gguf_write.h"
 #include "quantize.h"
+#include "model_write.h"
 
 #endif

@@ -528,6 +528,13 @@ static void test_errors(void **state) {
     expect_status(2, "mkmodel '%s' %s --dim 12x %s", out, shape, vocab);
     expect_status(2, "mkmodel '%s' %s --frobnicate 1 %s", out, shape, vocab);
     expect_status(2, "mkmodel '%s' %s --seed", out, shape);
+    expect_status(2, "mkmodel '%s' %s --arch falcon %s", out, shape, vocab);         /* unsupported */
+    expect_status(2, "mkmodel '%s' %s --arch qwen3moe %s", out, shape, vocab);       /* experts missing */
+    expect_status(2, "mkmodel '%s' %s --experts 4 --experts-used 2 --expert-ff 32 %s", out, shape, vocab);
+    expect_status(2, "mkmodel '%s' %s --arch qwen3moe --experts 2 --experts-used 3 --expert-ff 32 %s", out, shape,
+                  vocab);
+    expect_status(2, "mkmodel '%s' %s --arch qwen3moe --experts 4 --experts-used 2 --expert-ff 40 --type Q8_0 %s",
+                  out, shape, vocab);                                               /* 40 % 32 */
     expect_status(2, "mkmodel '%s' '%s' %s %s", out, out, shape, vocab);            /* two outputs */
     expect_status(1, "mkmodel '%s' %s --vocab-from /nonexistent.gguf", out, shape);
     expect_status(1, "mkmodel '%s' %s %s", "/nonexistent-dir/x.gguf", shape, vocab);
@@ -552,11 +559,78 @@ static void test_errors(void **state) {
     tu_run_free(&r);
 }
 
+/* The shape of tensor `name` is (ne0, ne1, ne2). */
+static void assert_shape(const tkv_model *m, const char *name, uint64_t ne0, uint64_t ne1, uint64_t ne2) {
+    tkv_tensor_info ti;
+    if (tkv_model_tensor_find(m, name, &ti) != TKV_OK) fail_msg("tensor %s is missing", name);
+    if (ti.ne[0] != ne0 || ti.ne[1] != ne1 || ti.ne[2] != ne2)
+        fail_msg("%s: [%llu, %llu, %llu], expected [%llu, %llu, %llu]", name, (unsigned long long)ti.ne[0],
+                 (unsigned long long)ti.ne[1], (unsigned long long)ti.ne[2], (unsigned long long)ne0,
+                 (unsigned long long)ne1, (unsigned long long)ne2);
+}
+
+static bool has_tensor(const tkv_model *m, const char *name) {
+    tkv_tensor_info ti;
+    return tkv_model_tensor_find(m, name, &ti) == TKV_OK;
+}
+
+/* --arch: every architecture's model loads as that architecture with the
+   tensors its published files have (../shared/models/arch/README.md), and
+   generates. dim 128, 4/2 heads of 32: q 128, kv 64. */
+static void test_every_arch(void **state) {
+    (void)state;
+    static const char *const archs[] = {"llama", "qwen2",  "qwen3", "qwen3moe", "gpt-oss", "smollm3",
+                                        "olmo2", "phi3", "mistral3", "gemma2", "gemma3"};
+    const char *vocab = tu_shared("models/stories260K.gguf");
+    for (size_t k = 0; k < sizeof archs / sizeof archs[0]; k++) {
+        const char *a = archs[k];
+        const bool moe = !strcmp(a, "qwen3moe") || !strcmp(a, "gpt-oss");
+        const char *out = tmp_path("arch.gguf");
+        tu_run_result r = runf("mkmodel '%s' --arch %s --dim 128 --layers 2 --heads 4 --kv-heads 2 --ff 192 %s "
+                               "--type Q8_0 --vocab-from '%s'", out, a,
+                               moe ? "--experts 4 --experts-used 2 --expert-ff 64" : "", vocab);
+        if (r.status != 0) fail_msg("mkmodel --arch %s: exit %d: %s", a, r.status, r.err);
+        tu_run_free(&r);
+        tkv_model *m = load(out, false);
+        tkv_hparams hp;
+        assert_int_equal(tkv_model_hparams(m, &hp), TKV_OK);
+        assert_string_equal(hp.arch, a);
+        if (!strcmp(a, "phi3")) { /* fused q|k|v and gate|up */
+            assert_shape(m, "blk.1.attn_qkv.weight", 128, 128 + 2 * 64, 1);
+            assert_shape(m, "blk.1.ffn_up.weight", 128, 2 * 192, 1);
+            assert_false(has_tensor(m, "blk.1.attn_q.weight"));
+        } else {
+            assert_shape(m, "blk.1.attn_k.weight", 128, 64, 1);
+        }
+        if (moe) { /* experts stacked in the third dimension, a router per layer, no dense FFN */
+            assert_shape(m, "blk.1.ffn_gate_inp.weight", 128, 4, 1);
+            assert_shape(m, "blk.1.ffn_up_exps.weight", 128, 64, 4);
+            assert_shape(m, "blk.1.ffn_down_exps.weight", 64, 128, 4);
+            assert_false(has_tensor(m, "blk.1.ffn_down.weight"));
+            assert_int_equal(tensor_type(m, "blk.1.ffn_gate_inp.weight"), TKV_TYPE_F32);
+        } else {
+            assert_shape(m, "blk.1.ffn_down.weight", 192, 128, 1);
+        }
+        assert_int_equal(has_tensor(m, "blk.0.attn_q_norm.weight"),
+                         !strcmp(a, "qwen3") || !strcmp(a, "qwen3moe") || !strcmp(a, "olmo2") || !strcmp(a, "gemma3"));
+        assert_int_equal(has_tensor(m, "blk.0.post_ffw_norm.weight"),
+                         !strcmp(a, "olmo2") || !strcmp(a, "gemma2") || !strcmp(a, "gemma3"));
+        assert_int_equal(has_tensor(m, "blk.0.attn_q.bias"), !strcmp(a, "qwen2") || !strcmp(a, "gpt-oss"));
+        assert_int_equal(has_tensor(m, "blk.0.attn_sinks.weight"), !strcmp(a, "gpt-oss"));
+        assert_int_equal(has_tensor(m, "output.weight"), strncmp(a, "gemma", 5) != 0); /* Gemma ties */
+        tkv_model_free(m);
+        r = runf("run -m '%s' -p 'Once upon a time' -n 8 -t 1 --temp 0", out);
+        if (r.status != 0) fail_msg("run --arch %s model: exit %d: %s", a, r.status, r.err);
+        tu_run_free(&r);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_type), cmocka_unit_test(test_mix_rule),
         cmocka_unit_test(test_mix_matches_reference), cmocka_unit_test(test_vocab_copy_types),
-        cmocka_unit_test(test_vocab_copy_real), cmocka_unit_test(test_seed), cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_vocab_copy_real), cmocka_unit_test(test_seed), cmocka_unit_test(test_every_arch),
+        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,59 @@
+/*
+ * model_write.h — the hyperparameters and random weights of a model of any
+ * supported architecture, appended to a GGUF writer: what `tokenkv mkmodel`
+ * writes (the tokenizer and the file are its own business).
+ *
+ * Which tensors an architecture stores, and their shapes, come from the
+ * list the loader checks (model/tensors.h), so every file written here
+ * loads. Matrices are uniform random with standard deviation
+ * 1/sqrt(fan_in) (fan_in = the row length), so each product keeps the scale
+ * of its input through any number of layers; norms are 1, biases and
+ * attention sinks 0. The values do not matter for speed, only the shapes and
+ * types do.
+ */
+#ifndef TKV_MODEL_WRITE_H
+#define TKV_MODEL_WRITE_H
+
+#include "gguf_write.h"
+#include "tokenkv.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The weight types of a quantization mix (see cli/mkmodel.c for the rules). */
+typedef struct tkv__type_mix {
+    tkv_type base;   /* most matrices */
+    tkv_type output; /* output.weight */
+    tkv_type more;   /* attn_v and ffn_down(_exps) of the layers that "use more bits" */
+} tkv__type_mix;
+
+typedef struct tkv__model_spec {
+    const char *arch;         /* general.architecture: one the loader supports */
+    uint32_t dim, layers, heads, kv_heads, ff, ctx, n_vocab;
+    uint32_t head_dim;        /* 0: dim / heads */
+    uint32_t experts, experts_used, expert_ff; /* MoE architectures; 0: not given */
+    uint32_t swa_window;      /* sliding-window architectures; 0: the architecture's default */
+    tkv__type_mix mix;
+    uint64_t seed;            /* same seed, same weights */
+} tkv__model_spec;
+
+/*
+ * Check a spec against its architecture before anything is written.
+ * Returns TKV_OK, or TKV_ERR_INVALID with a message in why (a NUL-terminated
+ * line of at most cap bytes) naming the problem: an unsupported
+ * architecture (with the supported ones), shapes that do not divide, a MoE
+ * architecture without experts (or experts on a dense one), row lengths a
+ * block type cannot hold.
+ */
+tkv_status tkv__model_spec_check(const tkv__model_spec *s, char *why, size_t cap);
+
+/*
+ * Append the architecture's hyperparameter keys (ARCH.*) and every tensor
+ * (the reference's fall-back types for K types on rows that are not whole
+ * super-blocks) to w. The spec must have passed tkv__model_spec_check.
+ * *n_params is the number of weights written. Returns TKV_OK, TKV_ERR_NOMEM,
+ * or the writer's error.
+ */
+tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint64_t *n_params);
+
+#endif
