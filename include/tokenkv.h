@@ -946,7 +946,10 @@ TKV_API tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tk
 
 /**
  * Verify every invariant of the cache: cells <-> prefix-index nodes <->
- * sequences <-> positions <-> tokens, free-cell accounting.
+ * sequences <-> positions <-> tokens, free-cell accounting. Sliding-window
+ * models (Gemma 2/3, gpt-oss) follow the same rules: every cell holds K/V
+ * for every layer, window layers included, so any cached prefix is reusable
+ * at any length (README, "Sliding-window models and the cache").
  *
  * @param ctx  the context; not changed.
  * @return TKV_OK, or TKV_ERR_FORMAT with tkv_last_error(NULL) naming the
