@@ -130,6 +130,51 @@ static void test_silu_swiglu(void **state) {
 
 /* ---- RoPE ------------------------------------------------------------------------ */
 
+/*
+ * GeGLU against the reference's definition, in float as its table is built
+ * (double would round some values to the neighbouring fp16): gelu (tanh
+ * form) of the fp16 rounding of the gate, rounded to fp16, times up;
+ * 0 at or below -10 and the gate itself at or above 10. Every fp16 value in
+ * (-10, 10) as a gate, and random floats between them (their own rounding).
+ */
+static float f16r(double x) { return tkv__quant_f16_to_f32(tkv__quant_f32_to_f16((float)x)); }
+
+static double gelu_ref(float x) {
+    if (x <= -10.0f) return 0.0;
+    if (x >= 10.0f) return x;
+    const float h = f16r(x), c = 0.79788456080286535587989211986876f; /* sqrt(2 / pi) */
+    return f16r(0.5f * h * (1.0f + tanhf(c * h * (1.0f + 0.044715f * h * h))));
+}
+
+static void test_geglu(void **state) {
+    (void)state;
+    enum { N = 1 << 16 };
+    float *gate = malloc(2 * N * sizeof *gate), *up = malloc(2 * N * sizeof *up), *y = malloc(2 * N * sizeof *y);
+    assert_non_null(gate);
+    size_t n = 0;
+    for (uint32_t h = 0; h < N; h++) { /* every finite fp16 value */
+        const float x = tkv__quant_f16_to_f32((uint16_t)h);
+        if (isfinite(x) && fabsf(x) <= 12.0f) gate[n] = x, up[n] = rndf(-2, 2), n++;
+    }
+    for (int i = 0; i < 4096; i++) gate[n] = rndf(-11, 11), up[n] = rndf(-2, 2), n++;
+    gate[n] = -10.0f, up[n++] = 1.5f;
+    gate[n] = 10.0f, up[n++] = 1.5f;
+    tkv__ops_geglu(y, gate, up, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* the gelu value is an fp16 (or the gate); the product may round once */
+        const double want = gelu_ref(gate[i]) * up[i];
+        if (fabs(y[i] - want) > 1e-6 * fabs(want) + 1e-30 && bad++ < 5)
+            print_error("geglu(%.9g) * %.9g = %.9g, expected %.9g\n", gate[i], up[i], y[i], want);
+    }
+    assert_int_equal(bad, 0);
+    tkv__ops_geglu(gate, gate, up, n); /* in place */
+    assert_memory_equal(gate, y, n * sizeof *y);
+    free(gate);
+    free(up);
+    free(y);
+}
+
 static void test_rope_by_hand(void **state) {
     (void)state;
     float cs[4];
@@ -354,6 +399,7 @@ int main(void) {
         cmocka_unit_test_teardown(test_rmsnorm, teardown),
         cmocka_unit_test_teardown(test_softmax, teardown),
         cmocka_unit_test_teardown(test_silu_swiglu, teardown),
+        cmocka_unit_test(test_geglu),
         cmocka_unit_test(test_rope_by_hand),
         cmocka_unit_test(test_rope_formula),
         cmocka_unit_test(test_rope_relative),
