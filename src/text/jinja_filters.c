@@ -133,8 +133,11 @@ static tkv__jv key_of(tkv__jctx *c, tkv__jv v, bool case_sensitive) {
     return v;
 }
 
-/* Stable merge sort of items by keys (Python's sorted is stable). */
-static void sort_by(tkv__jctx *c, tkv__jv *items, tkv__jv *keys, size_t n, bool reverse) {
+/*
+ * Stable merge sort of items by keys (Python's sorted is stable). by_attr: Jinja2 wraps attribute keys in lists,
+ * which compare equal values as equal before ordering them (so missing attributes, all undefined, do not raise).
+ */
+static void sort_by(tkv__jctx *c, tkv__jv *items, tkv__jv *keys, size_t n, bool reverse, bool by_attr) {
     if (n < 2) return;
     tkv__jv *ti = tkv__jarena_alloc(c, n * sizeof *ti), *tk = tkv__jarena_alloc(c, n * sizeof *tk);
     for (size_t width = 1; width < n; width *= 2) {
@@ -143,7 +146,7 @@ static void sort_by(tkv__jctx *c, tkv__jv *items, tkv__jv *keys, size_t n, bool 
             size_t i = lo, j = mid, k = lo;
             while (i < mid && j < hi) {
                 tkv__jstep(c, 1);
-                int r = tkv__jv_compare(c, keys[j], keys[i]);
+                int r = by_attr && tkv__jv_equal(keys[j], keys[i]) ? 0 : tkv__jv_compare(c, keys[j], keys[i]);
                 bool take_right = reverse ? r > 0 : r < 0;
                 if (take_right) {
                     ti[k] = items[j];
@@ -443,7 +446,7 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
             l.u.list->items[i] = pair;
             keys[i] = key_of(c, by_value ? v.u.dict->vals[i] : v.u.dict->keys[i], tkv__jv_truthy(p[0]));
         }
-        sort_by(c, l.u.list->items, keys, cnt, tkv__jv_truthy(p[2]));
+        sort_by(c, l.u.list->items, keys, cnt, tkv__jv_truthy(p[2]), false);
         *out = l;
     } else if (IS("list")) {
         BIND0();
@@ -554,7 +557,7 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
         for (size_t i = 0; i < cnt; i++)
             keys[i] = key_of(c, DEF(p[2]) ? get_path(c, r.u.list->items[i], p[2]) : r.u.list->items[i],
                              tkv__jv_truthy(p[1]));
-        sort_by(c, r.u.list->items, keys, cnt, tkv__jv_truthy(p[0]));
+        sort_by(c, r.u.list->items, keys, cnt, tkv__jv_truthy(p[0]), DEF(p[2]));
         *out = r;
     } else if (IS("min") || IS("max")) {
         *out = minmax(c, v, a, IS("max"));

@@ -262,7 +262,99 @@ static bool affix(tkv__jctx *c, tkv__jv s, tkv__jv x, bool end) {
     return !memcmp(s.u.str.p + (end ? s.u.str.n - x.u.str.n : 0), x.u.str.p, x.u.str.n);
 }
 
-/* str.format: {} {0} {name}, {{ and }}; a format spec is not supported. */
+/* One replacement field's format spec (Python's mini-language: [[fill]align][sign][0][width][,][.prec][type]). */
+static void format_spec(tkv__jctx *c, tkv__jbuf *b, tkv__jv v, const char *s, size_t n) {
+    size_t i = 0;
+    char fill = ' ', align = 0, sign = '-', type = 0;
+    if (n >= 2 && strchr("<>^=", s[1])) {
+        fill = s[0];
+        align = s[1];
+        i = 2;
+    } else if (n >= 1 && strchr("<>^=", s[0])) {
+        align = s[0];
+        i = 1;
+    }
+    if (i < n && strchr("+- ", s[i])) sign = s[i++];
+    if (i < n && s[i] == '#') i++;
+    if (i < n && s[i] == '0') {
+        if (!align) {
+            fill = '0';
+            align = '=';
+        }
+        i++;
+    }
+    long width = 0, prec = -1;
+    while (i < n && s[i] >= '0' && s[i] <= '9' && width < 10000) width = width * 10 + (s[i++] - '0');
+    char comma = i < n && (s[i] == ',' || s[i] == '_') ? s[i++] : 0;
+    if (i < n && s[i] == '.') {
+        prec = 0;
+        i++;
+        while (i < n && s[i] >= '0' && s[i] <= '9' && prec < 1000) prec = prec * 10 + (s[i++] - '0');
+    }
+    if (i < n) type = s[i++];
+    if (i != n || width >= 10000 || prec >= 1000) tkv__jraise(c, TKV_ERR_INVALID, "Invalid format specifier");
+    char num[1100];
+    tkv__jv body;
+    bool is_num = tkv__jv_is_num(v) && v.type != TKV__JV_BOOL;
+    if (!is_num || type == 's') {
+        if (type && type != 's') tkv__jraise(c, TKV_ERR_INVALID, "Unknown format code '%c' for str", type);
+        body = tkv__jv_to_str(c, v);
+        if (prec >= 0) body.u.str.n = tkv__utf8_offset(body.u.str.p, body.u.str.n, (size_t)prec);
+    } else {
+        int k;
+        char fmt[16];
+        const char *sg = sign == '+' ? "+" : sign == ' ' ? " " : "";
+        if (v.type == TKV__JV_INT && (!type || strchr("dxXob", type))) {
+            if (type == 'b') tkv__jraise(c, TKV_ERR_INVALID, "format code 'b' is not supported");
+            const char *conv = type == 'x' ? "llx" : type == 'X' ? "llX" : type == 'o' ? "llo" : "lld";
+            snprintf(fmt, sizeof fmt, "%%%s%s", sg, conv);
+            k = snprintf(num, sizeof num, fmt, (long long)v.u.i);
+        } else if (!type && prec < 0) {
+            tkv__jbuf r = {0};
+            tkv__jv_write_str(c, &r, v);
+            k = snprintf(num, sizeof num, "%s%s", sign == '+' && tkv__jv_num(v) >= 0 ? "+" : "", r.p);
+        } else {
+            char t = type && strchr("eEfFgG%", type) ? type : 'g';
+            double x = tkv__jv_num(v) * (t == '%' ? 100 : 1);
+            snprintf(fmt, sizeof fmt, "%%%s.%ld%c", sg, prec < 0 ? 6 : prec, t == '%' ? 'f' : t);
+            k = snprintf(num, sizeof num, fmt, x);
+            if (t == '%' && k > 0 && (size_t)k + 1 < sizeof num) num[k++] = '%';
+        }
+        if (k < 0) k = 0;
+        if ((size_t)k >= sizeof num) k = sizeof num - 1;
+        num[k] = 0;
+        if (comma) {
+            /* group the integer digits by three */
+            char g[1500];
+            size_t start = (num[0] == '-' || num[0] == '+' || num[0] == ' ') ? 1 : 0, end = start, o = 0;
+            while (num[end] >= '0' && num[end] <= '9') end++;
+            for (size_t q = 0; q < start; q++) g[o++] = num[q];
+            for (size_t q = start; q < end; q++) {
+                g[o++] = num[q];
+                if ((end - q - 1) % 3 == 0 && q + 1 < end) g[o++] = comma;
+            }
+            for (size_t q = end; num[q] && o + 1 < sizeof g; q++) g[o++] = num[q];
+            g[o] = 0;
+            memcpy(num, g, o + 1 < sizeof num ? o + 1 : sizeof num);
+            num[sizeof num - 1] = 0;
+        }
+        body = tkv__jv_strdup(c, num, strlen(num));
+        if (!align) align = '>';
+    }
+    if (!align) align = '<';
+    long len = (long)tkv__utf8_len(body.u.str.p, body.u.str.n), pad = width > len ? width - len : 0;
+    long left = align == '>' || align == '=' ? pad : align == '^' ? pad / 2 : 0;
+    size_t skip = 0;
+    if (align == '=' && body.u.str.n && strchr("+- ", body.u.str.p[0])) {
+        tkv__jbuf_addc(c, b, body.u.str.p[0]);
+        skip = 1;
+    }
+    for (long q = 0; q < left; q++) tkv__jbuf_addc(c, b, fill);
+    tkv__jbuf_add(c, b, body.u.str.p + skip, body.u.str.n - skip);
+    for (long q = left; q < pad; q++) tkv__jbuf_addc(c, b, fill);
+}
+
+/* str.format: {} {0} {name} with !r / !s and a format spec; {{ and }}. */
 static tkv__jv format(tkv__jctx *c, tkv__jv s, const tkv__jargs *a) {
     tkv__jbuf b = {0};
     size_t auto_i = 0;
@@ -291,7 +383,20 @@ static tkv__jv format(tkv__jctx *c, tkv__jv s, const tkv__jargs *a) {
         size_t fn = j - i - 1;
         size_t colon = 0;
         while (colon < fn && f[colon] != ':' && f[colon] != '!') colon++;
-        if (colon < fn) tkv__jraise(c, TKV_ERR_INVALID, "format specs are not supported in str.format");
+        const char *spec = f + colon;
+        size_t spec_n = fn - colon;
+        fn = colon;
+        char conv = 0;
+        if (spec_n >= 2 && spec[0] == '!') {
+            conv = spec[1];
+            spec += 2;
+            spec_n -= 2;
+        }
+        if (spec_n && spec[0] != ':') tkv__jraise(c, TKV_ERR_INVALID, "expected ':' after conversion specifier");
+        if (spec_n) {
+            spec++;
+            spec_n--;
+        }
         tkv__jv v;
         if (fn == 0) {
             if (auto_i >= a->n) tkv__jraise(c, TKV_ERR_INVALID, "Replacement index %zu out of range", auto_i);
@@ -312,7 +417,15 @@ static tkv__jv format(tkv__jctx *c, tkv__jv s, const tkv__jargs *a) {
             if (k == a->n_kw) tkv__jraise(c, TKV_ERR_INVALID, "KeyError: '%.*s'", (int)fn, f);
             v = a->kw[k];
         }
-        tkv__jv_write_str(c, &b, v);
+        if (conv == 'r' || conv == 'a') {
+            tkv__jbuf r = {0};
+            tkv__jv_write_repr(c, &r, v, 0);
+            v = tkv__jbuf_value(&r);
+        } else if (conv && conv != 's') {
+            tkv__jraise(c, TKV_ERR_INVALID, "Unknown conversion specifier %c", conv);
+        }
+        if (spec_n) format_spec(c, &b, v, spec, spec_n);
+        else tkv__jv_write_str(c, &b, v);
         i = j;
     }
     return tkv__jbuf_value(&b);

@@ -165,6 +165,9 @@ static void test_filters(void **state) {
     expect("{{ xs|sort }} {{ xs|sort(reverse=true) }} {{ ['b', 'A', 'a', 'C']|sort }} {{ ['b', 'A', 'a']|unique|list }}"
            " {{ xs|min }} {{ xs|max }} {{ xs|sum }}",
            "[1, 2, 3] [3, 2, 1] ['A', 'a', 'b', 'C'] ['b', 'A'] 1 3 6");
+    /* sorting by a missing attribute keeps the order (the keys are all equal) */
+    expect("{{ xs|sort(attribute='x') }} {{ msgs|sort(attribute='role')|map(attribute='content')|join }}",
+           "[3, 1, 2] yohi");
     expect("{{ d|dictsort }} {{ xs|first }} {{ xs|last }} {{ xs|reverse|list }} {{ s|reverse }} {{ 'ab'|list }}",
            "[('a', [1, 2]), ('b', 1), ('c', None), ('items', 7)] 3 2 [2, 1, 3] dlroW olleH ['a', 'b']");
     expect("{{ nothing|default('d') }} {{ none|default('d') }} {{ none|default('d', true) }} {{ nothing|length }}",
@@ -211,6 +214,9 @@ static void test_strings(void **state) {
     expect("{{ ', '.join(['a', 'b']) }} {{ '{} and {}'.format(1, 'x') }} {{ '{0}{1}{0}'.format('a', 'b') }} "
            "{{ 'a b'.title() }} {{ 'ABC'.isupper() }} {{ '12'.isdigit() }}",
            "a, b 1 and x aba A B True True");
+    expect("{{ '{:>5}|{:<3}|{:^5}|{:.2f}|{:05d}|{:,}|{!r}'.format('x', 'y', 'z', 3.14159, 7, 1234567, 'q') }}",
+           "    x|y  |  z  |3.14|00007|1,234,567|'q'");
+    expect("{{ \"%s-%03d|%.2f|%5s|%-3s|%x\" % ('a', 7, 2.5, 'b', 'c', 255) }}", "a-007|2.50|    b|c  |ff");
     expect("{{ strftime_now('%Y-%m-%d|%d %b %Y|%B %d, %Y|%A %a|%H:%M:%S') }}",
            "2026-01-15|15 Jan 2026|January 15, 2026|Thursday Thu|00:00:00");
 }
