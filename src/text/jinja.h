@@ -30,7 +30,7 @@
 /* Limits of one render (and of parsing, for the nesting depth). */
 #define TKV__JINJA_MAX_OUTPUT (16u << 20)     /* bytes of output */
 #define TKV__JINJA_MAX_MEMORY (256u << 20)    /* bytes of values made while rendering */
-#define TKV__JINJA_MAX_STEPS 10000000L        /* expressions, statements and items handled by filters */
+#define TKV__JINJA_MAX_STEPS 50000000L        /* expressions, statements, items handled by filters (~2 s) */
 #define TKV__JINJA_MAX_DEPTH 400              /* nested evaluation: syntax nesting plus macro calls */
 #define TKV__JINJA_MAX_RANGE 100000           /* items of range() (Jinja2's sandbox limit) */
 
@@ -91,6 +91,7 @@ enum {
     TKV__JV_UNSAFE = 4, /* an Undefined that stands for a method the sandbox refuses */
     TKV__JV_MARKUP = 8, /* a str that is Markup (|safe, |escape): `+` escapes the other str */
     TKV__JV_GEN = 16,   /* a list that is a generator (|map, |select...): iterable, but no len, index or JSON */
+    TKV__JV_GROW = 32,  /* a str or list made by concatenation, whose storage has room to grow (see jinja_value.c) */
 };
 
 typedef struct tkv__jlist tkv__jlist;
@@ -179,54 +180,63 @@ typedef struct tkv__jctx {
     int now_y, now_m, now_d;
 } tkv__jctx;
 
-/* Arena and errors (jinja_value.c). */
+/*
+ * Arena and errors (jinja_value.c). tkv__jarena_alloc: n bytes (16-aligned) that live until the arena is freed;
+ * raises TKV_ERR_NOMEM, or TKV_ERR_INVALID past the arena's limit. tkv__jraise: records "template line N: ..."
+ * (the current line; none when 0) and longjmps to c->fail. tkv__jstep: counts n steps, raises past the limit.
+ */
 void *tkv__jarena_alloc(tkv__jctx *c, size_t n);
 void tkv__jarena_free(tkv__jarena *a);
 _Noreturn void tkv__jraise(tkv__jctx *c, tkv_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void tkv__jstep(tkv__jctx *c, long n);
 
-/* Values (jinja_value.c). */
-tkv__jv tkv__jv_undef(const char *name);
+/*
+ * Values (jinja_value.c). Constructors never fail, except those taking c (they allocate in its arena and may
+ * raise). Strings are not copied unless the name says so: they must live as long as the render.
+ */
+tkv__jv tkv__jv_undef(const char *name); /* name: what was missing, for the message (NULL: unknown) */
 tkv__jv tkv__jv_none(void);
 tkv__jv tkv__jv_bool(bool b);
 tkv__jv tkv__jv_int(int64_t i);
 tkv__jv tkv__jv_float(double f);
-tkv__jv tkv__jv_str(const char *p, size_t n);             /* not copied */
-tkv__jv tkv__jv_strdup(tkv__jctx *c, const char *p, size_t n); /* copied into the arena */
-tkv__jv tkv__jv_cstr(const char *s);                         /* a static string */
-tkv__jv tkv__jv_list(tkv__jctx *c, size_t n);               /* n items, all none */
-tkv__jv tkv__jv_dict(tkv__jctx *c, size_t cap);
-void tkv__jv_dict_set(tkv__jctx *c, tkv__jv d, tkv__jv key, tkv__jv val);
-tkv__jv *tkv__jv_dict_get(tkv__jv d, tkv__jv key);        /* NULL when absent */
-tkv__jv *tkv__jv_dict_getn(tkv__jv d, const char *key, size_t n);
-bool tkv__jv_truthy(tkv__jv v);
-bool tkv__jv_equal(tkv__jv a, tkv__jv b);
+tkv__jv tkv__jv_str(const char *p, size_t n);                  /* not copied */
+tkv__jv tkv__jv_strdup(tkv__jctx *c, const char *p, size_t n); /* copied into the arena, NUL-terminated */
+tkv__jv tkv__jv_cstr(const char *s);                           /* a static string */
+tkv__jv tkv__jv_list(tkv__jctx *c, size_t n);                  /* n items, all none */
+tkv__jv tkv__jv_dict(tkv__jctx *c, size_t cap);                /* empty, room for cap keys (it grows) */
+void tkv__jv_dict_set(tkv__jctx *c, tkv__jv d, tkv__jv key, tkv__jv val); /* replaces, or appends in order */
+tkv__jv *tkv__jv_dict_get(tkv__jv d, tkv__jv key);             /* the value's slot; NULL when absent */
+tkv__jv *tkv__jv_dict_getn(tkv__jv d, const char *key, size_t n); /* the same for a string key */
+bool tkv__jv_truthy(tkv__jv v);                                /* Python's bool(v) */
+bool tkv__jv_equal(tkv__jv a, tkv__jv b);                      /* Python's a == b (1 == 1.0 == True) */
 int tkv__jv_compare(tkv__jctx *c, tkv__jv a, tkv__jv b); /* Python's <, ==, > as -1, 0, 1; raises on mixed types */
 const char *tkv__jv_type_name(tkv__jv v);                 /* Python's type name: 'str', 'dict', ... */
-bool tkv__jv_is_num(tkv__jv v);                            /* int, float or bool */
-double tkv__jv_num(tkv__jv v);
+bool tkv__jv_is_num(tkv__jv v);                           /* int, float or bool */
+double tkv__jv_num(tkv__jv v);                            /* a number's value as a double */
 
-/* A growable string in the arena. */
+/* A growable string in the arena (zero-initialized is empty); raises past TKV__JINJA_MAX_OUTPUT. */
 typedef struct tkv__jbuf {
-    char *p;
+    char *p; /* NUL-terminated once anything was added */
     size_t n, cap;
 } tkv__jbuf;
 void tkv__jbuf_add(tkv__jctx *c, tkv__jbuf *b, const char *s, size_t n);
 void tkv__jbuf_addc(tkv__jctx *c, tkv__jbuf *b, char ch);
-tkv__jv tkv__jbuf_value(tkv__jbuf *b);
+tkv__jv tkv__jbuf_value(tkv__jbuf *b); /* the text so far as a string value (sharing the buffer) */
 
 void tkv__jv_write_str(tkv__jctx *c, tkv__jbuf *b, tkv__jv v);  /* Python's str(v) */
 void tkv__jv_write_repr(tkv__jctx *c, tkv__jbuf *b, tkv__jv v, int depth); /* Python's repr(v) */
 void tkv__jv_write_float(tkv__jbuf *b, tkv__jctx *c, double f); /* Python's repr of a float */
 tkv__jv tkv__jv_to_str(tkv__jctx *c, tkv__jv v);                /* str(v) as a string value */
 tkv__jv tkv__jescape(tkv__jctx *c, tkv__jv v);                  /* markupsafe.escape(str(v)), a Markup */
+/* a + b of two strs / two lists (the flags of a kept); amortized linear when a template accumulates in a loop */
+tkv__jv tkv__jv_concat(tkv__jctx *c, tkv__jv a, tkv__jv b);
 
-/* UTF-8 (jinja_value.c). */
-size_t tkv__utf8_len(const char *p, size_t n);          /* code points */
+/* UTF-8 (jinja_value.c): a byte that does not start a valid sequence counts as one code point, itself. */
+size_t tkv__utf8_len(const char *p, size_t n);               /* code points */
 size_t tkv__utf8_offset(const char *p, size_t n, size_t cp); /* byte offset of code point cp (n when past) */
-uint32_t tkv__utf8_decode(const char *p, size_t n, size_t *used);
-size_t tkv__utf8_encode(uint32_t cp, char out[4]);
-bool tkv__py_isspace(uint32_t cp);
+uint32_t tkv__utf8_decode(const char *p, size_t n, size_t *used); /* the code point at p (n > 0), its length */
+size_t tkv__utf8_encode(uint32_t cp, char out[4]);           /* bytes written */
+bool tkv__py_isspace(uint32_t cp);                           /* Python's str.isspace of one code point */
 
 /* JSON in and out (jinja_json.c). */
 void tkv__jv_from_json(tkv__jctx *c, const char *json, tkv__jv *out); /* raises on malformed JSON */
@@ -255,7 +265,11 @@ void tkv__jinja_lex(tkv__jctx *c, const char *src, size_t n, tkv__jtok **toks, s
 /* Parse tokens into a BODY node; raises a syntax error. */
 tkv__jnode *tkv__jinja_parse_tokens(tkv__jctx *c, const tkv__jtok *toks, size_t n_toks);
 
-/* Evaluation (jinja_eval.c). */
+/*
+ * Evaluation (jinja_eval.c). tkv__jinja_call: fn(args, kw_names=kw_vals) for a macro, method or global; raises
+ * when fn is not callable. tkv__jinja_getattr / getitem: obj.name and obj[key] as the sandbox reads them (a
+ * method before a key for `.`, a key before a method for `[]`; missing: undefined; on undefined obj: raises).
+ */
 tkv__jv tkv__jinja_call(tkv__jctx *c, tkv__jv fn, tkv__jv *args, size_t n_args, const tkv__jv *kw_names,
                         tkv__jv *kw_vals, size_t n_kw);
 tkv__jv tkv__jinja_getattr(tkv__jctx *c, tkv__jv obj, const char *name, size_t n);
@@ -273,12 +287,20 @@ typedef struct tkv__jargs {
     tkv__jv *kw;
     size_t n_kw;
 } tkv__jargs;
-/* Bind args to a signature: names[i] for position i (NULL-terminated); out[i] undefined when missing. */
+/*
+ * Bind args to a signature: names[i] for position i (NULL-terminated); out[i] undefined when missing. Raises on
+ * too many arguments or an unknown keyword; `what` names the callee in the message.
+ */
 void tkv__jbind(tkv__jctx *c, const char *what, const tkv__jargs *a, const char *const *names, tkv__jv *out);
+/* Apply filter `name` to v (*out) / test v (*out); false when there is no such filter / test; raises as Jinja2. */
 bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out);
 bool tkv__jinja_test(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, bool *out);
-/* obj.name when obj is a str, dict or list and name is one of its methods; false otherwise. */
+/*
+ * obj.name when obj is a str, dict or list and name is one of its methods (*out: the bound method, or, for one
+ * the sandbox refuses, an undefined that raises when called); false otherwise.
+ */
 bool tkv__jinja_method(tkv__jctx *c, tkv__jv obj, const char *name, size_t n, tkv__jv *out);
+/* Call a bound method / the global number id (the order of tkv__jinja_add_globals). */
 tkv__jv tkv__jinja_call_method(tkv__jctx *c, tkv__jfunc *fn, const tkv__jargs *a);
 tkv__jv tkv__jinja_call_global(tkv__jctx *c, int id, const tkv__jargs *a);
 /* Python's str methods the filters share: case (0 lower, 1 upper, 2 capitalize), strip (whitespace when chars is
@@ -288,6 +310,8 @@ tkv__jv tkv__jstr_strip(tkv__jctx *c, tkv__jv s, tkv__jv chars, bool left, bool 
 tkv__jv tkv__jstr_replace(tkv__jctx *c, tkv__jv s, tkv__jv old, tkv__jv rep, int64_t count);
 /* fmt % args, as Python formats a str (args: a tuple, a dict for %(name)s, or one value). */
 tkv__jv tkv__jstr_percent(tkv__jctx *c, tkv__jv fmt, tkv__jv args);
+/* range(args) as (start, step, count); raises on bad arguments or past TKV__JINJA_MAX_RANGE items. */
+size_t tkv__jrange(tkv__jctx *c, const tkv__jargs *a, int64_t *start, int64_t *step);
 /* The globals every render starts with, added to a dict. */
 void tkv__jinja_add_globals(tkv__jctx *c, tkv__jv dict);
 
@@ -301,8 +325,10 @@ struct tkv__jfunc {
     struct tkv__jframe *closure;  /* MACRO: the scope it was defined in */
 };
 
+/* A for loop's state (loop.index...): its items, or, for `for x in range(...)`, the range's items unmade. */
 struct tkv__jloop {
-    tkv__jlist items;
+    tkv__jlist items; /* items.items NULL for a range: item i is start + i * step, of items.n */
+    int64_t start, step;
     size_t i;
 };
 

@@ -92,6 +92,10 @@ static void need_defined(tkv__jctx *c, tkv__jv v) {
 
 /* ---- attributes and items ---- */
 
+static tkv__jv loop_item(const tkv__jloop *l, size_t i) {
+    return l->items.items ? l->items.items[i] : tkv__jv_int(l->start + (int64_t)i * l->step);
+}
+
 static tkv__jv loop_attr(tkv__jctx *c, tkv__jv lv, const char *name, size_t n) {
     tkv__jloop *l = lv.u.loop;
     size_t len = l->items.n, i = l->i;
@@ -105,8 +109,8 @@ static tkv__jv loop_attr(tkv__jctx *c, tkv__jv lv, const char *name, size_t n) {
     if (IS("length")) return tkv__jv_int((int64_t)len);
     if (IS("depth")) return tkv__jv_int(1);
     if (IS("depth0")) return tkv__jv_int(0);
-    if (IS("previtem")) return i > 0 ? l->items.items[i - 1] : tkv__jv_undef("previtem");
-    if (IS("nextitem")) return i + 1 < len ? l->items.items[i + 1] : tkv__jv_undef("nextitem");
+    if (IS("previtem")) return i > 0 ? loop_item(l, i - 1) : tkv__jv_undef("previtem");
+    if (IS("nextitem")) return i + 1 < len ? loop_item(l, i + 1) : tkv__jv_undef("nextitem");
     if (IS("cycle")) {
         tkv__jv fv = {.type = TKV__JV_FUNC};
         fv.u.fn = tkv__jarena_alloc(c, sizeof *fv.u.fn);
@@ -348,10 +352,9 @@ static tkv__jv repeat(tkv__jctx *c, tkv__jv seq, int64_t times) {
 
 static tkv__jv binop(tkv__jctx *c, int op, tkv__jv a, tkv__jv b) {
     if (op == TKV__JOP_CONCAT) {
-        tkv__jbuf buf = {0};
-        tkv__jv_write_str(c, &buf, a);
-        tkv__jv_write_str(c, &buf, b);
-        return tkv__jbuf_value(&buf);
+        a = tkv__jv_to_str(c, a);
+        a.flags &= TKV__JV_GROW; /* ~ joins as plain str, never Markup */
+        return tkv__jv_concat(c, a, tkv__jv_to_str(c, b));
     }
     need_defined(c, a);
     need_defined(c, b);
@@ -366,24 +369,12 @@ static tkv__jv binop(tkv__jctx *c, int op, tkv__jv a, tkv__jv b) {
             bool markup = (a.flags | b.flags) & TKV__JV_MARKUP;
             if (markup && !(a.flags & TKV__JV_MARKUP)) a = tkv__jescape(c, a);
             if (markup && !(b.flags & TKV__JV_MARKUP)) b = tkv__jescape(c, b);
-            tkv__jbuf buf = {0};
-            tkv__jbuf_add(c, &buf, a.u.str.p, a.u.str.n);
-            tkv__jbuf_add(c, &buf, b.u.str.p, b.u.str.n);
-            tkv__jv out = tkv__jbuf_value(&buf);
-            if (markup) out.flags = TKV__JV_MARKUP;
-            return out;
+            if (markup) a.flags |= TKV__JV_MARKUP;
+            return tkv__jv_concat(c, a, b);
         }
         if (a.type == TKV__JV_LIST && b.type == TKV__JV_LIST && !((a.flags | b.flags) & TKV__JV_GEN) &&
-            (a.flags & TKV__JV_TUPLE) == (b.flags & TKV__JV_TUPLE)) {
-            size_t n = a.u.list->n + b.u.list->n;
-            tkv__jv out = tkv__jv_list(c, n);
-            out.flags = a.flags;
-            tkv__jstep(c, (long)n);
-            if (a.u.list->n) memcpy(out.u.list->items, a.u.list->items, a.u.list->n * sizeof(tkv__jv));
-            if (b.u.list->n)
-                memcpy(out.u.list->items + a.u.list->n, b.u.list->items, b.u.list->n * sizeof(tkv__jv));
-            return out;
-        }
+            (a.flags & TKV__JV_TUPLE) == (b.flags & TKV__JV_TUPLE))
+            return tkv__jv_concat(c, a, b);
         break;
     case TKV__JOP_SUB:
         if (ints) return int_result(c, (__int128)ival(a) - ival(b));
@@ -686,10 +677,52 @@ static tkv__jv capture(tkv__jctx *c, const tkv__jnode *body, tkv__jframe *f) {
     return tkv__jbuf_value(&buf);
 }
 
+static int run_loop(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f, tkv__jloop *l) {
+    tkv__jv lv = {.type = TKV__JV_LOOP};
+    lv.u.loop = l;
+    tkv__jframe *g = NULL;
+    for (size_t i = 0; i < l->items.n; i++) {
+        l->i = i;
+        g = frame_next(c, g, f);
+        frame_set(c, g, tkv__jv_cstr("loop"), lv);
+        c->line = x->line;
+        assign(c, x->a, g, loop_item(l, i));
+        if (exec(c, x->d, g) == FLOW_BREAK) break;
+    }
+    if (!l->items.n && x->e) return exec(c, x->e, f);
+    return FLOW_NORMAL;
+}
+
+/* `range(...)` calling the global range (not a variable of that name)? Then a loop need not make its list. */
+static bool is_range_call(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
+    if (x->kind != TKV__JN_CALL || x->a->kind != TKV__JN_NAME || x->a->value.u.str.n != 5 ||
+        memcmp(x->a->value.u.str.p, "range", 5))
+        return false;
+    tkv__jv fn = lookup(c, f, x->a->value);
+    return fn.type == TKV__JV_FUNC && fn.u.fn->kind == TKV__JF_GLOBAL && fn.u.fn->id == 0;
+}
+
 static int exec_for(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
+    tkv__jloop *l = tkv__jarena_alloc(c, sizeof *l);
+    memset(l, 0, sizeof *l);
+    tkv__jlist items;
+    if (!x->c && is_range_call(c, x->b, f)) {
+        /* for i in range(n): the items are made one at a time (a loop over earlier messages per message is
+           common, and its lists would take memory quadratic in the conversation) */
+        const tkv__jnode *call = x->b;
+        tkv__jv *args = call->n_kids ? tkv__jarena_alloc(c, call->n_kids * sizeof *args) : NULL;
+        for (size_t i = 0; i < call->n_kids; i++) args[i] = eval(c, call->kids[i], f);
+        tkv__jargs a = {.v = args, .n = call->n_kids, .n_kw = call->n_kw};
+        c->line = x->line;
+        if (call->n_kw) tkv__jraise(c, TKV_ERR_INVALID, "range() takes no keyword arguments");
+        items.items = NULL;
+        items.n = tkv__jrange(c, &a, &l->start, &l->step);
+        l->items = items;
+        return run_loop(c, x, f, l);
+    }
     tkv__jv seq = eval(c, x->b, f);
     c->line = x->line;
-    tkv__jlist items = tkv__jinja_iter(c, seq);
+    items = tkv__jinja_iter(c, seq);
     if (x->c) {
         /* `for x in xs if cond`: the loop sees only the items that pass */
         tkv__jlist kept = {.items = items.n ? tkv__jarena_alloc(c, items.n * sizeof(tkv__jv)) : NULL};
@@ -701,21 +734,8 @@ static int exec_for(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
         }
         items = kept;
     }
-    tkv__jloop *l = tkv__jarena_alloc(c, sizeof *l);
     l->items = items;
-    tkv__jv lv = {.type = TKV__JV_LOOP};
-    lv.u.loop = l;
-    tkv__jframe *g = NULL;
-    for (size_t i = 0; i < items.n; i++) {
-        l->i = i;
-        g = frame_next(c, g, f);
-        frame_set(c, g, tkv__jv_cstr("loop"), lv);
-        c->line = x->line;
-        assign(c, x->a, g, items.items[i]);
-        if (exec(c, x->d, g) == FLOW_BREAK) break;
-    }
-    if (!items.n && x->e) return exec(c, x->e, f);
-    return FLOW_NORMAL;
+    return run_loop(c, x, f, l);
 }
 
 static int exec(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {

@@ -795,9 +795,8 @@ static tkv__jv strftime_now(tkv__jctx *c, tkv__jv fmt) {
     return tkv__jbuf_value(&b);
 }
 
-tkv__jv tkv__jinja_call_global(tkv__jctx *c, int id, const tkv__jargs *a) {
-    switch (id) {
-    case G_RANGE: {
+size_t tkv__jrange(tkv__jctx *c, const tkv__jargs *a, int64_t *start_out, int64_t *step_out) {
+    {
         if (a->n_kw || a->n < 1 || a->n > 3) tkv__jraise(c, TKV_ERR_INVALID, "range expected 1 to 3 arguments");
         int64_t v[3];
         for (size_t i = 0; i < a->n; i++) {
@@ -815,6 +814,17 @@ tkv__jv tkv__jinja_call_global(tkv__jctx *c, int id, const tkv__jargs *a) {
         if (cnt > TKV__JINJA_MAX_RANGE)
             tkv__jraise(c, TKV_ERR_INVALID, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).",
                         TKV__JINJA_MAX_RANGE);
+        *start_out = start;
+        *step_out = step;
+        return (size_t)cnt;
+    }
+}
+
+tkv__jv tkv__jinja_call_global(tkv__jctx *c, int id, const tkv__jargs *a) {
+    switch (id) {
+    case G_RANGE: {
+        int64_t start, step;
+        size_t cnt = tkv__jrange(c, a, &start, &step);
         tkv__jv l = tkv__jv_list(c, (size_t)cnt);
         tkv__jstep(c, (long)cnt);
         for (size_t i = 0; i < (size_t)cnt; i++) l.u.list->items[i] = tkv__jv_int(start + (int64_t)i * step);
@@ -849,6 +859,7 @@ tkv__jv tkv__jinja_call_global(tkv__jctx *c, int id, const tkv__jargs *a) {
 }
 
 void tkv__jinja_add_globals(tkv__jctx *c, tkv__jv dict) {
+    /* in the order of G_*: range first (tkv__jinja_is_range relies on it) */
     static const char *const names[] = {"range", "namespace", "dict", "raise_exception", "strftime_now", NULL};
     for (int i = 0; names[i]; i++) {
         tkv__jv f = {.type = TKV__JV_FUNC};

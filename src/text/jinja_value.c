@@ -185,6 +185,70 @@ void tkv__jv_dict_set(tkv__jctx *c, tkv__jv d, tkv__jv key, tkv__jv val) {
     x->n++;
 }
 
+/* ---- concatenation ---- */
+
+/*
+ * Templates build their output by `{% set ns.out = ns.out ~ piece %}` in a loop. With values that are never
+ * freed, copying ns.out each time would cost memory quadratic in the output. So a concatenation's result
+ * lives in storage with spare room and a header saying how much of it is used: when the left operand is
+ * the longest value over that storage (used == its length), the right one is appended in place. Shorter
+ * values over the same storage keep seeing their own prefix, which never changes.
+ */
+typedef struct grow_hdr {
+    size_t cap, used; /* in bytes for a str, in items for a list */
+} grow_hdr;
+
+static grow_hdr *grow_new(tkv__jctx *c, size_t need, size_t unit) {
+    size_t cap = need < 32 ? 64 : need * 2;
+    if (cap > (TKV__JINJA_MAX_MEMORY - sizeof(grow_hdr)) / unit) cap = need;
+    if (need > (TKV__JINJA_MAX_MEMORY - sizeof(grow_hdr)) / unit)
+        tkv__jraise(c, TKV_ERR_INVALID, "a value of the template is too long");
+    grow_hdr *h = tkv__jarena_alloc(c, sizeof *h + cap * unit + 1);
+    h->cap = cap;
+    h->used = 0;
+    return h;
+}
+
+tkv__jv tkv__jv_concat(tkv__jctx *c, tkv__jv a, tkv__jv b) {
+    if (a.type == TKV__JV_STR) {
+        size_t n = a.u.str.n + b.u.str.n;
+        if (n > TKV__JINJA_MAX_OUTPUT)
+            tkv__jraise(c, TKV_ERR_INVALID, "a string of the template is longer than %u MiB",
+                        TKV__JINJA_MAX_OUTPUT >> 20);
+        grow_hdr *h = (a.flags & TKV__JV_GROW) ? (grow_hdr *)a.u.str.p - 1 : NULL;
+        char *data;
+        if (!h || h->used != a.u.str.n || h->cap - h->used < b.u.str.n) {
+            h = grow_new(c, n, 1);
+            data = (char *)(h + 1);
+            if (a.u.str.n) memcpy(data, a.u.str.p, a.u.str.n);
+        } else {
+            data = (char *)(h + 1);
+        }
+        if (b.u.str.n) memmove(data + a.u.str.n, b.u.str.p, b.u.str.n);
+        data[n] = 0;
+        h->used = n;
+        tkv__jv out = tkv__jv_str(data, n);
+        out.flags = (uint8_t)((a.flags & TKV__JV_MARKUP) | TKV__JV_GROW);
+        tkv__jstep(c, (long)(b.u.str.n / 64));
+        return out;
+    }
+    size_t an = a.u.list->n, bn = b.u.list->n, n = an + bn;
+    grow_hdr *h = (a.flags & TKV__JV_GROW) ? (grow_hdr *)a.u.list->items - 1 : NULL;
+    if (!h || h->used != an || h->cap - h->used < bn) {
+        h = grow_new(c, n, sizeof(tkv__jv));
+        if (an) memcpy(h + 1, a.u.list->items, an * sizeof(tkv__jv));
+    }
+    tkv__jv *items = (tkv__jv *)(h + 1);
+    if (bn) memmove(items + an, b.u.list->items, bn * sizeof(tkv__jv));
+    h->used = n;
+    tkv__jv out = {.type = TKV__JV_LIST, .flags = (uint8_t)((a.flags & TKV__JV_TUPLE) | TKV__JV_GROW)};
+    out.u.list = tkv__jarena_alloc(c, sizeof *out.u.list);
+    out.u.list->n = n;
+    out.u.list->items = items;
+    tkv__jstep(c, (long)bn);
+    return out;
+}
+
 /* ---- Python semantics ---- */
 
 bool tkv__jv_truthy(tkv__jv v) {

@@ -289,6 +289,26 @@ static void test_limits(void **state) {
     expect_fail("{% set ns = namespace() %}{% set ns.x = ns %}{{ ns }}", TKV_ERR_INVALID, "nested too deeply");
 }
 
+/* Accumulating in a loop costs linear memory: 20000 pieces of 1 KiB, 20 MB in all, in a 16 MiB-limited string */
+static void test_accumulation(void **state) {
+    (void)state;
+    expect("{% set ns = namespace(s='', l=[]) %}{% for i in range(5000) %}{% set ns.s = ns.s ~ ('x' * 1000) %}"
+           "{% set ns.l = ns.l + [i] %}{% endfor %}{{ ns.s|length }} {{ ns.l|length }} {{ ns.l[-1] }}",
+           "5000000 5000 4999");
+    expect_fail("{% set ns = namespace(s='') %}{% for i in range(20000) %}{% set ns.s = ns.s + ('x' * 1000) %}"
+                "{% endfor %}",
+                TKV_ERR_INVALID, "MiB");
+    /* a value kept from before an append keeps its own text */
+    expect("{% set ns = namespace(a='x') %}{% set b = ns.a ~ 'y' %}{% set ns.a = b %}{% set c = b ~ 'z' %}"
+           "{% set d = b ~ 'w' %}{{ b }} {{ c }} {{ d }} {{ ns.a }}",
+           "xy xyz xyw xy");
+    /* range loops make no list: a loop over the earlier items of each of 3000 items */
+    expect("{% set ns = namespace(n=0) %}{% for i in range(3000) %}{% for j in range(i - 1, -1, -1) %}"
+           "{% endfor %}{% set ns.n = ns.n + loop.index0 %}{% endfor %}{{ ns.n }}",
+           "4498500");
+    expect("{% for i in range(3) %}{{ loop.previtem }}{{ i }}{{ loop.nextitem }};{% endfor %}", "01;012;12;");
+}
+
 static void test_compiled_and_context(void **state) {
     (void)state;
     const char *src = "{{ bos_token }}{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
@@ -466,6 +486,7 @@ int main(void) {
         cmocka_unit_test(test_tests),
         cmocka_unit_test(test_undefined_and_errors),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_accumulation),
         cmocka_unit_test(test_compiled_and_context),
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_reference),
