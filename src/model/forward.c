@@ -48,7 +48,8 @@ struct tkv__fwd {
     uint32_t *chosen;            /* (n_batch, n_used) experts */
     float *chosen_w;             /* (n_batch, n_used) their weights */
     uint32_t *rows;              /* (n_batch) tokens routed to the expert at hand, and their slot */
-    float *ex, *eg, *eu, *ey;    /* (n_batch, n_embd), (n_batch, n_ff_exp) x2, (n_batch, n_embd) */
+    float *ex, *eg, *eu, *ey;    /* (n_batch, n_embd), (R, n_ff_exp) x2, (R, n_embd): R = max(n_batch,
+                                    n_used), one batch's rows of an expert or one token's experts */
     uint32_t n_batch;
     size_t n_embd, n_q, n_kv, n_ff, hd, n_rot, n_vocab;
     /* activations, one row per token */
@@ -115,19 +116,23 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     if (m->arch->swa_own_rope) f->cs_swa = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     const tkv__moe_dims *md = &m->ext.moe;
+    size_t xq_rows = B; /* rows of the widest activation f->xq holds */
     if (m->arch->moe) {
+        const size_t R = B > md->n_used ? B : md->n_used; /* a batch's tokens, or one token's experts */
+        xq_rows = R;
+        if (md->n_ff > widest) widest = md->n_ff;
         f->router = tkv__malloc(B * md->n_expert * sizeof(float));
         f->chosen = tkv__malloc(B * md->n_used * sizeof(uint32_t));
         f->chosen_w = tkv__malloc(B * md->n_used * sizeof(float));
         f->rows = tkv__malloc(B * sizeof(uint32_t));
         f->ex = tkv__malloc(B * f->n_embd * sizeof(float));
-        f->eg = tkv__malloc(B * md->n_ff * sizeof(float));
-        f->eu = tkv__malloc(B * md->n_ff * sizeof(float));
-        f->ey = tkv__malloc(B * f->n_embd * sizeof(float));
+        f->eg = tkv__malloc(R * md->n_ff * sizeof(float));
+        f->eu = tkv__malloc(R * md->n_ff * sizeof(float));
+        f->ey = tkv__malloc(R * f->n_embd * sizeof(float));
     }
     const bool moe_ok = !m->arch->moe || (f->router && f->chosen && f->chosen_w && f->rows && f->ex && f->eg && f->eu &&
                                            f->ey);
-    f->xq = tkv__malloc(B * widest * sizeof(float)); /* F32 acts are the widest form */
+    f->xq = tkv__malloc(xq_rows * widest * sizeof(float)); /* F32 acts are the widest form */
     /* one weight per cell for each (token, head) of a prefill unit and 16
        widened rows, or q/accumulator (F16), or the accumulator and a Q8_0
        cell's K and V rows expanded */
@@ -164,24 +169,34 @@ typedef struct acts_tag {
     tkv_type vdt;
 } acts_tag;
 
-/* All threads: y (n rows, w->ne1) = x (n rows, w->ne0) W^T. */
-static void matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *w, const float *x, uint32_t n, float *y) {
-    tkv__fwd *f = P->f;
+/* All threads: make f->xq hold x (n rows of w->ne0) quantized for w's type,
+   unless it already does. */
+static void acts_for(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *w, const float *x, uint32_t n) {
     const tkv_type vdt = tkv__quant_vec_dot_type(w->type);
-    if (tag->src != x || tag->vdt != vdt) {
-        size_t t0, t1, rs = tkv__ops_act_row_size(w->type, w->ne0);
-        tkv__split(n, ith, nth, &t0, &t1);
-        if (t1 > t0) tkv__ops_quantize_acts(w->type, x + t0 * w->ne0, t1 - t0, w->ne0, f->xq + t0 * rs);
-        tkv__pool_barrier(P->pool);
-        *tag = (acts_tag){x, vdt};
-    }
-    size_t r0, r1;
-    tkv__split(w->ne1, ith, nth, &r0, &r1);
+    if (tag->src == x && tag->vdt == vdt) return;
+    size_t t0, t1, rs = tkv__ops_act_row_size(w->type, w->ne0);
+    tkv__split(n, ith, nth, &t0, &t1);
+    if (t1 > t0) tkv__ops_quantize_acts(w->type, x + t0 * w->ne0, t1 - t0, w->ne0, P->f->xq + t0 * rs);
+    tkv__pool_barrier(P->pool);
+    *tag = (acts_tag){x, vdt};
+}
+
+/* Rows [r0, r1) of y (n rows, ldy apart) = x W^T, x quantized at xq. */
+static void rows_of(const pass *P, const tkv__tensor *w, size_t r0, size_t r1, const void *xq, uint32_t n, float *y,
+                    size_t ldy) {
     /* float weights: the reference's prefill order for 2+ tokens, as it
        does; always, when results must not depend on the batch */
     const bool lanes = (n >= 2 || P->b->attn_float) && tkv__ops_lanes_ok(w->type, w->ne0, w->ne1);
-    if (lanes) tkv__ops_matmul_lanes(w->type, w->data, w->ne0, r0, r1, f->xq, n, y, w->ne1);
-    else if (r1 > r0) tkv__ops_matmul(w->type, w->data, w->ne0, r0, r1, f->xq, n, y, w->ne1);
+    if (lanes) tkv__ops_matmul_lanes(w->type, w->data, w->ne0, r0, r1, xq, n, y, ldy);
+    else if (r1 > r0) tkv__ops_matmul(w->type, w->data, w->ne0, r0, r1, xq, n, y, ldy);
+}
+
+/* All threads: y (n rows, w->ne1) = x (n rows, w->ne0) W^T. */
+static void matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *w, const float *x, uint32_t n, float *y) {
+    acts_for(P, ith, nth, tag, w, x, n);
+    size_t r0, r1;
+    tkv__split(w->ne1, ith, nth, &r0, &r1);
+    rows_of(P, w, r0, r1, P->f->xq, n, y, w->ne1);
 }
 
 /* RoPE angles of one position. With factors (Llama 3.1's rope_freqs,
@@ -476,11 +491,107 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
  * to an expert are gathered into one batch, so each expert's weights are
  * read once per pass; experts nobody chose are skipped. All threads.
  */
+/* Expert e's activation of one token: eg = act(eg, eu) (n_ff_exp), SwiGLU,
+   or SwiGLU-OAI on the biased projections (gpt-oss). */
+static void expert_act(const tkv__fwd *f, const tkv__layer *L, uint32_t e, float *eg, const float *eu) {
+    const size_t n_ff = f->m->ext.moe.n_ff;
+    if (!f->m->arch->oai) {
+        tkv__ops_swiglu(eg, eg, eu, n_ff);
+        return;
+    }
+    const float *gb = (const float *)L->exp_gate_b.data + (size_t)e * n_ff;
+    const float *ub = (const float *)L->exp_up_b.data + (size_t)e * n_ff;
+    for (size_t i = 0; i < n_ff; i++) {
+        const float g = fminf(eg[i] + gb[i], 7.0f), u = fminf(fmaxf(eu[i] + ub[i], -7.0f), 7.0f);
+        eg[i] = g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
+    }
+}
+
+/* yt[i] += w (ey[i] + expert e's down bias, if any) for i in [i0, i1). */
+static void expert_add(const tkv__fwd *f, const tkv__layer *L, uint32_t e, float w, float *ey, float *yt, size_t i0,
+                       size_t i1) {
+    if (f->m->arch->oai) {
+        const float *db = (const float *)L->exp_down_b.data + (size_t)e * f->n_embd;
+        for (size_t i = i0; i < i1; i++) ey[i] += db[i];
+    }
+    for (size_t i = i0; i < i1; i++) yt[i] += w * ey[i];
+}
+
+/*
+ * All threads: the MoE FFN of a single token (generation), all of its K
+ * experts in each step, so a layer waits at 5 barriers instead of 4 per
+ * expert, and reads only the chosen experts' rows. The same arithmetic as
+ * moe_ffn's batch path, experts summed in index order as there.
+ */
+static void moe_one(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y) {
+    tkv__fwd *f = P->f;
+    const tkv__moe_dims *md = &f->m->ext.moe;
+    const uint32_t E = md->n_expert, K = md->n_used;
+    const size_t F = md->n_ff, D = f->n_embd;
+    matmul(P, ith, nth, tag, &L->router, in, 1, f->router); /* (E) */
+    tkv__pool_barrier(P->pool);
+    /* every thread makes the same choice into its own copy: no barrier */
+    uint32_t chosen[TKV__MOE_MAX_EXPERTS];
+    float weight[TKV__MOE_MAX_EXPERTS], logits[TKV__MOE_MAX_EXPERTS];
+    memcpy(logits, f->router, E * sizeof(float));
+    if (L->router_b.data) add_bias(logits, &L->router_b, E);
+    if (f->m->arch->oai) tkv__moe_choose_topk_softmax(md, logits, chosen, weight);
+    else tkv__moe_choose(md, logits, chosen, weight);
+    for (uint32_t a = 1; a < K; a++) /* index order: the batch path's sum order */
+        for (uint32_t b = a; b > 0 && chosen[b - 1] > chosen[b]; b--) {
+            const uint32_t c = chosen[b];
+            const float w = weight[b];
+            chosen[b] = chosen[b - 1], weight[b] = weight[b - 1];
+            chosen[b - 1] = c, weight[b - 1] = w;
+        }
+    /* gate and up of every chosen expert: 2 K F rows shared out    eg, eu: (K, F) */
+    acts_for(P, ith, nth, tag, &L->exp_gate, in, 1);
+    size_t r0, r1;
+    tkv__split(2 * K * F, ith, nth, &r0, &r1);
+    for (uint32_t k = 0; k < K; k++)
+        for (int half = 0; half < 2; half++) { /* rows [lo, lo + F) of the shared range: expert k's gate or up */
+            const size_t lo = (2 * (size_t)k + (size_t)half) * F;
+            const size_t a = r0 > lo ? r0 - lo : 0, b = r1 < lo + F ? r1 - lo : F;
+            if (r1 <= lo || r0 >= lo + F || a >= b) continue;
+            const tkv__tensor *st = half ? &L->exp_up : &L->exp_gate;
+            const tkv__tensor w = tkv__tensor_rows(st, (size_t)chosen[k] * F, F);
+            rows_of(P, &w, a, b, f->xq, 1, (half ? f->eu : f->eg) + k * F, F);
+        }
+    tkv__pool_barrier(P->pool);
+    /* each expert's activation, quantized for its down projection (xq: (K, rs)) */
+    const size_t rs = tkv__ops_act_row_size(L->exp_down.type, F);
+    for (uint32_t k = (uint32_t)ith; k < K; k += (uint32_t)nth) {
+        expert_act(f, L, chosen[k], f->eg + k * F, f->eu + k * F);
+        tkv__ops_quantize_acts(L->exp_down.type, f->eg + k * F, 1, F, f->xq + k * rs);
+    }
+    tag->src = NULL;
+    tkv__pool_barrier(P->pool);
+    /* down: K D rows shared out                                     ey: (K, D) */
+    tkv__split(K * D, ith, nth, &r0, &r1);
+    for (uint32_t k = 0; k < K; k++) {
+        const size_t lo = (size_t)k * D;
+        if (r1 <= lo || r0 >= lo + D) continue;
+        const tkv__tensor w = tkv__tensor_rows(&L->exp_down, (size_t)chosen[k] * D, D);
+        rows_of(P, &w, r0 > lo ? r0 - lo : 0, r1 < lo + D ? r1 - lo : D, f->xq + k * rs, 1, f->ey + k * D, D);
+    }
+    tkv__pool_barrier(P->pool);
+    /* y = sum of w_k ey_k over the experts in index order, D shared out */
+    tkv__split(D, ith, nth, &r0, &r1);
+    for (size_t i = r0; i < r1; i++) y[i] = 0.0f;
+    for (uint32_t k = 0; k < K; k++) expert_add(f, L, chosen[k], weight[k], f->ey + k * D, y, r0, r1);
+    tkv__pool_barrier(P->pool);
+}
+
 static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y) {
     tkv__fwd *f = P->f;
     const tkv__moe_dims *md = &f->m->ext.moe;
     const uint32_t n = P->b->n, E = md->n_expert, K = md->n_used;
     size_t t0, t1;
+    if (n == 1 && tkv__quant_vec_dot_type(L->exp_gate.type) == tkv__quant_vec_dot_type(L->exp_up.type) &&
+        L->exp_gate.type == L->exp_up.type) {
+        moe_one(P, ith, nth, L, tag, in, y);
+        return;
+    }
     tkv__split(n, ith, nth, &t0, &t1);
     /* router logits, then each token's experts                 (n, E) */
     matmul(P, ith, nth, tag, &L->router, in, n, f->router);
@@ -512,33 +623,15 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
         matmul(P, ith, nth, tag, &gate, f->ex, ne, f->eg);
         matmul(P, ith, nth, tag, &up, f->ex, ne, f->eu);
         tkv__pool_barrier(P->pool);
-        for (size_t r = r0; r < r1; r++) {
-            float *eg = f->eg + r * md->n_ff, *eu = f->eu + r * md->n_ff;
-            if (!oai) {
-                tkv__ops_swiglu(eg, eg, eu, md->n_ff);
-                continue;
-            }
-            const float *gb = (const float *)L->exp_gate_b.data + (size_t)e * md->n_ff;
-            const float *ub = (const float *)L->exp_up_b.data + (size_t)e * md->n_ff;
-            for (size_t i = 0; i < md->n_ff; i++) { /* SwiGLU-OAI on the biased projections */
-                const float g = fminf(eg[i] + gb[i], 7.0f), u = fminf(fmaxf(eu[i] + ub[i], -7.0f), 7.0f);
-                eg[i] = g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
-            }
-        }
+        for (size_t r = r0; r < r1; r++) expert_act(f, L, e, f->eg + r * md->n_ff, f->eu + r * md->n_ff);
         tag->src = NULL;
         tkv__pool_barrier(P->pool);
         matmul(P, ith, nth, tag, &down, f->eg, ne, f->ey);
         tkv__pool_barrier(P->pool);
         /* y[t] += w ey: a token appears once per expert, so threads never share a row */
-        for (size_t r = r0; r < r1; r++) {
-            const float w = f->chosen_w[f->rows[r]];
-            float *yt = y + (size_t)(f->rows[r] / K) * f->n_embd, *er = f->ey + r * f->n_embd;
-            if (oai) { /* the expert's down bias */
-                const float *db = (const float *)L->exp_down_b.data + (size_t)e * f->n_embd;
-                for (size_t i = 0; i < f->n_embd; i++) er[i] += db[i];
-            }
-            for (size_t i = 0; i < f->n_embd; i++) yt[i] += w * er[i];
-        }
+        for (size_t r = r0; r < r1; r++)
+            expert_add(f, L, e, f->chosen_w[f->rows[r]], f->ey + r * f->n_embd, y + (size_t)(f->rows[r] / K) * f->n_embd,
+                       0, f->n_embd);
         tkv__pool_barrier(P->pool);
     }
 }
