@@ -274,6 +274,8 @@ tkv__jv tkv__jinja_call(tkv__jctx *c, tkv__jv fn, tkv__jv *args, size_t n_args, 
                         tkv__jv *kw_vals, size_t n_kw);
 tkv__jv tkv__jinja_getattr(tkv__jctx *c, tkv__jv obj, const char *name, size_t n);
 tkv__jv tkv__jinja_getitem(tkv__jctx *c, tkv__jv obj, tkv__jv key);
+/* a + b as the template's `+` computes it (numbers, strs, lists); raises on other types. */
+tkv__jv tkv__jinja_add(tkv__jctx *c, tkv__jv a, tkv__jv b);
 /* Iterate v as a Python for loop does: a list of items in the arena; raises when v is not iterable. */
 tkv__jlist tkv__jinja_iter(tkv__jctx *c, tkv__jv v);
 /* Fail with the UndefinedError of u. */

@@ -436,6 +436,8 @@ static tkv__jv binop(tkv__jctx *c, int op, tkv__jv a, tkv__jv b) {
                 tkv__jv_type_name(a), tkv__jv_type_name(b));
 }
 
+tkv__jv tkv__jinja_add(tkv__jctx *c, tkv__jv a, tkv__jv b) { return binop(c, TKV__JOP_ADD, a, b); }
+
 static bool contains(tkv__jctx *c, tkv__jv container, tkv__jv item) {
     switch (container.type) {
     case TKV__JV_UNDEF: return false;

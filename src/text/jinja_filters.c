@@ -9,6 +9,7 @@
 #include "jinja.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -272,19 +273,30 @@ static tkv__jv map_items(tkv__jctx *c, tkv__jv seq, const tkv__jargs *a) {
     return out;
 }
 
-/* Python's int() of a string: optional sign, digits with single underscores, surrounding whitespace. */
-static bool parse_int(tkv__jv s, int64_t *out) {
+/* Python's int(s, base): whitespace around, a sign, a 0x/0o/0b prefix for its base, single underscores. */
+static bool parse_int(tkv__jv s, int64_t base, int64_t *out) {
     const char *p = s.u.str.p, *e = p + s.u.str.n;
     while (p < e && (*p == ' ' || (*p >= 9 && *p <= 13))) p++;
     while (e > p && (e[-1] == ' ' || (e[-1] >= 9 && e[-1] <= 13))) e--;
     bool neg = false;
     if (p < e && (*p == '+' || *p == '-')) neg = *p++ == '-';
-    if (p == e) return false;
+    if (e - p >= 2 && p[0] == '0') {
+        char x = (char)(p[1] | 32);
+        int64_t pb = x == 'x' ? 16 : x == 'o' ? 8 : x == 'b' ? 2 : 0;
+        if (pb && (base == pb || base == 0)) {
+            base = pb;
+            p += 2;
+            if (p < e && *p == '_') p++;
+        }
+    }
+    if (base == 0) base = 10;
+    if (base < 2 || base > 36 || p == e) return false;
     __int128 v = 0;
-    for (; p < e; p++) {
-        if (*p == '_' && p + 1 < e && p[-1] != '_' && p[1] != '_') continue;
-        if (*p < '0' || *p > '9') return false;
-        v = v * 10 + (*p - '0');
+    for (const char *q = p; q < e; q++) {
+        if (*q == '_' && q > p && q + 1 < e && q[1] != '_') continue;
+        int d = *q >= '0' && *q <= '9' ? *q - '0' : (*q | 32) >= 'a' && (*q | 32) <= 'z' ? (*q | 32) - 'a' + 10 : 99;
+        if (d >= base) return false;
+        v = v * base + d;
         if (v > INT64_MAX) return false;
     }
     *out = neg ? -(int64_t)v : (int64_t)v;
@@ -297,6 +309,9 @@ static bool parse_float(tkv__jctx *c, tkv__jv s, double *out) {
     char *z = tkv__jarena_alloc(c, t.u.str.n + 1), *end;
     memcpy(z, t.u.str.p, t.u.str.n);
     z[t.u.str.n] = 0;
+    /* strtod also reads hex floats and "nan(...)", which Python's float() does not */
+    for (size_t i = 0; i < t.u.str.n; i++)
+        if ((z[i] | 32) == 'x' || (z[i] | 32) == 'p' || z[i] == '(') return false;
     *out = strtod(z, &end);
     return *end == 0;
 }
@@ -476,15 +491,18 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
         int64_t i;
         double d;
         tkv__jv dflt = DEF(p[0]) ? p[0] : tkv__jv_int(0);
+        int64_t base = DEF(p[1]) ? need_int(c, p[1], "base") : 10;
+        if (v.type == TKV__JV_UNDEF) tkv__jundef_fail(c, v);
         if (v.type == TKV__JV_INT || v.type == TKV__JV_BOOL) *out = tkv__jv_int(v.type == TKV__JV_INT ? v.u.i : v.u.b);
         else if (v.type == TKV__JV_FLOAT && isfinite(v.u.f) && fabs(v.u.f) < 9.2e18) *out = tkv__jv_int((int64_t)v.u.f);
-        else if (v.type == TKV__JV_STR && parse_int(v, &i)) *out = tkv__jv_int(i);
+        else if (v.type == TKV__JV_STR && parse_int(v, base, &i)) *out = tkv__jv_int(i);
         else if (v.type == TKV__JV_STR && parse_float(c, v, &d) && isfinite(d) && fabs(d) < 9.2e18)
             *out = tkv__jv_int((int64_t)d);
         else *out = dflt;
     } else if (IS("float")) {
         BIND("default");
         double d;
+        if (v.type == TKV__JV_UNDEF) tkv__jundef_fail(c, v);
         if (tkv__jv_is_num(v)) *out = tkv__jv_float(tkv__jv_num(v));
         else if (v.type == TKV__JV_STR && parse_float(c, v, &d)) *out = tkv__jv_float(d);
         else *out = DEF(p[0]) ? p[0] : tkv__jv_float(0);
@@ -510,7 +528,15 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
                 *out = v.type == TKV__JV_BOOL ? tkv__jv_int(v.u.b) : v;
                 return true;
             }
-            r = round_half_even(x * m) / m;
+            if (prec >= 0 && prec < 300) {
+                /* Python rounds the exact binary value, as printf does: round(2.675, 2) is 2.67 */
+                char buf[400];
+                snprintf(buf, sizeof buf, "%.*f", (int)prec, x);
+                r = strtod(buf, NULL);
+            } else {
+                double q = pow(10.0, (double)-prec);
+                r = round_half_even(x / q) * q;
+            }
         } else if (name_is(meth.u.str.p, meth.u.str.n, "ceil")) {
             r = ceil(x * m) / m;
         } else if (name_is(meth.u.str.p, meth.u.str.n, "floor")) {
@@ -567,13 +593,8 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
         tkv__jv acc = DEF(p[1]) ? p[1] : tkv__jv_int(0);
         for (size_t i = 0; i < l.n; i++) {
             tkv__jv x = DEF(p[0]) ? get_path(c, l.items[i], p[0]) : l.items[i];
-            if (!tkv__jv_is_num(x) || !tkv__jv_is_num(acc))
-                tkv__jraise(c, TKV_ERR_INVALID, "unsupported operand type(s) for +: '%s' and '%s'",
-                            tkv__jv_type_name(acc), tkv__jv_type_name(x));
-            if (acc.type == TKV__JV_FLOAT || x.type == TKV__JV_FLOAT)
-                acc = tkv__jv_float(tkv__jv_num(acc) + tkv__jv_num(x));
-            else
-                acc = tkv__jv_int((int64_t)tkv__jv_num(acc) + (int64_t)tkv__jv_num(x));
+            if (x.type == TKV__JV_STR) tkv__jraise(c, TKV_ERR_INVALID, "sum() can't sum strings");
+            acc = tkv__jinja_add(c, acc, x);
         }
         *out = acc;
     } else if (IS("wordcount")) {

@@ -175,6 +175,11 @@ static void test_filters(void **state) {
     expect("{{ '  hi  '|trim }}|{{ 'xxhixx'|trim('x') }}|{{ 42|string }}{{ '42'|int + 1 }}{{ '4.5'|float }}"
            "{{ 'abc'|int }}{{ 4.7|int }}{{ 2.5|round }}{{ 3.5|round }}{{ 2.567|round(2) }}{{ 7|round }}",
            "hi|hi|42434.5042.04.02.577");
+    /* Python's int() and float() of strings; round() of the exact binary value */
+    expect("{{ '0x10'|int }} {{ '0x10'|int(base=16) }} {{ ' 1_000 '|int }} {{ '1e3'|int }} {{ 'x'|int(-1) }} "
+           "{{ '1e3'|float }} {{ 2.675|round(2) }} {{ 1234.5|round(-2) }} {{ [[1], [2]]|sum(start=[]) }}",
+           "0 16 1000 1000 -1 1000.0 2.67 1200.0 [1, 2]");
+    expect_fail("{{ nothing|int }}", TKV_ERR_INVALID, "undefined");
     expect("{{ 'a\\nb\\n\\nc'|indent }}|{{ 'a\\nb\\n\\nc'|indent(2, true) }}|{{ 'a\\nb'|indent(2, blank=true) }}",
            "a\n    b\n\n    c|  a\n  b\n\n  c|a\n  b");
     expect("{{ 'one two  three'|wordcount }} {{ 'ab'|center(7) }}| {{ '<a>&\\''|e }} {{ 'abc'|replace('b', 'B') }}",
