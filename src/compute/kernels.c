@@ -41,6 +41,7 @@ static void overlay(tkv__kernels *t, const tkv__kernels *part) {
     if (part->softmax) t->softmax = part->softmax;
     if (part->silu) t->silu = part->silu;
     if (part->swiglu) t->swiglu = part->swiglu;
+    if (part->softcap) t->softcap = part->softcap;
     if (part->rope_pairs) t->rope_pairs = part->rope_pairs;
 }
 

@@ -75,6 +75,9 @@ typedef void (*tkv__silu_fn)(float *y, const float *x, size_t n);
 /* y = silu(gate) * up; y may equal gate or up. (n) */
 typedef void (*tkv__swiglu_fn)(float *y, const float *gate, const float *up, size_t n);
 
+/* In place, x = c tanh(x / c): soft-capping (Gemma 2's scores and logits). (n) */
+typedef void (*tkv__softcap_fn)(float *x, size_t n, float c);
+
 /* RoPE of n_pairs adjacent pairs (v[2i], v[2i+1]) by angles cs[2i] = cos,
    cs[2i+1] = sin: (a c - b s, a s + b c), each with its first product fused
    (fma(a, c, -(b s)), fma(a, s, b c)), as the reference's compiler forms them. */
@@ -105,6 +108,7 @@ typedef struct tkv__kernels {
     tkv__softmax_fn softmax;
     tkv__silu_fn silu;
     tkv__swiglu_fn swiglu;
+    tkv__softcap_fn softcap;
     tkv__rope_pairs_fn rope_pairs;
 } tkv__kernels;
 
@@ -155,6 +159,7 @@ void tkv__kernel_rmsnorm_scalar(float *y, const float *x, const float *w, size_t
 void tkv__kernel_softmax_scalar(float *x, size_t n);
 void tkv__kernel_silu_scalar(float *y, const float *x, size_t n);
 void tkv__kernel_swiglu_scalar(float *y, const float *gate, const float *up, size_t n);
+void tkv__kernel_softcap_scalar(float *x, size_t n, float c);
 void tkv__kernel_rope_pairs_scalar(float *v, const float *cs, size_t n_pairs);
 
 /* One RoPE rotation of (*a, *b) by (c, s), in the fused form above. */

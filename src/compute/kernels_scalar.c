@@ -36,6 +36,11 @@ void tkv__kernel_silu_scalar(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
+/* the C library's tanhf, as the reference */
+void tkv__kernel_softcap_scalar(float *x, size_t n, float c) {
+    for (size_t i = 0; i < n; i++) x[i] = c * tanhf(x[i] / c);
+}
+
 void tkv__kernel_swiglu_scalar(float *y, const float *gate, const float *up, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const float g = gate[i];
@@ -84,5 +89,6 @@ const tkv__kernels tkv__kernel_scalar_part = {
     .softmax = tkv__kernel_softmax_scalar,
     .silu = tkv__kernel_silu_scalar,
     .swiglu = tkv__kernel_swiglu_scalar,
+    .softcap = tkv__kernel_softcap_scalar,
     .rope_pairs = tkv__kernel_rope_pairs_scalar,
 };

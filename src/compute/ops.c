@@ -28,6 +28,10 @@ void tkv__ops_swiglu(float *y, const float *gate, const float *up, size_t n) {
     tkv__kernel_get()->swiglu(y, gate, up, n);
 }
 
+void tkv__ops_softcap(float *x, size_t n, float c) {
+    tkv__kernel_get()->softcap(x, n, c);
+}
+
 /*
  * gelu of every fp16 value, rounded to fp16 and widened back: the
  * reference's table, so that GeGLU costs a lookup per element instead of a

@@ -38,6 +38,9 @@ void tkv__ops_silu(float *y, const float *x, size_t n);
 /* y = silu(gate) * up (the llama FFN's gating). All (n); y may alias either. */
 void tkv__ops_swiglu(float *y, const float *gate, const float *up, size_t n);
 
+/* In place, x = c tanh(x / c) (soft-capping), c > 0. (n) */
+void tkv__ops_softcap(float *x, size_t n, float c);
+
 /*
  * y = gelu(gate) * up (GeGLU), gelu the tanh approximation computed as the
  * reference's CPU backend does: on the fp16 rounding of the input, the

@@ -392,8 +392,7 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
         const size_t j0 = first_cell(f->m, layer, P->b->pos[t0 + u]);
         for (size_t h = 0; h < group; h++) {
             float *wu = W(u, h);
-            if (f->m->ext.attn_softcap > 0)
-                for (size_t j = j0; j < n; j++) wu[j] = capped(f->m, wu[j]);
+            if (f->m->ext.attn_softcap > 0 && n > j0) tkv__ops_softcap(wu + j0, n - j0, f->m->ext.attn_softcap);
             for (size_t j = 0; j < j0; j++) wu[j] = -INFINITY; /* outside the window */
             const float sink = sink_of(f->m, layer, g * group + h);
             if (sink > -INFINITY) { /* softmax with one more logit that has no value */
@@ -796,8 +795,9 @@ static void pass_task(void *arg, int ith, int nth) {
     if (b->n_out) matmul(P, ith, nth, &tag, &m->w.output, f->h, b->n_out, b->logits);
     if (m->ext.final_softcap > 0 && b->n_out) { /* logits = c tanh(logits / c) */
         tkv__pool_barrier(P->pool);
-        const size_t nv = m->hp.n_vocab, c0 = nv * o0, c1 = nv * o1;
-        for (size_t i = c0; i < c1; i++) b->logits[i] = m->ext.final_softcap * tanhf(b->logits[i] / m->ext.final_softcap);
+        size_t c0, c1; /* all threads share every row: one output (generation) is 32k+ values */
+        tkv__split((size_t)b->n_out * m->hp.n_vocab, ith, nth, &c0, &c1);
+        if (c1 > c0) tkv__ops_softcap(b->logits + c0, c1 - c0, m->ext.final_softcap);
     }
 }
 

@@ -172,7 +172,7 @@ static void test_dispatch(void **state) {
                 assert_null(t->vec_dot[ty]);
             }
         }
-        assert_true(t->rmsnorm && t->softmax && t->silu && t->swiglu);
+        assert_true(t->rmsnorm && t->softmax && t->silu && t->swiglu && t->softcap);
         /* tiled products: only beside a vec_dot; the SIMD levels have them for the prefill types */
         for (int ty = 0; ty < TKV_TYPE_COUNT; ty++)
             if (t->gemm[ty]) assert_non_null(t->vec_dot[ty]);
@@ -599,6 +599,22 @@ static void test_ops_levels(void **state) {
         simd->silu(b, x, 4001);
         for (int i = 0; i < 4001; i++)
             if (!close_rel(a[i], b[i], 2e-6)) fail_msg("silu(%g): %.9g vs %.9g", x[i], b[i], a[i]);
+        /* soft-capping over the whole range (either form of tanh, their border at |x| = c / 4, saturation),
+           at caps 10, 30 and 50; the tail (4001 % 16) takes tanhf */
+        const float caps[] = {10.0f, 30.0f, 50.0f};
+        for (int ci = 0; ci < 3; ci++) {
+            for (int i = -2000; i <= 2000; i++) x[i + 2000] = (float)i * caps[ci] / 400.0f;
+            x[2000] = -0.0f, x[1] = 1e-30f, x[2] = NAN;
+            memcpy(a, x, 4001 * sizeof(float));
+            memcpy(b, x, 4001 * sizeof(float));
+            sc->softcap(a, 4001, caps[ci]);
+            simd->softcap(b, 4001, caps[ci]);
+            assert_true(isnan(b[2]));
+            for (int i = 0; i < 4001; i++)
+                if (i != 2 && !close_rel(a[i], b[i], 1e-6))
+                    fail_msg("softcap(%g, %g): %.9g vs %.9g", x[i], caps[ci], b[i], a[i]);
+            assert_true(b[1] == a[1] && signbit(b[2000]));
+        }
     }
     free(x);
     free(w);
