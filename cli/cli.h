@@ -15,6 +15,7 @@ int cmd_mkmodel(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 /* Print "tokenkv SUB: message" on stderr; returns 1 for `return fail(...)`. */
 int cli_fail(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

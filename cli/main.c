@@ -16,9 +16,10 @@ static const struct {
     {"bench", cmd_bench, "measure prompt processing and generation speed"},
     {"inspect", cmd_inspect, "show a GGUF file's architecture, tokenizer and tensors"},
     {"logits", cmd_logits, "print the logits of every position of a prompt, as JSON"},
-    {"mkmodel", cmd_mkmodel, "write a random-weight llama model of any shape and type"},
+    {"mkmodel", cmd_mkmodel, "write a random-weight model of any architecture, shape and type"},
     {"run", cmd_run, "generate text from a prompt"},
     {"serve", cmd_serve, "an OpenAI-compatible server that reuses every cached prefix"},
+    {"template", cmd_template, "render a chat template for a conversation"},
     {"tokenize", cmd_tokenize, "turn text into token ids"},
 };
 

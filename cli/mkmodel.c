@@ -43,7 +43,8 @@
 static const char *const mkmodel_help =
     "usage: tokenkv mkmodel OUT.gguf --dim D --layers L --heads H --kv-heads K --ff F\n"
     "                       [--arch A] [--head-dim N] [--experts N --experts-used K --expert-ff F]\n"
-    "                       [--swa-window N] [--vocab-from GGUF] [--type TYPE] [--seed S] [--ctx N]\n"
+    "                       [--swa-window N] [--vocab-from GGUF] [--chat-template FILE] [--type TYPE]\n"
+    "                       [--seed S] [--ctx N]\n"
     "\n"
     "Write a model with random weights (std 1/sqrt(fan_in), norms 1) and the\n"
     "tokenizer of another GGUF file; the vocabulary size is that file's token count.\n"
@@ -65,6 +66,8 @@ static const char *const mkmodel_help =
     "                   published models': gemma2 4096, gemma3 1024, gpt-oss 128)\n"
     "  --vocab-from F   GGUF file to copy the tokenizer from\n"
     "                   (default ../shared/models/stories260K.gguf)\n"
+    "  --chat-template F a Jinja chat template file to store as tokenizer.chat_template\n"
+    "                   (in place of the --vocab-from file's, if it has one)\n"
     "  --type TYPE      F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K_M, Q5_K_M,\n"
     "                   Q6_K (default F32); quantized types need every row length\n"
     "                   (D, F, heads x head size, expert F) to be a multiple of 32\n"
@@ -181,6 +184,7 @@ static bool tokenizer_key(const char *key) {
 
 typedef struct opts {
     const char *out, *vocab_from;
+    char *chat_template; /* --chat-template's contents, or NULL */
     const mix *mix;
     tkv__model_spec spec; /* everything but the vocabulary size, the mix's types and the seed */
     uint64_t seed;
@@ -198,6 +202,28 @@ bad:
     fprintf(stderr, "tokenkv mkmodel: %s: '%s' is not an integer in [%llu, %llu]\n", opt, v ? v : "",
             (unsigned long long)lo, (unsigned long long)hi);
     return false;
+}
+
+/* A text file's contents, NUL-terminated; NULL when it cannot be read or holds a NUL. */
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0, k;
+    char *buf = malloc(cap + 1);
+    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0)
+        if ((n += k) == cap) {
+            char *b = realloc(buf, (cap *= 2) + 1);
+            if (!b) free(buf);
+            buf = b;
+        }
+    const bool bad = !buf || ferror(f);
+    fclose(f);
+    if (!bad) buf[n] = '\0';
+    if (bad || strlen(buf) != n) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }
 
 /* Parse argv into *o; returns 0 to go on, or the exit status (0 for --help, 2 for bad usage). */
@@ -258,6 +284,12 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             o->vocab_from = val;
         } else if (!strcmp(a, "--arch")) {
             o->spec.arch = val;
+        } else if (!strcmp(a, "--chat-template")) {
+            free(o->chat_template);
+            if (!(o->chat_template = read_text(val))) {
+                fprintf(stderr, "tokenkv mkmodel: --chat-template %s: cannot read it\n", val);
+                return 2;
+            }
         } else if (!strcmp(a, "--seed")) {
             if (!parse_u64(a, val, 0, UINT64_MAX, &o->seed)) return 2;
         } else if (!strcmp(a, "--type")) {
@@ -314,10 +346,12 @@ static tkv_status build(const opts *o, const tkv_model *vocab, uint32_t n_vocab,
         const char *key, *reason = NULL;
         tkv_meta_type type;
         if (tkv_model_meta_at(vocab, i, &key, &type) || !tokenizer_key(key)) continue;
+        if (o->chat_template && !strcmp(key, "tokenizer.chat_template")) continue; /* replaced below */
         st = copy_pair(vocab, key, type, w, &reason);
         if (st) snprintf(why, why_cap, "%s: metadata key '%s': %s", o->vocab_from, key,
                          reason ? reason : tkv_status_str(st));
     }
+    if (!st && o->chat_template) st = tkv__gguf_write_str(w, "tokenizer.chat_template", o->chat_template);
     /* the architecture's keys and tensors */
     if (!st) st = tkv__model_write(w, &spec, n_params);
     if (!st) st = tkv__gguf_write_finish(w, img, size);
@@ -335,12 +369,10 @@ static bool write_file(const char *path, const uint8_t *p, size_t n) {
     return ok;
 }
 
-int cmd_mkmodel(int argc, char **argv) {
-    opts o;
-    bool done;
-    int rc = parse_args(argc, argv, &o, &done);
-    if (rc || done) return rc;
-
+/* Write the model o describes; the exit status. */
+static int make(const opts *op) {
+    const opts o = *op;
+    int rc;
     tkv_model *vocab = NULL;
     tkv_model_params vp = tkv_model_default_params();
     vp.vocab_only = true;
@@ -401,5 +433,14 @@ int cmd_mkmodel(int argc, char **argv) {
 out:
     tkv__gguf_image_free(img);
     free(tmp);
+    return rc;
+}
+
+int cmd_mkmodel(int argc, char **argv) {
+    opts o;
+    bool done;
+    int rc = parse_args(argc, argv, &o, &done);
+    if (!rc && !done) rc = make(&o);
+    free(o.chat_template);
     return rc;
 }

@@ -568,6 +568,70 @@ TKV_API const char *tkv_token_text(const tkv_model *model, tkv_token token);
 TKV_API bool tkv_tokenizer_adds_bos(const tkv_model *model);
 
 /* ------------------------------------------------------------------------ */
+/* Chat templates                                                            */
+/* ------------------------------------------------------------------------ */
+/*
+ * A model's chat format is a Jinja template (GGUF `tokenizer.chat_template`).
+ * tokenkv renders it as Hugging Face transformers' apply_chat_template does
+ * (Jinja2 with trim_blocks and lstrip_blocks, loop controls, `do`,
+ * raise_exception, strftime_now, json.dumps-style tojson), byte for byte.
+ * A template is parsed once and rendered any number of times, from any
+ * number of threads at once. Every render is bounded (output size, steps,
+ * nesting): a template never crashes or hangs; it fails with a message that
+ * names its line.
+ */
+
+typedef struct tkv_chat_template tkv_chat_template;
+
+/**
+ * Parse a template.
+ *
+ * @param src  the template text (len bytes; need not be NUL-terminated).
+ * @param out  receives the template (free with tkv_chat_template_free); NULL
+ *             on failure.
+ * @return TKV_OK; TKV_ERR_FORMAT for a syntax error (tkv_last_error(NULL):
+ *         "template line N: ..."); TKV_ERR_INVALID (NULL argument);
+ *         TKV_ERR_NOMEM.
+ */
+TKV_API tkv_status tkv_chat_template_parse(const char *src, size_t len, tkv_chat_template **out);
+
+/**
+ * Parse the model's own template (`tokenizer.chat_template`).
+ *
+ * @return as tkv_chat_template_parse; TKV_ERR_UNSUPPORTED when the model
+ *         has none (a string key), *out NULL.
+ */
+TKV_API tkv_status tkv_chat_template_from_model(const tkv_model *model, tkv_chat_template **out);
+
+/**
+ * Render a template.
+ *
+ * @param t        a parsed template; only read.
+ * @param vars     a JSON object whose keys are the template's variables:
+ *                 typically "messages" (OpenAI-style, as the client sent
+ *                 them), "tools", "add_generation_prompt", "bos_token",
+ *                 "eos_token" and any extras (e.g. "enable_thinking").
+ *                 NULL or "" for none.
+ * @param now      the date strftime_now() formats, "YYYY-MM-DD" (time of day
+ *                 00:00); NULL for the current local date.
+ * @param out      receives the text, NUL-terminated (free with tkv_free); NULL
+ *                 on failure.
+ * @param out_len  receives its length in bytes (may be NULL).
+ * @return TKV_OK; TKV_ERR_INVALID when vars is not a JSON object or the
+ *         template raises (its raise_exception, an undefined value used, a
+ *         type error, a limit reached), with "template line N: ..." as
+ *         tkv_last_error(NULL); TKV_ERR_NOMEM.
+ */
+TKV_API tkv_status tkv_chat_template_render(const tkv_chat_template *t, const char *vars, const char *now, char **out,
+                                            size_t *out_len);
+
+/** Free a template; NULL is a no-op. */
+TKV_API void tkv_chat_template_free(tkv_chat_template *t);
+
+/** Free memory the library gave to the caller (rendered text); NULL is a no-op. */
+TKV_API void tkv_free(void *p);
+
+/* ------------------------------------------------------------------------ */
 /* Contexts: a KV cache, a thread pool and scratch over one model            */
 /* ------------------------------------------------------------------------ */
 
