@@ -5,6 +5,7 @@
  * way OpenAI's own 400s do, so a client can tell what to fix.
  */
 #include "api.h"
+#include "reasoning.h"
 
 #include <limits.h>
 #include <math.h>
@@ -239,22 +240,75 @@ static const char *content_text(const json_t *c, size_t i, char **owned, srv_err
     return *owned = s;
 }
 
-static bool parse_messages(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+/*
+ * The prompt of a chat request through the model's Jinja template: the
+ * variables transformers passes (messages as the client sent them, tools or
+ * none, add_generation_prompt, the BOS and EOS texts), then the keys of
+ * chat_template_kwargs. A BOS the template prints first is dropped when the
+ * tokenizer adds one itself (it would be doubled). malloc'd, *len bytes.
+ */
+static char *render_jinja(const srv_api *a, const json_t *body, size_t *len, srv_err *e) {
+    const json_t *tools = json_object_get(body, "tools"), *kw = json_object_get(body, "chat_template_kwargs");
+    if (tools && !json_is_null(tools) && !json_is_array(tools)) {
+        srv_err_set(e, 400, "tools", "invalid_type", "'tools' must be an array");
+        return NULL;
+    }
+    if (kw && !json_is_null(kw) && !json_is_object(kw)) {
+        srv_err_set(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
+        return NULL;
+    }
+    json_t *v = json_object();
+    json_object_set(v, "messages", json_object_get(body, "messages"));
+    json_object_set(v, "tools", tools ? (json_t *)tools : json_null());
+    json_object_set_new(v, "documents", json_null());
+    json_object_set_new(v, "add_generation_prompt", json_true());
+    const tkv_token bos = tkv_token_bos(a->model), eos = tkv_token_eos(a->model);
+    const char *bos_t = bos == TKV_TOKEN_NULL ? NULL : tkv_token_text(a->model, bos);
+    const char *eos_t = eos == TKV_TOKEN_NULL ? NULL : tkv_token_text(a->model, eos);
+    if (bos_t) json_object_set_new(v, "bos_token", json_string(bos_t));
+    if (eos_t) json_object_set_new(v, "eos_token", json_string(eos_t));
+    const char *k;
+    json_t *x;
+    json_object_foreach((json_t *)kw, k, x) json_object_set(v, k, x);
+    char *vars = json_dumps(v, JSON_COMPACT), *text = NULL, *out = NULL;
+    json_decref(v);
+    size_t n = 0;
+    tkv_status st = vars ? tkv_chat_template_render(a->jinja, vars, NULL, &text, &n) : TKV_ERR_NOMEM;
+    free(vars);
+    if (st) {
+        if (st == TKV_ERR_NOMEM) srv_err_set(e, 500, NULL, NULL, "out of memory");
+        else srv_err_set(e, 400, "messages", "invalid_value", "the chat template failed: %s", tkv_last_error(NULL));
+        return NULL;
+    }
+    size_t skip = 0;
+    if (bos_t && *bos_t && tkv_tokenizer_adds_bos(a->model) && !strncmp(text, bos_t, strlen(bos_t)))
+        skip = strlen(bos_t);
+    if ((out = malloc(n - skip + 1))) {
+        memcpy(out, text + skip, n - skip + 1);
+        *len = n - skip;
+    } else {
+        srv_err_set(e, 500, NULL, NULL, "out of memory");
+    }
+    tkv_free(text);
+    return out;
+}
+
+char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, srv_err *e) {
     const json_t *m = json_object_get(body, "messages");
     if (!m) {
         srv_err_set(e, 400, "messages", "missing_required_parameter", "'messages' is required");
-        return false;
+        return NULL;
     }
     if (!json_is_array(m) || !json_array_size(m)) {
         srv_err_set(e, 400, "messages", "invalid_value", "'messages' must be a non-empty array");
-        return false;
+        return NULL;
     }
     const size_t n = json_array_size(m);
     srv_chat_msg *msgs = calloc(n, sizeof *msgs);
     char **owned = calloc(n, sizeof *owned);
     bool ok = msgs && owned;
     if (!ok) srv_err_set(e, 500, NULL, NULL, "out of memory");
-    for (size_t i = 0; ok && i < n; i++) {
+    for (size_t i = 0; ok && i < n; i++) { /* the same checks whichever renders */
         const json_t *msg = json_array_get(m, i), *role = json_object_get(msg, "role");
         if (!json_is_object(msg) || !json_is_string(role)) {
             srv_err_set(e, 400, "messages", "invalid_value", "messages[%zu] must be an object with a string 'role'", i);
@@ -266,17 +320,35 @@ static bool parse_messages(const srv_api *a, const json_t *body, srv_req *r, srv
         ok = msgs[i].content != NULL;
     }
     char *text = NULL, err[256];
-    if (ok) {
+    if (ok && a->jinja) {
+        text = render_jinja(a, body, len, e);
+    } else if (ok) {
         tkv_token bos = tkv_token_bos(a->model), eos = tkv_token_eos(a->model);
         const char *bos_t = bos == TKV_TOKEN_NULL ? "" : tkv_token_text(a->model, bos);
         const char *eos_t = eos == TKV_TOKEN_NULL ? "" : tkv_token_text(a->model, eos);
-        ok = srv_chat_render(a->chat, msgs, n, bos_t, eos_t, &text, err, sizeof err);
-        if (!ok) srv_err_set(e, 400, "messages", "invalid_value", "%s", err);
+        if (srv_chat_render(a->chat, msgs, n, bos_t, eos_t, &text, err, sizeof err)) *len = strlen(text);
+        else srv_err_set(e, 400, "messages", "invalid_value", "%s", err);
     }
-    if (ok) ok = tokenize(a, text, strlen(text), "messages", r, e);
     for (size_t i = 0; owned && i < n; i++) free(owned[i]);
     free(owned);
     free(msgs);
+    return text;
+}
+
+static bool parse_messages(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+    const json_t *rf = json_object_get(body, "reasoning_format");
+    if (rf && !json_is_null(rf) &&
+        (!json_is_string(rf) || (strcmp(json_string_value(rf), "none") && strcmp(json_string_value(rf), "auto") &&
+                                 strcmp(json_string_value(rf), "deepseek")))) {
+        srv_err_set(e, 400, "reasoning_format", "invalid_value", "'reasoning_format' must be \"none\", \"auto\" or "
+                    "\"deepseek\"");
+        return false;
+    }
+    size_t len = 0;
+    char *text = srv_api_chat_prompt(a, body, &len, e);
+    const bool ok = text && tokenize(a, text, len, "messages", r, e);
+    r->think = ok && a->think && !(json_is_string(rf) && !strcmp(json_string_value(rf), "none"));
+    r->think_open = r->think && srv_think_open(text, len);
     free(text);
     return ok;
 }
@@ -423,11 +495,17 @@ static char *dump(json_t *o) {
 
 char *srv_api_response(const srv_api *a, srv_req *r) {
     pthread_mutex_lock(&r->mu);
-    json_t *text = srv_json_text(r->text, r->text_len), *choice;
-    if (r->chat)
+    json_t *text, *choice;
+    srv_think_split sp = {0, 0, 0, r->text_len};
+    if (r->think) sp = srv_think_split_text(r->text, r->text_len, r->think_open, true);
+    text = srv_json_text(r->text + sp.c0, sp.c1 - sp.c0);
+    if (r->chat) {
         choice = json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", 0, "message", "role", "assistant", "content", text,
                            "logprobs", "finish_reason", r->finish_reason);
-    else
+        if (choice && sp.r1 > sp.r0)
+            json_object_set_new(json_object_get(choice, "message"), "reasoning_content",
+                                srv_json_text(r->text + sp.r0, sp.r1 - sp.r0));
+    } else
         choice = json_pack("{s:o,s:i,s:n,s:s}", "text", text, "index", 0, "logprobs", "finish_reason", r->finish_reason);
     add_tokens(choice, r);
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:s}", "id", r->id, "object",
@@ -446,6 +524,7 @@ char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const cha
             json_t *delta = json_object();
             if (first) json_object_set_new(delta, "role", json_string("assistant"));
             if (t) json_object_set_new(delta, "content", t);
+            if (kind == SRV_CHUNK_REASONING) json_object_set_new(delta, "reasoning_content", srv_json_text(text, n));
             choice = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason",
                                str_or_null(reason));
         } else {

@@ -17,7 +17,9 @@ typedef struct srv_api {
     const char *model_id;   /* the id /v1/models lists */
     int max_tokens;         /* the largest max_tokens accepted */
     uint32_t n_ctx;         /* positions per request: prompt + completion */
-    srv_chat_kind chat;     /* how messages are rendered */
+    tkv_chat_template *jinja; /* how messages are rendered: the model's (or --chat-template's) Jinja template, */
+    srv_chat_kind chat;       /* or else this hand-written family */
+    bool think;               /* the template has think markers: reasoning is returned apart */
 } srv_api;
 
 /* An error for the client: HTTP status and the OpenAI error object. */
@@ -42,15 +44,23 @@ char *srv_err_json(const srv_err *e);
  */
 bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, srv_err *e);
 
+/*
+ * The prompt text of a chat request body (messages, tools,
+ * chat_template_kwargs), as the model's template renders it: malloc'd,
+ * *len bytes. NULL with *e set (400) on an invalid field or a template
+ * that raises.
+ */
+char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, srv_err *e);
+
 /* The complete (non-streamed) response of a finished request. malloc'd. */
 char *srv_api_response(const srv_api *a, srv_req *r);
 
 /*
  * One SSE event ("data: {...}\n\n") of a stream: a text delta (first: the
- * chat role comes with it), the final chunk with its finish reason, or the
- * usage chunk. malloc'd; NULL when out of memory.
+ * chat role comes with it), a reasoning delta (delta.reasoning_content),
+ * the final chunk with its finish reason, or the usage chunk. malloc'd; NULL when out of memory.
  */
-typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_FINISH, SRV_CHUNK_USAGE } srv_chunk_kind;
+typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_REASONING, SRV_CHUNK_FINISH, SRV_CHUNK_USAGE } srv_chunk_kind;
 char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first);
 
 /* Tokenize text into a malloc'd array (*out, *n); on failure *out is NULL. */

@@ -8,6 +8,7 @@
  * client that goes away stops its generation within a step or so.
  */
 #include "http.h"
+#include "reasoning.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -117,6 +118,7 @@ typedef struct stream {
     size_t sent;   /* text bytes sent */
     bool first;    /* nothing sent yet (the chat role goes with the first delta) */
     bool finished; /* the last events are queued */
+    size_t sent_r, sent_c; /* reasoning (r->think): bytes of the reasoning and of the answer sent */
     char *pend;    /* events not yet handed to MHD */
     size_t pend_n, pend_off, pend_cap;
 } stream;
@@ -150,7 +152,20 @@ static bool next_events(stream *st) {
         pthread_mutex_unlock(&r->mu);
         return false;
     }
-    if (r->text_ready > st->sent) {
+    if (r->think && (r->text_ready > st->sent || r->done)) { /* the reasoning and the answer each as far as they are settled */
+        const srv_think_split sp = srv_think_split_text(r->text, r->text_ready, r->think_open, r->done);
+        if (sp.r1 - sp.r0 > st->sent_r) {
+            pend(st, srv_api_chunk(a, r, SRV_CHUNK_REASONING, r->text + sp.r0 + st->sent_r, sp.r1 - sp.r0 - st->sent_r,
+                                   st->first));
+            st->sent_r = sp.r1 - sp.r0, st->first = false;
+        }
+        if (sp.c1 - sp.c0 > st->sent_c) {
+            pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + sp.c0 + st->sent_c, sp.c1 - sp.c0 - st->sent_c,
+                                   st->first));
+            st->sent_c = sp.c1 - sp.c0, st->first = false;
+        }
+        st->sent = r->text_ready;
+    } else if (r->text_ready > st->sent) {
         pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + st->sent, r->text_ready - st->sent, st->first));
         st->sent = r->text_ready, st->first = false;
     }
@@ -264,6 +279,20 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
     return send_body(cs, c, 200, "application/json", srv_api_response(&S->api, r));
 }
 
+/* POST /apply-template (llama-server's): the prompt a chat request's body renders to, not generated from. */
+static enum MHD_Result apply_template(conn *cs, struct MHD_Connection *c, srv_state *S) {
+    srv_err e;
+    json_t *body = parse_body(cs, &e);
+    if (!body) return send_err(cs, c, &e);
+    size_t len = 0;
+    char *text = srv_api_chat_prompt(&S->api, body, &len, &e);
+    json_decref(body);
+    if (!text) return send_err(cs, c, &e);
+    json_t *prompt = srv_json_text(text, len);
+    free(text);
+    return send_json(cs, c, 200, json_pack("{s:o}", "prompt", prompt));
+}
+
 static enum MHD_Result tokenize(conn *cs, struct MHD_Connection *c, srv_state *S) {
     srv_err e;
     json_t *body = parse_body(cs, &e);
@@ -373,7 +402,7 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
     } known[] = {{"/health", false},           {"/metrics", false},   {"/v1/models", false},
                  {"/v1/cache", false},         {"/v1/completions", true}, {"/completions", true},
                  {"/v1/chat/completions", true}, {"/chat/completions", true}, {"/tokenize", true},
-                 {"/detokenize", true}};
+                 {"/detokenize", true}, {"/apply-template", true}};
     if (!strcmp(url, "/health") && get) return send_json(cs, c, 200, json_pack("{s:s}", "status", "ok"));
     if (strcmp(url, "/metrics") && !authorized(S, c))
         return fail(cs, c, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
@@ -393,6 +422,7 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
     if (post && (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")))
         return generate(cs, c, S, true);
     if (post && !strcmp(url, "/tokenize")) return tokenize(cs, c, S);
+    if (post && !strcmp(url, "/apply-template")) return apply_template(cs, c, S);
     if (post && !strcmp(url, "/detokenize")) return detokenize(cs, c, S);
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(url, known[i].path)) {

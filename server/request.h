@@ -34,6 +34,8 @@ typedef struct srv_req {
     bool stream, include_usage, chat;
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
+    bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
+                                   ended inside a think block */
     char id[48];
     int64_t created;            /* unix seconds */
     double t_arrival;           /* monotonic seconds */

@@ -4,6 +4,7 @@
  * accepting, end what runs and free everything.
  */
 #include "http.h"
+#include "reasoning.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -42,21 +43,55 @@ static void model_id(const char *path, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)n, base);
 }
 
-/* How messages are rendered: --chat-template, else the model's template. */
-static bool pick_template(const srv_opts *o, const tkv_model *m, srv_chat_kind *kind) {
+/* A Jinja template from a file (*think: it has think markers), or NULL with a message on stderr. */
+static tkv_chat_template *template_file(const char *path, bool *think) {
+    FILE *f = fopen(path, "rb");
+    char *src = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (src = malloc((size_t)n + 1)) && fread(src, 1, (size_t)n, f) != (size_t)n)
+        n = -1;
+    if (f) fclose(f);
+    tkv_chat_template *t = NULL;
+    if (!src || n < 0) fprintf(stderr, "tokenkv serve: --chat-template %s: cannot read it\n", path);
+    else if (tkv_chat_template_parse(src, (size_t)n, &t) != TKV_OK)
+        fprintf(stderr, "tokenkv serve: --chat-template %s: %s\n", path, tkv_last_error(NULL));
+    else *think = srv_think_markers(src, (size_t)n);
+    free(src);
+    return t;
+}
+
+/*
+ * How messages are rendered: --chat-template (a family name, or a Jinja
+ * file), else the model's own template, rendered as transformers renders
+ * it; a model without one (or whose template does not parse) gets the
+ * family its template's markers suggest, or plain lines. *what says which,
+ * for the log.
+ */
+static bool pick_template(const srv_opts *o, const tkv_model *m, srv_api *a, const char **what) {
+    a->jinja = NULL;
     if (o->chat_template) {
-        if (!srv_chat_from_name(o->chat_template, kind)) {
-            fprintf(stderr, "tokenkv serve: --chat-template: unknown family '%s' (chatml, llama2, llama3, mistral, "
-                            "zephyr, phi3, plain)\n", o->chat_template);
-            return false;
+        if (srv_chat_from_name(o->chat_template, &a->chat)) {
+            *what = srv_chat_name(a->chat);
+            return true;
         }
-        return true;
+        *what = o->chat_template;
+        return (a->jinja = template_file(o->chat_template, &a->think)) != NULL;
     }
     const char *tmpl = NULL;
     size_t len = 0;
     if (tkv_model_meta_str(m, "tokenizer.chat_template", &tmpl, &len) != TKV_OK) tmpl = NULL;
+    if (tmpl && tkv_chat_template_parse(tmpl, len, &a->jinja) == TKV_OK) {
+        *what = "the model's template";
+        a->think = srv_think_markers(tmpl, len);
+        return true;
+    }
+    if (tmpl)
+        fprintf(stderr, "tokenkv serve: warning: the model's chat template does not parse (%s); using the family its "
+                        "markers suggest\n", tkv_last_error(NULL));
     bool recognised = true;
-    *kind = srv_chat_detect(tmpl, &recognised);
+    a->chat = srv_chat_detect(tmpl, &recognised);
+    *what = srv_chat_name(a->chat);
     if (!recognised)
         fprintf(stderr, "tokenkv serve: warning: the model's chat template is not one we recognise; chat messages "
                         "are rendered as plain 'Role: content' lines (choose one with --chat-template)\n");
@@ -136,7 +171,8 @@ int srv_main(const srv_opts *o) {
     S.api = (srv_api){.model = model, .model_id = id, .max_tokens = o->max_tokens};
     /* a request's positions: the cache and the model's trained context bound them */
     S.api.n_ctx = hp.n_ctx_train && hp.n_ctx_train < o->cells ? hp.n_ctx_train : o->cells;
-    if (!pick_template(o, model, &S.api.chat)) {
+    const char *chat_what = "";
+    if (!pick_template(o, model, &S.api, &chat_what)) {
         tkv_model_free(model);
         return 2;
     }
@@ -159,6 +195,7 @@ int srv_main(const srv_opts *o) {
     int rc = 1;
     if (tkv_context_create(model, &cp, &ctx) != TKV_OK) {
         fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
+        tkv_chat_template_free(S.api.jinja);
         tkv_model_free(model);
         return 1;
     }
@@ -185,7 +222,7 @@ int srv_main(const srv_opts *o) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     fprintf(stderr, "tokenkv serve: model %s (%s, %u layers, vocabulary %zu), %u cells, %d parallel, chat %s%s\n",
-            id, hp.arch, hp.n_layer, tkv_vocab_size(model), o->cells, o->parallel, srv_chat_name(S.api.chat),
+            id, hp.arch, hp.n_layer, tkv_vocab_size(model), o->cells, o->parallel, chat_what,
             o->no_prefix_cache ? ", prefix cache OFF" : "");
     fprintf(stderr, "tokenkv serve: listening on http://%s%s%s:%u\n", addr.ss_family == AF_INET6 ? "[" : "", o->host,
             addr.ss_family == AF_INET6 ? "]" : "", di ? di->port : (unsigned)o->port);
@@ -208,6 +245,7 @@ out:
     srv_sched_free(S.sched);
     srv_metrics_free(S.metrics);
     tkv_context_free(ctx);
+    tkv_chat_template_free(S.api.jinja);
     tkv_model_free(model);
     return rc;
 }

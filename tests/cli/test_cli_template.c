@@ -67,7 +67,8 @@ static void test_model_template(void **state) {
     assert_non_null(f);
     fputs(tmpl, f);
     fclose(f);
-    snprintf(args, sizeof args, "mkmodel '%s' --dim 64 --layers 1 --heads 2 --ff 64 --chat-template '%s'", model, tpath);
+    snprintf(args, sizeof args, "mkmodel '%s' --dim 64 --layers 1 --heads 2 --ff 64 --chat-template '%s' --vocab-from '%s'",
+             model, tpath, tu_shared("models/stories260K.gguf"));
     tu_run_result r = tu_run(args);
     if (r.status) fail_msg("mkmodel: %s", r.err);
     tu_run_free(&r);
