@@ -228,6 +228,8 @@ void tkv__jv_write_repr(tkv__jctx *c, tkv__jbuf *b, tkv__jv v, int depth); /* Py
 void tkv__jv_write_float(tkv__jbuf *b, tkv__jctx *c, double f); /* Python's repr of a float */
 tkv__jv tkv__jv_to_str(tkv__jctx *c, tkv__jv v);                /* str(v) as a string value */
 tkv__jv tkv__jescape(tkv__jctx *c, tkv__jv v);                  /* markupsafe.escape(str(v)), a Markup */
+/* The first byte offset >= from where needle occurs in hay (both strs); SIZE_MAX when none. Charges steps. */
+size_t tkv__jfind(tkv__jctx *c, tkv__jv hay, size_t from, tkv__jv needle);
 /* a + b of two strs / two lists (the flags of a kept); amortized linear when a template accumulates in a loop */
 tkv__jv tkv__jv_concat(tkv__jctx *c, tkv__jv a, tkv__jv b);
 

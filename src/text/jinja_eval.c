@@ -162,6 +162,7 @@ tkv__jv tkv__jinja_getitem(tkv__jctx *c, tkv__jv obj, tkv__jv key) {
         if (obj.flags & TKV__JV_GEN) tkv__jraise(c, TKV_ERR_INVALID, "'generator' object is not subscriptable");
         if (index_of(key, obj.u.list->n, &i)) return obj.u.list->items[i];
     } else if (obj.type == TKV__JV_STR && (key.type == TKV__JV_INT || key.type == TKV__JV_BOOL)) {
+        tkv__jstep(c, (long)(obj.u.str.n / 32)); /* finding a code point reads the string */
         size_t len = tkv__utf8_len(obj.u.str.p, obj.u.str.n);
         if (index_of(key, len, &i)) {
             size_t a = tkv__utf8_offset(obj.u.str.p, obj.u.str.n, i);
@@ -446,11 +447,8 @@ static bool contains(tkv__jctx *c, tkv__jv container, tkv__jv item) {
         if (item.type != TKV__JV_STR)
             tkv__jraise(c, TKV_ERR_INVALID, "'in <string>' requires string as left operand, not %s",
                         tkv__jv_type_name(item));
-        if (!item.u.str.n) return true;
-        tkv__jstep(c, (long)container.u.str.n / 64);
-        for (size_t i = 0; i + item.u.str.n <= container.u.str.n; i++)
-            if (!memcmp(container.u.str.p + i, item.u.str.p, item.u.str.n)) return true;
-        return false;
+        tkv__jstep(c, (long)container.u.str.n / 4096);
+        return tkv__jfind(c, container, 0, item) != SIZE_MAX;
     case TKV__JV_LIST:
         tkv__jstep(c, (long)container.u.list->n);
         for (size_t i = 0; i < container.u.list->n; i++)
@@ -467,7 +465,16 @@ static bool contains(tkv__jctx *c, tkv__jv container, tkv__jv item) {
     tkv__jraise(c, TKV_ERR_INVALID, "argument of type '%s' is not iterable", tkv__jv_type_name(container));
 }
 
+/* What comparing two values may cost: a step per item of a container, per 4 KiB of a str. */
+static void charge_equal(tkv__jctx *c, tkv__jv a, tkv__jv b) {
+    if (a.type != b.type) return;
+    if (a.type == TKV__JV_STR) tkv__jstep(c, (long)(a.u.str.n / 4096));
+    else if (a.type == TKV__JV_LIST) tkv__jstep(c, (long)a.u.list->n);
+    else if (a.type == TKV__JV_DICT) tkv__jstep(c, (long)a.u.dict->n);
+}
+
 static bool compare(tkv__jctx *c, int op, tkv__jv a, tkv__jv b) {
+    charge_equal(c, a, b);
     switch (op) {
     case TKV__JOP_EQ: return tkv__jv_equal(a, b);
     case TKV__JOP_NE: return !tkv__jv_equal(a, b);

@@ -387,7 +387,10 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
         size_t len;
         switch (v.type) {
         case TKV__JV_UNDEF: len = 0; break;
-        case TKV__JV_STR: len = tkv__utf8_len(v.u.str.p, v.u.str.n); break;
+        case TKV__JV_STR:
+            tkv__jstep(c, (long)(v.u.str.n / 32)); /* counting code points reads the string */
+            len = tkv__utf8_len(v.u.str.p, v.u.str.n);
+            break;
         case TKV__JV_LIST:
             if (v.flags & TKV__JV_GEN) tkv__jraise(c, TKV_ERR_INVALID, "object of type 'generator' has no len()");
             len = v.u.list->n;
@@ -613,6 +616,7 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
         BIND("width");
         tkv__jv s = tkv__jv_to_str(c, v);
         int64_t w = DEF(p[0]) ? need_int(c, p[0], "width") : 80;
+        tkv__jstep(c, (long)(s.u.str.n / 32));
         int64_t len = (int64_t)tkv__utf8_len(s.u.str.p, s.u.str.n);
         if (w > 4096) tkv__jraise(c, TKV_ERR_INVALID, "width too large");
         if (w <= len) {
@@ -645,6 +649,7 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
         tkv__jv end = DEF(p[2]) ? tkv__jv_to_str(c, p[2]) : tkv__jv_cstr("...");
         int64_t length = DEF(p[0]) ? need_int(c, p[0], "length") : 255;
         int64_t leeway = DEF(p[3]) && p[3].type != TKV__JV_NONE ? need_int(c, p[3], "leeway") : 5;
+        tkv__jstep(c, (long)(s.u.str.n / 32));
         int64_t len = (int64_t)tkv__utf8_len(s.u.str.p, s.u.str.n);
         int64_t elen = (int64_t)tkv__utf8_len(end.u.str.p, end.u.str.n);
         if (length < elen || leeway < 0) tkv__jraise(c, TKV_ERR_INVALID, "truncate: bad length or leeway");
@@ -743,10 +748,7 @@ bool tkv__jinja_test(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const 
         *out = tkv__jv_equal(s, m) && !tkv__jv_equal(s, o);
     } else if (IS("in")) {
         if (arg.type == TKV__JV_STR && v.type == TKV__JV_STR) {
-            bool found = v.u.str.n == 0;
-            for (size_t i = 0; !found && i + v.u.str.n <= arg.u.str.n; i++)
-                found = !memcmp(arg.u.str.p + i, v.u.str.p, v.u.str.n);
-            *out = found;
+            *out = tkv__jfind(c, arg, 0, v) != SIZE_MAX;
         } else {
             tkv__jlist l = tkv__jinja_iter(c, arg);
             bool found = false;

@@ -94,7 +94,8 @@ static bool in_chars(tkv__jv chars, const char *p, size_t used) {
 /* Python's strip/lstrip/rstrip: whitespace, or the code points of chars. */
 tkv__jv tkv__jstr_strip(tkv__jctx *c, tkv__jv s, tkv__jv chars, bool left, bool right) {
     bool ws = chars.type != TKV__JV_STR;
-    if (!ws) (void)c;
+    /* each code point stripped is looked up in chars */
+    long cost = ws ? 0 : (long)(chars.u.str.n / 32);
     const char *p = s.u.str.p;
     size_t a = 0, b = s.u.str.n;
     if (left) {
@@ -102,6 +103,7 @@ tkv__jv tkv__jstr_strip(tkv__jctx *c, tkv__jv s, tkv__jv chars, bool left, bool 
             size_t used;
             uint32_t cp = tkv__utf8_decode(p + a, b - a, &used);
             if (ws ? !tkv__py_isspace(cp) : !in_chars(chars, p + a, used)) break;
+            if (cost) tkv__jstep(c, cost);
             a += used;
         }
     }
@@ -117,18 +119,13 @@ tkv__jv tkv__jstr_strip(tkv__jctx *c, tkv__jv s, tkv__jv chars, bool left, bool 
                 cp = (unsigned char)p[st];
             }
             if (ws ? !tkv__py_isspace(cp) : !in_chars(chars, p + st, used)) break;
+            if (cost) tkv__jstep(c, cost);
             b = st;
         }
     }
     return tkv__jv_str(p + a, b - a);
 }
 
-static size_t find_sub(tkv__jv s, size_t from, tkv__jv sub) {
-    if (sub.u.str.n > s.u.str.n) return SIZE_MAX;
-    for (size_t i = from; i + sub.u.str.n <= s.u.str.n; i++)
-        if (!memcmp(s.u.str.p + i, sub.u.str.p, sub.u.str.n)) return i;
-    return SIZE_MAX;
-}
 
 tkv__jv tkv__jstr_replace(tkv__jctx *c, tkv__jv s, tkv__jv old, tkv__jv rep, int64_t count) {
     tkv__jbuf b = {0};
@@ -149,7 +146,7 @@ tkv__jv tkv__jstr_replace(tkv__jctx *c, tkv__jv s, tkv__jv old, tkv__jv rep, int
     size_t at = 0;
     int64_t done = 0;
     for (;;) {
-        size_t k = count >= 0 && done >= count ? SIZE_MAX : find_sub(s, at, old);
+        size_t k = count >= 0 && done >= count ? SIZE_MAX : tkv__jfind(c, s, at, old);
         if (k == SIZE_MAX) break;
         tkv__jbuf_add(c, &b, s.u.str.p + at, k - at);
         tkv__jbuf_add(c, &b, rep.u.str.p, rep.u.str.n);
@@ -228,7 +225,7 @@ static tkv__jv split(tkv__jctx *c, tkv__jv s, tkv__jv sep, int64_t maxsplit, boo
     size_t cnt = 0, at = 0;
     size_t *pos = NULL, pcap = 0;
     for (;;) {
-        size_t k = find_sub(s, at, sep);
+        size_t k = tkv__jfind(c, s, at, sep);
         if (k == SIZE_MAX) break;
         if (cnt == pcap) {
             size_t nc = pcap ? pcap * 2 : 8;
@@ -342,6 +339,7 @@ static void format_spec(tkv__jctx *c, tkv__jbuf *b, tkv__jv v, const char *s, si
         if (!align) align = '>';
     }
     if (!align) align = '<';
+    tkv__jstep(c, (long)(body.u.str.n / 32));
     long len = (long)tkv__utf8_len(body.u.str.p, body.u.str.n), pad = width > len ? width - len : 0;
     long left = align == '>' || align == '=' ? pad : align == '^' ? pad / 2 : 0;
     size_t skip = 0;
@@ -591,6 +589,7 @@ tkv__jv tkv__jinja_call_method(tkv__jctx *c, tkv__jfunc *fn, const tkv__jargs *a
     case M_COUNT: {
         BIND("sub", "start", "end");
         tkv__jv sub = need_str(c, p[0], "substring");
+        tkv__jstep(c, (long)(self.u.str.n / 32));
         size_t len = tkv__utf8_len(self.u.str.p, self.u.str.n);
         int64_t st = opt_int(c, p[1], 0), en = opt_int(c, p[2], (int64_t)len);
         if (st < 0) st = st + (int64_t)len < 0 ? 0 : st + (int64_t)len;
@@ -604,14 +603,14 @@ tkv__jv tkv__jinja_call_method(tkv__jctx *c, tkv__jfunc *fn, const tkv__jargs *a
         if (fn->id == M_COUNT) {
             if (!sub.u.str.n) return tkv__jv_int((int64_t)tkv__utf8_len(part.u.str.p, part.u.str.n) + 1);
             int64_t k = 0;
-            for (size_t at = 0, f; (f = find_sub(part, at, sub)) != SIZE_MAX; at = f + sub.u.str.n) k++;
+            for (size_t at = 0, f; (f = tkv__jfind(c, part, at, sub)) != SIZE_MAX; at = f + sub.u.str.n) k++;
             return tkv__jv_int(k);
         }
         size_t found = SIZE_MAX;
         if (fn->id == M_RFIND) {
-            for (size_t at = 0, f; (f = find_sub(part, at, sub)) != SIZE_MAX; at = f + 1) found = f;
+            for (size_t at = 0, f; (f = tkv__jfind(c, part, at, sub)) != SIZE_MAX; at = f + 1) found = f;
         } else {
-            found = find_sub(part, 0, sub);
+            found = tkv__jfind(c, part, 0, sub);
         }
         if (found == SIZE_MAX) {
             if (fn->id == M_INDEX) tkv__jraise(c, TKV_ERR_INVALID, "substring not found");

@@ -185,6 +185,34 @@ void tkv__jv_dict_set(tkv__jctx *c, tkv__jv d, tkv__jv key, tkv__jv val) {
     x->n++;
 }
 
+/* ---- search ---- */
+
+size_t tkv__jfind(tkv__jctx *c, tkv__jv hay, size_t from, tkv__jv needle) {
+    const char *h = hay.u.str.p, *s = needle.u.str.p;
+    size_t hn = hay.u.str.n, n = needle.u.str.n;
+    if (n > hn || from > hn - n) return SIZE_MAX;
+    if (!n) return from;
+    /* a plain search, charged by the bytes it compares: a needle and a text built to make it quadratic
+       reach the step limit rather than hang the render */
+    size_t compared = 0;
+    for (size_t i = from; i <= hn - n;) {
+        const char *at = memchr(h + i, s[0], hn - n + 1 - i);
+        if (!at) break;
+        i = (size_t)(at - h);
+        size_t k = 1;
+        while (k < n && h[i + k] == s[k]) k++;
+        compared += k;
+        if (compared >= 32) {
+            /* a step for 32 bytes: about what a step of evaluation costs */
+            tkv__jstep(c, (long)(compared / 32));
+            compared %= 32;
+        }
+        if (k == n) return i;
+        i++;
+    }
+    return SIZE_MAX;
+}
+
 /* ---- concatenation ---- */
 
 /*
@@ -596,9 +624,21 @@ size_t tkv__utf8_encode(uint32_t cp, char out[4]) {
     return 4;
 }
 
+/* Eight bytes at p all ASCII? (Most text is: the walks below take it eight bytes at a time.) */
+static bool ascii8(const char *p) {
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return !(w & 0x8080808080808080ull);
+}
+
 size_t tkv__utf8_len(const char *p, size_t n) {
     size_t k = 0, i = 0;
     while (i < n) {
+        if (n - i >= 8 && ascii8(p + i)) {
+            i += 8;
+            k += 8;
+            continue;
+        }
         size_t used;
         tkv__utf8_decode(p + i, n - i, &used);
         i += used;
@@ -610,6 +650,11 @@ size_t tkv__utf8_len(const char *p, size_t n) {
 size_t tkv__utf8_offset(const char *p, size_t n, size_t cp) {
     size_t i = 0;
     while (i < n && cp > 0) {
+        if (cp >= 8 && n - i >= 8 && ascii8(p + i)) {
+            i += 8;
+            cp -= 8;
+            continue;
+        }
         size_t used;
         tkv__utf8_decode(p + i, n - i, &used);
         i += used;

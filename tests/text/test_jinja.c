@@ -280,6 +280,11 @@ static void test_limits(void **state) {
                 TKV_ERR_INVALID, "MiB");
     expect_fail("{{ 'x' * 100000000000 }}", TKV_ERR_INVALID, "too long");
     expect_fail("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}", TKV_ERR_INVALID, "recursed");
+    /* work hidden in one step: a search built to be quadratic, a long string measured again and again */
+    expect_fail("{% set a = 'a' * 4000000 %}{% set n = a ~ 'b' %}{% set h = a ~ a %}{{ n in h }}", TKV_ERR_INVALID,
+                "steps");
+    expect_fail("{% set s = 'x' * 8000000 %}{% for i in range(100000) %}{{ s|length }}{% endfor %}", TKV_ERR_INVALID,
+                "steps");
     expect_fail("{{ range(1000000)|length }}", TKV_ERR_INVALID, "Range too big");
     /* nesting too deep to parse */
     char deep[4096];
