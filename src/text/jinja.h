@@ -135,7 +135,7 @@ typedef enum tkv__jnode_kind {
     TKV__JN_AND, TKV__JN_OR, TKV__JN_COMPARE, TKV__JN_COND,
     /* statements */
     TKV__JN_BODY, TKV__JN_TEXT, TKV__JN_PRINT, TKV__JN_IF, TKV__JN_FOR, TKV__JN_SET, TKV__JN_SETBLOCK, TKV__JN_MACRO,
-    TKV__JN_CALLBLOCK, TKV__JN_FILTERBLOCK, TKV__JN_BREAK, TKV__JN_CONTINUE, TKV__JN_DO,
+    TKV__JN_CALLBLOCK, TKV__JN_FILTERBLOCK, TKV__JN_BREAK, TKV__JN_CONTINUE, TKV__JN_DO, TKV__JN_WITH,
 } tkv__jnode_kind;
 
 /* Operators of BINOP and COMPARE. */
@@ -320,7 +320,7 @@ size_t tkv__jrange(tkv__jctx *c, const tkv__jargs *a, int64_t *start, int64_t *s
 void tkv__jinja_add_globals(tkv__jctx *c, tkv__jv dict);
 
 /* Callables. */
-enum { TKV__JF_GLOBAL, TKV__JF_METHOD, TKV__JF_MACRO, TKV__JF_LOOPCYCLE };
+enum { TKV__JF_GLOBAL, TKV__JF_METHOD, TKV__JF_MACRO, TKV__JF_LOOPCYCLE, TKV__JF_LOOPCHANGED };
 struct tkv__jfunc {
     int kind;
     int id;               /* GLOBAL: which; METHOD: which */
@@ -334,6 +334,7 @@ struct tkv__jloop {
     tkv__jlist items; /* items.items NULL for a range: item i is start + i * step, of items.n */
     int64_t start, step;
     size_t i;
+    tkv__jv last_changed; /* loop.changed(): the arguments of its last call (undefined before the first) */
 };
 
 #endif

@@ -111,11 +111,11 @@ static tkv__jv loop_attr(tkv__jctx *c, tkv__jv lv, const char *name, size_t n) {
     if (IS("depth0")) return tkv__jv_int(0);
     if (IS("previtem")) return i > 0 ? loop_item(l, i - 1) : tkv__jv_undef("previtem");
     if (IS("nextitem")) return i + 1 < len ? loop_item(l, i + 1) : tkv__jv_undef("nextitem");
-    if (IS("cycle")) {
+    if (IS("cycle") || IS("changed")) {
         tkv__jv fv = {.type = TKV__JV_FUNC};
         fv.u.fn = tkv__jarena_alloc(c, sizeof *fv.u.fn);
         memset(fv.u.fn, 0, sizeof *fv.u.fn);
-        fv.u.fn->kind = TKV__JF_LOOPCYCLE;
+        fv.u.fn->kind = IS("cycle") ? TKV__JF_LOOPCYCLE : TKV__JF_LOOPCHANGED;
         fv.u.fn->self = lv;
         return fv;
     }
@@ -269,6 +269,14 @@ tkv__jv tkv__jinja_call(tkv__jctx *c, tkv__jv fn, tkv__jv *args, size_t n_args, 
     case TKV__JF_MACRO: return call_macro(c, fn.u.fn, &a);
     case TKV__JF_METHOD: return tkv__jinja_call_method(c, fn.u.fn, &a);
     case TKV__JF_GLOBAL: return tkv__jinja_call_global(c, fn.u.fn->id, &a);
+    case TKV__JF_LOOPCHANGED: {
+        tkv__jloop *l = fn.u.fn->self.u.loop;
+        tkv__jv now = tkv__jv_list(c, n_args);
+        for (size_t i = 0; i < n_args; i++) now.u.list->items[i] = args[i];
+        bool changed = l->last_changed.type == TKV__JV_UNDEF || !tkv__jv_equal(l->last_changed, now);
+        l->last_changed = now;
+        return tkv__jv_bool(changed);
+    }
     default: {
         if (!n_args) tkv__jraise(c, TKV_ERR_INVALID, "no items for cycling given");
         tkv__jloop *l = fn.u.fn->self.u.loop;
@@ -714,6 +722,7 @@ static bool is_range_call(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
 static int exec_for(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
     tkv__jloop *l = tkv__jarena_alloc(c, sizeof *l);
     memset(l, 0, sizeof *l);
+    l->last_changed = tkv__jv_undef(NULL);
     tkv__jlist items;
     if (!x->c && is_range_call(c, x->b, f)) {
         /* for i in range(n): the items are made one at a time (a loop over earlier messages per message is
@@ -801,6 +810,15 @@ static int exec(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
     case TKV__JN_BREAK: flow = FLOW_BREAK; break;
     case TKV__JN_CONTINUE: flow = FLOW_CONTINUE; break;
     case TKV__JN_DO: eval(c, x->a, f); break;
+    case TKV__JN_WITH: {
+        /* the values are computed in the outer scope, then bound in the inner one */
+        tkv__jframe *g = frame_new(c, f);
+        tkv__jv *vals = x->n_kids ? tkv__jarena_alloc(c, x->n_kids * sizeof *vals) : NULL;
+        for (size_t i = 0; i < x->n_kids; i++) vals[i] = eval(c, x->kids[i]->b, f);
+        for (size_t i = 0; i < x->n_kids; i++) assign(c, x->kids[i]->a, g, vals[i]);
+        flow = exec(c, x->a, g);
+        break;
+    }
     default: tkv__jraise(c, TKV_ERR_INVALID, "not a statement");
     }
     c->depth--;

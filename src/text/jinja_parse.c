@@ -723,6 +723,24 @@ static tkv__jnode *parse_statement(parser *P) {
         x = node(P, TKV__JN_DO, line);
         x->a = parse_tuple(P, true, false);
         expect_kind(P, TKV__JT_BLOCK_END);
+    } else if (is_name(kw, "with")) {
+        /* {% with a = 1, b = x %}...{% endwith %}: a scope of its own */
+        static const char *const ends[] = {"endwith", NULL};
+        x = node(P, TKV__JN_WITH, line);
+        nodevec sets = {0};
+        while (cur(P)->kind != TKV__JT_BLOCK_END) {
+            if (sets.n) expect_op(P, ",");
+            tkv__jnode *set = node(P, TKV__JN_SET, cur(P)->line);
+            set->a = parse_target(P, false);
+            expect_op(P, "=");
+            set->b = parse_expr(P, true);
+            vec_push(P, &sets, set);
+        }
+        expect_kind(P, TKV__JT_BLOCK_END);
+        x->kids = sets.p;
+        x->n_kids = sets.n;
+        x->a = parse_body(P, ends);
+        end_tag(P, "endwith");
     } else if (is_name(kw, "generation")) {
         static const char *const ends[] = {"endgeneration", NULL};
         expect_kind(P, TKV__JT_BLOCK_END);

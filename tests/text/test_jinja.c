@@ -12,6 +12,7 @@
 #include "text/jinja.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,8 @@ static void test_set_namespace_macros(void **state) {
     expect("{% macro m(x) %}({{ caller(x * 2) }}){% endmacro %}{% call(v) m(3) %}v={{ v }}{% endcall %}", "(v=6)");
     expect("{% filter upper %}hello {{ s }}{% endfilter %}", "HELLO HELLO WORLD");
     expect("{% generation %}gen {{ n }}{% endgeneration %}", "gen 5");
+    expect("{% with a = 1, b = xs %}{{ a }}{{ b }}{% set c = 3 %}{{ c }}{% endwith %}{{ a }}{{ c }}", "1[3, 1, 2]3");
+    expect("{% for x in [1, 1, 2, 2, 1] %}{{ loop.changed(x) }} {% endfor %}", "True False True False True ");
     expect("{% do xs.index(1) %}ok", "ok");
 }
 
@@ -360,6 +363,54 @@ static void test_compiled_and_context(void **state) {
     tkv__free(out);
 }
 
+/* One parsed template, rendered by several threads at once: each gets the single-threaded text. */
+typedef struct render_job {
+    const tkv__jinja_template *t;
+    const char *ctx, *expected;
+    int mismatches;
+} render_job;
+
+static void *render_many(void *arg) {
+    render_job *j = arg;
+    for (int i = 0; i < 30; i++) {
+        char *out;
+        size_t len;
+        tkv_status st = tkv__jinja_render_with(j->t, j->ctx, &NOW, &out, &len);
+        if (st != TKV_OK || strcmp(out, j->expected)) j->mismatches++;
+        tkv__free(out);
+    }
+    return NULL;
+}
+
+static void test_threads(void **state) {
+    (void)state;
+    size_t n;
+    char *src = (char *)tu_read_file(tu_shared("templates/Qwen-Qwen3-0.6B.jinja"), &n);
+    assert_non_null(src);
+    tkv__jinja_template *t;
+    assert_int_equal(tkv__jinja_parse(src, n, &t), TKV_OK);
+    const char *ctx = "{\"messages\": [{\"role\": \"system\", \"content\": \"Be brief.\"}, {\"role\": \"user\", "
+                      "\"content\": \"Hi\"}, {\"role\": \"assistant\", \"content\": \"<think>x</think>Hello\"}, "
+                      "{\"role\": \"user\", \"content\": \"Bye\"}], \"add_generation_prompt\": true, \"tools\": null}";
+    char *expected;
+    size_t len;
+    assert_int_equal(tkv__jinja_render_with(t, ctx, &NOW, &expected, &len), TKV_OK);
+    assert_non_null(strstr(expected, "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n"));
+    render_job jobs[4];
+    pthread_t threads[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (render_job){.t = t, .ctx = ctx, .expected = expected};
+        assert_int_equal(pthread_create(&threads[i], NULL, render_many, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(threads[i], NULL);
+        assert_int_equal(jobs[i].mismatches, 0);
+    }
+    tkv__free(expected);
+    tkv__jinja_free(t);
+    free(src);
+}
+
 /* Every allocation of a parse and render fails in turn: NOMEM, nothing leaked (ASan checks the leaks). */
 static void test_allocation_failures(void **state) {
     (void)state;
@@ -498,6 +549,7 @@ int main(void) {
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_accumulation),
         cmocka_unit_test(test_compiled_and_context),
+        cmocka_unit_test(test_threads),
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_reference),
     };
