@@ -131,6 +131,11 @@ tkv__jv tkv__jinja_getattr(tkv__jctx *c, tkv__jv obj, const char *name, size_t n
         tkv__jv *v = tkv__jv_dict_getn(obj, name, n);
         return v ? *v : tkv__jv_undef(NULL);
     }
+    /* groupby's (grouper, list) pairs are named tuples */
+    if (obj.type == TKV__JV_LIST && (obj.flags & TKV__JV_TUPLE) && obj.u.list->n == 2) {
+        if (n == 7 && !memcmp(name, "grouper", 7)) return obj.u.list->items[0];
+        if (n == 4 && !memcmp(name, "list", 4)) return obj.u.list->items[1];
+    }
     /* Python attributes first (a dict's `items` is its method, not its key), then items */
     if (tkv__jinja_method(c, obj, name, n, &out)) return out;
     if (obj.type == TKV__JV_DICT) {

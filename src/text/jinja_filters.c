@@ -588,6 +588,35 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
                              tkv__jv_truthy(p[1]));
         sort_by(c, r.u.list->items, keys, cnt, tkv__jv_truthy(p[0]), DEF(p[2]));
         *out = r;
+    } else if (IS("groupby")) {
+        BIND("attribute", "default", "case_sensitive");
+        if (!DEF(p[0])) tkv__jraise(c, TKV_ERR_INVALID, "groupby needs an attribute");
+        tkv__jv r = list_of(c, tkv__jinja_iter(c, v));
+        size_t cnt = r.u.list->n;
+        tkv__jv *keys = tkv__jarena_alloc(c, (cnt ? cnt : 1) * sizeof *keys);
+        for (size_t i = 0; i < cnt; i++) {
+            tkv__jv k = get_path(c, r.u.list->items[i], p[0]);
+            if (k.type == TKV__JV_UNDEF && DEF(p[1])) k = p[1];
+            keys[i] = key_of(c, k, tkv__jv_truthy(p[2]));
+        }
+        sort_by(c, r.u.list->items, keys, cnt, false, true);
+        /* (grouper, items) pairs; the grouper is the first item's own value, not its lowered key */
+        tkv__jv groups = tkv__jv_list(c, cnt);
+        size_t ng = 0;
+        for (size_t i = 0; i < cnt;) {
+            size_t j = i + 1;
+            while (j < cnt && tkv__jv_equal(keys[j], keys[i])) j++;
+            tkv__jv items = tkv__jv_list(c, j - i), pair = tkv__jv_list(c, 2);
+            memcpy(items.u.list->items, r.u.list->items + i, (j - i) * sizeof(tkv__jv));
+            tkv__jv g = get_path(c, r.u.list->items[i], p[0]);
+            pair.flags = TKV__JV_TUPLE;
+            pair.u.list->items[0] = g.type == TKV__JV_UNDEF && DEF(p[1]) ? p[1] : g;
+            pair.u.list->items[1] = items;
+            groups.u.list->items[ng++] = pair;
+            i = j;
+        }
+        groups.u.list->n = ng;
+        *out = groups;
     } else if (IS("min") || IS("max")) {
         *out = minmax(c, v, a, IS("max"));
     } else if (IS("sum")) {

@@ -189,6 +189,10 @@ static void test_filters(void **state) {
            "3    ab  | &lt;a&gt;&amp;&#39; aBc");
     expect("{{ xs|batch(2)|list }} {{ 'hello world foo'|truncate(9) }} {{ none|selectattr('a')|list }}",
            "[[3, 1], [2]] hello... []");
+    expect("{% for g in msgs|groupby('role') %}{{ g.grouper }}:{{ g.list|length }};{% endfor %}"
+           "{% for k, items in [{'a': 'X'}, {'a': 'x'}, {'a': 'y'}]|groupby('a') %}{{ k }}={{ items|length }} "
+           "{% endfor %}",
+           "assistant:1;user:1;X=2 y=1 ");
     /* Markup + str escapes the str */
     expect("{{ '<'|safe + '<' }}", "<&lt;");
 }
