@@ -138,6 +138,9 @@ typedef enum tkv__jnode_kind {
     TKV__JN_CALLBLOCK, TKV__JN_FILTERBLOCK, TKV__JN_BREAK, TKV__JN_CONTINUE, TKV__JN_DO, TKV__JN_WITH,
 } tkv__jnode_kind;
 
+/* MACRO: what its body reads, so which extra arguments it takes (in its op). */
+enum { TKV__JMACRO_VARARGS = 1, TKV__JMACRO_KWARGS = 2, TKV__JMACRO_CALLER = 4 };
+
 /* Operators of BINOP and COMPARE. */
 typedef enum tkv__jop {
     TKV__JOP_ADD, TKV__JOP_SUB, TKV__JOP_MUL, TKV__JOP_DIV, TKV__JOP_FLOORDIV, TKV__JOP_MOD, TKV__JOP_POW,
@@ -148,7 +151,7 @@ typedef enum tkv__jop {
 typedef struct tkv__jnode tkv__jnode;
 struct tkv__jnode {
     uint8_t kind;
-    uint8_t op;  /* BINOP: tkv__jop; TEST: negated; SET/FOR target tuple; SLICE: which parts are present */
+    uint8_t op;  /* BINOP: tkv__jop; TEST: negated; MACRO: TKV__JMACRO_* */
     int line;
     tkv__jv value;       /* LITERAL; TEXT (a string); NAME, GETATTR, FILTER, TEST, MACRO, SET: the name */
     tkv__jnode *a, *b, *c; /* operands; IF: test, body, else; FOR: target, iter, filter; SET: target, value */

@@ -222,6 +222,9 @@ static tkv__jv call_macro(tkv__jctx *c, const tkv__jfunc *fn, const tkv__jargs *
     const tkv__jnode *m = fn->macro;
     tkv__jframe *f = frame_new(c, fn->closure);
     size_t np = m->n_kw;
+    if (a->n > np && !(m->op & TKV__JMACRO_VARARGS))
+        tkv__jraise(c, TKV_ERR_INVALID, "macro '%.*s' takes not more than %zu argument(s)", (int)m->value.u.str.n,
+                    m->value.u.str.p, np);
     if (a->n > np) {
         tkv__jv rest = tkv__jv_list(c, a->n - np);
         for (size_t i = np; i < a->n; i++) rest.u.list->items[i - np] = a->v[i];
@@ -245,10 +248,14 @@ static tkv__jv call_macro(tkv__jctx *c, const tkv__jfunc *fn, const tkv__jargs *
                             a->kw_names[k].u.str.p);
             given[i] = true;
             frame_set(c, f, a->kw_names[k], a->kw[k]);
-        } else if (a->kw_names[k].u.str.n == 6 && !memcmp(a->kw_names[k].u.str.p, "caller", 6)) {
+        } else if ((m->op & TKV__JMACRO_CALLER) && a->kw_names[k].u.str.n == 6 &&
+                   !memcmp(a->kw_names[k].u.str.p, "caller", 6)) {
             frame_set(c, f, a->kw_names[k], a->kw[k]);
-        } else {
+        } else if (m->op & TKV__JMACRO_KWARGS) {
             tkv__jv_dict_set(c, kwargs, a->kw_names[k], a->kw[k]);
+        } else {
+            tkv__jraise(c, TKV_ERR_INVALID, "macro '%.*s' takes no keyword argument '%.*s'", (int)m->value.u.str.n,
+                        m->value.u.str.p, (int)a->kw_names[k].u.str.n, a->kw_names[k].u.str.p);
         }
     }
     frame_set(c, f, tkv__jv_cstr("kwargs"), kwargs);
@@ -500,13 +507,12 @@ static bool compare(tkv__jctx *c, int op, tkv__jv a, tkv__jv b) {
     }
 }
 
-static int64_t slice_index(tkv__jctx *c, tkv__jv v, int64_t len, bool *given) {
+static int64_t slice_index(tkv__jctx *c, tkv__jv v, bool *given) {
     *given = false;
-    if (v.type == TKV__JV_NONE || v.type == TKV__JV_UNDEF) return 0;
+    if (v.type == TKV__JV_NONE) return 0;
     if (v.type != TKV__JV_INT && v.type != TKV__JV_BOOL)
         tkv__jraise(c, TKV_ERR_INVALID, "slice indices must be integers or None");
     *given = true;
-    (void)len;
     return ival(v);
 }
 
@@ -518,10 +524,10 @@ static tkv__jv slice(tkv__jctx *c, tkv__jv obj, tkv__jv start, tkv__jv stop, tkv
     tkv__jlist items = is_str ? tkv__jinja_iter(c, obj) : *obj.u.list;
     int64_t len = (int64_t)items.n;
     bool has_start, has_stop, has_step;
-    int64_t st = slice_index(c, step, len, &has_step);
+    int64_t st = slice_index(c, step, &has_step);
     if (!has_step) st = 1;
     if (st == 0) tkv__jraise(c, TKV_ERR_INVALID, "slice step cannot be zero");
-    int64_t lo = slice_index(c, start, len, &has_start), hi = slice_index(c, stop, len, &has_stop);
+    int64_t lo = slice_index(c, start, &has_start), hi = slice_index(c, stop, &has_stop);
     /* Python's PySlice_AdjustIndices */
     if (!has_start) lo = st < 0 ? len - 1 : 0;
     else if (lo < 0) lo = lo + len < 0 ? (st < 0 ? -1 : 0) : lo + len;

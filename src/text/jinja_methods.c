@@ -15,7 +15,8 @@
 enum {
     M_STRIP, M_LSTRIP, M_RSTRIP, M_SPLIT, M_RSPLIT, M_STARTSWITH, M_ENDSWITH, M_REPLACE, M_UPPER, M_LOWER, M_TITLE,
     M_CAPITALIZE, M_FIND, M_RFIND, M_COUNT, M_JOIN, M_FORMAT, M_SPLITLINES, M_ISDIGIT, M_ISALPHA, M_ISSPACE,
-    M_ISALNUM, M_ISUPPER, M_ISLOWER, M_REMOVEPREFIX, M_REMOVESUFFIX, M_INDEX, M_STR_END,
+    M_ISALNUM, M_ISUPPER, M_ISLOWER, M_REMOVEPREFIX, M_REMOVESUFFIX, M_INDEX, M_PARTITION, M_RPARTITION, M_ZFILL,
+    M_LJUST, M_RJUST, M_CENTER, M_STR_END,
     M_ITEMS = 100, M_KEYS, M_VALUES, M_GET, M_COPY, M_DICT_END,
     M_LINDEX = 200, M_LCOUNT, M_LCOPY, M_LIST_END,
 };
@@ -23,7 +24,8 @@ enum {
 static const char *const STR_METHODS[] = {
     "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "replace", "upper", "lower", "title",
     "capitalize", "find", "rfind", "count", "join", "format", "splitlines", "isdigit", "isalpha", "isspace",
-    "isalnum", "isupper", "islower", "removeprefix", "removesuffix", "index", NULL};
+    "isalnum", "isupper", "islower", "removeprefix", "removesuffix", "index", "partition", "rpartition", "zfill",
+    "ljust", "rjust", "center", NULL};
 static const char *const DICT_METHODS[] = {"items", "keys", "values", "get", "copy", NULL};
 static const char *const DICT_UNSAFE[] = {"pop", "popitem", "setdefault", "update", "clear", NULL};
 static const char *const LIST_METHODS[] = {"index", "count", "copy", NULL};
@@ -671,6 +673,55 @@ tkv__jv tkv__jinja_call_method(tkv__jctx *c, tkv__jfunc *fn, const tkv__jargs *a
         bool end = fn->id == M_REMOVESUFFIX;
         if (!affix(c, self, x, end)) return self;
         return tkv__jv_str(self.u.str.p + (end ? 0 : x.u.str.n), self.u.str.n - x.u.str.n);
+    }
+    case M_PARTITION:
+    case M_RPARTITION: {
+        BIND("sep");
+        tkv__jv sep = need_str(c, p[0], "separator");
+        if (!sep.u.str.n) tkv__jraise(c, TKV_ERR_INVALID, "empty separator");
+        size_t at = tkv__jfind(c, self, 0, sep);
+        if (fn->id == M_RPARTITION)
+            for (size_t f = at; f != SIZE_MAX; f = tkv__jfind(c, self, f + 1, sep)) at = f;
+        tkv__jv t = tkv__jv_list(c, 3);
+        t.flags = TKV__JV_TUPLE;
+        tkv__jv empty = tkv__jv_str("", 0);
+        if (at == SIZE_MAX) {
+            t.u.list->items[0] = fn->id == M_PARTITION ? self : empty;
+            t.u.list->items[1] = empty;
+            t.u.list->items[2] = fn->id == M_PARTITION ? empty : self;
+        } else {
+            t.u.list->items[0] = tkv__jv_str(self.u.str.p, at);
+            t.u.list->items[1] = sep;
+            t.u.list->items[2] = tkv__jv_str(self.u.str.p + at + sep.u.str.n, self.u.str.n - at - sep.u.str.n);
+        }
+        return t;
+    }
+    case M_ZFILL:
+    case M_LJUST:
+    case M_RJUST:
+    case M_CENTER: {
+        BIND("width", "fillchar");
+        int64_t w = opt_int(c, p[0], 0);
+        if (w > 100000) tkv__jraise(c, TKV_ERR_INVALID, "width too large");
+        tkv__jv fill = p[1].type == TKV__JV_UNDEF ? tkv__jv_cstr(fn->id == M_ZFILL ? "0" : " ")
+                                                  : need_str(c, p[1], "fill character");
+        if (tkv__utf8_len(fill.u.str.p, fill.u.str.n) != 1)
+            tkv__jraise(c, TKV_ERR_INVALID, "The fill character must be exactly one character long");
+        tkv__jstep(c, (long)(self.u.str.n / 32));
+        int64_t len = (int64_t)tkv__utf8_len(self.u.str.p, self.u.str.n), pad = w > len ? w - len : 0;
+        /* str.center puts the odd space on the left when the width is odd (Python's rule) */
+        int64_t left = fn->id == M_RJUST || fn->id == M_ZFILL ? pad : fn->id == M_LJUST ? 0 : pad / 2 + (pad & w & 1);
+        tkv__jbuf b = {0};
+        tkv__jbuf_add(c, &b, "", 0);
+        size_t skip = 0;
+        if (fn->id == M_ZFILL && self.u.str.n && (self.u.str.p[0] == '-' || self.u.str.p[0] == '+')) {
+            tkv__jbuf_addc(c, &b, self.u.str.p[0]);
+            skip = 1;
+        }
+        for (int64_t i = 0; i < left; i++) tkv__jbuf_add(c, &b, fill.u.str.p, fill.u.str.n);
+        tkv__jbuf_add(c, &b, self.u.str.p + skip, self.u.str.n - skip);
+        for (int64_t i = left; i < pad; i++) tkv__jbuf_add(c, &b, fill.u.str.p, fill.u.str.n);
+        return tkv__jbuf_value(&b);
     }
     case M_ITEMS: BIND("unused"); return pairs(c, self);
     case M_KEYS:

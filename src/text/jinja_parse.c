@@ -646,6 +646,28 @@ static void parse_params(parser *P, tkv__jnode *x) {
     x->n_kw = names.n;
 }
 
+/* Does the tree x read the variable `name`? (Keyword names and attribute names are not variables.) */
+static bool reads(const tkv__jnode *x, const char *name, int depth) {
+    if (!x || depth > 2 * TKV__JINJA_MAX_DEPTH) return false;
+    size_t n = strlen(name);
+    if (x->kind == TKV__JN_NAME && x->value.u.str.n == n && !memcmp(x->value.u.str.p, name, n)) return true;
+    const tkv__jnode *sub[] = {x->a, x->b, x->c, x->d, x->e};
+    for (size_t i = 0; i < 5; i++)
+        if (reads(sub[i], name, depth + 1)) return true;
+    for (size_t i = 0; i < x->n_kids; i++)
+        if (reads(x->kids[i], name, depth + 1)) return true;
+    for (size_t i = 0; i < x->n_kw; i++)
+        if (reads(x->kw[i]->a, name, depth + 1)) return true;
+    return false;
+}
+
+/* A macro takes extra arguments only when its body reads varargs / kwargs / caller, as in Jinja2. */
+static void macro_uses(tkv__jnode *m) {
+    m->op = (uint8_t)((reads(m->a, "varargs", 0) ? TKV__JMACRO_VARARGS : 0) |
+                      (reads(m->a, "kwargs", 0) ? TKV__JMACRO_KWARGS : 0) |
+                      (reads(m->a, "caller", 0) ? TKV__JMACRO_CALLER : 0));
+}
+
 static tkv__jnode *parse_macro(parser *P, int line) {
     static const char *const ends[] = {"endmacro", NULL};
     tkv__jnode *x = node(P, TKV__JN_MACRO, line);
@@ -658,6 +680,7 @@ static tkv__jnode *parse_macro(parser *P, int line) {
     x->a = parse_body(P, ends);
     P->loop_depth = loops;
     end_tag(P, "endmacro");
+    macro_uses(x);
     return x;
 }
 
@@ -706,6 +729,7 @@ static tkv__jnode *parse_statement(parser *P) {
         P->loop_depth = 0;
         caller->a = parse_body(P, ends);
         P->loop_depth = loops;
+        macro_uses(caller);
         x->b = caller;
         end_tag(P, "endcall");
     } else if (is_name(kw, "filter")) {

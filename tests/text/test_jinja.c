@@ -147,6 +147,12 @@ static void test_set_namespace_macros(void **state) {
            "{{ m(1, c='z') }}{{ m() }}",
            "[1|2|x][1|3|x][1|2|z][|2|x]");
     expect("{% macro m(a) %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, 3, k=4) }}", "(2, 3){'k': 4}");
+    /* extra arguments only for a macro that reads varargs / kwargs / caller */
+    expect_fail("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}", TKV_ERR_INVALID, "takes not more than 1");
+    expect_fail("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, b=2) }}", TKV_ERR_INVALID, "no keyword argument 'b'");
+    expect_fail("{% macro m() %}x{% endmacro %}{% call m() %}y{% endcall %}", TKV_ERR_INVALID, "caller");
+    expect("{{ 'a,b,c'.rpartition(',') }} {{ 'ab'.center(7, '*') }} {{ '-5'.zfill(4) }} {{ 'a'.ljust(3) }}|",
+           "('a,b', ',', 'c') ***ab** -005 a  |");
     /* a macro reads the variables of its scope when called */
     expect("{% macro m() %}{{ z }}{% endmacro %}{% set z = 1 %}{{ m() }}{% set z = 2 %}{{ m() }}", "12");
     expect("{% macro outer() %}<{{ caller() }}>{% endmacro %}{% call outer() %}in {{ n }}{% endcall %}", "<in 5>");
