@@ -151,7 +151,7 @@ typedef enum tkv__jop {
 typedef struct tkv__jnode tkv__jnode;
 struct tkv__jnode {
     uint8_t kind;
-    uint8_t op;  /* BINOP: tkv__jop; TEST: negated; MACRO: TKV__JMACRO_* */
+    uint8_t op;  /* BINOP: tkv__jop; TEST: negated; MACRO: TKV__JMACRO_*; FOR: recursive */
     int line;
     tkv__jv value;       /* LITERAL; TEXT (a string); NAME, GETATTR, FILTER, TEST, MACRO, SET: the name */
     tkv__jnode *a, *b, *c; /* operands; IF: test, body, else; FOR: target, iter, filter; SET: target, value */
@@ -338,6 +338,9 @@ struct tkv__jloop {
     int64_t start, step;
     size_t i;
     tkv__jv last_changed; /* loop.changed(): the arguments of its last call (undefined before the first) */
+    const tkv__jnode *node;      /* the FOR, which loop(xs) runs again when it is recursive */
+    struct tkv__jframe *frame;   /* the scope around the loop */
+    int depth;                   /* loop.depth: 1, and one more for each loop(xs) */
 };
 
 #endif

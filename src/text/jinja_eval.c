@@ -34,6 +34,7 @@ enum { FLOW_NORMAL, FLOW_BREAK, FLOW_CONTINUE };
 
 static tkv__jv eval(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f);
 static int exec(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f);
+static tkv__jv loop_again(tkv__jctx *c, tkv__jloop *outer, tkv__jv seq);
 
 static void enter(tkv__jctx *c, int line) {
     c->line = line;
@@ -107,8 +108,8 @@ static tkv__jv loop_attr(tkv__jctx *c, tkv__jv lv, const char *name, size_t n) {
     if (IS("first")) return tkv__jv_bool(i == 0);
     if (IS("last")) return tkv__jv_bool(i + 1 == len);
     if (IS("length")) return tkv__jv_int((int64_t)len);
-    if (IS("depth")) return tkv__jv_int(1);
-    if (IS("depth0")) return tkv__jv_int(0);
+    if (IS("depth")) return tkv__jv_int(l->depth);
+    if (IS("depth0")) return tkv__jv_int(l->depth - 1);
     if (IS("previtem")) return i > 0 ? loop_item(l, i - 1) : tkv__jv_undef("previtem");
     if (IS("nextitem")) return i + 1 < len ? loop_item(l, i + 1) : tkv__jv_undef("nextitem");
     if (IS("cycle") || IS("changed")) {
@@ -276,6 +277,10 @@ tkv__jv tkv__jinja_call(tkv__jctx *c, tkv__jv fn, tkv__jv *args, size_t n_args, 
                         tkv__jv *kw_vals, size_t n_kw) {
     tkv__jargs a = {.v = args, .n = n_args, .kw_names = kw_names, .kw = kw_vals, .n_kw = n_kw};
     if (fn.type == TKV__JV_UNDEF) tkv__jundef_fail(c, fn);
+    if (fn.type == TKV__JV_LOOP) {
+        if (n_args != 1 || n_kw) tkv__jraise(c, TKV_ERR_INVALID, "loop() takes one argument");
+        return loop_again(c, fn.u.loop, args[0]);
+    }
     if (fn.type != TKV__JV_FUNC) tkv__jraise(c, TKV_ERR_INVALID, "'%s' object is not callable", tkv__jv_type_name(fn));
     switch (fn.u.fn->kind) {
     case TKV__JF_MACRO: return call_macro(c, fn.u.fn, &a);
@@ -730,10 +735,44 @@ static bool is_range_call(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
     return fn.type == TKV__JV_FUNC && fn.u.fn->kind == TKV__JF_GLOBAL && fn.u.fn->id == 0;
 }
 
-static int exec_for(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
+static tkv__jloop *loop_new(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f, int depth) {
     tkv__jloop *l = tkv__jarena_alloc(c, sizeof *l);
     memset(l, 0, sizeof *l);
     l->last_changed = tkv__jv_undef(NULL);
+    l->node = x;
+    l->frame = f;
+    l->depth = depth;
+    return l;
+}
+
+/* The items of seq a loop sees: with `for x in xs if cond`, only those that pass. */
+static tkv__jlist loop_items(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f, tkv__jv seq) {
+    tkv__jlist items = tkv__jinja_iter(c, seq);
+    if (!x->c) return items;
+    tkv__jlist kept = {.items = items.n ? tkv__jarena_alloc(c, items.n * sizeof(tkv__jv)) : NULL};
+    tkv__jframe *g = NULL;
+    for (size_t i = 0; i < items.n; i++) {
+        g = frame_next(c, g, f);
+        assign(c, x->a, g, items.items[i]);
+        if (tkv__jv_truthy(eval(c, x->c, g))) kept.items[kept.n++] = items.items[i];
+    }
+    return kept;
+}
+
+/* loop(xs) in a recursive loop: the loop's body over xs, one level deeper, as a string. */
+static tkv__jv loop_again(tkv__jctx *c, tkv__jloop *outer, tkv__jv seq) {
+    if (!(outer->node->op & 1)) tkv__jraise(c, TKV_ERR_INVALID, "the loop is not recursive: loop() needs 'recursive'");
+    tkv__jloop *l = loop_new(c, outer->node, outer->frame, outer->depth + 1);
+    l->items = loop_items(c, outer->node, outer->frame, seq);
+    tkv__jbuf *saved = c->out, buf = {0};
+    c->out = &buf;
+    run_loop(c, outer->node, outer->frame, l);
+    c->out = saved;
+    return tkv__jbuf_value(&buf);
+}
+
+static int exec_for(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
+    tkv__jloop *l = loop_new(c, x, f, 1);
     tkv__jlist items;
     if (!x->c && is_range_call(c, x->b, f)) {
         /* for i in range(n): the items are made one at a time (a loop over earlier messages per message is
@@ -751,19 +790,7 @@ static int exec_for(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
     }
     tkv__jv seq = eval(c, x->b, f);
     c->line = x->line;
-    items = tkv__jinja_iter(c, seq);
-    if (x->c) {
-        /* `for x in xs if cond`: the loop sees only the items that pass */
-        tkv__jlist kept = {.items = items.n ? tkv__jarena_alloc(c, items.n * sizeof(tkv__jv)) : NULL};
-        tkv__jframe *g = NULL;
-        for (size_t i = 0; i < items.n; i++) {
-            g = frame_next(c, g, f);
-            assign(c, x->a, g, items.items[i]);
-            if (tkv__jv_truthy(eval(c, x->c, g))) kept.items[kept.n++] = items.items[i];
-        }
-        items = kept;
-    }
-    l->items = items;
+    l->items = loop_items(c, x, f, seq);
     return run_loop(c, x, f, l);
 }
 

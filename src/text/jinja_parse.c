@@ -610,7 +610,7 @@ static tkv__jnode *parse_for(parser *P, int line) {
     if (!accept_name(P, "in")) fail(P, "%s", "expected 'in'");
     x->b = parse_tuple(P, false, false);
     if (accept_name(P, "if")) x->c = parse_expr(P, true);
-    if (is_name(cur(P), "recursive")) fail(P, "%s", "recursive loops are not supported");
+    if (accept_name(P, "recursive")) x->op = 1;
     expect_kind(P, TKV__JT_BLOCK_END);
     P->loop_depth++;
     x->d = parse_body(P, ends);

@@ -132,6 +132,10 @@ static void test_loops(void **state) {
     expect("{% for x in xs %}{{ loop.cycle('a', 'b') }}{% endfor %}", "aba");
     expect("{% for c in 'h\xc3\xa9' %}{{ c }}.{% endfor %}{% for k in d %}{{ k }}{% endfor %}",
            "h.\xc3\xa9.bacitems");
+    expect("{% for n in [{'name': 'a', 'kids': [{'name': 'b', 'kids': [{'name': 'c'}]}]}, {'name': 'd'}] recursive %}"
+           "<{{ n.name }}{{ loop.depth }}{% if n.kids %}[{{ loop(n.kids) }}]{% endif %}>{% endfor %}",
+           "<a1[<b2[<c3>]>]><d1>");
+    expect_fail("{% for x in xs %}{{ loop(xs) }}{% endfor %}", TKV_ERR_INVALID, "recursive");
     /* a set inside a loop lives for one iteration */
     expect("{% set x = 0 %}{% for i in range(3) %}{% set x = x + 1 %}{{ x }}{% endfor %}{{ x }}", "1110");
     expect("{% set x = 1 %}{% if t %}{% set x = 2 %}{% endif %}{{ x }}", "2");
