@@ -453,7 +453,11 @@ static tkv__jv binop(tkv__jctx *c, int op, tkv__jv a, tkv__jv b) {
             }
             return tkv__jv_int((int64_t)r);
         }
-        if (num) return tkv__jv_float(pow(tkv__jv_num(a), tkv__jv_num(b)));
+        if (num) {
+            if (tkv__jv_num(a) == 0 && tkv__jv_num(b) < 0)
+                tkv__jraise(c, TKV_ERR_INVALID, "0.0 cannot be raised to a negative power");
+            return tkv__jv_float(pow(tkv__jv_num(a), tkv__jv_num(b)));
+        }
         break;
     default: break;
     }
@@ -911,7 +915,9 @@ static void parse_now(tkv__jctx *c, const char *now) {
     if (!now) return;
     int y, m, d;
     char tail;
-    if (sscanf(now, "%4d-%2d-%2d%c", &y, &m, &d, &tail) != 3 || m < 1 || m > 12 || d < 1 || d > 31 || y < 1)
+    static const int days[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    if (sscanf(now, "%4d-%2d-%2d%c", &y, &m, &d, &tail) != 3 || m < 1 || m > 12 || d < 1 || d > days[m - 1] ||
+        y < 1 || (m == 2 && d == 29 && !((y % 4 == 0 && y % 100 != 0) || y % 400 == 0)))
         tkv__jraise(c, TKV_ERR_INVALID, "the date for strftime_now is not YYYY-MM-DD: '%.40s'", now);
     c->now_y = y;
     c->now_m = m;
