@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -15,8 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
@@ -108,12 +111,48 @@ static void save_cache(tkv_context *ctx, void *user) {
         fprintf(stderr, "tokenkv serve: cache: saved to %s in %.1f ms\n", o->cache_dir, 1e3 * (srv_now() - t0));
 }
 
-static void load_cache(tkv_context *ctx, const srv_opts *o) {
+/*
+ * Take --cache-dir for this server alone: create it (mode 0700) if missing,
+ * then hold an exclusive lock on DIR/lock (it records our pid) for as long
+ * as the process runs, so that two servers never delete each other's files.
+ * Returns the lock's descriptor, or -1 with a message on stderr. *fresh:
+ * the directory did not exist.
+ */
+static int lock_cache_dir(const char *dir, bool *fresh) {
+    struct stat sb;
+    *fresh = stat(dir, &sb) != 0 && errno == ENOENT;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "tokenkv serve: --cache-dir %s: cannot create: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "tokenkv serve: --cache-dir %s: cannot open %s: %s\n", dir, path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        fprintf(stderr, "tokenkv serve: --cache-dir %s is in use by another server (pid %s): give each server a "
+                        "directory of its own\n", dir, pid[0] ? pid : "unknown");
+        close(fd);
+        return -1;
+    }
+    char pid[32];
+    const int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) { /* only informative */ }
+    return fd;
+}
+
+static void load_cache(tkv_context *ctx, const srv_opts *o, bool fresh) {
     tkv_cache_load_info info;
     memset(&info, 0, sizeof info);
     double t0 = srv_now();
-    struct stat sb;
-    if (stat(o->cache_dir, &sb) != 0 && errno == ENOENT) {
+    if (fresh) {
         fprintf(stderr, "tokenkv serve: cache: %s does not exist yet: starting empty\n", o->cache_dir);
         return;
     }
@@ -158,6 +197,9 @@ int srv_main(const srv_opts *o) {
 
     struct sockaddr_storage addr;
     if (!bind_addr(o, &addr)) return 2;
+    bool fresh_dir = false;
+    const int lock_fd = o->cache_dir ? lock_cache_dir(o->cache_dir, &fresh_dir) : -1;
+    if (o->cache_dir && lock_fd < 0) return 1;
     tkv_model *model = NULL;
     if (tkv_model_load(o->model_path, NULL, &model) != TKV_OK) {
         fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
@@ -199,7 +241,7 @@ int srv_main(const srv_opts *o) {
         tkv_model_free(model);
         return 1;
     }
-    if (o->cache_dir) load_cache(ctx, o);
+    if (o->cache_dir) load_cache(ctx, o, fresh_dir);
     S.metrics = srv_metrics_new();
     srv_sched_opts so = {.parallel = o->parallel, .max_queue = o->max_queue, .n_ctx = S.api.n_ctx,
                          .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache};
@@ -247,5 +289,6 @@ out:
     tkv_context_free(ctx);
     tkv_chat_template_free(S.api.jinja);
     tkv_model_free(model);
+    if (lock_fd >= 0) close(lock_fd); /* the directory is free for another server */
     return rc;
 }

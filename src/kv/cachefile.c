@@ -41,7 +41,8 @@
  * type, geometry, n_tokens <= n_cells, kv_from <= n_tokens), the exact size,
  * every block checksum, token ids < n_vocab and positions 0..n-1.
  *
- * Writing goes to NAME.tmp.PID in the same directory, is fsynced, then
+ * Writing goes to NAME.tmp.PID.RANDOM in the same directory (created
+ * exclusively, never through a link, mode 0600), is fsynced, then
  * renamed over NAME: a reader sees the old file or the new one, never half
  * of one (the caller fsyncs the directory to make the rename durable).
  */
@@ -54,7 +55,9 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define XXH_STATIC_LINKING_ONLY
@@ -290,10 +293,33 @@ static void write_body(writer *w, const tkv__kvcache *kv, const tkv__phdr *h, co
     }
 }
 
+tkv_status tkv__cachefile_trusted(const char *path, const struct stat *sb) {
+    if (sb->st_uid != geteuid())
+        return tkv__fail(TKV_ERR_IO, "'%s' is owned by uid %u, not by this user (uid %u): refused", path,
+                         (unsigned)sb->st_uid, (unsigned)geteuid());
+    if (sb->st_mode & (S_IWGRP | S_IWOTH))
+        return tkv__fail(TKV_ERR_IO, "'%s' is writable by other users (mode %04o): refused (chmod go-w)", path,
+                         (unsigned)(sb->st_mode & 07777));
+    return TKV_OK;
+}
+
+/* 64 bits no other process can guess: the temporary file's name is not a target to plant a link at. */
+static unsigned long long unguessable(void) {
+    unsigned long long r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        const unsigned long long mix[3] = {(unsigned long long)ts.tv_nsec, (unsigned long long)ts.tv_sec,
+                                           (unsigned long long)(uintptr_t)&r};
+        r = XXH3_64bits(mix, sizeof mix);
+    }
+    return r;
+}
+
 tkv_status tkv__cachefile_write(const tkv__kvcache *kv, const char *path, const tkv__phdr *h, const tkv_token *tokens,
                               const uint32_t *cells) {
     const size_t plen = strlen(path);
-    char *tmp = tkv__malloc(plen + 32);
+    char *tmp = tkv__malloc(plen + 48);
     writer w = {.fd = -1, .cap = 1 << 18};
     w.buf = tkv__malloc(w.cap);
     if (!tmp || !w.buf) {
@@ -301,9 +327,10 @@ tkv_status tkv__cachefile_write(const tkv__kvcache *kv, const char *path, const 
         tkv__free(w.buf);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory writing cache file '%s'", path);
     }
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
+    snprintf(tmp, plen + 48, "%s.tmp.%ld.%016llx", path, (long)getpid(), unguessable());
     tkv_status st = TKV_OK;
-    w.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* a new file of our own, readable by us alone (it holds prompts): never through a planted link */
+    w.fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (w.fd < 0) {
         st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot create: %s", tmp, strerror(errno));
         goto done;
@@ -354,7 +381,7 @@ static int read_all(int fd, uint8_t *p, size_t n) {
 }
 
 tkv_status tkv__cachefile_read(const char *path, uint8_t *buf, size_t cap, size_t *size) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block us */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC); /* a FIFO must not block us; no links */
     if (fd < 0) return tkv__fail(TKV_ERR_IO, "cache file '%s': cannot open: %s", path, strerror(errno));
     struct stat sb;
     tkv_status st = TKV_OK;
@@ -363,6 +390,7 @@ tkv_status tkv__cachefile_read(const char *path, uint8_t *buf, size_t cap, size_
         st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot stat: %s", path, strerror(errno));
     } else if (!S_ISREG(sb.st_mode)) {
         st = tkv__fail(TKV_ERR_IO, "cache file '%s': not a regular file", path);
+    } else if ((st = tkv__cachefile_trusted(path, &sb))) {
     } else {
         *size = (size_t)sb.st_size;
         size_t n = *size < cap ? *size : cap;
@@ -374,7 +402,7 @@ tkv_status tkv__cachefile_read(const char *path, uint8_t *buf, size_t cap, size_
 }
 
 tkv_status tkv__cachefile_read_file(const char *path, uint8_t **data, size_t *size) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not block us */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC); /* a FIFO must not block us; no links */
     if (fd < 0) return tkv__fail(TKV_ERR_IO, "cache file '%s': cannot open: %s", path, strerror(errno));
     struct stat sb;
     tkv_status st = TKV_OK;
@@ -384,6 +412,7 @@ tkv_status tkv__cachefile_read_file(const char *path, uint8_t **data, size_t *si
         st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot stat: %s", path, strerror(errno));
     } else if (!S_ISREG(sb.st_mode)) {
         st = tkv__fail(TKV_ERR_IO, "cache file '%s': not a regular file", path);
+    } else if ((st = tkv__cachefile_trusted(path, &sb))) {
     } else if (!(buf = tkv__malloc((size_t)sb.st_size))) {
         st = tkv__fail(TKV_ERR_NOMEM, "out of memory reading cache file '%s' (%lld bytes)", path, (long long)sb.st_size);
     } else if ((e = read_all(fd, buf, (size_t)sb.st_size)) != 0) {

@@ -86,6 +86,16 @@ tkv_status tkv__cachefile_read_file(const char *path, uint8_t **data, size_t *si
 tkv_status tkv__cachefile_read(const char *path, uint8_t *buf, size_t cap, size_t *size);
 
 /*
+ * Whether a cache file or directory (its stat) may be trusted: owned by
+ * this process's user and writable by nobody else. Returns TKV_OK, or
+ * TKV_ERR_IO with a message naming the path and what is wrong. Reading
+ * checks every file so; tkv_cache_save and tkv_cache_load check the
+ * directory.
+ */
+struct stat;
+tkv_status tkv__cachefile_trusted(const char *path, const struct stat *sb);
+
+/*
  * Recompute every checksum of an image whose header gives a consistent
  * layout for its size (tests and fuzzing: corrupt a field, reseal, and see
  * the field itself rejected). Images it cannot lay out are left as they are.

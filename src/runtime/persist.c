@@ -287,15 +287,26 @@ static int by_recency(const void *a, const void *b) {
 }
 
 /* Remove the files of earlier saves that this one did not write again. */
-/* NAME.tkvc.tmp.PID of a process that no longer runs: a save cut short (a
-   crash, kill -9). Files of a live writer are left alone. */
+/* NAME.tkvc.tmp.PID.RANDOM of a process that no longer runs: a save cut
+   short (a crash, kill -9). Files of a live writer are left alone. */
 static bool is_orphan_tmp(const char *name) {
     const char *t = strstr(name, TKV__CACHEFILE_EXT ".tmp.");
     if (!t) return false;
     char *end;
     long pid = strtol(t + strlen(TKV__CACHEFILE_EXT ".tmp."), &end, 10);
-    if (*end || pid <= 0 || pid == (long)getpid()) return false;
+    if ((*end && *end != '.') || pid <= 0 || pid == (long)getpid()) return false;
     return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* The cache directory, created (mode 0700) when create and it is missing; it must be ours and writable by
+   nobody else. TKV_ERR_IO naming the problem. */
+static tkv_status open_dir(const char *dir, bool create) {
+    if (create && mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot create: %s", dir, strerror(errno));
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return tkv__fail(TKV_ERR_IO, "cache directory '%s': %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return tkv__fail(TKV_ERR_IO, "cache directory '%s': not a directory", dir);
+    return tkv__cachefile_trusted(dir, &sb);
 }
 
 static tkv_status remove_stale(const char *dir, char (*names)[NAME_LEN + 1], uint32_t n_written) {
@@ -325,10 +336,10 @@ static tkv_status remove_stale(const char *dir, char (*names)[NAME_LEN + 1], uin
 tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: ctx is NULL");
     if (!dir) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: dir is NULL"));
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return ctx_fail(ctx, tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot create: %s", dir, strerror(errno)));
+    tkv_status st = open_dir(dir, true);
+    if (st) return ctx_fail(ctx, st);
     tkv__phdr h0;
-    tkv_status st = header_for(ctx, &h0);
+    st = header_for(ctx, &h0);
     if (st) return ctx_fail(ctx, st);
     tkv__pindex *ix = ctx->ix;
     tkv__pindex_stats ps;
@@ -350,36 +361,51 @@ tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes)
         if (P->recency < c.v[i].recency) P->recency = c.v[i].recency;
     }
     qsort(c.v, c.n, sizeof *c.v, by_recency);
-    uint32_t *taken = c.idx; /* reused: 1 for a node whose file was written */
+    /* The plan: the files this save leaves, most recent first, within max_bytes. The files of earlier saves
+       outside it go first, so the directory never holds more than the limit, even when a write fails
+       (disk full): it then holds part of the plan, each file whole, and the next save completes it. */
+    uint32_t *taken = c.idx; /* reused: 1 for a node in the plan */
     memset(taken, 0, max_id * sizeof *taken);
     uint64_t total = 0;
-    uint32_t n_written = 0;
-    for (uint32_t k = 0; k < c.n && !st; k++) {
+    uint32_t n_plan = 0;
+    for (uint32_t k = 0; k < c.n; k++) {
         const tkv__pnode *nd = tkv__pindex_node(ix, c.v[k].id);
         if (tkv__pindex_node(ix, nd->parent)->parent != TKV__PNONE && !taken[nd->parent]) continue; /* useless alone */
         tkv__phdr h = h0;
         h.ns = nd->ns;
         h.n_tokens = nd->depth + nd->n;
         h.kv_from = nd->depth;
-        h.rank = n_written;
+        h.rank = n_plan;
         const uint64_t size = tkv__cachefile_file_size(&h);
         if (max_bytes && total + size > max_bytes) continue;
         tkv__pindex_path(ix, (tkv__ppos){c.v[k].id, nd->n}, NULL, ctx->seq_tokens);
-        tkv__pindex_run(ix, c.v[k].id, ctx->seq_cells, NULL);
-        const uint64_t hash = XXH3_64bits_withSeed(ctx->seq_tokens, (size_t)h.n_tokens * sizeof(tkv_token), h.ns);
-        snprintf(names[n_written], sizeof names[n_written], "%08x-%016llx%s", n_written, (unsigned long long)hash,
+        /* the name says what the file holds: rank, and a hash of the tokens, namespace and where K/V start
+           (each save writes every file of its plan again: a file on disk may have been damaged) */
+        const uint64_t hash = XXH3_64bits_withSeed(ctx->seq_tokens, (size_t)h.n_tokens * sizeof(tkv_token),
+                                                   h.ns ^ ((uint64_t)h.kv_from * 0x9e3779b97f4a7c15ull));
+        snprintf(names[n_plan], sizeof names[n_plan], "%08x-%016llx%s", n_plan, (unsigned long long)hash,
                  TKV__CACHEFILE_EXT);
+        taken[c.v[k].id] = 1;
+        c.v[n_plan++] = c.v[k]; /* k >= n_plan: the plan reuses the front of the list */
+        total += size;
+    }
+    st = remove_stale(dir, names, n_plan);
+    for (uint32_t k = 0; k < n_plan && !st; k++) {
+        const tkv__pnode *nd = tkv__pindex_node(ix, c.v[k].id);
+        tkv__phdr h = h0;
+        h.ns = nd->ns;
+        h.n_tokens = nd->depth + nd->n;
+        h.kv_from = nd->depth;
+        h.rank = k;
         tkv__free(path);
-        if (!(path = join(dir, names[n_written]))) {
+        if (!(path = join(dir, names[k]))) {
             st = tkv__fail(TKV_ERR_NOMEM, "out of memory saving the cache");
             break;
         }
-        if ((st = tkv__cachefile_write(ctx->kv, path, &h, ctx->seq_tokens, ctx->seq_cells))) break;
-        taken[c.v[k].id] = 1;
-        total += size;
-        n_written++;
+        tkv__pindex_path(ix, (tkv__ppos){c.v[k].id, nd->n}, NULL, ctx->seq_tokens);
+        tkv__pindex_run(ix, c.v[k].id, ctx->seq_cells, NULL);
+        st = tkv__cachefile_write(ctx->kv, path, &h, ctx->seq_tokens, ctx->seq_cells);
     }
-    if (!st) st = remove_stale(dir, names, n_written);
     if (!st) st = tkv__cachefile_sync_dir(dir);
 done:
     tkv__free(c.v);
@@ -474,7 +500,7 @@ tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_i
     if (st) return ctx_fail(ctx, st);
     cand *v = NULL;
     uint32_t n = 0;
-    if ((st = list_files(dir, &e, &v, &n, info))) return ctx_fail(ctx, st);
+    if ((st = open_dir(dir, false)) || (st = list_files(dir, &e, &v, &n, info))) return ctx_fail(ctx, st);
     if (n) qsort(v, n, sizeof *v, by_rank);
     /* everything the loads need, allocated before the cache changes */
     size_t max_size = 1, n_tok = 0;

@@ -10,8 +10,9 @@ import { mkdtemp, readFile, readdir, rm, stat, truncate, writeFile } from 'node:
 import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { execFile } from 'node:child_process';
 import {
-  MODEL_ID, cliIds, commonPrefix, get, kill, post, startServer, stopAndCheck, tail, tokenize,
+  BIN, MODEL, MODEL_ID, cliIds, commonPrefix, get, kill, post, startServer, stopAndCheck, tail, tokenize,
 } from '../lib/server.mjs';
 
 // ~75 tokens on stories260K
@@ -362,5 +363,21 @@ describe('persistence (--cache-dir)', () => {
       await cacheCheck(last);
     });
     await stopAndCheck(last);
+  });
+  it('a second server on the same directory exits with a clear message, the first goes on', async (t) => {
+    const dir = await tmpDir(t);
+    const first = await startServer(['--cache-dir', dir]);
+    const second = await new Promise((resolve) => {
+      execFile(BIN, ['serve', '-m', MODEL, '--host', '127.0.0.1', '--port', '0', '-t', '1', '--cache-dir', dir],
+               { timeout: 20000 }, (err, stdout, stderr) => resolve({ code: err ? err.code : 0, stderr }));
+    });
+    assert.equal(second.code, 1, second.stderr);
+    assert.match(second.stderr, new RegExp(`--cache-dir .* is in use by another server \\(pid ${first.pid ?? '\\d+'}\\)`));
+    const r = await complete(first, PROMPT, 4);
+    assert.ok(r.text.length > 0);
+    await stopAndCheck(first);
+    // the directory and its files are the user's alone
+    assert.equal((await stat(dir)).mode & 0o777, 0o700);
+    for (const f of (await listDir(dir)).cache) assert.equal((await stat(path.join(dir, f))).mode & 0o777, 0o600);
   });
 });
