@@ -13,9 +13,15 @@
 
 typedef struct tkv__pretok tkv__pretok;
 
+/* What a pre-tokenizer type implies for the rest of the vocabulary. */
+typedef struct tkv__pretok_flags {
+    bool ignore_merges; /* a word that is a token is taken whole */
+    bool add_bos;       /* the type's default for add_bos_token */
+} tkv__pretok_flags;
+
 /* The pre-tokenizer named by `tokenizer.ggml.pre` (TKV_ERR_UNSUPPORTED for an
-   unknown name); sets the vocabulary flags that name implies. */
-tkv_status tkv__pretok_create(const char *pre_name, tkv__pretok **out, bool *ignore_merges, bool *add_bos);
+   unknown name) and the flags that name implies. */
+tkv_status tkv__pretok_create(const char *pre_name, tkv__pretok **out, tkv__pretok_flags *flags);
 void tkv__pretok_free(tkv__pretok *p);
 
 /* A list of word spans [start, start + len) of a text. */

@@ -177,7 +177,7 @@ static tkv_status build(const tkv__gguf *g, tkv__tokenizer *t) {
     t->eos = spm ? 2 : 11;
     t->unk = spm ? 0 : TKV_TOKEN_NULL;
     t->eot = t->pad = t->sep = TKV_TOKEN_NULL;
-    bool pre_add_bos = false;
+    tkv__pretok_flags pre_flags = {0};
     if (!spm) {
         const tkv__gguf_kv *pre = tkv__gguf_find(g, "tokenizer.ggml.pre");
         const char *name = "default";
@@ -188,11 +188,12 @@ static tkv_status build(const tkv__gguf *g, tkv__tokenizer *t) {
             name = pre->str.s;
         }
         snprintf(t->pre_name, sizeof t->pre_name, "%s", name);
-        if ((st = tkv__pretok_create(name, &t->pre, &t->ignore_merges, &pre_add_bos))) return st;
+        if ((st = tkv__pretok_create(name, &t->pre, &pre_flags))) return st;
+        t->ignore_merges = pre_flags.ignore_merges;
     } else {
         snprintf(t->pre_name, sizeof t->pre_name, "default");
     }
-    t->add_bos = spm ? true : pre_add_bos;
+    t->add_bos = spm ? true : pre_flags.add_bos;
     t->add_eos = false;
     t->add_space_prefix = spm;
     if ((st = get_id(g, "bos_token_id", t->n_vocab, &t->bos))) return st;

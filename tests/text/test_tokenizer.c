@@ -7,9 +7,11 @@
  */
 #include "testutil.h"
 
+#include "base/alloc.h"
 #include "base/error.h"
 #include "tools/gguf_write.h"
 #include "model/model.h"
+#include "text/pretokenize.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -631,6 +633,132 @@ static void test_metadata_errors(void **state) {
     tkv_model_free(m);
 }
 
+/* ---- pre-tokenizer types ----------------------------------------------- */
+
+/*
+ * The words the pre-tokenizer `pre` splits `text` into must be `want` (NULL
+ * ends it). The expectations below are worked out by hand from each type's
+ * expressions, applied in order, each to every piece of the one before.
+ */
+static void expect_split(const char *pre, const char *text, const char *const *want) {
+    tkv__pretok *p;
+    tkv__pretok_flags flags;
+    if (tkv__pretok_create(pre, &p, &flags) != TKV_OK) fail_msg("%s: %s", pre, tkv_last_error(NULL));
+    tkv__spans sp = {0};
+    assert_int_equal(tkv__pretok_split(p, text, strlen(text), &sp), TKV_OK);
+    size_t k = 0, at = 0;
+    for (; want[k]; k++) {
+        if (k >= sp.n) fail_msg("%s '%s': %zu words, expected more ('%s' next)", pre, text, sp.n, want[k]);
+        const char *got = text + sp.v[k].start;
+        if (sp.v[k].start != at || sp.v[k].len != strlen(want[k]) || memcmp(got, want[k], sp.v[k].len))
+            fail_msg("%s '%s': word %zu is '%.*s', expected '%s'", pre, text, k, (int)sp.v[k].len, got, want[k]);
+        at += sp.v[k].len;
+    }
+    if (k != sp.n) fail_msg("%s '%s': %zu words, expected %zu", pre, text, sp.n, k);
+    tkv__free(sp.v);
+    tkv__pretok_free(p);
+}
+
+#define W(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* The `tokenizer.ggml.pre` names the reference knows (bar kimi-k2 and
+   whitespace, other tokenizers, and Gemma 4's SentencePiece-text types): each
+   must give a working pre-tokenizer. */
+static void test_pretok_names(void **state) {
+    (void)state;
+    static const char *const names[] = {
+        "default", "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+        "jina-v5-nano", "minicpm5", "deepseek-llm", "deepseek-coder", "deepseek-v3", "youtu", "falcon", "mpt",
+        "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
+        "mellum", "modern-bert", "jais-2", "jina-v1-en",
+        "jina-v2-code", "roberta-bpe", "refact", "command-r", "qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2",
+        "qwen35", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "glm4", "chatglm-bpe", "viking", "jais",
+        "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "exaone4", "exaone-moe", "chameleon",
+        "minerva-7b", "megrez", "gpt-4o", "llama4", "kanana2", "talkie", "granite-embed-multi-97m", "tiny_aya",
+        "cohere2moe", "superbpe", "trillion", "granite-docling", "bailingmoe", "bailingmoe2", "llada-moe",
+        "seed-coder", "hunyuan", "hunyuan-dense", "joyai-llm", "grok-2", "afmoe", "laguna", "minimax-m2",
+        "solar-open", "mellum2"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        tkv__pretok *p;
+        tkv__pretok_flags flags;
+        if (tkv__pretok_create(names[i], &p, &flags) != TKV_OK) fail_msg("%s: %s", names[i], tkv_last_error(NULL));
+        tkv__spans sp = {0};
+        const char *text = "It's 2024: naïve café, 你好 😀\n\n  x";
+        assert_int_equal(tkv__pretok_split(p, text, strlen(text), &sp), TKV_OK);
+        size_t at = 0; /* words tile the text */
+        for (size_t k = 0; k < sp.n; k++) {
+            assert_int_equal(sp.v[k].start, at);
+            assert_true(sp.v[k].len > 0);
+            at += sp.v[k].len;
+        }
+        assert_int_equal(at, strlen(text));
+        tkv__free(sp.v);
+        tkv__pretok_free(p);
+    }
+    /* an unknown type is an error that names it */
+    tkv__pretok *p = NULL;
+    tkv__pretok_flags flags;
+    assert_int_equal(tkv__pretok_create("no-such-pre", &p, &flags), TKV_ERR_UNSUPPORTED);
+    assert_null(p);
+    assert_non_null(strstr(tkv_last_error(NULL), "'no-such-pre'"));
+}
+
+/* DeepSeek LLM: newlines, letters (with one blank before), punctuation
+   (likewise), trailing blanks, CJK runs, then digit runs; no contractions. */
+static void test_pretok_deepseek_llm(void **state) {
+    (void)state;
+    expect_split("deepseek-llm", "Hello world, it's 2024!\n",
+                 W("Hello", " world", ",", " it", "'", "s", " ", "2024", "!", "\n"));
+    expect_split("deepseek-llm", "你好世界，再见", W("你好世界", "\xEF\xBC\x8C", "再见"));
+    /* the punctuation class ":-~" holds the ASCII letters: it splits them
+       off a word of the letter class again */
+    expect_split("deepseek-llm", "Ωmega 3.14 naïve", W("Ω", "mega", " ", "3", ".", "14", " na", "ï", "ve"));
+    /* letters whose raw spelling Unicode normalisation changes: U+1F70 (in a
+       range that normalisation reversed), U+1FBE, U+2126, U+212A */
+    expect_split("deepseek-llm", "\xE1\xBD\xB0\xE1\xBE\xBE\xE2\x84\xA6\xE2\x84\xAA b",
+                 W("\xE1\xBD\xB0\xE1\xBE\xBE\xE2\x84\xA6\xE2\x84\xAA", " b"));
+    expect_split("deepseek-llm", "a  1", W("a", "  ", "1"));
+    expect_split("deepseek-llm", "hi 😀!", W("hi", " 😀", "!"));
+    expect_split("deepseek-llm", "x\r\n\ty  ", W("x", "\r", "\n", "\ty", "  "));
+}
+
+/* Qwen 3.5: Qwen 2's expression with combining marks inside words. */
+static void test_pretok_qwen35(void **state) {
+    (void)state;
+    expect_split("qwen35", "Hello world, it's 2024!\n",
+                 W("Hello", " world", ",", " it", "'s", " ", "2", "0", "2", "4", "!\n"));
+    expect_split("qwen35", " नमस्ते", W(" नमस्ते"));
+    expect_split("qwen2", " नमस्ते", W(" नमस", "्त", "े")); /* Qwen 2: marks are not letters */
+    expect_split("qwen35", "你好😀世界", W("你好", "😀世界"));
+    expect_split("qwen35", "a   b\n\n c", W("a", "  ", " b", "\n\n", " c"));
+    expect_split("qwen35", "I'M ok", W("I", "'M", " ok"));
+    expect_split("qwen35", "e\xCC\x81t\xC3\xA9 x+=1;", W("e\xCC\x81t\xC3\xA9", " x", "+=", "1", ";"));
+}
+
+/* GPT-4o and Tekken: upper then lower case in one word, "CamelCase" in two. */
+static void test_pretok_cased(void **state) {
+    (void)state;
+    expect_split("tekken", "HelloWorld ABCdef élan", W("Hello", "World", " ABCdef", " élan"));
+    expect_split("tekken", "aÉ 12345", W("a", "É", " ", "1", "2", "3", "4", "5"));
+    expect_split("gpt-4o", "aÉ 12345", W("a", "É", " ", "123", "45"));
+    expect_split("gpt-4o", "they're DON'T", W("they're", " DON'T"));
+    expect_split("tekken", "they're", W("they", "'re"));
+    expect_split("gpt-4o", "a+b/\n", W("a", "+b", "/\n"));
+}
+
+/* Types whose expressions the ones above do not exercise. */
+static void test_pretok_others(void **state) {
+    (void)state;
+    expect_split("deepseek-v3", "Hello, 世界! x.y 12345",
+                 W("Hello", ",", " ", "世界", "!", " x", ".y", " ", "123", "45"));
+    expect_split("superbpe", "x1234567y", W("x", "1", "234", "567", "y")); /* split by empty matches */
+    expect_split("afmoe", "1234567 12", W("1", "234", "567", " ", "12"));
+    expect_split("jais-2", "a          b", W("a", "        ", " ", " b"));
+    expect_split("viking", "Hei maailma 2024.", W("Hei", " maailma", " ", "2", "0", "2", "4", "."));
+    expect_split("bailingmoe", "it'S 12", W("it", "'S", " ", "1", "2"));
+    expect_split("laguna", "ab 12\n\ncd", W("ab", " ", "1", "2", "\n\n", "cd"));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference_jsonl),
@@ -647,6 +775,11 @@ int main(void) {
         cmocka_unit_test(test_special_tokens),
         cmocka_unit_test(test_contracts),
         cmocka_unit_test(test_metadata_errors),
+        cmocka_unit_test(test_pretok_names),
+        cmocka_unit_test(test_pretok_deepseek_llm),
+        cmocka_unit_test(test_pretok_qwen35),
+        cmocka_unit_test(test_pretok_cased),
+        cmocka_unit_test(test_pretok_others),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
