@@ -11,6 +11,12 @@
  * times, by any number of threads at once (rendering only reads it). Every
  * render is bounded (TKV__JINJA_MAX_*): a template never crashes, hangs or
  * grows without limit; it fails with a message naming the template line.
+ * At its deepest (TKV__JINJA_MAX_DEPTH) a render uses about 0.5 MiB of stack.
+ *
+ * The caller chooses the variables. transformers passes `messages`, `tools`
+ * (none when absent), `documents` (none when absent), `add_generation_prompt`,
+ * the special tokens that exist (an absent one stays undefined, not empty)
+ * and any extra keyword arguments (`enable_thinking`, `reasoning_effort`...).
  *
  * The first part is the API; the rest is shared by the renderer's own files
  * (jinja_*.c) and is nobody else's business.
@@ -27,7 +33,10 @@
 
 /* ---- the API --------------------------------------------------------------------------------------------------- */
 
-/* Limits of one render (and of parsing, for the nesting depth). */
+/*
+ * Limits of one render (and of parsing, for the nesting depth). A step is about 40 ns of work: evaluating one
+ * expression or statement, one item a filter handles, 32 bytes a search compares.
+ */
 #define TKV__JINJA_MAX_OUTPUT (16u << 20)     /* bytes of output */
 #define TKV__JINJA_MAX_MEMORY (256u << 20)    /* bytes of values made while rendering */
 #define TKV__JINJA_MAX_STEPS 50000000L        /* expressions, statements, items handled by filters (~2 s) */
