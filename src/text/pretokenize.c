@@ -117,10 +117,10 @@ typedef struct pre_type {
     tkv__pretok_flags flags;
 } pre_type;
 
-/* The flags: ignore_merges, add_bos. */
-#define PLAIN {false, false}
-#define WHOLE_WORDS {true, false}
-#define LLAMA3_FLAGS {true, true}
+/* The flags: ignore_merges, add_bos, spm_text. */
+#define PLAIN {false, false, false}
+#define WHOLE_WORDS {true, false, false}
+#define LLAMA3_FLAGS {true, true, false}
 
 static const pre_type pre_types[] = {
     {{"default", ""}, {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}, PLAIN},
@@ -187,9 +187,12 @@ static const pre_type pre_types[] = {
     {{"chameleon"},
      {"<sentinel:[0-9]+>", "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z", "([\\t\\n]|    |  )", "\\p{N}",
       "[\\p{P}!-/:-@\\[-`{-~]", RE_GPT2},
-     {false, true}},
+     {false, true, false}},
     {{"poro-chat", "bloom", "gpt3-finnish"}, {RE_PORO}, PLAIN},
     {{"viking"}, {RE_PORO, "\\p{N}"}, PLAIN},
+    /* SentencePiece-style text merged by rank: only lines are split off */
+    {{"gemma4", "granite-embed-multi-311m"}, {RE_LINES}, {false, true, true}},
+    {{"sarvam-moe"}, {RE_LINES}, {false, false, true}},
 };
 
 struct tkv__pretok {

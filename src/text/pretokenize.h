@@ -17,6 +17,7 @@ typedef struct tkv__pretok tkv__pretok;
 typedef struct tkv__pretok_flags {
     bool ignore_merges; /* a word that is a token is taken whole */
     bool add_bos;       /* the type's default for add_bos_token */
+    bool spm_text;      /* raw UTF-8 with spaces as U+2581 and <0xXX> byte tokens (Gemma 4), not GPT-2's byte symbols */
 } tkv__pretok_flags;
 
 /* The pre-tokenizer named by `tokenizer.ggml.pre` (TKV_ERR_UNSUPPORTED for an

@@ -8,6 +8,8 @@
  *                  add_space_prefix true.
  *   BPE ("gpt2"):  bos = eos = 11, no unk; add_bos as the pre-tokenizer type
  *                  says (true for Llama 3), add_eos false, no space prefix.
+ *   "gemma4":      BPE with no bos, eos or unk; pre-tokenizer type gemma4
+ *                  (whatever the file says), which always adds BOS.
  */
 #define _GNU_SOURCE /* memmem */
 #include "tokenizer.h"
@@ -124,10 +126,13 @@ static tkv_status build(const tkv__gguf *g, tkv__tokenizer *t) {
     if (model->type != TKV_META_STRING)
         return tkv__fail(TKV_ERR_FORMAT, "metadata key 'tokenizer.ggml.model': type %s, expected string",
                          tkv_meta_type_name(model->type));
+    /* Gemma 4's "gemma4" is BPE whose pre-tokenizer type is implied */
+    const bool gemma4 = !strcmp(model->str.s, "gemma4");
     if (!strcmp(model->str.s, "llama")) t->kind = TKV__VOCAB_SPM;
-    else if (!strcmp(model->str.s, "gpt2")) t->kind = TKV__VOCAB_BPE;
+    else if (!strcmp(model->str.s, "gpt2") || gemma4) t->kind = TKV__VOCAB_BPE;
     else
-        return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key 'tokenizer.ggml.model': tokenizer '%.40s' is not supported (llama, gpt2)",
+        return tkv__fail(TKV_ERR_UNSUPPORTED,
+                         "metadata key 'tokenizer.ggml.model': tokenizer '%.40s' is not supported (llama, gpt2, gemma4)",
                          model->str.s);
 
     const tkv__gguf_kv *tokens, *scores, *types, *merges = NULL;
@@ -173,14 +178,14 @@ static tkv_status build(const tkv__gguf *g, tkv__tokenizer *t) {
 
     /* special ids and flags: type defaults, then the file's keys */
     const bool spm = t->kind == TKV__VOCAB_SPM;
-    t->bos = spm ? 1 : 11;
-    t->eos = spm ? 2 : 11;
+    t->bos = spm ? 1 : gemma4 ? TKV_TOKEN_NULL : 11;
+    t->eos = spm ? 2 : gemma4 ? TKV_TOKEN_NULL : 11;
     t->unk = spm ? 0 : TKV_TOKEN_NULL;
     t->eot = t->pad = t->sep = TKV_TOKEN_NULL;
     tkv__pretok_flags pre_flags = {0};
     if (!spm) {
-        const tkv__gguf_kv *pre = tkv__gguf_find(g, "tokenizer.ggml.pre");
-        const char *name = "default";
+        const tkv__gguf_kv *pre = gemma4 ? NULL : tkv__gguf_find(g, "tokenizer.ggml.pre");
+        const char *name = gemma4 ? "gemma4" : "default";
         if (pre) {
             if (pre->type != TKV_META_STRING)
                 return tkv__fail(TKV_ERR_FORMAT, "metadata key 'tokenizer.ggml.pre': type %s, expected string",
@@ -206,14 +211,24 @@ static tkv_status build(const tkv__gguf *g, tkv__tokenizer *t) {
     if ((st = get_flag(g, "add_bos_token", &t->add_bos))) return st;
     if ((st = get_flag(g, "add_eos_token", &t->add_eos))) return st;
     if ((st = get_flag(g, "add_space_prefix", &t->add_space_prefix))) return st;
+    if (pre_flags.spm_text) {
+        /* SentencePiece's text, BPE's merges: the SPM paths with merge ranks
+           (see tokenizer.h); the reference adds no space prefix to BPE text
+           whatever the key says, and Gemma 4 always adds BOS */
+        t->kind = TKV__VOCAB_SPM;
+        t->spm_merges = true;
+        t->add_space_prefix = false;
+        if (pre_flags.add_bos) t->add_bos = true;
+    }
 
     /* byte fallback */
     for (int b = 0; b < 256; b++) {
         char s[8];
-        if (spm) {
+        if (t->kind == TKV__VOCAB_SPM) {
             snprintf(s, sizeof s, "<0x%02X>", b);
             t->byte_token[b] = tkv__strmap_get(&t->token_map, s, 6);
-            if (t->byte_token[b] < 0) t->byte_token[b] = tkv__strmap_get(&t->token_map, (char[]){(char)b}, 1);
+            if (t->byte_token[b] < 0 && !t->spm_merges)
+                t->byte_token[b] = tkv__strmap_get(&t->token_map, (char[]){(char)b}, 1);
         } else {
             /* GPT-2: printable bytes stand for themselves, the others map to U+0100.. in order */
             uint32_t c;
@@ -233,8 +248,9 @@ static tkv_status build(const tkv__gguf *g, tkv__tokenizer *t) {
     }
     t->nl = t->byte_token['\n'];
 
-    /* Can SPM text be split into words at each "▁" after another character? */
-    t->spm_words = spm;
+    /* Can SPM text be split into words at each "▁" after another character?
+       (With merge ranks only lines are split, as the reference splits them.) */
+    t->spm_words = t->kind == TKV__VOCAB_SPM && !t->spm_merges;
     for (uint32_t i = 0; i < t->n_vocab && t->spm_words; i++) {
         const char *s = t->text[i].s;
         size_t n = t->text[i].n, k = 0;

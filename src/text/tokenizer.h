@@ -6,6 +6,9 @@
  *        space prefix, byte fallback to <0xXX> tokens.
  *   BPE  ("gpt2"):  byte-level BPE by merge rank, after pre-tokenization by
  *        the regular expressions of the `tokenizer.ggml.pre` type.
+ * Gemma 4 ("gemma4", or a pre-tokenizer type with spm_text) is SPM's text
+ * (spaces as "▁", <0xXX> byte tokens, so SPM's pieces) merged by BPE's merge
+ * ranks, line by line: kind SPM with spm_merges.
  * Special (control / user-defined) tokens are split out of the text first.
  *
  * Built once at model load; read-only afterwards, so shareable by threads.
@@ -45,11 +48,12 @@ typedef struct tkv__tokenizer {
     tkv_token bos, eos, eot, unk, pad, sep, nl;
     bool add_bos, add_eos, add_space_prefix, ignore_merges;
     bool spm_words; /* SPM: no token has "▁" after a non-"▁" byte (see tkv__spm_encode) */
+    bool spm_merges; /* SPM: merged by merge_map's ranks, not by token scores (Gemma 4) */
     int32_t *special; /* control, user-defined and unknown ids, longest text first */
     size_t n_special;
     tkv_token *eog; /* end-of-generation ids */
     size_t n_eog;
-    tkv__pretok *pre; /* BPE only */
+    tkv__pretok *pre; /* BPE and spm_merges only */
     char pre_name[48];
 } tkv__tokenizer;
 

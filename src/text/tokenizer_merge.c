@@ -6,7 +6,8 @@
  * neighbours re-queued, until nothing merges. The two vocabularies differ in
  * what "may merge" and "best" mean:
  *   SPM: the pair's text is a token; best = highest token score.
- *   BPE: the pair is in the merge list; best = lowest rank.
+ *   BPE: the pair is in the merge list; best = lowest rank (also for SPM
+ *        text with spm_merges, Gemma 4's).
  * Ties go to the leftmost pair. A queued pair whose symbols have since
  * changed is skipped when popped (symbols only grow, so a changed length
  * says it all).
@@ -159,7 +160,11 @@ static bool is_mark(const char *p) { return !memcmp(p, "\xE2\x96\x81", 3); }
  * text splits there into words merged separately: the same result as one
  * merge loop over the whole text, with small queues instead of one huge one.
  */
+static tkv_status ranked_encode(const tkv__tokenizer *t, const char *text, size_t len, bool byte_level,
+                                tkv__tokbuf *out);
+
 tkv_status tkv__spm_encode(const tkv__tokenizer *t, const char *text, size_t len, tkv__tokbuf *out) {
+    if (t->spm_merges) return ranked_encode(t, text, len, false, out);
     work w = {0};
     tkv_status st = TKV_OK;
     size_t start = 0;
@@ -213,8 +218,16 @@ static size_t byte_encode(const uint16_t *cpt, const char *src, size_t len, char
     return o;
 }
 
+static bool all_newlines(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != '\n') return false;
+    return n > 0;
+}
+
 static tkv_status bpe_word(const tkv__tokenizer *t, work *w, const char *word, size_t len, tkv__tokbuf *out) {
-    if (t->ignore_merges) {
+    /* the reference takes Gemma 4's runs of line feeds whole when they are a
+       token (its merges would split them) */
+    if (t->ignore_merges || (t->spm_merges && all_newlines(word, len))) {
         int32_t id = tkv__strmap_get(&t->token_map, word, len);
         if (id >= 0) return tkv__tokbuf_push(out, id);
     }
@@ -236,6 +249,11 @@ static tkv_status bpe_word(const tkv__tokenizer *t, work *w, const char *word, s
             st = tkv__tokbuf_push(out, id);
             continue;
         }
+        if (t->spm_merges) { /* not a token: its bytes' <0xXX> tokens, where they exist */
+            for (size_t k = 0; k < n && !st; k++)
+                if (t->byte_token[(uint8_t)s[k]] >= 0) st = tkv__tokbuf_push(out, t->byte_token[(uint8_t)s[k]]);
+            continue;
+        }
         /* not a token: the symbols of its single characters, where they exist */
         for (size_t k = 0; k < n && !st;) {
             size_t cl = (uint8_t)s[k] < 0x80 ? 1 : 2; /* byte-encoded text: 1- or 2-byte chars */
@@ -248,7 +266,10 @@ static tkv_status bpe_word(const tkv__tokenizer *t, work *w, const char *word, s
     return st;
 }
 
-tkv_status tkv__bpe_encode(const tkv__tokenizer *t, const char *text, size_t len, tkv__tokbuf *out) {
+/* Pre-tokenize and merge by rank; byte_level: GPT-2's byte symbols, else the
+   text as it is (spm_merges). */
+static tkv_status ranked_encode(const tkv__tokenizer *t, const char *text, size_t len, bool byte_level,
+                                tkv__tokbuf *out) {
     tkv__spans words = {0};
     work w = {0};
     char *enc = NULL;
@@ -268,6 +289,10 @@ tkv_status tkv__bpe_encode(const tkv__tokenizer *t, const char *text, size_t len
         for (size_t i = 0; i < words.n && !st; i++) words.v[i].start += pos;
         if (!st && run < len) st = tkv__spans_push(&words, run, 1);
         for (size_t i = 0; i < words.n && !st; i++) {
+            if (!byte_level) {
+                st = bpe_word(t, &w, text + words.v[i].start, words.v[i].len, out);
+                continue;
+            }
             size_t need = 2 * words.v[i].len;
             if (need > cap_enc) {
                 char *e = tkv__realloc(enc, need);
@@ -287,4 +312,8 @@ tkv_status tkv__bpe_encode(const tkv__tokenizer *t, const char *text, size_t len
     tkv__free(enc);
     free_work(&w);
     return st;
+}
+
+tkv_status tkv__bpe_encode(const tkv__tokenizer *t, const char *text, size_t len, tkv__tokbuf *out) {
+    return ranked_encode(t, text, len, true, out);
 }

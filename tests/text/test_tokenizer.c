@@ -633,6 +633,103 @@ static void test_metadata_errors(void **state) {
     tkv_model_free(m);
 }
 
+/* ---- Gemma 4: SentencePiece text, BPE merges ---------------------------- */
+
+/* A Gemma 4 style vocabulary: control tokens, the 256 byte tokens <0xXX>
+   (ids 3..258), then pieces with "▁" for spaces and the merges to make them.
+   `model` is tokenizer.ggml.model, `pre` tokenizer.ggml.pre (NULL: none). */
+static tkv_model *load_gemma4_vocab(const char *model, const char *pre) {
+    enum { N = 3 + 256 + 9 };
+    static char bytes[256][8];
+    const char *tokens[N] = {"<pad>", "<eos>", "<bos>"};
+    int32_t types[N] = {3, 3, 3};
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        tokens[3 + b] = bytes[b];
+        types[3 + b] = 6;
+    }
+    const char *pieces[] = {"▁", "a", "b", "ab", "▁ab", "\n", "\n\n", "▁▁", "<|\"|>"};
+    for (int i = 0; i < 9; i++) tokens[259 + i] = pieces[i], types[259 + i] = i == 8 ? 4 : 1;
+    const char *merges[] = {"a b", "▁ ab", "▁ ▁"}; /* none makes "\n\n" */
+    tkv__gguf_writer *w = tkv__gguf_writer_new(32);
+    const uint8_t no = 0, yes = 1;
+    tkv__gguf_write_str(w, "general.architecture", "gemma4");
+    tkv__gguf_write_str(w, "tokenizer.ggml.model", model);
+    if (pre) tkv__gguf_write_str(w, "tokenizer.ggml.pre", pre);
+    tkv__gguf_write_strings(w, "tokenizer.ggml.tokens", tokens, N);
+    tkv__gguf_write_array(w, "tokenizer.ggml.token_type", TKV_META_I32, types, N);
+    tkv__gguf_write_strings(w, "tokenizer.ggml.merges", merges, 3);
+    tkv__gguf_write_u32(w, "tokenizer.ggml.bos_token_id", 2);
+    tkv__gguf_write_u32(w, "tokenizer.ggml.eos_token_id", 1);
+    /* both overridden, as the reference overrides them for Gemma 4 */
+    tkv__gguf_write_scalar(w, "tokenizer.ggml.add_bos_token", TKV_META_BOOL, &no);
+    tkv__gguf_write_scalar(w, "tokenizer.ggml.add_space_prefix", TKV_META_BOOL, &yes);
+    uint8_t *img;
+    size_t n;
+    assert_int_equal(tkv__gguf_write_finish(w, &img, &n), TKV_OK);
+    tkv__gguf_writer_free(w);
+    const char *path = tu_write_temp(img, n);
+    free(img);
+    tkv_model_params mp = tkv_model_default_params();
+    mp.vocab_only = true;
+    tkv_model *m = NULL;
+    if (tkv_model_load(path, &mp, &m) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+    remove(path);
+    if (!m->tok) fail_msg("%s", m->tok_error);
+    return m;
+}
+
+static void expect_ids(tkv_model *m, const char *text, size_t len, unsigned flags, const tkv_token *want,
+                       size_t n_want) {
+    size_t n;
+    tkv_token *t = tokenize(m, text, len, flags, &n);
+    bool same = n == n_want;
+    for (size_t i = 0; same && i < n; i++) same = t[i] == want[i];
+    if (!same) {
+        char got[512] = "";
+        for (size_t i = 0; i < n && strlen(got) < 480; i++) snprintf(got + strlen(got), 16, " %d", t[i]);
+        fail_msg("'%.*s': got%s", (int)len, text, got);
+    }
+    free(t);
+    if (!(flags & TKV_TOKENIZE_PARSE_SPECIAL)) expect_round_trip(m, text, len, flags, 0);
+}
+
+#define IDS(...) (const tkv_token[]){__VA_ARGS__}, sizeof((const tkv_token[]){__VA_ARGS__}) / sizeof(tkv_token)
+
+static void test_gemma4_tokenizer(void **state) {
+    (void)state;
+    /* the tokenizer model "gemma4", and "gpt2" with pre-tokenizer "gemma4" */
+    tkv_model *ms[2] = {load_gemma4_vocab("gemma4", NULL), load_gemma4_vocab("gpt2", "gemma4")};
+    for (int k = 0; k < 2; k++) {
+        tkv_model *m = ms[k];
+        const int SP = 259, A = 260, B = 261, AB = 262, SP_AB = 263, NL = 264, NL2 = 265, SP2 = 266, QUOTE = 267;
+        assert_true(tkv_tokenizer_adds_bos(m));
+        assert_int_equal(tkv_token_bos(m), 2);
+        /* spaces become "▁" and merge by rank; "\n\n" is a token, so the run
+           is taken whole; "c" is no token: its byte token */
+        expect_ids(m, "ab ab\n\nab c", 11, TKV_TOKENIZE_ADD_SPECIAL, IDS(2, AB, SP_AB, NL2, AB, SP, 3 + 'c'));
+        /* no space prefix: a leading space is the text's own */
+        expect_ids(m, " ab", 3, 0, IDS(SP_AB));
+        expect_ids(m, "ab", 2, 0, IDS(AB));
+        /* a run of line feeds that is no token is merged (there is no merge) */
+        expect_ids(m, "\n\n\n", 3, 0, IDS(NL, NL, NL));
+        expect_ids(m, "  ", 2, 0, IDS(SP2));
+        /* lines are merged apart: "▁" never merges across a line feed */
+        expect_ids(m, "a\n b", 4, 0, IDS(A, NL, SP, B));
+        /* bytes of characters and of invalid UTF-8 */
+        expect_ids(m, "😀\xff", 5, 0, IDS(3 + 0xF0, 3 + 0x9F, 3 + 0x98, 3 + 0x80, 3 + 0xFF));
+        /* user-defined tokens are split out and render as their text */
+        expect_ids(m, "a<|\"|>b", 7, 0, IDS(A, QUOTE, B));
+        char buf[32];
+        size_t len;
+        const tkv_token ids[] = {2, SP_AB, SP, 3 + 0xC3, 3 + 0xA9};
+        assert_int_equal(tkv_detokenize(m, ids, 5, 0, buf, sizeof buf, &len), TKV_OK);
+        assert_string_equal(buf, " ab \xC3\xA9");
+    }
+    tkv_model_free(ms[0]);
+    tkv_model_free(ms[1]);
+}
+
 /* ---- pre-tokenizer types ----------------------------------------------- */
 
 /*
@@ -662,15 +759,14 @@ static void expect_split(const char *pre, const char *text, const char *const *w
 #define W(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 /* The `tokenizer.ggml.pre` names the reference knows (bar kimi-k2 and
-   whitespace, other tokenizers, and Gemma 4's SentencePiece-text types): each
-   must give a working pre-tokenizer. */
+   whitespace, other tokenizers): each must give a working pre-tokenizer. */
 static void test_pretok_names(void **state) {
     (void)state;
     static const char *const names[] = {
         "default", "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
         "jina-v5-nano", "minicpm5", "deepseek-llm", "deepseek-coder", "deepseek-v3", "youtu", "falcon", "mpt",
         "starcoder", "gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
-        "mellum", "modern-bert", "jais-2", "jina-v1-en",
+        "mellum", "modern-bert", "jais-2", "gemma4", "granite-embed-multi-311m", "sarvam-moe", "jina-v1-en",
         "jina-v2-code", "roberta-bpe", "refact", "command-r", "qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2",
         "qwen35", "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "glm4", "chatglm-bpe", "viking", "jais",
         "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "exaone4", "exaone-moe", "chameleon",
@@ -735,6 +831,14 @@ static void test_pretok_qwen35(void **state) {
     expect_split("qwen35", "e\xCC\x81t\xC3\xA9 x+=1;", W("e\xCC\x81t\xC3\xA9", " x", "+=", "1", ";"));
 }
 
+/* Gemma 4: only lines and runs of line feeds are split off. */
+static void test_pretok_gemma4(void **state) {
+    (void)state;
+    expect_split("gemma4", "Hello world, it's 2024!", W("Hello world, it's 2024!"));
+    expect_split("gemma4", "a b\n\nc\r\n d\n", W("a b", "\n\n", "c\r", "\n", " d", "\n"));
+    expect_split("gemma4", "\n你好 😀", W("\n", "你好 😀"));
+}
+
 /* GPT-4o and Tekken: upper then lower case in one word, "CamelCase" in two. */
 static void test_pretok_cased(void **state) {
     (void)state;
@@ -775,9 +879,11 @@ int main(void) {
         cmocka_unit_test(test_special_tokens),
         cmocka_unit_test(test_contracts),
         cmocka_unit_test(test_metadata_errors),
+        cmocka_unit_test(test_gemma4_tokenizer),
         cmocka_unit_test(test_pretok_names),
         cmocka_unit_test(test_pretok_deepseek_llm),
         cmocka_unit_test(test_pretok_qwen35),
+        cmocka_unit_test(test_pretok_gemma4),
         cmocka_unit_test(test_pretok_cased),
         cmocka_unit_test(test_pretok_others),
     };
