@@ -1202,7 +1202,9 @@ TKV_API void tkv_sampler_free(tkv_sampler *s);
 /**
  * Choose the next token from a logits row: repetition penalty, then top-k,
  * top-p, min-p, temperature and a draw; or argmax when temperature <= 0.
- * Records the choice for the penalty.
+ * Records the choice for the penalty. With a grammar
+ * (tkv_sampler_set_grammar), only tokens the grammar allows, and the
+ * grammar advances past the choice.
  *
  * @param s       the sampler.
  * @param logits  n_vocab floats (tkv_get_logits_last); only read.
@@ -1217,6 +1219,84 @@ TKV_API tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits);
  * @param token  the token id.
  */
 TKV_API void tkv_sampler_accept(tkv_sampler *s, tkv_token token);
+
+/**
+ * A compiled grammar (GBNF, llama.cpp's dialect) over a model's vocabulary,
+ * for constrained sampling (tkv_sampler_set_grammar). Immutable once
+ * created: any number of samplers, on any threads, may use one at a time.
+ */
+typedef struct tkv_grammar tkv_grammar;
+
+/**
+ * Compile a GBNF grammar for a model's vocabulary.
+ *
+ * The dialect is llama.cpp's (its grammars/README.md): `name ::= ...` rules
+ * ended by a newline (except inside parentheses, after `::=` and after
+ * `|`), `|` alternatives, "literals" with the escapes \n \t \r \\ \" \[ \]
+ * \xHH \uHHHH \UHHHHHHHH, classes [a-z_] and [^...], `.` (any character),
+ * ( groups ), `*` `+` `?` `{m}` `{m,}` `{m,n}` (m, n <= 2000), `#` comments.
+ * It matches the Unicode code points of the UTF-8 text; a token may end
+ * inside a character. Token references (<...>) are not supported.
+ *
+ * Limits keep every step bounded: 512 alternative parses (stacks) at once,
+ * 2048 rules nested at one point of the text, 65536 rule expansions per
+ * character. A text beyond them is treated as outside the grammar (the
+ * grammar then allows a subset of its language); ordinary grammars (JSON,
+ * lists, arithmetic) stay far below them.
+ *
+ * @param model  the model (its vocabulary: each token's text is its piece
+ *               as tkv_token_to_piece gives it without
+ *               TKV_DETOKENIZE_SPECIAL; control and unknown tokens have no
+ *               text and never satisfy the grammar). The grammar copies
+ *               what it needs: the model may be freed before it.
+ * @param gbnf   the grammar text, `len` bytes (need not be NUL-terminated).
+ * @param len    its length.
+ * @param root   the start rule; NULL means "root".
+ * @param out    receives the grammar; the caller frees it with
+ *               tkv_grammar_free.
+ * @return TKV_OK; TKV_ERR_INVALID with a message "grammar line L column C:
+ *         ..." that says what is wrong for a syntax error, an undefined
+ *         rule, a left-recursive rule, a missing start rule, a grammar too
+ *         large (also for a NULL out or gbnf with len > 0, or a model
+ *         without a vocabulary); TKV_ERR_NOMEM.
+ */
+TKV_API tkv_status tkv_grammar_create(const tkv_model *model, const char *gbnf, size_t len, const char *root,
+                                      tkv_grammar **out);
+
+/**
+ * Free a grammar. No sampler may still be using it.
+ * @param g  the grammar; NULL is a no-op.
+ */
+TKV_API void tkv_grammar_free(tkv_grammar *g);
+
+/**
+ * Constrain a sampler with a grammar. From then on tkv_sampler_sample
+ * returns only tokens that keep the text generated since this call (the
+ * pieces of the tokens it returned, concatenated) a prefix of a sentence of
+ * the grammar, and an end-of-generation token only when that text is a
+ * whole sentence. Tokens recorded with tkv_sampler_accept (the prompt's)
+ * do not advance the grammar. When no token at all may follow (the text is
+ * a whole sentence that nothing extends, or a limit of tkv_grammar_create
+ * cut every parse), the sampler returns an end-of-generation token (the
+ * one with the highest logit); a vocabulary without one gets the
+ * unconstrained choice.
+ *
+ * The first draw is unconstrained; only when the grammar rejects it does the
+ * sampler compute the allowed set and draw again among those tokens. For
+ * temperature sampling this is exactly a draw from the distribution
+ * restricted to the allowed tokens (top-k/top-p/min-p then apply to the
+ * allowed tokens). tkv_sampler_sample cannot fail: should memory run out
+ * while it applies the grammar, that one choice is unconstrained.
+ *
+ * @param s  the sampler.
+ * @param g  the grammar, for the same vocabulary size as the sampler; it
+ *           must outlive the sampler's use of it. NULL removes the
+ *           constraint. Setting a grammar (even the same one) restarts it at
+ *           its start rule.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL s, or a vocabulary size other than
+ *         the sampler's); TKV_ERR_NOMEM (the sampler is then unconstrained).
+ */
+TKV_API tkv_status tkv_sampler_set_grammar(tkv_sampler *s, const tkv_grammar *g);
 
 #ifdef __cplusplus
 }

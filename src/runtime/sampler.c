@@ -6,11 +6,17 @@
  * generator (xoshiro256**, seeded by splitmix64): the same seed and logits
  * give the same tokens. Temperature <= 0 means greedy: the argmax, lowest
  * id on ties. Candidate storage is allocated once, at creation.
+ *
+ * A grammar (grammar.h) is applied by rejection: the unconstrained choice
+ * is kept when the grammar allows it (one token's bytes through the
+ * matcher); only otherwise is the allowed set computed (the vocabulary trie
+ * walk) and the chain run again over the allowed tokens alone.
  */
 #include "tokenkv.h"
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "grammar.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -29,6 +35,9 @@ struct tkv_sampler {
     tkv_token *recent; /* ring of the last repeat_last_n tokens */
     size_t n_recent, recent_head;
     uint64_t s[4]; /* xoshiro256** state */
+    const tkv_grammar *g; /* NULL: unconstrained */
+    tkv__gmatch *gm;
+    uint8_t *allowed; /* (n_vocab) with a grammar */
 };
 
 tkv_sampler_params tkv_sampler_default_params(void) {
@@ -89,7 +98,26 @@ void tkv_sampler_free(tkv_sampler *s) {
     tkv__free(s->c);
     tkv__free(s->prob);
     tkv__free(s->recent);
+    tkv__gmatch_free(s->gm);
+    tkv__free(s->allowed);
     tkv__free(s);
+}
+
+tkv_status tkv_sampler_set_grammar(tkv_sampler *s, const tkv_grammar *g) {
+    if (!s) return tkv__fail(TKV_ERR_INVALID, "tkv_sampler_set_grammar: the sampler is NULL");
+    if (g && tkv__grammar_n_vocab(g) != s->n_vocab)
+        return tkv__fail(TKV_ERR_INVALID, "tkv_sampler_set_grammar: the grammar's vocabulary has %zu tokens, the sampler's %zu",
+                         tkv__grammar_n_vocab(g), s->n_vocab);
+    tkv__gmatch_free(s->gm);
+    s->gm = NULL;
+    s->g = NULL;
+    if (!g) return TKV_OK;
+    if (!s->allowed && !(s->allowed = tkv__malloc(s->n_vocab)))
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory for the sampler's grammar");
+    tkv_status st = tkv__gmatch_create(tkv__grammar_gbnf(g), &s->gm);
+    if (st) return st;
+    s->g = g;
+    return TKV_OK;
 }
 
 void tkv_sampler_accept(tkv_sampler *s, tkv_token token) {
@@ -150,7 +178,8 @@ static void softmax_cands(tkv_sampler *s, size_t n, float t) {
     for (size_t i = 0; i < n; i++) s->prob[i] = (float)(s->prob[i] / sum);
 }
 
-tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits) {
+/* The chain over the tokens with allowed[id] (all when allowed is NULL); NULL too when none is. */
+static tkv_token choose(tkv_sampler *s, const float *logits, const uint8_t *allowed) {
     const size_t n_vocab = s->n_vocab;
     for (size_t i = 0; i < n_vocab; i++) s->c[i] = (cand){logits[i], (tkv_token)i};
 
@@ -166,15 +195,21 @@ tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits) {
             *l = *l > 0 ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
         }
     }
+    size_t n_cand = n_vocab;
+    if (allowed) { /* keep the allowed candidates, in id order */
+        n_cand = 0;
+        for (size_t i = 0; i < n_vocab; i++)
+            if (allowed[i]) s->c[n_cand++] = s->c[i];
+    }
 
     tkv_token chosen;
     if (s->p.temperature <= 0) {
         size_t best = 0;
-        for (size_t i = 1; i < n_vocab; i++)
+        for (size_t i = 1; i < n_cand; i++)
             if (s->c[i].logit > s->c[best].logit) best = i;
         chosen = s->c[best].id;
     } else {
-        size_t n = keep_top_k(s->c, n_vocab, s->p.top_k > 0 ? (size_t)s->p.top_k : n_vocab);
+        size_t n = keep_top_k(s->c, n_cand, s->p.top_k > 0 ? (size_t)s->p.top_k : n_cand);
         if (s->p.top_p < 1.0f) {
             softmax_cands(s, n, 1.0f);
             double cum = 0;
@@ -205,6 +240,24 @@ tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits) {
             }
         }
     }
+    return chosen;
+}
+
+/* With a grammar: the unconstrained choice if allowed, else the choice among the allowed tokens. */
+static tkv_token choose_in_grammar(tkv_sampler *s, const float *logits) {
+    tkv_token chosen = choose(s, logits, NULL);
+    bool ok = false;
+    if (!tkv__grammar_token(s->g, s->gm, chosen, true, &ok) && ok) return chosen;
+    size_t n = 0;
+    if (tkv__grammar_allowed(s->g, s->gm, s->allowed, &n)) return chosen; /* out of memory: unconstrained */
+    if (n == 0 && tkv__grammar_mark_eog(s->g, s->allowed) == 0) return chosen; /* nothing may follow, no EOG */
+    chosen = choose(s, logits, s->allowed);
+    tkv__grammar_token(s->g, s->gm, chosen, true, &ok);
+    return chosen;
+}
+
+tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits) {
+    const tkv_token chosen = s->g ? choose_in_grammar(s, logits) : choose(s, logits, NULL);
     tkv_sampler_accept(s, chosen);
     return chosen;
 }
