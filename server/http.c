@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -22,6 +23,7 @@ typedef struct conn {
     char *body;
     size_t n, cap;
     bool too_big, oom;
+    bool close;    /* the request's framing is broken: answer, then close the connection */
     int status;    /* of the response, for the log and the metrics */
     srv_req *req;  /* a generation in flight, or NULL */
     double t0;
@@ -44,6 +46,7 @@ static enum MHD_Result send_body(conn *cs, struct MHD_Connection *c, int status,
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", ctype);
+    if (cs->close) MHD_add_response_header(r, "Connection", "close");
     cs->status = status;
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -395,7 +398,8 @@ static bool flag(struct MHD_Connection *c, const char *key) {
 }
 
 static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
-    const bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    /* HEAD is GET without the body (libmicrohttpd leaves it out) */
+    const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     static const struct {
         const char *path;
         bool post;
@@ -436,6 +440,78 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
     return send_err(cs, c, &e);
 }
 
+/* The framing headers of a request (RFC 9112 section 6). */
+typedef struct framing {
+    int n_length, n_coding;
+    bool lengths_differ;
+    char length[32];
+    const char *coding;
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    framing *f = cls;
+    if (!strcasecmp(key, "Content-Length")) {
+        if (f->n_length++ && strcmp(f->length, value)) f->lengths_differ = true;
+        snprintf(f->length, sizeof f->length, "%s", value);
+    } else if (!strcasecmp(key, "Transfer-Encoding")) {
+        f->n_coding++;
+        f->coding = value;
+    }
+    return MHD_YES;
+}
+
+static bool is_json_type(const char *t) {
+    if (!t || strncasecmp(t, "application/json", 16)) return false;
+    return t[16] == '\0' || t[16] == ';' || t[16] == ' ' || t[16] == '\t';
+}
+
+/*
+ * What can be answered from the headers alone, before any of the body is
+ * read (so an unauthenticated or malformed upload costs nothing): broken
+ * framing (400, then the connection closes: a second request hidden in a
+ * body must not be answered), a wrong API key (401), a POST that is not
+ * JSON (415: a web page cannot send JSON to another site without CORS, so
+ * this keeps pages from driving an unkeyed local server), a body announced
+ * over --max-body (413), and OPTIONS. Returns -1 when the request goes on.
+ */
+static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+    const char *why = NULL;
+    if (f.lengths_differ) why = "conflicting Content-Length headers";
+    else if (f.n_coding && f.n_length) why = "both Content-Length and Transfer-Encoding";
+    else if (f.n_coding > 1 || (f.n_coding && strcasecmp(f.coding, "chunked")))
+        why = "a transfer coding other than chunked";
+    if (why) {
+        cs->close = true;
+        return (int)fail(cs, c, 400, NULL, "bad_framing", why);
+    }
+    if (!strcmp(method, "OPTIONS")) {
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!r) return MHD_NO;
+        MHD_add_response_header(r, "Allow", "GET, HEAD, POST, OPTIONS");
+        cs->status = 204;
+        enum MHD_Result ret = MHD_queue_response(c, 204, r);
+        MHD_destroy_response(r);
+        return (int)ret;
+    }
+    if (strcmp(url, "/health") && strcmp(url, "/metrics") && !authorized(S, c))
+        return (int)fail(cs, c, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
+    if (!strcmp(method, "POST")) {
+        if (!is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
+            return (int)fail(cs, c, 415, NULL, "unsupported_media_type",
+                             "request bodies must be JSON: send 'Content-Type: application/json'");
+        if (f.n_length && strtoull(f.length, NULL, 10) > S->o->max_body) {
+            srv_err e;
+            srv_err_set(&e, 413, NULL, "request_too_large",
+                        "the request body exceeds this server's limit of %zu bytes (--max-body)", S->o->max_body);
+            return (int)send_err(cs, c, &e);
+        }
+    }
+    return -1;
+}
+
 enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -447,7 +523,8 @@ enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *c, const char
         snprintf(cs->path, sizeof cs->path, "%s", url);
         cs->t0 = srv_now();
         *con_cls = cs;
-        return MHD_YES;
+        const int early = answer_early(cs, c, S, url, method);
+        return early < 0 ? MHD_YES : (enum MHD_Result)early;
     }
     if (*upload_size) {
         /* past the limit the rest is read and dropped, so the client still

@@ -1,0 +1,87 @@
+// HTTP framing and early answers, with raw sockets (RFC 9112): conflicting
+// Content-Length headers, Content-Length with Transfer-Encoding (the
+// request-smuggling shape) and unknown transfer codings get one 400 and the
+// connection closed, never a hang and never an answer to a request hidden in
+// a body; a wrong API key, a POST that is not JSON and a body announced over
+// --max-body are answered from the headers, before any of the body is sent;
+// HEAD and OPTIONS are answered.
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { serverSuite } from '../lib/server.mjs';
+
+const KEY = 'framing-key';
+
+// Send raw bytes; resolve what came back by the time the server closed the
+// connection (or 3 s passed: {timedOut: true}).
+function raw(server, bytes) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(server.port, '127.0.0.1');
+    let got = '';
+    const timer = setTimeout(() => {
+      sock.destroy();
+      resolve({ text: got, timedOut: true });
+    }, 3000);
+    sock.on('data', (d) => { got += d.toString('latin1'); });
+    sock.on('close', () => {
+      clearTimeout(timer);
+      resolve({ text: got, timedOut: false });
+    });
+    sock.on('error', (e) => (e.code === 'ECONNRESET' ? null : reject(e)));
+    sock.write(bytes);
+  });
+}
+
+const statuses = (text) => [...text.matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => Number(m[1]));
+const head = (lines) => `${lines.join('\r\n')}\r\n\r\n`;
+const body = '{"prompt": "Once", "max_tokens": 1}';
+
+serverSuite('HTTP framing', ['--api-key', KEY, '--max-body', '4096'], (s) => {
+  s.test('broken framing: one 400, then the connection closes', async (server) => {
+    const auth = `Authorization: Bearer ${KEY}`;
+    const cases = [
+      head(['POST /v1/completions HTTP/1.1', 'Host: x', auth, 'Content-Type: application/json',
+            'Content-Length: 5', `Content-Length: ${body.length}`]) + body,
+      head(['POST /v1/completions HTTP/1.1', 'Host: x', auth, 'Content-Type: application/json',
+            'Transfer-Encoding: gzip']) + 'xxxx',
+      // Content-Length with chunked, and a second request after the chunked body's end
+      head(['POST /v1/completions HTTP/1.1', 'Host: x', auth, 'Content-Type: application/json', 'Content-Length: 40',
+            'Transfer-Encoding: chunked']) + `0\r\n\r\n${head(['GET /v1/models HTTP/1.1', 'Host: x', auth])}`,
+    ];
+    for (const c of cases) {
+      const r = await raw(server, c);
+      assert.equal(r.timedOut, false, `the server hung on:\n${c}\ngot:\n${r.text}`);
+      assert.deepEqual(statuses(r.text), [400], r.text);
+      assert.match(r.text, /"code":"bad_framing"/);
+    }
+  });
+
+  s.test('answers from the headers alone: 401, 415, 413 before any body is sent', async (server) => {
+    const post = (extra) => head(['POST /v1/completions HTTP/1.1', 'Host: x', ...extra]);
+    const json = 'Content-Type: application/json';
+    // announced bodies that never come: an answer must not wait for them
+    let r = await raw(server, post(['Authorization: Bearer wrong', json, 'Content-Length: 1000000']));
+    assert.deepEqual(statuses(r.text), [401], r.text);
+    r = await raw(server, post([`Authorization: Bearer ${KEY}`, json, 'Content-Length: 1000000']));
+    assert.deepEqual(statuses(r.text), [413], r.text);
+    for (const type of ['Content-Type: text/plain', 'Content-Type: application/x-www-form-urlencoded', null]) {
+      r = await raw(server, post([`Authorization: Bearer ${KEY}`, ...(type ? [type] : []), `Content-Length: ${body.length}`])
+        + body);
+      assert.deepEqual(statuses(r.text), [415], `${type}: ${r.text}`);
+    }
+    // JSON with a charset is JSON
+    r = await raw(server, post([`Authorization: Bearer ${KEY}`, 'Content-Type: application/json; charset=utf-8',
+                                `Content-Length: ${body.length}`, 'Connection: close']) + body);
+    assert.deepEqual(statuses(r.text), [200], r.text);
+  });
+
+  s.test('HEAD and OPTIONS', async (server) => {
+    let r = await raw(server, head(['HEAD /health HTTP/1.1', 'Host: x', 'Connection: close']));
+    assert.deepEqual(statuses(r.text), [200], r.text);
+    assert.ok(r.text.endsWith('\r\n\r\n'), 'no body');
+    r = await raw(server, head(['HEAD /v1/models HTTP/1.1', 'Host: x', `Authorization: Bearer ${KEY}`, 'Connection: close']));
+    assert.deepEqual(statuses(r.text), [200], r.text);
+    r = await raw(server, head(['OPTIONS /v1/chat/completions HTTP/1.1', 'Host: x', 'Connection: close']));
+    assert.deepEqual(statuses(r.text), [204], r.text);
+    assert.match(r.text, /^Allow: GET, HEAD, POST, OPTIONS/m);
+  });
+});
