@@ -340,10 +340,16 @@ static tkv__jv apply_filter(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f, t
     return out;
 }
 
-/* A chain of filters (block set, filter block) whose innermost input is v. */
+/* A chain of filters (block set, filter block) whose innermost input is v; applied innermost first. */
 static tkv__jv apply_chain(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f, tkv__jv v) {
-    if (!x) return v;
-    return apply_filter(c, x, f, apply_chain(c, x->a, f, v));
+    /* iteratively: a chain is as long as the template makes it, and must not take that much stack */
+    size_t n = 0;
+    for (const tkv__jnode *y = x; y; y = y->a) n++;
+    const tkv__jnode **chain = n ? tkv__jarena_alloc(c, n * sizeof *chain) : NULL;
+    size_t k = n;
+    for (const tkv__jnode *y = x; y; y = y->a) chain[--k] = y;
+    for (size_t i = 0; i < n; i++) v = apply_filter(c, chain[i], f, v);
+    return v;
 }
 
 /* ---- operators ---- */
@@ -807,10 +813,16 @@ static int exec(tkv__jctx *c, const tkv__jnode *x, tkv__jframe *f) {
         break;
     case TKV__JN_TEXT: tkv__jbuf_add(c, c->out, x->value.u.str.p, x->value.u.str.n); break;
     case TKV__JN_PRINT: print_value(c, eval(c, x->a, f)); break;
-    case TKV__JN_IF:
-        if (tkv__jv_truthy(eval(c, x->a, f))) flow = exec(c, x->b, f);
-        else if (x->c) flow = exec(c, x->c, f);
+    case TKV__JN_IF: {
+        /* down the elif chain in a loop, not a level deeper per elif */
+        const tkv__jnode *y = x;
+        while (y && y->kind == TKV__JN_IF && !tkv__jv_truthy(eval(c, y->a, f))) {
+            y = y->c;
+            tkv__jstep(c, 1);
+        }
+        if (y) flow = exec(c, y->kind == TKV__JN_IF ? y->b : y, f);
         break;
+    }
     case TKV__JN_FOR: flow = exec_for(c, x, f); break;
     case TKV__JN_SET: {
         tkv__jv v = eval(c, x->b, f);

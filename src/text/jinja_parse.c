@@ -583,23 +583,27 @@ static void end_tag(parser *P, const char *name) {
     expect_kind(P, TKV__JT_BLOCK_END);
 }
 
+/* if / elif... / else: each elif is an IF in the c of the one before, made in a loop (chains can be long). */
 static tkv__jnode *parse_if(parser *P, int line) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
-    tkv__jnode *x = node(P, TKV__JN_IF, line);
-    x->a = parse_tuple(P, false, false);
-    expect_kind(P, TKV__JT_BLOCK_END);
-    x->b = parse_body(P, ends);
-    if (accept_name(P, "elif")) {
-        x->c = parse_if(P, cur(P)->line);
-        return x;
-    }
+    tkv__jnode *first = NULL, *last = NULL;
+    do {
+        tkv__jnode *x = node(P, TKV__JN_IF, line);
+        x->a = parse_tuple(P, false, false);
+        expect_kind(P, TKV__JT_BLOCK_END);
+        x->b = parse_body(P, ends);
+        if (last) last->c = x;
+        else first = x;
+        last = x;
+        line = cur(P)->line;
+    } while (accept_name(P, "elif"));
     if (accept_name(P, "else")) {
         static const char *const end_only[] = {"endif", NULL};
         expect_kind(P, TKV__JT_BLOCK_END);
-        x->c = parse_body(P, end_only);
+        last->c = parse_body(P, end_only);
     }
     end_tag(P, "endif");
-    return x;
+    return first;
 }
 
 static tkv__jnode *parse_for(parser *P, int line) {

@@ -312,6 +312,22 @@ static void test_limits(void **state) {
     for (int i = 0; i < 1000; i++) deep[k++] = ')';
     snprintf(deep + k, sizeof deep - k, " }}");
     expect_fail(deep, TKV_ERR_FORMAT, "nested too deeply");
+    /* long chains are loops, not recursion: 20000 elifs, 20000 filters of a filter block */
+    size_t cap = 20000 * 40 + 100;
+    char *chain = malloc(cap), *out;
+    k = (size_t)snprintf(chain, cap, "{%% if n == -1 %%}");
+    for (int i = 0; i < 20000; i++) k += (size_t)snprintf(chain + k, cap - k, "{%% elif n == %d %%}%d", i, i);
+    snprintf(chain + k, cap - k, "{%% endif %%}");
+    assert_int_equal(render(chain, "{\"n\": 19999}", &out), TKV_OK);
+    assert_string_equal(out, "19999");
+    free(out);
+    k = (size_t)snprintf(chain, cap, "{%% filter upper");
+    for (int i = 0; i < 20000; i++) k += (size_t)snprintf(chain + k, cap - k, "|lower");
+    snprintf(chain + k, cap - k, " %%}aBc{%% endfilter %%}");
+    assert_int_equal(render(chain, NULL, &out), TKV_OK);
+    assert_string_equal(out, "abc");
+    free(out);
+    free(chain);
     /* a namespace holding itself prints without looping forever */
     expect_fail("{% set ns = namespace() %}{% set ns.x = ns %}{{ ns }}", TKV_ERR_INVALID, "nested too deeply");
 }
