@@ -366,10 +366,17 @@ static bool parse_stop(const json_t *body, srv_req *r, srv_err *e) {
         srv_err_set(e, 400, "stop", "invalid_value", "'stop' has %zu strings; at most %d are allowed", n, SRV_MAX_STOP);
         return false;
     }
+    size_t bytes = 0;
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_is_string(s) ? one[0] : json_array_get(s, i);
         if (!json_is_string(v) || !json_string_length(v)) {
             srv_err_set(e, 400, "stop", "invalid_value", "stop[%zu] must be a non-empty string", i);
+            return false;
+        }
+        /* the text held back until it cannot begin a stop string is as long as the longest one */
+        if ((bytes += json_string_length(v)) > SRV_MAX_STOP_BYTES) {
+            srv_err_set(e, 400, "stop", "invalid_value", "the stop strings are %zu bytes or more; at most %d are allowed",
+                        bytes, SRV_MAX_STOP_BYTES);
             return false;
         }
         if (!(r->stop[r->n_stop] = strdup(json_string_value(v)))) {
@@ -426,9 +433,10 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     /* OpenAI's sampling defaults: temperature 1, no top-p cut; top_k, min_p
        and repeat_penalty are llama.cpp-style extensions, off by default */
     tkv_sampler_params sp = tkv_sampler_default_params();
-    double temperature = 1, top_p = 1, top_k = 0, min_p = 0, rp = 1;
+    double temperature = 1, top_p = 1, min_p = 0, rp = 1;
+    long long top_k = 0;
     if (!get_number(body, "temperature", 0, 2, &temperature, e) || !get_number(body, "top_p", 0, 1, &top_p, e) ||
-        !get_number(body, "top_k", 0, 1e9, &top_k, e) || !get_number(body, "min_p", 0, 1, &min_p, e) ||
+        !get_int(body, "top_k", 0, 1000000000, &top_k, e) || !get_number(body, "min_p", 0, 1, &min_p, e) ||
         !get_number(body, "repeat_penalty", 0, 10, &rp, e) || !get_int(body, "seed", LLONG_MIN, LLONG_MAX, &seed, e))
         return false;
     sp.temperature = (float)temperature, sp.top_p = (float)top_p, sp.top_k = (int32_t)top_k;

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #define SRV_MAX_STOP 4
+#define SRV_MAX_STOP_BYTES 1024 /* all of a request's stop strings together */
 
 struct srv_run; /* the scheduler's state of a request (sched.c) */
 

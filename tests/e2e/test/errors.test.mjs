@@ -71,6 +71,9 @@ serverSuite('bad requests', ['--max-tokens', String(MAX_TOKENS)], (s) => {
       [{ top_p: 1.5 }, 'top_p'],
       [{ stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop'],
       [{ stop: [''] }, 'stop'],
+      [{ stop: ['x'.repeat(600), 'y'.repeat(600)] }, 'stop'], // 1200 bytes: over the 1024 of all stop strings
+      [{ top_k: 2.5 }, 'top_k'], // an integer field takes no fraction
+      [{ seed: 1.5 }, 'seed'],
       [{ cache_salt: '' }, 'cache_salt'],
       [{ stream_options: { include_usage: true } }, 'stream_options'],
     ];
