@@ -35,6 +35,7 @@
 #define CHUNK 65536
 #define TABLE (2 * TKV__GMATCH_MAX_STACKS) /* dedup table slots, a power of two */
 #define MAX_NEST 1024                      /* expansion recursion */
+#define MEMO 4096                          /* memo slots, a power of two */
 
 typedef struct gnode {
     uint32_t pos, depth;
@@ -43,6 +44,7 @@ typedef struct gnode {
 } gnode;
 
 struct tkv__gset {
+    uint64_t id; /* unique among all sets this matcher made: the memo's key */
     uint32_t n;
     bool complete; /* holds the empty stack */
     const gnode *v[];
@@ -66,6 +68,12 @@ struct tkv__gmatch {
     bool tmp_complete, nomem, overflow;
     size_t budget;
     uint32_t stamp, slot_stamp[TABLE], slot[TABLE];
+    uint64_t next_id;
+    struct memo {
+        uint64_t set; /* id; 0: empty slot */
+        uint32_t cp;
+        bool dead; /* nothing matches; else the set is unchanged by cp */
+    } memo[MEMO];
 };
 
 /* ---- arenas ------------------------------------------------------------------ */
@@ -206,6 +214,7 @@ static const tkv__gset *finish(tkv__gmatch *m, arena *a) {
         m->nomem = true;
         return NULL;
     }
+    s->id = ++m->next_id;
     s->n = m->n_tmp;
     s->complete = m->tmp_complete;
     memcpy(s->v, m->tmp, m->n_tmp * sizeof *s->v);
@@ -285,12 +294,27 @@ tkv_status tkv__gmatch_step(tkv__gmatch *m, const tkv__gset *set, uint32_t *part
         *partial = 0;
         if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return TKV_OK;
     }
+    /*
+     * Most characters leave a state as it was (any character inside a JSON
+     * string) or kill it: remember those two outcomes per (set, character),
+     * so the trie walk below such a state costs a look-up per byte. Other
+     * outcomes live in scratch memory that is released, so they are not kept.
+     */
+    struct memo *e = &m->memo[(size_t)(set->id * 0x9E3779B97F4A7C15ull >> 40 ^ cp * 0x85EBCA6Bu) & (MEMO - 1)];
+    if (set->id && e->set == set->id && e->cp == cp) {
+        if (!e->dead) *next = set;
+        return TKV_OK;
+    }
     const tkv__gset *s = advance(m, &m->scratch, set, cp);
     if (!s) {
         m->nomem = false;
         return tkv__fail(TKV_ERR_NOMEM, "out of memory matching the grammar");
     }
-    if (s->n || s->complete) *next = s;
+    bool dead = !s->n && !s->complete, unchanged = !dead && s->n == set->n && s->complete == set->complete;
+    for (uint32_t i = 0; unchanged && i < s->n; i++) unchanged = same(s->v[i], set->v[i]);
+    if (unchanged) s = set;
+    if ((dead || unchanged) && set->id) *e = (struct memo){set->id, cp, dead};
+    if (!dead) *next = s;
     return TKV_OK;
 }
 
@@ -389,6 +413,7 @@ static tkv_status commit(tkv__gmatch *m, const tkv__gset *set) {
     for (uint32_t i = 0; ok && i < set->n; i++) ok = (s->v[i] = copy_stack(m, a, set->v[i], memo, memo + cap, cap - 1));
     tkv__free(memo);
     if (!ok) return tkv__fail(TKV_ERR_NOMEM, "out of memory advancing the grammar");
+    s->id = ++m->next_id;
     s->n = set->n;
     s->complete = set->complete;
     m->set = s;
