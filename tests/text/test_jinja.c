@@ -468,6 +468,101 @@ static void test_allocation_failures(void **state) {
     }
 }
 
+/*
+ * Random templates: pieces of the language strung together, and real templates with bytes cut, doubled or
+ * inserted. Each must render or fail with a syntax or render error: never crash, hang or leak (ASan builds).
+ */
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(uint32_t n) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+static void test_random_templates(void **state) {
+    (void)state;
+    static const char *const pieces[] = {
+        "{{", "}}", "{%", "%}", "{#", "#}", "{%-", "-%}", "{{-", "-}}", " if ", " for ", " in ", " endfor ",
+        " endif ", " else ", " elif ", " set ", " = ", " x ", " xs ", " d ", " s ", " ns.a ", " namespace(a=1) ", "|",
+        " upper ", " tojson ", " length ", "(", ")", "[", "]", "{", "}", ",", ":", ".", " 1 ", " 2.5 ", " 'a' ",
+        " \"b\" ", " + ", " - ", " * ", " / ", " // ", " % ", " ** ", " ~ ", " and ", " or ", " not ", " is ",
+        " defined ", " none ", " macro ", " endmacro ", " m ", " call ", " endcall ", " caller ", " loop ",
+        " loop.index ", " break ", " continue ", " raw ", " endraw ", "\n", "  ", "text", " filter ",
+        " endfilter ", " items() ", " split ", " strip() ", " range(3) ", " raise_exception('x') ", " == ", " < ",
+        "'\\u00e9'", " join ", " map(attribute='a') ", " selectattr('a') ", " do ", " endset ", " recursive ",
+        "[::-1]", "[1:]", " with ", " endwith ", " generation ", " endgeneration ", "\xc3", "\xa9", "\0"};
+    static const char *const names[] = {"Qwen-Qwen3-0.6B.jinja", "openai-gpt-oss-120b.jinja",
+                                        "google-gemma-4-31B-it.jinja", "deepseek-ai-DeepSeek-V3.1.jinja",
+                                        "Kimi-K2-Thinking.jinja", "mistralai-Ministral-3-14B-Reasoning-2512.jinja"};
+    const char *ctx = "{\"xs\": [1, 2, 3], \"d\": {\"a\": 1}, \"s\": \"hi there\", \"tools\": null, "
+                      "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+                      "\"content\": \"<think>a</think>b\", \"tool_calls\": [{\"type\": \"function\", "
+                      "\"function\": {\"name\": \"f\", \"arguments\": {\"x\": 1}}}]}], "
+                      "\"add_generation_prompt\": true}";
+    size_t n_pieces = sizeof pieces / sizeof *pieces, n_names = sizeof names / sizeof *names;
+    char *real[6];
+    size_t real_len[6];
+    for (size_t i = 0; i < n_names; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "templates/%s", names[i]);
+        real[i] = (char *)tu_read_file(tu_shared(path), &real_len[i]);
+        assert_non_null(real[i]);
+    }
+    int ok = 0, failed = 0;
+    for (int it = 0; it < 1500; it++) {
+        char *t;
+        size_t len;
+        if (it % 2 == 0) {
+            t = malloc(4096);
+            len = 0;
+            for (uint32_t k = 1 + rnd(40); k > 0; k--) {
+                const char *p = pieces[rnd((uint32_t)n_pieces)];
+                size_t pl = strlen(p);
+                memcpy(t + len, p, pl);
+                len += pl;
+            }
+        } else {
+            size_t r = rnd((uint32_t)n_names);
+            t = malloc(real_len[r] * 2 + 256);
+            memcpy(t, real[r], real_len[r]);
+            len = real_len[r];
+            for (uint32_t k = 1 + rnd(4); k > 0 && len > 0; k--) {
+                size_t at = rnd((uint32_t)len), span = 1 + rnd(30);
+                if (span > len - at) span = len - at;
+                uint32_t op = rnd(3);
+                if (op == 0) {
+                    memmove(t + at, t + at + span, len - at - span);
+                    len -= span;
+                } else if (op == 1 && len + span < real_len[r] * 2) {
+                    memmove(t + at + span, t + at, len - at);
+                    len += span;
+                } else {
+                    const char *p = pieces[rnd((uint32_t)n_pieces)];
+                    size_t pl = strlen(p);
+                    memmove(t + at + pl, t + at, len - at);
+                    memcpy(t + at, p, pl);
+                    len += pl;
+                }
+            }
+        }
+        char *out;
+        size_t out_len;
+        tkv_status st = tkv__jinja_render(t, len, ctx, &NOW, &out, &out_len);
+        if (st == TKV_OK) {
+            ok++;
+            tkv__free(out);
+        } else {
+            failed++;
+            if (st != TKV_ERR_FORMAT && st != TKV_ERR_INVALID) fail_msg("status %d: %s", st, tkv_last_error(NULL));
+            assert_non_null(strstr(tkv_last_error(NULL), "template line"));
+        }
+        free(t);
+    }
+    print_message("random templates: %d rendered, %d failed cleanly\n", ok, failed);
+    for (size_t i = 0; i < n_names; i++) free(real[i]);
+}
+
 /* ---- the reference: templates.jsonl ---- */
 
 /*
@@ -581,6 +676,7 @@ int main(void) {
         cmocka_unit_test(test_compiled_and_context),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_allocation_failures),
+        cmocka_unit_test(test_random_templates),
         cmocka_unit_test(test_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
