@@ -77,13 +77,18 @@
 /* Kana and the common CJK ideographs. */
 #define KANA_HAN "\\x{4E00}-\\x{9FA5}\\x{3040}-\\x{309F}\\x{30A0}-\\x{30FF}"
 
-/* Digits in groups of three from the right ("1234567": 1 234 567). */
+/* Digits in groups of three from the right ("1234567": 1 234 567), each a
+   word (the reference's own digit splitter joins the text before a run to
+   its first group, which the next expression mostly splits again). */
 #define RE_DIGITS_BY_3 "\\p{N}{1,3}(?=(?:\\p{N}{3})*(?!\\p{N}))"
 
 /* Lines and runs of line feeds. */
 #define RE_LINES "[^\\n]+|\\n+"
 
-/* CJK ideographs, the range below them, and Hangul (DeepSeek). */
+/* CJK ideographs, the range below them, and Hangul (DeepSeek). The range
+   holds blanks (U+2009, U+3000, ...), which join a run here as in the
+   model's tokenizer; the reference hands its engine every blank past ASCII
+   as U+000B, so there they stay apart. */
 #define RE_CJK "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+"
 
 /* DeepSeek LLM's letter class: cased letters of many scripts, no CJK. */
