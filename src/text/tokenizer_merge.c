@@ -152,6 +152,9 @@ static tkv_status spm_word(const tkv__tokenizer *t, work *w, const char *text, s
     return st;
 }
 
+static tkv_status ranked_encode(const tkv__tokenizer *t, const char *text, size_t len, bool byte_level,
+                                tkv__tokbuf *out);
+
 static bool is_mark(const char *p) { return !memcmp(p, "\xE2\x96\x81", 3); }
 
 /*
@@ -159,10 +162,8 @@ static bool is_mark(const char *p) { return !memcmp(p, "\xE2\x96\x81", 3); }
  * merge can cross the start of a "▁" that follows another character, so the
  * text splits there into words merged separately: the same result as one
  * merge loop over the whole text, with small queues instead of one huge one.
+ * With spm_merges the text is merged by rank, as BPE's is.
  */
-static tkv_status ranked_encode(const tkv__tokenizer *t, const char *text, size_t len, bool byte_level,
-                                tkv__tokbuf *out);
-
 tkv_status tkv__spm_encode(const tkv__tokenizer *t, const char *text, size_t len, tkv__tokbuf *out) {
     if (t->spm_merges) return ranked_encode(t, text, len, false, out);
     work w = {0};
