@@ -1,0 +1,131 @@
+/*
+ * bench_grammar.c — the cost of a JSON grammar on a 32000-token vocabulary.
+ *
+ *   bench_grammar [SHARED_DIR] [STEPS]
+ *
+ * Uses the Llama-2 vocabulary of models/llama-2-tiny-random.gguf. Reports:
+ *   - tkv_grammar_create (compile + the vocabulary trie), best of five;
+ *   - the allowed-set computation (the trie walk) per step, mean and max;
+ *   - tkv_sampler_sample per token, unconstrained and constrained, over
+ *     STEPS (default 400) steps of two kinds of logits: "follows" gives a
+ *     grammar-allowed token the top logit (a model that mostly writes valid
+ *     JSON: the unconstrained choice passes, one token is checked), "random"
+ *     is random logits (the choice is rejected almost every step: the
+ *     allowed set is computed every step, the worst case).
+ * Sampling uses the default chain (top-k 40, top-p 0.95, min-p 0.05, T 0.8).
+ */
+#include "tokenkv.h"
+
+#include "runtime/grammar.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const char JSON[] =
+    "root   ::= object\n"
+    "value  ::= object | array | string | number | (\"true\" | \"false\" | \"null\") ws\n"
+    "object ::= \"{\" ws ( string \":\" ws value (\",\" ws string \":\" ws value)* )? \"}\" ws\n"
+    "array  ::= \"[\" ws ( value (\",\" ws value)* )? \"]\" ws\n"
+    "string ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) )* \"\\\"\" ws\n"
+    "number ::= (\"-\"? ([0-9] | [1-9] [0-9]{0,15})) (\".\" [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws\n"
+    "ws     ::= | \" \" | \"\\n\" [ \\t]{0,20}\n";
+
+static uint64_t rs = 88172645463325252ull;
+static uint32_t rnd(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (uint32_t)(rs >> 11);
+}
+
+/* Mean ms per sample over steps; constrained when g. follows: see the header comment. */
+static double run(tkv_model *model, const tkv_grammar *g, bool constrained, bool follows, int steps,
+                  double *allowed_mean, double *allowed_max, int *restarts) {
+    rs = 88172645463325252ull; /* the same logits for both runs */
+    const size_t nv = tkv_vocab_size(model);
+    float *l = malloc(nv * sizeof *l);
+    uint8_t *allowed = malloc(nv);
+    tkv_sampler *s = NULL;
+    tkv_sampler_params p = tkv_sampler_default_params();
+    p.seed = 1;
+    tkv__gmatch *shadow = NULL; /* the grammar's state, outside the timing */
+    if (tkv_sampler_create(&p, nv, &s) || tkv__gmatch_create(tkv__grammar_gbnf(g), &shadow)) abort();
+    if (constrained && tkv_sampler_set_grammar(s, g)) abort();
+    double total = 0, at = 0, amax = 0;
+    int na = 0;
+    *restarts = 0;
+    for (int i = 0; i < steps; i++) {
+        size_t n = 0;
+        const double t0 = now();
+        if (tkv__grammar_allowed(g, shadow, allowed, &n)) abort();
+        const double dt = now() - t0;
+        at += dt, na++;
+        if (dt > amax) amax = dt;
+        for (size_t t = 0; t < nv; t++) l[t] = (float)(rnd() % 10000) / 1000.0f;
+        if (follows && n) { /* a random allowed token (not EOG) on top */
+            size_t k = rnd() % n;
+            for (size_t t = 0; t < nv; t++)
+                if (allowed[t] && k-- == 0) l[t] += 20;
+        }
+        const double t1 = now();
+        const tkv_token tok = tkv_sampler_sample(s, l);
+        total += now() - t1;
+        bool ok;
+        if (tkv_token_is_eog(model, tok) || tkv__grammar_token(g, shadow, tok, true, &ok) || !ok) {
+            /* the sentence ended (or an unconstrained run left it): start again */
+            (*restarts)++;
+            if (tkv__gmatch_reset(shadow)) abort();
+            if (constrained && tkv_sampler_set_grammar(s, g)) abort();
+        }
+    }
+    *allowed_mean = at / na * 1e3, *allowed_max = amax * 1e3;
+    tkv__gmatch_free(shadow);
+    tkv_sampler_free(s);
+    free(l), free(allowed);
+    return total / steps * 1e3;
+}
+
+int main(int argc, char **argv) {
+    const char *shared = argc > 1 ? argv[1] : TKV_SHARED_DIR;
+    const int steps = argc > 2 ? atoi(argv[2]) : 400;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/llama-2-tiny-random.gguf", shared);
+    tkv_model_params mp = tkv_model_default_params();
+    mp.vocab_only = true;
+    tkv_model *model = NULL;
+    if (tkv_model_load(path, &mp, &model)) {
+        fprintf(stderr, "bench_grammar: %s\n", tkv_last_error(NULL));
+        return 1;
+    }
+    tkv_grammar *g = NULL;
+    double best = 1e9;
+    for (int i = 0; i < 5; i++) {
+        tkv_grammar_free(g);
+        const double t0 = now();
+        if (tkv_grammar_create(model, JSON, strlen(JSON), NULL, &g)) {
+            fprintf(stderr, "bench_grammar: %s\n", tkv_last_error(NULL));
+            return 1;
+        }
+        const double dt = now() - t0;
+        if (dt < best) best = dt;
+    }
+    printf("vocabulary %zu tokens; tkv_grammar_create (JSON): %.2f ms\n", tkv_vocab_size(model), best * 1e3);
+    for (int follows = 1; follows >= 0; follows--) {
+        double am, ax, um, ux;
+        int r, ur;
+        const double base = run(model, g, false, follows, steps, &um, &ux, &ur);
+        const double co = run(model, g, true, follows, steps, &am, &ax, &r);
+        printf("%-8s allowed set %.3f ms mean, %.3f ms max | sample: unconstrained %.3f ms, constrained %.3f ms"
+               " per token (%d sentences ended in %d steps)\n",
+               follows ? "follows" : "random", am, ax, base, co, r, steps);
+    }
+    tkv_grammar_free(g);
+    tkv_model_free(model);
+    return 0;
+}
