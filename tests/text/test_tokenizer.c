@@ -3,7 +3,11 @@
  * every line of ../shared/reference/tokenize.jsonl and every case of
  * ../shared/models/vocab/X.gguf.inp and .out must match exactly; round trips on
  * those strings, on random valid UTF-8 and on random bytes; the streaming
- * detokenizer; buffer and error contracts.
+ * detokenizer; buffer and error contracts; every pre-tokenizer type, with
+ * splits worked out by hand; Gemma 4's tokenizer on a vocabulary made here.
+ *
+ * TKV_EXTRA_VOCAB_DIR=DIR also runs the cases of every ggml-vocab-X.gguf in
+ * DIR that has its .inp and .out (the reference's models/ folder, say).
  */
 #include "testutil.h"
 
