@@ -427,7 +427,8 @@ tkv_status tkv__gmatch_feed(tkv__gmatch *m, const char *bytes, size_t n, bool co
     uint32_t partial = m->partial;
     int pending = m->pending;
     tkv_status st = TKV_OK;
-    for (size_t i = 0; i < n && set && !st; i++) st = tkv__gmatch_step(m, set, &partial, &pending, (uint8_t)bytes[i], &set);
+    for (size_t i = 0; i < n && set && !st; i++)
+        st = tkv__gmatch_step(m, set, &partial, &pending, (uint8_t)bytes[i], &set);
     *ok = !st && set;
     if (*ok && commit_it && n) {
         st = commit(m, set);

@@ -188,7 +188,8 @@ static bool character(parser *p, uint32_t *out) {
         case 'r': *out = '\r'; return true;
         case 'n': *out = '\n'; return true;
         case '\\': case '"': case '[': case ']': *out = (uint32_t)e; return true;
-        default: return fail_at(p, start, "unknown escape (known: \\n \\t \\r \\\\ \\\" \\[ \\] \\xHH \\uHHHH \\UHHHHHHHH)");
+        default:
+            return fail_at(p, start, "unknown escape (known: \\n \\t \\r \\\\ \\\" \\[ \\] \\xHH \\uHHHH \\UHHHHHHHH)");
         }
     }
     int n = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : -1;
@@ -331,7 +332,8 @@ static bool repeat(parser *p, ebuf *b, size_t last, size_t at, uint32_t min, uin
 static bool count(parser *p, uint32_t *out) {
     size_t at = p->pos;
     uint64_t v = 0;
-    if (peek(p) < '0' || peek(p) > '9') return fail_at(p, at, "expecting a number, found %s", what(p, at, (char[16]){0}));
+    if (peek(p) < '0' || peek(p) > '9')
+        return fail_at(p, at, "expecting a number, found %s", what(p, at, (char[16]){0}));
     while (peek(p) >= '0' && peek(p) <= '9') {
         v = v * 10 + (uint64_t)(peek(p) - '0');
         if (v > TKV__GBNF_MAX_REPEAT)

@@ -106,7 +106,8 @@ void tkv_sampler_free(tkv_sampler *s) {
 tkv_status tkv_sampler_set_grammar(tkv_sampler *s, const tkv_grammar *g) {
     if (!s) return tkv__fail(TKV_ERR_INVALID, "tkv_sampler_set_grammar: the sampler is NULL");
     if (g && tkv__grammar_n_vocab(g) != s->n_vocab)
-        return tkv__fail(TKV_ERR_INVALID, "tkv_sampler_set_grammar: the grammar's vocabulary has %zu tokens, the sampler's %zu",
+        return tkv__fail(TKV_ERR_INVALID,
+                         "tkv_sampler_set_grammar: the grammar's vocabulary has %zu tokens, the sampler's %zu",
                          tkv__grammar_n_vocab(g), s->n_vocab);
     tkv__gmatch_free(s->gm);
     s->gm = NULL;

@@ -33,7 +33,9 @@ static const char JSON[] =
     "    (\",\" ws string \":\" ws value)*\n"
     "  )? \"}\" ws\n"
     "array  ::= \"[\" ws ( value (\",\" ws value)* )? \"]\" ws\n"
-    "string ::= \"\\\"\" ( [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4}) )* \"\\\"\" ws\n"
+    "string ::= \"\\\"\" (\n"
+    "    [^\"\\\\\\x7F\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
+    "  )* \"\\\"\" ws\n"
     "number ::= (\"-\"? ([0-9] | [1-9] [0-9]{0,15})) (\".\" [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws\n"
     "ws     ::= | \" \" | \"\\n\" [ \\t]{0,20}\n";
 
@@ -48,7 +50,8 @@ static const char LIST[] = "root ::= item+\r\n"
                            "# no line breaks inside an item\r\n"
                            "item ::= \"- \" [^\\r\\n\\x0b\\x0c\\x85\\u2028\\u2029]+ \"\\n\"\r\n";
 
-static const char CHESS[] = "root    ::= \"1. \" move \" \" move \"\\n\" ([1-9] [0-9]? \". \" move \" \" move \"\\n\")+\n"
+static const char CHESS[] = "root    ::= \"1. \" move \" \" move \"\\n\" (\n"
+                            "  [1-9] [0-9]? \". \" move \" \" move \"\\n\")+\n"
                             "move    ::= (pawn | nonpawn | castle) [+#]?\n"
                             "nonpawn ::= [NBKQR] [a-h]? [1-8]? \"x\"? [a-h] [1-8]\n"
                             "pawn    ::= ([a-h] \"x\")? [a-h] [1-8] (\"=\" [NBKQR])?\n"
@@ -326,7 +329,8 @@ static void check_trie(const tkv_grammar *G, size_t n_vocab, int steps, int walk
             for (size_t t = 0; t < n_vocab; t++) {
                 bool ok;
                 assert_int_equal(tkv__grammar_token(G, m, (tkv_token)t, false, &ok), TKV_OK);
-                if (ok != (allowed[t] == 1)) fail_msg("walk %d step %d: token %zu trie %d brute %d", w, step, t, allowed[t], ok);
+                if (ok != (allowed[t] == 1))
+                    fail_msg("walk %d step %d: token %zu trie %d brute %d", w, step, t, allowed[t], ok);
                 brute += ok;
                 count += allowed[t];
             }
