@@ -12,6 +12,10 @@
  *     JSON: the unconstrained choice passes, one token is checked), "random"
  *     is random logits (the choice is rejected almost every step: the
  *     allowed set is computed every step, the worst case).
+ *   - generation (decode + sample) with the model itself, tokens per second
+ *     unconstrained and constrained: its random weights make the worst
+ *     case, a model that ignores the grammar, on the smallest model with
+ *     this vocabulary, where sampling weighs the most against decoding.
  * Sampling uses the default chain (top-k 40, top-p 0.95, min-p 0.05, T 0.8).
  */
 #include "tokenkv.h"
@@ -93,6 +97,35 @@ static double run(tkv_model *model, const tkv_grammar *g, bool constrained, bool
     return total / steps * 1e3;
 }
 
+/* Tokens per second of decode + sample over steps tokens, in texts of at most 64 tokens. */
+static double generate(tkv_model *model, const tkv_grammar *g, int steps, int *ended) {
+    tkv_context *ctx = NULL;
+    tkv_sampler *s = NULL;
+    tkv_sampler_params p = tkv_sampler_default_params();
+    p.seed = 3;
+    if (tkv_context_create(model, NULL, &ctx) || tkv_sampler_create(&p, tkv_vocab_size(model), &s)) abort();
+    tkv_token toks[80] = {tkv_token_bos(model)};
+    size_t n = 1;
+    *ended = 0;
+    if (g && tkv_sampler_set_grammar(s, g)) abort();
+    const double t0 = now();
+    for (int i = 0; i < steps; i++) {
+        size_t reused;
+        if (tkv_seq_sync(ctx, 0, 0, toks, n, &reused)) abort();
+        const tkv_token t = tkv_sampler_sample(s, tkv_get_logits_last(ctx));
+        toks[n++] = t;
+        if (tkv_token_is_eog(model, t) || n == 64) { /* start a new text */
+            *ended += tkv_token_is_eog(model, t);
+            n = 1;
+            if (g && tkv_sampler_set_grammar(s, g)) abort();
+        }
+    }
+    const double dt = now() - t0;
+    tkv_sampler_free(s);
+    tkv_context_free(ctx);
+    return steps / dt;
+}
+
 int main(int argc, char **argv) {
     const char *shared = argc > 1 ? argv[1] : TKV_SHARED_DIR;
     const int steps = argc > 2 ? atoi(argv[2]) : 400;
@@ -127,6 +160,17 @@ int main(int argc, char **argv) {
                " per token (%d sentences ended in %d steps)\n",
                follows ? "follows" : "random", am, ax, base, co, r, steps);
     }
+    tkv_model_free(model); /* the grammar keeps what it needs */
+    mp.vocab_only = false;
+    if (tkv_model_load(path, &mp, &model)) {
+        fprintf(stderr, "bench_grammar: %s\n", tkv_last_error(NULL));
+        return 1;
+    }
+    int e0, e1;
+    const double un = generate(model, NULL, steps, &e0), co = generate(model, g, steps, &e1);
+    printf("generate (decode + sample, %s): unconstrained %.0f tok/s, constrained %.0f tok/s (%+.1f%%; %d texts"
+           " completed by the grammar)\n",
+           path, un, co, 100 * (co - un) / un, e1);
     tkv_grammar_free(g);
     tkv_model_free(model);
     return 0;

@@ -501,6 +501,50 @@ static void test_generation(void **state) {
     generate(ARITH, 1.0f, 6, false);
 }
 
+/* ---- limits: ambiguity and nesting stay bounded ------------------------------------ */
+
+static void test_limits(void **state) {
+    (void)state;
+    tkv__gbnf *g = NULL;
+    tkv__gmatch *m = NULL;
+    bool ok = false;
+    /* many parses of the same text collapse into few distinct stacks */
+    const char *amb = "root ::= (\"a\" | \"aa\" | \"a\" \"a\"? | x)* \"b\"\nx ::= \"a\"+";
+    assert_int_equal(tkv__gbnf_compile(amb, strlen(amb), NULL, &g), TKV_OK);
+    assert_int_equal(tkv__gmatch_create(g, &m), TKV_OK);
+    for (int i = 0; i < 5000; i++) {
+        assert_int_equal(tkv__gmatch_feed(m, "a", 1, true, &ok), TKV_OK);
+        assert_true(ok);
+    }
+    assert_int_equal(tkv__gmatch_feed(m, "b", 1, true, &ok), TKV_OK);
+    assert_true(ok && tkv__gmatch_complete(m) && !tkv__gmatch_overflowed(m));
+    tkv__gmatch_free(m);
+    tkv__gbnf_free(g);
+    /* nesting deeper than the stack limit: the text leaves the grammar, nothing crashes */
+    const char *deep = "root ::= \"(\" root \")\" | \"x\"";
+    assert_int_equal(tkv__gbnf_compile(deep, strlen(deep), NULL, &g), TKV_OK);
+    assert_int_equal(tkv__gmatch_create(g, &m), TKV_OK);
+    int i = 0;
+    for (ok = true; ok && i < 3 * TKV__GMATCH_MAX_DEPTH; i++)
+        assert_int_equal(tkv__gmatch_feed(m, "(", 1, true, &ok), TKV_OK);
+    assert_false(ok);
+    assert_true(i > TKV__GMATCH_MAX_DEPTH - 10);
+    assert_true(tkv__gmatch_overflowed(m));
+    tkv__gmatch_free(m);
+    tkv__gbnf_free(g);
+    /* a wide repetition is many rules, each step still cheap */
+    const char *wide = "root ::= [a-z]{0,2000} \".\"";
+    assert_int_equal(tkv__gbnf_compile(wide, strlen(wide), NULL, &g), TKV_OK);
+    assert_int_equal(tkv__gmatch_create(g, &m), TKV_OK);
+    for (i = 0; i < 2000; i++) assert_int_equal(tkv__gmatch_feed(m, "q", 1, true, &ok), TKV_OK), assert_true(ok);
+    assert_int_equal(tkv__gmatch_feed(m, "q", 1, false, &ok), TKV_OK);
+    assert_false(ok);
+    assert_int_equal(tkv__gmatch_feed(m, ".", 1, true, &ok), TKV_OK);
+    assert_true(ok && tkv__gmatch_complete(m));
+    tkv__gmatch_free(m);
+    tkv__gbnf_free(g);
+}
+
 /* ---- allocation failures ---------------------------------------------------------- */
 
 static void alloc_run(const vocab *v) {
@@ -552,6 +596,7 @@ int main(void) {
         cmocka_unit_test(test_trie_equals_brute_force),
         cmocka_unit_test(test_control_tokens_and_eog),
         cmocka_unit_test(test_generation),
+        cmocka_unit_test(test_limits),
         cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
