@@ -111,6 +111,7 @@ typedef struct tkv__jloop tkv__jloop;
 typedef struct tkv__jv {
     uint8_t type;
     uint8_t flags;
+    uint8_t origin; /* an Undefined for a missing attribute or item: 1 + the type of the object it was read from */
     union {
         bool b;
         int64_t i;

@@ -80,11 +80,29 @@ static tkv__jv lookup(tkv__jctx *c, tkv__jframe *f, tkv__jv name) {
 /* ---- undefined ---- */
 
 void tkv__jundef_fail(tkv__jctx *c, tkv__jv u) {
+    int n = (int)(u.u.str.n > 200 ? 200 : u.u.str.n);
     if (u.flags & TKV__JV_UNSAFE)
-        tkv__jraise(c, TKV_ERR_INVALID, "access to attribute '%.*s' is unsafe (the sandbox refuses it)",
-                    (int)u.u.str.n, u.u.str.p);
-    if (u.u.str.p) tkv__jraise(c, TKV_ERR_INVALID, "'%.*s' is undefined", (int)u.u.str.n, u.u.str.p);
+        tkv__jraise(c, TKV_ERR_INVALID, "access to attribute '%.*s' is unsafe (the sandbox refuses it)", n,
+                    u.u.str.p);
+    /* Jinja2's messages: "'dict object' has no attribute 'x'", "'None' has no attribute 'x'", "'x' is undefined" */
+    if (u.origin && u.u.str.p) {
+        tkv__jv obj = {.type = (uint8_t)(u.origin - 1)};
+        if (obj.type == TKV__JV_NONE)
+            tkv__jraise(c, TKV_ERR_INVALID, "'None' has no attribute '%.*s'", n, u.u.str.p);
+        tkv__jraise(c, TKV_ERR_INVALID, "'%s object' has no attribute '%.*s'", tkv__jv_type_name(obj), n, u.u.str.p);
+    }
+    if (u.origin) tkv__jraise(c, TKV_ERR_INVALID, "a missing item was used");
+    if (u.u.str.p) tkv__jraise(c, TKV_ERR_INVALID, "'%.*s' is undefined", n, u.u.str.p);
     tkv__jraise(c, TKV_ERR_INVALID, "an undefined value was used");
+}
+
+/* The Undefined for obj.name or obj[name] that is not there. */
+static tkv__jv missing(tkv__jv obj, const char *name, size_t n) {
+    tkv__jv u = tkv__jv_undef(NULL);
+    u.u.str.p = name;
+    u.u.str.n = name ? n : 0;
+    u.origin = (uint8_t)(obj.type + 1);
+    return u;
 }
 
 static void need_defined(tkv__jctx *c, tkv__jv v) {
@@ -130,7 +148,7 @@ tkv__jv tkv__jinja_getattr(tkv__jctx *c, tkv__jv obj, const char *name, size_t n
     if (obj.type == TKV__JV_LOOP) return loop_attr(c, obj, name, n);
     if (obj.type == TKV__JV_DICT && (obj.flags & TKV__JV_NAMESPACE)) {
         tkv__jv *v = tkv__jv_dict_getn(obj, name, n);
-        return v ? *v : tkv__jv_undef(NULL);
+        return v ? *v : missing(obj, name, n);
     }
     /* groupby's (grouper, list) pairs are named tuples */
     if (obj.type == TKV__JV_LIST && (obj.flags & TKV__JV_TUPLE) && obj.u.list->n == 2) {
@@ -143,10 +161,7 @@ tkv__jv tkv__jinja_getattr(tkv__jctx *c, tkv__jv obj, const char *name, size_t n
         tkv__jv *v = tkv__jv_dict_getn(obj, name, n);
         if (v) return *v;
     }
-    tkv__jv u = tkv__jv_undef(NULL);
-    u.u.str.p = name;
-    u.u.str.n = n;
-    return u;
+    return missing(obj, name, n);
 }
 
 static bool index_of(tkv__jv key, size_t len, size_t *out) {
@@ -184,9 +199,9 @@ tkv__jv tkv__jinja_getitem(tkv__jctx *c, tkv__jv obj, tkv__jv key) {
         if (obj.type == TKV__JV_DICT && (obj.flags & TKV__JV_NAMESPACE))
             return tkv__jinja_getattr(c, obj, key.u.str.p, key.u.str.n);
         if (tkv__jinja_method(c, obj, key.u.str.p, key.u.str.n, &out)) return out;
-        return tkv__jv_undef(key.u.str.p);
+        return missing(obj, key.u.str.p, key.u.str.n);
     }
-    return tkv__jv_undef(NULL);
+    return missing(obj, NULL, 0);
 }
 
 tkv__jlist tkv__jinja_iter(tkv__jctx *c, tkv__jv v) {

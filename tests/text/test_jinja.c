@@ -259,6 +259,8 @@ static void test_undefined_and_errors(void **state) {
            "|x||0");
     expect_fail("{{ nothing + 1 }}", TKV_ERR_INVALID, "'nothing' is undefined");
     expect_fail("{{ nothing.attr }}", TKV_ERR_INVALID, "undefined");
+    expect_fail("{{ d.zz.y }}", TKV_ERR_INVALID, "'dict object' has no attribute 'zz'");
+    expect_fail("{{ none.x ~ none.x.y }}", TKV_ERR_INVALID, "'None' has no attribute 'x'");
     expect_fail("{{ nothing() }}", TKV_ERR_INVALID, "undefined");
     expect_fail("{{ 'a' + 1 }}", TKV_ERR_INVALID, "unsupported operand");
     expect_fail("{{ 'a' + xs }}", TKV_ERR_INVALID, "unsupported operand");
