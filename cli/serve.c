@@ -12,7 +12,8 @@
 
 static const char *const serve_help =
     "usage: tokenkv serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx CELLS]\n"
-    "                     [-t THREADS] [--api-key KEY] [--max-body BYTES] [--max-tokens N]\n"
+    "                     [-t THREADS] [--api-key KEY] [--admin-key KEY] [--metrics-public]\n"
+    "                     [--max-body BYTES] [--max-tokens N]\n"
     "                     [--max-queue N] [--batch N] [--chat-template FILE|NAME] [--no-prefix-cache]\n"
     "                     [--cache-dir DIR [--cache-dir-max BYTES] [--save-interval S]]\n"
     "\n"
@@ -29,7 +30,10 @@ static const char *const serve_help =
     "  -t, --threads N         threads (default: the physical cores this process may use,\n"
     "                          within its cgroup quota)\n"
     "  --api-key KEY           require 'Authorization: Bearer KEY' (also $TOKENKV_API_KEY);\n"
-    "                          /health and /metrics stay open (probes, Prometheus)\n"
+    "                          /health stays open (probes)\n"
+    "  --admin-key KEY         GET /v1/cache with 'Authorization: Bearer KEY' shows every\n"
+    "                          namespace (others see only their cache_salt's)\n"
+    "  --metrics-public        /metrics without the API key (Prometheus scrapers)\n"
     "  --max-body BYTES        largest request body (default 1048576)\n"
     "  --max-tokens N          largest max_tokens a request may ask (default 4096)\n"
     "  --max-queue N           waiting requests before 429 (default 256)\n"
@@ -82,6 +86,10 @@ int cmd_serve(int argc, char **argv) {
             o.no_prefix_cache = true;
             continue;
         }
+        if (!strcmp(a, "--metrics-public")) {
+            o.metrics_public = true;
+            continue;
+        }
         if (!v) {
             fprintf(stderr, "tokenkv serve: unknown option or missing value: '%s'\n%s", a, serve_help);
             return 2;
@@ -94,6 +102,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--ctx")) ok = num(a, v, 16, 1 << 24, &d), o.cells = (uint32_t)d;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = num(a, v, 1, 1024, &d), o.threads = (int)d;
         else if (!strcmp(a, "--api-key")) o.api_key = *v ? v : NULL;
+        else if (!strcmp(a, "--admin-key")) o.admin_key = *v ? v : NULL;
         else if (!strcmp(a, "--max-body")) ok = num(a, v, 64, 1ll << 32, &d), o.max_body = (size_t)d;
         else if (!strcmp(a, "--max-tokens")) ok = num(a, v, 1, 1 << 24, &d), o.max_tokens = (int)d;
         else if (!strcmp(a, "--max-queue")) ok = num(a, v, 1, 1 << 20, &d), o.max_queue = (size_t)d;

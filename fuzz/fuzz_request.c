@@ -33,8 +33,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const bool chat = data[0] & 1;
+    static const uint8_t secret[SRV_NS_SECRET_BYTES] = {1, 2, 3}; /* any key: ids only need to differ */
     const srv_api api = {
         .model = model, .model_id = "fuzz", .max_tokens = 64, .n_ctx = 256, .chat = (srv_chat_kind)((data[0] >> 1) % 7),
+        .ns_secret = secret,
     };
     json_error_t je;
     json_t *body = json_loadb((const char *)data + 1, size - 1, 0, &je);

@@ -77,9 +77,9 @@ json_t *srv_json_text(const char *s, size_t n) {
     return j;
 }
 
-uint64_t srv_api_namespace(const char *salt, size_t n) {
+uint64_t srv_api_namespace(const srv_api *a, const char *salt, size_t n) {
     if (!salt) return 0;
-    uint64_t h = XXH3_64bits_withSeed(salt, n, 0x746f6b656e6b76ull); /* "tokenkv" */
+    const uint64_t h = XXH3_64bits_withSecret(salt, n, a->ns_secret, SRV_NS_SECRET_BYTES);
     return h ? h : 1; /* 0 is the unsalted namespace */
 }
 
@@ -469,7 +469,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
             srv_err_set(e, 400, "cache_salt", "invalid_value", "'cache_salt' must be a non-empty string");
             return false;
         }
-        r->ns = srv_api_namespace(json_string_value(salt), json_string_length(salt));
+        r->ns = srv_api_namespace(a, json_string_value(salt), json_string_length(salt));
     }
     const json_t *model = json_object_get(body, "model");
     if (model && !json_is_string(model) && !json_is_null(model)) {

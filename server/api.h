@@ -20,6 +20,7 @@ typedef struct srv_api {
     tkv_chat_template *jinja; /* how messages are rendered: the model's (or --chat-template's) Jinja template, */
     srv_chat_kind chat;       /* or else this hand-written family */
     bool think;               /* the template has think markers: reasoning is returned apart */
+    const uint8_t *ns_secret; /* the key of namespace ids (SRV_NS_SECRET_BYTES), this server's own */
 } srv_api;
 
 /* An error for the client: HTTP status and the OpenAI error object. */
@@ -69,7 +70,14 @@ tkv_status srv_tokenize(const tkv_model *m, const char *text, size_t len, unsign
 /* A JSON string for text that may hold invalid UTF-8 (replaced by U+FFFD). */
 json_t *srv_json_text(const char *s, size_t n);
 
-/* The cache namespace of a cache_salt (0 for none). */
-uint64_t srv_api_namespace(const char *salt, size_t n);
+/* Bytes of the namespace key: XXH3's custom secrets take at least 136. */
+#define SRV_NS_SECRET_BYTES 192
+
+/*
+ * The cache namespace of a cache_salt (0 for none): XXH3 keyed with this
+ * server's secret, so that nobody without it can tell which salt an id
+ * (in /v1/cache, in a cache file's name or header) comes from.
+ */
+uint64_t srv_api_namespace(const srv_api *a, const char *salt, size_t n);
 
 #endif

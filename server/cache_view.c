@@ -17,6 +17,8 @@ typedef struct view {
     srv_state *S;
     tkv_context *ctx;
     bool detail, check;
+    bool all;    /* every namespace (admin), else only ns */
+    uint64_t ns;
     json_t *nodes;
     size_t n_nodes;
     tkv_token *tok; /* (n_cells) a node's tokens */
@@ -27,6 +29,7 @@ typedef struct view {
 static void add_node(const tkv_cache_node *nd, void *user) {
     view *v = user;
     if (nd->parent == TKV_CACHE_NODE_NONE) return; /* a namespace's root holds no tokens */
+    if (!v->all && nd->ns != v->ns) return;         /* another tenant's */
     if (v->n_nodes++ >= VIEW_MAX_NODES) return;
     char ns[24];
     snprintf(ns, sizeof ns, "%016llx", (unsigned long long)nd->ns);
@@ -65,7 +68,8 @@ static void build_view(tkv_context *ctx, void *user) {
     size_t n = srv_sched_slots(v->S->sched, seqs, reqs, 256);
     json_t *sequences = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(sequences, json_pack("{s:i,s:I,s:s}", "seq", seqs[i], "length",
+        if (v->all || reqs[i]->ns == v->ns)
+            json_array_append_new(sequences, json_pack("{s:i,s:I,s:s}", "seq", seqs[i], "length",
                                                    (json_int_t)tkv_seq_len(ctx, seqs[i]), "request", reqs[i]->id));
     json_t *o = json_pack(
         "{s:{s:I,s:I,s:I,s:I,s:I,s:I},s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:b}", "cells", "total",
@@ -84,8 +88,8 @@ static void build_view(tkv_context *ctx, void *user) {
     json_decref(o);
 }
 
-char *srv_cache_view(srv_state *S, bool detail, bool check) {
-    view v = {.S = S, .detail = detail, .check = check};
+char *srv_cache_view(srv_state *S, bool detail, bool check, bool all, uint64_t ns) {
+    view v = {.S = S, .detail = detail, .check = check, .all = all, .ns = ns};
     srv_sched_call(S->sched, build_view, &v);
     return v.out;
 }

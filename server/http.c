@@ -24,6 +24,7 @@ typedef struct conn {
     size_t n, cap;
     bool too_big, oom;
     bool close;    /* the request's framing is broken: answer, then close the connection */
+    srv_err *reject; /* decided from the headers (key, type, size): the body is read and dropped, then this */
     int status;    /* of the response, for the log and the metrics */
     srv_req *req;  /* a generation in flight, or NULL */
     double t0;
@@ -380,21 +381,38 @@ static enum MHD_Result models(conn *cs, struct MHD_Connection *c, srv_state *S, 
     return send_json(cs, c, 200, m);
 }
 
-static bool authorized(srv_state *S, struct MHD_Connection *c) {
-    if (!S->o->api_key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7)) return false;
-    /* compare every byte, so the time taken does not tell how much matched */
-    const char *got = h + 7, *want = S->o->api_key;
-    size_t lg = strlen(got), lw = strlen(want);
-    unsigned diff = (unsigned)(lg ^ lw);
-    for (size_t i = 0; i < lw; i++) diff |= (unsigned char)want[i] ^ (unsigned char)(i < lg ? got[i] : 0);
-    return diff == 0;
-}
-
 static bool flag(struct MHD_Connection *c, const char *key) {
     const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
     return v && strcmp(v, "0") && strcmp(v, "false");
+}
+
+/* Whether the request's bearer token is key; every byte compared, so the time taken does not tell how much
+   matched. */
+static bool bearer_is(struct MHD_Connection *c, const char *key) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!key || !h || strncmp(h, "Bearer ", 7)) return false;
+    const char *got = h + 7;
+    size_t lg = strlen(got), lw = strlen(key);
+    unsigned diff = (unsigned)(lg ^ lw);
+    for (size_t i = 0; i < lw; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < lg ? got[i] : 0);
+    return diff == 0;
+}
+
+/* The API key, or the admin key, which may do all the API key may. */
+static bool authorized(srv_state *S, struct MHD_Connection *c) {
+    return !S->o->api_key || bearer_is(c, S->o->api_key) || bearer_is(c, S->o->admin_key);
+}
+
+/* Routes open without a key: the health probe, and /metrics with --metrics-public. */
+static bool open_route(const srv_state *S, const char *url) {
+    return !strcmp(url, "/health") || (!strcmp(url, "/metrics") && S->o->metrics_public);
+}
+
+/* GET /v1/cache: the namespace of ?cache_salt= (the default one without), or every one with the admin key. */
+static char *cache_view(srv_state *S, struct MHD_Connection *c) {
+    const char *salt = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
+    const uint64_t ns = salt && *salt ? srv_api_namespace(&S->api, salt, strlen(salt)) : 0;
+    return srv_cache_view(S, flag(c, "detail"), flag(c, "check"), bearer_is(c, S->o->admin_key), ns);
 }
 
 static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
@@ -408,7 +426,7 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
                  {"/v1/chat/completions", true}, {"/chat/completions", true}, {"/tokenize", true},
                  {"/detokenize", true}, {"/apply-template", true}};
     if (!strcmp(url, "/health") && get) return send_json(cs, c, 200, json_pack("{s:s}", "status", "ok"));
-    if (strcmp(url, "/metrics") && !authorized(S, c))
+    if (!open_route(S, url) && !authorized(S, c))
         return fail(cs, c, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
     if (cs->oom) return send_body(cs, c, 500, NULL, NULL);
     if (cs->too_big) {
@@ -421,7 +439,7 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
     if (get && !strcmp(url, "/v1/models")) return models(cs, c, S, NULL);
     if (get && !strncmp(url, "/v1/models/", 11)) return models(cs, c, S, url + 11);
     if (get && !strcmp(url, "/v1/cache"))
-        return send_body(cs, c, 200, "application/json", srv_cache_view(S, flag(c, "detail"), flag(c, "check")));
+        return send_body(cs, c, 200, "application/json", cache_view(S, c));
     if (post && (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions"))) return generate(cs, c, S, false);
     if (post && (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")))
         return generate(cs, c, S, true);
@@ -467,13 +485,16 @@ static bool is_json_type(const char *t) {
 }
 
 /*
- * What can be answered from the headers alone, before any of the body is
- * read (so an unauthenticated or malformed upload costs nothing): broken
- * framing (400, then the connection closes: a second request hidden in a
- * body must not be answered), a wrong API key (401), a POST that is not
- * JSON (415: a web page cannot send JSON to another site without CORS, so
- * this keeps pages from driving an unkeyed local server), a body announced
- * over --max-body (413), and OPTIONS. Returns -1 when the request goes on.
+ * What can be decided from the headers alone, before any of the body is
+ * kept (so an unauthenticated or oversized upload costs no memory): broken
+ * framing (400 at once, then the connection closes: a second request
+ * hidden in a body must not be answered), OPTIONS (at once), and, after
+ * the body was read and dropped (answering while the client still sends
+ * would reset the connection under its feet), a wrong API key (401), a POST
+ * that is not JSON (415: a web page cannot send JSON to another site
+ * without CORS, so this keeps pages from driving an unkeyed local server),
+ * a body announced over --max-body (413). Returns -1 when the request goes
+ * on (cs->reject may then be set).
  */
 static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
     framing f = {0};
@@ -496,19 +517,19 @@ static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const 
         MHD_destroy_response(r);
         return (int)ret;
     }
-    if (strcmp(url, "/health") && strcmp(url, "/metrics") && !authorized(S, c))
-        return (int)fail(cs, c, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
-    if (!strcmp(method, "POST")) {
-        if (!is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
-            return (int)fail(cs, c, 415, NULL, "unsupported_media_type",
-                             "request bodies must be JSON: send 'Content-Type: application/json'");
-        if (f.n_length && strtoull(f.length, NULL, 10) > S->o->max_body) {
-            srv_err e;
-            srv_err_set(&e, 413, NULL, "request_too_large",
-                        "the request body exceeds this server's limit of %zu bytes (--max-body)", S->o->max_body);
-            return (int)send_err(cs, c, &e);
-        }
-    }
+    srv_err e;
+    if (!open_route(S, url) && !authorized(S, c))
+        srv_err_set(&e, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
+    else if (!strcmp(method, "POST") && !is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
+        srv_err_set(&e, 415, NULL, "unsupported_media_type",
+                    "request bodies must be JSON: send 'Content-Type: application/json'");
+    else if (!strcmp(method, "POST") && f.n_length && strtoull(f.length, NULL, 10) > S->o->max_body)
+        srv_err_set(&e, 413, NULL, "request_too_large", "the request body exceeds this server's limit of %zu bytes "
+                    "(--max-body)", S->o->max_body);
+    else
+        return -1;
+    if (!(cs->reject = malloc(sizeof e))) return MHD_NO;
+    *cs->reject = e;
     return -1;
 }
 
@@ -529,7 +550,7 @@ enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *c, const char
     if (*upload_size) {
         /* past the limit the rest is read and dropped, so the client still
            gets its 413 instead of a reset connection */
-        if (!cs->too_big && !cs->oom) {
+        if (!cs->too_big && !cs->oom && !cs->reject) {
             if (cs->n + *upload_size > S->o->max_body) {
                 cs->too_big = true;
                 free(cs->body);
@@ -548,6 +569,7 @@ enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *c, const char
         *upload_size = 0;
         return MHD_YES;
     }
+    if (cs->reject) return send_err(cs, c, cs->reject);
     return route(cs, c, S, url, method);
 }
 
@@ -572,6 +594,7 @@ void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enu
     fprintf(stderr, "%s %s %d prompt=%zu cached=%zu generated=%d %.1f ms\n", cs->method, cs->path, status, prompt, cached,
             gen, 1e3 * (srv_now() - cs->t0));
     free(cs->body);
+    free(cs->reject);
     free(cs);
     *con_cls = NULL;
 }

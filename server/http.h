@@ -29,8 +29,10 @@ enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *c, const char
 /* MHD_RequestCompletedCallback: the log line, metrics, cleanup. */
 void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
 
-/* GET /v1/cache and /metrics bodies, built on the inference thread. */
-char *srv_cache_view(srv_state *S, bool detail, bool check);
+/* GET /v1/cache and /metrics bodies, built on the inference thread. The
+   cache view lists the nodes and running sequences of namespace ns only,
+   unless all (the admin key): a tenant sees its own prompts, nobody else's. */
+char *srv_cache_view(srv_state *S, bool detail, bool check, bool all, uint64_t ns);
 char *srv_metrics_view(srv_state *S);
 
 #endif

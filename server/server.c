@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -148,6 +149,53 @@ static int lock_cache_dir(const char *dir, bool *fresh) {
     return fd;
 }
 
+/* n random bytes; false when the kernel has none to give. */
+static bool random_bytes(uint8_t *p, size_t n) {
+    while (n) {
+        const ssize_t k = getrandom(p, n, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return false;
+        p += k, n -= (size_t)k;
+    }
+    return true;
+}
+
+/*
+ * The key of namespace ids (api.h srv_api_namespace). Without a cache
+ * directory: fresh for this process. With one: DIR/secret, made on first
+ * start (mode 0600, never through a link) and kept, so that saved
+ * namespaces keep their ids across restarts; a secret file another user
+ * owns or may read or write is refused. false with a message on stderr.
+ */
+static bool load_secret(const char *dir, uint8_t *key) {
+    if (!dir) {
+        if (random_bytes(key, SRV_NS_SECRET_BYTES)) return true;
+        fprintf(stderr, "tokenkv serve: no random bytes for the namespace key: %s\n", strerror(errno));
+        return false;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/secret", dir);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) { /* first start: a new key */
+        fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        const bool ok = fd >= 0 && random_bytes(key, SRV_NS_SECRET_BYTES) &&
+                        write(fd, key, SRV_NS_SECRET_BYTES) == SRV_NS_SECRET_BYTES && fsync(fd) == 0;
+        if (!ok) fprintf(stderr, "tokenkv serve: cannot write %s: %s\n", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        if (!ok) unlink(path);
+        return ok;
+    }
+    struct stat sb;
+    const bool ok = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() &&
+                    !(sb.st_mode & 077) && sb.st_size == SRV_NS_SECRET_BYTES &&
+                    read(fd, key, SRV_NS_SECRET_BYTES) == SRV_NS_SECRET_BYTES;
+    if (!ok)
+        fprintf(stderr, "tokenkv serve: %s must be this user's file of %d bytes that nobody else may read or write "
+                        "(mode 0600): %s\n", path, SRV_NS_SECRET_BYTES, fd < 0 ? strerror(errno) : "it is not");
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
 static void load_cache(tkv_context *ctx, const srv_opts *o, bool fresh) {
     tkv_cache_load_info info;
     memset(&info, 0, sizeof info);
@@ -200,6 +248,8 @@ int srv_main(const srv_opts *o) {
     bool fresh_dir = false;
     const int lock_fd = o->cache_dir ? lock_cache_dir(o->cache_dir, &fresh_dir) : -1;
     if (o->cache_dir && lock_fd < 0) return 1;
+    uint8_t ns_secret[SRV_NS_SECRET_BYTES];
+    if (!load_secret(o->cache_dir, ns_secret)) return 1;
     tkv_model *model = NULL;
     if (tkv_model_load(o->model_path, NULL, &model) != TKV_OK) {
         fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
@@ -210,7 +260,7 @@ int srv_main(const srv_opts *o) {
     srv_state S = {.o = o, .model = model, .started = (int64_t)time(NULL)};
     char id[128];
     model_id(o->model_path, id, sizeof id);
-    S.api = (srv_api){.model = model, .model_id = id, .max_tokens = o->max_tokens};
+    S.api = (srv_api){.model = model, .model_id = id, .max_tokens = o->max_tokens, .ns_secret = ns_secret};
     /* a request's positions: the cache and the model's trained context bound them */
     S.api.n_ctx = hp.n_ctx_train && hp.n_ctx_train < o->cells ? hp.n_ctx_train : o->cells;
     const char *chat_what = "";

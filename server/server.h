@@ -23,6 +23,8 @@ typedef struct srv_opts {
     uint32_t n_batch;          /* tokens per decode step */
     int threads;
     const char *api_key;       /* NULL: no authentication */
+    const char *admin_key;     /* the whole cache view (/v1/cache of every namespace); NULL: nobody */
+    bool metrics_public;       /* /metrics without the API key */
     size_t max_body;           /* bytes */
     int max_tokens;            /* the largest max_tokens a request may ask */
     size_t max_queue;          /* waiting requests before 429 */
