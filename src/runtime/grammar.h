@@ -56,6 +56,7 @@ typedef struct tkv__gbnf {
 #define TKV__GMATCH_MAX_STACKS 512      /* stacks in one state */
 #define TKV__GMATCH_MAX_DEPTH 2048      /* positions in one stack */
 #define TKV__GMATCH_MAX_EXPAND 65536    /* rule expansions in one step */
+#define TKV__GMATCH_MAX_WALK (1u << 24) /* rule expansions in one vocabulary walk */
 
 /*
  * Compile `len` bytes of GBNF; root names the start rule (NULL: "root").
@@ -120,6 +121,12 @@ void tkv__gmatch_release(tkv__gmatch *m, tkv__gmark mark);
  */
 tkv_status tkv__gmatch_step(tkv__gmatch *m, const tkv__gset *set, uint32_t *partial, int *pending, uint8_t byte,
                             const tkv__gset **next);
+/*
+ * Cap the expansions of the steps from now on (the vocabulary walk: a
+ * pathological grammar must not make one sampling step take minutes);
+ * tkv__gmatch_feed and tkv__gmatch_reset lift the cap.
+ */
+void tkv__gmatch_limit_work(tkv__gmatch *m, size_t n);
 /* The set holds a finished stack (the text is a whole sentence). */
 bool tkv__gset_complete(const tkv__gset *set);
 

@@ -66,7 +66,9 @@ struct tkv__gmatch {
     const gnode *tmp[TKV__GMATCH_MAX_STACKS];
     uint32_t n_tmp;
     bool tmp_complete, nomem, overflow;
-    size_t budget;
+    bool cut;         /* this step ran out of budget: its outcome is not the grammar's, do not remember it */
+    size_t budget;    /* expansions left to this step */
+    size_t work_left; /* expansions left to all steps until tkv__gmatch_limit_work is called again */
     uint32_t stamp, slot_stamp[TABLE], slot[TABLE];
     uint64_t next_id;
     struct memo {
@@ -165,6 +167,7 @@ static void expand(tkv__gmatch *m, arena *a, uint32_t pos, const gnode *next, in
         if (m->nomem) return;
         if (m->budget == 0 || nest > MAX_NEST) {
             m->overflow = true;
+            m->cut |= m->budget == 0;
             return;
         }
         m->budget--;
@@ -204,8 +207,16 @@ static void begin(tkv__gmatch *m) {
     }
     m->n_tmp = 0;
     m->tmp_complete = false;
-    m->budget = TKV__GMATCH_MAX_EXPAND;
+    m->cut = false;
+    m->budget = m->work_left < TKV__GMATCH_MAX_EXPAND ? m->work_left : TKV__GMATCH_MAX_EXPAND;
 }
+
+static void charge(tkv__gmatch *m, size_t before) {
+    const size_t used = before - m->budget;
+    if (m->work_left != SIZE_MAX) m->work_left -= used < m->work_left ? used : m->work_left;
+}
+
+void tkv__gmatch_limit_work(tkv__gmatch *m, size_t n) { m->work_left = n; }
 
 static const tkv__gset *finish(tkv__gmatch *m, arena *a) {
     if (m->nomem) return NULL;
@@ -225,10 +236,12 @@ static const tkv__gset *finish(tkv__gmatch *m, arena *a) {
 static const tkv__gset *advance(tkv__gmatch *m, arena *a, const tkv__gset *set, uint32_t cp) {
     const tkv__gbnf *g = m->g;
     begin(m);
+    const size_t before = m->budget;
     for (uint32_t i = 0; i < set->n; i++) {
         const gnode *s = set->v[i];
         if (tkv__gclass_has(g, &g->cls[g->el[s->pos].value], cp)) expand(m, a, s->pos + 1, s->next, 0);
     }
+    charge(m, before);
     return finish(m, a);
 }
 
@@ -313,7 +326,7 @@ tkv_status tkv__gmatch_step(tkv__gmatch *m, const tkv__gset *set, uint32_t *part
     bool dead = !s->n && !s->complete, unchanged = !dead && s->n == set->n && s->complete == set->complete;
     for (uint32_t i = 0; unchanged && i < s->n; i++) unchanged = same(s->v[i], set->v[i]);
     if (unchanged) s = set;
-    if ((dead || unchanged) && set->id) *e = (struct memo){set->id, cp, dead};
+    if ((dead || unchanged) && set->id && !m->cut) *e = (struct memo){set->id, cp, dead};
     if (!dead) *next = s;
     return TKV_OK;
 }
@@ -334,6 +347,7 @@ tkv_status tkv__gmatch_reset(tkv__gmatch *m) {
     m->cur = 0;
     m->partial = 0, m->pending = 0;
     m->overflow = false;
+    m->work_left = SIZE_MAX;
     begin(m);
     expand(m, &m->st[0], m->g->rule_start[m->g->root], NULL, 0);
     m->set = finish(m, &m->st[0]);
@@ -424,6 +438,7 @@ static tkv_status commit(tkv__gmatch *m, const tkv__gset *set) {
 tkv_status tkv__gmatch_feed(tkv__gmatch *m, const char *bytes, size_t n, bool commit_it, bool *ok) {
     const tkv__gmark mark = tkv__gmatch_mark(m);
     const tkv__gset *set = m->set;
+    m->work_left = SIZE_MAX;
     uint32_t partial = m->partial;
     int pending = m->pending;
     tkv_status st = TKV_OK;

@@ -48,6 +48,8 @@ typedef struct parser {
     size_t n_cls, cap_cls;
     uint32_t (*rng)[2];
     size_t n_rng, cap_rng;
+    uint32_t *names; /* (cap_names) open addressing: named rule ids, UINT32_MAX empty */
+    size_t n_names, cap_names;
     size_t n_pushed; /* elements ever pushed: the size limit */
     int depth;
     size_t owner; /* the named rule being parsed */
@@ -270,16 +272,47 @@ out:
     return !p->failed;
 }
 
+static uint32_t name_hash(const char *s, size_t n) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
+/* The slot of name text[name .. name+n) in p->names: its rule's, or the empty one where it goes. */
+static size_t name_slot(const parser *p, size_t name, size_t n) {
+    size_t i = name_hash(p->s + name, n) & (p->cap_names - 1);
+    for (; p->names[i] != UINT32_MAX; i = (i + 1) & (p->cap_names - 1)) {
+        const rdef *r = &p->rules[p->names[i]];
+        if (r->name_len == n && !memcmp(p->s + r->name, p->s + name, n)) break;
+    }
+    return i;
+}
+
 /* The rule named text[name .. name+n): its id, created undefined when new. */
 static bool reference(parser *p, size_t name, size_t n, uint32_t *id) {
-    for (size_t i = 0; i < p->n_rules; i++) {
-        const rdef *r = &p->rules[i];
-        if (!r->helper && r->name_len == n && !memcmp(p->s + r->name, p->s + name, n)) {
-            *id = (uint32_t)i;
-            return true;
-        }
+    if (2 * (p->n_names + 1) > p->cap_names) { /* grow the name table */
+        size_t cap = p->cap_names ? 2 * p->cap_names : 64;
+        uint32_t *old = p->names, *t = tkv__malloc(cap * sizeof *t);
+        if (!t) return nomem(p);
+        memset(t, 0xFF, cap * sizeof *t);
+        const size_t old_cap = p->cap_names;
+        p->names = t, p->cap_names = cap;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i] != UINT32_MAX) {
+                const rdef *r = &p->rules[old[i]];
+                t[name_slot(p, r->name, r->name_len)] = old[i];
+            }
+        tkv__free(old);
     }
-    return new_rule(p, name, n, id);
+    const size_t slot = name_slot(p, name, n);
+    if (p->names[slot] != UINT32_MAX) {
+        *id = p->names[slot];
+        return true;
+    }
+    if (!new_rule(p, name, n, id)) return false;
+    p->names[slot] = *id;
+    p->n_names++;
+    return true;
 }
 
 /* A helper rule (group or repetition) owned by the named rule being parsed. */
@@ -477,12 +510,62 @@ static bool rule(parser *p) {
 
 /* ---- checks ---------------------------------------------------------------- */
 
-/* Whether rule r's alternative starting at el[i] can match the empty text. */
-static bool alt_nullable(const parser *p, const tkv__gel *v, size_t i, const bool *nul) {
-    for (; v[i].type != TKV__GEL_ALT && v[i].type != TKV__GEL_END; i++)
-        if (v[i].type == TKV__GEL_CLASS || !nul[v[i].value]) return false;
-    (void)p;
-    return true;
+/*
+ * Which rules can match the empty text: an alternative of rule references
+ * only is nullable once all of them are. A worklist over the references
+ * makes it linear in the grammar (a fixed-point loop is quadratic on a
+ * chain of rules each nullable through the one before).
+ */
+static bool find_nullable(const parser *p, bool *nul) {
+    const size_t R = p->n_rules;
+    size_t n_alt = 0, n_occ = 0;
+    for (size_t r = 0; r < R; r++) {
+        const tkv__gel *v = p->rules[r].body.v;
+        for (size_t i = 0; i < p->rules[r].body.n; i++) {
+            n_alt += v[i].type == TKV__GEL_ALT || v[i].type == TKV__GEL_END;
+            n_occ += v[i].type == TKV__GEL_REF;
+        }
+    }
+    uint32_t *alt_rule = tkv__malloc((n_alt + 1) * sizeof *alt_rule);
+    int64_t *left = tkv__malloc((n_alt + 1) * sizeof *left); /* references not yet nullable; -1: has a class */
+    size_t *occ_off = tkv__calloc(R + 2, sizeof *occ_off);
+    uint32_t *occ = tkv__malloc((n_occ + 1) * sizeof *occ), *work = tkv__malloc((R + 1) * sizeof *work);
+    bool ok = alt_rule && left && occ_off && occ && work;
+    for (int pass = 0; ok && pass < 2; pass++) { /* count the occurrences per rule, then list them */
+        size_t a = 0;
+        for (size_t r = 0; r < R; r++) {
+            const tkv__gel *v = p->rules[r].body.v;
+            size_t start = 0;
+            for (size_t i = 0; i < p->rules[r].body.n; i++) {
+                if (v[i].type != TKV__GEL_ALT && v[i].type != TKV__GEL_END) continue;
+                int64_t refs = 0;
+                for (size_t k = start; k < i && refs >= 0; k++) refs = v[k].type == TKV__GEL_CLASS ? -1 : refs + 1;
+                for (size_t k = start; refs > 0 && k < i; k++) {
+                    if (pass == 0) occ_off[v[k].value + 1]++;
+                    else occ[occ_off[v[k].value]++] = (uint32_t)a;
+                }
+                alt_rule[a] = (uint32_t)r, left[a] = refs;
+                a++, start = i + 1;
+            }
+        }
+        if (pass == 0)
+            for (size_t r = 0; r < R; r++) occ_off[r + 1] += occ_off[r];
+        else /* the fill advanced each start to the next one's: shift back */
+            for (size_t r = R; r > 0; r--) occ_off[r] = occ_off[r - 1];
+        if (pass) occ_off[0] = 0;
+    }
+    size_t top = 0;
+    for (size_t a = 0; ok && a < n_alt; a++)
+        if (left[a] == 0 && !nul[alt_rule[a]]) nul[alt_rule[a]] = true, work[top++] = alt_rule[a];
+    while (ok && top) {
+        const uint32_t r = work[--top];
+        for (size_t k = occ_off[r]; k < occ_off[r + 1]; k++) {
+            const uint32_t a = occ[k];
+            if (--left[a] == 0 && !nul[alt_rule[a]]) nul[alt_rule[a]] = true, work[top++] = alt_rule[a];
+        }
+    }
+    tkv__free(alt_rule), tkv__free(left), tkv__free(occ_off), tkv__free(occ), tkv__free(work);
+    return ok;
 }
 
 /*
@@ -498,21 +581,7 @@ static bool check_left_recursion(parser *p) {
     uint8_t *color = NULL;
     bool ok = false;
     if (!nul || !off) goto out;
-    for (bool changed = true; changed;) { /* nullable rules, to a fixed point; helpers are late ids, so go down */
-        changed = false;
-        for (size_t r = R; r-- > 0;) {
-            if (nul[r]) continue;
-            const tkv__gel *v = p->rules[r].body.v;
-            for (size_t i = 0;; i++) {
-                if (alt_nullable(p, v, i, nul)) {
-                    nul[r] = changed = true;
-                    break;
-                }
-                while (v[i].type != TKV__GEL_ALT && v[i].type != TKV__GEL_END) i++;
-                if (v[i].type == TKV__GEL_END) break;
-            }
-        }
-    }
+    if (!find_nullable(p, nul)) goto out;
     for (int pass = 0; pass < 2; pass++) { /* count the edges, then fill them */
         n_edges = 0;
         for (size_t r = 0; r < R; r++) {
@@ -588,7 +657,7 @@ tkv_status tkv__gbnf_compile(const char *text, size_t len, const char *root, tkv
     uint32_t start = 0;
     if (!p.failed) {
         size_t rn = strlen(root), i = 0;
-        for (; i < p.n_rules; i++)
+        for (; i < p.n_rules; i++) /* by name: the root need not be in the text (nor the table) */
             if (!p.rules[i].helper && p.rules[i].name_len == rn && !memcmp(p.s + p.rules[i].name, root, rn)) break;
         if (i == p.n_rules) fail_at(&p, 0, "no rule named '%.*s' to start from", (int)(rn > 64 ? 64 : rn), root);
         start = (uint32_t)i;
@@ -617,7 +686,7 @@ tkv_status tkv__gbnf_compile(const char *text, size_t len, const char *root, tkv
         }
     }
     for (size_t i = 0; i < p.n_rules; i++) tkv__free(p.rules[i].body.v);
-    tkv__free(p.rules), tkv__free(p.cls), tkv__free(p.rng);
+    tkv__free(p.rules), tkv__free(p.cls), tkv__free(p.rng), tkv__free(p.names);
     if (p.failed) return p.st;
     *out = g;
     return TKV_OK;

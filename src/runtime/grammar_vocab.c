@@ -210,7 +210,10 @@ tkv_status tkv__grammar_allowed(const tkv_grammar *g, tkv__gmatch *m, uint8_t *a
     uint32_t partial;
     int pending;
     const tkv__gset *set = tkv__gmatch_state(m, &partial, &pending);
-    return walk(g, m, 0, set, partial, pending, allowed, n);
+    tkv__gmatch_limit_work(m, TKV__GMATCH_MAX_WALK); /* past it, the allowed set is a subset */
+    tkv_status st = walk(g, m, 0, set, partial, pending, allowed, n);
+    tkv__gmatch_limit_work(m, SIZE_MAX);
+    return st;
 }
 
 size_t tkv__grammar_mark_eog(const tkv_grammar *g, uint8_t *allowed) {

@@ -532,6 +532,22 @@ static void test_limits(void **state) {
     assert_true(tkv__gmatch_overflowed(m));
     tkv__gmatch_free(m);
     tkv__gbnf_free(g);
+    /* a long chain of rules, nullable one through the next: linear checks */
+    enum { CHAIN = 20000 };
+    char *chain = malloc(CHAIN * 32), *c = chain;
+    c += sprintf(c, "root ::= r%d \"a\"\nr0 ::= \"\"\n", CHAIN);
+    for (int k = 1; k <= CHAIN; k++) c += sprintf(c, "r%d ::= r%d\n", k, k - 1);
+    assert_int_equal(tkv__gbnf_compile(chain, strlen(chain), NULL, &g), TKV_OK);
+    assert_int_equal(tkv__gmatch_create(g, &m), TKV_OK);
+    assert_int_equal(tkv__gmatch_feed(m, "a", 1, true, &ok), TKV_OK);
+    assert_true(ok && tkv__gmatch_complete(m));
+    tkv__gmatch_free(m);
+    tkv__gbnf_free(g);
+    memcpy(strstr(chain, "r0 ::= \"\""), "r0 ::= ro", 9); /* and now r0 starts with root */
+    strcat(chain, "ro ::= root\n");
+    assert_int_equal(tkv__gbnf_compile(chain, strlen(chain), NULL, &g), TKV_ERR_INVALID);
+    assert_non_null(strstr(tkv_last_error(NULL), "left-recursive"));
+    free(chain);
     /* a wide repetition is many rules, each step still cheap */
     const char *wide = "root ::= [a-z]{0,2000} \".\"";
     assert_int_equal(tkv__gbnf_compile(wide, strlen(wide), NULL, &g), TKV_OK);
