@@ -289,8 +289,14 @@ tkv__jv tkv__jinja_call(tkv__jctx *c, tkv__jv fn, tkv__jv *args, size_t n_args, 
                         tkv__jv *kw_vals, size_t n_kw);
 tkv__jv tkv__jinja_getattr(tkv__jctx *c, tkv__jv obj, const char *name, size_t n);
 tkv__jv tkv__jinja_getitem(tkv__jctx *c, tkv__jv obj, tkv__jv key);
-/* a + b as the template's `+` computes it (numbers, strs, lists); raises on other types. */
+/*
+ * Operators (jinja_ops.c): a op b for the arithmetic ops and ~ (tkv__jop), the comparisons and in / not in,
+ * and obj[start:stop:step] (none for a part left out); each raises where Python raises.
+ */
+tkv__jv tkv__jinja_binop(tkv__jctx *c, int op, tkv__jv a, tkv__jv b);
 tkv__jv tkv__jinja_add(tkv__jctx *c, tkv__jv a, tkv__jv b);
+bool tkv__jinja_compare(tkv__jctx *c, int op, tkv__jv a, tkv__jv b);
+tkv__jv tkv__jinja_slice(tkv__jctx *c, tkv__jv obj, tkv__jv start, tkv__jv stop, tkv__jv step);
 /* Iterate v as a Python for loop does: a list of items in the arena; raises when v is not iterable. */
 tkv__jlist tkv__jinja_iter(tkv__jctx *c, tkv__jv v);
 /* Fail with the UndefinedError of u. */
