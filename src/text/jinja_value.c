@@ -24,6 +24,7 @@ enum { CHUNK = 64 * 1024 };
 
 void *tkv__jarena_alloc(tkv__jctx *c, size_t n) {
     tkv__jarena *a = &c->arena;
+    if (n > ((size_t)1 << 40)) tkv__jraise(c, TKV_ERR_INVALID, "a value of the template is too large");
     n = (n + 15) & ~(size_t)15;
     tkv__jchunk *ch = a->chunks;
     if (!ch || ch->size - ch->used < n) {
