@@ -96,9 +96,18 @@ static tkv_status get_flag(const tkv__gguf *g, const char *name, bool *flag) {
 static uint32_t le32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
 /* Texts that mark an end-of-generation token in the vocabularies in use. */
-static const char *const eog_texts[] = {"<|eot_id|>",   "<|im_end|>",   "<|end|>",       "<end_of_turn>",
-                                        "<|endoftext|>", "<|eom_id|>",  "<EOT>",         "_<EOT>",
-                                        "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<end_of_utterance>"};
+static const char *const eog_texts[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>",
+    "<|end_of_text|>", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    "<|return|>", "<|call|>",                 /* gpt-oss (harmony) */
+    "<|flush|>", "<|calls|>",                 /* solar-open */
+    "[EOT]", "[EOS]",                         /* Kimi-K2 */
+    "<eos>", "<turn|>", "<|tool_response>",   /* Gemma 4 */
+    "[e~[",                                   /* MiniMax-M2 */
+};
+
+/* Whether the vocabulary has a token of this text. */
+static bool has_text(const tkv__tokenizer *t, const char *s) { return tkv__strmap_get(&t->token_map, s, strlen(s)) >= 0; }
 
 static int cmp_u64(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -272,6 +281,17 @@ static tkv_status build(const tkv__gguf *g, tkv__tokenizer *t) {
         for (size_t k = 0; k < t->n_eog; k++) seen |= t->eog[k] == id;
         if (!seen) t->eog[t->n_eog++] = id;
         if (t->eot < 0) t->eot = id;
+    }
+    /* harmony (gpt-oss) and solar-open end a message with <|end|> and the answer with <|return|> or
+       <|call|> (<|calls|>, <|flush|>): there <|end|> does not end the generation, as in the reference */
+    if (has_text(t, "<|end|>") && ((has_text(t, "<|return|>") && has_text(t, "<|call|>")) ||
+                                   (has_text(t, "<|calls|>") && has_text(t, "<|flush|>")))) {
+        const int32_t end = tkv__strmap_get(&t->token_map, "<|end|>", 7);
+        size_t k = 0;
+        for (size_t i = 0; i < t->n_eog; i++)
+            if (t->eog[i] != end) t->eog[k++] = t->eog[i];
+        t->n_eog = k;
+        if (t->eot == end) t->eot = t->n_eog > 0 && t->eog[0] != t->eos ? t->eog[0] : -1;
     }
 
     /* special tokens, longest text first (they are split out of text first) */

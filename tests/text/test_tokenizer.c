@@ -683,6 +683,48 @@ static tkv_model *load_gemma4_vocab(const char *model, const char *pre) {
     return m;
 }
 
+/* A byte-level BPE vocabulary of these tokens (control types for the <...> ones), no merges. */
+static tkv_model *load_plain_vocab(const char *const *tokens, int n) {
+    int32_t types[16];
+    for (int i = 0; i < n; i++) types[i] = tokens[i][0] == '<' || tokens[i][0] == '[' ? 3 : 1;
+    tkv__gguf_writer *w = tkv__gguf_writer_new(32);
+    tkv__gguf_write_str(w, "general.architecture", "llama");
+    tkv__gguf_write_str(w, "tokenizer.ggml.model", "gpt2");
+    tkv__gguf_write_strings(w, "tokenizer.ggml.tokens", tokens, (uint64_t)n);
+    tkv__gguf_write_array(w, "tokenizer.ggml.token_type", TKV_META_I32, types, (uint64_t)n);
+    tkv__gguf_write_strings(w, "tokenizer.ggml.merges", NULL, 0);
+    uint8_t *img;
+    size_t size;
+    assert_int_equal(tkv__gguf_write_finish(w, &img, &size), TKV_OK);
+    tkv__gguf_writer_free(w);
+    const char *path = tu_write_temp(img, size);
+    free(img);
+    tkv_model_params mp = tkv_model_default_params();
+    mp.vocab_only = true;
+    tkv_model *m = NULL;
+    if (tkv_model_load(path, &mp, &m) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+    remove(path);
+    return m;
+}
+
+/* End-of-generation tokens known by their text; with harmony's <|return|> and <|call|> (gpt-oss), <|end|>
+   only ends a message, not the generation (the reference's rule). */
+static void test_eog_texts(void **state) {
+    (void)state;
+    const char *plain[] = {"a", "<|end|>", "<|im_end|>", "<eos>", "[EOS]"};
+    tkv_model *m = load_plain_vocab(plain, 5);
+    for (tkv_token i = 1; i < 5; i++) assert_true(tkv_token_is_eog(m, i));
+    assert_false(tkv_token_is_eog(m, 0));
+    tkv_model_free(m);
+    const char *harmony[] = {"a", "<|end|>", "<|return|>", "<|call|>", "<|start|>"};
+    m = load_plain_vocab(harmony, 5);
+    assert_false(tkv_token_is_eog(m, 1));
+    assert_true(tkv_token_is_eog(m, 2));
+    assert_true(tkv_token_is_eog(m, 3));
+    assert_false(tkv_token_is_eog(m, 4));
+    tkv_model_free(m);
+}
+
 static void expect_ids(tkv_model *m, const char *text, size_t len, unsigned flags, const tkv_token *want,
                        size_t n_want) {
     size_t n;
@@ -884,6 +926,7 @@ int main(void) {
         cmocka_unit_test(test_contracts),
         cmocka_unit_test(test_metadata_errors),
         cmocka_unit_test(test_gemma4_tokenizer),
+        cmocka_unit_test(test_eog_texts),
         cmocka_unit_test(test_pretok_names),
         cmocka_unit_test(test_pretok_deepseek_llm),
         cmocka_unit_test(test_pretok_qwen35),
