@@ -48,7 +48,7 @@ typedef struct tkv__gbnf {
     uint32_t root;
 } tkv__gbnf;
 
-/* Limits that keep every grammar bounded (README: "Grammars"). */
+/* Limits that keep every grammar bounded (tkv_grammar_create documents them). */
 #define TKV__GBNF_MAX_REPEAT 2000u      /* the m and n of {m,n} */
 #define TKV__GBNF_MAX_ELEMENTS (1u << 20)
 #define TKV__GBNF_MAX_RULES (1u << 16)
@@ -68,6 +68,7 @@ tkv_status tkv__gbnf_compile(const char *text, size_t len, const char *root, tkv
 void tkv__gbnf_free(tkv__gbnf *g);
 
 static inline bool tkv__gclass_has(const tkv__gbnf *g, const tkv__gclass *c, uint32_t cp) {
+    if (!c->n) return c->negated; /* `.`; a grammar of dots only has no ranges at all */
     const uint32_t(*r)[2] = g->rng + c->first;
     size_t lo = 0, hi = c->n; /* first range whose upper end >= cp */
     while (lo < hi) {

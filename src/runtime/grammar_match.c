@@ -250,6 +250,10 @@ static bool feasible(const tkv__gmatch *m, const tkv__gset *set, uint32_t lo, ui
     const tkv__gbnf *g = m->g;
     for (uint32_t i = 0; i < set->n; i++) {
         const tkv__gclass *c = &g->cls[g->el[set->v[i]->pos].value];
+        if (!c->n) {
+            if (c->negated) return true;
+            continue;
+        }
         const uint32_t(*r)[2] = g->rng + c->first;
         if (c->negated) { /* the complement misses [lo, hi] only when one range covers it */
             bool covered = false;

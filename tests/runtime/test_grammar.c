@@ -256,6 +256,7 @@ static void test_matcher_oracle(void **state) {
     compare_oracle(JAPANESE, "ぁあゟ゠アヿ一鿿。、a\n");
     compare_oracle(REPEAT, "abcdexé😀ÿ");
     compare_oracle(NESTED, "()xy!");
+    compare_oracle("root ::= . .? \"\\n\"*", "a\né😀"); /* dots only: no ranges at all */
     compare_oracle("root ::= (\"ab\" | \"a\" \"b\"? | \"b\")* \"c\"?\n", "abc");
     /* overlong forms, surrogates and stray bytes are no characters */
     const char *any = "root ::= [^a]*";
