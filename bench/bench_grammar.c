@@ -97,8 +97,11 @@ static double run(tkv_model *model, const tkv_grammar *g, bool constrained, bool
     return total / steps * 1e3;
 }
 
-/* Tokens per second of decode + sample over steps tokens, in texts of at most 64 tokens. */
-static double generate(tkv_model *model, const tkv_grammar *g, int steps, int *ended) {
+/*
+ * Tokens per second of decode + sample over steps tokens, in texts of at most
+ * 64 tokens; *sample_ms: the mean time of tkv_sampler_sample.
+ */
+static double generate(tkv_model *model, const tkv_grammar *g, int steps, int *ended, double *sample_ms) {
     tkv_context *ctx = NULL;
     tkv_sampler *s = NULL;
     tkv_sampler_params p = tkv_sampler_default_params();
@@ -109,10 +112,13 @@ static double generate(tkv_model *model, const tkv_grammar *g, int steps, int *e
     *ended = 0;
     if (g && tkv_sampler_set_grammar(s, g)) abort();
     const double t0 = now();
+    double ts = 0;
     for (int i = 0; i < steps; i++) {
         size_t reused;
         if (tkv_seq_sync(ctx, 0, 0, toks, n, &reused)) abort();
+        const double t1 = now();
         const tkv_token t = tkv_sampler_sample(s, tkv_get_logits_last(ctx));
+        ts += now() - t1;
         toks[n++] = t;
         if (tkv_token_is_eog(model, t) || n == 64) { /* start a new text */
             *ended += tkv_token_is_eog(model, t);
@@ -121,6 +127,7 @@ static double generate(tkv_model *model, const tkv_grammar *g, int steps, int *e
         }
     }
     const double dt = now() - t0;
+    *sample_ms = ts / steps * 1e3;
     tkv_sampler_free(s);
     tkv_context_free(ctx);
     return steps / dt;
@@ -167,10 +174,11 @@ int main(int argc, char **argv) {
         return 1;
     }
     int e0, e1;
-    const double un = generate(model, NULL, steps, &e0), co = generate(model, g, steps, &e1);
-    printf("generate (decode + sample, %s): unconstrained %.0f tok/s, constrained %.0f tok/s (%+.1f%%; %d texts"
-           " completed by the grammar)\n",
-           path, un, co, 100 * (co - un) / un, e1);
+    double s0, s1;
+    const double un = generate(model, NULL, steps, &e0, &s0), co = generate(model, g, steps, &e1, &s1);
+    printf("generate (decode + sample, %s): unconstrained %.0f tok/s, constrained %.0f tok/s (%+.1f%%;"
+           " sampling %.3f vs %.3f ms a token; %d texts completed by the grammar)\n",
+           path, un, co, 100 * (co - un) / un, s0, s1, e1);
     tkv_grammar_free(g);
     tkv_model_free(model);
     return 0;

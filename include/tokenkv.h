@@ -1232,16 +1232,18 @@ typedef struct tkv_grammar tkv_grammar;
  *
  * The dialect is llama.cpp's (its grammars/README.md): `name ::= ...` rules
  * ended by a newline (except inside parentheses, after `::=` and after
- * `|`), `|` alternatives, "literals" with the escapes \n \t \r \\ \" \[ \]
- * \xHH \uHHHH \UHHHHHHHH, classes [a-z_] and [^...], `.` (any character),
- * ( groups ), `*` `+` `?` `{m}` `{m,}` `{m,n}` (m, n <= 2000), `#` comments.
+ * `|`), `|` alternatives, "literals" with the escapes `\n` `\t` `\r` `\\`
+ * `\"` `\[` `\]` `\xHH` `\uHHHH` `\UHHHHHHHH`, classes [a-z_] and [^...], `.`
+ * (any character), ( groups ), `*` `+` `?` `{m}` `{m,}` `{m,n}` (m, n <=
+ * 2000), `#` comments.
  * It matches the Unicode code points of the UTF-8 text; a token may end
  * inside a character. Token references (<...>) are not supported.
  *
  * Limits keep every step bounded: 512 alternative parses (stacks) at once,
  * 2048 rules nested at one point of the text, 65536 rule expansions per
- * character. A text beyond them is treated as outside the grammar (the
- * grammar then allows a subset of its language); ordinary grammars (JSON,
+ * character and 16M per sampling step. A text beyond them is treated as
+ * outside the grammar (the grammar then allows a subset of its language;
+ * nothing hangs, nothing fails); ordinary grammars (JSON,
  * lists, arithmetic) stay far below them.
  *
  * @param model  the model (its vocabulary: each token's text is its piece
