@@ -11,6 +11,7 @@
 #include "base/alloc.h"
 #include "runtime/grammar.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,6 +427,35 @@ static void test_control_tokens_and_eog(void **state) {
     tkv_grammar_free(NULL);
 }
 
+/* Rejection, then the mask: draws follow the softmax restricted to the allowed tokens. */
+static void test_masked_distribution(void **state) {
+    (void)state;
+    const char *pieces[5] = {"a", "b", "c", "", "ab"};
+    const size_t lens[5] = {1, 1, 1, 0, 2};
+    const bool eog[5] = {false, false, false, true, false};
+    const char *gr = "root ::= [ab]";
+    tkv_grammar *G = NULL;
+    assert_int_equal(tkv__grammar_create_vocab(gr, strlen(gr), NULL, 5, pieces, lens, eog, &G), TKV_OK);
+    tkv_sampler_params p = tkv_sampler_default_params();
+    p.temperature = 1, p.top_k = 0, p.top_p = 1, p.min_p = 0, p.seed = 11;
+    tkv_sampler *s = NULL;
+    assert_int_equal(tkv_sampler_create(&p, 5, &s), TKV_OK);
+    const float l[5] = {logf(0.1f), logf(0.3f), logf(0.4f), logf(0.1f), logf(0.1f)};
+    int count[5] = {0};
+    const int N = 40000;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(tkv_sampler_set_grammar(s, G), TKV_OK);
+        const tkv_token t = tkv_sampler_sample(s, l);
+        count[t]++;
+        assert_int_equal(tkv_sampler_sample(s, l), 3); /* then only EOG */
+    }
+    /* a: 0.1 / 0.4 = 0.25, b: 0.75 (4 sigma) */
+    assert_int_equal(count[2] + count[3] + count[4], 0);
+    assert_true(fabs(count[0] - N * 0.25) < 4 * sqrt(N * 0.25 * 0.75));
+    tkv_sampler_free(s);
+    tkv_grammar_free(G);
+}
+
 /* code points of UTF-8 text (test inputs are valid UTF-8 when complete) */
 static size_t decode(const char *s, size_t n, uint32_t *out) {
     size_t k = 0;
@@ -612,6 +642,7 @@ int main(void) {
         cmocka_unit_test(test_matcher_oracle),
         cmocka_unit_test(test_trie_equals_brute_force),
         cmocka_unit_test(test_control_tokens_and_eog),
+        cmocka_unit_test(test_masked_distribution),
         cmocka_unit_test(test_generation),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_alloc_failures),
