@@ -622,6 +622,17 @@ static void test_alloc_failures(void **state) {
         alloc_run(&v);
         if (tkv__alloc_fail_after(-1) <= n) break; /* nothing failed: all paths tried */
     }
+    /* the public constructor, over the model's pieces */
+    for (long n = 0;; n++) {
+        tkv_grammar *G = NULL;
+        tkv__alloc_fail_after(n);
+        tkv_status st = tkv_grammar_create(tu_model, ARITH, strlen(ARITH), NULL, &G);
+        long used = tkv__alloc_fail_after(-1);
+        assert_true(st == TKV_OK || st == TKV_ERR_NOMEM);
+        assert_true((st == TKV_OK) == (G != NULL));
+        tkv_grammar_free(G);
+        if (used <= n) break;
+    }
     /* and a grammar compile alone */
     for (long n = 0;; n++) {
         tkv__gbnf *g = NULL;
