@@ -1,67 +1,178 @@
 /*
  * serve.c — `tokenkv serve`: options, then the server (server/).
+ *
+ * Every option has a TOKENKV_* environment variable (read first; the
+ * command line overrides it) and, where llama-server has one, its name as
+ * an alias (-c/--ctx-size, -np, -b/--batch-size, -a/--alias, ...), so a
+ * llama-server command line or container environment works unchanged.
  */
 #include "../server/server.h"
 #include "cli.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_MODEL "../shared/models/stories260K.gguf"
 
 static const char *const serve_help =
-    "usage: tokenkv serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--parallel N] [--ctx CELLS]\n"
-    "                     [-t THREADS] [--api-key KEY] [--admin-key KEY] [--metrics-public]\n"
-    "                     [--max-body BYTES] [--max-tokens N]\n"
-    "                     [--max-queue N] [--batch N] [--chat-template FILE|NAME] [--no-prefix-cache]\n"
+    "usage: tokenkv serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [-np N] [-c CELLS] [-b N]\n"
+    "                     [-t THREADS] [--api-key KEY | --api-key-file FILE] [--admin-key KEY]\n"
+    "                     [--metrics-public] [--cors-origin ORIGIN] [-a ALIAS] [--max-body BYTES]\n"
+    "                     [--max-tokens N] [--max-queue N] [--chat-template FILE|NAME] [--no-prefix-cache]\n"
     "                     [--cache-dir DIR [--cache-dir-max BYTES] [--save-interval S]]\n"
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
-    "/tokenize, /detokenize; GET /v1/models, /v1/cache, /health, /metrics. Every\n"
-    "prompt reuses the longest prefix any earlier request left in the cache.\n"
-    "One log line per request on stderr. SIGINT or SIGTERM stops it.\n"
+    "/tokenize, /detokenize, /apply-template; GET /v1/models, /v1/cache, /props,\n"
+    "/health, /metrics. Every prompt reuses the longest prefix any earlier request\n"
+    "left in the cache. One log line per request on stderr. SIGINT or SIGTERM stops it.\n"
+    "Every option can also come from the environment variable shown (the command\n"
+    "line wins); llama-server's names work as aliases.\n"
     "\n"
-    "  -m, --model MODEL       a GGUF model (default " DEFAULT_MODEL ")\n"
-    "  --host ADDR             address to listen on (default 127.0.0.1)\n"
-    "  --port N                port (default 8080; 0 picks a free one, printed at start-up)\n"
-    "  --parallel N            requests decoded together (default 4)\n"
-    "  --ctx CELLS             KV cells shared by all requests (default 4096)\n"
-    "  -t, --threads N         threads (default: the physical cores this process may use,\n"
-    "                          within its cgroup quota)\n"
-    "  --api-key KEY           require 'Authorization: Bearer KEY' (also $TOKENKV_API_KEY);\n"
-    "                          /health stays open (probes)\n"
-    "  --admin-key KEY         GET /v1/cache with 'Authorization: Bearer KEY' shows every\n"
-    "                          namespace (others see only their cache_salt's)\n"
-    "  --metrics-public        /metrics without the API key (Prometheus scrapers)\n"
-    "  --max-body BYTES        largest request body (default 1048576)\n"
-    "  --max-tokens N          largest max_tokens a request may ask (default 4096)\n"
-    "  --max-queue N           waiting requests before 429 (default 256)\n"
-    "  --batch N               tokens per decode step (default 512)\n"
-    "  --chat-template FILE|NAME  a Jinja template file, or a built-in family: chatml,\n"
-    "                          llama2, llama3, mistral, zephyr, phi3 or plain (default: the\n"
-    "                          model's tokenizer.chat_template, rendered as transformers does)\n"
-    "  --no-prefix-cache       reuse nothing (for measurement and comparison)\n"
-    "  --cache-dir DIR         load cached prefixes from DIR at start; save them there\n"
-    "                          every --save-interval seconds and at shutdown\n"
-    "  --cache-dir-max BYTES   most recently used prefixes first, up to BYTES (default: no limit)\n"
-    "  --save-interval S       seconds between saves, 0: only at shutdown (default 300)\n"
-    "  -h, --help              show this help\n";
+    "  -m, --model MODEL          a GGUF model; default " DEFAULT_MODEL ", looked\n"
+    "                             for here, then beside the tokenkv binary's checkout  [TOKENKV_MODEL]\n"
+    "  --host ADDR                address to listen on (default 127.0.0.1)             [TOKENKV_HOST]\n"
+    "  --port N                   port (default 8080; 0: any free one, printed)         [TOKENKV_PORT]\n"
+    "  -np, --parallel N          requests decoded together (default 4)                [TOKENKV_PARALLEL]\n"
+    "  -c, --ctx-size, --ctx N    KV cells shared by all requests (default 4096)       [TOKENKV_CTX_SIZE]\n"
+    "  -b, --batch-size, --batch N  tokens per decode step (default 512)               [TOKENKV_BATCH_SIZE]\n"
+    "  -t, --threads N            threads (default: the physical cores this process may\n"
+    "                             use, within its cgroup quota)                         [TOKENKV_THREADS]\n"
+    "  --api-key KEY              require 'Authorization: Bearer KEY'; /health stays open [TOKENKV_API_KEY]\n"
+    "  --api-key-file FILE        the key from the first line of FILE               [TOKENKV_API_KEY_FILE]\n"
+    "  --admin-key KEY            the API key's rights, and /v1/cache of every namespace [TOKENKV_ADMIN_KEY]\n"
+    "  --metrics-public           /metrics without the API key                     [TOKENKV_METRICS_PUBLIC=1]\n"
+    "  --cors-origin ORIGIN       let web pages of ORIGIN (or *) call the API (default: none) [TOKENKV_CORS_ORIGIN]\n"
+    "  -a, --alias NAME           the model id (default: the file name without .gguf)   [TOKENKV_ALIAS]\n"
+    "  --max-body BYTES           largest request body (default 1048576)                [TOKENKV_MAX_BODY]\n"
+    "  --max-tokens N             largest max_tokens a request may ask (default 4096)   [TOKENKV_MAX_TOKENS]\n"
+    "  --max-queue N              waiting requests before 429 (default 256)             [TOKENKV_MAX_QUEUE]\n"
+    "  --chat-template FILE|NAME  a Jinja template file, or a built-in family: chatml, llama2,\n"
+    "                             llama3, mistral, zephyr, phi3 or plain (default: the model's\n"
+    "                             tokenizer.chat_template, rendered as transformers does) [TOKENKV_CHAT_TEMPLATE]\n"
+    "  --no-prefix-cache          reuse nothing (for measurement)               [TOKENKV_NO_PREFIX_CACHE=1]\n"
+    "  --cache-dir DIR            load cached prefixes from DIR at start; save them there\n"
+    "                             every --save-interval seconds and at shutdown         [TOKENKV_CACHE_DIR]\n"
+    "  --cache-dir-max BYTES      most recently used prefixes first, up to BYTES (default: no limit)\n"
+    "                                                                                  [TOKENKV_CACHE_DIR_MAX]\n"
+    "  --save-interval S          seconds between saves, 0: only at shutdown (default 300) [TOKENKV_SAVE_INTERVAL]\n"
+    "  -h, --help                 show this help\n";
 
-static bool num(const char *opt, const char *v, long long lo, long long hi, long long *out) {
+/* What an option sets. */
+typedef enum { O_STR, O_INT, O_FLAG } okind;
+
+typedef struct option {
+    const char *names[4]; /* the first is the one messages use */
+    const char *env;
+    okind kind;
+    size_t off;           /* of the field in srv_opts */
+    long long lo, hi;
+    int width;            /* O_INT: bytes of the srv_opts field (4 or 8) */
+} option;
+
+#define OFF(f) offsetof(srv_opts, f)
+#define INT(f, l, h) O_INT, OFF(f), l, h, (int)sizeof(((srv_opts *)0)->f)
+static const option options[] = {
+    {{"--model", "-m"}, "TOKENKV_MODEL", O_STR, OFF(model_path), 0, 0, 0},
+    {{"--host"}, "TOKENKV_HOST", O_STR, OFF(host), 0, 0, 0},
+    {{"--port"}, "TOKENKV_PORT", INT(port, 0, 65535)},
+    {{"--parallel", "-np"}, "TOKENKV_PARALLEL", INT(parallel, 1, 256)},
+    {{"--ctx-size", "-c", "--ctx"}, "TOKENKV_CTX_SIZE", INT(cells, 16, 1 << 24)},
+    {{"--batch-size", "-b", "--batch"}, "TOKENKV_BATCH_SIZE", INT(n_batch, 1, 1 << 16)},
+    {{"--threads", "-t"}, "TOKENKV_THREADS", INT(threads, 1, 1024)},
+    {{"--api-key"}, "TOKENKV_API_KEY", O_STR, OFF(api_key), 0, 0, 0},
+    {{"--api-key-file"}, "TOKENKV_API_KEY_FILE", O_STR, OFF(api_key_file), 0, 0, 0},
+    {{"--admin-key"}, "TOKENKV_ADMIN_KEY", O_STR, OFF(admin_key), 0, 0, 0},
+    {{"--metrics-public"}, "TOKENKV_METRICS_PUBLIC", O_FLAG, OFF(metrics_public), 0, 0, 0},
+    {{"--cors-origin"}, "TOKENKV_CORS_ORIGIN", O_STR, OFF(cors_origin), 0, 0, 0},
+    {{"--alias", "-a"}, "TOKENKV_ALIAS", O_STR, OFF(alias), 0, 0, 0},
+    {{"--max-body"}, "TOKENKV_MAX_BODY", INT(max_body, 64, 1ll << 32)},
+    {{"--max-tokens"}, "TOKENKV_MAX_TOKENS", INT(max_tokens, 1, 1 << 24)},
+    {{"--max-queue"}, "TOKENKV_MAX_QUEUE", INT(max_queue, 1, 1 << 20)},
+    {{"--chat-template"}, "TOKENKV_CHAT_TEMPLATE", O_STR, OFF(chat_template), 0, 0, 0},
+    {{"--no-prefix-cache"}, "TOKENKV_NO_PREFIX_CACHE", O_FLAG, OFF(no_prefix_cache), 0, 0, 0},
+    {{"--cache-dir"}, "TOKENKV_CACHE_DIR", O_STR, OFF(cache_dir), 0, 0, 0},
+    {{"--cache-dir-max"}, "TOKENKV_CACHE_DIR_MAX", INT(cache_dir_max, 0, 1ll << 50)},
+    {{"--save-interval"}, "TOKENKV_SAVE_INTERVAL", INT(save_interval, 0, 1 << 24)},
+};
+
+static const option *find_option(const char *name) {
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+        for (int k = 0; k < 4 && options[i].names[k]; k++)
+            if (!strcmp(options[i].names[k], name)) return &options[i];
+    return NULL;
+}
+
+/* Set *o's field from the text v (from `from`: an option or a variable's name); false with a message. */
+static bool set(srv_opts *o, const option *op, const char *v, const char *from) {
+    char *field = (char *)o + op->off;
+    if (op->kind == O_STR) {
+        *(const char **)field = *v ? v : NULL; /* an empty value: unset */
+        return true;
+    }
+    if (op->kind == O_FLAG) {
+        *(bool *)field = strcmp(v, "0") && strcmp(v, "false") && *v;
+        return true;
+    }
     char *end;
+    errno = 0;
     long long d = strtoll(v, &end, 10);
-    if (end == v || *end || d < lo || d > hi) {
-        fprintf(stderr, "tokenkv serve: %s: '%s' is not an integer in [%lld, %lld]\n", opt, v, lo, hi);
+    if (end == v || *end || errno || d < op->lo || d > op->hi) {
+        fprintf(stderr, "tokenkv serve: %s: '%s' is not an integer in [%lld, %lld]\n", from, v, op->lo, op->hi);
         return false;
     }
-    *out = d;
+    /* every integer field is 4 or 8 bytes, and the ranges are non-negative: the value's bytes fit either */
+    if (op->width == 8) {
+        const uint64_t u = (uint64_t)d;
+        memcpy(field, &u, 8);
+    } else {
+        const uint32_t u = (uint32_t)d;
+        memcpy(field, &u, 4);
+    }
     return true;
+}
+
+/* The first line of a key file; NULL with a message. The buffer is static: one key per process. */
+static const char *read_key_file(const char *path) {
+    static char key[512];
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(key, sizeof key, f)) {
+        fprintf(stderr, "tokenkv serve: --api-key-file %s: cannot read a key: %s\n", path, f ? "empty" : strerror(errno));
+        if (f) fclose(f);
+        return NULL;
+    }
+    fclose(f);
+    key[strcspn(key, "\r\n")] = '\0';
+    if (!key[0]) fprintf(stderr, "tokenkv serve: --api-key-file %s: the first line is empty\n", path);
+    return key[0] ? key : NULL;
+}
+
+/*
+ * The default model, wherever tokenkv is started: as given (relative to
+ * the working directory), else relative to the checkout the binary was
+ * built in (build/tokenkv -> ../shared beside the checkout). The path is
+ * in a static buffer.
+ */
+static const char *default_model(void) {
+    if (access(DEFAULT_MODEL, R_OK) == 0) return DEFAULT_MODEL;
+    static char path[PATH_MAX + 64];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return DEFAULT_MODEL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = '\0';
+    snprintf(path, sizeof path, "%s/../" DEFAULT_MODEL, exe); /* <checkout>/build/../../shared/... */
+    return access(path, R_OK) == 0 ? path : DEFAULT_MODEL;
 }
 
 int cmd_serve(int argc, char **argv) {
     srv_opts o = {
-        .model_path = DEFAULT_MODEL,
         .host = "127.0.0.1",
         .port = 8080,
         .parallel = 4,
@@ -70,55 +181,38 @@ int cmd_serve(int argc, char **argv) {
         .max_body = 1 << 20,
         .max_tokens = 4096,
         .max_queue = 256,
-        .api_key = getenv("TOKENKV_API_KEY"),
         .save_interval = 300,
     };
-    if (o.api_key && !*o.api_key) o.api_key = NULL;
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) { /* the environment, then the command line */
+        const char *v = getenv(options[i].env);
+        if (v && !set(&o, &options[i], v, options[i].env)) return 2;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long long d = 0;
-        bool ok = true;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(serve_help, stdout);
             return 0;
         }
-        if (!strcmp(a, "--no-prefix-cache")) {
-            o.no_prefix_cache = true;
-            continue;
-        }
-        if (!strcmp(a, "--metrics-public")) {
-            o.metrics_public = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "tokenkv serve: unknown option or missing value: '%s'\n%s", a, serve_help);
-            return 2;
-        }
-        i++;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o.model_path = v;
-        else if (!strcmp(a, "--host")) o.host = v;
-        else if (!strcmp(a, "--port")) ok = num(a, v, 0, 65535, &d), o.port = (int)d;
-        else if (!strcmp(a, "--parallel")) ok = num(a, v, 1, 256, &d), o.parallel = (int)d;
-        else if (!strcmp(a, "--ctx")) ok = num(a, v, 16, 1 << 24, &d), o.cells = (uint32_t)d;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = num(a, v, 1, 1024, &d), o.threads = (int)d;
-        else if (!strcmp(a, "--api-key")) o.api_key = *v ? v : NULL;
-        else if (!strcmp(a, "--admin-key")) o.admin_key = *v ? v : NULL;
-        else if (!strcmp(a, "--max-body")) ok = num(a, v, 64, 1ll << 32, &d), o.max_body = (size_t)d;
-        else if (!strcmp(a, "--max-tokens")) ok = num(a, v, 1, 1 << 24, &d), o.max_tokens = (int)d;
-        else if (!strcmp(a, "--max-queue")) ok = num(a, v, 1, 1 << 20, &d), o.max_queue = (size_t)d;
-        else if (!strcmp(a, "--batch")) ok = num(a, v, 1, 1 << 16, &d), o.n_batch = (uint32_t)d;
-        else if (!strcmp(a, "--chat-template")) o.chat_template = v;
-        else if (!strcmp(a, "--cache-dir")) o.cache_dir = v;
-        else if (!strcmp(a, "--cache-dir-max")) ok = num(a, v, 0, 1ll << 50, &d), o.cache_dir_max = (uint64_t)d;
-        else if (!strcmp(a, "--save-interval")) ok = num(a, v, 0, 1 << 24, &d), o.save_interval = (int)d;
-        else {
+        const option *op = find_option(a);
+        if (!op) {
             fprintf(stderr, "tokenkv serve: unknown option '%s'\n%s", a, serve_help);
             return 2;
         }
-        if (!ok) return 2;
+        if (op->kind == O_FLAG) {
+            *(bool *)((char *)&o + op->off) = true;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "tokenkv serve: %s needs a value\n%s", a, serve_help);
+            return 2;
+        }
+        if (!set(&o, op, v, a)) return 2;
+        i++;
     }
+    if (!o.model_path) o.model_path = default_model();
+    if (o.api_key_file && !(o.api_key = read_key_file(o.api_key_file))) return 2;
     if ((uint32_t)o.parallel > o.n_batch) {
-        fprintf(stderr, "tokenkv serve: --parallel %d exceeds --batch %u: each step decodes a token per request\n",
+        fprintf(stderr, "tokenkv serve: --parallel %d exceeds --batch-size %u: each step decodes a token per request\n",
                 o.parallel, o.n_batch);
         return 2;
     }

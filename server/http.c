@@ -25,10 +25,18 @@ typedef struct conn {
     bool too_big, oom;
     bool close;    /* the request's framing is broken: answer, then close the connection */
     srv_err *reject; /* decided from the headers (key, type, size): the body is read and dropped, then this */
+    const char *cors;  /* the Access-Control-Allow-Origin of the response (--cors-origin), or NULL */
     int status;    /* of the response, for the log and the metrics */
     srv_req *req;  /* a generation in flight, or NULL */
     double t0;
 } conn;
+
+/* CORS: a page of the allowed origin may read the response. */
+static void add_cors(const conn *cs, struct MHD_Response *r) {
+    if (!cs->cors) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", cs->cors);
+    MHD_add_response_header(r, "Vary", "Origin");
+}
 
 static const char oom_body[] =
     "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
@@ -48,6 +56,7 @@ static enum MHD_Result send_body(conn *cs, struct MHD_Connection *c, int status,
     }
     MHD_add_response_header(r, "Content-Type", ctype);
     if (cs->close) MHD_add_response_header(r, "Connection", "close");
+    add_cors(cs, r);
     cs->status = status;
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -227,6 +236,7 @@ static enum MHD_Result send_stream(conn *cs, struct MHD_Connection *c, srv_state
     }
     MHD_add_response_header(resp, "Content-Type", "text/event-stream");
     MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    add_cors(cs, resp);
     cs->status = 200;
     enum MHD_Result ret = MHD_queue_response(c, 200, resp);
     MHD_destroy_response(resp);
@@ -381,6 +391,25 @@ static enum MHD_Result models(conn *cs, struct MHD_Connection *c, srv_state *S, 
     return send_json(cs, c, 200, m);
 }
 
+/* GET /props (llama-server's): what a client needs to know to talk to this server. */
+static enum MHD_Result props(conn *cs, struct MHD_Connection *c, srv_state *S) {
+    const char *tmpl = NULL;
+    size_t len = 0;
+    json_t *chat;
+    if (S->api.jinja && tkv_model_meta_str(S->model, "tokenizer.chat_template", &tmpl, &len) == TKV_OK)
+        chat = srv_json_text(tmpl, len);
+    else
+        chat = json_string(S->api.jinja ? S->o->chat_template : srv_chat_name(S->api.chat));
+    char build[64];
+    snprintf(build, sizeof build, "tokenkv %d.%d.%d", TKV_VERSION_MAJOR, TKV_VERSION_MINOR, TKV_VERSION_PATCH);
+    json_t *o = json_pack("{s:s,s:s,s:I,s:i,s:o,s:s,s:{s:I,s:{s:i}},s:{s:b,s:b}}", "model_alias", S->api.model_id,
+                          "model_path", S->o->model_path, "n_ctx", (json_int_t)S->api.n_ctx, "total_slots",
+                          S->o->parallel, "chat_template", chat, "build_info", build, "default_generation_settings",
+                          "n_ctx", (json_int_t)S->api.n_ctx, "params", "n_predict", S->api.max_tokens, "modalities",
+                          "vision", 0, "audio", 0);
+    return send_json(cs, c, 200, o);
+}
+
 static bool flag(struct MHD_Connection *c, const char *key) {
     const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, key);
     return v && strcmp(v, "0") && strcmp(v, "false");
@@ -421,7 +450,7 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
     static const struct {
         const char *path;
         bool post;
-    } known[] = {{"/health", false},           {"/metrics", false},   {"/v1/models", false},
+    } known[] = {{"/health", false},           {"/metrics", false},   {"/v1/models", false}, {"/props", false},
                  {"/v1/cache", false},         {"/v1/completions", true}, {"/completions", true},
                  {"/v1/chat/completions", true}, {"/chat/completions", true}, {"/tokenize", true},
                  {"/detokenize", true}, {"/apply-template", true}};
@@ -437,6 +466,7 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
     }
     if (get && !strcmp(url, "/metrics")) return send_body(cs, c, 200, "text/plain; version=0.0.4", srv_metrics_view(S));
     if (get && !strcmp(url, "/v1/models")) return models(cs, c, S, NULL);
+    if (get && !strcmp(url, "/props")) return props(cs, c, S);
     if (get && !strncmp(url, "/v1/models/", 11)) return models(cs, c, S, url + 11);
     if (get && !strcmp(url, "/v1/cache"))
         return send_body(cs, c, 200, "application/json", cache_view(S, c));
@@ -497,6 +527,8 @@ static bool is_json_type(const char *t) {
  * on (cs->reject may then be set).
  */
 static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), *allow = S->o->cors_origin;
+    if (origin && allow) cs->cors = !strcmp(allow, "*") ? "*" : !strcmp(allow, origin) ? allow : NULL;
     framing f = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
     const char *why = NULL;
@@ -512,6 +544,12 @@ static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const 
         struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         if (!r) return MHD_NO;
         MHD_add_response_header(r, "Allow", "GET, HEAD, POST, OPTIONS");
+        if (cs->cors) { /* a preflight: what the page may send */
+            MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+            MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+            MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+        }
+        add_cors(cs, r);
         cs->status = 204;
         enum MHD_Result ret = MHD_queue_response(c, 204, r);
         MHD_destroy_response(r);

@@ -38,8 +38,12 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
     if (ci) setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-/* The id /v1/models lists: the file's name without directory and .gguf. */
-static void model_id(const char *path, char *out, size_t cap) {
+/* The id /v1/models lists: --alias, else the file's name without directory and .gguf. */
+static void model_id(const char *path, const char *alias, char *out, size_t cap) {
+    if (alias) {
+        snprintf(out, cap, "%s", alias);
+        return;
+    }
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     size_t n = strlen(base);
@@ -259,7 +263,7 @@ int srv_main(const srv_opts *o) {
     tkv_model_hparams(model, &hp);
     srv_state S = {.o = o, .model = model, .started = (int64_t)time(NULL)};
     char id[128];
-    model_id(o->model_path, id, sizeof id);
+    model_id(o->model_path, o->alias, id, sizeof id);
     S.api = (srv_api){.model = model, .model_id = id, .max_tokens = o->max_tokens, .ns_secret = ns_secret};
     /* a request's positions: the cache and the model's trained context bound them */
     S.api.n_ctx = hp.n_ctx_train && hp.n_ctx_train < o->cells ? hp.n_ctx_train : o->cells;

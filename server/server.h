@@ -16,6 +16,7 @@
 
 typedef struct srv_opts {
     const char *model_path;
+    const char *alias;         /* the model id; NULL: the file name without .gguf */
     const char *host;          /* an IPv4 or IPv6 address to bind */
     int port;                  /* 0: any free port (printed at start-up) */
     int parallel;              /* sequences decoded together */
@@ -23,6 +24,8 @@ typedef struct srv_opts {
     uint32_t n_batch;          /* tokens per decode step */
     int threads;
     const char *api_key;       /* NULL: no authentication */
+    const char *api_key_file;  /* where api_key came from, or NULL */
+    const char *cors_origin;   /* web pages of this origin ("*": any) may call the API; NULL: none */
     const char *admin_key;     /* the whole cache view (/v1/cache of every namespace); NULL: nobody */
     bool metrics_public;       /* /metrics without the API key */
     size_t max_body;           /* bytes */
