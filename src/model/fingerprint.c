@@ -8,10 +8,12 @@
  *   1. a domain tag and the hyperparameters (or a marker when the model has
  *      none: vocab_only files);
  *   2. the tensor table: count, then per tensor its name, type, dims, shape
- *      and byte size, and a sample of its bytes: 8 spans of up to 512 bytes
- *      spread evenly over the data. The sample costs O(tensors), not
- *      O(weights), and tells apart two models of the same shape whose
- *      weights differ (two random initialisations, a fine-tune);
+ *      and byte size, and all of its bytes: any byte of the model that
+ *      changes changes the fingerprint (a sample of the weights let a
+ *      flipped exponent through, and with it a stale cache). That reads the
+ *      whole file once, at XXH3's speed, so the result is kept in the model
+ *      (computed on first use, under the model's lock: models are shared
+ *      between threads);
  *   3. every `tokenizer.ggml.*` metadata pair (vocabulary, scores, token
  *      types, merges, special ids, flags), in file order: key, type and
  *      value (arrays element by element).
@@ -26,6 +28,8 @@
 
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
+
+static void compute(const tkv_model *model, uint64_t out[2]);
 
 static void put_u64(XXH3_state_t *st, uint64_t v) {
     uint8_t b[8];
@@ -65,7 +69,6 @@ static void hash_hparams(XXH3_state_t *st, const tkv_model *m) {
 }
 
 static void hash_tensors(XXH3_state_t *st, const tkv__gguf *g) {
-    enum { SPANS = 8, SPAN = 512 };
     put_u64(st, g->n_tensors);
     for (size_t i = 0; i < g->n_tensors; i++) {
         const tkv__gguf_tensor *t = &g->tensors[i];
@@ -75,13 +78,7 @@ static void hash_tensors(XXH3_state_t *st, const tkv__gguf *g) {
         for (int d = 0; d < 4; d++) put_u64(st, t->ne[d]);
         put_u64(st, t->n_bytes);
         /* the reader checked that [offset, offset + n_bytes) lies in the image */
-        const uint8_t *data = g->data + t->offset;
-        if (t->n_bytes <= (uint64_t)SPANS * SPAN) {
-            XXH3_128bits_update(st, data, (size_t)t->n_bytes);
-            continue;
-        }
-        const uint64_t step = (t->n_bytes - SPAN) / (SPANS - 1);
-        for (int k = 0; k < SPANS; k++) XXH3_128bits_update(st, data + (uint64_t)k * step, SPAN);
+        if (t->n_bytes) XXH3_128bits_update(st, g->data + t->offset, (size_t)t->n_bytes);
     }
 }
 
@@ -112,9 +109,21 @@ static void hash_tokenizer(XXH3_state_t *st, const tkv__gguf *g) {
 
 tkv_status tkv_model_fingerprint(const tkv_model *model, uint64_t out[2]) {
     if (!model || !out) return tkv__fail(TKV_ERR_INVALID, "tkv_model_fingerprint: NULL argument");
+    tkv_model *m = (tkv_model *)model; /* the cached result is not part of what the model is */
+    pthread_mutex_lock(&m->fp_mu);
+    if (!m->fp_done) {
+        compute(m, m->fp);
+        m->fp_done = true;
+    }
+    out[0] = m->fp[0], out[1] = m->fp[1];
+    pthread_mutex_unlock(&m->fp_mu);
+    return TKV_OK;
+}
+
+static void compute(const tkv_model *model, uint64_t out[2]) {
     XXH3_state_t st;
     XXH3_128bits_reset(&st);
-    static const char tag[] = "tokenkv model fingerprint v1";
+    static const char tag[] = "tokenkv model fingerprint v2"; /* v2: every byte of every tensor */
     XXH3_128bits_update(&st, tag, sizeof tag - 1);
     hash_hparams(&st, model);
     hash_tensors(&st, model->gguf);
@@ -122,5 +131,4 @@ tkv_status tkv_model_fingerprint(const tkv_model *model, uint64_t out[2]) {
     XXH128_hash_t h = XXH3_128bits_digest(&st);
     out[0] = h.low64;
     out[1] = h.high64;
-    return TKV_OK;
 }

@@ -279,6 +279,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for the model");
     }
     m->magic = TKV__MODEL_MAGIC;
+    pthread_mutex_init(&m->fp_mu, NULL);
     m->gguf = g;
     m->w = w;
     m->vocab_only = p.vocab_only;
@@ -332,6 +333,7 @@ void tkv_model_free(tkv_model *model) {
     tkv__tokenizer_free(model->tok);
     tkv__weights_free(&model->w);
     tkv__gguf_free(model->gguf);
+    pthread_mutex_destroy(&model->fp_mu);
     tkv__free(model);
 }
 

@@ -11,6 +11,8 @@
 #include "weights.h"
 #include "tokenkv.h"
 
+#include <pthread.h>
+
 /* Hyperparameters beyond tkv_hparams that some architectures read (model.c
    read_ext, checked with the others at load). */
 typedef struct tkv__hp_ext {
@@ -37,6 +39,9 @@ struct tkv_model {
     tkv__hp_ext ext;         /* what the architecture's extra metadata says */
     char hparams_error[256]; /* why has_hparams is false */
     tkv__weights w;          /* bound tensors (full loads only) */
+    pthread_mutex_t fp_mu;   /* guards the fingerprint, computed on first use (fingerprint.c) */
+    bool fp_done;
+    uint64_t fp[2];
     tkv__tokenizer *tok;     /* NULL: no usable tokenizer */
     tkv_status tok_status;   /* why tok is NULL */
     char tok_error[256];

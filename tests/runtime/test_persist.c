@@ -307,6 +307,31 @@ static void test_other_model_and_kv_type(void **state) {
     assert_memory_not_equal(fb, fd, sizeof fb);
     assert_memory_not_equal(fa, fb, sizeof fa);
     assert_int_equal(tkv_model_fingerprint(NULL, fa), TKV_ERR_INVALID);
+    /* any byte of any weight: one bit of an exponent, at every 97th byte of a tensor (was: only sampled spans) */
+    {
+        size_t n;
+        uint8_t *file = tu_read_file(tu_shared("models/stories260K.gguf"), &n);
+        tkv_model *orig;
+        assert_int_equal(tkv_model_load_from_memory(file, n, NULL, &orig), TKV_OK);
+        uint64_t f0[2], f1[2];
+        assert_int_equal(tkv_model_fingerprint(orig, f0), TKV_OK);
+        tkv_tensor_info w;
+        assert_int_equal(tkv_model_tensor_find(orig, "blk.2.ffn_down.weight", &w), TKV_OK);
+        const uint64_t at = w.offset + w.n_bytes / 2 + 3; /* the high byte of an F32 in the middle */
+        tkv_model_free(orig);
+        for (uint64_t k = at; k < at + 97 * 8; k += 97) {
+            file[k] ^= 0x40;
+            tkv_model *flipped;
+            assert_int_equal(tkv_model_load_from_memory(file, n, NULL, &flipped), TKV_OK);
+            assert_int_equal(tkv_model_fingerprint(flipped, f1), TKV_OK);
+            assert_memory_not_equal(f0, f1, sizeof f0);
+            tkv_model_fingerprint(flipped, fb); /* the second call gives the kept result */
+            assert_memory_equal(f1, fb, sizeof f1);
+            tkv_model_free(flipped);
+            file[k] ^= 0x40;
+        }
+        free(file);
+    }
 
     /* a file from another model */
     const tkv_model *others[] = {llama, tiny};
