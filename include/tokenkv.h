@@ -648,6 +648,9 @@ typedef struct tkv_context tkv_context;
  * of each forward pass (n_layer times per pass of up to n_batch tokens).
  * Returning true makes that decode fail with TKV_ERR_ABORTED, leaving the
  * cache as it was before the decode. `user` is tkv_context_params.abort_user.
+ * While a decode runs, every other call on its context (from the callback,
+ * or from another thread) fails with TKV_ERR_BUSY and changes nothing;
+ * tkv_get_logits* and tkv_seq_len answer NULL and 0.
  */
 typedef bool (*tkv_abort_fn)(void *user);
 

@@ -39,6 +39,8 @@ typedef enum tkv_status {
     TKV_ERR_INVALID = -5,     /**< a bad argument, or a missing/mistyped key */
     TKV_ERR_FULL = -6,        /**< a buffer or the cache has no room */
     TKV_ERR_ABORTED = -7,     /**< the abort callback asked to stop */
+    TKV_ERR_BUSY = -8,        /**< a call on a context while a decode on it runs (from its abort callback,
+                                   or another thread): nothing was changed */
 } tkv_status;
 
 /**

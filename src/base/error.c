@@ -44,6 +44,7 @@ const char *tkv_status_str(tkv_status status) {
     case TKV_ERR_INVALID: return "TKV_ERR_INVALID";
     case TKV_ERR_FULL: return "TKV_ERR_FULL";
     case TKV_ERR_ABORTED: return "TKV_ERR_ABORTED";
+    case TKV_ERR_BUSY: return "TKV_ERR_BUSY";
     }
     return "unknown status";
 }

@@ -13,6 +13,8 @@ static tkv_status ctx_fail(tkv_context *ctx, tkv_status st) { return tkv__handle
 
 tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
     if (!ctx || (!tokens && n) || !len) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_match: NULL argument");
+    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_match");
+    if (busy) return busy;
     tkv__ppos at;
     *len = tkv__pindex_match(ctx->ix, ns, tokens, n, false, &at);
     return TKV_OK;
@@ -20,6 +22,8 @@ tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token 
 
 static tkv_status pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, int delta, size_t *len) {
     if (!ctx || (!tokens && n)) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_pin: NULL argument");
+    tkv_status busy = tkv__ctx_busy(ctx, delta > 0 ? "tkv_cache_pin" : "tkv_cache_unpin");
+    if (busy) return busy;
     tkv__ppos at;
     size_t m = tkv__pindex_match(ctx->ix, ns, tokens, n, false, &at);
     if (len) *len = m;
@@ -37,6 +41,8 @@ tkv_status tkv_cache_unpin(tkv_context *ctx, uint64_t ns, const tkv_token *token
 
 tkv_status tkv_cache_clear(tkv_context *ctx) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_clear: ctx is NULL");
+    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_clear");
+    if (busy) return busy;
     uint32_t n = tkv__pindex_evict_all(ctx->ix, ctx->spare);
     tkv__kv_give_back(ctx->kv, ctx->spare, n);
     return TKV_OK;
@@ -49,6 +55,8 @@ static void count_shared(const tkv__pindex *ix, uint32_t id, void *user) {
 
 tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out) {
     if (!ctx || !out) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_stats: NULL argument");
+    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_stats");
+    if (busy) return busy;
     *out = ctx->stats;
     tkv__pindex_stats ps;
     tkv__pindex_stats_get(ctx->ix, &ps);
@@ -96,7 +104,8 @@ static void check_node_cells(const tkv__pindex *ix, uint32_t id, void *user) {
 
 tkv_status tkv_cache_check(const tkv_context *ctx) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_check: ctx is NULL");
-    tkv_status st = tkv__pindex_check(ctx->ix);
+    tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_check");
+    if (!st) st = tkv__pindex_check(ctx->ix);
     if (st) return st;
     const tkv__kvcache *kv = ctx->kv;
     check c = {ctx, tkv__calloc(kv->rows.n_cells, 1), tkv__malloc(kv->rows.n_cells * sizeof(uint32_t)),
@@ -167,6 +176,8 @@ static void visit_node(const tkv__pindex *ix, uint32_t id, void *user) {
 
 tkv_status tkv_cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *user) {
     if (!ctx || !fn) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_walk: NULL argument");
+    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_walk");
+    if (busy) return busy;
     walk_ctx w = {fn, user};
     tkv__pindex_foreach(ctx->ix, visit_node, &w);
     return TKV_OK;
@@ -174,6 +185,8 @@ tkv_status tkv_cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *u
 
 tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tkv_token *out, size_t cap, size_t *n) {
     if (!ctx || !n || (!out && cap)) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: NULL argument");
+    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_node_tokens");
+    if (busy) return busy;
     const tkv__pnode *nd = tkv__pindex_node(ctx->ix, id);
     if (!nd) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: no node has id %u", id);
     *n = nd->n;

@@ -216,8 +216,26 @@ static void publish(tkv_context *ctx, const tkv_batch *b, uint32_t n_virtual) {
     ctx->stats.tokens_computed += b->n;
 }
 
+/* The logits row of batch index i of the last decode, or NULL. */
+static const float *logits_of(const tkv_context *ctx, size_t i) {
+    if (i >= ctx->last_n || ctx->logits_row[i] < 0) return NULL;
+    return ctx->logits + (size_t)ctx->logits_row[i] * ctx->model->hp.n_vocab;
+}
+
+static tkv_status decode(tkv_context *ctx, const tkv_batch *b);
+
 tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *b) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_decode: ctx is NULL");
+    tkv_status st = tkv__ctx_busy(ctx, "tkv_decode");
+    if (st) return st;
+    atomic_store_explicit(&ctx->busy, true, memory_order_release);
+    st = decode(ctx, b);
+    atomic_store_explicit(&ctx->busy, false, memory_order_release);
+    return st;
+}
+
+/* tkv_decode, the context marked busy. */
+static tkv_status decode(tkv_context *ctx, const tkv_batch *b) {
     ctx->n_logits_rows = 0;
     ctx->last_n = 0;
     ctx->last_logits = NULL;
@@ -295,13 +313,15 @@ tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *b) {
     publish(ctx, b, n_virtual);
     ctx->n_logits_rows = n_out;
     ctx->last_n = b->n;
-    ctx->last_logits = tkv_get_logits(ctx, b->n - 1);
+    ctx->last_logits = logits_of(ctx, b->n - 1);
     return TKV_OK;
 }
 
 const float *tkv_get_logits(const tkv_context *ctx, size_t i) {
-    if (!ctx || i >= ctx->last_n || ctx->logits_row[i] < 0) return NULL;
-    return ctx->logits + (size_t)ctx->logits_row[i] * ctx->model->hp.n_vocab;
+    if (!ctx || tkv__ctx_busy(ctx, "tkv_get_logits")) return NULL;
+    return logits_of(ctx, i);
 }
 
-const float *tkv_get_logits_last(const tkv_context *ctx) { return ctx ? ctx->last_logits : NULL; }
+const float *tkv_get_logits_last(const tkv_context *ctx) {
+    return ctx && !tkv__ctx_busy(ctx, "tkv_get_logits_last") ? ctx->last_logits : NULL;
+}

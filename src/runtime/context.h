@@ -11,8 +11,11 @@
 #include "kv/prefix_index.h"
 #include "compute/threadpool.h"
 
+#include <stdatomic.h>
+
 struct tkv_context {
     tkv__handle h; /* first: tkv_last_error(ctx) finds the context's message */
+    atomic_bool busy; /* a decode runs: every other call is refused (tkv__ctx_busy) */
     const tkv_model *model;
     tkv_context_params params;
     tkv__kvcache *kv;
@@ -38,5 +41,19 @@ struct tkv_context {
     size_t logits_cap, n_logits_rows, last_n;
     const float *last_logits; /* the last token's row of the last batch, or NULL */
 };
+
+/*
+ * TKV_ERR_BUSY, with the context left as it is, when a decode on ctx is
+ * running: the call comes from its abort callback, or from another thread
+ * (a context is used by one thread at a time). The cache's structures are
+ * half-updated during a decode; a call in between corrupted them. fn names
+ * the caller in the message (the thread's: the context's own slot belongs
+ * to the decode). TKV_OK otherwise.
+ */
+static inline tkv_status tkv__ctx_busy(const tkv_context *ctx, const char *fn) {
+    if (!atomic_load_explicit(&ctx->busy, memory_order_acquire)) return TKV_OK;
+    return tkv__fail(TKV_ERR_BUSY, "%s: the context is decoding (a call from its abort callback, or another thread)",
+                     fn);
+}
 
 #endif

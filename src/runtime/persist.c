@@ -205,6 +205,8 @@ static tkv_status header_for(const tkv_context *ctx, tkv__phdr *h) {
 
 tkv_status tkv_seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: ctx is NULL");
+    tkv_status busy = tkv__ctx_busy(ctx, "tkv_seq_save");
+    if (busy) return busy;
     if (!path) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: path is NULL"));
     tkv_status st = check_seq(ctx, seq, "tkv_seq_save");
     if (st) return ctx_fail(ctx, st);
@@ -224,6 +226,8 @@ tkv_status tkv_seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
 
 tkv_status tkv_seq_load(tkv_context *ctx, tkv_seq seq, const char *path) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: ctx is NULL");
+    tkv_status busy = tkv__ctx_busy(ctx, "tkv_seq_load");
+    if (busy) return busy;
     if (!path) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: path is NULL"));
     tkv_status st = check_seq(ctx, seq, "tkv_seq_load");
     if (st) return ctx_fail(ctx, st);
@@ -335,6 +339,8 @@ static tkv_status remove_stale(const char *dir, char (*names)[NAME_LEN + 1], uin
 
 tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: ctx is NULL");
+    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_save");
+    if (busy) return busy;
     if (!dir) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: dir is NULL"));
     tkv_status st = open_dir(dir, true);
     if (st) return ctx_fail(ctx, st);
@@ -491,6 +497,8 @@ static tkv_status list_files(const char *dir, const tkv__pexpect *e, cand **out,
 
 tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_info *info) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: ctx is NULL");
+    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_load");
+    if (busy) return busy;
     if (!dir) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: dir is NULL"));
     tkv_cache_load_info local;
     if (!info) info = &local;

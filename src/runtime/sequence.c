@@ -33,12 +33,14 @@ static void move_seq(tkv_context *ctx, tkv_seq seq, uint64_t ns, tkv__ppos at, u
 }
 
 tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq) {
-    if (!ctx || seq < 0 || (uint32_t)seq >= ctx->kv->n_seq) return 0;
+    if (!ctx || seq < 0 || (uint32_t)seq >= ctx->kv->n_seq || tkv__ctx_busy(ctx, "tkv_seq_len")) return 0;
     return (tkv_pos)ctx->kv->seq[seq].n;
 }
 
 tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, size_t cap, size_t *n) {
     if (!ctx || !n) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_tokens: NULL argument");
+    tkv_status busy = tkv__ctx_busy(ctx, "tkv_seq_tokens");
+    if (busy) return busy;
     if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
         return tkv__fail(TKV_ERR_INVALID, "tkv_seq_tokens: sequence %d is out of range", (int)seq);
     const tkv__kvseq *s = &ctx->kv->seq[seq];
@@ -50,7 +52,8 @@ tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, s
 
 tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_truncate: ctx is NULL");
-    tkv_status st = check_seq(ctx, seq, "tkv_seq_truncate");
+    tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_truncate");
+    if (!st) st = check_seq(ctx, seq, "tkv_seq_truncate");
     if (st) return st;
     if (n < 0) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_truncate: negative length %d", (int)n));
     tkv__kvseq *s = &ctx->kv->seq[seq];
@@ -65,7 +68,8 @@ tkv_status tkv_seq_clear(tkv_context *ctx, tkv_seq seq) { return tkv_seq_truncat
 
 tkv_status tkv_seq_fork(tkv_context *ctx, tkv_seq src, tkv_seq dst) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_fork: ctx is NULL");
-    tkv_status st = check_seq(ctx, src, "tkv_seq_fork");
+    tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_fork");
+    if (!st) st = check_seq(ctx, src, "tkv_seq_fork");
     if (!st) st = check_seq(ctx, dst, "tkv_seq_fork");
     if (st || src == dst) return st;
     const tkv__kvseq *s = &ctx->kv->seq[src];
@@ -127,7 +131,8 @@ tkv_status tkv_seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_
                           size_t *n_reused) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_attach: ctx is NULL");
     if (n_reused) *n_reused = 0;
-    tkv_status st = prepare(ctx, seq, tokens, n, "tkv_seq_attach");
+    tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_attach");
+    if (!st) st = prepare(ctx, seq, tokens, n, "tkv_seq_attach");
     if (st) return st;
     size_t keep = attach(ctx, seq, ns, tokens, n);
     if (n_reused) *n_reused = keep;
@@ -138,8 +143,10 @@ tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_to
                         size_t *n_reused) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_sync: ctx is NULL");
     if (n_reused) *n_reused = 0;
+    tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_sync");
+    if (st) return st;
     ctx->last_logits = NULL;
-    tkv_status st = prepare(ctx, seq, tokens, n, "tkv_seq_sync");
+    st = prepare(ctx, seq, tokens, n, "tkv_seq_sync");
     if (st) return st;
     /* the last token is decoded even when cached, so that its logits are there */
     size_t keep = attach(ctx, seq, ns, tokens, n);

@@ -297,6 +297,76 @@ static void test_abort_at_each_layer(void **state) {
     free(want);
 }
 
+/* A callback that calls back into its own context: every call must be refused with TKV_ERR_BUSY and
+   change nothing (tkv_seq_clear from here once left a sequence with shifted tokens and reused wrong K/V). */
+typedef struct reentry {
+    tkv_context *ctx;
+    const tkv_token *t;
+    int calls;
+    tkv_status got[16];
+} reentry;
+
+static bool reenter(void *user) {
+    reentry *r = user;
+    tkv_context *ctx = r->ctx;
+    if (r->calls++) return false; /* once is enough */
+    size_t n = 0, len = 0;
+    tkv_stats st;
+    tkv_token buf[64];
+    const tkv_batch one = {.n = 1, .token = r->t, .pos = (tkv_pos[]){0}, .seq = (tkv_seq[]){1}};
+    int k = 0;
+    r->got[k++] = tkv_seq_clear(ctx, 0);
+    r->got[k++] = tkv_seq_truncate(ctx, 0, 1);
+    r->got[k++] = tkv_seq_sync(ctx, 1, 0, r->t, 3, &n);
+    r->got[k++] = tkv_seq_attach(ctx, 1, 0, r->t, 3, &n);
+    r->got[k++] = tkv_seq_fork(ctx, 0, 2);
+    r->got[k++] = tkv_decode(ctx, &one);
+    r->got[k++] = tkv_cache_clear(ctx);
+    r->got[k++] = tkv_cache_pin(ctx, 0, r->t, 3, &len);
+    r->got[k++] = tkv_cache_match(ctx, 0, r->t, 3, &len);
+    r->got[k++] = tkv_cache_stats(ctx, &st);
+    r->got[k++] = tkv_cache_check(ctx);
+    r->got[k++] = tkv_seq_tokens(ctx, 0, buf, 64, &n);
+    r->got[k++] = tkv_get_logits_last(ctx) ? TKV_OK : TKV_ERR_BUSY;
+    r->got[k++] = tkv_seq_len(ctx, 0) ? TKV_OK : TKV_ERR_BUSY;
+    return false;
+}
+
+static void test_reentry_is_busy(void **state) {
+    (void)state;
+    enum { N = 12 };
+    tkv_token t[N];
+    tokens(t, N, 11);
+    float *want = oracle(t, N);
+    reentry r = {.t = t};
+    tkv_context_params p = tkv_context_default_params();
+    p.n_cells = 64;
+    p.n_seq_max = 4;
+    p.n_threads = 1;
+    p.abort_cb = reenter;
+    p.abort_user = &r;
+    p.batch_invariant = true;
+    assert_int_equal(tkv_context_create(tu_model, &p, &r.ctx), TKV_OK);
+    size_t reused;
+    assert_int_equal(tkv_seq_sync(r.ctx, 0, 0, t, N, &reused), TKV_OK);
+    assert_true(r.calls > 0);
+    for (int k = 0; k < 14; k++)
+        if (r.got[k] != TKV_ERR_BUSY) fail_msg("call %d from the abort callback: %s, expected TKV_ERR_BUSY", k,
+                                             tkv_status_str(r.got[k]));
+    assert_int_equal(tkv_cache_check(r.ctx), TKV_OK);
+    assert_int_equal(tkv_seq_len(r.ctx, 0), N);
+    tkv_token back[N];
+    size_t n;
+    assert_int_equal(tkv_seq_tokens(r.ctx, 0, back, N, &n), TKV_OK);
+    assert_memory_equal(back, t, sizeof back);
+    assert_memory_equal(tkv_get_logits_last(r.ctx), want + (N - 1) * tu_n_vocab, tu_n_vocab * sizeof(float));
+    /* outside a decode the same calls work */
+    assert_int_equal(tkv_seq_fork(r.ctx, 0, 2), TKV_OK);
+    assert_int_equal(tkv_seq_len(r.ctx, 2), N);
+    tkv_context_free(r.ctx);
+    free(want);
+}
+
 /* Fail each allocation a decode makes in turn (sequence growth, logits). */
 static void test_allocation_failures(void **state) {
     (void)state;
@@ -423,6 +493,7 @@ int main(void) {
         cmocka_unit_test(test_batched_attention),
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_abort_at_each_layer),
+        cmocka_unit_test(test_reentry_is_busy),
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_create_errors),
         cmocka_unit_test(test_f32_cache),
