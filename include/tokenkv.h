@@ -52,6 +52,13 @@
 extern "C" {
 #endif
 
+/**
+ * The library's version, as a number: major * 10000 + minor * 100 + patch.
+ * Compare it with the header's TKV_VERSION_* to catch a program built
+ * against one version and linked with another (the shared library).
+ */
+TKV_API int tkv_version(void);
+
 /* ------------------------------------------------------------------------ */
 /* Models                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -797,6 +804,21 @@ TKV_API const float *tkv_get_logits_last(const tkv_context *ctx);
  * @return the length; 0 for an empty sequence, an unknown id or a NULL ctx.
  */
 TKV_API tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq);
+
+/**
+ * The namespace a sequence's tokens are cached in: the one of its last
+ * tkv_seq_sync or tkv_seq_attach (0 for a sequence never given one). A
+ * decode-only user chooses it by attaching the empty list first:
+ * tkv_seq_attach(ctx, seq, ns, NULL, 0, NULL), then tkv_decode into seq;
+ * truncating or clearing the sequence keeps it.
+ *
+ * @param ctx  the context; not changed.
+ * @param seq  the sequence.
+ * @param ns   receives the namespace.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument, sequence out of range);
+ *         TKV_ERR_BUSY (a decode on ctx is running).
+ */
+TKV_API tkv_status tkv_seq_namespace(const tkv_context *ctx, tkv_seq seq, uint64_t *ns);
 
 /**
  * The tokens seq holds, read from the cache itself. Call it with cap 0 to

@@ -121,6 +121,8 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
 
 const tkv_model *tkv_context_model(const tkv_context *ctx) { return ctx->model; }
 
+int tkv_version(void) { return TKV_VERSION_MAJOR * 10000 + TKV_VERSION_MINOR * 100 + TKV_VERSION_PATCH; }
+
 /* ---- decode --------------------------------------------------------------- */
 
 static tkv_status check_batch(tkv_context *ctx, const tkv_batch *b) {

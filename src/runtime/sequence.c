@@ -37,6 +37,16 @@ tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq) {
     return (tkv_pos)ctx->kv->seq[seq].n;
 }
 
+tkv_status tkv_seq_namespace(const tkv_context *ctx, tkv_seq seq, uint64_t *ns) {
+    if (!ctx || !ns) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_namespace: NULL argument");
+    tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_namespace");
+    if (st) return st;
+    if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
+        return tkv__fail(TKV_ERR_INVALID, "tkv_seq_namespace: sequence %d is out of range", (int)seq);
+    *ns = ctx->kv->seq[seq].ns;
+    return TKV_OK;
+}
+
 tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, size_t cap, size_t *n) {
     if (!ctx || !n) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_tokens: NULL argument");
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_seq_tokens");

@@ -367,6 +367,36 @@ static void test_reentry_is_busy(void **state) {
     free(want);
 }
 
+/* A decode-only user picks a sequence's namespace by attaching the empty list; decodes then cache there. */
+static void test_seq_namespace(void **state) {
+    (void)state;
+    enum { N = 10 };
+    tkv_token t[N];
+    tokens(t, N, 5);
+    tkv_context *ctx = new_ctx(64, 64, 1);
+    uint64_t ns = 1;
+    assert_int_equal(tkv_seq_namespace(ctx, 3, &ns), TKV_OK);
+    assert_int_equal(ns, 0);
+    assert_int_equal(tkv_seq_attach(ctx, 3, 42, NULL, 0, NULL), TKV_OK);
+    assert_int_equal(decode_seq(ctx, 3, t, N, NULL), TKV_OK);
+    assert_int_equal(tkv_seq_namespace(ctx, 3, &ns), TKV_OK);
+    assert_int_equal(ns, 42);
+    size_t len;
+    assert_int_equal(tkv_cache_match(ctx, 42, t, N, &len), TKV_OK);
+    assert_int_equal(len, N);
+    assert_int_equal(tkv_cache_match(ctx, 0, t, N, &len), TKV_OK);
+    assert_int_equal(len, 0);
+    assert_int_equal(tkv_seq_clear(ctx, 3), TKV_OK); /* cleared, still in its namespace */
+    assert_int_equal(tkv_seq_namespace(ctx, 3, &ns), TKV_OK);
+    assert_int_equal(ns, 42);
+    assert_int_equal(tkv_seq_namespace(ctx, 99, &ns), TKV_ERR_INVALID);
+    assert_int_equal(tkv_seq_namespace(ctx, 0, NULL), TKV_ERR_INVALID);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+    tkv_context_free(ctx);
+    /* the library this test links is the header's */
+    assert_int_equal(tkv_version(), TKV_VERSION_MAJOR * 10000 + TKV_VERSION_MINOR * 100 + TKV_VERSION_PATCH);
+}
+
 /* Fail each allocation a decode makes in turn (sequence growth, logits). */
 static void test_allocation_failures(void **state) {
     (void)state;
@@ -494,6 +524,7 @@ int main(void) {
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_abort_at_each_layer),
         cmocka_unit_test(test_reentry_is_busy),
+        cmocka_unit_test(test_seq_namespace),
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_create_errors),
         cmocka_unit_test(test_f32_cache),
