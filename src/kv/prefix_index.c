@@ -258,7 +258,10 @@ size_t tkv__pindex_match(tkv__pindex *ix, uint64_t ns, const tkv_token *tokens, 
             k++;
         len += k;
         *at = (tkv__ppos){c, k};
-        if (touch) C->last_use = now, C->hits++;
+        if (touch) C->hits++;
+        /* a node matched part way keeps its last use: when the caller cuts it there, its tail was not used now
+           (the caller touches the head after the cut, tkv__pindex_touch) */
+        if (touch && k == C->n) C->last_use = now;
         if (k < C->n) break;
         cur = c;
     }

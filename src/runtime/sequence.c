@@ -132,6 +132,7 @@ static size_t attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token
     uint32_t keep = (uint32_t)(cached < n ? cached : (n ? n - 1 : 0));
     move_seq(ctx, seq, ns, tkv__pindex_ancestor(ctx->ix, at, keep), keep);
     tkv__pindex_cut(ctx->ix, tkv__pindex_seq_end(ctx->ix, seq));
+    tkv__pindex_touch(ctx->ix, tkv__pindex_seq_end(ctx->ix, seq)); /* the kept prefix was used now, not its cut tail */
     ctx->stats.lookups++;
     ctx->stats.tokens_reused += keep;
     return keep;

@@ -156,6 +156,33 @@ static void test_eviction_and_pins(void **state) {
     tkv_context_free(ctx);
 }
 
+/* Least recently used first, also across a split: a node cut where a newer list leaves it keeps its old
+   tail's last use (the tail once took the splitter's time, and an older prefix outlived a newer one). */
+static void test_lru_across_split(void **state) {
+    (void)state;
+    tkv_context *ctx = new_ctx(64, 2, NULL);
+    tkv_token px[30], q[20], py[20], r[10];
+    for (int i = 0; i < 30; i++) px[i] = 3 + i;                       /* P = px[0..10), X = px[10..30) */
+    for (int i = 0; i < 20; i++) q[i] = 100 + i, py[i] = i < 10 ? px[i] : 200 + i; /* py = P then Y */
+    for (int i = 0; i < 10; i++) r[i] = 300 + i;
+    size_t reused, len;
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, px, 30, &reused), TKV_OK); /* 1: P X */
+    assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, q, 20, &reused), TKV_OK);  /* 2: Q */
+    assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, py, 20, &reused), TKV_OK); /* 3: P Y, cutting P X after P */
+    assert_int_equal(reused, 10);
+    assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
+    check(ctx);
+    /* 60 of 64 cells used; R needs 10: X, used at 1, goes before Q, used at 2 */
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, r, 10, &reused), TKV_OK);
+    check(ctx);
+    assert_int_equal(tkv_cache_match(ctx, 0, q, 20, &len), TKV_OK), assert_int_equal(len, 20);
+    assert_int_equal(tkv_cache_match(ctx, 0, px, 30, &len), TKV_OK), assert_int_equal(len, 10);
+    assert_int_equal(tkv_cache_match(ctx, 0, py, 20, &len), TKV_OK), assert_int_equal(len, 20);
+    tkv_context_free(ctx);
+}
+
 /* A decode that must evict and then fails (abort at each layer, or an
    allocation failure) leaves cache, index and sequences as they were. */
 static void test_failure_under_pressure(void **state) {
@@ -480,7 +507,7 @@ int main(void) {
         cmocka_unit_test(test_sync_reuse_equals_fresh),   cmocka_unit_test(test_namespaces_and_forks),
         cmocka_unit_test(test_eviction_and_pins),         cmocka_unit_test(test_failure_under_pressure),
         cmocka_unit_test(test_random_operations),         cmocka_unit_test(test_batch_invariant_attach),
-        cmocka_unit_test(test_cache_walk),
+        cmocka_unit_test(test_cache_walk),                cmocka_unit_test(test_lru_across_split),
     };
     return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
 }
