@@ -21,7 +21,7 @@ static void fill(uint16_t *x, size_t n, unsigned seed) {
 static void test_simd_equals_scalar(void **state) {
     (void)state;
     const tkv__attn_ops *sc = tkv__attn_scalar(), *best = tkv__attn_get();
-    if (tkv__kernel_level_active() < TKV__KERNEL_AVX2) skip();
+    if (tkv__kernel_level_active() < TKV__KERNEL_AVX2) TU_SKIP();
     assert_ptr_not_equal(sc, best);
     static const size_t sizes[] = {1, 7, 8, 64, 65, 100, 128, 192, 256};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
@@ -56,7 +56,7 @@ static void test_simd_equals_scalar(void **state) {
 static void test_float_forms(void **state) {
     (void)state;
     const tkv__attn_ops *sc = tkv__attn_scalar(), *best = tkv__attn_get();
-    if (tkv__kernel_level_active() < TKV__KERNEL_AVX2) skip();
+    if (tkv__kernel_level_active() < TKV__KERNEL_AVX2) TU_SKIP();
     static const size_t sizes[] = {1, 7, 8, 15, 16, 17, 64, 80, 100, 128, 256};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         const size_t n = sizes[s];
@@ -85,7 +85,7 @@ static void test_float_forms(void **state) {
 static void test_sixteen_rows(void **state) {
     (void)state;
     const tkv__attn_ops *best = tkv__attn_get();
-    if (!best->scores16) skip();
+    if (!best->scores16) TU_SKIP();
     static const size_t sizes[] = {16, 32, 64, 80, 128, 256};
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         const size_t n = sizes[s];
@@ -143,5 +143,5 @@ static void test_sixteen_rows(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_simd_equals_scalar), cmocka_unit_test(test_float_forms),
                                        cmocka_unit_test(test_sixteen_rows)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
 }

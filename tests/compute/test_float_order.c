@@ -115,7 +115,7 @@ static const tkv_type float_types[] = {TKV_TYPE_F32, TKV_TYPE_F16, TKV_TYPE_BF16
 static void test_vec_dot_order(void **state) {
     (void)state;
     const tkv__kernels *k = tkv__kernel_table(TKV__KERNEL_AVX512);
-    if (!k) skip();
+    if (!k) TU_SKIP();
     const size_t lens[] = {1, 15, 16, 31, 32, 33, 63, 64, 65, 127, 172, 256, 1000, 2048, 4099};
     uint8_t *x = malloc(4 * 4099), *y = malloc(4 * 4099);
     for (size_t ti = 0; ti < 3; ti++)
@@ -134,7 +134,7 @@ static void test_vec_dot_order(void **state) {
 
 static void test_lanes_order(void **state) {
     (void)state;
-    if (tkv__kernel_force_level(TKV__KERNEL_AVX512) != 0) skip();
+    if (tkv__kernel_force_level(TKV__KERNEL_AVX512) != 0) TU_SKIP();
     enum { MAXR = 13, MAXT = 8, MAXN = 512 };
     uint8_t *w = malloc(MAXR * 4 * MAXN), *xq = malloc(MAXT * 4 * MAXN + 1);
     float y[MAXT * 16];
@@ -218,5 +218,5 @@ int main(void) {
         cmocka_unit_test_teardown(test_lanes_levels, teardown),
         cmocka_unit_test(test_rope_pairs_levels),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -112,7 +112,7 @@ static void test_shares_and_barriers(void **state) {
    futex, and must be woken by the last arrival. */
 static void test_late_thread_wakes_sleepers(void **state) {
     (void)state;
-    if (cpus_allowed() < 2) skip();
+    if (cpus_allowed() < 2) TU_SKIP();
     assert_int_equal(check_pool(2, 20, 3), 2);
 }
 
@@ -133,7 +133,7 @@ static bool reaches_width(run *r, int want) {
    back. */
 static void test_mask_shrinks_and_grows(void **state) {
     (void)state;
-    if (cpus_allowed() < 2) skip();
+    if (cpus_allowed() < 2) TU_SKIP();
     cpu_set_t old, one;
     assert_int_equal(sched_getaffinity(0, sizeof old, &old), 0);
     CPU_ZERO(&one);
@@ -180,5 +180,5 @@ int main(void) {
         cmocka_unit_test(test_mask_shrinks_and_grows),
         cmocka_unit_test(test_create_free_and_nomem),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
 }

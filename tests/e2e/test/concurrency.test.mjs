@@ -115,6 +115,11 @@ describe('16 concurrent clients', () => {
       const cache = await get(server, '/v1/cache?check=1');
       assert.equal(cache.json.check, 'ok');
       assert.deepEqual(cache.json.sequences, []);
+      // the pressure did what it is here for: at least one request was preempted (and resumed, above)
+      const metrics = (await get(server, '/metrics')).body;
+      const m = /^tokenkv_preemptions_total (\d+)/m.exec(metrics);
+      assert.ok(m, 'tokenkv_preemptions_total in /metrics');
+      assert.ok(Number(m[1]) >= 1, `preemptions: ${m[1]}`);
     });
   });
 });
