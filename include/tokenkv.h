@@ -928,8 +928,10 @@ TKV_API tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tk
 
 /**
  * Pin (keep resident) the longest cached prefix of a token list: it is not
- * evicted, even when no sequence holds it, until unpinned. Pins count: unpin
- * as many times as pinned.
+ * evicted, even when no sequence holds it, until unpinned. The pin holds
+ * exactly the prefix cached at this moment: tokens decoded later after it
+ * (by a sequence that extends it) are not pinned. Pins count: unpin as many
+ * times as pinned.
  *
  * @param ctx     the context.
  * @param ns      the namespace.
@@ -942,15 +944,15 @@ TKV_API tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tk
 TKV_API tkv_status tkv_cache_pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len);
 
 /**
- * Remove one pin set by tkv_cache_pin with the same token list (whose
- * longest cached prefix is the pinned one). Unpinning what is not pinned
- * does nothing.
+ * Remove one pin set by tkv_cache_pin with the same token list, or a longer
+ * one: the deepest pin that lies on the list's cached path, whatever more
+ * of the list was cached since. Unpinning what is not pinned does nothing.
  *
  * @param ctx     the context.
  * @param ns      the namespace.
- * @param tokens  the token list given to tkv_cache_pin.
+ * @param tokens  the token list.
  * @param n       its length.
- * @return TKV_OK; TKV_ERR_INVALID (NULL argument).
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_BUSY.
  */
 TKV_API tkv_status tkv_cache_unpin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n);
 

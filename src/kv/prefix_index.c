@@ -385,7 +385,9 @@ tkv__ppos tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const
             ix->node[c].last_use = now;
             continue;
         }
-        if (ix->node[P].parent != NONE && ix->node[P].first_child == NONE) { /* a leaf grows in place */
+        /* a leaf grows in place, unless a pin ends it: the pin covers what was cached when it was taken, not
+           what comes after */
+        if (ix->node[P].parent != NONE && ix->node[P].first_child == NONE && ix->node[P].pins == 0) {
             append(ix, P, tokens + i, cells + i, n - i);
         } else {
             uint32_t nn = node_new(ix, ns, P, ix->node[P].depth + ix->node[P].n);
@@ -431,6 +433,32 @@ tkv_status tkv__pindex_pin(tkv__pindex *ix, tkv__ppos at, int delta) {
     ix->pins[ix->n_pins++] = (pin_rec){at, (uint32_t)delta};
     add_pins(ix, at.node, delta);
     return TKV_OK;
+}
+
+/* Whether position p lies on the path from the root to `at` (p is at or before it). */
+static bool on_path(const tkv__pindex *ix, tkv__ppos p, tkv__ppos at) {
+    if (p.node == at.node) return p.off <= at.off;
+    for (uint32_t id = at.node; id != NONE; id = ix->node[id].parent)
+        if (ix->node[id].parent == p.node) return true; /* p lies in an ancestor of at's node */
+    return false;
+}
+
+tkv_status tkv__pindex_pin_at(tkv__pindex *ix, tkv__ppos at) {
+    if (at.node == NONE) return TKV_OK;
+    tkv_status st = tkv__pindex_pin_reserve(ix, 1);
+    if (st) return st;
+    return tkv__pindex_pin(ix, tkv__pindex_cut(ix, at), +1);
+}
+
+uint32_t tkv__pindex_unpin_on_path(tkv__pindex *ix, tkv__ppos at) {
+    uint32_t best = NONE, best_len = 0;
+    for (uint32_t p = 0; p < ix->n_pins; p++) {
+        const uint32_t len = tkv__pindex_len(ix, ix->pins[p].at);
+        if (on_path(ix, ix->pins[p].at, at) && (best == NONE || len > best_len)) best = p, best_len = len;
+    }
+    if (best == NONE) return 0;
+    tkv__pindex_pin(ix, ix->pins[best].at, -1); /* a decrement allocates nothing */
+    return best_len;
 }
 
 /* ---- eviction ------------------------------------------------------------- */

@@ -95,6 +95,14 @@ tkv__ppos tkv__pindex_ancestor(const tkv__pindex *ix, tkv__ppos at, uint32_t len
    path are never evicted while pinned. TKV_ERR_NOMEM: nothing changed. */
 tkv_status tkv__pindex_pin(tkv__pindex *ix, tkv__ppos at, int delta);
 
+/* Pin exactly the prefix ending at `at`: its node is cut there, and a pinned leaf never grows in place, so the
+   pin does not extend to tokens cached later. TKV_ERR_NOMEM: nothing changed. */
+tkv_status tkv__pindex_pin_at(tkv__pindex *ix, tkv__ppos at);
+
+/* Release one pin of the deepest pinned prefix on the path ending at `at` (the pin taken for a shorter list,
+   however much more of it is cached now). Returns that prefix's length, or 0 when no pin lies on the path. */
+uint32_t tkv__pindex_unpin_on_path(tkv__pindex *ix, tkv__ppos at);
+
 /*
  * Evict least recently used unreferenced, unpinned leaves until at least
  * `want` cells were freed or nothing is evictable; the freed cells go to out

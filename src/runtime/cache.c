@@ -26,8 +26,12 @@ static tkv_status pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, si
     if (busy) return busy;
     tkv__ppos at;
     size_t m = tkv__pindex_match(ctx->ix, ns, tokens, n, false, &at);
+    if (delta < 0) { /* exactly what a pin of (a prefix of) these tokens took */
+        tkv__pindex_unpin_on_path(ctx->ix, at);
+        return TKV_OK;
+    }
     if (len) *len = m;
-    tkv_status st = tkv__pindex_pin(ctx->ix, at, delta);
+    tkv_status st = tkv__pindex_pin_at(ctx->ix, at);
     return st ? ctx_fail(ctx, st) : TKV_OK;
 }
 

@@ -156,6 +156,45 @@ static void test_eviction_and_pins(void **state) {
     tkv_context_free(ctx);
 }
 
+/* A pin holds exactly the prefix cached when it was taken: decodes that extend the list later are not pinned,
+   and unpinning with the longer list releases exactly that pin (cells once stayed pinned forever). */
+static void test_pins_exact(void **state) {
+    (void)state;
+    tkv_context *ctx = new_ctx(64, 2, NULL);
+    tkv_token t[35];
+    for (int i = 0; i < 35; i++) t[i] = 3 + i;
+    size_t reused, pinned;
+    tkv_stats st;
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, t, 20, &reused), TKV_OK);
+    assert_int_equal(tkv_cache_pin(ctx, 0, t, 20, &pinned), TKV_OK);
+    assert_int_equal(pinned, 20);
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, t, 35, &reused), TKV_OK); /* the same sequence, 15 more */
+    assert_int_equal(reused, 20);
+    check(ctx);
+    tkv_cache_stats(ctx, &st);
+    assert_int_equal(st.cells_pinned, 20);
+    assert_int_equal(tkv_cache_pin(ctx, 0, t, 20, &pinned), TKV_OK); /* pins count: twice */
+    assert_int_equal(tkv_cache_unpin(ctx, 0, t, 35), TKV_OK);         /* the longer list: releases one */
+    tkv_cache_stats(ctx, &st);
+    assert_int_equal(st.cells_pinned, 20);
+    assert_int_equal(tkv_cache_unpin(ctx, 0, t, 35), TKV_OK);
+    tkv_cache_stats(ctx, &st);
+    assert_int_equal(st.cells_pinned, 0);
+    assert_int_equal(tkv_cache_unpin(ctx, 0, t, 35), TKV_OK); /* nothing left to release: no change */
+    check(ctx);
+    /* released, the 15 unpinned tokens go first when room is needed; the pinned 20 never */
+    assert_int_equal(tkv_cache_pin(ctx, 0, t, 20, &pinned), TKV_OK);
+    assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
+    tkv_token u[40];
+    for (int i = 0; i < 40; i++) u[i] = 200 + i;
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, u, 40, &reused), TKV_OK); /* 35 used + 40 > 64: t's tail goes */
+    check(ctx);
+    size_t len;
+    assert_int_equal(tkv_cache_match(ctx, 0, t, 35, &len), TKV_OK);
+    assert_int_equal(len, 20);
+    tkv_context_free(ctx);
+}
+
 /* Least recently used first, also across a split: a node cut where a newer list leaves it keeps its old
    tail's last use (the tail once took the splitter's time, and an older prefix outlived a newer one). */
 static void test_lru_across_split(void **state) {
@@ -508,6 +547,7 @@ int main(void) {
         cmocka_unit_test(test_eviction_and_pins),         cmocka_unit_test(test_failure_under_pressure),
         cmocka_unit_test(test_random_operations),         cmocka_unit_test(test_batch_invariant_attach),
         cmocka_unit_test(test_cache_walk),                cmocka_unit_test(test_lru_across_split),
+        cmocka_unit_test(test_pins_exact),
     };
     return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
 }
