@@ -1268,7 +1268,7 @@ typedef struct tkv_grammar tkv_grammar;
  *
  * Limits keep every step bounded: 512 alternative parses (stacks) at once,
  * 2048 rules nested at one point of the text, 65536 rule expansions per
- * character and 16M per sampling step. A text beyond them is treated as
+ * character and 4M per sampling step. A text beyond them is treated as
  * outside the grammar (the grammar then allows a subset of its language;
  * nothing hangs, nothing fails); ordinary grammars (JSON,
  * lists, arithmetic) stay far below them.

@@ -56,7 +56,7 @@ typedef struct tkv__gbnf {
 #define TKV__GMATCH_MAX_STACKS 512      /* stacks in one state */
 #define TKV__GMATCH_MAX_DEPTH 2048      /* positions in one stack */
 #define TKV__GMATCH_MAX_EXPAND 65536    /* rule expansions in one step */
-#define TKV__GMATCH_MAX_WALK (1u << 24) /* rule expansions in one vocabulary walk */
+#define TKV__GMATCH_MAX_WALK (1u << 22) /* rule expansions in one vocabulary walk */
 
 /*
  * Compile `len` bytes of GBNF; root names the start rule (NULL: "root").

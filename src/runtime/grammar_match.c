@@ -36,6 +36,7 @@
 #define TABLE (2 * TKV__GMATCH_MAX_STACKS) /* dedup table slots, a power of two */
 #define MAX_NEST 1024                      /* expansion recursion */
 #define MEMO 4096                          /* memo slots, a power of two */
+#define SEEN 4096                          /* slots of the expansions done in one step, a power of two */
 
 typedef struct gnode {
     uint32_t pos, depth;
@@ -71,6 +72,10 @@ struct tkv__gmatch {
     size_t work_left; /* expansions left to all steps until tkv__gmatch_limit_work is called again */
     uint32_t stamp, slot_stamp[TABLE], slot[TABLE];
     uint64_t next_id;
+    struct seen {
+        uint32_t stamp, pos;
+        const struct gnode *next;
+    } seen[SEEN];
     struct memo {
         uint64_t set; /* id; 0: empty slot */
         uint32_t cp;
@@ -160,6 +165,25 @@ static void emit(tkv__gmatch *m, arena *a, uint32_t pos, const gnode *next) {
 
 static bool at_end(const tkv__gel *e) { return e->type == TKV__GEL_END || e->type == TKV__GEL_ALT; }
 
+/*
+ * Whether (pos, next) was expanded before in this step, recording it if not.
+ * What an expansion emits depends on nothing else, so a second one adds
+ * nothing; without this, nested optional rules (")"??? ... as a rule's
+ * continuation) expand the same continuation once per path, exponentially.
+ */
+static bool seen_before(tkv__gmatch *m, uint32_t pos, const gnode *next) {
+    size_t i = (size_t)mix(next ? next->hash : 0x5EEDull, pos) & (SEEN - 1);
+    for (int probe = 0; probe < 8; probe++, i = (i + 1) & (SEEN - 1)) {
+        struct seen *e = &m->seen[i];
+        if (e->stamp != m->stamp) {
+            *e = (struct seen){m->stamp, pos, next};
+            return false;
+        }
+        if (e->pos == pos && same(e->next, next)) return true;
+    }
+    return false; /* the table is crowded here: do the work again */
+}
+
 /* Every normalized stack that matching from pos, then next, can start with. */
 static void expand(tkv__gmatch *m, arena *a, uint32_t pos, const gnode *next, int nest) {
     const tkv__gbnf *g = m->g;
@@ -171,6 +195,7 @@ static void expand(tkv__gmatch *m, arena *a, uint32_t pos, const gnode *next, in
             return;
         }
         m->budget--;
+        if (seen_before(m, pos, next)) return;
         const tkv__gel *e = &g->el[pos];
         if (at_end(e)) { /* this rule is done: pop */
             if (!next) {
@@ -203,6 +228,7 @@ static void expand(tkv__gmatch *m, arena *a, uint32_t pos, const gnode *next, in
 static void begin(tkv__gmatch *m) {
     if (++m->stamp == 0) { /* wrapped: old stamps could collide */
         memset(m->slot_stamp, 0, sizeof m->slot_stamp);
+        for (size_t i = 0; i < SEEN; i++) m->seen[i].stamp = 0;
         m->stamp = 1;
     }
     m->n_tmp = 0;

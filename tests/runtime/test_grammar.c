@@ -563,6 +563,16 @@ static void test_limits(void **state) {
     assert_true(tkv__gmatch_overflowed(m));
     tkv__gmatch_free(m);
     tkv__gbnf_free(g);
+    /* nested optionals as a recursive rule's continuation: one expansion each, not one per path */
+    char opt[400] = "root ::= \"x\" root \")\"";
+    for (int k = 0; k < 100; k++) strcat(opt, "?");
+    strcat(opt, " | \"y\"");
+    assert_int_equal(tkv__gbnf_compile(opt, strlen(opt), NULL, &g), TKV_OK);
+    assert_int_equal(tkv__gmatch_create(g, &m), TKV_OK);
+    assert_int_equal(tkv__gmatch_feed(m, "xxxxxxxxxxy))", 13, true, &ok), TKV_OK);
+    assert_true(ok && tkv__gmatch_complete(m) && !tkv__gmatch_overflowed(m));
+    tkv__gmatch_free(m);
+    tkv__gbnf_free(g);
     /* a long chain of rules, nullable one through the next: linear checks */
     enum { CHAIN = 20000 };
     char *chain = malloc(CHAIN * 32), *c = chain;
