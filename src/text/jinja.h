@@ -253,6 +253,17 @@ uint32_t tkv__utf8_decode(const char *p, size_t n, size_t *used); /* the code po
 size_t tkv__utf8_encode(uint32_t cp, char out[4]);           /* bytes written */
 bool tkv__py_isspace(uint32_t cp);                           /* Python's str.isspace of one code point */
 
+/* Case (jinja_case.c): cp mapped as Python maps it (mode 0 lower, 1 upper, 2 title) as UTF-8 in out, its length;
+ * whether cp is a cased letter. */
+size_t tkv__jcase_map(uint32_t cp, int mode, char out[16]);
+bool tkv__jcase_cased(uint32_t cp);
+/* The lower case of the capital sigma at bytes [at, after) of p, in the text [from, to): final (U+03C2) or not. */
+uint32_t tkv__jcase_sigma(const char *p, size_t from, size_t at, size_t after, size_t to);
+/* cp's case class: 1 upper (Python's isupper), 2 lower (islower), 3 title case, 0 none. */
+int tkv__jcase_class(uint32_t cp);
+/* Python's s.isupper() (upper true) or s.islower(): a cased code point, and none of the other classes. */
+bool tkv__jstr_is_case(tkv__jv s, bool upper);
+
 /* JSON in and out (jinja_json.c). */
 void tkv__jv_from_json(tkv__jctx *c, const char *json, tkv__jv *out); /* raises on malformed JSON */
 /* json.dumps(v, ensure_ascii, indent (NULL: none), separators (NULL: default), sort_keys); raises on what JSON
@@ -326,8 +337,8 @@ bool tkv__jinja_method(tkv__jctx *c, tkv__jv obj, const char *name, size_t n, tk
 /* Call a bound method / the global number id (the order of tkv__jinja_add_globals). */
 tkv__jv tkv__jinja_call_method(tkv__jctx *c, tkv__jfunc *fn, const tkv__jargs *a);
 tkv__jv tkv__jinja_call_global(tkv__jctx *c, int id, const tkv__jargs *a);
-/* Python's str methods the filters share: case (0 lower, 1 upper, 2 capitalize), strip (whitespace when chars is
- * not a string), replace (count < 0: all). */
+/* Python's str methods the filters share: case (0 lower, 1 upper, 2 capitalize, 3 title), strip (whitespace when
+ * chars is not a string), replace (count < 0: all). */
 tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, int mode);
 tkv__jv tkv__jstr_strip(tkv__jctx *c, tkv__jv s, tkv__jv chars, bool left, bool right);
 tkv__jv tkv__jstr_replace(tkv__jctx *c, tkv__jv s, tkv__jv old, tkv__jv rep, int64_t count);

@@ -42,61 +42,98 @@ static int64_t need_int(tkv__jctx *c, tkv__jv v, const char *what) {
     tkv__jraise(c, TKV_ERR_INVALID, "%s must be an integer, not %s", what, tkv__jv_type_name(v));
 }
 
-/* ---- case mapping: ASCII, Latin-1, Greek and Cyrillic, which is what chats carry ---- */
+/* ---- case mapping (the tables are in jinja_case.c) ---- */
 
-static uint32_t cp_upper(uint32_t cp) {
-    if (cp >= 'a' && cp <= 'z') return cp - 32;
-    if ((cp >= 0xe0 && cp <= 0xfe && cp != 0xf7)) return cp - 32;
-    if (cp >= 0x3b1 && cp <= 0x3c9 && cp != 0x3c2) return cp - 32;
-    if (cp >= 0x430 && cp <= 0x44f) return cp - 32;
-    if (cp >= 0x450 && cp <= 0x45f) return cp - 80;
-    return cp;
+/* Add cp mapped by mode (0 lower, 1 upper, 2 title); ASCII without the tables. */
+static void add_mapped(tkv__jctx *c, tkv__jbuf *b, uint32_t cp, int mode) {
+    char e[16];
+    if (cp < 0x80) {
+        char ch = (char)cp;
+        if (mode && ch >= 'a' && ch <= 'z') ch = (char)(ch - 32);
+        else if (!mode && ch >= 'A' && ch <= 'Z') ch = (char)(ch + 32);
+        tkv__jbuf_addc(c, b, ch);
+        return;
+    }
+    tkv__jbuf_add(c, b, e, tkv__jcase_map(cp, mode, e));
 }
 
-static uint32_t cp_lower(uint32_t cp) {
-    if (cp >= 'A' && cp <= 'Z') return cp + 32;
-    if ((cp >= 0xc0 && cp <= 0xde && cp != 0xd7)) return cp + 32;
-    if (cp >= 0x391 && cp <= 0x3a9 && cp != 0x3a2) return cp + 32;
-    if (cp >= 0x410 && cp <= 0x42f) return cp + 32;
-    if (cp >= 0x400 && cp <= 0x40f) return cp + 80;
-    return cp;
-}
-
-/* mode 0: lower, 1: upper, 2: capitalize (first upper, rest lower) */
+/*
+ * Python's str.lower (mode 0), upper (1), capitalize (2: the first code point title-cased, the rest lowered).
+ * Lowering gives a final sigma (U+03C2) for a capital sigma after a cased letter and before none, as Python's
+ * does. Bytes that are not UTF-8 stay as they are.
+ */
 static tkv__jv map_case(tkv__jctx *c, tkv__jv s, int mode) {
     tkv__jbuf b = {0};
-    size_t i = 0;
+    tkv__jbuf_add(c, &b, "", 0);
     tkv__jstep(c, (long)s.u.str.n / 16);
-    while (i < s.u.str.n) {
+    for (size_t i = 0; i < s.u.str.n;) {
         size_t used;
         uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
-        uint32_t m = mode == 1 || (mode == 2 && i == 0) ? cp_upper(cp) : cp_lower(cp);
-        if (m == cp) {
-            tkv__jbuf_add(c, &b, s.u.str.p + i, used);
+        bool stray = used == 1 && cp >= 0x80;
+        int m = mode == 1 ? 1 : mode == 2 && i == 0 ? 2 : 0;
+        if (stray) {
+            tkv__jbuf_add(c, &b, s.u.str.p + i, 1);
+        } else if (m == 0 && cp == 0x3a3) {
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), 0);
         } else {
-            char e[4];
-            tkv__jbuf_add(c, &b, e, tkv__utf8_encode(m, e));
+            add_mapped(c, &b, cp, m);
         }
         i += used;
     }
     return tkv__jbuf_value(&b);
 }
 
-tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, int mode) { return map_case(c, s, mode); }
-
-/* Jinja2's title: words start after whitespace and any of -({[< */
-static tkv__jv title(tkv__jctx *c, tkv__jv s) {
+tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, int mode) {
+    if (mode < 3) return map_case(c, s, mode);
+    /* Python's str.title: title case after an uncased code point, lower case after a cased one */
     tkv__jbuf b = {0};
-    size_t i = 0;
-    bool start = true;
-    while (i < s.u.str.n) {
+    tkv__jbuf_add(c, &b, "", 0);
+    bool prev_cased = false;
+    tkv__jstep(c, (long)s.u.str.n / 16);
+    for (size_t i = 0; i < s.u.str.n;) {
         size_t used;
         uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
-        bool sep = tkv__py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
-        uint32_t m = sep ? cp : start ? cp_upper(cp) : cp_lower(cp);
-        char e[4];
-        tkv__jbuf_add(c, &b, e, tkv__utf8_encode(m, e));
-        start = sep;
+        if (used == 1 && cp >= 0x80) tkv__jbuf_add(c, &b, s.u.str.p + i, 1);
+        else if (prev_cased && cp == 0x3a3)
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), 0);
+        else add_mapped(c, &b, cp, prev_cased ? 0 : 2);
+        prev_cased = !(used == 1 && cp >= 0x80) && tkv__jcase_cased(cp);
+        i += used;
+    }
+    return tkv__jbuf_value(&b);
+}
+
+static bool title_sep(uint32_t cp) {
+    return tkv__py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
+}
+
+/*
+ * Jinja2's title filter: item[0].upper() + item[1:].lower() for the items between runs of whitespace and
+ * -({[< (so a final sigma is judged within item[1:]).
+ */
+static tkv__jv title(tkv__jctx *c, tkv__jv s) {
+    tkv__jbuf b = {0};
+    tkv__jbuf_add(c, &b, "", 0);
+    bool start = true;
+    size_t rest = 0; /* where item[1:] of the current item begins */
+    for (size_t i = 0; i < s.u.str.n;) {
+        size_t used;
+        uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
+        bool sep = title_sep(cp);
+        if (sep || (used == 1 && cp >= 0x80)) {
+            tkv__jbuf_add(c, &b, s.u.str.p + i, used);
+        } else if (start) {
+            add_mapped(c, &b, cp, 1);
+            rest = i + used;
+        } else if (cp == 0x3a3) {
+            size_t end = i + used, u2;
+            while (end < s.u.str.n && !title_sep(tkv__utf8_decode(s.u.str.p + end, s.u.str.n - end, &u2))) end += u2;
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, rest, i, i + used, end), 0);
+        } else {
+            add_mapped(c, &b, cp, 0);
+        }
+        if (start && !sep && !(used == 1 && cp >= 0x80)) start = false;
+        else if (sep) start = true;
         i += used;
     }
     return tkv__jbuf_value(&b);
@@ -772,9 +809,8 @@ bool tkv__jinja_test(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const 
         else *out = tkv__jv_equal(v, arg);
     } else if (IS("lower") || IS("upper")) {
         tkv__jv s = tkv__jv_to_str(c, v);
-        tkv__jv m = map_case(c, s, IS("lower") ? 0 : 1), o = map_case(c, s, IS("lower") ? 1 : 0);
-        /* Python: no cased character of the other case, and at least one cased character */
-        *out = tkv__jv_equal(s, m) && !tkv__jv_equal(s, o);
+        tkv__jstep(c, (long)(s.u.str.n / 32));
+        *out = tkv__jstr_is_case(s, IS("upper"));
     } else if (IS("in")) {
         if (arg.type == TKV__JV_STR && v.type == TKV__JV_STR) {
             *out = tkv__jfind(c, arg, 0, v) != SIZE_MAX;

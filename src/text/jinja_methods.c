@@ -527,6 +527,18 @@ static tkv__jv pairs(tkv__jctx *c, tkv__jv d) {
     return l;
 }
 
+bool tkv__jstr_is_case(tkv__jv s, bool upper) {
+    bool cased = false;
+    for (size_t i = 0; i < s.u.str.n;) {
+        size_t used;
+        int k = tkv__jcase_class(tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used));
+        if (k == 3 || k == (upper ? 2 : 1)) return false;
+        if (k == (upper ? 1 : 2)) cased = true;
+        i += used;
+    }
+    return cased;
+}
+
 static bool str_class(tkv__jv s, int which) {
     /* 0 digit, 1 alpha, 2 space, 3 alnum (ASCII classes; other code points count as letters) */
     if (!s.u.str.n) return false;
@@ -567,24 +579,7 @@ tkv__jv tkv__jinja_call_method(tkv__jctx *c, tkv__jfunc *fn, const tkv__jargs *a
     case M_UPPER: BIND("unused"); return tkv__jstr_case(c, self, 1);
     case M_LOWER: BIND("unused"); return tkv__jstr_case(c, self, 0);
     case M_CAPITALIZE: BIND("unused"); return tkv__jstr_case(c, self, 2);
-    case M_TITLE: {
-        BIND("unused");
-        /* Python's str.title: a letter after a non-letter starts a word */
-        tkv__jbuf b = {0};
-        bool prev_alpha = false;
-        for (size_t i = 0; i < self.u.str.n;) {
-            size_t used;
-            uint32_t cp = tkv__utf8_decode(self.u.str.p + i, self.u.str.n - i, &used);
-            tkv__jv ch = tkv__jv_str(self.u.str.p + i, used);
-            bool alpha = str_class(ch, 1);
-            tkv__jv m = tkv__jstr_case(c, ch, prev_alpha ? 0 : 1);
-            tkv__jbuf_add(c, &b, m.u.str.p, m.u.str.n);
-            prev_alpha = alpha;
-            (void)cp;
-            i += used;
-        }
-        return tkv__jbuf_value(&b);
-    }
+    case M_TITLE: BIND("unused"); return tkv__jstr_case(c, self, 3);
     case M_FIND:
     case M_RFIND:
     case M_INDEX:
@@ -662,9 +657,8 @@ tkv__jv tkv__jinja_call_method(tkv__jctx *c, tkv__jfunc *fn, const tkv__jargs *a
     case M_ISUPPER:
     case M_ISLOWER: {
         BIND("unused");
-        tkv__jv lo = tkv__jstr_case(c, self, 0), up = tkv__jstr_case(c, self, 1);
-        bool cased = !tkv__jv_equal(lo, up);
-        return tkv__jv_bool(cased && tkv__jv_equal(self, fn->id == M_ISUPPER ? up : lo));
+        tkv__jstep(c, (long)(self.u.str.n / 32));
+        return tkv__jv_bool(tkv__jstr_is_case(self, fn->id == M_ISUPPER));
     }
     case M_REMOVEPREFIX:
     case M_REMOVESUFFIX: {

@@ -203,6 +203,10 @@ static void test_filters(void **state) {
            "{% for k, items in [{'a': 'X'}, {'a': 'x'}, {'a': 'y'}]|groupby('a') %}{{ k }}={{ items|length }} "
            "{% endfor %}",
            "assistant:1;user:1;X=2 y=1 ");
+    /* Python's Unicode case mappings: several code points (ß), title case (ǅ), the final sigma */
+    expect("{{ 'straße ǆ ﬁx'|upper }} {{ 'ǆemal'|capitalize }} {{ 'ΟΔΥΣΣΕΥΣ Α\\'Σ ΣΑ'|lower }} {{ 'ΑΒΣ'|title }} "
+           "{{ 'ǆa ﬁx'.title() }} {{ 'ͺ'.islower() }} {{ 'ǅ' is upper }}",
+           "STRASSE Ǆ FIX ǅemal οδυσσευς α'ς σα Αβς ǅa Fix True False");
     /* Markup + str escapes the str */
     expect("{{ '<'|safe + '<' }}", "<&lt;");
 }
