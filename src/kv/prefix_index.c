@@ -483,6 +483,18 @@ static uint32_t remove_leaf(tkv__pindex *ix, uint32_t id, uint32_t *out) {
     return n;
 }
 
+/* Remove the last k (0 < k < n) cells of leaf id's run, into out: the prefix it ends stays cached. */
+static uint32_t trim_leaf(tkv__pindex *ix, uint32_t id, uint32_t k, uint32_t *out) {
+    tkv__pnode *nd = &ix->node[id];
+    const uint32_t last = cell_at(ix, id, nd->n - k - 1);
+    uint32_t n = 0;
+    for (uint32_t cell = ix->next[last]; n < k; cell = ix->next[cell]) out[n++] = cell;
+    ix->next[last] = NONE;
+    nd->last_cell = last;
+    nd->n -= k;
+    return k;
+}
+
 uint32_t tkv__pindex_evict(tkv__pindex *ix, uint32_t want, uint32_t *out) {
     uint32_t freed = 0;
     while (freed < want) {
@@ -490,7 +502,10 @@ uint32_t tkv__pindex_evict(tkv__pindex *ix, uint32_t want, uint32_t *out) {
         for (uint32_t id = 0; id < ix->n_nodes; id++)
             if (evictable(&ix->node[id]) && (best == NONE || ix->node[id].last_use < ix->node[best].last_use)) best = id;
         if (best == NONE) break;
-        freed += remove_leaf(ix, best, out + freed);
+        /* token-granular: of the least recently used leaf, only the tail that is needed */
+        const uint32_t short_by = want - freed;
+        if (ix->node[best].n > short_by) freed += trim_leaf(ix, best, short_by, out + freed);
+        else freed += remove_leaf(ix, best, out + freed);
     }
     return freed;
 }

@@ -203,12 +203,17 @@ static void test_split_and_lru(void **state) {
     tkv__pindex_seq_set(ix, 2, to);
     assert_int_equal(tkv__pindex_check(ix), TKV_OK);
     assert_int_equal(tkv__pindex_len(ix, tkv__pindex_seq_end(ix, 1)), 5); /* moved into the tail node */
-    /* release b, touch a: b's tail (13..15) is the LRU evictable leaf */
+    /* release b, touch a: b's tail (13..15) is the LRU evictable leaf; one cell wanted, one goes, from its
+       end (token-granular) */
     tkv__pindex_seq_set(ix, 2, TKV__PPOS_EMPTY);
     tkv__pindex_match(ix, 7, a, 6, true, &to);
     uint32_t out[16];
-    assert_int_equal(tkv__pindex_evict(ix, 1, out), 3);
-    assert_int_equal(out[0], 13);
+    assert_int_equal(tkv__pindex_evict(ix, 1, out), 1);
+    assert_int_equal(out[0], 15);
+    assert_int_equal(tkv__pindex_check(ix), TKV_OK);
+    assert_int_equal(tkv__pindex_match(ix, 7, b, 6, false, &to), 5); /* 1 2 3 9 9 still cached */
+    assert_int_equal(tkv__pindex_evict(ix, 2, out), 2);
+    assert_int_equal(out[0], 13), assert_int_equal(out[1], 14); /* what was left of the leaf: all of it */
     assert_int_equal(tkv__pindex_evict(ix, 1, out), 0); /* a is referenced */
     tkv__pindex_seq_set(ix, 0, TKV__PPOS_EMPTY);
     tkv__pindex_seq_set(ix, 1, TKV__PPOS_EMPTY);
@@ -221,7 +226,7 @@ static void test_split_and_lru(void **state) {
     tkv__pindex_insert(ix, 7, TKV__PPOS_EMPTY, x, cx, 2, dup, &n_dup);
     tkv__pindex_insert(ix, 7, TKV__PPOS_EMPTY, y, cy, 2, dup, &n_dup);
     tkv__pindex_match(ix, 7, x, 2, true, &to); /* x is now the most recent */
-    assert_int_equal(tkv__pindex_evict(ix, 1, out), 2);
+    assert_int_equal(tkv__pindex_evict(ix, 2, out), 2);
     assert_int_equal(out[0], 30);
     tkv__pindex_free(ix);
 }

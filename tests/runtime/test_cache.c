@@ -140,7 +140,8 @@ static void test_eviction_and_pins(void **state) {
     assert_int_equal(tkv_seq_sync(ctx, 1, 0, c, 30, &reused), TKV_OK);
     check(ctx);
     assert_int_equal(tkv_cache_match(ctx, 0, a, 30, &len), TKV_OK), assert_int_equal(len, 30);
-    assert_int_equal(tkv_cache_match(ctx, 0, b, 30, &len), TKV_OK), assert_int_equal(len, 0);
+    /* token-granular: of b, the 26 tokens needed went, from its end */
+    assert_int_equal(tkv_cache_match(ctx, 0, b, 30, &len), TKV_OK), assert_int_equal(len, 4);
     tkv_stats st;
     tkv_cache_stats(ctx, &st);
     assert_true(st.evictions >= 26);
@@ -187,11 +188,21 @@ static void test_pins_exact(void **state) {
     assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
     tkv_token u[40];
     for (int i = 0; i < 40; i++) u[i] = 200 + i;
-    assert_int_equal(tkv_seq_sync(ctx, 1, 0, u, 40, &reused), TKV_OK); /* 35 used + 40 > 64: t's tail goes */
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, u, 40, &reused), TKV_OK); /* 35 used + 40: 11 of t's tail go */
     check(ctx);
     size_t len;
     assert_int_equal(tkv_cache_match(ctx, 0, t, 35, &len), TKV_OK);
+    assert_int_equal(len, 24);
+    /* more: the rest of t's unpinned tail (older), then u's end; never the pinned 20 */
+    assert_int_equal(tkv_seq_clear(ctx, 1), TKV_OK);
+    tkv_token v[30];
+    for (int i = 0; i < 30; i++) v[i] = 300 + i;
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, v, 20, &reused), TKV_OK);
+    assert_int_equal(tkv_cache_match(ctx, 0, t, 35, &len), TKV_OK);
     assert_int_equal(len, 20);
+    assert_int_equal(tkv_cache_match(ctx, 0, u, 40, &len), TKV_OK);
+    assert_int_equal(len, 24);
+    check(ctx);
     tkv_context_free(ctx);
 }
 
@@ -213,11 +224,12 @@ static void test_lru_across_split(void **state) {
     assert_int_equal(reused, 10);
     assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
     check(ctx);
-    /* 60 of 64 cells used; R needs 10: X, used at 1, goes before Q, used at 2 */
+    /* 60 of 64 cells used; R needs 10, 6 more than are free: they come from X, used at 1, not from Q, used at
+       2, and only 6 of X's 20 (token-granular) */
     assert_int_equal(tkv_seq_sync(ctx, 1, 0, r, 10, &reused), TKV_OK);
     check(ctx);
     assert_int_equal(tkv_cache_match(ctx, 0, q, 20, &len), TKV_OK), assert_int_equal(len, 20);
-    assert_int_equal(tkv_cache_match(ctx, 0, px, 30, &len), TKV_OK), assert_int_equal(len, 10);
+    assert_int_equal(tkv_cache_match(ctx, 0, px, 30, &len), TKV_OK), assert_int_equal(len, 24);
     assert_int_equal(tkv_cache_match(ctx, 0, py, 20, &len), TKV_OK), assert_int_equal(len, 20);
     tkv_context_free(ctx);
 }
