@@ -54,10 +54,34 @@ static int by_piece(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/*
+ * Order e[lo, hi) (sharing their first d bytes) by the rest of their bytes:
+ * those that end at d first, then by byte d (a counting sort into tmp, so
+ * the whole trie costs O(bytes), where qsort of 32k pieces was most of
+ * tkv_grammar_create); small ranges by insertion.
+ */
+static void order(entry *e, entry *tmp, size_t lo, size_t hi, size_t d) {
+    if (hi - lo <= 16) {
+        for (size_t i = lo + 1; i < hi; i++) {
+            const entry x = e[i];
+            size_t j = i;
+            for (; j > lo && by_piece(&e[j - 1], &x) > 0; j--) e[j] = e[j - 1];
+            e[j] = x;
+        }
+        return;
+    }
+    size_t count[257] = {0};
+    for (size_t i = lo; i < hi; i++) count[e[i].n == d ? 0 : (size_t)e[i].p[d] + 1]++;
+    for (size_t b = 1; b < 257; b++) count[b] += count[b - 1];
+    for (size_t i = hi; i-- > lo;) tmp[lo + --count[e[i].n == d ? 0 : (size_t)e[i].p[d] + 1]] = e[i];
+    memcpy(e + lo, tmp + lo, (hi - lo) * sizeof *e);
+}
+
 /* Nodes for e[lo, hi) (all sharing their first d bytes) under node `at`. */
-static void build(tkv_grammar *G, const entry *e, size_t lo, size_t hi, size_t d, size_t at, size_t *n_ended) {
+static void build(tkv_grammar *G, entry *e, entry *tmp, size_t lo, size_t hi, size_t d, size_t at, size_t *n_ended) {
+    order(e, tmp, lo, hi, d);
     G->t[at].first = (uint32_t)*n_ended;
-    while (lo < hi && e[lo].n == d) G->ended[(*n_ended)++] = e[lo++].id; /* shorter pieces sort first */
+    while (lo < hi && e[lo].n == d) G->ended[(*n_ended)++] = e[lo++].id; /* those that end here come first */
     G->t[at].n_ended = (uint32_t)(*n_ended - G->t[at].first);
     while (lo < hi) {
         const uint8_t b = e[lo].p[d];
@@ -65,7 +89,7 @@ static void build(tkv_grammar *G, const entry *e, size_t lo, size_t hi, size_t d
         while (j < hi && e[j].p[d] == b) j++;
         const size_t c = G->n_t++;
         G->t[c].byte = b;
-        build(G, e, lo, j, d + 1, c, n_ended);
+        build(G, e, tmp, lo, j, d + 1, c, n_ended);
         lo = j;
     }
     G->t[at].end = (uint32_t)G->n_t;
@@ -102,9 +126,9 @@ tkv_status tkv__grammar_create_vocab(const char *gbnf, size_t len, const char *r
     G->eog = tkv__malloc(n_vocab);
     G->t = tkv__malloc((total + 1) * sizeof *G->t); /* at most one node per byte, and the root */
     G->ended = tkv__malloc((n_text ? n_text : 1) * sizeof *G->ended);
-    entry *e = tkv__malloc((n_text ? n_text : 1) * sizeof *e);
-    if (!G->bytes || !G->off || !G->eog || !G->t || !G->ended || !e) {
-        tkv__free(e);
+    entry *e = tkv__malloc((n_text ? n_text : 1) * sizeof *e), *tmp = tkv__malloc((n_text ? n_text : 1) * sizeof *e);
+    if (!G->bytes || !G->off || !G->eog || !G->t || !G->ended || !e || !tmp) {
+        tkv__free(e), tkv__free(tmp);
         tkv_grammar_free(G);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for the grammar's vocabulary trie");
     }
@@ -117,12 +141,11 @@ tkv_status tkv__grammar_create_vocab(const char *gbnf, size_t len, const char *r
         at += lens[i];
     }
     G->off[n_vocab] = at;
-    qsort(e, k, sizeof *e, by_piece);
     size_t n_ended = 0;
     G->n_t = 1;
     G->t[0].byte = 0;
-    build(G, e, 0, k, 0, 0, &n_ended);
-    tkv__free(e);
+    build(G, e, tmp, 0, k, 0, 0, &n_ended);
+    tkv__free(e), tkv__free(tmp);
     *out = G;
     return TKV_OK;
 }
