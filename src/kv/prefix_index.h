@@ -104,9 +104,11 @@ tkv_status tkv__pindex_pin_at(tkv__pindex *ix, tkv__ppos at);
 uint32_t tkv__pindex_unpin_on_path(tkv__pindex *ix, tkv__ppos at);
 
 /*
- * Evict least recently used unreferenced, unpinned leaves until at least
- * `want` cells were freed or nothing is evictable; the freed cells go to out
- * (room for n_cells). Returns how many.
+ * Free `want` cells, or as many as are evictable: from the least recently
+ * used unreferenced, unpinned leaf first, and of it only the tail that is
+ * still needed (token-granular: the prefix it ends stays cached); whole
+ * leaves when more is needed. The freed cells go to out (room for n_cells).
+ * Returns how many.
  */
 uint32_t tkv__pindex_evict(tkv__pindex *ix, uint32_t want, uint32_t *out);
 
