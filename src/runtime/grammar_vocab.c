@@ -2,11 +2,12 @@
  * grammar_vocab.c — tkv_grammar: a compiled grammar over a vocabulary.
  *
  * Which tokens may come next is a walk of a byte trie of the tokens' pieces
- * (built once per grammar, ~10 ms for 32k tokens: see bench_grammar), depth
- * first, carrying the stack set and the partial UTF-8 character: a subtree
- * is pruned as soon as its prefix leaves the grammar, so a step costs one
- * stack-set advance per trie node whose prefix is still possible, not one
- * per token and byte.
+ * (built once per grammar, a few ms for 32k tokens: see bench_grammar),
+ * depth first, carrying the stack set and the partial UTF-8 character: a
+ * subtree is pruned as soon as its prefix leaves the grammar, so a step
+ * costs one stack-set advance per trie node whose prefix is still possible,
+ * not one per token and byte (and inside a JSON string, where almost every
+ * token is possible, the matcher's memo makes most of those a look-up).
  *
  * A token's text is its piece alone (tkv_token_to_piece without
  * TKV_DETOKENIZE_SPECIAL: SentencePiece's "▁" is a space, <0xNN> is its
