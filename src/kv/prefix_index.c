@@ -407,6 +407,9 @@ tkv__ppos tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const
 tkv__ppos tkv__pindex_seq_end(const tkv__pindex *ix, tkv_seq seq) { return ix->seq[seq]; }
 
 void tkv__pindex_seq_set(tkv__pindex *ix, tkv_seq seq, tkv__ppos at) {
+    /* a sequence holds exactly its tokens: ending inside a node, it would hold the node's tail too, and keep
+       another request's tokens appended there from eviction */
+    at = tkv__pindex_cut(ix, at);
     add_refs(ix, at.node, +1); /* first: the old path may share nodes with the new */
     add_refs(ix, ix->seq[seq].node, -1);
     ix->seq[seq] = at;

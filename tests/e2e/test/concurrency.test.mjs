@@ -1,7 +1,7 @@
 // 16 clients at once against --parallel 4: every answer is the answer the
 // same request gets alone, and the same again with the prefix cache off.
 import assert from 'node:assert/strict';
-import { MODEL_ID, get, startServer, stopAndCheck, tail, tokenize } from '../lib/server.mjs';
+import { MODEL_ID, get, post, startServer, stopAndCheck, tail, tokenize } from '../lib/server.mjs';
 import { describe, it } from 'node:test';
 
 // A long shared beginning (a "system prompt" or a document) for half the
@@ -120,6 +120,23 @@ describe('16 concurrent clients', () => {
       const m = /^tokenkv_preemptions_total (\d+)/m.exec(metrics);
       assert.ok(m, 'tokenkv_preemptions_total in /metrics');
       assert.ok(Number(m[1]) >= 1, `preemptions: ${m[1]}`);
+    });
+  });
+  it('a small cache answers two requests released together that fit one at a time (no spurious 503)', async () => {
+    // --ctx 64 --parallel 2: two ~40-token prompts cannot run together, but each fits alone, so neither may be
+    // refused as "cache full" (a waiting request's reference to a shared node once kept the other's tokens)
+    const a = 'Lily went to the park with her mom. She saw a big tree and a small bird. The bird sang a song and Lily '
+      + 'was happy.';
+    const b = 'Tom had a red ball. He threw it to his dog Max, and Max ran fast to get it. Then they went home to eat '
+      + 'lunch.';
+    await withServer(['--parallel', '2', '--ctx', '64'], async (server) => {
+      for (let round = 0; round < 10; round++) {
+        const rs = await Promise.all([a, b].map((prompt) => post(server, '/v1/completions',
+          { prompt: `${prompt} ${round}`, max_tokens: 8, temperature: 0 })));
+        rs.forEach((r, i) => assert.equal(r.status, 200, `round ${round}, request ${i}: ${r.body}`));
+      }
+      const cache = await get(server, '/v1/cache?check=1');
+      assert.equal(cache.json.check, 'ok');
     });
   });
 });
