@@ -53,9 +53,11 @@ extern "C" {
 #endif
 
 /**
- * The library's version, as a number: major * 10000 + minor * 100 + patch.
- * Compare it with the header's TKV_VERSION_* to catch a program built
- * against one version and linked with another (the shared library).
+ * The library's version. Compare it with the header's TKV_VERSION_* to
+ * catch a program built against one version and linked with another (the
+ * shared library).
+ *
+ * @return major * 10000 + minor * 100 + patch of the library itself.
  */
 TKV_API int tkv_version(void);
 
@@ -588,12 +590,15 @@ TKV_API bool tkv_tokenizer_adds_bos(const tkv_model *model);
  * names its line.
  */
 
+/** A parsed chat template (opaque): rendered any number of times, by any number of threads at once. */
 typedef struct tkv_chat_template tkv_chat_template;
 
 /**
  * Parse a template.
  *
- * @param src  the template text (len bytes; need not be NUL-terminated).
+ * @param src  the template text (len bytes; need not be NUL-terminated);
+ *             only read during the call.
+ * @param len  its length in bytes.
  * @param out  receives the template (free with tkv_chat_template_free); NULL
  *             on failure.
  * @return TKV_OK; TKV_ERR_FORMAT for a syntax error (tkv_last_error(NULL):
@@ -605,8 +610,13 @@ TKV_API tkv_status tkv_chat_template_parse(const char *src, size_t len, tkv_chat
 /**
  * Parse the model's own template (`tokenizer.chat_template`).
  *
- * @return as tkv_chat_template_parse; TKV_ERR_UNSUPPORTED when the model
- *         has none (a string key), *out NULL.
+ * @param model  the model (vocab_only loads work); the template copies what
+ *               it needs, so it may outlive the model.
+ * @param out    receives the template (free with tkv_chat_template_free);
+ *               NULL on failure.
+ * @return TKV_OK; TKV_ERR_UNSUPPORTED when the model has no template (a
+ *         string key); TKV_ERR_FORMAT for a syntax error in it;
+ *         TKV_ERR_INVALID (NULL argument); TKV_ERR_NOMEM.
  */
 TKV_API tkv_status tkv_chat_template_from_model(const tkv_model *model, tkv_chat_template **out);
 
@@ -632,10 +642,16 @@ TKV_API tkv_status tkv_chat_template_from_model(const tkv_model *model, tkv_chat
 TKV_API tkv_status tkv_chat_template_render(const tkv_chat_template *t, const char *vars, const char *now, char **out,
                                             size_t *out_len);
 
-/** Free a template; NULL is a no-op. */
+/**
+ * Free a template.
+ * @param t  the template; NULL is a no-op.
+ */
 TKV_API void tkv_chat_template_free(tkv_chat_template *t);
 
-/** Free memory the library gave to the caller (rendered text); NULL is a no-op. */
+/**
+ * Free memory the library gave to the caller (rendered text).
+ * @param p  what tkv_chat_template_render returned; NULL is a no-op.
+ */
 TKV_API void tkv_free(void *p);
 
 /* ------------------------------------------------------------------------ */
