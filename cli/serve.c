@@ -24,7 +24,8 @@ static const char *const serve_help =
     "usage: tokenkv serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [-np N] [-c CELLS] [-b N]\n"
     "                     [-t THREADS] [--api-key KEY | --api-key-file FILE] [--admin-key KEY]\n"
     "                     [--metrics-public] [--cors-origin ORIGIN] [-a ALIAS] [--max-body BYTES]\n"
-    "                     [--max-tokens N] [--max-queue N] [--chat-template FILE|NAME] [--no-prefix-cache]\n"
+    "                     [--max-tokens N] [--max-queue N] [--chat-template FILE|NAME] [--grammar-file FILE]\n"
+    "                     [--no-prefix-cache]\n"
     "                     [--cache-dir DIR [--cache-dir-max BYTES] [--save-interval S]]\n"
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
@@ -55,6 +56,8 @@ static const char *const serve_help =
     "  --chat-template FILE|NAME  a Jinja template file, or a built-in family: chatml, llama2,\n"
     "                             llama3, mistral, zephyr, phi3 or plain (default: the model's\n"
     "                             tokenizer.chat_template, rendered as transformers does) [TOKENKV_CHAT_TEMPLATE]\n"
+    "  --grammar-file FILE        a GBNF grammar every request without its own `grammar` follows\n"
+    "                                                                                   [TOKENKV_GRAMMAR_FILE]\n"
     "  --no-prefix-cache          reuse nothing (for measurement)               [TOKENKV_NO_PREFIX_CACHE=1]\n"
     "  --cache-dir DIR            load cached prefixes from DIR at start; save them there\n"
     "                             every --save-interval seconds and at shutdown         [TOKENKV_CACHE_DIR]\n"
@@ -95,6 +98,7 @@ static const option options[] = {
     {{"--max-tokens"}, "TOKENKV_MAX_TOKENS", INT(max_tokens, 1, 1 << 24)},
     {{"--max-queue"}, "TOKENKV_MAX_QUEUE", INT(max_queue, 1, 1 << 20)},
     {{"--chat-template"}, "TOKENKV_CHAT_TEMPLATE", O_STR, OFF(chat_template), 0, 0, 0},
+    {{"--grammar-file"}, "TOKENKV_GRAMMAR_FILE", O_STR, OFF(grammar_file), 0, 0, 0},
     {{"--no-prefix-cache"}, "TOKENKV_NO_PREFIX_CACHE", O_FLAG, OFF(no_prefix_cache), 0, 0, 0},
     {{"--cache-dir"}, "TOKENKV_CACHE_DIR", O_STR, OFF(cache_dir), 0, 0, 0},
     {{"--cache-dir-max"}, "TOKENKV_CACHE_DIR_MAX", INT(cache_dir_max, 0, 1ll << 50)},

@@ -471,6 +471,21 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
         }
         r->ns = srv_api_namespace(a, json_string_value(salt), json_string_length(salt));
     }
+    /* a GBNF grammar (llama.cpp's field), compiled here, once, for this request */
+    const json_t *g = json_object_get(body, "grammar");
+    if (g && !json_is_null(g)) {
+        if (!json_is_string(g)) {
+            srv_err_set(e, 400, "grammar", "invalid_type", "'grammar' must be a string (GBNF)");
+            return false;
+        }
+        if (tkv_grammar_create(a->model, json_string_value(g), json_string_length(g), NULL, &r->own_grammar)) {
+            srv_err_set(e, 400, "grammar", "invalid_value", "'grammar': %s", tkv_last_error(NULL));
+            return false;
+        }
+        r->grammar = r->own_grammar;
+    } else {
+        r->grammar = a->grammar;
+    }
     const json_t *model = json_object_get(body, "model");
     if (model && !json_is_string(model) && !json_is_null(model)) {
         srv_err_set(e, 400, "model", "invalid_type", "'model' must be a string");

@@ -21,6 +21,7 @@ typedef struct srv_api {
     srv_chat_kind chat;       /* or else this hand-written family */
     bool think;               /* the template has think markers: reasoning is returned apart */
     const uint8_t *ns_secret; /* the key of namespace ids (SRV_NS_SECRET_BYTES), this server's own */
+    const tkv_grammar *grammar; /* --grammar-file: constrains requests that give no grammar; or NULL */
 } srv_api;
 
 /* An error for the client: HTTP status and the OpenAI error object. */

@@ -223,6 +223,7 @@ static tkv_status new_run(srv_sched *s, srv_req *r) {
     memcpy(run->toks, r->prompt, r->n_prompt * sizeof *r->prompt);
     run->n_toks = r->n_prompt;
     tkv_status st = tkv_sampler_create(&r->sp, s->n_vocab, &run->smp);
+    if (!st && r->grammar) st = tkv_sampler_set_grammar(run->smp, r->grammar); /* it survives preemption with run */
     /* the text continues the prompt: keep the space before its first word */
     if (!st) st = tkv_detok_create(s->model, TKV_DETOKENIZE_CONTINUE, &run->dt);
     return st;

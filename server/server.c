@@ -51,6 +51,23 @@ static void model_id(const char *path, const char *alias, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)n, base);
 }
 
+/* --grammar-file: the grammar every request without its own is held to; NULL with a message on stderr. */
+static tkv_grammar *grammar_file(const char *path, const tkv_model *m) {
+    FILE *f = fopen(path, "rb");
+    char *src = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (src = malloc((size_t)n + 1)) && fread(src, 1, (size_t)n, f) != (size_t)n)
+        n = -1;
+    if (f) fclose(f);
+    tkv_grammar *g = NULL;
+    if (!src || n < 0) fprintf(stderr, "tokenkv serve: --grammar-file %s: cannot read it\n", path);
+    else if (tkv_grammar_create(m, src, (size_t)n, NULL, &g) != TKV_OK)
+        fprintf(stderr, "tokenkv serve: --grammar-file %s: %s\n", path, tkv_last_error(NULL));
+    free(src);
+    return g;
+}
+
 /* A Jinja template from a file (*think: it has think markers), or NULL with a message on stderr. */
 static tkv_chat_template *template_file(const char *path, bool *think) {
     FILE *f = fopen(path, "rb");
@@ -268,10 +285,13 @@ int srv_main(const srv_opts *o) {
     /* a request's positions: the cache and the model's trained context bound them */
     S.api.n_ctx = hp.n_ctx_train && hp.n_ctx_train < o->cells ? hp.n_ctx_train : o->cells;
     const char *chat_what = "";
-    if (!pick_template(o, model, &S.api, &chat_what)) {
+    tkv_grammar *grammar = o->grammar_file ? grammar_file(o->grammar_file, model) : NULL;
+    if ((o->grammar_file && !grammar) || !pick_template(o, model, &S.api, &chat_what)) {
+        tkv_grammar_free(grammar);
         tkv_model_free(model);
         return 2;
     }
+    S.api.grammar = grammar;
 
     tkv_context_params cp = tkv_context_default_params();
     cp.n_cells = o->cells;
@@ -292,6 +312,7 @@ int srv_main(const srv_opts *o) {
     if (tkv_context_create(model, &cp, &ctx) != TKV_OK) {
         fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
         tkv_chat_template_free(S.api.jinja);
+        tkv_grammar_free(grammar);
         tkv_model_free(model);
         return 1;
     }
@@ -342,6 +363,7 @@ out:
     srv_metrics_free(S.metrics);
     tkv_context_free(ctx);
     tkv_chat_template_free(S.api.jinja);
+    tkv_grammar_free(grammar);
     tkv_model_free(model);
     if (lock_fd >= 0) close(lock_fd); /* the directory is free for another server */
     return rc;

@@ -33,6 +33,7 @@ typedef struct srv_opts {
     size_t max_queue;          /* waiting requests before 429 */
     bool no_prefix_cache;
     const char *chat_template; /* a family name overriding the model's, or NULL */
+    const char *grammar_file;  /* a GBNF grammar for requests that give none, or NULL */
     const char *cache_dir;     /* load the cache from here at start, save it here; NULL: none */
     uint64_t cache_dir_max;    /* bytes of cache files at most; 0: no limit */
     int save_interval;         /* seconds between saves; 0: only at shutdown */
