@@ -1343,6 +1343,37 @@ TKV_API void tkv_grammar_free(tkv_grammar *g);
  */
 TKV_API tkv_status tkv_sampler_set_grammar(tkv_sampler *s, const tkv_grammar *g);
 
+/**
+ * A JSON Schema as a GBNF grammar (for tkv_grammar_create) whose sentences
+ * are JSON texts that validate against the schema: what structured output
+ * (`response_format: json_schema`) constrains generation with.
+ *
+ * Enforced: type (one, or an array of types), properties (in the schema's
+ * order, each key at most once) with required (optional properties may be
+ * left out), additionalProperties (no extra keys are generated), items,
+ * prefixItems, minItems, maxItems, enum, const, anyOf, oneOf (as anyOf),
+ * allOf (of object parts), $ref to #, #/$defs/... and #/definitions/...
+ * (recursion included), string minLength/maxLength (code points), format
+ * date, time, date-time and uuid, and integer minimum/maximum/exclusive
+ * bounds exactly (negative and large ones too); number bounds when they
+ * are integers. Annotations (title, description, default, examples,
+ * $schema, $comment...) are ignored. Whitespace between tokens is at most
+ * one space. Where the schema leaves a value free ({}, true, an object
+ * without properties), the grammar allows a bounded subset of JSON (depth 3,
+ * 16 items, strings of at most 48 code points, at most one free key, so no
+ * key twice), so that a sentence always ends.
+ *
+ * @param schema  the schema's JSON text (len bytes); only read.
+ * @param len     its length.
+ * @param gbnf    receives the grammar, NUL-terminated (free with tkv_free).
+ * @return TKV_OK; TKV_ERR_UNSUPPORTED naming a keyword that is not
+ *         enforced (pattern, uniqueItems, a fractional number bound, a
+ *         format other than the above...): never silently ignored;
+ *         TKV_ERR_INVALID for invalid JSON or an invalid schema (a $ref to
+ *         nothing, bounds that leave no value); TKV_ERR_NOMEM.
+ */
+TKV_API tkv_status tkv_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
+
 #ifdef __cplusplus
 }
 #endif

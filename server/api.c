@@ -388,6 +388,92 @@ static bool parse_stop(const json_t *body, srv_req *r, srv_err *e) {
     return true;
 }
 
+/* The GBNF of response_format (json_object, json_schema), malloc'd; NULL with *none (type "text", or no field)
+   or with *e set. */
+static char *response_format_gbnf(const json_t *body, bool *none, srv_err *e) {
+    const json_t *rf = json_object_get(body, "response_format");
+    *none = !rf || json_is_null(rf);
+    if (*none) return NULL;
+    const json_t *type = json_object_get(rf, "type");
+    if (!json_is_object(rf) || !json_is_string(type)) {
+        srv_err_set(e, 400, "response_format", "invalid_type", "'response_format' must be an object with a string 'type'");
+        return NULL;
+    }
+    const char *t = json_string_value(type), *schema_text = NULL;
+    char *owned = NULL, *gbnf = NULL;
+    if (!strcmp(t, "text")) {
+        *none = true;
+        return NULL;
+    } else if (!strcmp(t, "json_object")) {
+        schema_text = "{\"type\": \"object\"}";
+    } else if (!strcmp(t, "json_schema")) {
+        const json_t *js = json_object_get(rf, "json_schema"), *schema = json_object_get(js, "schema");
+        if (!json_is_object(js) || !schema) {
+            srv_err_set(e, 400, "response_format", "missing_required_parameter",
+                        "'response_format.json_schema.schema' is required for type json_schema");
+            return NULL;
+        }
+        if (!(owned = json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY))) {
+            srv_err_set(e, 500, NULL, NULL, "out of memory");
+            return NULL;
+        }
+        schema_text = owned;
+    } else {
+        srv_err_set(e, 400, "response_format", "invalid_value",
+                    "'response_format.type' must be text, json_object or json_schema (got '%s')", t);
+        return NULL;
+    }
+    tkv_status st = tkv_json_schema_to_gbnf(schema_text, strlen(schema_text), &gbnf);
+    free(owned);
+    if (st) {
+        srv_err_set(e, st == TKV_ERR_NOMEM ? 500 : 400, "response_format", "invalid_value", "'response_format': %s",
+                    tkv_last_error(NULL));
+        return NULL;
+    }
+    char *copy = strdup(gbnf);
+    tkv_free(gbnf);
+    if (!copy) srv_err_set(e, 500, NULL, NULL, "out of memory");
+    return copy;
+}
+
+/*
+ * The grammar a request's output follows: `grammar` (GBNF, llama.cpp's
+ * field) or `response_format` (JSON, OpenAI's), compiled here, once, for
+ * this request; else the server's --grammar-file, if any. Both fields at
+ * once are refused.
+ */
+static bool parse_grammar(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+    const json_t *g = json_object_get(body, "grammar");
+    bool no_format;
+    char *from_format = response_format_gbnf(body, &no_format, e);
+    if (!from_format && !no_format) return false;
+    const bool has_g = g && !json_is_null(g);
+    if (has_g && from_format) {
+        free(from_format);
+        srv_err_set(e, 400, "grammar", "invalid_value", "give 'grammar' or 'response_format', not both");
+        return false;
+    }
+    if (has_g && !json_is_string(g)) {
+        srv_err_set(e, 400, "grammar", "invalid_type", "'grammar' must be a string (GBNF)");
+        return false;
+    }
+    if (!has_g && !from_format) {
+        r->grammar = a->grammar;
+        return true;
+    }
+    const char *text = has_g ? json_string_value(g) : from_format;
+    const size_t len = has_g ? json_string_length(g) : strlen(from_format);
+    const tkv_status st = tkv_grammar_create(a->model, text, len, NULL, &r->own_grammar);
+    free(from_format);
+    if (st) {
+        srv_err_set(e, st == TKV_ERR_NOMEM ? 500 : 400, has_g ? "grammar" : "response_format", "invalid_value",
+                    "'%s': %s", has_g ? "grammar" : "response_format", tkv_last_error(NULL));
+        return false;
+    }
+    r->grammar = r->own_grammar;
+    return true;
+}
+
 static void make_id(srv_req *r, const char *prefix) {
     static unsigned long long counter; /* ids only need to differ */
     unsigned long long c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
@@ -471,21 +557,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
         }
         r->ns = srv_api_namespace(a, json_string_value(salt), json_string_length(salt));
     }
-    /* a GBNF grammar (llama.cpp's field), compiled here, once, for this request */
-    const json_t *g = json_object_get(body, "grammar");
-    if (g && !json_is_null(g)) {
-        if (!json_is_string(g)) {
-            srv_err_set(e, 400, "grammar", "invalid_type", "'grammar' must be a string (GBNF)");
-            return false;
-        }
-        if (tkv_grammar_create(a->model, json_string_value(g), json_string_length(g), NULL, &r->own_grammar)) {
-            srv_err_set(e, 400, "grammar", "invalid_value", "'grammar': %s", tkv_last_error(NULL));
-            return false;
-        }
-        r->grammar = r->own_grammar;
-    } else {
-        r->grammar = a->grammar;
-    }
+    if (!parse_grammar(a, body, r, e)) return false;
     const json_t *model = json_object_get(body, "model");
     if (model && !json_is_string(model) && !json_is_null(model)) {
         srv_err_set(e, 400, "model", "invalid_type", "'model' must be a string");
