@@ -254,14 +254,19 @@ static bool int_bound(conv *c, json_t *s, const char *key, bool integer, long lo
     const json_t *v = json_object_get(s, key);
     *has = v != NULL;
     if (!v) return true;
-    if (json_is_integer(v)) {
-        *out = json_integer_value(v);
-        return true;
-    }
-    const double d = json_number_value(v);
     if (!json_is_number(v)) {
         fail(c, TKV_ERR_INVALID, "'%s' must be a number", key);
         return false;
+    }
+    const double d = json_number_value(v);
+    /* integers have at most 18 digits here: a bound beyond is not enforced (and would overflow) */
+    if (!(d > -1e17 && d < 1e17)) {
+        fail(c, TKV_ERR_UNSUPPORTED, "'%s': a bound beyond 10^17 in magnitude (%g) is not enforced", key, d);
+        return false;
+    }
+    if (json_is_integer(v)) {
+        *out = json_integer_value(v);
+        return true;
     }
     if (d == (double)(long long)d) {
         *out = (long long)d;
@@ -454,8 +459,11 @@ static void gen_object(conv *c, json_t *s, sbuf *b) {
         kv[i] = new_rule(c);
         req[i] = is_required(required, key);
         sbuf body = {0};
-        char *quoted = json_dumps(json_string(key), JSON_ENCODE_ANY);
-        if (quoted) sb_literal(&body, quoted, strlen(quoted));
+        json_t *k = json_string(key);
+        char *quoted = k ? json_dumps(k, JSON_ENCODE_ANY) : NULL;
+        json_decref(k);
+        if (!quoted) fail(c, TKV_ERR_NOMEM, "out of memory");
+        else sb_literal(&body, quoted, strlen(quoted));
         free(quoted);
         sb_fmt(&body, " ws \":\" ws r%d", value);
         put_rule(c, kv[i], &body);
