@@ -1275,12 +1275,14 @@ typedef struct tkv_grammar tkv_grammar;
  *
  * The dialect is llama.cpp's (its grammars/README.md): `name ::= ...` rules
  * ended by a newline (except inside parentheses, after `::=` and after
- * `|`), `|` alternatives, "literals" with the escapes `\n` `\t` `\r` `\\`
- * `\"` `\[` `\]` `\xHH` `\uHHHH` `\UHHHHHHHH`, classes [a-z_] and [^...], `.`
- * (any character), ( groups ), `*` `+` `?` `{m}` `{m,}` `{m,n}` (m, n <=
- * 2000), `#` comments.
+ * `|`), `|` alternatives, quoted literals with the usual backslash escapes
+ * (n, t, r, backslash, quote, brackets, xHH, uHHHH, UHHHHHHHH), classes
+ * such as [a-z_] and [^...], `.` (any character), parenthesized groups,
+ * `*` `+` `?` `{m}` `{m,}` `{m,n}` (m, n at most 2000), and comments from
+ * `#` to the end of the line.
  * It matches the Unicode code points of the UTF-8 text; a token may end
- * inside a character. Token references (<...>) are not supported.
+ * inside a character. Token references (in angle brackets) are not
+ * supported.
  *
  * Limits keep every step bounded: 512 alternative parses (stacks) at once,
  * 2048 rules nested at one point of the text, 65536 rule expansions per
