@@ -1252,7 +1252,8 @@ TKV_API void tkv_sampler_free(tkv_sampler *s);
  * @param s       the sampler.
  * @param logits  n_vocab floats (tkv_get_logits_last); only read.
  * @return the chosen token id, 0 .. n_vocab - 1. Never fails for finite
- *         logits.
+ *         logits; -1 (nothing recorded) for a NULL sampler or NULL logits,
+ *         which is what tkv_get_logits* give after a failed decode.
  */
 TKV_API tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits);
 

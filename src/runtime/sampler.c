@@ -258,6 +258,7 @@ static tkv_token choose_in_grammar(tkv_sampler *s, const float *logits) {
 }
 
 tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits) {
+    if (!s || !logits) return -1; /* NULL logits: what tkv_get_logits* give after a failed decode */
     const tkv_token chosen = s->g ? choose_in_grammar(s, logits) : choose(s, logits, NULL);
     tkv_sampler_accept(s, chosen);
     return chosen;

@@ -32,6 +32,10 @@ static void test_greedy(void **state) {
     /* top_k 1 is greedy at any temperature */
     s = make(5.0f, 1, 1.0f, 0.0f, 1.0f, 2, 6);
     for (int i = 0; i < 10; i++) assert_int_equal(tkv_sampler_sample(s, l), 1);
+    /* NULL logits (a failed decode's) and a NULL sampler: -1, not a crash */
+    assert_int_equal(tkv_sampler_sample(s, NULL), -1);
+    assert_int_equal(tkv_sampler_sample(NULL, l), -1);
+    assert_int_equal(tkv_sampler_sample(s, l), 1);
     tkv_sampler_free(s);
     tkv_sampler_free(NULL);
 }
