@@ -24,7 +24,7 @@
 #include <time.h>
 
 static const char *const bench_help =
-    "usage: tokenkv bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [--json]\n"
+    "usage: tokenkv bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [--json] [--batch-invariant]\n"
     "\n"
     "Measure prompt processing (one batch of -p random tokens) and token generation\n"
     "(-n random tokens one at a time) in tokens per second: mean and standard\n"
@@ -38,6 +38,8 @@ static const char *const bench_help =
     "                          within its cgroup quota)\n"
     "  -r, --repetitions N     measured runs per test (default 3)\n"
     "  --json                  one JSON object per test per line\n"
+    "  --batch-invariant       a context whose outputs do not depend on batching (what\n"
+    "                          tokenkv serve runs), to measure what that costs\n"
     "  -h, --help              show this help\n";
 
 static double now(void) {
@@ -235,7 +237,7 @@ static bool print_json(const model_facts *f, int threads, int reps, const result
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     long n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
-    bool json = false;
+    bool json = false, invariant = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -244,6 +246,10 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--json")) {
             json = true;
+            continue;
+        }
+        if (!strcmp(a, "--batch-invariant")) {
+            invariant = true;
             continue;
         }
         if (!v) {
@@ -289,6 +295,7 @@ int cmd_bench(int argc, char **argv) {
     tkv_context_params cp = tkv_context_default_params();
     cp.n_cells = (uint32_t)(n_prompt + n_gen); /* one sequence at a time needs max(p, n); p + n leaves room */
     cp.n_seq_max = 1;
+    cp.batch_invariant = invariant;
     if (threads > 0) cp.n_threads = (int)threads;
     threads = cp.n_threads;
     if (tkv_context_create(m, &cp, &b.ctx) != TKV_OK) {
