@@ -735,10 +735,16 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         matmul(P, ith, nth, tag, &L->w_gate, ffn_in, n, f->gate);
         matmul(P, ith, nth, tag, &L->w_up, ffn_in, n, f->up);
         tkv__pool_barrier(P->pool);
-        for (size_t t = t0; t < t1; t++) {
-            float *g = f->gate + t * f->n_ff;
-            if (arch->gemma) tkv__ops_geglu(g, g, f->up + t * f->n_ff, f->n_ff);
-            else tkv__ops_swiglu(g, g, f->up + t * f->n_ff, f->n_ff);
+        /* the activation, token by token; a single token's (generation) shared out in runs of 16 elements
+           (the SIMD width: each element goes through the same code whatever the thread count) */
+        const size_t per = n == 1 ? ((f->n_ff + 15) / 16 + (size_t)nth - 1) / (size_t)nth * 16 : f->n_ff;
+        const size_t e0 = n == 1 ? (size_t)ith * per : 0, e1 = n == 1 ? e0 + per : f->n_ff;
+        for (size_t t = n == 1 ? 0 : t0; t < (n == 1 ? 1 : t1); t++) {
+            const size_t a = e0 < f->n_ff ? e0 : f->n_ff, z = e1 < f->n_ff ? e1 : f->n_ff;
+            float *g = f->gate + t * f->n_ff + a, *u = f->up + t * f->n_ff + a;
+            if (z <= a) continue;
+            if (arch->gemma) tkv__ops_geglu(g, g, u, z - a);
+            else tkv__ops_swiglu(g, g, u, z - a);
         }
         tag->src = NULL;
         tkv__pool_barrier(P->pool);
