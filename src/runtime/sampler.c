@@ -209,6 +209,23 @@ static tkv_token choose(tkv_sampler *s, const float *logits, const uint8_t *allo
         for (size_t i = 1; i < n_cand; i++)
             if (s->c[i].logit > s->c[best].logit) best = i;
         chosen = s->c[best].id;
+    } else if ((s->p.top_k <= 0 || (size_t)s->p.top_k >= n_cand) && s->p.top_p >= 1.0f && s->p.min_p <= 0) {
+        /* nothing cut (OpenAI's defaults): a draw over every candidate in id order, no sort (sorting a
+           32k vocabulary per token cost ~5 ms, more than the model's own step) */
+        float mx = s->c[0].logit;
+        for (size_t i = 1; i < n_cand; i++) mx = s->c[i].logit > mx ? s->c[i].logit : mx;
+        double sum = 0;
+        for (size_t i = 0; i < n_cand; i++) sum += s->prob[i] = expf((s->c[i].logit - mx) / s->p.temperature);
+        const double u = next_unit(s) * sum;
+        double cum = 0;
+        chosen = s->c[n_cand - 1].id;
+        for (size_t i = 0; i < n_cand; i++) {
+            cum += s->prob[i];
+            if (u < cum) {
+                chosen = s->c[i].id;
+                break;
+            }
+        }
     } else {
         size_t n = keep_top_k(s->c, n_cand, s->p.top_k > 0 ? (size_t)s->p.top_k : n_cand);
         if (s->p.top_p < 1.0f) {
