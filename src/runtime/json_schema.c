@@ -181,9 +181,9 @@ static void natural_range(sbuf *b, long long lo, long long hi) {
             if (hi >= 0 && a > hi) break;
             continue;
         }
-        char s_from[24], s_to[24];
-        snprintf(s_from, sizeof s_from, "%0*lld", len, from);
-        snprintf(s_to, sizeof s_to, "%0*lld", len, to);
+        char s_from[24], s_to[24]; /* both have exactly len digits: from and to lie in [10^(len-1), 10^len) */
+        snprintf(s_from, sizeof s_from, "%lld", from);
+        snprintf(s_to, sizeof s_to, "%lld", to);
         sb_str(b, first ? "(" : " | (");
         digit_range(b, s_from, s_to, (size_t)len);
         sb_str(b, ")");
