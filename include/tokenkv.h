@@ -1202,6 +1202,12 @@ TKV_API tkv_status tkv_cache_load(tkv_context *ctx, const char *dir);
 /* ------------------------------------------------------------------------ */
 
 /** Parameters of tkv_sampler_create; get defaults from tkv_sampler_default_params. */
+/** A bias added to one token's logit before sampling (OpenAI's logit_bias). */
+typedef struct tkv_logit_bias {
+    tkv_token token; /**< an id of the vocabulary (others are ignored) */
+    float bias;      /**< added to its logit; -INFINITY bans it */
+} tkv_logit_bias;
+
 typedef struct tkv_sampler_params {
     float temperature;    /**< <= 0: greedy (argmax); default 0.8 */
     int32_t top_k;        /**< <= 0: off; default 40 */
@@ -1210,6 +1216,14 @@ typedef struct tkv_sampler_params {
     float repeat_penalty; /**< 1: off; default 1 */
     int32_t repeat_last_n; /**< tokens the penalty looks back on; default 64 */
     uint64_t seed;        /**< same seed, same choices; default 0 */
+    float presence_penalty;  /**< OpenAI's: subtracted from the logit of every token the sampler has
+                                  returned before (tokens recorded with tkv_sampler_accept, such as
+                                  the prompt's, do not count); default 0 */
+    float frequency_penalty; /**< OpenAI's: subtracted that many times for a token returned that many
+                                  times; default 0 */
+    const tkv_logit_bias *logit_bias; /**< n_logit_bias biases, copied by tkv_sampler_create; default
+                                           NULL */
+    size_t n_logit_bias;
 } tkv_sampler_params;
 
 /**

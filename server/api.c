@@ -474,6 +474,44 @@ static bool parse_grammar(const srv_api *a, const json_t *body, srv_req *r, srv_
     return true;
 }
 
+/* logit_bias: {"token id": bias in [-100, 100]} (OpenAI's shape), into r->bias. */
+static bool parse_logit_bias(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+    const json_t *lb = json_object_get(body, "logit_bias");
+    if (!lb || json_is_null(lb)) return true;
+    if (!json_is_object(lb)) {
+        srv_err_set(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object of token ids to numbers");
+        return false;
+    }
+    const size_t n = json_object_size(lb), n_vocab = tkv_vocab_size(a->model);
+    if (n > 1024) {
+        srv_err_set(e, 400, "logit_bias", "invalid_value", "'logit_bias' has %zu entries; at most 1024 are allowed", n);
+        return false;
+    }
+    if (!n) return true;
+    if (!(r->bias = malloc(n * sizeof *r->bias))) {
+        srv_err_set(e, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    const char *k;
+    json_t *v;
+    size_t i = 0;
+    json_object_foreach((json_t *)lb, k, v) {
+        char *end;
+        const long long id = strtoll(k, &end, 10);
+        if (!*k || *end || id < 0 || (unsigned long long)id >= n_vocab) {
+            srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias: '%.32s' is not a token id of this model "
+                        "(0..%zu)", k, n_vocab - 1);
+            return false;
+        }
+        if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100) {
+            srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias[%s] must be a number in [-100, 100]", k);
+            return false;
+        }
+        r->bias[i++] = (tkv_logit_bias){(tkv_token)id, (float)json_number_value(v)};
+    }
+    return true;
+}
+
 static void make_id(srv_req *r, const char *prefix) {
     static unsigned long long counter; /* ids only need to differ */
     unsigned long long c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
@@ -525,6 +563,12 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
         !get_int(body, "top_k", 0, 1000000000, &top_k, e) || !get_number(body, "min_p", 0, 1, &min_p, e) ||
         !get_number(body, "repeat_penalty", 0, 10, &rp, e) || !get_int(body, "seed", LLONG_MIN, LLONG_MAX, &seed, e))
         return false;
+    double presence = 0, frequency = 0;
+    if (!get_number(body, "presence_penalty", -2, 2, &presence, e) ||
+        !get_number(body, "frequency_penalty", -2, 2, &frequency, e) || !parse_logit_bias(a, body, r, e))
+        return false;
+    sp.presence_penalty = (float)presence, sp.frequency_penalty = (float)frequency;
+    sp.logit_bias = r->bias, sp.n_logit_bias = r->bias ? json_object_size(json_object_get(body, "logit_bias")) : 0;
     sp.temperature = (float)temperature, sp.top_p = (float)top_p, sp.top_k = (int32_t)top_k;
     sp.min_p = (float)min_p, sp.repeat_penalty = (float)rp;
     if (json_object_get(body, "seed") && json_is_integer(json_object_get(body, "seed"))) sp.seed = (uint64_t)seed;

@@ -37,6 +37,7 @@ typedef struct srv_req {
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
                                    ended inside a think block */
+    tkv_logit_bias *bias;       /* (sp.n_logit_bias) logit_bias, owned; sp.logit_bias points here */
     const tkv_grammar *grammar; /* constrains the output, or NULL: own_grammar, or the server's default */
     tkv_grammar *own_grammar;   /* compiled from the request's `grammar` (freed with the request) */
     char id[48];

@@ -38,6 +38,8 @@ struct tkv_sampler {
     const tkv_grammar *g; /* NULL: unconstrained */
     tkv__gmatch *gm;
     uint8_t *allowed; /* (n_vocab) with a grammar */
+    uint32_t *count;  /* (n_vocab) times each token was returned, with presence/frequency penalties */
+    tkv_logit_bias *bias; /* (p.n_logit_bias) a copy */
 };
 
 tkv_sampler_params tkv_sampler_default_params(void) {
@@ -83,7 +85,16 @@ tkv_status tkv_sampler_create(const tkv_sampler_params *params, size_t n_vocab, 
     s->c = tkv__malloc(n_vocab * sizeof *s->c);
     s->prob = tkv__malloc(n_vocab * sizeof *s->prob);
     s->recent = tkv__malloc(((size_t)s->p.repeat_last_n + 1) * sizeof *s->recent);
-    if (!s->c || !s->prob || !s->recent) {
+    const bool counts = s->p.presence_penalty != 0 || s->p.frequency_penalty != 0;
+    if (counts) s->count = tkv__calloc(n_vocab, sizeof *s->count);
+    if (s->p.n_logit_bias && s->p.logit_bias) {
+        s->bias = tkv__malloc(s->p.n_logit_bias * sizeof *s->bias);
+        if (s->bias) memcpy(s->bias, s->p.logit_bias, s->p.n_logit_bias * sizeof *s->bias);
+    } else {
+        s->p.n_logit_bias = 0;
+    }
+    s->p.logit_bias = NULL; /* the copy is what counts: the caller's array may go */
+    if (!s->c || !s->prob || !s->recent || (counts && !s->count) || (s->p.n_logit_bias && !s->bias)) {
         tkv_sampler_free(s);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for the sampler");
     }
@@ -98,6 +109,8 @@ void tkv_sampler_free(tkv_sampler *s) {
     tkv__free(s->c);
     tkv__free(s->prob);
     tkv__free(s->recent);
+    tkv__free(s->count);
+    tkv__free(s->bias);
     tkv__gmatch_free(s->gm);
     tkv__free(s->allowed);
     tkv__free(s);
@@ -196,6 +209,13 @@ static tkv_token choose(tkv_sampler *s, const float *logits, const uint8_t *allo
             *l = *l > 0 ? *l / s->p.repeat_penalty : *l * s->p.repeat_penalty;
         }
     }
+    /* OpenAI's presence and frequency penalties over what was returned, then the logit biases */
+    if (s->count)
+        for (size_t i = 0; i < n_vocab; i++)
+            if (s->count[i])
+                s->c[i].logit -= (float)s->count[i] * s->p.frequency_penalty + s->p.presence_penalty;
+    for (size_t b = 0; b < s->p.n_logit_bias; b++)
+        if (s->bias[b].token >= 0 && (size_t)s->bias[b].token < n_vocab) s->c[s->bias[b].token].logit += s->bias[b].bias;
     size_t n_cand = n_vocab;
     if (allowed) { /* keep the allowed candidates, in id order */
         n_cand = 0;
@@ -277,6 +297,7 @@ static tkv_token choose_in_grammar(tkv_sampler *s, const float *logits) {
 tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits) {
     if (!s || !logits) return -1; /* NULL logits: what tkv_get_logits* give after a failed decode */
     const tkv_token chosen = s->g ? choose_in_grammar(s, logits) : choose(s, logits, NULL);
+    if (s->count && chosen >= 0 && (size_t)chosen < s->n_vocab) s->count[chosen]++;
     tkv_sampler_accept(s, chosen);
     return chosen;
 }

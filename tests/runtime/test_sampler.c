@@ -102,6 +102,43 @@ static void test_distribution_and_filters(void **state) {
     tkv_sampler_free(s);
 }
 
+/* OpenAI's penalties count what the sampler returned (not what was accepted); logit_bias moves one token. */
+static void test_openai_penalties_and_bias(void **state) {
+    (void)state;
+    const float l[4] = {3.0f, 2.5f, 1.0f, -1.0f};
+    tkv_sampler_params p = tkv_sampler_default_params();
+    p.temperature = 0;
+    p.frequency_penalty = 0.3f;
+    tkv_sampler *s;
+    assert_int_equal(tkv_sampler_create(&p, 4, &s), TKV_OK);
+    tkv_sampler_accept(s, 0); /* a prompt token: no penalty */
+    assert_int_equal(tkv_sampler_sample(s, l), 0); /* 3.0 */
+    assert_int_equal(tkv_sampler_sample(s, l), 0); /* 3.0 - 0.3 = 2.7 > 2.5 */
+    assert_int_equal(tkv_sampler_sample(s, l), 1); /* 3.0 - 0.6 = 2.4 < 2.5 */
+    assert_int_equal(tkv_sampler_sample(s, l), 0); /* 2.4 vs 2.5 - 0.3 = 2.2 */
+    tkv_sampler_free(s);
+    p.frequency_penalty = 0, p.presence_penalty = 0.6f; /* once is enough, however many times */
+    assert_int_equal(tkv_sampler_create(&p, 4, &s), TKV_OK);
+    assert_int_equal(tkv_sampler_sample(s, l), 0);
+    assert_int_equal(tkv_sampler_sample(s, l), 1); /* 2.4 < 2.5 */
+    assert_int_equal(tkv_sampler_sample(s, l), 0); /* 2.4 vs 1.9 */
+    assert_int_equal(tkv_sampler_sample(s, l), 0); /* still 2.4: presence counts once */
+    tkv_sampler_free(s);
+    /* logit_bias: a ban and a push, copied at creation; ids out of range ignored */
+    tkv_logit_bias b[3] = {{0, -INFINITY}, {3, 10.0f}, {99, 50.0f}};
+    p.presence_penalty = 0, p.logit_bias = b, p.n_logit_bias = 3;
+    assert_int_equal(tkv_sampler_create(&p, 4, &s), TKV_OK);
+    b[1].bias = -100.0f; /* the sampler kept its own copy */
+    for (int i = 0; i < 5; i++) assert_int_equal(tkv_sampler_sample(s, l), 3);
+    tkv_sampler_free(s);
+    p.temperature = 1.0f, p.top_k = 0, p.top_p = 1.0f, p.min_p = 0;
+    tkv_logit_bias ban = {0, -INFINITY};
+    p.logit_bias = &ban, p.n_logit_bias = 1;
+    assert_int_equal(tkv_sampler_create(&p, 4, &s), TKV_OK);
+    for (int i = 0; i < 2000; i++) assert_true(tkv_sampler_sample(s, l) != 0); /* banned at any temperature */
+    tkv_sampler_free(s);
+}
+
 static void test_repeat_penalty(void **state) {
     (void)state;
     float l[4] = {3.0f, 2.9f, -1.0f, -2.0f};
@@ -124,6 +161,7 @@ int main(void) {
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_seeds),
         cmocka_unit_test(test_distribution_and_filters),
+        cmocka_unit_test(test_openai_penalties_and_bias),
         cmocka_unit_test(test_repeat_penalty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -73,6 +73,12 @@ serverSuite('bad requests', ['--max-tokens', String(MAX_TOKENS)], (s) => {
       [{ stop: [''] }, 'stop'],
       [{ stop: ['x'.repeat(600), 'y'.repeat(600)] }, 'stop'], // 1200 bytes: over the 1024 of all stop strings
       [{ top_k: 2.5 }, 'top_k'], // an integer field takes no fraction
+      [{ presence_penalty: 3 }, 'presence_penalty'],
+      [{ frequency_penalty: -2.5 }, 'frequency_penalty'],
+      [{ logit_bias: { 999999: 1 } }, 'logit_bias'],
+      [{ logit_bias: { 5: 101 } }, 'logit_bias'],
+      [{ logit_bias: { abc: 1 } }, 'logit_bias'],
+      [{ logit_bias: [1, 2] }, 'logit_bias'],
       [{ seed: 1.5 }, 'seed'],
       [{ cache_salt: '' }, 'cache_salt'],
       [{ stream_options: { include_usage: true } }, 'stream_options'],

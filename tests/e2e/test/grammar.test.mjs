@@ -38,6 +38,25 @@ serverSuite('grammars', [], (s) => {
     }
   });
 
+  s.test('logit_bias and OpenAI penalties steer the sampler', async (server) => {
+    // +100 on one token: every generated token is it (greedy); -100 on the greedy choice: never it
+    const forced = await post(server, '/v1/completions', { prompt: 'Once upon a time', max_tokens: 6, temperature: 0,
+                                                           return_tokens: true, logit_bias: { 300: 100 }, ignore_eos: true });
+    assert.equal(forced.status, 200, forced.body);
+    assert.deepEqual(forced.json.choices[0].tokens, [300, 300, 300, 300, 300, 300]);
+    const free = await post(server, '/v1/completions', { prompt: 'Once upon a time', max_tokens: 1, temperature: 0,
+                                                         return_tokens: true });
+    const first = free.json.choices[0].tokens[0];
+    const banned = await post(server, '/v1/completions', { prompt: 'Once upon a time', max_tokens: 1, temperature: 0,
+                                                           return_tokens: true, logit_bias: { [first]: -100 } });
+    assert.notEqual(banned.json.choices[0].tokens[0], first);
+    // a frequency penalty of 2 keeps greedy generation from repeating one token 6 times running
+    const rep = await post(server, '/v1/completions', { prompt: 'Once upon a time', max_tokens: 6, temperature: 0,
+                                                        return_tokens: true, logit_bias: { 300: 5 },
+                                                        frequency_penalty: 2, ignore_eos: true });
+    assert.ok(new Set(rep.json.choices[0].tokens).size > 1, JSON.stringify(rep.json.choices[0].tokens));
+  });
+
   s.test('a malformed grammar or undefined rule is a 400 that says where', async (server) => {
     for (const grammar of ['root ::= "unterminated', 'root ::= missing-rule', 'root ::= ( "a" ', 42]) {
       const r = await post(server, '/v1/completions', { prompt: 'x', max_tokens: 2, grammar });
