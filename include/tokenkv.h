@@ -1201,13 +1201,13 @@ TKV_API tkv_status tkv_cache_load(tkv_context *ctx, const char *dir);
 /* Sampling                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/** Parameters of tkv_sampler_create; get defaults from tkv_sampler_default_params. */
 /** A bias added to one token's logit before sampling (OpenAI's logit_bias). */
 typedef struct tkv_logit_bias {
     tkv_token token; /**< an id of the vocabulary (others are ignored) */
     float bias;      /**< added to its logit; -INFINITY bans it */
 } tkv_logit_bias;
 
+/** Parameters of tkv_sampler_create; get defaults from tkv_sampler_default_params. */
 typedef struct tkv_sampler_params {
     float temperature;    /**< <= 0: greedy (argmax); default 0.8 */
     int32_t top_k;        /**< <= 0: off; default 40 */
@@ -1223,7 +1223,7 @@ typedef struct tkv_sampler_params {
                                   times; default 0 */
     const tkv_logit_bias *logit_bias; /**< n_logit_bias biases, copied by tkv_sampler_create; default
                                            NULL */
-    size_t n_logit_bias;
+    size_t n_logit_bias;     /**< entries of logit_bias; default 0 */
 } tkv_sampler_params;
 
 /**
