@@ -512,6 +512,49 @@ static bool parse_logit_bias(const srv_api *a, const json_t *body, srv_req *r, s
     return true;
 }
 
+/*
+ * OpenAI request fields this server does not implement: a 400 naming the
+ * field, never silent acceptance (a client that asks for logprobs or audio
+ * must not get an answer without them). Fields that ask for nothing (null,
+ * false, "auto", "text" modalities, default values) pass. Unknown vendor
+ * fields are ignored.
+ */
+static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
+    static const char *const never[] = {"audio", "prediction", "web_search_options", "functions", "function_call",
+                                        "best_of", "suffix", "top_logprobs"};
+    for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) {
+        const json_t *v = json_object_get(body, never[i]);
+        if (v && !json_is_null(v) && !(json_is_integer(v) && !strcmp(never[i], "best_of") && json_integer_value(v) == 1)
+            && !(json_is_integer(v) && !strcmp(never[i], "top_logprobs") && json_integer_value(v) == 0)) {
+            srv_err_set(e, 400, never[i], "unsupported_parameter", "'%s' is not supported by this server", never[i]);
+            return false;
+        }
+    }
+    const json_t *lp = json_object_get(body, "logprobs"), *echo = json_object_get(body, "echo"),
+                 *modalities = json_object_get(body, "modalities"), *tc = json_object_get(body, "tool_choice");
+    if (lp && !json_is_null(lp) && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0)) {
+        srv_err_set(e, 400, "logprobs", "unsupported_parameter", "'logprobs' is not supported by this server yet");
+        return false;
+    }
+    if (!chat && echo && json_is_true(echo)) {
+        srv_err_set(e, 400, "echo", "unsupported_parameter", "'echo' is not supported by this server");
+        return false;
+    }
+    for (size_t i = 0; i < json_array_size(modalities); i++)
+        if (!json_is_string(json_array_get(modalities, i)) || strcmp(json_string_value(json_array_get(modalities, i)), "text")) {
+            srv_err_set(e, 400, "modalities", "unsupported_parameter", "only the \"text\" modality is supported");
+            return false;
+        }
+    /* tools reach the chat template, but the answer is not parsed into tool_calls yet: a call cannot be forced */
+    if (tc && !json_is_null(tc) && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "auto") ||
+                                                             !strcmp(json_string_value(tc), "none")))) {
+        srv_err_set(e, 400, "tool_choice", "unsupported_parameter",
+                    "'tool_choice' other than \"auto\" or \"none\" is not supported by this server yet");
+        return false;
+    }
+    return true;
+}
+
 static void make_id(srv_req *r, const char *prefix) {
     static unsigned long long counter; /* ids only need to differ */
     unsigned long long c = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
@@ -602,6 +645,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
         r->ns = srv_api_namespace(a, json_string_value(salt), json_string_length(salt));
     }
     if (!parse_grammar(a, body, r, e)) return false;
+    if (!refuse_unimplemented(body, chat, e)) return false;
     const json_t *model = json_object_get(body, "model");
     if (model && !json_is_string(model) && !json_is_null(model)) {
         srv_err_set(e, 400, "model", "invalid_type", "'model' must be a string");

@@ -79,6 +79,11 @@ serverSuite('bad requests', ['--max-tokens', String(MAX_TOKENS)], (s) => {
       [{ logit_bias: { 5: 101 } }, 'logit_bias'],
       [{ logit_bias: { abc: 1 } }, 'logit_bias'],
       [{ logit_bias: [1, 2] }, 'logit_bias'],
+      // documented OpenAI fields not implemented here: named, never silently dropped
+      [{ logprobs: 3 }, 'logprobs'],
+      [{ echo: true }, 'echo'],
+      [{ suffix: 'The end.' }, 'suffix'],
+      [{ best_of: 3 }, 'best_of'],
       [{ seed: 1.5 }, 'seed'],
       [{ cache_salt: '' }, 'cache_salt'],
       [{ stream_options: { include_usage: true } }, 'stream_options'],
@@ -88,6 +93,19 @@ serverSuite('bad requests', ['--max-tokens', String(MAX_TOKENS)], (s) => {
       assert.equal(r.status, 400, `${JSON.stringify(patch)}: ${r.body}`);
       assertErrorBody(r.json, { param });
     }
+    for (const [patch, param] of [[{ logprobs: true }, 'logprobs'], [{ top_logprobs: 2 }, 'top_logprobs'],
+      [{ audio: { voice: 'alloy', format: 'wav' } }, 'audio'], [{ modalities: ['text', 'audio'] }, 'modalities'],
+      [{ prediction: { type: 'content', content: 'x' } }, 'prediction'], [{ web_search_options: {} }, 'web_search_options'],
+      [{ tool_choice: 'required' }, 'tool_choice']]) {
+      const r = await post(server, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 2,
+                                                             ...patch });
+      assert.equal(r.status, 400, `${JSON.stringify(patch)}: ${r.body}`);
+      assertErrorBody(r.json, { param, code: 'unsupported_parameter' });
+    }
+    // asking for nothing passes
+    const none = await post(server, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 2,
+                                                              logprobs: false, modalities: ['text'], tool_choice: 'auto' });
+    assert.equal(none.status, 200, none.body);
     // the largest allowed max_tokens is fine
     const r = await post(server, '/v1/completions', { ...ok, max_tokens: MAX_TOKENS });
     assert.equal(r.status, 200, r.body);
