@@ -513,6 +513,35 @@ static bool parse_logit_bias(const srv_api *a, const json_t *body, srv_req *r, s
 }
 
 /*
+ * logprobs: chat's `logprobs` (a boolean) with `top_logprobs` (0..20), or
+ * the completions' legacy `logprobs` (0..5 alternatives) into r->logprobs.
+ * Not yet with stream (a 400 says so).
+ */
+static bool parse_logprobs(const json_t *body, bool chat, srv_req *r, srv_err *e) {
+    const json_t *lp = json_object_get(body, "logprobs"), *top = json_object_get(body, "top_logprobs");
+    long long n = 0;
+    if (chat) {
+        bool on = false;
+        if (!get_bool(body, "logprobs", &on, e) || !get_int(body, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &n, e))
+            return false;
+        if (top && !json_is_null(top) && !on) {
+            srv_err_set(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
+            return false;
+        }
+        if (!on) return true;
+    } else {
+        if (!lp || json_is_null(lp)) return true;
+        if (!get_int(body, "logprobs", 0, 5, &n, e)) return false;
+    }
+    if (r->stream) {
+        srv_err_set(e, 400, "logprobs", "unsupported_parameter", "'logprobs' with 'stream' is not supported yet");
+        return false;
+    }
+    r->logprobs = (int)n;
+    return true;
+}
+
+/*
  * OpenAI request fields this server does not implement: a 400 naming the
  * field, never silent acceptance (a client that asks for logprobs or audio
  * must not get an answer without them). Fields that ask for nothing (null,
@@ -521,21 +550,16 @@ static bool parse_logit_bias(const srv_api *a, const json_t *body, srv_req *r, s
  */
 static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
     static const char *const never[] = {"audio", "prediction", "web_search_options", "functions", "function_call",
-                                        "best_of", "suffix", "top_logprobs"};
+                                        "best_of", "suffix"};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) {
         const json_t *v = json_object_get(body, never[i]);
-        if (v && !json_is_null(v) && !(json_is_integer(v) && !strcmp(never[i], "best_of") && json_integer_value(v) == 1)
-            && !(json_is_integer(v) && !strcmp(never[i], "top_logprobs") && json_integer_value(v) == 0)) {
+        if (v && !json_is_null(v) && !(json_is_integer(v) && !strcmp(never[i], "best_of") && json_integer_value(v) == 1)) {
             srv_err_set(e, 400, never[i], "unsupported_parameter", "'%s' is not supported by this server", never[i]);
             return false;
         }
     }
-    const json_t *lp = json_object_get(body, "logprobs"), *echo = json_object_get(body, "echo"),
-                 *modalities = json_object_get(body, "modalities"), *tc = json_object_get(body, "tool_choice");
-    if (lp && !json_is_null(lp) && !json_is_false(lp) && !(json_is_integer(lp) && json_integer_value(lp) == 0)) {
-        srv_err_set(e, 400, "logprobs", "unsupported_parameter", "'logprobs' is not supported by this server yet");
-        return false;
-    }
+    const json_t *echo = json_object_get(body, "echo"), *modalities = json_object_get(body, "modalities"),
+                 *tc = json_object_get(body, "tool_choice");
     if (!chat && echo && json_is_true(echo)) {
         srv_err_set(e, 400, "echo", "unsupported_parameter", "'echo' is not supported by this server");
         return false;
@@ -645,7 +669,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
         r->ns = srv_api_namespace(a, json_string_value(salt), json_string_length(salt));
     }
     if (!parse_grammar(a, body, r, e)) return false;
-    if (!refuse_unimplemented(body, chat, e)) return false;
+    if (!refuse_unimplemented(body, chat, e) || !parse_logprobs(body, chat, r, e)) return false;
     const json_t *model = json_object_get(body, "model");
     if (model && !json_is_string(model) && !json_is_null(model)) {
         srv_err_set(e, 400, "model", "invalid_type", "'model' must be a string");
@@ -676,6 +700,57 @@ static char *dump(json_t *o) {
     return s;
 }
 
+/* A token's text and bytes (OpenAI's "token" and "bytes"). */
+static json_t *token_text(const srv_api *a, tkv_token t, json_t **bytes) {
+    char buf[256];
+    size_t n = 0;
+    if (tkv_token_to_piece(a->model, t, 0, buf, sizeof buf, &n) != TKV_OK) n = 0;
+    if (bytes) {
+        *bytes = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
+    }
+    return srv_json_text(buf, n);
+}
+
+/* choice.logprobs of a finished request: chat's {content: [...]} or the completions' legacy columns. */
+static json_t *logprobs_json(const srv_api *a, const srv_req *r) {
+    if (r->chat) {
+        json_t *content = json_array();
+        for (size_t i = 0; i < r->n_lps; i++) {
+            const srv_logprob *lp = &r->lps[i];
+            json_t *bytes, *tops = json_array();
+            json_t *tok = token_text(a, lp->token, &bytes);
+            for (int k = 0; k < lp->n_top; k++) {
+                json_t *tb, *tt = token_text(a, lp->top[k], &tb);
+                json_array_append_new(tops, json_pack("{s:o,s:f,s:o}", "token", tt, "logprob", (double)lp->top_logprob[k],
+                                                      "bytes", tb));
+            }
+            json_array_append_new(content, json_pack("{s:o,s:f,s:o,s:o}", "token", tok, "logprob", (double)lp->logprob,
+                                                     "bytes", bytes, "top_logprobs", tops));
+        }
+        return json_pack("{s:o,s:n}", "content", content, "refusal");
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = 0;
+    for (size_t i = 0; i < r->n_lps; i++) {
+        const srv_logprob *lp = &r->lps[i];
+        json_t *tok = token_text(a, lp->token, NULL);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += json_string_length(tok);
+        json_array_append_new(tokens, tok);
+        json_array_append_new(lps, json_real(lp->logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < lp->n_top; k++) {
+            json_t *tt = token_text(a, lp->top[k], NULL);
+            json_object_set_new(top, json_string_value(tt), json_real(lp->top_logprob[k]));
+            json_decref(tt);
+        }
+        json_array_append_new(tops, top);
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
+                     offs);
+}
+
 char *srv_api_response(const srv_api *a, srv_req *r) {
     pthread_mutex_lock(&r->mu);
     json_t *text, *choice;
@@ -690,6 +765,7 @@ char *srv_api_response(const srv_api *a, srv_req *r) {
                                 srv_json_text(r->text + sp.r0, sp.r1 - sp.r0));
     } else
         choice = json_pack("{s:o,s:i,s:n,s:s}", "text", text, "index", 0, "logprobs", "finish_reason", r->finish_reason);
+    if (choice && r->logprobs >= 0) json_object_set_new(choice, "logprobs", logprobs_json(a, r));
     add_tokens(choice, r);
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:s}", "id", r->id, "object",
                           r->chat ? "chat.completion" : "text_completion", "created", (json_int_t)r->created, "model",

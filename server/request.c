@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -27,6 +28,7 @@ srv_req *srv_req_new(void) {
     r->text[0] = 0;
     r->text_cap = 256;
     r->refs = 1;
+    r->logprobs = -1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->t_arrival = srv_now();
@@ -50,6 +52,7 @@ void srv_req_unref(srv_req *r) {
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     tkv_grammar_free(r->own_grammar);
     free(r->bias);
+    free(r->lps);
     free(r->prompt);
     free(r->text);
     free(r->gen);
@@ -110,6 +113,35 @@ bool srv_req_append(srv_req *r, const char *s, size_t n) {
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     return stopped;
+}
+
+void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_t n_vocab) {
+    if (r->logprobs < 0 || !logits || token < 0 || (size_t)token >= n_vocab) return;
+    srv_logprob lp = {.token = token, .n_top = r->logprobs};
+    /* log-softmax: logit - max - log(sum exp(logit - max)) */
+    float mx = logits[0];
+    for (size_t i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+    double sum = 0;
+    for (size_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    lp.logprob = (float)(logits[token] - lse);
+    /* the n_top best, by insertion into a short sorted list (the lower id first on a tie) */
+    int n = 0;
+    for (size_t i = 0; i < n_vocab && lp.n_top; i++) {
+        if (n == lp.n_top && logits[i] <= logits[lp.top[n - 1]]) continue;
+        int at = n < lp.n_top ? n++ : n - 1;
+        while (at > 0 && logits[i] > logits[lp.top[at - 1]]) lp.top[at] = lp.top[at - 1], at--;
+        lp.top[at] = (tkv_token)i;
+    }
+    for (int k = 0; k < lp.n_top; k++) lp.top_logprob[k] = (float)(logits[lp.top[k]] - lse);
+    pthread_mutex_lock(&r->mu);
+    if (r->n_lps == r->cap_lps) {
+        size_t cap = r->cap_lps ? 2 * r->cap_lps : 64;
+        srv_logprob *p = realloc(r->lps, cap * sizeof *p);
+        if (p) r->lps = p, r->cap_lps = cap;
+    }
+    if (r->n_lps < r->cap_lps) r->lps[r->n_lps++] = lp; /* out of memory: that token is not listed */
+    pthread_mutex_unlock(&r->mu);
 }
 
 void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n) {

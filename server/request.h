@@ -19,6 +19,17 @@
 #include <stdint.h>
 
 #define SRV_MAX_STOP 4
+#define SRV_MAX_TOP_LOGPROBS 20
+
+/* One generated token's log-probability under the model (log-softmax of its logits) and the best
+   alternatives'. */
+typedef struct srv_logprob {
+    tkv_token token;
+    float logprob;
+    int n_top;
+    tkv_token top[SRV_MAX_TOP_LOGPROBS];
+    float top_logprob[SRV_MAX_TOP_LOGPROBS];
+} srv_logprob;
 #define SRV_MAX_STOP_BYTES 1024 /* all of a request's stop strings together */
 
 struct srv_run; /* the scheduler's state of a request (sched.c) */
@@ -38,6 +49,7 @@ typedef struct srv_req {
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
                                    ended inside a think block */
     tkv_logit_bias *bias;       /* (sp.n_logit_bias) logit_bias, owned; sp.logit_bias points here */
+    int logprobs;               /* -1: none; else the alternatives to list per token (0..20) */
     const tkv_grammar *grammar; /* constrains the output, or NULL: own_grammar, or the server's default */
     tkv_grammar *own_grammar;   /* compiled from the request's `grammar` (freed with the request) */
     char id[48];
@@ -51,6 +63,8 @@ typedef struct srv_req {
     size_t text_len, text_cap;
     size_t text_ready;          /* bytes of text that cannot turn into a stop string */
     tkv_token *gen;             /* (n_gen_tokens) with return_tokens: the generated ids, once done */
+    srv_logprob *lps;           /* (n_lps) with logprobs: one per generated token */
+    size_t n_lps, cap_lps;
     size_t n_gen_tokens;
     size_t n_cached;            /* prompt tokens reused from the cache */
     int n_gen;                  /* completion tokens */
@@ -81,6 +95,8 @@ double srv_now(void);
    joins a chat answer to its generation prompt. Returns true when a stop
    string was found (the text is cut before it). Caller holds no lock. */
 bool srv_req_append(srv_req *r, const char *s, size_t n);
+/* One generated token's log-probabilities (logprobs), from the logits row it was sampled from. */
+void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_t n_vocab);
 /* The generated ids (for return_tokens), copied once at the end. */
 void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n);
 /* Finish with reason "stop" or "length" after n_gen completion tokens. */

@@ -343,7 +343,7 @@ static size_t build(srv_sched *s) {
 }
 
 /* The token sampled for sl: text out, and whether the request goes on. */
-static void on_token(srv_sched *s, slot *sl, tkv_token tok) {
+static void on_token(srv_sched *s, slot *sl, tkv_token tok, const float *logits) {
     srv_req *r = sl->req;
     srv_run *run = sl->run;
     if (!r->ignore_eos && tkv_token_is_eog(s->model, tok)) {
@@ -352,6 +352,7 @@ static void on_token(srv_sched *s, slot *sl, tkv_token tok) {
     }
     run->n_gen++;
     run->toks[run->n_toks++] = tok; /* decoded next step, unless the request ends here */
+    srv_req_add_logprob(r, tok, logits, s->n_vocab);
     const char *text = "";
     size_t len = 0;
     bool stopped = false;
@@ -434,7 +435,8 @@ static void step(srv_sched *s) {
         if (!sl->req || !sl->in_batch) continue;
         sl->n_past += sl->in_batch;
         if (sl->logits_at < 0) continue;
-        on_token(s, sl, tkv_sampler_sample(sl->run->smp, tkv_get_logits(s->ctx, (size_t)sl->logits_at)));
+        const float *logits = tkv_get_logits(s->ctx, (size_t)sl->logits_at);
+        on_token(s, sl, tkv_sampler_sample(sl->run->smp, logits), logits);
     }
 }
 
