@@ -515,7 +515,6 @@ static bool parse_logit_bias(const srv_api *a, const json_t *body, srv_req *r, s
 /*
  * logprobs: chat's `logprobs` (a boolean) with `top_logprobs` (0..20), or
  * the completions' legacy `logprobs` (0..5 alternatives) into r->logprobs.
- * Not yet with stream (a 400 says so).
  */
 static bool parse_logprobs(const json_t *body, bool chat, srv_req *r, srv_err *e) {
     const json_t *lp = json_object_get(body, "logprobs"), *top = json_object_get(body, "top_logprobs");
@@ -532,10 +531,6 @@ static bool parse_logprobs(const json_t *body, bool chat, srv_req *r, srv_err *e
     } else {
         if (!lp || json_is_null(lp)) return true;
         if (!get_int(body, "logprobs", 0, 5, &n, e)) return false;
-    }
-    if (r->stream) {
-        srv_err_set(e, 400, "logprobs", "unsupported_parameter", "'logprobs' with 'stream' is not supported yet");
-        return false;
     }
     r->logprobs = (int)n;
     return true;
@@ -712,11 +707,11 @@ static json_t *token_text(const srv_api *a, tkv_token t, json_t **bytes) {
     return srv_json_text(buf, n);
 }
 
-/* choice.logprobs of a finished request: chat's {content: [...]} or the completions' legacy columns. */
-static json_t *logprobs_json(const srv_api *a, const srv_req *r) {
+/* choice.logprobs of generated tokens [from, to): chat's {content: [...]} or the completions' legacy columns. */
+static json_t *logprobs_json(const srv_api *a, const srv_req *r, size_t from, size_t to) {
     if (r->chat) {
         json_t *content = json_array();
-        for (size_t i = 0; i < r->n_lps; i++) {
+        for (size_t i = from; i < to; i++) {
             const srv_logprob *lp = &r->lps[i];
             json_t *bytes, *tops = json_array();
             json_t *tok = token_text(a, lp->token, &bytes);
@@ -732,7 +727,12 @@ static json_t *logprobs_json(const srv_api *a, const srv_req *r) {
     }
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     size_t off = 0;
-    for (size_t i = 0; i < r->n_lps; i++) {
+    for (size_t i = 0; i < from; i++) { /* a stream's later chunks: offsets continue from the earlier tokens */
+        json_t *tok = token_text(a, r->lps[i].token, NULL);
+        off += json_string_length(tok);
+        json_decref(tok);
+    }
+    for (size_t i = from; i < to; i++) {
         const srv_logprob *lp = &r->lps[i];
         json_t *tok = token_text(a, lp->token, NULL);
         json_array_append_new(offs, json_integer((json_int_t)off));
@@ -765,7 +765,7 @@ char *srv_api_response(const srv_api *a, srv_req *r) {
                                 srv_json_text(r->text + sp.r0, sp.r1 - sp.r0));
     } else
         choice = json_pack("{s:o,s:i,s:n,s:s}", "text", text, "index", 0, "logprobs", "finish_reason", r->finish_reason);
-    if (choice && r->logprobs >= 0) json_object_set_new(choice, "logprobs", logprobs_json(a, r));
+    if (choice && r->logprobs >= 0) json_object_set_new(choice, "logprobs", logprobs_json(a, r, 0, r->n_lps));
     add_tokens(choice, r);
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:s}", "id", r->id, "object",
                           r->chat ? "chat.completion" : "text_completion", "created", (json_int_t)r->created, "model",
@@ -774,7 +774,8 @@ char *srv_api_response(const srv_api *a, srv_req *r) {
     return dump(o);
 }
 
-char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first) {
+char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first,
+                    size_t *lp_sent) {
     json_t *choices = json_array(), *choice = NULL;
     if (kind != SRV_CHUNK_USAGE) {
         const char *reason = kind == SRV_CHUNK_FINISH ? r->finish_reason : NULL;
@@ -791,6 +792,11 @@ char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const cha
                                "finish_reason", str_or_null(reason));
         }
         if (kind == SRV_CHUNK_FINISH) add_tokens(choice, r);
+        /* the logprobs of the tokens generated since the last chunk that carried some */
+        if (choice && lp_sent && r->logprobs >= 0 && *lp_sent < r->n_lps) {
+            json_object_set_new(choice, "logprobs", logprobs_json(a, r, *lp_sent, r->n_lps));
+            *lp_sent = r->n_lps;
+        }
         json_array_append_new(choices, choice);
     }
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id, "object",

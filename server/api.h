@@ -60,10 +60,13 @@ char *srv_api_response(const srv_api *a, srv_req *r);
 /*
  * One SSE event ("data: {...}\n\n") of a stream: a text delta (first: the
  * chat role comes with it), a reasoning delta (delta.reasoning_content),
- * the final chunk with its finish reason, or the usage chunk. malloc'd; NULL when out of memory.
+ * the final chunk with its finish reason, or the usage chunk. With
+ * logprobs, a delta or final chunk carries those of the tokens generated
+ * since *lp_sent (then advanced); lp_sent may be NULL (none). malloc'd; NULL when out of memory.
  */
 typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_REASONING, SRV_CHUNK_FINISH, SRV_CHUNK_USAGE } srv_chunk_kind;
-char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first);
+char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first,
+                    size_t *lp_sent);
 
 /* Tokenize text into a malloc'd array (*out, *n); on failure *out is NULL. */
 tkv_status srv_tokenize(const tkv_model *m, const char *text, size_t len, unsigned flags, tkv_token **out, size_t *n);

@@ -132,6 +132,7 @@ typedef struct stream {
     bool first;    /* nothing sent yet (the chat role goes with the first delta) */
     bool finished; /* the last events are queued */
     size_t sent_r, sent_c; /* reasoning (r->think): bytes of the reasoning and of the answer sent */
+    size_t sent_lp;        /* logprobs: entries sent */
     char *pend;    /* events not yet handed to MHD */
     size_t pend_n, pend_off, pend_cap;
 } stream;
@@ -169,17 +170,18 @@ static bool next_events(stream *st) {
         const srv_think_split sp = srv_think_split_text(r->text, r->text_ready, r->think_open, r->done);
         if (sp.r1 - sp.r0 > st->sent_r) {
             pend(st, srv_api_chunk(a, r, SRV_CHUNK_REASONING, r->text + sp.r0 + st->sent_r, sp.r1 - sp.r0 - st->sent_r,
-                                   st->first));
+                                   st->first, &st->sent_lp));
             st->sent_r = sp.r1 - sp.r0, st->first = false;
         }
         if (sp.c1 - sp.c0 > st->sent_c) {
             pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + sp.c0 + st->sent_c, sp.c1 - sp.c0 - st->sent_c,
-                                   st->first));
+                                   st->first, &st->sent_lp));
             st->sent_c = sp.c1 - sp.c0, st->first = false;
         }
         st->sent = r->text_ready;
     } else if (r->text_ready > st->sent) {
-        pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + st->sent, r->text_ready - st->sent, st->first));
+        pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + st->sent, r->text_ready - st->sent, st->first,
+                               &st->sent_lp));
         st->sent = r->text_ready, st->first = false;
     }
     if (r->done) {
@@ -191,9 +193,9 @@ static bool next_events(stream *st) {
             free(body);
             pend(st, ev);
         } else {
-            if (st->first && r->chat) pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, "", 0, true));
-            pend(st, srv_api_chunk(a, r, SRV_CHUNK_FINISH, NULL, 0, false));
-            if (r->include_usage) pend(st, srv_api_chunk(a, r, SRV_CHUNK_USAGE, NULL, 0, false));
+            if (st->first && r->chat) pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, "", 0, true, &st->sent_lp));
+            pend(st, srv_api_chunk(a, r, SRV_CHUNK_FINISH, NULL, 0, false, &st->sent_lp));
+            if (r->include_usage) pend(st, srv_api_chunk(a, r, SRV_CHUNK_USAGE, NULL, 0, false, NULL));
         }
         pend(st, strdup_or_null("data: [DONE]\n\n"));
         st->finished = true;

@@ -2,7 +2,7 @@
 // logprobs N. A generated token's logprob is the log-softmax of the model's
 // logits (checked against `tokenkv logits` for the first one), greedy picks
 // the top alternative, alternatives come best first, and the tokens spell
-// the text. With stream it is a 400 for now.
+// the text; streamed, the chunks' logprobs add up to the same.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -35,6 +35,13 @@ serverSuite('logprobs', [], (s) => {
     const joined = content.map((c) => c.token).join('');
     const text = r.choices[0].message.content;
     assert.ok(joined === text || joined === ` ${text}`, `${JSON.stringify(joined)} vs ${JSON.stringify(text)}`);
+    // streamed: the chunks' logprobs put together are the same list
+    const stream = await server.client().chat.completions.create({
+      model: MODEL_ID, messages: [{ role: 'user', content: 'Tell me a story.' }], max_tokens: 12, temperature: 0,
+      logprobs: true, top_logprobs: 3, stream: true });
+    const streamed = [];
+    for await (const chunk of stream) streamed.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+    assert.deepEqual(streamed, content);
   });
 
   s.test('completions: the legacy shape, and the first logprob from the model itself', async (server) => {
@@ -56,8 +63,18 @@ serverSuite('logprobs', [], (s) => {
     assert.ok(Math.abs(lp.token_logprobs[0] - ls[best]) < 2e-3, `${lp.token_logprobs[0]} vs ${ls[best]}`);
   });
 
-  s.test('bad values and stream are 400s', async (server) => {
-    for (const [body, param] of [[{ prompt: 'x', logprobs: 6 }, 'logprobs'], [{ prompt: 'x', logprobs: 2, stream: true }, 'logprobs']]) {
+  s.test('streamed, and bad values', async (server) => {
+    // completions streamed: the legacy columns, chunk by chunk, make the whole
+    const whole = (await post(server, '/v1/completions', { prompt: PROMPT, max_tokens: 8, temperature: 0, logprobs: 2 }))
+      .json.choices[0].logprobs;
+    const res = await fetch(`${server.url}/v1/completions`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt: PROMPT, max_tokens: 8, temperature: 0, logprobs: 2, stream: true }) });
+    const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: {'))
+      .map((e) => JSON.parse(e.slice(6)).choices[0]?.logprobs).filter(Boolean);
+    assert.deepEqual(events.flatMap((l) => l.tokens), whole.tokens);
+    assert.deepEqual(events.flatMap((l) => l.token_logprobs), whole.token_logprobs);
+    assert.deepEqual(events.flatMap((l) => l.text_offset), whole.text_offset);
+    for (const [body, param] of [[{ prompt: 'x', logprobs: 6 }, 'logprobs'], [{ prompt: 'x', logprobs: -1 }, 'logprobs']]) {
       const r = await post(server, '/v1/completions', { max_tokens: 2, ...body });
       assert.equal(r.status, 400, r.body);
       assertErrorBody(r.json, { param });
