@@ -294,6 +294,19 @@ typedef struct model_seq {
     tkv_token t[MAXT];
 } model_seq;
 
+/* The cells the pins hold, in the model: one per distinct (namespace, prefix) of every pinned list. */
+static size_t pinned_cells(const model_seq *pins, int n_pins) {
+    size_t n = 0;
+    for (int a = 0; a < n_pins; a++)
+        for (size_t k = 1; k <= pins[a].n; k++) { /* count (ns, t[0..k)) once: at its first pin */
+            bool seen = false;
+            for (int b = 0; b < a && !seen; b++)
+                seen = pins[b].ns == pins[a].ns && pins[b].n >= k && !memcmp(pins[b].t, pins[a].t, k * sizeof(tkv_token));
+            n += !seen;
+        }
+    return n;
+}
+
 static void test_random_operations(void **state) {
     (void)state;
     abort_ctl a = {-1};
@@ -301,6 +314,9 @@ static void test_random_operations(void **state) {
     tkv_context *ctx = new_ctx(160, NS, &a);
     n_threads = 2;
     model_seq m[NS] = {{0}};
+    enum { MAX_PINS = 6 };
+    model_seq pins[MAX_PINS]; /* the pinned prefixes: what each pin held when it was taken */
+    int n_pins = 0, n_pin_ops = 0;
     unsigned seed = 99;
     int n_fail = 0, n_evict_ops = 0;
     for (int iter = 0; iter < 10000; iter++) {
@@ -357,8 +373,44 @@ static void test_random_operations(void **state) {
         } else if (op == 9 && iter % 50 == 0) {
             assert_int_equal(tkv_cache_clear(ctx), TKV_OK);
             n_evict_ops++;
+        } else if (op == 10 && m[s].n && n_pins < MAX_PINS && rand_r(&seed) % 4 == 0) {
+            /* pin what s holds (all of it is cached); it stays pinned, exactly that, until unpinned */
+            size_t len;
+            assert_int_equal(tkv_cache_pin(ctx, m[s].ns, m[s].t, m[s].n, &len), TKV_OK);
+            assert_int_equal(len, m[s].n);
+            pins[n_pins++] = m[s];
+            n_pin_ops++;
+        } else if (op == 11 && n_pins) {
+            /* unpin one, with its list or, when a sequence extends it, with that longer list */
+            const int k = rand_r(&seed) % n_pins;
+            const model_seq *with = &pins[k];
+            for (int q = 0; q < NS; q++)
+                if (m[q].ns == pins[k].ns && m[q].n > pins[k].n && !memcmp(m[q].t, pins[k].t, pins[k].n * sizeof(tkv_token)))
+                    with = &m[q];
+            /* the deepest pin on that path goes: the model removes the longest pinned prefix of `with` */
+            int best = -1;
+            for (int p = 0; p < n_pins; p++)
+                if (pins[p].ns == with->ns && pins[p].n <= with->n && !memcmp(pins[p].t, with->t, pins[p].n * sizeof(tkv_token))
+                    && (best < 0 || pins[p].n > pins[best].n))
+                    best = p;
+            assert_true(best >= 0);
+            assert_int_equal(tkv_cache_unpin(ctx, with->ns, with->t, with->n), TKV_OK);
+            pins[best] = pins[--n_pins];
         }
         check(ctx);
+        /* pins hold exactly their prefixes: all cached, and no more cells pinned than they cover */
+        {
+            tkv_stats ps;
+            tkv_cache_stats(ctx, &ps);
+            for (int p = 0; p < n_pins; p++) {
+                size_t len;
+                assert_int_equal(tkv_cache_match(ctx, pins[p].ns, pins[p].t, pins[p].n, &len), TKV_OK);
+                if (len != pins[p].n) fail_msg("iteration %d: a pinned prefix of %zu tokens keeps %zu", iter, pins[p].n, len);
+            }
+            if (ps.cells_pinned != pinned_cells(pins, n_pins))
+                fail_msg("iteration %d: %llu cells pinned, the pins cover %zu", iter,
+                         (unsigned long long)ps.cells_pinned, pinned_cells(pins, n_pins));
+        }
         /* the cache's own answers agree with the model */
         for (int q = 0; q < NS; q++) {
             tkv_token back[MAXT];
@@ -375,6 +427,7 @@ static void test_random_operations(void **state) {
     assert_true(st.evictions > 100); /* 160 cells: the run lived under pressure */
     assert_true(n_fail > 50);
     assert_true(n_evict_ops > 0);
+    assert_true(n_pin_ops > 20);
     tkv_context_free(ctx);
 }
 
