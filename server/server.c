@@ -330,8 +330,10 @@ int srv_main(const srv_opts *o) {
                              (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
                          (uint16_t)o->port, NULL, NULL, srv_http_handler, &S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
                          MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_NOTIFY_COMPLETED, srv_http_completed, &S,
-                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_LIMIT, 512u,
-                         MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_END);
+                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)o->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                         (unsigned)o->max_connections_per_client, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)o->idle_timeout, MHD_OPTION_END);
     if (!d) {
         fprintf(stderr, "tokenkv serve: cannot listen on %s port %d (in use, or not an address of this machine)\n",
                 o->host, o->port);

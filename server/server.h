@@ -31,6 +31,9 @@ typedef struct srv_opts {
     size_t max_body;           /* bytes */
     int max_tokens;            /* the largest max_tokens a request may ask */
     size_t max_queue;          /* waiting requests before 429 */
+    int max_connections;       /* open connections at most, all clients together */
+    int max_connections_per_client; /* per client address (0: no limit): one client cannot take every slot */
+    int idle_timeout;          /* seconds a connection may stay silent (headers, body, keep-alive) */
     bool no_prefix_cache;
     const char *chat_template; /* a family name overriding the model's, or NULL */
     const char *grammar_file;  /* a GBNF grammar for requests that give none, or NULL */
