@@ -8,6 +8,8 @@
 #ifndef TKV_CLI_H
 #define TKV_CLI_H
 
+#include <stddef.h>
+
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
@@ -16,6 +18,9 @@ int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+
+/* A whole file ("-": standard input), NUL-terminated, malloc'd; *len its bytes. NULL on failure. */
+char *cli_read_file(const char *path, size_t *len);
 
 /* Print "tokenkv SUB: message" on stderr; returns 1 for `return fail(...)`. */
 int cli_fail(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -25,31 +25,6 @@ static const char *const logits_help =
     "                          within its cgroup quota)\n"
     "  -h, --help              show this help\n";
 
-/* The whole file, NUL-terminated; NULL (and *len untouched) on failure. */
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
-        n += got;
-        if (cap - n - 1 == 0) {
-            char *b = realloc(buf, 2 * cap);
-            if (!b) free(buf);
-            buf = b, cap *= 2;
-        }
-    }
-    const int err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *file = NULL;
     bool bos = true;
@@ -100,7 +75,7 @@ int cmd_logits(int argc, char **argv) {
     tkv_pos *pos = NULL;
     tkv_seq *seq = NULL;
     bool *want = NULL;
-    if (file && !(text = read_all(file, &len))) {
+    if (file && !(text = cli_read_file(file, &len))) {
         cli_fail("logits", "cannot read '%s'", file);
         goto done;
     }

@@ -6,6 +6,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct {
@@ -22,6 +23,28 @@ static const struct {
     {"template", cmd_template, "render a chat template for a conversation"},
     {"tokenize", cmd_tokenize, "turn text into token ids"},
 };
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0, got;
+    char *buf = malloc(cap);
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0)
+        if ((n += got) == cap - 1) {
+            char *b = realloc(buf, 2 * cap);
+            if (!b) free(buf);
+            buf = b, cap *= 2;
+        }
+    const int err = ferror(f);
+    if (f != stdin) fclose(f);
+    if (!buf || err) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
 
 int cli_fail(const char *sub, const char *fmt, ...) {
     va_list ap;

@@ -204,28 +204,6 @@ bad:
     return false;
 }
 
-/* A text file's contents, NUL-terminated; NULL when it cannot be read or holds a NUL. */
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0, k;
-    char *buf = malloc(cap + 1);
-    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0)
-        if ((n += k) == cap) {
-            char *b = realloc(buf, (cap *= 2) + 1);
-            if (!b) free(buf);
-            buf = b;
-        }
-    const bool bad = !buf || ferror(f);
-    fclose(f);
-    if (!bad) buf[n] = '\0';
-    if (bad || strlen(buf) != n) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
-
 /* Parse argv into *o; returns 0 to go on, or the exit status (0 for --help, 2 for bad usage). */
 static int parse_args(int argc, char **argv, opts *o, bool *done) {
     *done = false;
@@ -286,7 +264,10 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             o->spec.arch = val;
         } else if (!strcmp(a, "--chat-template")) {
             free(o->chat_template);
-            if (!(o->chat_template = read_text(val))) {
+            size_t len = 0;
+            if (!(o->chat_template = cli_read_file(val, &len)) || strlen(o->chat_template) != len) { /* no NULs */
+                free(o->chat_template);
+                o->chat_template = NULL;
                 fprintf(stderr, "tokenkv mkmodel: --chat-template %s: cannot read it\n", val);
                 return 2;
             }

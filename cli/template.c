@@ -26,31 +26,6 @@ static const char *const template_help =
     "  --input FILE      the conversation (- for standard input)\n"
     "  -h, --help        show this help\n";
 
-/* A whole file (or stdin for "-"); NULL on failure. */
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, k;
-    char *buf = malloc(cap + 1);
-    while (buf && (k = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += k;
-        if (n == cap) {
-            char *b = realloc(buf, (cap *= 2) + 1);
-            if (!b) free(buf);
-            buf = b;
-        }
-    }
-    const bool bad = !buf || ferror(f);
-    if (f != stdin) fclose(f);
-    if (bad) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
 /*
  * The template's variables from the input, as transformers passes them:
  * messages; tools (none when absent); documents none; add_generation_prompt;
@@ -110,7 +85,7 @@ int cmd_template(int argc, char **argv) {
     json_t *in = NULL, *v = NULL;
     size_t len;
     json_error_t jerr;
-    if (!(in_text = slurp(input_path, &len))) {
+    if (!(in_text = cli_read_file(input_path, &len))) {
         cli_fail("template", "--input %s: cannot read it", input_path);
         goto done;
     }
@@ -133,7 +108,7 @@ int cmd_template(int argc, char **argv) {
             goto done;
         }
     } else {
-        if (!(src = slurp(tmpl_path, &len))) {
+        if (!(src = cli_read_file(tmpl_path, &len))) {
             cli_fail("template", "--template %s: cannot read it", tmpl_path);
             goto done;
         }

@@ -51,18 +51,31 @@ static void model_id(const char *path, const char *alias, char *out, size_t cap)
     snprintf(out, cap, "%.*s", (int)n, base);
 }
 
-/* --grammar-file: the grammar every request without its own is held to; NULL with a message on stderr. */
-static tkv_grammar *grammar_file(const char *path, const tkv_model *m) {
+/* A whole file, NUL-terminated, malloc'd (*n its bytes); NULL with "tokenkv serve: OPT PATH: cannot read it". */
+static char *read_option_file(const char *opt, const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     char *src = NULL;
-    long n = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (src = malloc((size_t)n + 1)) && fread(src, 1, (size_t)n, f) != (size_t)n)
-        n = -1;
+    long len = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (src = malloc((size_t)len + 1)) && fread(src, 1, (size_t)len, f) != (size_t)len)
+        len = -1;
     if (f) fclose(f);
+    if (!src || len < 0) {
+        fprintf(stderr, "tokenkv serve: %s %s: cannot read it\n", opt, path);
+        free(src);
+        return NULL;
+    }
+    src[len] = '\0';
+    *n = (size_t)len;
+    return src;
+}
+
+/* --grammar-file: the grammar every request without its own is held to; NULL with a message on stderr. */
+static tkv_grammar *grammar_file(const char *path, const tkv_model *m) {
+    size_t n;
+    char *src = read_option_file("--grammar-file", path, &n);
     tkv_grammar *g = NULL;
-    if (!src || n < 0) fprintf(stderr, "tokenkv serve: --grammar-file %s: cannot read it\n", path);
-    else if (tkv_grammar_create(m, src, (size_t)n, NULL, &g) != TKV_OK)
+    if (src && tkv_grammar_create(m, src, n, NULL, &g) != TKV_OK)
         fprintf(stderr, "tokenkv serve: --grammar-file %s: %s\n", path, tkv_last_error(NULL));
     free(src);
     return g;
@@ -70,18 +83,12 @@ static tkv_grammar *grammar_file(const char *path, const tkv_model *m) {
 
 /* A Jinja template from a file (*think: it has think markers), or NULL with a message on stderr. */
 static tkv_chat_template *template_file(const char *path, bool *think) {
-    FILE *f = fopen(path, "rb");
-    char *src = NULL;
-    long n = -1;
-    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        (src = malloc((size_t)n + 1)) && fread(src, 1, (size_t)n, f) != (size_t)n)
-        n = -1;
-    if (f) fclose(f);
+    size_t n;
+    char *src = read_option_file("--chat-template", path, &n);
     tkv_chat_template *t = NULL;
-    if (!src || n < 0) fprintf(stderr, "tokenkv serve: --chat-template %s: cannot read it\n", path);
-    else if (tkv_chat_template_parse(src, (size_t)n, &t) != TKV_OK)
+    if (src && tkv_chat_template_parse(src, n, &t) != TKV_OK)
         fprintf(stderr, "tokenkv serve: --chat-template %s: %s\n", path, tkv_last_error(NULL));
-    else *think = srv_think_markers(src, (size_t)n);
+    else if (src) *think = srv_think_markers(src, n);
     free(src);
     return t;
 }

@@ -390,8 +390,7 @@ tkv_status tkv__cachefile_read(const char *path, uint8_t *buf, size_t cap, size_
         st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot stat: %s", path, strerror(errno));
     } else if (!S_ISREG(sb.st_mode)) {
         st = tkv__fail(TKV_ERR_IO, "cache file '%s': not a regular file", path);
-    } else if ((st = tkv__cachefile_trusted(path, &sb))) {
-    } else {
+    } else if ((st = tkv__cachefile_trusted(path, &sb)) == TKV_OK) {
         *size = (size_t)sb.st_size;
         size_t n = *size < cap ? *size : cap;
         if ((e = read_all(fd, buf, n)) != 0)
@@ -412,7 +411,8 @@ tkv_status tkv__cachefile_read_file(const char *path, uint8_t **data, size_t *si
         st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot stat: %s", path, strerror(errno));
     } else if (!S_ISREG(sb.st_mode)) {
         st = tkv__fail(TKV_ERR_IO, "cache file '%s': not a regular file", path);
-    } else if ((st = tkv__cachefile_trusted(path, &sb))) {
+    } else if ((st = tkv__cachefile_trusted(path, &sb)) != TKV_OK) {
+        /* refused: st says why */
     } else if (!(buf = tkv__malloc((size_t)sb.st_size))) {
         st = tkv__fail(TKV_ERR_NOMEM, "out of memory reading cache file '%s' (%lld bytes)", path, (long long)sb.st_size);
     } else if ((e = read_all(fd, buf, (size_t)sb.st_size)) != 0) {

@@ -574,11 +574,12 @@ static int gen(conv *c, json_t *s) {
         json_t *type = json_object_get(s, "type"), *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const"),
                *ref = json_object_get(s, "$ref"), *any = json_object_get(s, "anyOf");
         if (!any) any = json_object_get(s, "oneOf");
-        if (json_object_get(s, "allOf") && !c->st) {
+        if (c->st) {
+            /* an unknown keyword: nothing more to write */
+        } else if (json_object_get(s, "allOf")) {
             json_t *m = merge_all_of(c, s);
             sb_fmt(&b, "r%d", gen(c, m));
             json_decref(m);
-        } else if (c->st) {
         } else if (ref) {
             if (!json_is_string(ref)) fail(c, TKV_ERR_INVALID, "'$ref' must be a string");
             else sb_fmt(&b, "r%d", gen_ref(c, json_string_value(ref)));

@@ -192,6 +192,17 @@ static void softmax_cands(tkv_sampler *s, size_t n, float t) {
     for (size_t i = 0; i < n; i++) s->prob[i] = (float)(s->prob[i] / sum);
 }
 
+/* A draw from candidates 0..n-1 weighted by prob[] (summing to total); the last on rounding. */
+static tkv_token draw(tkv_sampler *s, size_t n, double total) {
+    const double u = next_unit(s) * total;
+    double cum = 0;
+    for (size_t i = 0; i < n; i++) {
+        cum += s->prob[i];
+        if (u < cum) return s->c[i].id;
+    }
+    return s->c[n - 1].id;
+}
+
 /* The chain over the tokens with allowed[id] (all when allowed is NULL); NULL too when none is. */
 static tkv_token choose(tkv_sampler *s, const float *logits, const uint8_t *allowed) {
     const size_t n_vocab = s->n_vocab;
@@ -236,16 +247,7 @@ static tkv_token choose(tkv_sampler *s, const float *logits, const uint8_t *allo
         for (size_t i = 1; i < n_cand; i++) mx = s->c[i].logit > mx ? s->c[i].logit : mx;
         double sum = 0;
         for (size_t i = 0; i < n_cand; i++) sum += s->prob[i] = expf((s->c[i].logit - mx) / s->p.temperature);
-        const double u = next_unit(s) * sum;
-        double cum = 0;
-        chosen = s->c[n_cand - 1].id;
-        for (size_t i = 0; i < n_cand; i++) {
-            cum += s->prob[i];
-            if (u < cum) {
-                chosen = s->c[i].id;
-                break;
-            }
-        }
+        chosen = draw(s, n_cand, sum);
     } else {
         size_t n = keep_top_k(s->c, n_cand, s->p.top_k > 0 ? (size_t)s->p.top_k : n_cand);
         if (s->p.top_p < 1.0f) {
@@ -268,15 +270,7 @@ static tkv_token choose(tkv_sampler *s, const float *logits, const uint8_t *allo
             n = keep;
         }
         softmax_cands(s, n, s->p.temperature);
-        double u = next_unit(s), cum = 0;
-        chosen = s->c[n - 1].id;
-        for (size_t i = 0; i < n; i++) {
-            cum += s->prob[i];
-            if (u < cum) {
-                chosen = s->c[i].id;
-                break;
-            }
-        }
+        chosen = draw(s, n, 1.0);
     }
     return chosen;
 }
