@@ -1,8 +1,9 @@
 /*
- * kvcache.c — see kvcache.h.
+ * kvcache.c — the KV cache's storage, its sequences, pins and check (see
+ * kvcache.h); the transactions are in kvcache_txn.c.
  */
 #define _GNU_SOURCE /* MADV_HUGEPAGE */
-#include "kvcache.h"
+#include "kvcache_impl.h"
 
 #include "base/alloc.h"
 #include "base/error.h"
@@ -55,7 +56,13 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
     kv->free = tkv__malloc(n_cells * sizeof *kv->free);
     kv->seq = tkv__calloc(n_seq, sizeof *kv->seq);
     kv->n_seq = n_seq;
-    if (!kv->rows.k || !kv->rows.v || !kv->token || !kv->pos || !kv->free || !kv->seq) {
+    kv->cells = tkv__malloc(n_cells * sizeof *kv->cells);
+    kv->spare = tkv__malloc(n_cells * sizeof *kv->spare);
+    kv->seq_count = tkv__calloc(n_seq, sizeof *kv->seq_count);
+    kv->run_tokens = tkv__malloc(n_cells * sizeof *kv->run_tokens);
+    kv->run_cells = tkv__malloc(n_cells * sizeof *kv->run_cells);
+    if (!kv->rows.k || !kv->rows.v || !kv->token || !kv->pos || !kv->free || !kv->seq || !kv->cells || !kv->spare ||
+        !kv->seq_count || !kv->run_tokens || !kv->run_cells) {
         tkv__kv_free(kv);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for a KV cache of %u cells (%zu bytes)", n_cells, 2 * bytes);
     }
@@ -65,12 +72,18 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
         kv->free[i] = n_cells - 1 - i; /* low cells first */
     }
     kv->n_free = n_cells;
+    tkv_status st = tkv__pindex_create(n_cells, n_seq, kv->token, &kv->ix);
+    if (st) {
+        tkv__kv_free(kv);
+        return st;
+    }
     *out = kv;
     return TKV_OK;
 }
 
 void tkv__kv_free(tkv__kvcache *kv) {
     if (!kv) return;
+    tkv__pindex_free(kv->ix);
     if (kv->seq)
         for (uint32_t s = 0; s < kv->n_seq; s++) tkv__free(kv->seq[s].cells);
     tkv__free(kv->seq);
@@ -81,8 +94,15 @@ void tkv__kv_free(tkv__kvcache *kv) {
     tkv__free(kv->token);
     tkv__free(kv->pos);
     tkv__free(kv->free);
+    tkv__free(kv->cells);
+    tkv__free(kv->spare);
+    tkv__free(kv->seq_count);
+    tkv__free(kv->run_tokens);
+    tkv__free(kv->run_cells);
     tkv__free(kv);
 }
+
+/* ---- cells (kvcache_impl.h) ----------------------------------------------- */
 
 tkv_status tkv__kv_reserve_virtual(tkv__kvcache *kv, uint32_t n) {
     if (n <= kv->rows.cap_virtual) return TKV_OK;
@@ -114,21 +134,196 @@ void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n) {
     }
 }
 
-void tkv__kv_copy(tkv__kvcache *kv, uint32_t from, uint32_t to) {
-    for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
-        memcpy(tkv__kv_k(kv, l, to), tkv__kv_k(kv, l, from), kv->rows.row_size);
-        memcpy(tkv__kv_v(kv, l, to), tkv__kv_v(kv, l, from), kv->rows.row_size);
-    }
+uint32_t tkv__kv_evict(tkv__kvcache *kv, uint32_t want) {
+    if (!want) return 0;
+    uint32_t freed = tkv__pindex_evict(kv->ix, want, kv->spare);
+    tkv__kv_give_back(kv, kv->spare, freed);
+    kv->evictions += freed;
+    return freed;
 }
 
-tkv_status tkv__kv_seq_reserve(tkv__kvcache *kv, tkv_seq seq, uint32_t extra) {
+tkv_status tkv__kv_seq_room(tkv__kvcache *kv, tkv_seq seq, uint32_t len) {
     tkv__kvseq *s = &kv->seq[seq];
-    if (s->n + extra <= s->cap) return TKV_OK;
+    if (len <= s->cap) return TKV_OK;
     uint32_t cap = s->cap ? s->cap : 64;
-    while (cap < s->n + extra) cap *= 2;
-    uint32_t *cells = tkv__realloc(s->cells, cap * sizeof *cells);
+    while (cap < len) cap = cap > UINT32_MAX / 2 ? len : 2 * cap;
+    uint32_t *cells = tkv__realloc(s->cells, (size_t)cap * sizeof *cells);
     if (!cells) return tkv__fail(TKV_ERR_NOMEM, "out of memory growing sequence %d to %u cells", (int)seq, cap);
     s->cells = cells;
     s->cap = cap;
     return TKV_OK;
+}
+
+void tkv__kv_seq_move(tkv__kvcache *kv, tkv_seq seq, uint64_t ns, tkv__ppos at) {
+    tkv__kvseq *s = &kv->seq[seq];
+    tkv__pindex_seq_set(kv->ix, seq, at); /* cuts the node at `at` */
+    tkv__pindex_path(kv->ix, at, s->cells, NULL);
+    s->n = tkv__pindex_len(kv->ix, at);
+    s->ns = ns;
+}
+
+/* ---- sequences ------------------------------------------------------------ */
+
+void tkv__kv_seq_truncate(tkv__kvcache *kv, tkv_seq seq, uint32_t n) {
+    tkv__kvseq *s = &kv->seq[seq];
+    if (n >= s->n) return;
+    tkv__ppos at = tkv__pindex_ancestor(kv->ix, tkv__pindex_seq_end(kv->ix, seq), n);
+    tkv__pindex_seq_set(kv->ix, seq, at); /* the dropped tail: its own node */
+    s->n = n; /* the list's first n cells are the ancestor's path */
+}
+
+tkv_status tkv__kv_seq_fork(tkv__kvcache *kv, tkv_seq src, tkv_seq dst) {
+    if (src == dst) return TKV_OK;
+    tkv_status st = tkv__kv_seq_room(kv, dst, kv->seq[src].n);
+    if (st) return st;
+    const tkv__kvseq *s = &kv->seq[src];
+    tkv__kvseq *d = &kv->seq[dst];
+    if (s->n) memcpy(d->cells, s->cells, s->n * sizeof *d->cells);
+    d->n = s->n;
+    d->ns = s->ns;
+    tkv__pindex_seq_set(kv->ix, dst, tkv__pindex_seq_end(kv->ix, src));
+    return TKV_OK;
+}
+
+void tkv__kv_seq_tokens(const tkv__kvcache *kv, tkv_seq seq, tkv_token *out) {
+    const tkv__kvseq *s = &kv->seq[seq];
+    for (uint32_t i = 0; i < s->n; i++) out[i] = kv->token[s->cells[i]];
+}
+
+/* ---- the prefix index ----------------------------------------------------- */
+
+size_t tkv__kv_match(const tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n) {
+    tkv__ppos at;
+    return tkv__pindex_match(kv->ix, ns, tokens, n, false, &at); /* without touch it changes nothing */
+}
+
+tkv_status tkv__kv_pin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
+    tkv__ppos at;
+    size_t m = tkv__pindex_match(kv->ix, ns, tokens, n, false, &at);
+    tkv_status st = tkv__pindex_pin_at(kv->ix, at);
+    if (!st && len) *len = m;
+    return st;
+}
+
+void tkv__kv_unpin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n) {
+    tkv__ppos at;
+    tkv__pindex_match(kv->ix, ns, tokens, n, false, &at);
+    tkv__pindex_unpin_on_path(kv->ix, at);
+}
+
+void tkv__kv_hold(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, int delta) {
+    tkv__ppos at;
+    tkv__pindex_match(kv->ix, ns, tokens, n, false, &at);
+    tkv__pindex_pin(kv->ix, at, delta); /* reserved, or a decrement: cannot fail */
+}
+
+tkv_status tkv__kv_hold_reserve(tkv__kvcache *kv, uint32_t n) { return tkv__pindex_pin_reserve(kv->ix, n); }
+
+void tkv__kv_touch(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n) {
+    tkv__ppos at;
+    tkv__pindex_match(kv->ix, ns, tokens, n, false, &at);
+    tkv__pindex_touch(kv->ix, at);
+}
+
+void tkv__kv_clear(tkv__kvcache *kv) {
+    uint32_t n = tkv__pindex_evict_all(kv->ix, kv->spare);
+    tkv__kv_give_back(kv, kv->spare, n);
+}
+
+static void count_shared(const tkv__pindex *ix, uint32_t id, void *user) {
+    const tkv__pnode *nd = tkv__pindex_node(ix, id);
+    if (nd->parent != TKV__PNONE && nd->refs >= 2) *(uint64_t *)user += nd->n;
+}
+
+void tkv__kv_stats(const tkv__kvcache *kv, tkv_stats *out) {
+    tkv__pindex_stats ps;
+    tkv__pindex_stats_get(kv->ix, &ps);
+    out->cells_total = kv->rows.n_cells;
+    out->cells_used = kv->rows.n_cells - kv->n_free;
+    out->cells_evictable = ps.evictable_cells;
+    out->cells_pinned = ps.pinned_cells;
+    out->nodes = ps.nodes;
+    out->cells_shared = 0;
+    tkv__pindex_foreach(kv->ix, count_shared, &out->cells_shared);
+    out->evictions = kv->evictions;
+    out->kv_bytes = 2ull * kv->rows.n_layer * kv->rows.n_cells * kv->rows.row_size;
+    out->meta_bytes = (uint64_t)kv->rows.n_cells * (sizeof *kv->token + sizeof *kv->pos + sizeof *kv->free) +
+                      tkv__pindex_bytes(kv->ix);
+    for (uint32_t s = 0; s < kv->n_seq; s++) out->meta_bytes += sizeof kv->seq[s] + (uint64_t)kv->seq[s].cap * sizeof(uint32_t);
+}
+
+/* ---- the check ------------------------------------------------------------ */
+
+typedef struct check {
+    const tkv__kvcache *kv;
+    uint8_t *owned; /* (n_cells) 1: in the index, 2: free */
+    uint32_t *cells;
+    tkv_token *tokens;
+    tkv_status st;
+} check;
+
+/* Every cell of a node holds the token the index reads, at its position. */
+static void check_node_cells(const tkv__pindex *ix, uint32_t id, void *user) {
+    check *c = user;
+    const tkv__pnode *nd = tkv__pindex_node(ix, id);
+    if (c->st || nd->parent == TKV__PNONE) return;
+    tkv__pindex_run(ix, id, c->cells, c->tokens);
+    const tkv__kvcache *kv = c->kv;
+    for (uint32_t k = 0; k < nd->n && !c->st; k++) {
+        uint32_t cell = c->cells[k];
+        if (c->owned[cell]) c->st = tkv__fail(TKV_ERR_FORMAT, "cache check: cell %u is in two nodes", cell);
+        else if (kv->token[cell] == TKV_TOKEN_NULL || kv->pos[cell] != (tkv_pos)(nd->depth + k))
+            c->st = tkv__fail(TKV_ERR_FORMAT, "cache check: cell %u holds token %d at position %d, its node says %u",
+                              cell, (int)kv->token[cell], (int)kv->pos[cell], nd->depth + k);
+        c->owned[cell] = 1;
+    }
+}
+
+tkv_status tkv__kv_check(const tkv__kvcache *kv) {
+    if (kv->txn.kind) return tkv__fail(TKV_ERR_FORMAT, "cache check: a transaction is staged");
+    tkv_status st = tkv__pindex_check(kv->ix);
+    if (st) return st;
+    const uint32_t n_cells = kv->rows.n_cells;
+    check c = {kv, tkv__calloc(n_cells, 1), tkv__malloc(n_cells * sizeof(uint32_t)),
+               tkv__malloc(n_cells * sizeof(tkv_token)), TKV_OK};
+    if (!c.owned || !c.cells || !c.tokens) {
+        c.st = tkv__fail(TKV_ERR_NOMEM, "out of memory checking the cache");
+        goto done;
+    }
+    tkv__pindex_foreach(kv->ix, check_node_cells, &c);
+    /* free cells: not in the index, holding nothing; the two add up */
+    uint32_t owned = 0;
+    for (uint32_t i = 0; i < n_cells; i++) owned += c.owned[i];
+    for (uint32_t i = 0; i < kv->n_free && !c.st; i++) {
+        uint32_t cell = kv->free[i];
+        if (cell >= n_cells || c.owned[cell] || kv->token[cell] != TKV_TOKEN_NULL || kv->pos[cell] != -1)
+            c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: free cell %u is in use", cell);
+        else
+            c.owned[cell] = 2;
+    }
+    if (!c.st && owned + kv->n_free != n_cells)
+        c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: %u cells in the index and %u free, of %u (some are lost)", owned,
+                         kv->n_free, n_cells);
+    /* each sequence's list is its path in the index */
+    for (uint32_t s = 0; s < kv->n_seq && !c.st; s++) {
+        const tkv__kvseq *q = &kv->seq[s];
+        tkv__ppos end = tkv__pindex_seq_end(kv->ix, (tkv_seq)s);
+        if (tkv__pindex_len(kv->ix, end) != q->n) {
+            c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: sequence %u holds %u cells, its index path %u tokens", s, q->n,
+                             tkv__pindex_len(kv->ix, end));
+            break;
+        }
+        if (end.node != TKV__PNONE && tkv__pindex_node(kv->ix, end.node)->ns != q->ns)
+            c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: sequence %u is in another namespace than its path", s);
+        tkv__pindex_path(kv->ix, end, c.cells, NULL);
+        for (uint32_t p = 0; p < q->n && !c.st; p++)
+            if (q->cells[p] != c.cells[p] || kv->pos[q->cells[p]] != (tkv_pos)p)
+                c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: sequence %u position %u: cell %u, its path has cell %u", s,
+                                 p, q->cells[p], c.cells[p]);
+    }
+done:
+    tkv__free(c.owned);
+    tkv__free(c.cells);
+    tkv__free(c.tokens);
+    return c.st;
 }

@@ -1,23 +1,34 @@
 /*
- * kvcache.h — the KV cache: K/V rows per layer for n_cells cells, and per
- * cell the token it was computed from and its position.
+ * kvcache.h — the KV cache: the one owner of every cell.
  *
- * Who holds a cell: the prefix index (prefix_index.h) owns every cell that
- * holds a token; free cells hold nothing. A sequence is a list of cells,
- * positions 0..n-1 (cells need not be contiguous, and sequences sharing a
- * prefix share its cells); the list mirrors the sequence's path in the index
- * so that attention reads it in O(1) per position.
+ * It owns, for n_cells cells: the K/V rows of every layer, each cell's token
+ * and position, the free list, the sequences' cell lists and, privately, the
+ * prefix index (prefix_index.h), which reads the tokens from here. Every
+ * change to any of them goes through this module, so they cannot drift
+ * apart; tkv__kv_check verifies that they agree.
  *
- * Staging (see context.c): a decode writes its tokens' K/V into free cells,
- * or, when it must evict to make room, into "virtual" cells (ids n_cells..)
- * backed by a scratch area: nothing cached is overwritten before the decode
- * has succeeded, so a failure leaves the cache exactly as it was.
+ * Who holds a cell: the prefix index holds every cell that holds a token;
+ * free cells hold nothing. A sequence is a list of cells, positions 0..n-1
+ * (cells need not be contiguous; sequences sharing a prefix share its
+ * cells); the list mirrors the sequence's path in the index so that
+ * attention reads it in O(1) per position.
+ *
+ * Writes are transactions. A stage validates and reserves; commit cannot
+ * fail; rollback undoes the stage. Between them the caller fills the staged
+ * cells' K/V rows (the forward pass, or a cache file). When the cache must
+ * evict to make room, the staged cells are "virtual" (ids n_cells..) backed
+ * by a scratch area, and the eviction happens at commit: nothing cached is
+ * overwritten before the new rows exist, so a failed decode leaves the
+ * cache exactly as it was. One transaction at a time.
+ *
+ * Not thread-safe: the context using the cache serializes every call.
  */
 #ifndef TKV_KVCACHE_H
 #define TKV_KVCACHE_H
 
 #include "tokenkv.h"
 
+#include "prefix_index.h"
 #include "model/kvrows.h"
 
 typedef struct tkv__kvseq {
@@ -27,16 +38,42 @@ typedef struct tkv__kvseq {
     uint64_t ns;     /* namespace of the sequence's prefixes */
 } tkv__kvseq;
 
+/* The transaction in flight (see kvcache_txn.c). */
+typedef struct tkv__kvtxn {
+    int kind;               /* 0: none; else batch or path */
+    uint32_t n;             /* cells staged: cells[0..n) */
+    uint32_t n_real;        /* of which the first n_real are real cells, the rest virtual */
+    const tkv_batch *b;     /* batch: the caller's, alive until commit or rollback */
+    tkv_seq seq;            /* path: the sequence, or -1 for none */
+    uint64_t ns;            /* path: its namespace */
+    const tkv_token *tokens;/* path: the caller's list */
+    uint32_t reused, len;   /* path: cached tokens kept; tokens held after commit */
+    tkv__ppos at, old;      /* path: end of the reused prefix; the sequence's old end */
+} tkv__kvtxn;
+
 typedef struct tkv__kvcache {
+    /* read only outside kv/kvcache*.c */
     tkv__kvrows rows; /* the K/V rows of every cell (what the forward pass sees) */
     tkv_token *token; /* (n_cells) TKV_TOKEN_NULL for a free cell */
-    tkv_pos *pos;     /* (n_cells) */
+    tkv_pos *pos;     /* (n_cells) -1 for a free cell */
     uint32_t *free;   /* stack of free cells */
     uint32_t n_free;
     uint32_t n_seq;
     tkv__kvseq *seq;  /* (n_seq) */
+    uint64_t evictions; /* cells evicted, ever */
+    /* private */
+    tkv__pindex *ix;
+    tkv__kvtxn txn;
+    uint32_t *cells;      /* (n_cells) the staged cells */
+    uint32_t *spare;      /* (n_cells) cells the index hands back (evictions, duplicates) */
+    uint32_t *seq_count;  /* (n_seq) tokens per sequence in a staged batch */
+    tkv_token *run_tokens;/* (n_cells) one sequence's tokens of a batch */
+    uint32_t *run_cells;  /* (n_cells) and their cells */
 } tkv__kvcache;
 
+/* A cache of n_cells cells for n_seq sequences, K/V rows of n_embd_kv
+   elements of `type` (F16, F32 or Q8_0) per layer. TKV_ERR_UNSUPPORTED,
+   TKV_ERR_INVALID, TKV_ERR_NOMEM. */
 tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv, tkv_type type, uint32_t n_seq,
                           tkv__kvcache **out);
 void tkv__kv_free(tkv__kvcache *kv);
@@ -48,20 +85,98 @@ static inline void *tkv__kv_v(const tkv__kvcache *kv, uint32_t layer, uint32_t c
     return tkv__kvrows_v(&kv->rows, layer, cell);
 }
 
-/* Room for n virtual cells. TKV_ERR_NOMEM leaves the cache as it was. */
-tkv_status tkv__kv_reserve_virtual(tkv__kvcache *kv, uint32_t n);
+/* The prefix index, to read (walk nodes, read runs and paths). */
+static inline const tkv__pindex *tkv__kv_index(const tkv__kvcache *kv) { return kv->ix; }
 
-/* Take n free cells into out[] (unpublished); the caller checked n <= n_free. */
-void tkv__kv_take(tkv__kvcache *kv, uint32_t n, uint32_t *out);
+/* ---- transactions (kvcache_txn.c) ----------------------------------------- */
 
-/* Give back cells taken and never published, or cells the index let go. */
-void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n);
+/*
+ * Stage a batch: every token goes at the end of its sequence (positions
+ * must be the sequence's length, then consecutive). The tokens' ids are the
+ * caller's to check. Afterwards kv->cells[i] is batch token i's cell and
+ * each sequence's cell list holds its staged cells after its published ones
+ * (what the forward pass reads). Errors (nothing changed): TKV_ERR_INVALID
+ * (sequence, position), TKV_ERR_FULL (too few free and evictable cells),
+ * TKV_ERR_NOMEM.
+ */
+tkv_status tkv__kv_stage_batch(tkv__kvcache *kv, const tkv_batch *b);
 
-/* Copy the K/V rows (all layers) of cell `from` to cell `to`. */
-void tkv__kv_copy(tkv__kvcache *kv, uint32_t from, uint32_t to);
+/*
+ * Stage `seq` (or, with seq < 0, no sequence: the prefix is only cached)
+ * holding a prefix of tokens[0..n) in namespace ns: the longest cached
+ * prefix of them, at most reuse_max tokens, is reused (*reused). With fill,
+ * the rest, tokens[*reused..n), get cells kv->cells[0..n - *reused), whose
+ * K/V rows the caller writes before commit; without, the sequence holds
+ * only the reused prefix. Fewer than need_cached reused tokens is
+ * TKV_ERR_INVALID (a saved file extends a prefix that is not cached).
+ * `name` names the caller in messages. Errors (nothing changed):
+ * TKV_ERR_INVALID, TKV_ERR_FULL, TKV_ERR_NOMEM.
+ */
+tkv_status tkv__kv_stage_path(tkv__kvcache *kv, const char *name, tkv_seq seq, uint64_t ns, const tkv_token *tokens,
+                              uint32_t n, uint32_t reuse_max, uint32_t need_cached, bool fill, uint32_t *reused);
 
-/* Make room for `extra` staged cells after seq's published ones.
-   TKV_ERR_NOMEM leaves the sequence as it was. */
-tkv_status tkv__kv_seq_reserve(tkv__kvcache *kv, tkv_seq seq, uint32_t extra);
+/*
+ * Publish the staged transaction; cannot fail. Evicts what the virtual
+ * cells need (least recently used, unheld, unpinned prefixes first) and
+ * moves them into the freed cells, writes each cell's token and position,
+ * adds the new tokens to the prefix index (where the index already held
+ * them, its cells are kept and the new ones freed) and grows or moves the
+ * sequences. A path staged for no sequence stays cached, held by nobody.
+ */
+void tkv__kv_commit(tkv__kvcache *kv);
+
+/* Undo the staged transaction: the cache is as before the stage. */
+void tkv__kv_rollback(tkv__kvcache *kv);
+
+/* ---- sequences (kvcache.c) ------------------------------------------------- */
+
+/* Drop positions n.. of seq (n >= its length: nothing). The dropped tail
+   stays cached, evictable once nobody else holds it. */
+void tkv__kv_seq_truncate(tkv__kvcache *kv, tkv_seq seq, uint32_t n);
+
+/* dst holds what src holds (same cells, same namespace). TKV_ERR_NOMEM
+   leaves dst as it was. */
+tkv_status tkv__kv_seq_fork(tkv__kvcache *kv, tkv_seq src, tkv_seq dst);
+
+/* seq's tokens, positions 0..len-1, into out (room for its length). */
+void tkv__kv_seq_tokens(const tkv__kvcache *kv, tkv_seq seq, tkv_token *out);
+
+/* ---- the prefix index ------------------------------------------------------ */
+
+/* Length of the longest cached prefix of tokens[0..n) in namespace ns. */
+size_t tkv__kv_match(const tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n);
+
+/* Pin exactly the prefix of tokens[0..n) cached now (*len: its length; may
+   be NULL): it is never evicted until unpinned, and tokens cached later do
+   not join the pin. TKV_ERR_NOMEM: nothing changed. */
+tkv_status tkv__kv_pin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len);
+
+/* Release the pin a tkv__kv_pin of (a prefix of) these tokens took: the
+   deepest on their cached path. Nothing pinned there: nothing happens. */
+void tkv__kv_unpin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n);
+
+/* Hold (delta +1) or release (-1) the cached prefix of tokens[0..n)
+   against eviction: the loads of a directory hold each loaded prefix until
+   the last file is in. +1 needs a record reserved by tkv__kv_hold_reserve. */
+void tkv__kv_hold(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, int delta);
+tkv_status tkv__kv_hold_reserve(tkv__kvcache *kv, uint32_t n);
+
+/* Mark the cached prefix of tokens[0..n) used now (eviction order). */
+void tkv__kv_touch(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n);
+
+/* Evict every prefix no sequence holds and nobody pinned. */
+void tkv__kv_clear(tkv__kvcache *kv);
+
+/* Cell counts into out's cells_*, nodes, kv_bytes, meta_bytes, evictions. */
+void tkv__kv_stats(const tkv__kvcache *kv, tkv_stats *out);
+
+/*
+ * Verify that everything agrees: the index's own invariants, each indexed
+ * cell's token and position, the free list (free cells hold nothing and the
+ * counts add up), and each sequence's cell list against its index path and
+ * namespace. TKV_OK, or TKV_ERR_FORMAT naming the first violation
+ * (TKV_ERR_NOMEM when the check cannot allocate).
+ */
+tkv_status tkv__kv_check(const tkv__kvcache *kv);
 
 #endif

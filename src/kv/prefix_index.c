@@ -7,7 +7,8 @@
  *            one an insert is about to fill);
  *   next[]   per cell: the next cell of the same run (runs are linked
  *            lists of cells, so growing and splitting move no memory);
- *   tok[]    per cell: its token;
+ *   tok[]    per cell: its token, the KV cache's array (kvcache.h owns and
+ *            writes it; the index only reads it, so each token is stored once);
  *   child    an open-addressing table (parent, first token) -> child, so a
  *            look-up costs O(1) per node and O(length) per prefix;
  *   roots    an open-addressing table namespace -> root.
@@ -47,7 +48,7 @@ struct tkv__pindex {
     uint32_t *free_node; /* stack of free node ids */
     uint32_t n_free_node;
     uint32_t *next;      /* (n_cells) */
-    tkv_token *tok;      /* (n_cells) */
+    const tkv_token *tok; /* (n_cells) the cache's, read only */
     child_slot *tab;
     uint32_t tab_mask;
     root_slot *roots;
@@ -191,7 +192,7 @@ static uint32_t pow2_at_least(uint64_t n) {
     return c;
 }
 
-tkv_status tkv__pindex_create(uint32_t n_cells, uint32_t n_seq, tkv__pindex **out) {
+tkv_status tkv__pindex_create(uint32_t n_cells, uint32_t n_seq, const tkv_token *tok, tkv__pindex **out) {
     tkv__pindex *ix = tkv__calloc(1, sizeof *ix);
     if (!ix) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the prefix index");
     ix->n_cells = n_cells;
@@ -199,14 +200,14 @@ tkv_status tkv__pindex_create(uint32_t n_cells, uint32_t n_seq, tkv__pindex **ou
     ix->node = tkv__malloc(ix->n_nodes * sizeof *ix->node);
     ix->free_node = tkv__malloc(ix->n_nodes * sizeof *ix->free_node);
     ix->next = tkv__malloc((n_cells ? n_cells : 1) * sizeof *ix->next);
-    ix->tok = tkv__malloc((n_cells ? n_cells : 1) * sizeof *ix->tok);
+    ix->tok = tok;
     /* at most n_cells children and n_cells roots: tables of 1.5x keep probes short */
     uint32_t tab = pow2_at_least(3 * (uint64_t)n_cells / 2 + 2), rts = pow2_at_least(3 * (uint64_t)n_cells / 2 + 2);
     ix->tab = tkv__malloc(tab * sizeof *ix->tab);
     ix->roots = tkv__malloc(rts * sizeof *ix->roots);
     ix->n_seq = n_seq;
     ix->seq = tkv__malloc((n_seq ? n_seq : 1) * sizeof *ix->seq);
-    if (!ix->node || !ix->free_node || !ix->next || !ix->tok || !ix->tab || !ix->roots || !ix->seq) {
+    if (!ix->node || !ix->free_node || !ix->next || !ix->tab || !ix->roots || !ix->seq) {
         tkv__pindex_free(ix);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for the prefix index of %u cells", n_cells);
     }
@@ -226,7 +227,6 @@ void tkv__pindex_free(tkv__pindex *ix) {
     tkv__free(ix->node);
     tkv__free(ix->free_node);
     tkv__free(ix->next);
-    tkv__free(ix->tok);
     tkv__free(ix->tab);
     tkv__free(ix->roots);
     tkv__free(ix->seq);
@@ -347,11 +347,10 @@ tkv__ppos tkv__pindex_cut(tkv__pindex *ix, tkv__ppos at) {
     return at;
 }
 
-/* Append cells[0..n) (holding tokens[0..n)) to node id's run. */
-static void append(tkv__pindex *ix, uint32_t id, const tkv_token *tokens, const uint32_t *cells, uint32_t n) {
+/* Append cells[0..n) to node id's run (the cache has written their tokens). */
+static void append(tkv__pindex *ix, uint32_t id, const uint32_t *cells, uint32_t n) {
     tkv__pnode *nd = &ix->node[id];
     for (uint32_t i = 0; i < n; i++) {
-        ix->tok[cells[i]] = tokens[i];
         ix->next[cells[i]] = NONE;
         if (nd->last_cell == NONE) nd->first_cell = cells[i];
         else ix->next[nd->last_cell] = cells[i];
@@ -388,10 +387,10 @@ tkv__ppos tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const
         /* a leaf grows in place, unless a pin ends it: the pin covers what was cached when it was taken, not
            what comes after */
         if (ix->node[P].parent != NONE && ix->node[P].first_child == NONE && ix->node[P].pins == 0) {
-            append(ix, P, tokens + i, cells + i, n - i);
+            append(ix, P, cells + i, n - i);
         } else {
             uint32_t nn = node_new(ix, ns, P, ix->node[P].depth + ix->node[P].n);
-            append(ix, nn, tokens + i, cells + i, n - i);
+            append(ix, nn, cells + i, n - i);
             attach(ix, P, nn);
             P = nn;
         }
@@ -552,7 +551,7 @@ void tkv__pindex_stats_get(const tkv__pindex *ix, tkv__pindex_stats *st) {
 
 uint64_t tkv__pindex_bytes(const tkv__pindex *ix) {
     return sizeof *ix + (uint64_t)ix->n_nodes * (sizeof *ix->node + sizeof *ix->free_node) +
-           (uint64_t)ix->n_cells * (sizeof *ix->next + sizeof *ix->tok) + (uint64_t)(ix->tab_mask + 1) * sizeof *ix->tab +
+           (uint64_t)ix->n_cells * sizeof *ix->next + (uint64_t)(ix->tab_mask + 1) * sizeof *ix->tab +
            (uint64_t)(ix->roots_mask + 1) * sizeof *ix->roots + (uint64_t)ix->n_seq * sizeof *ix->seq +
            (uint64_t)ix->cap_pins * sizeof *ix->pins;
 }
@@ -633,6 +632,15 @@ tkv_status tkv__pindex_check(const tkv__pindex *ix) {
 }
 
 /* ---- for loading saved prefixes (persist.c) -------------------------------- */
+
+void tkv__pindex_hit(tkv__pindex *ix, tkv__ppos at) {
+    const uint64_t now = ++ix->clock;
+    for (uint32_t id = at.node; id != NONE && ix->node[id].parent != NONE; id = ix->node[id].parent) {
+        ix->node[id].hits++;
+        /* a node reached part way keeps its last use: its tail was not used now */
+        if (id != at.node || at.off == ix->node[id].n) ix->node[id].last_use = now;
+    }
+}
 
 void tkv__pindex_touch(tkv__pindex *ix, tkv__ppos at) {
     const uint64_t now = ++ix->clock;

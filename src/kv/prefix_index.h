@@ -2,6 +2,10 @@
  * prefix_index.h — a radix tree over token ids: for every cached prefix of
  * every namespace, which KV cells hold its tokens.
  *
+ * Private to the KV cache (kvcache.h), its only writer: the cache keeps the
+ * cells, the tree and the sequences in step in one place. Other layers may
+ * read a tree through tkv__kv_index() (const), never change one.
+ *
  * A node holds a run of tokens (at positions depth .. depth + n - 1) and the
  * cells that hold them. The path from a namespace's root to a node spells a
  * prefix; siblings start with different tokens. Sequences do not own cells:
@@ -47,8 +51,10 @@ typedef struct tkv__ppos {
 
 typedef struct tkv__pindex tkv__pindex;
 
-/* An index for n_cells cells and n_seq sequences. TKV_ERR_NOMEM. */
-tkv_status tkv__pindex_create(uint32_t n_cells, uint32_t n_seq, tkv__pindex **out);
+/* An index for n_cells cells and n_seq sequences, reading each cell's token
+   from tok[] (n_cells; the KV cache's array, which must outlive the index:
+   a cell's token is written there before the cell is inserted). TKV_ERR_NOMEM. */
+tkv_status tkv__pindex_create(uint32_t n_cells, uint32_t n_seq, const tkv_token *tok, tkv__pindex **out);
 void tkv__pindex_free(tkv__pindex *ix);
 
 /* The node behind an id (for introspection); NULL when no live node has it. */
@@ -69,7 +75,8 @@ void tkv__pindex_path(const tkv__pindex *ix, tkv__ppos at, uint32_t *cells, tkv_
 
 /*
  * Extend the path ending at `from` (in namespace ns; `from` empty means the
- * root) by tokens[0..n) held in cells[0..n), cells the tree does not hold.
+ * root) by tokens[0..n) held in cells[0..n), cells the tree does not hold
+ * (their tokens already written to the token array).
  * Where the tree already holds some of these tokens after `from` (another
  * sequence computed them), the tree's cells are kept: the new ones are
  * reported in dup[] (*n_dup of them) for the caller to free, and cells[] is
@@ -136,6 +143,10 @@ void tkv__pindex_foreach(const tkv__pindex *ix, void (*fn)(const tkv__pindex *ix
 
 /* The cells of a node's run in order, into out (room for node->n). */
 void tkv__pindex_run(const tkv__pindex *ix, uint32_t id, uint32_t *cells, tkv_token *tokens);
+
+/* Count a hit on every node of the path ending at `at` and mark it used
+   now (a node reached part way keeps its last use). */
+void tkv__pindex_hit(tkv__pindex *ix, tkv__ppos at);
 
 /* Mark the path ending at `at` used now (LRU order), without counting a hit. */
 void tkv__pindex_touch(tkv__pindex *ix, tkv__ppos at);

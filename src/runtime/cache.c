@@ -1,10 +1,10 @@
 /*
  * cache.c — asking the cache what it holds: matching, pinning, clearing,
- * statistics, and the check of every invariant.
+ * statistics, the check of every invariant, and walking the prefix tree.
+ * The KV cache (kv/kvcache.h) does the work; these check arguments.
  */
 #include "context.h"
 
-#include "base/alloc.h"
 #include "base/error.h"
 
 #include <string.h>
@@ -15,8 +15,7 @@ tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token 
     if (!ctx || (!tokens && n) || !len) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_match: NULL argument");
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_match");
     if (busy) return busy;
-    tkv__ppos at;
-    *len = tkv__pindex_match(ctx->ix, ns, tokens, n, false, &at);
+    *len = tkv__kv_match(ctx->kv, ns, tokens, n);
     return TKV_OK;
 }
 
@@ -24,14 +23,11 @@ static tkv_status pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, si
     if (!ctx || (!tokens && n)) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_pin: NULL argument");
     tkv_status busy = tkv__ctx_busy(ctx, delta > 0 ? "tkv_cache_pin" : "tkv_cache_unpin");
     if (busy) return busy;
-    tkv__ppos at;
-    size_t m = tkv__pindex_match(ctx->ix, ns, tokens, n, false, &at);
     if (delta < 0) { /* exactly what a pin of (a prefix of) these tokens took */
-        tkv__pindex_unpin_on_path(ctx->ix, at);
+        tkv__kv_unpin(ctx->kv, ns, tokens, n);
         return TKV_OK;
     }
-    if (len) *len = m;
-    tkv_status st = tkv__pindex_pin_at(ctx->ix, at);
+    tkv_status st = tkv__kv_pin(ctx->kv, ns, tokens, n, len);
     return st ? ctx_fail(ctx, st) : TKV_OK;
 }
 
@@ -47,113 +43,23 @@ tkv_status tkv_cache_clear(tkv_context *ctx) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_clear: ctx is NULL");
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_clear");
     if (busy) return busy;
-    uint32_t n = tkv__pindex_evict_all(ctx->ix, ctx->spare);
-    tkv__kv_give_back(ctx->kv, ctx->spare, n);
+    tkv__kv_clear(ctx->kv);
     return TKV_OK;
-}
-
-static void count_shared(const tkv__pindex *ix, uint32_t id, void *user) {
-    const tkv__pnode *nd = tkv__pindex_node(ix, id);
-    if (nd->parent != TKV__PNONE && nd->refs >= 2) *(uint64_t *)user += nd->n;
 }
 
 tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out) {
     if (!ctx || !out) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_stats: NULL argument");
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_stats");
     if (busy) return busy;
-    *out = ctx->stats;
-    tkv__pindex_stats ps;
-    tkv__pindex_stats_get(ctx->ix, &ps);
-    out->cells_total = ctx->kv->rows.n_cells;
-    out->cells_used = ctx->kv->rows.n_cells - ctx->kv->n_free;
-    out->cells_evictable = ps.evictable_cells;
-    out->cells_pinned = ps.pinned_cells;
-    out->nodes = ps.nodes;
-    out->cells_shared = 0;
-    tkv__pindex_foreach(ctx->ix, count_shared, &out->cells_shared);
-    const tkv__kvcache *kv = ctx->kv;
-    out->kv_bytes = 2ull * kv->rows.n_layer * kv->rows.n_cells * kv->rows.row_size;
-    out->meta_bytes = (uint64_t)kv->rows.n_cells * (sizeof *kv->token + sizeof *kv->pos + sizeof *kv->free) +
-                      tkv__pindex_bytes(ctx->ix);
-    for (uint32_t s = 0; s < kv->n_seq; s++) out->meta_bytes += sizeof kv->seq[s] + (uint64_t)kv->seq[s].cap * sizeof(uint32_t);
+    *out = ctx->stats; /* lookups, tokens reused and computed: the context counts them */
+    tkv__kv_stats(ctx->kv, out);
     return TKV_OK;
-}
-
-/* ---- the check ------------------------------------------------------------ */
-
-typedef struct check {
-    const tkv_context *ctx;
-    uint8_t *owned; /* (n_cells) 1: in the index */
-    uint32_t *cells;
-    tkv_token *tokens;
-    tkv_status st;
-} check;
-
-/* Every cell of a node holds the token the index says, at its position. */
-static void check_node_cells(const tkv__pindex *ix, uint32_t id, void *user) {
-    check *c = user;
-    const tkv__pnode *nd = tkv__pindex_node(ix, id);
-    if (c->st || nd->parent == TKV__PNONE) return;
-    tkv__pindex_run(ix, id, c->cells, c->tokens);
-    const tkv__kvcache *kv = c->ctx->kv;
-    for (uint32_t k = 0; k < nd->n && !c->st; k++) {
-        uint32_t cell = c->cells[k];
-        c->owned[cell] = 1;
-        if (kv->token[cell] != c->tokens[k] || kv->pos[cell] != (tkv_pos)(nd->depth + k))
-            c->st = tkv__fail(TKV_ERR_FORMAT,
-                              "cache check: cell %u holds token %d at position %d, the index says token %d at %u", cell,
-                              (int)kv->token[cell], (int)kv->pos[cell], (int)c->tokens[k], nd->depth + k);
-    }
 }
 
 tkv_status tkv_cache_check(const tkv_context *ctx) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_check: ctx is NULL");
     tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_check");
-    if (!st) st = tkv__pindex_check(ctx->ix);
-    if (st) return st;
-    const tkv__kvcache *kv = ctx->kv;
-    check c = {ctx, tkv__calloc(kv->rows.n_cells, 1), tkv__malloc(kv->rows.n_cells * sizeof(uint32_t)),
-               tkv__malloc(kv->rows.n_cells * sizeof(tkv_token)), TKV_OK};
-    if (!c.owned || !c.cells || !c.tokens) {
-        c.st = tkv__fail(TKV_ERR_NOMEM, "out of memory checking the cache");
-        goto done;
-    }
-    tkv__pindex_foreach(ctx->ix, check_node_cells, &c);
-    /* free cells: not in the index, holding nothing; the two add up */
-    uint32_t owned = 0;
-    for (uint32_t i = 0; i < kv->rows.n_cells; i++) owned += c.owned[i];
-    for (uint32_t i = 0; i < kv->n_free && !c.st; i++) {
-        uint32_t cell = kv->free[i];
-        if (cell >= kv->rows.n_cells || c.owned[cell] || kv->token[cell] != TKV_TOKEN_NULL)
-            c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: free cell %u is in use", cell);
-        else
-            c.owned[cell] = 2;
-    }
-    if (!c.st && owned + kv->n_free != kv->rows.n_cells)
-        c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: %u cells in the index and %u free, of %u (some are lost)", owned,
-                         kv->n_free, kv->rows.n_cells);
-    /* each sequence's list is its path in the index */
-    for (uint32_t s = 0; s < kv->n_seq && !c.st; s++) {
-        const tkv__kvseq *q = &kv->seq[s];
-        tkv__ppos end = tkv__pindex_seq_end(ctx->ix, (tkv_seq)s);
-        if (tkv__pindex_len(ctx->ix, end) != q->n) {
-            c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: sequence %u holds %u cells, its index path %u tokens", s, q->n,
-                             tkv__pindex_len(ctx->ix, end));
-            break;
-        }
-        if (end.node != TKV__PNONE && tkv__pindex_node(ctx->ix, end.node)->ns != q->ns)
-            c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: sequence %u is in another namespace than its path", s);
-        tkv__pindex_path(ctx->ix, end, c.cells, NULL);
-        for (uint32_t p = 0; p < q->n && !c.st; p++)
-            if (q->cells[p] != c.cells[p] || kv->pos[q->cells[p]] != (tkv_pos)p)
-                c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: sequence %u position %u: cell %u, its path has cell %u", s,
-                                 p, q->cells[p], c.cells[p]);
-    }
-done:
-    tkv__free(c.owned);
-    tkv__free(c.cells);
-    tkv__free(c.tokens);
-    return c.st;
+    return st ? st : tkv__kv_check(ctx->kv);
 }
 
 typedef struct walk_ctx {
@@ -183,7 +89,7 @@ tkv_status tkv_cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *u
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_walk");
     if (busy) return busy;
     walk_ctx w = {fn, user};
-    tkv__pindex_foreach(ctx->ix, visit_node, &w);
+    tkv__pindex_foreach(tkv__kv_index(ctx->kv), visit_node, &w);
     return TKV_OK;
 }
 
@@ -191,10 +97,11 @@ tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tkv_token 
     if (!ctx || !n || (!out && cap)) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: NULL argument");
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_node_tokens");
     if (busy) return busy;
-    const tkv__pnode *nd = tkv__pindex_node(ctx->ix, id);
+    const tkv__pindex *ix = tkv__kv_index(ctx->kv);
+    const tkv__pnode *nd = tkv__pindex_node(ix, id);
     if (!nd) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: no node has id %u", id);
     *n = nd->n;
     if (cap < nd->n) return tkv__fail(TKV_ERR_FULL, "tkv_cache_node_tokens: %u tokens do not fit in %zu", nd->n, cap);
-    tkv__pindex_run(ctx->ix, id, NULL, out);
+    tkv__pindex_run(ix, id, NULL, out);
     return TKV_OK;
 }

@@ -8,7 +8,6 @@
 #include "model/forward.h"
 #include "kv/kvcache.h"
 #include "model/model.h"
-#include "kv/prefix_index.h"
 #include "compute/threadpool.h"
 
 #include <stdatomic.h>
@@ -18,20 +17,14 @@ struct tkv_context {
     atomic_bool busy; /* a decode runs: every other call is refused (tkv__ctx_busy) */
     const tkv_model *model;
     tkv_context_params params;
-    tkv__kvcache *kv;
-    tkv__pindex *ix;
+    tkv__kvcache *kv;       /* every cell, sequence and cached prefix: their one owner */
     tkv__fwd *fwd;
     tkv__pool *pool;
     /* decode scratch, sized at creation */
-    uint32_t *cells;        /* (n_cells) the cells a batch takes */
     uint32_t **cell_lists;  /* (n_batch) each chunk token's sequence cells */
     uint32_t *out;          /* (n_cells) batch indices that want logits */
-    uint32_t *seq_count;    /* (n_seq_max) tokens per sequence in the batch */
     int32_t *logits_row;    /* (n_cells) batch index -> logits row, -1: none */
-    uint32_t *spare;        /* (n_cells) cells the index hands back (evictions, duplicates) */
-    tkv_token *seq_tokens;  /* (n_cells) one sequence's tokens of a batch */
-    uint32_t *seq_cells;    /* (n_cells) and their cells */
-    uint32_t *seq_first;    /* (n_seq_max) per sequence: first batch index (grouping) */
+    tkv_token *seq_tokens;  /* (n_cells) a token list read from the cache (saving) or a file (loading) */
     tkv_pos *sync_pos;      /* (n_batch) tkv_seq_sync's batches */
     tkv_seq *sync_seq;      /* (n_batch) */
     bool *sync_logits;      /* (n_batch) */

@@ -38,111 +38,40 @@ static tkv_status ctx_fail(tkv_context *ctx, tkv_status st) { return tkv__handle
 
 /* ---- putting a record into the cache -------------------------------------- */
 
-/* Copy the K/V rows of positions from..from+n-1 of record r into cells[] and
-   give the cells their tokens and positions. */
-static void fill_cells(tkv__kvcache *kv, const tkv__prec *r, const tkv_token *tokens, uint32_t from, uint32_t n,
-                       const uint32_t *cells) {
+/* Copy the K/V rows of positions from..from+n-1 of record r into the cache's staged cells[0..n). */
+static void fill_cells(tkv__kvcache *kv, const tkv__prec *r, uint32_t from, uint32_t n) {
     const uint64_t stride = r->kv_block + 8; /* a block and its checksum */
     for (uint32_t i = 0; i < n; i++) {
-        const uint32_t p = from + i, c = cells[i];
+        const uint32_t p = from + i, c = kv->cells[i];
         const uint64_t row = (uint64_t)(p - r->h.kv_from) * kv->rows.row_size;
         for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
             memcpy(tkv__kv_k(kv, l, c), r->kv + (2ull * l) * stride + row, kv->rows.row_size);
             memcpy(tkv__kv_v(kv, l, c), r->kv + (2ull * l + 1) * stride + row, kv->rows.row_size);
         }
-        kv->token[c] = tokens[p];
-        kv->pos[c] = (tkv_pos)p;
     }
-}
-
-/* Make `need` cells free: free ones first, then evict (least recently used
-   first) prefixes that no sequence holds and nobody pinned. The caller has
-   protected the prefix the new tokens extend. Nothing changes on failure. */
-static tkv_status make_room(tkv_context *ctx, const char *name, uint32_t need) {
-    tkv__kvcache *kv = ctx->kv;
-    if (need <= kv->n_free) return TKV_OK;
-    const uint32_t want = need - kv->n_free;
-    tkv__pindex_stats ps;
-    tkv__pindex_stats_get(ctx->ix, &ps);
-    if (ps.evictable_cells < want)
-        return tkv__fail(TKV_ERR_FULL, "cache file '%s': %u cells needed, %u free and %llu evictable of %u", name, need,
-                         kv->n_free, (unsigned long long)ps.evictable_cells, kv->rows.n_cells);
-    uint32_t freed = tkv__pindex_evict(ctx->ix, want, ctx->spare);
-    tkv__kv_give_back(kv, ctx->spare, freed);
-    ctx->stats.evictions += freed;
-    return TKV_OK;
 }
 
 /*
- * Put a validated record into the cache, namespace rec->h.ns. seq >= 0: the
- * sequence then holds the prefix; seq < 0: it stays cached, held by nobody.
- * Its tokens are left in ctx->seq_tokens. *end receives where the prefix
- * ends in the index, *n_new how many cells were filled from the file (the
- * rest was cached already). Nothing changes on failure. With seq < 0 a pin
- * record may be needed (tkv__pindex_pin_reserve makes that infallible).
+ * Put a validated record into the cache, namespace rec->h.ns, as one KV
+ * cache transaction: the cached part of its tokens is reused, the rest
+ * filled from the file. seq >= 0: the sequence then holds the prefix;
+ * seq < 0: it stays cached, held by nobody. Its tokens are left in
+ * ctx->seq_tokens. *n_new receives how many cells were filled from the
+ * file. Nothing changes on failure.
  */
-static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, tkv_seq seq, tkv__ppos *end,
-                        uint32_t *n_new) {
+static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, tkv_seq seq, uint32_t *n_new) {
     tkv__kvcache *kv = ctx->kv;
-    tkv__pindex *ix = ctx->ix;
     const uint32_t n = r->h.n_tokens;
-    const uint64_t ns = r->h.ns;
     tkv_token *tokens = ctx->seq_tokens; /* (n_cells); the header check bounded n by it */
     for (uint32_t i = 0; i < n; i++) tokens[i] = tkv__cachefile_token(r, i);
-    tkv_status st;
-    if (seq >= 0 && n > kv->seq[seq].cap) { /* room for the cell list, before anything moves */
-        tkv__kvseq *s = &kv->seq[seq];
-        const uint32_t keep = s->n;
-        s->n = 0;
-        st = tkv__kv_seq_reserve(kv, seq, n);
-        s->n = keep;
-        if (st) return st;
-    }
-    tkv__ppos at;
-    const uint32_t cached = (uint32_t)tkv__pindex_match(ix, ns, tokens, n, false, &at);
-    if (cached < r->h.kv_from)
-        return tkv__fail(TKV_ERR_INVALID,
-                         "cache file '%s': extends a prefix of %u tokens that is not cached (%u of them are): load the "
-                         "file of that prefix first",
-                         name, r->h.kv_from, cached);
-    /* hold the cached part while making room: by the sequence itself (its old
-       tokens may then be evicted, as tkv_seq_sync allows), or by a pin */
-    const tkv__ppos old = seq >= 0 ? tkv__pindex_seq_end(ix, seq) : TKV__PPOS_EMPTY;
-    if (seq >= 0) tkv__pindex_seq_set(ix, seq, at);
-    else if ((st = tkv__pindex_pin(ix, at, +1))) return st;
-    const uint32_t need = n - cached;
-    if ((st = make_room(ctx, name, need))) {
-        if (seq >= 0) tkv__pindex_seq_set(ix, seq, old);
-        else tkv__pindex_pin(ix, at, -1);
-        return st;
-    }
-    /* from here on nothing can fail */
-    tkv__ppos e = at;
-    if (need) {
-        tkv__kv_take(kv, need, ctx->cells);
-        fill_cells(kv, r, tokens, cached, need, ctx->cells);
-        uint32_t n_dup;
-        e = tkv__pindex_insert(ix, ns, at, tokens + cached, ctx->cells, need, ctx->spare, &n_dup);
-        tkv__kv_give_back(kv, ctx->spare, n_dup); /* none: the match stopped where these tokens begin */
-    }
-    if (seq >= 0) {
-        tkv__kvseq *s = &kv->seq[seq];
-        tkv__pindex_path(ix, e, s->cells, NULL);
-        s->n = n;
-        s->ns = ns;
-        tkv__pindex_seq_set(ix, seq, e);
-        tkv__pindex_cut(ix, e); /* what follows the sequence can be evicted on its own */
-    } else {
-        tkv__pindex_pin(ix, at, -1);
-        /* where the new tokens grew a leaf in place (a sequence's end), split
-           them off: held by nobody, they must be evictable on their own */
-        if (need && at.node != TKV__PNONE && e.node == at.node) {
-            tkv__pindex_cut(ix, at);
-            tkv__pindex_match(ix, ns, tokens, n, false, &e);
-        }
-    }
-    *end = e;
-    *n_new = need;
+    char what[160];
+    snprintf(what, sizeof what, "cache file '%s'", name);
+    uint32_t cached;
+    tkv_status st = tkv__kv_stage_path(kv, what, seq, r->h.ns, tokens, n, n, r->h.kv_from, true, &cached);
+    if (st) return st;
+    fill_cells(kv, r, cached, n - cached);
+    tkv__kv_commit(kv);
+    *n_new = n - cached;
     return TKV_OK;
 }
 
@@ -165,11 +94,10 @@ tkv_status tkv__persist_load_image(tkv_context *ctx, const char *name, const uin
                          ctx->kv->n_seq);
     tkv__pexpect e;
     tkv__prec rec;
-    tkv__ppos end;
     uint32_t n_new;
     tkv_status st = tkv__persist_expect(ctx, &e);
     if (!st) st = tkv__cachefile_parse(name, data, size, &e, &rec);
-    if (!st) st = apply(ctx, name, &rec, seq, &end, &n_new);
+    if (!st) st = apply(ctx, name, &rec, seq, &n_new);
     return st;
 }
 
@@ -215,7 +143,7 @@ tkv_status tkv_seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
     if ((st = header_for(ctx, &h))) return ctx_fail(ctx, st);
     h.ns = s->ns;
     h.n_tokens = s->n;
-    for (uint32_t i = 0; i < s->n; i++) ctx->seq_tokens[i] = ctx->kv->token[s->cells[i]];
+    tkv__kv_seq_tokens(ctx->kv, seq, ctx->seq_tokens);
     char *dir = dir_of(path);
     if (!dir) return ctx_fail(ctx, tkv__fail(TKV_ERR_NOMEM, "out of memory saving sequence %d", (int)seq));
     st = tkv__cachefile_write(ctx->kv, path, &h, ctx->seq_tokens, s->cells);
@@ -347,14 +275,15 @@ tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes)
     tkv__phdr h0;
     st = header_for(ctx, &h0);
     if (st) return ctx_fail(ctx, st);
-    tkv__pindex *ix = ctx->ix;
+    const tkv__pindex *ix = tkv__kv_index(ctx->kv);
     tkv__pindex_stats ps;
     tkv__pindex_stats_get(ix, &ps);
     const uint32_t max_id = 2 * ctx->kv->rows.n_cells + 1; /* the index's node pool */
     collect c = {tkv__malloc((ps.nodes ? ps.nodes : 1) * sizeof *c.v), 0, tkv__calloc(max_id, sizeof *c.idx)};
     char(*names)[NAME_LEN + 1] = tkv__malloc((ps.nodes ? ps.nodes : 1) * sizeof *names);
+    uint32_t *cells = tkv__malloc(ctx->kv->rows.n_cells * sizeof *cells);
     char *path = NULL;
-    if (!c.v || !c.idx || !names) {
+    if (!c.v || !c.idx || !names || !cells) {
         st = tkv__fail(TKV_ERR_NOMEM, "out of memory saving the cache");
         goto done;
     }
@@ -409,14 +338,15 @@ tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes)
             break;
         }
         tkv__pindex_path(ix, (tkv__ppos){c.v[k].id, nd->n}, NULL, ctx->seq_tokens);
-        tkv__pindex_run(ix, c.v[k].id, ctx->seq_cells, NULL);
-        st = tkv__cachefile_write(ctx->kv, path, &h, ctx->seq_tokens, ctx->seq_cells);
+        tkv__pindex_run(ix, c.v[k].id, cells, NULL);
+        st = tkv__cachefile_write(ctx->kv, path, &h, ctx->seq_tokens, cells);
     }
     if (!st) st = tkv__cachefile_sync_dir(dir);
 done:
     tkv__free(c.v);
     tkv__free(c.idx);
     tkv__free(names);
+    tkv__free(cells);
     tkv__free(path);
     return st ? ctx_fail(ctx, st) : TKV_OK;
 }
@@ -520,13 +450,12 @@ tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_i
     uint8_t *buf = tkv__malloc(max_size);
     tkv_token *toks = tkv__malloc((n_tok ? n_tok : 1) * sizeof *toks);
     if (!buf || !toks) st = tkv__fail(TKV_ERR_NOMEM, "out of memory loading cache directory '%s'", dir);
-    else st = tkv__pindex_pin_reserve(ctx->ix, n + 2); /* one per file, and one for the prefix being extended */
+    else st = tkv__kv_hold_reserve(ctx->kv, n + 2); /* one per file, and one for the prefix being extended */
     /* pass 2: load in rank order; each loaded prefix stays pinned until the
        end, so later files evict only what was cached before this call */
     for (uint32_t i = 0; i < n && !st; i++) {
         size_t size;
         tkv__prec rec;
-        tkv__ppos end;
         uint32_t n_new;
         if (tkv__cachefile_read(v[i].path, buf, max_size, &size)) {
             skipped(info);
@@ -546,11 +475,11 @@ tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_i
             skipped(info);
             continue;
         }
-        if (apply(ctx, v[i].path, &rec, -1, &end, &n_new)) {
+        if (apply(ctx, v[i].path, &rec, -1, &n_new)) {
             skipped(info);
             continue;
         }
-        tkv__pindex_pin(ctx->ix, end, +1); /* reserved: cannot fail */
+        tkv__kv_hold(ctx->kv, rec.h.ns, ctx->seq_tokens, v[i].n_tokens, +1); /* reserved: cannot fail */
         memcpy(toks + v[i].tok_off, ctx->seq_tokens, v[i].n_tokens * sizeof *toks);
         v[i].ns = rec.h.ns;
         v[i].loaded = true;
@@ -561,10 +490,8 @@ tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_i
        eviction takes them in the order the saved cache would have */
     for (uint32_t i = n; i-- > 0;) {
         if (!v[i].loaded) continue;
-        tkv__ppos at;
-        tkv__pindex_match(ctx->ix, v[i].ns, toks + v[i].tok_off, v[i].n_tokens, false, &at);
-        tkv__pindex_pin(ctx->ix, at, -1);
-        tkv__pindex_touch(ctx->ix, at);
+        tkv__kv_hold(ctx->kv, v[i].ns, toks + v[i].tok_off, v[i].n_tokens, -1);
+        tkv__kv_touch(ctx->kv, v[i].ns, toks + v[i].tok_off, v[i].n_tokens);
     }
     tkv__free(buf);
     tkv__free(toks);

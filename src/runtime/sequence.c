@@ -3,8 +3,8 @@
  * truncate, clear, fork, and tkv_seq_sync, which makes a sequence hold a
  * token list by reusing the longest cached prefix and decoding the rest.
  *
- * A sequence is a position in the prefix index (its end) and, mirrored in
- * the KV cache, the list of its cells; both change together here.
+ * The KV cache (kv/kvcache.h) owns the sequences: these functions check
+ * their arguments and ask it.
  */
 #include "context.h"
 
@@ -20,16 +20,6 @@ static tkv_status check_seq(tkv_context *ctx, tkv_seq seq, const char *fn) {
         return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: sequence %d is out of range (n_seq_max %u)", fn, (int)seq,
                                        ctx->kv->n_seq));
     return TKV_OK;
-}
-
-/* Point seq at `at` (a prefix of `len` tokens in namespace ns); room for the
-   cell list was reserved. */
-static void move_seq(tkv_context *ctx, tkv_seq seq, uint64_t ns, tkv__ppos at, uint32_t len) {
-    tkv__kvseq *s = &ctx->kv->seq[seq];
-    tkv__pindex_path(ctx->ix, at, s->cells, NULL);
-    s->n = len;
-    s->ns = ns;
-    tkv__pindex_seq_set(ctx->ix, seq, at);
 }
 
 tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq) {
@@ -53,10 +43,10 @@ tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, s
     if (busy) return busy;
     if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
         return tkv__fail(TKV_ERR_INVALID, "tkv_seq_tokens: sequence %d is out of range", (int)seq);
-    const tkv__kvseq *s = &ctx->kv->seq[seq];
-    *n = s->n;
-    if (cap < s->n) return tkv__fail(TKV_ERR_FULL, "tkv_seq_tokens: %u tokens do not fit in %zu", s->n, cap);
-    for (uint32_t i = 0; i < s->n; i++) out[i] = ctx->kv->token[s->cells[i]];
+    const uint32_t len = ctx->kv->seq[seq].n;
+    *n = len;
+    if (cap < len) return tkv__fail(TKV_ERR_FULL, "tkv_seq_tokens: %u tokens do not fit in %zu", len, cap);
+    tkv__kv_seq_tokens(ctx->kv, seq, out);
     return TKV_OK;
 }
 
@@ -66,11 +56,7 @@ tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n) {
     if (!st) st = check_seq(ctx, seq, "tkv_seq_truncate");
     if (st) return st;
     if (n < 0) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_truncate: negative length %d", (int)n));
-    tkv__kvseq *s = &ctx->kv->seq[seq];
-    if ((uint32_t)n >= s->n) return TKV_OK;
-    tkv__ppos at = tkv__pindex_ancestor(ctx->ix, tkv__pindex_seq_end(ctx->ix, seq), (uint32_t)n);
-    tkv__pindex_seq_set(ctx->ix, seq, tkv__pindex_cut(ctx->ix, at)); /* the dropped tail: its own node */
-    s->n = (uint32_t)n; /* the list's first n cells are the ancestor's path */
+    tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)n);
     return TKV_OK;
 }
 
@@ -82,26 +68,12 @@ tkv_status tkv_seq_fork(tkv_context *ctx, tkv_seq src, tkv_seq dst) {
     if (!st) st = check_seq(ctx, src, "tkv_seq_fork");
     if (!st) st = check_seq(ctx, dst, "tkv_seq_fork");
     if (st || src == dst) return st;
-    const tkv__kvseq *s = &ctx->kv->seq[src];
-    tkv__kvseq *d = &ctx->kv->seq[dst];
-    if (s->n > d->cap) {
-        d->n = 0; /* reserve counts from n: ask for all of it */
-        tkv__ppos old = tkv__pindex_seq_end(ctx->ix, dst);
-        uint32_t old_n = tkv__pindex_len(ctx->ix, old);
-        if ((st = tkv__kv_seq_reserve(ctx->kv, dst, s->n))) {
-            d->n = old_n;
-            return ctx_fail(ctx, st);
-        }
-    }
-    if (s->n) memcpy(d->cells, s->cells, s->n * sizeof *d->cells);
-    d->n = s->n;
-    d->ns = s->ns;
-    tkv__pindex_seq_set(ctx->ix, dst, tkv__pindex_seq_end(ctx->ix, src));
-    return TKV_OK;
+    st = tkv__kv_seq_fork(ctx->kv, src, dst);
+    return st ? ctx_fail(ctx, st) : TKV_OK;
 }
 
-/* Validate a token list for seq and reserve room for it in seq's cell list. */
-static tkv_status prepare(tkv_context *ctx, tkv_seq seq, const tkv_token *tokens, size_t n, const char *fn) {
+/* Validate a token list for seq. */
+static tkv_status check_tokens(tkv_context *ctx, tkv_seq seq, const tkv_token *tokens, size_t n, const char *fn) {
     tkv_status st = check_seq(ctx, seq, fn);
     if (st) return st;
     if (!tokens && n) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: tokens is NULL", fn));
@@ -113,29 +85,22 @@ static tkv_status prepare(tkv_context *ctx, tkv_seq seq, const tkv_token *tokens
     if (n > ctx->kv->rows.n_cells)
         return ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "%s: %zu tokens exceed the cache's %u cells", fn, n,
                                        ctx->kv->rows.n_cells));
-    tkv__kvseq *s = &ctx->kv->seq[seq];
-    if (n > s->cap) { /* room for the whole list, before anything moves */
-        uint32_t keep_n = s->n;
-        s->n = 0;
-        st = tkv__kv_seq_reserve(ctx->kv, seq, (uint32_t)n);
-        s->n = keep_n;
-        if (st) return ctx_fail(ctx, st);
-    }
     return TKV_OK;
 }
 
-/* The attach step shared by tkv_seq_attach and tkv_seq_sync: seq holds the
-   longest cached prefix of tokens, at most n - 1 of them. */
-static size_t attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n) {
-    tkv__ppos at;
-    size_t cached = tkv__pindex_match(ctx->ix, ns, tokens, n, true, &at);
-    uint32_t keep = (uint32_t)(cached < n ? cached : (n ? n - 1 : 0));
-    move_seq(ctx, seq, ns, tkv__pindex_ancestor(ctx->ix, at, keep), keep);
-    tkv__pindex_cut(ctx->ix, tkv__pindex_seq_end(ctx->ix, seq));
-    tkv__pindex_touch(ctx->ix, tkv__pindex_seq_end(ctx->ix, seq)); /* the kept prefix was used now, not its cut tail */
+/* The attach step shared by tkv_seq_attach and tkv_seq_sync: seq holds the longest cached prefix of tokens,
+   at most n - 1 of them (a transaction that stages no cells). */
+static tkv_status attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
+                         const char *fn, size_t *n_reused) {
+    tkv_status st = check_tokens(ctx, seq, tokens, n, fn);
+    uint32_t keep = 0;
+    if (!st) st = tkv__kv_stage_path(ctx->kv, fn, seq, ns, tokens, (uint32_t)n, n ? (uint32_t)n - 1 : 0, 0, false, &keep);
+    if (st) return ctx_fail(ctx, st);
+    tkv__kv_commit(ctx->kv);
     ctx->stats.lookups++;
     ctx->stats.tokens_reused += keep;
-    return keep;
+    if (n_reused) *n_reused = keep;
+    return TKV_OK;
 }
 
 tkv_status tkv_seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
@@ -143,11 +108,8 @@ tkv_status tkv_seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_attach: ctx is NULL");
     if (n_reused) *n_reused = 0;
     tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_attach");
-    if (!st) st = prepare(ctx, seq, tokens, n, "tkv_seq_attach");
-    if (st) return st;
-    size_t keep = attach(ctx, seq, ns, tokens, n);
-    if (n_reused) *n_reused = keep;
-    return TKV_OK;
+    if (!st) st = attach(ctx, seq, ns, tokens, n, "tkv_seq_attach", n_reused);
+    return st;
 }
 
 tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
@@ -157,10 +119,9 @@ tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_to
     tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_sync");
     if (st) return st;
     ctx->last_logits = NULL;
-    st = prepare(ctx, seq, tokens, n, "tkv_seq_sync");
-    if (st) return st;
     /* the last token is decoded even when cached, so that its logits are there */
-    size_t keep = attach(ctx, seq, ns, tokens, n);
+    size_t keep;
+    if ((st = attach(ctx, seq, ns, tokens, n, "tkv_seq_sync", &keep))) return st;
     if (n_reused) *n_reused = keep;
 
     for (size_t c0 = keep; c0 < n; c0 += ctx->params.n_batch) {

@@ -40,6 +40,16 @@ static seq_model seqs[N_SEQ];
 
 static uint32_t take_cell(void) { return free_cells[--n_free]; }
 
+/* Each cell's token: the array the KV cache owns, which the index reads. */
+static tkv_token cell_tok[N_CELLS];
+
+/* tkv__pindex_insert as the cache calls it: the new cells' tokens written first. */
+static tkv__ppos insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const tkv_token *t, uint32_t *cells, uint32_t n,
+                        uint32_t *dup, uint32_t *n_dup) {
+    for (uint32_t i = 0; i < n; i++) cell_tok[cells[i]] = t[i];
+    return tkv__pindex_insert(ix, ns, from, t, cells, n, dup, n_dup);
+}
+
 /* Longest prefix of q (namespace ns) that some cell of the table ends. */
 static uint32_t model_match(uint64_t ns, const tkv_token *q, uint32_t n, uint32_t *cells) {
     uint32_t best = 0;
@@ -86,7 +96,7 @@ static void check_all(tkv__pindex *ix) {
 static void test_random_operations(void **state) {
     (void)state;
     tkv__pindex *ix;
-    assert_int_equal(tkv__pindex_create(N_CELLS, N_SEQ, &ix), TKV_OK);
+    assert_int_equal(tkv__pindex_create(N_CELLS, N_SEQ, cell_tok, &ix), TKV_OK);
     memset(table, 0, sizeof table);
     memset(seqs, 0, sizeof seqs);
     for (uint32_t i = 0; i < N_CELLS; i++) free_cells[i] = N_CELLS - 1 - i;
@@ -108,7 +118,7 @@ static void test_random_operations(void **state) {
             tkv_token t[4];
             uint32_t cells[4], mine[4], dup[4], n_dup;
             for (uint32_t i = 0; i < k; i++) t[i] = rand() % VOCAB, cells[i] = mine[i] = take_cell();
-            tkv__ppos to = tkv__pindex_insert(ix, m->ns, tkv__pindex_seq_end(ix, s), t, cells, k, dup, &n_dup);
+            tkv__ppos to = insert(ix, m->ns, tkv__pindex_seq_end(ix, s), t, cells, k, dup, &n_dup);
             tkv__pindex_seq_set(ix, s, to);
             for (uint32_t i = 0; i < k; i++) {
                 m->tok[m->len] = t[i];
@@ -189,14 +199,14 @@ static void test_random_operations(void **state) {
 static void test_split_and_lru(void **state) {
     (void)state;
     tkv__pindex *ix;
-    assert_int_equal(tkv__pindex_create(64, 3, &ix), TKV_OK);
+    assert_int_equal(tkv__pindex_create(64, 3, cell_tok, &ix), TKV_OK);
     tkv_token a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 2, 3, 9, 9, 9};
     uint32_t ca[6] = {0, 1, 2, 3, 4, 5}, cb[6] = {10, 11, 12, 13, 14, 15}, dup[6], n_dup;
     tkv__ppos to;
-    to = tkv__pindex_insert(ix, 7, TKV__PPOS_EMPTY, a, ca, 6, dup, &n_dup);
+    to = insert(ix, 7, TKV__PPOS_EMPTY, a, ca, 6, dup, &n_dup);
     tkv__pindex_seq_set(ix, 0, to);
     tkv__pindex_seq_set(ix, 1, tkv__pindex_ancestor(ix, to, 5)); /* ends inside the node */
-    to = tkv__pindex_insert(ix, 7, TKV__PPOS_EMPTY, b, cb, 6, dup, &n_dup);
+    to = insert(ix, 7, TKV__PPOS_EMPTY, b, cb, 6, dup, &n_dup);
     assert_int_equal(n_dup, 3); /* 1 2 3 were there: the tree's cells are kept */
     assert_int_equal(dup[0], 10);
     assert_int_equal(cb[0], 0), assert_int_equal(cb[3], 13);
@@ -223,8 +233,8 @@ static void test_split_and_lru(void **state) {
     /* two unreferenced leaves: the one used longer ago goes first */
     tkv_token x[2] = {5, 1}, y[2] = {6, 1};
     uint32_t cx[2] = {20, 21}, cy[2] = {30, 31};
-    tkv__pindex_insert(ix, 7, TKV__PPOS_EMPTY, x, cx, 2, dup, &n_dup);
-    tkv__pindex_insert(ix, 7, TKV__PPOS_EMPTY, y, cy, 2, dup, &n_dup);
+    insert(ix, 7, TKV__PPOS_EMPTY, x, cx, 2, dup, &n_dup);
+    insert(ix, 7, TKV__PPOS_EMPTY, y, cy, 2, dup, &n_dup);
     tkv__pindex_match(ix, 7, x, 2, true, &to); /* x is now the most recent */
     assert_int_equal(tkv__pindex_evict(ix, 2, out), 2);
     assert_int_equal(out[0], 30);
@@ -237,13 +247,13 @@ static void test_worst_case_capacity(void **state) {
     (void)state;
     enum { CELLS = 64 };
     tkv__pindex *ix;
-    assert_int_equal(tkv__pindex_create(CELLS, 1, &ix), TKV_OK);
+    assert_int_equal(tkv__pindex_create(CELLS, 1, cell_tok, &ix), TKV_OK);
     uint32_t out[CELLS], dup[1], n_dup;
     for (int round = 0; round < 3; round++) {
         for (uint32_t c = 0; c < CELLS; c++) {
             tkv_token t = (tkv_token)round;
             uint32_t cell = c;
-            tkv__pindex_insert(ix, (uint64_t)c * 1000003u + (uint64_t)round, TKV__PPOS_EMPTY, &t, &cell, 1, dup, &n_dup);
+            insert(ix, (uint64_t)c * 1000003u + (uint64_t)round, TKV__PPOS_EMPTY, &t, &cell, 1, dup, &n_dup);
             assert_int_equal(n_dup, 0);
         }
         assert_int_equal(tkv__pindex_check(ix), TKV_OK);

@@ -1,0 +1,33 @@
+/*
+ * kvcache_impl.h — the steps kvcache.c and kvcache_txn.c share. Private to
+ * them: every other file goes through kvcache.h.
+ */
+#ifndef TKV_KVCACHE_IMPL_H
+#define TKV_KVCACHE_IMPL_H
+
+#include "kvcache.h"
+
+/* Take n free cells into out[] (the caller checked n <= n_free). */
+void tkv__kv_take(tkv__kvcache *kv, uint32_t n, uint32_t *out);
+
+/* Free cells that hold nothing the index knows: taken and never published,
+   or let go by the index. Virtual cells are skipped. */
+void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n);
+
+/* Evict up to `want` cells (least recently used first) and free them;
+   returns how many. */
+uint32_t tkv__kv_evict(tkv__kvcache *kv, uint32_t want);
+
+/* Room for `len` cells in seq's list (what it holds is kept).
+   TKV_ERR_NOMEM leaves the list as it was. */
+tkv_status tkv__kv_seq_room(tkv__kvcache *kv, tkv_seq seq, uint32_t len);
+
+/* Room for n virtual cells. TKV_ERR_NOMEM leaves the cache as it was. */
+tkv_status tkv__kv_reserve_virtual(tkv__kvcache *kv, uint32_t n);
+
+/* Point seq at `at` (a prefix in namespace ns): its list becomes the path
+   (room reserved), and what follows `at` in its node is cut off so that
+   seq holds exactly its tokens. */
+void tkv__kv_seq_move(tkv__kvcache *kv, tkv_seq seq, uint64_t ns, tkv__ppos at);
+
+#endif

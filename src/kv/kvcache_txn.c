@@ -1,0 +1,207 @@
+/*
+ * kvcache_txn.c — the KV cache's transactions (see kvcache.h): stage a
+ * batch or a path, then commit or roll back.
+ *
+ * A stage only takes free cells and reserves memory; what it changes in the
+ * index (a node cut where a prefix ends, a hold on the reused prefix) does
+ * not change what is cached and is undone by rollback. Commit allocates
+ * nothing, so it cannot fail; it is the only place where cells are evicted,
+ * tokens become cached and sequences grow.
+ */
+#include "kvcache_impl.h"
+
+#include "base/error.h"
+
+#include <string.h>
+
+enum { TXN_NONE, TXN_BATCH, TXN_PATH };
+
+/* Cells the index could free: prefixes no sequence holds, unpinned. */
+static uint64_t evictable_cells(const tkv__kvcache *kv) {
+    tkv__pindex_stats st;
+    tkv__pindex_stats_get(kv->ix, &st);
+    return st.evictable_cells;
+}
+
+static tkv_status busy_txn(const tkv__kvcache *kv) {
+    if (!kv->txn.kind) return TKV_OK;
+    return tkv__fail(TKV_ERR_INVALID, "KV cache: a transaction is already staged");
+}
+
+/* Take `need` cells into kv->cells: free ones first, then virtual ones
+   standing for cells to evict at commit. `what` names the caller. Nothing
+   changes on failure. The caller holds what must survive the eviction. */
+static tkv_status stage_cells(tkv__kvcache *kv, const char *what, uint32_t need, uint32_t *n_real) {
+    const uint32_t real = need <= kv->n_free ? need : kv->n_free, virt = need - real;
+    if (virt) {
+        const uint64_t ev = evictable_cells(kv);
+        if (ev < virt)
+            return tkv__fail(TKV_ERR_FULL, "%s: KV cache full: %u cells needed, %u free and %llu evictable of %u", what,
+                             need, kv->n_free, (unsigned long long)ev, kv->rows.n_cells);
+        tkv_status st = tkv__kv_reserve_virtual(kv, virt);
+        if (st) return st;
+    }
+    tkv__kv_take(kv, real, kv->cells);
+    for (uint32_t i = 0; i < virt; i++) kv->cells[real + i] = kv->rows.n_cells + i;
+    *n_real = real;
+    return TKV_OK;
+}
+
+/* Commit's first step: evict what the virtual cells need and move each into a freed cell. */
+static void land_virtual(tkv__kvcache *kv) {
+    const uint32_t virt = kv->txn.n - kv->txn.n_real;
+    if (!virt) return;
+    tkv__kv_evict(kv, virt > kv->n_free ? virt - kv->n_free : 0); /* the stage made sure enough is evictable */
+    for (uint32_t i = kv->txn.n_real; i < kv->txn.n; i++) {
+        uint32_t real;
+        tkv__kv_take(kv, 1, &real);
+        for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
+            memcpy(tkv__kv_k(kv, l, real), tkv__kv_k(kv, l, kv->cells[i]), kv->rows.row_size);
+            memcpy(tkv__kv_v(kv, l, real), tkv__kv_v(kv, l, kv->cells[i]), kv->rows.row_size);
+        }
+        kv->cells[i] = real;
+    }
+}
+
+/* Give cells[0..n) tokens[0..n) at positions from.., and add them to the index after `at`. Returns the new
+   end; cells[] is rewritten to the cells the index keeps (where it held these tokens already). */
+static tkv__ppos publish_run(tkv__kvcache *kv, uint64_t ns, tkv__ppos at, const tkv_token *tokens, uint32_t *cells,
+                             uint32_t n, uint32_t from) {
+    for (uint32_t i = 0; i < n; i++) kv->token[cells[i]] = tokens[i], kv->pos[cells[i]] = (tkv_pos)(from + i);
+    uint32_t n_dup;
+    tkv__ppos e = tkv__pindex_insert(kv->ix, ns, at, tokens, cells, n, kv->spare, &n_dup);
+    tkv__kv_give_back(kv, kv->spare, n_dup);
+    return e;
+}
+
+/* ---- batches -------------------------------------------------------------- */
+
+tkv_status tkv__kv_stage_batch(tkv__kvcache *kv, const tkv_batch *b) {
+    tkv_status st = busy_txn(kv);
+    if (st) return st;
+    if (b->n > kv->rows.n_cells)
+        return tkv__fail(TKV_ERR_FULL, "tkv_decode: %zu tokens exceed the cache's %u cells", b->n, kv->rows.n_cells);
+    memset(kv->seq_count, 0, kv->n_seq * sizeof *kv->seq_count);
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->seq[i] < 0 || (uint32_t)b->seq[i] >= kv->n_seq)
+            return tkv__fail(TKV_ERR_INVALID, "batch token %zu: sequence %d is out of range (n_seq_max %u)", i,
+                             (int)b->seq[i], kv->n_seq);
+        const tkv_seq s = b->seq[i];
+        const tkv_pos want = (tkv_pos)(kv->seq[s].n + kv->seq_count[s]);
+        if (b->pos[i] != want)
+            return tkv__fail(TKV_ERR_INVALID,
+                             "batch token %zu: position %d in sequence %d, expected %d (sequences grow at their end)", i,
+                             (int)b->pos[i], (int)s, (int)want);
+        kv->seq_count[s]++;
+    }
+    /* room in every list first: a grown list is still valid (reservation is not publication) */
+    for (uint32_t s = 0; s < kv->n_seq; s++)
+        if (kv->seq_count[s] && (st = tkv__kv_seq_room(kv, (tkv_seq)s, kv->seq[s].n + kv->seq_count[s]))) return st;
+    uint32_t n_real;
+    if ((st = stage_cells(kv, "tkv_decode", (uint32_t)b->n, &n_real))) return st;
+    /* each token's cell after its sequence's published cells, where attention reads it */
+    memset(kv->seq_count, 0, kv->n_seq * sizeof *kv->seq_count);
+    for (size_t i = 0; i < b->n; i++) {
+        tkv__kvseq *s = &kv->seq[b->seq[i]];
+        s->cells[s->n + kv->seq_count[b->seq[i]]++] = kv->cells[i];
+    }
+    kv->txn = (tkv__kvtxn){.kind = TXN_BATCH, .n = (uint32_t)b->n, .n_real = n_real, .b = b, .seq = -1};
+    return TKV_OK;
+}
+
+/* Commit a batch: each sequence's tokens in batch order (their positions are consecutive). */
+static void commit_batch(tkv__kvcache *kv) {
+    const tkv_batch *b = kv->txn.b;
+    for (size_t i = 0; i < b->n; i++) {
+        const tkv_seq sq = b->seq[i];
+        if (kv->seq_count[sq] == 0) continue; /* published with an earlier token */
+        uint32_t k = 0;
+        for (size_t j = i; j < b->n && k < kv->seq_count[sq]; j++)
+            if (b->seq[j] == sq) kv->run_tokens[k] = b->token[j], kv->run_cells[k] = kv->cells[j], k++;
+        tkv__kvseq *s = &kv->seq[sq];
+        tkv__ppos to = publish_run(kv, s->ns, tkv__pindex_seq_end(kv->ix, sq), kv->run_tokens, kv->run_cells, k, s->n);
+        memcpy(s->cells + s->n, kv->run_cells, k * sizeof *s->cells);
+        s->n += k;
+        tkv__pindex_seq_set(kv->ix, sq, to);
+        kv->seq_count[sq] = 0;
+    }
+}
+
+/* ---- paths ---------------------------------------------------------------- */
+
+tkv_status tkv__kv_stage_path(tkv__kvcache *kv, const char *name, tkv_seq seq, uint64_t ns, const tkv_token *tokens,
+                              uint32_t n, uint32_t reuse_max, uint32_t need_cached, bool fill, uint32_t *reused) {
+    tkv_status st = busy_txn(kv);
+    if (st) return st;
+    if (seq >= 0 && (uint32_t)seq >= kv->n_seq)
+        return tkv__fail(TKV_ERR_INVALID, "%s: sequence %d is out of range (n_seq_max %u)", name, (int)seq, kv->n_seq);
+    if (n > kv->rows.n_cells)
+        return tkv__fail(TKV_ERR_FULL, "%s: %u tokens exceed the cache's %u cells", name, n, kv->rows.n_cells);
+    if (seq >= 0 && (st = tkv__kv_seq_room(kv, seq, n))) return st; /* before anything moves */
+    tkv__ppos at;
+    const uint32_t cached = (uint32_t)tkv__pindex_match(kv->ix, ns, tokens, n, false, &at);
+    const uint32_t keep = cached < reuse_max ? cached : reuse_max;
+    if (keep < need_cached)
+        return tkv__fail(TKV_ERR_INVALID,
+                         "%s: extends a prefix of %u tokens that is not cached (%u of them are): load the file of that "
+                         "prefix first",
+                         name, need_cached, keep);
+    /* the reused prefix ends a node, so that a hold on it is exact and a rollback finds every end where it was */
+    at = tkv__pindex_cut(kv->ix, tkv__pindex_ancestor(kv->ix, at, keep));
+    const tkv__ppos old = seq >= 0 ? tkv__pindex_seq_end(kv->ix, seq) : TKV__PPOS_EMPTY;
+    const uint32_t need = fill ? n - keep : 0;
+    uint32_t n_real = 0;
+    if (need) {
+        /* hold the reused prefix while making room: by the sequence itself (its old tokens may then be
+           evicted, as tkv_seq_sync allows), or by a pin */
+        if (seq >= 0) tkv__pindex_seq_set(kv->ix, seq, at);
+        else if ((st = tkv__pindex_pin(kv->ix, at, +1))) return st;
+        if ((st = stage_cells(kv, name, need, &n_real))) {
+            if (seq >= 0) tkv__pindex_seq_set(kv->ix, seq, old);
+            else tkv__pindex_pin(kv->ix, at, -1);
+            return st;
+        }
+    }
+    kv->txn = (tkv__kvtxn){.kind = TXN_PATH, .n = need, .n_real = n_real, .seq = seq, .ns = ns, .tokens = tokens,
+                           .reused = keep, .len = keep + need, .at = at, .old = old};
+    *reused = keep;
+    return TKV_OK;
+}
+
+static void commit_path(tkv__kvcache *kv) {
+    const tkv__kvtxn *t = &kv->txn;
+    tkv__ppos e = t->at;
+    if (t->n) e = publish_run(kv, t->ns, t->at, t->tokens + t->reused, kv->cells, t->n, t->reused);
+    if (t->seq >= 0) {
+        tkv__kv_seq_move(kv, t->seq, t->ns, e);
+        if (!t->n) tkv__pindex_hit(kv->ix, e); /* an attach: a reuse */
+        return;
+    }
+    if (t->n) {
+        tkv__pindex_pin(kv->ix, t->at, -1);
+        /* where the new tokens grew a leaf in place, split them off: held by nobody, they must be evictable
+           on their own */
+        if (t->at.node != TKV__PNONE && e.node == t->at.node) {
+            tkv__pindex_cut(kv->ix, t->at);
+        }
+    }
+}
+
+/* ---- commit and rollback -------------------------------------------------- */
+
+void tkv__kv_commit(tkv__kvcache *kv) {
+    land_virtual(kv);
+    if (kv->txn.kind == TXN_BATCH) commit_batch(kv);
+    else if (kv->txn.kind == TXN_PATH) commit_path(kv);
+    kv->txn.kind = TXN_NONE;
+}
+
+void tkv__kv_rollback(tkv__kvcache *kv) {
+    const tkv__kvtxn *t = &kv->txn;
+    tkv__kv_give_back(kv, kv->cells, t->n_real);
+    if (t->kind == TXN_PATH && t->n) {
+        if (t->seq >= 0) tkv__pindex_seq_set(kv->ix, t->seq, t->old);
+        else tkv__pindex_pin(kv->ix, t->at, -1);
+    }
+    kv->txn.kind = TXN_NONE;
+}
