@@ -2,9 +2,11 @@
  * test_cache.c — the token-aware cache: tkv_seq_sync reuses the longest
  * cached prefix from any sequence of the namespace and computes the same
  * logits as a fresh context; 10,000 random operations (sync, decode, fork,
- * truncate, clear, pins, eviction under pressure, injected failures) against
- * a model of every sequence's tokens, with tkv_cache_check after each; a
- * failed decode under eviction pressure changes nothing.
+ * truncate, clear, pins, eviction under pressure, injected failures, calls
+ * from inside a decode's abort callback) against a model of every
+ * sequence's tokens, with tkv_cache_check after each, eviction counted to
+ * the cell and checked for LRU order; a failed decode under eviction
+ * pressure changes nothing.
  */
 #include "testutil.h"
 
@@ -15,11 +17,48 @@
 #include <string.h>
 
 typedef struct abort_ctl {
-    int countdown; /* abort when it reaches 0; < 0: never */
+    int countdown;     /* abort when it reaches 0; < 0: never */
+    tkv_context *ctx;  /* with reenter: the callback calls back into it */
+    bool reenter;
+    unsigned seed;
+    int n_busy;        /* calls refused with TKV_ERR_BUSY */
 } abort_ctl;
+
+/* From inside a decode (its abort callback), every call on the context is
+   refused and changes nothing: the random operations' model then still holds. */
+static void reenter(abort_ctl *a) {
+    tkv_context *ctx = a->ctx;
+    const tkv_seq s = (tkv_seq)(rand_r(&a->seed) % 4);
+    tkv_token t[3] = {1, 10, 20};
+    tkv_pos p[1] = {0};
+    tkv_seq q[1] = {s};
+    tkv_batch b = {1, t, p, q, NULL};
+    size_t n;
+    tkv_stats st;
+    tkv_status r;
+    switch (rand_r(&a->seed) % 10) {
+    case 0: r = tkv_seq_clear(ctx, s); break;
+    case 1: r = tkv_seq_truncate(ctx, s, 1); break;
+    case 2: r = tkv_seq_fork(ctx, s, (s + 1) % 4); break;
+    case 3: r = tkv_cache_clear(ctx); break;
+    case 4: r = tkv_cache_pin(ctx, 0, t, 3, &n); break;
+    case 5: r = tkv_seq_sync(ctx, s, 0, t, 3, &n); break;
+    case 6: r = tkv_decode(ctx, &b); break;
+    case 7: r = tkv_cache_stats(ctx, &st); break;
+    case 8: r = tkv_cache_check(ctx); break;
+    default:
+        assert_int_equal(tkv_seq_len(ctx, s), 0);
+        assert_null(tkv_get_logits_last(ctx));
+        r = tkv_seq_attach(ctx, s, 0, t, 3, &n);
+        break;
+    }
+    assert_int_equal(r, TKV_ERR_BUSY);
+    a->n_busy++;
+}
 
 static bool abort_cb(void *user) {
     abort_ctl *a = user;
+    if (a->reenter) reenter(a);
     return a->countdown >= 0 && a->countdown-- == 0;
 }
 
@@ -238,7 +277,7 @@ static void test_lru_across_split(void **state) {
    allocation failure) leaves cache, index and sequences as they were. */
 static void test_failure_under_pressure(void **state) {
     (void)state;
-    abort_ctl a = {-1};
+    abort_ctl a = {.countdown = -1};
     for (int fail_at = 0; fail_at < 8; fail_at++) {
         tkv_context *ctx = new_ctx(48, 2, &a);
         tkv_token x[40], y[24];
@@ -285,6 +324,47 @@ static void test_failure_under_pressure(void **state) {
     }
 }
 
+typedef struct walk_rec {
+    tkv_cache_node nodes[512];
+    size_t n;
+} walk_rec;
+
+static void record_node(const tkv_cache_node *nd, void *user) {
+    walk_rec *w = user;
+    assert_true(w->n < 512);
+    w->nodes[w->n++] = *nd;
+}
+
+static const tkv_cache_node *find_node(const walk_rec *w, uint32_t id) {
+    for (size_t i = 0; i < w->n; i++)
+        if (w->nodes[i].id == id) return &w->nodes[i];
+    return NULL;
+}
+
+/* The tokens of the path ending at node id, into t (room for MAXT); returns its length. */
+static size_t node_path(const tkv_context *ctx, const walk_rec *w, uint32_t id, tkv_token *t, size_t max) {
+    uint32_t chain[64];
+    size_t depth = 0, len = 0;
+    for (const tkv_cache_node *nd = find_node(w, id); nd && nd->n_tokens; nd = find_node(w, nd->parent)) {
+        assert_true(depth < 64);
+        chain[depth++] = nd->id;
+    }
+    while (depth-- > 0) {
+        size_t n;
+        assert_int_equal(tkv_cache_node_tokens(ctx, chain[depth], t + len, max - len, &n), TKV_OK);
+        len += n;
+    }
+    return len;
+}
+
+/* The evictable leaves (no sequence, no pin, no children) of a walk. */
+static bool is_evictable_leaf(const walk_rec *w, const tkv_cache_node *nd) {
+    if (!nd->n_tokens || nd->refs || nd->pins) return false;
+    for (size_t i = 0; i < w->n; i++)
+        if (w->nodes[i].parent == nd->id) return false;
+    return true;
+}
+
 /* (b) random operations against a model of each sequence's tokens */
 enum { NS = 6, MAXT = 48 };
 
@@ -309,10 +389,12 @@ static size_t pinned_cells(const model_seq *pins, int n_pins) {
 
 static void test_random_operations(void **state) {
     (void)state;
-    abort_ctl a = {-1};
+    abort_ctl a = {.countdown = -1, .seed = 5};
     n_threads = 1;
     tkv_context *ctx = new_ctx(160, NS, &a);
     n_threads = 2;
+    a.ctx = ctx;
+    int n_lru_checks = 0, n_partial = 0;
     model_seq m[NS] = {{0}};
     enum { MAX_PINS = 6 };
     model_seq pins[MAX_PINS]; /* the pinned prefixes: what each pin held when it was taken */
@@ -329,10 +411,12 @@ static void test_random_operations(void **state) {
             uint64_t ns = rand_r(&seed) % 4 == 0 ? 1 : 0;
             if (rand_r(&seed) % 8 == 0) a.countdown = rand_r(&seed) % 5;
             if (rand_r(&seed) % 16 == 0) tkv__alloc_fail_after(rand_r(&seed) % 3);
+            a.reenter = rand_r(&seed) % 6 == 0;
             size_t reused;
             st = tkv_seq_sync(ctx, s, ns, t, n, &reused);
             tkv__alloc_fail_after(-1);
             a.countdown = -1;
+            a.reenter = false;
             if (st == TKV_OK) {
                 m[s].ns = ns, m[s].n = n;
                 memcpy(m[s].t, t, n * sizeof *t);
@@ -351,9 +435,51 @@ static void test_random_operations(void **state) {
             tkv_seq q[3] = {s, s, s};
             for (int i = 0; i < 3; i++) t[i] = 3 + rand_r(&seed) % 40, p[i] = (tkv_pos)(m[s].n + (size_t)i);
             tkv_batch b = {3, t, p, q, NULL};
+            /* eviction: exactly the cells missing, taken from the tail of the least recently used evictable
+               leaf; every other evictable leaf stays whole */
+            tkv_stats before, after;
+            tkv_cache_stats(ctx, &before);
+            const uint64_t free_before = before.cells_total - before.cells_used;
+            const uint64_t need = free_before < 3 ? 3 - free_before : 0;
+            walk_rec w = {.n = 0};
+            model_seq leaves[64];
+            int n_leaves = 0;
+            const tkv_cache_node *lru = NULL;
+            bool lru_unique = true;
+            if (need) {
+                assert_int_equal(tkv_cache_walk(ctx, record_node, &w), TKV_OK);
+                for (size_t i = 0; i < w.n; i++) {
+                    const tkv_cache_node *nd = &w.nodes[i];
+                    if (!is_evictable_leaf(&w, nd)) continue;
+                    if (lru && nd->last_use == lru->last_use) lru_unique = false;
+                    if (!lru || nd->last_use < lru->last_use) lru = nd, lru_unique = true;
+                }
+                /* the prefixes the other leaves end, spelled now (the decode may split their ancestors) */
+                for (size_t i = 0; i < w.n && n_leaves < 64; i++)
+                    if (&w.nodes[i] != lru && is_evictable_leaf(&w, &w.nodes[i])) {
+                        leaves[n_leaves].ns = w.nodes[i].ns;
+                        leaves[n_leaves].n = node_path(ctx, &w, w.nodes[i].id, leaves[n_leaves].t, MAXT);
+                        n_leaves++;
+                    }
+            }
+            a.reenter = rand_r(&seed) % 6 == 0;
             st = tkv_decode(ctx, &b);
+            a.reenter = false;
             if (st == TKV_OK) memcpy(m[s].t + m[s].n, t, sizeof t), m[s].n += 3;
             else assert_int_equal(st, TKV_ERR_FULL);
+            tkv_cache_stats(ctx, &after);
+            assert_int_equal(after.evictions - before.evictions, st == TKV_OK ? need : 0);
+            if (st == TKV_OK && lru && lru_unique && need <= lru->n_tokens) {
+                for (int l = 0; l < n_leaves; l++) {
+                    size_t got;
+                    assert_int_equal(tkv_cache_match(ctx, leaves[l].ns, leaves[l].t, leaves[l].n, &got), TKV_OK);
+                    if (got != leaves[l].n)
+                        fail_msg("iteration %d: a leaf used more recently than the LRU one lost tokens (%zu of %zu left)",
+                                 iter, got, leaves[l].n);
+                }
+                n_lru_checks++;
+                n_partial += need < lru->n_tokens; /* token-granular: the leaf lost only part of its run */
+            }
         } else if (op == 5) {
             size_t n = m[s].n ? (size_t)rand_r(&seed) % (m[s].n + 1) : 0;
             assert_int_equal(tkv_seq_truncate(ctx, s, (tkv_pos)n), TKV_OK);
@@ -428,6 +554,9 @@ static void test_random_operations(void **state) {
     assert_true(n_fail > 50);
     assert_true(n_evict_ops > 0);
     assert_true(n_pin_ops > 20);
+    assert_true(a.n_busy > 100);      /* the callbacks called back, and were refused */
+    assert_true(n_lru_checks > 50);   /* evictions under the LRU check */
+    assert_true(n_partial > 20);
     tkv_context_free(ctx);
 }
 
@@ -524,23 +653,6 @@ static void test_batch_invariant_attach(void **state) {
     assert_true(reused_total > 0); /* later prompts reused the stems of earlier ones */
     tkv_context_free(ctx);
     free(want);
-}
-
-typedef struct walk_rec {
-    tkv_cache_node nodes[256];
-    size_t n;
-} walk_rec;
-
-static void record_node(const tkv_cache_node *nd, void *user) {
-    walk_rec *w = user;
-    assert_true(w->n < 256);
-    w->nodes[w->n++] = *nd;
-}
-
-static const tkv_cache_node *find_node(const walk_rec *w, uint32_t id) {
-    for (size_t i = 0; i < w->n; i++)
-        if (w->nodes[i].id == id) return &w->nodes[i];
-    return NULL;
 }
 
 /* tkv_cache_walk and tkv_cache_node_tokens describe the tree the cache
