@@ -33,8 +33,8 @@
  *   - A tkv_context, a tkv_sampler and a tkv_detok are used by one thread at
  *     a time; different ones are independent. A context runs its own thread
  *     pool inside tkv_decode and tkv_seq_sync.
- *   - Failure messages (tkv_last_error) are kept per thread, and per context
- *     for the functions that change a context.
+ *   - Failure messages are kept per thread (tkv_last_error(NULL)), and per
+ *     context for every call on a context (tkv_context_error).
  */
 #ifndef TOKENKV_H
 #define TOKENKV_H
@@ -75,6 +75,8 @@ typedef struct tkv_model tkv_model;
 
 /** Parameters of tkv_model_load; get defaults from tkv_model_default_params. */
 typedef struct tkv_model_params {
+    uint32_t size;      /**< sizeof this struct as the caller's header has it: set by
+                             tkv_model_default_params() (start from it), so that the struct can grow */
     /**
      * Load metadata and the tensor table only, for tokenizer use and
      * inspection: the file is validated as GGUF, but no architecture or
@@ -99,7 +101,8 @@ TKV_API tkv_model_params tkv_model_default_params(void);
  * and every tensor it needs present with the right shape.
  *
  * @param path    the GGUF file.
- * @param params  NULL for defaults.
+ * @param params  NULL for defaults; else started from tkv_model_default_params()
+ *                (its size field: TKV_ERR_INVALID when unset, see tkv_model_params).
  * @param out     receives the model; the caller frees it with tkv_model_free.
  * @return TKV_OK; TKV_ERR_IO (cannot open/map), TKV_ERR_FORMAT (malformed
  *         file, or a model without tensors / a missing or mis-shaped tensor),
@@ -116,7 +119,7 @@ TKV_API tkv_status tkv_model_load(const char *path, const tkv_model_params *para
  * @param data    the image; not copied: it must stay valid and unchanged
  *                until tkv_model_free.
  * @param size    its size in bytes.
- * @param params  NULL for defaults.
+ * @param params  NULL for defaults; else started from tkv_model_default_params().
  * @param out     receives the model; the caller frees it with tkv_model_free.
  * @return TKV_OK, or an error code of tkv_model_load (TKV_ERR_FORMAT for
  *         bytes that are not a GGUF image); on failure *out is NULL.
@@ -679,6 +682,8 @@ typedef bool (*tkv_abort_fn)(void *user);
 
 /** Parameters of tkv_context_create; get defaults from tkv_context_default_params. */
 typedef struct tkv_context_params {
+    uint32_t size;      /**< sizeof this struct as the caller's header has it: set by
+                             tkv_context_default_params() (start from it), so that the struct can grow */
     uint32_t n_cells;   /**< KV cells (tokens held across all sequences); default 4096 */
     uint32_t n_seq_max; /**< sequence ids 0..n_seq_max-1; default 256 */
     uint32_t n_batch;   /**< tokens per forward pass; longer batches are split; default 512 */
@@ -727,7 +732,9 @@ TKV_API int tkv_default_threads(char *why, size_t cap);
  * the whole KV cache (n_cells cells) and starts its thread pool.
  *
  * @param model   the model; not copied: it must outlive the context.
- * @param params  NULL for defaults.
+ * @param params  NULL for defaults; else started from tkv_context_default_params()
+ *                (its size field: TKV_ERR_INVALID when unset or naming fields this
+ *                library does not know).
  * @param out     receives the context; the caller frees it with
  *                tkv_context_free.
  * @return TKV_OK; TKV_ERR_INVALID (NULL model or out, vocab_only model,
@@ -749,6 +756,19 @@ TKV_API void tkv_context_free(tkv_context *ctx);
  * @return the model given to tkv_context_create.
  */
 TKV_API const tkv_model *tkv_context_model(const tkv_context *ctx);
+
+/**
+ * The message of the last failing call on a context, like sqlite3_errmsg:
+ * every function taking a context (const ones included) records its
+ * failure here as well as in the thread's slot (tkv_last_error(NULL)).
+ * A call that succeeds leaves it unchanged.
+ *
+ * @param ctx  the context; NULL gives the calling thread's last message.
+ * @return a NUL-terminated message, "" when no call on ctx has failed;
+ *         owned by the context, valid until its next failing call or
+ *         tkv_context_free.
+ */
+TKV_API const char *tkv_context_error(const tkv_context *ctx);
 
 /**
  * A batch of tokens to decode. Token i is appended to sequence seq[i] at
@@ -1209,6 +1229,8 @@ typedef struct tkv_logit_bias {
 
 /** Parameters of tkv_sampler_create; get defaults from tkv_sampler_default_params. */
 typedef struct tkv_sampler_params {
+    uint32_t size;      /**< sizeof this struct as the caller's header has it: set by
+                             tkv_sampler_default_params() (start from it), so that the struct can grow */
     float temperature;    /**< <= 0: greedy (argmax); default 0.8 */
     int32_t top_k;        /**< <= 0: off; default 40 */
     float top_p;          /**< >= 1: off; default 0.95 */
@@ -1241,7 +1263,8 @@ typedef struct tkv_sampler tkv_sampler;
 /**
  * Create a sampler.
  *
- * @param params   NULL for defaults; copied.
+ * @param params   NULL for defaults; copied. Start from tkv_sampler_default_params()
+ *                 (its size field: TKV_ERR_INVALID when unset).
  * @param n_vocab  the length of the logits rows it will sample from
  *                 (tkv_vocab_size of the model).
  * @param out      receives the sampler; the caller frees it with

@@ -55,7 +55,8 @@ TKV_API const char *tkv_status_str(tkv_status status);
 /**
  * The message of the last failure.
  *
- * @param obj  a tkv_context* for that context's last failure; otherwise
+ * @param obj  a tkv_context* for that context's last failure (the same as
+ *             tkv_context_error, which says so in its type); otherwise
  *             (NULL, a tkv_model*) the calling thread's last failure. Models
  *             are shared across threads, so their failures (and those of
  *             calls with no handle yet, like tkv_model_load) are recorded per

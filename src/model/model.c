@@ -7,6 +7,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/params.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,7 +15,7 @@
 
 typedef unsigned long long ull;
 
-tkv_model_params tkv_model_default_params(void) { return (tkv_model_params){.vocab_only = false}; }
+tkv_model_params tkv_model_default_params(void) { return (tkv_model_params){.size = sizeof(tkv_model_params), .vocab_only = false}; }
 
 /* ---- hyperparameters ---------------------------------------------------- */
 
@@ -254,21 +255,20 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const
 
 /* ---- load / free -------------------------------------------------------- */
 
-static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_model **out) {
-    tkv_model_params p = params ? *params : tkv_model_default_params();
+static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model **out) {
     tkv_hparams hp;
     tkv_status st = read_hparams(g, &hp);
     tkv__hp_ext ext = {0};
     if (st == TKV_OK) st = read_ext(g, &hp, &ext);
     tkv__weights w = {0};
-    if (st == TKV_OK && !p.vocab_only) {
+    if (st == TKV_OK && !p->vocab_only) {
         if (g->n_tensors == 0)
             st = tkv__fail(TKV_ERR_FORMAT, "the file has no tensors (a vocabulary-only file): it loads only with vocab_only");
         else
             st = check_tensors(g, &hp, &ext);
         if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &ext.moe, &w);
     }
-    if (st && !p.vocab_only) {
+    if (st && !p->vocab_only) {
         tkv__gguf_free(g);
         return st;
     }
@@ -282,7 +282,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
     pthread_mutex_init(&m->fp_mu, NULL);
     m->gguf = g;
     m->w = w;
-    m->vocab_only = p.vocab_only;
+    m->vocab_only = p->vocab_only;
     m->has_hparams = st == TKV_OK;
     if (m->has_hparams) m->hp = hp, m->arch = tkv__arch_find(hp.arch), m->ext = ext;
     else snprintf(m->hparams_error, sizeof m->hparams_error, "%s", tkv_last_error(NULL));
@@ -294,7 +294,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
     if (m->tok_status) {
         snprintf(m->tok_error, sizeof m->tok_error, "%s", tkv_last_error(NULL));
         bool absent = !tkv__gguf_find(g, "tokenizer.ggml.model");
-        if (m->tok_status == TKV_ERR_NOMEM || (!p.vocab_only && !absent)) {
+        if (m->tok_status == TKV_ERR_NOMEM || (!p->vocab_only && !absent)) {
             tkv_status tst = m->tok_status;
             tkv_model_free(m);
             return tst; /* the tokenizer's message stands */
@@ -307,10 +307,12 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *params, tkv_
 tkv_status tkv_model_load(const char *path, const tkv_model_params *params, tkv_model **out) {
     if (!out) return tkv__fail(TKV_ERR_INVALID, "tkv_model_load: out is NULL");
     *out = NULL;
-    tkv__gguf *g = NULL;
-    tkv_status st = tkv__gguf_open(path, &g);
+    tkv_model_params p = tkv_model_default_params();
+    tkv_status st = params ? tkv__params_read(&p, sizeof p, params, "tkv_model_params") : TKV_OK;
     if (st) return st;
-    st = finish_load(g, params, out);
+    tkv__gguf *g = NULL;
+    if ((st = tkv__gguf_open(path, &g))) return st;
+    st = finish_load(g, &p, out);
     if (st) {
         char msg[400];
         snprintf(msg, sizeof msg, "%s", tkv_last_error(NULL));
@@ -322,10 +324,12 @@ tkv_status tkv_model_load(const char *path, const tkv_model_params *params, tkv_
 tkv_status tkv_model_load_from_memory(const void *data, size_t size, const tkv_model_params *params, tkv_model **out) {
     if (!out) return tkv__fail(TKV_ERR_INVALID, "tkv_model_load_from_memory: out is NULL");
     *out = NULL;
-    tkv__gguf *g = NULL;
-    tkv_status st = tkv__gguf_parse(data, size, &g);
+    tkv_model_params p = tkv_model_default_params();
+    tkv_status st = params ? tkv__params_read(&p, sizeof p, params, "tkv_model_params") : TKV_OK;
     if (st) return st;
-    return finish_load(g, params, out);
+    tkv__gguf *g = NULL;
+    if ((st = tkv__gguf_parse(data, size, &g))) return st;
+    return finish_load(g, &p, out);
 }
 
 void tkv_model_free(tkv_model *model) {

@@ -9,10 +9,10 @@
 
 #include <string.h>
 
-static tkv_status ctx_fail(tkv_context *ctx, tkv_status st) { return tkv__handle_fail(&ctx->h, st); }
 
 tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
-    if (!ctx || (!tokens && n) || !len) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_match: NULL argument");
+    if (!ctx || (!tokens && n) || !len)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_match: NULL argument"));
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_match");
     if (busy) return busy;
     *len = tkv__kv_match(ctx->kv, ns, tokens, n);
@@ -20,7 +20,7 @@ tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token 
 }
 
 static tkv_status pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, int delta, size_t *len) {
-    if (!ctx || (!tokens && n)) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_pin: NULL argument");
+    if (!ctx || (!tokens && n)) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_pin: NULL argument"));
     tkv_status busy = tkv__ctx_busy(ctx, delta > 0 ? "tkv_cache_pin" : "tkv_cache_unpin");
     if (busy) return busy;
     if (delta < 0) { /* exactly what a pin of (a prefix of) these tokens took */
@@ -28,7 +28,7 @@ static tkv_status pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, si
         return TKV_OK;
     }
     tkv_status st = tkv__kv_pin(ctx->kv, ns, tokens, n, len);
-    return st ? ctx_fail(ctx, st) : TKV_OK;
+    return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
 }
 
 tkv_status tkv_cache_pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
@@ -40,7 +40,7 @@ tkv_status tkv_cache_unpin(tkv_context *ctx, uint64_t ns, const tkv_token *token
 }
 
 tkv_status tkv_cache_clear(tkv_context *ctx) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_clear: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_clear: ctx is NULL"));
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_clear");
     if (busy) return busy;
     tkv__kv_clear(ctx->kv);
@@ -48,7 +48,7 @@ tkv_status tkv_cache_clear(tkv_context *ctx) {
 }
 
 tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out) {
-    if (!ctx || !out) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_stats: NULL argument");
+    if (!ctx || !out) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_stats: NULL argument"));
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_stats");
     if (busy) return busy;
     *out = ctx->stats; /* lookups, tokens reused and computed: the context counts them */
@@ -57,9 +57,9 @@ tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out) {
 }
 
 tkv_status tkv_cache_check(const tkv_context *ctx) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_check: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_check: ctx is NULL"));
     tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_check");
-    return st ? st : tkv__kv_check(ctx->kv);
+    return st ? st : tkv__ctx_fail(ctx, tkv__kv_check(ctx->kv));
 }
 
 typedef struct walk_ctx {
@@ -85,7 +85,7 @@ static void visit_node(const tkv__pindex *ix, uint32_t id, void *user) {
 }
 
 tkv_status tkv_cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *user) {
-    if (!ctx || !fn) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_walk: NULL argument");
+    if (!ctx || !fn) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_walk: NULL argument"));
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_walk");
     if (busy) return busy;
     walk_ctx w = {fn, user};
@@ -94,14 +94,15 @@ tkv_status tkv_cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *u
 }
 
 tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tkv_token *out, size_t cap, size_t *n) {
-    if (!ctx || !n || (!out && cap)) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: NULL argument");
+    if (!ctx || !n || (!out && cap)) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: NULL argument"));
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_node_tokens");
     if (busy) return busy;
     const tkv__pindex *ix = tkv__kv_index(ctx->kv);
     const tkv__pnode *nd = tkv__pindex_node(ix, id);
-    if (!nd) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: no node has id %u", id);
+    if (!nd) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: no node has id %u", id));
     *n = nd->n;
-    if (cap < nd->n) return tkv__fail(TKV_ERR_FULL, "tkv_cache_node_tokens: %u tokens do not fit in %zu", nd->n, cap);
+    if (cap < nd->n)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "tkv_cache_node_tokens: %u tokens do not fit in %zu", nd->n, cap));
     tkv__pindex_run(ix, id, NULL, out);
     return TKV_OK;
 }

@@ -18,6 +18,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/params.h"
 #include "compute/cpus.h"
 #include "model/forward.h"
 
@@ -35,6 +36,7 @@ int tkv_default_threads(char *why, size_t cap) {
 
 tkv_context_params tkv_context_default_params(void) {
     return (tkv_context_params){
+        .size = sizeof(tkv_context_params),
         .n_cells = 4096,
         .n_seq_max = 256,
         .n_batch = 512,
@@ -43,8 +45,6 @@ tkv_context_params tkv_context_default_params(void) {
     };
 }
 
-/* Record the thread's last error as the context's too, and return st. */
-static tkv_status ctx_fail(tkv_context *ctx, tkv_status st) { return tkv__handle_fail(&ctx->h, st); }
 
 void tkv_context_free(tkv_context *ctx) {
     if (!ctx) return;
@@ -58,6 +58,7 @@ void tkv_context_free(tkv_context *ctx) {
     tkv__free(ctx->logits_row);
     tkv__free(ctx->cell_lists);
     tkv__free(ctx->out);
+    tkv__free(ctx->seq_tokens);
     ctx->h.magic = 0;
     tkv__free(ctx);
 }
@@ -68,7 +69,9 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
     if (!model) return tkv__fail(TKV_ERR_INVALID, "tkv_context_create: model is NULL");
     if (model->vocab_only || !model->w.layers)
         return tkv__fail(TKV_ERR_INVALID, "tkv_context_create: the model was loaded vocab_only (no weights)");
-    tkv_context_params p = params ? *params : tkv_context_default_params();
+    tkv_context_params p = tkv_context_default_params();
+    tkv_status st = params ? tkv__params_read(&p, sizeof p, params, "tkv_context_params") : TKV_OK;
+    if (st) return st;
     if (!p.n_cells || !p.n_seq_max || !p.n_batch)
         return tkv__fail(TKV_ERR_INVALID, "tkv_context_create: n_cells (%u), n_seq_max (%u) and n_batch (%u) must be > 0",
                          p.n_cells, p.n_seq_max, p.n_batch);
@@ -81,7 +84,7 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
     ctx->model = model;
     ctx->params = p;
     const tkv_hparams *hp = &model->hp;
-    tkv_status st = tkv__kv_create(p.n_cells, hp->n_layer, hp->n_head_kv * hp->head_dim, p.kv_type, p.n_seq_max, &ctx->kv);
+    st = tkv__kv_create(p.n_cells, hp->n_layer, hp->n_head_kv * hp->head_dim, p.kv_type, p.n_seq_max, &ctx->kv);
     if (!st) st = tkv__fwd_create(model, p.n_batch, p.n_cells, p.n_threads, &ctx->fwd);
     if (!st) st = tkv__pool_create(p.n_threads, &ctx->pool);
     if (!st) {
@@ -106,6 +109,8 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
 }
 
 const tkv_model *tkv_context_model(const tkv_context *ctx) { return ctx->model; }
+
+const char *tkv_context_error(const tkv_context *ctx) { return ctx ? ctx->h.error : tkv_last_error(NULL); }
 
 int tkv_version(void) { return TKV_VERSION_MAJOR * 10000 + TKV_VERSION_MINOR * 100 + TKV_VERSION_PATCH; }
 
@@ -141,7 +146,7 @@ static const float *logits_of(const tkv_context *ctx, size_t i) {
 static tkv_status decode(tkv_context *ctx, const tkv_batch *b);
 
 tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *b) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_decode: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_decode: ctx is NULL"));
     tkv_status st = tkv__ctx_busy(ctx, "tkv_decode");
     if (st) return st;
     atomic_store_explicit(&ctx->busy, true, memory_order_release);
@@ -156,7 +161,7 @@ static tkv_status decode(tkv_context *ctx, const tkv_batch *b) {
     ctx->last_n = 0;
     ctx->last_logits = NULL;
     if (!b || !b->token || !b->pos || !b->seq)
-        return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_decode: NULL batch or arrays"));
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_decode: NULL batch or arrays"));
     if (b->n == 0) return TKV_OK;
     tkv__kvcache *kv = ctx->kv;
     /* which tokens want logits: row o of ctx->logits is token out[o] */
@@ -173,7 +178,7 @@ static tkv_status decode(tkv_context *ctx, const tkv_batch *b) {
         st = logits_room(ctx, n_out);
     }
     if (!st) st = tkv__kv_stage_batch(kv, b);
-    if (st) return ctx_fail(ctx, st);
+    if (st) return tkv__ctx_fail(ctx, st);
 
     /* the forward pass, n_batch tokens at a time, into the staged cells */
     const size_t n_vocab = ctx->model->hp.n_vocab;
@@ -202,7 +207,7 @@ static tkv_status decode(tkv_context *ctx, const tkv_batch *b) {
     }
     if (st) {
         tkv__kv_rollback(kv);
-        return ctx_fail(ctx, st);
+        return tkv__ctx_fail(ctx, st);
     }
     tkv__kv_commit(kv);
     ctx->stats.tokens_computed += b->n;

@@ -36,17 +36,28 @@ struct tkv_context {
 };
 
 /*
+ * The one failure path of every call on a context, const ones included:
+ * the calling thread's last message becomes the context's too
+ * (tkv_context_error). Returns st; a failure (st < 0) only is recorded.
+ * The message buffer is the handle's one mutable part, which a const
+ * context still may write: a context is used by one thread at a time.
+ */
+static inline tkv_status tkv__ctx_fail(const tkv_context *ctx, tkv_status st) {
+    return ctx && st < 0 ? tkv__handle_fail((tkv__handle *)&ctx->h, st) : st;
+}
+
+/*
  * TKV_ERR_BUSY, with the context left as it is, when a decode on ctx is
  * running: the call comes from its abort callback, or from another thread
  * (a context is used by one thread at a time). The cache's structures are
  * half-updated during a decode; a call in between corrupted them. fn names
- * the caller in the message (the thread's: the context's own slot belongs
- * to the decode). TKV_OK otherwise.
+ * the caller in the message. TKV_OK otherwise.
  */
 static inline tkv_status tkv__ctx_busy(const tkv_context *ctx, const char *fn) {
     if (!atomic_load_explicit(&ctx->busy, memory_order_acquire)) return TKV_OK;
-    return tkv__fail(TKV_ERR_BUSY, "%s: the context is decoding (a call from its abort callback, or another thread)",
-                     fn);
+    return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_BUSY,
+                                        "%s: the context is decoding (a call from its abort callback, or another thread)",
+                                        fn));
 }
 
 #endif

@@ -34,7 +34,6 @@
 
 #include <xxhash.h>
 
-static tkv_status ctx_fail(tkv_context *ctx, tkv_status st) { return tkv__handle_fail(&ctx->h, st); }
 
 /* ---- putting a record into the cache -------------------------------------- */
 
@@ -132,39 +131,39 @@ static tkv_status header_for(const tkv_context *ctx, tkv__phdr *h) {
 }
 
 tkv_status tkv_seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: ctx is NULL"));
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_seq_save");
     if (busy) return busy;
-    if (!path) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: path is NULL"));
+    if (!path) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: path is NULL"));
     tkv_status st = check_seq(ctx, seq, "tkv_seq_save");
-    if (st) return ctx_fail(ctx, st);
+    if (st) return tkv__ctx_fail(ctx, st);
     const tkv__kvseq *s = &ctx->kv->seq[seq];
     tkv__phdr h;
-    if ((st = header_for(ctx, &h))) return ctx_fail(ctx, st);
+    if ((st = header_for(ctx, &h))) return tkv__ctx_fail(ctx, st);
     h.ns = s->ns;
     h.n_tokens = s->n;
     tkv__kv_seq_tokens(ctx->kv, seq, ctx->seq_tokens);
     char *dir = dir_of(path);
-    if (!dir) return ctx_fail(ctx, tkv__fail(TKV_ERR_NOMEM, "out of memory saving sequence %d", (int)seq));
+    if (!dir) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_NOMEM, "out of memory saving sequence %d", (int)seq));
     st = tkv__cachefile_write(ctx->kv, path, &h, ctx->seq_tokens, s->cells);
     if (!st) st = tkv__cachefile_sync_dir(dir);
     tkv__free(dir);
-    return st ? ctx_fail(ctx, st) : TKV_OK;
+    return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
 }
 
 tkv_status tkv_seq_load(tkv_context *ctx, tkv_seq seq, const char *path) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: ctx is NULL"));
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_seq_load");
     if (busy) return busy;
-    if (!path) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: path is NULL"));
+    if (!path) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: path is NULL"));
     tkv_status st = check_seq(ctx, seq, "tkv_seq_load");
-    if (st) return ctx_fail(ctx, st);
+    if (st) return tkv__ctx_fail(ctx, st);
     uint8_t *data;
     size_t size;
-    if ((st = tkv__cachefile_read_file(path, &data, &size))) return ctx_fail(ctx, st);
+    if ((st = tkv__cachefile_read_file(path, &data, &size))) return tkv__ctx_fail(ctx, st);
     st = tkv__persist_load_image(ctx, path, data, size, seq);
     tkv__free(data);
-    return st ? ctx_fail(ctx, st) : TKV_OK;
+    return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
 }
 
 /* ---- the whole cache: saving ---------------------------------------------- */
@@ -266,15 +265,15 @@ static tkv_status remove_stale(const char *dir, char (*names)[NAME_LEN + 1], uin
 }
 
 tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: ctx is NULL"));
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_save");
     if (busy) return busy;
-    if (!dir) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: dir is NULL"));
+    if (!dir) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: dir is NULL"));
     tkv_status st = open_dir(dir, true);
-    if (st) return ctx_fail(ctx, st);
+    if (st) return tkv__ctx_fail(ctx, st);
     tkv__phdr h0;
     st = header_for(ctx, &h0);
-    if (st) return ctx_fail(ctx, st);
+    if (st) return tkv__ctx_fail(ctx, st);
     const tkv__pindex *ix = tkv__kv_index(ctx->kv);
     tkv__pindex_stats ps;
     tkv__pindex_stats_get(ix, &ps);
@@ -348,7 +347,7 @@ done:
     tkv__free(names);
     tkv__free(cells);
     tkv__free(path);
-    return st ? ctx_fail(ctx, st) : TKV_OK;
+    return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
 }
 
 /* ---- the whole cache: loading --------------------------------------------- */
@@ -426,19 +425,19 @@ static tkv_status list_files(const char *dir, const tkv__pexpect *e, cand **out,
 }
 
 tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_info *info) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: ctx is NULL"));
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_load");
     if (busy) return busy;
-    if (!dir) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: dir is NULL"));
+    if (!dir) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: dir is NULL"));
     tkv_cache_load_info local;
     if (!info) info = &local;
     memset(info, 0, sizeof *info);
     tkv__pexpect e;
     tkv_status st = tkv__persist_expect(ctx, &e);
-    if (st) return ctx_fail(ctx, st);
+    if (st) return tkv__ctx_fail(ctx, st);
     cand *v = NULL;
     uint32_t n = 0;
-    if ((st = open_dir(dir, false)) || (st = list_files(dir, &e, &v, &n, info))) return ctx_fail(ctx, st);
+    if ((st = open_dir(dir, false)) || (st = list_files(dir, &e, &v, &n, info))) return tkv__ctx_fail(ctx, st);
     if (n) qsort(v, n, sizeof *v, by_rank);
     /* everything the loads need, allocated before the cache changes */
     size_t max_size = 1, n_tok = 0;
@@ -497,7 +496,7 @@ tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_i
     tkv__free(toks);
     for (uint32_t i = 0; i < n; i++) tkv__free(v[i].path);
     tkv__free(v);
-    return st ? ctx_fail(ctx, st) : TKV_OK;
+    return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
 }
 
 tkv_status tkv_cache_load(tkv_context *ctx, const char *dir) { return tkv_cache_load_ex(ctx, dir, NULL); }

@@ -16,6 +16,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/params.h"
 #include "grammar.h"
 
 #include <math.h>
@@ -43,7 +44,8 @@ struct tkv_sampler {
 };
 
 tkv_sampler_params tkv_sampler_default_params(void) {
-    return (tkv_sampler_params){.temperature = 0.8f,
+    return (tkv_sampler_params){.size = sizeof(tkv_sampler_params),
+                                .temperature = 0.8f,
                                 .top_k = 40,
                                 .top_p = 0.95f,
                                 .min_p = 0.05f,
@@ -77,9 +79,12 @@ static double next_unit(tkv_sampler *s) { return (double)(next_u64(s) >> 11) * 0
 
 tkv_status tkv_sampler_create(const tkv_sampler_params *params, size_t n_vocab, tkv_sampler **out) {
     if (!out || n_vocab == 0) return tkv__fail(TKV_ERR_INVALID, "tkv_sampler_create: no output or an empty vocabulary");
+    tkv_sampler_params p = tkv_sampler_default_params();
+    tkv_status st = params ? tkv__params_read(&p, sizeof p, params, "tkv_sampler_params") : TKV_OK;
+    if (st) return st;
     tkv_sampler *s = tkv__calloc(1, sizeof *s);
     if (!s) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the sampler");
-    s->p = params ? *params : tkv_sampler_default_params();
+    s->p = p;
     if (s->p.repeat_last_n < 0) s->p.repeat_last_n = 0;
     s->n_vocab = n_vocab;
     s->c = tkv__malloc(n_vocab * sizeof *s->c);

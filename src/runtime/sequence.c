@@ -13,11 +13,10 @@
 
 #include <string.h>
 
-static tkv_status ctx_fail(tkv_context *ctx, tkv_status st) { return tkv__handle_fail(&ctx->h, st); }
 
 static tkv_status check_seq(tkv_context *ctx, tkv_seq seq, const char *fn) {
     if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
-        return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: sequence %d is out of range (n_seq_max %u)", fn, (int)seq,
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: sequence %d is out of range (n_seq_max %u)", fn, (int)seq,
                                        ctx->kv->n_seq));
     return TKV_OK;
 }
@@ -28,34 +27,35 @@ tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq) {
 }
 
 tkv_status tkv_seq_namespace(const tkv_context *ctx, tkv_seq seq, uint64_t *ns) {
-    if (!ctx || !ns) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_namespace: NULL argument");
+    if (!ctx || !ns) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_namespace: NULL argument"));
     tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_namespace");
     if (st) return st;
     if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
-        return tkv__fail(TKV_ERR_INVALID, "tkv_seq_namespace: sequence %d is out of range", (int)seq);
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_namespace: sequence %d is out of range", (int)seq));
     *ns = ctx->kv->seq[seq].ns;
     return TKV_OK;
 }
 
 tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, size_t cap, size_t *n) {
-    if (!ctx || !n) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_tokens: NULL argument");
+    if (!ctx || !n) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_tokens: NULL argument"));
     tkv_status busy = tkv__ctx_busy(ctx, "tkv_seq_tokens");
     if (busy) return busy;
     if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
-        return tkv__fail(TKV_ERR_INVALID, "tkv_seq_tokens: sequence %d is out of range", (int)seq);
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_tokens: sequence %d is out of range", (int)seq));
     const uint32_t len = ctx->kv->seq[seq].n;
     *n = len;
-    if (cap < len) return tkv__fail(TKV_ERR_FULL, "tkv_seq_tokens: %u tokens do not fit in %zu", len, cap);
+    if (cap < len)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "tkv_seq_tokens: %u tokens do not fit in %zu", len, cap));
     tkv__kv_seq_tokens(ctx->kv, seq, out);
     return TKV_OK;
 }
 
 tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_truncate: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_truncate: ctx is NULL"));
     tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_truncate");
     if (!st) st = check_seq(ctx, seq, "tkv_seq_truncate");
     if (st) return st;
-    if (n < 0) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_truncate: negative length %d", (int)n));
+    if (n < 0) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_truncate: negative length %d", (int)n));
     tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)n);
     return TKV_OK;
 }
@@ -63,27 +63,27 @@ tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n) {
 tkv_status tkv_seq_clear(tkv_context *ctx, tkv_seq seq) { return tkv_seq_truncate(ctx, seq, 0); }
 
 tkv_status tkv_seq_fork(tkv_context *ctx, tkv_seq src, tkv_seq dst) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_fork: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_fork: ctx is NULL"));
     tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_fork");
     if (!st) st = check_seq(ctx, src, "tkv_seq_fork");
     if (!st) st = check_seq(ctx, dst, "tkv_seq_fork");
     if (st || src == dst) return st;
     st = tkv__kv_seq_fork(ctx->kv, src, dst);
-    return st ? ctx_fail(ctx, st) : TKV_OK;
+    return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
 }
 
 /* Validate a token list for seq. */
 static tkv_status check_tokens(tkv_context *ctx, tkv_seq seq, const tkv_token *tokens, size_t n, const char *fn) {
     tkv_status st = check_seq(ctx, seq, fn);
     if (st) return st;
-    if (!tokens && n) return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: tokens is NULL", fn));
+    if (!tokens && n) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: tokens is NULL", fn));
     const uint32_t n_vocab = ctx->model->hp.n_vocab;
     for (size_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= n_vocab)
-            return ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: token %zu: id %d is out of range (vocabulary of %u)", fn,
+            return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: token %zu: id %d is out of range (vocabulary of %u)", fn,
                                            i, (int)tokens[i], n_vocab));
     if (n > ctx->kv->rows.n_cells)
-        return ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "%s: %zu tokens exceed the cache's %u cells", fn, n,
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "%s: %zu tokens exceed the cache's %u cells", fn, n,
                                        ctx->kv->rows.n_cells));
     return TKV_OK;
 }
@@ -95,7 +95,7 @@ static tkv_status attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_t
     tkv_status st = check_tokens(ctx, seq, tokens, n, fn);
     uint32_t keep = 0;
     if (!st) st = tkv__kv_stage_path(ctx->kv, fn, seq, ns, tokens, (uint32_t)n, n ? (uint32_t)n - 1 : 0, 0, false, &keep);
-    if (st) return ctx_fail(ctx, st);
+    if (st) return tkv__ctx_fail(ctx, st);
     tkv__kv_commit(ctx->kv);
     ctx->stats.lookups++;
     ctx->stats.tokens_reused += keep;
@@ -105,7 +105,7 @@ static tkv_status attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_t
 
 tkv_status tkv_seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
                           size_t *n_reused) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_attach: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_attach: ctx is NULL"));
     if (n_reused) *n_reused = 0;
     tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_attach");
     if (!st) st = attach(ctx, seq, ns, tokens, n, "tkv_seq_attach", n_reused);
@@ -114,7 +114,7 @@ tkv_status tkv_seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_
 
 tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
                         size_t *n_reused) {
-    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_sync: ctx is NULL");
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_sync: ctx is NULL"));
     if (n_reused) *n_reused = 0;
     tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_sync");
     if (st) return st;

@@ -18,6 +18,8 @@
 #include "runtime/context.h"
 
 #include <math.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -465,6 +467,103 @@ static void test_create_errors(void **state) {
     tkv_context_free(NULL);
 }
 
+/* Every failing call on a context leaves its message in the context, const
+   ones included; another context's failure, or the thread's next one, does
+   not touch it. */
+static void test_context_errors(void **state) {
+    (void)state;
+    tkv_context *a = new_ctx(64, 16, 1), *b = new_ctx(64, 16, 1);
+    assert_string_equal(tkv_context_error(a), "");
+    tkv_token t[2] = {1, 2}, out[1];
+    size_t n, len;
+    uint64_t ns;
+    tkv_stats st;
+    assert_int_equal(tkv_seq_sync(a, 0, 0, t, 2, NULL), TKV_OK);
+    static const char *const names[] = {"tkv_seq_tokens",  "tkv_seq_namespace", "tkv_cache_node_tokens",
+                                        "tkv_cache_match", "tkv_cache_stats",   "tkv_seq_truncate",
+                                        "tkv_seq_sync"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        tkv_status s;
+        switch (i) { /* const calls first */
+        case 0: s = tkv_seq_tokens(a, 0, out, 1, &n); break; /* does not fit */
+        case 1: s = tkv_seq_namespace(a, 99, &ns); break;
+        case 2: s = tkv_cache_node_tokens(a, 9999, out, 1, &n); break;
+        case 3: s = tkv_cache_match(a, 0, NULL, 1, &len); break;
+        case 4: s = tkv_cache_stats(a, NULL); break;
+        case 5: s = tkv_seq_truncate(a, 99, 0); break;
+        default: s = tkv_seq_sync(a, 0, 0, (tkv_token[]){-1}, 1, NULL); break;
+        }
+        assert_true(s < 0);
+        if (!strstr(tkv_context_error(a), names[i]))
+            fail_msg("%s: the context's message is '%s'", names[i], tkv_context_error(a));
+        assert_string_equal(tkv_context_error(a), tkv_last_error(NULL)); /* and the thread's */
+        assert_string_equal(tkv_last_error(a), tkv_context_error(a));
+    }
+    /* kept: a failure on b, a success on a, and a thread failure elsewhere leave a's message */
+    char keep[512];
+    snprintf(keep, sizeof keep, "%s", tkv_context_error(a));
+    assert_int_equal(tkv_seq_truncate(b, 99, 0), TKV_ERR_INVALID);
+    assert_int_equal(tkv_cache_stats(a, &st), TKV_OK);
+    assert_int_equal(tkv_context_create(NULL, NULL, NULL), TKV_ERR_INVALID);
+    assert_string_equal(tkv_context_error(a), keep);
+    assert_non_null(strstr(tkv_context_error(b), "tkv_seq_truncate"));
+    assert_string_equal(tkv_context_error(NULL), tkv_last_error(NULL));
+    tkv_context_free(a);
+    tkv_context_free(b);
+}
+
+/* Params structs carry their size: an older caller's shorter struct keeps
+   the newer fields' defaults, a newer caller's longer one is accepted while
+   the fields unknown here are zero, and a struct not started from the
+   defaults (size 0) is refused with a message. */
+static void test_params_size(void **state) {
+    (void)state;
+    tkv_context *ctx = NULL;
+    tkv_context_params zero;
+    memset(&zero, 0, sizeof zero);
+    zero.n_cells = 64, zero.n_seq_max = 1, zero.n_batch = 8, zero.n_threads = 1;
+    assert_int_equal(tkv_context_create(tu_model, &zero, &ctx), TKV_ERR_INVALID);
+    assert_null(ctx);
+    assert_non_null(strstr(tkv_last_error(NULL), "tkv_context_params"));
+
+    tkv_context_params old = tkv_context_default_params();
+    old.n_cells = 64, old.n_threads = 1;
+    old.batch_invariant = true; /* past an older caller's end: not read */
+    old.size = (uint32_t)offsetof(tkv_context_params, batch_invariant);
+    assert_int_equal(tkv_context_create(tu_model, &old, &ctx), TKV_OK);
+    assert_int_equal(ctx->params.n_cells, 64);
+    assert_false(ctx->params.batch_invariant);
+    assert_int_equal(ctx->params.size, sizeof(tkv_context_params));
+    tkv_context_free(ctx);
+
+    struct {
+        tkv_context_params p;
+        uint64_t field_of_a_newer_header;
+    } newer;
+    memset(&newer, 0, sizeof newer);
+    newer.p = tkv_context_default_params();
+    newer.p.n_cells = 32, newer.p.n_threads = 1;
+    newer.p.size = sizeof newer;
+    assert_int_equal(tkv_context_create(tu_model, &newer.p, &ctx), TKV_OK);
+    assert_int_equal(ctx->params.n_cells, 32);
+    tkv_context_free(ctx);
+    newer.field_of_a_newer_header = 1;
+    assert_int_equal(tkv_context_create(tu_model, &newer.p, &ctx), TKV_ERR_INVALID);
+    assert_null(ctx);
+    assert_non_null(strstr(tkv_last_error(NULL), "newer"));
+
+    tkv_sampler_params sp;
+    memset(&sp, 0, sizeof sp);
+    tkv_sampler *s = NULL;
+    assert_int_equal(tkv_sampler_create(&sp, 10, &s), TKV_ERR_INVALID);
+    assert_null(s);
+    tkv_model_params mp;
+    memset(&mp, 0, sizeof mp);
+    tkv_model *m = NULL;
+    assert_int_equal(tkv_model_load(tu_shared("models/stories260K.gguf"), &mp, &m), TKV_ERR_INVALID);
+    assert_null(m);
+}
+
 /* A Q8_0 cache holds K/V in 8 bits: close to F16's logits, and the cache
    works the same (reuse, eviction, check). */
 static void test_q8_0_cache(void **state) {
@@ -527,6 +626,8 @@ int main(void) {
         cmocka_unit_test(test_seq_namespace),
         cmocka_unit_test(test_allocation_failures),
         cmocka_unit_test(test_create_errors),
+        cmocka_unit_test(test_context_errors),
+        cmocka_unit_test(test_params_size),
         cmocka_unit_test(test_f32_cache),
         cmocka_unit_test(test_q8_0_cache),
     };
