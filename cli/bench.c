@@ -24,7 +24,7 @@
 #include <time.h>
 
 static const char *const bench_help =
-    "usage: tokenkv bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [--json] [--batch-invariant]\n"
+    "usage: tokenkv bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [--json] [--reference-order]\n"
     "\n"
     "Measure prompt processing (one batch of -p random tokens) and token generation\n"
     "(-n random tokens one at a time) in tokens per second: mean and standard\n"
@@ -38,8 +38,9 @@ static const char *const bench_help =
     "                          within its cgroup quota)\n"
     "  -r, --repetitions N     measured runs per test (default 3)\n"
     "  --json                  one JSON object per test per line\n"
-    "  --batch-invariant       a context whose outputs do not depend on batching (what\n"
-    "                          tokenkv serve runs), to measure what that costs\n"
+    "  --reference-order       the reference's arithmetic instead of the default batch-\n"
+    "                          invariant one (outputs then depend on batching), to\n"
+    "                          measure what invariance costs\n"
     "  -h, --help              show this help\n";
 
 static double now(void) {
@@ -237,7 +238,7 @@ static bool print_json(const model_facts *f, int threads, int reps, const result
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     long n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
-    bool json = false, invariant = false;
+    bool json = false, invariant = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -248,8 +249,8 @@ int cmd_bench(int argc, char **argv) {
             json = true;
             continue;
         }
-        if (!strcmp(a, "--batch-invariant")) {
-            invariant = true;
+        if (!strcmp(a, "--reference-order")) {
+            invariant = false;
             continue;
         }
         if (!v) {

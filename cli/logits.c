@@ -15,7 +15,9 @@ static const char *const logits_help =
     "\n"
     "Decode the prompt (with the model's default special tokens) in one batch\n"
     "and print one JSON object: {\"tokens\": [...], \"logits\": [[...], ...]},\n"
-    "one row of n_vocab floats per prompt position (round-trip precision).\n"
+    "one row of n_vocab floats per prompt position (round-trip precision),\n"
+    "computed in the reference implementation's arithmetic (batch_invariant\n"
+    "off), to compare with its logits.\n"
     "\n"
     "  -m, --model MODEL       a GGUF model\n"
     "  -p, --prompt TEXT       the prompt\n"
@@ -105,6 +107,7 @@ int cmd_logits(int argc, char **argv) {
     if (threads > 0) cp.n_threads = (int)threads;
     cp.n_cells = (uint32_t)n;
     cp.n_seq_max = 1;
+    cp.batch_invariant = false; /* these rows are for comparing with the reference: its arithmetic */
     if (tkv_context_create(m, &cp, &ctx) != TKV_OK) {
         cli_fail("logits", "%s", tkv_last_error(NULL));
         goto done;

@@ -693,16 +693,17 @@ typedef struct tkv_context_params {
                              the memory; needs K/V rows of a multiple of 32) */
     tkv_abort_fn abort_cb; /**< optional (NULL: never abort) */
     void *abort_user;      /**< passed to abort_cb */
-    /** false (default): computed as the reference implementation does, so a
-        token's logits depend slightly on how its prompt was split into
-        passes: passes of 32 or more tokens attend in float (fast prefill),
-        shorter ones in the reference's F16 form; and float weights (F32,
-        F16, BF16) sum products in one order for a single token and another
-        for a pass of several (on AVX-512 CPUs).
-        true: every token attends in float and float weights keep one order
-        whatever the batch, so logits do not depend on batch composition or
-        on how much of a prompt came from the cache (what a server that
-        batches requests needs). */
+    /** true (default): every token attends in float and float weights keep
+        one order of summation whatever the batch, so logits do not depend
+        on batch composition or on how much of a prompt came from the cache:
+        a request that reuses a cached prefix gets the answer a fresh
+        context gives, to the bit. Its cost is within noise (bench/RESULTS.md).
+        false: computed exactly as the reference implementation does (for
+        comparing logits with it to the bit), so a token's logits depend
+        slightly on how its prompt was split into passes: passes of 32 or
+        more tokens attend in float, shorter ones in the reference's F16
+        form; float weights (F32, F16, BF16) sum products in one order for a
+        single token and another for a pass of several (on AVX-512 CPUs). */
     bool batch_invariant;
 } tkv_context_params;
 

@@ -42,6 +42,7 @@ tkv_context_params tkv_context_default_params(void) {
         .n_batch = 512,
         .n_threads = tkv_default_threads(NULL, 0),
         .kv_type = TKV_TYPE_F16,
+        .batch_invariant = true, /* reuse never changes an answer; it costs nothing measurable (bench/RESULTS.md) */
     };
 }
 

@@ -135,26 +135,26 @@ static void test_vec_dot_order(void **state) {
 static void test_lanes_order(void **state) {
     (void)state;
     if (tkv__kernel_force_level(TKV__KERNEL_AVX512) != 0) TU_SKIP();
-    enum { MAXR = 13, MAXT = 8, MAXN = 512 };
+    enum { MAXR = 28, MAXT = 8, MAXN = 512, LDY = 32 };
     uint8_t *w = malloc(MAXR * 4 * MAXN), *xq = malloc(MAXT * 4 * MAXN + 1);
-    float y[MAXT * 16];
+    float y[MAXT * LDY];
     const size_t lens[] = {16, 48, 64, 176, 512};
     for (size_t ti = 0; ti < 3; ti++)
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
-            for (size_t rows = 4; rows <= 12; rows += 4)
+            for (size_t rows = 4; rows <= 28; rows += 4) /* past 16 for the one-token path's blocks of 8 rows */
                 for (size_t n_tok = 1; n_tok <= MAXT; n_tok++) {
                     const tkv_type t = float_types[ti];
                     const size_t n = lens[li], rs = tkv__quant_row_size(t, n);
                     assert_true(tkv__ops_lanes_ok(t, n, rows));
                     fill(t, w, rows * n);
                     fill(t, xq + 1, n_tok * n); /* at an odd address */
-                    for (size_t i = 0; i < n_tok * 16; i++) y[i] = -7.0f;
+                    for (size_t i = 0; i < n_tok * LDY; i++) y[i] = -7.0f;
                     /* two disjoint row ranges, as two threads run them */
-                    tkv__ops_matmul_lanes(t, w, n, 0, rows / 2 + 1, xq + 1, n_tok, y, 16);
-                    tkv__ops_matmul_lanes(t, w, n, rows / 2 + 1, rows, xq + 1, n_tok, y, 16);
+                    tkv__ops_matmul_lanes(t, w, n, 0, rows / 2 + 1, xq + 1, n_tok, y, LDY);
+                    tkv__ops_matmul_lanes(t, w, n, rows / 2 + 1, rows, xq + 1, n_tok, y, LDY);
                     for (size_t tk = 0; tk < n_tok; tk++)
-                        for (size_t r = 0; r < 16; r++) {
-                            const float got = y[tk * 16 + r];
+                        for (size_t r = 0; r < LDY; r++) {
+                            const float got = y[tk * LDY + r];
                             if (r >= rows) {
                                 assert_true(got == -7.0f);
                                 continue;

@@ -655,6 +655,77 @@ static void test_batch_invariant_attach(void **state) {
     free(want);
 }
 
+/* Greedy ids of `steps` tokens after prompt t[0..n) in sequence s of ctx (tkv_seq_sync, then one token at a
+   time); t has room for n + steps, which the continuation fills. */
+static void greedy(tkv_context *ctx, tkv_seq s, tkv_token *t, size_t n, int steps, size_t n_vocab, size_t *reused) {
+    assert_int_equal(tkv_seq_sync(ctx, s, 0, t, n, reused), TKV_OK);
+    for (int i = 0; i < steps; i++) {
+        const float *l = tkv_get_logits_last(ctx);
+        assert_non_null(l);
+        size_t best = 0;
+        for (size_t v = 1; v < n_vocab; v++) best = l[v] > l[best] ? v : best;
+        t[n + (size_t)i] = (tkv_token)best;
+        tkv_pos pos = (tkv_pos)(n + (size_t)i);
+        tkv_batch b = {1, &t[n + (size_t)i], &pos, &s, NULL};
+        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+    }
+}
+
+/* With tkv_context_default_params(), reuse never changes an answer: 15 requests, conversations that extend
+   earlier requests and their replies, and fresh prompts sharing stems, give in one long-lived context the
+   greedy ids a fresh context gives each of them alone (float, F16 and Q8_0 weights). */
+static void test_default_reuse_same_answer(void **state) {
+    (void)state;
+    static const char *const models[] = {"models/stories260K.gguf", "models/parity/parity-Q8_0.gguf",
+                                         "models/parity/parity-F16.gguf"};
+    enum { N_REQ = 15, STEPS = 8, MAXN = 200 };
+    for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++) {
+        tkv_model *m = NULL;
+        if (tkv_model_load(tu_shared(models[mi]), NULL, &m) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+        const size_t n_vocab = tkv_vocab_size(m);
+        tkv_context_params p = tkv_context_default_params();
+        p.n_cells = 2048, p.n_seq_max = 3, p.n_threads = 2;
+        tkv_context *shared = NULL;
+        assert_int_equal(tkv_context_create(m, &p, &shared), TKV_OK);
+        unsigned seed = 21 + (unsigned)mi;
+        tkv_token conv[3][MAXN]; /* each sequence's conversation so far (prompt + reply) */
+        size_t conv_n[3] = {0};
+        size_t reused_total = 0;
+        for (int k = 0; k < N_REQ; k++) {
+            const tkv_seq s = k % 3;
+            tkv_token t[MAXN + STEPS];
+            size_t n;
+            if (conv_n[s] && conv_n[s] + 12 + STEPS <= MAXN && rand_r(&seed) % 3) { /* the next turn */
+                n = conv_n[s];
+                memcpy(t, conv[s], n * sizeof *t);
+                for (int i = 0; i < 4 + rand_r(&seed) % 8; i++) t[n++] = (tkv_token)(3 + rand_r(&seed) % 200);
+            } else {
+                n = random_list(t, 60, &seed);
+            }
+            tkv_token fresh_t[MAXN + STEPS];
+            memcpy(fresh_t, t, n * sizeof *t);
+            size_t reused;
+            greedy(shared, s, t, n, STEPS, n_vocab, &reused);
+            reused_total += reused;
+            tkv_context *fresh = NULL;
+            p.n_seq_max = 1;
+            assert_int_equal(tkv_context_create(m, &p, &fresh), TKV_OK);
+            p.n_seq_max = 3;
+            greedy(fresh, 0, fresh_t, n, STEPS, n_vocab, NULL);
+            tkv_context_free(fresh);
+            if (memcmp(t + n, fresh_t + n, STEPS * sizeof *t) != 0)
+                fail_msg("%s request %d: reusing %zu of %zu prompt tokens changed the greedy reply", models[mi], k,
+                         reused, n);
+            memcpy(conv[s], t, (n + STEPS) * sizeof *t);
+            conv_n[s] = n + STEPS;
+            check(shared);
+        }
+        assert_true(reused_total > 100); /* the requests did reuse */
+        tkv_context_free(shared);
+        tkv_model_free(m);
+    }
+}
+
 /* tkv_cache_walk and tkv_cache_node_tokens describe the tree the cache
    holds: parents before children, depths that add up, runs whose tokens
    spell every sequence, and run lengths that account for every used cell. */
@@ -724,7 +795,7 @@ int main(void) {
         cmocka_unit_test(test_eviction_and_pins),         cmocka_unit_test(test_failure_under_pressure),
         cmocka_unit_test(test_random_operations),         cmocka_unit_test(test_batch_invariant_attach),
         cmocka_unit_test(test_cache_walk),                cmocka_unit_test(test_lru_across_split),
-        cmocka_unit_test(test_pins_exact),
+        cmocka_unit_test(test_pins_exact),                cmocka_unit_test(test_default_reuse_same_answer),
     };
     return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
 }
