@@ -17,6 +17,7 @@ typedef struct view {
     srv_state *S;
     tkv_context *ctx;
     bool detail, check;
+    bool ids;    /* each node's token ids (the web page finds a conversation's path with them) */
     bool all;    /* every namespace (admin), else only ns */
     uint64_t ns;
     json_t *nodes;
@@ -38,9 +39,14 @@ static void add_node(const tkv_cache_node *nd, void *user) {
                           (json_int_t)nd->depth, "tokens", (json_int_t)nd->n_tokens, "refs", (json_int_t)nd->refs,
                           "hits", (json_int_t)nd->hits, "last_use", (json_int_t)nd->last_use, "pins",
                           (json_int_t)nd->pins, "pinned", nd->pins > 0);
-    if (o && v->detail && v->tok) {
-        size_t n = 0;
-        if (tkv_cache_node_tokens(v->ctx, nd->id, v->tok, v->tok_cap, &n) == TKV_OK) {
+    size_t n = 0;
+    if (o && v->tok && tkv_cache_node_tokens(v->ctx, nd->id, v->tok, v->tok_cap, &n) == TKV_OK) {
+        if (v->ids) {
+            json_t *ids = json_array();
+            for (size_t i = 0; i < n; i++) json_array_append_new(ids, json_integer(v->tok[i]));
+            json_object_set_new(o, "token_ids", ids);
+        }
+        if (v->detail) {
             const size_t shown = n < VIEW_MAX_TEXT_TOKENS ? n : VIEW_MAX_TEXT_TOKENS;
             char buf[4096];
             size_t len = 0;
@@ -58,7 +64,7 @@ static void build_view(tkv_context *ctx, void *user) {
     tkv_stats st;
     tkv_cache_stats(ctx, &st);
     v->tok_cap = st.cells_total;
-    v->tok = v->detail ? malloc(v->tok_cap * sizeof *v->tok) : NULL;
+    v->tok = v->detail || v->ids ? malloc(v->tok_cap * sizeof *v->tok) : NULL;
     v->nodes = json_array();
     tkv_cache_walk(ctx, add_node, v);
     free(v->tok);
@@ -88,8 +94,8 @@ static void build_view(tkv_context *ctx, void *user) {
     json_decref(o);
 }
 
-char *srv_cache_view(srv_state *S, bool detail, bool check, bool all, uint64_t ns) {
-    view v = {.S = S, .detail = detail, .check = check, .all = all, .ns = ns};
+char *srv_cache_view(srv_state *S, bool detail, bool ids, bool check, bool all, uint64_t ns) {
+    view v = {.S = S, .detail = detail, .ids = ids, .check = check, .all = all, .ns = ns};
     srv_sched_call(S->sched, build_view, &v);
     return v.out;
 }

@@ -9,6 +9,7 @@
  */
 #include "http.h"
 #include "reasoning.h"
+#include "web.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -434,21 +435,51 @@ static bool authorized(srv_state *S, struct MHD_Connection *c) {
     return !S->o->api_key || bearer_is(c, S->o->api_key) || bearer_is(c, S->o->admin_key);
 }
 
-/* Routes open without a key: the health probe, and /metrics with --metrics-public. */
-static bool open_route(const srv_state *S, const char *url) {
-    return !strcmp(url, "/health") || (!strcmp(url, "/metrics") && S->o->metrics_public);
+/* The web page's file at url (/ is index.html), or NULL (also with --no-webui). */
+static const srv_web_file *web_file(const srv_state *S, const char *url) {
+    if (S->o->no_webui) return NULL;
+    if (!strcmp(url, "/")) url = "/index.html";
+    for (size_t i = 0; i < srv_web_n_files; i++)
+        if (!strcmp(srv_web_files[i].path, url)) return &srv_web_files[i];
+    return NULL;
+}
+
+static bool is_get(const char *method) { return !strcmp(method, "GET") || !strcmp(method, "HEAD"); }
+
+/* Routes open without a key: the health probe, /metrics with --metrics-public, and the web page's files (the
+   page holds no data; it asks for the key itself and sends it with every API call). */
+static bool open_route(const srv_state *S, const char *url, const char *method) {
+    return !strcmp(url, "/health") || (!strcmp(url, "/metrics") && S->o->metrics_public) ||
+           (is_get(method) && web_file(S, url));
+}
+
+static enum MHD_Result send_web_file(conn *cs, struct MHD_Connection *c, const srv_web_file *f) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", f->content_type);
+    /* the page loads nothing from elsewhere; a policy that says so keeps an injected script from doing it */
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+                            "frame-ancestors 'none'");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    if (cs->close) MHD_add_response_header(r, "Connection", "close");
+    cs->status = 200;
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* GET /v1/cache: the namespace of ?cache_salt= (the default one without), or every one with the admin key. */
 static char *cache_view(srv_state *S, struct MHD_Connection *c) {
     const char *salt = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
     const uint64_t ns = salt && *salt ? srv_api_namespace(&S->api, salt, strlen(salt)) : 0;
-    return srv_cache_view(S, flag(c, "detail"), flag(c, "check"), bearer_is(c, S->o->admin_key), ns);
+    return srv_cache_view(S, flag(c, "detail"), flag(c, "tokens"), flag(c, "check"), bearer_is(c, S->o->admin_key), ns);
 }
 
 static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
     /* HEAD is GET without the body (libmicrohttpd leaves it out) */
-    const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    const bool get = is_get(method), post = !strcmp(method, "POST");
     static const struct {
         const char *path;
         bool post;
@@ -457,7 +488,9 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
                  {"/v1/chat/completions", true}, {"/chat/completions", true}, {"/tokenize", true},
                  {"/detokenize", true}, {"/apply-template", true}};
     if (!strcmp(url, "/health") && get) return send_json(cs, c, 200, json_pack("{s:s}", "status", "ok"));
-    if (!open_route(S, url) && !authorized(S, c))
+    const srv_web_file *page = get ? web_file(S, url) : NULL;
+    if (page) return send_web_file(cs, c, page);
+    if (!open_route(S, url, method) && !authorized(S, c))
         return fail(cs, c, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
     if (cs->oom) return send_body(cs, c, 500, NULL, NULL);
     if (cs->too_big) {
@@ -558,7 +591,7 @@ static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const 
         return (int)ret;
     }
     srv_err e;
-    if (!open_route(S, url) && !authorized(S, c))
+    if (!open_route(S, url, method) && !authorized(S, c))
         srv_err_set(&e, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
     else if (!strcmp(method, "POST") && !is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
         srv_err_set(&e, 415, NULL, "unsupported_media_type",
