@@ -1,7 +1,7 @@
 /*
- * cache_view.c — GET /v1/cache and GET /metrics: the cache's own view of
- * what it holds, read on the inference thread (the only thread that may
- * touch the context) through srv_sched_call.
+ * cache_view.c — GET /v1/cache, GET /metrics and GET /slots: the cache's own
+ * view of what it holds and the scheduler's slots, read on the inference
+ * thread (the only thread that may touch the context) through srv_sched_call.
  */
 #include "http.h"
 
@@ -118,4 +118,42 @@ char *srv_metrics_view(srv_state *S) {
     mview m = {S, NULL};
     srv_sched_call(S->sched, build_metrics, &m);
     return m.out;
+}
+
+typedef struct sview {
+    srv_state *S;
+    char *out;
+} sview;
+
+/* One entry per slot, in llama-server's /slots field names where the meaning is the same. */
+static void build_slots(tkv_context *ctx, void *user) {
+    (void)ctx;
+    sview *v = user;
+    srv_slot_state st[256];
+    const size_t n = srv_sched_slot_states(v->S->sched, st, 256);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const srv_req *r = st[i].req;
+        json_t *o = json_pack("{s:i,s:I,s:b,s:o,s:I,s:I,s:I}", "id", (int)i, "n_ctx", (json_int_t)v->S->api.n_ctx,
+                              "is_processing", r != NULL, "request", r ? json_string(r->id) : json_null(),
+                              "n_prompt_tokens", (json_int_t)(r ? r->n_prompt : 0), "n_cached_tokens",
+                              (json_int_t)(r ? r->n_cached : 0), "n_past", (json_int_t)st[i].n_past);
+        if (o && r)
+            json_object_set_new(o, "params", json_pack("{s:i,s:f,s:i,s:f,s:f}", "n_predict", r->max_tokens,
+                                                       "temperature", (double)r->sp.temperature, "top_k",
+                                                       (int)r->sp.top_k, "top_p", (double)r->sp.top_p, "min_p",
+                                                       (double)r->sp.min_p));
+        if (o)
+            json_object_set_new(o, "next_token", json_pack("{s:b,s:i,s:i}", "has_next_token", r != NULL, "n_decoded",
+                                                           st[i].n_gen, "n_remain", r ? r->max_tokens - st[i].n_gen : 0));
+        json_array_append_new(arr, o);
+    }
+    v->out = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+}
+
+char *srv_slots_view(srv_state *S) {
+    sview v = {S, NULL};
+    srv_sched_call(S->sched, build_slots, &v);
+    return v.out;
 }

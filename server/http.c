@@ -181,8 +181,9 @@ static bool next_events(stream *st) {
         }
         st->sent = r->text_ready;
     } else if (r->text_ready > st->sent) {
-        pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + st->sent, r->text_ready - st->sent, st->first,
-                               &st->sent_lp));
+        pend(st, r->native ? srv_api_native_event(a, r, r->text + st->sent, r->text_ready - st->sent, false)
+                           : srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + st->sent, r->text_ready - st->sent,
+                                           st->first, &st->sent_lp));
         st->sent = r->text_ready, st->first = false;
     }
     if (r->done) {
@@ -193,6 +194,11 @@ static bool next_events(stream *st) {
             if (ev) sprintf(ev, "data: %s\n\n", body);
             free(body);
             pend(st, ev);
+        } else if (r->native) { /* its last event carries the counts; llama-server's stream has no [DONE] */
+            pend(st, srv_api_native_event(a, r, NULL, 0, true));
+            st->finished = true;
+            pthread_mutex_unlock(&r->mu);
+            return true;
         } else {
             if (st->first && r->chat) pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, "", 0, true, &st->sent_lp));
             pend(st, srv_api_chunk(a, r, SRV_CHUNK_FINISH, NULL, 0, false, &st->sent_lp));
@@ -257,7 +263,10 @@ static json_t *parse_body(conn *cs, srv_err *e) {
     return body;
 }
 
-static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S, bool chat) {
+/* What a generation route speaks: OpenAI's completions or chat, or llama-server's native /completion. */
+typedef enum { GEN_COMPLETIONS, GEN_CHAT, GEN_NATIVE } gen_kind;
+
+static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S, gen_kind kind) {
     srv_err e;
     json_t *body = parse_body(cs, &e);
     if (!body) return send_err(cs, c, &e);
@@ -266,7 +275,8 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
         json_decref(body);
         return send_body(cs, c, 500, NULL, NULL);
     }
-    bool ok = srv_api_parse(&S->api, body, chat, r, &e);
+    bool ok = kind == GEN_NATIVE ? srv_api_parse_native(&S->api, body, r, &e)
+                                 : srv_api_parse(&S->api, body, kind == GEN_CHAT, r, &e);
     json_decref(body);
     if (!ok) {
         srv_req_unref(r);
@@ -293,7 +303,8 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
         return send_err(cs, c, &e);
     }
     if (r->stream) return send_stream(cs, c, S, r, fd);
-    return send_body(cs, c, 200, "application/json", srv_api_response(&S->api, r));
+    return send_body(cs, c, 200, "application/json",
+                     r->native ? srv_api_native_response(&S->api, r) : srv_api_response(&S->api, r));
 }
 
 /* POST /apply-template (llama-server's): the prompt a chat request's body renders to, not generated from. */
@@ -486,7 +497,7 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
     } known[] = {{"/health", false},           {"/metrics", false},   {"/v1/models", false}, {"/props", false},
                  {"/v1/cache", false},         {"/v1/completions", true}, {"/completions", true},
                  {"/v1/chat/completions", true}, {"/chat/completions", true}, {"/tokenize", true},
-                 {"/detokenize", true}, {"/apply-template", true}};
+                 {"/detokenize", true}, {"/apply-template", true}, {"/completion", true}, {"/slots", false}};
     if (!strcmp(url, "/health") && get) return send_json(cs, c, 200, json_pack("{s:s}", "status", "ok"));
     const srv_web_file *page = get ? web_file(S, url) : NULL;
     if (page) return send_web_file(cs, c, page);
@@ -505,9 +516,12 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
     if (get && !strncmp(url, "/v1/models/", 11)) return models(cs, c, S, url + 11);
     if (get && !strcmp(url, "/v1/cache"))
         return send_body(cs, c, 200, "application/json", cache_view(S, c));
-    if (post && (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions"))) return generate(cs, c, S, false);
+    if (get && !strcmp(url, "/slots")) return send_body(cs, c, 200, "application/json", srv_slots_view(S));
+    if (post && (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")))
+        return generate(cs, c, S, GEN_COMPLETIONS);
     if (post && (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")))
-        return generate(cs, c, S, true);
+        return generate(cs, c, S, GEN_CHAT);
+    if (post && !strcmp(url, "/completion")) return generate(cs, c, S, GEN_NATIVE);
     if (post && !strcmp(url, "/tokenize")) return tokenize(cs, c, S);
     if (post && !strcmp(url, "/apply-template")) return apply_template(cs, c, S);
     if (post && !strcmp(url, "/detokenize")) return detokenize(cs, c, S);
