@@ -36,7 +36,8 @@ const ORACLE = { temperature: 0, max_tokens: MAX_TOKENS, cache_salt: 'oracle' };
 
 async function launch() {
   // root (CI containers) cannot use chromium's sandbox
-  return chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  // (and a container's small /dev/shm would crash it)
+  return chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
 }
 
 /** A page that records console errors and uncaught exceptions. */
