@@ -25,13 +25,14 @@ static const char *const serve_help =
     "                     [-t THREADS] [--api-key KEY | --api-key-file FILE] [--admin-key KEY]\n"
     "                     [--metrics-public] [--cors-origin ORIGIN] [-a ALIAS] [--max-body BYTES]\n"
     "                     [--max-tokens N] [--max-queue N] [--chat-template FILE|NAME] [--grammar-file FILE]\n"
-    "                     [--no-prefix-cache]\n"
+    "                     [--no-prefix-cache] [--no-webui]\n"
     "                     [--cache-dir DIR [--cache-dir-max BYTES] [--save-interval S]]\n"
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
-    "/tokenize, /detokenize, /apply-template; GET /v1/models, /v1/cache, /props,\n"
-    "/health, /metrics. Every prompt reuses the longest prefix any earlier request\n"
-    "left in the cache. One log line per request on stderr. SIGINT or SIGTERM stops it.\n"
+    "/tokenize, /detokenize, /apply-template, /completion (llama-server's); GET /v1/models,\n"
+    "/v1/cache, /props, /slots, /health, /metrics; a web page at / (chat and cache explorer).\n"
+    "Every prompt reuses the longest prefix any earlier request left in the cache.\n"
+    "One log line per request on stderr. SIGINT or SIGTERM stops it.\n"
     "Every option can also come from the environment variable shown (the command\n"
     "line wins); llama-server's names work as aliases.\n"
     "\n"
@@ -63,6 +64,7 @@ static const char *const serve_help =
     "  --grammar-file FILE        a GBNF grammar every request without its own `grammar` follows\n"
     "                                                                                   [TOKENKV_GRAMMAR_FILE]\n"
     "  --no-prefix-cache          reuse nothing (for measurement)               [TOKENKV_NO_PREFIX_CACHE=1]\n"
+    "  --no-webui                 no web page at / (chat and cache explorer)          [TOKENKV_NO_WEBUI=1]\n"
     "  --cache-dir DIR            load cached prefixes from DIR at start; save them there\n"
     "                             every --save-interval seconds and at shutdown         [TOKENKV_CACHE_DIR]\n"
     "  --cache-dir-max BYTES      most recently used prefixes first, up to BYTES (default: no limit)\n"
@@ -107,6 +109,7 @@ static const option options[] = {
     {{"--chat-template"}, "TOKENKV_CHAT_TEMPLATE", O_STR, OFF(chat_template), 0, 0, 0},
     {{"--grammar-file"}, "TOKENKV_GRAMMAR_FILE", O_STR, OFF(grammar_file), 0, 0, 0},
     {{"--no-prefix-cache"}, "TOKENKV_NO_PREFIX_CACHE", O_FLAG, OFF(no_prefix_cache), 0, 0, 0},
+    {{"--no-webui"}, "TOKENKV_NO_WEBUI", O_FLAG, OFF(no_webui), 0, 0, 0},
     {{"--cache-dir"}, "TOKENKV_CACHE_DIR", O_STR, OFF(cache_dir), 0, 0, 0},
     {{"--cache-dir-max"}, "TOKENKV_CACHE_DIR_MAX", INT(cache_dir_max, 0, 1ll << 50)},
     {{"--save-interval"}, "TOKENKV_SAVE_INTERVAL", INT(save_interval, 0, 1 << 24)},

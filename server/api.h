@@ -68,6 +68,22 @@ typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_REASONING, SRV_CHUNK_FINISH, SRV_CHUNK
 char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first,
                     size_t *lp_sent);
 
+/*
+ * llama-server's POST /completion (native.c): its fields (n_predict,
+ * cache_prompt, its sampling defaults) mapped onto srv_api_parse's, and
+ * r->native set. Fields it cannot honour (json_schema, id_slot, ...) are a
+ * 400 naming them. Returns false with *e set.
+ */
+bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_err *e);
+
+/* The /completion response of a finished native request: content, stop_type, stopping_word, tokens_predicted,
+   tokens_evaluated, tokens_cached, generation_settings, timings. malloc'd. */
+char *srv_api_native_response(const srv_api *a, srv_req *r);
+
+/* One SSE event of a native stream: {"content": the new text, "stop": false}, or (final) the response object
+   with empty content and "stop": true. The caller holds r->mu. malloc'd; NULL when out of memory. */
+char *srv_api_native_event(const srv_api *a, srv_req *r, const char *text, size_t n, bool final);
+
 /* Tokenize text into a malloc'd array (*out, *n); on failure *out is NULL. */
 tkv_status srv_tokenize(const tkv_model *m, const char *text, size_t len, unsigned flags, tkv_token **out, size_t *n);
 

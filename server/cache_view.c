@@ -1,7 +1,7 @@
 /*
- * cache_view.c — GET /v1/cache and GET /metrics: the cache's own view of
- * what it holds, read on the inference thread (the only thread that may
- * touch the context) through srv_sched_call.
+ * cache_view.c — GET /v1/cache, GET /metrics and GET /slots: the cache's own
+ * view of what it holds and the scheduler's slots, read on the inference
+ * thread (the only thread that may touch the context) through srv_sched_call.
  */
 #include "http.h"
 
@@ -17,6 +17,7 @@ typedef struct view {
     srv_state *S;
     tkv_context *ctx;
     bool detail, check;
+    bool ids;    /* each node's token ids (the web page finds a conversation's path with them) */
     bool all;    /* every namespace (admin), else only ns */
     uint64_t ns;
     json_t *nodes;
@@ -38,9 +39,14 @@ static void add_node(const tkv_cache_node *nd, void *user) {
                           (json_int_t)nd->depth, "tokens", (json_int_t)nd->n_tokens, "refs", (json_int_t)nd->refs,
                           "hits", (json_int_t)nd->hits, "last_use", (json_int_t)nd->last_use, "pins",
                           (json_int_t)nd->pins, "pinned", nd->pins > 0);
-    if (o && v->detail && v->tok) {
-        size_t n = 0;
-        if (tkv_cache_node_tokens(v->ctx, nd->id, v->tok, v->tok_cap, &n) == TKV_OK) {
+    size_t n = 0;
+    if (o && v->tok && tkv_cache_node_tokens(v->ctx, nd->id, v->tok, v->tok_cap, &n) == TKV_OK) {
+        if (v->ids) {
+            json_t *ids = json_array();
+            for (size_t i = 0; i < n; i++) json_array_append_new(ids, json_integer(v->tok[i]));
+            json_object_set_new(o, "token_ids", ids);
+        }
+        if (v->detail) {
             const size_t shown = n < VIEW_MAX_TEXT_TOKENS ? n : VIEW_MAX_TEXT_TOKENS;
             char buf[4096];
             size_t len = 0;
@@ -58,7 +64,7 @@ static void build_view(tkv_context *ctx, void *user) {
     tkv_stats st;
     tkv_cache_stats(ctx, &st);
     v->tok_cap = st.cells_total;
-    v->tok = v->detail ? malloc(v->tok_cap * sizeof *v->tok) : NULL;
+    v->tok = v->detail || v->ids ? malloc(v->tok_cap * sizeof *v->tok) : NULL;
     v->nodes = json_array();
     tkv_cache_walk(ctx, add_node, v);
     free(v->tok);
@@ -88,8 +94,8 @@ static void build_view(tkv_context *ctx, void *user) {
     json_decref(o);
 }
 
-char *srv_cache_view(srv_state *S, bool detail, bool check, bool all, uint64_t ns) {
-    view v = {.S = S, .detail = detail, .check = check, .all = all, .ns = ns};
+char *srv_cache_view(srv_state *S, bool detail, bool ids, bool check, bool all, uint64_t ns) {
+    view v = {.S = S, .detail = detail, .ids = ids, .check = check, .all = all, .ns = ns};
     srv_sched_call(S->sched, build_view, &v);
     return v.out;
 }
@@ -112,4 +118,42 @@ char *srv_metrics_view(srv_state *S) {
     mview m = {S, NULL};
     srv_sched_call(S->sched, build_metrics, &m);
     return m.out;
+}
+
+typedef struct sview {
+    srv_state *S;
+    char *out;
+} sview;
+
+/* One entry per slot, in llama-server's /slots field names where the meaning is the same. */
+static void build_slots(tkv_context *ctx, void *user) {
+    (void)ctx;
+    sview *v = user;
+    srv_slot_state st[256];
+    const size_t n = srv_sched_slot_states(v->S->sched, st, 256);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        const srv_req *r = st[i].req;
+        json_t *o = json_pack("{s:i,s:I,s:b,s:o,s:I,s:I,s:I}", "id", (int)i, "n_ctx", (json_int_t)v->S->api.n_ctx,
+                              "is_processing", r != NULL, "request", r ? json_string(r->id) : json_null(),
+                              "n_prompt_tokens", (json_int_t)(r ? r->n_prompt : 0), "n_cached_tokens",
+                              (json_int_t)(r ? r->n_cached : 0), "n_past", (json_int_t)st[i].n_past);
+        if (o && r)
+            json_object_set_new(o, "params", json_pack("{s:i,s:f,s:i,s:f,s:f}", "n_predict", r->max_tokens,
+                                                       "temperature", (double)r->sp.temperature, "top_k",
+                                                       (int)r->sp.top_k, "top_p", (double)r->sp.top_p, "min_p",
+                                                       (double)r->sp.min_p));
+        if (o)
+            json_object_set_new(o, "next_token", json_pack("{s:b,s:i,s:i}", "has_next_token", r != NULL, "n_decoded",
+                                                           st[i].n_gen, "n_remain", r ? r->max_tokens - st[i].n_gen : 0));
+        json_array_append_new(arr, o);
+    }
+    v->out = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+}
+
+char *srv_slots_view(srv_state *S) {
+    sview v = {S, NULL};
+    srv_sched_call(S->sched, build_slots, &v);
+    return v.out;
 }

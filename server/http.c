@@ -9,6 +9,7 @@
  */
 #include "http.h"
 #include "reasoning.h"
+#include "web.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -180,8 +181,9 @@ static bool next_events(stream *st) {
         }
         st->sent = r->text_ready;
     } else if (r->text_ready > st->sent) {
-        pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + st->sent, r->text_ready - st->sent, st->first,
-                               &st->sent_lp));
+        pend(st, r->native ? srv_api_native_event(a, r, r->text + st->sent, r->text_ready - st->sent, false)
+                           : srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + st->sent, r->text_ready - st->sent,
+                                           st->first, &st->sent_lp));
         st->sent = r->text_ready, st->first = false;
     }
     if (r->done) {
@@ -192,6 +194,11 @@ static bool next_events(stream *st) {
             if (ev) sprintf(ev, "data: %s\n\n", body);
             free(body);
             pend(st, ev);
+        } else if (r->native) { /* its last event carries the counts; llama-server's stream has no [DONE] */
+            pend(st, srv_api_native_event(a, r, NULL, 0, true));
+            st->finished = true;
+            pthread_mutex_unlock(&r->mu);
+            return true;
         } else {
             if (st->first && r->chat) pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, "", 0, true, &st->sent_lp));
             pend(st, srv_api_chunk(a, r, SRV_CHUNK_FINISH, NULL, 0, false, &st->sent_lp));
@@ -256,7 +263,10 @@ static json_t *parse_body(conn *cs, srv_err *e) {
     return body;
 }
 
-static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S, bool chat) {
+/* What a generation route speaks: OpenAI's completions or chat, or llama-server's native /completion. */
+typedef enum { GEN_COMPLETIONS, GEN_CHAT, GEN_NATIVE } gen_kind;
+
+static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S, gen_kind kind) {
     srv_err e;
     json_t *body = parse_body(cs, &e);
     if (!body) return send_err(cs, c, &e);
@@ -265,7 +275,8 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
         json_decref(body);
         return send_body(cs, c, 500, NULL, NULL);
     }
-    bool ok = srv_api_parse(&S->api, body, chat, r, &e);
+    bool ok = kind == GEN_NATIVE ? srv_api_parse_native(&S->api, body, r, &e)
+                                 : srv_api_parse(&S->api, body, kind == GEN_CHAT, r, &e);
     json_decref(body);
     if (!ok) {
         srv_req_unref(r);
@@ -292,7 +303,8 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
         return send_err(cs, c, &e);
     }
     if (r->stream) return send_stream(cs, c, S, r, fd);
-    return send_body(cs, c, 200, "application/json", srv_api_response(&S->api, r));
+    return send_body(cs, c, 200, "application/json",
+                     r->native ? srv_api_native_response(&S->api, r) : srv_api_response(&S->api, r));
 }
 
 /* POST /apply-template (llama-server's): the prompt a chat request's body renders to, not generated from. */
@@ -434,30 +446,62 @@ static bool authorized(srv_state *S, struct MHD_Connection *c) {
     return !S->o->api_key || bearer_is(c, S->o->api_key) || bearer_is(c, S->o->admin_key);
 }
 
-/* Routes open without a key: the health probe, and /metrics with --metrics-public. */
-static bool open_route(const srv_state *S, const char *url) {
-    return !strcmp(url, "/health") || (!strcmp(url, "/metrics") && S->o->metrics_public);
+/* The web page's file at url (/ is index.html), or NULL (also with --no-webui). */
+static const srv_web_file *web_file(const srv_state *S, const char *url) {
+    if (S->o->no_webui) return NULL;
+    if (!strcmp(url, "/")) url = "/index.html";
+    for (size_t i = 0; i < srv_web_n_files; i++)
+        if (!strcmp(srv_web_files[i].path, url)) return &srv_web_files[i];
+    return NULL;
+}
+
+static bool is_get(const char *method) { return !strcmp(method, "GET") || !strcmp(method, "HEAD"); }
+
+/* Routes open without a key: the health probe, /metrics with --metrics-public, and the web page's files (the
+   page holds no data; it asks for the key itself and sends it with every API call). */
+static bool open_route(const srv_state *S, const char *url, const char *method) {
+    return !strcmp(url, "/health") || (!strcmp(url, "/metrics") && S->o->metrics_public) ||
+           (is_get(method) && web_file(S, url));
+}
+
+static enum MHD_Result send_web_file(conn *cs, struct MHD_Connection *c, const srv_web_file *f) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", f->content_type);
+    /* the page loads nothing from elsewhere; a policy that says so keeps an injected script from doing it */
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+                            "frame-ancestors 'none'");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    if (cs->close) MHD_add_response_header(r, "Connection", "close");
+    cs->status = 200;
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 /* GET /v1/cache: the namespace of ?cache_salt= (the default one without), or every one with the admin key. */
 static char *cache_view(srv_state *S, struct MHD_Connection *c) {
     const char *salt = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
     const uint64_t ns = salt && *salt ? srv_api_namespace(&S->api, salt, strlen(salt)) : 0;
-    return srv_cache_view(S, flag(c, "detail"), flag(c, "check"), bearer_is(c, S->o->admin_key), ns);
+    return srv_cache_view(S, flag(c, "detail"), flag(c, "tokens"), flag(c, "check"), bearer_is(c, S->o->admin_key), ns);
 }
 
 static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
     /* HEAD is GET without the body (libmicrohttpd leaves it out) */
-    const bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    const bool get = is_get(method), post = !strcmp(method, "POST");
     static const struct {
         const char *path;
         bool post;
     } known[] = {{"/health", false},           {"/metrics", false},   {"/v1/models", false}, {"/props", false},
                  {"/v1/cache", false},         {"/v1/completions", true}, {"/completions", true},
                  {"/v1/chat/completions", true}, {"/chat/completions", true}, {"/tokenize", true},
-                 {"/detokenize", true}, {"/apply-template", true}};
+                 {"/detokenize", true}, {"/apply-template", true}, {"/completion", true}, {"/slots", false}};
     if (!strcmp(url, "/health") && get) return send_json(cs, c, 200, json_pack("{s:s}", "status", "ok"));
-    if (!open_route(S, url) && !authorized(S, c))
+    const srv_web_file *page = get ? web_file(S, url) : NULL;
+    if (page) return send_web_file(cs, c, page);
+    if (!open_route(S, url, method) && !authorized(S, c))
         return fail(cs, c, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
     if (cs->oom) return send_body(cs, c, 500, NULL, NULL);
     if (cs->too_big) {
@@ -472,9 +516,12 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
     if (get && !strncmp(url, "/v1/models/", 11)) return models(cs, c, S, url + 11);
     if (get && !strcmp(url, "/v1/cache"))
         return send_body(cs, c, 200, "application/json", cache_view(S, c));
-    if (post && (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions"))) return generate(cs, c, S, false);
+    if (get && !strcmp(url, "/slots")) return send_body(cs, c, 200, "application/json", srv_slots_view(S));
+    if (post && (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")))
+        return generate(cs, c, S, GEN_COMPLETIONS);
     if (post && (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")))
-        return generate(cs, c, S, true);
+        return generate(cs, c, S, GEN_CHAT);
+    if (post && !strcmp(url, "/completion")) return generate(cs, c, S, GEN_NATIVE);
     if (post && !strcmp(url, "/tokenize")) return tokenize(cs, c, S);
     if (post && !strcmp(url, "/apply-template")) return apply_template(cs, c, S);
     if (post && !strcmp(url, "/detokenize")) return detokenize(cs, c, S);
@@ -558,7 +605,7 @@ static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const 
         return (int)ret;
     }
     srv_err e;
-    if (!open_route(S, url) && !authorized(S, c))
+    if (!open_route(S, url, method) && !authorized(S, c))
         srv_err_set(&e, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
     else if (!strcmp(method, "POST") && !is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
         srv_err_set(&e, 415, NULL, "unsupported_media_type",

@@ -31,8 +31,11 @@ void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enu
 
 /* GET /v1/cache and /metrics bodies, built on the inference thread. The
    cache view lists the nodes and running sequences of namespace ns only,
-   unless all (the admin key): a tenant sees its own prompts, nobody else's. */
-char *srv_cache_view(srv_state *S, bool detail, bool check, bool all, uint64_t ns);
+   unless all (the admin key): a tenant sees its own prompts, nobody else's.
+   detail: each node's text; ids: its token ids; check: tkv_cache_check. */
+char *srv_cache_view(srv_state *S, bool detail, bool ids, bool check, bool all, uint64_t ns);
 char *srv_metrics_view(srv_state *S);
+/* GET /slots: every slot, idle or running (its request's id, sizes and progress), on the inference thread. */
+char *srv_slots_view(srv_state *S);
 
 #endif

@@ -29,6 +29,7 @@ srv_req *srv_req_new(void) {
     r->text_cap = 256;
     r->refs = 1;
     r->logprobs = -1;
+    r->stop_word = -1;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->t_arrival = srv_now();
@@ -100,7 +101,7 @@ bool srv_req_append(srv_req *r, const char *s, size_t n) {
     size_t cut = r->text_len;
     for (size_t k = 0; k < r->n_stop; k++) {
         const char *hit = strstr(r->text + r->text_ready, r->stop[k]);
-        if (hit && (size_t)(hit - r->text) < cut) cut = (size_t)(hit - r->text), stopped = true;
+        if (hit && (size_t)(hit - r->text) < cut) cut = (size_t)(hit - r->text), stopped = true, r->stop_word = (int)k;
     }
     if (stopped) {
         r->text_len = cut;

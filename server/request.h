@@ -44,6 +44,7 @@ typedef struct srv_req {
     char *stop[SRV_MAX_STOP];   /* stop strings (owned) */
     size_t n_stop;
     bool stream, include_usage, chat;
+    bool native;                /* llama-server's POST /completion: its response shapes (native.c) */
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
@@ -70,6 +71,7 @@ typedef struct srv_req {
     int n_gen;                  /* completion tokens */
     bool done;
     const char *finish_reason;  /* "stop" or "length" once done */
+    int stop_word;              /* the index of the stop string that ended the text, or -1 */
     int err_status;             /* non-zero: failed with this HTTP status */
     char err_msg[256];
     const char *err_code;       /* OpenAI-style error code, or NULL */

@@ -552,6 +552,15 @@ size_t srv_sched_slots(srv_sched *s, tkv_seq *seq, const srv_req **req, size_t c
     return n;
 }
 
+size_t srv_sched_slot_states(srv_sched *s, srv_slot_state *out, size_t cap) {
+    size_t n = 0;
+    for (int i = 0; i < s->o.parallel && n < cap; i++, n++) {
+        const slot *sl = &s->slots[i];
+        out[n] = (srv_slot_state){sl->req, sl->req ? sl->n_past : 0, sl->req ? sl->run->n_gen : 0};
+    }
+    return n;
+}
+
 void srv_sched_stop(srv_sched *s) {
     if (!s) return;
     pthread_mutex_lock(&s->mu);

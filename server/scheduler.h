@@ -45,6 +45,18 @@ void srv_sched_load(srv_sched *s, size_t *waiting, size_t *running);
    on the inference thread (inside srv_sched_call). Returns how many. */
 size_t srv_sched_slots(srv_sched *s, tkv_seq *seq, const srv_req **req, size_t cap);
 
+/* A slot as GET /slots shows it: its request (NULL: idle), the tokens its
+   sequence holds and the tokens generated so far. */
+typedef struct srv_slot_state {
+    const srv_req *req;
+    size_t n_past;
+    int n_gen;
+} srv_slot_state;
+
+/* Every slot, idle or not, in slot order; call on the inference thread.
+   Returns how many (at most cap). */
+size_t srv_sched_slot_states(srv_sched *s, srv_slot_state *out, size_t cap);
+
 /* Fail waiting and running requests (503), join the thread; later
    submissions get 503. The context is the caller's again. */
 void srv_sched_stop(srv_sched *s);

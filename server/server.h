@@ -35,6 +35,7 @@ typedef struct srv_opts {
     int max_connections_per_client; /* per client address (0: no limit): one client cannot take every slot */
     int idle_timeout;          /* seconds a connection may stay silent (headers, body, keep-alive) */
     bool no_prefix_cache;
+    bool no_webui;             /* no web page at / */
     const char *chat_template; /* a family name overriding the model's, or NULL */
     const char *grammar_file;  /* a GBNF grammar for requests that give none, or NULL */
     const char *cache_dir;     /* load the cache from here at start, save it here; NULL: none */

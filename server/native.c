@@ -1,0 +1,163 @@
+/*
+ * native.c — llama-server's native POST /completion on the same path as
+ * /v1/completions: its request fields are mapped onto the OpenAI ones
+ * (n_predict -> max_tokens, llama-server's sampling defaults), then
+ * srv_api_parse validates them as for any completion; only the response
+ * shapes are its own.
+ */
+#include "api.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* llama-server's documented defaults for /completion, where the OpenAI routes default to plain sampling. */
+static const struct {
+    const char *key;
+    double value;
+} native_defaults[] = {{"temperature", 0.8}, {"top_k", 40}, {"top_p", 0.95}, {"min_p", 0.05}};
+
+/* llama-server fields that ask for something this server does not do: refused by name, not ignored. */
+static bool refuse_native(const json_t *body, srv_err *e) {
+    static const char *const never[] = {"json_schema", "image_data", "multimodal_data", "lora", "samplers",
+                                        "input_prefix", "input_suffix"};
+    for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) {
+        const json_t *v = json_object_get(body, never[i]);
+        if (v && !json_is_null(v)) {
+            srv_err_set(e, 400, never[i], "unsupported_parameter", "'%s' is not supported by this server%s", never[i],
+                        !strcmp(never[i], "json_schema") ? " on /completion; use 'grammar', or response_format on "
+                                                           "/v1/completions"
+                                                         : "");
+            return false;
+        }
+    }
+    /* sampling extras that change the output when on: accepted only when off */
+    static const char *const off[] = {"n_probs", "mirostat", "dry_multiplier", "xtc_probability"};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
+        const json_t *v = json_object_get(body, off[i]);
+        if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 0)) {
+            srv_err_set(e, 400, off[i], "unsupported_parameter", "'%s' is not supported by this server (only 0)",
+                        off[i]);
+            return false;
+        }
+    }
+    const json_t *slot = json_object_get(body, "id_slot");
+    if (slot && !json_is_null(slot) && !(json_is_integer(slot) && json_integer_value(slot) == -1)) {
+        srv_err_set(e, 400, "id_slot", "unsupported_parameter",
+                    "'id_slot' is not supported: every request takes a free slot and reuses the longest cached "
+                    "prefix, whichever slot computed it");
+        return false;
+    }
+    return true;
+}
+
+bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+    if (!json_is_object(body)) {
+        srv_err_set(e, 400, NULL, "invalid_json", "the request body must be a JSON object");
+        return false;
+    }
+    if (!refuse_native(body, e)) return false;
+    const json_t *cp = json_object_get(body, "cache_prompt"), *np = json_object_get(body, "n_predict");
+    /* accepted for compatibility: every request reuses the longest cached prefix anyway */
+    if (cp && !json_is_null(cp) && !json_is_boolean(cp)) {
+        srv_err_set(e, 400, "cache_prompt", "invalid_type", "'cache_prompt' must be a boolean");
+        return false;
+    }
+    if (np && !json_is_null(np) && (!json_is_integer(np) || json_integer_value(np) < -1 || !json_integer_value(np))) {
+        srv_err_set(e, 400, "n_predict", "invalid_value",
+                    "'n_predict' must be -1 (until the end of generation or the server's --max-tokens) or at least 1");
+        return false;
+    }
+    const json_t *so = json_object_get(body, "stream_options");
+    if (so && !json_is_null(so)) { /* the native stream has no usage chunk: its last event carries the counts */
+        srv_err_set(e, 400, "stream_options", "unsupported_parameter", "'stream_options' is not a /completion field");
+        return false;
+    }
+    json_t *b = json_copy((json_t *)body);
+    if (!b) {
+        srv_err_set(e, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    json_object_del(b, "cache_prompt");
+    json_object_del(b, "n_predict");
+    if (np && json_is_integer(np) && json_integer_value(np) > 0) {
+        if (json_integer_value(np) > a->max_tokens) {
+            srv_err_set(e, 400, "n_predict", "invalid_value", "'n_predict' must be at most %d (this server's --max-tokens)",
+                        a->max_tokens);
+            json_decref(b);
+            return false;
+        }
+        json_object_set(b, "max_tokens", (json_t *)np);
+    } else if (!json_object_get(b, "max_tokens") || (np && json_integer_value(np) == -1)) {
+        json_object_set_new(b, "max_tokens", json_integer(a->max_tokens)); /* -1: as long as the server allows */
+    }
+    for (size_t i = 0; i < sizeof native_defaults / sizeof native_defaults[0]; i++)
+        if (!json_object_get(b, native_defaults[i].key))
+            json_object_set_new(b, native_defaults[i].key, !strcmp(native_defaults[i].key, "top_k")
+                                                               ? json_integer((json_int_t)native_defaults[i].value)
+                                                               : json_real(native_defaults[i].value));
+    r->native = true;
+    const bool ok = srv_api_parse(a, b, false, r, e);
+    json_decref(b);
+    /* a field the mapping renamed keeps its client's name in the error */
+    if (!ok && e->param && !strcmp(e->param, "max_tokens") && np) {
+        e->param = "n_predict";
+    }
+    return ok;
+}
+
+static double per(double num, double den) { return den > 0 ? num / den : 0; }
+
+/* The response object, or the final event of a stream (content: the whole text, or "" at a stream's end). */
+static json_t *native_object(const srv_api *a, const srv_req *r, json_t *content) {
+    const char *stop_type = !strcmp(r->finish_reason ? r->finish_reason : "", "length") ? "limit"
+                            : r->stop_word >= 0                                       ? "word"
+                                                                                      : "eos";
+    json_t *tokens = json_array();
+    for (size_t i = 0; r->return_tokens && i < r->n_gen_tokens; i++) json_array_append_new(tokens, json_integer(r->gen[i]));
+    json_t *stop = json_array();
+    for (size_t i = 0; i < r->n_stop; i++) json_array_append_new(stop, json_string(r->stop[i]));
+    /* prompt time runs from arrival to the first token (queueing included), generation from there to the end */
+    const double prompt_ms = 1e3 * (r->t_first - r->t_arrival), gen_ms = 1e3 * (r->t_done - r->t_first);
+    const size_t prompt_n = r->n_prompt - r->n_cached;
+    json_t *timings = json_pack("{s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "prompt_n", (json_int_t)prompt_n, "prompt_ms",
+                                prompt_ms, "prompt_per_token_ms", per(prompt_ms, (double)prompt_n), "prompt_per_second",
+                                per(1e3 * (double)prompt_n, prompt_ms), "predicted_n", r->n_gen, "predicted_ms", gen_ms,
+                                "predicted_per_token_ms", per(gen_ms, r->n_gen), "predicted_per_second",
+                                per(1e3 * r->n_gen, gen_ms));
+    json_t *settings = json_pack("{s:I,s:i,s:f,s:i,s:f,s:f,s:I,s:o}", "n_ctx", (json_int_t)a->n_ctx, "n_predict",
+                                 r->max_tokens, "temperature", (double)r->sp.temperature, "top_k", (int)r->sp.top_k,
+                                 "top_p", (double)r->sp.top_p, "min_p", (double)r->sp.min_p, "seed",
+                                 (json_int_t)r->sp.seed, "stop", stop);
+    return json_pack("{s:o,s:o,s:b,s:s,s:i,s:I,s:I,s:b,s:s,s:s,s:o,s:o}", "content", content, "tokens", tokens, "stop",
+                     1, "model", a->model_id, "tokens_predicted", r->n_gen, "tokens_evaluated",
+                     (json_int_t)r->n_prompt, "tokens_cached", (json_int_t)r->n_cached, "truncated", 0, "stop_type",
+                     stop_type, "stopping_word", r->stop_word >= 0 ? r->stop[r->stop_word] : "", "generation_settings",
+                     settings, "timings", timings);
+}
+
+static char *dump(json_t *o) {
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+char *srv_api_native_response(const srv_api *a, srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    json_t *o = native_object(a, r, srv_json_text(r->text, r->text_len));
+    pthread_mutex_unlock(&r->mu);
+    return dump(o);
+}
+
+char *srv_api_native_event(const srv_api *a, srv_req *r, const char *text, size_t n, bool final) {
+    /* a stream's events hold the new text; the last, empty, holds the counts (the caller holds r->mu) */
+    json_t *o = final ? native_object(a, r, json_string(""))
+                      : json_pack("{s:o,s:[],s:b}", "content", srv_json_text(text, n), "tokens", "stop", 0);
+    char *body = dump(o);
+    if (!body) return NULL;
+    const size_t len = strlen(body);
+    char *ev = malloc(len + 9);
+    if (ev) memcpy(ev, "data: ", 6), memcpy(ev + 6, body, len), memcpy(ev + 6 + len, "\n\n", 3);
+    free(body);
+    return ev;
+}
