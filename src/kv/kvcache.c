@@ -156,7 +156,7 @@ tkv_status tkv__kv_seq_room(tkv__kvcache *kv, tkv_seq seq, uint32_t len) {
 
 void tkv__kv_seq_move(tkv__kvcache *kv, tkv_seq seq, uint64_t ns, tkv__ppos at) {
     tkv__kvseq *s = &kv->seq[seq];
-    tkv__pindex_seq_set(kv->ix, seq, at); /* cuts the node at `at` */
+    at = tkv__pindex_seq_set(kv->ix, seq, at); /* cuts the node at `at` */
     tkv__pindex_path(kv->ix, at, s->cells, NULL);
     s->n = tkv__pindex_len(kv->ix, at);
     s->ns = ns;

@@ -154,7 +154,7 @@ tkv_status tkv__kv_stage_path(tkv__kvcache *kv, const char *name, tkv_seq seq, u
     if (need) {
         /* hold the reused prefix while making room: by the sequence itself (its old tokens may then be
            evicted, as tkv_seq_sync allows), or by a pin */
-        if (seq >= 0) tkv__pindex_seq_set(kv->ix, seq, at);
+        if (seq >= 0) at = tkv__pindex_seq_set(kv->ix, seq, at); /* the position may be renamed */
         else if ((st = tkv__pindex_pin(kv->ix, at, +1))) return st;
         if ((st = stage_cells(kv, name, need, &n_real))) {
             if (seq >= 0) tkv__pindex_seq_set(kv->ix, seq, old);
@@ -174,7 +174,7 @@ static void commit_path(tkv__kvcache *kv) {
     if (t->n) e = publish_run(kv, t->ns, t->at, t->tokens + t->reused, kv->cells, t->n, t->reused);
     if (t->seq >= 0) {
         tkv__kv_seq_move(kv, t->seq, t->ns, e);
-        if (!t->n) tkv__pindex_hit(kv->ix, e); /* an attach: a reuse */
+        if (!t->n) tkv__pindex_hit(kv->ix, tkv__pindex_seq_end(kv->ix, t->seq)); /* an attach: a reuse */
         return;
     }
     if (t->n) {

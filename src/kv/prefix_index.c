@@ -405,13 +405,68 @@ tkv__ppos tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const
 
 tkv__ppos tkv__pindex_seq_end(const tkv__pindex *ix, tkv_seq seq) { return ix->seq[seq]; }
 
-void tkv__pindex_seq_set(tkv__pindex *ix, tkv_seq seq, tkv__ppos at) {
+/* Whether a sequence ends, or a pin sits, at the end of node id: a boundary something needs. */
+static bool end_held(const tkv__pindex *ix, uint32_t id) {
+    const uint32_t n = ix->node[id].n;
+    for (uint32_t s = 0; s < ix->n_seq; s++)
+        if (ix->seq[s].node == id && ix->seq[s].off == n) return true;
+    for (uint32_t p = 0; p < ix->n_pins; p++)
+        if (ix->pins[p].at.node == id && ix->pins[p].at.off == n) return true;
+    return false;
+}
+
+static bool is_ancestor(const tkv__pindex *ix, uint32_t a, uint32_t id) {
+    for (id = ix->node[id].parent; id != NONE; id = ix->node[id].parent)
+        if (id == a) return true;
+    return false;
+}
+
+/*
+ * Join node id and its only child when nothing needs the boundary between
+ * them, the child's run appended to id's. A sequence that walks forward
+ * along a cached run (the same request again) cuts it at every step; these
+ * joins keep that walk from leaving one node per token. Only for a boundary
+ * the sequence just crossed: both sides were used now, so the joined node's
+ * last use (the later of the two) is exact.
+ */
+static void join_child(tkv__pindex *ix, uint32_t id) {
+    tkv__pnode *nd = &ix->node[id];
+    const uint32_t c = nd->first_child;
+    if (nd->parent == NONE || c == NONE || ix->node[c].next_sibling != NONE || end_held(ix, id)) return;
+    tkv__pnode *C = &ix->node[c];
+    const uint32_t off = nd->n;
+    child_del(ix, id, ix->tok[C->first_cell]);
+    nd->first_child = NONE;
+    ix->next[nd->last_cell] = C->first_cell;
+    nd->last_cell = C->last_cell;
+    nd->n += C->n;
+    if (C->last_use > nd->last_use) nd->last_use = C->last_use;
+    if (C->hits > nd->hits) nd->hits = C->hits;
+    for (uint32_t g = C->first_child; g != NONE;) { /* refs and pins of id already count c's subtree */
+        const uint32_t next = ix->node[g].next_sibling;
+        child_del(ix, c, ix->tok[ix->node[g].first_cell]);
+        attach(ix, id, g);
+        g = next;
+    }
+    for (uint32_t s = 0; s < ix->n_seq; s++)
+        if (ix->seq[s].node == c) ix->seq[s] = (tkv__ppos){id, off + ix->seq[s].off};
+    for (uint32_t p = 0; p < ix->n_pins; p++)
+        if (ix->pins[p].at.node == c) ix->pins[p].at = (tkv__ppos){id, off + ix->pins[p].at.off};
+    node_release(ix, c);
+}
+
+tkv__ppos tkv__pindex_seq_set(tkv__pindex *ix, tkv_seq seq, tkv__ppos at) {
     /* a sequence holds exactly its tokens: ending inside a node, it would hold the node's tail too, and keep
        another request's tokens appended there from eviction */
     at = tkv__pindex_cut(ix, at);
+    const tkv__ppos old = ix->seq[seq];
     add_refs(ix, at.node, +1); /* first: the old path may share nodes with the new */
-    add_refs(ix, ix->seq[seq].node, -1);
+    add_refs(ix, old.node, -1);
     ix->seq[seq] = at;
+    /* moved forward past its old end: that boundary may be needed no more */
+    if (old.node != NONE && at.node != NONE && old.node != at.node && is_ancestor(ix, old.node, at.node))
+        join_child(ix, old.node);
+    return ix->seq[seq];
 }
 
 tkv_status tkv__pindex_pin(tkv__pindex *ix, tkv__ppos at, int delta) {

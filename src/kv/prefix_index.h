@@ -91,9 +91,12 @@ tkv__ppos tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const
    evicted once unreferenced. Returns the same position, now at a node's end. */
 tkv__ppos tkv__pindex_cut(tkv__pindex *ix, tkv__ppos at);
 
-/* A sequence's end, and moving it (references follow). */
+/* A sequence's end, and moving it (references follow). The node holding
+   `at` is cut there; moving forward, the old end's boundary may be joined
+   away, which renames positions below it: the return value is where the
+   sequence now ends (use it, not `at`, afterwards). */
 tkv__ppos tkv__pindex_seq_end(const tkv__pindex *ix, tkv_seq seq);
-void tkv__pindex_seq_set(tkv__pindex *ix, tkv_seq seq, tkv__ppos at);
+tkv__ppos tkv__pindex_seq_set(tkv__pindex *ix, tkv_seq seq, tkv__ppos at);
 
 /* The position `len` tokens into the path ending at `at` (len <= its length). */
 tkv__ppos tkv__pindex_ancestor(const tkv__pindex *ix, tkv__ppos at, uint32_t len);

@@ -726,6 +726,35 @@ static void test_default_reuse_same_answer(void **state) {
     }
 }
 
+/* The same request twice: the second walks the cached reply token by token (each step cuts the run at the
+   sequence's end) and must not leave the reply cut into one node per token; it takes no new cells. */
+static void test_same_request_twice(void **state) {
+    (void)state;
+    tkv_context *ctx = new_ctx(512, 2, NULL);
+    unsigned seed = 4;
+    tkv_token t[60 + 24], again[60 + 24];
+    const size_t n = random_list(t, 60, &seed);
+    memcpy(again, t, n * sizeof *t);
+    greedy(ctx, 0, t, n, 24, tu_n_vocab, NULL);
+    assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
+    tkv_stats first, second;
+    tkv_cache_stats(ctx, &first);
+    for (int round = 0; round < 2; round++) {
+        size_t reused;
+        greedy(ctx, round, again, n, 24, tu_n_vocab, &reused);
+        assert_int_equal(reused, n - 1);
+        assert_memory_equal(again + n, t + n, 24 * sizeof *t);
+        check(ctx);
+    }
+    tkv_cache_stats(ctx, &second);
+    assert_int_equal(second.cells_used, first.cells_used); /* every token was cached already */
+    /* sequences 0 and 1 end at the reply's end; at most a boundary where the prompt ends */
+    if (second.nodes > first.nodes + 1)
+        fail_msg("the cached reply was cut into %llu nodes (%llu before)", (unsigned long long)second.nodes,
+                 (unsigned long long)first.nodes);
+    tkv_context_free(ctx);
+}
+
 /* tkv_cache_walk and tkv_cache_node_tokens describe the tree the cache
    holds: parents before children, depths that add up, runs whose tokens
    spell every sequence, and run lengths that account for every used cell. */
@@ -796,6 +825,7 @@ int main(void) {
         cmocka_unit_test(test_random_operations),         cmocka_unit_test(test_batch_invariant_attach),
         cmocka_unit_test(test_cache_walk),                cmocka_unit_test(test_lru_across_split),
         cmocka_unit_test(test_pins_exact),                cmocka_unit_test(test_default_reuse_same_answer),
+        cmocka_unit_test(test_same_request_twice),
     };
     return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
 }
