@@ -1,7 +1,7 @@
 /*
  * cache_view.c — GET /v1/cache and GET /metrics: the cache's own view of
  * what it holds, read on the inference thread (the only thread that may
- * touch the context) through srv_sched_call.
+ * touch the context) by a job the HTTP side posts (srv_sched_post).
  */
 #include "http.h"
 
@@ -23,7 +23,6 @@ typedef struct view {
     size_t n_nodes;
     tkv_token *tok; /* (n_cells) a node's tokens */
     size_t tok_cap;
-    char *out;
 } view;
 
 static void add_node(const tkv_cache_node *nd, void *user) {
@@ -52,9 +51,10 @@ static void add_node(const tkv_cache_node *nd, void *user) {
     if (o) json_array_append_new(v->nodes, o);
 }
 
-static void build_view(tkv_context *ctx, void *user) {
-    view *v = user;
-    v->ctx = ctx;
+void srv_cache_view(tkv_context *ctx, void *user) {
+    srv_view *req = user;
+    view vv = {.S = req->S, .ctx = ctx, .detail = req->detail, .check = req->check, .all = req->all, .ns = req->ns},
+         *v = &vv;
     tkv_stats st;
     tkv_cache_stats(ctx, &st);
     v->tok_cap = st.cells_total;
@@ -84,32 +84,15 @@ static void build_view(tkv_context *ctx, void *user) {
         tkv_status cs = tkv_cache_check(ctx);
         json_object_set_new(o, "check", json_string(cs ? tkv_last_error(NULL) : "ok"));
     }
-    v->out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    req->out = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
 }
 
-char *srv_cache_view(srv_state *S, bool detail, bool check, bool all, uint64_t ns) {
-    view v = {.S = S, .detail = detail, .check = check, .all = all, .ns = ns};
-    srv_sched_call(S->sched, build_view, &v);
-    return v.out;
-}
-
-typedef struct mview {
-    srv_state *S;
-    char *out;
-} mview;
-
-static void build_metrics(tkv_context *ctx, void *user) {
-    mview *m = user;
+void srv_metrics_view(tkv_context *ctx, void *user) {
+    srv_view *m = user;
     tkv_stats st;
     tkv_cache_stats(ctx, &st);
     size_t waiting, running;
     srv_sched_load(m->S->sched, &waiting, &running);
     m->out = srv_metrics_render(m->S->metrics, &st, waiting, running);
-}
-
-char *srv_metrics_view(srv_state *S) {
-    mview m = {S, NULL};
-    srv_sched_call(S->sched, build_metrics, &m);
-    return m.out;
 }

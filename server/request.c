@@ -1,5 +1,5 @@
 /*
- * request.c — the request object shared by an HTTP thread and the
+ * request.c — the request object shared by the HTTP side and the
  * inference thread; stop strings.
  */
 #include "request.h"
@@ -30,7 +30,6 @@ srv_req *srv_req_new(void) {
     r->refs = 1;
     r->logprobs = -1;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
     r->t_arrival = srv_now();
     return r;
 }
@@ -48,7 +47,6 @@ void srv_req_unref(srv_req *r) {
     pthread_mutex_unlock(&r->mu);
     if (left) return;
     pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     tkv_grammar_free(r->own_grammar);
     free(r->bias);
@@ -110,7 +108,7 @@ bool srv_req_append(srv_req *r, const char *s, size_t n) {
         r->text_ready = r->text_len - held_back(r, r->text_ready);
     }
     if (!r->t_first) r->t_first = srv_now();
-    pthread_cond_broadcast(&r->cv);
+    if (r->wake) r->wake(r->wake_arg);
     pthread_mutex_unlock(&r->mu);
     return stopped;
 }
@@ -170,7 +168,7 @@ void srv_req_finish(srv_req *r, const char *reason, int n_gen) {
         r->t_done = srv_now();
         if (!r->t_first) r->t_first = r->t_done;
     }
-    pthread_cond_broadcast(&r->cv);
+    if (r->wake) r->wake(r->wake_arg);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -186,7 +184,7 @@ void srv_req_fail(srv_req *r, int status, const char *code, const char *fmt, ...
         r->done = true;
         r->t_done = srv_now();
     }
-    pthread_cond_broadcast(&r->cv);
+    if (r->wake) r->wake(r->wake_arg);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -200,5 +198,11 @@ bool srv_req_is_cancelled(srv_req *r) {
 void srv_req_cancel(srv_req *r) {
     pthread_mutex_lock(&r->mu);
     r->cancelled = true;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void srv_req_detach(srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    r->wake = NULL, r->wake_arg = NULL;
     pthread_mutex_unlock(&r->mu);
 }
