@@ -53,7 +53,7 @@ static const char *const serve_help =
     "  --max-body BYTES           largest request body (default 1048576)                [TOKENKV_MAX_BODY]\n"
     "  --max-tokens N             largest max_tokens a request may ask (default 4096)   [TOKENKV_MAX_TOKENS]\n"
     "  --max-queue N              waiting requests before 429 (default 256)             [TOKENKV_MAX_QUEUE]\n"
-    "  --max-connections N        open connections at most (default 512)          [TOKENKV_MAX_CONNECTIONS]\n"
+    "  --max-connections N        open connections at most (default 4096)         [TOKENKV_MAX_CONNECTIONS]\n"
     "  --max-connections-per-client N  per client address, 0: no limit (default 64)\n"
     "                                                              [TOKENKV_MAX_CONNECTIONS_PER_CLIENT]\n"
     "  --idle-timeout S           seconds a connection may stay silent (default 30)  [TOKENKV_IDLE_TIMEOUT]\n"
@@ -196,7 +196,7 @@ int cmd_serve(int argc, char **argv) {
         .max_body = 1 << 20,
         .max_tokens = 4096,
         .max_queue = 256,
-        .max_connections = 512,
+        .max_connections = 4096,
         .max_connections_per_client = 64,
         .idle_timeout = 30,
         .request_timeout = 10,

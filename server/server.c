@@ -24,6 +24,9 @@
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
+    /* a client gone while its request was read, or a connection cut at the
+       request deadline: ordinary, and thousands of lines under a slowloris */
+    if (!strncmp(fmt, "Connection socket is closed when reading request", 48)) return;
     fputs("tokenkv serve: http: ", stderr);
     vfprintf(stderr, fmt, ap);
 }
