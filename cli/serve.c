@@ -54,10 +54,13 @@ static const char *const serve_help =
     "  --max-body BYTES           largest request body (default 1048576)                [TOKENKV_MAX_BODY]\n"
     "  --max-tokens N             largest max_tokens a request may ask (default 4096)   [TOKENKV_MAX_TOKENS]\n"
     "  --max-queue N              waiting requests before 429 (default 256)             [TOKENKV_MAX_QUEUE]\n"
-    "  --max-connections N        open connections at most (default 512)          [TOKENKV_MAX_CONNECTIONS]\n"
+    "  --max-connections N        open connections at most (default 4096)         [TOKENKV_MAX_CONNECTIONS]\n"
     "  --max-connections-per-client N  per client address, 0: no limit (default 64)\n"
     "                                                              [TOKENKV_MAX_CONNECTIONS_PER_CLIENT]\n"
     "  --idle-timeout S           seconds a connection may stay silent (default 30)  [TOKENKV_IDLE_TIMEOUT]\n"
+    "  --request-timeout S        seconds to send a request's headers and body, from the connection's\n"
+    "                             start or the previous response; 0: no limit (default 10)\n"
+    "                                                                             [TOKENKV_REQUEST_TIMEOUT]\n"
     "  --chat-template FILE|NAME  a Jinja template file, or a built-in family: chatml, llama2,\n"
     "                             llama3, mistral, zephyr, phi3 or plain (default: the model's\n"
     "                             tokenizer.chat_template, rendered as transformers does) [TOKENKV_CHAT_TEMPLATE]\n"
@@ -106,6 +109,7 @@ static const option options[] = {
     {{"--max-connections"}, "TOKENKV_MAX_CONNECTIONS", INT(max_connections, 1, 1 << 20)},
     {{"--max-connections-per-client"}, "TOKENKV_MAX_CONNECTIONS_PER_CLIENT", INT(max_connections_per_client, 0, 1 << 20)},
     {{"--idle-timeout"}, "TOKENKV_IDLE_TIMEOUT", INT(idle_timeout, 1, 86400)},
+    {{"--request-timeout"}, "TOKENKV_REQUEST_TIMEOUT", INT(request_timeout, 0, 86400)},
     {{"--chat-template"}, "TOKENKV_CHAT_TEMPLATE", O_STR, OFF(chat_template), 0, 0, 0},
     {{"--grammar-file"}, "TOKENKV_GRAMMAR_FILE", O_STR, OFF(grammar_file), 0, 0, 0},
     {{"--no-prefix-cache"}, "TOKENKV_NO_PREFIX_CACHE", O_FLAG, OFF(no_prefix_cache), 0, 0, 0},
@@ -195,9 +199,10 @@ int cmd_serve(int argc, char **argv) {
         .max_body = 1 << 20,
         .max_tokens = 4096,
         .max_queue = 256,
-        .max_connections = 512,
+        .max_connections = 4096,
         .max_connections_per_client = 64,
         .idle_timeout = 30,
+        .request_timeout = 10,
         .save_interval = 300,
     };
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) { /* the environment, then the command line */

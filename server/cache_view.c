@@ -1,7 +1,8 @@
 /*
  * cache_view.c — GET /v1/cache, GET /metrics and GET /slots: the cache's own
  * view of what it holds and the scheduler's slots, read on the inference
- * thread (the only thread that may touch the context) through srv_sched_call.
+ * thread (the only thread that may touch the context) by a job the HTTP
+ * side posts (srv_sched_post).
  */
 #include "http.h"
 
@@ -24,7 +25,6 @@ typedef struct view {
     size_t n_nodes;
     tkv_token *tok; /* (n_cells) a node's tokens */
     size_t tok_cap;
-    char *out;
 } view;
 
 static void add_node(const tkv_cache_node *nd, void *user) {
@@ -58,9 +58,11 @@ static void add_node(const tkv_cache_node *nd, void *user) {
     if (o) json_array_append_new(v->nodes, o);
 }
 
-static void build_view(tkv_context *ctx, void *user) {
-    view *v = user;
-    v->ctx = ctx;
+void srv_cache_view(tkv_context *ctx, void *user) {
+    srv_view *req = user;
+    view vv = {.S = req->S, .ctx = ctx, .detail = req->detail, .ids = req->ids, .check = req->check, .all = req->all,
+               .ns = req->ns},
+         *v = &vv;
     tkv_stats st;
     tkv_cache_stats(ctx, &st);
     v->tok_cap = st.cells_total;
@@ -90,23 +92,12 @@ static void build_view(tkv_context *ctx, void *user) {
         tkv_status cs = tkv_cache_check(ctx);
         json_object_set_new(o, "check", json_string(cs ? tkv_last_error(NULL) : "ok"));
     }
-    v->out = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    req->out = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
 }
 
-char *srv_cache_view(srv_state *S, bool detail, bool ids, bool check, bool all, uint64_t ns) {
-    view v = {.S = S, .detail = detail, .ids = ids, .check = check, .all = all, .ns = ns};
-    srv_sched_call(S->sched, build_view, &v);
-    return v.out;
-}
-
-typedef struct mview {
-    srv_state *S;
-    char *out;
-} mview;
-
-static void build_metrics(tkv_context *ctx, void *user) {
-    mview *m = user;
+void srv_metrics_view(tkv_context *ctx, void *user) {
+    srv_view *m = user;
     tkv_stats st;
     tkv_cache_stats(ctx, &st);
     size_t waiting, running;
@@ -114,21 +105,10 @@ static void build_metrics(tkv_context *ctx, void *user) {
     m->out = srv_metrics_render(m->S->metrics, &st, waiting, running);
 }
 
-char *srv_metrics_view(srv_state *S) {
-    mview m = {S, NULL};
-    srv_sched_call(S->sched, build_metrics, &m);
-    return m.out;
-}
-
-typedef struct sview {
-    srv_state *S;
-    char *out;
-} sview;
-
 /* One entry per slot, in llama-server's /slots field names where the meaning is the same. */
-static void build_slots(tkv_context *ctx, void *user) {
+void srv_slots_view(tkv_context *ctx, void *user) {
     (void)ctx;
-    sview *v = user;
+    srv_view *v = user;
     srv_slot_state st[256];
     const size_t n = srv_sched_slot_states(v->S->sched, st, 256);
     json_t *arr = json_array();
@@ -150,10 +130,4 @@ static void build_slots(tkv_context *ctx, void *user) {
     }
     v->out = json_dumps(arr, JSON_COMPACT);
     json_decref(arr);
-}
-
-char *srv_slots_view(srv_state *S) {
-    sview v = {S, NULL};
-    srv_sched_call(S->sched, build_slots, &v);
-    return v.out;
 }

@@ -1,25 +1,28 @@
 /*
  * http.c — routing, bodies, authentication and streaming over
- * libmicrohttpd, one thread per connection.
+ * libmicrohttpd's event loop.
  *
- * A connection thread may block: waiting for its request to finish (or, for
- * a stream, for the next text) it wakes every 100 ms to see whether the
- * client is still there, and cancels the request when it is not, so a
- * client that goes away stops its generation within a step or so.
+ * Nothing here blocks an HTTP thread (a few serve thousands of
+ * connections): a request that waits for the scheduler, for the next
+ * streamed text or for a view of the cache suspends its connection
+ * (conn.h) and sets cs->cont, the step to go on with when the connection
+ * is resumed; the scheduler's thread wakes it at each change. A client
+ * that leaves while it waits is noticed by conn.c's watchdog, and its
+ * request is cancelled, so its generation stops within a step or so.
  */
 #include "http.h"
 #include "reasoning.h"
 #include "web.h"
 
-#include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
-#include <time.h>
 
-typedef struct conn {
+typedef struct conn conn;
+struct conn {
     char method[16], path[96];
     char *body;
     size_t n, cap;
@@ -30,7 +33,13 @@ typedef struct conn {
     int status;    /* of the response, for the log and the metrics */
     srv_req *req;  /* a generation in flight, or NULL */
     double t0;
-} conn;
+    srv_link *link;
+    /* suspended: the step to go on with once resumed */
+    enum MHD_Result (*cont)(struct conn *cs, struct MHD_Connection *c, srv_state *S);
+    srv_sched_job job; /* a view built on the inference thread */
+    srv_view view;
+    atomic_bool job_done;
+};
 
 /* CORS: a page of the allowed origin may read the response. */
 static void add_cors(const conn *cs, struct MHD_Response *r) {
@@ -81,54 +90,25 @@ static enum MHD_Result fail(conn *cs, struct MHD_Connection *c, int status, cons
     return send_err(cs, c, &e);
 }
 
-/* ---- the client ------------------------------------------------------------ */
+/* ---- waiting ------------------------------------------------------------------ */
 
-static int conn_fd(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return ci ? ci->connect_fd : -1;
+/* request.h's wake: the scheduler changed the request's output. */
+static void wake_link(void *arg) { srv_link_wake(arg); }
+
+/* Whether a generation can be answered: done, or (a stream) its first text is there. */
+static bool gen_ready(srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    const bool ok = r->done || (r->stream && r->t_first);
+    pthread_mutex_unlock(&r->mu);
+    return ok;
 }
-
-/* Whether the peer closed or reset the connection. The request was read
-   whole, so a readable socket that reads 0 bytes means it went away. */
-static bool client_gone(int fd) {
-    if (fd < 0) return false;
-    char b;
-    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-static void deadline_in(struct timespec *ts, long ms) {
-    clock_gettime(CLOCK_REALTIME, ts);
-    ts->tv_nsec += ms * 1000000L;
-    ts->tv_sec += ts->tv_nsec / 1000000000L;
-    ts->tv_nsec %= 1000000000L;
-}
-
-/* Wait, with r->mu held, until ready(r) or the client leaves (then the
-   request is cancelled and false returned). */
-static bool wait_locked(srv_req *r, int fd, bool (*ready)(const srv_req *r, const void *arg), const void *arg) {
-    while (!ready(r, arg)) {
-        struct timespec ts;
-        deadline_in(&ts, 100);
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-        if (!ready(r, arg) && client_gone(fd)) {
-            r->cancelled = true;
-            return false;
-        }
-    }
-    return true;
-}
-
-static bool is_done(const srv_req *r, const void *arg) { return (void)arg, r->done; }
-static bool has_first(const srv_req *r, const void *arg) { return (void)arg, r->done || r->t_first; }
-static bool has_more(const srv_req *r, const void *arg) { return r->done || r->text_ready > *(const size_t *)arg; }
 
 /* ---- streaming ----------------------------------------------------------------- */
 
 typedef struct stream {
     srv_state *S;
     srv_req *r;
-    int fd;
+    srv_link *link;
     size_t sent;   /* text bytes sent */
     bool first;    /* nothing sent yet (the chat role goes with the first delta) */
     bool finished; /* the last events are queued */
@@ -158,12 +138,12 @@ static void pend(stream *st, char *ev) {
 
 static char *strdup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
-/* The next events of the stream into st->pend; false when the client left. */
+/* The next events of the stream into st->pend; false when there is nothing new yet. */
 static bool next_events(stream *st) {
     srv_req *r = st->r;
     const srv_api *a = &st->S->api;
     pthread_mutex_lock(&r->mu);
-    if (!wait_locked(r, st->fd, has_more, &st->sent)) {
+    if (!r->done && r->text_ready <= st->sent) {
         pthread_mutex_unlock(&r->mu);
         return false;
     }
@@ -217,7 +197,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     while (st->pend_off == st->pend_n) {
         st->pend_off = st->pend_n = 0;
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (!next_events(st)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (srv_link_gone(st->link)) { /* the client left while we waited */
+            srv_req_cancel(st->r);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        /* nothing new: MHD calls again once the scheduler wakes us */
+        if (!next_events(st) && srv_link_suspend(st->link, true)) return 0;
     }
     size_t k = st->pend_n - st->pend_off < max ? st->pend_n - st->pend_off : max;
     memcpy(buf, st->pend + st->pend_off, k);
@@ -233,10 +218,10 @@ static void stream_free(void *cls) {
     free(st);
 }
 
-static enum MHD_Result send_stream(conn *cs, struct MHD_Connection *c, srv_state *S, srv_req *r, int fd) {
+static enum MHD_Result send_stream(conn *cs, struct MHD_Connection *c, srv_state *S, srv_req *r) {
     stream *st = calloc(1, sizeof *st);
     if (!st) return send_body(cs, c, 500, NULL, NULL);
-    *st = (stream){.S = S, .r = r, .fd = fd, .first = true};
+    *st = (stream){.S = S, .r = r, .link = cs->link, .first = true};
     srv_req_ref(r);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
     if (!resp) {
@@ -266,6 +251,32 @@ static json_t *parse_body(conn *cs, srv_err *e) {
 /* What a generation route speaks: OpenAI's completions or chat, or llama-server's native /completion. */
 typedef enum { GEN_COMPLETIONS, GEN_CHAT, GEN_NATIVE } gen_kind;
 
+/* The answer of a submitted request (or, for a stream, its start) once the
+   scheduler has it; until then the connection is suspended. */
+static enum MHD_Result generated(conn *cs, struct MHD_Connection *c, srv_state *S) {
+    srv_req *r = cs->req;
+    cs->cont = NULL;
+    while (!gen_ready(r)) {
+        if (srv_link_gone(cs->link)) {
+            srv_req_cancel(r);
+            cs->status = 499; /* client closed the request */
+            return MHD_NO;
+        }
+        if (srv_link_suspend(cs->link, true)) {
+            cs->cont = generated;
+            return MHD_YES;
+        }
+    }
+    if (r->err_status) { /* done: the error fields are final */
+        srv_err e;
+        srv_err_set(&e, r->err_status, NULL, r->err_code, "%s", r->err_msg);
+        return send_err(cs, c, &e);
+    }
+    if (r->stream) return send_stream(cs, c, S, r);
+    return send_body(cs, c, 200, "application/json",
+                     r->native ? srv_api_native_response(&S->api, r) : srv_api_response(&S->api, r));
+}
+
 static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S, gen_kind kind) {
     srv_err e;
     json_t *body = parse_body(cs, &e);
@@ -282,6 +293,7 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
         srv_req_unref(r);
         return send_err(cs, c, &e);
     }
+    r->wake = wake_link, r->wake_arg = cs->link;
     int rc = srv_sched_submit(S->sched, r);
     if (rc) {
         srv_req_unref(r);
@@ -290,21 +302,7 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
                          : fail(cs, c, 503, NULL, "shutting_down", "the server is shutting down");
     }
     cs->req = r;
-    const int fd = conn_fd(c);
-    pthread_mutex_lock(&r->mu);
-    bool here = wait_locked(r, fd, r->stream ? has_first : is_done, NULL);
-    pthread_mutex_unlock(&r->mu);
-    if (!here) {
-        cs->status = 499; /* client closed the request */
-        return MHD_NO;
-    }
-    if (r->err_status) {
-        srv_err_set(&e, r->err_status, NULL, r->err_code, "%s", r->err_msg);
-        return send_err(cs, c, &e);
-    }
-    if (r->stream) return send_stream(cs, c, S, r, fd);
-    return send_body(cs, c, 200, "application/json",
-                     r->native ? srv_api_native_response(&S->api, r) : srv_api_response(&S->api, r));
+    return generated(cs, c, S);
 }
 
 /* POST /apply-template (llama-server's): the prompt a chat request's body renders to, not generated from. */
@@ -481,11 +479,44 @@ static enum MHD_Result send_web_file(conn *cs, struct MHD_Connection *c, const s
     return ret;
 }
 
+/* The job of a view is done (on the inference thread, or wherever the scheduler stopped). */
+static void view_done(srv_sched_job *job, bool ran) {
+    conn *cs = (conn *)((char *)job - offsetof(conn, job));
+    (void)ran; /* not run: view.out stays NULL, a 500 */
+    atomic_store(&cs->job_done, true);
+    srv_link_wake(cs->link);
+}
+
+/* The view's body once its job is done; until then the connection is suspended. */
+static enum MHD_Result view_built(conn *cs, struct MHD_Connection *c, srv_state *S) {
+    (void)S;
+    cs->cont = NULL;
+    while (!atomic_load(&cs->job_done))
+        if (srv_link_suspend(cs->link, false)) { /* a step at most: not worth cancelling */
+            cs->cont = view_built;
+            return MHD_YES;
+        }
+    const bool metrics = cs->job.fn == srv_metrics_view;
+    return send_body(cs, c, 200, metrics ? "text/plain; version=0.0.4" : "application/json", cs->view.out);
+}
+
+/* A view built on the inference thread, the only one that may read the context. */
+static enum MHD_Result view(conn *cs, struct MHD_Connection *c, srv_state *S, void (*fn)(tkv_context *, void *)) {
+    cs->job = (srv_sched_job){.fn = fn, .done = view_done, .user = &cs->view};
+    cs->view.S = S;
+    cs->view.out = NULL;
+    atomic_store(&cs->job_done, false);
+    srv_sched_post(S->sched, &cs->job);
+    return view_built(cs, c, S);
+}
+
 /* GET /v1/cache: the namespace of ?cache_salt= (the default one without), or every one with the admin key. */
-static char *cache_view(srv_state *S, struct MHD_Connection *c) {
+static enum MHD_Result cache_view(conn *cs, struct MHD_Connection *c, srv_state *S) {
     const char *salt = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
-    const uint64_t ns = salt && *salt ? srv_api_namespace(&S->api, salt, strlen(salt)) : 0;
-    return srv_cache_view(S, flag(c, "detail"), flag(c, "tokens"), flag(c, "check"), bearer_is(c, S->o->admin_key), ns);
+    cs->view = (srv_view){.ns = salt && *salt ? srv_api_namespace(&S->api, salt, strlen(salt)) : 0,
+                          .detail = flag(c, "detail"), .ids = flag(c, "tokens"), .check = flag(c, "check"),
+                          .all = bearer_is(c, S->o->admin_key)};
+    return view(cs, c, S, srv_cache_view);
 }
 
 static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
@@ -510,13 +541,12 @@ static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, c
                     S->o->max_body);
         return send_err(cs, c, &e);
     }
-    if (get && !strcmp(url, "/metrics")) return send_body(cs, c, 200, "text/plain; version=0.0.4", srv_metrics_view(S));
+    if (get && !strcmp(url, "/metrics")) return view(cs, c, S, srv_metrics_view);
     if (get && !strcmp(url, "/v1/models")) return models(cs, c, S, NULL);
     if (get && !strcmp(url, "/props")) return props(cs, c, S);
     if (get && !strncmp(url, "/v1/models/", 11)) return models(cs, c, S, url + 11);
-    if (get && !strcmp(url, "/v1/cache"))
-        return send_body(cs, c, 200, "application/json", cache_view(S, c));
-    if (get && !strcmp(url, "/slots")) return send_body(cs, c, 200, "application/json", srv_slots_view(S));
+    if (get && !strcmp(url, "/v1/cache")) return cache_view(cs, c, S);
+    if (get && !strcmp(url, "/slots")) return view(cs, c, S, srv_slots_view);
     if (post && (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")))
         return generate(cs, c, S, GEN_COMPLETIONS);
     if (post && (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")))
@@ -631,6 +661,8 @@ enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *c, const char
         snprintf(cs->path, sizeof cs->path, "%s", url);
         cs->t0 = srv_now();
         *con_cls = cs;
+        /* no link (it ran out of memory): nothing could wake this connection */
+        if (!(cs->link = srv_link_of(c))) return MHD_NO;
         const int early = answer_early(cs, c, S, url, method);
         return early < 0 ? MHD_YES : (enum MHD_Result)early;
     }
@@ -656,14 +688,16 @@ enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *c, const char
         *upload_size = 0;
         return MHD_YES;
     }
+    if (cs->cont) return cs->cont(cs, c, S); /* resumed: go on where it waited */
+    srv_link_request_read(cs->link); /* whole: from here on no deadline, the server is the one working */
     if (cs->reject) return send_err(cs, c, cs->reject);
     return route(cs, c, S, url, method);
 }
 
 void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c;
     srv_state *S = cls;
     conn *cs = *con_cls;
+    srv_link_request_done(srv_link_of(c)); /* the next request's deadline starts now */
     if (!cs) return;
     int status = cs->status ? cs->status : 499;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499; /* the client left mid-response */
@@ -672,6 +706,7 @@ void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enu
     if (cs->req) {
         srv_req *r = cs->req;
         pthread_mutex_lock(&r->mu);
+        r->wake = NULL, r->wake_arg = NULL; /* the link may close after this */
         if (!r->done) r->cancelled = true;
         prompt = r->n_prompt, cached = r->n_cached, gen = r->n_gen;
         pthread_mutex_unlock(&r->mu);

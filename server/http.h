@@ -6,13 +6,14 @@
 #define TKV_SRV_HTTP_H
 
 #include "api.h"
+#include "conn.h"
 #include "metrics.h"
 #include "scheduler.h"
 #include "server.h"
 
 #include <microhttpd.h>
 
-/* What every connection thread shares; read-only after start-up. */
+/* What every HTTP thread shares; read-only after start-up. */
 typedef struct srv_state {
     const srv_opts *o;
     const tkv_model *model;
@@ -29,13 +30,20 @@ enum MHD_Result srv_http_handler(void *cls, struct MHD_Connection *c, const char
 /* MHD_RequestCompletedCallback: the log line, metrics, cleanup. */
 void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
 
-/* GET /v1/cache and /metrics bodies, built on the inference thread. The
-   cache view lists the nodes and running sequences of namespace ns only,
-   unless all (the admin key): a tenant sees its own prompts, nobody else's.
-   detail: each node's text; ids: its token ids; check: tkv_cache_check. */
-char *srv_cache_view(srv_state *S, bool detail, bool ids, bool check, bool all, uint64_t ns);
-char *srv_metrics_view(srv_state *S);
-/* GET /slots: every slot, idle or running (its request's id, sizes and progress), on the inference thread. */
-char *srv_slots_view(srv_state *S);
+/* GET /v1/cache and /metrics bodies, built on the inference thread (job
+   functions for srv_sched_post; user: srv_view). The cache view lists the
+   nodes and running sequences of namespace ns only, unless all (the admin
+   key): a tenant sees its own prompts, nobody else's; detail: each node's
+   text; ids: its token ids; check: tkv_cache_check. */
+typedef struct srv_view {
+    srv_state *S;
+    bool detail, ids, check, all;
+    uint64_t ns;
+    char *out; /* the body (malloc'd), NULL when out of memory */
+} srv_view;
+void srv_cache_view(tkv_context *ctx, void *view);
+void srv_metrics_view(tkv_context *ctx, void *view);
+/* GET /slots: every slot, idle or running (its request's id, sizes and progress). */
+void srv_slots_view(tkv_context *ctx, void *view);
 
 #endif

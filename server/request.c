@@ -1,5 +1,5 @@
 /*
- * request.c — the request object shared by an HTTP thread and the
+ * request.c — the request object shared by the HTTP side and the
  * inference thread; stop strings.
  */
 #include "request.h"
@@ -31,7 +31,6 @@ srv_req *srv_req_new(void) {
     r->logprobs = -1;
     r->stop_word = -1;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
     r->t_arrival = srv_now();
     return r;
 }
@@ -49,7 +48,6 @@ void srv_req_unref(srv_req *r) {
     pthread_mutex_unlock(&r->mu);
     if (left) return;
     pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     tkv_grammar_free(r->own_grammar);
     free(r->bias);
@@ -111,7 +109,7 @@ bool srv_req_append(srv_req *r, const char *s, size_t n) {
         r->text_ready = r->text_len - held_back(r, r->text_ready);
     }
     if (!r->t_first) r->t_first = srv_now();
-    pthread_cond_broadcast(&r->cv);
+    if (r->wake) r->wake(r->wake_arg);
     pthread_mutex_unlock(&r->mu);
     return stopped;
 }
@@ -171,7 +169,7 @@ void srv_req_finish(srv_req *r, const char *reason, int n_gen) {
         r->t_done = srv_now();
         if (!r->t_first) r->t_first = r->t_done;
     }
-    pthread_cond_broadcast(&r->cv);
+    if (r->wake) r->wake(r->wake_arg);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -187,7 +185,7 @@ void srv_req_fail(srv_req *r, int status, const char *code, const char *fmt, ...
         r->done = true;
         r->t_done = srv_now();
     }
-    pthread_cond_broadcast(&r->cv);
+    if (r->wake) r->wake(r->wake_arg);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -201,5 +199,11 @@ bool srv_req_is_cancelled(srv_req *r) {
 void srv_req_cancel(srv_req *r) {
     pthread_mutex_lock(&r->mu);
     r->cancelled = true;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void srv_req_detach(srv_req *r) {
+    pthread_mutex_lock(&r->mu);
+    r->wake = NULL, r->wake_arg = NULL;
     pthread_mutex_unlock(&r->mu);
 }

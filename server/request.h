@@ -1,10 +1,11 @@
 /*
- * request.h — one generation request, shared by the HTTP thread that
+ * request.h — one generation request, shared by the HTTP side that
  * received it and the inference thread that runs it.
  *
- * The HTTP thread fills the input fields, submits the request to the
- * scheduler and then only reads the output through srv_req_wait. The
- * inference thread appends text and finally marks the request done. Both
+ * The HTTP side fills the input fields, sets `wake`, submits the request to
+ * the scheduler and then only reads the output. The inference thread
+ * appends text and finally marks the request done, calling `wake` at each
+ * change so the HTTP side (which never blocks: conn.h) looks again. Both
  * hold a reference; the last srv_req_unref frees it. Everything that both
  * threads touch after submission is under `mu`.
  */
@@ -59,7 +60,8 @@ typedef struct srv_req {
 
     /* ---- output, under mu ---- */
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    void (*wake)(void *arg);    /* called with mu held when the output changes; NULL: nobody to tell */
+    void *wake_arg;
     char *text;                 /* generated text (NUL-terminated), stop string removed */
     size_t text_len, text_cap;
     size_t text_ready;          /* bytes of text that cannot turn into a stop string */
@@ -108,8 +110,10 @@ void srv_req_fail(srv_req *r, int status, const char *code, const char *fmt, ...
 void srv_req_set_cached(srv_req *r, size_t n_cached);
 bool srv_req_is_cancelled(srv_req *r);
 
-/* ---- HTTP thread ---- */
+/* ---- HTTP side ---- */
 
 void srv_req_cancel(srv_req *r);
+/* Stop calling r->wake (before what wake_arg points to goes away). */
+void srv_req_detach(srv_req *r);
 
 #endif

@@ -52,13 +52,6 @@ typedef struct slot {
     bool wait_step;  /* left out of this step: no room */
 } slot;
 
-typedef struct call {
-    void (*fn)(tkv_context *ctx, void *user);
-    void *user;
-    bool done;
-    struct call *next;
-} call;
-
 struct srv_sched {
     tkv_context *ctx;
     const tkv_model *model;
@@ -73,7 +66,7 @@ struct srv_sched {
     srv_req **wait;     /* (max_queue) oldest first */
     uint32_t *skipped;  /* (max_queue) times each was passed over */
     size_t n_wait;
-    call *calls;
+    srv_sched_job *calls;
     bool stopping;
     size_t n_running;
 
@@ -444,13 +437,12 @@ static void step(srv_sched *s) {
 
 static void run_calls(srv_sched *s) { /* with mu held */
     while (s->calls) {
-        call *c = s->calls;
-        s->calls = c->next;
+        srv_sched_job *j = s->calls;
+        s->calls = j->next;
         pthread_mutex_unlock(&s->mu);
-        c->fn(s->ctx, c->user);
+        j->fn(s->ctx, j->user);
+        j->done(j, true); /* j may be gone after this */
         pthread_mutex_lock(&s->mu);
-        c->done = true;
-        pthread_cond_broadcast(&s->call_done);
     }
 }
 
@@ -523,17 +515,40 @@ int srv_sched_submit(srv_sched *s, srv_req *r) {
     return rc;
 }
 
-void srv_sched_call(srv_sched *s, void (*fn)(tkv_context *ctx, void *user), void *user) {
-    call c = {fn, user, false, NULL};
+void srv_sched_post(srv_sched *s, srv_sched_job *job) {
     pthread_mutex_lock(&s->mu);
-    if (s->stopping) { /* the thread is gone or going: the context is idle */
+    if (s->stopping) { /* the thread is gone or going */
         pthread_mutex_unlock(&s->mu);
+        job->done(job, false);
         return;
     }
-    call **tail = &s->calls;
+    job->next = NULL;
+    srv_sched_job **tail = &s->calls;
     while (*tail) tail = &(*tail)->next;
-    *tail = &c;
+    *tail = job;
     pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+}
+
+typedef struct sync_call {
+    srv_sched_job job;
+    srv_sched *s;
+    bool done;
+} sync_call;
+
+static void sync_done(srv_sched_job *job, bool ran) {
+    (void)ran;
+    sync_call *c = (sync_call *)job;
+    pthread_mutex_lock(&c->s->mu);
+    c->done = true;
+    pthread_cond_broadcast(&c->s->call_done);
+    pthread_mutex_unlock(&c->s->mu);
+}
+
+void srv_sched_call(srv_sched *s, void (*fn)(tkv_context *ctx, void *user), void *user) {
+    sync_call c = {.job = {.fn = fn, .done = sync_done, .user = user}, .s = s};
+    srv_sched_post(s, &c.job);
+    pthread_mutex_lock(&s->mu);
     while (!c.done) pthread_cond_wait(&s->call_done, &s->mu);
     pthread_mutex_unlock(&s->mu);
 }
@@ -571,6 +586,13 @@ void srv_sched_stop(srv_sched *s) {
     if (was) return;
     pthread_join(s->thread, NULL);
     pthread_mutex_lock(&s->mu);
+    while (s->calls) { /* posted before the stop and never run: their posters wait */
+        srv_sched_job *j = s->calls;
+        s->calls = j->next;
+        pthread_mutex_unlock(&s->mu);
+        j->done(j, false);
+        pthread_mutex_lock(&s->mu);
+    }
     for (size_t i = 0; i < s->n_wait; i++) {
         srv_req_fail(s->wait[i], 503, "shutting_down", "the server is shutting down");
         run_free(s->wait[i]);

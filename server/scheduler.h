@@ -1,6 +1,6 @@
 /*
  * scheduler.h — the scheduler: one inference thread owns the context and runs
- * continuous batching over the requests HTTP threads queue.
+ * continuous batching over the requests the HTTP side queues.
  *
  * Each step decodes one token for every generating request plus chunks of
  * prompt for newly admitted ones, up to the batch size. Every prompt first
@@ -35,8 +35,21 @@ srv_sched *srv_sched_start(tkv_context *ctx, const srv_sched_opts *o, srv_metric
 int srv_sched_submit(srv_sched *s, srv_req *r);
 
 /* Run fn(ctx, user) on the inference thread between two steps and wait for
-   it: the only way another thread may look at the context. */
+   it: the only way another thread may look at the context. Not run once the
+   scheduler stops (the context is then the caller's). */
 void srv_sched_call(srv_sched *s, void (*fn)(tkv_context *ctx, void *user), void *user);
+
+/* The same without waiting, for the HTTP side, which must never block. */
+typedef struct srv_sched_job {
+    void (*fn)(tkv_context *ctx, void *user);
+    /* Then done(job, true), on the inference thread; done(job, false) without
+       fn when the scheduler stopped first (on the thread that stopped it, or
+       inside srv_sched_post). The job is the caller's again inside done. */
+    void (*done)(struct srv_sched_job *job, bool ran);
+    void *user;
+    struct srv_sched_job *next; /* the scheduler's */
+} srv_sched_job;
+void srv_sched_post(srv_sched *s, srv_sched_job *job);
 
 /* Requests waiting and running now. */
 void srv_sched_load(srv_sched *s, size_t *waiting, size_t *running);

@@ -10,7 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,24 +17,48 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
+    /* a client gone while its request was read, or a connection cut at the
+       request deadline: ordinary, and thousands of lines under a slowloris */
+    if (!strncmp(fmt, "Connection socket is closed when reading request", 48)) return;
     fputs("tokenkv serve: http: ", stderr);
     vfprintf(stderr, fmt, ap);
 }
 
-/* Streamed tokens are small writes: send each at once instead of letting
-   Nagle's algorithm hold it for the client's delayed ACK (~40 ms). */
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode code) {
-    (void)cls, (void)socket_ctx;
-    if (code != MHD_CONNECTION_NOTIFY_STARTED) return;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    int one = 1;
-    if (ci) setsockopt(ci->connect_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+/* HTTP threads: each runs an epoll loop over its share of the connections.
+   They only parse, tokenize and copy text, so a few serve thousands of
+   connections; more than one keeps a long tokenization from holding up the
+   rest. */
+#define HTTP_THREADS 4
+
+/*
+ * Every connection is a descriptor: raise the soft limit on open files
+ * (often 1024) towards the hard one so that --max-connections can be
+ * reached, with room for the model, the cache directory and the listening
+ * socket. When the hard limit is too low, say so and serve fewer.
+ */
+static unsigned connection_limit(int wanted) {
+    enum { SPARE = 64 };
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return (unsigned)wanted;
+    const rlim_t need = (rlim_t)wanted + SPARE;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        rlim_t cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+        struct rlimit up = {cur, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl.rlim_cur = cur;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need) return (unsigned)wanted;
+    const unsigned n = rl.rlim_cur > 2 * SPARE ? (unsigned)(rl.rlim_cur - SPARE) : SPARE;
+    fprintf(stderr, "tokenkv serve: warning: --max-connections %d needs %llu open files, and this process may "
+                    "open %llu (ulimit -n): serving %u connections at most\n", wanted, (unsigned long long)need,
+            (unsigned long long)rl.rlim_cur, n);
+    return n;
 }
 
 /* The id /v1/models lists: --alias, else the file's name without directory and .gguf. */
@@ -329,16 +352,25 @@ int srv_main(const srv_opts *o) {
                          .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache};
     S.sched = S.metrics ? srv_sched_start(ctx, &so, S.metrics) : NULL;
     struct MHD_Daemon *d = NULL;
+    srv_conns *conns = NULL;
     if (!S.sched) {
         fprintf(stderr, "tokenkv serve: cannot start the inference thread\n");
         goto out;
     }
-    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | MHD_USE_ITC |
+    if (!(conns = srv_conns_start(o->request_timeout))) {
+        fprintf(stderr, "tokenkv serve: cannot start the connection watchdog\n");
+        goto out;
+    }
+    /* event-driven: epoll loops on a few threads, waiting requests suspended
+       (conn.h), so an idle or trickling connection costs a socket and a
+       little memory, not a thread */
+    d = MHD_start_daemon(MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
                              (addr.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
                          (uint16_t)o->port, NULL, NULL, srv_http_handler, &S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                         MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_NOTIFY_COMPLETED, srv_http_completed, &S,
-                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)o->max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                         MHD_OPTION_SOCK_ADDR, &addr, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)HTTP_THREADS,
+                         MHD_OPTION_NOTIFY_COMPLETED, srv_http_completed, &S,
+                         MHD_OPTION_NOTIFY_CONNECTION, srv_conns_notify, conns, MHD_OPTION_CONNECTION_LIMIT,
+                         connection_limit(o->max_connections), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
                          (unsigned)o->max_connections_per_client, MHD_OPTION_CONNECTION_TIMEOUT,
                          (unsigned)o->idle_timeout, MHD_OPTION_END);
     if (!d) {
@@ -367,7 +399,10 @@ int srv_main(const srv_opts *o) {
 out:
     srv_sched_stop(S.sched); /* waiting and running requests end with 503 */
     if (rc == 0 && o->cache_dir) save_cache(ctx, (void *)o); /* the inference thread is gone: ctx is ours */
-    if (d) MHD_stop_daemon(d); /* connection threads answer and end */
+    /* every suspended connection was woken by the stop above (MHD requires
+       it): they answer and close */
+    if (d) MHD_stop_daemon(d);
+    srv_conns_stop(conns);
     srv_sched_free(S.sched);
     srv_metrics_free(S.metrics);
     tkv_context_free(ctx);

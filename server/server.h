@@ -2,10 +2,14 @@
  * server.h — `tokenkv serve`: an OpenAI-compatible HTTP server over one
  * model and one context, reusing every cached prefix for every client.
  *
- * Threads: libmicrohttpd runs one thread per connection; those threads
- * parse, validate and tokenize, then hand requests to the scheduler
- * (scheduler.h), whose single inference thread is the only one that touches
- * the context.
+ * Threads: libmicrohttpd runs a few HTTP threads, each an epoll loop over
+ * many connections; they parse, validate and tokenize, then hand requests
+ * to the scheduler (scheduler.h), whose single inference thread is the only
+ * one that touches the context. A request waiting for it suspends its
+ * connection instead of blocking a thread; the scheduler resumes it when
+ * there is an answer or more text to stream (conn.h). A watchdog thread
+ * enforces the request deadline and notices clients that leave while
+ * their connection is suspended.
  */
 #ifndef TKV_SRV_SERVER_H
 #define TKV_SRV_SERVER_H
@@ -33,7 +37,9 @@ typedef struct srv_opts {
     size_t max_queue;          /* waiting requests before 429 */
     int max_connections;       /* open connections at most, all clients together */
     int max_connections_per_client; /* per client address (0: no limit): one client cannot take every slot */
-    int idle_timeout;          /* seconds a connection may stay silent (headers, body, keep-alive) */
+    int idle_timeout;          /* seconds a connection may stay silent (headers, body, keep-alive, response) */
+    int request_timeout;       /* seconds to deliver a request's headers and body, counted from the accept or the
+                                  end of the previous response (so also an idle keep-alive's limit); 0: none */
     bool no_prefix_cache;
     bool no_webui;             /* no web page at / */
     const char *chat_template; /* a family name overriding the model's, or NULL */

@@ -47,7 +47,7 @@ const SANITIZER_REPORT = /ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:
 /**
  * Start `tokenkv serve --port 0` with extra options; resolves once it
  * listens and GET /health answers 200. The result:
- *   port, url ('http://127.0.0.1:PORT'), baseURL (url + '/v1'),
+ *   pid, port, url ('http://127.0.0.1:PORT'), baseURL (url + '/v1'),
  *   log() (its stderr so far), client(opts) (an OpenAI client for it),
  *   stop() (SIGTERM, SIGKILL after a timeout; resolves {code, signal, log}),
  *   kill(sig) (that signal, default SIGKILL, and nothing else; resolves the same).
@@ -88,6 +88,7 @@ export async function startServer(args = [], { model = MODEL } = {}) {
   const apiKey = keyAt >= 0 ? args[keyAt + 1] : undefined;
   const server = {
     argv,
+    pid: child.pid,
     apiKey,
     // what the helpers below send (the right key, where the server has one)
     auth: apiKey ? { Authorization: `Bearer ${apiKey}` } : {},
