@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "tokenkv.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,8 @@ static const char *const run_help =
     "\n"
     "Generate up to N tokens after PROMPT (tokenized with the model's default special\n"
     "tokens) and print only the generated text, as it is produced; logs and timings\n"
-    "go to stderr. Stops at end-of-generation or after N tokens.\n"
+    "go to stderr. Stops at end-of-generation, after N tokens, or at the model's\n"
+    "context length (saying so on stderr).\n"
     "\n"
     "  -m, --model MODEL       a GGUF model\n"
     "  -p, --prompt PROMPT     the prompt\n"
@@ -131,6 +133,18 @@ int cmd_run(int argc, char **argv) {
         cli_fail("run", "the prompt is empty and the model adds no BOS token");
         goto done;
     }
+    /* The model's context length bounds the whole text: past it, its positions
+       mean nothing it was trained on. A prompt that fills it is an error; a
+       generation that reaches it stops there, and says so. */
+    tkv_hparams hp;
+    const size_t n_ctx = tkv_model_hparams(m, &hp) == TKV_OK && hp.n_ctx_train ? hp.n_ctx_train : SIZE_MAX;
+    if (n_prompt >= n_ctx) {
+        cli_fail("run", "the prompt (%zu tokens) fills the model's context length (%zu tokens)", n_prompt, n_ctx);
+        goto done;
+    }
+    const size_t room = n_ctx - n_prompt;
+    const bool capped = (size_t)n_predict > room;
+    if (capped) n_predict = (double)room;
     if (n_prompt + (size_t)n_predict > cp.n_cells) {
         cli_fail("run", "prompt (%zu tokens) + %g to generate exceed the context of %u cells (-c)", n_prompt, n_predict,
                  cp.n_cells);
@@ -175,6 +189,7 @@ int cmd_run(int argc, char **argv) {
         logits = tkv_get_logits(ctx, 0);
     }
     double t3 = now();
+    const bool at_limit = capped && n_gen == (size_t)n_predict;
     if (ids_only) {
         putchar('[');
         for (size_t i = 0; i < n_gen; i++) printf(i ? ", %d" : "%d", (int)gen[i]);
@@ -185,6 +200,9 @@ int cmd_run(int argc, char **argv) {
         if (tkv_detok_flush(dt, &s, &len) == TKV_OK) fwrite(s, 1, len, stdout);
         putchar('\n');
     }
+    if (at_limit)
+        fprintf(stderr, "tokenkv run: stopped at the model's context length (%zu tokens: %zu of prompt, %zu generated)\n",
+                n_ctx, n_prompt, n_gen);
     fprintf(stderr, "tokenkv run: load %.0f ms; prompt %zu tokens in %.1f ms (%.1f tok/s); generated %zu in %.1f ms (%.1f tok/s)\n",
             1e3 * (t1 - t0), n_prompt, 1e3 * (t2 - t1), (double)n_prompt / (t2 - t1), n_gen, 1e3 * (t3 - t2),
             n_gen > 0 ? (double)n_gen / (t3 - t2) : 0.0);

@@ -708,7 +708,7 @@ void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enu
         pthread_mutex_lock(&r->mu);
         r->wake = NULL, r->wake_arg = NULL; /* the link may close after this */
         if (!r->done) r->cancelled = true;
-        prompt = r->n_prompt, cached = r->n_cached, gen = r->n_gen;
+        prompt = r->n_prompt, cached = r->n_cached, gen = r->done ? r->n_gen : r->n_pushed;
         pthread_mutex_unlock(&r->mu);
         srv_req_unref(r);
     }

@@ -24,7 +24,7 @@ typedef struct hist {
 } hist;
 
 /* HTTP statuses we count separately; the rest fall into "other". */
-static const int statuses[] = {200, 400, 401, 404, 405, 413, 429, 500, 503};
+static const int statuses[] = {200, 400, 401, 404, 405, 413, 415, 429, 499, 500, 503}; /* 499: the client left */
 #define N_STATUS (sizeof statuses / sizeof statuses[0])
 
 struct srv_metrics {

@@ -76,6 +76,7 @@ static size_t held_back(const srv_req *r, size_t from) {
 
 bool srv_req_append(srv_req *r, const char *s, size_t n) {
     pthread_mutex_lock(&r->mu);
+    r->n_pushed++;
     /* a chat answer is a message of its own: without the space that joins it
        to "Assistant:" (the template puts it back when the message comes back
        in the next turn, so that turn's tokens match the cached ones) */

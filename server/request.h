@@ -70,7 +70,8 @@ typedef struct srv_req {
     size_t n_lps, cap_lps;
     size_t n_gen_tokens;
     size_t n_cached;            /* prompt tokens reused from the cache */
-    int n_gen;                  /* completion tokens */
+    int n_gen;                  /* completion tokens, once done */
+    int n_pushed;               /* tokens whose text was appended so far (what a cancelled stream got) */
     bool done;
     const char *finish_reason;  /* "stop" or "length" once done */
     int stop_word;              /* the index of the stop string that ended the text, or -1 */

@@ -24,9 +24,14 @@
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
-    /* a client gone while its request was read, or a connection cut at the
-       request deadline: ordinary, and thousands of lines under a slowloris */
-    if (!strncmp(fmt, "Connection socket is closed when reading request", 48)) return;
+    /* a client gone while its request was read or its answer sent, or a
+       connection cut at the request deadline: ordinary (the request's own
+       log line says 499), and thousands of lines under a slowloris */
+    static const char *const gone[] = {"Connection socket is closed when reading request",
+                                       "Failed to send the chunked response body", "Failed to send data in request",
+                                       "Failed to send the response headers", "Failed to send reply"};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
+        if (!strncmp(fmt, gone[i], strlen(gone[i]))) return;
     fputs("tokenkv serve: http: ", stderr);
     vfprintf(stderr, fmt, ap);
 }

@@ -48,6 +48,10 @@ serverSuite('cancellation', ['--parallel', '2'], (s) => {
     const generated = metric(m1.body, 'tokenkv_generated_tokens_total');
     assert.ok(generated >= 3 && generated < MAX_TOKENS, `generated ${generated} of ${MAX_TOKENS}`);
     await waitFor(() => /POST \/v1\/completions 499 /.test(server.log()), 'the 499 ("client closed") log line', 5000);
+    // the line counts the tokens the stream sent (it said 0 before), and the client leaving is no error
+    const line = /POST \/v1\/completions 499 .*generated=(\d+)/.exec(server.log());
+    assert.ok(Number(line[1]) >= 3 && Number(line[1]) <= generated, line[0]);
+    assert.doesNotMatch(server.log(), /tokenkv serve: http: /, 'no libmicrohttpd message about the closed socket');
 
     // the same prompt again reuses the cancelled request's cells
     const again = await client.completions.create({ model: MODEL_ID, prompt: PROMPT, max_tokens: 8, temperature: 0 });
@@ -63,6 +67,7 @@ serverSuite('cancellation', ['--parallel', '2'], (s) => {
     const body = m.body;
     assert.match(body, /^# TYPE tokenkv_requests_total counter$/m);
     assert.ok(metric(body, 'tokenkv_requests_total\\{status="200"\\}') >= 4);
+    assert.equal(metric(body, 'tokenkv_requests_total\\{status="499"\\}'), 1); /* counted as such, not "other" */
     for (const h of ['tokenkv_time_to_first_token_seconds', 'tokenkv_time_per_output_token_seconds']) {
       assert.match(body, new RegExp(`^# TYPE ${h} histogram$`, 'm'));
       const inf = metric(body, `${h}_bucket\\{le="\\+Inf"\\}`);
