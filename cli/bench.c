@@ -24,7 +24,8 @@
 #include <time.h>
 
 static const char *const bench_help =
-    "usage: tokenkv bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [--json] [--reference-order]\n"
+    "usage: tokenkv bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [-ctk T] [-ctv T]\n"
+    "                      [--json] [--reference-order]\n"
     "\n"
     "Measure prompt processing (one batch of -p random tokens) and token generation\n"
     "(-n random tokens one at a time) in tokens per second: mean and standard\n"
@@ -37,6 +38,8 @@ static const char *const bench_help =
     "  -t, --threads N         threads (default: the physical cores this process may use,\n"
     "                          within its cgroup quota)\n"
     "  -r, --repetitions N     measured runs per test (default 3)\n"
+    "  -ctk, --cache-type-k T  the K cache's type: " CLI_KV_TYPES " (default f16)\n"
+    "  -ctv, --cache-type-v T  the V cache's type (default: the K cache's)\n"
     "  --json                  one JSON object per test per line\n"
     "  --reference-order       the reference's arithmetic instead of the default batch-\n"
     "                          invariant one (outputs then depend on batching), to\n"
@@ -239,6 +242,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     long n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
     bool json = false, invariant = true;
+    tkv_type type_k = TKV_TYPE_F16, type_v = TKV_TYPE_COUNT; /* V: as K */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -264,7 +268,11 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) ok = parse_int(a, v, 0, 1 << 20, &n_gen);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = parse_int(a, v, 1, 1024, &threads);
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) ok = parse_int(a, v, 1, 1000, &reps);
-        else {
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
+            const bool k = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
+            ok = cli_kv_type(v, k ? &type_k : &type_v);
+            if (!ok) fprintf(stderr, "tokenkv bench: %s '%s': not a KV cache type (%s)\n", a, v, CLI_KV_TYPES);
+        } else {
             fprintf(stderr, "tokenkv bench: unknown option '%s'\n%s", a, bench_help);
             return 2;
         }
@@ -297,6 +305,8 @@ int cmd_bench(int argc, char **argv) {
     cp.n_cells = (uint32_t)(n_prompt + n_gen); /* one sequence at a time needs max(p, n); p + n leaves room */
     cp.n_seq_max = 1;
     cp.batch_invariant = invariant;
+    cp.kv_type = type_k;
+    cp.kv_type_v = type_v;
     if (threads > 0) cp.n_threads = (int)threads;
     threads = cp.n_threads;
     if (tkv_context_create(m, &cp, &b.ctx) != TKV_OK) {

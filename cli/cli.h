@@ -8,6 +8,9 @@
 #ifndef TKV_CLI_H
 #define TKV_CLI_H
 
+#include "tokenkv.h"
+
+#include <stdbool.h>
 #include <stddef.h>
 
 int cmd_inspect(int argc, char **argv);
@@ -21,6 +24,11 @@ int cmd_template(int argc, char **argv);
 
 /* A whole file ("-": standard input), NUL-terminated, malloc'd; *len its bytes. NULL on failure. */
 char *cli_read_file(const char *path, size_t *len);
+
+/* The KV cache type named `name` (case-insensitive: f16, f32, q8_0, q5_1, q5_0, q4_1, q4_0, iq4_nl, as
+   llama.cpp's --cache-type-k/v take them) into *out; false for any other name. */
+#define CLI_KV_TYPES "f16, f32, q8_0, q5_1, q5_0, q4_1, q4_0, iq4_nl"
+bool cli_kv_type(const char *name, tkv_type *out);
 
 /* Print "tokenkv SUB: message" on stderr; returns 1 for `return fail(...)`. */
 int cli_fail(const char *sub, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

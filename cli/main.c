@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const struct {
     const char *name;
@@ -23,6 +24,17 @@ static const struct {
     {"template", cmd_template, "render a chat template for a conversation"},
     {"tokenize", cmd_tokenize, "turn text into token ids"},
 };
+
+bool cli_kv_type(const char *name, tkv_type *out) {
+    static const tkv_type kv_types[] = {TKV_TYPE_F16,  TKV_TYPE_F32,  TKV_TYPE_Q8_0, TKV_TYPE_Q5_1,
+                                        TKV_TYPE_Q5_0, TKV_TYPE_Q4_1, TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL};
+    for (size_t i = 0; i < sizeof kv_types / sizeof *kv_types; i++)
+        if (!strcasecmp(name, tkv_type_name(kv_types[i]))) {
+            *out = kv_types[i];
+            return true;
+        }
+    return false;
+}
 
 char *cli_read_file(const char *path, size_t *len) {
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;

@@ -12,7 +12,7 @@
 
 static const char *const run_help =
     "usage: tokenkv run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
-    "                  [--repeat-penalty R] [--seed S] [-t THREADS] [-c CELLS] [--ids]\n"
+    "                  [--repeat-penalty R] [--seed S] [-t THREADS] [-c CELLS] [-ctk T] [-ctv T] [--ids]\n"
     "\n"
     "Generate up to N tokens after PROMPT (tokenized with the model's default special\n"
     "tokens) and print only the generated text, as it is produced; logs and timings\n"
@@ -31,6 +31,8 @@ static const char *const run_help =
     "  -t, --threads N         threads (default: the physical cores this process may use,\n"
     "                          within its cgroup quota)\n"
     "  -c, --cells N           KV cells, i.e. the context size (default 4096)\n"
+    "  -ctk, --cache-type-k T  the K cache's type: " CLI_KV_TYPES " (default f16)\n"
+    "  -ctv, --cache-type-v T  the V cache's type (default: the K cache's)\n"
     "  --ids                   print one JSON array of the generated ids instead of text\n"
     "  -h, --help              show this help\n";
 
@@ -52,9 +54,17 @@ static bool num(const char *opt, const char *v, double lo, double hi, double *ou
     return true;
 }
 
+/* A --cache-type-k/v value; false (after a message) for a name that is not a KV cache type. */
+static bool kv_type_arg(const char *opt, const char *v, tkv_type *out) {
+    if (cli_kv_type(v, out)) return true;
+    fprintf(stderr, "tokenkv run: %s '%s': not a KV cache type (%s)\n", opt, v, CLI_KV_TYPES);
+    return false;
+}
+
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL;
     double n_predict = 128, threads = 0, cells = 0, seed = 0;
+    tkv_type type_k = TKV_TYPE_F16, type_v = TKV_TYPE_COUNT; /* V: as K */
     tkv_sampler_params sp = tkv_sampler_default_params();
     bool ids_only = false;
     for (int i = 1; i < argc; i++) {
@@ -85,6 +95,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) ok = num(a, v, 0, 1.8e19, &seed), sp.seed = (uint64_t)seed;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = num(a, v, 1, 1024, &threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--cells")) ok = num(a, v, 1, 1 << 24, &cells);
+        else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) ok = kv_type_arg(a, v, &type_k);
+        else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) ok = kv_type_arg(a, v, &type_v);
         else {
             fprintf(stderr, "tokenkv run: unknown option '%s'\n%s", a, run_help);
             return 2;
@@ -116,6 +128,8 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "tokenkv run: %s\n", why);
     }
     if (cells > 0) cp.n_cells = (uint32_t)cells;
+    cp.kv_type = type_k;
+    cp.kv_type_v = type_v;
     size_t n_prompt = 0;
     size_t plen = strlen(prompt);
     tkv_tokenize(m, prompt, plen, TKV_TOKENIZE_ADD_SPECIAL, NULL, 0, &n_prompt);

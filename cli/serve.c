@@ -43,6 +43,9 @@ static const char *const serve_help =
     "  -np, --parallel N          requests decoded together (default 4)                [TOKENKV_PARALLEL]\n"
     "  -c, --ctx-size, --ctx N    KV cells shared by all requests (default 4096)       [TOKENKV_CTX_SIZE]\n"
     "  -b, --batch-size, --batch N  tokens per decode step (default 512)               [TOKENKV_BATCH_SIZE]\n"
+    "  -ctk, --cache-type-k T     the K cache's type: f16 (default), f32, q8_0, q5_1, q5_0,\n"
+    "                             q4_1, q4_0, iq4_nl                              [TOKENKV_CACHE_TYPE_K]\n"
+    "  -ctv, --cache-type-v T     the V cache's type (default: the K cache's)    [TOKENKV_CACHE_TYPE_V]\n"
     "  -t, --threads N            threads (default: the physical cores this process may\n"
     "                             use, within its cgroup quota)                         [TOKENKV_THREADS]\n"
     "  --api-key KEY              require 'Authorization: Bearer KEY'; /health stays open [TOKENKV_API_KEY]\n"
@@ -96,6 +99,8 @@ static const option options[] = {
     {{"--parallel", "-np"}, "TOKENKV_PARALLEL", INT(parallel, 1, 256)},
     {{"--ctx-size", "-c", "--ctx"}, "TOKENKV_CTX_SIZE", INT(cells, 16, 1 << 24)},
     {{"--batch-size", "-b", "--batch"}, "TOKENKV_BATCH_SIZE", INT(n_batch, 1, 1 << 16)},
+    {{"--cache-type-k", "-ctk"}, "TOKENKV_CACHE_TYPE_K", O_STR, OFF(cache_type_k), 0, 0, 0},
+    {{"--cache-type-v", "-ctv"}, "TOKENKV_CACHE_TYPE_V", O_STR, OFF(cache_type_v), 0, 0, 0},
     {{"--threads", "-t"}, "TOKENKV_THREADS", INT(threads, 1, 1024)},
     {{"--api-key"}, "TOKENKV_API_KEY", O_STR, OFF(api_key), 0, 0, 0},
     {{"--api-key-file"}, "TOKENKV_API_KEY_FILE", O_STR, OFF(api_key_file), 0, 0, 0},
@@ -232,6 +237,16 @@ int cmd_serve(int argc, char **argv) {
         i++;
     }
     if (!o.model_path) o.model_path = default_model();
+    tkv_type tk = TKV_TYPE_F16, tv = TKV_TYPE_COUNT; /* V: as K */
+    const char *bad = o.cache_type_k && !cli_kv_type(o.cache_type_k, &tk)   ? o.cache_type_k
+                      : o.cache_type_v && !cli_kv_type(o.cache_type_v, &tv) ? o.cache_type_v
+                                                                            : NULL;
+    if (bad) {
+        fprintf(stderr, "tokenkv serve: --cache-type-%c '%s': not a KV cache type (%s)\n",
+                bad == o.cache_type_k ? 'k' : 'v', bad, CLI_KV_TYPES);
+        return 2;
+    }
+    o.kv_type_k = (int)tk, o.kv_type_v = (int)tv;
     if (o.api_key_file && !(o.api_key = read_key_file(o.api_key_file))) return 2;
     if ((uint32_t)o.parallel > o.n_batch) {
         fprintf(stderr, "tokenkv serve: --parallel %d exceeds --batch-size %u: each step decodes a token per request\n",

@@ -689,8 +689,11 @@ typedef struct tkv_context_params {
     uint32_t n_batch;   /**< tokens per forward pass; longer batches are split; default 512 */
     int n_threads;      /**< default: tkv_default_threads() (the physical cores this
                              process may use, within its cgroup CPU quota) */
-    tkv_type kv_type;   /**< TKV_TYPE_F16 (default), TKV_TYPE_F32, or TKV_TYPE_Q8_0 (half
-                             the memory; needs K/V rows of a multiple of 32) */
+    tkv_type kv_type;   /**< the K cache's type, and the V cache's unless kv_type_v says
+                             otherwise: TKV_TYPE_F16 (default), TKV_TYPE_F32, or a 32-element
+                             block type (TKV_TYPE_Q8_0: about half F16's memory, Q5_1, Q5_0,
+                             Q4_1, Q4_0, IQ4_NL: less, with more drift; these need K/V rows of
+                             a multiple of 32 elements) */
     tkv_abort_fn abort_cb; /**< optional (NULL: never abort) */
     void *abort_user;      /**< passed to abort_cb */
     /** true (default): every token attends in float and float weights keep
@@ -705,6 +708,9 @@ typedef struct tkv_context_params {
         form; float weights (F32, F16, BF16) sum products in one order for a
         single token and another for a pass of several (on AVX-512 CPUs). */
     bool batch_invariant;
+    /** the V cache's type (the same choices as kv_type); TKV_TYPE_COUNT
+        (default): kv_type's. llama.cpp's --cache-type-v. */
+    tkv_type kv_type_v;
 } tkv_context_params;
 
 /**

@@ -342,6 +342,8 @@ int srv_main(const srv_opts *o) {
     /* batched requests must not change each other's outputs, nor may
        reuse change a request's output: see tkv_context_params */
     cp.batch_invariant = true;
+    cp.kv_type = (tkv_type)o->kv_type_k;
+    cp.kv_type_v = (tkv_type)o->kv_type_v;
     tkv_context *ctx = NULL;
     int rc = 1;
     if (tkv_context_create(model, &cp, &ctx) != TKV_OK) {
@@ -384,8 +386,10 @@ int srv_main(const srv_opts *o) {
         goto out;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "tokenkv serve: model %s (%s, %u layers, vocabulary %zu), %u cells, %d parallel, chat %s%s\n",
-            id, hp.arch, hp.n_layer, tkv_vocab_size(model), o->cells, o->parallel, chat_what,
+    fprintf(stderr, "tokenkv serve: model %s (%s, %u layers, vocabulary %zu), %u cells (K %s, V %s), %d parallel, chat %s%s\n",
+            id, hp.arch, hp.n_layer, tkv_vocab_size(model), o->cells, tkv_type_name((tkv_type)o->kv_type_k),
+            tkv_type_name(o->kv_type_v == TKV_TYPE_COUNT ? (tkv_type)o->kv_type_k : (tkv_type)o->kv_type_v), o->parallel,
+            chat_what,
             o->no_prefix_cache ? ", prefix cache OFF" : "");
     fprintf(stderr, "tokenkv serve: listening on http://%s%s%s:%u\n", addr.ss_family == AF_INET6 ? "[" : "", o->host,
             addr.ss_family == AF_INET6 ? "]" : "", di ? di->port : (unsigned)o->port);

@@ -25,6 +25,9 @@ typedef struct srv_opts {
     int port;                  /* 0: any free port (printed at start-up) */
     int parallel;              /* sequences decoded together */
     uint32_t cells;            /* KV cells */
+    const char *cache_type_k;  /* --cache-type-k as given (cli/serve.c turns it into kv_type_k), or NULL */
+    const char *cache_type_v;
+    int kv_type_k, kv_type_v;  /* tkv_type of the K and V cache (kv_type_v TKV_TYPE_COUNT: as K) */
     uint32_t n_batch;          /* tokens per decode step */
     int threads;
     const char *api_key;       /* NULL: no authentication */

@@ -427,6 +427,18 @@ void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t 
  */
 void tkv__quant_quantize_row(tkv_type vdtype, const float *x, void *y, size_t n);
 
+/*
+ * Quantize n floats (a multiple of 32) into the 32-element block formats
+ * Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL (quant_blocks.c): the rounding of
+ * the reference's scalar weight quantizers (Q8_0 rounds half away from zero
+ * here, unlike the activation quantizer above). What a quantized KV cache
+ * stores, and what the tools write for weights of these types.
+ */
+void tkv__quant_quantize_block_row(tkv_type type, const float *x, void *y, size_t n);
+
+/* The element of largest magnitude among x[0..n), with its sign (the first one on ties). */
+float tkv__quant_signed_absmax(const float *x, int n);
+
 /* The same, one function per type (these are the scalar kernel entries). */
 void tkv__quant_quantize_f32(const float *x, void *y, size_t n);
 void tkv__quant_quantize_f16(const float *x, void *y, size_t n);

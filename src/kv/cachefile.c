@@ -2,12 +2,13 @@
  * cachefile.c — the cache file format: writing a prefix (token ids and
  * their K/V) crash-safely, and parsing and validating a file image.
  *
- * Format, version 1. One file holds one prefix of one namespace: the token
+ * Format, version 2. One file holds one prefix of one namespace: the token
  * ids of positions 0..n_tokens-1 and the K/V of positions kv_from..n_tokens-1
  * (kv_from is 0 for a sequence; for a prefix-index node it is the node's
  * depth, and the tokens before it must already be cached when it loads).
  * Every integer is little-endian; K/V rows are stored as the cache holds
- * them (F16, F32 or Q8_0 blocks, little-endian hosts). Files are a sequence
+ * them (F16, F32 or 32-element blocks such as Q8_0, little-endian hosts; K
+ * and V may differ in type). Files are a sequence
  * of blocks, each followed by its XXH3-64 checksum, seeded with the block's
  * number so that blocks cannot be swapped or repeated unnoticed:
  *
@@ -17,24 +18,26 @@
  *    12  u32 header   96 (bytes of this block, checksum included)
  *    16  u64 fp[2]    model fingerprint (tkv_model_fingerprint: XXH3-128 of
  *                     the hyperparameters, tensor table and tokenizer)
- *    32  u32 kv_type  tkv_type of the rows (F16, F32, Q8_0)
+ *    32  u32 kv_type  tkv_type of the K rows (F16, F32, Q8_0, Q4_0, ...)
  *    36  u32 n_layer
  *    40  u32 n_embd_kv  elements of one K (or V) row
  *    44  u32 n_vocab
- *    48  u64 row_size   bytes of one K (or V) row
+ *    48  u64 row_size   bytes of one K row
  *    56  u64 ns         namespace of the prefix
  *    64  u32 n_tokens
  *    68  u32 kv_from
  *    72  u64 rank       order in a tkv_cache_save, 0 = most recently used
- *    80  u64 reserved   0
+ *    80  u32 v_type     tkv_type of the V rows
+ *    84  u32 row_size_v bytes of one V row
  *    88  u64 checksum
  *   block 1, tokens: n_tokens int32 ids, then n_tokens int32 positions
  *     (0..n_tokens-1), then the checksum (seed 1);
  *   blocks 2 .. 2 + 2 n_layer - 1: for each layer, its K rows then its V
- *     rows of positions kv_from..n_tokens-1 (row_size bytes each), each
- *     block followed by its checksum (seed = block number).
+ *     rows of positions kv_from..n_tokens-1 (row_size and row_size_v bytes
+ *     each), each block followed by its checksum (seed = block number).
  * The file ends there: its size is exactly
- *   96 + 8 n_tokens + 8 + 2 n_layer ((n_tokens - kv_from) row_size + 8).
+ *   96 + 8 n_tokens + 8 + n_layer ((n_tokens - kv_from) (row_size + row_size_v) + 16).
+ * Version 1 files (bytes 80..87 zero, V of K's type and size) are read too.
  *
  * Reading checks all of it before anything is used: size, magic, version,
  * the header checksum, every field against the context (fingerprint, KV
@@ -80,10 +83,12 @@ static void put64(uint8_t *p, uint64_t v) {
 /* Byte offsets of the layout (see the top of the file). */
 enum { H_CHECKSUM = 88, H_BYTES = TKV__CACHEFILE_HEADER_BYTES };
 
-static uint64_t kv_block_bytes(const tkv__phdr *h) { return (uint64_t)(h->n_tokens - h->kv_from) * h->row_size; }
+/* Bytes of one layer's K block and V block (checksums not included). */
+static uint64_t k_block_bytes(const tkv__phdr *h) { return (uint64_t)(h->n_tokens - h->kv_from) * h->row_size; }
+static uint64_t v_block_bytes(const tkv__phdr *h) { return (uint64_t)(h->n_tokens - h->kv_from) * h->row_size_v; }
 
 uint64_t tkv__cachefile_file_size(const tkv__phdr *h) {
-    return H_BYTES + 8ull * h->n_tokens + 8 + 2ull * h->n_layer * (kv_block_bytes(h) + 8);
+    return H_BYTES + 8ull * h->n_tokens + 8 + (uint64_t)h->n_layer * (k_block_bytes(h) + v_block_bytes(h) + 16);
 }
 
 static void encode_header(const tkv__phdr *h, uint8_t p[H_BYTES]) {
@@ -102,6 +107,8 @@ static void encode_header(const tkv__phdr *h, uint8_t p[H_BYTES]) {
     put32(p + 64, h->n_tokens);
     put32(p + 68, h->kv_from);
     put64(p + 72, h->rank);
+    put32(p + 80, h->v_type);
+    put32(p + 84, (uint32_t)h->row_size_v);
     put64(p + H_CHECKSUM, XXH3_64bits_withSeed(p, H_CHECKSUM, 0));
 }
 
@@ -117,6 +124,13 @@ static void decode_header(const uint8_t *p, tkv__phdr *h) {
     h->n_tokens = get32(p + 64);
     h->kv_from = get32(p + 68);
     h->rank = get64(p + 72);
+    if (get32(p + 8) == 1) { /* version 1: V as K */
+        h->v_type = h->kv_type;
+        h->row_size_v = h->row_size;
+    } else {
+        h->v_type = get32(p + 80);
+        h->row_size_v = get32(p + 84);
+    }
 }
 
 static const char *type_name(uint32_t t) {
@@ -132,12 +146,13 @@ tkv_status tkv__cachefile_check_header(const char *name, const uint8_t *p, uint6
     if (memcmp(p, magic, sizeof magic) != 0)
         return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': not a tokenkv cache file (bad magic)", name);
     const uint32_t version = get32(p + 8);
-    if (version != TKV__CACHEFILE_VERSION)
-        return tkv__fail(TKV_ERR_UNSUPPORTED, "cache file '%s': format version %u is not supported (this build reads version %u)",
-                         name, version, TKV__CACHEFILE_VERSION);
+    if (version != 1 && version != TKV__CACHEFILE_VERSION)
+        return tkv__fail(TKV_ERR_UNSUPPORTED,
+                         "cache file '%s': format version %u is not supported (this build reads versions 1 and %u)", name,
+                         version, TKV__CACHEFILE_VERSION);
     if (get64(p + H_CHECKSUM) != XXH3_64bits_withSeed(p, H_CHECKSUM, 0))
         return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block 0 (header) checksum mismatch (the file is corrupt)", name);
-    if (get32(p + 12) != H_BYTES || get64(p + 80) != 0)
+    if (get32(p + 12) != H_BYTES || (version == 1 && get64(p + 80) != 0))
         return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': header size %u or reserved field %llu is wrong", name,
                          get32(p + 12), (unsigned long long)get64(p + 80));
     decode_header(p, h);
@@ -147,11 +162,11 @@ tkv_status tkv__cachefile_check_header(const char *name, const uint8_t *p, uint6
                          "model %016llx%016llx)",
                          name, (unsigned long long)h->fp[1], (unsigned long long)h->fp[0], (unsigned long long)e->fp[1],
                          (unsigned long long)e->fp[0]);
-    if (h->kv_type != e->kv_type)
-        return tkv__fail(TKV_ERR_INVALID, "cache file '%s': KV type %s differs from the context's %s", name,
-                         type_name(h->kv_type), type_name(e->kv_type));
+    if (h->kv_type != e->kv_type || h->v_type != e->v_type)
+        return tkv__fail(TKV_ERR_INVALID, "cache file '%s': KV types K %s, V %s differ from the context's K %s, V %s", name,
+                         type_name(h->kv_type), type_name(h->v_type), type_name(e->kv_type), type_name(e->v_type));
     if (h->n_layer != e->n_layer || h->n_embd_kv != e->n_embd_kv || h->row_size != e->row_size ||
-        h->n_vocab != e->n_vocab)
+        h->row_size_v != e->row_size_v || h->n_vocab != e->n_vocab)
         return tkv__fail(TKV_ERR_INVALID,
                          "cache file '%s': geometry differs (n_layer %u, K/V row of %u elements in %llu bytes, vocabulary "
                          "of %u; the context has %u, %u, %llu, %u)",
@@ -194,10 +209,11 @@ tkv_status tkv__cachefile_parse(const char *name, const uint8_t *data, size_t si
             return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': token %u is at position %d, expected %u", name, i, (int)pos,
                              i);
     }
-    const uint64_t blk = kv_block_bytes(&h);
+    const uint64_t bk = k_block_bytes(&h), bv = v_block_bytes(&h);
     const uint8_t *kv = tok + tok_bytes + 8;
     for (uint32_t b = 0; b < 2 * h.n_layer; b++) {
-        const uint8_t *p = kv + b * (blk + 8);
+        const uint8_t *p = kv + (b / 2) * (bk + bv + 16) + (b % 2) * (bk + 8);
+        const uint64_t blk = b % 2 ? bv : bk;
         if (get64(p + blk) != XXH3_64bits_withSeed(p, (size_t)blk, 2 + b))
             return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block %u (layer %u %c) checksum mismatch (the file is corrupt)",
                              name, 2 + b, b / 2, b % 2 ? 'V' : 'K');
@@ -205,7 +221,6 @@ tkv_status tkv__cachefile_parse(const char *name, const uint8_t *data, size_t si
     rec->h = h;
     rec->tokens = tok;
     rec->kv = kv;
-    rec->kv_block = blk;
     return TKV_OK;
 }
 
@@ -216,9 +231,11 @@ void tkv__cachefile_reseal(uint8_t *data, size_t size) {
     decode_header(data, &h);
     if (h.kv_from > h.n_tokens) return;
     /* the layout, without overflow, must fit the image exactly */
-    uint64_t blk, kv_all, total;
-    if (__builtin_mul_overflow((uint64_t)(h.n_tokens - h.kv_from), h.row_size, &blk) ||
-        __builtin_mul_overflow(blk + 8 < blk ? UINT64_MAX : blk + 8, 2ull * h.n_layer, &kv_all) ||
+    uint64_t bk, bv, layer, kv_all, total;
+    if (__builtin_mul_overflow((uint64_t)(h.n_tokens - h.kv_from), h.row_size, &bk) ||
+        __builtin_mul_overflow((uint64_t)(h.n_tokens - h.kv_from), h.row_size_v, &bv) ||
+        __builtin_add_overflow(bk, bv, &layer) || __builtin_add_overflow(layer, 16, &layer) ||
+        __builtin_mul_overflow(layer, (uint64_t)h.n_layer, &kv_all) ||
         __builtin_add_overflow(kv_all, H_BYTES + 8ull * h.n_tokens + 8, &total) || total != size)
         return;
     uint8_t *tok = data + H_BYTES;
@@ -226,7 +243,8 @@ void tkv__cachefile_reseal(uint8_t *data, size_t size) {
     put64(tok + tok_bytes, XXH3_64bits_withSeed(tok, tok_bytes, 1));
     uint8_t *kv = tok + tok_bytes + 8;
     for (uint32_t b = 0; b < 2 * h.n_layer; b++) {
-        uint8_t *p = kv + b * (blk + 8);
+        uint8_t *p = kv + (b / 2) * layer + (b % 2) * (bk + 8);
+        const uint64_t blk = b % 2 ? bv : bk;
         put64(p + blk, XXH3_64bits_withSeed(p, (size_t)blk, 2 + b));
     }
 }
@@ -286,9 +304,9 @@ static void write_body(writer *w, const tkv__kvcache *kv, const tkv__phdr *h, co
     w_end_block(w);
     const uint32_t m = h->n_tokens - h->kv_from;
     for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
-        for (uint32_t i = 0; i < m; i++) w_put(w, tkv__kv_k(kv, l, cells[i]), kv->rows.row_size);
+        for (uint32_t i = 0; i < m; i++) w_put(w, tkv__kv_k(kv, l, cells[i]), kv->rows.row_size_k);
         w_end_block(w);
-        for (uint32_t i = 0; i < m; i++) w_put(w, tkv__kv_v(kv, l, cells[i]), kv->rows.row_size);
+        for (uint32_t i = 0; i < m; i++) w_put(w, tkv__kv_v(kv, l, cells[i]), kv->rows.row_size_v);
         w_end_block(w);
     }
 }

@@ -14,15 +14,17 @@
 
 #include <stdint.h>
 
-#define TKV__CACHEFILE_VERSION 1u
+#define TKV__CACHEFILE_VERSION 2u
 #define TKV__CACHEFILE_HEADER_BYTES 96u
 #define TKV__CACHEFILE_EXT ".tkvc"
 
 /* The fields of a file header (all validated by tkv__cachefile_check_header). */
 typedef struct tkv__phdr {
     uint64_t fp[2];     /* model fingerprint */
-    uint32_t kv_type, n_layer, n_embd_kv, n_vocab;
-    uint64_t row_size;  /* bytes of one K (or V) row */
+    uint32_t kv_type, n_layer, n_embd_kv, n_vocab; /* kv_type: K's */
+    uint64_t row_size;  /* bytes of one K row */
+    uint32_t v_type;    /* V's type (version 1: K's) */
+    uint64_t row_size_v;/* bytes of one V row */
     uint64_t ns;        /* namespace */
     uint32_t n_tokens;  /* the prefix: positions 0..n_tokens-1 */
     uint32_t kv_from;   /* K/V stored for positions kv_from..n_tokens-1 */
@@ -33,15 +35,23 @@ typedef struct tkv__phdr {
 typedef struct tkv__prec {
     tkv__phdr h;
     const uint8_t *tokens; /* (n_tokens) int32 little-endian */
-    const uint8_t *kv;     /* first K block; block b (K of layer b/2 or V) at kv + b * (kv_block + 8) */
-    uint64_t kv_block;     /* bytes of one K or V block: (n_tokens - kv_from) * row_size */
+    const uint8_t *kv;     /* the first K block (tkv__cachefile_k and _v find each layer's) */
 } tkv__prec;
+
+/* Layer l's K (V) rows of a parsed record: (n_tokens - kv_from) rows of row_size (row_size_v) bytes. */
+static inline const uint8_t *tkv__cachefile_k(const tkv__prec *r, uint32_t l) {
+    const uint64_t m = r->h.n_tokens - r->h.kv_from;
+    return r->kv + (uint64_t)l * (m * (r->h.row_size + r->h.row_size_v) + 16);
+}
+static inline const uint8_t *tkv__cachefile_v(const tkv__prec *r, uint32_t l) {
+    return tkv__cachefile_k(r, l) + (uint64_t)(r->h.n_tokens - r->h.kv_from) * r->h.row_size + 8;
+}
 
 /* What a context requires of a file: its model's fingerprint and the cache geometry. */
 typedef struct tkv__pexpect {
     uint64_t fp[2];
-    uint32_t kv_type, n_layer, n_embd_kv, n_vocab, n_cells;
-    uint64_t row_size;
+    uint32_t kv_type, v_type, n_layer, n_embd_kv, n_vocab, n_cells;
+    uint64_t row_size, row_size_v;
 } tkv__pexpect;
 
 /* Exact file size for a header's fields. */

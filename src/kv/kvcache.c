@@ -30,27 +30,53 @@ static void advise_huge_pages(void *p, size_t bytes) {
 #endif
 }
 
-tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv, tkv_type type, uint32_t n_seq,
-                          tkv__kvcache **out) {
-    if (type != TKV_TYPE_F16 && type != TKV_TYPE_F32 && type != TKV_TYPE_Q8_0)
-        return tkv__fail(TKV_ERR_UNSUPPORTED, "KV cache type %s is not supported (F16, F32, Q8_0)",
-                         tkv_type_name(type) ? tkv_type_name(type) : "?");
-    if (type == TKV_TYPE_Q8_0 && n_embd_kv % 32)
-        return tkv__fail(TKV_ERR_UNSUPPORTED, "KV cache type Q8_0 needs K/V rows of a multiple of 32 (this model: %u)",
-                         n_embd_kv);
+bool tkv__kv_type_ok(tkv_type t) {
+    switch (t) {
+    case TKV_TYPE_F16:
+    case TKV_TYPE_F32:
+    case TKV_TYPE_Q8_0:
+    case TKV_TYPE_Q5_1:
+    case TKV_TYPE_Q5_0:
+    case TKV_TYPE_Q4_1:
+    case TKV_TYPE_Q4_0:
+    case TKV_TYPE_IQ4_NL: return true;
+    default: return false;
+    }
+}
+
+/* TKV_OK when rows of n elements can be stored as t; `which` is "K" or "V". */
+static tkv_status check_type(tkv_type t, uint32_t n, const char *which) {
+    if (!tkv__kv_type_ok(t))
+        return tkv__fail(TKV_ERR_UNSUPPORTED,
+                         "KV cache type %s (%s) is not supported (F16, F32, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, IQ4_NL)",
+                         (unsigned)t < TKV_TYPE_COUNT && tkv_type_name(t) ? tkv_type_name(t) : "?", which);
+    if (t != TKV_TYPE_F16 && t != TKV_TYPE_F32 && n % 32)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "KV cache type %s (%s) needs rows of a multiple of 32 (this model: %u)",
+                         tkv_type_name(t), which, n);
+    return TKV_OK;
+}
+
+tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv, tkv_type type_k, tkv_type type_v,
+                          uint32_t n_seq, tkv__kvcache **out) {
+    tkv_status st = check_type(type_k, n_embd_kv, "K");
+    if (!st) st = check_type(type_v, n_embd_kv, "V");
+    if (st) return st;
     if (!n_cells || !n_seq) return tkv__fail(TKV_ERR_INVALID, "KV cache: n_cells and n_seq_max must be > 0");
     tkv__kvcache *kv = tkv__calloc(1, sizeof *kv);
     if (!kv) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the KV cache");
-    kv->rows.type = type;
+    kv->rows.type_k = type_k;
+    kv->rows.type_v = type_v;
     kv->rows.n_cells = n_cells;
     kv->rows.n_layer = n_layer;
     kv->rows.n_embd_kv = n_embd_kv;
-    kv->rows.row_size = tkv__quant_row_size(type, n_embd_kv);
-    size_t bytes = (size_t)n_layer * n_cells * kv->rows.row_size;
-    kv->rows.k = tkv__malloc(bytes);
-    kv->rows.v = tkv__malloc(bytes);
-    advise_huge_pages(kv->rows.k, bytes);
-    advise_huge_pages(kv->rows.v, bytes);
+    kv->rows.row_size_k = tkv__quant_row_size(type_k, n_embd_kv);
+    kv->rows.row_size_v = tkv__quant_row_size(type_v, n_embd_kv);
+    const size_t bytes_k = (size_t)n_layer * n_cells * kv->rows.row_size_k,
+                 bytes_v = (size_t)n_layer * n_cells * kv->rows.row_size_v, bytes = bytes_k + bytes_v;
+    kv->rows.k = tkv__malloc(bytes_k);
+    kv->rows.v = tkv__malloc(bytes_v);
+    advise_huge_pages(kv->rows.k, bytes_k);
+    advise_huge_pages(kv->rows.v, bytes_v);
     kv->token = tkv__malloc(n_cells * sizeof *kv->token);
     kv->pos = tkv__malloc(n_cells * sizeof *kv->pos);
     kv->free = tkv__malloc(n_cells * sizeof *kv->free);
@@ -64,7 +90,7 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
     if (!kv->rows.k || !kv->rows.v || !kv->token || !kv->pos || !kv->free || !kv->seq || !kv->cells || !kv->spare ||
         !kv->seq_count || !kv->run_tokens || !kv->run_cells) {
         tkv__kv_free(kv);
-        return tkv__fail(TKV_ERR_NOMEM, "out of memory for a KV cache of %u cells (%zu bytes)", n_cells, 2 * bytes);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory for a KV cache of %u cells (%zu bytes)", n_cells, bytes);
     }
     for (uint32_t i = 0; i < n_cells; i++) {
         kv->token[i] = TKV_TOKEN_NULL;
@@ -72,7 +98,7 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
         kv->free[i] = n_cells - 1 - i; /* low cells first */
     }
     kv->n_free = n_cells;
-    tkv_status st = tkv__pindex_create(n_cells, n_seq, kv->token, &kv->ix);
+    st = tkv__pindex_create(n_cells, n_seq, kv->token, &kv->ix);
     if (st) {
         tkv__kv_free(kv);
         return st;
@@ -106,8 +132,8 @@ void tkv__kv_free(tkv__kvcache *kv) {
 
 tkv_status tkv__kv_reserve_virtual(tkv__kvcache *kv, uint32_t n) {
     if (n <= kv->rows.cap_virtual) return TKV_OK;
-    size_t bytes = (size_t)kv->rows.n_layer * n * kv->rows.row_size;
-    uint8_t *vk = tkv__malloc(bytes), *vv = tkv__malloc(bytes);
+    uint8_t *vk = tkv__malloc((size_t)kv->rows.n_layer * n * kv->rows.row_size_k),
+            *vv = tkv__malloc((size_t)kv->rows.n_layer * n * kv->rows.row_size_v);
     if (!vk || !vv) {
         tkv__free(vk);
         tkv__free(vv);
@@ -246,7 +272,7 @@ void tkv__kv_stats(const tkv__kvcache *kv, tkv_stats *out) {
     out->cells_shared = 0;
     tkv__pindex_foreach(kv->ix, count_shared, &out->cells_shared);
     out->evictions = kv->evictions;
-    out->kv_bytes = 2ull * kv->rows.n_layer * kv->rows.n_cells * kv->rows.row_size;
+    out->kv_bytes = (uint64_t)kv->rows.n_layer * kv->rows.n_cells * (kv->rows.row_size_k + kv->rows.row_size_v);
     out->meta_bytes = (uint64_t)kv->rows.n_cells * (sizeof *kv->token + sizeof *kv->pos + sizeof *kv->free) +
                       tkv__pindex_bytes(kv->ix);
     for (uint32_t s = 0; s < kv->n_seq; s++) out->meta_bytes += sizeof kv->seq[s] + (uint64_t)kv->seq[s].cap * sizeof(uint32_t);

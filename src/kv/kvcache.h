@@ -71,11 +71,15 @@ typedef struct tkv__kvcache {
     uint32_t *run_cells;  /* (n_cells) and their cells */
 } tkv__kvcache;
 
-/* A cache of n_cells cells for n_seq sequences, K/V rows of n_embd_kv
-   elements of `type` (F16, F32 or Q8_0) per layer. TKV_ERR_UNSUPPORTED,
-   TKV_ERR_INVALID, TKV_ERR_NOMEM. */
-tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv, tkv_type type, uint32_t n_seq,
-                          tkv__kvcache **out);
+/* A cache of n_cells cells for n_seq sequences, K and V rows of n_embd_kv
+   elements per layer, of types type_k and type_v (tkv__kv_type_ok; block
+   types need n_embd_kv % 32 == 0). TKV_ERR_UNSUPPORTED, TKV_ERR_INVALID,
+   TKV_ERR_NOMEM. */
+tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv, tkv_type type_k, tkv_type type_v,
+                          uint32_t n_seq, tkv__kvcache **out);
+
+/* Whether K or V rows may be stored as t: F16, F32, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, IQ4_NL. */
+bool tkv__kv_type_ok(tkv_type t);
 void tkv__kv_free(tkv__kvcache *kv);
 
 static inline void *tkv__kv_k(const tkv__kvcache *kv, uint32_t layer, uint32_t cell) {

@@ -56,8 +56,8 @@ static void land_virtual(tkv__kvcache *kv) {
         uint32_t real;
         tkv__kv_take(kv, 1, &real);
         for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
-            memcpy(tkv__kv_k(kv, l, real), tkv__kv_k(kv, l, kv->cells[i]), kv->rows.row_size);
-            memcpy(tkv__kv_v(kv, l, real), tkv__kv_v(kv, l, kv->cells[i]), kv->rows.row_size);
+            memcpy(tkv__kv_k(kv, l, real), tkv__kv_k(kv, l, kv->cells[i]), kv->rows.row_size_k);
+            memcpy(tkv__kv_v(kv, l, real), tkv__kv_v(kv, l, kv->cells[i]), kv->rows.row_size_v);
         }
         kv->cells[i] = real;
     }

@@ -241,14 +241,17 @@ static void add_bias(float *y, const tkv__tensor *b, size_t n) {
     }
 }
 
-static void store_row(const tkv__kvrows *kv, void *dst, const float *src) {
-    if (kv->type == TKV_TYPE_F32) {
+/* A K or V row of `type` from n_embd_kv floats. */
+static void store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const float *src) {
+    if (type == TKV_TYPE_F32) {
         memcpy(dst, src, kv->n_embd_kv * sizeof(float));
-    } else if (kv->type == TKV_TYPE_Q8_0) {
-        tkv__quant_quantize_row(TKV_TYPE_Q8_0, src, dst, kv->n_embd_kv);
-    } else {
+    } else if (type == TKV_TYPE_F16) {
         uint16_t *d = dst;
         for (size_t i = 0; i < kv->n_embd_kv; i++) d[i] = tkv__quant_f32_to_f16(src[i]);
+    } else if (type == TKV_TYPE_Q8_0) { /* the activation quantizer: what the reference stores */
+        tkv__quant_quantize_row(TKV_TYPE_Q8_0, src, dst, kv->n_embd_kv);
+    } else {
+        tkv__quant_quantize_block_row(type, src, dst, kv->n_embd_kv);
     }
 }
 
@@ -435,8 +438,22 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
 #undef N
 }
 
-/* The running softmax in float over rows of an F32 cache, or of a Q8_0
-   cache expanded row by row into `row` (n_embd_kv floats). */
+/* The head's slice (hd elements at koff) of a K or V row of `type`, as floats: the row itself for F32,
+   else expanded into buf (the slice's blocks alone when it starts and ends on a block boundary). */
+static const float *row_slice(const tkv__kvrows *kv, tkv_type type, const void *row, size_t koff, size_t hd,
+                              float *buf) {
+    if (type == TKV_TYPE_F32) return (const float *)row + koff;
+    const size_t be = tkv__quant_block_elems(type);
+    if (koff % be == 0 && hd % be == 0) {
+        tkv__quant_dequantize_row(type, (const uint8_t *)row + koff / be * tkv__quant_row_size(type, be), buf, hd);
+        return buf;
+    }
+    tkv__quant_dequantize_row(type, row, buf, kv->n_embd_kv);
+    return buf + koff;
+}
+
+/* The running softmax in float over the rows of a cache whose K or V is not
+   F16 (F32, or block types expanded slice by slice into scratch). */
 static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *acc) {
     const tkv__fwd *f = P->f;
     const tkv__kvrows *kv = P->kv;
@@ -448,17 +465,10 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
     const float scale = 1.0f / sqrtf((float)hd);
     float M = -INFINITY, S = 0;
     memset(acc, 0, hd * sizeof *acc);
-    const bool q8 = kv->type == TKV_TYPE_Q8_0;
-    float *row = acc + hd; /* (2, n_embd_kv) a Q8_0 cell's K and V, expanded */
+    float *row = acc + hd; /* (2, n_embd_kv) a cell's K and V, expanded */
     for (size_t j = first_cell(f->m, layer, P->b->pos[t]); j < n; j++) {
-        const float *k = (const float *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
-        const float *v = (const float *)tkv__kvrows_v(kv, layer, cells[j]) + koff;
-        if (q8) {
-            tkv__quant_dequantize_row(TKV_TYPE_Q8_0, tkv__kvrows_k(kv, layer, cells[j]), row, kv->n_embd_kv);
-            tkv__quant_dequantize_row(TKV_TYPE_Q8_0, tkv__kvrows_v(kv, layer, cells[j]), row + kv->n_embd_kv, kv->n_embd_kv);
-            k = row + koff;
-            v = row + kv->n_embd_kv + koff;
-        }
+        const float *k = row_slice(kv, kv->type_k, tkv__kvrows_k(kv, layer, cells[j]), koff, hd, row);
+        const float *v = row_slice(kv, kv->type_v, tkv__kvrows_v(kv, layer, cells[j]), koff, hd, row + kv->n_embd_kv);
         double sd = 0;
         for (size_t i = 0; i < hd; i++) sd += (double)q[i] * k[i];
         const float s = capped(f->m, (float)sd * scale);
@@ -683,8 +693,8 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
             const float s = 1 + m->ext.attn_temp_scale * logf(1 + floorf((float)b->pos[t] / (float)hp->n_ctx_orig));
             for (size_t i = 0; i < f->n_q; i++) q[i] *= s;
         }
-        store_row(P->kv, tkv__kvrows_k(P->kv, l, b->cell[t]), k);
-        store_row(P->kv, tkv__kvrows_v(P->kv, l, b->cell[t]), v);
+        store_row(P->kv, P->kv->type_k, tkv__kvrows_k(P->kv, l, b->cell[t]), k);
+        store_row(P->kv, P->kv->type_v, tkv__kvrows_v(P->kv, l, b->cell[t]), v);
     }
     tkv__pool_barrier(P->pool);
 
@@ -692,7 +702,8 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
        Pairs are dealt round-robin: a later token attends to more cells, so
        contiguous ranges would leave the first threads waiting for the last. */
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
-    if (P->kv->type == TKV_TYPE_F16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
+    const bool f16 = P->kv->type_k == TKV_TYPE_F16 && P->kv->type_v == TKV_TYPE_F16;
+    if (f16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
         /* (block of TKV__ATTN_TOKENS tokens, K/V head) units; a block splits where the sequence changes */
         const size_t n_blocks = (n + TKV__ATTN_TOKENS - 1) / TKV__ATTN_TOKENS;
         for (size_t p = (size_t)ith; p < n_blocks * hp->n_head_kv; p += (size_t)nth) {
@@ -707,7 +718,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         for (size_t p = (size_t)ith; p < (size_t)n * hp->n_head; p += (size_t)nth) {
             const uint32_t t = (uint32_t)(p / hp->n_head);
             const size_t hq = p % hp->n_head;
-            if (P->kv->type != TKV_TYPE_F16) attend_f32(P, l, t, hq, scratch);
+            if (!f16) attend_f32(P, l, t, hq, scratch);
             else attend_f16(P, l, t, hq, scratch);
         }
     }

@@ -16,9 +16,9 @@
 #include <stdint.h>
 
 typedef struct tkv__kvrows {
-    tkv_type type;    /* F16 (default), F32 or Q8_0 */
+    tkv_type type_k, type_v; /* F16 (default), F32, or a 32-element block type (Q8_0, Q4_0, ...) */
     uint32_t n_cells, n_layer, n_embd_kv;
-    size_t row_size;  /* bytes of one K (or V) row: one cell, one layer */
+    size_t row_size_k, row_size_v; /* bytes of one K (V) row: one cell, one layer */
     uint8_t *k, *v;   /* (n_layer, n_cells, n_embd_kv) */
     uint8_t *vk, *vv; /* (n_layer, cap_virtual, n_embd_kv) staging cells */
     uint32_t cap_virtual;
@@ -26,12 +26,12 @@ typedef struct tkv__kvrows {
 
 /* The K (V) row of `cell` in `layer`; cells from n_cells on are staging cells. */
 static inline void *tkv__kvrows_k(const tkv__kvrows *r, uint32_t layer, uint32_t cell) {
-    if (cell >= r->n_cells) return r->vk + ((size_t)layer * r->cap_virtual + (cell - r->n_cells)) * r->row_size;
-    return r->k + ((size_t)layer * r->n_cells + cell) * r->row_size;
+    if (cell >= r->n_cells) return r->vk + ((size_t)layer * r->cap_virtual + (cell - r->n_cells)) * r->row_size_k;
+    return r->k + ((size_t)layer * r->n_cells + cell) * r->row_size_k;
 }
 static inline void *tkv__kvrows_v(const tkv__kvrows *r, uint32_t layer, uint32_t cell) {
-    if (cell >= r->n_cells) return r->vv + ((size_t)layer * r->cap_virtual + (cell - r->n_cells)) * r->row_size;
-    return r->v + ((size_t)layer * r->n_cells + cell) * r->row_size;
+    if (cell >= r->n_cells) return r->vv + ((size_t)layer * r->cap_virtual + (cell - r->n_cells)) * r->row_size_v;
+    return r->v + ((size_t)layer * r->n_cells + cell) * r->row_size_v;
 }
 
 #endif

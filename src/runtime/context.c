@@ -43,6 +43,7 @@ tkv_context_params tkv_context_default_params(void) {
         .n_threads = tkv_default_threads(NULL, 0),
         .kv_type = TKV_TYPE_F16,
         .batch_invariant = true, /* reuse never changes an answer; it costs nothing measurable (bench/RESULTS.md) */
+        .kv_type_v = TKV_TYPE_COUNT, /* as kv_type */
     };
 }
 
@@ -85,7 +86,8 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
     ctx->model = model;
     ctx->params = p;
     const tkv_hparams *hp = &model->hp;
-    st = tkv__kv_create(p.n_cells, hp->n_layer, hp->n_head_kv * hp->head_dim, p.kv_type, p.n_seq_max, &ctx->kv);
+    const tkv_type type_v = p.kv_type_v == TKV_TYPE_COUNT ? p.kv_type : p.kv_type_v;
+    st = tkv__kv_create(p.n_cells, hp->n_layer, hp->n_head_kv * hp->head_dim, p.kv_type, type_v, p.n_seq_max, &ctx->kv);
     if (!st) st = tkv__fwd_create(model, p.n_batch, p.n_cells, p.n_threads, &ctx->fwd);
     if (!st) st = tkv__pool_create(p.n_threads, &ctx->pool);
     if (!st) {

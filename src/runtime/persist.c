@@ -39,13 +39,13 @@
 
 /* Copy the K/V rows of positions from..from+n-1 of record r into the cache's staged cells[0..n). */
 static void fill_cells(tkv__kvcache *kv, const tkv__prec *r, uint32_t from, uint32_t n) {
-    const uint64_t stride = r->kv_block + 8; /* a block and its checksum */
+    const size_t rk = kv->rows.row_size_k, rv = kv->rows.row_size_v;
     for (uint32_t i = 0; i < n; i++) {
-        const uint32_t p = from + i, c = kv->cells[i];
-        const uint64_t row = (uint64_t)(p - r->h.kv_from) * kv->rows.row_size;
+        const uint64_t p = from + i - r->h.kv_from;
+        const uint32_t c = kv->cells[i];
         for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
-            memcpy(tkv__kv_k(kv, l, c), r->kv + (2ull * l) * stride + row, kv->rows.row_size);
-            memcpy(tkv__kv_v(kv, l, c), r->kv + (2ull * l + 1) * stride + row, kv->rows.row_size);
+            memcpy(tkv__kv_k(kv, l, c), tkv__cachefile_k(r, l) + p * rk, rk);
+            memcpy(tkv__kv_v(kv, l, c), tkv__cachefile_v(r, l) + p * rv, rv);
         }
     }
 }
@@ -78,12 +78,14 @@ tkv_status tkv__persist_expect(const tkv_context *ctx, tkv__pexpect *e) {
     tkv_status st = tkv_model_fingerprint(ctx->model, e->fp);
     if (st) return st;
     const tkv__kvcache *kv = ctx->kv;
-    e->kv_type = (uint32_t)kv->rows.type;
+    e->kv_type = (uint32_t)kv->rows.type_k;
+    e->v_type = (uint32_t)kv->rows.type_v;
     e->n_layer = kv->rows.n_layer;
     e->n_embd_kv = kv->rows.n_embd_kv;
     e->n_vocab = ctx->model->hp.n_vocab;
     e->n_cells = kv->rows.n_cells;
-    e->row_size = kv->rows.row_size;
+    e->row_size = kv->rows.row_size_k;
+    e->row_size_v = kv->rows.row_size_v;
     return TKV_OK;
 }
 
@@ -126,7 +128,7 @@ static tkv_status header_for(const tkv_context *ctx, tkv__phdr *h) {
     tkv_status st = tkv__persist_expect(ctx, &e);
     if (st) return st;
     *h = (tkv__phdr){.fp = {e.fp[0], e.fp[1]}, .kv_type = e.kv_type, .n_layer = e.n_layer, .n_embd_kv = e.n_embd_kv,
-                     .n_vocab = e.n_vocab, .row_size = e.row_size};
+                     .n_vocab = e.n_vocab, .row_size = e.row_size, .v_type = e.v_type, .row_size_v = e.row_size_v};
     return TKV_OK;
 }
 

@@ -27,107 +27,8 @@ static int nearest(float v) {
     return (int)lrintf(v);
 }
 
-/* Truncate toward zero, clamped to 0..hi; 0 for NaN or negative values. */
-static int trunc_clamp(float v, int hi) {
-    if (!(v >= 0.0f)) return 0;
-    if (v >= (float)hi) return hi;
-    return (int)v;
-}
-
 /* fp16 fields are assigned directly: the packed structs make the compiler use unaligned stores */
 static uint16_t f16(float v) { return tkv__quant_f32_to_f16(v); }
-
-/* The element of largest magnitude, with its sign (the first one on ties). */
-static float signed_absmax(const float *x, int n) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < n; j++) {
-        if (fabsf(x[j]) > amax) {
-            amax = fabsf(x[j]);
-            max = x[j];
-        }
-    }
-    return max;
-}
-
-/* ---- 32-element formats ------------------------------------------------------ */
-
-static void quantize_q8_0(const float *x, tkv__block_q8_0 *y, size_t nb) {
-    for (size_t i = 0; i < nb; i++, x += TKV__QK) {
-        float amax = 0.0f;
-        for (int j = 0; j < TKV__QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        y[i].d = f16(d);
-        for (int j = 0; j < TKV__QK; j++) {
-            const float v = roundf(x[j] * id); /* half away from zero, as the reference */
-            y[i].qs[j] = (int8_t)(v >= -128.0f && v <= 127.0f ? (int)v : 0);
-        }
-    }
-}
-
-/*
- * Q4_0 (bits 4, offset 8) and Q5_0 (bits 5, offset 16): d = -max / offset,
- * q = trunc(x / d + offset + 0.5) clamped to the top quant.
- */
-static void quantize_sym(const float *x, void *dst, size_t nb, int five) {
-    const int off = five ? 16 : 8, top = 2 * off - 1;
-    uint8_t *p = dst;
-    const size_t bsize = five ? sizeof(tkv__block_q5_0) : sizeof(tkv__block_q4_0);
-    for (size_t i = 0; i < nb; i++, x += TKV__QK, p += bsize) {
-        const float d = signed_absmax(x, TKV__QK) / (float)-off, id = d != 0.0f ? 1.0f / d : 0.0f;
-        int q[TKV__QK];
-        for (int j = 0; j < TKV__QK; j++) q[j] = trunc_clamp(x[j] * id + (float)off + 0.5f, top);
-        uint8_t *qs;
-        if (five) {
-            tkv__block_q5_0 *b = (tkv__block_q5_0 *)p;
-            b->d = f16(d);
-            uint32_t qh = 0;
-            for (int j = 0; j < TKV__QK; j++) qh |= (uint32_t)((q[j] >> 4) & 1) << j;
-            memcpy(b->qh, &qh, 4);
-            qs = b->qs;
-        } else {
-            tkv__block_q4_0 *b = (tkv__block_q4_0 *)p;
-            b->d = f16(d);
-            qs = b->qs;
-        }
-        for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + 16] & 0x0f) << 4));
-    }
-}
-
-/*
- * Q4_1 (bits 4) and Q5_1 (bits 5): d = (max - min) / top, m = min,
- * q = trunc((x - min) / d + 0.5).
- */
-static void quantize_affine(const float *x, void *dst, size_t nb, int five) {
-    const int top = five ? 31 : 15;
-    uint8_t *p = dst;
-    const size_t bsize = five ? sizeof(tkv__block_q5_1) : sizeof(tkv__block_q4_1);
-    for (size_t i = 0; i < nb; i++, x += TKV__QK, p += bsize) {
-        float min = x[0], max = x[0];
-        for (int j = 1; j < TKV__QK; j++) {
-            min = fminf(min, x[j]);
-            max = fmaxf(max, x[j]);
-        }
-        const float d = (max - min) / (float)top, id = d != 0.0f ? 1.0f / d : 0.0f;
-        int q[TKV__QK];
-        for (int j = 0; j < TKV__QK; j++) q[j] = trunc_clamp((x[j] - min) * id + 0.5f, top);
-        uint8_t *qs;
-        if (five) {
-            tkv__block_q5_1 *b = (tkv__block_q5_1 *)p;
-            b->d = f16(d);
-            b->m = f16(min);
-            uint32_t qh = 0;
-            for (int j = 0; j < TKV__QK; j++) qh |= (uint32_t)((q[j] >> 4) & 1) << j;
-            memcpy(b->qh, &qh, 4);
-            qs = b->qs;
-        } else {
-            tkv__block_q4_1 *b = (tkv__block_q4_1 *)p;
-            b->d = f16(d);
-            b->m = f16(min);
-            qs = b->qs;
-        }
-        for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((q[j] & 0x0f) | ((q[j + 16] & 0x0f) << 4));
-    }
-}
 
 /* ---- K formats ---------------------------------------------------------------- */
 
@@ -281,7 +182,7 @@ static void quantize_k(const float *x, void *dst, size_t nb, int five) {
  * receives the quants (offset by nmax).
  */
 static float fit_scale_sym(int n, int nmax, const float *x, uint8_t *L) {
-    const float max = signed_absmax(x, n);
+    const float max = tkv__quant_signed_absmax(x, n);
     if (fabsf(max) < GROUP_EPS) {
         memset(L, 0, (size_t)n);
         return 0.0f;
@@ -383,11 +284,12 @@ void tkv__quantize_row(tkv_type type, const float *x, void *y, size_t n) {
     case TKV_TYPE_F32: tkv__quant_quantize_f32(x, y, n); break;
     case TKV_TYPE_F16: tkv__quant_quantize_f16(x, y, n); break;
     case TKV_TYPE_BF16: tkv__quant_quantize_bf16(x, y, n); break;
-    case TKV_TYPE_Q8_0: quantize_q8_0(x, y, nb); break;
-    case TKV_TYPE_Q4_0: quantize_sym(x, y, nb, 0); break;
-    case TKV_TYPE_Q5_0: quantize_sym(x, y, nb, 1); break;
-    case TKV_TYPE_Q4_1: quantize_affine(x, y, nb, 0); break;
-    case TKV_TYPE_Q5_1: quantize_affine(x, y, nb, 1); break;
+    case TKV_TYPE_Q8_0:
+    case TKV_TYPE_Q4_0:
+    case TKV_TYPE_Q5_0:
+    case TKV_TYPE_Q4_1:
+    case TKV_TYPE_Q5_1:
+    case TKV_TYPE_IQ4_NL: tkv__quant_quantize_block_row(type, x, y, n); break; /* the library's (KV cache) */
     case TKV_TYPE_Q4_K: quantize_k(x, y, nb, 0); break;
     case TKV_TYPE_Q5_K: quantize_k(x, y, nb, 1); break;
     case TKV_TYPE_Q6_K: quantize_q6_K(x, y, nb); break;

@@ -454,9 +454,13 @@ static void test_create_errors(void **state) {
     assert_int_equal(tkv_context_create(tu_model, &p, &ctx), TKV_ERR_INVALID);
     assert_null(ctx);
     p = tkv_context_default_params();
-    p.kv_type = TKV_TYPE_Q4_0;
+    p.kv_type = TKV_TYPE_Q4_K; /* 256-element blocks: not a KV cache type */
     assert_int_equal(tkv_context_create(tu_model, &p, &ctx), TKV_ERR_UNSUPPORTED);
-    assert_non_null(strstr(tkv_last_error(NULL), "Q4_0"));
+    assert_non_null(strstr(tkv_last_error(NULL), "Q4_K"));
+    p = tkv_context_default_params();
+    p.kv_type_v = TKV_TYPE_BF16;
+    assert_int_equal(tkv_context_create(tu_model, &p, &ctx), TKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(tkv_last_error(NULL), "BF16 (V)"));
     tkv_model_params mp = tkv_model_default_params();
     mp.vocab_only = true;
     tkv_model *vocab;

@@ -366,7 +366,7 @@ static void test_other_model_and_kv_type(void **state) {
         snap before;
         take_snap(ctx, &before);
         assert_int_equal(tkv_seq_load(ctx, 0, path), TKV_ERR_INVALID);
-        assert_error_has(ctx, "KV type F16 differs from the context's");
+        assert_error_has(ctx, "KV types K F16, V F16 differ from the context's");
         assert_error_has(ctx, k ? "Q8_0" : "F32");
         assert_unchanged(ctx, &before);
         tkv_context_free(ctx);
@@ -412,11 +412,12 @@ static void test_version_magic_and_fields(void **state) {
         const char *what;
     } cases[] = {
         {0, 1, 'X', TKV_ERR_FORMAT, "bad magic"},
-        {8, 4, 2, TKV_ERR_UNSUPPORTED, "format version 2 is not supported"},
+        {8, 4, 3, TKV_ERR_UNSUPPORTED, "format version 3 is not supported"},
         {12, 4, 128, TKV_ERR_FORMAT, "header size"},
-        {80, 8, 1, TKV_ERR_FORMAT, "reserved"},
         {16, 8, 12345, TKV_ERR_INVALID, "model fingerprint differs"},
-        {32, 4, TKV_TYPE_F32, TKV_ERR_INVALID, "KV type F32 differs"},
+        {32, 4, TKV_TYPE_F32, TKV_ERR_INVALID, "KV types K F32, V F16 differ"},
+        {80, 4, TKV_TYPE_Q8_0, TKV_ERR_INVALID, "KV types K F16, V Q8_0 differ"},
+        {84, 4, 65, TKV_ERR_INVALID, "geometry differs"},
         {36, 4, 4, TKV_ERR_INVALID, "geometry differs"},
         {44, 4, 513, TKV_ERR_INVALID, "geometry differs"},
         {48, 8, 65, TKV_ERR_INVALID, "geometry differs"},
@@ -435,6 +436,18 @@ static void test_version_magic_and_fields(void **state) {
         refused(ctx, w, size, cases[k].st, cases[k].what);
         assert_error_has(NULL, "cache file 'img'");
     }
+    /* version 1 (before K and V could differ): bytes 80..87 zero, V as K; it loads, and a non-zero byte there
+       is refused */
+    memcpy(w, img, size);
+    tu_put(w, 8, 1, 4);
+    tu_put(w, 80, 0, 8);
+    tkv__cachefile_reseal(w, size);
+    assert_int_equal(tkv__persist_load_image(ctx, "img", w, size, 2), TKV_OK);
+    assert_int_equal(tkv_seq_len(ctx, 2), 5);
+    tkv_seq_clear(ctx, 2);
+    tu_put(w, 80, 1, 8);
+    tkv__cachefile_reseal(w, size);
+    refused(ctx, w, size, TKV_ERR_FORMAT, "reserved");
     /* a K/V block: named by number, layer and half */
     memcpy(w, img, size);
     w[96 + 48 + 10] ^= 1;
@@ -617,7 +630,7 @@ static tkv_context *four_prefixes(tkv_token p[4][LEN], const int *len) {
 }
 
 static uint64_t node_file_size(uint32_t depth, uint32_t n) {
-    tkv__phdr h = {.n_layer = 5, .row_size = 64, .n_tokens = depth + n, .kv_from = depth};
+    tkv__phdr h = {.n_layer = 5, .row_size = 64, .row_size_v = 64, .n_tokens = depth + n, .kv_from = depth};
     return tkv__cachefile_file_size(&h);
 }
 
