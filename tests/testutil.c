@@ -245,3 +245,17 @@ int tu_stories_teardown(void **state) {
     tu_model = NULL;
     return 0;
 }
+
+void tu_greedy(tkv_context *ctx, tkv_seq s, tkv_token *t, size_t n, int steps, size_t n_vocab, size_t *reused) {
+    assert_int_equal(tkv_seq_sync(ctx, s, 0, t, n, reused), TKV_OK);
+    for (int i = 0; i < steps; i++) {
+        const float *l = tkv_get_logits_last(ctx);
+        assert_non_null(l);
+        size_t best = 0;
+        for (size_t v = 1; v < n_vocab; v++) best = l[v] > l[best] ? v : best;
+        t[n + (size_t)i] = (tkv_token)best;
+        tkv_pos pos = (tkv_pos)(n + (size_t)i);
+        tkv_batch b = {1, &t[n + (size_t)i], &pos, &s, NULL};
+        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+    }
+}

@@ -83,6 +83,11 @@ tu_run_result tu_run_input(const char *args, const void *input, size_t input_len
 tu_run_result tu_run(const char *args);
 void tu_run_free(tu_run_result *r);
 
+/* Greedy ids of `steps` tokens after prompt t[0..n) in sequence s of ctx (tkv_seq_sync, which reports the
+   tokens it reused in *reused (may be NULL), then one token at a time); t has room for n + steps, which the
+   continuation fills. Fails the test on any error. */
+void tu_greedy(tkv_context *ctx, tkv_seq s, tkv_token *t, size_t n, int steps, size_t n_vocab, size_t *reused);
+
 /* Little-endian field access for patching images. */
 uint64_t tu_get(const uint8_t *p, uint64_t at, unsigned bytes);
 void tu_put(uint8_t *p, uint64_t at, uint64_t v, unsigned bytes);

@@ -655,22 +655,6 @@ static void test_batch_invariant_attach(void **state) {
     free(want);
 }
 
-/* Greedy ids of `steps` tokens after prompt t[0..n) in sequence s of ctx (tkv_seq_sync, then one token at a
-   time); t has room for n + steps, which the continuation fills. */
-static void greedy(tkv_context *ctx, tkv_seq s, tkv_token *t, size_t n, int steps, size_t n_vocab, size_t *reused) {
-    assert_int_equal(tkv_seq_sync(ctx, s, 0, t, n, reused), TKV_OK);
-    for (int i = 0; i < steps; i++) {
-        const float *l = tkv_get_logits_last(ctx);
-        assert_non_null(l);
-        size_t best = 0;
-        for (size_t v = 1; v < n_vocab; v++) best = l[v] > l[best] ? v : best;
-        t[n + (size_t)i] = (tkv_token)best;
-        tkv_pos pos = (tkv_pos)(n + (size_t)i);
-        tkv_batch b = {1, &t[n + (size_t)i], &pos, &s, NULL};
-        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
-    }
-}
-
 /* With tkv_context_default_params(), reuse never changes an answer: 15 requests, conversations that extend
    earlier requests and their replies, and fresh prompts sharing stems, give in one long-lived context the
    greedy ids a fresh context gives each of them alone (float, F16 and Q8_0 weights). */
@@ -705,13 +689,13 @@ static void test_default_reuse_same_answer(void **state) {
             tkv_token fresh_t[MAXN + STEPS];
             memcpy(fresh_t, t, n * sizeof *t);
             size_t reused;
-            greedy(shared, s, t, n, STEPS, n_vocab, &reused);
+            tu_greedy(shared, s, t, n, STEPS, n_vocab, &reused);
             reused_total += reused;
             tkv_context *fresh = NULL;
             p.n_seq_max = 1;
             assert_int_equal(tkv_context_create(m, &p, &fresh), TKV_OK);
             p.n_seq_max = 3;
-            greedy(fresh, 0, fresh_t, n, STEPS, n_vocab, NULL);
+            tu_greedy(fresh, 0, fresh_t, n, STEPS, n_vocab, NULL);
             tkv_context_free(fresh);
             if (memcmp(t + n, fresh_t + n, STEPS * sizeof *t) != 0)
                 fail_msg("%s request %d: reusing %zu of %zu prompt tokens changed the greedy reply", models[mi], k,
@@ -735,13 +719,13 @@ static void test_same_request_twice(void **state) {
     tkv_token t[60 + 24], again[60 + 24];
     const size_t n = random_list(t, 60, &seed);
     memcpy(again, t, n * sizeof *t);
-    greedy(ctx, 0, t, n, 24, tu_n_vocab, NULL);
+    tu_greedy(ctx, 0, t, n, 24, tu_n_vocab, NULL);
     assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
     tkv_stats first, second;
     tkv_cache_stats(ctx, &first);
     for (int round = 0; round < 2; round++) {
         size_t reused;
-        greedy(ctx, round, again, n, 24, tu_n_vocab, &reused);
+        tu_greedy(ctx, round, again, n, 24, tu_n_vocab, &reused);
         assert_int_equal(reused, n - 1);
         assert_memory_equal(again + n, t + n, 24 * sizeof *t);
         check(ctx);

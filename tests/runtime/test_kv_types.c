@@ -92,19 +92,6 @@ static float *logits_all(tkv_context *ctx, tkv_seq s, const tkv_token *t, size_t
     return out;
 }
 
-static void greedy(tkv_context *ctx, tkv_seq s, tkv_token *t, size_t n, int steps) {
-    assert_int_equal(tkv_seq_sync(ctx, s, 0, t, n, NULL), TKV_OK);
-    for (int i = 0; i < steps; i++) {
-        const float *l = tkv_get_logits_last(ctx);
-        size_t best = 0;
-        for (size_t v = 1; v < tu_n_vocab; v++) best = l[v] > l[best] ? v : best;
-        t[n + (size_t)i] = (tkv_token)best;
-        tkv_pos pos = (tkv_pos)(n + (size_t)i);
-        tkv_batch b = {1, &t[n + (size_t)i], &pos, &s, NULL};
-        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
-    }
-}
-
 static size_t prompt(tkv_token *t, const char *text) {
     size_t n = 0;
     assert_int_equal(tkv_tokenize(tu_model, text, strlen(text), TKV_TOKENIZE_ADD_SPECIAL, t, 64, &n), TKV_OK);
@@ -157,7 +144,7 @@ static void test_types_decode(void **state) {
             assert_memory_equal(tkv_get_logits_last(ctx), got + (n - 1) * tu_n_vocab, tu_n_vocab * sizeof *got);
             free(want);
             free(got);
-            greedy(ctx, 3, b, n, STEPS); /* one token at a time over the quantized rows */
+            tu_greedy(ctx, 3, b, n, STEPS, tu_n_vocab, NULL); /* one token at a time over the quantized rows */
             assert_int_equal(tkv_cache_check(ctx), TKV_OK);
         }
         tkv_context_free(ctx);
