@@ -29,6 +29,7 @@ srv_req *srv_req_new(void) {
     r->text_cap = 256;
     r->refs = 1;
     r->logprobs = -1;
+    r->n_choices = 1;
     r->stop_word = -1;
     pthread_mutex_init(&r->mu, NULL);
     r->t_arrival = srv_now();

@@ -397,13 +397,9 @@ void srv_tool_parse_free(srv_tool_parse *p) {
 
 void srv_tools_call_id(const char *req_id, size_t index, char out[32]) {
     static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-    XXH128_hash_t h = XXH3_128bits_withSeed(req_id, strlen(req_id), (uint64_t)index + 1);
     memcpy(out, "call_", 5);
-    for (int k = 0; k < 24; k++) {
-        uint64_t *w = k % 2 ? &h.high64 : &h.low64;
-        out[5 + k] = digits[*w % 62];
-        *w /= 62;
-    }
+    for (uint64_t k = 0; k < 24; k++) /* a hash per letter: every one as random as the others */
+        out[5 + k] = digits[XXH3_64bits_withSeed(req_id, strlen(req_id), ((uint64_t)index << 8) | k) % 62];
     out[29] = 0;
 }
 
