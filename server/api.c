@@ -560,7 +560,7 @@ static bool parse_logprobs(const json_t *body, bool chat, srv_req *r, srv_err *e
  */
 static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
     static const char *const never[] = {"audio", "prediction", "web_search_options", "functions", "function_call",
-                                        "best_of", "suffix"};
+                                        "best_of"};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) {
         const json_t *v = json_object_get(body, never[i]);
         if (v && !json_is_null(v) && !(json_is_integer(v) && !strcmp(never[i], "best_of") && json_integer_value(v) == 1)) {
@@ -568,11 +568,8 @@ static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
             return false;
         }
     }
-    const json_t *echo = json_object_get(body, "echo"), *modalities = json_object_get(body, "modalities");
-    if (!chat && echo && json_is_true(echo)) {
-        srv_err_set(e, 400, "echo", "unsupported_parameter", "'echo' is not supported by this server");
-        return false;
-    }
+    const json_t *modalities = json_object_get(body, "modalities");
+    (void)chat;
     for (size_t i = 0; i < json_array_size(modalities); i++)
         if (!json_is_string(json_array_get(modalities, i)) || strcmp(json_string_value(json_array_get(modalities, i)), "text")) {
             srv_err_set(e, 400, "modalities", "unsupported_parameter", "only the \"text\" modality is supported");
@@ -606,6 +603,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     r->chat = chat;
     make_id(r, chat ? "chatcmpl-" : "cmpl-");
     if (!(chat ? parse_messages(a, body, r, e) : parse_prompt(a, body, r, e))) return false;
+    if (!chat && !srv_api_parse_legacy(a, body, r, e)) return false;
     if (r->n_prompt >= a->n_ctx) {
         srv_err_set(e, 400, chat ? "messages" : "prompt", "context_length_exceeded",
                     "the prompt is %zu tokens; this server's context holds %u (prompt and completion)", r->n_prompt,
@@ -684,6 +682,11 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     if (!parse_grammar(a, body, r, e)) return false;
     if (chat && !srv_api_parse_tools(a, body, r, e)) return false;
     if (!refuse_unimplemented(body, chat, e) || !parse_logprobs(body, chat, r, e)) return false;
+    if (r->echo && r->logprobs >= 0) { /* they would need the prompt tokens' log-probabilities, not computed here */
+        srv_err_set(e, 400, "echo", "unsupported_parameter", "'echo' together with 'logprobs' is not supported by this "
+                    "server (the prompt's log-probabilities are not computed)");
+        return false;
+    }
     const json_t *model = json_object_get(body, "model");
     if (model && !json_is_string(model) && !json_is_null(model)) {
         srv_err_set(e, 400, "model", "invalid_type", "'model' must be a string");
@@ -807,7 +810,13 @@ static json_t *choice_json(const srv_api *a, srv_req *r) {
         if (choice && tp.n_calls)
             json_object_set_new(json_object_get(choice, "message"), "tool_calls", srv_api_tool_calls_json(r, &tp));
     } else {
-        text = srv_json_text(r->text + sp.c0, sp.c1 - sp.c0);
+        char *joined = malloc(r->echo_len + sp.c1 - sp.c0 + 1);
+        if (joined) {
+            if (r->echo_len) memcpy(joined, r->echo, r->echo_len);
+            memcpy(joined + r->echo_len, r->text + sp.c0, sp.c1 - sp.c0);
+        }
+        text = joined ? srv_json_text(joined, r->echo_len + sp.c1 - sp.c0) : NULL;
+        free(joined);
         choice = json_pack("{s:o,s:i,s:n,s:s}", "text", text, "index", r->index, "logprobs", "finish_reason", reason);
     }
     srv_tool_parse_free(&tp);
@@ -854,7 +863,7 @@ char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const cha
             choice = json_pack("{s:i,s:o,s:n,s:o}", "index", r->index, "delta", delta, "logprobs", "finish_reason",
                                str_or_null(reason));
         } else {
-            choice = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? t : json_string(""), "index", 0, "logprobs",
+            choice = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? t : json_string(""), "index", r->index, "logprobs",
                                "finish_reason", str_or_null(reason));
         }
         if (kind == SRV_CHUNK_FINISH) add_tokens(choice, r);

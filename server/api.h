@@ -87,6 +87,9 @@ void srv_api_choice(srv_req *first, srv_req *r, size_t i);
  */
 bool srv_api_parse_tools(const srv_api *a, const json_t *body, srv_req *r, srv_err *e);
 
+/* echo and suffix of the legacy completions into r, after its prompt (api_legacy.c). false with *e set. */
+bool srv_api_parse_legacy(const srv_api *a, const json_t *body, srv_req *r, srv_err *e);
+
 /* A finished choice's finish_reason: "tool_calls" when its answer held n_calls > 0 calls and it stopped. */
 const char *srv_api_finish_reason(const srv_req *r, size_t n_calls);
 

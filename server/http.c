@@ -193,6 +193,10 @@ static bool choice_events(stream *st, size_t i) {
         pthread_mutex_unlock(&r->mu);
         return false;
     }
+    if (c->first && r->echo_len) { /* legacy echo: the prompt's text comes first */
+        pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->echo, r->echo_len, true, NULL));
+        c->first = false;
+    }
     if (r->text_ready > c->sent || r->done) {
         /* the reasoning and the answer each as far as they are settled */
         srv_think_split sp = {0, 0, 0, r->text_ready};

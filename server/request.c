@@ -52,6 +52,7 @@ void srv_req_unref(srv_req *r) {
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     tkv_grammar_free(r->own_grammar);
     free(r->bias);
+    free(r->echo);
     free(r->lps);
     free(r->prompt);
     free(r->text);

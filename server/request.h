@@ -55,6 +55,8 @@ typedef struct srv_req {
     bool tool_forced;           /* tool_choice "required" or a named function: the grammar forces a call */
     int tool_format;            /* srv_tool_format: the chat template's call syntax */
     bool special_text;          /* control tokens keep their text in the answer (a call syntax's markers) */
+    char *echo;                 /* legacy echo: the prompt's text, before the completion's (owned), or NULL */
+    size_t echo_len;
     int index;                  /* the choice's index (n > 1: one request per choice) */
     int n_choices;              /* n, on the first choice's request */
     uint64_t group;             /* n > 1: the same non-zero id on every choice (they share the prompt), else 0 */
