@@ -247,6 +247,9 @@ static const char *content_text(const json_t *c, size_t i, char **owned, srv_err
  * chat_template_kwargs. A BOS the template prints first is dropped when the
  * tokenizer adds one itself (it would be doubled). malloc'd, *len bytes.
  */
+static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw, const json_t *messages, size_t *len,
+                         srv_err *e);
+
 static char *render_jinja(const srv_api *a, const json_t *body, size_t *len, srv_err *e) {
     const json_t *tools = json_object_get(body, "tools"), *kw = json_object_get(body, "chat_template_kwargs");
     if (tools && !json_is_null(tools) && !json_is_array(tools)) {
@@ -257,8 +260,20 @@ static char *render_jinja(const srv_api *a, const json_t *body, size_t *len, srv
         srv_err_set(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
         return NULL;
     }
+    /* tool-call arguments as objects, as templates print them (tojson); a template that wants the string
+       (it concatenates it) raises on an object: then it gets the messages as they were sent */
+    json_t *msgs = srv_tools_messages(json_object_get(body, "messages"));
+    char *out = render_vars(a, tools, kw, msgs ? msgs : json_object_get(body, "messages"), len, e);
+    if (!out && msgs && e->status == 400) out = render_vars(a, tools, kw, json_object_get(body, "messages"), len, e);
+    json_decref(msgs);
+    return out;
+}
+
+/* render_jinja with these messages. */
+static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw, const json_t *messages, size_t *len,
+                         srv_err *e) {
     json_t *v = json_object();
-    json_object_set(v, "messages", json_object_get(body, "messages"));
+    json_object_set(v, "messages", (json_t *)messages);
     json_object_set(v, "tools", tools ? (json_t *)tools : json_null());
     json_object_set_new(v, "documents", json_null());
     json_object_set_new(v, "add_generation_prompt", json_true());
@@ -545,7 +560,7 @@ static bool parse_logprobs(const json_t *body, bool chat, srv_req *r, srv_err *e
  */
 static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
     static const char *const never[] = {"audio", "prediction", "web_search_options", "functions", "function_call",
-                                        "best_of", "suffix"};
+                                        "best_of"};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) {
         const json_t *v = json_object_get(body, never[i]);
         if (v && !json_is_null(v) && !(json_is_integer(v) && !strcmp(never[i], "best_of") && json_integer_value(v) == 1)) {
@@ -553,25 +568,22 @@ static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
             return false;
         }
     }
-    const json_t *echo = json_object_get(body, "echo"), *modalities = json_object_get(body, "modalities"),
-                 *tc = json_object_get(body, "tool_choice");
-    if (!chat && echo && json_is_true(echo)) {
-        srv_err_set(e, 400, "echo", "unsupported_parameter", "'echo' is not supported by this server");
-        return false;
-    }
+    const json_t *modalities = json_object_get(body, "modalities");
+    (void)chat;
     for (size_t i = 0; i < json_array_size(modalities); i++)
         if (!json_is_string(json_array_get(modalities, i)) || strcmp(json_string_value(json_array_get(modalities, i)), "text")) {
             srv_err_set(e, 400, "modalities", "unsupported_parameter", "only the \"text\" modality is supported");
             return false;
         }
-    /* tools reach the chat template, but the answer is not parsed into tool_calls yet: a call cannot be forced */
-    if (tc && !json_is_null(tc) && !(json_is_string(tc) && (!strcmp(json_string_value(tc), "auto") ||
-                                                             !strcmp(json_string_value(tc), "none")))) {
-        srv_err_set(e, 400, "tool_choice", "unsupported_parameter",
-                    "'tool_choice' other than \"auto\" or \"none\" is not supported by this server yet");
-        return false;
-    }
     return true;
+}
+
+void srv_api_choice(srv_req *first, srv_req *r, size_t i) {
+    memcpy(r->id, first->id, sizeof r->id);
+    r->created = first->created;
+    r->index = (int)i;
+    r->sp.seed = first->sp.seed + i; /* with a seed, choices still differ from each other, reproducibly */
+    first->group = r->group = XXH3_64bits(first->id, strlen(first->id)) | 1;
 }
 
 static void make_id(srv_req *r, const char *prefix) {
@@ -591,6 +603,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     r->chat = chat;
     make_id(r, chat ? "chatcmpl-" : "cmpl-");
     if (!(chat ? parse_messages(a, body, r, e) : parse_prompt(a, body, r, e))) return false;
+    if (!chat && !srv_api_parse_legacy(a, body, r, e)) return false;
     if (r->n_prompt >= a->n_ctx) {
         srv_err_set(e, 400, chat ? "messages" : "prompt", "context_length_exceeded",
                     "the prompt is %zu tokens; this server's context holds %u (prompt and completion)", r->n_prompt,
@@ -599,11 +612,8 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     }
 
     long long n = 1, max_tokens = -1, seed = -1;
-    if (!get_int(body, "n", 1, 128, &n, e)) return false;
-    if (n != 1) {
-        srv_err_set(e, 400, "n", "invalid_value", "only n = 1 is supported (got %lld)", n);
-        return false;
-    }
+    if (!get_int(body, "n", 1, SRV_MAX_CHOICES, &n, e)) return false;
+    r->n_choices = (int)n;
     const char *mt_key = chat && json_object_get(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     const json_t *mt = json_object_get(body, mt_key);
     if (mt && json_is_integer(mt) && (json_integer_value(mt) <= 0 || json_integer_value(mt) > a->max_tokens)) {
@@ -615,6 +625,12 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     const long long room = (long long)a->n_ctx - (long long)r->n_prompt;
     if (max_tokens < 0) max_tokens = chat ? a->max_tokens : 16; /* OpenAI's default for completions */
     r->max_tokens = (int)(max_tokens < room ? max_tokens : room);
+    /* n choices generate n completions at once: together they stay within what one request may ask */
+    if (n > 1 && n * r->max_tokens > SRV_MAX_CHOICES * (long long)a->max_tokens / 2) {
+        srv_err_set(e, 400, "n", "invalid_value", "n = %lld choices of %d tokens each is too much: n * %s must be at "
+                    "most %lld on this server", n, r->max_tokens, mt_key, SRV_MAX_CHOICES * (long long)a->max_tokens / 2);
+        return false;
+    }
 
     /* OpenAI's sampling defaults: temperature 1, no top-p cut; top_k, min_p
        and repeat_penalty are llama.cpp-style extensions, off by default */
@@ -664,7 +680,13 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
         r->ns = srv_api_namespace(a, json_string_value(salt), json_string_length(salt));
     }
     if (!parse_grammar(a, body, r, e)) return false;
+    if (chat && !srv_api_parse_tools(a, body, r, e)) return false;
     if (!refuse_unimplemented(body, chat, e) || !parse_logprobs(body, chat, r, e)) return false;
+    if (r->echo && r->logprobs >= 0) { /* they would need the prompt tokens' log-probabilities, not computed here */
+        srv_err_set(e, 400, "echo", "unsupported_parameter", "'echo' together with 'logprobs' is not supported by this "
+                    "server (the prompt's log-probabilities are not computed)");
+        return false;
+    }
     const json_t *model = json_object_get(body, "model");
     if (model && !json_is_string(model) && !json_is_null(model)) {
         srv_err_set(e, 400, "model", "invalid_type", "'model' must be a string");
@@ -683,10 +705,19 @@ static void add_tokens(json_t *choice, const srv_req *r) {
     json_object_set_new(choice, "tokens", a);
 }
 
-static json_t *usage(const srv_req *r) {
-    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->n_prompt, "completion_tokens",
-                     (json_int_t)r->n_gen, "total_tokens", (json_int_t)(r->n_prompt + (size_t)r->n_gen),
-                     "prompt_tokens_details", "cached_tokens", (json_int_t)r->n_cached);
+/* The usage of a request's choices: the prompt once (they share it), the completions together; cached_tokens:
+   the prompt tokens the first choice found cached on arrival (the others reuse its cells: /metrics counts them). */
+static json_t *usage(srv_req *const *reqs, size_t n) {
+    json_int_t gen = 0;
+    for (size_t i = 0; i < n; i++) {
+        pthread_mutex_lock(&reqs[i]->mu);
+        gen += reqs[i]->n_gen;
+        pthread_mutex_unlock(&reqs[i]->mu);
+    }
+    const srv_req *r = reqs[0];
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->n_prompt, "completion_tokens", gen,
+                     "total_tokens", (json_int_t)r->n_prompt + gen, "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)r->n_cached);
 }
 
 static char *dump(json_t *o) {
@@ -751,44 +782,88 @@ static json_t *logprobs_json(const srv_api *a, const srv_req *r, size_t from, si
                      offs);
 }
 
-char *srv_api_response(const srv_api *a, srv_req *r) {
+/* One choice of a finished request: its text, or message (reasoning and tool calls apart). */
+static json_t *choice_json(const srv_api *a, srv_req *r) {
     pthread_mutex_lock(&r->mu);
     json_t *text, *choice;
     srv_think_split sp = {0, 0, 0, r->text_len};
     if (r->think) sp = srv_think_split_text(r->text, r->text_len, r->think_open, true);
-    text = srv_json_text(r->text + sp.c0, sp.c1 - sp.c0);
+    srv_tool_parse tp = {.content_end = sp.c1 - sp.c0, .rest = sp.c1 - sp.c0};
+    if (r->tools && !srv_tools_parse((srv_tool_format)r->tool_format, r->text + sp.c0, sp.c1 - sp.c0, true, &tp))
+        tp = (srv_tool_parse){.content_end = sp.c1 - sp.c0, .rest = sp.c1 - sp.c0}; /* out of memory: all content */
+    const char *reason = srv_api_finish_reason(r, tp.n_calls);
     if (r->chat) {
-        choice = json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", 0, "message", "role", "assistant", "content", text,
-                           "logprobs", "finish_reason", r->finish_reason);
+        /* the content around the calls; none at all (null) beside calls, as OpenAI answers */
+        const size_t before = tp.content_end, after = sp.c1 - sp.c0 - tp.rest;
+        char *joined = malloc(before + after + 1);
+        if (joined) {
+            memcpy(joined, r->text + sp.c0, before);
+            memcpy(joined + before, r->text + sp.c0 + tp.rest, after);
+        }
+        text = !joined ? NULL : tp.n_calls && !(before + after) ? json_null() : srv_json_text(joined, before + after);
+        free(joined);
+        choice = json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", r->index, "message", "role", "assistant", "content",
+                           text, "logprobs", "finish_reason", reason);
         if (choice && sp.r1 > sp.r0)
             json_object_set_new(json_object_get(choice, "message"), "reasoning_content",
                                 srv_json_text(r->text + sp.r0, sp.r1 - sp.r0));
-    } else
-        choice = json_pack("{s:o,s:i,s:n,s:s}", "text", text, "index", 0, "logprobs", "finish_reason", r->finish_reason);
+        if (choice && tp.n_calls)
+            json_object_set_new(json_object_get(choice, "message"), "tool_calls", srv_api_tool_calls_json(r, &tp));
+    } else {
+        char *joined = malloc(r->echo_len + sp.c1 - sp.c0 + 1);
+        if (joined) {
+            if (r->echo_len) memcpy(joined, r->echo, r->echo_len);
+            memcpy(joined + r->echo_len, r->text + sp.c0, sp.c1 - sp.c0);
+        }
+        text = joined ? srv_json_text(joined, r->echo_len + sp.c1 - sp.c0) : NULL;
+        free(joined);
+        choice = json_pack("{s:o,s:i,s:n,s:s}", "text", text, "index", r->index, "logprobs", "finish_reason", reason);
+    }
+    srv_tool_parse_free(&tp);
     if (choice && r->logprobs >= 0) json_object_set_new(choice, "logprobs", logprobs_json(a, r, 0, r->n_lps));
     add_tokens(choice, r);
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o,s:s}", "id", r->id, "object",
-                          r->chat ? "chat.completion" : "text_completion", "created", (json_int_t)r->created, "model",
-                          a->model_id, "choices", choice, "usage", usage(r), "system_fingerprint", "tokenkv");
     pthread_mutex_unlock(&r->mu);
+    return choice;
+}
+
+char *srv_api_response(const srv_api *a, srv_req *const *reqs, size_t n) {
+    const srv_req *r = reqs[0];
+    json_t *choices = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(choices, choice_json(a, reqs[i]));
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:s}", "id", r->id, "object",
+                          r->chat ? "chat.completion" : "text_completion", "created", (json_int_t)r->created, "model",
+                          a->model_id, "choices", choices, "usage", usage(reqs, n), "system_fingerprint", "tokenkv");
     return dump(o);
+}
+
+char *srv_api_usage_chunk(const srv_api *a, srv_req *const *reqs, size_t n) {
+    const srv_req *r = reqs[0];
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[],s:o}", "id", r->id, "object",
+                          r->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created,
+                          "model", a->model_id, "system_fingerprint", "tokenkv", "choices", "usage", usage(reqs, n));
+    char *body = dump(o);
+    if (!body) return NULL;
+    char *ev = malloc(strlen(body) + 9);
+    if (ev) sprintf(ev, "data: %s\n\n", body);
+    free(body);
+    return ev;
 }
 
 char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first,
                     size_t *lp_sent) {
     json_t *choices = json_array(), *choice = NULL;
-    if (kind != SRV_CHUNK_USAGE) {
-        const char *reason = kind == SRV_CHUNK_FINISH ? r->finish_reason : NULL;
+    {
+        const char *reason = kind == SRV_CHUNK_FINISH ? srv_api_finish_reason(r, n) : NULL;
         json_t *t = kind == SRV_CHUNK_DELTA ? srv_json_text(text, n) : NULL;
         if (r->chat) {
             json_t *delta = json_object();
             if (first) json_object_set_new(delta, "role", json_string("assistant"));
             if (t) json_object_set_new(delta, "content", t);
             if (kind == SRV_CHUNK_REASONING) json_object_set_new(delta, "reasoning_content", srv_json_text(text, n));
-            choice = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs", "finish_reason",
+            choice = json_pack("{s:i,s:o,s:n,s:o}", "index", r->index, "delta", delta, "logprobs", "finish_reason",
                                str_or_null(reason));
         } else {
-            choice = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? t : json_string(""), "index", 0, "logprobs",
+            choice = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? t : json_string(""), "index", r->index, "logprobs",
                                "finish_reason", str_or_null(reason));
         }
         if (kind == SRV_CHUNK_FINISH) add_tokens(choice, r);
@@ -802,8 +877,8 @@ char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const cha
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id, "object",
                           r->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created,
                           "model", a->model_id, "system_fingerprint", "tokenkv", "choices", choices);
-    /* with include_usage every chunk carries "usage": null but the last */
-    if (o && r->include_usage) json_object_set_new(o, "usage", kind == SRV_CHUNK_USAGE ? usage(r) : json_null());
+    /* with include_usage every chunk carries "usage": null but the last (srv_api_usage_chunk) */
+    if (o && r->include_usage) json_object_set_new(o, "usage", json_null());
     char *body = dump(o);
     if (!body) return NULL;
     size_t len = strlen(body);

@@ -8,6 +8,7 @@
 
 #include "chat_template.h"
 #include "request.h"
+#include "tools.h"
 
 #include <jansson.h>
 
@@ -22,6 +23,7 @@ typedef struct srv_api {
     bool think;               /* the template has think markers: reasoning is returned apart */
     const uint8_t *ns_secret; /* the key of namespace ids (SRV_NS_SECRET_BYTES), this server's own */
     const tkv_grammar *grammar; /* --grammar-file: constrains requests that give no grammar; or NULL */
+    srv_tool_format tools;      /* the tool-call syntax of the chat template */
 } srv_api;
 
 /* An error for the client: HTTP status and the OpenAI error object. */
@@ -54,19 +56,49 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
  */
 char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, srv_err *e);
 
-/* The complete (non-streamed) response of a finished request. malloc'd. */
-char *srv_api_response(const srv_api *a, srv_req *r);
+/* The complete (non-streamed) response of a finished request: its n choices (one request each, index 0 first,
+   sharing the prompt). Locks each. malloc'd. */
+char *srv_api_response(const srv_api *a, srv_req *const *reqs, size_t n);
 
 /*
  * One SSE event ("data: {...}\n\n") of a stream: a text delta (first: the
- * chat role comes with it), a reasoning delta (delta.reasoning_content),
- * the final chunk with its finish reason, or the usage chunk. With
- * logprobs, a delta or final chunk carries those of the tokens generated
- * since *lp_sent (then advanced); lp_sent may be NULL (none). malloc'd; NULL when out of memory.
+ * chat role comes with it), a reasoning delta (delta.reasoning_content), or
+ * the final chunk with its finish reason (for it, n is the number of tool
+ * calls the stream sent). With logprobs, a delta or final chunk carries
+ * those of the tokens generated since *lp_sent (then advanced); lp_sent may
+ * be NULL (none). The choice's index is r->index. The caller holds r->mu.
+ * malloc'd; NULL when out of memory.
  */
-typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_REASONING, SRV_CHUNK_FINISH, SRV_CHUNK_USAGE } srv_chunk_kind;
+typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_REASONING, SRV_CHUNK_FINISH } srv_chunk_kind;
 char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first,
                     size_t *lp_sent);
+
+/* The last event of a stream with include_usage: no choices, the usage of all n choices. Locks each. malloc'd. */
+char *srv_api_usage_chunk(const srv_api *a, srv_req *const *reqs, size_t n);
+
+/* Make r, parsed from the same body as first (its choice 0), its choice i: the same id, the seed plus i. */
+void srv_api_choice(srv_req *first, srv_req *r, size_t i);
+
+/*
+ * tools, tool_choice, parallel_tool_calls of a chat request into r (after
+ * its grammar fields): whether the answer is read for calls, and with
+ * "required" or a named function the grammar that forces one
+ * (api_tools.c). Returns false with *e set.
+ */
+bool srv_api_parse_tools(const srv_api *a, const json_t *body, srv_req *r, srv_err *e);
+
+/* echo and suffix of the legacy completions into r, after its prompt (api_legacy.c). false with *e set. */
+bool srv_api_parse_legacy(const srv_api *a, const json_t *body, srv_req *r, srv_err *e);
+
+/* A finished choice's finish_reason: "tool_calls" when its answer held n_calls > 0 calls and it stopped. */
+const char *srv_api_finish_reason(const srv_req *r, size_t n_calls);
+
+/* message.tool_calls of a parsed answer: [{id, type, function: {name, arguments}}]. */
+json_t *srv_api_tool_calls_json(const srv_req *r, const srv_tool_parse *p);
+
+/* The SSE event of a streamed call k: head, its first delta (index, id, type, function.name, arguments ""),
+   else the one that carries its arguments. first: the chat role goes with it. malloc'd; NULL when out of memory. */
+char *srv_api_tool_chunk(const srv_api *a, const srv_req *r, size_t k, const srv_tool_call *c, bool head, bool first);
 
 /*
  * llama-server's POST /completion (native.c): its fields (n_predict,

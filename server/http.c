@@ -31,7 +31,8 @@ struct conn {
     srv_err *reject; /* decided from the headers (key, type, size): the body is read and dropped, then this */
     const char *cors;  /* the Access-Control-Allow-Origin of the response (--cors-origin), or NULL */
     int status;    /* of the response, for the log and the metrics */
-    srv_req *req;  /* a generation in flight, or NULL */
+    srv_req *reqs[SRV_MAX_CHOICES]; /* a generation in flight: a request per choice (n), or none */
+    size_t n_reqs;
     double t0;
     srv_link *link;
     /* suspended: the step to go on with once resumed */
@@ -95,25 +96,38 @@ static enum MHD_Result fail(conn *cs, struct MHD_Connection *c, int status, cons
 /* request.h's wake: the scheduler changed the request's output. */
 static void wake_link(void *arg) { srv_link_wake(arg); }
 
-/* Whether a generation can be answered: done, or (a stream) its first text is there. */
-static bool gen_ready(srv_req *r) {
-    pthread_mutex_lock(&r->mu);
-    const bool ok = r->done || (r->stream && r->t_first);
-    pthread_mutex_unlock(&r->mu);
-    return ok;
+/* Whether a generation can be answered: every choice done, or (a stream) one has its first text. */
+static bool gen_ready(srv_req *const *reqs, size_t n) {
+    bool all = true, any = false;
+    for (size_t i = 0; i < n; i++) {
+        srv_req *r = reqs[i];
+        pthread_mutex_lock(&r->mu);
+        all &= r->done;
+        any |= r->done || (r->stream && r->t_first);
+        pthread_mutex_unlock(&r->mu);
+    }
+    return all || (reqs[0]->stream && any);
 }
 
 /* ---- streaming ----------------------------------------------------------------- */
 
+/* What a stream sent of one choice. */
+typedef struct choice_sent {
+    size_t sent;       /* text bytes looked at */
+    bool first;        /* nothing sent yet (the chat role goes with the first delta) */
+    bool finished;     /* its final chunk is queued */
+    size_t sent_r, sent_c; /* bytes of the reasoning (r->think) and of the content sent */
+    size_t sent_calls; /* tool calls sent (r->tools) */
+    size_t sent_lp;    /* logprobs: entries sent */
+} choice_sent;
+
 typedef struct stream {
     srv_state *S;
-    srv_req *r;
+    srv_req *reqs[SRV_MAX_CHOICES]; /* the choices, a reference each */
+    size_t n;
+    choice_sent ch[SRV_MAX_CHOICES];
     srv_link *link;
-    size_t sent;   /* text bytes sent */
-    bool first;    /* nothing sent yet (the chat role goes with the first delta) */
     bool finished; /* the last events are queued */
-    size_t sent_r, sent_c; /* reasoning (r->think): bytes of the reasoning and of the answer sent */
-    size_t sent_lp;        /* logprobs: entries sent */
     char *pend;    /* events not yet handed to MHD */
     size_t pend_n, pend_off, pend_cap;
 } stream;
@@ -138,34 +152,87 @@ static void pend(stream *st, char *ev) {
 
 static char *strdup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
-/* The next events of the stream into st->pend; false when there is nothing new yet. */
-static bool next_events(stream *st) {
-    srv_req *r = st->r;
+/* Content of choice c: what is new in text[0, upto) beyond what was sent. */
+static void send_content(stream *st, srv_req *r, choice_sent *c, const char *text, size_t upto) {
+    if (upto <= c->sent_c) return;
+    pend(st, srv_api_chunk(&st->S->api, r, SRV_CHUNK_DELTA, text + c->sent_c, upto - c->sent_c, c->first, &c->sent_lp));
+    c->sent_c = upto, c->first = false;
+}
+
+/*
+ * The content of a chat answer with tools, text[0, n): what the call parser
+ * has settled (tools.h: it only grows), then the calls it has completed, each
+ * as two deltas (name, then arguments); at the end the content that came
+ * after the calls. A stream thus reassembles into the non-streamed message.
+ */
+static void tool_events(stream *st, srv_req *r, choice_sent *c, const char *text, size_t n) {
+    srv_tool_parse tp;
+    if (!srv_tools_parse((srv_tool_format)r->tool_format, text, n, r->done, &tp)) return; /* out of memory: later */
+    send_content(st, r, c, text, tp.content_end);
+    for (size_t k = c->sent_calls; k < tp.n_calls; k++) {
+        pend(st, srv_api_tool_chunk(&st->S->api, r, k, &tp.calls[k], true, c->first));
+        pend(st, srv_api_tool_chunk(&st->S->api, r, k, &tp.calls[k], false, false));
+        c->first = false;
+    }
+    c->sent_calls = tp.n_calls;
+    if (r->done && tp.rest < n) {
+        pend(st, srv_api_chunk(&st->S->api, r, SRV_CHUNK_DELTA, text + tp.rest, n - tp.rest, c->first, &c->sent_lp));
+        c->first = false;
+    }
+    srv_tool_parse_free(&tp);
+}
+
+/* The next events of choice i into st->pend; false when it has nothing new. */
+static bool choice_events(stream *st, size_t i) {
+    srv_req *r = st->reqs[i];
+    choice_sent *c = &st->ch[i];
     const srv_api *a = &st->S->api;
+    if (c->finished) return false;
     pthread_mutex_lock(&r->mu);
-    if (!r->done && r->text_ready <= st->sent) {
+    if (!r->done && r->text_ready <= c->sent) {
         pthread_mutex_unlock(&r->mu);
         return false;
     }
-    if (r->think && (r->text_ready > st->sent || r->done)) { /* the reasoning and the answer each as far as they are settled */
-        const srv_think_split sp = srv_think_split_text(r->text, r->text_ready, r->think_open, r->done);
-        if (sp.r1 - sp.r0 > st->sent_r) {
-            pend(st, srv_api_chunk(a, r, SRV_CHUNK_REASONING, r->text + sp.r0 + st->sent_r, sp.r1 - sp.r0 - st->sent_r,
-                                   st->first, &st->sent_lp));
-            st->sent_r = sp.r1 - sp.r0, st->first = false;
-        }
-        if (sp.c1 - sp.c0 > st->sent_c) {
-            pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + sp.c0 + st->sent_c, sp.c1 - sp.c0 - st->sent_c,
-                                   st->first, &st->sent_lp));
-            st->sent_c = sp.c1 - sp.c0, st->first = false;
-        }
-        st->sent = r->text_ready;
-    } else if (r->text_ready > st->sent) {
-        pend(st, r->native ? srv_api_native_event(a, r, r->text + st->sent, r->text_ready - st->sent, false)
-                           : srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->text + st->sent, r->text_ready - st->sent,
-                                           st->first, &st->sent_lp));
-        st->sent = r->text_ready, st->first = false;
+    if (c->first && r->echo_len) { /* legacy echo: the prompt's text comes first */
+        pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->echo, r->echo_len, true, NULL));
+        c->first = false;
     }
+    if (r->text_ready > c->sent || r->done) {
+        /* the reasoning and the answer each as far as they are settled */
+        srv_think_split sp = {0, 0, 0, r->text_ready};
+        if (r->think) sp = srv_think_split_text(r->text, r->text_ready, r->think_open, r->done);
+        if (sp.r1 - sp.r0 > c->sent_r) {
+            pend(st, srv_api_chunk(a, r, SRV_CHUNK_REASONING, r->text + sp.r0 + c->sent_r, sp.r1 - sp.r0 - c->sent_r,
+                                   c->first, &c->sent_lp));
+            c->sent_r = sp.r1 - sp.r0, c->first = false;
+        }
+        if (r->tools) tool_events(st, r, c, r->text + sp.c0, sp.c1 - sp.c0);
+        else send_content(st, r, c, r->text + sp.c0, sp.c1 - sp.c0);
+        c->sent = r->text_ready;
+    }
+    if (r->done) {
+        if (!r->err_status) {
+            if (c->first && r->chat) pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, "", 0, true, &c->sent_lp));
+            pend(st, srv_api_chunk(a, r, SRV_CHUNK_FINISH, NULL, c->sent_calls, false, &c->sent_lp));
+        }
+        c->finished = true;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return true;
+}
+
+/* llama-server's native stream: one choice, its own events, no [DONE]. */
+static bool native_events(stream *st) {
+    srv_req *r = st->reqs[0];
+    choice_sent *c = &st->ch[0];
+    const srv_api *a = &st->S->api;
+    pthread_mutex_lock(&r->mu);
+    if (!r->done && r->text_ready <= c->sent) {
+        pthread_mutex_unlock(&r->mu);
+        return false;
+    }
+    if (r->text_ready > c->sent) pend(st, srv_api_native_event(a, r, r->text + c->sent, r->text_ready - c->sent, false));
+    c->sent = r->text_ready;
     if (r->done) {
         if (r->err_status) {
             srv_err e;
@@ -174,21 +241,45 @@ static bool next_events(stream *st) {
             if (ev) sprintf(ev, "data: %s\n\n", body);
             free(body);
             pend(st, ev);
-        } else if (r->native) { /* its last event carries the counts; llama-server's stream has no [DONE] */
-            pend(st, srv_api_native_event(a, r, NULL, 0, true));
-            st->finished = true;
-            pthread_mutex_unlock(&r->mu);
-            return true;
+            pend(st, strdup_or_null("data: [DONE]\n\n"));
         } else {
-            if (st->first && r->chat) pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, "", 0, true, &st->sent_lp));
-            pend(st, srv_api_chunk(a, r, SRV_CHUNK_FINISH, NULL, 0, false, &st->sent_lp));
-            if (r->include_usage) pend(st, srv_api_chunk(a, r, SRV_CHUNK_USAGE, NULL, 0, false, NULL));
+            pend(st, srv_api_native_event(a, r, NULL, 0, true));
         }
-        pend(st, strdup_or_null("data: [DONE]\n\n"));
         st->finished = true;
     }
     pthread_mutex_unlock(&r->mu);
     return true;
+}
+
+/* The next events of the stream into st->pend; false when there is nothing new yet. */
+static bool next_events(stream *st) {
+    if (st->reqs[0]->native) return native_events(st);
+    bool any = false, all = true;
+    for (size_t i = 0; i < st->n; i++) any |= choice_events(st, i), all &= st->ch[i].finished;
+    if (!all) return any;
+    /* every choice is done: an error (the first), or the usage; then the end */
+    srv_req *failed = NULL;
+    for (size_t i = 0; i < st->n && !failed; i++)
+        if (st->reqs[i]->err_status) failed = st->reqs[i];
+    if (failed) {
+        srv_err e;
+        pthread_mutex_lock(&failed->mu);
+        srv_err_set(&e, failed->err_status, NULL, failed->err_code, "%s", failed->err_msg);
+        pthread_mutex_unlock(&failed->mu);
+        char *body = srv_err_json(&e), *ev = body ? malloc(strlen(body) + 9) : NULL;
+        if (ev) sprintf(ev, "data: %s\n\n", body);
+        free(body);
+        pend(st, ev);
+    } else if (st->reqs[0]->include_usage) {
+        pend(st, srv_api_usage_chunk(&st->S->api, st->reqs, st->n));
+    }
+    pend(st, strdup_or_null("data: [DONE]\n\n"));
+    st->finished = true;
+    return true;
+}
+
+static void cancel_all(srv_req *const *reqs, size_t n) {
+    for (size_t i = 0; i < n; i++) srv_req_cancel(reqs[i]);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -198,7 +289,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         st->pend_off = st->pend_n = 0;
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         if (srv_link_gone(st->link)) { /* the client left while we waited */
-            srv_req_cancel(st->r);
+            cancel_all(st->reqs, st->n);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         /* nothing new: MHD calls again once the scheduler wakes us */
@@ -212,17 +303,21 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     stream *st = cls;
-    if (!st->finished) srv_req_cancel(st->r);
-    srv_req_unref(st->r);
+    if (!st->finished) cancel_all(st->reqs, st->n);
+    for (size_t i = 0; i < st->n; i++) srv_req_unref(st->reqs[i]);
     free(st->pend);
     free(st);
 }
 
-static enum MHD_Result send_stream(conn *cs, struct MHD_Connection *c, srv_state *S, srv_req *r) {
+static enum MHD_Result send_stream(conn *cs, struct MHD_Connection *c, srv_state *S) {
     stream *st = calloc(1, sizeof *st);
     if (!st) return send_body(cs, c, 500, NULL, NULL);
-    *st = (stream){.S = S, .r = r, .link = cs->link, .first = true};
-    srv_req_ref(r);
+    st->S = S, st->link = cs->link, st->n = cs->n_reqs;
+    for (size_t i = 0; i < cs->n_reqs; i++) {
+        st->reqs[i] = cs->reqs[i];
+        st->ch[i].first = true;
+        srv_req_ref(cs->reqs[i]);
+    }
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
     if (!resp) {
         stream_free(st);
@@ -254,11 +349,11 @@ typedef enum { GEN_COMPLETIONS, GEN_CHAT, GEN_NATIVE } gen_kind;
 /* The answer of a submitted request (or, for a stream, its start) once the
    scheduler has it; until then the connection is suspended. */
 static enum MHD_Result generated(conn *cs, struct MHD_Connection *c, srv_state *S) {
-    srv_req *r = cs->req;
+    srv_req *r = cs->reqs[0];
     cs->cont = NULL;
-    while (!gen_ready(r)) {
+    while (!gen_ready(cs->reqs, cs->n_reqs)) {
         if (srv_link_gone(cs->link)) {
-            srv_req_cancel(r);
+            cancel_all(cs->reqs, cs->n_reqs);
             cs->status = 499; /* client closed the request */
             return MHD_NO;
         }
@@ -267,41 +362,62 @@ static enum MHD_Result generated(conn *cs, struct MHD_Connection *c, srv_state *
             return MHD_YES;
         }
     }
-    if (r->err_status) { /* done: the error fields are final */
-        srv_err e;
-        srv_err_set(&e, r->err_status, NULL, r->err_code, "%s", r->err_msg);
-        return send_err(cs, c, &e);
-    }
-    if (r->stream) return send_stream(cs, c, S, r);
+    if (r->stream) return send_stream(cs, c, S);
+    for (size_t i = 0; i < cs->n_reqs; i++)
+        if (cs->reqs[i]->err_status) { /* done: the error fields are final */
+            srv_err e;
+            srv_err_set(&e, cs->reqs[i]->err_status, NULL, cs->reqs[i]->err_code, "%s", cs->reqs[i]->err_msg);
+            return send_err(cs, c, &e);
+        }
     return send_body(cs, c, 200, "application/json",
-                     r->native ? srv_api_native_response(&S->api, r) : srv_api_response(&S->api, r));
+                     r->native ? srv_api_native_response(&S->api, r) : srv_api_response(&S->api, cs->reqs, cs->n_reqs));
+}
+
+/* Drop the requests a generation made (before any was submitted, or after a failed submission). */
+static void drop_reqs(conn *cs) {
+    cancel_all(cs->reqs, cs->n_reqs);
+    for (size_t i = 0; i < cs->n_reqs; i++) srv_req_detach(cs->reqs[i]), srv_req_unref(cs->reqs[i]);
+    cs->n_reqs = 0;
 }
 
 static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S, gen_kind kind) {
     srv_err e;
     json_t *body = parse_body(cs, &e);
     if (!body) return send_err(cs, c, &e);
-    srv_req *r = srv_req_new();
-    if (!r) {
-        json_decref(body);
-        return send_body(cs, c, 500, NULL, NULL);
+    /* one request per choice (n), each parsed from the body with its own sampler and grammar; they share the
+       prompt, which the cache computes once */
+    size_t n = 1;
+    bool ok = true;
+    for (size_t i = 0; ok && i < n; i++) {
+        srv_req *r = srv_req_new();
+        if (!r) {
+            srv_err_set(&e, 500, NULL, NULL, "out of memory");
+            ok = false;
+            break;
+        }
+        cs->reqs[cs->n_reqs++] = r;
+        ok = kind == GEN_NATIVE ? srv_api_parse_native(&S->api, body, r, &e)
+                                : srv_api_parse(&S->api, body, kind == GEN_CHAT, r, &e);
+        if (ok && i == 0) n = r->n_choices;
+        if (ok && i > 0) srv_api_choice(cs->reqs[0], r, i);
     }
-    bool ok = kind == GEN_NATIVE ? srv_api_parse_native(&S->api, body, r, &e)
-                                 : srv_api_parse(&S->api, body, kind == GEN_CHAT, r, &e);
     json_decref(body);
     if (!ok) {
-        srv_req_unref(r);
+        drop_reqs(cs);
         return send_err(cs, c, &e);
     }
-    r->wake = wake_link, r->wake_arg = cs->link;
-    int rc = srv_sched_submit(S->sched, r);
-    if (rc) {
-        srv_req_unref(r);
-        return rc == 429 ? fail(cs, c, 429, NULL, "queue_full",
-                                "the server is busy: its queue of waiting requests is full (--max-queue); retry later")
-                         : fail(cs, c, 503, NULL, "shutting_down", "the server is shutting down");
+    for (size_t i = 0; i < cs->n_reqs; i++) {
+        srv_req *r = cs->reqs[i];
+        r->wake = wake_link, r->wake_arg = cs->link;
+        int rc = srv_sched_submit(S->sched, r);
+        if (rc) {
+            drop_reqs(cs);
+            return rc == 429 ? fail(cs, c, 429, NULL, "queue_full",
+                                    "the server is busy: its queue of waiting requests is full (--max-queue); retry "
+                                    "later")
+                             : fail(cs, c, 503, NULL, "shutting_down", "the server is shutting down");
+        }
     }
-    cs->req = r;
     return generated(cs, c, S);
 }
 
@@ -703,12 +819,13 @@ void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enu
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && status == 200) status = 499; /* the client left mid-response */
     size_t prompt = 0, cached = 0;
     int gen = 0;
-    if (cs->req) {
-        srv_req *r = cs->req;
+    for (size_t i = 0; i < cs->n_reqs; i++) {
+        srv_req *r = cs->reqs[i];
         pthread_mutex_lock(&r->mu);
         r->wake = NULL, r->wake_arg = NULL; /* the link may close after this */
         if (!r->done) r->cancelled = true;
-        prompt = r->n_prompt, cached = r->n_cached, gen = r->done ? r->n_gen : r->n_pushed;
+        if (!i) prompt = r->n_prompt, cached = r->n_cached;
+        gen += r->done ? r->n_gen : r->n_pushed; /* a cancelled stream: the tokens it was sent */
         pthread_mutex_unlock(&r->mu);
         srv_req_unref(r);
     }

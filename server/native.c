@@ -79,6 +79,7 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
         return false;
     }
     json_object_del(b, "cache_prompt");
+    json_object_del(b, "n"); /* not a /completion field (its n_probs is): one completion */
     json_object_del(b, "n_predict");
     if (np && json_is_integer(np) && json_integer_value(np) > 0) {
         if (json_integer_value(np) > a->max_tokens) {

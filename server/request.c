@@ -29,6 +29,7 @@ srv_req *srv_req_new(void) {
     r->text_cap = 256;
     r->refs = 1;
     r->logprobs = -1;
+    r->n_choices = 1;
     r->stop_word = -1;
     pthread_mutex_init(&r->mu, NULL);
     r->t_arrival = srv_now();
@@ -51,6 +52,7 @@ void srv_req_unref(srv_req *r) {
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     tkv_grammar_free(r->own_grammar);
     free(r->bias);
+    free(r->echo);
     free(r->lps);
     free(r->prompt);
     free(r->text);

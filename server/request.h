@@ -21,6 +21,7 @@
 
 #define SRV_MAX_STOP 4
 #define SRV_MAX_TOP_LOGPROBS 20
+#define SRV_MAX_CHOICES 16 /* n: choices of one request */
 
 /* One generated token's log-probability under the model (log-softmax of its logits) and the best
    alternatives'. */
@@ -50,6 +51,15 @@ typedef struct srv_req {
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
                                    ended inside a think block */
+    bool tools;                 /* chat with tools (tool_choice not "none"): the answer is read for calls (tools.h) */
+    bool tool_forced;           /* tool_choice "required" or a named function: the grammar forces a call */
+    int tool_format;            /* srv_tool_format: the chat template's call syntax */
+    bool special_text;          /* control tokens keep their text in the answer (a call syntax's markers) */
+    char *echo;                 /* legacy echo: the prompt's text, before the completion's (owned), or NULL */
+    size_t echo_len;
+    int index;                  /* the choice's index (n > 1: one request per choice) */
+    int n_choices;              /* n, on the first choice's request */
+    uint64_t group;             /* n > 1: the same non-zero id on every choice (they share the prompt), else 0 */
     tkv_logit_bias *bias;       /* (sp.n_logit_bias) logit_bias, owned; sp.logit_bias points here */
     int logprobs;               /* -1: none; else the alternatives to list per token (0..20) */
     const tkv_grammar *grammar; /* constrains the output, or NULL: own_grammar, or the server's default */

@@ -166,7 +166,9 @@ static bool held_back(const srv_sched *s, const srv_req *r, uint64_t ns, size_t 
         const slot *sl = &s->slots[i];
         if (!sl->req || sl->run->n_gen || sl->run->ns != ns) continue;
         size_t shared = common_prefix(t, n - 1, sl->run->toks, sl->run->n_toks);
-        if (shared >= cached + HOLD_MIN_TOKENS && sl->n_past < shared) return true;
+        /* the choices of one request (n > 1) wait for whichever computes their prompt, however short */
+        const bool sibling = r->group && r->group == sl->req->group;
+        if ((shared >= cached + HOLD_MIN_TOKENS || (sibling && shared > cached)) && sl->n_past < shared) return true;
     }
     return false;
 }
@@ -218,7 +220,9 @@ static tkv_status new_run(srv_sched *s, srv_req *r) {
     tkv_status st = tkv_sampler_create(&r->sp, s->n_vocab, &run->smp);
     if (!st && r->grammar) st = tkv_sampler_set_grammar(run->smp, r->grammar); /* it survives preemption with run */
     /* the text continues the prompt: keep the space before its first word */
-    if (!st) st = tkv_detok_create(s->model, TKV_DETOKENIZE_CONTINUE, &run->dt);
+    if (!st)
+        st = tkv_detok_create(s->model, TKV_DETOKENIZE_CONTINUE | (r->special_text ? TKV_DETOKENIZE_SPECIAL : 0u),
+                              &run->dt);
     return st;
 }
 

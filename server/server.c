@@ -110,13 +110,13 @@ static tkv_grammar *grammar_file(const char *path, const tkv_model *m) {
 }
 
 /* A Jinja template from a file (*think: it has think markers), or NULL with a message on stderr. */
-static tkv_chat_template *template_file(const char *path, bool *think) {
+static tkv_chat_template *template_file(const char *path, bool *think, srv_tool_format *tools) {
     size_t n;
     char *src = read_option_file("--chat-template", path, &n);
     tkv_chat_template *t = NULL;
     if (src && tkv_chat_template_parse(src, n, &t) != TKV_OK)
         fprintf(stderr, "tokenkv serve: --chat-template %s: %s\n", path, tkv_last_error(NULL));
-    else if (src) *think = srv_think_markers(src, n);
+    else if (src) *think = srv_think_markers(src, n), *tools = srv_tools_detect(src, n);
     free(src);
     return t;
 }
@@ -136,7 +136,7 @@ static bool pick_template(const srv_opts *o, const tkv_model *m, srv_api *a, con
             return true;
         }
         *what = o->chat_template;
-        return (a->jinja = template_file(o->chat_template, &a->think)) != NULL;
+        return (a->jinja = template_file(o->chat_template, &a->think, &a->tools)) != NULL;
     }
     const char *tmpl = NULL;
     size_t len = 0;
@@ -144,6 +144,7 @@ static bool pick_template(const srv_opts *o, const tkv_model *m, srv_api *a, con
     if (tmpl && tkv_chat_template_parse(tmpl, len, &a->jinja) == TKV_OK) {
         *what = "the model's template";
         a->think = srv_think_markers(tmpl, len);
+        a->tools = srv_tools_detect(tmpl, len);
         return true;
     }
     if (tmpl)
@@ -386,11 +387,12 @@ int srv_main(const srv_opts *o) {
         goto out;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "tokenkv serve: model %s (%s, %u layers, vocabulary %zu), %u cells (K %s, V %s), %d parallel, chat %s%s\n",
+    fprintf(stderr,
+            "tokenkv serve: model %s (%s, %u layers, vocabulary %zu), %u cells (K %s, V %s), %d parallel, chat %s, tool "
+            "calls %s%s\n",
             id, hp.arch, hp.n_layer, tkv_vocab_size(model), o->cells, tkv_type_name((tkv_type)o->kv_type_k),
             tkv_type_name(o->kv_type_v == TKV_TYPE_COUNT ? (tkv_type)o->kv_type_k : (tkv_type)o->kv_type_v), o->parallel,
-            chat_what,
-            o->no_prefix_cache ? ", prefix cache OFF" : "");
+            chat_what, srv_tools_format_name(S.api.tools), o->no_prefix_cache ? ", prefix cache OFF" : "");
     fprintf(stderr, "tokenkv serve: listening on http://%s%s%s:%u\n", addr.ss_family == AF_INET6 ? "[" : "", o->host,
             addr.ss_family == AF_INET6 ? "]" : "", di ? di->port : (unsigned)o->port);
 

@@ -65,7 +65,8 @@ serverSuite('bad requests', ['--max-tokens', String(MAX_TOKENS)], (s) => {
       [{ max_tokens: 0 }, 'max_tokens'],
       [{ max_tokens: -5 }, 'max_tokens'],
       [{ max_tokens: MAX_TOKENS + 1 }, 'max_tokens'],
-      [{ n: 2 }, 'n'],
+      [{ n: 17 }, 'n'], // at most 16 choices
+      [{ n: 16, max_tokens: MAX_TOKENS }, 'n'], // n * max_tokens bounded
       [{ temperature: 2.5 }, 'temperature'],
       [{ temperature: -1 }, 'temperature'],
       [{ top_p: 1.5 }, 'top_p'],
@@ -80,8 +81,8 @@ serverSuite('bad requests', ['--max-tokens', String(MAX_TOKENS)], (s) => {
       [{ logit_bias: { abc: 1 } }, 'logit_bias'],
       [{ logit_bias: [1, 2] }, 'logit_bias'],
       // documented OpenAI fields not implemented here: named, never silently dropped
-      [{ echo: true }, 'echo'],
-      [{ suffix: 'The end.' }, 'suffix'],
+      [{ echo: true, logprobs: 2 }, 'echo'], // the prompt's log-probabilities are not computed
+      [{ suffix: 'The end.' }, 'suffix'], // this model has no fill-in-the-middle tokens
       [{ best_of: 3 }, 'best_of'],
       [{ seed: 1.5 }, 'seed'],
       [{ cache_salt: '' }, 'cache_salt'],
@@ -93,8 +94,7 @@ serverSuite('bad requests', ['--max-tokens', String(MAX_TOKENS)], (s) => {
       assertErrorBody(r.json, { param });
     }
     for (const [patch, param] of [[{ audio: { voice: 'alloy', format: 'wav' } }, 'audio'], [{ modalities: ['text', 'audio'] }, 'modalities'],
-      [{ prediction: { type: 'content', content: 'x' } }, 'prediction'], [{ web_search_options: {} }, 'web_search_options'],
-      [{ tool_choice: 'required' }, 'tool_choice']]) {
+      [{ prediction: { type: 'content', content: 'x' } }, 'prediction'], [{ web_search_options: {} }, 'web_search_options']]) {
       const r = await post(server, '/v1/chat/completions', { messages: [{ role: 'user', content: 'x' }], max_tokens: 2,
                                                              ...patch });
       assert.equal(r.status, 400, `${JSON.stringify(patch)}: ${r.body}`);
@@ -164,7 +164,7 @@ serverSuite('bad requests', ['--max-tokens', String(MAX_TOKENS)], (s) => {
         return true;
       });
     await assert.rejects(
-      client.chat.completions.create({ model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], n: 3 }),
+      client.chat.completions.create({ model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], n: 17 }),
       (e) => e instanceof OpenAI.BadRequestError && e.param === 'n');
     await assert.rejects(
       client.completions.create({ model: MODEL_ID, prompt: PROMPT, max_tokens: MAX_TOKENS + 1 }),
