@@ -27,6 +27,7 @@ static const char *const serve_help =
     "                     [--max-tokens N] [--max-queue N] [--chat-template FILE|NAME] [--grammar-file FILE]\n"
     "                     [--no-prefix-cache] [--no-webui]\n"
     "                     [--cache-dir DIR [--cache-dir-max BYTES] [--save-interval S]]\n"
+    "                     [--kv-store redis://HOST:PORT[/DB] [--kv-store-timeout-ms MS]] [--replica-id NAME]\n"
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
     "/tokenize, /detokenize, /apply-template, /completion (llama-server's); GET /v1/models,\n"
@@ -76,6 +77,14 @@ static const char *const serve_help =
     "  --cache-dir-max BYTES      most recently used prefixes first, up to BYTES (default: no limit)\n"
     "                                                                                  [TOKENKV_CACHE_DIR_MAX]\n"
     "  --save-interval S          seconds between saves, 0: only at shutdown (default 300) [TOKENKV_SAVE_INTERVAL]\n"
+    "  --kv-store redis://HOST:PORT[/DB]  share computed prefixes with other replicas of the same\n"
+    "                             model through Redis: a prompt whose prefix is not cached here\n"
+    "                             loads it from there; computed prompts are written in the background [TOKENKV_KV_STORE]\n"
+    "  --kv-store-timeout-ms MS   Redis connect and I/O timeout (default 50); after 3 failures in a row\n"
+    "                             the store is left alone for 5 s              [TOKENKV_KV_STORE_TIMEOUT_MS]\n"
+    "  --kv-store-max-pending BYTES  blocks waiting to be written at most (default 256 MiB)\n"
+    "                                                                       [TOKENKV_KV_STORE_MAX_PENDING]\n"
+    "  --replica-id NAME          send 'X-Tokenkv-Replica: NAME' with every response   [TOKENKV_REPLICA_ID]\n"
     "  -h, --help                 show this help\n";
 
 /* What an option sets. */
@@ -122,6 +131,10 @@ static const option options[] = {
     {{"--cache-dir"}, "TOKENKV_CACHE_DIR", O_STR, OFF(cache_dir), 0, 0, 0},
     {{"--cache-dir-max"}, "TOKENKV_CACHE_DIR_MAX", INT(cache_dir_max, 0, 1ll << 50)},
     {{"--save-interval"}, "TOKENKV_SAVE_INTERVAL", INT(save_interval, 0, 1 << 24)},
+    {{"--kv-store"}, "TOKENKV_KV_STORE", O_STR, OFF(kv_store), 0, 0, 0},
+    {{"--kv-store-timeout-ms"}, "TOKENKV_KV_STORE_TIMEOUT_MS", INT(kv_store_timeout_ms, 1, 60000)},
+    {{"--kv-store-max-pending"}, "TOKENKV_KV_STORE_MAX_PENDING", INT(kv_store_max_pending, 0, 1ll << 40)},
+    {{"--replica-id"}, "TOKENKV_REPLICA_ID", O_STR, OFF(replica_id), 0, 0, 0},
 };
 
 static const option *find_option(const char *name) {
@@ -247,6 +260,11 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     o.kv_type_k = (int)tk, o.kv_type_v = (int)tv;
+    for (const char *p = o.replica_id; p && *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            fprintf(stderr, "tokenkv serve: --replica-id must be printable (it is sent as a header)\n");
+            return 2;
+        }
     if (o.api_key_file && !(o.api_key = read_key_file(o.api_key_file))) return 2;
     if ((uint32_t)o.parallel > o.n_batch) {
         fprintf(stderr, "tokenkv serve: --parallel %d exceeds --batch-size %u: each step decodes a token per request\n",

@@ -15,7 +15,9 @@
  *   bit 2     which valid file (modes 2 and 3);
  *   bit 3     cut the patched file at the last patch's offset;
  *   bits 4-5  0: load as a cached prefix (tkv_cache_load's way), else into
- *             that sequence.
+ *             that sequence;
+ *   bit 6     instead, tkv_cache_import it as the prefix template (bit 2)
+ *             holds (a shared store's way: the key promises the tokens).
  */
 #include "base/error.h"
 #include "runtime/persist.h"
@@ -28,6 +30,8 @@
 #include <unistd.h>
 
 static tkv_model *model;
+static const tkv_token toks[12] = {1, 403, 407, 261, 378, 29, 356, 395, 434, 8, 300, 301};
+static const size_t tmpl_n[2] = {8, 12}, tmpl_from[2] = {0, 8};
 static tkv_context *ctx;
 static uint8_t *tmpl[2];
 static size_t tmpl_size[2];
@@ -59,9 +63,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     p.n_threads = 1;
     p.n_batch = 16;
     if (tkv_context_create(model, &p, &ctx)) die("context");
-    const tkv_token t[12] = {1, 403, 407, 261, 378, 29, 356, 395, 434, 8, 300, 301};
     size_t reused;
-    if (tkv_seq_sync(ctx, 0, 5, t, 12, &reused) || tkv_seq_truncate(ctx, 0, 8)) die("sync");
+    if (tkv_seq_sync(ctx, 0, 5, toks, 12, &reused) || tkv_seq_truncate(ctx, 0, 8)) die("sync");
     /* the templates: seq 0 (8 tokens), and the node of tokens 8..11 */
     char dir[] = "/tmp/tkv-fuzz-XXXXXX", path[512];
     if (!mkdtemp(dir)) die("mkdtemp");
@@ -117,7 +120,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const unsigned s = (ctl >> 4) & 3;
     const tkv_seq seq = s ? (tkv_seq)s : -1;
     tkv__clear_error();
-    tkv_status st = tkv__persist_load_image(ctx, "fuzz", buf, n, seq);
+    const unsigned k = (ctl >> 2) & 1;
+    tkv_status st = ctl & 64 ? tkv_cache_import(ctx, 5, toks, tmpl_n[k], tmpl_from[k], buf, n)
+                             : tkv__persist_load_image(ctx, "fuzz", buf, n, seq);
     if (st != TKV_OK && tkv_last_error(NULL)[0] == '\0') die("a failure without a message");
     if (mode == 2 && changed && st == TKV_OK) die("a changed file loaded");
     if (mode == 2 && !changed && st != TKV_OK) die("the valid file did not load");

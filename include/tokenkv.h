@@ -1224,6 +1224,65 @@ TKV_API tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cach
  */
 TKV_API tkv_status tkv_cache_load(tkv_context *ctx, const char *dir);
 
+/**
+ * @brief Write the cache-file image of a cached prefix into a buffer (for a
+ *        shared store of prefixes: see tkv_cache_import).
+ *
+ * The image is what tkv_seq_save would write for a sequence holding
+ * tokens[0..n_tokens) in namespace ns, except that it carries the K/V of
+ * positions kv_from..n_tokens-1 only (the token ids of the whole prefix,
+ * the model fingerprint, the KV type, the geometry and checksums of every
+ * block). Call it with cap 0 to learn the size. Nothing changes, not even
+ * the recency used for eviction.
+ *
+ * @param ctx       the context.
+ * @param ns        the namespace of the prefix.
+ * @param tokens    the prefix; all n_tokens must be cached in ns.
+ * @param n_tokens  its length, 1 .. the context's cells.
+ * @param kv_from   the first position whose K/V the image holds, < n_tokens.
+ * @param buf       room for cap bytes (may be NULL when cap is 0).
+ * @param cap       the room in bytes.
+ * @param size      receives the image's size in bytes (also on TKV_ERR_FULL).
+ * @return TKV_OK; TKV_ERR_FULL when cap < *size (buf unchanged: call again
+ *         with a larger buffer); TKV_ERR_INVALID (NULL argument, kv_from >=
+ *         n_tokens, or the prefix is not wholly cached); TKV_ERR_NOMEM.
+ *         tkv_last_error(ctx) explains.
+ */
+TKV_API tkv_status tkv_cache_export(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n_tokens,
+                                    size_t kv_from, void *buf, size_t cap, size_t *size);
+
+/**
+ * @brief Put an image written by tkv_cache_export into the cache as a cached
+ *        prefix no sequence holds (evictable, as if computed), after checking
+ *        that it is the prefix asked for.
+ *
+ * The image must pass every check tkv_seq_load makes (checksums, this
+ * model's fingerprint, the context's KV type and geometry, token ids and
+ * positions) and hold exactly tokens[0..n_tokens) of namespace ns with the
+ * K/V of positions kv_from..n_tokens-1; tokens[0..kv_from) must already be
+ * cached in ns. Where part of the prefix is cached already, its cells are
+ * kept. Room is made by evicting prefixes no sequence holds, least recently
+ * used first. The image is read, never kept.
+ *
+ * @param ctx       the context.
+ * @param ns        the namespace the image must hold.
+ * @param tokens    the tokens it must hold.
+ * @param n_tokens  their number.
+ * @param kv_from   the first position whose K/V it must hold.
+ * @param image     the image (may be NULL when size is 0).
+ * @param size      its size in bytes.
+ * @return TKV_OK; on failure the cache and every sequence are unchanged:
+ *         TKV_ERR_FORMAT (not an image, truncated, a checksum mismatch, a
+ *         bad token id or position); TKV_ERR_UNSUPPORTED (another format
+ *         version); TKV_ERR_INVALID (NULL argument; an image of another
+ *         model, KV type or geometry; other tokens, namespace or range than
+ *         asked; tokens[0..kv_from) not cached); TKV_ERR_FULL (not enough
+ *         free and evictable cells); TKV_ERR_NOMEM. tkv_last_error(ctx)
+ *         explains.
+ */
+TKV_API tkv_status tkv_cache_import(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n_tokens,
+                                    size_t kv_from, const void *image, size_t size);
+
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                  */
 /* ------------------------------------------------------------------------ */

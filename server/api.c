@@ -679,6 +679,13 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
         }
         r->ns = srv_api_namespace(a, json_string_value(salt), json_string_length(salt));
     }
+    /* OpenAI's cache-affinity hint: balancers route on it (deploy/haproxy.cfg); here the cache finds shared
+       prefixes by itself, so it is only checked */
+    const json_t *pck = json_object_get(body, "prompt_cache_key");
+    if (pck && !json_is_null(pck) && !json_is_string(pck)) {
+        srv_err_set(e, 400, "prompt_cache_key", "invalid_type", "'prompt_cache_key' must be a string");
+        return false;
+    }
     if (!parse_grammar(a, body, r, e)) return false;
     if (chat && !srv_api_parse_tools(a, body, r, e)) return false;
     if (!refuse_unimplemented(body, chat, e) || !parse_logprobs(body, chat, r, e)) return false;

@@ -30,6 +30,7 @@ struct conn {
     bool close;    /* the request's framing is broken: answer, then close the connection */
     srv_err *reject; /* decided from the headers (key, type, size): the body is read and dropped, then this */
     const char *cors;  /* the Access-Control-Allow-Origin of the response (--cors-origin), or NULL */
+    const char *replica; /* X-Tokenkv-Replica of every response (--replica-id), or NULL */
     int status;    /* of the response, for the log and the metrics */
     srv_req *reqs[SRV_MAX_CHOICES]; /* a generation in flight: a request per choice (n), or none */
     size_t n_reqs;
@@ -42,8 +43,9 @@ struct conn {
     atomic_bool job_done;
 };
 
-/* CORS: a page of the allowed origin may read the response. */
+/* CORS: a page of the allowed origin may read the response. And which replica answered (behind a balancer). */
 static void add_cors(const conn *cs, struct MHD_Response *r) {
+    if (cs->replica) MHD_add_response_header(r, "X-Tokenkv-Replica", cs->replica);
     if (!cs->cors) return;
     MHD_add_response_header(r, "Access-Control-Allow-Origin", cs->cors);
     MHD_add_response_header(r, "Vary", "Origin");
@@ -589,6 +591,7 @@ static enum MHD_Result send_web_file(conn *cs, struct MHD_Connection *c, const s
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     if (cs->close) MHD_add_response_header(r, "Connection", "close");
+    if (cs->replica) MHD_add_response_header(r, "X-Tokenkv-Replica", cs->replica);
     cs->status = 200;
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
@@ -724,6 +727,7 @@ static bool is_json_type(const char *t) {
 static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), *allow = S->o->cors_origin;
     if (origin && allow) cs->cors = !strcmp(allow, "*") ? "*" : !strcmp(allow, origin) ? allow : NULL;
+    cs->replica = S->o->replica_id;
     framing f = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
     const char *why = NULL;

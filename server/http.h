@@ -19,6 +19,7 @@ typedef struct srv_state {
     const tkv_model *model;
     srv_sched *sched;
     srv_metrics *metrics;
+    struct srv_store *store;  /* NULL: none */
     srv_api api;
     int64_t started;  /* unix seconds: the model's "created" */
 } srv_state;

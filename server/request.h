@@ -36,6 +36,9 @@ typedef struct srv_logprob {
 
 struct srv_run; /* the scheduler's state of a request (sched.c) */
 
+/* Where a waiting request stands with the shared store (store.h). */
+enum { SRV_STORE_NEW, SRV_STORE_FETCHING, SRV_STORE_DONE };
+
 typedef struct srv_req {
     /* ---- input: written before submission, read-only afterwards ---- */
     tkv_token *prompt;          /* (n_prompt) */
@@ -94,6 +97,7 @@ typedef struct srv_req {
 
     /* ---- the inference thread's own ---- */
     struct srv_run *run;        /* created at admission, kept across preemption */
+    int store_state;            /* SRV_STORE_*: the shared store's lookup of its prompt (store.h) */
 } srv_req;
 
 /* A request with one reference and empty output; NULL on allocation failure. */

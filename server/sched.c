@@ -19,6 +19,7 @@
  * would have had (decoding is batch-invariant).
  */
 #include "scheduler.h"
+#include "store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,15 +191,22 @@ static long choose(srv_sched *s) {
         if (run && run->preempted && run->resume_after == s->ended && s->n_running) return -1;
     }
     for (size_t i = 0; i < s->n_wait; i++)
-        if (s->skipped[i] >= STARVE_AFTER) return (long)i; /* the oldest starving (or preempted) one */
+        if (s->skipped[i] >= STARVE_AFTER && s->wait[i]->store_state != SRV_STORE_FETCHING)
+            return (long)i; /* the oldest starving (or preempted) one */
     long best = -1;
     size_t best_len = 0;
     for (size_t i = 0; i < s->n_wait; i++) {
-        const srv_req *r = s->wait[i];
+        srv_req *r = s->wait[i];
+        if (r->store_state == SRV_STORE_FETCHING) continue;
         const uint64_t ns = ns_of(s, r);
         size_t n, cached = 0;
         const tkv_token *t = list_of(r, &n);
         tkv_cache_match(s->ctx, ns, t, n, &cached);
+        if (r->store_state == SRV_STORE_NEW) { /* first seen: the shared store may hold more of it */
+            const bool asked = !r->run && !s->o.no_prefix_cache && srv_store_lookup(s->o.store, r, ns, t, n, cached);
+            r->store_state = asked ? SRV_STORE_FETCHING : SRV_STORE_DONE;
+            if (asked) continue;
+        }
         if (!s->o.no_prefix_cache && held_back(s, r, ns, cached)) continue;
         if (best < 0 || cached > best_len) best = (long)i, best_len = cached;
     }
@@ -432,12 +440,22 @@ static void step(srv_sched *s) {
         if (!sl->req || !sl->in_batch) continue;
         sl->n_past += sl->in_batch;
         if (sl->logits_at < 0) continue;
+        if (!sl->run->n_gen && s->o.store) /* the prompt is computed: its new blocks go to the shared store */
+            srv_store_put(s->o.store, s->ctx, sl->run->ns, sl->run->toks, sl->req->n_prompt, sl->req->n_cached);
         const float *logits = tkv_get_logits(s->ctx, (size_t)sl->logits_at);
         on_token(s, sl, tkv_sampler_sample(sl->run->smp, logits), logits);
     }
 }
 
 /* ---- the thread --------------------------------------------------------------- */
+
+/* Whether no waiting request can be admitted before a store lookup ends (with mu held): then the thread
+   sleeps until the lookup's job (or a new request) wakes it. */
+static bool all_fetching(const srv_sched *s) {
+    for (size_t i = 0; i < s->n_wait; i++)
+        if (s->wait[i]->store_state != SRV_STORE_FETCHING) return false;
+    return true;
+}
 
 static void run_calls(srv_sched *s) { /* with mu held */
     while (s->calls) {
@@ -459,7 +477,7 @@ static void *thread_main(void *arg) {
             pthread_mutex_unlock(&s->mu);
             break;
         }
-        if (!s->n_running && !s->n_wait) {
+        if (!s->n_running && all_fetching(s)) {
             pthread_cond_wait(&s->wake, &s->mu);
             pthread_mutex_unlock(&s->mu);
             continue;

@@ -5,6 +5,7 @@
  */
 #include "http.h"
 #include "reasoning.h"
+#include "store.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -356,11 +357,22 @@ int srv_main(const srv_opts *o) {
     }
     if (o->cache_dir) load_cache(ctx, o, fresh_dir);
     S.metrics = srv_metrics_new();
-    srv_sched_opts so = {.parallel = o->parallel, .max_queue = o->max_queue, .n_ctx = S.api.n_ctx,
-                         .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache};
-    S.sched = S.metrics ? srv_sched_start(ctx, &so, S.metrics) : NULL;
     struct MHD_Daemon *d = NULL;
     srv_conns *conns = NULL;
+    if (o->kv_store && !o->no_prefix_cache) {
+        char err[512];
+        srv_store_opts sto = {.url = o->kv_store, .timeout_ms = o->kv_store_timeout_ms,
+                              .max_pending = o->kv_store_max_pending ? o->kv_store_max_pending : (size_t)256 << 20};
+        if (!(S.store = srv_store_start(&sto, model, cp.kv_type, err, sizeof err))) {
+            fprintf(stderr, "tokenkv serve: %s\n", err);
+            rc = 2;
+            goto out;
+        }
+    }
+    srv_sched_opts so = {.parallel = o->parallel, .max_queue = o->max_queue, .n_ctx = S.api.n_ctx,
+                         .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache, .store = S.store};
+    S.sched = S.metrics ? srv_sched_start(ctx, &so, S.metrics) : NULL;
+    srv_store_attach(S.store, S.sched);
     if (!S.sched) {
         fprintf(stderr, "tokenkv serve: cannot start the inference thread\n");
         goto out;
@@ -393,6 +405,7 @@ int srv_main(const srv_opts *o) {
             id, hp.arch, hp.n_layer, tkv_vocab_size(model), o->cells, tkv_type_name((tkv_type)o->kv_type_k),
             tkv_type_name(o->kv_type_v == TKV_TYPE_COUNT ? (tkv_type)o->kv_type_k : (tkv_type)o->kv_type_v), o->parallel,
             chat_what, srv_tools_format_name(S.api.tools), o->no_prefix_cache ? ", prefix cache OFF" : "");
+    if (S.store) fprintf(stderr, "tokenkv serve: shared prefix store %s (blocks of %d tokens)\n", o->kv_store, SRV_STORE_BLOCK);
     fprintf(stderr, "tokenkv serve: listening on http://%s%s%s:%u\n", addr.ss_family == AF_INET6 ? "[" : "", o->host,
             addr.ss_family == AF_INET6 ? "]" : "", di ? di->port : (unsigned)o->port);
 
@@ -409,6 +422,7 @@ int srv_main(const srv_opts *o) {
     rc = 0;
 out:
     srv_sched_stop(S.sched); /* waiting and running requests end with 503 */
+    srv_store_free(S.store); /* after the scheduler: no more lookups or writes; its late jobs are refused */
     if (rc == 0 && o->cache_dir) save_cache(ctx, (void *)o); /* the inference thread is gone: ctx is ours */
     /* every suspended connection was woken by the stop above (MHD requires
        it): they answer and close */

@@ -50,6 +50,10 @@ typedef struct srv_opts {
     const char *cache_dir;     /* load the cache from here at start, save it here; NULL: none */
     uint64_t cache_dir_max;    /* bytes of cache files at most; 0: no limit */
     int save_interval;         /* seconds between saves; 0: only at shutdown */
+    const char *kv_store;      /* redis://HOST:PORT[/DB]: the prefix store shared by replicas (store.h); NULL: none */
+    int kv_store_timeout_ms;   /* connect and each read or write; 0: 50 */
+    uint64_t kv_store_max_pending; /* bytes of blocks waiting to be written; 0: 256 MiB */
+    const char *replica_id;    /* sent as X-Tokenkv-Replica on every response; NULL: none */
 } srv_opts;
 
 /* Run until SIGINT or SIGTERM (then: stop accepting, end running requests,

@@ -85,6 +85,13 @@ tkv_token tkv__cachefile_token(const tkv__prec *rec, uint32_t i);
 tkv_status tkv__cachefile_write(const tkv__kvcache *kv, const char *path, const tkv__phdr *h, const tkv_token *tokens,
                               const uint32_t *cells);
 
+/*
+ * The same image as tkv__cachefile_write, into out[0 .. tkv__cachefile_file_size(h))
+ * (a shared store's value: the bytes a file would hold). Cannot fail.
+ */
+void tkv__cachefile_encode(const tkv__kvcache *kv, const tkv__phdr *h, const tkv_token *tokens, const uint32_t *cells,
+                          uint8_t *out);
+
 /* fsync a directory (the renames in it are then durable). TKV_ERR_IO. */
 tkv_status tkv__cachefile_sync_dir(const char *dir);
 

@@ -223,6 +223,13 @@ size_t tkv__kv_match(const tkv__kvcache *kv, uint64_t ns, const tkv_token *token
     return tkv__pindex_match(kv->ix, ns, tokens, n, false, &at); /* without touch it changes nothing */
 }
 
+size_t tkv__kv_match_cells(const tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, uint32_t *cells) {
+    tkv__ppos at;
+    size_t m = tkv__pindex_match(kv->ix, ns, tokens, n, false, &at);
+    tkv__pindex_path(kv->ix, at, cells, NULL);
+    return m;
+}
+
 tkv_status tkv__kv_pin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
     tkv__ppos at;
     size_t m = tkv__pindex_match(kv->ix, ns, tokens, n, false, &at);

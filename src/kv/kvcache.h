@@ -150,6 +150,10 @@ void tkv__kv_seq_tokens(const tkv__kvcache *kv, tkv_seq seq, tkv_token *out);
 /* Length of the longest cached prefix of tokens[0..n) in namespace ns. */
 size_t tkv__kv_match(const tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n);
 
+/* tkv__kv_match, and the cells that hold the matched prefix, positions
+   0..len-1, in cells[0..len) (room for n). Changes nothing. */
+size_t tkv__kv_match_cells(const tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, uint32_t *cells);
+
 /* Pin exactly the prefix of tokens[0..n) cached now (*len: its length; may
    be NULL): it is never evicted until unpinned, and tokens cached later do
    not join the pin. TKV_ERR_NOMEM: nothing changed. */
