@@ -30,7 +30,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
        log line says 499), and thousands of lines under a slowloris */
     static const char *const gone[] = {"Connection socket is closed when reading request",
                                        "Failed to send the chunked response body", "Failed to send data in request",
-                                       "Failed to send the response headers", "Failed to send reply"};
+                                       "Failed to send the response headers", "Failed to send reply",
+                                       "Closing connection (application error generating response)"};
     for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
         if (!strncmp(fmt, gone[i], strlen(gone[i]))) return;
     fputs("tokenkv serve: http: ", stderr);

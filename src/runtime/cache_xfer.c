@@ -32,11 +32,9 @@ tkv_status tkv_cache_export(tkv_context *ctx, uint64_t ns, const tkv_token *toke
     if (n_tokens > ctx->kv->rows.n_cells)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_export: %zu tokens, more than the %u cells",
                                             n_tokens, ctx->kv->rows.n_cells));
-    tkv__pexpect e;
-    if ((st = tkv__persist_expect(ctx, &e))) return tkv__ctx_fail(ctx, st);
-    tkv__phdr h = {.fp = {e.fp[0], e.fp[1]}, .kv_type = e.kv_type, .n_layer = e.n_layer, .n_embd_kv = e.n_embd_kv,
-                   .n_vocab = e.n_vocab, .row_size = e.row_size, .ns = ns, .n_tokens = (uint32_t)n_tokens,
-                   .kv_from = (uint32_t)kv_from};
+    tkv__phdr h;
+    if ((st = tkv__persist_header(ctx, &h))) return tkv__ctx_fail(ctx, st);
+    h.ns = ns, h.n_tokens = (uint32_t)n_tokens, h.kv_from = (uint32_t)kv_from;
     const uint64_t need = tkv__cachefile_file_size(&h);
     *size = (size_t)need;
     uint32_t *cells = tkv__malloc(n_tokens * sizeof *cells);

@@ -123,7 +123,7 @@ static char *dir_of(const char *path) {
 }
 
 /* The header of a file written from ctx (fingerprint, geometry). */
-static tkv_status header_for(const tkv_context *ctx, tkv__phdr *h) {
+tkv_status tkv__persist_header(const tkv_context *ctx, tkv__phdr *h) {
     tkv__pexpect e;
     tkv_status st = tkv__persist_expect(ctx, &e);
     if (st) return st;
@@ -141,7 +141,7 @@ tkv_status tkv_seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
     if (st) return tkv__ctx_fail(ctx, st);
     const tkv__kvseq *s = &ctx->kv->seq[seq];
     tkv__phdr h;
-    if ((st = header_for(ctx, &h))) return tkv__ctx_fail(ctx, st);
+    if ((st = tkv__persist_header(ctx, &h))) return tkv__ctx_fail(ctx, st);
     h.ns = s->ns;
     h.n_tokens = s->n;
     tkv__kv_seq_tokens(ctx->kv, seq, ctx->seq_tokens);
@@ -274,7 +274,7 @@ tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes)
     tkv_status st = open_dir(dir, true);
     if (st) return tkv__ctx_fail(ctx, st);
     tkv__phdr h0;
-    st = header_for(ctx, &h0);
+    st = tkv__persist_header(ctx, &h0);
     if (st) return tkv__ctx_fail(ctx, st);
     const tkv__pindex *ix = tkv__kv_index(ctx->kv);
     tkv__pindex_stats ps;

@@ -13,6 +13,10 @@
 /* Fill *e from ctx (computes the model fingerprint). */
 tkv_status tkv__persist_expect(const tkv_context *ctx, tkv__pexpect *e);
 
+/* The header of a file written from ctx: fingerprint, K and V types, geometry (the prefix's own fields, ns,
+   n_tokens, kv_from and rank, left 0). */
+tkv_status tkv__persist_header(const tkv_context *ctx, tkv__phdr *h);
+
 /*
  * Load one file image into the cache: into sequence `seq`, or, with seq < 0,
  * as an unreferenced cached prefix (as tkv_cache_load does). Everything is
