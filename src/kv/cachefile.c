@@ -293,6 +293,15 @@ static void write_body(writer *w, const tkv__kvcache *kv, const tkv__phdr *h, co
     }
 }
 
+void tkv__cachefile_image(const tkv__kvcache *kv, const tkv__phdr *h, const tkv_token *tokens, const uint32_t *cells,
+                          uint8_t *buf) {
+    /* a writer whose buffer is the whole image never flushes: no descriptor needed */
+    writer w = {.fd = -1, .buf = buf, .cap = (size_t)tkv__cachefile_file_size(h)};
+    encode_header(h, buf);
+    w.n = H_BYTES;
+    write_body(&w, kv, h, tokens, cells);
+}
+
 tkv_status tkv__cachefile_trusted(const char *path, const struct stat *sb) {
     if (sb->st_uid != geteuid())
         return tkv__fail(TKV_ERR_IO, "'%s' is owned by uid %u, not by this user (uid %u): refused", path,

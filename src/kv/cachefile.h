@@ -75,6 +75,10 @@ tkv_token tkv__cachefile_token(const tkv__prec *rec, uint32_t i);
 tkv_status tkv__cachefile_write(const tkv__kvcache *kv, const char *path, const tkv__phdr *h, const tkv_token *tokens,
                               const uint32_t *cells);
 
+/* The same image into buf (room for tkv__cachefile_file_size(h) bytes). Cannot fail. */
+void tkv__cachefile_image(const tkv__kvcache *kv, const tkv__phdr *h, const tkv_token *tokens, const uint32_t *cells,
+                          uint8_t *buf);
+
 /* fsync a directory (the renames in it are then durable). TKV_ERR_IO. */
 tkv_status tkv__cachefile_sync_dir(const char *dir);
 

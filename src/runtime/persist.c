@@ -75,8 +75,11 @@ static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, 
 }
 
 tkv_status tkv__persist_expect(const tkv_context *ctx, tkv__pexpect *e) {
-    tkv_status st = tkv_model_fingerprint(ctx->model, e->fp);
-    if (st) return st;
+    if (ctx->fp_known) memcpy(e->fp, ctx->fp, sizeof e->fp);
+    else {
+        tkv_status st = tkv_model_fingerprint(ctx->model, e->fp);
+        if (st) return st;
+    }
     const tkv__kvcache *kv = ctx->kv;
     e->kv_type = (uint32_t)kv->rows.type;
     e->n_layer = kv->rows.n_layer;
@@ -98,6 +101,55 @@ tkv_status tkv__persist_load_image(tkv_context *ctx, const char *name, const uin
     if (!st) st = tkv__cachefile_parse(name, data, size, &e, &rec);
     if (!st) st = apply(ctx, name, &rec, seq, &n_new);
     return st;
+}
+
+/* ---- images of evictions ------------------------------------------------- */
+
+static tkv_status header_for(const tkv_context *ctx, tkv__phdr *h);
+
+tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size_t cap, size_t *size) {
+    if (!ctx || !size || (cap && !buf))
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_event_image: NULL argument"));
+    const tkv__kvevent *ev = ctx->event;
+    if (!ev || ev->kind != TKV__KVEV_REMOVED)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_event_image: not inside a REMOVED event"));
+    tkv__phdr h;
+    tkv_status st = header_for(ctx, &h); /* the fingerprint is known: a context with events computed it */
+    if (st) return tkv__ctx_fail(ctx, st);
+    h.ns = ev->ns;
+    h.n_tokens = ev->end;
+    h.kv_from = ev->from;
+    *size = (size_t)tkv__cachefile_file_size(&h);
+    if (cap < *size)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "tkv_cache_event_image: %zu bytes needed, room for %zu", *size, cap));
+    tkv__cachefile_image(ctx->kv, &h, ev->tokens, ev->cells, buf);
+    return TKV_OK;
+}
+
+tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size_t size, uint64_t ns, const tkv_token *tokens,
+                                size_t n, size_t *loaded) {
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: ctx is NULL"));
+    tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_load_image");
+    if (st) return st;
+    if (ctx->event)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_BUSY, "tkv_cache_load_image: called from a cache event callback"));
+    if (!data || (n && !tokens))
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: NULL argument"));
+    tkv__pexpect e;
+    tkv__prec rec;
+    if ((st = tkv__persist_expect(ctx, &e)) || (st = tkv__cachefile_parse("image", data, size, &e, &rec)))
+        return tkv__ctx_fail(ctx, st);
+    /* what it holds must be what was asked for: a hash collision or a misfiled image is refused here */
+    if (rec.h.ns != ns)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: the image holds another namespace"));
+    bool same = rec.h.n_tokens <= n;
+    for (uint32_t i = 0; same && i < rec.h.n_tokens; i++) same = tkv__cachefile_token(&rec, i) == tokens[i];
+    if (!same)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: the image holds other tokens"));
+    uint32_t n_new;
+    if ((st = apply(ctx, "image", &rec, -1, &n_new))) return tkv__ctx_fail(ctx, st);
+    if (loaded) *loaded = rec.h.n_tokens;
+    return TKV_OK;
 }
 
 /* ---- one sequence --------------------------------------------------------- */
