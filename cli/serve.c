@@ -27,6 +27,7 @@ static const char *const serve_help =
     "                     [--max-tokens N] [--max-queue N] [--chat-template FILE|NAME] [--grammar-file FILE]\n"
     "                     [--no-prefix-cache] [--no-webui]\n"
     "                     [--cache-dir DIR [--cache-dir-max BYTES] [--save-interval S]]\n"
+    "                     [--kv-events tcp://HOST:PORT [--kv-events-block-size N]]\n"
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
     "/tokenize, /detokenize, /apply-template, /completion (llama-server's); GET /v1/models,\n"
@@ -73,6 +74,10 @@ static const char *const serve_help =
     "  --cache-dir-max BYTES      most recently used prefixes first, up to BYTES (default: no limit)\n"
     "                                                                                  [TOKENKV_CACHE_DIR_MAX]\n"
     "  --save-interval S          seconds between saves, 0: only at shutdown (default 300) [TOKENKV_SAVE_INTERVAL]\n"
+    "  --kv-events ENDPOINT       publish what the cache holds, in vLLM's KV-event format, on a\n"
+    "                             ZeroMQ PUB socket bound at ENDPOINT (tcp://HOST:PORT)  [TOKENKV_KV_EVENTS]\n"
+    "  --kv-events-block-size N   tokens per block of those events (default 16)\n"
+    "                                                                   [TOKENKV_KV_EVENTS_BLOCK_SIZE]\n"
     "  -h, --help                 show this help\n";
 
 /* What an option sets. */
@@ -117,6 +122,8 @@ static const option options[] = {
     {{"--cache-dir"}, "TOKENKV_CACHE_DIR", O_STR, OFF(cache_dir), 0, 0, 0},
     {{"--cache-dir-max"}, "TOKENKV_CACHE_DIR_MAX", INT(cache_dir_max, 0, 1ll << 50)},
     {{"--save-interval"}, "TOKENKV_SAVE_INTERVAL", INT(save_interval, 0, 1 << 24)},
+    {{"--kv-events"}, "TOKENKV_KV_EVENTS", O_STR, OFF(kv_events), 0, 0, 0},
+    {{"--kv-events-block-size"}, "TOKENKV_KV_EVENTS_BLOCK_SIZE", INT(kv_events_block_size, 1, 4096)},
 };
 
 static const option *find_option(const char *name) {
@@ -204,6 +211,7 @@ int cmd_serve(int argc, char **argv) {
         .idle_timeout = 30,
         .request_timeout = 10,
         .save_interval = 300,
+        .kv_events_block_size = 16,
     };
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) { /* the environment, then the command line */
         const char *v = getenv(options[i].env);

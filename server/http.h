@@ -21,6 +21,7 @@ typedef struct srv_state {
     srv_metrics *metrics;
     srv_api api;
     int64_t started;  /* unix seconds: the model's "created" */
+    struct srv_kvev *kvev; /* --kv-events, or NULL */
 } srv_state;
 
 /* MHD_AccessHandlerCallback (cls: srv_state). */

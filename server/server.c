@@ -4,6 +4,7 @@
  * accepting, end what runs and free everything.
  */
 #include "http.h"
+#include "kv_events.h"
 #include "reasoning.h"
 
 #include <arpa/inet.h>
@@ -284,6 +285,13 @@ static bool bind_addr(const srv_opts *o, struct sockaddr_storage *ss) {
     return false;
 }
 
+/* The cache's events (inference thread): to whoever follows them. */
+static void on_cache_event(const tkv_context *ctx, const tkv_cache_event *ev, void *user) {
+    (void)ctx;
+    srv_state *S = user;
+    if (S->kvev) srv_kvev_cache_event(S->kvev, ev);
+}
+
 int srv_main(const srv_opts *o) {
     /* SIGINT/SIGTERM are taken by sigwait below: block them before any
        thread starts, so every thread inherits the mask */
@@ -337,9 +345,20 @@ int srv_main(const srv_opts *o) {
     /* batched requests must not change each other's outputs, nor may
        reuse change a request's output: see tkv_context_params */
     cp.batch_invariant = true;
+    if (o->kv_events && !(S.kvev = srv_kvev_start(o->kv_events, o->kv_events_block_size))) {
+        tkv_chat_template_free(S.api.jinja);
+        tkv_grammar_free(grammar);
+        tkv_model_free(model);
+        return 1;
+    }
+    if (S.kvev) {
+        cp.on_cache_event = on_cache_event;
+        cp.cache_event_user = &S;
+    }
     tkv_context *ctx = NULL;
     int rc = 1;
     if (tkv_context_create(model, &cp, &ctx) != TKV_OK) {
+        srv_kvev_stop(S.kvev);
         fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
         tkv_chat_template_free(S.api.jinja);
         tkv_grammar_free(grammar);
@@ -406,6 +425,7 @@ out:
     srv_sched_free(S.sched);
     srv_metrics_free(S.metrics);
     tkv_context_free(ctx);
+    srv_kvev_stop(S.kvev); /* after the last event: the context is gone */
     tkv_chat_template_free(S.api.jinja);
     tkv_grammar_free(grammar);
     tkv_model_free(model);

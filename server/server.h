@@ -47,6 +47,8 @@ typedef struct srv_opts {
     const char *cache_dir;     /* load the cache from here at start, save it here; NULL: none */
     uint64_t cache_dir_max;    /* bytes of cache files at most; 0: no limit */
     int save_interval;         /* seconds between saves; 0: only at shutdown */
+    const char *kv_events;     /* a ZeroMQ endpoint to publish KV events at (kv_events.h); NULL: none */
+    uint32_t kv_events_block_size; /* tokens per block of those events */
 } srv_opts;
 
 /* Run until SIGINT or SIGTERM (then: stop accepting, end running requests,
