@@ -28,6 +28,7 @@ static const char *const serve_help =
     "                     [--no-prefix-cache] [--no-webui]\n"
     "                     [--cache-dir DIR [--cache-dir-max BYTES] [--save-interval S]]\n"
     "                     [--kv-events tcp://HOST:PORT [--kv-events-block-size N]]\n"
+    "                     [--cache-disk DIR [--cache-disk-max BYTES]]\n"
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
     "/tokenize, /detokenize, /apply-template, /completion (llama-server's); GET /v1/models,\n"
@@ -78,6 +79,10 @@ static const char *const serve_help =
     "                             ZeroMQ PUB socket bound at ENDPOINT (tcp://HOST:PORT)  [TOKENKV_KV_EVENTS]\n"
     "  --kv-events-block-size N   tokens per block of those events (default 16)\n"
     "                                                                   [TOKENKV_KV_EVENTS_BLOCK_SIZE]\n"
+    "  --cache-disk DIR           prefixes evicted from RAM are written to DIR in the background and\n"
+    "                             loaded back when a prompt continues them           [TOKENKV_CACHE_DISK]\n"
+    "  --cache-disk-max BYTES     DIR's size at most, least recently used files removed first;\n"
+    "                             0: no limit (default 1073741824)                [TOKENKV_CACHE_DISK_MAX]\n"
     "  -h, --help                 show this help\n";
 
 /* What an option sets. */
@@ -123,6 +128,8 @@ static const option options[] = {
     {{"--cache-dir-max"}, "TOKENKV_CACHE_DIR_MAX", INT(cache_dir_max, 0, 1ll << 50)},
     {{"--save-interval"}, "TOKENKV_SAVE_INTERVAL", INT(save_interval, 0, 1 << 24)},
     {{"--kv-events"}, "TOKENKV_KV_EVENTS", O_STR, OFF(kv_events), 0, 0, 0},
+    {{"--cache-disk"}, "TOKENKV_CACHE_DISK", O_STR, OFF(cache_disk), 0, 0, 0},
+    {{"--cache-disk-max"}, "TOKENKV_CACHE_DISK_MAX", INT(cache_disk_max, 0, 1ll << 50)},
     {{"--kv-events-block-size"}, "TOKENKV_KV_EVENTS_BLOCK_SIZE", INT(kv_events_block_size, 1, 4096)},
 };
 
@@ -212,6 +219,7 @@ int cmd_serve(int argc, char **argv) {
         .request_timeout = 10,
         .save_interval = 300,
         .kv_events_block_size = 16,
+        .cache_disk_max = 1ull << 30,
     };
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) { /* the environment, then the command line */
         const char *v = getenv(options[i].env);

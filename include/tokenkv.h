@@ -1266,11 +1266,13 @@ TKV_API tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size
  *        no sequence holds, provided it holds what the caller asked for.
  *
  * The image is validated whole (checksums, model fingerprint, KV type,
- * geometry) and must hold namespace ns and a prefix of tokens[0..n): a
- * file whose name or index promised it but that holds anything else is
- * refused, so it can never put another prompt's K/V under these tokens.
- * The part of the prefix before the image's K/V must be cached. Room is
- * made by evicting prefixes nobody holds, least recently used first.
+ * geometry) and must hold namespace ns. Of its prefix, only the part on
+ * which its tokens and tokens[0..n) agree is loaded (a position's K/V
+ * depends only on the tokens up to it): an image that agrees on none of
+ * its K/V, whatever its name or index promised, is refused, so it can
+ * never put another prompt's K/V under these tokens. The part of the
+ * prefix before the image's K/V must be cached. Room is made by evicting
+ * prefixes nobody holds, least recently used first.
  *
  * @param ctx     the context.
  * @param data    the image.
@@ -1278,12 +1280,13 @@ TKV_API tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size
  * @param ns      the namespace it must hold.
  * @param tokens  the tokens it must be a prefix of.
  * @param n       their count.
- * @param loaded  (may be NULL) receives the length of the prefix the image
- *                held (now cached).
+ * @param loaded  (may be NULL) receives the length of the prefix loaded
+ *                (now cached): the image's, or the shorter part on which
+ *                it agrees with tokens.
  * @return TKV_OK; on failure the cache is unchanged: TKV_ERR_FORMAT,
  *         TKV_ERR_UNSUPPORTED (not a valid image); TKV_ERR_INVALID (NULL
- *         argument, another model, KV type or geometry, another namespace
- *         or tokens, its prefix not cached); TKV_ERR_FULL; TKV_ERR_NOMEM;
+ *         argument, another model, KV type or geometry, another namespace,
+ *         no agreeing K/V, its prefix not cached); TKV_ERR_FULL; TKV_ERR_NOMEM;
  *         TKV_ERR_BUSY (called from a callback).
  */
 TKV_API tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size_t size, uint64_t ns,

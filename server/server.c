@@ -4,6 +4,7 @@
  * accepting, end what runs and free everything.
  */
 #include "http.h"
+#include "disk.h"
 #include "kv_events.h"
 #include "reasoning.h"
 
@@ -290,6 +291,7 @@ static void on_cache_event(const tkv_context *ctx, const tkv_cache_event *ev, vo
     (void)ctx;
     srv_state *S = user;
     if (S->kvev) srv_kvev_cache_event(S->kvev, ev);
+    if (S->disk) srv_disk_cache_event(S->disk, ctx, ev);
 }
 
 int srv_main(const srv_opts *o) {
@@ -351,7 +353,14 @@ int srv_main(const srv_opts *o) {
         tkv_model_free(model);
         return 1;
     }
-    if (S.kvev) {
+    if (o->cache_disk && !(S.disk = srv_disk_start(o->cache_disk, o->cache_disk_max))) {
+        srv_kvev_stop(S.kvev);
+        tkv_chat_template_free(S.api.jinja);
+        tkv_grammar_free(grammar);
+        tkv_model_free(model);
+        return 1;
+    }
+    if (S.kvev || S.disk) {
         cp.on_cache_event = on_cache_event;
         cp.cache_event_user = &S;
     }
@@ -359,6 +368,7 @@ int srv_main(const srv_opts *o) {
     int rc = 1;
     if (tkv_context_create(model, &cp, &ctx) != TKV_OK) {
         srv_kvev_stop(S.kvev);
+        srv_disk_stop(S.disk);
         fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
         tkv_chat_template_free(S.api.jinja);
         tkv_grammar_free(grammar);
@@ -368,7 +378,7 @@ int srv_main(const srv_opts *o) {
     if (o->cache_dir) load_cache(ctx, o, fresh_dir);
     S.metrics = srv_metrics_new();
     srv_sched_opts so = {.parallel = o->parallel, .max_queue = o->max_queue, .n_ctx = S.api.n_ctx,
-                         .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache};
+                         .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache, .disk = S.disk};
     S.sched = S.metrics ? srv_sched_start(ctx, &so, S.metrics) : NULL;
     struct MHD_Daemon *d = NULL;
     srv_conns *conns = NULL;
@@ -422,6 +432,8 @@ out:
        it): they answer and close */
     if (d) MHD_stop_daemon(d);
     srv_conns_stop(conns);
+    srv_disk_stop(S.disk); /* its last reads post to the stopped scheduler: before srv_sched_free */
+    S.disk = NULL;         /* the saves below evict nothing, but nothing may stage any more */
     srv_sched_free(S.sched);
     srv_metrics_free(S.metrics);
     tkv_context_free(ctx);

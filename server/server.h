@@ -49,6 +49,8 @@ typedef struct srv_opts {
     int save_interval;         /* seconds between saves; 0: only at shutdown */
     const char *kv_events;     /* a ZeroMQ endpoint to publish KV events at (kv_events.h); NULL: none */
     uint32_t kv_events_block_size; /* tokens per block of those events */
+    const char *cache_disk;    /* the disk tier's directory (disk.h); NULL: none */
+    uint64_t cache_disk_max;   /* its bytes at most; 0: no limit */
 } srv_opts;
 
 /* Run until SIGINT or SIGTERM (then: stop accepting, end running requests,

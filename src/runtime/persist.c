@@ -55,12 +55,13 @@ static void fill_cells(tkv__kvcache *kv, const tkv__prec *r, uint32_t from, uint
  * cache transaction: the cached part of its tokens is reused, the rest
  * filled from the file. seq >= 0: the sequence then holds the prefix;
  * seq < 0: it stays cached, held by nobody. Its tokens are left in
- * ctx->seq_tokens. *n_new receives how many cells were filled from the
- * file. Nothing changes on failure.
+ * ctx->seq_tokens. Only its first n tokens (<= n_tokens) are put in.
+ * *n_new receives how many cells were filled from the file. Nothing
+ * changes on failure.
  */
-static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, tkv_seq seq, uint32_t *n_new) {
+static tkv_status apply_n(tkv_context *ctx, const char *name, const tkv__prec *r, uint32_t n, tkv_seq seq,
+                          uint32_t *n_new) {
     tkv__kvcache *kv = ctx->kv;
-    const uint32_t n = r->h.n_tokens;
     tkv_token *tokens = ctx->seq_tokens; /* (n_cells); the header check bounded n by it */
     for (uint32_t i = 0; i < n; i++) tokens[i] = tkv__cachefile_token(r, i);
     char what[160];
@@ -72,6 +73,10 @@ static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, 
     tkv__kv_commit(kv);
     *n_new = n - cached;
     return TKV_OK;
+}
+
+static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, tkv_seq seq, uint32_t *n_new) {
+    return apply_n(ctx, name, r, r->h.n_tokens, seq, n_new);
 }
 
 tkv_status tkv__persist_expect(const tkv_context *ctx, tkv__pexpect *e) {
@@ -139,16 +144,19 @@ tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size_t size,
     tkv__prec rec;
     if ((st = tkv__persist_expect(ctx, &e)) || (st = tkv__cachefile_parse("image", data, size, &e, &rec)))
         return tkv__ctx_fail(ctx, st);
-    /* what it holds must be what was asked for: a hash collision or a misfiled image is refused here */
+    /* what it holds must be what was asked for: a hash collision or a misfiled image is refused here. The K/V
+       of a position depends only on the tokens up to it, so the part on which the two agree is theirs. */
     if (rec.h.ns != ns)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: the image holds another namespace"));
-    bool same = rec.h.n_tokens <= n;
-    for (uint32_t i = 0; same && i < rec.h.n_tokens; i++) same = tkv__cachefile_token(&rec, i) == tokens[i];
-    if (!same)
-        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: the image holds other tokens"));
+    uint32_t agree = 0;
+    while (agree < rec.h.n_tokens && agree < n && tkv__cachefile_token(&rec, agree) == tokens[agree]) agree++;
+    if (agree <= rec.h.kv_from)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: the image holds other tokens "
+                                                             "(its first %u tokens of K/V differ from those asked for)",
+                                            rec.h.n_tokens - rec.h.kv_from));
     uint32_t n_new;
-    if ((st = apply(ctx, "image", &rec, -1, &n_new))) return tkv__ctx_fail(ctx, st);
-    if (loaded) *loaded = rec.h.n_tokens;
+    if ((st = apply_n(ctx, "image", &rec, agree, -1, &n_new))) return tkv__ctx_fail(ctx, st);
+    if (loaded) *loaded = agree;
     return TKV_OK;
 }
 

@@ -141,7 +141,7 @@ static size_t random_list(tkv_token *t, unsigned *seed) {
 }
 
 /* An evicted run loads back only under its own namespace and tokens, and only onto its cached prefix. */
-static void try_image(tkv_context *ctx, mirror *m, unsigned *seed, int *n_loaded) {
+static void try_image(tkv_context *ctx, mirror *m, unsigned *seed, int *n_loaded, int *n_partial) {
     if (!m->n_img) return;
     /* a copy: loading evicts, and the evictions' images replace the ring's */
     static saved_image copy;
@@ -155,10 +155,11 @@ static void try_image(tkv_context *ctx, mirror *m, unsigned *seed, int *n_loaded
     size_t loaded = 0;
     tkv_token wrong[CELLS];
     memcpy(wrong, s->t, s->end * sizeof *wrong);
-    wrong[s->end - 1] = wrong[s->end - 1] == 3 ? 4 : 3;
     assert_int_equal(tkv_cache_load_image(ctx, s->data, s->size, s->ns + 1, s->t, s->end, &loaded), TKV_ERR_INVALID);
+    /* the first token of its K/V differs: nothing of it is theirs */
+    wrong[s->from] = wrong[s->from] == 3 ? 4 : 3;
     assert_int_equal(tkv_cache_load_image(ctx, s->data, s->size, s->ns, wrong, s->end, &loaded), TKV_ERR_INVALID);
-    assert_int_equal(tkv_cache_load_image(ctx, s->data, s->size, s->ns, s->t, s->end - 1, &loaded), TKV_ERR_INVALID);
+    assert_int_equal(tkv_cache_load_image(ctx, s->data, s->size, s->ns, s->t, s->from, &loaded), TKV_ERR_INVALID);
     size_t cached;
     assert_int_equal(tkv_cache_match(ctx, s->ns, s->t, s->from, &cached), TKV_OK);
     tkv_status st = tkv_cache_load_image(ctx, s->data, s->size, s->ns, s->t, s->end, &loaded);
@@ -172,6 +173,21 @@ static void try_image(tkv_context *ctx, mirror *m, unsigned *seed, int *n_loaded
     assert_int_equal(tkv_cache_match(ctx, s->ns, s->t, s->end, &cached), TKV_OK);
     assert_int_equal(cached, s->end);
     (*n_loaded)++;
+    /* tokens that agree with the image's only up to k: its first k tokens are theirs, no more */
+    if (s->end - s->from < 2) return;
+    const uint32_t k = s->from + 1 + (uint32_t)rand_r(seed) % (s->end - s->from - 1);
+    wrong[s->from] = s->t[s->from];
+    wrong[k] = wrong[k] == 3 ? 4 : 3;
+    assert_int_equal(tkv_cache_clear(ctx), TKV_OK);
+    assert_int_equal(tkv_cache_match(ctx, s->ns, s->t, s->from, &cached), TKV_OK);
+    if (cached < s->from) return; /* its prefix was not held: gone with the clear */
+    st = tkv_cache_load_image(ctx, s->data, s->size, s->ns, wrong, s->end, &loaded);
+    if (st == TKV_ERR_FULL) return;
+    assert_int_equal(st, TKV_OK);
+    assert_int_equal(loaded, k);
+    assert_int_equal(tkv_cache_match(ctx, s->ns, wrong, s->end, &cached), TKV_OK);
+    assert_int_equal(cached, k);
+    (*n_partial)++;
 }
 
 static void test_events_replay_the_cache(void **state) {
@@ -181,7 +197,7 @@ static void test_events_replay_the_cache(void **state) {
     tkv_token lists[NS][MAXT + 64];
     size_t len[NS] = {0};
     unsigned seed = 7;
-    int n_loaded = 0;
+    int n_loaded = 0, n_partial = 0;
     for (int iter = 0; iter < 3000; iter++) {
         const int op = rand_r(&seed) % 10;
         const tkv_seq s = rand_r(&seed) % NS;
@@ -202,7 +218,7 @@ static void test_events_replay_the_cache(void **state) {
             assert_int_equal(tkv_seq_truncate(ctx, s, (tkv_pos)k), TKV_OK);
             len[s] = k;
         } else if (op == 7) {
-            try_image(ctx, &m, &seed, &n_loaded);
+            try_image(ctx, &m, &seed, &n_loaded, &n_partial);
         } else if (op == 8 && rand_r(&seed) % 8 == 0) {
             assert_int_equal(tkv_cache_clear(ctx), TKV_OK);
         } else if (op == 8) {
@@ -221,6 +237,7 @@ static void test_events_replay_the_cache(void **state) {
     assert_true(m.n_removed > 300);
     assert_true(m.n_cleared > 10);
     assert_true(n_loaded > 20);
+    assert_true(n_partial > 3);
     tkv_context_free(ctx);
     for (int i = 0; i < MAX_IMG; i++) free(m.img[i].data);
 }
