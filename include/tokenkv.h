@@ -696,10 +696,11 @@ typedef enum tkv_cache_event_kind {
  * away, CLEARED empties everything) gives exactly the cached prefixes.
  */
 typedef struct tkv_cache_event {
-    tkv_cache_event_kind kind;
+    tkv_cache_event_kind kind; /**< what happened */
     uint64_t ns;             /**< namespace (0 for CLEARED) */
     const tkv_token *tokens; /**< (end) the whole prefix the run ends; valid during the call only */
-    uint32_t from, end;      /**< the run's positions: from..end-1 (from < end but for CLEARED) */
+    uint32_t from;           /**< the run's first position */
+    uint32_t end;            /**< one past its last (from < end but for CLEARED) */
 } tkv_cache_event;
 
 /**
