@@ -28,6 +28,8 @@ static const char *const serve_help =
     "                     [--no-prefix-cache] [--no-webui]\n"
     "                     [--cache-dir DIR [--cache-dir-max BYTES] [--save-interval S]]\n"
     "                     [--kv-store redis://HOST:PORT[/DB] [--kv-store-timeout-ms MS]] [--replica-id NAME]\n"
+    "                     [--kv-events tcp://HOST:PORT [--kv-events-block-size N]]\n"
+    "                     [--cache-disk DIR [--cache-disk-max BYTES]]\n"
     "\n"
     "An OpenAI-compatible HTTP server: POST /v1/completions, /v1/chat/completions,\n"
     "/tokenize, /detokenize, /apply-template, /completion (llama-server's); GET /v1/models,\n"
@@ -85,6 +87,14 @@ static const char *const serve_help =
     "  --kv-store-max-pending BYTES  blocks waiting to be written at most (default 256 MiB)\n"
     "                                                                       [TOKENKV_KV_STORE_MAX_PENDING]\n"
     "  --replica-id NAME          send 'X-Tokenkv-Replica: NAME' with every response   [TOKENKV_REPLICA_ID]\n"
+    "  --kv-events ENDPOINT       publish what the cache holds, in vLLM's KV-event format, on a\n"
+    "                             ZeroMQ PUB socket bound at ENDPOINT (tcp://HOST:PORT)  [TOKENKV_KV_EVENTS]\n"
+    "  --kv-events-block-size N   tokens per block of those events (default 16)\n"
+    "                                                                   [TOKENKV_KV_EVENTS_BLOCK_SIZE]\n"
+    "  --cache-disk DIR           prefixes evicted from RAM are written to DIR in the background and\n"
+    "                             loaded back when a prompt continues them           [TOKENKV_CACHE_DISK]\n"
+    "  --cache-disk-max BYTES     DIR's size at most, least recently used files removed first;\n"
+    "                             0: no limit (default 1073741824)                [TOKENKV_CACHE_DISK_MAX]\n"
     "  -h, --help                 show this help\n";
 
 /* What an option sets. */
@@ -135,6 +145,10 @@ static const option options[] = {
     {{"--kv-store-timeout-ms"}, "TOKENKV_KV_STORE_TIMEOUT_MS", INT(kv_store_timeout_ms, 1, 60000)},
     {{"--kv-store-max-pending"}, "TOKENKV_KV_STORE_MAX_PENDING", INT(kv_store_max_pending, 0, 1ll << 40)},
     {{"--replica-id"}, "TOKENKV_REPLICA_ID", O_STR, OFF(replica_id), 0, 0, 0},
+    {{"--kv-events"}, "TOKENKV_KV_EVENTS", O_STR, OFF(kv_events), 0, 0, 0},
+    {{"--cache-disk"}, "TOKENKV_CACHE_DISK", O_STR, OFF(cache_disk), 0, 0, 0},
+    {{"--cache-disk-max"}, "TOKENKV_CACHE_DISK_MAX", INT(cache_disk_max, 0, 1ll << 50)},
+    {{"--kv-events-block-size"}, "TOKENKV_KV_EVENTS_BLOCK_SIZE", INT(kv_events_block_size, 1, 4096)},
 };
 
 static const option *find_option(const char *name) {
@@ -222,6 +236,8 @@ int cmd_serve(int argc, char **argv) {
         .idle_timeout = 30,
         .request_timeout = 10,
         .save_interval = 300,
+        .kv_events_block_size = 16,
+        .cache_disk_max = 1ull << 30,
     };
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) { /* the environment, then the command line */
         const char *v = getenv(options[i].env);

@@ -680,6 +680,39 @@ typedef struct tkv_context tkv_context;
  */
 typedef bool (*tkv_abort_fn)(void *user);
 
+/** What a tkv_cache_event reports. */
+typedef enum tkv_cache_event_kind {
+    TKV_CACHE_EVENT_STORED = 1,  /**< positions from..end-1 became cached (decoded or loaded) */
+    TKV_CACHE_EVENT_REMOVED = 2, /**< positions from..end-1 are being evicted (their K/V still readable
+                                      with tkv_cache_event_image during the call) */
+    TKV_CACHE_EVENT_CLEARED = 3  /**< tkv_cache_clear dropped every prefix nobody holds; what stays
+                                      cached is reported right after as STORED events */
+} tkv_cache_event_kind;
+
+/**
+ * One change of what a context's cache holds: the run of positions
+ * from..end-1 of the prefix tokens[0..end) in namespace ns. Replaying
+ * every event of a context in order (STORED adds the run, REMOVED takes it
+ * away, CLEARED empties everything) gives exactly the cached prefixes.
+ */
+typedef struct tkv_cache_event {
+    tkv_cache_event_kind kind; /**< what happened */
+    uint64_t ns;             /**< namespace (0 for CLEARED) */
+    const tkv_token *tokens; /**< (end) the whole prefix the run ends; valid during the call only */
+    uint32_t from;           /**< the run's first position */
+    uint32_t end;            /**< one past its last (from < end but for CLEARED) */
+} tkv_cache_event;
+
+/**
+ * Cache event callback: called on the thread using the context, inside the
+ * call that changes the cache (tkv_decode, tkv_seq_sync, loads, clears),
+ * without any allocation by the library. It must be cheap (copy what it
+ * needs and return) and must not call the context, except
+ * tkv_cache_event_image during a REMOVED event. `user` is
+ * tkv_context_params.cache_event_user.
+ */
+typedef void (*tkv_cache_event_fn)(const tkv_context *ctx, const tkv_cache_event *ev, void *user);
+
 /** Parameters of tkv_context_create; get defaults from tkv_context_default_params. */
 typedef struct tkv_context_params {
     uint32_t size;      /**< sizeof this struct as the caller's header has it: set by
@@ -711,6 +744,10 @@ typedef struct tkv_context_params {
     /** the V cache's type (the same choices as kv_type); TKV_TYPE_COUNT
         (default): kv_type's. llama.cpp's --cache-type-v. */
     tkv_type kv_type_v;
+    /** optional (NULL: none): told every change of what the cache holds
+        (tkv_cache_event_fn); each call costs O(the prefix's length) */
+    tkv_cache_event_fn on_cache_event;
+    void *cache_event_user; /**< passed to on_cache_event */
 } tkv_context_params;
 
 /**
@@ -1211,6 +1248,56 @@ typedef struct tkv_cache_load_info {
  *         (the cache is then unchanged).
  */
 TKV_API tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_info *info);
+
+/**
+ * @brief During a TKV_CACHE_EVENT_REMOVED callback, the run being evicted
+ *        as a cache file image (the format tkv_cache_save writes).
+ *
+ * The image holds the tokens of the whole prefix (0..end-1) and the K/V of
+ * the run (from..end-1), with the model fingerprint, KV type, geometry and
+ * checksums: tkv_cache_load_image puts it back once the prefix 0..from-1
+ * is cached. Allocates nothing; may be called only from the callback.
+ *
+ * @param ctx   the context passed to the callback.
+ * @param buf   room for cap bytes (may be NULL when cap is 0).
+ * @param cap   the room in bytes.
+ * @param size  receives the image's size, also when it does not fit.
+ * @return TKV_OK; TKV_ERR_FULL when cap < *size (nothing written);
+ *         TKV_ERR_INVALID outside a REMOVED callback, or a NULL argument.
+ */
+TKV_API tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size_t cap, size_t *size);
+
+/**
+ * @brief Load a cache file image (tkv_cache_event_image, or a file of
+ *        tkv_seq_save / tkv_cache_save read into memory) as a cached prefix
+ *        no sequence holds, provided it holds what the caller asked for.
+ *
+ * The image is validated whole (checksums, model fingerprint, KV type,
+ * geometry) and must hold namespace ns. Of its prefix, only the part on
+ * which its tokens and tokens[0..n) agree is loaded (a position's K/V
+ * depends only on the tokens up to it): an image that agrees on none of
+ * its K/V, whatever its name or index promised, is refused, so it can
+ * never put another prompt's K/V under these tokens. The part of the
+ * prefix before the image's K/V must be cached. Room is made by evicting
+ * prefixes nobody holds, least recently used first.
+ *
+ * @param ctx     the context.
+ * @param data    the image.
+ * @param size    its bytes.
+ * @param ns      the namespace it must hold.
+ * @param tokens  the tokens it must be a prefix of.
+ * @param n       their count.
+ * @param loaded  (may be NULL) receives the length of the prefix loaded
+ *                (now cached): the image's, or the shorter part on which
+ *                it agrees with tokens.
+ * @return TKV_OK; on failure the cache is unchanged: TKV_ERR_FORMAT,
+ *         TKV_ERR_UNSUPPORTED (not a valid image); TKV_ERR_INVALID (NULL
+ *         argument, another model, KV type or geometry, another namespace,
+ *         no agreeing K/V, its prefix not cached); TKV_ERR_FULL; TKV_ERR_NOMEM;
+ *         TKV_ERR_BUSY (called from a callback).
+ */
+TKV_API tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size_t size, uint64_t ns,
+                                        const tkv_token *tokens, size_t n, size_t *loaded);
 
 /**
  * @brief Load a directory written by tkv_cache_save; tkv_cache_load_ex

@@ -22,6 +22,8 @@ typedef struct srv_state {
     struct srv_store *store;  /* NULL: none */
     srv_api api;
     int64_t started;  /* unix seconds: the model's "created" */
+    struct srv_kvev *kvev; /* --kv-events, or NULL */
+    struct srv_disk *disk; /* --cache-disk, or NULL */
 } srv_state;
 
 /* MHD_AccessHandlerCallback (cls: srv_state). */

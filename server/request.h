@@ -94,6 +94,8 @@ typedef struct srv_req {
     bool cancelled;             /* the client went away */
     double t_first, t_done;     /* monotonic seconds of the first token and the end */
     int refs;
+    /* ---- the scheduler's (inference thread only) ---- */
+    uint8_t disk_state;         /* 0: the disk tier not asked yet; 1: a read of its prefix is in flight; 2: asked */
 
     /* ---- the inference thread's own ---- */
     struct srv_run *run;        /* created at admission, kept across preemption */

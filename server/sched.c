@@ -21,6 +21,8 @@
 #include "scheduler.h"
 #include "store.h"
 
+#include "disk.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +72,7 @@ struct srv_sched {
     srv_sched_job *calls;
     bool stopping;
     size_t n_running;
+    size_t n_disk_pending; /* waiting requests whose prefix is being read from disk */
 
     slot *slots;        /* (parallel) */
     uint64_t admitted, ended, unique_ns;
@@ -174,6 +177,61 @@ static bool held_back(const srv_sched *s, const srv_req *r, uint64_t ns, size_t 
     return false;
 }
 
+/* ---- the disk tier ------------------------------------------------------- */
+
+typedef struct disk_read {
+    srv_sched_job job;
+    srv_sched *s;
+    srv_req *r;
+    srv_disk_fetch *f;
+} disk_read;
+
+/* Inference thread: put what was read into the cache; the request may go. */
+static void disk_loaded(tkv_context *ctx, void *user) {
+    disk_read *dr = user;
+    srv_disk_load(dr->s->o.disk, ctx, dr->f);
+}
+
+static void disk_done(srv_sched_job *job, bool ran) {
+    disk_read *dr = job->user;
+    (void)ran;
+    pthread_mutex_lock(&dr->s->mu);
+    dr->r->disk_state = 2;
+    dr->s->n_disk_pending--;
+    pthread_mutex_unlock(&dr->s->mu);
+    srv_req_unref(dr->r);
+    srv_disk_fetch_free(dr->f);
+    free(dr);
+}
+
+/* Disk thread: the files are read; the load happens between two steps. */
+static void disk_ready(srv_disk_fetch *f) {
+    disk_read *dr = f->user;
+    srv_sched_post(dr->s, &dr->job);
+}
+
+/* Whether r waits for the disk: on its first look, a read starts when the disk holds more of its prompt than
+   RAM (`cached` tokens); r is admitted once it is loaded. Called with mu held. */
+static bool waits_for_disk(srv_sched *s, srv_req *r, uint64_t ns, size_t cached) {
+    if (!s->o.disk || r->run || r->disk_state == 2) return false;
+    if (r->disk_state == 1) return true;
+    r->disk_state = 2;
+    srv_disk_fetch *f = srv_disk_lookup(s->o.disk, ns, r->prompt, r->n_prompt, cached);
+    disk_read *dr = f ? calloc(1, sizeof *dr) : NULL;
+    if (!dr) {
+        srv_disk_fetch_free(f);
+        return false;
+    }
+    *dr = (disk_read){.job = {.fn = disk_loaded, .done = disk_done, .user = dr}, .s = s, .r = r, .f = f};
+    srv_req_ref(r);
+    f->ready = disk_ready;
+    f->user = dr;
+    r->disk_state = 1;
+    s->n_disk_pending++;
+    srv_disk_read(s->o.disk, f);
+    return true;
+}
+
 static uint64_t ns_of(srv_sched *s, const srv_req *r) {
     if (r->run) return r->run->ns;
     /* without the prefix cache every request is its own namespace: the
@@ -183,6 +241,9 @@ static uint64_t ns_of(srv_sched *s, const srv_req *r) {
 
 /* Index of the waiting request to admit, or -1 (none, or all held back).
    Called with mu held. */
+/* Whether r's prefix is on its way from the shared store or the disk tier (it is not admitted meanwhile). */
+static bool fetching(const srv_req *r) { return r->store_state == SRV_STORE_FETCHING || r->disk_state == 1; }
+
 static long choose(srv_sched *s) {
     for (size_t i = 0; i < s->n_wait; i++) {
         const srv_run *run = s->wait[i]->run;
@@ -191,17 +252,18 @@ static long choose(srv_sched *s) {
         if (run && run->preempted && run->resume_after == s->ended && s->n_running) return -1;
     }
     for (size_t i = 0; i < s->n_wait; i++)
-        if (s->skipped[i] >= STARVE_AFTER && s->wait[i]->store_state != SRV_STORE_FETCHING)
-            return (long)i; /* the oldest starving (or preempted) one */
+        if (s->skipped[i] >= STARVE_AFTER && !fetching(s->wait[i]))
+            return (long)i; /* the oldest starving (or preempted) one, unless its prefix is still on its way */
     long best = -1;
     size_t best_len = 0;
     for (size_t i = 0; i < s->n_wait; i++) {
         srv_req *r = s->wait[i];
-        if (r->store_state == SRV_STORE_FETCHING) continue;
+        if (fetching(r)) continue;
         const uint64_t ns = ns_of(s, r);
         size_t n, cached = 0;
         const tkv_token *t = list_of(r, &n);
         tkv_cache_match(s->ctx, ns, t, n, &cached);
+        if (!s->o.no_prefix_cache && waits_for_disk(s, s->wait[i], ns, cached)) continue;
         if (r->store_state == SRV_STORE_NEW) { /* first seen: the shared store may hold more of it */
             const bool asked = !r->run && !s->o.no_prefix_cache && srv_store_lookup(s->o.store, r, ns, t, n, cached);
             r->store_state = asked ? SRV_STORE_FETCHING : SRV_STORE_DONE;
@@ -451,9 +513,11 @@ static void step(srv_sched *s) {
 
 /* Whether no waiting request can be admitted before a store lookup ends (with mu held): then the thread
    sleeps until the lookup's job (or a new request) wakes it. */
+/* Whether every waiting request waits for its prefix to come from the shared store or the disk tier (none
+   waiting: true). */
 static bool all_fetching(const srv_sched *s) {
     for (size_t i = 0; i < s->n_wait; i++)
-        if (s->wait[i]->store_state != SRV_STORE_FETCHING) return false;
+        if (!fetching(s->wait[i])) return false;
     return true;
 }
 
@@ -477,7 +541,7 @@ static void *thread_main(void *arg) {
             pthread_mutex_unlock(&s->mu);
             break;
         }
-        if (!s->n_running && all_fetching(s)) {
+        if (!s->n_running && all_fetching(s)) { /* nothing to do until a read is in */
             pthread_cond_wait(&s->wake, &s->mu);
             pthread_mutex_unlock(&s->mu);
             continue;

@@ -25,6 +25,7 @@ typedef struct srv_sched_opts {
     uint32_t n_batch;     /* tokens per step (the context's n_batch) */
     bool no_prefix_cache; /* every request in its own namespace: nothing is reused */
     struct srv_store *store; /* the shared prefix store (store.h), or NULL */
+    struct srv_disk *disk; /* --cache-disk: prefixes evicted from RAM come back from it; NULL: none */
 } srv_sched_opts;
 
 /* Start the inference thread over ctx (which it then owns until

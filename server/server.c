@@ -4,6 +4,8 @@
  * accepting, end what runs and free everything.
  */
 #include "http.h"
+#include "disk.h"
+#include "kv_events.h"
 #include "reasoning.h"
 #include "store.h"
 
@@ -292,6 +294,14 @@ static bool bind_addr(const srv_opts *o, struct sockaddr_storage *ss) {
     return false;
 }
 
+/* The cache's events (inference thread): to whoever follows them. */
+static void on_cache_event(const tkv_context *ctx, const tkv_cache_event *ev, void *user) {
+    (void)ctx;
+    srv_state *S = user;
+    if (S->kvev) srv_kvev_cache_event(S->kvev, ev);
+    if (S->disk) srv_disk_cache_event(S->disk, ctx, ev);
+}
+
 int srv_main(const srv_opts *o) {
     /* SIGINT/SIGTERM are taken by sigwait below: block them before any
        thread starts, so every thread inherits the mask */
@@ -347,9 +357,28 @@ int srv_main(const srv_opts *o) {
     cp.batch_invariant = true;
     cp.kv_type = (tkv_type)o->kv_type_k;
     cp.kv_type_v = (tkv_type)o->kv_type_v;
+    if (o->kv_events && !(S.kvev = srv_kvev_start(o->kv_events, o->kv_events_block_size))) {
+        tkv_chat_template_free(S.api.jinja);
+        tkv_grammar_free(grammar);
+        tkv_model_free(model);
+        return 1;
+    }
+    if (o->cache_disk && !(S.disk = srv_disk_start(o->cache_disk, o->cache_disk_max))) {
+        srv_kvev_stop(S.kvev);
+        tkv_chat_template_free(S.api.jinja);
+        tkv_grammar_free(grammar);
+        tkv_model_free(model);
+        return 1;
+    }
+    if (S.kvev || S.disk) {
+        cp.on_cache_event = on_cache_event;
+        cp.cache_event_user = &S;
+    }
     tkv_context *ctx = NULL;
     int rc = 1;
     if (tkv_context_create(model, &cp, &ctx) != TKV_OK) {
+        srv_kvev_stop(S.kvev);
+        srv_disk_stop(S.disk);
         fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
         tkv_chat_template_free(S.api.jinja);
         tkv_grammar_free(grammar);
@@ -364,14 +393,16 @@ int srv_main(const srv_opts *o) {
         char err[512];
         srv_store_opts sto = {.url = o->kv_store, .timeout_ms = o->kv_store_timeout_ms,
                               .max_pending = o->kv_store_max_pending ? o->kv_store_max_pending : (size_t)256 << 20};
-        if (!(S.store = srv_store_start(&sto, model, cp.kv_type, err, sizeof err))) {
+        if (!(S.store = srv_store_start(&sto, model, cp.kv_type, cp.kv_type_v == TKV_TYPE_COUNT ? cp.kv_type : cp.kv_type_v,
+                                        err, sizeof err))) {
             fprintf(stderr, "tokenkv serve: %s\n", err);
             rc = 2;
             goto out;
         }
     }
     srv_sched_opts so = {.parallel = o->parallel, .max_queue = o->max_queue, .n_ctx = S.api.n_ctx,
-                         .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache, .store = S.store};
+                         .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache, .store = S.store,
+                         .disk = S.disk};
     S.sched = S.metrics ? srv_sched_start(ctx, &so, S.metrics) : NULL;
     srv_store_attach(S.store, S.sched);
     if (!S.sched) {
@@ -429,9 +460,12 @@ out:
        it): they answer and close */
     if (d) MHD_stop_daemon(d);
     srv_conns_stop(conns);
+    srv_disk_stop(S.disk); /* its last reads post to the stopped scheduler: before srv_sched_free */
+    S.disk = NULL;         /* the saves below evict nothing, but nothing may stage any more */
     srv_sched_free(S.sched);
     srv_metrics_free(S.metrics);
     tkv_context_free(ctx);
+    srv_kvev_stop(S.kvev); /* after the last event: the context is gone */
     tkv_chat_template_free(S.api.jinja);
     tkv_grammar_free(grammar);
     tkv_model_free(model);

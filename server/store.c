@@ -66,7 +66,7 @@ struct srv_store {
     char host[256];
     int port, db, timeout_ms;
     size_t max_pending;
-    char prefix[96];     /* "tkv:<fingerprint>:<kv type>:b<block>:" */
+    char prefix[96];     /* "tkv:<fingerprint>:<K type>-<V type>:b<block>:" */
     uint64_t seed[2];    /* the chain's start: fingerprint, KV type, block size */
     srv_sched *sched;
 
@@ -415,7 +415,8 @@ bad:
     return false;
 }
 
-srv_store *srv_store_start(const srv_store_opts *o, const tkv_model *model, tkv_type kv_type, char *err, size_t cap) {
+srv_store *srv_store_start(const srv_store_opts *o, const tkv_model *model, tkv_type type_k, tkv_type type_v, char *err,
+                           size_t cap) {
     srv_store *st = calloc(1, sizeof *st);
     if (!st) {
         snprintf(err, cap, "out of memory");
@@ -429,9 +430,9 @@ srv_store *srv_store_start(const srv_store_opts *o, const tkv_model *model, tkv_
     st->max_pending = o->max_pending;
     uint64_t fp[2] = {0, 0};
     tkv_model_fingerprint(model, fp);
-    const char *tn = tkv_type_name(kv_type);
-    snprintf(st->prefix, sizeof st->prefix, "tkv:%016llx%016llx:%s:b%d:", (unsigned long long)fp[1],
-             (unsigned long long)fp[0], tn ? tn : "?", SRV_STORE_BLOCK);
+    const char *tk = tkv_type_name(type_k), *tv = tkv_type_name(type_v);
+    snprintf(st->prefix, sizeof st->prefix, "tkv:%016llx%016llx:%s-%s:b%d:", (unsigned long long)fp[1],
+             (unsigned long long)fp[0], tk ? tk : "?", tv ? tv : "?", SRV_STORE_BLOCK);
     st->seed[0] = fp[0] ^ XXH3_64bits(st->prefix, strlen(st->prefix));
     st->seed[1] = fp[1];
     st->fetch_tail = &st->fetches;

@@ -33,9 +33,11 @@ typedef struct srv_store_opts {
     size_t max_pending;    /* bytes of values waiting to be written; more are dropped */
 } srv_store_opts;
 
-/* Parse the URL and start the store thread (it connects on first use).
+/* Parse the URL and start the store thread (it connects on first use). The keys name the model's
+   fingerprint and the K and V cache types, so replicas of other types never ask for each other's values.
    NULL with a message in err when the URL is bad or out of memory. */
-srv_store *srv_store_start(const srv_store_opts *o, const tkv_model *model, tkv_type kv_type, char *err, size_t cap);
+srv_store *srv_store_start(const srv_store_opts *o, const tkv_model *model, tkv_type type_k, tkv_type type_v, char *err,
+                           size_t cap);
 
 /* Where fetched prefixes are delivered: jobs posted to this scheduler. */
 void srv_store_attach(srv_store *st, srv_sched *s);

@@ -311,6 +311,15 @@ static void write_body(writer *w, const tkv__kvcache *kv, const tkv__phdr *h, co
     }
 }
 
+void tkv__cachefile_encode(const tkv__kvcache *kv, const tkv__phdr *h, const tkv_token *tokens, const uint32_t *cells,
+                           uint8_t *buf) {
+    /* a writer whose buffer is the whole image never flushes: no descriptor needed */
+    writer w = {.fd = -1, .buf = buf, .cap = (size_t)tkv__cachefile_file_size(h)};
+    encode_header(h, buf);
+    w.n = H_BYTES;
+    write_body(&w, kv, h, tokens, cells);
+}
+
 tkv_status tkv__cachefile_trusted(const char *path, const struct stat *sb) {
     if (sb->st_uid != geteuid())
         return tkv__fail(TKV_ERR_IO, "'%s' is owned by uid %u, not by this user (uid %u): refused", path,
@@ -382,30 +391,6 @@ tkv_status tkv__cachefile_sync_dir(const char *dir) {
     if (rc != 0 && e != EINVAL)
         return tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot fsync: %s", dir, strerror(e));
     return TKV_OK;
-}
-
-/* ---- writing to memory ---------------------------------------------------- */
-
-void tkv__cachefile_encode(const tkv__kvcache *kv, const tkv__phdr *h, const tkv_token *tokens, const uint32_t *cells,
-                          uint8_t *out) {
-    encode_header(h, out);
-    uint8_t *tok = out + H_BYTES;
-    const size_t tok_bytes = 8 * (size_t)h->n_tokens;
-    for (uint32_t i = 0; i < h->n_tokens; i++) put32(tok + 4ull * i, (uint32_t)tokens[i]);
-    for (uint32_t i = 0; i < h->n_tokens; i++) put32(tok + 4ull * h->n_tokens + 4ull * i, i);
-    put64(tok + tok_bytes, XXH3_64bits_withSeed(tok, tok_bytes, 1));
-    const uint32_t m = h->n_tokens - h->kv_from;
-    uint8_t *p = tok + tok_bytes + 8;
-    for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
-        for (int v = 0; v < 2; v++) { /* K then V: blocks 2 + 2l + v */
-            const size_t rs = v ? kv->rows.row_size_v : kv->rows.row_size_k;
-            const uint64_t blk = v ? v_block_bytes(h) : k_block_bytes(h);
-            for (uint32_t i = 0; i < m; i++)
-                memcpy(p + (uint64_t)i * rs, v ? tkv__kv_v(kv, l, cells[i]) : tkv__kv_k(kv, l, cells[i]), rs);
-            put64(p + blk, XXH3_64bits_withSeed(p, (size_t)blk, 2 + 2ull * l + (uint64_t)v));
-            p += blk + 8;
-        }
-    }
 }
 
 /* ---- reading -------------------------------------------------------------- */

@@ -87,7 +87,9 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
     kv->seq_count = tkv__calloc(n_seq, sizeof *kv->seq_count);
     kv->run_tokens = tkv__malloc(n_cells * sizeof *kv->run_tokens);
     kv->run_cells = tkv__malloc(n_cells * sizeof *kv->run_cells);
-    if (!kv->rows.k || !kv->rows.v || !kv->token || !kv->pos || !kv->free || !kv->seq || !kv->cells || !kv->spare ||
+    kv->ev_tokens = tkv__malloc(n_cells * sizeof *kv->ev_tokens);
+    kv->ev_cells = tkv__malloc(n_cells * sizeof *kv->ev_cells);
+    if (!kv->ev_tokens || !kv->ev_cells || !kv->rows.k || !kv->rows.v || !kv->token || !kv->pos || !kv->free || !kv->seq || !kv->cells || !kv->spare ||
         !kv->seq_count || !kv->run_tokens || !kv->run_cells) {
         tkv__kv_free(kv);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for a KV cache of %u cells (%zu bytes)", n_cells, bytes);
@@ -125,6 +127,8 @@ void tkv__kv_free(tkv__kvcache *kv) {
     tkv__free(kv->seq_count);
     tkv__free(kv->run_tokens);
     tkv__free(kv->run_cells);
+    tkv__free(kv->ev_tokens);
+    tkv__free(kv->ev_cells);
     tkv__free(kv);
 }
 
@@ -160,9 +164,30 @@ void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n) {
     }
 }
 
+void tkv__kv_report(tkv__kvcache *kv, int kind, uint64_t ns, tkv__ppos at, uint32_t from) {
+    if (!kv->on_event) return;
+    const uint32_t end = tkv__pindex_len(kv->ix, at);
+    if (from >= end && kind != TKV__KVEV_CLEARED) return;
+    tkv__pindex_path(kv->ix, at, kv->ev_cells, kv->ev_tokens);
+    const tkv__kvevent ev = {kind, ns, kv->ev_tokens, kv->ev_cells + from, from, end};
+    kv->on_event(kv->event_user, &ev);
+}
+
+/* The index is about to cut node id to its first `keep` tokens: report what goes, while its cells hold it. */
+static void before_evict(void *user, uint32_t id, uint32_t keep) {
+    tkv__kvcache *kv = user;
+    const tkv__pnode *nd = tkv__pindex_node(kv->ix, id);
+    tkv__kv_report(kv, TKV__KVEV_REMOVED, nd->ns, (tkv__ppos){id, nd->n}, nd->depth + keep);
+}
+
+void tkv__kv_set_events(tkv__kvcache *kv, tkv__kv_event_fn fn, void *user) {
+    kv->on_event = fn;
+    kv->event_user = user;
+}
+
 uint32_t tkv__kv_evict(tkv__kvcache *kv, uint32_t want) {
     if (!want) return 0;
-    uint32_t freed = tkv__pindex_evict(kv->ix, want, kv->spare);
+    uint32_t freed = tkv__pindex_evict(kv->ix, want, kv->spare, kv->on_event ? before_evict : NULL, kv);
     tkv__kv_give_back(kv, kv->spare, freed);
     kv->evictions += freed;
     return freed;
@@ -258,9 +283,19 @@ void tkv__kv_touch(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_
     tkv__pindex_touch(kv->ix, at);
 }
 
+/* After a clear: what stays cached (held or pinned), node by node. */
+static void report_kept(const tkv__pindex *ix, uint32_t id, void *user) {
+    tkv__kvcache *kv = user;
+    const tkv__pnode *nd = tkv__pindex_node(ix, id);
+    if (nd->parent != TKV__PNONE) tkv__kv_report(kv, TKV__KVEV_STORED, nd->ns, (tkv__ppos){id, nd->n}, nd->depth);
+}
+
 void tkv__kv_clear(tkv__kvcache *kv) {
     uint32_t n = tkv__pindex_evict_all(kv->ix, kv->spare);
     tkv__kv_give_back(kv, kv->spare, n);
+    if (!kv->on_event) return;
+    tkv__kv_report(kv, TKV__KVEV_CLEARED, 0, TKV__PPOS_EMPTY, 0);
+    tkv__pindex_foreach(kv->ix, report_kept, kv);
 }
 
 static void count_shared(const tkv__pindex *ix, uint32_t id, void *user) {

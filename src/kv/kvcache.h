@@ -38,6 +38,25 @@ typedef struct tkv__kvseq {
     uint64_t ns;     /* namespace of the sequence's prefixes */
 } tkv__kvseq;
 
+/*
+ * What the cache reports to an observer (tkv__kv_set_events): a run of
+ * positions from..end-1 of the prefix tokens[0..end) in namespace ns became
+ * cached (STORED) or is about to be evicted (REMOVED: cells[] still hold
+ * their K/V rows during the call), or every prefix nobody holds was dropped
+ * (CLEARED; what stays cached is reported again as STORED right after).
+ * Pointers are valid during the call only. The observer must not call back
+ * into the cache.
+ */
+enum { TKV__KVEV_STORED = 1, TKV__KVEV_REMOVED = 2, TKV__KVEV_CLEARED = 3 };
+typedef struct tkv__kvevent {
+    int kind;
+    uint64_t ns;
+    const tkv_token *tokens; /* (end) the whole prefix */
+    const uint32_t *cells;   /* (end - from) the run's cells */
+    uint32_t from, end;
+} tkv__kvevent;
+typedef void (*tkv__kv_event_fn)(void *user, const tkv__kvevent *ev);
+
 /* The transaction in flight (see kvcache_txn.c). */
 typedef struct tkv__kvtxn {
     int kind;               /* 0: none; else batch or path */
@@ -69,6 +88,10 @@ typedef struct tkv__kvcache {
     uint32_t *seq_count;  /* (n_seq) tokens per sequence in a staged batch */
     tkv_token *run_tokens;/* (n_cells) one sequence's tokens of a batch */
     uint32_t *run_cells;  /* (n_cells) and their cells */
+    tkv__kv_event_fn on_event; /* NULL: nobody observes */
+    void *event_user;
+    tkv_token *ev_tokens; /* (n_cells) an event's prefix */
+    uint32_t *ev_cells;   /* (n_cells) and its cells */
 } tkv__kvcache;
 
 /* A cache of n_cells cells for n_seq sequences, K and V rows of n_embd_kv
@@ -174,6 +197,10 @@ void tkv__kv_touch(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_
 
 /* Evict every prefix no sequence holds and nobody pinned. */
 void tkv__kv_clear(tkv__kvcache *kv);
+
+/* Report every change of what is cached to fn (NULL: stop). The reports
+   allocate nothing; each costs O(length of the prefix) to read its tokens. */
+void tkv__kv_set_events(tkv__kvcache *kv, tkv__kv_event_fn fn, void *user);
 
 /* Cell counts into out's cells_*, nodes, kv_bytes, meta_bytes, evictions. */
 void tkv__kv_stats(const tkv__kvcache *kv, tkv_stats *out);

@@ -18,6 +18,9 @@ void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n);
    returns how many. */
 uint32_t tkv__kv_evict(tkv__kvcache *kv, uint32_t want);
 
+/* Report the run from..end-1 of the prefix ending at `at` (kind TKV__KVEV_*) when someone observes. */
+void tkv__kv_report(tkv__kvcache *kv, int kind, uint64_t ns, tkv__ppos at, uint32_t from);
+
 /* Room for `len` cells in seq's list (what it holds is kept).
    TKV_ERR_NOMEM leaves the list as it was. */
 tkv_status tkv__kv_seq_room(tkv__kvcache *kv, tkv_seq seq, uint32_t len);

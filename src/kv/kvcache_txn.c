@@ -71,6 +71,8 @@ static tkv__ppos publish_run(tkv__kvcache *kv, uint64_t ns, tkv__ppos at, const 
     uint32_t n_dup;
     tkv__ppos e = tkv__pindex_insert(kv->ix, ns, at, tokens, cells, n, kv->spare, &n_dup);
     tkv__kv_give_back(kv, kv->spare, n_dup);
+    /* the index held the first n_dup of them already: only the rest is new */
+    tkv__kv_report(kv, TKV__KVEV_STORED, ns, e, from + n_dup);
     return e;
 }
 

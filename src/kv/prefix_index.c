@@ -552,7 +552,8 @@ static uint32_t trim_leaf(tkv__pindex *ix, uint32_t id, uint32_t k, uint32_t *ou
     return k;
 }
 
-uint32_t tkv__pindex_evict(tkv__pindex *ix, uint32_t want, uint32_t *out) {
+uint32_t tkv__pindex_evict(tkv__pindex *ix, uint32_t want, uint32_t *out,
+                           void (*before)(void *user, uint32_t id, uint32_t keep), void *user) {
     uint32_t freed = 0;
     while (freed < want) {
         uint32_t best = NONE;
@@ -561,6 +562,7 @@ uint32_t tkv__pindex_evict(tkv__pindex *ix, uint32_t want, uint32_t *out) {
         if (best == NONE) break;
         /* token-granular: of the least recently used leaf, only the tail that is needed */
         const uint32_t short_by = want - freed;
+        if (before) before(user, best, ix->node[best].n > short_by ? ix->node[best].n - short_by : 0);
         if (ix->node[best].n > short_by) freed += trim_leaf(ix, best, short_by, out + freed);
         else freed += remove_leaf(ix, best, out + freed);
     }

@@ -118,9 +118,11 @@ uint32_t tkv__pindex_unpin_on_path(tkv__pindex *ix, tkv__ppos at);
  * used unreferenced, unpinned leaf first, and of it only the tail that is
  * still needed (token-granular: the prefix it ends stays cached); whole
  * leaves when more is needed. The freed cells go to out (room for n_cells).
- * Returns how many.
+ * Returns how many. before (may be NULL) is called before each leaf is cut
+ * to its first `keep` tokens (0: removed), while it is still whole.
  */
-uint32_t tkv__pindex_evict(tkv__pindex *ix, uint32_t want, uint32_t *out);
+uint32_t tkv__pindex_evict(tkv__pindex *ix, uint32_t want, uint32_t *out,
+                           void (*before)(void *user, uint32_t id, uint32_t keep), void *user);
 
 /* Drop every unreferenced, unpinned node; cells into out. Returns how many. */
 uint32_t tkv__pindex_evict_all(tkv__pindex *ix, uint32_t *out);

@@ -65,6 +65,15 @@ void tkv_context_free(tkv_context *ctx) {
     tkv__free(ctx);
 }
 
+/* The cache's report, as the caller's callback sees it. */
+static void relay_event(void *user, const tkv__kvevent *e) {
+    tkv_context *ctx = user;
+    const tkv_cache_event ev = {(tkv_cache_event_kind)e->kind, e->ns, e->tokens, e->from, e->end};
+    ctx->event = e;
+    ctx->params.on_cache_event(ctx, &ev, ctx->params.cache_event_user);
+    ctx->event = NULL;
+}
+
 tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *params, tkv_context **out) {
     if (!out) return tkv__fail(TKV_ERR_INVALID, "tkv_context_create: out is NULL");
     *out = NULL;
@@ -90,6 +99,12 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
     st = tkv__kv_create(p.n_cells, hp->n_layer, hp->n_head_kv * hp->head_dim, p.kv_type, type_v, p.n_seq_max, &ctx->kv);
     if (!st) st = tkv__fwd_create(model, p.n_batch, p.n_cells, p.n_threads, &ctx->fwd);
     if (!st) st = tkv__pool_create(p.n_threads, &ctx->pool);
+    if (!st && p.on_cache_event) {
+        /* computed once: an eviction's image must not hash the vocabulary on the decode path */
+        st = tkv_model_fingerprint(model, ctx->fp);
+        ctx->fp_known = !st;
+        tkv__kv_set_events(ctx->kv, relay_event, ctx);
+    }
     if (!st) {
         ctx->stats.cells_total = p.n_cells;
         ctx->cell_lists = tkv__malloc(p.n_batch * sizeof *ctx->cell_lists);

@@ -33,6 +33,10 @@ struct tkv_context {
     float *logits;          /* (logits_cap, n_vocab) */
     size_t logits_cap, n_logits_rows, last_n;
     const float *last_logits; /* the last token's row of the last batch, or NULL */
+    /* cache events (params.on_cache_event) */
+    const tkv__kvevent *event; /* the one being reported, during the callback only */
+    uint64_t fp[2];            /* the model's fingerprint, known when fp_known (images of evictions need it) */
+    bool fp_known;
 };
 
 /*

@@ -55,12 +55,13 @@ static void fill_cells(tkv__kvcache *kv, const tkv__prec *r, uint32_t from, uint
  * cache transaction: the cached part of its tokens is reused, the rest
  * filled from the file. seq >= 0: the sequence then holds the prefix;
  * seq < 0: it stays cached, held by nobody. Its tokens are left in
- * ctx->seq_tokens. *n_new receives how many cells were filled from the
- * file. Nothing changes on failure.
+ * ctx->seq_tokens. Only its first n tokens (<= n_tokens) are put in.
+ * *n_new receives how many cells were filled from the file. Nothing
+ * changes on failure.
  */
-static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, tkv_seq seq, uint32_t *n_new) {
+static tkv_status apply_n(tkv_context *ctx, const char *name, const tkv__prec *r, uint32_t n, tkv_seq seq,
+                          uint32_t *n_new) {
     tkv__kvcache *kv = ctx->kv;
-    const uint32_t n = r->h.n_tokens;
     tkv_token *tokens = ctx->seq_tokens; /* (n_cells); the header check bounded n by it */
     for (uint32_t i = 0; i < n; i++) tokens[i] = tkv__cachefile_token(r, i);
     char what[160];
@@ -74,9 +75,16 @@ static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, 
     return TKV_OK;
 }
 
+static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, tkv_seq seq, uint32_t *n_new) {
+    return apply_n(ctx, name, r, r->h.n_tokens, seq, n_new);
+}
+
 tkv_status tkv__persist_expect(const tkv_context *ctx, tkv__pexpect *e) {
-    tkv_status st = tkv_model_fingerprint(ctx->model, e->fp);
-    if (st) return st;
+    if (ctx->fp_known) memcpy(e->fp, ctx->fp, sizeof e->fp);
+    else {
+        tkv_status st = tkv_model_fingerprint(ctx->model, e->fp);
+        if (st) return st;
+    }
     const tkv__kvcache *kv = ctx->kv;
     e->kv_type = (uint32_t)kv->rows.type_k;
     e->v_type = (uint32_t)kv->rows.type_v;
@@ -100,6 +108,56 @@ tkv_status tkv__persist_load_image(tkv_context *ctx, const char *name, const uin
     if (!st) st = tkv__cachefile_parse(name, data, size, &e, &rec);
     if (!st) st = apply(ctx, name, &rec, seq, &n_new);
     return st;
+}
+
+/* ---- images of evictions ------------------------------------------------- */
+
+tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size_t cap, size_t *size) {
+    if (!ctx || !size || (cap && !buf))
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_event_image: NULL argument"));
+    const tkv__kvevent *ev = ctx->event;
+    if (!ev || ev->kind != TKV__KVEV_REMOVED)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_event_image: not inside a REMOVED event"));
+    tkv__phdr h;
+    tkv_status st = tkv__persist_header(ctx, &h); /* the fingerprint is known: a context with events computed it */
+    if (st) return tkv__ctx_fail(ctx, st);
+    h.ns = ev->ns;
+    h.n_tokens = ev->end;
+    h.kv_from = ev->from;
+    *size = (size_t)tkv__cachefile_file_size(&h);
+    if (cap < *size)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "tkv_cache_event_image: %zu bytes needed, room for %zu", *size, cap));
+    tkv__cachefile_encode(ctx->kv, &h, ev->tokens, ev->cells, buf);
+    return TKV_OK;
+}
+
+tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size_t size, uint64_t ns, const tkv_token *tokens,
+                                size_t n, size_t *loaded) {
+    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: ctx is NULL"));
+    tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_load_image");
+    if (st) return st;
+    if (ctx->event)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_BUSY, "tkv_cache_load_image: called from a cache event callback"));
+    if (!data || (n && !tokens))
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: NULL argument"));
+    tkv__pexpect e;
+    tkv__prec rec;
+    if ((st = tkv__persist_expect(ctx, &e)) || (st = tkv__cachefile_parse("image", data, size, &e, &rec)))
+        return tkv__ctx_fail(ctx, st);
+    /* what it holds must be what was asked for: a hash collision or a misfiled image is refused here. The K/V
+       of a position depends only on the tokens up to it, so the part on which the two agree is theirs. */
+    if (rec.h.ns != ns)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: the image holds another namespace"));
+    uint32_t agree = 0;
+    while (agree < rec.h.n_tokens && agree < n && tkv__cachefile_token(&rec, agree) == tokens[agree]) agree++;
+    if (agree <= rec.h.kv_from)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: the image holds other tokens "
+                                                             "(its first %u tokens of K/V differ from those asked for)",
+                                            rec.h.n_tokens - rec.h.kv_from));
+    uint32_t n_new;
+    if ((st = apply_n(ctx, "image", &rec, agree, -1, &n_new))) return tkv__ctx_fail(ctx, st);
+    if (loaded) *loaded = agree;
+    return TKV_OK;
 }
 
 /* ---- one sequence --------------------------------------------------------- */

@@ -148,7 +148,7 @@ static void test_random_operations(void **state) {
         } else if (op == 7) {
             /* evict some cells */
             uint32_t want = 1 + (uint32_t)rand() % 20;
-            uint32_t got = tkv__pindex_evict(ix, want, out);
+            uint32_t got = tkv__pindex_evict(ix, want, out, NULL, NULL);
             evicted += got;
             for (uint32_t i = 0; i < got; i++) {
                 assert_true(table[out[i]].used);
@@ -218,16 +218,16 @@ static void test_split_and_lru(void **state) {
     tkv__pindex_seq_set(ix, 2, TKV__PPOS_EMPTY);
     tkv__pindex_match(ix, 7, a, 6, true, &to);
     uint32_t out[16];
-    assert_int_equal(tkv__pindex_evict(ix, 1, out), 1);
+    assert_int_equal(tkv__pindex_evict(ix, 1, out, NULL, NULL), 1);
     assert_int_equal(out[0], 15);
     assert_int_equal(tkv__pindex_check(ix), TKV_OK);
     assert_int_equal(tkv__pindex_match(ix, 7, b, 6, false, &to), 5); /* 1 2 3 9 9 still cached */
-    assert_int_equal(tkv__pindex_evict(ix, 2, out), 2);
+    assert_int_equal(tkv__pindex_evict(ix, 2, out, NULL, NULL), 2);
     assert_int_equal(out[0], 13), assert_int_equal(out[1], 14); /* what was left of the leaf: all of it */
-    assert_int_equal(tkv__pindex_evict(ix, 1, out), 0); /* a is referenced */
+    assert_int_equal(tkv__pindex_evict(ix, 1, out, NULL, NULL), 0); /* a is referenced */
     tkv__pindex_seq_set(ix, 0, TKV__PPOS_EMPTY);
     tkv__pindex_seq_set(ix, 1, TKV__PPOS_EMPTY);
-    assert_int_equal(tkv__pindex_evict(ix, 100, out), 6);
+    assert_int_equal(tkv__pindex_evict(ix, 100, out, NULL, NULL), 6);
     assert_int_equal(tkv__pindex_check(ix), TKV_OK);
 
     /* two unreferenced leaves: the one used longer ago goes first */
@@ -236,7 +236,7 @@ static void test_split_and_lru(void **state) {
     insert(ix, 7, TKV__PPOS_EMPTY, x, cx, 2, dup, &n_dup);
     insert(ix, 7, TKV__PPOS_EMPTY, y, cy, 2, dup, &n_dup);
     tkv__pindex_match(ix, 7, x, 2, true, &to); /* x is now the most recent */
-    assert_int_equal(tkv__pindex_evict(ix, 2, out), 2);
+    assert_int_equal(tkv__pindex_evict(ix, 2, out, NULL, NULL), 2);
     assert_int_equal(out[0], 30);
     tkv__pindex_free(ix);
 }
