@@ -284,7 +284,7 @@ static void quantize_q2_K(const float *x, tkv__block_q2_K *y, size_t nb) {
         }
         if (max_min > 0) {
             const float iscale = 15.0f / max_min;
-            for (int g = 0; g < 16; g++) b->scales[g] |= (uint8_t)(nearest(iscale * mins[g]) << 4);
+            for (int g = 0; g < 16; g++) b->scales[g] |= (uint8_t)((unsigned)nearest(iscale * mins[g]) << 4);
             b->dmin = f16(max_min / 15.0f);
         }
         const float d = tkv__quant_f16_to_f32(b->d), dmin = tkv__quant_f16_to_f32(b->dmin);
