@@ -21,6 +21,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 /* A whole file ("-": standard input), NUL-terminated, malloc'd; *len its bytes. NULL on failure. */
 char *cli_read_file(const char *path, size_t *len);

@@ -19,6 +19,7 @@ static const struct {
     {"inspect", cmd_inspect, "show a GGUF file's architecture, tokenizer and tensors"},
     {"logits", cmd_logits, "print the logits of every position of a prompt, as JSON"},
     {"mkmodel", cmd_mkmodel, "write a random-weight model of any architecture, shape and type"},
+    {"quantize", cmd_quantize, "quantize a model to a type or mix, as the reference's quantizer does"},
     {"run", cmd_run, "generate text from a prompt"},
     {"serve", cmd_serve, "an OpenAI-compatible server that reuses every cached prefix"},
     {"template", cmd_template, "render a chat template for a conversation"},

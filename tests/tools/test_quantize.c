@@ -1,18 +1,21 @@
 /*
  * test_quantize.c — the weight quantizers of src/tools/quantize.c: relative RMS
  * error of quantize + dequantize on random rows for every type, the exact
- * rules of the simple formats on hand-made blocks, float round trips,
+ * rules of the simple formats on hand-made blocks, the reference's own bytes
+ * for one tensor of every type, the ternary layouts, float round trips,
  * zero rows, scale invariance, unaligned output, non-finite inputs.
  */
 #include "testutil.h"
 
 #include "compute/quant.h"
+#include "format/gguf.h"
 #include "tools/quantize.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -54,7 +57,11 @@ static double rel_rms(const float *x, const float *y, size_t n) {
 /*
  * Relative RMS error over 64 rows of 4096 normal values. Measured (worst
  * row, this code and seed): F16 0.021%, BF16 0.17%, Q8_0 0.55%, Q6_K 1.8%,
- * Q5_K 3.7%, Q5_1 3.9%, Q5_0 4.4%, Q4_K 7.4%, Q4_1 8.1%, Q4_0 8.8%; these
+ * Q5_K 3.7%, Q5_1 3.9%, Q5_0 4.4%, Q4_K 7.4%, IQ4_NL 7.8%, IQ4_XS 7.8%,
+ * Q4_1 8.1%, Q4_0 8.8%, Q3_K 15.6%, Q2_K 30.6%, TQ1_0 = TQ2_0 84% (ternary
+ * with d = the block's largest magnitude zeroes everything under half of
+ * it: these types are for weights trained ternary, test_ternary covers
+ * them on such rows); these
  * match the step sizes (Q8_0: amax/127 ~ 0.018 for 32 normals, rms step
  * error 0.018/sqrt(12) = 0.52%). The bounds leave ~20% headroom: a layout
  * or rounding bug gives errors of 30% and more.
@@ -68,7 +75,9 @@ static void test_rms_error_normal(void **state) {
         {TKV_TYPE_F32, 0.0},     {TKV_TYPE_F16, 0.0003},  {TKV_TYPE_BF16, 0.002},
         {TKV_TYPE_Q8_0, 0.0066}, {TKV_TYPE_Q6_K, 0.022},  {TKV_TYPE_Q5_1, 0.047},
         {TKV_TYPE_Q5_K, 0.045},  {TKV_TYPE_Q5_0, 0.053},  {TKV_TYPE_Q4_1, 0.097},
-        {TKV_TYPE_Q4_K, 0.089},  {TKV_TYPE_Q4_0, 0.106},
+        {TKV_TYPE_Q4_K, 0.089},  {TKV_TYPE_Q4_0, 0.106},  {TKV_TYPE_IQ4_NL, 0.094},
+        {TKV_TYPE_IQ4_XS, 0.095}, {TKV_TYPE_Q3_K, 0.19}, {TKV_TYPE_Q2_K, 0.37}, {TKV_TYPE_TQ2_0, 0.87},
+        {TKV_TYPE_TQ1_0, 0.87},
     };
     enum { ROWS = 64, N = 4096 };
     float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
@@ -131,8 +140,9 @@ static void test_rms_error_outliers(void **state) {
 /* The relative error does not depend on the magnitude of the row (within fp16's range). */
 static void test_scale_invariance(void **state) {
     (void)state;
-    static const tkv_type types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0,
-                                     TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
+    static const tkv_type types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
+                                     TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K,
+                                     TKV_TYPE_IQ4_NL, TKV_TYPE_IQ4_XS, TKV_TYPE_TQ1_0, TKV_TYPE_TQ2_0};
     enum { N = 1024 };
     float x[N], xs[N], y[N];
     rng_state = 3;
@@ -248,7 +258,8 @@ static void test_k_ranges(void **state) {
  * the same rule on slightly different inputs. Measured: relative errors
  * equal to 3 digits on every tensor; identical values over whole files
  * (output.weight is Q6_K in all but Q8_0) Q8_0 75%, Q4_0 99.3%, Q5_0 99.2%,
- * Q4_1 85%, Q5_1 84%, Q4_K_M 82%, Q5_K_M 73%, Q6_K 90% (a block scale one
+ * Q4_1 85%, Q5_1 84%, Q4_K_M 82%, Q5_K_M 73%, Q6_K 90%, Q2_K 83%, Q3_K_S 92%,
+ * IQ4_NL 91%, IQ4_XS 95%, TQ1_0 = TQ2_0 97.7% (a block scale one
  * fp16 ulp away moves many quants of its block by one: Q8_0 and the
  * fitted formats feel it most).
  */
@@ -259,7 +270,8 @@ static void test_against_reference_blocks(void **state) {
         double min_same; /* fraction of dequantized values identical to the reference's */
     } files[] = {
         {"Q8_0", 0.65}, {"Q4_0", 0.98}, {"Q5_0", 0.98}, {"Q4_1", 0.75}, {"Q5_1", 0.75},
-        {"Q4_K_M", 0.7}, {"Q5_K_M", 0.62}, {"Q6_K", 0.8},
+        {"Q4_K_M", 0.7}, {"Q5_K_M", 0.62}, {"Q6_K", 0.8}, {"Q2_K", 0.75}, {"Q3_K_S", 0.85}, {"IQ4_NL", 0.85},
+        {"IQ4_XS", 0.88}, {"TQ1_0", 0.95}, {"TQ2_0", 0.95},
     };
     char path[512];
     tkv_model *src;
@@ -303,6 +315,95 @@ static void test_against_reference_blocks(void **state) {
     tkv_model_free(src);
 }
 
+/*
+ * The reference's quantizer (llama-quantize at 3f545bec, one thread) given
+ * parity-F16.gguf itself, not the F32 file the parity files came from, wrote
+ * blk.0.ffn_up.weight (768 rows of 256) as below in its Q2_K, Q3_K_S, Q4_K_S,
+ * Q5_K_S, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, TQ1_0 and TQ2_0
+ * files; the XXH64 (seed 0) of those bytes. The same rows quantized here
+ * must give the same bytes: the same rules, the same float rounding.
+ */
+static void test_reference_bytes(void **state) {
+    (void)state;
+    static const struct {
+        tkv_type type;
+        uint64_t xxh64;
+    } cases[] = {
+        {TKV_TYPE_Q2_K, 0x90e85f26fa3e694full},   {TKV_TYPE_Q3_K, 0x789ef47f0e9cf92bull},
+        {TKV_TYPE_Q4_K, 0x31ce88c487a20bbcull},   {TKV_TYPE_Q5_K, 0x2ecb4638a73be1a2ull},
+        {TKV_TYPE_Q6_K, 0x56de382720288c69ull},   {TKV_TYPE_Q8_0, 0x2730312ff17532daull},
+        {TKV_TYPE_Q4_0, 0xf414cbcec61b6cc0ull},   {TKV_TYPE_Q4_1, 0x11b9c4bc708a8c60ull},
+        {TKV_TYPE_Q5_0, 0x206830a3def3f0c5ull},   {TKV_TYPE_Q5_1, 0x2414f853d00075acull},
+        {TKV_TYPE_IQ4_NL, 0x37bfc4e6eae027bcull}, {TKV_TYPE_IQ4_XS, 0x005bfa01c107a856ull},
+        {TKV_TYPE_TQ1_0, 0x217725c8e660035aull},  {TKV_TYPE_TQ2_0, 0xe877c16d999a33a1ull},
+    };
+    tkv__gguf *g;
+    assert_int_equal(tkv__gguf_open(tu_shared("models/parity/parity-F16.gguf"), &g), TKV_OK);
+    const tkv__gguf_tensor *t = tkv__gguf_tensor_find(g, "blk.0.ffn_up.weight");
+    assert_non_null(t);
+    assert_int_equal(t->type, TKV_TYPE_F16);
+    const size_t n = (size_t)t->n_elems;
+    float *x = malloc(n * sizeof *x);
+    uint8_t *q = malloc(n * 2);
+    assert_true(x && q);
+    tkv__quant_dequantize_row(TKV_TYPE_F16, g->data + t->offset, x, n);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tkv__quantize_row(cases[c].type, x, q, n);
+        const uint64_t h = XXH64(q, tkv__quant_row_size(cases[c].type, n), 0);
+        if (h != cases[c].xxh64)
+            fail_msg("%s: XXH64 %016llx, the reference's %016llx", tkv_type_name(cases[c].type),
+                     (unsigned long long)h, (unsigned long long)cases[c].xxh64);
+    }
+    free(x);
+    free(q);
+    tkv__gguf_free(g);
+}
+
+/*
+ * Ternary weights: rows of d * {-1, 0, +1} (d exact in fp16) come back
+ * exactly in both layouts, and the reference's two parity files, which hold
+ * the same ternary weights, turn into each other byte for byte: parity-TQ2_0
+ * dequantized and quantized to TQ1_0 is parity-TQ1_0, and back.
+ */
+static void test_ternary(void **state) {
+    (void)state;
+    enum { N = 1024 };
+    float x[N], y[N];
+    rng_state = 13;
+    for (int i = 0; i < N; i++) x[i] = (float)((int)(rng_next() % 3) - 1) * (i < 512 ? 0.0625f : 3.5f);
+    x[0] = 0.0625f, x[600] = -3.5f; /* every block reaches its scale */
+    round_trip(TKV_TYPE_TQ1_0, x, y, N, 1);
+    assert_memory_equal(x, y, sizeof x);
+    round_trip(TKV_TYPE_TQ2_0, x, y, N, 3);
+    assert_memory_equal(x, y, sizeof x);
+    tkv__gguf *g1, *g2;
+    assert_int_equal(tkv__gguf_open(tu_shared("models/parity/parity-TQ1_0.gguf"), &g1), TKV_OK);
+    assert_int_equal(tkv__gguf_open(tu_shared("models/parity/parity-TQ2_0.gguf"), &g2), TKV_OK);
+    int n_ternary = 0;
+    for (size_t i = 0; i < g1->n_tensors; i++) {
+        const tkv__gguf_tensor *a = &g1->tensors[i], *b = tkv__gguf_tensor_find(g2, a->name.s);
+        assert_non_null(b);
+        if (a->type != TKV_TYPE_TQ1_0) continue;
+        assert_int_equal(b->type, TKV_TYPE_TQ2_0);
+        const size_t n = (size_t)a->n_elems;
+        float *w = malloc(n * sizeof *w);
+        uint8_t *q = malloc((size_t)b->n_bytes + (size_t)a->n_bytes);
+        assert_true(w && q);
+        tkv__quant_dequantize_row(TKV_TYPE_TQ2_0, g2->data + b->offset, w, n);
+        tkv__quantize_row(TKV_TYPE_TQ1_0, w, q, n);
+        assert_memory_equal(q, g1->data + a->offset, (size_t)a->n_bytes);
+        tkv__quant_dequantize_row(TKV_TYPE_TQ1_0, g1->data + a->offset, w, n);
+        tkv__quantize_row(TKV_TYPE_TQ2_0, w, q, n);
+        assert_memory_equal(q, g2->data + b->offset, (size_t)b->n_bytes);
+        free(w);
+        free(q);
+        n_ternary++;
+    }
+    assert_int_equal(n_ternary, 14); /* 7 matrices in each of 2 layers */
+    tkv__gguf_free(g1);
+    tkv__gguf_free(g2);
+}
+
 /* ---- floats, zeros, alignment, non-finite ------------------------------------------------- */
 
 static void test_float_round_trips(void **state) {
@@ -330,8 +431,10 @@ static void test_float_round_trips(void **state) {
 
 static void test_zero_rows(void **state) {
     (void)state;
-    static const tkv_type types[] = {TKV_TYPE_F16, TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1,
-                                     TKV_TYPE_Q5_0, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
+    static const tkv_type types[] = {TKV_TYPE_F16,  TKV_TYPE_BF16,   TKV_TYPE_Q8_0,   TKV_TYPE_Q4_0,
+                                     TKV_TYPE_Q4_1, TKV_TYPE_Q5_0,   TKV_TYPE_Q5_1,   TKV_TYPE_Q4_K,
+                                     TKV_TYPE_Q5_K, TKV_TYPE_Q6_K,   TKV_TYPE_Q2_K,   TKV_TYPE_Q3_K,
+                                     TKV_TYPE_IQ4_NL, TKV_TYPE_IQ4_XS, TKV_TYPE_TQ1_0, TKV_TYPE_TQ2_0};
     float x[512] = {0}, y[512];
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         memset(y, 0x55, sizeof y);
@@ -352,8 +455,10 @@ static void test_zero_rows(void **state) {
 /* The same bytes whatever the output's alignment (blocks are packed). */
 static void test_unaligned_output(void **state) {
     (void)state;
-    static const tkv_type types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K,
-                                     TKV_TYPE_Q6_K, TKV_TYPE_F16};
+    static const tkv_type types[] = {TKV_TYPE_Q8_0,   TKV_TYPE_Q4_0,   TKV_TYPE_Q5_1,  TKV_TYPE_Q4_K,
+                                     TKV_TYPE_Q5_K,   TKV_TYPE_Q6_K,   TKV_TYPE_F16,   TKV_TYPE_Q2_K,
+                                     TKV_TYPE_Q3_K,   TKV_TYPE_IQ4_NL, TKV_TYPE_IQ4_XS, TKV_TYPE_TQ1_0,
+                                     TKV_TYPE_TQ2_0};
     float x[512];
     rng_state = 5;
     for (int i = 0; i < 512; i++) x[i] = rng_gauss();
@@ -402,6 +507,7 @@ int main(void) {
         cmocka_unit_test(test_scale_invariance), cmocka_unit_test(test_q8_0_rule),
         cmocka_unit_test(test_sym_rule),         cmocka_unit_test(test_affine_rule),
         cmocka_unit_test(test_k_ranges),         cmocka_unit_test(test_against_reference_blocks),
+        cmocka_unit_test(test_reference_bytes), cmocka_unit_test(test_ternary),
         cmocka_unit_test(test_float_round_trips),
         cmocka_unit_test(test_zero_rows),        cmocka_unit_test(test_unaligned_output),
         cmocka_unit_test(test_non_finite),
