@@ -259,3 +259,14 @@ void tu_greedy(tkv_context *ctx, tkv_seq s, tkv_token *t, size_t n, int steps, s
         assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
     }
 }
+
+int tu_mkdtemp(char *dir, const char *tag) {
+    snprintf(dir, 64, "/tmp/tkv-%s-XXXXXX", tag);
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+int tu_rmtree(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}

@@ -83,6 +83,11 @@ tu_run_result tu_run_input(const char *args, const void *input, size_t input_len
 tu_run_result tu_run(const char *args);
 void tu_run_free(tu_run_result *r);
 
+/* A fresh directory /tmp/tkv-TAG-XXXXXX into dir (room for 64 bytes); 0, or -1 when it cannot be made
+   (cmocka setup's convention). tu_rmtree removes it and all it holds (0, or -1). */
+int tu_mkdtemp(char *dir, const char *tag);
+int tu_rmtree(const char *dir);
+
 /* Greedy ids of `steps` tokens after prompt t[0..n) in sequence s of ctx (tkv_seq_sync, which reports the
    tokens it reused in *reused (may be NULL), then one token at a time); t has room for n + steps, which the
    continuation fills. Fails the test on any error. */

@@ -20,15 +20,12 @@ static char dir[64]; /* a fresh temporary directory for the test's files */
 
 static int setup(void **state) {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/tkv-mkmodel-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tu_mkdtemp(dir, "mkmodel");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_rmtree(dir);
 }
 
 /* "<dir>/<name>" in one of a few rotating static buffers. */

@@ -37,15 +37,12 @@ static char dir[64];
 
 static int setup(void **state) {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/tkv-quantize-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return tu_mkdtemp(dir, "quantize");
 }
 
 static int teardown(void **state) {
     (void)state;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return tu_rmtree(dir);
 }
 
 static const struct {

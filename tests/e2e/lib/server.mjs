@@ -160,6 +160,20 @@ export function tail(s, n = 6000) {
   return s.length > n ? `...${s.slice(-n)}` : s;
 }
 
+// A test body that, when it fails, appends the tail of the server's log (getServer() gives the server, which a
+// before() hook may start after the test is declared) to the failure's message.
+export function withLog(getServer, fn) {
+  return async () => {
+    try {
+      await fn();
+    } catch (e) {
+      const server = getServer();
+      if (server) e.message = `${e.message}\n--- server stderr ---\n${tail(server.log())}`;
+      throw e;
+    }
+  };
+}
+
 /**
  * A describe() block with one server for its tests (started before the
  * first, stopped and checked after the last). `body(ctx)` declares tests

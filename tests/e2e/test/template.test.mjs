@@ -13,7 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { BIN, SHARED, assertErrorBody, post, startServer, stopAndCheck, tail, tokenize } from '../lib/server.mjs';
+import { BIN, SHARED, assertErrorBody, post, startServer, stopAndCheck, tokenize, withLog as withServerLog } from '../lib/server.mjs';
 
 const TEMPLATE = 'Qwen-QwQ-32B.jinja';
 const trim = (s) => s.replace(/^[ \n\r\t]+|[ \n\r\t]+$/g, '');
@@ -43,14 +43,7 @@ describe('the model\'s chat template (Jinja)', () => {
     if (server) await stopAndCheck(server);
     if (dir) await rm(dir, { recursive: true, force: true });
   });
-  const withLog = (fn) => async () => {
-    try {
-      await fn();
-    } catch (e) {
-      e.message = `${e.message}\n--- server stderr ---\n${tail(server.log())}`;
-      throw e;
-    }
-  };
+  const withLog = (fn) => withServerLog(() => server, fn);
 
   it('builds the prompt the reference renders, and chats with its tokens', withLog(async () => {
     assert.match(server.log(), /chat the model's template/);

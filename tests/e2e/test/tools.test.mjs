@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
-import { BIN, SHARED, OpenAI, assertErrorBody, post, startServer, stopAndCheck, tail } from '../lib/server.mjs';
+import { BIN, SHARED, OpenAI, assertErrorBody, post, startServer, stopAndCheck, withLog as withServerLog } from '../lib/server.mjs';
 
 const TOOLS = [
   {
@@ -162,14 +162,7 @@ describe('tool calls', () => {
       after(async () => {
         if (server) await stopAndCheck(server);
       });
-      const withLog = (fn) => async () => {
-        try {
-          await fn();
-        } catch (e) {
-          e.message = `${e.message}\n--- server stderr ---\n${tail(server.log())}`;
-          throw e;
-        }
-      };
+      const withLog = (fn) => withServerLog(() => server, fn);
 
       it('detects the syntax from the template', withLog(async () => {
         assert.match(server.log(), new RegExp(`tool calls ${syntax}\\b`));
