@@ -1303,7 +1303,8 @@ typedef struct tkv_cache_load_info {
  *
  * Files ending in .tkvc are loaded in the order of DIR/manifest (most
  * recently used first, parents before children; files it does not list, or
- * all of them without one, after, in the rank order their headers record), each validated whole before the cache changes;
+ * all of them without one, after, in the rank order their headers record),
+ * each validated whole before the cache changes;
  * where the index already holds some of a prefix, its cells are kept.
  * Prefixes no sequence holds that were cached before are evicted when the
  * files need room; prefixes loaded by this call are not, so with too little
