@@ -2,7 +2,7 @@
 // replica and on three behind HAProxy, with round-robin or prefix-affinity
 // routing, with and without the shared Redis store (issue 24, item 6).
 //
-//   node bench/replica-hitrate.mjs -m MODEL [--users 24] [--turns 4] [--max-tokens 12]
+//   node bench/replica-hitrate.mjs -m MODEL [--users 24] [--turns 6] [--max-tokens 32]
 //        [--concurrency 4] [--port 18400] [--only NAME] [-- SERVE_OPTIONS...]
 //
 // Each setup is started with scripts/cluster (TKV_BIN, default build/tokenkv)
@@ -10,8 +10,10 @@
 // conversations that share one system prompt, each `turns` turns long (a
 // turn's prompt is the system prompt, the conversation so far and a new
 // question; greedy, so every setup sees the same texts); the turns go round
-// by round (turn 1 of every user, then turn 2, ...), `concurrency` requests
-// at a time. Affinity: each request carries prompt_cache_key = the user's
+// by round (turn 1 of every user, then turn 2, ...), the users in a new
+// (seeded, the same for every setup) order each round, so that round robin
+// does not happen to send a user to the same replica every time,
+// `concurrency` requests at a time. Affinity: each request carries prompt_cache_key = the user's
 // id; round robin: it carries none (HAProxy then balances round robin).
 // Hit rate = sum of usage.prompt_tokens_details.cached_tokens / sum of
 // usage.prompt_tokens over every request.
@@ -29,8 +31,8 @@ const own = dd >= 0 ? argv.slice(0, dd) : argv;
 const opt = (name, dflt) => { const i = own.indexOf(name); return i >= 0 ? own[i + 1] : dflt; };
 const model = opt('-m', '/tmp/m/bench-125m-Q4_K_M.gguf');
 const nUsers = Number(opt('--users', '24'));
-const nTurns = Number(opt('--turns', '4'));
-const maxTokens = Number(opt('--max-tokens', '12'));
+const nTurns = Number(opt('--turns', '6'));
+const maxTokens = Number(opt('--max-tokens', '32'));
 const concurrency = Number(opt('--concurrency', '4'));
 const basePort = Number(opt('--port', '18400'));
 const only = opt('--only', null);
@@ -62,20 +64,36 @@ async function turn(url, user, history, question, affinity) {
   });
   const text = await r.text();
   if (!r.ok) throw new Error(`user ${user}: HTTP ${r.status}: ${text}`);
+  // every replica scripts/cluster starts names itself: a response without the header came from something
+  // else (a replica that could not bind its port, and another process on it)
+  if (!r.headers.get('x-tokenkv-replica')) throw new Error(`user ${user}: a response without X-Tokenkv-Replica`);
   const j = JSON.parse(text);
   return { text: j.choices[0].text, prompt: j.usage.prompt_tokens,
            cached: j.usage.prompt_tokens_details?.cached_tokens ?? 0, replica: r.headers.get('x-tokenkv-replica') };
 }
 
+// xorshift32: the users' order of each round
+function rng(seed) {
+  let x = seed >>> 0 || 1;
+  return () => { x ^= x << 13; x >>>= 0; x ^= x >>> 17; x ^= x << 5; x >>>= 0; return x / 2 ** 32; };
+}
+
 async function workload(url, affinity) {
   const history = Array(nUsers).fill('');
+  const rand = rng(24);
   let prompt = 0, cached = 0;
   const perReplica = {};
   const usersOn = {}; // replica -> set of users it served
   for (let t = 0; t < nTurns; t++) {
+    const order = Array.from({ length: nUsers }, (_, u) => u);
+    for (let i = nUsers - 1; i > 0; i--) {
+      const j = Math.floor(rand() * (i + 1));
+      [order[i], order[j]] = [order[j], order[i]];
+    }
     let next = 0;
     const worker = async () => {
-      for (let u; (u = next++) < nUsers;) {
+      for (let k; (k = next++) < nUsers;) {
+        const u = order[k];
         const q = t === 0 ? `Tell me a story about ${TOPICS[u % TOPICS.length]} (story ${u}).`
                           : FOLLOW[(u + t) % FOLLOW.length];
         const r = await turn(url, u, history[u], q, affinity);
