@@ -1250,10 +1250,16 @@ typedef struct tkv_cache_save_info {
  * @brief A saver for directory dir (created if missing, mode 0700; it must
  *        be this user's and writable by nobody else).
  *
+ * The files already in dir are taken as written (a later write reads each
+ * back once before it keeps it).
+ *
+ * @param dir             the directory.
  * @param max_bytes       the most bytes of files in dir; 0: no limit.
  * @param max_copy_bytes  the most bytes one snapshot copies; the nodes past
  *                        it (and their children) wait for a later save;
  *                        0: no limit.
+ * @param out             receives the saver (tkv_cache_saver_free); NULL on
+ *                        failure.
  * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_IO; TKV_ERR_NOMEM
  *         (tkv_last_error(NULL) explains).
  */
@@ -1265,6 +1271,8 @@ TKV_API tkv_status tkv_cache_saver_new(const char *dir, uint64_t max_bytes, uint
  *        K/V of the files it does not hold yet. Costs the copy (and a hash
  *        of each saved prefix's tokens); no disk I/O. Replaces a snapshot
  *        not written yet.
+ * @param s    the saver (not being written by another thread).
+ * @param ctx  the context, between two decodes; not changed.
  * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_BUSY; TKV_ERR_NOMEM
  *         (tkv_last_error(ctx) explains). ctx is not changed.
  */
@@ -1279,6 +1287,7 @@ TKV_API tkv_status tkv_cache_saver_snapshot(tkv_cache_saver *s, tkv_context *ctx
  *        and written again by the next save. A crash at any point leaves a
  *        directory tkv_cache_load loads (each file whole; the old or the new
  *        manifest). Without a snapshot it does nothing.
+ * @param s     the saver; any thread, without the context.
  * @param info  (may be NULL) what the snapshot and the write did.
  * @return TKV_OK; TKV_ERR_INVALID; TKV_ERR_IO (the files written so far
  *         stay, each whole; the next snapshot writes the rest);
@@ -1286,7 +1295,10 @@ TKV_API tkv_status tkv_cache_saver_snapshot(tkv_cache_saver *s, tkv_context *ctx
  */
 TKV_API tkv_status tkv_cache_saver_write(tkv_cache_saver *s, tkv_cache_save_info *info);
 
-/** @brief Free a saver (a snapshot not written is dropped). NULL is allowed. */
+/**
+ * @brief Free a saver (a snapshot not written is dropped).
+ * @param s  the saver, or NULL.
+ */
 TKV_API void tkv_cache_saver_free(tkv_cache_saver *s);
 
 /** What tkv_cache_load_ex did. */
