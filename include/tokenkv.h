@@ -1202,13 +1202,18 @@ TKV_API tkv_status tkv_seq_load(tkv_context *ctx, tkv_seq seq, const char *path)
  * @brief Save the cached prefixes of every namespace to a directory, most
  *        recently used first, within a size budget.
  *
- * One file per prefix-index node (RRRRRRRR-HASH.tkvc, R the rank: 0 for the
- * most recently used): its path's tokens and its own run's K/V, so shared
- * prefixes are stored once. A node is saved only with its parent; nodes go
- * in order of the latest use in their subtree until the next file would
- * pass max_bytes (smaller later ones may still fit). Files of an earlier
- * save in dir that this one did not write again are removed; other files
- * are left alone.
+ * One file per prefix-index node (HASH.tkvc, HASH a hash of what the file
+ * holds: the namespace, the path's tokens and where its K/V start): its
+ * path's tokens and its own run's K/V, so shared prefixes are stored once.
+ * A node is saved only with its parent; nodes go in order of the latest use
+ * in their subtree until the next file would pass max_bytes (smaller later
+ * ones may still fit). That order is kept in DIR/manifest, written last
+ * (temporary file, fsync, rename), so a file's name does not change when
+ * the order does: a file already in dir with the same name and size is
+ * not written again (saves are incremental). Files of an earlier save that
+ * this one does not keep are removed first (dir never holds more than
+ * max_bytes of them); other files are left alone. The same as
+ * tkv_cache_saver_new, _snapshot and _write in a row.
  *
  * @param ctx        the context; not changed.
  * @param dir        the directory (created if missing).
@@ -1217,6 +1222,84 @@ TKV_API tkv_status tkv_seq_load(tkv_context *ctx, tkv_seq seq, const char *path)
  *         written so far stay, each whole); TKV_ERR_NOMEM.
  */
 TKV_API tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes);
+
+/**
+ * Incremental saves in two steps, so that the disk I/O need not run where
+ * the context is used: tkv_cache_saver_snapshot (on the context's thread,
+ * between decodes) chooses the files as tkv_cache_save does and copies the
+ * images of those not yet on disk into the saver, within a bound;
+ * tkv_cache_saver_write (on any thread, without the context) removes the
+ * stale files, writes the new ones and then the manifest. A saver is used
+ * by one thread at a time: the two alternate.
+ */
+typedef struct tkv_cache_saver tkv_cache_saver;
+
+/** What the last tkv_cache_saver_snapshot and tkv_cache_saver_write did. */
+typedef struct tkv_cache_save_info {
+    uint32_t files;           /**< files the save leaves in the manifest */
+    uint32_t files_written;   /**< of them, written by it (new or changed nodes) */
+    uint32_t files_kept;      /**< of them, already on disk and not written again */
+    uint32_t files_removed;   /**< files of earlier saves it removed */
+    uint32_t nodes_deferred;  /**< nodes left for a later save: the copy bound was reached */
+    uint32_t files_damaged;   /**< files on disk that failed their checks when read back: removed, and
+                                   written again by the next save */
+    uint64_t bytes_copied;    /**< copied by the snapshot (= written by the write on success) */
+} tkv_cache_save_info;
+
+/**
+ * @brief A saver for directory dir (created if missing, mode 0700; it must
+ *        be this user's and writable by nobody else).
+ *
+ * The files already in dir are taken as written (a later write reads each
+ * back once before it keeps it).
+ *
+ * @param dir             the directory.
+ * @param max_bytes       the most bytes of files in dir; 0: no limit.
+ * @param max_copy_bytes  the most bytes one snapshot copies; the nodes past
+ *                        it (and their children) wait for a later save;
+ *                        0: no limit.
+ * @param out             receives the saver (tkv_cache_saver_free); NULL on
+ *                        failure.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_IO; TKV_ERR_NOMEM
+ *         (tkv_last_error(NULL) explains).
+ */
+TKV_API tkv_status tkv_cache_saver_new(const char *dir, uint64_t max_bytes, uint64_t max_copy_bytes,
+                                       tkv_cache_saver **out);
+
+/**
+ * @brief Choose what the next write leaves in the directory and copy the
+ *        K/V of the files it does not hold yet. Costs the copy (and a hash
+ *        of each saved prefix's tokens); no disk I/O. Replaces a snapshot
+ *        not written yet.
+ * @param s    the saver (not being written by another thread).
+ * @param ctx  the context, between two decodes; not changed.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_BUSY; TKV_ERR_NOMEM
+ *         (tkv_last_error(ctx) explains). ctx is not changed.
+ */
+TKV_API tkv_status tkv_cache_saver_snapshot(tkv_cache_saver *s, tkv_context *ctx);
+
+/**
+ * @brief Write the last snapshot: remove the files of earlier saves it does
+ *        not keep, write the new files (each crash-safely), then the
+ *        manifest, then fsync the directory. Files it keeps that this saver
+ *        did not write are read back once and checked (checksums, model,
+ *        that they hold what their name says); a damaged one is removed
+ *        and written again by the next save. A crash at any point leaves a
+ *        directory tkv_cache_load loads (each file whole; the old or the new
+ *        manifest). Without a snapshot it does nothing.
+ * @param s     the saver; any thread, without the context.
+ * @param info  (may be NULL) what the snapshot and the write did.
+ * @return TKV_OK; TKV_ERR_INVALID; TKV_ERR_IO (the files written so far
+ *         stay, each whole; the next snapshot writes the rest);
+ *         TKV_ERR_NOMEM (tkv_last_error(NULL) explains).
+ */
+TKV_API tkv_status tkv_cache_saver_write(tkv_cache_saver *s, tkv_cache_save_info *info);
+
+/**
+ * @brief Free a saver (a snapshot not written is dropped).
+ * @param s  the saver, or NULL.
+ */
+TKV_API void tkv_cache_saver_free(tkv_cache_saver *s);
 
 /** What tkv_cache_load_ex did. */
 typedef struct tkv_cache_load_info {
@@ -1230,8 +1313,10 @@ typedef struct tkv_cache_load_info {
  * @brief Load a directory written by tkv_cache_save: its prefixes become
  *        cached prefixes no sequence holds (evictable, as if computed).
  *
- * Files ending in .tkvc are loaded in rank order (most recently used first,
- * parents before children), each validated whole before the cache changes;
+ * Files ending in .tkvc are loaded in the order of DIR/manifest (most
+ * recently used first, parents before children; files it does not list, or
+ * all of them without one, after, in the rank order their headers record),
+ * each validated whole before the cache changes;
  * where the index already holds some of a prefix, its cells are kept.
  * Prefixes no sequence holds that were cached before are evicted when the
  * files need room; prefixes loaded by this call are not, so with too little

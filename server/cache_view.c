@@ -5,6 +5,7 @@
  * side posts (srv_sched_post).
  */
 #include "http.h"
+#include "save.h"
 #include "store.h"
 
 #include <stdio.h>
@@ -106,6 +107,13 @@ void srv_metrics_view(tkv_context *ctx, void *user) {
     m->out = srv_metrics_render(m->S->metrics, &st, waiting, running);
     if (m->out && m->S->store) { /* the shared store's counters follow */
         char *more = srv_store_render(m->S->store);
+        size_t a = strlen(m->out), b = more ? strlen(more) : 0;
+        char *all = more ? realloc(m->out, a + b + 1) : NULL;
+        if (all) memcpy(all + a, more, b + 1), m->out = all;
+        free(more);
+    }
+    if (m->out && m->S->save) {
+        char *more = srv_save_render(m->S->save);
         size_t a = strlen(m->out), b = more ? strlen(more) : 0;
         char *all = more ? realloc(m->out, a + b + 1) : NULL;
         if (all) memcpy(all + a, more, b + 1), m->out = all;

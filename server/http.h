@@ -24,6 +24,7 @@ typedef struct srv_state {
     int64_t started;  /* unix seconds: the model's "created" */
     struct srv_kvev *kvev; /* --kv-events, or NULL */
     struct srv_disk *disk; /* --cache-disk, or NULL */
+    struct srv_save *save; /* --cache-dir's saves, or NULL */
 } srv_state;
 
 /* MHD_AccessHandlerCallback (cls: srv_state). */

@@ -14,6 +14,8 @@
    long cold prefill (s); time per output token is ms-scale on CPUs. */
 static const double ttft_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
 static const double tpot_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
+static const double step_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+#define N_STEP (sizeof step_bounds / sizeof step_bounds[0])
 #define N_TTFT (sizeof ttft_bounds / sizeof ttft_bounds[0])
 #define N_TPOT (sizeof tpot_bounds / sizeof tpot_bounds[0])
 
@@ -31,7 +33,8 @@ struct srv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[N_STATUS + 1];
     uint64_t prompt, cached, generated, preemptions;
-    hist ttft, tpot;
+    hist ttft, tpot, step;
+    double step_max;
 };
 
 srv_metrics *srv_metrics_new(void) {
@@ -78,6 +81,12 @@ static void observe(srv_metrics *m, hist *h, const double *bounds, size_t nb, do
 
 void srv_metrics_ttft(srv_metrics *m, double s) { observe(m, &m->ttft, ttft_bounds, N_TTFT, s); }
 void srv_metrics_tpot(srv_metrics *m, double s) { observe(m, &m->tpot, tpot_bounds, N_TPOT, s); }
+void srv_metrics_step(srv_metrics *m, double s) {
+    observe(m, &m->step, step_bounds, N_STEP, s);
+    pthread_mutex_lock(&m->mu);
+    if (s > m->step_max) m->step_max = s;
+    pthread_mutex_unlock(&m->mu);
+}
 
 /* A growing string; on allocation failure it stays marked failed. */
 typedef struct sbuf {
@@ -146,6 +155,10 @@ char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth,
              ttft_bounds, N_TTFT);
     put_hist(&b, "tokenkv_time_per_output_token_seconds", "Mean time per generated token after the first.", &m->tpot,
              tpot_bounds, N_TPOT);
+    put_hist(&b, "tokenkv_step_seconds",
+             "Decode steps: one pass of the inference thread that decoded a batch, with what ran before it.",
+             &m->step, step_bounds, N_STEP);
+    put_metric(&b, "tokenkv_step_seconds_max", "gauge", "The longest decode step since start.", m->step_max);
     pthread_mutex_unlock(&m->mu);
     put_metric(&b, "tokenkv_queue_depth", "gauge", "Requests waiting for a sequence.", (double)queue_depth);
     put_metric(&b, "tokenkv_running_requests", "gauge", "Requests being decoded.", (double)running);

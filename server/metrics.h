@@ -24,6 +24,9 @@ void srv_metrics_preemption(srv_metrics *m);
 /* Time to first token and the mean time per output token, seconds. */
 void srv_metrics_ttft(srv_metrics *m, double s);
 void srv_metrics_tpot(srv_metrics *m, double s);
+/* One pass of the inference thread that decoded a batch, seconds: the calls run before it (a save's
+   snapshot, a /metrics view) included, so it is the gap a streaming client sees between two tokens. */
+void srv_metrics_step(srv_metrics *m, double s);
 
 /*
  * The whole exposition: the counters above, the cache's stats and the

@@ -478,7 +478,8 @@ static void make_room(srv_sched *s) {
     if (!victim || (!p && holders < 2) || !preempt(s, victim)) out_of_room(s, stuck);
 }
 
-static void step(srv_sched *s) {
+/* One decode step; false when there was nothing to decode. */
+static bool step(srv_sched *s) {
     for (int i = 0; i < s->o.parallel; i++) s->slots[i].wait_step = false;
     size_t n = build(s);
     tkv_status st = TKV_ERR_FULL;
@@ -489,13 +490,13 @@ static void step(srv_sched *s) {
         make_room(s);
         n = build(s);
     }
-    if (!n) return;
+    if (!n) return false;
     if (st) { /* not a capacity problem: the requests in this batch cannot go on */
         char msg[256];
         snprintf(msg, sizeof msg, "decode failed: %s", tkv_last_error(s->ctx));
         for (int i = 0; i < s->o.parallel; i++)
             if (s->slots[i].req && s->slots[i].in_batch) fail(s, &s->slots[i], 500, "internal_error", msg);
-        return;
+        return true;
     }
     for (int i = 0; i < s->o.parallel; i++) {
         slot *sl = &s->slots[i];
@@ -507,6 +508,7 @@ static void step(srv_sched *s) {
         const float *logits = tkv_get_logits(s->ctx, (size_t)sl->logits_at);
         on_token(s, sl, tkv_sampler_sample(sl->run->smp, logits), logits);
     }
+    return true;
 }
 
 /* ---- the thread --------------------------------------------------------------- */
@@ -535,6 +537,7 @@ static void run_calls(srv_sched *s) { /* with mu held */
 static void *thread_main(void *arg) {
     srv_sched *s = arg;
     for (;;) {
+        const double t0 = srv_now();
         pthread_mutex_lock(&s->mu);
         run_calls(s);
         if (s->stopping) {
@@ -549,7 +552,7 @@ static void *thread_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         drop_cancelled(s);
         admit(s);
-        step(s);
+        if (step(s) && s->metrics) srv_metrics_step(s->metrics, srv_now() - t0);
     }
     for (int i = 0; i < s->o.parallel; i++)
         if (s->slots[i].req) fail(s, &s->slots[i], 503, "shutting_down", "the server is shutting down");

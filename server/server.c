@@ -5,6 +5,7 @@
  */
 #include "http.h"
 #include "disk.h"
+#include "save.h"
 #include "kv_events.h"
 #include "reasoning.h"
 #include "store.h"
@@ -163,7 +164,10 @@ static bool pick_template(const srv_opts *o, const tkv_model *m, srv_api *a, con
     return true;
 }
 
-/* Save the cache (on the inference thread, or after it stopped). */
+/* Take a snapshot for the save thread (a job on the inference thread, between two steps). */
+static void tick_save(tkv_context *ctx, void *user) { srv_save_tick(user, ctx); }
+
+/* Save the cache in this thread (after the inference thread stopped, when the save thread could not start). */
 static void save_cache(tkv_context *ctx, void *user) {
     const srv_opts *o = user;
     double t0 = srv_now();
@@ -385,7 +389,12 @@ int srv_main(const srv_opts *o) {
         tkv_model_free(model);
         return 1;
     }
-    if (o->cache_dir) load_cache(ctx, o, fresh_dir);
+    if (o->cache_dir) {
+        load_cache(ctx, o, fresh_dir);
+        /* after the load: the saver starts from the files it left */
+        if (!(S.save = srv_save_start(o->cache_dir, o->cache_dir_max)))
+            fprintf(stderr, "tokenkv serve: warning: cache: no saves to %s until shutdown\n", o->cache_dir);
+    }
     S.metrics = srv_metrics_new();
     struct MHD_Daemon *d = NULL;
     srv_conns *conns = NULL;
@@ -446,8 +455,8 @@ int srv_main(const srv_opts *o) {
         struct timespec every = {o->save_interval > 0 ? o->save_interval : 3600, 0};
         sig = sigtimedwait(&sigs, NULL, &every);
         if (sig == SIGINT || sig == SIGTERM) break;
-        if (sig < 0 && errno == EAGAIN && o->cache_dir && o->save_interval > 0)
-            srv_sched_call(S.sched, save_cache, (void *)o); /* between two steps */
+        if (sig < 0 && errno == EAGAIN && S.save && o->save_interval > 0)
+            srv_sched_call(S.sched, tick_save, S.save); /* a snapshot between two steps; written elsewhere */
     }
     fprintf(stderr, "tokenkv serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     MHD_quiesce_daemon(d); /* no new connections */
@@ -455,7 +464,10 @@ int srv_main(const srv_opts *o) {
 out:
     srv_sched_stop(S.sched); /* waiting and running requests end with 503 */
     srv_store_free(S.store); /* after the scheduler: no more lookups or writes; its late jobs are refused */
-    if (rc == 0 && o->cache_dir) save_cache(ctx, (void *)o); /* the inference thread is gone: ctx is ours */
+    /* the inference thread is gone: ctx is ours */
+    if (S.save) srv_save_stop(S.save, rc == 0 ? ctx : NULL);
+    else if (rc == 0 && o->cache_dir) save_cache(ctx, (void *)o);
+    S.save = NULL;
     /* every suspended connection was woken by the stop above (MHD requires
        it): they answer and close */
     if (d) MHD_stop_daemon(d);

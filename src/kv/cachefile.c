@@ -343,43 +343,77 @@ static unsigned long long unguessable(void) {
     return r;
 }
 
-tkv_status tkv__cachefile_write(const tkv__kvcache *kv, const char *path, const tkv__phdr *h, const tkv_token *tokens,
-                              const uint32_t *cells) {
+/* Create PATH.tmp.PID.RANDOM for w (mode 0600, exclusively, never through a planted link: it holds prompts);
+   *tmp receives its tkv__malloc'd name. */
+static tkv_status open_tmp(const char *path, writer *w, char **tmp) {
     const size_t plen = strlen(path);
-    char *tmp = tkv__malloc(plen + 48);
-    writer w = {.fd = -1, .cap = 1 << 18};
-    w.buf = tkv__malloc(w.cap);
-    if (!tmp || !w.buf) {
-        tkv__free(tmp);
-        tkv__free(w.buf);
+    *tmp = tkv__malloc(plen + 48);
+    w->fd = -1;
+    w->buf = tkv__malloc(w->cap);
+    if (!*tmp || !w->buf) {
+        tkv__free(*tmp);
+        tkv__free(w->buf);
+        *tmp = NULL, w->buf = NULL;
         return tkv__fail(TKV_ERR_NOMEM, "out of memory writing cache file '%s'", path);
     }
-    snprintf(tmp, plen + 48, "%s.tmp.%ld.%016llx", path, (long)getpid(), unguessable());
-    tkv_status st = TKV_OK;
-    /* a new file of our own, readable by us alone (it holds prompts): never through a planted link */
-    w.fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (w.fd < 0) {
-        st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot create: %s", tmp, strerror(errno));
-        goto done;
+    snprintf(*tmp, plen + 48, "%s.tmp.%ld.%016llx", path, (long)getpid(), unguessable());
+    w->fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (w->fd < 0) {
+        tkv_status st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot create: %s", *tmp, strerror(errno));
+        tkv__free(*tmp);
+        tkv__free(w->buf);
+        *tmp = NULL, w->buf = NULL;
+        return st;
     }
-    uint8_t hdr[H_BYTES];
-    encode_header(h, hdr);
-    w_raw(&w, hdr, sizeof hdr);
-    write_body(&w, kv, h, tokens, cells);
-    w_flush(&w);
-    if (!w.err && fsync(w.fd) != 0) w.err = errno;
-    if (close(w.fd) != 0 && !w.err) w.err = errno;
-    w.fd = -1;
-    if (w.err) {
-        st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot write: %s", tmp, strerror(w.err));
+    return TKV_OK;
+}
+
+/* Flush, fsync and close w's temporary file, then rename it over path; nothing is left behind on failure. */
+static tkv_status commit_tmp(const char *path, writer *w, char *tmp) {
+    tkv_status st = TKV_OK;
+    w_flush(w);
+    if (!w->err && fsync(w->fd) != 0) w->err = errno;
+    if (close(w->fd) != 0 && !w->err) w->err = errno;
+    w->fd = -1;
+    if (w->err) {
+        st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot write: %s", tmp, strerror(w->err));
     } else if (rename(tmp, path) != 0) {
         st = tkv__fail(TKV_ERR_IO, "cache file '%s': cannot rename %s over it: %s", path, tmp, strerror(errno));
     }
     if (st) unlink(tmp);
-done:
     tkv__free(tmp);
-    tkv__free(w.buf);
+    tkv__free(w->buf);
     return st;
+}
+
+tkv_status tkv__cachefile_write(const tkv__kvcache *kv, const char *path, const tkv__phdr *h, const tkv_token *tokens,
+                              const uint32_t *cells) {
+    writer w = {.cap = 1 << 18};
+    char *tmp;
+    tkv_status st = open_tmp(path, &w, &tmp);
+    if (st) return st;
+    uint8_t hdr[H_BYTES];
+    encode_header(h, hdr);
+    w_raw(&w, hdr, sizeof hdr);
+    write_body(&w, kv, h, tokens, cells);
+    return commit_tmp(path, &w, tmp);
+}
+
+tkv_status tkv__cachefile_write_bytes(const char *path, const void *data, size_t size) {
+    writer w = {.cap = 64}; /* unused: the data is written from where it is */
+    char *tmp;
+    tkv_status st = open_tmp(path, &w, &tmp);
+    if (st) return st;
+    /* straight from data: the buffer only holds what w_raw copies */
+    for (const uint8_t *p = data; size && !w.err;) {
+        const size_t k = size < (size_t)1 << 30 ? size : (size_t)1 << 30;
+        w_flush(&w);
+        ssize_t r = write(w.fd, p, k);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) w.err = r < 0 ? errno : EIO;
+        else p += r, size -= (size_t)r;
+    }
+    return commit_tmp(path, &w, tmp);
 }
 
 tkv_status tkv__cachefile_sync_dir(const char *dir) {

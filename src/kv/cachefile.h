@@ -85,6 +85,10 @@ tkv_token tkv__cachefile_token(const tkv__prec *rec, uint32_t i);
 tkv_status tkv__cachefile_write(const tkv__kvcache *kv, const char *path, const tkv__phdr *h, const tkv_token *tokens,
                               const uint32_t *cells);
 
+/* Write size bytes (an image, a manifest) to path as tkv__cachefile_write writes a file: temporary, fsync,
+   rename. TKV_ERR_IO / TKV_ERR_NOMEM; nothing is left behind on failure. */
+tkv_status tkv__cachefile_write_bytes(const char *path, const void *data, size_t size);
+
 /*
  * The same image as tkv__cachefile_write, into out[0 .. tkv__cachefile_file_size(h))
  * (a shared store's value: the bytes a file would hold). Cannot fail.

@@ -9,14 +9,14 @@
  * cannot fail. Its tokens join the prefix index like decoded ones: where the
  * index already holds some of them, its cells are kept.
  *
- * A directory saved by tkv_cache_save holds one file per node, named
- * RRRRRRRR-HHHHHHHHHHHHHHHH.tkvc (R: rank, 0 = most recently used; H: hash
- * of the namespace and tokens). A node's file holds the tokens of its whole
- * path but only the K/V of its own run, so shared prefixes are stored once;
- * it loads only after the file of its parent (or with the parent already
- * cached). Ranks put every parent before its children: tkv_cache_load loads
- * in rank order, so with too little room the most recently used prefixes
- * are the ones loaded.
+ * A directory saved by tkv_cache_save (persist_save.c) holds one file per
+ * node, named after a hash of what it holds, and a manifest that orders
+ * them. A node's file holds the tokens of its whole path but only the K/V
+ * of its own run, so shared prefixes are stored once; it loads only after
+ * the file of its parent (or with the parent already cached). The order
+ * puts every parent before its children, most recently used first:
+ * tkv_cache_load loads in that order, so with too little room the most
+ * recently used prefixes are the ones loaded.
  */
 #include "persist.h"
 
@@ -24,7 +24,6 @@
 #include "base/error.h"
 
 #include <dirent.h>
-#include <signal.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,7 +31,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <xxhash.h>
 
 
 /* ---- putting a record into the cache -------------------------------------- */
@@ -226,194 +224,11 @@ tkv_status tkv_seq_load(tkv_context *ctx, tkv_seq seq, const char *path) {
     return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
 }
 
-/* ---- the whole cache: saving ---------------------------------------------- */
-
-/* "RRRRRRRR-HHHHHHHHHHHHHHHH.tkvc": the names tkv_cache_save writes. */
-enum { NAME_LEN = 8 + 1 + 16 + 5 };
-
-static bool is_hex(const char *s, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
-    return true;
-}
-
-static bool is_saved_name(const char *s) {
-    return strlen(s) == NAME_LEN && is_hex(s, 8) && s[8] == '-' && is_hex(s + 9, 16) &&
-           strcmp(s + 25, TKV__CACHEFILE_EXT) == 0;
-}
-
-/* "dir/name" in a tkv__malloc'd string. */
-static char *join(const char *dir, const char *name) {
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = tkv__malloc(a + b + 2);
-    if (p) memcpy(p, dir, a), p[a] = '/', memcpy(p + a + 1, name, b + 1);
-    return p;
-}
-
-typedef struct snode {
-    uint32_t id, depth;
-    uint64_t recency; /* the latest use in its subtree */
-} snode;
-
-typedef struct collect {
-    snode *v;
-    uint32_t n;
-    uint32_t *idx; /* (node ids) index into v */
-} collect;
-
-static void collect_node(const tkv__pindex *ix, uint32_t id, void *user) {
-    collect *c = user;
-    const tkv__pnode *nd = tkv__pindex_node(ix, id);
-    if (nd->parent == TKV__PNONE) return;
-    c->idx[id] = c->n;
-    c->v[c->n++] = (snode){id, nd->depth, nd->last_use};
-}
-
-/* Most recently used first; a parent (as recent as its subtree, shallower) before its children. */
-static int by_recency(const void *a, const void *b) {
-    const snode *x = a, *y = b;
-    if (x->recency != y->recency) return x->recency > y->recency ? -1 : 1;
-    if (x->depth != y->depth) return x->depth < y->depth ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
-}
-
-/* Remove the files of earlier saves that this one did not write again. */
-/* NAME.tkvc.tmp.PID.RANDOM of a process that no longer runs: a save cut
-   short (a crash, kill -9). Files of a live writer are left alone. */
-static bool is_orphan_tmp(const char *name) {
-    const char *t = strstr(name, TKV__CACHEFILE_EXT ".tmp.");
-    if (!t) return false;
-    char *end;
-    long pid = strtol(t + strlen(TKV__CACHEFILE_EXT ".tmp."), &end, 10);
-    if ((*end && *end != '.') || pid <= 0 || pid == (long)getpid()) return false;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
-}
-
-/* The cache directory, created (mode 0700) when create and it is missing; it must be ours and writable by
-   nobody else. TKV_ERR_IO naming the problem. */
-static tkv_status open_dir(const char *dir, bool create) {
-    if (create && mkdir(dir, 0700) != 0 && errno != EEXIST)
-        return tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot create: %s", dir, strerror(errno));
-    struct stat sb;
-    if (stat(dir, &sb) != 0) return tkv__fail(TKV_ERR_IO, "cache directory '%s': %s", dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) return tkv__fail(TKV_ERR_IO, "cache directory '%s': not a directory", dir);
-    return tkv__cachefile_trusted(dir, &sb);
-}
-
-static tkv_status remove_stale(const char *dir, char (*names)[NAME_LEN + 1], uint32_t n_written) {
-    DIR *d = opendir(dir);
-    if (!d) return tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot open: %s", dir, strerror(errno));
-    tkv_status st = TKV_OK;
-    for (struct dirent *de; !st && (de = readdir(d));) {
-        if (is_orphan_tmp(de->d_name)) {
-            char *p = join(dir, de->d_name);
-            if (p) unlink(p); /* best effort: a crashed writer's half file */
-            tkv__free(p);
-            continue;
-        }
-        if (!is_saved_name(de->d_name)) continue;
-        unsigned long rank = strtoul(de->d_name, NULL, 16);
-        if (rank < n_written && strcmp(names[rank], de->d_name) == 0) continue;
-        char *p = join(dir, de->d_name);
-        if (!p) st = tkv__fail(TKV_ERR_NOMEM, "out of memory cleaning cache directory '%s'", dir);
-        else if (unlink(p) != 0 && errno != ENOENT)
-            st = tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot remove %s: %s", dir, de->d_name, strerror(errno));
-        tkv__free(p);
-    }
-    closedir(d);
-    return st;
-}
-
-tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: ctx is NULL"));
-    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_save");
-    if (busy) return busy;
-    if (!dir) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: dir is NULL"));
-    tkv_status st = open_dir(dir, true);
-    if (st) return tkv__ctx_fail(ctx, st);
-    tkv__phdr h0;
-    st = tkv__persist_header(ctx, &h0);
-    if (st) return tkv__ctx_fail(ctx, st);
-    const tkv__pindex *ix = tkv__kv_index(ctx->kv);
-    tkv__pindex_stats ps;
-    tkv__pindex_stats_get(ix, &ps);
-    const uint32_t max_id = 2 * ctx->kv->rows.n_cells + 1; /* the index's node pool */
-    collect c = {tkv__malloc((ps.nodes ? ps.nodes : 1) * sizeof *c.v), 0, tkv__calloc(max_id, sizeof *c.idx)};
-    char(*names)[NAME_LEN + 1] = tkv__malloc((ps.nodes ? ps.nodes : 1) * sizeof *names);
-    uint32_t *cells = tkv__malloc(ctx->kv->rows.n_cells * sizeof *cells);
-    char *path = NULL;
-    if (!c.v || !c.idx || !names || !cells) {
-        st = tkv__fail(TKV_ERR_NOMEM, "out of memory saving the cache");
-        goto done;
-    }
-    tkv__pindex_foreach(ix, collect_node, &c);
-    /* parents come before children: walk back to give each node its subtree's latest use */
-    for (uint32_t i = c.n; i-- > 0;) {
-        uint32_t p = tkv__pindex_node(ix, c.v[i].id)->parent;
-        if (tkv__pindex_node(ix, p)->parent == TKV__PNONE) continue;
-        snode *P = &c.v[c.idx[p]];
-        if (P->recency < c.v[i].recency) P->recency = c.v[i].recency;
-    }
-    qsort(c.v, c.n, sizeof *c.v, by_recency);
-    /* The plan: the files this save leaves, most recent first, within max_bytes. The files of earlier saves
-       outside it go first, so the directory never holds more than the limit, even when a write fails
-       (disk full): it then holds part of the plan, each file whole, and the next save completes it. */
-    uint32_t *taken = c.idx; /* reused: 1 for a node in the plan */
-    memset(taken, 0, max_id * sizeof *taken);
-    uint64_t total = 0;
-    uint32_t n_plan = 0;
-    for (uint32_t k = 0; k < c.n; k++) {
-        const tkv__pnode *nd = tkv__pindex_node(ix, c.v[k].id);
-        if (tkv__pindex_node(ix, nd->parent)->parent != TKV__PNONE && !taken[nd->parent]) continue; /* useless alone */
-        tkv__phdr h = h0;
-        h.ns = nd->ns;
-        h.n_tokens = nd->depth + nd->n;
-        h.kv_from = nd->depth;
-        h.rank = n_plan;
-        const uint64_t size = tkv__cachefile_file_size(&h);
-        if (max_bytes && total + size > max_bytes) continue;
-        tkv__pindex_path(ix, (tkv__ppos){c.v[k].id, nd->n}, NULL, ctx->seq_tokens);
-        /* the name says what the file holds: rank, and a hash of the tokens, namespace and where K/V start
-           (each save writes every file of its plan again: a file on disk may have been damaged) */
-        const uint64_t hash = XXH3_64bits_withSeed(ctx->seq_tokens, (size_t)h.n_tokens * sizeof(tkv_token),
-                                                   h.ns ^ ((uint64_t)h.kv_from * 0x9e3779b97f4a7c15ull));
-        snprintf(names[n_plan], sizeof names[n_plan], "%08x-%016llx%s", n_plan, (unsigned long long)hash,
-                 TKV__CACHEFILE_EXT);
-        taken[c.v[k].id] = 1;
-        c.v[n_plan++] = c.v[k]; /* k >= n_plan: the plan reuses the front of the list */
-        total += size;
-    }
-    st = remove_stale(dir, names, n_plan);
-    for (uint32_t k = 0; k < n_plan && !st; k++) {
-        const tkv__pnode *nd = tkv__pindex_node(ix, c.v[k].id);
-        tkv__phdr h = h0;
-        h.ns = nd->ns;
-        h.n_tokens = nd->depth + nd->n;
-        h.kv_from = nd->depth;
-        h.rank = k;
-        tkv__free(path);
-        if (!(path = join(dir, names[k]))) {
-            st = tkv__fail(TKV_ERR_NOMEM, "out of memory saving the cache");
-            break;
-        }
-        tkv__pindex_path(ix, (tkv__ppos){c.v[k].id, nd->n}, NULL, ctx->seq_tokens);
-        tkv__pindex_run(ix, c.v[k].id, cells, NULL);
-        st = tkv__cachefile_write(ctx->kv, path, &h, ctx->seq_tokens, cells);
-    }
-    if (!st) st = tkv__cachefile_sync_dir(dir);
-done:
-    tkv__free(c.v);
-    tkv__free(c.idx);
-    tkv__free(names);
-    tkv__free(cells);
-    tkv__free(path);
-    return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
-}
-
 /* ---- the whole cache: loading --------------------------------------------- */
 
 typedef struct cand {
     char *path;
+    bool unlisted; /* not in the manifest: after those that are, by the rank in its header */
     uint64_t rank, ns;
     uint32_t kv_from, n_tokens;
     size_t size;
@@ -423,6 +238,7 @@ typedef struct cand {
 
 static int by_rank(const void *a, const void *b) {
     const cand *x = a, *y = b;
+    if (x->unlisted != y->unlisted) return x->unlisted ? 1 : -1;
     if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
     if (x->kv_from != y->kv_from) return x->kv_from < y->kv_from ? -1 : 1;
     return strcmp(x->path, y->path);
@@ -457,7 +273,7 @@ static tkv_status list_files(const char *dir, const tkv__pexpect *e, cand **out,
             }
             v = nv, cap = ncap;
         }
-        char *path = join(dir, de->d_name);
+        char *path = tkv__persist_join(dir, de->d_name);
         if (!path) {
             st = tkv__fail(TKV_ERR_NOMEM, "out of memory listing cache directory '%s'", dir);
             break;
@@ -471,7 +287,7 @@ static tkv_status list_files(const char *dir, const tkv__pexpect *e, cand **out,
             tkv__free(path);
             continue;
         }
-        v[n++] = (cand){path, h.rank, h.ns, h.kv_from, h.n_tokens, size, 0, false};
+        v[n++] = (cand){path, true, h.rank, h.ns, h.kv_from, h.n_tokens, size, 0, false};
     }
     closedir(d);
     if (st) {
@@ -481,6 +297,48 @@ static tkv_status list_files(const char *dir, const tkv__pexpect *e, cand **out,
     }
     *out = v;
     *n_out = n;
+    return TKV_OK;
+}
+
+typedef struct mpos {
+    uint64_t hash;
+    uint32_t pos;
+} mpos;
+
+static int by_hash(const void *a, const void *b) {
+    const mpos *x = a, *y = b;
+    if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int by_hash_only(const void *a, const void *b) {
+    const mpos *x = a, *y = b;
+    return x->hash != y->hash ? (x->hash < y->hash ? -1 : 1) : 0;
+}
+
+/* The files the manifest lists take their rank from it. TKV_ERR_NOMEM only. */
+static tkv_status order_by_manifest(const char *dir, cand *v, uint32_t n) {
+    uint64_t *hashes;
+    uint32_t m;
+    tkv_status st = tkv__persist_read_manifest(dir, &hashes, &m);
+    if (st || !m) return st;
+    mpos *idx = tkv__malloc(m * sizeof *idx);
+    if (!idx) {
+        tkv__free(hashes);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory loading cache directory '%s'", dir);
+    }
+    for (uint32_t k = 0; k < m; k++) idx[k] = (mpos){hashes[k], k};
+    qsort(idx, m, sizeof *idx, by_hash);
+    for (uint32_t i = 0; i < n; i++) {
+        const char *slash = strrchr(v[i].path, '/');
+        uint64_t hash;
+        if (!tkv__persist_parse_name(slash ? slash + 1 : v[i].path, &hash)) continue;
+        const mpos key = {hash, 0};
+        const mpos *f = bsearch(&key, idx, m, sizeof *idx, by_hash_only);
+        if (f) v[i].unlisted = false, v[i].rank = f->pos;
+    }
+    tkv__free(idx);
+    tkv__free(hashes);
     return TKV_OK;
 }
 
@@ -497,7 +355,13 @@ tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_i
     if (st) return tkv__ctx_fail(ctx, st);
     cand *v = NULL;
     uint32_t n = 0;
-    if ((st = open_dir(dir, false)) || (st = list_files(dir, &e, &v, &n, info))) return tkv__ctx_fail(ctx, st);
+    if ((st = tkv__persist_open_dir(dir, false)) || (st = list_files(dir, &e, &v, &n, info)))
+        return tkv__ctx_fail(ctx, st);
+    if ((st = order_by_manifest(dir, v, n))) {
+        for (uint32_t i = 0; i < n; i++) tkv__free(v[i].path);
+        tkv__free(v);
+        return tkv__ctx_fail(ctx, st);
+    }
     if (n) qsort(v, n, sizeof *v, by_rank);
     /* everything the loads need, allocated before the cache changes */
     size_t max_size = 1, n_tok = 0;

@@ -1,7 +1,8 @@
 // --cache-dir: the prefix cache outlives the server. A graceful restart
 // reuses what the last run cached; corrupt files are skipped with a warning;
 // a server killed with SIGKILL at random moments (some of them during a save)
-// restarts on the same directory with a consistent cache. Throughout, every
+// restarts on the same directory with a consistent cache; periodic saves
+// write only the files of new prefixes. Throughout, every
 // answer is the answer of a fresh server that has no cache directory (and no
 // prefix cache at all): a loaded K/V row paired with the wrong token would
 // change the text.
@@ -363,6 +364,51 @@ describe('persistence (--cache-dir)', () => {
       await cacheCheck(last);
     });
     await stopAndCheck(last);
+  });
+  it('periodic saves are incremental: a save after new requests writes only the new nodes\' files', async (t) => {
+    const dir = path.join(await tmpDir(t), 'cache');
+    const server = await startServer(['--cache-dir', dir, '--save-interval', '1']);
+    const written = async () => Number(/^tokenkv_cache_save_files_written_total (\d+)/m.exec((await get(server, '/metrics')).body)[1]);
+    // the files of the cache dir by name, with their inode: a file written again is a new inode (rename)
+    const files = async () => {
+      const out = new Map();
+      for (const n of (await listDir(dir)).cache) out.set(n, (await stat(path.join(dir, n))).ino);
+      return out;
+    };
+    // wait until a save has written what is cached now: the count stops moving over two saves
+    const settle = async () => {
+      let last = -1;
+      for (let i = 0; i < 40; i++) {
+        const n = await written();
+        const saves = Number(/^tokenkv_cache_saves_total (\d+)/m.exec((await get(server, '/metrics')).body)[1]);
+        if (n === last && saves >= 2) return n;
+        last = n;
+        await sleep(1100);
+      }
+      assert.fail('the saves did not settle');
+    };
+    await withLogs([server], async () => {
+      await complete(server, PROMPT, 8);
+      await complete(server, 'Tom had a blue car. He liked to drive it around the garden every day.', 8);
+      const w0 = await settle();
+      const before = await files();
+      assert.ok(before.size >= 2, `${before.size} files`);
+      // a new prompt: its node is new; the others (BOS, split off already by the second prompt, and the two
+      // leaves) keep their files
+      await complete(server, 'The sun was hot and the sky was blue. Sam and Mia went to the shop.', 8);
+      const w1 = await settle();
+      const now = await files();
+      const rewritten = [...before].filter(([n, ino]) => now.has(n) && now.get(n) !== ino);
+      assert.deepEqual(rewritten, [], 'no file already on disk is written again');
+      const added = [...now.keys()].filter((n) => !before.has(n));
+      assert.ok(added.length >= 1, 'the new prompt has its file');
+      assert.equal(w1 - w0, added.length, `files written by the save = the new files (${added.length})`);
+      // idle: the next saves write nothing
+      await sleep(2200);
+      assert.equal(await written(), w1, 'nothing new, nothing written');
+      assert.deepEqual(await files(), now);
+    });
+    await stopAndCheck(server);
   });
   it('a second server on the same directory exits with a clear message, the first goes on', async (t) => {
     const dir = await tmpDir(t);
