@@ -60,23 +60,11 @@ static size_t match(const tkv_context *ctx, uint64_t ns, const tkv_token *t, siz
 /* A fresh empty directory (static buffer). */
 static const char *temp_dir(void) {
     static char d[64];
-    snprintf(d, sizeof d, "/tmp/tkv-persist-XXXXXX");
-    assert_non_null(mkdtemp(d));
+    assert_int_equal(tu_mkdtemp(d, "persist"), 0);
     return d;
 }
 
-static void remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    char p[512];
-    for (struct dirent *de; (de = readdir(d));) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
+static void remove_dir(const char *dir) { assert_int_equal(tu_rmtree(dir), 0); }
 
 static void rmdir_if(const char *dir) {
     struct stat sb;

@@ -59,23 +59,11 @@ static size_t match(const tkv_context *ctx, const tkv_token *t, size_t n) {
 
 static const char *temp_dir(void) {
     static char d[64];
-    snprintf(d, sizeof d, "/tmp/tkv-incr-XXXXXX");
-    assert_non_null(mkdtemp(d));
+    assert_int_equal(tu_mkdtemp(d, "incr"), 0);
     return d;
 }
 
-static void remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    char p[512];
-    for (struct dirent *de; (de = readdir(d));) {
-        if (de->d_name[0] == '.') continue;
-        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
+static void remove_dir(const char *dir) { assert_int_equal(tu_rmtree(dir), 0); }
 
 /* The .tkvc files of dir (temporary ones left out): names and inodes. */
 typedef struct files {
