@@ -80,7 +80,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         char f[1024];
         if (de->d_name[0] == '.') continue;
         snprintf(f, sizeof f, "%s/%s", path, de->d_name);
-        if (strncmp(de->d_name, "00000001-", 9) == 0) tmpl[1] = slurp(f, &tmpl_size[1]); /* rank 1: the child */
+        const size_t len = strlen(de->d_name);
+        if (!tmpl[1] && len > 5 && !strcmp(de->d_name + len - 5, ".tkvc")) { /* the child: K/V from past 0 */
+            size_t size;
+            uint8_t *img = slurp(f, &size);
+            uint32_t kv_from = 0;
+            if (size >= 72) memcpy(&kv_from, img + 68, 4); /* header offset 68, little-endian hosts */
+            if (kv_from) tmpl[1] = img, tmpl_size[1] = size;
+            else free(img);
+        }
         unlink(f);
     }
     closedir(d);
