@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* responses over arbitrary bytes as the generated text */
         srv_req_append(r, (const char *)data + 1, size - 1);
         srv_req_finish(r, "length", 1);
-        char *resp = srv_api_response(&api, r);
+        char *resp = srv_api_response(&api, &r, 1);
         char *chunk = srv_api_chunk(&api, r, SRV_CHUNK_DELTA, (const char *)data + 1, size - 1, true, NULL);
         json_t *back = resp ? json_loads(resp, JSON_ALLOW_NUL, &je) : NULL; /* text may hold NUL (\u0000) */
         if (resp && !back) abort(); /* what we send must parse */
