@@ -29,6 +29,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz_util.h"
+
 static tkv_model *model;
 static const tkv_token toks[12] = {1, 403, 407, 261, 378, 29, 356, 395, 434, 8, 300, 301};
 static const size_t tmpl_n[2] = {8, 12}, tmpl_from[2] = {0, 8};
@@ -56,7 +58,7 @@ static uint8_t *slurp(const char *path, size_t *size) {
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    if (tkv_model_load(TKV_SHARED_DIR "/models/stories260K.gguf", NULL, &model)) die("model");
+    model = fuzz_load_model("fuzz_cachefile", "stories260K.gguf", false);
     tkv_context_params p = tkv_context_default_params();
     p.n_cells = 64;
     p.n_seq_max = 4;

@@ -14,21 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
+
 static tkv_model *model;
 static size_t n_vocab;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    const char *shared = getenv("TKV_SHARED");
-    if (!shared) shared = TKV_SHARED_DIR;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
-    tkv_model_params p = tkv_model_default_params();
-    p.vocab_only = true;
-    if (tkv_model_load(path, &p, &model) != TKV_OK) {
-        fprintf(stderr, "fuzz_json_schema: %s\n", tkv_last_error(NULL));
-        abort();
-    }
+    model = fuzz_load_model("fuzz_json_schema", "stories260K.gguf", true);
     n_vocab = tkv_vocab_size(model);
     return 0;
 }

@@ -14,19 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
+
 static tkv_model *model;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    const char *shared = getenv("TKV_SHARED");
-    char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared ? shared : TKV_SHARED_DIR);
-    tkv_model_params p = tkv_model_default_params();
-    p.vocab_only = true;
-    if (tkv_model_load(path, &p, &model) != TKV_OK) {
-        fprintf(stderr, "fuzz_request: %s\n", tkv_last_error(NULL));
-        abort();
-    }
+    model = fuzz_load_model("fuzz_request", "stories260K.gguf", true);
     return 0;
 }
 

@@ -12,24 +12,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_util.h"
+
 static const char *const files[] = {"stories260K.gguf", "vocab/ggml-vocab-llama-spm.gguf",
                                     "vocab/ggml-vocab-gpt-2.gguf", "vocab/ggml-vocab-deepseek-coder.gguf"};
 static tkv_model *models[4];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
-    const char *shared = getenv("TKV_SHARED");
-    if (!shared) shared = TKV_SHARED_DIR;
-    for (int i = 0; i < 4; i++) {
-        char path[1024];
-        snprintf(path, sizeof path, "%s/models/%s", shared, files[i]);
-        tkv_model_params p = tkv_model_default_params();
-        p.vocab_only = true;
-        if (tkv_model_load(path, &p, &models[i]) != TKV_OK) {
-            fprintf(stderr, "fuzz_tokenize: %s\n", tkv_last_error(NULL));
-            abort();
-        }
-    }
+    for (int i = 0; i < 4; i++) models[i] = fuzz_load_model("fuzz_tokenize", files[i], true);
     return 0;
 }
 
