@@ -270,3 +270,21 @@ int tu_rmtree(const char *dir) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     return system(cmd) == 0 ? 0 : -1;
 }
+
+unsigned tu_rand(unsigned n) {
+    static uint64_t rng = 0x9e3779b97f4a7c15ull;
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (unsigned)(rng % n);
+}
+
+tkv_context *tu_context(const tkv_model *m, uint32_t n_cells, uint32_t n_seq, tkv_type kv_type) {
+    tkv_context_params p = tkv_context_default_params();
+    p.n_cells = n_cells;
+    p.n_seq_max = n_seq;
+    p.n_threads = 2;
+    p.n_batch = 16;
+    p.kv_type = kv_type;
+    tkv_context *ctx = NULL;
+    if (tkv_context_create(m, &p, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+    return ctx;
+}

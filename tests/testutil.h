@@ -83,6 +83,13 @@ tu_run_result tu_run_input(const char *args, const void *input, size_t input_len
 tu_run_result tu_run(const char *args);
 void tu_run_free(tu_run_result *r);
 
+/* A deterministic pseudo-random number in 0..n-1 (xorshift; the same sequence every run). */
+unsigned tu_rand(unsigned n);
+
+/* A context over model m: n_cells cells, n_seq sequences, 2 threads, batches of 16, K/V of kv_type; fails
+   the test when it cannot be made. */
+tkv_context *tu_context(const tkv_model *m, uint32_t n_cells, uint32_t n_seq, tkv_type kv_type);
+
 /* A fresh directory /tmp/tkv-TAG-XXXXXX into dir (room for 64 bytes); 0, or -1 when it cannot be made
    (cmocka setup's convention). tu_rmtree removes it and all it holds (0, or -1). */
 int tu_mkdtemp(char *dir, const char *tag);

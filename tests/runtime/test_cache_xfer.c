@@ -14,17 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static tkv_context *new_ctx_of(uint32_t n_cells, tkv_type kv_type) {
-    tkv_context_params p = tkv_context_default_params();
-    p.n_cells = n_cells;
-    p.n_seq_max = 4;
-    p.n_threads = 2;
-    p.n_batch = 16;
-    p.kv_type = kv_type;
-    tkv_context *ctx = NULL;
-    if (tkv_context_create(tu_model, &p, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
-    return ctx;
-}
+static tkv_context *new_ctx_of(uint32_t n_cells, tkv_type kv_type) { return tu_context(tu_model, n_cells, 4, kv_type); }
 
 static void list(tkv_token *t, size_t n, int stem) {
     for (size_t i = 0; i < n; i++) t[i] = (tkv_token)(i == 0 ? 1 : 3 + (stem * 37 + (int)i * 7) % 500);

@@ -24,15 +24,7 @@
 #include <unistd.h>
 
 static tkv_context *new_ctx_of(const tkv_model *m, uint32_t n_cells, tkv_type kv_type) {
-    tkv_context_params p = tkv_context_default_params();
-    p.n_cells = n_cells;
-    p.n_seq_max = 8;
-    p.n_threads = 2;
-    p.n_batch = 16;
-    p.kv_type = kv_type;
-    tkv_context *ctx = NULL;
-    if (tkv_context_create(m, &p, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
-    return ctx;
+    return tu_context(m, n_cells, 8, kv_type);
 }
 
 static tkv_context *new_ctx(uint32_t n_cells) { return new_ctx_of(tu_model, n_cells, TKV_TYPE_F16); }

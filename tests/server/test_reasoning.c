@@ -46,25 +46,19 @@ static void test_cases(void **state) {
     assert_false(srv_think_markers("{{ messages }}", 14));
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static unsigned rnd(unsigned n) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (unsigned)(rng % n);
-}
-
 static void test_stream_prefixes(void **state) {
     (void)state;
     static const char *const pieces[] = {"<think>", "</think>", "<thi", "</th", "<", " ", "\n", "a", "word", "\n\n"};
     char text[256];
     for (int iter = 0; iter < 4000; iter++) {
         size_t n = 0;
-        const int k = 1 + (int)rnd(12);
+        const int k = 1 + (int)tu_rand(12);
         for (int i = 0; i < k; i++) {
-            const char *p = pieces[rnd(sizeof pieces / sizeof *pieces)];
+            const char *p = pieces[tu_rand(sizeof pieces / sizeof *pieces)];
             memcpy(text + n, p, strlen(p));
             n += strlen(p);
         }
-        const bool open = rnd(2);
+        const bool open = tu_rand(2);
         const srv_think_split whole = srv_think_split_text(text, n, open, true);
         size_t sent_r = 0, sent_c = 0;
         for (size_t m = 0; m <= n; m++) { /* the stream after m bytes, then the end */

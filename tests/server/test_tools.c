@@ -135,12 +135,6 @@ static void check_prefixes(srv_tool_format f, const char *t, size_t n) {
     srv_tool_parse_free(&fin);
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static unsigned rnd(unsigned n) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (unsigned)(rng % n);
-}
-
 static void test_stream_prefixes(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
@@ -154,14 +148,14 @@ static void test_stream_prefixes(void **state) {
     char text[512];
     for (int iter = 0; iter < 3000; iter++) {
         size_t n = 0;
-        const int count = 1 + (int)rnd(10);
+        const int count = 1 + (int)tu_rand(10);
         for (int k = 0; k < count; k++) {
-            const char *p = pieces[rnd(sizeof pieces / sizeof pieces[0])];
+            const char *p = pieces[tu_rand(sizeof pieces / sizeof pieces[0])];
             memcpy(text + n, p, strlen(p));
             n += strlen(p);
         }
         text[n] = 0;
-        check_prefixes((srv_tool_format)rnd(SRV_TOOLS_HARMONY + 1), text, n);
+        check_prefixes((srv_tool_format)tu_rand(SRV_TOOLS_HARMONY + 1), text, n);
     }
 }
 
