@@ -15,21 +15,48 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The IQ2 types. A super-block of 256 is 8 sub-blocks of 32, each 4 groups
+ * of 8; group g (0..31) is elements 8g..8g+7. A group's 8 magnitudes are one
+ * codebook entry (byte j of the uint64: element j, each 8, 25 or 43), its
+ * signs a byte whose bit j set makes element j negative, and
+ *   x = d * (ls + 1/2) / 4 * grid[j] * sign_j,   ls a 4-bit scale.
+ * The dot products sum (2 ls + 1) * grid * sign * a in integers and take
+ * the 1/8 out once per row, as the reference does.
+ *
+ * IQ2_XXS: sub-block b is the 8 bytes of qs[4b..4b+3]. Its first 4 bytes
+ * are the tkv__iq2xxs_grid indices of its groups 0..3; the little-endian
+ * uint32 of the other 4 holds in bits 7l..7l+6 group l's sign index into
+ * tkv__iq_signs (7 stored bits, the eighth their parity) and in bits 28-31
+ * the sub-block's ls.
+ */
 typedef struct __attribute__((packed)) tkv__block_iq2_xxs {
     uint16_t d; /* fp16 */
     uint16_t qs[32];
 } tkv__block_iq2_xxs;
 
+/*
+ * IQ2_XS: qs[g] is group g: bits 0-8 its tkv__iq2xs_grid index, bits 9-15
+ * its sign index into tkv__iq_signs. scales[b] holds two ls: the low nibble
+ * for the first 16 elements of sub-block b (groups 4b, 4b + 1), the high
+ * nibble for the last 16.
+ */
 typedef struct __attribute__((packed)) tkv__block_iq2_xs {
     uint16_t d; /* fp16 */
     uint16_t qs[32];
     uint8_t scales[8];
 } tkv__block_iq2_xs;
 
+/*
+ * IQ2_S: a 10-bit tkv__iq2s_grid index per group, low 8 bits in qs[g], bits
+ * 8-9 in bits 2l, 2l + 1 of qh[b] for group g = 4b + l. qs[32 + g] is group
+ * g's sign byte itself (all 8 bits stored, no parity rule). scales as in
+ * IQ2_XS. The reference's IQ2_M files are IQ2_S rows beside others.
+ */
 typedef struct __attribute__((packed)) tkv__block_iq2_s {
-    uint16_t d; /* fp16 */
-    uint8_t qs[64];
-    uint8_t qh[8];
+    uint16_t d;      /* fp16 */
+    uint8_t qs[64];  /* 32 index low bytes, then 32 sign bytes */
+    uint8_t qh[8];   /* index bits 8-9, four groups per byte */
     uint8_t scales[8];
 } tkv__block_iq2_s;
 
@@ -67,5 +94,18 @@ _Static_assert(sizeof(tkv__block_iq3_xxs) == 98, "IQ3_XXS block");
 _Static_assert(sizeof(tkv__block_iq3_s) == 110, "IQ3_S block");
 _Static_assert(sizeof(tkv__block_iq1_s) == 50, "IQ1_S block");
 _Static_assert(sizeof(tkv__block_iq1_m) == 56, "IQ1_M block");
+
+/*
+ * Scalar reference code (quant_iq2.c), the oracles of the SIMD kernels.
+ * Dequantize n elements (a multiple of 256) at src into y; dot a weight row
+ * with a Q8_K activation row (quants in -127..127):
+ *   0.125 * sum over super-blocks of (d_w * d_a) * sum((2 ls + 1) * grid * sign * q).
+ */
+void tkv__quant_dequantize_iq2_xxs(const void *src, float *y, size_t n);
+void tkv__quant_dequantize_iq2_xs(const void *src, float *y, size_t n);
+void tkv__quant_dequantize_iq2_s(const void *src, float *y, size_t n);
+float tkv__quant_vec_dot_iq2_xxs(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_iq2_xs(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_iq2_s(size_t n, const void *w, const void *a);
 
 #endif

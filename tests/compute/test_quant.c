@@ -9,6 +9,9 @@
 
 #include "compute/kernels.h"
 #include "compute/quant.h"
+#include "compute/quant_grids.h"
+#include "compute/quant_iq.h"
+#include "format/gguf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -138,18 +141,18 @@ static void test_type_facts(void **state) {
     const tkv_type w[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0,  TKV_TYPE_Q5_0,
                           TKV_TYPE_Q4_1, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
                           TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4, TKV_TYPE_TQ1_0,
-                          TKV_TYPE_TQ2_0};
+                          TKV_TYPE_TQ2_0, TKV_TYPE_IQ2_XXS, TKV_TYPE_IQ2_XS, TKV_TYPE_IQ2_S};
     const tkv_type a[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0,
                           TKV_TYPE_Q8_1, TKV_TYPE_Q8_1, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_0,
                           TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_0, TKV_TYPE_Q8_K,
-                          TKV_TYPE_Q8_K};
+                          TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
         assert_true(tkv__quant_supported(w[i]));
         assert_int_equal(tkv__quant_vec_dot_type(w[i]), a[i]);
     }
     assert_false(tkv__quant_supported(TKV_TYPE_IQ1_S));
     assert_false(tkv__quant_supported(TKV_TYPE_IQ3_S));
-    assert_int_equal(tkv__quant_vec_dot_type(TKV_TYPE_IQ2_XXS), TKV_TYPE_COUNT);
+    assert_int_equal(tkv__quant_vec_dot_type(TKV_TYPE_I8), TKV_TYPE_COUNT);
     assert_int_equal(tkv__quant_row_size(TKV_TYPE_Q4_0, 4096), 4096 / 32 * 18);
     assert_int_equal(tkv__quant_row_size(TKV_TYPE_Q8_K, 512), 2 * 292);
     assert_int_equal(tkv__quant_row_size(TKV_TYPE_F16, 7), 14);
@@ -162,7 +165,9 @@ static void test_type_facts(void **state) {
               {TKV_TYPE_Q5_0, sizeof(tkv__block_q5_0)}, {TKV_TYPE_Q5_1, sizeof(tkv__block_q5_1)},
               {TKV_TYPE_Q8_0, sizeof(tkv__block_q8_0)}, {TKV_TYPE_Q8_1, sizeof(tkv__block_q8_1)},
               {TKV_TYPE_Q4_K, sizeof(tkv__block_q4_K)}, {TKV_TYPE_Q5_K, sizeof(tkv__block_q5_K)},
-              {TKV_TYPE_Q6_K, sizeof(tkv__block_q6_K)}, {TKV_TYPE_Q8_K, sizeof(tkv__block_q8_K)}};
+              {TKV_TYPE_Q6_K, sizeof(tkv__block_q6_K)}, {TKV_TYPE_Q8_K, sizeof(tkv__block_q8_K)},
+              {TKV_TYPE_IQ2_XXS, sizeof(tkv__block_iq2_xxs)}, {TKV_TYPE_IQ2_XS, sizeof(tkv__block_iq2_xs)},
+              {TKV_TYPE_IQ2_S, sizeof(tkv__block_iq2_s)}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
         uint32_t be, bb;
         assert_int_equal(tkv_type_block(sz[i].t, &be, &bb), TKV_OK);
@@ -281,6 +286,9 @@ static double rel_bound(tkv_type t) {
     case TKV_TYPE_MXFP4: return 0.22; /* 0.1441 */
     case TKV_TYPE_TQ1_0:
     case TKV_TYPE_TQ2_0: return 0.75; /* 0.4994: ternary random weights */
+    case TKV_TYPE_IQ2_XXS: return 0.50; /* 0.3476 */
+    case TKV_TYPE_IQ2_XS: return 0.45;  /* 0.3067 */
+    case TKV_TYPE_IQ2_S: return 0.36;   /* 0.2439 */
     default: return 0.0;
     }
 }
@@ -431,6 +439,194 @@ static void test_parity_vec_dot(void **state) {
     assert_true(checked > 100);
 }
 
+/* ---- IQ2_XXS, IQ2_XS, IQ2_S ------------------------------------------------------- */
+
+/*
+ * The sign byte of a 7-bit IQ2 sign index, from the rule (the eighth bit
+ * makes the count of set bits even), not from the library's table.
+ */
+static uint8_t iq2_sign_byte(unsigned idx) {
+    return (uint8_t)(idx | (unsigned)(__builtin_popcount(idx) & 1) << 7);
+}
+
+/* Element j of group g as quant_iq.h defines it, d = 1. */
+static float iq2_expect(uint64_t grid, uint8_t signs, int ls, int j) {
+    const float m = (float)(grid >> 8 * j & 0xff) * (ls + 0.5f) / 4.0f;
+    return signs >> j & 1 ? -m : m;
+}
+
+/*
+ * One hand-made block of each type: chosen groups with chosen indices,
+ * signs and scales, every other group index 0 with no signs; then the dot
+ * product with a Q8_K row of known quants at every level against the sum of
+ * those values times the quants.
+ */
+static void check_iq2_block(tkv_type t, const void *blk, const float *want) {
+    float y[256];
+    tkv__quant_dequantize_row(t, blk, y, 256);
+    for (int e = 0; e < 256; e++)
+        if (y[e] != want[e]) fail_msg("%s element %d: %g, want %g", tkv_type_name(t), e, y[e], want[e]);
+    tkv__block_q8_K a;
+    memset(&a, 0, sizeof a);
+    a.d = 0.5f;
+    double ref = 0;
+    for (int e = 0; e < 256; e++) {
+        a.qs[e] = (int8_t)((e * 37) % 255 - 127);
+        ref += (double)want[e] * a.qs[e] * a.d;
+    }
+    for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+        const tkv__kernels *k = tkv__kernel_table((tkv__kernel_level)l);
+        if (!k) continue;
+        const double got = k->vec_dot[t](256, blk, &a);
+        if (!(fabs(got - ref) <= 1e-6 * fabs(ref) + 1e-6))
+            fail_msg("%s %s vec_dot %.9g, want %.9g", tkv_type_name(t), k->name, got, ref);
+    }
+}
+
+static void test_iq2_layouts(void **state) {
+    (void)state;
+    float want[256];
+    /* IQ2_XXS: sub-block 1 = qs[4..7]: grid bytes 3, 77, 200, 255; sign indices
+       5, 0, 127, 64 in bits 0-27 of the second word; ls 9 in bits 28-31 */
+    tkv__block_iq2_xxs bx;
+    memset(&bx, 0, sizeof bx);
+    bx.d = 0x3c00;
+    const uint8_t gi[4] = {3, 77, 200, 255};
+    const unsigned si[4] = {5, 0, 127, 64};
+    uint32_t word = 9u << 28;
+    for (int l = 0; l < 4; l++) word |= si[l] << 7 * l;
+    memcpy((uint8_t *)bx.qs + 8, gi, 4);
+    memcpy((uint8_t *)bx.qs + 12, &word, 4);
+    for (int e = 0; e < 256; e++) {
+        const int g = e / 8, l = g % 4;
+        want[e] = g / 4 == 1 ? iq2_expect(tkv__iq2xxs_grid[gi[l]], iq2_sign_byte(si[l]), 9, e % 8)
+                             : iq2_expect(tkv__iq2xxs_grid[0], 0, 0, e % 8);
+    }
+    check_iq2_block(TKV_TYPE_IQ2_XXS, &bx, want);
+
+    /* IQ2_XS: group 13 (sub-block 3, first half) index 300, sign index 33;
+       group 14 (second half) index 511, sign index 127; scales[3] = 0x5a */
+    tkv__block_iq2_xs bs;
+    memset(&bs, 0, sizeof bs);
+    bs.d = 0x3c00;
+    const uint16_t q13 = 300 | 33 << 9, q14 = 511 | 127 << 9;
+    memcpy((uint8_t *)bs.qs + 26, &q13, 2);
+    memcpy((uint8_t *)bs.qs + 28, &q14, 2);
+    bs.scales[3] = 0x5a;
+    for (int e = 0; e < 256; e++) {
+        const int g = e / 8, ls = g / 4 != 3 ? 0 : g % 4 < 2 ? 10 : 5;
+        want[e] = g == 13   ? iq2_expect(tkv__iq2xs_grid[300], iq2_sign_byte(33), ls, e % 8)
+                  : g == 14 ? iq2_expect(tkv__iq2xs_grid[511], iq2_sign_byte(127), ls, e % 8)
+                            : iq2_expect(tkv__iq2xs_grid[0], 0, ls, e % 8);
+    }
+    check_iq2_block(TKV_TYPE_IQ2_XS, &bs, want);
+
+    /* IQ2_S: group 8 (sub-block 2, l 0) index 0x1c7 (qh[2] bits 0-1 = 1),
+       group 11 (l 3) index 0x29c (bits 6-7 = 2); sign bytes 0xa5 and 0x3c
+       as they are; scales[2] = 0x3e: ls 14 for groups 8-9, 3 for 10-11 */
+    tkv__block_iq2_s b2;
+    memset(&b2, 0, sizeof b2);
+    b2.d = 0x3c00;
+    b2.qs[8] = 0xc7;
+    b2.qs[11] = 0x9c;
+    b2.qh[2] = 0x81;
+    b2.qs[32 + 8] = 0xa5;
+    b2.qs[32 + 11] = 0x3c;
+    b2.scales[2] = 0x3e;
+    for (int e = 0; e < 256; e++) {
+        const int g = e / 8, ls = g / 4 != 2 ? 0 : g % 4 < 2 ? 14 : 3;
+        want[e] = g == 8    ? iq2_expect(tkv__iq2s_grid[0x1c7], 0xa5, ls, e % 8)
+                  : g == 11 ? iq2_expect(tkv__iq2s_grid[0x29c], 0x3c, ls, e % 8)
+                            : iq2_expect(tkv__iq2s_grid[0], 0, ls, e % 8);
+    }
+    check_iq2_block(TKV_TYPE_IQ2_S, &b2, want);
+}
+
+/*
+ * The IQ2 tensors of the parity files against the F16 file, and vec_dot on
+ * three of their rows at every level against a float dot product (as the
+ * tests above do for the other types). Read through the GGUF reader, not a
+ * model load: parity-IQ2_M's IQ2_S rows sit beside IQ3_S ones.
+ */
+static void test_parity_iq2(void **state) {
+    (void)state;
+    const char *files[] = {"IQ2_XXS", "IQ2_XS", "IQ2_M"};
+    tkv__gguf *ref;
+    assert_int_equal(tkv__gguf_open(tu_shared("models/parity/parity-F16.gguf"), &ref), TKV_OK);
+    double worst[TKV_TYPE_COUNT] = {0};
+    int seen[TKV_TYPE_COUNT] = {0};
+    size_t checked = 0;
+    uint32_t s = 11;
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "models/parity/parity-%s.gguf", files[f]);
+        tkv__gguf *g;
+        assert_int_equal(tkv__gguf_open(tu_shared(rel), &g), TKV_OK);
+        for (size_t i = 0; i < g->n_tensors; i++) {
+            const tkv__gguf_tensor *t = &g->tensors[i];
+            if (t->type != TKV_TYPE_IQ2_XXS && t->type != TKV_TYPE_IQ2_XS && t->type != TKV_TYPE_IQ2_S) continue;
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)t->name.n, t->name.s);
+            const tkv__gguf_tensor *r = tkv__gguf_tensor_find(ref, name);
+            assert_non_null(r);
+            assert_int_equal(r->type, TKV_TYPE_F16);
+            assert_int_equal(r->n_elems, t->n_elems);
+            const uint8_t *data = g->data + t->offset;
+            float *a = malloc(t->n_elems * sizeof(float)), *b = malloc(t->n_elems * sizeof(float));
+            assert_true(a && b);
+            tkv__quant_dequantize_row(t->type, data, a, t->n_elems);
+            tkv__quant_dequantize_row(TKV_TYPE_F16, ref->data + r->offset, b, r->n_elems);
+            double se = 0, sr = 0;
+            for (size_t k = 0; k < t->n_elems; k++) se += ((double)a[k] - b[k]) * ((double)a[k] - b[k]), sr += (double)b[k] * b[k];
+            const double relerr = sqrt(se / sr);
+            if (!(relerr <= rel_bound(t->type)))
+                fail_msg("%s: %s (%s): relative RMS error %.4f > %.4f", files[f], name, tkv_type_name(t->type), relerr,
+                         rel_bound(t->type));
+            if (relerr > worst[t->type]) worst[t->type] = relerr;
+            seen[t->type] = 1;
+
+            const size_t n = t->ne[0], rs = tkv__quant_row_size(t->type, n);
+            float *x = malloc(n * sizeof(float));
+            uint8_t *xq = malloc(tkv__quant_row_size(TKV_TYPE_Q8_K, n));
+            assert_true(x && xq);
+            const uint64_t rows[] = {0, t->ne[1] / 2, t->ne[1] - 1};
+            for (int ri = 0; ri < 3; ri++) {
+                for (size_t k = 0; k < n; k++) {
+                    s = s * 1664525u + 1013904223u;
+                    x[k] = ((float)(s >> 8) / 16777216.0f - 0.5f) * (ri == 1 ? 40.0f : 2.0f);
+                }
+                const float *w = a + rows[ri] * n;
+                tkv__quant_quantize_row(TKV_TYPE_Q8_K, x, xq, n);
+                double want = 0;
+                for (size_t k = 0; k < n; k++) want += (double)w[k] * x[k];
+                const double bound = dot_bound(t->type, w, x, n, NULL);
+                for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+                    const tkv__kernels *kt = tkv__kernel_table((tkv__kernel_level)l);
+                    if (!kt) continue;
+                    const double got = kt->vec_dot[t->type](n, data + rows[ri] * rs, xq);
+                    if (!(fabs(got - want) <= bound))
+                        fail_msg("%s %s row %llu (%s): vec_dot %.7g, float dot %.7g, bound %.3g", files[f], name,
+                                 (unsigned long long)rows[ri], kt->name, got, want, bound);
+                    checked++;
+                }
+            }
+            free(x);
+            free(xq);
+            free(a);
+            free(b);
+        }
+        tkv__gguf_free(g);
+    }
+    const tkv_type want[] = {TKV_TYPE_IQ2_XXS, TKV_TYPE_IQ2_XS, TKV_TYPE_IQ2_S};
+    for (size_t i = 0; i < 3; i++) {
+        if (!seen[want[i]]) fail_msg("no tensor of type %s in the parity files", tkv_type_name(want[i]));
+        print_message("  %-7s worst relative RMS error %.4f (bound %.3f)\n", tkv_type_name(want[i]), worst[want[i]],
+                      rel_bound(want[i]));
+    }
+    assert_true(checked > 50);
+    tkv__gguf_free(ref);
+}
+
 /* ---- the activation quantizers against their formulas --------------------------- */
 
 static void test_quantize_formulas(void **state) {
@@ -497,6 +693,8 @@ int main(void) {
         cmocka_unit_test(test_layout_by_hand),
         cmocka_unit_test(test_parity_dequantize),
         cmocka_unit_test(test_parity_vec_dot),
+        cmocka_unit_test(test_iq2_layouts),
+        cmocka_unit_test(test_parity_iq2),
         cmocka_unit_test(test_quantize_formulas),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
