@@ -13,6 +13,8 @@
 #include "gemm.h"
 #include "kernels.h"
 #include "quant.h"
+#include "quant_grids.h"
+#include "quant_iq.h"
 
 #include <math.h>
 #include <stdalign.h>
@@ -72,16 +74,20 @@ static inline __m256i nibbles32(const uint8_t *qs) {
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
 }
 
+/* 0xff in byte j when bit j of h is set, else 0. */
+static inline __m256i bit_mask32(uint32_t h) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+                                          3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
 /* 0x10 in byte j when bit j of the little-endian uint32 at qh is set. */
 static inline __m256i fifth_bits32(const uint8_t *qh) {
     uint32_t h;
     memcpy(&h, qh, 4);
-    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
-                                          3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), shuf);
-    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+    return _mm256_and_si256(bit_mask32(h), _mm256_set1_epi8(0x10));
 }
 
 /* ---- dot products: float rows ------------------------------------------------ */
@@ -397,6 +403,90 @@ static float dot_tq1_0(size_t n, const void *w, const void *a) {
         acc = tq_block(acc, chunk, &y[i], f16(x[i].d));
     }
     return hsum_f32(acc);
+}
+
+/*
+ * IQ2_XXS, IQ2_XS, IQ2_S, in the reference's lanes: per sub-block of 32 the
+ * four codebook entries as 32 unsigned bytes, the signs moved onto the
+ * activations (|a| <= 127, so negating never overflows), the products as
+ * int16 pairs (maddubs: at most 2 * 43 * 127, no saturation), then pairs of
+ * those times 2 ls + 1 of their 16-element half into 8 int32 lanes, all
+ * eight sub-blocks into one integer per lane (exact in float: < 2^23). Per
+ * super-block one fma of d_w d_a per lane, and 1/8 of the lanes' sum at the
+ * end, as the reference does.
+ */
+static inline __m256i iq2_sub(__m256i sumi, __m256i q, uint32_t signs, const int8_t *a, __m256i sc) {
+    const __m256i neg = bit_mask32(signs);
+    const __m256i sa = _mm256_sub_epi8(_mm256_xor_si256(LOAD256(a), neg), neg);
+    return _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, sa), sc));
+}
+
+static inline __m256i iq2_grid4(const uint64_t *grid, unsigned i0, unsigned i1, unsigned i2, unsigned i3) {
+    return _mm256_set_epi64x((long long)grid[i3], (long long)grid[i2], (long long)grid[i1], (long long)grid[i0]);
+}
+
+static inline __m256i iq2_halves(uint8_t sc) {
+    return k_scale_pairs(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1);
+}
+
+static float dot_iq2_xxs(size_t n, const void *w, const void *a) {
+    const tkv__block_iq2_xxs *x = w;
+    const tkv__block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int b = 0; b < 8; b++) {
+            uint32_t aux[2]; /* grid indices (bytes), then sign indices and the scale */
+            memcpy(aux, (const uint8_t *)x[i].qs + 8 * b, 8);
+            const uint32_t g = aux[0], h = aux[1];
+            const uint32_t signs = tkv__iq_signs[h & 127] | (uint32_t)tkv__iq_signs[(h >> 7) & 127] << 8 |
+                                   (uint32_t)tkv__iq_signs[(h >> 14) & 127] << 16 |
+                                   (uint32_t)tkv__iq_signs[(h >> 21) & 127] << 24;
+            const __m256i q = iq2_grid4(tkv__iq2xxs_grid, g & 255, (g >> 8) & 255, (g >> 16) & 255, g >> 24);
+            sumi = iq2_sub(sumi, q, signs, y[i].qs + 32 * b, _mm256_set1_epi16((short)(2 * (h >> 28) + 1)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return 0.125f * hsum_f32(acc);
+}
+
+static float dot_iq2_xs(size_t n, const void *w, const void *a) {
+    const tkv__block_iq2_xs *x = w;
+    const tkv__block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int b = 0; b < 8; b++) {
+            uint16_t q[4]; /* 9-bit grid index, 7-bit sign index */
+            memcpy(q, (const uint8_t *)x[i].qs + 8 * b, 8);
+            const uint32_t signs = tkv__iq_signs[q[0] >> 9] | (uint32_t)tkv__iq_signs[q[1] >> 9] << 8 |
+                                   (uint32_t)tkv__iq_signs[q[2] >> 9] << 16 | (uint32_t)tkv__iq_signs[q[3] >> 9] << 24;
+            const __m256i g = iq2_grid4(tkv__iq2xs_grid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
+            sumi = iq2_sub(sumi, g, signs, y[i].qs + 32 * b, iq2_halves(x[i].scales[b]));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return 0.125f * hsum_f32(acc);
+}
+
+static float dot_iq2_s(size_t n, const void *w, const void *a) {
+    const tkv__block_iq2_s *x = w;
+    const tkv__block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int b = 0; b < 8; b++) {
+            const uint8_t *lo = x[i].qs + 4 * b;
+            const unsigned hi = x[i].qh[b];
+            uint32_t signs;
+            memcpy(&signs, x[i].qs + 32 + 4 * b, 4);
+            const __m256i g = iq2_grid4(tkv__iq2s_grid, lo[0] | (hi & 3) << 8, lo[1] | (hi >> 2 & 3) << 8,
+                                        lo[2] | (hi >> 4 & 3) << 8, lo[3] | (hi >> 6) << 8);
+            sumi = iq2_sub(sumi, g, signs, y[i].qs + 32 * b, iq2_halves(x[i].scales[b]));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return 0.125f * hsum_f32(acc);
 }
 
 static float dot_q4_1(size_t n, const void *w, const void *a) {
@@ -767,6 +857,9 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q3_K] = dot_q3_K,
             [TKV_TYPE_TQ1_0] = dot_tq1_0,
             [TKV_TYPE_TQ2_0] = dot_tq2_0,
+            [TKV_TYPE_IQ2_XXS] = dot_iq2_xxs,
+            [TKV_TYPE_IQ2_XS] = dot_iq2_xs,
+            [TKV_TYPE_IQ2_S] = dot_iq2_s,
             [TKV_TYPE_Q5_1] = dot_q5_1,
             [TKV_TYPE_Q4_K] = dot_q4_K,
             [TKV_TYPE_Q5_K] = dot_q5_K,
