@@ -270,7 +270,7 @@ static void test_parity_types(void **state) {
                  {"Q5_0", false}, {"Q5_1", false}, {"Q4_K_M", false}, {"Q5_K_M", false}, {"Q6_K", false},
                  {"Q4_K_S", false}, {"Q5_K_S", false}, {"IQ4_NL", false}, {"IQ4_XS", false},
                  {"Q2_K", false},   {"Q2_K_S", false}, {"Q3_K_S", false}, {"Q3_K_M", false}, {"Q3_K_L", false},
-                 {"MXFP4", false},  {"TQ1_0", false},  {"TQ2_0", false}};
+                 {"MXFP4", false},  {"TQ1_0", false},  {"TQ2_0", false},  {"IQ2_XXS", false}, {"IQ2_XS", false}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char name[64], rel[128];
         snprintf(name, sizeof name, "parity-%s", types[i].type);
