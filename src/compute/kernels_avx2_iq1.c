@@ -68,7 +68,9 @@ float tkv__dot_iq1_s_avx2(size_t n, const void *w, const void *a) {
         }
         const float d = y[i].d * _cvtsh_ss(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        /* the reference's compiler contracts this product and sum into one fma */
+        /* one fma: the reference's scalar "accum += d * sum" as GCC contracts
+           it by default (GNU C); on the parity files the unfused form lands
+           on the same logits to the printed precision too */
         accd = fmaf(d, (float)sumd, accd);
     }
     return hsum8(acc) + TKV__IQ1_DELTA * accd;

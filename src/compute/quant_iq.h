@@ -53,8 +53,8 @@ typedef struct __attribute__((packed)) tkv__block_iq3_s {
  * nibble of qh[b] belongs to sub-block b: bits 12-14 a scale s, bit 15 the
  * sign of the shift, so that
  *   x = d * (2s + 1) * (grid[k] + delta),  delta = -0.125 if bit 15 else +0.125.
- * The shift by an eighth is what lets a ternary grid centre on values that
- * are not symmetric around zero; with it no dequantized value is 0.
+ * The shift lets a sub-block lean to one side of zero, which the symmetric
+ * ternary grid alone cannot; no dequantized value is 0.
  */
 typedef struct __attribute__((packed)) tkv__block_iq1_s {
     uint16_t d; /* fp16 */
