@@ -13,8 +13,10 @@
  *   weight  F32  F16  BF16  Q8_0  Q4_0  Q5_0  Q4_1  Q5_1  Q4_K  Q5_K  Q6_K
  *   acts    F32  F16  BF16  Q8_0  Q8_0  Q8_0  Q8_1  Q8_1  Q8_K  Q8_K  Q8_K
  *
- *   weight  Q2_K  Q3_K  IQ4_NL  IQ4_XS  MXFP4  TQ1_0  TQ2_0
- *   acts    Q8_K  Q8_K  Q8_0    Q8_K    Q8_0   Q8_K   Q8_K
+ *   weight  Q2_K  Q3_K  IQ4_NL  IQ4_XS  MXFP4  TQ1_0  TQ2_0  IQ1_S  IQ1_M
+ *   acts    Q8_K  Q8_K  Q8_0    Q8_K    Q8_0   Q8_K   Q8_K   Q8_K   Q8_K
+ *
+ * (The grid types' layouts and scalar code: quant_iq.h.)
  *
  *   weight  IQ2_XXS  IQ2_XS  IQ2_S   (layouts and code: quant_iq.h)
  *   acts    Q8_K     Q8_K    Q8_K

@@ -73,14 +73,33 @@ typedef struct __attribute__((packed)) tkv__block_iq3_s {
     uint8_t scales[4];
 } tkv__block_iq3_s;
 
+/*
+ * IQ1_S: 256 elements in 8 sub-blocks of 32, each 4 groups of 8; group g
+ * (0..31) is the 11-bit index into tkv__iq1s_grid whose low 8 bits are
+ * qs[g] and high 3 bits are bits 3l..3l+2 of qh[g / 4] (l = g % 4). The top
+ * nibble of qh[b] belongs to sub-block b: bits 12-14 a scale s, bit 15 the
+ * sign of the shift, so that
+ *   x = d * (2s + 1) * (grid[k] + delta),  delta = -0.125 if bit 15 else +0.125.
+ * The shift lets a sub-block lean to one side of zero, which the symmetric
+ * ternary grid alone cannot; no dequantized value is 0.
+ */
 typedef struct __attribute__((packed)) tkv__block_iq1_s {
     uint16_t d; /* fp16 */
     uint8_t qs[32];
     uint16_t qh[8];
 } tkv__block_iq1_s;
 
-/* IQ1_M has no d field: its fp16 scale is spread over the top nibbles of
-   the four 16-bit words of scales. */
+/*
+ * IQ1_M: 256 elements in 8 sub-blocks of 32, each 4 groups of 8, as IQ1_S
+ * but with a scale per 16 elements and a shift per group. Group g's index:
+ * low 8 bits qs[g], high 3 bits bits 0-2 of qh[g / 2] for even g and bits
+ * 4-6 for odd g; bit 3 (even g) or bit 7 (odd g) is the sign of its shift.
+ * Read scales as four little-endian 16-bit words w[0..3]: sub-block b's
+ * scale for its first 16 elements is bits 6(b % 2)..+2 of w[b / 2], for its
+ * last 16 bits 6(b % 2) + 3..+2. There is no d field: the four top nibbles
+ * (bits 12-15 of w[j] = bits 4j..4j+3) assemble the fp16 d. Then
+ *   x = d * (2s + 1) * (grid[k] + delta),  delta = -0.125 if the sign bit is set else +0.125.
+ */
 typedef struct __attribute__((packed)) tkv__block_iq1_m {
     uint8_t qs[32];
     uint8_t qh[16];
@@ -107,5 +126,36 @@ void tkv__quant_dequantize_iq2_s(const void *src, float *y, size_t n);
 float tkv__quant_vec_dot_iq2_xxs(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq2_xs(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq2_s(size_t n, const void *w, const void *a);
+
+/* The shift of IQ1 grid points (both types): an exact power of two, so the
+   dot products can keep it out of their integer sums and apply it once. */
+#define TKV__IQ1_DELTA 0.125f
+
+/* The fp16 d of an IQ1_M block, from the top nibbles of its scale words. */
+static inline uint16_t tkv__iq1_m_d(const tkv__block_iq1_m *x) {
+    uint16_t h = 0;
+    for (int j = 0; j < 4; j++) h |= (uint16_t)((x->scales[2 * j + 1] >> 4) << (4 * j));
+    return h;
+}
+
+/*
+ * Scalar reference code (quant_iq1.c), the oracles of the SIMD kernels.
+ * Dequantize n elements (a multiple of 256) to floats; the dot products of
+ * an n-element row with Q8_K activations add per super-block
+ *   IQ1_S: d_w * d_a * (sum_b ls_b * sumi_b + 0.125 * sum_b ls_b * sign_b * bsum_b)
+ *   IQ1_M: d_w * d_a * (sum_h ls_h * sumi_h + 0.125 * sum_g ls_g * sign_g * asum_g)
+ * (ls = 2s + 1; sumi the integer products with the grid points; bsum/asum
+ * the activations' integer sums over the sub-block or group; h the halves of
+ * 16, g the groups of 8), the integer parts exact.
+ */
+void tkv__quant_dequant_iq1_s(const void *src, float *y, size_t n);
+void tkv__quant_dequant_iq1_m(const void *src, float *y, size_t n);
+float tkv__quant_vec_dot_iq1_s(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_iq1_m(size_t n, const void *w, const void *a);
+
+/* Their AVX2 twins (kernels_avx2_iq1.c; x86-64 builds only, called only
+   through the avx2 and avx512 kernel tables). */
+float tkv__dot_iq1_s_avx2(size_t n, const void *w, const void *a);
+float tkv__dot_iq1_m_avx2(size_t n, const void *w, const void *a);
 
 #endif

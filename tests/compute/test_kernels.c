@@ -44,6 +44,11 @@ static uint16_t rnd_scale(void) {
     return tkv__quant_f32_to_f16(rnd() & 1 ? -m : m);
 }
 
+/* IQ1_M's fp16 d, spread over the top nibbles of its four scale words. */
+static void put_iq1_m_d(uint8_t *blk, uint16_t h) {
+    for (int j = 0; j < 4; j++) blk[49 + 2 * j] = (uint8_t)((blk[49 + 2 * j] & 0x0f) | ((h >> (4 * j)) & 0x0f) << 4);
+}
+
 /*
  * n elements of weights of type t at w: random bytes for the quants (any bit
  * pattern is a valid quant), random sane scales.
@@ -76,6 +81,10 @@ static void rnd_weights(tkv_type t, uint8_t *w, size_t n) {
     case TKV_TYPE_IQ2_XXS: bsz = 66; break;
     case TKV_TYPE_IQ2_XS: bsz = 74; break;
     case TKV_TYPE_IQ2_S: bsz = 82; break;
+    case TKV_TYPE_IQ1_S: bsz = 50; break;
+    case TKV_TYPE_IQ1_M:
+        for (size_t b = 0; b < nb; b++) put_iq1_m_d(w + b * 56, rnd_scale());
+        return;
     case TKV_TYPE_Q5_K: bsz = 176; break;
     case TKV_TYPE_Q6_K:
         for (size_t b = 0; b < nb; b++) put16(w + b * 210 + 208, rnd_scale());
@@ -145,6 +154,11 @@ static void weight_offsets(tkv_type t, const uint8_t *w, size_t n, float *off) {
             memcpy(&dmin, b + 82, 2);
             off[i] = tkv__quant_f16_to_f32(dmin) * (float)(b[i % 256 / 16] >> 4);
         }
+    } else if (t == TKV_TYPE_IQ1_S || t == TKV_TYPE_IQ1_M) {
+        /* the shift, 1/8 of the scale, is summed apart from the grid
+           products; |grid + shift| >= 1/8, so |w| bounds it */
+        tkv__quant_dequantize_row(t, w, off, n);
+        for (size_t i = 0; i < n; i++) off[i] = fabsf(off[i]);
     }
 }
 
@@ -209,7 +223,7 @@ static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_B
                                         TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
                                         TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4,
                                         TKV_TYPE_TQ1_0, TKV_TYPE_TQ2_0, TKV_TYPE_IQ2_XXS, TKV_TYPE_IQ2_XS,
-                                        TKV_TYPE_IQ2_S};
+                                        TKV_TYPE_IQ2_S, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M};
 
 /*
  * SIMD vs scalar, per type and row length. Both compute the same exact
@@ -326,6 +340,7 @@ static void test_vec_dot_extremes(void **state) {
                     if (t == TKV_TYPE_TQ1_0 || t == TKV_TYPE_TQ2_0) q0 = 0, q1 = bsz - 2;
                     if (t == TKV_TYPE_Q2_K) q0 = 16, q1 = 80;
                     if (t == TKV_TYPE_Q3_K) q0 = 0, q1 = 96;
+                    if (t == TKV_TYPE_IQ1_M) q0 = 0, q1 = 48; /* qs, qh: the scales hold d */
                     memset(blk + q0, fill, q1 - q0);
                 }
                 float x[512];

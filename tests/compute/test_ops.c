@@ -300,9 +300,17 @@ static void sane_scales(tkv_type t, uint8_t *w, size_t bytes) {
     case TKV_TYPE_Q3_K: bsz = 110, at[0] = 108; break;
     case TKV_TYPE_TQ1_0: bsz = 54, at[0] = 52; break;
     case TKV_TYPE_TQ2_0: bsz = 66, at[0] = 64; break;
+    case TKV_TYPE_IQ1_S: bsz = 50; break;
     case TKV_TYPE_Q5_K: bsz = 176, nat = 2; break;
     case TKV_TYPE_Q6_K: bsz = 210, at[0] = 208; break;
     default: break;
+    }
+    if (t == TKV_TYPE_IQ1_M) { /* d in the top nibbles of the four scale words */
+        for (size_t b = 0; b < bytes / 56; b++) {
+            const uint16_t h = tkv__quant_f32_to_f16(rndf(-0.02f, 0.02f));
+            for (int j = 0; j < 4; j++) w[b * 56 + 49 + 2 * j] = (uint8_t)((w[b * 56 + 49 + 2 * j] & 0x0f) | ((h >> 4 * j) & 0x0f) << 4);
+        }
+        return;
     }
     if (t == TKV_TYPE_MXFP4) { /* a one-byte exponent: 2^-10 .. 2^-6 */
         for (size_t b = 0; b < bytes / 17; b++) w[b * 17] = (uint8_t)(118 + b % 5);
@@ -331,7 +339,7 @@ static void test_matmul(void **state) {
                               TKV_TYPE_Q5_0, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
                                         TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4,
                                         TKV_TYPE_TQ1_0, TKV_TYPE_TQ2_0, TKV_TYPE_IQ2_XXS, TKV_TYPE_IQ2_XS,
-                                        TKV_TYPE_IQ2_S};
+                                        TKV_TYPE_IQ2_S, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M};
     /* 1 and 2 tokens run the level's gemv where it has one, else vec_dot per
        pair; 3 and more the tiled products where a level has them. Rows of 17
        blocks of 32 too: an odd block count takes the kernels' last-block path. */
