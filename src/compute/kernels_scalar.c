@@ -8,6 +8,7 @@
  */
 #include "kernels.h"
 #include "quant.h"
+#include "quant_iq.h"
 
 #include <math.h>
 
@@ -71,6 +72,8 @@ const tkv__kernels tkv__kernel_scalar_part = {
             [TKV_TYPE_Q3_K] = tkv__quant_vec_dot_q3_K,
             [TKV_TYPE_TQ1_0] = tkv__quant_vec_dot_tq1_0,
             [TKV_TYPE_TQ2_0] = tkv__quant_vec_dot_tq2_0,
+            [TKV_TYPE_IQ3_XXS] = tkv__quant_vec_dot_iq3_xxs,
+            [TKV_TYPE_IQ3_S] = tkv__quant_vec_dot_iq3_s,
             [TKV_TYPE_Q5_1] = tkv__quant_vec_dot_q5_1,
             [TKV_TYPE_Q4_K] = tkv__quant_vec_dot_q4_K,
             [TKV_TYPE_Q5_K] = tkv__quant_vec_dot_q5_K,

@@ -7,6 +7,7 @@
  * Host byte order is assumed little-endian, like GGUF (x86-64, aarch64).
  */
 #include "quant.h"
+#include "quant_iq.h"
 
 #include <assert.h>
 #include <math.h>
@@ -36,7 +37,9 @@ tkv_type tkv__quant_vec_dot_type(tkv_type type) {
     case TKV_TYPE_Q2_K:
     case TKV_TYPE_Q3_K:
     case TKV_TYPE_TQ1_0:
-    case TKV_TYPE_TQ2_0: return TKV_TYPE_Q8_K;
+    case TKV_TYPE_TQ2_0:
+    case TKV_TYPE_IQ3_XXS:
+    case TKV_TYPE_IQ3_S: return TKV_TYPE_Q8_K;
     default: return TKV_TYPE_COUNT;
     }
 }
@@ -341,6 +344,8 @@ void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t 
     case TKV_TYPE_Q3_K: dequant_q3_K(src, y, n); break;
     case TKV_TYPE_TQ1_0: dequant_tq(TKV_TYPE_TQ1_0, src, y, n); break;
     case TKV_TYPE_TQ2_0: dequant_tq(TKV_TYPE_TQ2_0, src, y, n); break;
+    case TKV_TYPE_IQ3_XXS: tkv__quant_dequantize_iq3_xxs(src, y, n); break;
+    case TKV_TYPE_IQ3_S: tkv__quant_dequantize_iq3_s(src, y, n); break;
     case TKV_TYPE_Q8_K: dequant_q8_K(src, y, n); break;
     default: assert(!"dequantize: unsupported type");
     }
@@ -725,6 +730,8 @@ float tkv__quant_vec_dot(tkv_type wtype, size_t n, const void *w, const void *a)
     case TKV_TYPE_Q3_K: return tkv__quant_vec_dot_q3_K(n, w, a);
     case TKV_TYPE_TQ1_0: return tkv__quant_vec_dot_tq1_0(n, w, a);
     case TKV_TYPE_TQ2_0: return tkv__quant_vec_dot_tq2_0(n, w, a);
+    case TKV_TYPE_IQ3_XXS: return tkv__quant_vec_dot_iq3_xxs(n, w, a);
+    case TKV_TYPE_IQ3_S: return tkv__quant_vec_dot_iq3_s(n, w, a);
     default: assert(!"vec_dot: unsupported type"); return 0.0f;
     }
 }
