@@ -13,6 +13,7 @@
 #include "gemm.h"
 #include "kernels.h"
 #include "quant.h"
+#include "quant_iq.h"
 
 #include <math.h>
 #include <stdalign.h>
@@ -767,6 +768,8 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q3_K] = dot_q3_K,
             [TKV_TYPE_TQ1_0] = dot_tq1_0,
             [TKV_TYPE_TQ2_0] = dot_tq2_0,
+            [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* kernels_avx2_iq3.c */
+            [TKV_TYPE_IQ3_S] = tkv__kernel_dot_iq3_s_avx2,
             [TKV_TYPE_Q5_1] = dot_q5_1,
             [TKV_TYPE_Q4_K] = dot_q4_K,
             [TKV_TYPE_Q5_K] = dot_q5_K,

@@ -98,8 +98,13 @@ void tkv__quant_dequantize_iq3_s(const void *src, float *y, size_t n);
 
 /* Dot product of n weights with n Q8_K activations: exact integer sums per
    sub-block times 2 ls + 1, one float term per super-block (see the layouts
-   above). The scalar oracles of the SIMD twins. */
+   above). The scalar oracles of the SIMD twins below. */
 float tkv__quant_vec_dot_iq3_xxs(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq3_s(size_t n, const void *w, const void *a);
+
+/* The AVX2 twins (kernels_avx2_iq3.c, built only for x86-64 with AVX2, FMA
+   and F16C; reached only through the avx2 table), in the reference's lanes. */
+float tkv__kernel_dot_iq3_xxs_avx2(size_t n, const void *w, const void *a);
+float tkv__kernel_dot_iq3_s_avx2(size_t n, const void *w, const void *a);
 
 #endif

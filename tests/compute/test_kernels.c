@@ -73,6 +73,8 @@ static void rnd_weights(tkv_type t, uint8_t *w, size_t n) {
     case TKV_TYPE_Q5_1: bsz = 24; break;
     case TKV_TYPE_Q4_K: bsz = 144; break;
     case TKV_TYPE_IQ4_XS: bsz = 136; break;
+    case TKV_TYPE_IQ3_XXS: bsz = 98; break;
+    case TKV_TYPE_IQ3_S: bsz = 110; break;
     case TKV_TYPE_Q5_K: bsz = 176; break;
     case TKV_TYPE_Q6_K:
         for (size_t b = 0; b < nb; b++) put16(w + b * 210 + 208, rnd_scale());
@@ -205,7 +207,7 @@ static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_B
                                         TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
                                         TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
                                         TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4,
-                                        TKV_TYPE_TQ1_0, TKV_TYPE_TQ2_0};
+                                        TKV_TYPE_TQ1_0, TKV_TYPE_TQ2_0, TKV_TYPE_IQ3_XXS, TKV_TYPE_IQ3_S};
 
 /*
  * SIMD vs scalar, per type and row length. Both compute the same exact
