@@ -27,6 +27,7 @@
 #include "testutil.h"
 
 #include "compute/kernels.h"
+#include "compute/quant.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -270,13 +271,19 @@ static void test_parity_types(void **state) {
                  {"Q5_0", false}, {"Q5_1", false}, {"Q4_K_M", false}, {"Q5_K_M", false}, {"Q6_K", false},
                  {"Q4_K_S", false}, {"Q5_K_S", false}, {"IQ4_NL", false}, {"IQ4_XS", false},
                  {"Q2_K", false},   {"Q2_K_S", false}, {"Q3_K_S", false}, {"Q3_K_M", false}, {"Q3_K_L", false},
-                 {"MXFP4", false},  {"TQ1_0", false},  {"TQ2_0", false}};
+                 {"MXFP4", false},  {"TQ1_0", false},  {"TQ2_0", false},
+                 {"IQ3_S", false},  {"IQ3_M", false},  {"IQ3_XS", false}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char name[64], rel[128];
         snprintf(name, sizeof name, "parity-%s", types[i].type);
         snprintf(rel, sizeof rel, "models/parity/%s.gguf", name);
         check_model(name, rel, types[i].exact ? EXACT_TOL : 0.0f, false);
     }
+    /* parity-IQ3_XXS's attn_q and attn_k are IQ2_S */
+    if (tkv__quant_supported(TKV_TYPE_IQ2_S))
+        check_model("parity-IQ3_XXS", "models/parity/parity-IQ3_XXS.gguf", 0.0f, false);
+    else
+        print_message("  parity-IQ3_XXS: skipped until IQ2_S (its attn_q, attn_k) is supported\n");
 }
 
 /* Architectures beyond llama (../shared/models/arch, F16 weights): the
