@@ -43,6 +43,8 @@ tkv_type tkv__quant_vec_dot_type(tkv_type type) {
     case TKV_TYPE_IQ2_S: return TKV_TYPE_Q8_K;
     case TKV_TYPE_IQ1_S:
     case TKV_TYPE_IQ1_M: return TKV_TYPE_Q8_K;
+    case TKV_TYPE_IQ3_XXS:
+    case TKV_TYPE_IQ3_S: return TKV_TYPE_Q8_K;
     default: return TKV_TYPE_COUNT;
     }
 }
@@ -352,6 +354,8 @@ void tkv__quant_dequantize_row(tkv_type type, const void *src, float *y, size_t 
     case TKV_TYPE_IQ2_S: tkv__quant_dequantize_iq2_s(src, y, n); break;
     case TKV_TYPE_IQ1_S: tkv__quant_dequant_iq1_s(src, y, n); break;
     case TKV_TYPE_IQ1_M: tkv__quant_dequant_iq1_m(src, y, n); break;
+    case TKV_TYPE_IQ3_XXS: tkv__quant_dequantize_iq3_xxs(src, y, n); break;
+    case TKV_TYPE_IQ3_S: tkv__quant_dequantize_iq3_s(src, y, n); break;
     case TKV_TYPE_Q8_K: dequant_q8_K(src, y, n); break;
     default: assert(!"dequantize: unsupported type");
     }
@@ -741,6 +745,8 @@ float tkv__quant_vec_dot(tkv_type wtype, size_t n, const void *w, const void *a)
     case TKV_TYPE_IQ2_S: return tkv__quant_vec_dot_iq2_s(n, w, a);
     case TKV_TYPE_IQ1_S: return tkv__quant_vec_dot_iq1_s(n, w, a);
     case TKV_TYPE_IQ1_M: return tkv__quant_vec_dot_iq1_m(n, w, a);
+    case TKV_TYPE_IQ3_XXS: return tkv__quant_vec_dot_iq3_xxs(n, w, a);
+    case TKV_TYPE_IQ3_S: return tkv__quant_vec_dot_iq3_s(n, w, a);
     default: assert(!"vec_dot: unsupported type"); return 0.0f;
     }
 }

@@ -408,8 +408,8 @@ size_t tkv__quant_row_size(tkv_type type, size_t n);
 /*
  * Expand n elements of `type` at src into floats at y (n floats).
  * Supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
- * Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0, IQ2_XXS, IQ2_XS, IQ2_S,
- * and the activation types Q8_1 (x = d * q; s is
+ * Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0, IQ1_S, IQ1_M, IQ2_XXS,
+ * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (quant_iq*.c), and the activation types Q8_1 (x = d * q; s is
  * not used) and Q8_K. Preconditions: n % block_elems == 0 and a supported type
  * (asserted). src may be at any address; y must not overlap it.
  */
@@ -468,6 +468,7 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *   Q3_K:           d_a * d_w * sum_b((sc_b - 32) * sumi_b)
  *   TQ1_0/TQ2_0:    d_a * d_w * (sum(q * a) - sum(a))
  *   IQ2_*:          d_w * d_a * sum_g((2 ls_g + 1) * sumi_g), times 1/8 once per row
+ *   IQ3_XXS/IQ3_S:  d_w * d_a * sum_b((2 ls_b + 1) * sumi_b)   (IQ3_XXS: times 0.25 at the end)
  *   F32/F16/BF16:   a double-precision sum of products.
  * Preconditions: n % block_elems == 0; activation quants in -127..127.
  * Returns the dot product as float.

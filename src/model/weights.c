@@ -21,7 +21,8 @@ static tkv_status bind(const tkv__gguf *g, const char *name, bool matrix, bool o
     if (matrix ? !tkv__quant_supported(t->type) : t->type != TKV_TYPE_F32)
         return tkv__fail(TKV_ERR_UNSUPPORTED, "tensor '%s': type %s is not supported (%s)", name, tkv_type_name(t->type),
                          matrix ? "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
-                                  "IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S"
+                                  "IQ4_NL, IQ4_XS, MXFP4, TQ1_0, TQ2_0, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, "
+                                  "IQ3_XXS, IQ3_S"
                                 : "norms and biases must be F32");
     out->data = g->data + t->offset;
     out->type = t->type;

@@ -85,6 +85,8 @@ static void rnd_weights(tkv_type t, uint8_t *w, size_t n) {
     case TKV_TYPE_IQ1_M:
         for (size_t b = 0; b < nb; b++) put_iq1_m_d(w + b * 56, rnd_scale());
         return;
+    case TKV_TYPE_IQ3_XXS: bsz = 98; break;
+    case TKV_TYPE_IQ3_S: bsz = 110; break;
     case TKV_TYPE_Q5_K: bsz = 176; break;
     case TKV_TYPE_Q6_K:
         for (size_t b = 0; b < nb; b++) put16(w + b * 210 + 208, rnd_scale());
@@ -223,7 +225,8 @@ static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_B
                                         TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
                                         TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4,
                                         TKV_TYPE_TQ1_0, TKV_TYPE_TQ2_0, TKV_TYPE_IQ2_XXS, TKV_TYPE_IQ2_XS,
-                                        TKV_TYPE_IQ2_S, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M};
+                                        TKV_TYPE_IQ2_S, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M, TKV_TYPE_IQ3_XXS,
+                                        TKV_TYPE_IQ3_S};
 
 /*
  * SIMD vs scalar, per type and row length. Both compute the same exact

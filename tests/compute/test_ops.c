@@ -296,6 +296,8 @@ static void sane_scales(tkv_type t, uint8_t *w, size_t bytes) {
     case TKV_TYPE_IQ2_XXS: bsz = 66; break;
     case TKV_TYPE_IQ2_XS: bsz = 74; break;
     case TKV_TYPE_IQ2_S: bsz = 82; break;
+    case TKV_TYPE_IQ3_XXS: bsz = 98; break;
+    case TKV_TYPE_IQ3_S: bsz = 110; break;
     case TKV_TYPE_Q2_K: bsz = 84, at[0] = 80, at[1] = 82, nat = 2; break;
     case TKV_TYPE_Q3_K: bsz = 110, at[0] = 108; break;
     case TKV_TYPE_TQ1_0: bsz = 54, at[0] = 52; break;
@@ -339,7 +341,8 @@ static void test_matmul(void **state) {
                               TKV_TYPE_Q5_0, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
                                         TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4,
                                         TKV_TYPE_TQ1_0, TKV_TYPE_TQ2_0, TKV_TYPE_IQ2_XXS, TKV_TYPE_IQ2_XS,
-                                        TKV_TYPE_IQ2_S, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M};
+                                        TKV_TYPE_IQ2_S, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M, TKV_TYPE_IQ3_XXS,
+                                        TKV_TYPE_IQ3_S};
     /* 1 and 2 tokens run the level's gemv where it has one, else vec_dot per
        pair; 3 and more the tiled products where a level has them. Rows of 17
        blocks of 32 too: an odd block count takes the kernels' last-block path. */

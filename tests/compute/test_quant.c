@@ -142,16 +142,17 @@ static void test_type_facts(void **state) {
                           TKV_TYPE_Q4_1, TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
                           TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4, TKV_TYPE_TQ1_0,
                           TKV_TYPE_TQ2_0, TKV_TYPE_IQ2_XXS, TKV_TYPE_IQ2_XS, TKV_TYPE_IQ2_S, TKV_TYPE_IQ1_S,
-                          TKV_TYPE_IQ1_M};
+                          TKV_TYPE_IQ1_M, TKV_TYPE_IQ3_XXS, TKV_TYPE_IQ3_S};
     const tkv_type a[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0, TKV_TYPE_Q8_0,
                           TKV_TYPE_Q8_1, TKV_TYPE_Q8_1, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_0,
                           TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_0, TKV_TYPE_Q8_K,
-                          TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K};
+                          TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K, TKV_TYPE_Q8_K,
+                          TKV_TYPE_Q8_K, TKV_TYPE_Q8_K};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
         assert_true(tkv__quant_supported(w[i]));
         assert_int_equal(tkv__quant_vec_dot_type(w[i]), a[i]);
     }
-    assert_false(tkv__quant_supported(TKV_TYPE_IQ3_S));
+    assert_false(tkv__quant_supported(TKV_TYPE_I8));
     assert_int_equal(tkv__quant_vec_dot_type(TKV_TYPE_I8), TKV_TYPE_COUNT);
     assert_int_equal(tkv__quant_row_size(TKV_TYPE_Q4_0, 4096), 4096 / 32 * 18);
     assert_int_equal(tkv__quant_row_size(TKV_TYPE_Q8_K, 512), 2 * 292);
@@ -168,7 +169,8 @@ static void test_type_facts(void **state) {
               {TKV_TYPE_Q6_K, sizeof(tkv__block_q6_K)}, {TKV_TYPE_Q8_K, sizeof(tkv__block_q8_K)},
               {TKV_TYPE_IQ2_XXS, sizeof(tkv__block_iq2_xxs)}, {TKV_TYPE_IQ2_XS, sizeof(tkv__block_iq2_xs)},
               {TKV_TYPE_IQ2_S, sizeof(tkv__block_iq2_s)},       {TKV_TYPE_IQ1_S, sizeof(tkv__block_iq1_s)},
-              {TKV_TYPE_IQ1_M, sizeof(tkv__block_iq1_m)}};
+              {TKV_TYPE_IQ1_M, sizeof(tkv__block_iq1_m)},       {TKV_TYPE_IQ3_XXS, sizeof(tkv__block_iq3_xxs)},
+              {TKV_TYPE_IQ3_S, sizeof(tkv__block_iq3_s)}};
     for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
         uint32_t be, bb;
         assert_int_equal(tkv_type_block(sz[i].t, &be, &bb), TKV_OK);
@@ -285,6 +287,102 @@ static void test_layout_by_hand(void **state) {
     }
 }
 
+/*
+ * IQ3_XXS and IQ3_S element e of a raw block, read the way quant_iq.h
+ * describes the layouts (independently of quant_iq3.c): the IQ3_XXS sign of
+ * the 8th element of each group of 8 is the parity of the other seven.
+ */
+static float iq3_element(tkv_type t, const uint8_t *blk, int e) {
+    const int b = e / 32, g = e % 32 / 4, k = e % 4;
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    const float d = tkv__quant_f16_to_f32(h);
+    if (t == TKV_TYPE_IQ3_XXS) {
+        const uint8_t *qs = blk + 2;
+        const uint32_t word = (uint32_t)qs[64 + 4 * b] | (uint32_t)qs[65 + 4 * b] << 8 |
+                              (uint32_t)qs[66 + 4 * b] << 16 | (uint32_t)qs[67 + 4 * b] << 24;
+        const int j = e % 8, pattern = (int)(word >> (7 * (e % 32 / 8))) & 127;
+        int neg;
+        if (j < 7) {
+            neg = pattern >> j & 1;
+        } else {
+            neg = 0;
+            for (int i = 0; i < 7; i++) neg ^= pattern >> i & 1;
+        }
+        const float v = (float)(tkv__iq3xxs_grid[qs[8 * b + g]] >> (8 * k) & 0xff);
+        const float x = d * (0.5f + (float)(word >> 28)) * 0.5f * v;
+        return neg ? -x : x;
+    }
+    const uint8_t *qs = blk + 2, *qh = blk + 66, *signs = blk + 74, *scales = blk + 106;
+    const int idx = qs[8 * b + g] | (qh[b] >> g & 1) << 8;
+    const int ls = b % 2 ? scales[b / 2] >> 4 : scales[b / 2] & 15;
+    const float x = d * (float)(1 + 2 * ls) * (float)(tkv__iq3s_grid[idx] >> (8 * k) & 0xff);
+    return signs[4 * b + g / 2] >> (4 * (g % 2) + k) & 1 ? -x : x;
+}
+
+/* IQ3_XXS and IQ3_S: hand-made blocks (one index's 9th bit, one sign, one
+   scale nibble), then random ones, element by element to the bit; and the
+   dot product of a hand-made block at every level, exact here. */
+static void test_iq3_layouts(void **state) {
+    (void)state;
+    const tkv_type types[] = {TKV_TYPE_IQ3_XXS, TKV_TYPE_IQ3_S};
+    uint8_t blk[110];
+    float y[256];
+    /* IQ3_S, d = 1: index 0 is (1, 1, 1, 1). Sub-block 5 scale 3 (x7), its
+       group 3 index 0x12a (qh bit), element 4 * 3 + 2 negative. */
+    memset(blk, 0, sizeof blk);
+    blk[1] = 0x3c;
+    blk[2 + 8 * 5 + 3] = 0x2a;
+    blk[66 + 5] = 1 << 3;
+    blk[74 + 4 * 5 + 1] = 1 << 6;
+    blk[106 + 2] = 0x30;
+    tkv__quant_dequantize_row(TKV_TYPE_IQ3_S, blk, y, 256);
+    for (int e = 0; e < 256; e++) {
+        float want = e >= 160 && e < 192 ? 7.0f : 1.0f;
+        if (e >= 172 && e < 176) want = 7.0f * (float)(tkv__iq3s_grid[0x12a] >> (8 * (e - 172)) & 0xff);
+        if (e == 174) want = -want;
+        assert_true(y[e] == want);
+    }
+    /* IQ3_XXS, d = 1: index 0 is (4, 4, 4, 4), scale field 0 gives 1/4. Sub-block
+       6: scale field 2 (5/4), its third sign pattern 1 (element 16 and, by
+       parity, 23 negative), group 5 index 17. */
+    memset(blk, 0, sizeof blk);
+    blk[1] = 0x3c;
+    blk[2 + 8 * 6 + 5] = 17;
+    const uint32_t word = 2u << 28 | 1u << 14;
+    memcpy(blk + 2 + 64 + 4 * 6, &word, 4);
+    tkv__quant_dequantize_row(TKV_TYPE_IQ3_XXS, blk, y, 256);
+    for (int e = 0; e < 256; e++) {
+        float want = e >= 192 && e < 224 ? 5.0f : 1.0f;
+        if (e >= 212 && e < 216) want = 1.25f * (float)(tkv__iq3xxs_grid[17] >> (8 * (e - 212)) & 0xff);
+        if (e == 208 || e == 215) want = -want;
+        assert_true(y[e] == want);
+    }
+    /* its dot product with activations 1..127 (d = 1), exact in float here */
+    tkv__block_q8_K a;
+    memset(&a, 0, sizeof a);
+    a.d = 1.0f;
+    double want = 0;
+    for (int e = 0; e < 256; e++) a.qs[e] = (int8_t)(e % 127 + 1), want += (double)y[e] * a.qs[e];
+    for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+        const tkv__kernels *kt = tkv__kernel_table((tkv__kernel_level)l);
+        if (kt) assert_true(kt->vec_dot[TKV_TYPE_IQ3_XXS](256, blk, &a) == (float)want);
+    }
+    /* random blocks with sane scales */
+    uint32_t s = 12345;
+    for (int rep = 0; rep < 200; rep++) {
+        const tkv_type t = types[rep % 2];
+        for (size_t i = 0; i < sizeof blk; i++) s = s * 1664525u + 1013904223u, blk[i] = (uint8_t)(s >> 24);
+        const uint16_t d = tkv__quant_f32_to_f16((float)((int)(s >> 8 & 255) - 128) / 4096.0f);
+        memcpy(blk, &d, 2);
+        tkv__quant_dequantize_row(t, blk, y, 256);
+        for (int e = 0; e < 256; e++)
+            if (y[e] != iq3_element(t, blk, e))
+                fail_msg("%s block %d element %d: %g, by the layout %g", tkv_type_name(t), rep, e, y[e],
+                         iq3_element(t, blk, e));
+    }
+}
+
 /* ---- the parity files --------------------------------------------------------- */
 
 static tkv_model *load_parity(const char *type) {
@@ -332,6 +430,8 @@ static double rel_bound(tkv_type t) {
        index) moves them only to 0.48-0.54; test_layout_by_hand pins those */
     case TKV_TYPE_IQ1_S: return 0.47;  /* 0.4495 */
     case TKV_TYPE_IQ1_M: return 0.455; /* 0.4349 */
+    case TKV_TYPE_IQ3_XXS: return 0.27; /* 0.1759 */
+    case TKV_TYPE_IQ3_S: return 0.22;   /* 0.1433 */
     default: return 0.0;
     }
 }
@@ -344,7 +444,8 @@ static bool iq1_companion(const char *file, tkv_type t) {
 
 static void test_parity_dequantize(void **state) {
     (void)state;
-    const char *files[] = {"BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K_S", "MXFP4", "TQ1_0", "TQ2_0", "IQ1_S", "IQ1_M"};
+    const char *files[] = {"BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS",
+                           "Q2_K", "Q3_K_S", "MXFP4", "TQ1_0", "TQ2_0", "IQ1_S", "IQ1_M", "IQ3_S", "IQ3_XS"};
     tkv_model *ref = load_parity("F16");
     int seen[TKV_TYPE_COUNT] = {0};
     double worst[TKV_TYPE_COUNT] = {0};
@@ -385,7 +486,7 @@ static void test_parity_dequantize(void **state) {
     const tkv_type want[] = {TKV_TYPE_BF16, TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0,
                              TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K, TKV_TYPE_IQ4_NL,
                              TKV_TYPE_IQ4_XS, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_MXFP4, TKV_TYPE_TQ1_0,
-                          TKV_TYPE_TQ2_0, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M};
+                          TKV_TYPE_TQ2_0, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M, TKV_TYPE_IQ3_XXS, TKV_TYPE_IQ3_S};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!seen[want[i]]) fail_msg("no tensor of type %s in the parity files", tkv_type_name(want[i]));
         print_message("  %-5s worst relative RMS error %.4f (bound %.3f)\n", tkv_type_name(want[i]), worst[want[i]],
@@ -435,7 +536,8 @@ static void test_parity_vec_dot(void **state) {
     (void)state;
     const char *files[] = {"F16",    "BF16",   "Q8_0",   "Q4_0", "Q4_1",   "Q5_0",
                            "Q5_1",   "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS",
-                           "Q2_K",   "Q3_K_S", "MXFP4",  "TQ1_0", "TQ2_0", "IQ1_S", "IQ1_M"};
+                           "Q2_K",   "Q3_K_S", "MXFP4",  "TQ1_0", "TQ2_0", "IQ1_S", "IQ1_M",
+                           "IQ3_S",  "IQ3_XS"};
     uint32_t s = 7;
     size_t checked = 0;
     for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
@@ -743,6 +845,7 @@ int main(void) {
         cmocka_unit_test(test_type_facts),
         cmocka_unit_test(test_k4_scales),
         cmocka_unit_test(test_layout_by_hand),
+        cmocka_unit_test(test_iq3_layouts),
         cmocka_unit_test(test_parity_dequantize),
         cmocka_unit_test(test_parity_vec_dot),
         cmocka_unit_test(test_iq2_layouts),

@@ -272,16 +272,12 @@ static void test_parity_types(void **state) {
                  {"Q4_K_S", false}, {"Q5_K_S", false}, {"IQ4_NL", false}, {"IQ4_XS", false},
                  {"Q2_K", false},   {"Q2_K_S", false}, {"Q3_K_S", false}, {"Q3_K_M", false}, {"Q3_K_L", false},
                  {"MXFP4", false},  {"TQ1_0", false},  {"TQ2_0", false},  {"IQ2_XXS", false}, {"IQ2_XS", false},
-                 {"IQ1_S", false},  {"IQ1_M", false}};
+                 {"IQ2_S", false},  {"IQ2_M", false},  {"IQ1_S", false},  {"IQ1_M", false},   {"IQ3_XXS", false},
+                 {"IQ3_S", false},  {"IQ3_M", false},  {"IQ3_XS", false}};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char name[64], rel[128];
         snprintf(name, sizeof name, "parity-%s", types[i].type);
         snprintf(rel, sizeof rel, "models/parity/%s.gguf", name);
-        /* the IQ1 files' attn_output tensors are IQ2_XXS: they run once that type is in */
-        if (!strncmp(types[i].type, "IQ1", 3) && !tkv__quant_supported(TKV_TYPE_IQ2_XXS)) {
-            print_message("  %s skipped: its attn_output tensors are IQ2_XXS, not supported\n", name);
-            continue;
-        }
         check_model(name, rel, types[i].exact ? EXACT_TOL : 0.0f, false);
     }
 }
