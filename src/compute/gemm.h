@@ -33,9 +33,16 @@
 
 #include <stddef.h>
 
+/* The avx2 level's Q4_0 vec_dot (kernels_avx2.c), which the avx512 table
+   keeps: its block-reduced order needs nothing wider. */
+float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a);
+
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+/* gemm_q4_0_avx512.c: Q4_0's gemm and gemv (kernels.h's tkv__gemm_fn) */
 void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemv_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
@@ -46,6 +53,7 @@ void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
+/* gemm_q4_0_avx2.c */
 void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,

@@ -160,17 +160,6 @@ INLINE void p32_q8_0(p32 *e, const uint8_t *ra, const uint8_t *rb, size_t i) {
     p32_finish(e, halves_epi(LOAD256(a->qs), LOAD256(b->qs)), f16(a->d), f16(b->d));
 }
 
-INLINE void p32_q4_0(p32 *e, const uint8_t *ra, const uint8_t *rb, size_t i) {
-    const tkv__block_q4_0 *a = (const tkv__block_q4_0 *)(const void *)ra + i;
-    const tkv__block_q4_0 *b = (const tkv__block_q4_0 *)(const void *)rb + i;
-    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(LOAD128(a->qs)), LOAD128(b->qs), 1);
-    const __m256i m = _mm256_set1_epi8(0x0f);
-    /* [lo a, lo b, hi a, hi b] -> [lo a, hi a, lo b, hi b]: elements 0-15, 16-31 of each row */
-    __m512i z = halves_epi(_mm256_and_si256(q, m), _mm256_and_si256(_mm256_srli_epi16(q, 4), m));
-    z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-    p32_finish(e, _mm512_sub_epi8(z, _mm512_set1_epi8(8)), f16(a->d), f16(b->d));
-}
-
 /*
  * The tile: RP32 row pairs x T tokens, blocks i0, i0 + 2, ... < i1 of the
  * panel (block i's row pair p at pan[RP32 (i - k0) + p]). yt: the T token
@@ -237,9 +226,9 @@ INLINE void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) 
 }
 
 INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
-                   float *y, size_t ldy, int q4) {
+                   float *y, size_t ldy) {
     enum { ROWS = 2 * RP32, STT = 2 * RP32 * 16 /* stash floats per token: 2 parities x RP32 x 16 */ };
-    const size_t nb = n / TKV__QK, bs = q4 ? sizeof(tkv__block_q4_0) : sizeof(tkv__block_q8_0);
+    const size_t nb = n / TKV__QK, bs = sizeof(tkv__block_q8_0);
     const int direct = nb <= KC32;
     struct {
         alignas(64) p32 pan[RP32 * KC32];                /* 24 KiB */
@@ -274,8 +263,7 @@ INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
                 const size_t k1 = min_sz(k0 + KC32, nb);
                 for (size_t i = k0; i < k1; i++)
                     for (int p = 0; p < RP32; p++) {
-                        if (q4) p32_q4_0(&b.pan[RP32 * (i - k0) + p], rows[2 * p], rows[2 * p + 1], i);
-                        else p32_q8_0(&b.pan[RP32 * (i - k0) + p], rows[2 * p], rows[2 * p + 1], i);
+                        p32_q8_0(&b.pan[RP32 * (i - k0) + p], rows[2 * p], rows[2 * p + 1], i);
                     }
                 if (k1 < nb) {
                     prefetch_rows(rows, ROWS, k1 * bs, min_sz(KC32, nb - k1) * bs);
@@ -304,12 +292,7 @@ INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
 
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
-}
-
-void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
-    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
+    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 /* ==== Q4_K / Q5_K / Q6_K =============================================================== */
