@@ -1,12 +1,13 @@
 /*
  * gemm_avx2.c — tiled products for prefill (see gemm.h), AVX2 + FMA + F16C:
- * Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights, bit-identical to the vec_dots of
+ * Q8_0, Q4_K, Q5_K and Q6_K weights (Q4_0's block-reduced order has its own file,
+ * gemm_q4_0_*.c), bit-identical to the vec_dots of
  * kernels_avx2.c.
  *
  * Register layout: a ymm holds one (row, token) pair's 8 lanes; 16 registers
  * allow a tile of 2 rows x 4 tokens (8 accumulators) and the operands.
  *
- * Q8_0 / Q4_0 tile: 2 rows x 4 tokens, one parity of blocks at a time (the
+ * Q8_0 tile: 2 rows x 4 tokens, one parity of blocks at a time (the
  * vec_dot's acc0 takes the even blocks, acc1 the odd ones). Per block and
  * pair, as the vec_dot: vpsignb, vpmaddubsw with the panel's |w|, vpmaddwd
  * by 1, then scale product, convert, fma: 6 instructions for 32
@@ -106,14 +107,14 @@ static inline void prefetch_next(const uint8_t *w, size_t wrs, size_t nr, const 
     }
 }
 
-/* ==== Q8_0 / Q4_0 ==================================================================== */
+/* ==== Q8_0 ========================================================================== */
 
 #define T32 4   /* tokens per tile */
 #define KC32 64 /* blocks per chunk of K (even: parities stay aligned) */
 
 /* One block of one row, unpacked (96 bytes). */
 typedef struct p32 {
-    int8_t w[32];  /* the weights (Q4_0: q - 8) */
+    int8_t w[32];  /* the weights */
     uint8_t a[32]; /* their magnitudes */
     float d[8];    /* the row's scale, 8 times */
 } p32;

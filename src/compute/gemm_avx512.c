@@ -1,6 +1,7 @@
 /*
  * gemm_avx512.c — tiled products for prefill (see gemm.h), AVX-512 F/BW/VL
- * + VNNI: Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights. Bit-identical to the vec_dots
+ * + VNNI: Q8_0, Q4_K, Q5_K and Q6_K weights (Q4_0's block-reduced order has its own file,
+ * gemm_q4_0_*.c). Bit-identical to the vec_dots
  * of kernels_avx512.c (which equal those of kernels_avx2.c for these types).
  *
  * Register layout: a zmm holds two (row, token) pairs of 8 lanes, rows 2p
@@ -8,7 +9,7 @@
  * activation bytes are broadcast to both halves by a plain load and two
  * weight rows sit side by side in the panel.
  *
- * Q8_0 / Q4_0 tile: 8 rows (4 row pairs) x up to 4 tokens, 16 accumulators.
+ * Q8_0 tile: 8 rows (4 row pairs) x up to 4 tokens, 16 accumulators.
  *   One parity of blocks at a time (the vec_dot's acc0 holds even blocks,
  *   acc1 odd ones; both end in the stash). Per block and token: y + 128 (one
  *   xor, so y is the unsigned operand of vpdpbusd and the weights the signed
@@ -134,7 +135,7 @@ static inline void next_rows(const uint8_t *w, size_t wrs, size_t nr, size_t r_n
     for (int k = 0; k < nrow; k++) out[k] = w + min_sz(r_next + (size_t)k, nr - 1) * wrs;
 }
 
-/* ==== Q8_0 / Q4_0 ==================================================================== */
+/* ==== Q8_0 ========================================================================== */
 
 #define T32 4   /* tokens per tile */
 #define RP32 4  /* row pairs per tile (even) */
@@ -142,7 +143,7 @@ static inline void next_rows(const uint8_t *w, size_t wrs, size_t nr, size_t r_n
 
 /* One block of one row pair, unpacked (192 bytes). */
 typedef struct p32 {
-    int8_t w[64];     /* the 32 weights of row a, then row b (Q4_0: q - 8) */
+    int8_t w[64];     /* the 32 weights of row a, then row b */
     int32_t corr[16]; /* -128 * sum of weights 4j..4j+3: vpdpbusd on y + 128 adds 128 times that */
     float d[16];      /* row a's scale x 8, row b's x 8 */
 } p32;
