@@ -40,8 +40,9 @@ typedef float (*tkv__vec_dot_fn)(size_t n, const void *w, const void *a);
  * Batched products (prefill): for r < nr and t < n_tok,
  *   y[t * ldy + r] = vec_dot(n, w + r * wrs, xq + t * xrs)
  * with the vec_dot of the same table, bit for bit (the tiled kernels keep
- * its integer lanes and its float operations in its order, per row and
- * token). w: nr weight rows of wrs bytes; xq: n_tok activation rows of xrs
+ * its integers and its float operations in its order, per row and token:
+ * gemm.h describes both orders, Q4_0's block-reduced one and the others'
+ * lane-wise one). w: nr weight rows of wrs bytes; xq: n_tok activation rows of xrs
  * bytes (quantized to the paired type); y: only the nr x n_tok entries above
  * are written. Any alignment; n a multiple of the block size and at most
  * TKV__GEMM_MAX_N; no allocation (under 80 KiB of stack; see gemm.h).
