@@ -49,6 +49,9 @@ void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
 /* gemm_q4_0_avx512.c: Q4_0's gemm and gemv (kernels.h's tkv__gemm_fn) */
 void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+/* ... and its product over packed rows (repack.h; kernels.h's `packed`) */
+void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
 void tkv__gemv_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -63,6 +66,8 @@ void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 /* gemm_q4_0_avx2.c */
 void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
+void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
 void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,

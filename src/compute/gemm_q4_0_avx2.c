@@ -194,4 +194,64 @@ void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
     }
 }
 
+
+/* ==== packed rows (repack.h) ========================================================= */
+
+/* Block i of half h (rows 8h .. 8h + 7) of a packed group into e: the
+   steps unpack16 would make, read from the group's chunks with no
+   transposes (a half is bytes 32h .. 32h + 31 of each chunk). */
+static inline void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h) {
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    const uint8_t *b = g + i * 256 + 32 * h;
+    for (int j = 0; j < 4; j++) {
+        const __m256i u = _mm256_load_si256((const __m256i *)(const void *)(b + 64 * j));
+        _mm256_store_si256(&e->q[j], _mm256_and_si256(u, m));
+        _mm256_store_si256(&e->q[4 + j], _mm256_and_si256(_mm256_srli_epi32(u, 4), m));
+    }
+    _mm256_store_ps((float *)&e->d, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + nb * 256 + 32 * i + 16 * h))));
+}
+
+/*
+ * The product over packed rows (kernels.h, `packed`): each group of 16 rows
+ * as two halves of 8, each half's chunk of KC blocks unpacked into the
+ * panel once and the tiles of up to 4 tokens run over it, as the gemm does
+ * over transposed rows; a generation step reads each group once, in order.
+ */
+void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK;
+    struct {
+        alignas(64) pan8 pan[KC];        /* 9 KiB */
+        alignas(64) float st[TCMAX * 8]; /* 8 KiB */
+        tokb tab[TABN];                  /* 32 KiB */
+    } b;
+    size_t tc = TABN / nb;
+    tc = tc < 1 ? 1 : tc > TCMAX ? TCMAX : tc;
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const size_t tn = min_sz(tc, n_tok - t0);
+        assert(tn * nb <= TABN);
+        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb);
+        for (size_t r = 0; r < nr; r += ROWS) {
+            const uint8_t *g = wb + r / (2 * ROWS) * gs;
+            const int h = (int)(r / ROWS % 2);
+            const int nrow = (int)min_sz(ROWS, nr - r);
+            for (size_t k0 = 0; k0 < nb; k0 += KC) {
+                const size_t k1 = min_sz(k0 + KC, nb);
+                for (size_t i = k0; i < k1; i++) unpack_packed8(&b.pan[i - k0], g, nb, i, h);
+                for (size_t u = 0; u < tn; u += TT) {
+                    const int T = (int)min_sz(TT, tn - u);
+                    const uint8_t *yt[TT];
+                    const tokb *tb[TT];
+                    for (int t = 0; t < T; t++) {
+                        yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+                        tb[t] = b.tab + (u + (size_t)t) * nb;
+                    }
+                    tile_any(b.pan, k0, k1, nb, yt, tb, b.st + 8 * u, y + (t0 + u) * ldy + r, ldy, nrow, T);
+                }
+            }
+        }
+    }
+}
+
 #endif

@@ -113,9 +113,17 @@ INLINE __m512 unpack16(const uint8_t *base, __m512i ix, const uint32_t *ixs, siz
  * table entry.
  */
 INLINE void step16(__m512 *acc, const __m512i *q, __m512 dw, const uint8_t *const *yb, const tokb *const *tb, int T) {
-    __m512i s[TT];
+    /* C independent integer chains per token (steps j % C), so a few tokens
+       still keep the vpdpbusd unit busy instead of waiting on its latency;
+       integer sums are exact, so the split changes no bit */
+    enum { CMAX = 4 };
+    const int C = T >= 4 ? 1 : T >= 2 ? 2 : 4;
+    __m512i s[TT][CMAX];
     UNROLL
-    for (int t = 0; t < T; t++) s[t] = _mm512_set1_epi32(tb[t]->corr);
+    for (int t = 0; t < T; t++) {
+        s[t][0] = _mm512_set1_epi32(tb[t]->corr);
+        for (int c = 1; c < C; c++) s[t][c] = _mm512_setzero_si512();
+    }
     UNROLL
     for (int j = 0; j < 8; j++) {
         const __m512i qj = _mm512_load_si512(&q[j]);
@@ -123,12 +131,14 @@ INLINE void step16(__m512 *acc, const __m512i *q, __m512 dw, const uint8_t *cons
         for (int t = 0; t < T; t++) {
             int32_t v;
             memcpy(&v, yb[t] + 2 + 4 * j, 4);
-            s[t] = _mm512_dpbusd_epi32(s[t], qj, _mm512_set1_epi32(v));
+            s[t][j % C] = _mm512_dpbusd_epi32(s[t][j % C], qj, _mm512_set1_epi32(v));
         }
     }
     UNROLL
-    for (int t = 0; t < T; t++)
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(tb[t]->d)), acc[t]);
+    for (int t = 0; t < T; t++) {
+        for (int c = 1; c < C; c++) s[t][0] = _mm512_add_epi32(s[t][0], s[t][c]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t][0]), _mm512_mul_ps(dw, _mm512_set1_ps(tb[t]->d)), acc[t]);
+    }
 }
 
 /* Rows r .. r + 15 (the last repeated past nr): their offsets from w, as a vector and an array. */
@@ -293,6 +303,139 @@ void tkv__gemv_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
         case 3: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 3); break;
         case 2: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 2); break;
         default: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 1); break;
+        }
+    }
+}
+
+
+/* ==== packed rows (repack.h) ========================================================= */
+
+/*
+ * Block i of a packed group g (nb blocks a row): its 8 steps, each a zmm
+ * whose lane k is row k's 4 weights for activation bytes 4j..4j+3, as
+ * unpack16 makes them, but from one aligned 64-byte chunk per 2 steps
+ * instead of 16 rows' loads and transposes; returns the 16 scales.
+ */
+INLINE __m512 unpack_packed(const uint8_t *g, size_t nb, size_t i, __m512i q[8]) {
+    const __m512i m = _mm512_set1_epi8(0x0f);
+    const uint8_t *b = g + i * 256;
+    UNROLL
+    for (int j = 0; j < 4; j++) {
+        const __m512i u = _mm512_load_si512((const void *)(b + 64 * j));
+        q[j] = _mm512_and_si512(u, m);
+        q[4 + j] = _mm512_and_si512(_mm512_srli_epi32(u, 4), m);
+    }
+    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(g + nb * 256 + 32 * i)));
+}
+
+/* T tokens over blocks [k0, k1) of packed group g, into acc[0..T). */
+INLINE void packed_run(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
+                       const tokb *const *tb, __m512 *acc, int T) {
+    for (size_t i = k0; i < k1; i++) {
+        /* PF blocks ahead: the rows stream from memory once */
+        enum { PF = 8 };
+        const uint8_t *pf = g + (i + PF) * 256;
+        UNROLL
+        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)pf + 64 * c, _MM_HINT_T0);
+        if (i % 2 == 0) _mm_prefetch((const char *)(g + nb * 256 + 32 * (i + PF)), _MM_HINT_T0);
+        __m512i q[8];
+        const __m512 d = unpack_packed(g, nb, i, q);
+        const uint8_t *yb[TT];
+        const tokb *te[TT];
+        UNROLL
+        for (int t = 0; t < T; t++) yb[t] = yt[t] + i * AB, te[t] = tb[t] + i;
+        step16(acc, q, d, yb, te, T);
+    }
+}
+
+/*
+ * One group of rows, T tokens, blocks [k0, k1): accumulators from the stash
+ * st (zero when k0 = 0), back to it, or after the last block to y[t * ldy +
+ * k] for the rows in rmask.
+ */
+INLINE void packed_tile(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt, const tokb *const *tb,
+                        float *st, float *y, size_t ldy, __mmask16 rmask, int T) {
+    __m512 acc[TT];
+    UNROLL
+    for (int t = 0; t < T; t++) acc[t] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * t);
+    packed_run(g, nb, k0, k1, yt, tb, acc, T);
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        if (k1 < nb) _mm512_store_ps(st + 16 * t, acc[t]);
+        else _mm512_mask_storeu_ps(y + (size_t)t * ldy, rmask, acc[t]);
+    }
+}
+
+static void packed_tile_any(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
+                            const tokb *const *tb, float *st, float *y, size_t ldy, __mmask16 rmask, int T) {
+    switch (T) {
+    case 8: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 8); break;
+    case 7: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 7); break;
+    case 6: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 6); break;
+    case 5: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 5); break;
+    case 4: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 4); break;
+    case 3: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 3); break;
+    case 2: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 2); break;
+    default: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 1); break;
+    }
+}
+
+/*
+ * The product over packed rows (kernels.h, `packed`): w is the group of the
+ * first row, gs the stride between groups (tkv__pack_stride). Up to 8
+ * tokens (generation, a few sequences' steps) run over each group in one
+ * sequential pass, unpacking each block once for all of them; more unpack
+ * chunks of KC blocks into the panel (L1) once, and the gemm's tiles of 8
+ * tokens run over it.
+ */
+void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK;
+    struct {
+        alignas(64) pan16 pan[KC];        /* 18 KiB */
+        alignas(64) float st[TCMAX * 16]; /* 16 KiB */
+        tokb tab[TABN];                   /* 32 KiB */
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    size_t tc = TABN / nb;
+    tc = tc < 1 ? 1 : tc > TCMAX ? TCMAX : tc;
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const size_t tn = min_sz(tc, n_tok - t0);
+        assert(tn * nb <= TABN);
+        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb);
+        for (size_t r = 0; r < nr; r += ROWS) {
+            const uint8_t *g = wb + r / ROWS * gs;
+            const __mmask16 rmask = (__mmask16)((1u << min_sz(ROWS, nr - r)) - 1u);
+            if (tn <= TT) {
+                const uint8_t *yt[TT];
+                const tokb *tb[TT];
+                for (size_t t = 0; t < tn; t++) yt[t] = xb + (t0 + t) * xrs, tb[t] = b.tab + t * nb;
+                packed_tile_any(g, nb, 0, nb, yt, tb, NULL, y + t0 * ldy + r, ldy, rmask, (int)tn);
+                continue;
+            }
+            for (size_t k0 = 0; k0 < nb; k0 += KC) {
+                const size_t k1 = min_sz(k0 + KC, nb);
+                for (size_t i = k0; i < k1; i++) {
+                    pan16 *e = &b.pan[i - k0];
+                    __m512i q[8];
+                    const __m512 d = unpack_packed(g, nb, i, q);
+                    for (int j = 0; j < 8; j++) _mm512_store_si512(&e->q[j], q[j]);
+                    _mm512_store_ps(&e->d, d);
+                }
+                for (size_t u = 0; u < tn;) {
+                    const size_t rem = tn - u;
+                    const int T = rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+                    const uint8_t *yt[TT];
+                    const tokb *tb[TT];
+                    for (int t = 0; t < T; t++) {
+                        yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+                        tb[t] = b.tab + (u + (size_t)t) * nb;
+                    }
+                    tile_any(b.pan, k0, k1, nb, yt, tb, b.st + 16 * u, y + (t0 + u) * ldy + r, ldy, rmask, T);
+                    u += (size_t)T;
+                }
+            }
         }
     }
 }

@@ -8,6 +8,7 @@
 set(TKV_KERNEL_SOURCES
   compute/quant.c
   compute/quant_grids.c
+  compute/repack.c
   compute/kernels.c
   compute/kernels_scalar.c
   compute/kernels_avx2.c

@@ -97,6 +97,13 @@ typedef struct tkv__kernels {
        sequences), bit for bit the vec_dot too, with the per-token work done
        once for all rows; n at most TKV__GEMV_MAX_N */
     tkv__gemm_fn gemv[TKV_TYPE_COUNT];
+    /* indexed by weight type; NULL where the level has none: the product
+       over rows packed by tkv__pack_rows (repack.h), any number of tokens,
+       bit for bit the vec_dot too. w is the group of the first row (the
+       rows start at a multiple of TKV__PACK_ROWS), wrs the stride between
+       groups (tkv__pack_stride); rows of the last group past nr are not
+       written. n at most TKV__GEMM_MAX_N */
+    tkv__gemm_fn packed[TKV_TYPE_COUNT];
     /* indexed by weight type, F32/F16/BF16 only: the "lanes" products, the
        reference's order for batches of 2+ tokens (one accumulator of
        lanes_kn elements per entry, see gemm.h); NULL where a level has none.

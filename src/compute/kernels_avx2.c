@@ -796,6 +796,10 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,
         },
+    .packed =
+        {
+            [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx2,
+        },
     .quantize =
         {
             [TKV_TYPE_F16] = quant_f16,

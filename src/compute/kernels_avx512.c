@@ -320,6 +320,10 @@ const tkv__kernels tkv__kernel_avx512_part = {
         {
             [TKV_TYPE_Q4_0] = tkv__gemv_q4_0_avx512,
         },
+    .packed =
+        {
+            [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx512,
+        },
     .lanes =
         {
             [TKV_TYPE_F32] = tkv__lanes_f32_avx512,
