@@ -24,6 +24,7 @@
 #include "compute/kernels.h"
 #include "compute/ops.h"
 #include "compute/quant.h"
+#include "compute/repack.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,6 +233,22 @@ int main(int argc, char **argv) {
                    best * 1e3, 2.0 * (double)rows * (double)n * (double)n_tok / best * 1e-9, (double)wbytes / best * 1e-9,
                    bestq / (double)n_tok * 1e6);
             fflush(stdout);
+            /* the same rows packed at load (repack.h), where this level reads them so */
+            if (tkv__ops_packed_ok(t)) {
+                void *pk = aligned_alloc(64, (tkv__pack_bytes(t, n, rows) + 63) / 64 * 64);
+                if (!pk) return 1;
+                tkv__pack_rows(t, w, n, rows, pk);
+                double bp = 1e30;
+                for (int it = 0; it < iters; it++) {
+                    const double t0 = now();
+                    tkv__ops_matmul_packed(t, pk, n, 0, rows, xq, n_tok, y, rows);
+                    if (now() - t0 < bp) bp = now() - t0;
+                }
+                printf("%-5s %-7s %10.3f %9.2f %9.2f   (packed rows)\n", tkv_type_name(t),
+                       tkv__kernel_level_name((tkv__kernel_level)l), bp * 1e3,
+                       2.0 * (double)rows * (double)n * (double)n_tok / bp * 1e-9, (double)wbytes / bp * 1e-9);
+                free(pk);
+            }
         }
         free(w);
         free(xq);

@@ -25,7 +25,7 @@
 
 static const char *const bench_help =
     "usage: tokenkv bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [-ctk T] [-ctv T]\n"
-    "                      [--json] [--reference-order]\n"
+    "                      [--json] [--reference-order] [--no-repack]\n"
     "\n"
     "Measure prompt processing (one batch of -p random tokens) and token generation\n"
     "(-n random tokens one at a time) in tokens per second: mean and standard\n"
@@ -44,6 +44,8 @@ static const char *const bench_help =
     "  --reference-order       the reference's arithmetic instead of the default batch-\n"
     "                          invariant one (outputs then depend on batching), to\n"
     "                          measure what invariance costs\n"
+    "  --no-repack             keep the weights in the file's layout (no packed rows:\n"
+    "                          tkv_model_params.repack), to measure what packing gives\n"
     "  -h, --help              show this help\n";
 
 static double now(void) {
@@ -241,7 +243,7 @@ static bool print_json(const model_facts *f, int threads, int reps, const result
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     long n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
-    bool json = false, invariant = true;
+    bool json = false, invariant = true, repack = true;
     tkv_type type_k = TKV_TYPE_F16, type_v = TKV_TYPE_COUNT; /* V: as K */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -255,6 +257,10 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--reference-order")) {
             invariant = false;
+            continue;
+        }
+        if (!strcmp(a, "--no-repack")) {
+            repack = false;
             continue;
         }
         if (!v) {
@@ -290,7 +296,9 @@ int cmd_bench(int argc, char **argv) {
     int rc = 1;
     tkv_model *m = NULL;
     bench b = {0};
-    if (tkv_model_load(model_path, NULL, &m) != TKV_OK) {
+    tkv_model_params mp = tkv_model_default_params();
+    mp.repack = repack;
+    if (tkv_model_load(model_path, &mp, &m) != TKV_OK) {
         cli_fail("bench", "%s", tkv_last_error(NULL));
         goto done;
     }

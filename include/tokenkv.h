@@ -83,11 +83,20 @@ typedef struct tkv_model_params {
      * tensor is required. A file without tensors loads only this way.
      */
     bool vocab_only;
+    /**
+     * Rearrange, at load, the matrices whose products this CPU runs faster
+     * in another layout (today: Q4_0 on CPUs with AVX-512 VNNI, in groups
+     * of 16 rows), into one allocation of their size: faster prompt
+     * processing and batched steps, the same results bit for bit. Costs
+     * that much memory besides the mapped file, and a pass over those
+     * weights at load. Default true; false keeps only the mapped file.
+     */
+    bool repack;
 } tkv_model_params;
 
 /**
  * Default parameters of tkv_model_load.
- * @return a full model load (vocab_only false).
+ * @return a full model load (vocab_only false, repack true).
  */
 TKV_API tkv_model_params tkv_model_default_params(void);
 
@@ -178,6 +187,15 @@ TKV_API uint32_t tkv_model_gguf_version(const tkv_model *model);
  * @return the size in bytes.
  */
 TKV_API uint64_t tkv_model_file_size(const tkv_model *model);
+
+/**
+ * Bytes of weights the load repacked for this CPU's products
+ * (tkv_model_params.repack), held besides the mapped file.
+ * @param model  a loaded model, or NULL.
+ * @return 0 when none were (repack off, no such weights, a vocab_only
+ *         load) or for NULL.
+ */
+TKV_API uint64_t tkv_model_packed_size(const tkv_model *model);
 
 /**
  * Where the tensor data section starts in the file.

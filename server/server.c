@@ -328,6 +328,9 @@ int srv_main(const srv_opts *o) {
         fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
         return 1;
     }
+    if (tkv_model_packed_size(model)) /* memory a user sees in RSS beside the mapped file */
+        fprintf(stderr, "tokenkv serve: %.1f MiB of weights repacked for this CPU's products\n",
+                (double)tkv_model_packed_size(model) / (1 << 20));
     tkv_hparams hp;
     tkv_model_hparams(model, &hp);
     srv_state S = {.o = o, .model = model, .started = (int64_t)time(NULL)};

@@ -5,19 +5,26 @@
  * its level's -m flags and reached only through a table the CPU supports.
  *
  * Contract (kernels.h): y[t * ldy + r] equals the same level's vec_dot of
- * weight row r and token t, bit for bit. The vec_dots of Q8_0, Q4_0, Q4_K,
- * Q5_K and Q6_K (avx2 and avx512 alike) keep, per (row, token), 8 int32 lanes per
- * block (lane j sums products of elements 4j..4j+3 of each 32-element group,
- * times group scales), convert them to float and fma them with the block's
- * scale product into 8 float lanes (Q8_0/Q4_0: two accumulators, even and
- * odd blocks), then add the lanes as ((v0+v4) + (v2+v6)) + ((v1+v5) +
- * (v3+v7)); Q4_K and Q5_K also subtract a scalar sum of dmin * (mins .
- * bsums). The
- * tiled kernels compute the same integer lanes (any exact integer route to
- * the same lane value is the same value) and do the same float operations in
+ * weight row r and token t, bit for bit. Two orders of summation:
+ *   - Q4_0 (every level, scalar included; quant.h): block-reduced. Per
+ *     block b, the exact integer s_b = sum((q - 8) * y) and the float
+ *     d_b = fp16(d_w) * fp16(d_a) (one rounded product); then, from
+ *     acc = +0.0f, acc = fmaf((float)s_b, d_b, acc) for b = 0, 1, ... in
+ *     order; the result is acc. One float accumulator and one fma per
+ *     block, so the tiled kernels (gemm_q4_0_avx2.c, gemm_q4_0_avx512.c)
+ *     can hold a row per lane and reduce a block with no horizontal sum.
+ *   - Q8_0, Q4_K, Q5_K and Q6_K (avx2 and avx512 alike): lane-wise. Per
+ *     (row, token), 8 int32 lanes per block (lane j sums products of
+ *     elements 4j..4j+3 of each 32-element group, times group scales),
+ *     converted to float and fma'd with the block's scale product into 8
+ *     float lanes (Q8_0: two accumulators, even and odd blocks), then the
+ *     lanes added as ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)); Q4_K and
+ *     Q5_K also subtract a scalar sum of dmin * (mins . bsums).
+ * The tiled kernels compute the same integers (any exact integer route to
+ * the same value is the same value) and do the same float operations in
  * the same order, only for many (row, token) pairs at once.
  *
- * How the work is laid out (both levels):
+ * How the work is laid out (both levels; Q4_0's files say how theirs differ):
  *   - weights are unpacked once per call into a "panel" per group of rows and
  *     chunk of K, on the stack: quants as bytes ready for the multiply, the
  *     per-lane scales and corrections, fp16 scales as floats;
@@ -33,9 +40,19 @@
 
 #include <stddef.h>
 
+/* The avx2 level's Q4_0 vec_dot (kernels_avx2.c), which the avx512 table
+   keeps: its block-reduced order needs nothing wider. */
+float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a);
+
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+/* gemm_q4_0_avx512.c: Q4_0's gemm and gemv (kernels.h's tkv__gemm_fn) */
 void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+/* ... and its product over packed rows (repack.h; kernels.h's `packed`) */
+void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+void tkv__gemv_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
@@ -46,8 +63,11 @@ void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
+/* gemm_q4_0_avx2.c */
 void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
+void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
 void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,

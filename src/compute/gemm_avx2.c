@@ -1,12 +1,13 @@
 /*
  * gemm_avx2.c — tiled products for prefill (see gemm.h), AVX2 + FMA + F16C:
- * Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights, bit-identical to the vec_dots of
+ * Q8_0, Q4_K, Q5_K and Q6_K weights (Q4_0's block-reduced order has its own file,
+ * gemm_q4_0_*.c), bit-identical to the vec_dots of
  * kernels_avx2.c.
  *
  * Register layout: a ymm holds one (row, token) pair's 8 lanes; 16 registers
  * allow a tile of 2 rows x 4 tokens (8 accumulators) and the operands.
  *
- * Q8_0 / Q4_0 tile: 2 rows x 4 tokens, one parity of blocks at a time (the
+ * Q8_0 tile: 2 rows x 4 tokens, one parity of blocks at a time (the
  * vec_dot's acc0 takes the even blocks, acc1 the odd ones). Per block and
  * pair, as the vec_dot: vpsignb, vpmaddubsw with the panel's |w|, vpmaddwd
  * by 1, then scale product, convert, fma: 6 instructions for 32
@@ -106,14 +107,14 @@ static inline void prefetch_next(const uint8_t *w, size_t wrs, size_t nr, const 
     }
 }
 
-/* ==== Q8_0 / Q4_0 ==================================================================== */
+/* ==== Q8_0 ========================================================================== */
 
 #define T32 4   /* tokens per tile */
 #define KC32 64 /* blocks per chunk of K (even: parities stay aligned) */
 
 /* One block of one row, unpacked (96 bytes). */
 typedef struct p32 {
-    int8_t w[32];  /* the weights (Q4_0: q - 8) */
+    int8_t w[32];  /* the weights */
     uint8_t a[32]; /* their magnitudes */
     float d[8];    /* the row's scale, 8 times */
 } p32;
@@ -127,13 +128,6 @@ static inline void p32_finish(p32 *e, __m256i w, float d) {
 INLINE void p32_q8_0(p32 *e, const uint8_t *row, size_t i) {
     const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)row + i;
     p32_finish(e, LOAD256(b->qs), f16(b->d));
-}
-
-INLINE void p32_q4_0(p32 *e, const uint8_t *row, size_t i) {
-    const tkv__block_q4_0 *b = (const tkv__block_q4_0 *)(const void *)row + i;
-    const __m128i q = LOAD128(b->qs), m = _mm_set1_epi8(0x0f);
-    const __m256i z = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
-    p32_finish(e, _mm256_sub_epi8(z, _mm256_set1_epi8(8)), f16(b->d));
 }
 
 /*
@@ -189,9 +183,9 @@ static void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) 
 }
 
 INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
-                   float *y, size_t ldy, int q4) {
+                   float *y, size_t ldy) {
     enum { STT = 2 * 2 * 8 /* stash floats per token: 2 parities x 2 rows x 8 */ };
-    const size_t nb = n / TKV__QK, bs = q4 ? sizeof(tkv__block_q4_0) : sizeof(tkv__block_q8_0);
+    const size_t nb = n / TKV__QK, bs = sizeof(tkv__block_q8_0);
     const int direct = nb <= KC32;
     struct {
         alignas(64) p32 pan[2 * KC32];                   /* 12 KiB */
@@ -224,8 +218,7 @@ INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
                 const size_t k1 = min_sz(k0 + KC32, nb);
                 for (size_t i = k0; i < k1; i++)
                     for (int k = 0; k < 2; k++) {
-                        if (q4) p32_q4_0(&b.pan[2 * (i - k0) + (size_t)k], rows[k], i);
-                        else p32_q8_0(&b.pan[2 * (i - k0) + (size_t)k], rows[k], i);
+                        p32_q8_0(&b.pan[2 * (i - k0) + (size_t)k], rows[k], i);
                     }
                 prefetch_next(w, wrs, nr, rows, r, nb, k1, KC32, bs);
                 for (int j = 0; j < ntile; j++) {
@@ -248,12 +241,7 @@ INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
-}
-
-void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy) {
-    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
+    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 /* ==== Q4_K / Q5_K / Q6_K =============================================================== */

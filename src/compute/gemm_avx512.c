@@ -1,6 +1,7 @@
 /*
  * gemm_avx512.c — tiled products for prefill (see gemm.h), AVX-512 F/BW/VL
- * + VNNI: Q8_0, Q4_0, Q4_K, Q5_K and Q6_K weights. Bit-identical to the vec_dots
+ * + VNNI: Q8_0, Q4_K, Q5_K and Q6_K weights (Q4_0's block-reduced order has its own file,
+ * gemm_q4_0_*.c). Bit-identical to the vec_dots
  * of kernels_avx512.c (which equal those of kernels_avx2.c for these types).
  *
  * Register layout: a zmm holds two (row, token) pairs of 8 lanes, rows 2p
@@ -8,7 +9,7 @@
  * activation bytes are broadcast to both halves by a plain load and two
  * weight rows sit side by side in the panel.
  *
- * Q8_0 / Q4_0 tile: 8 rows (4 row pairs) x up to 4 tokens, 16 accumulators.
+ * Q8_0 tile: 8 rows (4 row pairs) x up to 4 tokens, 16 accumulators.
  *   One parity of blocks at a time (the vec_dot's acc0 holds even blocks,
  *   acc1 odd ones; both end in the stash). Per block and token: y + 128 (one
  *   xor, so y is the unsigned operand of vpdpbusd and the weights the signed
@@ -134,7 +135,7 @@ static inline void next_rows(const uint8_t *w, size_t wrs, size_t nr, size_t r_n
     for (int k = 0; k < nrow; k++) out[k] = w + min_sz(r_next + (size_t)k, nr - 1) * wrs;
 }
 
-/* ==== Q8_0 / Q4_0 ==================================================================== */
+/* ==== Q8_0 ========================================================================== */
 
 #define T32 4   /* tokens per tile */
 #define RP32 4  /* row pairs per tile (even) */
@@ -142,7 +143,7 @@ static inline void next_rows(const uint8_t *w, size_t wrs, size_t nr, size_t r_n
 
 /* One block of one row pair, unpacked (192 bytes). */
 typedef struct p32 {
-    int8_t w[64];     /* the 32 weights of row a, then row b (Q4_0: q - 8) */
+    int8_t w[64];     /* the 32 weights of row a, then row b */
     int32_t corr[16]; /* -128 * sum of weights 4j..4j+3: vpdpbusd on y + 128 adds 128 times that */
     float d[16];      /* row a's scale x 8, row b's x 8 */
 } p32;
@@ -158,17 +159,6 @@ INLINE void p32_q8_0(p32 *e, const uint8_t *ra, const uint8_t *rb, size_t i) {
     const tkv__block_q8_0 *a = (const tkv__block_q8_0 *)(const void *)ra + i;
     const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)rb + i;
     p32_finish(e, halves_epi(LOAD256(a->qs), LOAD256(b->qs)), f16(a->d), f16(b->d));
-}
-
-INLINE void p32_q4_0(p32 *e, const uint8_t *ra, const uint8_t *rb, size_t i) {
-    const tkv__block_q4_0 *a = (const tkv__block_q4_0 *)(const void *)ra + i;
-    const tkv__block_q4_0 *b = (const tkv__block_q4_0 *)(const void *)rb + i;
-    const __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(LOAD128(a->qs)), LOAD128(b->qs), 1);
-    const __m256i m = _mm256_set1_epi8(0x0f);
-    /* [lo a, lo b, hi a, hi b] -> [lo a, hi a, lo b, hi b]: elements 0-15, 16-31 of each row */
-    __m512i z = halves_epi(_mm256_and_si256(q, m), _mm256_and_si256(_mm256_srli_epi16(q, 4), m));
-    z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-    p32_finish(e, _mm512_sub_epi8(z, _mm512_set1_epi8(8)), f16(a->d), f16(b->d));
 }
 
 /*
@@ -237,9 +227,9 @@ INLINE void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) 
 }
 
 INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
-                   float *y, size_t ldy, int q4) {
+                   float *y, size_t ldy) {
     enum { ROWS = 2 * RP32, STT = 2 * RP32 * 16 /* stash floats per token: 2 parities x RP32 x 16 */ };
-    const size_t nb = n / TKV__QK, bs = q4 ? sizeof(tkv__block_q4_0) : sizeof(tkv__block_q8_0);
+    const size_t nb = n / TKV__QK, bs = sizeof(tkv__block_q8_0);
     const int direct = nb <= KC32;
     struct {
         alignas(64) p32 pan[RP32 * KC32];                /* 24 KiB */
@@ -274,8 +264,7 @@ INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
                 const size_t k1 = min_sz(k0 + KC32, nb);
                 for (size_t i = k0; i < k1; i++)
                     for (int p = 0; p < RP32; p++) {
-                        if (q4) p32_q4_0(&b.pan[RP32 * (i - k0) + p], rows[2 * p], rows[2 * p + 1], i);
-                        else p32_q8_0(&b.pan[RP32 * (i - k0) + p], rows[2 * p], rows[2 * p + 1], i);
+                        p32_q8_0(&b.pan[RP32 * (i - k0) + p], rows[2 * p], rows[2 * p + 1], i);
                     }
                 if (k1 < nb) {
                     prefetch_rows(rows, ROWS, k1 * bs, min_sz(KC32, nb - k1) * bs);
@@ -304,12 +293,7 @@ INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
 
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
-}
-
-void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
-    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
+    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 /* ==== Q4_K / Q5_K / Q6_K =============================================================== */

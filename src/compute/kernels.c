@@ -33,6 +33,7 @@ static void overlay(tkv__kernels *t, const tkv__kernels *part) {
            below's (NULL: the product loops over that vec_dot) */
         if (part->vec_dot[i]) {
             t->vec_dot[i] = part->vec_dot[i], t->gemm[i] = part->gemm[i], t->gemv[i] = part->gemv[i];
+            t->packed[i] = part->packed[i];
             t->lanes[i] = part->lanes[i], t->lanes_kn[i] = part->lanes_kn[i];
         }
         if (part->quantize[i]) t->quantize[i] = part->quantize[i];

@@ -40,8 +40,9 @@ typedef float (*tkv__vec_dot_fn)(size_t n, const void *w, const void *a);
  * Batched products (prefill): for r < nr and t < n_tok,
  *   y[t * ldy + r] = vec_dot(n, w + r * wrs, xq + t * xrs)
  * with the vec_dot of the same table, bit for bit (the tiled kernels keep
- * its integer lanes and its float operations in its order, per row and
- * token). w: nr weight rows of wrs bytes; xq: n_tok activation rows of xrs
+ * its integers and its float operations in its order, per row and token:
+ * gemm.h describes both orders, Q4_0's block-reduced one and the others'
+ * lane-wise one). w: nr weight rows of wrs bytes; xq: n_tok activation rows of xrs
  * bytes (quantized to the paired type); y: only the nr x n_tok entries above
  * are written. Any alignment; n a multiple of the block size and at most
  * TKV__GEMM_MAX_N; no allocation (under 80 KiB of stack; see gemm.h).
@@ -96,6 +97,13 @@ typedef struct tkv__kernels {
        sequences), bit for bit the vec_dot too, with the per-token work done
        once for all rows; n at most TKV__GEMV_MAX_N */
     tkv__gemm_fn gemv[TKV_TYPE_COUNT];
+    /* indexed by weight type; NULL where the level has none: the product
+       over rows packed by tkv__pack_rows (repack.h), any number of tokens,
+       bit for bit the vec_dot too. w is the group of the first row (the
+       rows start at a multiple of TKV__PACK_ROWS), wrs the stride between
+       groups (tkv__pack_stride); rows of the last group past nr are not
+       written. n at most TKV__GEMM_MAX_N */
+    tkv__gemm_fn packed[TKV_TYPE_COUNT];
     /* indexed by weight type, F32/F16/BF16 only: the "lanes" products, the
        reference's order for batches of 2+ tokens (one accumulator of
        lanes_kn elements per entry, see gemm.h); NULL where a level has none.

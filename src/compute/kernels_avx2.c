@@ -185,27 +185,42 @@ static float dot_q8_0(size_t n, const void *w, const void *a) {
     return hsum_f32(_mm256_add_ps(acc0, acc1));
 }
 
-static float dot_q4_0(size_t n, const void *w, const void *a) {
+/* Eight blocks' integer sums, in block order, from their 8-lane partial sums. */
+static inline __m256i block_sums8(const __m256i p[8]) {
+    const __m256i h0 = _mm256_hadd_epi32(p[0], p[1]), h1 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h2 = _mm256_hadd_epi32(p[4], p[5]), h3 = _mm256_hadd_epi32(p[6], p[7]);
+    /* g0: [lanes 0-3 of p0..p3 | lanes 4-7 of p0..p3], g1 the same for p4..p7 */
+    const __m256i g0 = _mm256_hadd_epi32(h0, h1), g1 = _mm256_hadd_epi32(h2, h3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+}
+
+/*
+ * Q4_0 in the block-reduced order (quant.h): each block's exact integer
+ * sum, then one fma per block into a single float, blocks in order. The
+ * integer sums of eight blocks are formed side by side; only the fma chain
+ * is sequential. The avx512 table uses this one too: its gemv and gemm
+ * (gemm_q4_0_avx512.c) give the same bits.
+ */
+float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_q4_0 *x = w;
     const tkv__block_q8_0 *y = a;
     const size_t nb = n / TKV__QK;
     const __m256i eight = _mm256_set1_epi8(8);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float acc = 0.0f;
     size_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256i q0 = _mm256_sub_epi8(nibbles32(x[i].qs), eight);
-        const __m256i q1 = _mm256_sub_epi8(nibbles32(x[i + 1].qs), eight);
-        const __m256i p0 = dot_i8(q0, LOAD256(y[i].qs));
-        const __m256i p1 = dot_i8(q1, LOAD256(y[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    for (; i + 8 <= nb; i += 8) {
+        __m256i p[8];
+        for (int k = 0; k < 8; k++)
+            p[k] = dot_i8(_mm256_sub_epi8(nibbles32(x[i + k].qs), eight), LOAD256(y[i + k].qs));
+        alignas(32) float s[8];
+        _mm256_store_ps(s, _mm256_cvtepi32_ps(block_sums8(p)));
+        for (int k = 0; k < 8; k++) acc = fmaf(s[k], f16(x[i + k].d) * f16(y[i + k].d), acc);
     }
     for (; i < nb; i++) {
-        const __m256i q = _mm256_sub_epi8(nibbles32(x[i].qs), eight);
-        const __m256i p = dot_i8(q, LOAD256(y[i].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
+        const int s = hsum_i32(dot_i8(_mm256_sub_epi8(nibbles32(x[i].qs), eight), LOAD256(y[i].qs)));
+        acc = fmaf((float)s, f16(x[i].d) * f16(y[i].d), acc);
     }
-    return hsum_f32(_mm256_add_ps(acc0, acc1));
+    return acc;
 }
 
 /*
@@ -847,7 +862,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_F16] = dot_f16,
             [TKV_TYPE_BF16] = dot_bf16,
             [TKV_TYPE_Q8_0] = dot_q8_0,
-            [TKV_TYPE_Q4_0] = dot_q4_0,
+            [TKV_TYPE_Q4_0] = tkv__dot_q4_0_avx2,
             [TKV_TYPE_Q4_1] = dot_q4_1,
             [TKV_TYPE_Q5_0] = dot_q5_0,
             [TKV_TYPE_IQ4_NL] = dot_iq4_nl,
@@ -877,6 +892,10 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,
+        },
+    .packed =
+        {
+            [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx2,
         },
     .quantize =
         {

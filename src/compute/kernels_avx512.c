@@ -86,186 +86,7 @@ static float dot_q8_0(size_t n, const void *w, const void *a) {
     return hsum256(_mm256_add_ps(acc0, acc1));
 }
 
-/* sum((q - 8) * y) = sum(q * y) - sum(8 * y), both unsigned x signed */
-static inline __m256i dot_q4_0_block(const tkv__block_q4_0 *x, const tkv__block_q8_0 *y) {
-    const __m256i yv = LOAD256(y->qs), z = _mm256_setzero_si256();
-    return _mm256_sub_epi32(_mm256_dpbusd_epi32(z, nibbles32(x->qs), yv), _mm256_dpbusd_epi32(z, _mm256_set1_epi8(8), yv));
-}
-
-static float dot_q4_0(size_t n, const void *w, const void *a) {
-    const tkv__block_q4_0 *x = w;
-    const tkv__block_q8_0 *y = a;
-    const size_t nb = n / TKV__QK;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256i p0 = dot_q4_0_block(&x[i], &y[i]), p1 = dot_q4_0_block(&x[i + 1], &y[i + 1]);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
-    }
-    for (; i < nb; i++) {
-        const __m256i p = dot_q4_0_block(&x[i], &y[i]);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
-    }
-    return hsum256(_mm256_add_ps(acc0, acc1));
-}
-
-
-/* A block's 8 lane sums of (q - 8) y, from the token's precomputed correction. */
-static inline __m256 q4_0_sums(const tkv__block_q4_0 *x, const int8_t *yqs, const int32_t *corr, __m256i m,
-                               __m256i sh) {
-    /* the 16 bytes in both halves, the high half shifted: elements 0-15, then 16-31 */
-    const __m256i q = _mm256_and_si256(_mm256_srlv_epi32(_mm256_broadcastsi128_si256(LOAD128(x->qs)), sh), m);
-    const __m256i c = _mm256_load_si256((const __m256i *)(const void *)corr);
-    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(c, q, LOAD256(yqs)));
-}
-
-/* The block scale times the token's, as dot_q4_0 forms it, in all 8 lanes. */
-static inline __m256 q4_0_scale(const tkv__block_q4_0 *x, float dy) {
-    return _mm256_mul_ps(_mm256_cvtph_ps(_mm_set1_epi16((short)x->d)), _mm256_set1_ps(dy));
-}
-
-/*
- * Products with a few tokens (generation, and the decode steps of a few
- * sequences at once): dot_q4_0 for each row and token, bit for bit, with
- * what depends only on a token done once for all rows (its block scales as
- * floats and, per block, the correction -8 * (sums of four activations)
- * that turns products with the unsigned nibbles q into products with
- * q - 8), and what depends only on a row done once for all tokens (its
- * nibbles unpacked, its block scale converted). Per block, row and token
- * that leaves one vpdpbusd (started from the correction), one conversion,
- * one scale product and one fma; each row is read once for up to GT tokens.
- */
-enum {
-    GT = 8,                /* tokens per pass at most */
-    GP = GT / 2,           /* token pairs: one pair per 512-bit register, a token per half */
-    GV_BYTES = 72 * 1024,  /* the pass's tables (on the stack) */
-    GV_PAIR_BLOCK = 192,   /* their bytes per pair and block */
-};
-
-/* The tables of a pass: per pair p and block i, both tokens side by side. */
-typedef struct gv_pair {
-    alignas(64) int8_t q[64];  /* the two tokens' 32 quants */
-    int32_t corr[16];          /* their corrections: -8 x sums of four quants */
-    float dy[16];              /* their block scales, 8 lanes each */
-} gv_pair;
-
-/* Fill pairs [0, np) for tokens t0 .. t0 + T - 1 (an odd last pair repeats its token). */
-static void gv_fill(gv_pair *tb, const uint8_t *xq, size_t xrs, size_t t0, int T, size_t nb) {
-    const __m256i z = _mm256_setzero_si256(), eight = _mm256_set1_epi8(8);
-    for (int t = 0; t < 2 * ((T + 1) / 2); t++) {
-        const int src = t < T ? t : T - 1;
-        const tkv__block_q8_0 *yb = (const tkv__block_q8_0 *)(const void *)(xq + (t0 + (size_t)src) * xrs);
-        const int p = t / 2, h = t % 2;
-        for (size_t i = 0; i < nb; i++) {
-            gv_pair *e = &tb[(size_t)p * nb + i];
-            const __m256i v = LOAD256(yb[i].qs);
-            _mm256_store_si256((__m256i *)(void *)(e->q + 32 * h), v);
-            const __m256i corr = _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, eight, v));
-            _mm256_store_si256((__m256i *)(void *)(e->corr + 8 * h), corr);
-            _mm256_store_ps(e->dy + 8 * h, _mm256_set1_ps(f16(yb[i].d)));
-        }
-    }
-}
-
-/* One block of a row and a pair: acc += (d_w dy) * f32(corr + q . y), per half exactly as dot_q4_0's lanes. */
-static inline __m512 gv_step(__m512 acc, __m512i q, __m512 dw, const gv_pair *e) {
-    const __m512i c = _mm512_load_si512((const void *)e->corr);
-    const __m512 s = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, q, _mm512_load_si512((const void *)e->q)));
-    return _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_load_ps(e->dy)), s, acc);
-}
-
-/* A block's nibbles in both 256-bit halves (elements 0-15, then 16-31, per half). */
-static inline __m512i gv_nibbles(const tkv__block_q4_0 *x, __m512i m, __m512i sh) {
-    return _mm512_and_si512(_mm512_srlv_epi32(_mm512_broadcast_i32x4(LOAD128(x->qs)), sh), m);
-}
-
-/* Rows [r0, r1) times one pair of tokens (t0 and, if both, t0 + 1): one
-   register holds both tokens' 8 lanes. */
-static void gv_rows(size_t r0, size_t r1, size_t nb, const uint8_t *w, size_t wrs, const gv_pair *tb, size_t t0,
-                    bool both, float *y, size_t ldy) {
-    const __m512i m = _mm512_set1_epi8(0x0f);
-    const __m512i sh = _mm512_set_epi32(4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0);
-    for (size_t r = r0; r < r1; r++) {
-        const tkv__block_q4_0 *x = (const tkv__block_q4_0 *)(const void *)(w + r * wrs);
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        size_t i = 0;
-        /* dot_q4_0's order: pairs of blocks into acc0 and acc1, an odd last one into acc0 */
-        for (; i + 2 <= nb; i += 2) {
-            const __m512i qi = gv_nibbles(&x[i], m, sh), qj = gv_nibbles(&x[i + 1], m, sh);
-            a0 = gv_step(a0, qi, _mm512_cvtph_ps(_mm256_set1_epi16((short)x[i].d)), &tb[i]);
-            a1 = gv_step(a1, qj, _mm512_cvtph_ps(_mm256_set1_epi16((short)x[i + 1].d)), &tb[i + 1]);
-        }
-        if (i < nb)
-            a0 = gv_step(a0, gv_nibbles(&x[i], m, sh), _mm512_cvtph_ps(_mm256_set1_epi16((short)x[i].d)), &tb[i]);
-        const __m512 v = _mm512_add_ps(a0, a1);
-        y[t0 * ldy + r] = hsum256(_mm512_castps512_ps256(v));
-        if (both) y[(t0 + 1) * ldy + r] = hsum256(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-    }
-}
-
-/* Rows longer than the tables hold: one token at a time, the table on the stack. */
-static __attribute__((noinline)) void gemv_q4_0_long(size_t n, const uint8_t *w, size_t wrs, size_t nr,
-                                                     const uint8_t *xq, size_t xrs, size_t n_tok, float *y, size_t ldy) {
-    enum { MAXB = TKV__GEMV_MAX_N / TKV__QK };
-    const size_t nb = n / TKV__QK;
-    alignas(32) int32_t corr[MAXB][8]; /* 32 KiB */
-    float dy[MAXB];                    /* 4 KiB */
-    const __m256i m = _mm256_set1_epi8(0x0f), sh = _mm256_set_epi32(4, 4, 4, 4, 0, 0, 0, 0);
-    const __m256i z = _mm256_setzero_si256();
-    for (size_t t = 0; t < n_tok; t++) {
-        const tkv__block_q8_0 *yb = (const tkv__block_q8_0 *)(const void *)(xq + t * xrs);
-        for (size_t i = 0; i < nb; i++) {
-            dy[i] = f16(yb[i].d);
-            _mm256_store_si256((__m256i *)(void *)corr[i],
-                               _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, _mm256_set1_epi8(8), LOAD256(yb[i].qs))));
-        }
-        for (size_t r = 0; r < nr; r++) {
-            const tkv__block_q4_0 *x = (const tkv__block_q4_0 *)(const void *)(w + r * wrs);
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-            size_t i = 0;
-            for (; i + 2 <= nb; i += 2) {
-                const size_t j = i + 1;
-                acc0 = _mm256_fmadd_ps(q4_0_scale(&x[i], dy[i]), q4_0_sums(&x[i], yb[i].qs, corr[i], m, sh), acc0);
-                acc1 = _mm256_fmadd_ps(q4_0_scale(&x[j], dy[j]), q4_0_sums(&x[j], yb[j].qs, corr[j], m, sh), acc1);
-            }
-            if (i < nb)
-                acc0 = _mm256_fmadd_ps(q4_0_scale(&x[i], dy[i]), q4_0_sums(&x[i], yb[i].qs, corr[i], m, sh), acc0);
-            y[t * ldy + r] = hsum256(_mm256_add_ps(acc0, acc1));
-        }
-    }
-}
-
-/*
- * One token: gemv_q4_0_long (256-bit lanes, which three ports run). Two and
- * more: a pair of tokens per 512-bit register (each half is dot_q4_0's 8
- * lanes), the pairs' tables filled once, and rows taken in tiles that stay
- * in cache while every pair passes over them; an odd last token alone.
- */
-static void gemv_q4_0(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                      float *y, size_t ldy) {
-    enum { ROWS = 32 };
-    const size_t nb = n / TKV__QK;
-    const size_t fit = GV_BYTES / (GV_PAIR_BLOCK * nb); /* pairs the tables hold */
-    if (n_tok == 1 || fit == 0) {
-        gemv_q4_0_long(n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
-        return;
-    }
-    const size_t max_pairs = fit < GP ? fit : GP;
-    alignas(64) gv_pair tb[GV_BYTES / sizeof(gv_pair)];
-    _Static_assert(sizeof(gv_pair) == GV_PAIR_BLOCK, "the pass's table layout");
-    size_t t0 = 0;
-    for (; t0 + 2 <= n_tok;) {
-        const size_t pairs = (n_tok - t0) / 2 < max_pairs ? (n_tok - t0) / 2 : max_pairs;
-        gv_fill(tb, (const uint8_t *)xq, xrs, t0, 2 * (int)pairs, nb);
-        for (size_t r = 0; r < nr; r += ROWS) {
-            const size_t re = r + ROWS < nr ? r + ROWS : nr;
-            for (size_t p = 0; p < pairs; p++) gv_rows(r, re, nb, w, wrs, tb + p * nb, t0 + 2 * p, true, y, ldy);
-        }
-        t0 += 2 * pairs;
-    }
-    if (t0 < n_tok) gemv_q4_0_long(n, w, wrs, nr, (const uint8_t *)xq + t0 * xrs, xrs, 1, y + t0 * ldy, ldy);
-}
+/* Q4_0: the avx2 dot_q4_0 (block-reduced, quant.h), whose gemv and gemm are in gemm_q4_0_avx512.c. */
 
 /* 0x10 in byte j when bit j of the little-endian uint32 at qh is set. */
 static inline __m256i fifth_bits32(const uint8_t *qh) {
@@ -478,7 +299,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_F16] = tkv__dot_f16_ref_avx512,
             [TKV_TYPE_BF16] = tkv__dot_bf16_ref_avx512,
             [TKV_TYPE_Q8_0] = dot_q8_0,
-            [TKV_TYPE_Q4_0] = dot_q4_0,
+            [TKV_TYPE_Q4_0] = tkv__dot_q4_0_avx2,
             [TKV_TYPE_Q4_1] = dot_q4_1,
             [TKV_TYPE_Q5_0] = dot_q5_0,
             [TKV_TYPE_Q5_1] = dot_q5_1,
@@ -497,7 +318,11 @@ const tkv__kernels tkv__kernel_avx512_part = {
         },
     .gemv =
         {
-            [TKV_TYPE_Q4_0] = gemv_q4_0,
+            [TKV_TYPE_Q4_0] = tkv__gemv_q4_0_avx512,
+        },
+    .packed =
+        {
+            [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx512,
         },
     .lanes =
         {

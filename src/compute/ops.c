@@ -5,6 +5,7 @@
 
 #include "kernels.h"
 #include "quant.h"
+#include "repack.h"
 
 #include <assert.h>
 #include <math.h>
@@ -148,6 +149,20 @@ void tkv__ops_matmul(tkv_type wtype, const void *w, size_t n, size_t r0, size_t 
             for (size_t r = rt; r < re; r++) yt[r] = dot(n, wb + r * wrs, xt);
         }
     }
+}
+
+bool tkv__ops_packed_ok(tkv_type wtype) {
+    return wtype < TKV_TYPE_COUNT && tkv__kernel_get()->packed[wtype] && tkv__pack_supported(wtype);
+}
+
+void tkv__ops_matmul_packed(tkv_type wtype, const void *packed, size_t n, size_t r0, size_t r1, const void *xq,
+                            size_t n_tok, float *y, size_t ldy) {
+    const tkv__kernels *k = tkv__kernel_get();
+    assert(k->packed[wtype] && r0 % TKV__PACK_ROWS == 0 && r0 <= r1 && r1 <= ldy && n <= TKV__GEMM_MAX_N);
+    const size_t gs = tkv__pack_stride(wtype, n);
+    if (r1 > r0)
+        k->packed[wtype](n, (const uint8_t *)packed + r0 / TKV__PACK_ROWS * gs, gs, r1 - r0, xq,
+                         tkv__ops_act_row_size(wtype, n), n_tok, y + r0, ldy);
 }
 
 bool tkv__ops_lanes_ok(tkv_type wtype, size_t n, size_t n_rows) {

@@ -121,6 +121,20 @@ void tkv__ops_matmul(tkv_type wtype, const void *w, size_t n, size_t r0, size_t 
 bool tkv__ops_lanes_ok(tkv_type wtype, size_t n, size_t n_rows);
 
 /*
+ * Whether the active level has a product over packed rows of wtype
+ * (repack.h): what a model's load asks before it packs a matrix.
+ */
+bool tkv__ops_packed_ok(tkv_type wtype);
+
+/*
+ * As tkv__ops_matmul, bit for bit, over the same rows packed by
+ * tkv__pack_rows at `packed`: rows [r0, r1), r0 a multiple of
+ * TKV__PACK_ROWS; n at most TKV__GEMM_MAX_N. Only where tkv__ops_packed_ok.
+ */
+void tkv__ops_matmul_packed(tkv_type wtype, const void *packed, size_t n, size_t r0, size_t r1, const void *xq,
+                            size_t n_tok, float *y, size_t ldy);
+
+/*
  * As tkv__ops_matmul, in the lanes order (kernels.h), which differs from the
  * vec_dot's in the last bits. Only where tkv__ops_lanes_ok. The reference
  * takes this order for batches of 2 or more tokens and its vec_dot for one;

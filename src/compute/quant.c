@@ -533,7 +533,8 @@ float tkv__quant_vec_dot_q4_0(size_t n, const void *w, const void *a) {
             sumi += ((x[i].qs[j] & 0x0f) - 8) * y[i].qs[j];
             sumi += ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + 16];
         }
-        s += (float)sumi * (tkv__quant_f16_to_f32(x[i].d) * tkv__quant_f16_to_f32(y[i].d));
+        /* the block-reduced order every level keeps (quant.h): one fused multiply-add per block */
+        s = fmaf((float)sumi, tkv__quant_f16_to_f32(x[i].d) * tkv__quant_f16_to_f32(y[i].d), s);
     }
     return s;
 }

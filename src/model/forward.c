@@ -188,6 +188,8 @@ static void rows_of(const pass *P, const tkv__tensor *w, size_t r0, size_t r1, c
        does; always, when results must not depend on the batch */
     const bool lanes = (n >= 2 || P->b->attn_float) && tkv__ops_lanes_ok(w->type, w->ne0, w->ne1);
     if (lanes) tkv__ops_matmul_lanes(w->type, w->data, w->ne0, r0, r1, xq, n, y, ldy);
+    else if (w->packed && r0 % TKV__PACK_ROWS == 0 && tkv__ops_packed_ok(w->type))
+        tkv__ops_matmul_packed(w->type, w->packed, w->ne0, r0, r1, xq, n, y, ldy);
     else if (r1 > r0) tkv__ops_matmul(w->type, w->data, w->ne0, r0, r1, xq, n, y, ldy);
 }
 
@@ -195,7 +197,13 @@ static void rows_of(const pass *P, const tkv__tensor *w, size_t r0, size_t r1, c
 static void matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *w, const float *x, uint32_t n, float *y) {
     acts_for(P, ith, nth, tag, w, x, n);
     size_t r0, r1;
-    tkv__split(w->ne1, ith, nth, &r0, &r1);
+    if (w->packed) { /* whole groups of packed rows to each thread */
+        const size_t G = TKV__PACK_ROWS;
+        tkv__split((w->ne1 + G - 1) / G, ith, nth, &r0, &r1);
+        r0 *= G, r1 = r1 * G < w->ne1 ? r1 * G : w->ne1;
+    } else {
+        tkv__split(w->ne1, ith, nth, &r0, &r1);
+    }
     rows_of(P, w, r0, r1, P->f->xq, n, y, w->ne1);
 }
 

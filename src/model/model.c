@@ -15,7 +15,7 @@
 
 typedef unsigned long long ull;
 
-tkv_model_params tkv_model_default_params(void) { return (tkv_model_params){.size = sizeof(tkv_model_params), .vocab_only = false}; }
+tkv_model_params tkv_model_default_params(void) { return (tkv_model_params){.size = sizeof(tkv_model_params), .vocab_only = false, .repack = true}; }
 
 /* ---- hyperparameters ---------------------------------------------------- */
 
@@ -267,6 +267,8 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
         else
             st = check_tensors(g, &hp, &ext);
         if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &ext.moe, &w);
+        if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp);
+        if (st) tkv__weights_free(&w);
     }
     if (st && !p->vocab_only) {
         tkv__gguf_free(g);
@@ -352,5 +354,6 @@ tkv_status tkv_model_hparams(const tkv_model *model, tkv_hparams *out) {
 
 uint32_t tkv_model_gguf_version(const tkv_model *model) { return model->gguf->version; }
 uint64_t tkv_model_file_size(const tkv_model *model) { return model->gguf->size; }
+uint64_t tkv_model_packed_size(const tkv_model *model) { return model ? model->w.pack_bytes : 0; }
 uint64_t tkv_model_data_offset(const tkv_model *model) { return model->gguf->data_offset; }
 uint32_t tkv_model_alignment(const tkv_model *model) { return model->gguf->alignment; }

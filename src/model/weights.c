@@ -1,12 +1,19 @@
 /*
  * weights.c — binding a model's tensors by role, checking their types.
  */
+/* madvise(MADV_HUGEPAGE) is outside POSIX */
+#define _DEFAULT_SOURCE
 #include "weights.h"
 #include "tensors.h"
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "compute/kernels.h"
+#include "compute/ops.h"
 #include "compute/quant.h"
+
+#include <stdint.h>
+#include <sys/mman.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -75,7 +82,67 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
     return st;
 }
 
+/* Every matrix of the weights, in one fixed order; *n receives the count. */
+static size_t matrices(tkv__weights *w, const tkv_hparams *hp, tkv__tensor **out) {
+    size_t n = 0;
+    if (out) out[n] = &w->output;
+    n++;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        tkv__layer *L = &w->layers[l];
+        tkv__tensor *m[] = {&L->wq,     &L->wk,     &L->wv,     &L->wo,     &L->w_gate,  &L->w_up,
+                            &L->w_down, &L->router, &L->exp_gate, &L->exp_up, &L->exp_down};
+        for (size_t i = 0; i < sizeof m / sizeof m[0]; i++, n++)
+            if (out) out[n] = m[i];
+    }
+    return n;
+}
+
+static bool packable(const tkv__tensor *t) {
+    return t->data && t->ne1 > 0 && t->ne0 <= TKV__GEMM_MAX_N && tkv__ops_packed_ok(t->type);
+}
+
+tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp) {
+    const size_t nm = matrices(w, hp, NULL);
+    tkv__tensor **m = tkv__calloc(nm, sizeof *m);
+    if (!m) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the list of matrices");
+    matrices(w, hp, m);
+    size_t total = 0;
+    for (size_t i = 0; i < nm; i++)
+        if (packable(m[i])) total += tkv__pack_bytes(m[i]->type, m[i]->ne0, m[i]->ne1);
+    if (total == 0) {
+        tkv__free(m);
+        return TKV_OK;
+    }
+    /* aligned to a huge page, and asked for huge pages before the first
+       touch: a product streams these rows from memory, and 4 KiB pages cost
+       it a TLB miss and a stopped hardware prefetch every 4 KiB */
+    enum { HUGE = 2u << 20 };
+    void *mem = tkv__malloc(total + HUGE);
+    if (!mem) {
+        tkv__free(m);
+        return tkv__fail(TKV_ERR_NOMEM, "out of memory for %zu MiB of packed weights", total >> 20);
+    }
+    uint8_t *at = (uint8_t *)(((uintptr_t)mem + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+#ifdef MADV_HUGEPAGE
+    (void)madvise(at, total, MADV_HUGEPAGE); /* a hint: without it, the same rows on small pages */
+#endif
+    for (size_t i = 0; i < nm; i++) {
+        tkv__tensor *t = m[i];
+        if (!packable(t)) continue;
+        tkv__pack_rows(t->type, t->data, t->ne0, t->ne1, at);
+        t->packed = at;
+        t->pack_stride = tkv__pack_stride(t->type, t->ne0);
+        at += tkv__pack_bytes(t->type, t->ne0, t->ne1);
+    }
+    tkv__free(m);
+    w->pack_mem = mem;
+    w->pack_bytes = total;
+    return TKV_OK;
+}
+
 void tkv__weights_free(tkv__weights *w) {
     tkv__free(w->layers);
     w->layers = NULL;
+    tkv__free(w->pack_mem);
+    w->pack_mem = NULL;
 }

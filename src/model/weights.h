@@ -6,6 +6,7 @@
 
 #include "arch.h"
 #include "moe.h"
+#include "compute/repack.h"
 #include "format/gguf.h"
 #include "tokenkv.h"
 
@@ -15,14 +16,23 @@ typedef struct tkv__tensor {
     tkv_type type;
     size_t ne0, ne1;
     size_t row_size; /* bytes of one row */
+    /* NULL, or the same rows packed for the active level's product
+       (compute/repack.h; groups of TKV__PACK_ROWS rows, pack_stride bytes
+       apart): made at load, owned by tkv__weights */
+    const void *packed;
+    size_t pack_stride;
 } tkv__tensor;
 
 /* Rows [r0, r0 + n) of a matrix, as a tensor of its own (no copy): a fused
-   projection's parts, one expert of a stack. */
+   projection's parts, one expert of a stack. Packed rows follow when r0
+   starts a group (else the view reads the file's rows). */
 static inline tkv__tensor tkv__tensor_rows(const tkv__tensor *t, size_t r0, size_t n) {
     tkv__tensor v = *t;
     v.data = (const uint8_t *)t->data + r0 * t->row_size;
     v.ne1 = n;
+    v.packed = t->packed && r0 % TKV__PACK_ROWS == 0
+                   ? (const uint8_t *)t->packed + r0 / TKV__PACK_ROWS * t->pack_stride
+                   : NULL;
     return v;
 }
 
@@ -54,6 +64,8 @@ typedef struct tkv__weights {
     tkv__tensor rope_short, rope_long; /* LongRoPE (phi3): (n_rot/2) F32 divisors for contexts up to
                                           n_ctx_orig and beyond it; else absent */
     tkv__layer *layers;     /* (n_layer) */
+    void *pack_mem;         /* every tensor's packed rows (one allocation), or NULL */
+    size_t pack_bytes;
 } tkv__weights;
 
 /*
@@ -63,6 +75,16 @@ typedef struct tkv__weights {
  */
 tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch,
                              const tkv__moe_dims *moe, tkv__weights *w);
+
+/*
+ * Pack every matrix whose type the active kernel level reads faster packed
+ * (compute/repack.h), into one allocation the weights own; the file's rows
+ * stay mapped for everything else (embeddings, other levels, views that do
+ * not start a group). Returns TKV_ERR_NOMEM (nothing packed, weights as
+ * they were).
+ */
+tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp);
+
 void tkv__weights_free(tkv__weights *w);
 
 #endif

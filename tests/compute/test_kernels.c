@@ -12,6 +12,7 @@
 
 #include "compute/kernels.h"
 #include "compute/quant.h"
+#include "compute/repack.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -260,6 +261,10 @@ static void check_dot(tkv_type t, size_t n, const tkv__kernels *simd) {
         const double tol = 4.0 * (double)(terms + 4) * 0x1p-24 * mag + 1e-30;
         const double want = sc->vec_dot[t](n, w, a);
         const double got = simd->vec_dot[t](n, w, a);
+        /* Q4_0's order is the block-reduced one at every level (quant.h): the
+           same exact block sums and the same fma chain, so the same bits */
+        if (t == TKV_TYPE_Q4_0 && (float)got != (float)want)
+            fail_msg("Q4_0 n=%zu %s: %.9g, scalar %.9g: not bit for bit", n, simd->name, got, want);
         if (!(fabs(got - want) <= tol))
             fail_msg("%s n=%zu %s: %.9g, scalar %.9g, |diff| %.3g > %.3g", tkv_type_name(t), n, simd->name, got, want,
                      fabs(got - want), tol);
@@ -356,6 +361,8 @@ static void test_vec_dot_extremes(void **state) {
                 weight_offsets(t, w, n, off);
                 double mag = 0; /* |a_i| <= 1 */
                 for (size_t i = 0; i < n; i++) mag += fabs(wf[i]) + 2 * fabs(off[i]);
+                if (t == TKV_TYPE_Q4_0 && memcmp(&got, &want, sizeof got) != 0)
+                    fail_msg("Q4_0 pattern %02x %s: %.9g, scalar %.9g: not bit for bit", fill, simd->name, got, want);
                 if (!(fabsf(got - want) <= 1e-5 * mag + 1e-30))
                     fail_msg("%s pattern %02x %s: %.9g, scalar %.9g", tkv_type_name(t), fill, simd->name, got, want);
             }
@@ -368,31 +375,45 @@ static void test_vec_dot_extremes(void **state) {
 static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
 
 /*
- * One product through a level's gemm entry against that level's vec_dot,
- * bit for bit: rows [r0, r1) of a matrix of weights at w (row stride wrs)
- * times the first n_tok of the activation rows at xq; y gets a sentinel
- * first, and everything outside the product's rows and tokens must keep it.
+ * One product through a level's gemm entry (or, with pk, its packed entry
+ * over the same rows packed by tkv__pack_rows; r0 then starts a group)
+ * against that level's vec_dot, bit for bit: rows [r0, r1) of a matrix of
+ * weights at w (row stride wrs) times the first n_tok of the activation
+ * rows at xq; y gets a sentinel first, and everything outside the
+ * product's rows and tokens must keep it.
  */
-static void check_gemm_range(const tkv__kernels *k, tkv_type t, size_t n, const uint8_t *w, const uint8_t *xq,
-                             size_t n_tok, size_t r0, size_t r1, size_t ldy, float *y) {
+static void check_product_range(const tkv__kernels *k, tkv_type t, size_t n, const uint8_t *w, const uint8_t *pk,
+                                const uint8_t *xq, size_t n_tok, size_t r0, size_t r1, size_t ldy, float *y) {
     const size_t wrs = tkv__quant_row_size(t, n), xrs = tkv__quant_row_size(tkv__quant_vec_dot_type(t), n);
     const float sentinel = -7.25e30f;
     for (size_t i = 0; i < (n_tok + 1) * ldy; i++) y[i] = sentinel;
-    k->gemm[t](n, w + r0 * wrs, wrs, r1 - r0, xq, xrs, n_tok, y + r0, ldy);
+    if (pk) {
+        const size_t gs = tkv__pack_stride(t, n);
+        assert_int_equal(r0 % TKV__PACK_ROWS, 0);
+        k->packed[t](n, pk + r0 / TKV__PACK_ROWS * gs, gs, r1 - r0, xq, xrs, n_tok, y + r0, ldy);
+    } else {
+        k->gemm[t](n, w + r0 * wrs, wrs, r1 - r0, xq, xrs, n_tok, y + r0, ldy);
+    }
     for (size_t tok = 0; tok <= n_tok; tok++)
         for (size_t r = 0; r < ldy; r++) {
             const float got = y[tok * ldy + r];
             if (tok == n_tok || r < r0 || r >= r1) {
                 if (memcmp(&got, &sentinel, sizeof got) != 0)
-                    fail_msg("%s gemm %s n=%zu tokens=%zu rows [%zu, %zu): wrote y[%zu][%zu]", k->name, tkv_type_name(t), n,
-                             n_tok, r0, r1, tok, r);
+                    fail_msg("%s %s %s n=%zu tokens=%zu rows [%zu, %zu): wrote y[%zu][%zu]", k->name, pk ? "packed" : "gemm",
+                             tkv_type_name(t), n, n_tok, r0, r1, tok, r);
                 continue;
             }
             const float want = k->vec_dot[t](n, w + r * wrs, xq + tok * xrs);
             if (memcmp(&got, &want, sizeof got) != 0)
-                fail_msg("%s gemm %s n=%zu tokens=%zu rows [%zu, %zu): row %zu token %zu: %.9g, vec_dot %.9g", k->name,
-                         tkv_type_name(t), n, n_tok, r0, r1, r, tok, got, want);
+                fail_msg("%s %s %s n=%zu tokens=%zu rows [%zu, %zu): row %zu token %zu: %.9g, vec_dot %.9g", k->name,
+                         pk ? "packed" : "gemm", tkv_type_name(t), n, n_tok, r0, r1, r, tok, got, want);
         }
+}
+
+/* The same through the gemm entry. */
+static void check_gemm_range(const tkv__kernels *k, tkv_type t, size_t n, const uint8_t *w, const uint8_t *xq,
+                             size_t n_tok, size_t r0, size_t r1, size_t ldy, float *y) {
+    check_product_range(k, t, n, w, NULL, xq, n_tok, r0, r1, ldy, y);
 }
 
 /*
@@ -454,6 +475,53 @@ static void test_gemm_levels(void **state) {
             for (size_t li = 0; li < nl; li++) {
                 const size_t *len = k32 ? lens32[li] : lens256[li];
                 check_gemm(k, t, len[0], len[1]);
+            }
+        }
+    }
+    if (!levels) TU_SKIP();
+}
+
+/*
+ * Packed rows (repack.h) through each level's packed entry, bit for bit
+ * its vec_dot: 40 rows (two whole groups and a partial one) at every row
+ * range that starts a group, 1..17 tokens and batches that cross chunks of
+ * tokens, row lengths of one chunk of K and several.
+ */
+static void test_packed_levels(void **state) {
+    (void)state;
+    static const size_t lens[][2] = {{32, 0}, {96, 0}, {768, 300}, {1088, 40}, {2080, 0}, {4160, 70}};
+    static const size_t ranges[][2] = {{0, 1}, {0, 15}, {0, 16}, {0, 17}, {16, 40}, {32, 33}, {16, 20}, {0, 40}};
+    int levels = 0;
+    for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+        const tkv__kernels *k = tkv__kernel_table((tkv__kernel_level)l);
+        if (!k) continue;
+        for (tkv_type t = 0; t < TKV_TYPE_COUNT; t++) {
+            if (!k->packed[t]) continue;
+            assert_true(tkv__pack_supported(t));
+            levels++;
+            const tkv_type at = tkv__quant_vec_dot_type(t);
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const size_t n = lens[li][0], big = lens[li][1], n_rows = 40, ldy = 42;
+                const size_t wrs = tkv__quant_row_size(t, n), xrs = tkv__quant_row_size(at, n);
+                const size_t max_tok = big > 17 ? big : 17;
+                uint8_t *w = malloc(n_rows * wrs), *xq = malloc(max_tok * xrs);
+                uint8_t *pk = aligned_alloc(64, (tkv__pack_bytes(t, n, n_rows) + 63) / 64 * 64);
+                float *x = malloc(n * sizeof(float)), *y = malloc((max_tok + 1) * ldy * sizeof(float));
+                assert_true(w && xq && pk && x && y);
+                for (size_t r = 0; r < n_rows; r++) rnd_weights(t, w + r * wrs, n);
+                for (size_t tok = 0; tok < max_tok; tok++) {
+                    rnd_acts(x, n);
+                    tkv__quant_quantize_row(at, x, xq + tok * xrs, n);
+                }
+                tkv__pack_rows(t, w, n, n_rows, pk);
+                for (size_t n_tok = 1; n_tok <= 17; n_tok++)
+                    for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++)
+                        check_product_range(k, t, n, w, pk, xq, n_tok, ranges[ri][0], ranges[ri][1], ldy, y);
+                if (big) {
+                    check_product_range(k, t, n, w, pk, xq, big, 16, 21, ldy, y);
+                    check_product_range(k, t, n, w, pk, xq, big - 5, 0, 40, ldy, y);
+                }
+                free(w), free(xq), free(pk), free(x), free(y);
             }
         }
     }
@@ -652,6 +720,7 @@ int main(void) {
         cmocka_unit_test(test_vec_dot_extremes),
         cmocka_unit_test(test_gemm_levels),
         cmocka_unit_test(test_gemm_extremes),
+        cmocka_unit_test(test_packed_levels),
         cmocka_unit_test(test_quantize_levels),
         cmocka_unit_test(test_ops_levels),
     };

@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include "base/error.h"
+#include "compute/ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -270,11 +271,63 @@ static void test_bad_paths(void **state) {
     assert_string_equal(tkv_type_name(TKV_TYPE_BF16), "BF16");
 }
 
+/*
+ * Packed rows (tkv_model_params.repack) change no bit: a Q4_0 model loaded
+ * with and without them gives the same logits for a prompt decoded in one
+ * batch (the tiled product) and for the greedy steps after it (one token at
+ * a time), each context with 2 threads (whole groups of rows per thread).
+ */
+static void test_repack_same_logits(void **state) {
+    (void)state;
+    tkv_model *m[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        tkv_model_params mp = tkv_model_default_params();
+        mp.repack = i == 0;
+        if (tkv_model_load(tu_shared("models/parity/parity-Q4_0.gguf"), &mp, &m[i]) != TKV_OK)
+            fail_msg("%s", tkv_last_error(NULL));
+    }
+    assert_int_equal(tkv_model_packed_size(m[1]), 0);
+    if (!tkv__ops_packed_ok(TKV_TYPE_Q4_0)) { /* this CPU's level reads no packed Q4_0 */
+        assert_int_equal(tkv_model_packed_size(m[0]), 0);
+        for (int i = 0; i < 2; i++) tkv_model_free(m[i]);
+        TU_SKIP();
+    }
+    assert_true(tkv_model_packed_size(m[0]) > 0);
+    enum { N = 37, STEPS = 12 };
+    const size_t n_vocab = tkv_vocab_size(m[0]);
+    float *logits[2];
+    tkv_token ids[2][N + STEPS];
+    for (int i = 0; i < 2; i++) {
+        tkv_context *ctx = tu_context(m[i], 128, 1, TKV_TYPE_F16);
+        tkv_token tok[N];
+        tkv_pos pos[N];
+        tkv_seq seq[N];
+        bool all[N];
+        for (int k = 0; k < N; k++) tok[k] = (tkv_token)(1 + (k * 37) % 500), pos[k] = k, seq[k] = 0, all[k] = true;
+        tkv_batch b = {N, tok, pos, seq, all};
+        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+        logits[i] = malloc(N * n_vocab * sizeof(float));
+        assert_non_null(logits[i]);
+        for (int k = 0; k < N; k++) memcpy(logits[i] + k * n_vocab, tkv_get_logits(ctx, k), n_vocab * sizeof(float));
+        tkv_context_free(ctx);
+        ctx = tu_context(m[i], 128, 1, TKV_TYPE_F16);
+        memcpy(ids[i], tok, sizeof tok);
+        tu_greedy(ctx, 0, ids[i], N, STEPS, n_vocab, NULL);
+        tkv_context_free(ctx);
+    }
+    for (size_t k = 0; k < N * n_vocab; k++)
+        if (memcmp(&logits[0][k], &logits[1][k], sizeof(float)) != 0)
+            fail_msg("token %zu logit %zu: packed %.9g, file rows %.9g", k / n_vocab, k % n_vocab, logits[0][k], logits[1][k]);
+    assert_memory_equal(ids[0], ids[1], sizeof ids[0]);
+    for (int i = 0; i < 2; i++) free(logits[i]), tkv_model_free(m[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories260k),      cmocka_unit_test(test_llama2_tiny_random),
         cmocka_unit_test(test_parity_models),    cmocka_unit_test(test_vocab_only_files),
         cmocka_unit_test(test_tiny_models),      cmocka_unit_test(test_bad_paths),
+        cmocka_unit_test(test_repack_same_logits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -661,7 +661,7 @@ static void test_batch_invariant_attach(void **state) {
 static void test_default_reuse_same_answer(void **state) {
     (void)state;
     static const char *const models[] = {"models/stories260K.gguf", "models/parity/parity-Q8_0.gguf",
-                                         "models/parity/parity-F16.gguf"};
+                                         "models/parity/parity-F16.gguf", "models/parity/parity-Q4_0.gguf"};
     enum { N_REQ = 15, STEPS = 8, MAXN = 200 };
     for (size_t mi = 0; mi < sizeof models / sizeof *models; mi++) {
         tkv_model *m = NULL;
