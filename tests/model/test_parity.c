@@ -317,8 +317,22 @@ static void test_architectures(void **state) {
     moe_model = false;
 }
 
+/* Under TKV_KERNELS (CTest's test_parity_avx2) the run is at that level or
+   below, never silently at a higher one (a misspelt name caps nothing). */
+static void test_level(void **state) {
+    (void)state;
+    const char *cap = getenv("TKV_KERNELS");
+    printf("kernel level: %s\n", tkv__kernel_level_name(tkv__kernel_level_active()));
+    if (!cap) return;
+    int l = 0;
+    while (l < TKV__KERNEL_LEVELS && strcmp(cap, tkv__kernel_level_name((tkv__kernel_level)l)) != 0) l++;
+    if (l == TKV__KERNEL_LEVELS) fail_msg("TKV_KERNELS=%s names no level", cap);
+    assert_true((int)tkv__kernel_level_active() <= l);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_level),
         cmocka_unit_test(test_stories260k),
         cmocka_unit_test(test_llama2_tiny_random),
         cmocka_unit_test(test_parity_types),
