@@ -91,5 +91,15 @@ void tkv__lanes_f16_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
                            float *y, size_t ldy);
 void tkv__lanes_bf16_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                             float *y, size_t ldy);
+/* The same functions at the avx2 level (gemm_float_avx2.c), bit for bit these. */
+float tkv__dot_f32_ref_avx2(size_t n, const void *w, const void *a);
+float tkv__dot_f16_ref_avx2(size_t n, const void *w, const void *a);
+float tkv__dot_bf16_ref_avx2(size_t n, const void *w, const void *a);
+void tkv__lanes_f32_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__lanes_f16_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__lanes_bf16_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                          float *y, size_t ldy);
 
 #endif

@@ -92,77 +92,7 @@ static inline __m256i fifth_bits32(const uint8_t *qh) {
 
 /* ---- dot products: float rows ------------------------------------------------ */
 
-static float dot_f32(size_t n, const void *w, const void *a) {
-    const float *x = w, *y = a; /* read only through unaligned loads and memcpy */
-    const uint8_t *px = w, *py = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), acc1);
-        acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 16), _mm256_loadu_ps(y + i + 16), acc2);
-        acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 24), _mm256_loadu_ps(y + i + 24), acc3);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), acc0);
-    float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-    for (; i < n; i++) {
-        float u, v;
-        memcpy(&u, px + 4 * i, 4);
-        memcpy(&v, py + 4 * i, 4);
-        s += u * v;
-    }
-    return s;
-}
-
-static inline __m256 load_f16x8(const uint8_t *p) {
-    return _mm256_cvtph_ps(LOAD128(p));
-}
-
-static inline __m256 load_bf16x8(const uint8_t *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(LOAD128(p)), 16));
-}
-
-static float dot_f16(size_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm256_fmadd_ps(load_f16x8(x + 2 * i), load_f16x8(y + 2 * i), acc0);
-        acc1 = _mm256_fmadd_ps(load_f16x8(x + 2 * i + 16), load_f16x8(y + 2 * i + 16), acc1);
-        acc2 = _mm256_fmadd_ps(load_f16x8(x + 2 * i + 32), load_f16x8(y + 2 * i + 32), acc2);
-        acc3 = _mm256_fmadd_ps(load_f16x8(x + 2 * i + 48), load_f16x8(y + 2 * i + 48), acc3);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_f16x8(x + 2 * i), load_f16x8(y + 2 * i), acc0);
-    float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-    for (; i < n; i++) {
-        uint16_t u, v;
-        memcpy(&u, x + 2 * i, 2);
-        memcpy(&v, y + 2 * i, 2);
-        s += f16(u) * f16(v);
-    }
-    return s;
-}
-
-static float dot_bf16(size_t n, const void *w, const void *a) {
-    const uint8_t *x = w, *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        acc0 = _mm256_fmadd_ps(load_bf16x8(x + 2 * i), load_bf16x8(y + 2 * i), acc0);
-        acc1 = _mm256_fmadd_ps(load_bf16x8(x + 2 * i + 16), load_bf16x8(y + 2 * i + 16), acc1);
-        acc2 = _mm256_fmadd_ps(load_bf16x8(x + 2 * i + 32), load_bf16x8(y + 2 * i + 32), acc2);
-        acc3 = _mm256_fmadd_ps(load_bf16x8(x + 2 * i + 48), load_bf16x8(y + 2 * i + 48), acc3);
-    }
-    for (; i + 8 <= n; i += 8) acc0 = _mm256_fmadd_ps(load_bf16x8(x + 2 * i), load_bf16x8(y + 2 * i), acc0);
-    float s = hsum_f32(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-    for (; i < n; i++) {
-        uint16_t u, v;
-        memcpy(&u, x + 2 * i, 2);
-        memcpy(&v, y + 2 * i, 2);
-        s += tkv__quant_bf16_to_f32(u) * tkv__quant_bf16_to_f32(v);
-    }
-    return s;
-}
+/* In the reference's order: gemm_float_avx2.c. */
 
 /* ---- dot products: 32-element blocks ------------------------------------------ */
 
@@ -858,9 +788,10 @@ const tkv__kernels tkv__kernel_avx2_part = {
     .name = "avx2",
     .vec_dot =
         {
-            [TKV_TYPE_F32] = dot_f32,
-            [TKV_TYPE_F16] = dot_f16,
-            [TKV_TYPE_BF16] = dot_bf16,
+            /* float rows in the reference's order (gemm_float_avx2.c) */
+            [TKV_TYPE_F32] = tkv__dot_f32_ref_avx2,
+            [TKV_TYPE_F16] = tkv__dot_f16_ref_avx2,
+            [TKV_TYPE_BF16] = tkv__dot_bf16_ref_avx2,
             [TKV_TYPE_Q8_0] = dot_q8_0,
             [TKV_TYPE_Q4_0] = tkv__dot_q4_0_avx2,
             [TKV_TYPE_Q4_1] = dot_q4_1,
@@ -897,6 +828,13 @@ const tkv__kernels tkv__kernel_avx2_part = {
         {
             [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx2,
         },
+    .lanes =
+        {
+            [TKV_TYPE_F32] = tkv__lanes_f32_avx2,
+            [TKV_TYPE_F16] = tkv__lanes_f16_avx2,
+            [TKV_TYPE_BF16] = tkv__lanes_bf16_avx2,
+        },
+    .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
     .quantize =
         {
             [TKV_TYPE_F16] = quant_f16,

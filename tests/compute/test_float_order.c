@@ -1,7 +1,7 @@
 /*
  * test_float_order.c — products of float weights (F32, F16, BF16) at the
- * avx512 level, bit for bit against a scalar model of the reference's
- * summation orders written here from their description (gemm.h,
+ * avx2 and avx512 levels, bit for bit against a scalar model of the
+ * reference's summation orders written here from their description (gemm.h,
  * gemm_float_avx512.c), not from the SIMD code:
  *
  *   vec_dot F32/F16: lane l of accumulator j sums elements 64 s + 16 j + l
@@ -14,8 +14,8 @@
  *   lanes: one 16-lane accumulator over the whole row, reduced by halves.
  *
  * Also the matmul entry points: lanes only where tkv__ops_lanes_ok, disjoint
- * row ranges, every tile edge (skipped on a CPU without the avx512 level);
- * and RoPE's fused pairs at every level.
+ * row ranges, every tile edge (each level skipped on a CPU without it); and
+ * RoPE's fused pairs at every level.
  */
 #include "testutil.h"
 
@@ -112,9 +112,10 @@ static float model_lanes(tkv_type t, const uint8_t *x, const uint8_t *y, size_t 
 
 static const tkv_type float_types[] = {TKV_TYPE_F32, TKV_TYPE_F16, TKV_TYPE_BF16};
 
-static void test_vec_dot_order(void **state) {
-    (void)state;
-    const tkv__kernels *k = tkv__kernel_table(TKV__KERNEL_AVX512);
+/* Both SIMD levels take the reference's order for float rows: avx2 holds
+   the 16 lanes in two halves (gemm_float_avx2.c), avx512 in one register. */
+static void vec_dot_order(tkv__kernel_level level) {
+    const tkv__kernels *k = tkv__kernel_table(level);
     if (!k) TU_SKIP();
     const size_t lens[] = {1, 15, 16, 31, 32, 33, 63, 64, 65, 127, 172, 256, 1000, 2048, 4099};
     uint8_t *x = malloc(4 * 4099), *y = malloc(4 * 4099);
@@ -126,15 +127,24 @@ static void test_vec_dot_order(void **state) {
                 fill(t, x, n), fill(t, y, n);
                 const float got = k->vec_dot[t](n, x, y), want = model_vec_dot(t, x, y, n);
                 if (memcmp(&got, &want, 4) != 0)
-                    fail_msg("type %d n %zu: vec_dot %.9g, reference order %.9g", (int)t, n, got, want);
+                    fail_msg("%s, type %d n %zu: vec_dot %.9g, reference order %.9g", k->name, (int)t, n, got, want);
             }
     free(x);
     free(y);
 }
 
-static void test_lanes_order(void **state) {
+static void test_vec_dot_order_avx2(void **state) {
     (void)state;
-    if (tkv__kernel_force_level(TKV__KERNEL_AVX512) != 0) TU_SKIP();
+    vec_dot_order(TKV__KERNEL_AVX2);
+}
+
+static void test_vec_dot_order_avx512(void **state) {
+    (void)state;
+    vec_dot_order(TKV__KERNEL_AVX512);
+}
+
+static void lanes_order(tkv__kernel_level level) {
+    if (tkv__kernel_force_level(level) != 0) TU_SKIP();
     enum { MAXR = 28, MAXT = 8, MAXN = 512, LDY = 32 };
     uint8_t *w = malloc(MAXR * 4 * MAXN), *xq = malloc(MAXT * 4 * MAXN + 1);
     float y[MAXT * LDY];
@@ -161,8 +171,8 @@ static void test_lanes_order(void **state) {
                             }
                             const float want = model_lanes(t, w + r * rs, xq + 1 + tk * rs, n);
                             if (memcmp(&got, &want, 4) != 0)
-                                fail_msg("type %d n %zu rows %zu tokens %zu: entry (%zu, %zu) %.9g, reference order %.9g",
-                                         (int)t, n, rows, n_tok, r, tk, got, want);
+                                fail_msg("%s, type %d n %zu rows %zu tokens %zu: entry (%zu, %zu) %.9g, reference order %.9g",
+                                         tkv__kernel_level_name(level), (int)t, n, rows, n_tok, r, tk, got, want);
                         }
                 }
     /* where the reference takes its vec_dot instead */
@@ -173,13 +183,47 @@ static void test_lanes_order(void **state) {
     free(xq);
 }
 
-/* The scalar and avx2 levels have no lanes products: matrices go to vec_dot. */
+static void test_lanes_order_avx2(void **state) {
+    (void)state;
+    lanes_order(TKV__KERNEL_AVX2);
+}
+
+static void test_lanes_order_avx512(void **state) {
+    (void)state;
+    lanes_order(TKV__KERNEL_AVX512);
+}
+
+/* The two levels give the same bits for the same rows, whatever the tile
+   shapes and register widths: on an AVX-512 CPU, a run at the avx2 level
+   gets the float products of the reference (that run on AVX-512). */
+static void test_levels_agree(void **state) {
+    (void)state;
+    const tkv__kernels *k2 = tkv__kernel_table(TKV__KERNEL_AVX2), *k5 = tkv__kernel_table(TKV__KERNEL_AVX512);
+    if (!k2 || !k5) TU_SKIP();
+    enum { N = 1040, ROWS = 12, TOK = 5 };
+    uint8_t *w = malloc(ROWS * 4 * N), *xq = malloc(TOK * 4 * N);
+    float y2[TOK * ROWS], y5[TOK * ROWS];
+    for (size_t ti = 0; ti < 3; ti++) {
+        const tkv_type t = float_types[ti];
+        const size_t rs = tkv__quant_row_size(t, N);
+        fill(t, w, ROWS * N), fill(t, xq, TOK * N);
+        for (size_t r = 0; r < ROWS; r++) {
+            const float a = k2->vec_dot[t](N, w + r * rs, xq), b = k5->vec_dot[t](N, w + r * rs, xq);
+            assert_memory_equal(&a, &b, 4);
+        }
+        k2->lanes[t](N, w, rs, ROWS, xq, rs, TOK, y2, ROWS);
+        k5->lanes[t](N, w, rs, ROWS, xq, rs, TOK, y5, ROWS);
+        assert_memory_equal(y2, y5, sizeof y2);
+    }
+    free(w);
+    free(xq);
+}
+
+/* The scalar level has no lanes products: matrices go to vec_dot. */
 static void test_lanes_levels(void **state) {
     (void)state;
-    for (int l = 0; l < TKV__KERNEL_AVX512; l++) {
-        if (tkv__kernel_force_level((tkv__kernel_level)l) != 0) continue;
-        for (size_t ti = 0; ti < 3; ti++) assert_false(tkv__ops_lanes_ok(float_types[ti], 256, 64));
-    }
+    assert_int_equal(tkv__kernel_force_level(TKV__KERNEL_SCALAR), 0);
+    for (size_t ti = 0; ti < 3; ti++) assert_false(tkv__ops_lanes_ok(float_types[ti], 256, 64));
 }
 
 /* RoPE pairs: every level's kernel gives the fused form of the scalar model, to the bit. */
@@ -213,8 +257,11 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_vec_dot_order, teardown),
-        cmocka_unit_test_teardown(test_lanes_order, teardown),
+        cmocka_unit_test_teardown(test_vec_dot_order_avx2, teardown),
+        cmocka_unit_test_teardown(test_vec_dot_order_avx512, teardown),
+        cmocka_unit_test_teardown(test_lanes_order_avx2, teardown),
+        cmocka_unit_test_teardown(test_lanes_order_avx512, teardown),
+        cmocka_unit_test_teardown(test_levels_agree, teardown),
         cmocka_unit_test_teardown(test_lanes_levels, teardown),
         cmocka_unit_test(test_rope_pairs_levels),
     };
