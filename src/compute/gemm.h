@@ -1,8 +1,10 @@
 /*
  * gemm.h — tiled (register-blocked) products of several weight rows with
  * several tokens, for prefill: the tkv__gemm_fn entries of the kernel tables
- * (kernels.h), defined in gemm_avx2.c and gemm_avx512.c, each compiled with
- * its level's -m flags and reached only through a table the CPU supports.
+ * (kernels.h), defined in gemm_avx2.c and gemm_avx512.c (Q4_0's in
+ * gemm_q4_0_*.c; Q4_1's, Q5_0's and Q5_1's in gemm_q5_*.c), each compiled
+ * with its level's -m flags and reached only through a table the CPU
+ * supports.
  *
  * Contract (kernels.h): y[t * ldy + r] equals the same level's vec_dot of
  * weight row r and token t, bit for bit. Two orders of summation:
@@ -13,13 +15,15 @@
  *     order; the result is acc. One float accumulator and one fma per
  *     block, so the tiled kernels (gemm_q4_0_avx2.c, gemm_q4_0_avx512.c)
  *     can hold a row per lane and reduce a block with no horizontal sum.
- *   - Q8_0, Q4_K, Q5_K and Q6_K (avx2 and avx512 alike): lane-wise. Per
- *     (row, token), 8 int32 lanes per block (lane j sums products of
- *     elements 4j..4j+3 of each 32-element group, times group scales),
- *     converted to float and fma'd with the block's scale product into 8
+ *   - Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (avx2 and avx512
+ *     alike): lane-wise. Per (row, token), 8 int32 lanes per block (lane
+ *     j sums products of elements 4j..4j+3 of each 32-element group, times
+ *     group scales), converted to float and fma'd with the block's scale product into 8
  *     float lanes (Q8_0: two accumulators, even and odd blocks), then the
  *     lanes added as ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)); Q4_K and
- *     Q5_K also subtract a scalar sum of dmin * (mins . bsums).
+ *     Q5_K also subtract a scalar sum of dmin * (mins . bsums); Q4_1 and
+ *     Q5_1 add, after the lanes, a float running sum of m_w * s_a over
+ *     the blocks in order (each product rounded, then added).
  * The tiled kernels compute the same integers (any exact integer route to
  * the same value is the same value) and do the same float operations in
  * the same order, only for many (row, token) pairs at once.
@@ -60,6 +64,13 @@ void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
                            float *y, size_t ldy);
 void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+/* gemm_q5_avx512.c: Q4_1, Q5_0 and Q5_1 */
+void tkv__gemm_q4_1_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q5_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q5_1_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
@@ -73,6 +84,13 @@ void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+/* gemm_q5_avx2.c: Q4_1, Q5_0 and Q5_1 */
+void tkv__gemm_q4_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__gemm_q5_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 
 /*

@@ -820,6 +820,9 @@ const tkv__kernels tkv__kernel_avx2_part = {
         {
             [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx2,
             [TKV_TYPE_Q4_0] = tkv__gemm_q4_0_avx2,
+            [TKV_TYPE_Q4_1] = tkv__gemm_q4_1_avx2, /* gemm_q5_avx2.c */
+            [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx2,
+            [TKV_TYPE_Q5_1] = tkv__gemm_q5_1_avx2,
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,

@@ -312,6 +312,9 @@ const tkv__kernels tkv__kernel_avx512_part = {
         {
             [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx512,
             [TKV_TYPE_Q4_0] = tkv__gemm_q4_0_avx512,
+            [TKV_TYPE_Q4_1] = tkv__gemm_q4_1_avx512, /* gemm_q5_avx512.c */
+            [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx512,
+            [TKV_TYPE_Q5_1] = tkv__gemm_q5_1_avx512,
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx512,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,

@@ -199,8 +199,8 @@ static void test_dispatch(void **state) {
         if (l == TKV__KERNEL_SCALAR)
             for (int ty = 0; ty < TKV_TYPE_COUNT; ty++) assert_null(t->gemm[ty]);
         else
-            assert_true(t->gemm[TKV_TYPE_Q8_0] && t->gemm[TKV_TYPE_Q4_0] && t->gemm[TKV_TYPE_Q4_K] && t->gemm[TKV_TYPE_Q5_K] &&
-                        t->gemm[TKV_TYPE_Q6_K]);
+            assert_true(t->gemm[TKV_TYPE_Q8_0] && t->gemm[TKV_TYPE_Q4_0] && t->gemm[TKV_TYPE_Q4_1] && t->gemm[TKV_TYPE_Q5_0] &&
+                        t->gemm[TKV_TYPE_Q5_1] && t->gemm[TKV_TYPE_Q4_K] && t->gemm[TKV_TYPE_Q5_K] && t->gemm[TKV_TYPE_Q6_K]);
         assert_int_equal(tkv__kernel_force_level((tkv__kernel_level)l), 0);
         assert_int_equal(tkv__kernel_level_active(), l);
         assert_ptr_equal(tkv__kernel_get(), t);
@@ -372,7 +372,8 @@ static void test_vec_dot_extremes(void **state) {
 
 /* ---- tiled products (prefill) ---------------------------------------------------- */
 
-static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
+static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0,
+                                     TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
 
 /*
  * One product through a level's gemm entry (or, with pk, its packed entry
@@ -549,7 +550,8 @@ static void test_gemm_extremes(void **state) {
                 const uint8_t fill = (uint8_t[]){0x00, 0xff, 0x80, 0x7f, 0x80, 0xff}[r];
                 for (size_t b = 0; b < n / tkv__quant_block_elems(t); b++) {
                     uint8_t *blk = row + b * bsz;
-                    size_t q0 = 2, q1 = bsz; /* the quant bytes of the block */
+                    size_t q0 = 2, q1 = bsz; /* the quant bytes of the block (Q5_0's and Q5_1's qh too) */
+                    if (t == TKV_TYPE_Q4_1 || t == TKV_TYPE_Q5_1) q0 = 4;
                     if (t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K) q0 = 16;
                     if (t == TKV_TYPE_Q6_K) q0 = 0, q1 = 192;
                     if (t == TKV_TYPE_IQ4_XS) q0 = 8;
