@@ -47,7 +47,7 @@ enum {
     KC5 = 32,     /* blocks per chunk of K: the panel (24 KiB) stays in L1 */
     TC_CHUNK = 32, /* tokens per chunk of tokens when K is cut (their tiles wait in the stash) */
     TC_DIRECT = 256,
-    TAB_FLOATS = 4096, /* per table (token scales, token sums): 16 KiB each */
+    TAB_FLOATS = 8192, /* the token table (scales, then the offset types' sums): 32 KiB */
     /* stash floats per tile: the accumulators, then the two offset vectors */
     STT = RP5 * T5 * 16 + 2 * 16,
     MAX_TILES = TC_CHUNK / T5 + 2,
@@ -291,24 +291,26 @@ static void gemm5(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8
         alignas(64) p5 pan[RP5 * KC5];          /* 24 KiB */
         alignas(64) float pm[ROWS5 * KC5];      /* 1 KiB */
         alignas(64) float st[MAX_TILES * STT];  /* 11.25 KiB */
-        alignas(64) float da[TAB_FLOATS];       /* 16 KiB */
-        alignas(64) float sa[TAB_FLOATS];       /* 16 KiB */
+        alignas(64) float tab[TAB_FLOATS];      /* 32 KiB */
         size_t tstart[TC_DIRECT];
         int tlen[TC_DIRECT];
     } b;
     _Static_assert(sizeof b <= 76 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    size_t tc = TAB_FLOATS / nb; /* tokens whose scales fit the tables */
+    /* tokens whose scales (and sums) fit the table, whole tiles where they can: a
+       tile of fewer tokens reads the panel as often for less work */
+    size_t tc = TAB_FLOATS / (offs ? 2 : 1) / nb;
     const size_t cap = direct ? TC_DIRECT : TC_CHUNK;
-    tc = tc < 1 ? 1 : tc > cap ? cap : tc;
+    tc = tc < 1 ? 1 : tc > cap ? cap : tc >= T5 ? tc / T5 * T5 : tc;
+    float *const da = b.tab, *const sa = b.tab + tc * nb; /* [token chunk][block][token] each */
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
         const int ntile = plan_tiles(tn, b.tstart, b.tlen);
-        assert(tn * nb <= TAB_FLOATS && (direct || ntile <= MAX_TILES));
+        assert(tn * nb * (offs ? 2 : 1) <= TAB_FLOATS && (direct || ntile <= MAX_TILES));
         /* token scales and sums as floats: tile j's at nb * tstart[j], [block][token] */
         for (int j = 0; j < ntile; j++)
             for (int t = 0; t < b.tlen[j]; t++) {
                 const uint8_t *row = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                float *dj = b.da + nb * b.tstart[j], *sj = b.sa + nb * b.tstart[j];
+                float *dj = da + nb * b.tstart[j], *sj = sa + nb * b.tstart[j];
                 for (size_t i = 0; i < nb; i++) {
                     uint16_t h[2];
                     memcpy(h, row + i * ab, offs ? 4 : 2);
@@ -334,7 +336,7 @@ static void gemm5(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8
                     const uint8_t *yt[T5];
                     for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
                     float *st = direct ? b.st : b.st + STT * (size_t)j;
-                    tile5_any(b.pan, b.pm, k0, k1, yt, b.da + nb * b.tstart[j], b.sa + nb * b.tstart[j], st, k0 == 0,
+                    tile5_any(b.pan, b.pm, k0, k1, yt, da + nb * b.tstart[j], sa + nb * b.tstart[j], st, k0 == 0,
                               T, kd);
                     if (direct) finish5(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, offs);
                 }
