@@ -102,10 +102,11 @@ void tkv__ops_quantize_acts(tkv_type wtype, const float *x, size_t n_tok, size_t
  * y:  (n_tok, ldy) floats, ldy >= r1; only columns r0..r1-1 are written.
  * Threads may run disjoint [r0, r1) ranges of one product concurrently.
  * Each entry is the active level's vec_dot of its row and token, bit for
- * bit, however many tokens there are: from 3 tokens on, Q8_0, Q4_0, Q4_K,
- * Q5_K and Q6_K weights go through the level's tiled kernels (kernels.h
- * tkv__gemm_fn), which keep the vec_dot's arithmetic; below, a level's gemv
- * where it has one (AVX-512: Q4_0), which keeps it too.
+ * bit, however many tokens there are: from 3 tokens on, Q8_0, Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights go through the level's tiled
+ * kernels (kernels.h tkv__gemm_fn), which keep the vec_dot's arithmetic;
+ * below, a level's gemv where it has one (AVX-512: Q4_0), which keeps it
+ * too.
  * Preconditions: supported wtype, n a multiple of its block size.
  */
 void tkv__ops_matmul(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
