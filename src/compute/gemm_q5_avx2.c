@@ -286,8 +286,7 @@ static void gemm5(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8
                     unpack(&b.pan[2 * (i - k0)], &m[0], rows[0], i, kd);
                     unpack(&b.pan[2 * (i - k0) + 1], &m[1], rows[1], i, kd);
                     if (offs)
-                        _mm256_store_ps(b.mm + 8 * (i - k0),
-                                        _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(m[0])), _mm_set1_ps(m[1]), 1));
+                        _mm256_store_ps(b.mm + 8 * (i - k0), _mm256_setr_m128(_mm_set1_ps(m[0]), _mm_set1_ps(m[1])));
                 }
                 if (k1 < nb) {
                     prefetch_rows(rows, 2, k1 * bs, min_sz(KC5, nb - k1) * bs);

@@ -199,8 +199,9 @@ static void test_dispatch(void **state) {
         if (l == TKV__KERNEL_SCALAR)
             for (int ty = 0; ty < TKV_TYPE_COUNT; ty++) assert_null(t->gemm[ty]);
         else
-            assert_true(t->gemm[TKV_TYPE_Q8_0] && t->gemm[TKV_TYPE_Q4_0] && t->gemm[TKV_TYPE_Q4_1] && t->gemm[TKV_TYPE_Q5_0] &&
-                        t->gemm[TKV_TYPE_Q5_1] && t->gemm[TKV_TYPE_Q4_K] && t->gemm[TKV_TYPE_Q5_K] && t->gemm[TKV_TYPE_Q6_K]);
+            assert_true(t->gemm[TKV_TYPE_Q8_0] && t->gemm[TKV_TYPE_Q4_0] && t->gemm[TKV_TYPE_Q4_1] &&
+                        t->gemm[TKV_TYPE_Q5_0] && t->gemm[TKV_TYPE_Q5_1] && t->gemm[TKV_TYPE_Q4_K] &&
+                        t->gemm[TKV_TYPE_Q5_K] && t->gemm[TKV_TYPE_Q6_K]);
         assert_int_equal(tkv__kernel_force_level((tkv__kernel_level)l), 0);
         assert_int_equal(tkv__kernel_level_active(), l);
         assert_ptr_equal(tkv__kernel_get(), t);
