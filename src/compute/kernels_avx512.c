@@ -303,6 +303,8 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q4_1] = dot_q4_1,
             [TKV_TYPE_Q5_0] = dot_q5_0,
             [TKV_TYPE_Q5_1] = dot_q5_1,
+            [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2, /* kernels_avx2.c's: the tiled products need no other */
+            [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
             [TKV_TYPE_Q4_K] = dot_q4_K,
             [TKV_TYPE_Q5_K] = dot_q5_K,
             [TKV_TYPE_Q6_K] = dot_q6_K,
@@ -312,6 +314,8 @@ const tkv__kernels tkv__kernel_avx512_part = {
         {
             [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx512,
             [TKV_TYPE_Q4_0] = tkv__gemm_q4_0_avx512,
+            [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512, /* gemm_q23k_avx512.c */
+            [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx512,
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx512,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,
