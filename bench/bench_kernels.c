@@ -77,6 +77,8 @@ static void fill_weights(tkv_type t, uint8_t *w, size_t rows, size_t n) {
     case TKV_TYPE_Q4_K: bsz = 144, m_at = 2; break;
     case TKV_TYPE_Q5_K: bsz = 176, m_at = 2; break;
     case TKV_TYPE_Q6_K: bsz = 210, d_at = 208; break;
+    case TKV_TYPE_Q2_K: bsz = 84, d_at = 80, m_at = 82; break;
+    case TKV_TYPE_Q3_K: bsz = 110, d_at = 108; break;
     default: break;
     }
     for (size_t b = 0; b < rows * rs / bsz; b++) {

@@ -15,15 +15,17 @@
  *     order; the result is acc. One float accumulator and one fma per
  *     block, so the tiled kernels (gemm_q4_0_avx2.c, gemm_q4_0_avx512.c)
  *     can hold a row per lane and reduce a block with no horizontal sum.
- *   - Q8_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (avx2 and avx512
- *     alike): lane-wise. Per (row, token), 8 int32 lanes per block (lane
- *     j sums products of elements 4j..4j+3 of each 32-element group, times
- *     group scales), converted to float and fma'd with the block's scale product into 8
- *     float lanes (Q8_0: two accumulators, even and odd blocks), then the
- *     lanes added as ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)); Q4_K and
- *     Q5_K also subtract a scalar sum of dmin * (mins . bsums); Q4_1 and
- *     Q5_1 add, after the lanes, a float running sum of m_w * s_a over
- *     the blocks in order (each product rounded, then added).
+ *   - Q8_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (avx2 and
+ *     avx512 alike): lane-wise. Per (row, token), 8 int32 lanes per block
+ *     (lane j sums products of elements 4j..4j+3 of each 32-element group,
+ *     times group scales), converted to float and fma'd with the block's
+ *     scale product into 8 float lanes (Q8_0: two accumulators, even and
+ *     odd blocks), then the lanes added as ((v0+v4) + (v2+v6)) + ((v1+v5)
+ *     + (v3+v7)); Q4_K and Q5_K also subtract a scalar sum of dmin *
+ *     (mins . bsums); Q4_1 and Q5_1 add, after the lanes, a float running
+ *     sum of m_w * s_a over the blocks in order (each product rounded, then
+ *     added); Q2_K fmas its -dmin * (mins . bsums) lanes into the same 8
+ *     float lanes, before the block's scale fma.
  * The tiled kernels compute the same integers (any exact integer route to
  * the same value is the same value) and do the same float operations in
  * the same order, only for many (row, token) pairs at once.
@@ -47,6 +49,10 @@
 /* The avx2 level's Q4_0 vec_dot (kernels_avx2.c), which the avx512 table
    keeps: its block-reduced order needs nothing wider. */
 float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a);
+/* Its Q2_K and Q3_K vec_dots, which the avx512 table keeps too: their tiled
+   products (gemm_q23k_*.c) follow them at both levels. */
+float tkv__dot_q2_K_avx2(size_t n, const void *w, const void *a);
+float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a);
 
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
@@ -71,6 +77,16 @@ void tkv__gemm_q5_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
                            float *y, size_t ldy);
 void tkv__gemm_q5_1_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+
+/* gemm_q23k_avx512.c and gemm_q23k_avx2.c: Q2_K and Q3_K */
+void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q3_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);

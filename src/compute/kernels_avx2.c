@@ -228,12 +228,14 @@ static float dot_iq4_xs(size_t n, const void *w, const void *a) {
  * the reference does per super-block: Q2_K one fma of -d_a dmin with the
  * mins' products with the activation's sums of 16 (lane k: sub-blocks 2k
  * and 2k + 1), then one of d_a d with those integers; Q3_K the latter only.
+ * The avx512 table keeps both; its tiled products (gemm_q23k_avx512.c)
+ * give the same bits.
  */
 static inline __m256i k_scale_pairs(int sa, int sb) {
     return _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa));
 }
 
-static float dot_q2_K(size_t n, const void *w, const void *a) {
+float tkv__dot_q2_K_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_q2_K *x = w;
     const tkv__block_q8_K *y = a;
     const __m256i m3 = _mm256_set1_epi8(3);
@@ -260,7 +262,7 @@ static float dot_q2_K(size_t n, const void *w, const void *a) {
     return hsum_f32(acc);
 }
 
-static float dot_q3_K(size_t n, const void *w, const void *a) {
+float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_q3_K *x = w;
     const tkv__block_q8_K *y = a;
     const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
@@ -799,8 +801,8 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_IQ4_NL] = dot_iq4_nl,
             [TKV_TYPE_MXFP4] = dot_mxfp4,
             [TKV_TYPE_IQ4_XS] = dot_iq4_xs,
-            [TKV_TYPE_Q2_K] = dot_q2_K,
-            [TKV_TYPE_Q3_K] = dot_q3_K,
+            [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2,
+            [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
             [TKV_TYPE_TQ1_0] = dot_tq1_0,
             [TKV_TYPE_TQ2_0] = dot_tq2_0,
             [TKV_TYPE_IQ2_XXS] = dot_iq2_xxs,
@@ -823,6 +825,8 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_1] = tkv__gemm_q4_1_avx2, /* gemm_q5_avx2.c */
             [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx2,
             [TKV_TYPE_Q5_1] = tkv__gemm_q5_1_avx2,
+            [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx2, /* gemm_q23k_avx2.c */
+            [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx2,
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,

@@ -373,8 +373,8 @@ static void test_vec_dot_extremes(void **state) {
 
 /* ---- tiled products (prefill) ---------------------------------------------------- */
 
-static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0,
-                                     TKV_TYPE_Q5_1, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
+static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
+                                     TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
 
 /*
  * One product through a level's gemm entry (or, with pk, its packed entry
@@ -563,6 +563,8 @@ static void test_gemm_extremes(void **state) {
                     memset(blk + q0, fill, q1 - q0);
                     if (t == TKV_TYPE_Q6_K && r >= 4) memset(blk + 192, 0x80, 16); /* scales -128 */
                     if ((t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K) && r >= 4) memset(blk + 4, 0xff, 12); /* scales, mins 63 */
+                    if (t == TKV_TYPE_Q2_K && r >= 4) memset(blk, 0xff, 16);      /* scales, mins 15 */
+                    if (t == TKV_TYPE_Q3_K && r >= 4) memset(blk + 96, 0x00, 12); /* scales -32 */
                 }
             }
             for (size_t tok = 0; tok < n_tok; tok++) {
