@@ -66,6 +66,8 @@ void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
 float tkv__dot_iq4_nl_avx512(size_t n, const void *w, const void *a);
 void tkv__gemm_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
+void tkv__gemm_iq4_nl_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);

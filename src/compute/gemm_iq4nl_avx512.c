@@ -1,7 +1,7 @@
 /*
- * gemm_iq4nl_avx512.c — IQ4_NL's tiled product for prefill (see gemm.h),
- * AVX-512 F/BW/VL + VNNI, bit for bit the avx2 vec_dot the avx512 table
- * keeps for IQ4_NL (dot_book4 in kernels_avx2.c).
+ * gemm_iq4nl_avx512.c — IQ4_NL at AVX-512 F/BW/VL + VNNI: the vec_dot and
+ * the tiled product for prefill (see gemm.h), both bit for bit the avx2
+ * vec_dot (dot_book4 in kernels_avx2.c), so the two levels agree.
  *
  * That dot is Q8_0's lane-wise order with codebook weights: pairs of blocks
  * into acc0 (even) and acc1 (odd), their lanes summed, except that an odd

@@ -838,6 +838,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,
+            [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx2,
         },
     .packed =
         {
