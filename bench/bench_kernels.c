@@ -79,7 +79,10 @@ static void fill_weights(tkv_type t, uint8_t *w, size_t rows, size_t n) {
     case TKV_TYPE_Q6_K: bsz = 210, d_at = 208; break;
     case TKV_TYPE_Q2_K: bsz = 84, d_at = 80, m_at = 82; break;
     case TKV_TYPE_Q3_K: bsz = 110, d_at = 108; break;
-    default: break;
+    case TKV_TYPE_IQ4_NL: bsz = 18; break;
+    case TKV_TYPE_TQ1_0: bsz = 54, d_at = 52; break;
+    case TKV_TYPE_TQ2_0: bsz = 66, d_at = 64; break;
+    default: return; /* random scales: any value, NaN included */
     }
     for (size_t b = 0; b < rows * rs / bsz; b++) {
         const uint16_t d = tkv__quant_f32_to_f16(0.01f * rndf());

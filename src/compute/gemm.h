@@ -88,6 +88,14 @@ void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 
+/* gemm_iq4nl_avx512.c / gemm_iq4nl_avx2.c: IQ4_NL's products, bit for bit the avx2 dot_book4 (the
+   avx512 vec_dot gives its value in zmm registers) */
+float tkv__dot_iq4_nl_avx512(size_t n, const void *w, const void *a);
+void tkv__gemm_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+void tkv__gemm_iq4_nl_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 /* gemm_q4_0_avx2.c */

@@ -301,10 +301,9 @@ float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a) {
  * not fused). The lanes depend only on element positions, so TQ1_0 (its
  * base-3 digits unpacked first) gives TQ2_0's results for the same weights.
  */
-static inline __m256 tq_block(__m256 acc, const uint8_t *const chunk[8], const tkv__block_q8_K *y, float d) {
+static inline __m256 tq_block(__m256 acc, const __m256i q[8], const tkv__block_q8_K *y, float d) {
     __m256i s16 = _mm256_setzero_si256();
-    for (int c = 0; c < 8; c++)
-        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(LOAD256(chunk[c]), LOAD256(y->qs + 32 * c)));
+    for (int c = 0; c < 8; c++) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[c], LOAD256(y->qs + 32 * c)));
     s16 = _mm256_sub_epi16(s16, LOAD256(Q8K_BSUMS(y)));
     const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
     return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s32), _mm256_set1_ps(y->d * d)), acc);
@@ -315,39 +314,55 @@ static float dot_tq2_0(size_t n, const void *w, const void *a) {
     const tkv__block_q8_K *y = a;
     const __m256i m3 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
-    alignas(32) uint8_t q[256];
-    const uint8_t *chunk[8];
-    for (int c = 0; c < 8; c++) chunk[c] = q + 32 * c;
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        __m256i q[8];
         for (int c = 0; c < 2; c++) {
             const __m256i bits = LOAD256(x[i].qs + 32 * c);
-            for (int j = 0; j < 4; j++)
-                _mm256_store_si256((__m256i *)(void *)(q + 128 * c + 32 * j),
-                                   _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3));
+            for (int j = 0; j < 4; j++) q[4 * c + j] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3);
         }
-        acc = tq_block(acc, chunk, &y[i], f16(x[i].d));
+        acc = tq_block(acc, q, &y[i], f16(x[i].d));
     }
     return hsum_f32(acc);
 }
 
+/*
+ * Base-3 digits of 32 bytes v, byte j's digit given by the multiplier p = 3^k
+ * of its 16-bit lane (both bytes of a lane share it): ((uint8_t)(b p) * 3) >> 8.
+ * x86 has no byte multiply: the low bytes take mullo's low byte, the high
+ * bytes are multiplied on their own (low byte cleared, so no carry reaches
+ * them); then mulhi by 768 is (m * 3) >> 8 of a low byte m, and leaves
+ * m * 3 for a high one, whose high byte is the digit.
+ */
+static inline __m256i tq1_digits(__m256i v, __m256i p) {
+    const __m256i lo8 = _mm256_set1_epi16(0x00ff), hi8 = _mm256_set1_epi16((short)0xff00), k768 = _mm256_set1_epi16(768);
+    const __m256i ml = _mm256_and_si256(_mm256_mullo_epi16(v, p), lo8);
+    const __m256i mh = _mm256_mullo_epi16(_mm256_and_si256(v, hi8), p);
+    return _mm256_or_si256(_mm256_mulhi_epu16(ml, k768), _mm256_and_si256(_mm256_mulhi_epu16(mh, k768), hi8));
+}
+
+/* The 256 quants (0..2) of a TQ1_0 block as 8 x 32 bytes, in element order (tkv__block_tq1_0). */
+static inline void tq1_quants(const tkv__block_tq1_0 *x, __m256i q[8]) {
+    const __m256i lo = LOAD256(x->qs);
+    for (int k = 0; k < 5; k++) q[k] = tq1_digits(lo, _mm256_set1_epi16((short)(k == 0 ? 1 : k == 1 ? 3 : k == 2 ? 9 : k == 3 ? 27 : 81)));
+    /* elements 160..239: digits of qs[32..47] by 16; 240..255: digits 0..3 of qh[0..3] by 4 */
+    const __m128i mid = LOAD128(x->qs + 32);
+    uint32_t h;
+    memcpy(&h, x->qh, 4);
+    const __m256i mm = _mm256_broadcastsi128_si256(mid);
+    q[5] = tq1_digits(mm, _mm256_set_m128i(_mm_set1_epi16(3), _mm_set1_epi16(1)));
+    q[6] = tq1_digits(mm, _mm256_set_m128i(_mm_set1_epi16(27), _mm_set1_epi16(9)));
+    q[7] = tq1_digits(_mm256_set_m128i(_mm_set1_epi32((int)h), mid),
+                      _mm256_set_epi16(27, 27, 9, 9, 3, 3, 1, 1, 81, 81, 81, 81, 81, 81, 81, 81));
+}
+
 static float dot_tq1_0(size_t n, const void *w, const void *a) {
-    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
     const tkv__block_tq1_0 *x = w;
     const tkv__block_q8_K *y = a;
     __m256 acc = _mm256_setzero_ps();
-    alignas(32) uint8_t q[256];
-    const uint8_t *chunk[8];
-    for (int c = 0; c < 8; c++) chunk[c] = q + 32 * c;
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        /* digit k of byte b: ((uint8_t)(b 3^k) * 3) >> 8 (element order: tkv__block_tq1_0) */
-        for (int k = 0; k < 5; k++) {
-            for (int m = 0; m < 32; m++) q[32 * k + m] = (uint8_t)(((uint8_t)(x[i].qs[m] * pow3[k]) * 3) >> 8);
-            for (int m = 0; m < 16; m++)
-                q[160 + 16 * k + m] = (uint8_t)(((uint8_t)(x[i].qs[32 + m] * pow3[k]) * 3) >> 8);
-        }
-        for (int k = 0; k < 4; k++)
-            for (int m = 0; m < 4; m++) q[240 + 4 * k + m] = (uint8_t)(((uint8_t)(x[i].qh[m] * pow3[k]) * 3) >> 8);
-        acc = tq_block(acc, chunk, &y[i], f16(x[i].d));
+        __m256i q[8];
+        tq1_quants(&x[i], q);
+        acc = tq_block(acc, q, &y[i], f16(x[i].d));
     }
     return hsum_f32(acc);
 }
@@ -830,6 +845,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,
+            [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx2,
         },
     .packed =
         {

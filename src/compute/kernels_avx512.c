@@ -308,6 +308,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q4_K] = dot_q4_K,
             [TKV_TYPE_Q5_K] = dot_q5_K,
             [TKV_TYPE_Q6_K] = dot_q6_K,
+            [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx512,
         },
     /* tiled products (gemm_avx512.c), bit for bit these vec_dots */
     .gemm =
@@ -322,6 +323,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx512,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,
+            [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx512,
         },
     .gemv =
         {

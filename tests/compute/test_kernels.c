@@ -266,6 +266,13 @@ static void check_dot(tkv_type t, size_t n, const tkv__kernels *simd) {
            same exact block sums and the same fma chain, so the same bits */
         if (t == TKV_TYPE_Q4_0 && (float)got != (float)want)
             fail_msg("Q4_0 n=%zu %s: %.9g, scalar %.9g: not bit for bit", n, simd->name, got, want);
+        /* IQ4_NL's avx512 dot is the avx2 one's arithmetic in wider registers: the same bits */
+        const tkv__kernels *avx2 = tkv__kernel_table(TKV__KERNEL_AVX2);
+        if (t == TKV_TYPE_IQ4_NL && simd->level == TKV__KERNEL_AVX512 && avx2) {
+            const float lo = avx2->vec_dot[t](n, w, a);
+            if (memcmp(&lo, &(float){(float)got}, sizeof lo) != 0)
+                fail_msg("IQ4_NL n=%zu avx512: %.9g, avx2 %.9g: not bit for bit", n, got, (double)lo);
+        }
         if (!(fabs(got - want) <= tol))
             fail_msg("%s n=%zu %s: %.9g, scalar %.9g, |diff| %.3g > %.3g", tkv_type_name(t), n, simd->name, got, want,
                      fabs(got - want), tol);
@@ -374,7 +381,8 @@ static void test_vec_dot_extremes(void **state) {
 /* ---- tiled products (prefill) ---------------------------------------------------- */
 
 static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
-                                     TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K};
+                                     TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K,
+                                     TKV_TYPE_IQ4_NL};
 
 /*
  * One product through a level's gemm entry (or, with pk, its packed entry
