@@ -1,19 +1,19 @@
 /*
  * weights.c — binding a model's tensors by role, checking their types.
  */
-/* madvise(MADV_HUGEPAGE) is outside POSIX */
-#define _DEFAULT_SOURCE
 #include "weights.h"
 #include "tensors.h"
 
 #include "base/alloc.h"
 #include "base/error.h"
+#include "compute/cpus.h"
 #include "compute/kernels.h"
 #include "compute/ops.h"
 #include "compute/quant.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
-#include <sys/mman.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -101,6 +101,36 @@ static bool packable(const tkv__tensor *t) {
     return t->data && t->ne1 > 0 && t->ne0 <= TKV__GEMM_MAX_N && tkv__ops_packed_ok(t->type);
 }
 
+/* The copies, shared out over the CPUs this process may use: the load's
+   first touch of the packed memory (page faults, the kernel's zeroing) and
+   the copies take about 2.5 ms per MiB on one thread here. */
+typedef struct pack_job {
+    tkv__tensor **m;
+    size_t nm;
+    atomic_size_t next;
+} pack_job;
+
+static void *pack_worker(void *arg) {
+    pack_job *j = arg;
+    for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nm;) {
+        tkv__tensor *t = j->m[i];
+        if (t->packed) tkv__pack_rows(t->type, t->data, t->ne0, t->ne1, (void *)(uintptr_t)t->packed);
+    }
+    return NULL;
+}
+
+static void pack_all(tkv__tensor **m, size_t nm) {
+    enum { MAXT = 16 };
+    tkv__cpus c;
+    tkv__cpus_detect("", NULL, 0, &c);
+    pack_job j = {m, nm, 0};
+    pthread_t th[MAXT];
+    int n = 0;
+    while (n < c.threads - 1 && n < MAXT && pthread_create(&th[n], NULL, pack_worker, &j) == 0) n++;
+    pack_worker(&j); /* this thread too; all of it when no thread could start */
+    for (int k = 0; k < n; k++) pthread_join(th[k], NULL);
+}
+
 tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp) {
     const size_t nm = matrices(w, hp, NULL);
     tkv__tensor **m = tkv__calloc(nm, sizeof *m);
@@ -113,27 +143,24 @@ tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp) {
         tkv__free(m);
         return TKV_OK;
     }
-    /* aligned to a huge page, and asked for huge pages before the first
-       touch: a product streams these rows from memory, and 4 KiB pages cost
-       it a TLB miss and a stopped hardware prefetch every 4 KiB */
-    enum { HUGE = 2u << 20 };
-    void *mem = tkv__malloc(total + HUGE);
+    /* 64-byte aligned for the kernels' aligned loads. Not asked for huge
+       pages: where memory is fragmented the kernel compacts it on the first
+       touch, which cost 3 s of load for 600 MiB here, more than the pages
+       ever gave back to generation */
+    void *mem = tkv__malloc(total + 63);
     if (!mem) {
         tkv__free(m);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for %zu MiB of packed weights", total >> 20);
     }
-    uint8_t *at = (uint8_t *)(((uintptr_t)mem + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
-#ifdef MADV_HUGEPAGE
-    (void)madvise(at, total, MADV_HUGEPAGE); /* a hint: without it, the same rows on small pages */
-#endif
-    for (size_t i = 0; i < nm; i++) {
+    uint8_t *at = (uint8_t *)(((uintptr_t)mem + 63) & ~(uintptr_t)63);
+    for (size_t i = 0; i < nm; i++) { /* each matrix's place, then the copies */
         tkv__tensor *t = m[i];
         if (!packable(t)) continue;
-        tkv__pack_rows(t->type, t->data, t->ne0, t->ne1, at);
         t->packed = at;
         t->pack_stride = tkv__pack_stride(t->type, t->ne0);
         at += tkv__pack_bytes(t->type, t->ne0, t->ne1);
     }
+    pack_all(m, nm);
     tkv__free(m);
     w->pack_mem = mem;
     w->pack_bytes = total;
