@@ -117,6 +117,12 @@ void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 void tkv__gemm_q5_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 
+/* kernels_avx2_iq1.c: IQ1_S and IQ1_M, bit for bit its dots (the avx512 table inherits both) */
+void tkv__gemm_iq1_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                          float *y, size_t ldy);
+void tkv__gemm_iq1_m_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                          float *y, size_t ldy);
+
 /*
  * Float rows (gemm_float_avx512.c): the reference's vec_dots, and its "lanes"
  * products for batches (each entry one accumulator over the whole row; n a
