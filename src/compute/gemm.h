@@ -21,7 +21,7 @@
  *     times group scales), converted to float and fma'd with the block's
  *     scale product into 8 float lanes (Q8_0: two accumulators, even and
  *     odd blocks), then the lanes added as ((v0+v4) + (v2+v6)) + ((v1+v5)
- *     + (v3+v7)); Q4_K and Q5_K also subtract a scalar sum of dmin *
+ *     + (v3+v7)) (IQ1_S, IQ1_M: kernels_avx2_iq1.c's own sums); Q4_K and Q5_K also subtract a scalar sum of dmin *
  *     (mins . bsums); Q4_1 and Q5_1 add, after the lanes, a float running
  *     sum of m_w * s_a over the blocks in order (each product rounded, then
  *     added); Q2_K fmas its -dmin * (mins . bsums) lanes into the same 8

@@ -1,7 +1,8 @@
 /*
  * kernels_avx2_iq1.c — AVX2 dot products of IQ1_S and IQ1_M with Q8_K
- * activations (compiled with kernels_avx2.c's flags; reached only through
- * its table, which the AVX-512 level inherits).
+ * activations, and their tiled products (bit for bit the dots; end of
+ * file), compiled with kernels_avx2.c's flags and reached only through its
+ * table, which the AVX-512 level inherits.
  *
  * Both follow the reference's lanes, so the parity files agree with it to
  * the bit where its rounding matters: lane k of a super-block's integer sum
