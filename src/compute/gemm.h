@@ -21,7 +21,7 @@
  *     times group scales), converted to float and fma'd with the block's
  *     scale product into 8 float lanes (Q8_0: two accumulators, even and
  *     odd blocks), then the lanes added as ((v0+v4) + (v2+v6)) + ((v1+v5)
- *     + (v3+v7)); Q4_K and Q5_K also subtract a scalar sum of dmin *
+ *     + (v3+v7)) (IQ1_S, IQ1_M: kernels_avx2_iq1.c's own sums); Q4_K and Q5_K also subtract a scalar sum of dmin *
  *     (mins . bsums); Q4_1 and Q5_1 add, after the lanes, a float running
  *     sum of m_w * s_a over the blocks in order (each product rounded, then
  *     added); Q2_K fmas its -dmin * (mins . bsums) lanes into the same 8
@@ -116,6 +116,12 @@ void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
                          float *y, size_t ldy);
 void tkv__gemm_q5_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
+
+/* kernels_avx2_iq1.c: IQ1_S and IQ1_M, bit for bit its dots (the avx512 table inherits both) */
+void tkv__gemm_iq1_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                          float *y, size_t ldy);
+void tkv__gemm_iq1_m_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                          float *y, size_t ldy);
 
 /*
  * Float rows (gemm_float_avx512.c): the reference's vec_dots, and its "lanes"

@@ -382,7 +382,7 @@ static void test_vec_dot_extremes(void **state) {
 
 static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
                                      TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K,
-                                     TKV_TYPE_IQ4_NL};
+                                     TKV_TYPE_IQ4_NL, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M};
 
 /*
  * One product through a level's gemm entry (or, with pk, its packed entry
@@ -568,7 +568,10 @@ static void test_gemm_extremes(void **state) {
                     if (t == TKV_TYPE_TQ1_0 || t == TKV_TYPE_TQ2_0) q0 = 0, q1 = bsz - 2;
                     if (t == TKV_TYPE_Q2_K) q0 = 16, q1 = 80;
                     if (t == TKV_TYPE_Q3_K) q0 = 0, q1 = 96;
+                    if (t == TKV_TYPE_IQ1_M) q0 = 0, q1 = 48; /* qs, qh: the scales hold d */
                     memset(blk + q0, fill, q1 - q0);
+                    if (t == TKV_TYPE_IQ1_M && r >= 4)
+                        for (int j = 0; j < 4; j++) blk[48 + 2 * j] = 0xff, blk[49 + 2 * j] |= 0x0f; /* scales 7, d kept */
                     if (t == TKV_TYPE_Q6_K && r >= 4) memset(blk + 192, 0x80, 16); /* scales -128 */
                     if ((t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K) && r >= 4) memset(blk + 4, 0xff, 12); /* scales, mins 63 */
                     if (t == TKV_TYPE_Q2_K && r >= 4) memset(blk, 0xff, 16);      /* scales, mins 15 */
