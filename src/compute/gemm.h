@@ -16,7 +16,7 @@
  *     block, so the tiled kernels (gemm_q4_0_avx2.c, gemm_q4_0_avx512.c)
  *     can hold a row per lane and reduce a block with no horizontal sum.
  *   - Q8_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (avx2 and
- *     avx512 alike): lane-wise. Per (row, token), 8 int32 lanes per block
+ *     avx512 alike), IQ3_XXS and IQ3_S: lane-wise. Per (row, token), 8 int32 lanes per block
  *     (lane j sums products of elements 4j..4j+3 of each 32-element group,
  *     times group scales), converted to float and fma'd with the block's
  *     scale product into 8 float lanes (Q8_0: two accumulators, even and
@@ -95,6 +95,19 @@ void tkv__gemm_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, con
                              float *y, size_t ldy);
 void tkv__gemm_iq4_nl_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+
+/* gemm_iq3_avx512.c / gemm_iq3_avx2.c: IQ3_XXS's and IQ3_S's products, bit for bit the avx2 vec_dots
+   (kernels_avx2_iq3.c), which the avx512 table keeps (declared in quant_iq.h too) */
+float tkv__kernel_dot_iq3_xxs_avx2(size_t n, const void *w, const void *a);
+float tkv__kernel_dot_iq3_s_avx2(size_t n, const void *w, const void *a);
+void tkv__gemm_iq3_xxs_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                              float *y, size_t ldy);
+void tkv__gemm_iq3_s_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy);
+void tkv__gemm_iq3_xxs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy);
+void tkv__gemm_iq3_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                          float *y, size_t ldy);
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);

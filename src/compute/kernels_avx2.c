@@ -848,6 +848,8 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx2,
             [TKV_TYPE_IQ1_S] = tkv__gemm_iq1_s_avx2, /* kernels_avx2_iq1.c */
             [TKV_TYPE_IQ1_M] = tkv__gemm_iq1_m_avx2,
+            [TKV_TYPE_IQ3_XXS] = tkv__gemm_iq3_xxs_avx2, /* gemm_iq3_avx2.c */
+            [TKV_TYPE_IQ3_S] = tkv__gemm_iq3_s_avx2,
         },
     .packed =
         {

@@ -80,16 +80,17 @@ float tkv__kernel_dot_iq3_xxs_avx2(size_t n, const void *w, const void *a) {
 float tkv__kernel_dot_iq3_s_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq3_s *x = w;
     const tkv__block_q8_K *y = a;
+    const __m256i shift = _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1), bit8 = _mm256_set1_epi32(0x100);
     __m256 acc = _mm256_setzero_ps();
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         __m256i sumi = _mm256_setzero_si256();
         for (int b = 0; b < 8; b++) {
-            const uint8_t *lo = x[i].qs + 8 * b;
-            const unsigned hi = x[i].qh[b];
-            uint32_t e[8]; /* grid entries of the 8 groups, index bit 8 from qh */
-            for (int k = 0; k < 8; k++) e[k] = tkv__iq3s_grid[lo[k] | ((hi >> k) & 1) << 8];
-            const __m256i g = _mm256_setr_epi32((int)e[0], (int)e[1], (int)e[2], (int)e[3], (int)e[4], (int)e[5],
-                                                (int)e[6], (int)e[7]);
+            /* the 8 grid indices in lanes (bit k of qh[b] moved to bit 8 of lane k), then one gather:
+               the scalar index arithmetic was most of the time (IQ3_XXS's 8-bit indices gain nothing
+               from a gather on Zen 4: it was slower there) */
+            const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(x[i].qs + 8 * b)));
+            const __m256i hi = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(x[i].qh[b]), shift), bit8);
+            const __m256i g = _mm256_i32gather_epi32((const int *)tkv__iq3s_grid, _mm256_or_si256(lo, hi), 4);
             uint32_t sign_bits;
             memcpy(&sign_bits, x[i].signs + 4 * b, 4);
             const int ls = (x[i].scales[b / 2] >> (4 * (b % 2))) & 0x0f;

@@ -309,6 +309,8 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_K] = dot_q5_K,
             [TKV_TYPE_Q6_K] = dot_q6_K,
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx512,
+            [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* kernels_avx2_iq3.c's: the tiled products follow it */
+            [TKV_TYPE_IQ3_S] = tkv__kernel_dot_iq3_s_avx2,
         },
     /* tiled products (gemm_avx512.c), bit for bit these vec_dots */
     .gemm =
@@ -324,6 +326,8 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,
             [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx512,
+            [TKV_TYPE_IQ3_XXS] = tkv__gemm_iq3_xxs_avx512, /* gemm_iq3_avx512.c */
+            [TKV_TYPE_IQ3_S] = tkv__gemm_iq3_s_avx512,
         },
     .gemv =
         {

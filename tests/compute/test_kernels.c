@@ -356,6 +356,7 @@ static void test_vec_dot_extremes(void **state) {
                     if (t == TKV_TYPE_TQ1_0 || t == TKV_TYPE_TQ2_0) q0 = 0, q1 = bsz - 2;
                     if (t == TKV_TYPE_Q2_K) q0 = 16, q1 = 80;
                     if (t == TKV_TYPE_Q3_K) q0 = 0, q1 = 96;
+                    /* IQ3_XXS, IQ3_S: everything after d (indices, signs, scales 15 with 0xff) */
                     if (t == TKV_TYPE_IQ1_M) q0 = 0, q1 = 48; /* qs, qh: the scales hold d */
                     memset(blk + q0, fill, q1 - q0);
                 }
@@ -382,7 +383,8 @@ static void test_vec_dot_extremes(void **state) {
 
 static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
                                      TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K,
-                                     TKV_TYPE_IQ4_NL, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M};
+                                     TKV_TYPE_IQ4_NL, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M, TKV_TYPE_IQ3_XXS,
+                                     TKV_TYPE_IQ3_S};
 
 /*
  * One product through a level's gemm entry (or, with pk, its packed entry
@@ -466,12 +468,14 @@ static void test_gemm_levels(void **state) {
      * 32-element blocks: chunks of K of 32 blocks (avx512; 64 for avx2),
      * then chunks of up to 32 tokens (avx512; 64 for avx2), or of up to 256
      * when K fits one chunk; the K types: chunks of 8 blocks, tables of
-     * 256 / blocks tiles of 4 tokens. Long batches (second number) cross
-     * chunks of tokens in both modes.
+     * 256 / blocks tiles of 4 tokens; IQ3_XXS and IQ3_S: chunks of 16
+     * super-blocks (avx512) or 32 (avx2), of 64 tokens. Long batches
+     * (second number) cross chunks of tokens in both modes.
      */
     static const size_t lens32[][2] = {{32, 0},    {64, 0},   {96, 0},   {768, 300}, {1024, 0},
                                        {1088, 40}, {2048, 0}, {2080, 0}, {4160, 70}};
-    static const size_t lens256[][2] = {{256, 0}, {512, 0}, {768, 0}, {2048, 130}, {2304, 70}, {256 * 17, 0}};
+    static const size_t lens256[][2] = {{256, 0}, {512, 0}, {768, 0}, {2048, 130}, {2304, 70}, {256 * 17, 0},
+                                        {256 * 33, 0}};
     int levels = 0;
     for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
         const tkv__kernels *k = tkv__kernel_table((tkv__kernel_level)l);
