@@ -30,6 +30,7 @@ set(TKV_KERNEL_SOURCES
   compute/gemm_float_avx2.c
   compute/gemm_iq4nl_avx512.c
   compute/gemm_iq4nl_avx2.c
+  compute/gemm_iq2_avx2.c
   compute/ops.c
 )
 
@@ -40,7 +41,7 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
     compute/gemm_q23k_avx512.c compute/gemm_iq4nl_avx512.c compute/gemm_float_avx512.c PROPERTIES
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c")
   set_source_files_properties(compute/gemm_avx2.c compute/gemm_q4_0_avx2.c compute/gemm_q5_avx2.c compute/gemm_q23k_avx2.c
-    compute/gemm_iq4nl_avx2.c compute/gemm_float_avx2.c PROPERTIES
+    compute/gemm_iq4nl_avx2.c compute/gemm_iq2_avx2.c compute/gemm_float_avx2.c PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
 endif()
 

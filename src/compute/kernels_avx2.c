@@ -391,7 +391,7 @@ static inline __m256i iq2_halves(uint8_t sc) {
     return k_scale_pairs(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1);
 }
 
-static float dot_iq2_xxs(size_t n, const void *w, const void *a) {
+float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq2_xxs *x = w;
     const tkv__block_q8_K *y = a;
     __m256 acc = _mm256_setzero_ps();
@@ -412,7 +412,7 @@ static float dot_iq2_xxs(size_t n, const void *w, const void *a) {
     return 0.125f * hsum_f32(acc);
 }
 
-static float dot_iq2_xs(size_t n, const void *w, const void *a) {
+float tkv__dot_iq2_xs_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq2_xs *x = w;
     const tkv__block_q8_K *y = a;
     __m256 acc = _mm256_setzero_ps();
@@ -431,7 +431,7 @@ static float dot_iq2_xs(size_t n, const void *w, const void *a) {
     return 0.125f * hsum_f32(acc);
 }
 
-static float dot_iq2_s(size_t n, const void *w, const void *a) {
+float tkv__dot_iq2_s_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq2_s *x = w;
     const tkv__block_q8_K *y = a;
     __m256 acc = _mm256_setzero_ps();
@@ -820,9 +820,9 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
             [TKV_TYPE_TQ1_0] = dot_tq1_0,
             [TKV_TYPE_TQ2_0] = dot_tq2_0,
-            [TKV_TYPE_IQ2_XXS] = dot_iq2_xxs,
-            [TKV_TYPE_IQ2_XS] = dot_iq2_xs,
-            [TKV_TYPE_IQ2_S] = dot_iq2_s,
+            [TKV_TYPE_IQ2_XXS] = tkv__dot_iq2_xxs_avx2, /* gemm_iq2_avx2.c: its tiled product */
+            [TKV_TYPE_IQ2_XS] = tkv__dot_iq2_xs_avx2,
+            [TKV_TYPE_IQ2_S] = tkv__dot_iq2_s_avx2,
             [TKV_TYPE_IQ1_S] = tkv__dot_iq1_s_avx2, /* kernels_avx2_iq1.c */
             [TKV_TYPE_IQ1_M] = tkv__dot_iq1_m_avx2,
             [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* kernels_avx2_iq3.c */
@@ -846,6 +846,9 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,
             [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx2,
+            [TKV_TYPE_IQ2_XXS] = tkv__gemm_iq2_xxs_avx2, /* gemm_iq2_avx2.c */
+            [TKV_TYPE_IQ2_XS] = tkv__gemm_iq2_xs_avx2,
+            [TKV_TYPE_IQ2_S] = tkv__gemm_iq2_s_avx2,
         },
     .packed =
         {

@@ -309,6 +309,9 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_K] = dot_q5_K,
             [TKV_TYPE_Q6_K] = dot_q6_K,
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx512,
+            [TKV_TYPE_IQ2_XXS] = tkv__dot_iq2_xxs_avx2, /* kernels_avx2.c's, with gemm_iq2_avx2.c's products */
+            [TKV_TYPE_IQ2_XS] = tkv__dot_iq2_xs_avx2,
+            [TKV_TYPE_IQ2_S] = tkv__dot_iq2_s_avx2,
         },
     /* tiled products (gemm_avx512.c), bit for bit these vec_dots */
     .gemm =
@@ -324,6 +327,9 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,
             [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx512,
+            [TKV_TYPE_IQ2_XXS] = tkv__gemm_iq2_xxs_avx2,
+            [TKV_TYPE_IQ2_XS] = tkv__gemm_iq2_xs_avx2,
+            [TKV_TYPE_IQ2_S] = tkv__gemm_iq2_s_avx2,
         },
     .gemv =
         {
