@@ -412,24 +412,7 @@ float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a) {
     return 0.125f * hsum_f32(acc);
 }
 
-float tkv__dot_iq2_xs_avx2(size_t n, const void *w, const void *a) {
-    const tkv__block_iq2_xs *x = w;
-    const tkv__block_q8_K *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int b = 0; b < 8; b++) {
-            uint16_t q[4]; /* 9-bit grid index, 7-bit sign index */
-            memcpy(q, (const uint8_t *)x[i].qs + 8 * b, 8);
-            const uint32_t signs = tkv__iq_signs[q[0] >> 9] | (uint32_t)tkv__iq_signs[q[1] >> 9] << 8 |
-                                   (uint32_t)tkv__iq_signs[q[2] >> 9] << 16 | (uint32_t)tkv__iq_signs[q[3] >> 9] << 24;
-            const __m256i g = iq2_grid4(tkv__iq2xs_grid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
-            sumi = iq2_sub(sumi, g, signs, y[i].qs + 32 * b, iq2_halves(x[i].scales[b]));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return 0.125f * hsum_f32(acc);
-}
+/* IQ2_XS: kernels_avx2_iq2.c */
 
 float tkv__dot_iq2_s_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq2_s *x = w;
@@ -821,7 +804,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_TQ1_0] = dot_tq1_0,
             [TKV_TYPE_TQ2_0] = dot_tq2_0,
             [TKV_TYPE_IQ2_XXS] = tkv__dot_iq2_xxs_avx2, /* gemm_iq2_avx2.c: its tiled product */
-            [TKV_TYPE_IQ2_XS] = tkv__dot_iq2_xs_avx2,
+            [TKV_TYPE_IQ2_XS] = tkv__dot_iq2_xs_avx2, /* kernels_avx2_iq2.c */
             [TKV_TYPE_IQ2_S] = tkv__dot_iq2_s_avx2,
             [TKV_TYPE_IQ1_S] = tkv__dot_iq1_s_avx2, /* kernels_avx2_iq1.c */
             [TKV_TYPE_IQ1_M] = tkv__dot_iq1_m_avx2,
