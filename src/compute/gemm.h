@@ -16,12 +16,12 @@
  *     block, so the tiled kernels (gemm_q4_0_avx2.c, gemm_q4_0_avx512.c)
  *     can hold a row per lane and reduce a block with no horizontal sum.
  *   - Q8_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (avx2 and
- *     avx512 alike), IQ3_XXS and IQ3_S: lane-wise. Per (row, token), 8 int32 lanes per block
+ *     avx512 alike), the IQ2 types, IQ3_XXS and IQ3_S: lane-wise. Per (row, token), 8 int32 lanes per block
  *     (lane j sums products of elements 4j..4j+3 of each 32-element group,
  *     times group scales), converted to float and fma'd with the block's
  *     scale product into 8 float lanes (Q8_0: two accumulators, even and
  *     odd blocks), then the lanes added as ((v0+v4) + (v2+v6)) + ((v1+v5)
- *     + (v3+v7)) (IQ1_S, IQ1_M: kernels_avx2_iq1.c's own sums); Q4_K and Q5_K also subtract a scalar sum of dmin *
+ *     + (v3+v7)) (IQ1_S, IQ1_M: kernels_avx2_iq1.c's own sums); the IQ2 types multiply that sum by 0.125f; Q4_K and Q5_K also subtract a scalar sum of dmin *
  *     (mins . bsums); Q4_1 and Q5_1 add, after the lanes, a float running
  *     sum of m_w * s_a over the blocks in order (each product rounded, then
  *     added); Q2_K fmas its -dmin * (mins . bsums) lanes into the same 8
@@ -107,6 +107,18 @@ void tkv__gemm_iq3_s_avx512(size_t n, const void *w, size_t wrs, size_t nr, cons
 void tkv__gemm_iq3_xxs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                             float *y, size_t ldy);
 void tkv__gemm_iq3_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                          float *y, size_t ldy);
+
+/* gemm_iq2_avx2.c: IQ2_XXS, IQ2_XS and IQ2_S, bit for bit kernels_avx2.c's vec_dots (which the avx512
+   table keeps, with these products) */
+float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a);
+float tkv__dot_iq2_xs_avx2(size_t n, const void *w, const void *a);
+float tkv__dot_iq2_s_avx2(size_t n, const void *w, const void *a);
+void tkv__gemm_iq2_xxs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy);
+void tkv__gemm_iq2_xs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_iq2_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,

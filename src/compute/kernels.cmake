@@ -17,6 +17,7 @@ set(TKV_KERNEL_SOURCES
   compute/kernels_avx2.c
   compute/kernels_avx2_iq1.c
   compute/kernels_avx2_iq3.c
+  compute/kernels_avx2_iq2.c
   compute/kernels_avx512.c
   compute/gemm_avx2.c
   compute/gemm_avx512.c
@@ -32,17 +33,18 @@ set(TKV_KERNEL_SOURCES
   compute/gemm_iq4nl_avx2.c
   compute/gemm_iq3_avx512.c
   compute/gemm_iq3_avx2.c
+  compute/gemm_iq2_avx2.c
   compute/ops.c
 )
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  set_source_files_properties(compute/kernels_avx2.c compute/kernels_avx2_iq1.c compute/kernels_avx2_iq3.c PROPERTIES
+  set_source_files_properties(compute/kernels_avx2.c compute/kernels_avx2_iq1.c compute/kernels_avx2_iq3.c compute/kernels_avx2_iq2.c PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
   set_source_files_properties(compute/kernels_avx512.c compute/gemm_avx512.c compute/gemm_q4_0_avx512.c compute/gemm_q5_avx512.c
     compute/gemm_q23k_avx512.c compute/gemm_iq4nl_avx512.c compute/gemm_iq3_avx512.c compute/gemm_float_avx512.c PROPERTIES
     COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c")
   set_source_files_properties(compute/gemm_avx2.c compute/gemm_q4_0_avx2.c compute/gemm_q5_avx2.c compute/gemm_q23k_avx2.c
-    compute/gemm_iq4nl_avx2.c compute/gemm_iq3_avx2.c compute/gemm_float_avx2.c PROPERTIES
+    compute/gemm_iq4nl_avx2.c compute/gemm_iq3_avx2.c compute/gemm_iq2_avx2.c compute/gemm_float_avx2.c PROPERTIES
     COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
 endif()
 

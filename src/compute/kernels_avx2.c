@@ -368,7 +368,8 @@ static float dot_tq1_0(size_t n, const void *w, const void *a) {
 }
 
 /*
- * IQ2_XXS, IQ2_XS, IQ2_S, in the reference's lanes: per sub-block of 32 the
+ * IQ2_XXS, IQ2_XS, IQ2_S (the last two in kernels_avx2_iq2.c, the same
+ * lanes), in the reference's lanes: per sub-block of 32 the
  * four codebook entries as 32 unsigned bytes, the signs moved onto the
  * activations (|a| <= 127, so negating never overflows), the products as
  * int16 pairs (maddubs: at most 2 * 43 * 127, no saturation), then pairs of
@@ -387,11 +388,7 @@ static inline __m256i iq2_grid4(const uint64_t *grid, unsigned i0, unsigned i1, 
     return _mm256_set_epi64x((long long)grid[i3], (long long)grid[i2], (long long)grid[i1], (long long)grid[i0]);
 }
 
-static inline __m256i iq2_halves(uint8_t sc) {
-    return k_scale_pairs(2 * (sc & 15) + 1, 2 * (sc >> 4) + 1);
-}
-
-static float dot_iq2_xxs(size_t n, const void *w, const void *a) {
+float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq2_xxs *x = w;
     const tkv__block_q8_K *y = a;
     __m256 acc = _mm256_setzero_ps();
@@ -412,44 +409,7 @@ static float dot_iq2_xxs(size_t n, const void *w, const void *a) {
     return 0.125f * hsum_f32(acc);
 }
 
-static float dot_iq2_xs(size_t n, const void *w, const void *a) {
-    const tkv__block_iq2_xs *x = w;
-    const tkv__block_q8_K *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int b = 0; b < 8; b++) {
-            uint16_t q[4]; /* 9-bit grid index, 7-bit sign index */
-            memcpy(q, (const uint8_t *)x[i].qs + 8 * b, 8);
-            const uint32_t signs = tkv__iq_signs[q[0] >> 9] | (uint32_t)tkv__iq_signs[q[1] >> 9] << 8 |
-                                   (uint32_t)tkv__iq_signs[q[2] >> 9] << 16 | (uint32_t)tkv__iq_signs[q[3] >> 9] << 24;
-            const __m256i g = iq2_grid4(tkv__iq2xs_grid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511);
-            sumi = iq2_sub(sumi, g, signs, y[i].qs + 32 * b, iq2_halves(x[i].scales[b]));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return 0.125f * hsum_f32(acc);
-}
-
-static float dot_iq2_s(size_t n, const void *w, const void *a) {
-    const tkv__block_iq2_s *x = w;
-    const tkv__block_q8_K *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int b = 0; b < 8; b++) {
-            const uint8_t *lo = x[i].qs + 4 * b;
-            const unsigned hi = x[i].qh[b];
-            uint32_t signs;
-            memcpy(&signs, x[i].qs + 32 + 4 * b, 4);
-            const __m256i g = iq2_grid4(tkv__iq2s_grid, lo[0] | (hi & 3) << 8, lo[1] | (hi >> 2 & 3) << 8,
-                                        lo[2] | (hi >> 4 & 3) << 8, lo[3] | (hi >> 6) << 8);
-            sumi = iq2_sub(sumi, g, signs, y[i].qs + 32 * b, iq2_halves(x[i].scales[b]));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return 0.125f * hsum_f32(acc);
-}
+/* IQ2_XS, IQ2_S: kernels_avx2_iq2.c */
 
 static float dot_q4_1(size_t n, const void *w, const void *a) {
     const tkv__block_q4_1 *x = w;
@@ -820,9 +780,9 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
             [TKV_TYPE_TQ1_0] = dot_tq1_0,
             [TKV_TYPE_TQ2_0] = dot_tq2_0,
-            [TKV_TYPE_IQ2_XXS] = dot_iq2_xxs,
-            [TKV_TYPE_IQ2_XS] = dot_iq2_xs,
-            [TKV_TYPE_IQ2_S] = dot_iq2_s,
+            [TKV_TYPE_IQ2_XXS] = tkv__dot_iq2_xxs_avx2, /* gemm_iq2_avx2.c: its tiled product */
+            [TKV_TYPE_IQ2_XS] = tkv__dot_iq2_xs_avx2, /* kernels_avx2_iq2.c */
+            [TKV_TYPE_IQ2_S] = tkv__dot_iq2_s_avx2, /* kernels_avx2_iq2.c */
             [TKV_TYPE_IQ1_S] = tkv__dot_iq1_s_avx2, /* kernels_avx2_iq1.c */
             [TKV_TYPE_IQ1_M] = tkv__dot_iq1_m_avx2,
             [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* kernels_avx2_iq3.c */
@@ -850,6 +810,9 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_IQ1_M] = tkv__gemm_iq1_m_avx2,
             [TKV_TYPE_IQ3_XXS] = tkv__gemm_iq3_xxs_avx2, /* gemm_iq3_avx2.c */
             [TKV_TYPE_IQ3_S] = tkv__gemm_iq3_s_avx2,
+            [TKV_TYPE_IQ2_XXS] = tkv__gemm_iq2_xxs_avx2, /* gemm_iq2_avx2.c */
+            [TKV_TYPE_IQ2_XS] = tkv__gemm_iq2_xs_avx2,
+            [TKV_TYPE_IQ2_S] = tkv__gemm_iq2_s_avx2,
         },
     .packed =
         {

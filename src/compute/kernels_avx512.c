@@ -311,6 +311,9 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx512,
             [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* kernels_avx2_iq3.c's: the tiled products follow it */
             [TKV_TYPE_IQ3_S] = tkv__kernel_dot_iq3_s_avx2,
+            [TKV_TYPE_IQ2_XXS] = tkv__dot_iq2_xxs_avx2, /* kernels_avx2.c's, with gemm_iq2_avx2.c's products */
+            [TKV_TYPE_IQ2_XS] = tkv__dot_iq2_xs_avx2,
+            [TKV_TYPE_IQ2_S] = tkv__dot_iq2_s_avx2,
         },
     /* tiled products (gemm_avx512.c), bit for bit these vec_dots */
     .gemm =
@@ -328,6 +331,9 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx512,
             [TKV_TYPE_IQ3_XXS] = tkv__gemm_iq3_xxs_avx512, /* gemm_iq3_avx512.c */
             [TKV_TYPE_IQ3_S] = tkv__gemm_iq3_s_avx512,
+            [TKV_TYPE_IQ2_XXS] = tkv__gemm_iq2_xxs_avx2,
+            [TKV_TYPE_IQ2_XS] = tkv__gemm_iq2_xs_avx2,
+            [TKV_TYPE_IQ2_S] = tkv__gemm_iq2_s_avx2,
         },
     .gemv =
         {

@@ -357,6 +357,9 @@ static void test_vec_dot_extremes(void **state) {
                     if (t == TKV_TYPE_Q2_K) q0 = 16, q1 = 80;
                     if (t == TKV_TYPE_Q3_K) q0 = 0, q1 = 96;
                     /* IQ3_XXS, IQ3_S: everything after d (indices, signs, scales 15 with 0xff) */
+                    /* IQ2: indices and signs (IQ2_S: its qh too); 0xff: the last codebook entries, all signs */
+                    if (t == TKV_TYPE_IQ2_XS) q1 = 66;
+                    if (t == TKV_TYPE_IQ2_S) q1 = 74;
                     if (t == TKV_TYPE_IQ1_M) q0 = 0, q1 = 48; /* qs, qh: the scales hold d */
                     memset(blk + q0, fill, q1 - q0);
                 }
@@ -383,8 +386,8 @@ static void test_vec_dot_extremes(void **state) {
 
 static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
                                      TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K,
-                                     TKV_TYPE_IQ4_NL, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M, TKV_TYPE_IQ3_XXS,
-                                     TKV_TYPE_IQ3_S};
+                                     TKV_TYPE_IQ4_NL, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M, TKV_TYPE_IQ2_XXS,
+                                     TKV_TYPE_IQ2_XS, TKV_TYPE_IQ2_S, TKV_TYPE_IQ3_XXS, TKV_TYPE_IQ3_S};
 
 /*
  * One product through a level's gemm entry (or, with pk, its packed entry
@@ -573,6 +576,9 @@ static void test_gemm_extremes(void **state) {
                     if (t == TKV_TYPE_Q2_K) q0 = 16, q1 = 80;
                     if (t == TKV_TYPE_Q3_K) q0 = 0, q1 = 96;
                     if (t == TKV_TYPE_IQ1_M) q0 = 0, q1 = 48; /* qs, qh: the scales hold d */
+                    /* IQ2: indices and signs (IQ2_S: its qh too); 0xff: the last codebook entries, all signs */
+                    if (t == TKV_TYPE_IQ2_XS) q1 = 66;
+                    if (t == TKV_TYPE_IQ2_S) q1 = 74;
                     memset(blk + q0, fill, q1 - q0);
                     if (t == TKV_TYPE_IQ1_M && r >= 4)
                         for (int j = 0; j < 4; j++) blk[48 + 2 * j] = 0xff, blk[49 + 2 * j] |= 0x0f; /* scales 7, d kept */
@@ -580,6 +586,8 @@ static void test_gemm_extremes(void **state) {
                     if ((t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K) && r >= 4) memset(blk + 4, 0xff, 12); /* scales, mins 63 */
                     if (t == TKV_TYPE_Q2_K && r >= 4) memset(blk, 0xff, 16);      /* scales, mins 15 */
                     if (t == TKV_TYPE_Q3_K && r >= 4) memset(blk + 96, 0x00, 12); /* scales -32 */
+                    /* IQ2_XS, IQ2_S: every ls 15 (IQ2_XXS's are in its quant words) */
+                    if ((t == TKV_TYPE_IQ2_XS || t == TKV_TYPE_IQ2_S) && r >= 4) memset(blk + q1, 0xff, 8);
                 }
             }
             for (size_t tok = 0; tok < n_tok; tok++) {
