@@ -19,6 +19,7 @@
  * vector per tile, lane 4k + u = row k, token u.
  */
 #include "gemm.h"
+#include "gemm_avx2_util.h"
 #include "quant.h"
 
 #include <assert.h>
@@ -29,73 +30,10 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
-#define INLINE static inline __attribute__((always_inline))
-/* fully unrolled tile loops: the accumulators then live in registers */
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-#define LOADA256(p) _mm256_load_si256((const __m256i *)(const void *)(p))
-
 /* Tokens per chunk of tokens, as in gemm_avx512.c. */
 #define TC_MAX 64
 #define TC_DIRECT 256
 #define TAB_BYTES 32768
-
-static inline float f16(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
-/*
- * Horizontal sums of 8 pairs of 8 float lanes, in the order of the vec_dot's
- * hsum: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). a[i]: row i % 2,
- * token i / 2. Returns lane 4k + u = row k, token u.
- */
-static inline __m256 reduce8(const __m256 a[8]) {
-    __m256 s[4];
-    for (int m = 0; m < 4; m++) /* [v0..3 + v4..7 of a[2m] | of a[2m + 1]] */
-        s[m] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x20),
-                             _mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x31));
-    const __m256 w01 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m256 w23 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    /* lane 4k + m: a[2m + k], i.e. token m, row k */
-    return _mm256_add_ps(_mm256_shuffle_ps(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm256_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-/* Store lane 4k + u (k < nrow, u < ntok) of v to y[u * ldy + k]. */
-static inline void store_tile(float *y, size_t ldy, __m256 v, int nrow, int ntok) {
-    alignas(32) float o[8];
-    _mm256_store_ps(o, v);
-    for (int u = 0; u < ntok; u++) {
-        y[(size_t)u * ldy] = o[u];
-        if (nrow > 1) y[(size_t)u * ldy + 1] = o[4 + u];
-    }
-}
-
-/* The tiles of a chunk of tn tokens: 4 tokens each, then 2, 1 (no padding). */
-static int plan_tiles(size_t tn, size_t *start, int *len) {
-    int nt = 0;
-    for (size_t u = 0; u < tn;) {
-        const size_t rem = tn - u;
-        const int t = rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-        start[nt] = u;
-        len[nt++] = t;
-        u += (size_t)t;
-    }
-    return nt;
-}
-
-/* Prefetch what the next panel unpacks (see gemm_avx512.c). */
-static inline void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size_t len) {
-    for (int k = 0; k < nrow; k++)
-        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
-}
 
 static inline void prefetch_next(const uint8_t *w, size_t wrs, size_t nr, const uint8_t *const *rows, size_t r,
                                  size_t nb, size_t k1, size_t kc, size_t bs) {

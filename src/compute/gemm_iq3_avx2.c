@@ -9,6 +9,7 @@
  * 16 ymm registers a second row would spill.
  */
 #include "gemm.h"
+#include "gemm_avx2_util.h"
 #include "gemm_iq3.h"
 
 #include <stdalign.h>
@@ -16,19 +17,10 @@
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
-#define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-#define LOADA256(p) _mm256_load_si256((const __m256i *)(const void *)(p))
-
 #define T_MAX 4  /* tokens per tile */
 #define TC 64    /* tokens per chunk: the stash holds their accumulators */
 #define KC 32    /* super-blocks per chunk of K: an 18 KiB panel */
 #define QB ((size_t)sizeof(tkv__block_q8_K))
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
 
 /* Super-blocks i0 .. i1 - 1 (panel from k0) of one row with T tokens; st: T x 8 float lanes. */
 INLINE void tile(const iq3_pan *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, float *st, int init,

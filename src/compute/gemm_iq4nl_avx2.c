@@ -8,6 +8,7 @@
  * why).
  */
 #include "gemm.h"
+#include "gemm_avx2_util.h"
 #include "quant.h"
 
 #include <assert.h>
@@ -19,12 +20,6 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
-#define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-#define LOADA256(p) _mm256_load_si256((const __m256i *)(const void *)(p))
-
 /* Chunks of tokens and their tables: as gemm_avx2.c. */
 #define TC_MAX 64
 #define TC_DIRECT 256
@@ -35,63 +30,12 @@
 #define BS ((size_t)sizeof(tkv__block_iq4_nl))
 #define QB ((size_t)sizeof(tkv__block_q8_0))
 
-static inline float f16(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
-static inline float blk_d(const uint8_t *blk) {
-    uint16_t h;
-    memcpy(&h, blk, 2);
-    return f16(h);
-}
-
-/* Reduction, store, tile plan and prefetch: gemm_avx2.c's, whose comments say why. Lane 4k + u: row k, token u. */
-static inline __m256 reduce8(const __m256 a[8]) {
-    __m256 s[4];
-    for (int m = 0; m < 4; m++)
-        s[m] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x20),
-                             _mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x31));
-    const __m256 w01 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m256 w23 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm256_add_ps(_mm256_shuffle_ps(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm256_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-static int plan_tiles(size_t tn, size_t *start, int *len) {
-    int nt = 0;
-    for (size_t u = 0; u < tn;) {
-        const size_t rem = tn - u;
-        const int t = rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-        start[nt] = u;
-        len[nt++] = t;
-        u += (size_t)t;
-    }
-    return nt;
-}
-
-static inline void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size_t len) {
-    for (int k = 0; k < nrow; k++)
-        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
-}
-
 /* One block of one row, unpacked (96 bytes): gemm_avx2.c's Q8_0 panel entry. */
 typedef struct p32 {
     int8_t w[32];  /* the codebook values */
     uint8_t a[32]; /* their magnitudes */
     float d[8];    /* the row's scale, 8 times */
 } p32;
-
-/* 16 bytes of nibbles to 32 indices: low nibbles (elements 0-15), then high. */
-static inline __m256i nibbles32(const uint8_t *qs) {
-    const __m128i b = LOAD128(qs), m = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
-}
 
 INLINE void p32_iq4nl(p32 *e, const uint8_t *row, size_t i, __m256i book) {
     const uint8_t *b = row + i * BS;

@@ -18,6 +18,7 @@
  * lanes of mins . bsums, then for both the fma of d_a d with the lanes.
  */
 #include "gemm.h"
+#include "gemm_avx2_util.h"
 #include "gemm_q23k.h"
 #include "quant.h"
 
@@ -28,12 +29,6 @@
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
-
-#define INLINE static inline __attribute__((always_inline))
-/* fully unrolled tile loops: the accumulators then live in registers */
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-#define LOADA256(p) _mm256_load_si256((const __m256i *)(const void *)(p))
 
 #define TK 4          /* tokens per tile */
 #define KC 8          /* blocks per chunk of K */
@@ -50,61 +45,6 @@ typedef struct pq {
     float dmin[8];    /* Q2_K: its dmin, 8 times */
     int16_t mn[16];   /* Q2_K: the 16 mins */
 } pq;
-
-static inline float f16(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
-/*
- * Horizontal sums of 8 (row, token) pairs of 8 float lanes in the vec_dot's
- * order, ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)); a[i]: row i % 2,
- * token i / 2. Lane 4k + u of the result: row k, token u (gemm_avx2.c's).
- */
-static inline __m256 reduce8(const __m256 a[8]) {
-    __m256 s[4];
-    for (int m = 0; m < 4; m++)
-        s[m] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x20),
-                             _mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x31));
-    const __m256 w01 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m256 w23 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm256_add_ps(_mm256_shuffle_ps(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm256_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-/* Store lane 4k + u (k < nrow, u < ntok) of v to y[u * ldy + k]. */
-static inline void store_tile(float *y, size_t ldy, __m256 v, int nrow, int ntok) {
-    alignas(32) float o[8];
-    _mm256_store_ps(o, v);
-    for (int u = 0; u < ntok; u++) {
-        y[(size_t)u * ldy] = o[u];
-        if (nrow > 1) y[(size_t)u * ldy + 1] = o[4 + u];
-    }
-}
-
-/* The tiles of a chunk of tn tokens: 4 tokens each, then 2, 1 (no padding). */
-static int plan_tiles(size_t tn, size_t *start, int *len) {
-    int nt = 0;
-    for (size_t u = 0; u < tn;) {
-        const size_t rem = tn - u;
-        const int t = rem >= TK ? TK : rem >= 2 ? 2 : 1;
-        start[nt] = u;
-        len[nt++] = t;
-        u += (size_t)t;
-    }
-    return nt;
-}
-
-/* The weights the next panel unpacks: a panel reads too few lines per row for the hardware prefetcher. */
-static inline void prefetch_rows(const uint8_t *const *rows, size_t off, size_t len) {
-    for (int k = 0; k < 2; k++)
-        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
-}
 
 static void pq_fill(pq *e, const uint8_t *row, size_t i, int three) {
     const uint8_t *blk = row + i * (three ? Q3B : Q2B);
@@ -232,10 +172,10 @@ static void gemm23(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
                 for (size_t i = k0; i < k1; i++)
                     for (int k = 0; k < 2; k++) pq_fill(&b.pan[2 * (i - k0) + (size_t)k], rows[k], i, three);
                 if (k1 < nb) {
-                    prefetch_rows(rows, k1 * bs, min_sz(KC, nb - k1) * bs);
+                    prefetch_rows(rows, 2, k1 * bs, min_sz(KC, nb - k1) * bs);
                 } else if (r + 2 < nr) {
                     const uint8_t *nx[2] = {w + (r + 2) * wrs, w + min_sz(r + 3, nr - 1) * wrs};
-                    prefetch_rows(nx, 0, min_sz(KC, nb) * bs);
+                    prefetch_rows(nx, 2, 0, min_sz(KC, nb) * bs);
                 }
                 for (int j = 0; j < ntile; j++) {
                     const int T = b.tlen[j];

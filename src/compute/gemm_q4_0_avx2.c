@@ -15,6 +15,7 @@
  * 32 multiply-adds per (row, token), against 6 in the lane-wise order.
  */
 #include "gemm.h"
+#include "gemm_avx2_util.h"
 #include "quant.h"
 
 #include <assert.h>
@@ -24,11 +25,6 @@
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
-
-#define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 
 enum {
     ROWS = 8,     /* rows per panel (a ymm's lanes) */
@@ -51,10 +47,6 @@ typedef struct tokb {
     int32_t corr;
     float d;
 } tokb;
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
 
 static void tok_fill(tokb *tab, const uint8_t *row, size_t nb) {
     const __m256i eight = _mm256_set1_epi8(8), one = _mm256_set1_epi16(1);

@@ -18,6 +18,7 @@
  *     dot_i8 (pairs of at most 2 * 16 * 127: no saturation).
  */
 #include "gemm.h"
+#include "gemm_avx2_util.h"
 #include "quant.h"
 
 #include <assert.h>
@@ -28,13 +29,6 @@
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
-
-#define INLINE static inline __attribute__((always_inline))
-/* fully unrolled tile loops: the accumulators then live in registers */
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-#define LOADA256(p) _mm256_load_si256((const __m256i *)(const void *)(p))
 
 enum {
     T5 = 4,        /* tokens per tile */
@@ -47,14 +41,6 @@ enum {
 };
 
 typedef enum kind5 { K4_1, K5_0, K5_1 } kind5;
-
-static inline float f16(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
 
 static inline size_t wblock(kind5 kd) {
     return kd == K4_1 ? sizeof(tkv__block_q4_1) : kd == K5_0 ? sizeof(tkv__block_q5_0) : sizeof(tkv__block_q5_1);
@@ -69,54 +55,6 @@ static inline size_t aqs(kind5 kd) {
     return kd == K5_0 ? offsetof(tkv__block_q8_0, qs) : offsetof(tkv__block_q8_1, qs);
 }
 
-/*
- * Horizontal sums of 8 pairs in the vec_dot's hsum order
- * ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)), as gemm_avx2.c's
- * reduce8: a[i] is row i % 2, token i / 2; lane 4k + u of the result is
- * row k, token u.
- */
-static inline __m256 reduce8(const __m256 a[8]) {
-    __m256 s[4];
-    for (int m = 0; m < 4; m++)
-        s[m] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x20),
-                             _mm256_permute2f128_ps(a[2 * m], a[2 * m + 1], 0x31));
-    const __m256 w01 = _mm256_add_ps(_mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm256_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m256 w23 = _mm256_add_ps(_mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm256_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm256_add_ps(_mm256_shuffle_ps(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm256_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-/* Store lane 4k + u (k < nrow, u < ntok) of v to y[u * ldy + k]. */
-static inline void store_tile(float *y, size_t ldy, __m256 v, int nrow, int ntok) {
-    alignas(32) float o[8];
-    _mm256_store_ps(o, v);
-    for (int u = 0; u < ntok; u++) {
-        y[(size_t)u * ldy] = o[u];
-        if (nrow > 1) y[(size_t)u * ldy + 1] = o[4 + u];
-    }
-}
-
-/* The tiles of a chunk of tn tokens: 4 tokens each, then 2, 1 (no padding). */
-static int plan_tiles(size_t tn, size_t *start, int *len) {
-    int nt = 0;
-    for (size_t u = 0; u < tn;) {
-        const size_t rem = tn - u;
-        const int t = rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-        start[nt] = u;
-        len[nt++] = t;
-        u += (size_t)t;
-    }
-    return nt;
-}
-
-/* A panel reads a few cache lines per row, too few for the hardware prefetcher (gemm_avx512.c). */
-static inline void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size_t len) {
-    for (int k = 0; k < nrow; k++)
-        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
-}
-
 /* ---- panels ------------------------------------------------------------------------ */
 
 /* One block of one row, unpacked (96 bytes). */
@@ -125,12 +63,6 @@ typedef struct p5 {
     uint8_t a[32]; /* Q5_0: their magnitudes */
     float d[8];    /* the row's scale, 8 times */
 } p5;
-
-static inline __m256i nibbles32(const uint8_t *qs) {
-    const __m128i b = LOAD128(qs);
-    const __m128i m = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
-}
 
 /* 0x10 in byte j when bit j of the little-endian uint32 at qh is set. */
 static inline __m256i fifth_bits32(const uint8_t *qh) {
