@@ -27,6 +27,7 @@
  *   16-lane vector per tile: lane 4u + k = token u, row k.
  */
 #include "gemm.h"
+#include "gemm_avx512_util.h"
 #include "quant.h"
 
 #include <assert.h>
@@ -37,14 +38,6 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
-
-#define INLINE static inline __attribute__((always_inline))
-/* fully unrolled tile loops: the accumulators then live in registers */
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-/* 32 bytes at p in both halves of a zmm: a load, no shuffle */
-#define BCAST256(p) _mm512_broadcast_i64x4(LOAD256(p))
 
 /*
  * Tokens per chunk of tokens: a chunk's weight panels are unpacked once and
@@ -57,78 +50,6 @@
 #define TC_MAXK 64
 #define TC_DIRECT 256
 #define TAB_BYTES 32768
-
-static inline float f16(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
-/* [a x 8 | b x 8] */
-static inline __m512 halves_ps(float a, float b) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
-}
-
-static inline __m512i halves_epi(__m256i a, __m256i b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-}
-
-/*
- * Horizontal sums of 16 (row, token) pairs of 8 float lanes, in the order of
- * the vec_dot's hsum256: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)).
- * a[i]: rows 2 (i % 2) and 2 (i % 2) + 1 of token i / 2. Returns the sums
- * with (token u, row k) at lane 4u + k.
- */
-static inline __m512 reduce16(const __m512 a[8]) {
-    __m512 s[4];
-    for (int m = 0; m < 4; m++) /* 128-bit lanes: v0..3 + v4..7 of a[2m] low/high, a[2m+1] low/high */
-        s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    /* within each 128-bit lane k: (s0 + s2, s1 + s3) of two vectors, then their sum */
-    const __m512 w01 = _mm512_add_ps(_mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 w23 = _mm512_add_ps(_mm512_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
-    /* lane 4k + m holds a[2m + k / 2]'s half k % 2: token m, row k */
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, r);
-}
-
-/* Store lanes 4u + k (k < nrow, u < ntok) of v to y[u * ldy + k]. */
-static inline void store_tile(float *y, size_t ldy, __m512 v, int nrow, int ntok) {
-    const __mmask8 m = (__mmask8)((1u << nrow) - 1u);
-    _mm_mask_storeu_ps(y, m, _mm512_castps512_ps128(v));
-    if (ntok > 1) _mm_mask_storeu_ps(y + ldy, m, _mm512_extractf32x4_ps(v, 1));
-    if (ntok > 2) _mm_mask_storeu_ps(y + 2 * ldy, m, _mm512_extractf32x4_ps(v, 2));
-    if (ntok > 3) _mm_mask_storeu_ps(y + 3 * ldy, m, _mm512_extractf32x4_ps(v, 3));
-}
-
-/* The tiles of a chunk of tn tokens: 'big' tokens each, then 4, 2, 1 (no padding). */
-static int plan_tiles(size_t tn, int big, size_t *start, int *len) {
-    int nt = 0;
-    for (size_t u = 0; u < tn;) {
-        const size_t rem = tn - u;
-        const int t = rem >= (size_t)big ? big : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-        start[nt] = u;
-        len[nt++] = t;
-        u += (size_t)t;
-    }
-    return nt;
-}
-
-/*
- * Ask for the weights the next panel will unpack (bytes [off, off + len) of
- * each of nrow rows) while this panel's tiles run: a panel reads only a few
- * cache lines per row, too few for the hardware prefetcher to get ahead.
- */
-static inline void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size_t len) {
-    for (int k = 0; k < nrow; k++)
-        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
-}
 
 /* The rows of the group after this one (nrow of them, from r_next), clamped to the last row. */
 static inline void next_rows(const uint8_t *w, size_t wrs, size_t nr, size_t r_next, int nrow, const uint8_t **out) {

@@ -9,6 +9,7 @@
  * dot's sum over the 8 sub-blocks, in another order of exact integer adds.
  */
 #include "gemm.h"
+#include "gemm_avx512_util.h"
 #include "gemm_iq3.h"
 
 #include <stdalign.h>
@@ -17,20 +18,13 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) &&                \
     defined(__FMA__) && defined(__F16C__)
 
-#define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
 #define LOAD512(p) _mm512_loadu_si512((const void *)(p))
 #define LOADA512(p) _mm512_load_si512((const void *)(p))
-#define LOADA256(p) _mm256_load_si256((const __m256i *)(const void *)(p))
 
 #define T_MAX 4  /* tokens per tile */
 #define TC 64    /* tokens per chunk: the stash holds their accumulators */
 #define KC 16    /* super-blocks per chunk of K: 2 rows, an 18 KiB panel */
 #define QB ((size_t)sizeof(tkv__block_q8_K))
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
 
 /* Super-blocks i0 .. i1 - 1 of 2 rows (panel [block][row] from k0) with T tokens; st: [row][token] x 8 lanes. */
 INLINE void tile(const iq3_pan *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, float *st, int init,

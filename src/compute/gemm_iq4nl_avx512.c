@@ -15,6 +15,7 @@
  * 2p + 1 of one token (8 lanes each); 4 row pairs x 4 tokens per tile.
  */
 #include "gemm.h"
+#include "gemm_avx512_util.h"
 #include "quant.h"
 
 #include <assert.h>
@@ -27,12 +28,6 @@
     defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
 
-#define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-#define BCAST256(p) _mm512_broadcast_i64x4(LOAD256(p))
-
 /* Chunks of tokens and their tables: as gemm_avx512.c. */
 #define TC_MAX32 32
 #define TC_DIRECT 256
@@ -43,73 +38,12 @@
 #define KC32 32 /* blocks per chunk of K (even: parities stay aligned) */
 #define BS ((size_t)sizeof(tkv__block_iq4_nl))
 
-static inline float f16(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
-static inline float blk_d(const uint8_t *blk) {
-    uint16_t h;
-    memcpy(&h, blk, 2);
-    return f16(h);
-}
-
-/* Reductions, stores, tile plans and prefetches: gemm_avx512.c's, whose comments say why. */
-static inline __m512 reduce16(const __m512 a[8]) {
-    __m512 s[4];
-    for (int m = 0; m < 4; m++)
-        s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512 w01 = _mm512_add_ps(_mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 w23 = _mm512_add_ps(_mm512_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, r);
-}
-
-static inline void store_tile(float *y, size_t ldy, __m512 v, int nrow, int ntok) {
-    const __mmask8 m = (__mmask8)((1u << nrow) - 1u);
-    _mm_mask_storeu_ps(y, m, _mm512_castps512_ps128(v));
-    if (ntok > 1) _mm_mask_storeu_ps(y + ldy, m, _mm512_extractf32x4_ps(v, 1));
-    if (ntok > 2) _mm_mask_storeu_ps(y + 2 * ldy, m, _mm512_extractf32x4_ps(v, 2));
-    if (ntok > 3) _mm_mask_storeu_ps(y + 3 * ldy, m, _mm512_extractf32x4_ps(v, 3));
-}
-
-static int plan_tiles(size_t tn, size_t *start, int *len) {
-    int nt = 0;
-    for (size_t u = 0; u < tn;) {
-        const size_t rem = tn - u;
-        const int t = rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-        start[nt] = u;
-        len[nt++] = t;
-        u += (size_t)t;
-    }
-    return nt;
-}
-
-static inline void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size_t len) {
-    for (int k = 0; k < nrow; k++)
-        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
-}
-
 /* One block of one row pair, unpacked (192 bytes): gemm_avx512.c's Q8_0 panel entry. */
 typedef struct p32 {
     int8_t w[64];     /* the 32 codebook values of row a, then row b */
     int32_t corr[16]; /* -128 * sum of values 4j..4j+3: vpdpbusd on y + 128 adds 128 times that */
     float d[16];      /* row a's scale x 8, row b's x 8 */
 } p32;
-
-/* 16 bytes of nibbles to 32 indices: low nibbles (elements 0-15), then high. */
-static inline __m256i nibbles32(const uint8_t *qs) {
-    const __m128i b = LOAD128(qs), m = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
-}
 
 INLINE void p32_iq4nl(p32 *e, const uint8_t *ra, const uint8_t *rb, size_t i, __m512i book) {
     const uint8_t *a = ra + i * BS, *b = rb + i * BS;
@@ -308,7 +242,7 @@ void tkv__gemm_iq4_nl_avx512(size_t n, const void *wv, size_t wrs, size_t nr, co
     tc = tc < 1 ? 1 : tc > cap ? cap : tc;
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, b.tstart, b.tlen);
+        const int ntile = plan_tiles(tn, T32, b.tstart, b.tlen);
         assert(tn * nb <= sizeof b.da / sizeof b.da[0] && (direct || tn * STT <= sizeof b.st / sizeof b.st[0]));
         for (int j = 0; j < ntile; j++) /* token scales: tile j's at da + nb * tstart[j], [block][token] */
             for (int t = 0; t < b.tlen[j]; t++) {

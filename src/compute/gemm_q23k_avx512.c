@@ -18,6 +18,7 @@
  * lanes of mins . bsums, then for both the fma of d_a d with the lanes.
  */
 #include "gemm.h"
+#include "gemm_avx512_util.h"
 #include "gemm_q23k.h"
 #include "quant.h"
 
@@ -29,12 +30,6 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
-
-#define INLINE static inline __attribute__((always_inline))
-/* fully unrolled tile loops: the accumulators then live in registers */
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-#define BCAST256(p) _mm512_broadcast_i64x4(LOAD256(p))
 
 #define TK 4          /* tokens per tile */
 #define KC 8          /* blocks per chunk of K */
@@ -56,71 +51,6 @@ typedef struct pq {
 typedef struct tq {
     int32_t c[TK][8];
 } tq;
-
-static inline float f16(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
-static inline __m512 halves_ps(float a, float b) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
-}
-
-static inline __m512i halves_epi(__m256i a, __m256i b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-}
-
-/*
- * Horizontal sums of 16 (row, token) pairs of 8 float lanes in the vec_dot's
- * order, ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)); a[i]: rows
- * 2 (i % 2) and 2 (i % 2) + 1 of token i / 2. Lane 4u + k of the result:
- * token u, row k. (gemm_avx512.c's, which says how.)
- */
-static inline __m512 reduce16(const __m512 a[8]) {
-    __m512 s[4];
-    for (int m = 0; m < 4; m++)
-        s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512 w01 = _mm512_add_ps(_mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 w23 = _mm512_add_ps(_mm512_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, r);
-}
-
-/* Store lanes 4u + k (k < nrow, u < ntok) of v to y[u * ldy + k]. */
-static inline void store_tile(float *y, size_t ldy, __m512 v, int nrow, int ntok) {
-    const __mmask8 m = (__mmask8)((1u << nrow) - 1u);
-    _mm_mask_storeu_ps(y, m, _mm512_castps512_ps128(v));
-    if (ntok > 1) _mm_mask_storeu_ps(y + ldy, m, _mm512_extractf32x4_ps(v, 1));
-    if (ntok > 2) _mm_mask_storeu_ps(y + 2 * ldy, m, _mm512_extractf32x4_ps(v, 2));
-    if (ntok > 3) _mm_mask_storeu_ps(y + 3 * ldy, m, _mm512_extractf32x4_ps(v, 3));
-}
-
-/* The tiles of a chunk of tn tokens: 4 tokens each, then 2, 1 (no padding). */
-static int plan_tiles(size_t tn, size_t *start, int *len) {
-    int nt = 0;
-    for (size_t u = 0; u < tn;) {
-        const size_t rem = tn - u;
-        const int t = rem >= TK ? TK : rem >= 2 ? 2 : 1;
-        start[nt] = u;
-        len[nt++] = t;
-        u += (size_t)t;
-    }
-    return nt;
-}
-
-/* The weights the next panel unpacks: a panel reads too few lines per row for the hardware prefetcher. */
-static inline void prefetch_rows(const uint8_t *const *rows, size_t off, size_t len) {
-    for (int k = 0; k < 4; k++)
-        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
-}
 
 static void pq_fill(pq *e, const uint8_t *ra, const uint8_t *rb, size_t i, int three) {
     const size_t bs = three ? Q3B : Q2B;
@@ -255,7 +185,7 @@ static void gemm23(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
     if (tc > cap) tc = cap;
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, b.tstart, b.tlen);
+        const int ntile = plan_tiles(tn, TK, b.tstart, b.tlen);
         assert((!three || (size_t)ntile * nb <= sizeof b.tab / sizeof b.tab[0]) &&
                (direct || (size_t)ntile * STT <= sizeof b.st / sizeof b.st[0]));
         if (three) /* tile j's table at tab + j nb */
@@ -274,11 +204,11 @@ static void gemm23(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
                     pq_fill(&b.pan[2 * (i - k0) + 1], rows[2], rows[3], i, three);
                 }
                 if (k1 < nb) {
-                    prefetch_rows(rows, k1 * bs, min_sz(KC, nb - k1) * bs);
+                    prefetch_rows(rows, 4, k1 * bs, min_sz(KC, nb - k1) * bs);
                 } else if (r + 4 < nr) {
                     const uint8_t *nx[4];
                     for (size_t k = 0; k < 4; k++) nx[k] = w + min_sz(r + 4 + k, nr - 1) * wrs;
-                    prefetch_rows(nx, 0, min_sz(KC, nb) * bs);
+                    prefetch_rows(nx, 4, 0, min_sz(KC, nb) * bs);
                 }
                 for (int j = 0; j < ntile; j++) {
                     const int T = b.tlen[j];

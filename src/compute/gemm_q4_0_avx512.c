@@ -21,6 +21,7 @@
  * transposes each block in registers and runs all its tokens over it.
  */
 #include "gemm.h"
+#include "gemm_avx512_util.h"
 #include "quant.h"
 
 #include <assert.h>
@@ -31,11 +32,6 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
-
-#define INLINE static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
 
 enum {
     ROWS = 16,   /* rows per panel (a zmm's lanes) */
@@ -58,10 +54,6 @@ typedef struct tokb {
     int32_t corr;
     float d;
 } tokb;
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
 
 static void tok_fill(tokb *tab, const uint8_t *row, size_t nb) {
     const __m256i eight = _mm256_set1_epi8(8), z = _mm256_setzero_si256();
@@ -185,7 +177,7 @@ static void tile_any(const pan16 *pan, size_t k0, size_t k1, size_t nb, const ui
 }
 
 /* Ask for the weights the next panel will unpack while this one's tiles run. */
-static inline void prefetch_rows(const uint8_t *base, const uint32_t *ixs, size_t off, size_t len) {
+static inline void prefetch_ixs(const uint8_t *base, const uint32_t *ixs, size_t off, size_t len) {
     for (int k = 0; k < ROWS; k++)
         for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)base + ixs[k] + off + o, _MM_HINT_T0);
 }
@@ -221,10 +213,10 @@ void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
                     _mm512_store_ps(&e->d, d);
                 }
                 if (k1 < nb) {
-                    prefetch_rows(base, ixs, k1 * QB, min_sz(KC, nb - k1) * QB);
+                    prefetch_ixs(base, ixs, k1 * QB, min_sz(KC, nb - k1) * QB);
                 } else if (r + ROWS < nr) {
                     row_offsets(r + ROWS, nr, wrs, nxs);
-                    prefetch_rows(base + ROWS * wrs, nxs, 0, min_sz(KC, nb) * QB);
+                    prefetch_ixs(base + ROWS * wrs, nxs, 0, min_sz(KC, nb) * QB);
                 }
                 for (size_t u = 0; u < tn;) {
                     const size_t rem = tn - u;

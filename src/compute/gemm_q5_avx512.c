@@ -21,6 +21,7 @@
  *     two vpdpbusd.
  */
 #include "gemm.h"
+#include "gemm_avx512_util.h"
 #include "quant.h"
 
 #include <assert.h>
@@ -32,13 +33,6 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
-
-#define INLINE static inline __attribute__((always_inline))
-/* fully unrolled tile loops: the accumulators then live in registers */
-#define UNROLL _Pragma("GCC unroll 8")
-#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
-#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
-#define BCAST256(p) _mm512_broadcast_i64x4(LOAD256(p))
 
 enum {
     T5 = 4,       /* tokens per tile */
@@ -55,14 +49,6 @@ enum {
 
 typedef enum kind5 { K4_1, K5_0, K5_1 } kind5;
 
-static inline float f16(uint16_t h) {
-    return _cvtsh_ss(h);
-}
-
-static inline size_t min_sz(size_t a, size_t b) {
-    return a < b ? a : b;
-}
-
 static inline size_t wblock(kind5 kd) {
     return kd == K4_1 ? sizeof(tkv__block_q4_1) : kd == K5_0 ? sizeof(tkv__block_q5_0) : sizeof(tkv__block_q5_1);
 }
@@ -76,63 +62,6 @@ static inline size_t aqs(kind5 kd) {
     return kd == K5_0 ? offsetof(tkv__block_q8_0, qs) : offsetof(tkv__block_q8_1, qs);
 }
 
-static inline __m512 halves_ps(float a, float b) {
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
-}
-
-static inline __m512i halves_epi(__m256i a, __m256i b) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-}
-
-/*
- * Horizontal sums of 16 (row, token) pairs in the vec_dot's hsum256 order
- * ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)), as gemm_avx512.c's
- * reduce16: a[i] holds rows 2 (i % 2), 2 (i % 2) + 1 of token i / 2; the
- * result has (token u, row k) at lane 4u + k.
- */
-static inline __m512 reduce16(const __m512 a[8]) {
-    __m512 s[4];
-    for (int m = 0; m < 4; m++)
-        s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512 w01 = _mm512_add_ps(_mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 w23 = _mm512_add_ps(_mm512_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                     _mm512_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm512_permutexvar_ps(idx, r);
-}
-
-/* Store lanes 4u + k (k < nrow, u < ntok) of v to y[u * ldy + k]. */
-static inline void store_tile(float *y, size_t ldy, __m512 v, int nrow, int ntok) {
-    const __mmask8 m = (__mmask8)((1u << nrow) - 1u);
-    _mm_mask_storeu_ps(y, m, _mm512_castps512_ps128(v));
-    if (ntok > 1) _mm_mask_storeu_ps(y + ldy, m, _mm512_extractf32x4_ps(v, 1));
-    if (ntok > 2) _mm_mask_storeu_ps(y + 2 * ldy, m, _mm512_extractf32x4_ps(v, 2));
-    if (ntok > 3) _mm_mask_storeu_ps(y + 3 * ldy, m, _mm512_extractf32x4_ps(v, 3));
-}
-
-/* The tiles of a chunk of tn tokens: 4 tokens each, then 2, 1 (no padding). */
-static int plan_tiles(size_t tn, size_t *start, int *len) {
-    int nt = 0;
-    for (size_t u = 0; u < tn;) {
-        const size_t rem = tn - u;
-        const int t = rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-        start[nt] = u;
-        len[nt++] = t;
-        u += (size_t)t;
-    }
-    return nt;
-}
-
-/* A panel reads a few cache lines per row, too few for the hardware prefetcher (gemm_avx512.c). */
-static inline void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size_t len) {
-    for (int k = 0; k < nrow; k++)
-        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
-}
-
 /* ---- panels ------------------------------------------------------------------------ */
 
 /* One block of one row pair, unpacked (192 bytes). */
@@ -141,13 +70,6 @@ typedef struct p5 {
     int32_t corr[16]; /* Q5_0: -128 * sum of weights 4j..4j+3 (see the file comment) */
     float d[16];      /* row a's scale x 8, row b's x 8 */
 } p5;
-
-/* 16 bytes of nibbles to 32 bytes: elements 0-15 in the low nibbles, 16-31 in the high. */
-static inline __m256i nibbles32(const uint8_t *qs) {
-    const __m128i b = LOAD128(qs);
-    const __m128i m = _mm_set1_epi8(0x0f);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
-}
 
 /* 0x10 in byte j when bit j of the little-endian uint32 at qh is set. */
 static inline __m256i fifth_bits32(const uint8_t *qh) {
@@ -304,7 +226,7 @@ static void gemm5(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8
     float *const da = b.tab, *const sa = b.tab + tc * nb; /* [token chunk][block][token] each */
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, b.tstart, b.tlen);
+        const int ntile = plan_tiles(tn, T5, b.tstart, b.tlen);
         assert(tn * nb * (offs ? 2 : 1) <= TAB_FLOATS && (direct || ntile <= MAX_TILES));
         /* token scales and sums as floats: tile j's at nb * tstart[j], [block][token] */
         for (int j = 0; j < ntile; j++)
