@@ -52,6 +52,16 @@ typedef struct tq {
     int32_t c[TK][8];
 } tq;
 
+/*
+ * prefetch_rows (gemm_x86_util.h) for the tile's 4 rows, with the 4 written
+ * in the loop: given as prefetch_rows' nrow, gcc allocates gemm23's registers
+ * otherwise and Q2_K's prefill is 2-3% slower (measured).
+ */
+static inline void prefetch4(const uint8_t *const *rows, size_t off, size_t len) {
+    for (int k = 0; k < 4; k++)
+        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
+}
+
 static void pq_fill(pq *e, const uint8_t *ra, const uint8_t *rb, size_t i, int three) {
     const size_t bs = three ? Q3B : Q2B;
     const uint8_t *a = ra + i * bs, *b = rb + i * bs;
@@ -204,11 +214,11 @@ static void gemm23(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
                     pq_fill(&b.pan[2 * (i - k0) + 1], rows[2], rows[3], i, three);
                 }
                 if (k1 < nb) {
-                    prefetch_rows(rows, 4, k1 * bs, min_sz(KC, nb - k1) * bs);
+                    prefetch4(rows, k1 * bs, min_sz(KC, nb - k1) * bs);
                 } else if (r + 4 < nr) {
                     const uint8_t *nx[4];
                     for (size_t k = 0; k < 4; k++) nx[k] = w + min_sz(r + 4 + k, nr - 1) * wrs;
-                    prefetch_rows(nx, 4, 0, min_sz(KC, nb) * bs);
+                    prefetch4(nx, 0, min_sz(KC, nb) * bs);
                 }
                 for (int j = 0; j < ntile; j++) {
                     const int T = b.tlen[j];
