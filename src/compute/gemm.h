@@ -1,10 +1,13 @@
 /*
  * gemm.h — tiled (register-blocked) products of several weight rows with
- * several tokens, for prefill: the tkv__gemm_fn entries of the kernel tables
- * (kernels.h), defined in gemm_avx2.c and gemm_avx512.c (Q4_0's in
- * gemm_q4_0_*.c; Q4_1's, Q5_0's and Q5_1's in gemm_q5_*.c), each compiled
- * with its level's -m flags and reached only through a table the CPU
- * supports.
+ * several tokens, for prefill and decode steps of several sequences: the
+ * tkv__gemm_fn entries of the kernel tables (kernels.h), one file per family
+ * and level (gemm_avx2.c and gemm_avx512.c: Q8_0 and the K types Q4_K to
+ * Q6_K; gemm_q4_0_*.c; gemm_q5_*.c: Q4_1, Q5_0, Q5_1; gemm_q23k_*.c: Q2_K,
+ * Q3_K; gemm_iq4nl_*.c; gemm_iq2_avx2.c, gemm_iq3_*.c; the IQ1 types' in
+ * kernels_avx2_iq1.c), each compiled with its level's -m flags and reached
+ * only through a table the CPU supports. Their shared helpers are in
+ * gemm_x86_util.h, gemm_avx2_util.h and gemm_avx512_util.h.
  *
  * Contract (kernels.h): y[t * ldy + r] equals the same level's vec_dot of
  * weight row r and token t, bit for bit. Two orders of summation:
@@ -14,18 +17,21 @@
  *     acc = +0.0f, acc = fmaf((float)s_b, d_b, acc) for b = 0, 1, ... in
  *     order; the result is acc. One float accumulator and one fma per
  *     block, so the tiled kernels (gemm_q4_0_avx2.c, gemm_q4_0_avx512.c)
- *     can hold a row per lane and reduce a block with no horizontal sum.
- *   - Q8_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (avx2 and
- *     avx512 alike), the IQ2 types, IQ3_XXS and IQ3_S: lane-wise. Per (row, token), 8 int32 lanes per block
- *     (lane j sums products of elements 4j..4j+3 of each 32-element group,
- *     times group scales), converted to float and fma'd with the block's
- *     scale product into 8 float lanes (Q8_0: two accumulators, even and
- *     odd blocks), then the lanes added as ((v0+v4) + (v2+v6)) + ((v1+v5)
- *     + (v3+v7)) (IQ1_S, IQ1_M: kernels_avx2_iq1.c's own sums); the IQ2 types multiply that sum by 0.125f; Q4_K and Q5_K also subtract a scalar sum of dmin *
- *     (mins . bsums); Q4_1 and Q5_1 add, after the lanes, a float running
- *     sum of m_w * s_a over the blocks in order (each product rounded, then
- *     added); Q2_K fmas its -dmin * (mins . bsums) lanes into the same 8
- *     float lanes, before the block's scale fma.
+ *     and the products over packed rows (repack.h) hold a row per lane and
+ *     reduce a block with no horizontal sum.
+ *   - The others (avx2 and avx512 alike): lane-wise. Per (row, token), 8
+ *     int32 lanes per block (lane j sums products of elements 4j..4j+3 of
+ *     each 32-element group, times group scales), converted to float and
+ *     fma'd with the block's scale product into 8 float lanes (Q8_0: two
+ *     accumulators, even and odd blocks), then the lanes added as
+ *     ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)). Per type on top of that:
+ *     Q4_K and Q5_K subtract a scalar sum of dmin * (mins . bsums); Q4_1
+ *     and Q5_1 add, after the lanes, a float running sum of m_w * s_a over
+ *     the blocks in order (each product rounded, then added); Q2_K fmas its
+ *     -dmin * (mins . bsums) lanes into the same 8 float lanes, before the
+ *     block's scale fma; the IQ2 types multiply the sum by 0.125f, IQ3_XXS
+ *     by 0.25f; IQ1_S and IQ1_M keep kernels_avx2_iq1.c's own sums (its
+ *     comments).
  * The tiled kernels compute the same integers (any exact integer route to
  * the same value is the same value) and do the same float operations in
  * the same order, only for many (row, token) pairs at once.
