@@ -17,6 +17,8 @@
  * allocate. The second walk, over a file now known to be well formed, copies
  * strings into one allocation sized exactly by the first walk.
  */
+/* madvise(MADV_DONTNEED) is outside POSIX (posix_madvise's DONTNEED does nothing on Linux) */
+#define _DEFAULT_SOURCE
 #include "gguf.h"
 
 #include "base/alloc.h"
@@ -536,6 +538,14 @@ tkv_status tkv__gguf_open(const char *path, tkv__gguf **out) {
     g->map = map;
     *out = g;
     return TKV_OK;
+}
+
+void tkv__gguf_release(const tkv__gguf *g, const void *p, size_t n) {
+    const uintptr_t lo = (uintptr_t)p, hi = lo + n, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    if (!g->map || lo < (uintptr_t)g->data || hi > (uintptr_t)g->data + g->size || page == 0) return;
+    const uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;
+    /* a private read-only mapping: dropped pages come back from the file */
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
 void tkv__gguf_free(tkv__gguf *g) {

@@ -73,6 +73,16 @@ tkv_status tkv__gguf_parse(const void *data, size_t size, tkv__gguf **out);
 /* Unmap and free; NULL is a no-op. */
 void tkv__gguf_free(tkv__gguf *g);
 
+/*
+ * Tell the OS that the whole pages inside [p, p + n) of a mapped file are
+ * not needed for now: it drops them from the process (they count no more
+ * in its RSS) and reads them back from the file if they are touched again,
+ * unchanged. For what the load has copied elsewhere (packed weights). A
+ * no-op for an image in memory (tkv__gguf_parse: the caller's bytes) and
+ * outside the image.
+ */
+void tkv__gguf_release(const tkv__gguf *g, const void *p, size_t n);
+
 /* Look-ups by name in O(1); NULL when absent. */
 const tkv__gguf_kv *tkv__gguf_find(const tkv__gguf *g, const char *key);
 const tkv__gguf_tensor *tkv__gguf_tensor_find(const tkv__gguf *g, const char *name);

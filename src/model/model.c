@@ -267,7 +267,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
         else
             st = check_tensors(g, &hp, &ext);
         if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &ext.moe, &w);
-        if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp);
+        if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g);
         if (st) tkv__weights_free(&w);
     }
     if (st && !p->vocab_only) {

@@ -107,6 +107,7 @@ static bool packable(const tkv__tensor *t) {
 typedef struct pack_job {
     tkv__tensor **m;
     size_t nm;
+    const tkv__gguf *g;
     atomic_size_t next;
 } pack_job;
 
@@ -114,16 +115,20 @@ static void *pack_worker(void *arg) {
     pack_job *j = arg;
     for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nm;) {
         tkv__tensor *t = j->m[i];
-        if (t->packed) tkv__pack_rows(t->type, t->data, t->ne0, t->ne1, (void *)(uintptr_t)t->packed);
+        if (!t->packed) continue;
+        tkv__pack_rows(t->type, t->data, t->ne0, t->ne1, (void *)(uintptr_t)t->packed);
+        /* the packed copy serves the products: without this the process
+           would hold both (twice the weights in its RSS) */
+        tkv__gguf_release(j->g, t->data, t->ne1 * t->row_size);
     }
     return NULL;
 }
 
-static void pack_all(tkv__tensor **m, size_t nm) {
+static void pack_all(tkv__tensor **m, size_t nm, const tkv__gguf *g) {
     enum { MAXT = 16 };
     tkv__cpus c;
     tkv__cpus_detect("", NULL, 0, &c);
-    pack_job j = {m, nm, 0};
+    pack_job j = {m, nm, g, 0};
     pthread_t th[MAXT];
     int n = 0;
     while (n < c.threads - 1 && n < MAXT && pthread_create(&th[n], NULL, pack_worker, &j) == 0) n++;
@@ -131,7 +136,7 @@ static void pack_all(tkv__tensor **m, size_t nm) {
     for (int k = 0; k < n; k++) pthread_join(th[k], NULL);
 }
 
-tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp) {
+tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g) {
     const size_t nm = matrices(w, hp, NULL);
     tkv__tensor **m = tkv__calloc(nm, sizeof *m);
     if (!m) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the list of matrices");
@@ -160,7 +165,7 @@ tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp) {
         t->pack_stride = tkv__pack_stride(t->type, t->ne0);
         at += tkv__pack_bytes(t->type, t->ne0, t->ne1);
     }
-    pack_all(m, nm);
+    pack_all(m, nm, g);
     tkv__free(m);
     w->pack_mem = mem;
     w->pack_bytes = total;

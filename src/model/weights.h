@@ -78,12 +78,13 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
 
 /*
  * Pack every matrix whose type the active kernel level reads faster packed
- * (compute/repack.h), into one allocation the weights own; the file's rows
+ * (compute/repack.h), into one allocation the weights own. The file's rows
  * stay mapped for everything else (embeddings, other levels, views that do
- * not start a group). Returns TKV_ERR_NOMEM (nothing packed, weights as
- * they were).
+ * not start a group), but their pages are released (tkv__gguf_release): they
+ * come back from the file only if one of those reads them. Returns
+ * TKV_ERR_NOMEM (nothing packed, weights as they were).
  */
-tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp);
+tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g);
 
 void tkv__weights_free(tkv__weights *w);
 

@@ -6,6 +6,7 @@
 #include "testutil.h"
 
 #include "base/error.h"
+#include "compute/kernels.h"
 #include "compute/ops.h"
 
 #include <math.h>
@@ -276,6 +277,9 @@ static void test_bad_paths(void **state) {
  * with and without them gives the same logits for a prompt decoded in one
  * batch (the tiled product) and for the greedy steps after it (one token at
  * a time), each context with 2 threads (whole groups of rows per thread).
+ * Then at the scalar level, which reads the file's rows: the packed model's
+ * pages of them were released at load and must come back from the file
+ * unchanged.
  */
 static void test_repack_same_logits(void **state) {
     (void)state;
@@ -318,6 +322,20 @@ static void test_repack_same_logits(void **state) {
     for (size_t k = 0; k < N * n_vocab; k++)
         if (memcmp(&logits[0][k], &logits[1][k], sizeof(float)) != 0)
             fail_msg("token %zu logit %zu: packed %.9g, file rows %.9g", k / n_vocab, k % n_vocab, logits[0][k], logits[1][k]);
+    assert_memory_equal(ids[0], ids[1], sizeof ids[0]);
+    const tkv__kernel_level level = tkv__kernel_level_active();
+    assert_int_equal(tkv__kernel_force_level(TKV__KERNEL_SCALAR), 0);
+    for (int i = 0; i < 2; i++) {
+        tkv_context *ctx = tu_context(m[i], 128, 1, TKV_TYPE_F16);
+        memcpy(ids[i], ids[0], N * sizeof(tkv_token));
+        tu_greedy(ctx, 0, ids[i], N, 4, n_vocab, NULL);
+        const float *last = tkv_get_logits_last(ctx);
+        assert_non_null(last);
+        memcpy(logits[i], last, n_vocab * sizeof(float));
+        tkv_context_free(ctx);
+    }
+    assert_int_equal(tkv__kernel_force_level(level), 0);
+    assert_memory_equal(logits[0], logits[1], n_vocab * sizeof(float));
     assert_memory_equal(ids[0], ids[1], sizeof ids[0]);
     for (int i = 0; i < 2; i++) free(logits[i]), tkv_model_free(m[i]);
 }
