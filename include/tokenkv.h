@@ -87,8 +87,10 @@ typedef struct tkv_model_params {
      * Rearrange, at load, the matrices whose products this CPU runs faster
      * in another layout (today: Q4_0 on CPUs with AVX-512 VNNI, in groups
      * of 16 rows), into one allocation of their size: faster prompt
-     * processing and batched steps, the same results bit for bit. Costs
-     * that much memory besides the mapped file, and a pass over those
+     * processing and batched steps, the same results bit for bit. The
+     * copy takes the place of the mapped file's pages of those weights,
+     * which the load releases (they come back from the file only if read
+     * again: a lower kernel level forced later); it costs a pass over those
      * weights at load. Default true; false keeps only the mapped file.
      */
     bool repack;
@@ -190,7 +192,7 @@ TKV_API uint64_t tkv_model_file_size(const tkv_model *model);
 
 /**
  * Bytes of weights the load repacked for this CPU's products
- * (tkv_model_params.repack), held besides the mapped file.
+ * (tkv_model_params.repack), in memory the model owns.
  * @param model  a loaded model, or NULL.
  * @return 0 when none were (repack off, no such weights, a vocab_only
  *         load) or for NULL.
