@@ -368,8 +368,8 @@ static float dot_tq1_0(size_t n, const void *w, const void *a) {
 }
 
 /*
- * IQ2_XXS, IQ2_XS, IQ2_S (the last two in kernels_avx2_iq2.c, the same
- * lanes), in the reference's lanes: per sub-block of 32 the
+ * IQ2_XXS, IQ2_XS, IQ2_S (all three in kernels_avx2_iq2.c), in the
+ * reference's lanes: per sub-block of 32 the
  * four codebook entries as 32 unsigned bytes, the signs moved onto the
  * activations (|a| <= 127, so negating never overflows), the products as
  * int16 pairs (maddubs: at most 2 * 43 * 127, no saturation), then pairs of
@@ -378,38 +378,6 @@ static float dot_tq1_0(size_t n, const void *w, const void *a) {
  * super-block one fma of d_w d_a per lane, and 1/8 of the lanes' sum at the
  * end, as the reference does.
  */
-static inline __m256i iq2_sub(__m256i sumi, __m256i q, uint32_t signs, const int8_t *a, __m256i sc) {
-    const __m256i neg = bit_mask32(signs);
-    const __m256i sa = _mm256_sub_epi8(_mm256_xor_si256(LOAD256(a), neg), neg);
-    return _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(q, sa), sc));
-}
-
-static inline __m256i iq2_grid4(const uint64_t *grid, unsigned i0, unsigned i1, unsigned i2, unsigned i3) {
-    return _mm256_set_epi64x((long long)grid[i3], (long long)grid[i2], (long long)grid[i1], (long long)grid[i0]);
-}
-
-float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a) {
-    const tkv__block_iq2_xxs *x = w;
-    const tkv__block_q8_K *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int b = 0; b < 8; b++) {
-            uint32_t aux[2]; /* grid indices (bytes), then sign indices and the scale */
-            memcpy(aux, (const uint8_t *)x[i].qs + 8 * b, 8);
-            const uint32_t g = aux[0], h = aux[1];
-            const uint32_t signs = tkv__iq_signs[h & 127] | (uint32_t)tkv__iq_signs[(h >> 7) & 127] << 8 |
-                                   (uint32_t)tkv__iq_signs[(h >> 14) & 127] << 16 |
-                                   (uint32_t)tkv__iq_signs[(h >> 21) & 127] << 24;
-            const __m256i q = iq2_grid4(tkv__iq2xxs_grid, g & 255, (g >> 8) & 255, (g >> 16) & 255, g >> 24);
-            sumi = iq2_sub(sumi, q, signs, y[i].qs + 32 * b, _mm256_set1_epi16((short)(2 * (h >> 28) + 1)));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
-    return 0.125f * hsum_f32(acc);
-}
-
-/* IQ2_XS, IQ2_S: kernels_avx2_iq2.c */
 
 static float dot_q4_1(size_t n, const void *w, const void *a) {
     const tkv__block_q4_1 *x = w;

@@ -166,22 +166,69 @@ static inline __m256i spread4(const int16_t *v) {
     return _mm256_shuffle_epi8(_mm256_set1_epi64x(q), pick);
 }
 
+/*
+ * The dot unpacks less than the tiled product's panel: the madd factors
+ * came from stack tables through a broadcast and a shuffle each, twice per
+ * sub-block, which perf showed among the hottest instructions. Here a sub-block's
+ * 2 ls + 1 is one vpshufb of the block's 16 scale bytes (its two halves,
+ * one per 128-bit lane, as the madd factor of both products), and the
+ * shift's sign is applied to the int32 lanes after that madd (both int16s
+ * of a lane are one group's, so the same exact integer as madd with the
+ * signed factor): a variable shift brings group's sign bit to bit 31.
+ */
+
+/* 2 ls + 1 of the block's 16 halves of sub-blocks, byte h for half h, in both 128-bit lanes. */
+static inline __m256i iq1_m_ls16(const tkv__block_iq1_m *x) {
+    long long sc;
+    memcpy(&sc, x->scales, sizeof sc);
+    /* half h's field is field h%4 of word h/4 */
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 4, 5, 4, 5, 4, 5, 4, 5, 6, 7,
+                                          6, 7, 6, 7, 6, 7);
+    const __m256i mul = _mm256_setr_epi16(8192, 1024, 128, 16, 8192, 1024, 128, 16, 8192, 1024, 128, 16, 8192, 1024,
+                                          128, 16);
+    const __m256i f = field3(_mm256_shuffle_epi8(_mm256_set1_epi64x(sc), pick), mul);
+    const __m256i l = _mm256_or_si256(_mm256_add_epi16(f, f), _mm256_set1_epi16(1));
+    /* packus keeps halves 0-7 in the low lane, 8-15 in the high one: qwords 0 and 2 */
+    return _mm256_permute4x64_epi64(_mm256_packus_epi16(l, l), 0x88);
+}
+
 float tkv__dot_iq1_m_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq1_m *x = w;
     const tkv__block_q8_K *y = a;
-    const __m256i ones = _mm256_set1_epi8(1);
+    const __m256i ones = _mm256_set1_epi8(1), one32 = _mm256_set1_epi32(1);
+    /* int16 lane 2j of sub-block b: half 2b + (lane's 128-bit half), high byte zero */
+    const __m256i ctl0 = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, /**/
+                                          1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128);
+    /* int32 lane k of sub-block b is group 4b + k/2, its sign bit at bit (k/2 % 2) * 16 + 2b + k/4 of the
+       mask below; 31 minus that for b = 0 */
+    const __m256i cnt0 = _mm256_setr_epi32(31, 31, 15, 15, 30, 30, 14, 14);
     __m256 acc = _mm256_setzero_ps(), accd = _mm256_setzero_ps();
     _Alignas(32) uint16_t idx[32];
-    _Alignas(32) int16_t ls[32], sls[32];
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        iq1_m_unpack(&x[i], idx, ls, sls);
+        const __m128i qh = _mm_loadu_si128((const __m128i *)(const void *)x[i].qh);
+        const __m128i m7 = _mm_set1_epi8(7);
+        const __m128i lo = _mm_and_si128(qh, m7), hi = _mm_and_si128(_mm_srli_epi16(qh, 4), m7);
+        const __m256i q0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)x[i].qs));
+        const __m256i q1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x[i].qs + 16)));
+        _mm256_store_si256((__m256i *)(void *)idx,
+                           _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(lo, hi)), 8)));
+        _mm256_store_si256((__m256i *)(void *)(idx + 16),
+                           _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(lo, hi)), 8)));
+        /* bit j: group 2j's shift sign (qh byte j bit 3); bit 16 + j: group 2j + 1's (bit 7) */
+        const uint32_t sg = (uint32_t)_mm_movemask_epi8(_mm_slli_epi16(qh, 4)) |
+                            (uint32_t)_mm_movemask_epi8(qh) << 16;
+        const __m256i sgv = _mm256_set1_epi32((int)sg);
+        const __m256i ls16 = iq1_m_ls16(&x[i]);
         __m256i sumi = _mm256_setzero_si256(), sumd = _mm256_setzero_si256();
         for (int b = 0; b < 8; b++) {
             const __m256i g = grid4(idx + 4 * b);
             const __m256i q = load_q(y[i].qs + 32 * b);
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(grid_pairs(g, q), spread4(ls + 4 * b)));
-            /* each group's activation pairs times its half's scale, signed by its shift */
-            sumd = _mm256_add_epi32(sumd, _mm256_madd_epi16(_mm256_maddubs_epi16(ones, q), spread4(sls + 4 * b)));
+            const __m256i ls = _mm256_shuffle_epi8(ls16, _mm256_add_epi8(ctl0, _mm256_set1_epi8((char)(2 * b))));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(grid_pairs(g, q), ls));
+            /* each group's activation pairs times its half's scale, signed by its shift (| 1: never zero) */
+            const __m256i s = _mm256_or_si256(_mm256_sllv_epi32(sgv, _mm256_sub_epi32(cnt0, _mm256_set1_epi32(2 * b))),
+                                              one32);
+            sumd = _mm256_add_epi32(sumd, _mm256_sign_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(ones, q), ls), s));
         }
         const __m256 d = _mm256_set1_ps(y[i].d * _cvtsh_ss(tkv__iq1_m_d(&x[i])));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);

@@ -1,5 +1,5 @@
 /*
- * kernels_avx2_iq2.c — the avx2 IQ2_XS and IQ2_S vec_dots (compiled with -mavx2 -mfma
+ * kernels_avx2_iq2.c — the avx2 IQ2_XXS, IQ2_XS and IQ2_S vec_dots (compiled with -mavx2 -mfma
  * -mf16c, reached only through the table), in the lanes of kernels_avx2.c's
  * IQ2 dots and gemm_iq2_avx2.c's tiled product, bit for bit.
  *
@@ -62,7 +62,19 @@ static inline __m256i sub_scales(__m256i ls, int b) {
     return _mm256_shuffle_epi8(ls, _mm256_add_epi8(ctl0, _mm256_set1_epi8((char)(2 * b))));
 }
 
-/* One block's 8 lanes, as kernels_avx2.c's iq2_sub over its 8 sub-blocks: grid indices gi, sign words sw. */
+/* 7-bit sign indices (one a byte) to their sign bytes: bit 7 set when the index has odd parity, as
+   tkv__iq_signs holds them. */
+static inline __m256i with_parity(__m256i sb) {
+    const __m256i m15 = _mm256_set1_epi8(15);
+    /* parity of a nibble, as 0x80 */
+    const __m256i par = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, /**/
+                                         0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+    const __m256i p = _mm256_xor_si256(_mm256_shuffle_epi8(par, _mm256_and_si256(sb, m15)),
+                                       _mm256_shuffle_epi8(par, _mm256_and_si256(_mm256_srli_epi16(sb, 4), m15)));
+    return _mm256_or_si256(sb, p);
+}
+
+/* One block's 8 lanes, in the lanes kernels_avx2.c's IQ2 comment states: grid indices gi, sign words sw. */
 static inline __m256i block_lanes(const uint64_t *grid, const uint16_t *gi, const uint32_t *sw, __m256i ls,
                                   const int8_t *yq) {
     __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
@@ -113,10 +125,7 @@ float tkv__dot_iq2_s_avx2(size_t n, const void *w, const void *a) {
 float tkv__dot_iq2_xs_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq2_xs *x = w;
     const tkv__block_q8_K *y = a;
-    const __m256i m511 = _mm256_set1_epi16(511), m15 = _mm256_set1_epi8(15);
-    /* parity of a nibble, as 0x80 */
-    const __m256i par = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, /**/
-                                         0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
+    const __m256i m511 = _mm256_set1_epi16(511);
     __m256 acc = _mm256_setzero_ps();
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const uint8_t *qs = (const uint8_t *)x[i].qs;
@@ -126,13 +135,47 @@ float tkv__dot_iq2_xs_avx2(size_t n, const void *w, const void *a) {
         _mm256_store_si256((__m256i *)(void *)gi, _mm256_and_si256(q0, m511));
         _mm256_store_si256((__m256i *)(void *)(gi + 16), _mm256_and_si256(q1, m511));
         /* packus interleaves the 128-bit lanes: groups 0-7, 16-23 | 8-15, 24-31; the permute restores order */
-        __m256i sb = _mm256_permute4x64_epi64(_mm256_packus_epi16(_mm256_srli_epi16(q0, 9), _mm256_srli_epi16(q1, 9)),
-                                              0xd8);
-        const __m256i p = _mm256_xor_si256(_mm256_shuffle_epi8(par, _mm256_and_si256(sb, m15)),
-                                           _mm256_shuffle_epi8(par, _mm256_and_si256(_mm256_srli_epi16(sb, 4), m15)));
-        sb = _mm256_or_si256(sb, p);
-        _mm256_store_si256((__m256i *)(void *)sw, sb);
+        const __m256i sb = _mm256_permute4x64_epi64(
+            _mm256_packus_epi16(_mm256_srli_epi16(q0, 9), _mm256_srli_epi16(q1, 9)), 0xd8);
+        _mm256_store_si256((__m256i *)(void *)sw, with_parity(sb));
         const __m256i sumi = block_lanes(tkv__iq2xs_grid, gi, sw, scales16(x[i].scales), y[i].qs);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return 0.125f * hsum_f32(acc);
+}
+
+/*
+ * IQ2_XXS: sub-block b is 8 bytes, four 8-bit grid indices then a word with four 7-bit sign indices
+ * (bits 0, 7, 14, 21) and ls (bits 28-31), one scale for all 32 elements. Both 32-byte halves of a
+ * block are split at once: the even dwords (grid bytes) and odd ones (words) gathered by
+ * shuffle_ps, whose per-lane interleave (sub-blocks 0, 1, 4, 5 | 2, 3, 6, 7) a permute undoes.
+ */
+float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a) {
+    const tkv__block_iq2_xxs *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i m7f = _mm256_set1_epi32(0x7f);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const uint8_t *qs = (const uint8_t *)x[i].qs;
+        const __m256 q0 = _mm256_castsi256_ps(LOAD256(qs)), q1 = _mm256_castsi256_ps(LOAD256(qs + 32));
+        const __m256i g = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(q0, q1, 0x88)), 0xd8);
+        const __m256i h = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(q0, q1, 0xdd)), 0xd8);
+        alignas(32) uint16_t gi[32];
+        alignas(32) uint32_t sw[8];
+        _mm256_store_si256((__m256i *)(void *)gi, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(g)));
+        _mm256_store_si256((__m256i *)(void *)(gi + 16), _mm256_cvtepu8_epi16(_mm256_extracti128_si256(g, 1)));
+        /* sign index k (bits 7k..7k+6) to byte k: shifted left by k */
+        __m256i sb = _mm256_and_si256(h, m7f);
+        sb = _mm256_or_si256(sb, _mm256_and_si256(_mm256_slli_epi32(h, 1), _mm256_slli_epi32(m7f, 8)));
+        sb = _mm256_or_si256(sb, _mm256_and_si256(_mm256_slli_epi32(h, 2), _mm256_slli_epi32(m7f, 16)));
+        sb = _mm256_or_si256(sb, _mm256_and_si256(_mm256_slli_epi32(h, 3), _mm256_slli_epi32(m7f, 24)));
+        _mm256_store_si256((__m256i *)(void *)sw, with_parity(sb));
+        /* 2 ls + 1 of sub-block b in bytes 2b and 2b + 1 of both lanes, the layout block_lanes reads */
+        __m256i ls = _mm256_srli_epi32(h, 28);
+        ls = _mm256_add_epi32(_mm256_add_epi32(ls, ls), _mm256_set1_epi32(1));
+        ls = _mm256_or_si256(ls, _mm256_slli_epi32(ls, 8));
+        ls = _mm256_permute4x64_epi64(_mm256_packus_epi32(ls, ls), 0x88);
+        const __m256i sumi = block_lanes(tkv__iq2xxs_grid, gi, sw, ls, y[i].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return 0.125f * hsum_f32(acc);
