@@ -324,7 +324,9 @@ int srv_main(const srv_opts *o) {
     uint8_t ns_secret[SRV_NS_SECRET_BYTES];
     if (!load_secret(o->cache_dir, ns_secret)) return 1;
     tkv_model *model = NULL;
-    if (tkv_model_load(o->model_path, NULL, &model) != TKV_OK) {
+    tkv_model_params mp = tkv_model_default_params();
+    mp.repack = !o->no_repack;
+    if (tkv_model_load(o->model_path, &mp, &model) != TKV_OK) {
         fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
         return 1;
     }
