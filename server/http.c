@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 typedef struct conn conn;
 struct conn {
@@ -616,7 +617,9 @@ static enum MHD_Result view_built(conn *cs, struct MHD_Connection *c, srv_state 
             return MHD_YES;
         }
     const bool metrics = cs->job.fn == srv_metrics_view;
-    return send_body(cs, c, 200, metrics ? "text/plain; version=0.0.4" : "application/json", cs->view.out);
+    char *out = cs->view.out; /* the response owns it from here */
+    cs->view.out = NULL;
+    return send_body(cs, c, 200, metrics ? "text/plain; version=0.0.4" : "application/json", out);
 }
 
 /* A view built on the inference thread, the only one that may read the context. */
@@ -832,6 +835,14 @@ void srv_http_completed(void *cls, struct MHD_Connection *c, void **con_cls, enu
         gen += r->done ? r->n_gen : r->n_pushed; /* a cancelled stream: the tokens it was sent */
         pthread_mutex_unlock(&r->mu);
         srv_req_unref(r);
+    }
+    if (cs->job.done == view_done) {
+        /* a view whose connection ended before its body went out (the
+           client left, or the server stops): its job writes into cs, so wait
+           for it (a step at most; a stopping scheduler calls every pending
+           job's done), then free the body nobody sent */
+        while (!atomic_load(&cs->job_done)) nanosleep(&(struct timespec){0, 100000}, NULL);
+        free(cs->view.out);
     }
     srv_metrics_request(S->metrics, status);
     fprintf(stderr, "%s %s %d prompt=%zu cached=%zu generated=%d %.1f ms\n", cs->method, cs->path, status, prompt, cached,
