@@ -176,6 +176,27 @@ static void tile_any(const pan16 *pan, size_t k0, size_t k1, size_t nb, const ui
     }
 }
 
+/*
+ * Tokens t0 .. t0 + tn - 1 (rows of xb, xrs apart; their tables tab, nb
+ * entries each) in tiles of 8, 4, 2, 1 over the panel's blocks [k0, k1),
+ * accumulators through the stash st; outputs at y + t * ldy (rows rmask).
+ */
+static void panel_tiles(const pan16 *pan, size_t k0, size_t k1, size_t nb, const uint8_t *xb, size_t xrs, size_t t0,
+                        size_t tn, const tokb *tab, float *st, float *y, size_t ldy, __mmask16 rmask) {
+    for (size_t u = 0; u < tn;) {
+        const size_t rem = tn - u;
+        const int T = rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+        const uint8_t *yt[TT];
+        const tokb *tb[TT];
+        for (int t = 0; t < T; t++) {
+            yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+            tb[t] = tab + (u + (size_t)t) * nb;
+        }
+        tile_any(pan, k0, k1, nb, yt, tb, st + 16 * u, y + (t0 + u) * ldy, ldy, rmask, T);
+        u += (size_t)T;
+    }
+}
+
 /* Ask for the weights the next panel will unpack while this one's tiles run. */
 static inline void prefetch_ixs(const uint8_t *base, const uint32_t *ixs, size_t off, size_t len) {
     for (int k = 0; k < ROWS; k++)
@@ -218,18 +239,7 @@ void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
                     row_offsets(r + ROWS, nr, wrs, nxs);
                     prefetch_ixs(base + ROWS * wrs, nxs, 0, min_sz(KC, nb) * QB);
                 }
-                for (size_t u = 0; u < tn;) {
-                    const size_t rem = tn - u;
-                    const int T = rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-                    const uint8_t *yt[TT];
-                    const tokb *tb[TT];
-                    for (int t = 0; t < T; t++) {
-                        yt[t] = xb + (t0 + u + (size_t)t) * xrs;
-                        tb[t] = b.tab + (u + (size_t)t) * nb;
-                    }
-                    tile_any(b.pan, k0, k1, nb, yt, tb, b.st + 16 * u, y + (t0 + u) * ldy + r, ldy, rmask, T);
-                    u += (size_t)T;
-                }
+                panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, rmask);
             }
         }
     }
@@ -415,18 +425,7 @@ void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
                     for (int j = 0; j < 8; j++) _mm512_store_si512(&e->q[j], q[j]);
                     _mm512_store_ps(&e->d, d);
                 }
-                for (size_t u = 0; u < tn;) {
-                    const size_t rem = tn - u;
-                    const int T = rem >= 8 ? 8 : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-                    const uint8_t *yt[TT];
-                    const tokb *tb[TT];
-                    for (int t = 0; t < T; t++) {
-                        yt[t] = xb + (t0 + u + (size_t)t) * xrs;
-                        tb[t] = b.tab + (u + (size_t)t) * nb;
-                    }
-                    tile_any(b.pan, k0, k1, nb, yt, tb, b.st + 16 * u, y + (t0 + u) * ldy + r, ldy, rmask, T);
-                    u += (size_t)T;
-                }
+                panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, rmask);
             }
         }
     }
