@@ -30,11 +30,36 @@
  *   - A tkv_model is immutable after load and may be shared across threads
  *     (every function that takes a const tkv_model* is safe to call
  *     concurrently on one model).
- *   - A tkv_context, a tkv_sampler and a tkv_detok are used by one thread at
- *     a time; different ones are independent. A context runs its own thread
- *     pool inside tkv_decode and tkv_seq_sync.
+ *   - A tkv_context is used by one thread at a time. A call on a context
+ *     that begins while another call on it runs (from another thread, or
+ *     from that call's abort or event callback) fails with TKV_ERR_BUSY and
+ *     changes nothing, not even the context's message (its message is in
+ *     tkv_last_error(NULL) of the refused thread); the check and the entry
+ *     are one atomic step, so two threads never both get in. This holds for
+ *     every function taking a context, const ones too: const says that the
+ *     call does not change what the cache holds, not that it may overlap
+ *     another call. The exceptions: tkv_cache_event_image, which only the
+ *     thread of the call reporting the event may use, from its callback;
+ *     tkv_context_model, which reads what never changes; tkv_context_error,
+ *     read by the thread using the context between its calls; and
+ *     tkv_context_free, which no call may overlap. Nothing needs another
+ *     thread's help to stop a decode: the abort callback (any thread may
+ *     set what it reads) is the one way in from outside.
+ *   - A tkv_sampler and a tkv_detok are used by one thread at a time;
+ *     different ones are independent. A context runs its own thread pool
+ *     inside tkv_decode and tkv_seq_sync.
  *   - Failure messages are kept per thread (tkv_last_error(NULL)), and per
  *     context for every call on a context (tkv_context_error).
+ *
+ * Parameter structs (tkv_model_params, tkv_context_params,
+ * tkv_sampler_params) start with their size, so that they can grow: fill
+ * one with its _params_init(&p, sizeof p), or the inline _default_params()
+ * that does so, which are compiled into the caller with the caller's
+ * sizeof. A program built against an older header then gets nothing
+ * written past its shorter struct, and the fields it does not know keep
+ * their defaults; one built against a newer header may pass fields this
+ * library does not know only at their defaults (zero), else the call that
+ * reads the struct fails with TKV_ERR_INVALID naming the byte.
  */
 #ifndef TOKENKV_H
 #define TOKENKV_H
@@ -73,10 +98,10 @@ TKV_API int tkv_version(void);
  */
 typedef struct tkv_model tkv_model;
 
-/** Parameters of tkv_model_load; get defaults from tkv_model_default_params. */
+/** Parameters of tkv_model_load; fill with tkv_model_params_init (or tkv_model_default_params). */
 typedef struct tkv_model_params {
     uint32_t size;      /**< sizeof this struct as the caller's header has it: set by
-                             tkv_model_default_params() (start from it), so that the struct can grow */
+                             tkv_model_params_init(&p, sizeof p) (start from it), so that the struct can grow */
     /**
      * Load metadata and the tensor table only, for tokenizer use and
      * inspection: the file is validated as GGUF, but no architecture or
@@ -97,10 +122,22 @@ typedef struct tkv_model_params {
 } tkv_model_params;
 
 /**
- * Default parameters of tkv_model_load.
- * @return a full model load (vocab_only false, repack true).
+ * Fill a tkv_model_params with the defaults: a full model load (vocab_only
+ * false, repack true). Writes exactly `size` bytes (see "Parameter structs"
+ * above): a struct of an older header gets the fields it has.
+ *
+ * @param p     the caller's struct.
+ * @param size  sizeof *p as the caller's header has it.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL p, or size < 4: nothing written).
  */
-TKV_API tkv_model_params tkv_model_default_params(void);
+TKV_API tkv_status tkv_model_params_init(tkv_model_params *p, size_t size);
+
+/** The defaults of tkv_model_load, by value (tkv_model_params_init with this header's sizeof). */
+static inline tkv_model_params tkv_model_default_params(void) {
+    tkv_model_params p;
+    (void)tkv_model_params_init(&p, sizeof p); /* cannot fail: p is there and sizeof p > 4 */
+    return p;
+}
 
 /**
  * Map and validate a GGUF file.
@@ -108,11 +145,14 @@ TKV_API tkv_model_params tkv_model_default_params(void);
  * Every structure of the file is checked before it is used: magic, version
  * (2 or 3), counts against the file size, strings, arrays, tensor dims and
  * types, byte sizes, alignment, bounds and overlap. Unless params->vocab_only,
- * the architecture must be `llama` or `qwen2`, its hyperparameters consistent,
- * and every tensor it needs present with the right shape.
+ * the architecture must be one tokenkv runs (`general.architecture`: llama,
+ * qwen2, qwen3, qwen3moe, smollm3, olmo2, phi3, mistral3, gemma2, gemma3,
+ * gpt-oss; src/model/arch.c says what each changes; any other is
+ * TKV_ERR_UNSUPPORTED naming it), its hyperparameters consistent, and every
+ * tensor it needs present with the right shape.
  *
  * @param path    the GGUF file.
- * @param params  NULL for defaults; else started from tkv_model_default_params()
+ * @param params  NULL for defaults; else started from tkv_model_params_init()
  *                (its size field: TKV_ERR_INVALID when unset, see tkv_model_params).
  * @param out     receives the model; the caller frees it with tkv_model_free.
  * @return TKV_OK; TKV_ERR_IO (cannot open/map), TKV_ERR_FORMAT (malformed
@@ -130,7 +170,7 @@ TKV_API tkv_status tkv_model_load(const char *path, const tkv_model_params *para
  * @param data    the image; not copied: it must stay valid and unchanged
  *                until tkv_model_free.
  * @param size    its size in bytes.
- * @param params  NULL for defaults; else started from tkv_model_default_params().
+ * @param params  NULL for defaults; else started from tkv_model_params_init().
  * @param out     receives the model; the caller frees it with tkv_model_free.
  * @return TKV_OK, or an error code of tkv_model_load (TKV_ERR_FORMAT for
  *         bytes that are not a GGUF image); on failure *out is NULL.
@@ -147,7 +187,7 @@ TKV_API void tkv_model_free(tkv_model *model);
 
 /** Hyperparameters of a llama-family model (GGUF key in brackets). */
 typedef struct tkv_hparams {
-    char arch[32];          /**< [general.architecture] "llama" or "qwen2" */
+    char arch[32];          /**< [general.architecture] "llama", "qwen2", ... (tkv_model_load lists them) */
     uint32_t n_vocab;       /**< [ARCH.vocab_size] or the token list length */
     uint32_t n_ctx_train;   /**< [ARCH.context_length] */
     uint32_t n_embd;        /**< [ARCH.embedding_length] */
@@ -684,8 +724,9 @@ TKV_API void tkv_free(void *p);
 /**
  * A context computes logits for batches of tokens from any number of
  * sequences, keeping their K/V in its cache. One thread at a time may use a
- * context; the model must outlive it. tkv_last_error(ctx) gives the message
- * of the context's last failure.
+ * context (an overlapping call fails with TKV_ERR_BUSY: "Threads" above);
+ * the model must outlive it. tkv_context_error(ctx) gives the message of
+ * the context's last failure.
  */
 typedef struct tkv_context tkv_context;
 
@@ -695,8 +736,10 @@ typedef struct tkv_context tkv_context;
  * Returning true makes that decode fail with TKV_ERR_ABORTED, leaving the
  * cache as it was before the decode. `user` is tkv_context_params.abort_user.
  * While a decode runs, every other call on its context (from the callback,
- * or from another thread) fails with TKV_ERR_BUSY and changes nothing;
- * tkv_get_logits* and tkv_seq_len answer NULL and 0.
+ * or from another thread) fails with TKV_ERR_BUSY and changes nothing, the
+ * context's message included; tkv_get_logits* and tkv_seq_len answer NULL
+ * and 0. The callback may read state that any thread sets (an atomic flag):
+ * that is how another thread stops a decode.
  */
 typedef bool (*tkv_abort_fn)(void *user);
 
@@ -733,10 +776,10 @@ typedef struct tkv_cache_event {
  */
 typedef void (*tkv_cache_event_fn)(const tkv_context *ctx, const tkv_cache_event *ev, void *user);
 
-/** Parameters of tkv_context_create; get defaults from tkv_context_default_params. */
+/** Parameters of tkv_context_create; fill with tkv_context_params_init (or tkv_context_default_params). */
 typedef struct tkv_context_params {
     uint32_t size;      /**< sizeof this struct as the caller's header has it: set by
-                             tkv_context_default_params() (start from it), so that the struct can grow */
+                             tkv_context_params_init(&p, sizeof p) (start from it), so that the struct can grow */
     uint32_t n_cells;   /**< KV cells (tokens held across all sequences); default 4096 */
     uint32_t n_seq_max; /**< sequence ids 0..n_seq_max-1; default 256 */
     uint32_t n_batch;   /**< tokens per forward pass; longer batches are split; default 512 */
@@ -771,10 +814,22 @@ typedef struct tkv_context_params {
 } tkv_context_params;
 
 /**
- * Default parameters of tkv_context_create.
- * @return the defaults listed in tkv_context_params.
+ * Fill a tkv_context_params with the defaults listed in it. Writes exactly
+ * `size` bytes (see "Parameter structs" at the top): a struct of an older
+ * header gets the fields it has, and its own size.
+ *
+ * @param p     the caller's struct.
+ * @param size  sizeof *p as the caller's header has it.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL p, or size < 4: nothing written).
  */
-TKV_API tkv_context_params tkv_context_default_params(void);
+TKV_API tkv_status tkv_context_params_init(tkv_context_params *p, size_t size);
+
+/** The defaults of tkv_context_create, by value (tkv_context_params_init with this header's sizeof). */
+static inline tkv_context_params tkv_context_default_params(void) {
+    tkv_context_params p;
+    (void)tkv_context_params_init(&p, sizeof p); /* cannot fail: p is there and sizeof p > 4 */
+    return p;
+}
 
 /**
  * The number of threads a context runs by default: the physical cores
@@ -796,7 +851,7 @@ TKV_API int tkv_default_threads(char *why, size_t cap);
  * the whole KV cache (n_cells cells) and starts its thread pool.
  *
  * @param model   the model; not copied: it must outlive the context.
- * @param params  NULL for defaults; else started from tkv_context_default_params()
+ * @param params  NULL for defaults; else started from tkv_context_params_init()
  *                (its size field: TKV_ERR_INVALID when unset or naming fields this
  *                library does not know).
  * @param out     receives the context; the caller frees it with
@@ -864,11 +919,12 @@ typedef struct tkv_batch {
 TKV_API tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *batch);
 
 /**
- * Logits of token i of the last successful tkv_decode (tkv_seq_sync decodes
- * through it too: then i indexes its last pass).
+ * Logits of token i of the last successful tkv_decode, or of the token list
+ * of the last successful tkv_seq_sync (of n tokens: i = n - 1, its last
+ * token, is the one with logits).
  *
  * @param ctx  the context.
- * @param i    index of the token in that batch.
+ * @param i    index of the token in that batch, or in the synced list.
  * @return n_vocab floats, owned by the context: valid until the next call
  *         that decodes (tkv_decode, tkv_seq_sync, successful or not) or
  *         tkv_context_free. NULL when token i did not ask for logits, i is
@@ -907,10 +963,12 @@ TKV_API tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq);
 
 /**
  * The namespace a sequence's tokens are cached in: the one of its last
- * tkv_seq_sync or tkv_seq_attach (0 for a sequence never given one). A
- * decode-only user chooses it by attaching the empty list first:
- * tkv_seq_attach(ctx, seq, ns, NULL, 0, NULL), then tkv_decode into seq;
- * truncating or clearing the sequence keeps it.
+ * tkv_seq_sync or tkv_seq_attach, 0 for a sequence never given one. An
+ * empty sequence (cleared, or truncated to 0) is in namespace 0 again, so
+ * that whoever uses its id next never decodes into the namespace of the one
+ * before. A decode-only user chooses a namespace by attaching the empty
+ * list first: tkv_seq_attach(ctx, seq, ns, NULL, 0, NULL), then tkv_decode
+ * into seq; truncating to a nonzero length keeps it.
  *
  * @param ctx  the context; not changed.
  * @param seq  the sequence.
@@ -939,9 +997,10 @@ TKV_API tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token
  * Make seq hold exactly tokens[0..n) in namespace ns: keep what is cached —
  * the longest cached prefix of the list, from any sequence of the same
  * namespace — and decode the rest in batches of n_batch. The logits of the
- * last token are then available (tkv_get_logits_last): when the whole list
- * is cached, its last token is decoded again (at most one token is ever
- * recomputed; its K/V is identical and the cached cell is kept).
+ * last token are then available (tkv_get_logits_last, or tkv_get_logits
+ * with index n - 1): when the whole list is cached, its last token is
+ * decoded again (at most one token is ever recomputed; the cached cell is
+ * kept, so this needs no free cell even in a full cache).
  *
  * @param ctx       the context.
  * @param seq       the sequence; what it held before is released (and stays
@@ -996,7 +1055,8 @@ TKV_API tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n);
  * Empty a sequence; its tokens stay cached until evicted.
  * @param ctx  the context.
  * @param seq  the sequence.
- * @return TKV_OK; TKV_ERR_INVALID (NULL ctx, bad sequence id).
+ * @return TKV_OK; TKV_ERR_INVALID (NULL ctx, bad sequence id). The sequence
+ *         is then in namespace 0 (tkv_seq_namespace).
  */
 TKV_API tkv_status tkv_seq_clear(tkv_context *ctx, tkv_seq seq);
 
@@ -1026,12 +1086,16 @@ TKV_API tkv_status tkv_seq_fork(tkv_context *ctx, tkv_seq src, tkv_seq dst);
  */
 TKV_API tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len);
 
+/** A pin's handle (tkv_cache_pin): nonzero and unique within its context; 0 is no pin. */
+typedef uint64_t tkv_pin;
+
 /**
  * Pin (keep resident) the longest cached prefix of a token list: it is not
- * evicted, even when no sequence holds it, until unpinned. The pin holds
- * exactly the prefix cached at this moment: tokens decoded later after it
- * (by a sequence that extends it) are not pinned. Pins count: unpin as many
- * times as pinned.
+ * evicted, even when no sequence holds it, until this pin is released. The
+ * pin holds exactly the prefix cached at this moment: tokens decoded later
+ * after it (by a sequence that extends it) are not pinned. Each pin is a
+ * handle of its own: two callers pinning the same prefix hold two pins,
+ * and one's tkv_cache_unpin never releases the other's.
  *
  * @param ctx     the context.
  * @param ns      the namespace.
@@ -1039,22 +1103,24 @@ TKV_API tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tk
  * @param n       its length.
  * @param len     (may be NULL) receives the length of the pinned prefix (0:
  *                nothing was cached, nothing pinned).
- * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_NOMEM.
+ * @param pin     receives the pin's handle, for tkv_cache_unpin; 0 when
+ *                nothing was pinned.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_NOMEM (nothing
+ *         pinned, *pin unchanged); TKV_ERR_BUSY.
  */
-TKV_API tkv_status tkv_cache_pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len);
+TKV_API tkv_status tkv_cache_pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len,
+                                 tkv_pin *pin);
 
 /**
- * Remove one pin set by tkv_cache_pin with the same token list, or a longer
- * one: the deepest pin that lies on the list's cached path, whatever more
- * of the list was cached since. Unpinning what is not pinned does nothing.
+ * Release a pin taken by tkv_cache_pin: its prefix is evictable again once
+ * no sequence and no other pin holds it.
  *
- * @param ctx     the context.
- * @param ns      the namespace.
- * @param tokens  the token list.
- * @param n       its length.
- * @return TKV_OK; TKV_ERR_INVALID (NULL argument); TKV_ERR_BUSY.
+ * @param ctx  the context.
+ * @param pin  the handle tkv_cache_pin gave; 0 does nothing.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL ctx, or no pin has this handle: it
+ *         was released already, or is from another context); TKV_ERR_BUSY.
  */
-TKV_API tkv_status tkv_cache_unpin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n);
+TKV_API tkv_status tkv_cache_unpin(tkv_context *ctx, tkv_pin pin);
 
 /**
  * Drop every cached prefix that no sequence holds and nobody pinned; their
@@ -1485,10 +1551,10 @@ typedef struct tkv_logit_bias {
     float bias;      /**< added to its logit; -INFINITY bans it */
 } tkv_logit_bias;
 
-/** Parameters of tkv_sampler_create; get defaults from tkv_sampler_default_params. */
+/** Parameters of tkv_sampler_create; fill with tkv_sampler_params_init (or tkv_sampler_default_params). */
 typedef struct tkv_sampler_params {
     uint32_t size;      /**< sizeof this struct as the caller's header has it: set by
-                             tkv_sampler_default_params() (start from it), so that the struct can grow */
+                             tkv_sampler_params_init(&p, sizeof p) (start from it), so that the struct can grow */
     float temperature;    /**< <= 0: greedy (argmax); default 0.8 */
     int32_t top_k;        /**< <= 0: off; default 40 */
     float top_p;          /**< >= 1: off; default 0.95 */
@@ -1507,10 +1573,21 @@ typedef struct tkv_sampler_params {
 } tkv_sampler_params;
 
 /**
- * Default parameters of tkv_sampler_create.
- * @return the defaults listed in tkv_sampler_params.
+ * Fill a tkv_sampler_params with the defaults listed in it. Writes exactly
+ * `size` bytes (see "Parameter structs" at the top).
+ *
+ * @param p     the caller's struct.
+ * @param size  sizeof *p as the caller's header has it.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL p, or size < 4: nothing written).
  */
-TKV_API tkv_sampler_params tkv_sampler_default_params(void);
+TKV_API tkv_status tkv_sampler_params_init(tkv_sampler_params *p, size_t size);
+
+/** The defaults of tkv_sampler_create, by value (tkv_sampler_params_init with this header's sizeof). */
+static inline tkv_sampler_params tkv_sampler_default_params(void) {
+    tkv_sampler_params p;
+    (void)tkv_sampler_params_init(&p, sizeof p); /* cannot fail: p is there and sizeof p > 4 */
+    return p;
+}
 
 /**
  * A sampler: its parameters, its RNG state and the recent tokens. Opaque;
@@ -1521,7 +1598,7 @@ typedef struct tkv_sampler tkv_sampler;
 /**
  * Create a sampler.
  *
- * @param params   NULL for defaults; copied. Start from tkv_sampler_default_params()
+ * @param params   NULL for defaults; copied. Start from tkv_sampler_params_init()
  *                 (its size field: TKV_ERR_INVALID when unset).
  * @param n_vocab  the length of the logits rows it will sample from
  *                 (tkv_vocab_size of the model).

@@ -85,12 +85,14 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
     kv->cells = tkv__malloc(n_cells * sizeof *kv->cells);
     kv->spare = tkv__malloc(n_cells * sizeof *kv->spare);
     kv->seq_count = tkv__calloc(n_seq, sizeof *kv->seq_count);
+    kv->seq_dup = tkv__calloc(n_seq, sizeof *kv->seq_dup);
+    kv->dup = tkv__calloc(n_cells, 1);
     kv->run_tokens = tkv__malloc(n_cells * sizeof *kv->run_tokens);
     kv->run_cells = tkv__malloc(n_cells * sizeof *kv->run_cells);
     kv->ev_tokens = tkv__malloc(n_cells * sizeof *kv->ev_tokens);
     kv->ev_cells = tkv__malloc(n_cells * sizeof *kv->ev_cells);
     if (!kv->ev_tokens || !kv->ev_cells || !kv->rows.k || !kv->rows.v || !kv->token || !kv->pos || !kv->free || !kv->seq || !kv->cells || !kv->spare ||
-        !kv->seq_count || !kv->run_tokens || !kv->run_cells) {
+        !kv->seq_count || !kv->seq_dup || !kv->dup || !kv->run_tokens || !kv->run_cells) {
         tkv__kv_free(kv);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for a KV cache of %u cells (%zu bytes)", n_cells, bytes);
     }
@@ -100,6 +102,7 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
         kv->free[i] = n_cells - 1 - i; /* low cells first */
     }
     kv->n_free = n_cells;
+    kv->next_pin = 1;
     st = tkv__pindex_create(n_cells, n_seq, kv->token, &kv->ix);
     if (st) {
         tkv__kv_free(kv);
@@ -125,6 +128,8 @@ void tkv__kv_free(tkv__kvcache *kv) {
     tkv__free(kv->cells);
     tkv__free(kv->spare);
     tkv__free(kv->seq_count);
+    tkv__free(kv->seq_dup);
+    tkv__free(kv->dup);
     tkv__free(kv->run_tokens);
     tkv__free(kv->run_cells);
     tkv__free(kv->ev_tokens);
@@ -217,6 +222,9 @@ void tkv__kv_seq_move(tkv__kvcache *kv, tkv_seq seq, uint64_t ns, tkv__ppos at) 
 
 void tkv__kv_seq_truncate(tkv__kvcache *kv, tkv_seq seq, uint32_t n) {
     tkv__kvseq *s = &kv->seq[seq];
+    /* an empty sequence is in the default namespace: the next user of its id starts there, never in the
+       namespace of the one before (tkv_seq_attach of no tokens chooses another) */
+    if (n == 0) s->ns = 0;
     if (n >= s->n) return;
     tkv__ppos at = tkv__pindex_ancestor(kv->ix, tkv__pindex_seq_end(kv->ix, seq), n);
     tkv__pindex_seq_set(kv->ix, seq, at); /* the dropped tail: its own node */
@@ -255,19 +263,19 @@ size_t tkv__kv_match_cells(const tkv__kvcache *kv, uint64_t ns, const tkv_token 
     return m;
 }
 
-tkv_status tkv__kv_pin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
+tkv_status tkv__kv_pin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len, uint64_t *id) {
     tkv__ppos at;
     size_t m = tkv__pindex_match(kv->ix, ns, tokens, n, false, &at);
-    tkv_status st = tkv__pindex_pin_at(kv->ix, at);
-    if (!st && len) *len = m;
-    return st;
+    const uint64_t pin = m ? kv->next_pin : 0;
+    tkv_status st = m ? tkv__pindex_pin_id(kv->ix, at, pin) : TKV_OK;
+    if (st) return st;
+    kv->next_pin += m != 0;
+    if (len) *len = m;
+    *id = pin;
+    return TKV_OK;
 }
 
-void tkv__kv_unpin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n) {
-    tkv__ppos at;
-    tkv__pindex_match(kv->ix, ns, tokens, n, false, &at);
-    tkv__pindex_unpin_on_path(kv->ix, at);
-}
+bool tkv__kv_unpin(tkv__kvcache *kv, uint64_t id) { return tkv__pindex_unpin_id(kv->ix, id); }
 
 void tkv__kv_hold(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, int delta) {
     tkv__ppos at;

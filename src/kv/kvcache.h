@@ -80,12 +80,15 @@ typedef struct tkv__kvcache {
     uint32_t n_seq;
     tkv__kvseq *seq;  /* (n_seq) */
     uint64_t evictions; /* cells evicted, ever */
+    uint64_t next_pin;  /* the handle the next pin gets (1, 2, ...) */
     /* private */
     tkv__pindex *ix;
     tkv__kvtxn txn;
     uint32_t *cells;      /* (n_cells) the staged cells */
     uint32_t *spare;      /* (n_cells) cells the index hands back (evictions, duplicates) */
     uint32_t *seq_count;  /* (n_seq) tokens per sequence in a staged batch */
+    uint32_t *seq_dup;    /* (n_seq) of them, the leading ones the index holds already (pinned while staged) */
+    uint8_t *dup;         /* (n_cells) staged token i is one of those: its cell is only scratch */
     tkv_token *run_tokens;/* (n_cells) one sequence's tokens of a batch */
     uint32_t *run_cells;  /* (n_cells) and their cells */
     tkv__kv_event_fn on_event; /* NULL: nobody observes */
@@ -158,7 +161,8 @@ void tkv__kv_rollback(tkv__kvcache *kv);
 /* ---- sequences (kvcache.c) ------------------------------------------------- */
 
 /* Drop positions n.. of seq (n >= its length: nothing). The dropped tail
-   stays cached, evictable once nobody else holds it. */
+   stays cached, evictable once nobody else holds it. Truncated to 0, seq
+   is in namespace 0 again. */
 void tkv__kv_seq_truncate(tkv__kvcache *kv, tkv_seq seq, uint32_t n);
 
 /* dst holds what src holds (same cells, same namespace). TKV_ERR_NOMEM
@@ -177,14 +181,13 @@ size_t tkv__kv_match(const tkv__kvcache *kv, uint64_t ns, const tkv_token *token
    0..len-1, in cells[0..len) (room for n). Changes nothing. */
 size_t tkv__kv_match_cells(const tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, uint32_t *cells);
 
-/* Pin exactly the prefix of tokens[0..n) cached now (*len: its length; may
-   be NULL): it is never evicted until unpinned, and tokens cached later do
-   not join the pin. TKV_ERR_NOMEM: nothing changed. */
-tkv_status tkv__kv_pin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len);
+/* Pin exactly the prefix of tokens[0..n) cached now (*len: its length; may be NULL): it is never evicted
+   until unpinned, and tokens cached later do not join the pin. *id receives the pin's handle, unique in
+   this cache, or 0 when nothing is cached (nothing pinned). TKV_ERR_NOMEM: nothing changed. */
+tkv_status tkv__kv_pin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len, uint64_t *id);
 
-/* Release the pin a tkv__kv_pin of (a prefix of) these tokens took: the
-   deepest on their cached path. Nothing pinned there: nothing happens. */
-void tkv__kv_unpin(tkv__kvcache *kv, uint64_t ns, const tkv_token *tokens, size_t n);
+/* Release the pin with handle id; false when no pin has it (released already, or never taken). */
+bool tkv__kv_unpin(tkv__kvcache *kv, uint64_t id);
 
 /* Hold (delta +1) or release (-1) the cached prefix of tokens[0..n)
    against eviction: the loads of a directory hold each loaded prefix until

@@ -28,31 +28,47 @@ static tkv_status busy_txn(const tkv__kvcache *kv) {
     return tkv__fail(TKV_ERR_INVALID, "KV cache: a transaction is already staged");
 }
 
-/* Take `need` cells into kv->cells: free ones first, then virtual ones
-   standing for cells to evict at commit. `what` names the caller. Nothing
-   changes on failure. The caller holds what must survive the eviction. */
-static tkv_status stage_cells(tkv__kvcache *kv, const char *what, uint32_t need, uint32_t *n_real) {
-    const uint32_t real = need <= kv->n_free ? need : kv->n_free, virt = need - real;
-    if (virt) {
+/*
+ * Give the n staged tokens their cells in kv->cells[0..n): free ones first, then virtual ones. A token
+ * marked in kv->dup[] is one the index already holds where it will be published: the commit keeps the
+ * cached cell, so it needs no cell of its own, only a row for the forward pass to write (a free cell if one
+ * is left over, else a virtual one that never lands). Every other virtual cell stands for a cell to evict
+ * at commit. `what` names the caller. Nothing changes on failure. The caller holds what must survive the
+ * eviction (the reused prefix, the cached cells of the marked tokens).
+ */
+static tkv_status stage_cells(tkv__kvcache *kv, const char *what, uint32_t n, uint32_t *n_real) {
+    uint32_t n_dup = 0;
+    for (uint32_t i = 0; i < n; i++) n_dup += kv->dup[i];
+    const uint32_t need = n - n_dup, real = need <= kv->n_free ? need : kv->n_free, land = need - real;
+    const uint32_t real_dup = n_dup <= kv->n_free - real ? n_dup : kv->n_free - real;
+    const uint32_t virt = land + n_dup - real_dup;
+    if (land) {
         const uint64_t ev = evictable_cells(kv);
-        if (ev < virt)
+        if (ev < land)
             return tkv__fail(TKV_ERR_FULL, "%s: KV cache full: %u cells needed, %u free and %llu evictable of %u", what,
                              need, kv->n_free, (unsigned long long)ev, kv->rows.n_cells);
-        tkv_status st = tkv__kv_reserve_virtual(kv, virt);
-        if (st) return st;
     }
-    tkv__kv_take(kv, real, kv->cells);
-    for (uint32_t i = 0; i < virt; i++) kv->cells[real + i] = kv->rows.n_cells + i;
-    *n_real = real;
+    tkv_status st = virt ? tkv__kv_reserve_virtual(kv, virt) : TKV_OK;
+    if (st) return st;
+    uint32_t left = real, left_dup = real_dup, v = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t *take = kv->dup[i] ? &left_dup : &left;
+        if (*take) tkv__kv_take(kv, 1, &kv->cells[i]), --*take;
+        else kv->cells[i] = kv->rows.n_cells + v++;
+    }
+    *n_real = real + real_dup;
     return TKV_OK;
 }
 
-/* Commit's first step: evict what the virtual cells need and move each into a freed cell. */
+/* Commit's first step: evict what the virtual cells need and move each into a freed cell (those of marked
+   tokens stay virtual: the index keeps its own cells for them). */
 static void land_virtual(tkv__kvcache *kv) {
-    const uint32_t virt = kv->txn.n - kv->txn.n_real;
-    if (!virt) return;
-    tkv__kv_evict(kv, virt > kv->n_free ? virt - kv->n_free : 0); /* the stage made sure enough is evictable */
-    for (uint32_t i = kv->txn.n_real; i < kv->txn.n; i++) {
+    uint32_t land = 0;
+    for (uint32_t i = 0; i < kv->txn.n; i++) land += kv->cells[i] >= kv->rows.n_cells && !kv->dup[i];
+    if (!land) return;
+    tkv__kv_evict(kv, land > kv->n_free ? land - kv->n_free : 0); /* the stage made sure enough is evictable */
+    for (uint32_t i = 0; i < kv->txn.n; i++) {
+        if (kv->cells[i] < kv->rows.n_cells || kv->dup[i]) continue;
         uint32_t real;
         tkv__kv_take(kv, 1, &real);
         for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
@@ -78,6 +94,64 @@ static tkv__ppos publish_run(tkv__kvcache *kv, uint64_t ns, tkv__ppos at, const 
 
 /* ---- batches -------------------------------------------------------------- */
 
+/* Sequence sq's tokens in batch b, in order, into kv->run_tokens (the first `max` of them); returns how many. */
+static uint32_t seq_run(tkv__kvcache *kv, const tkv_batch *b, tkv_seq sq, uint32_t max) {
+    uint32_t k = 0;
+    for (size_t j = 0; j < b->n && k < max; j++)
+        if (b->seq[j] == sq) kv->run_tokens[k++] = b->token[j];
+    return k;
+}
+
+/*
+ * Mark the batch tokens the index already holds after their sequence's end (kv->dup[], and per sequence
+ * kv->seq_dup[], 0 for those without), and pin where each such run ends, so that the commit's eviction
+ * keeps them: the commit then finds them cached and keeps their cells (a cached prompt's last token,
+ * decoded again for its logits, needs no cell). TKV_ERR_NOMEM: nothing marked or pinned.
+ */
+static tkv_status hold_dups(tkv__kvcache *kv, const tkv_batch *b) {
+    uint32_t n_runs = 0;
+    memset(kv->seq_dup, 0, kv->n_seq * sizeof *kv->seq_dup);
+    memset(kv->dup, 0, b->n);
+    for (uint32_t s = 0; s < kv->n_seq; s++) {
+        if (!kv->seq_count[s]) continue;
+        const uint32_t k = seq_run(kv, b, (tkv_seq)s, kv->seq_count[s]);
+        tkv__ppos to;
+        kv->seq_dup[s] = (uint32_t)tkv__pindex_follow(kv->ix, kv->seq[s].ns, tkv__pindex_seq_end(kv->ix, (tkv_seq)s),
+                                                      kv->run_tokens, k, &to);
+        n_runs += kv->seq_dup[s] != 0;
+    }
+    if (!n_runs) return TKV_OK;
+    tkv_status st = tkv__pindex_pin_reserve(kv->ix, n_runs);
+    if (st) {
+        memset(kv->seq_dup, 0, kv->n_seq * sizeof *kv->seq_dup);
+        return st;
+    }
+    for (uint32_t s = 0; s < kv->n_seq; s++) {
+        if (!kv->seq_dup[s]) continue;
+        const uint32_t k = seq_run(kv, b, (tkv_seq)s, kv->seq_dup[s]);
+        tkv__ppos to;
+        tkv__pindex_follow(kv->ix, kv->seq[s].ns, tkv__pindex_seq_end(kv->ix, (tkv_seq)s), kv->run_tokens, k, &to);
+        tkv__pindex_pin(kv->ix, to, +1); /* reserved: cannot fail */
+    }
+    uint32_t *seen = kv->seq_count; /* counted again below: the stage recounts it */
+    memset(seen, 0, kv->n_seq * sizeof *seen);
+    for (size_t i = 0; i < b->n; i++) kv->dup[i] = seen[b->seq[i]]++ < kv->seq_dup[b->seq[i]];
+    return TKV_OK;
+}
+
+/* Release hold_dups' pins (before the commit publishes anything, or at rollback: the sequences' ends have
+   not moved, and the pinned runs are still cached after them). */
+static void release_dups(tkv__kvcache *kv, const tkv_batch *b) {
+    for (uint32_t s = 0; s < kv->n_seq; s++) {
+        if (!kv->seq_dup[s]) continue;
+        const uint32_t k = seq_run(kv, b, (tkv_seq)s, kv->seq_dup[s]);
+        tkv__ppos to;
+        tkv__pindex_follow(kv->ix, kv->seq[s].ns, tkv__pindex_seq_end(kv->ix, (tkv_seq)s), kv->run_tokens, k, &to);
+        tkv__pindex_pin(kv->ix, to, -1);
+        kv->seq_dup[s] = 0;
+    }
+}
+
 tkv_status tkv__kv_stage_batch(tkv__kvcache *kv, const tkv_batch *b) {
     tkv_status st = busy_txn(kv);
     if (st) return st;
@@ -99,8 +173,12 @@ tkv_status tkv__kv_stage_batch(tkv__kvcache *kv, const tkv_batch *b) {
     /* room in every list first: a grown list is still valid (reservation is not publication) */
     for (uint32_t s = 0; s < kv->n_seq; s++)
         if (kv->seq_count[s] && (st = tkv__kv_seq_room(kv, (tkv_seq)s, kv->seq[s].n + kv->seq_count[s]))) return st;
+    if ((st = hold_dups(kv, b))) return st;
     uint32_t n_real;
-    if ((st = stage_cells(kv, "tkv_decode", (uint32_t)b->n, &n_real))) return st;
+    if ((st = stage_cells(kv, "tkv_decode", (uint32_t)b->n, &n_real))) {
+        release_dups(kv, b);
+        return st;
+    }
     /* each token's cell after its sequence's published cells, where attention reads it */
     memset(kv->seq_count, 0, kv->n_seq * sizeof *kv->seq_count);
     for (size_t i = 0; i < b->n; i++) {
@@ -158,6 +236,7 @@ tkv_status tkv__kv_stage_path(tkv__kvcache *kv, const char *name, tkv_seq seq, u
            evicted, as tkv_seq_sync allows), or by a pin */
         if (seq >= 0) at = tkv__pindex_seq_set(kv->ix, seq, at); /* the position may be renamed */
         else if ((st = tkv__pindex_pin(kv->ix, at, +1))) return st;
+        memset(kv->dup, 0, need); /* what follows the reused prefix: the commit finds out what it held already */
         if ((st = stage_cells(kv, name, need, &n_real))) {
             if (seq >= 0) tkv__pindex_seq_set(kv->ix, seq, old);
             else tkv__pindex_pin(kv->ix, at, -1);
@@ -193,14 +272,15 @@ static void commit_path(tkv__kvcache *kv) {
 
 void tkv__kv_commit(tkv__kvcache *kv) {
     land_virtual(kv);
-    if (kv->txn.kind == TXN_BATCH) commit_batch(kv);
+    if (kv->txn.kind == TXN_BATCH) release_dups(kv, kv->txn.b), commit_batch(kv);
     else if (kv->txn.kind == TXN_PATH) commit_path(kv);
     kv->txn.kind = TXN_NONE;
 }
 
 void tkv__kv_rollback(tkv__kvcache *kv) {
     const tkv__kvtxn *t = &kv->txn;
-    tkv__kv_give_back(kv, kv->cells, t->n_real);
+    tkv__kv_give_back(kv, kv->cells, t->n); /* the real ones among them: virtual cells are skipped */
+    if (t->kind == TXN_BATCH) release_dups(kv, t->b);
     if (t->kind == TXN_PATH && t->n) {
         if (t->seq >= 0) tkv__pindex_seq_set(kv->ix, t->seq, t->old);
         else tkv__pindex_pin(kv->ix, t->at, -1);

@@ -29,6 +29,7 @@
 typedef struct pin_rec {
     tkv__ppos at;
     uint32_t count;
+    uint64_t id; /* 0: counted holds of one position (tkv__pindex_pin); else one handle's pin (tkv__pindex_pin_id) */
 } pin_rec;
 
 typedef struct child_slot {
@@ -297,6 +298,30 @@ tkv__ppos tkv__pindex_ancestor(const tkv__pindex *ix, tkv__ppos at, uint32_t len
     return (tkv__ppos){id, len - ix->node[id].depth};
 }
 
+static uint32_t cell_at(const tkv__pindex *ix, uint32_t id, uint32_t off);
+
+size_t tkv__pindex_follow(const tkv__pindex *ix, uint64_t ns, tkv__ppos from, const tkv_token *tokens, size_t n,
+                          tkv__ppos *to) {
+    *to = from;
+    uint32_t P = from.node != NONE ? from.node : root_find(ix, ns);
+    if (P == NONE) return 0;
+    uint32_t o = from.node != NONE ? from.off : 0;
+    uint32_t cc = o < ix->node[P].n ? cell_at(ix, P, o) : NONE; /* the cell after position o */
+    size_t i = 0;
+    while (i < n) {
+        if (o < ix->node[P].n) {
+            if (ix->tok[cc] != tokens[i]) break;
+            i++, o++, cc = ix->next[cc];
+            continue;
+        }
+        const uint32_t c = child_get(ix, P, tokens[i]);
+        if (c == NONE) break;
+        P = c, o = 0, cc = ix->node[c].first_cell; /* its first token matches: the table is keyed by it */
+    }
+    if (i) *to = (tkv__ppos){P, o};
+    return i;
+}
+
 /* ---- insertion ------------------------------------------------------------ */
 
 /* The cell at offset `off` of node id's run. */
@@ -347,6 +372,8 @@ tkv__ppos tkv__pindex_cut(tkv__pindex *ix, tkv__ppos at) {
     return at;
 }
 
+static bool end_held(const tkv__pindex *ix, uint32_t id);
+
 /* Append cells[0..n) to node id's run (the cache has written their tokens). */
 static void append(tkv__pindex *ix, uint32_t id, const uint32_t *cells, uint32_t n) {
     tkv__pnode *nd = &ix->node[id];
@@ -384,9 +411,11 @@ tkv__ppos tkv__pindex_insert(tkv__pindex *ix, uint64_t ns, tkv__ppos from, const
             ix->node[c].last_use = now;
             continue;
         }
-        /* a leaf grows in place, unless a pin ends it: the pin covers what was cached when it was taken, not
-           what comes after */
-        if (ix->node[P].parent != NONE && ix->node[P].first_child == NONE && ix->node[P].pins == 0) {
+        /* a leaf grows in place, unless a sequence or a pin ends it: either holds what was cached up to its
+           end, not what comes after, which must stay evictable on its own once nobody holds it (the sequence
+           that extends it moves its end past the boundary, and the join in tkv__pindex_seq_set removes the
+           boundary again when nothing else needs it) */
+        if (ix->node[P].parent != NONE && ix->node[P].first_child == NONE && !end_held(ix, P)) {
             append(ix, P, cells + i, n - i);
         } else {
             uint32_t nn = node_new(ix, ns, P, ix->node[P].depth + ix->node[P].n);
@@ -469,53 +498,47 @@ tkv__ppos tkv__pindex_seq_set(tkv__pindex *ix, tkv_seq seq, tkv__ppos at) {
     return ix->seq[seq];
 }
 
-tkv_status tkv__pindex_pin(tkv__pindex *ix, tkv__ppos at, int delta) {
-    if (at.node == NONE || delta == 0) return TKV_OK;
-    for (uint32_t p = 0; p < ix->n_pins; p++) {
-        if (ix->pins[p].at.node != at.node || ix->pins[p].at.off != at.off) continue;
-        if (delta < 0 && (uint32_t)-delta > ix->pins[p].count) delta = -(int)ix->pins[p].count;
-        ix->pins[p].count = (uint32_t)((int64_t)ix->pins[p].count + delta);
-        add_pins(ix, at.node, delta);
-        if (ix->pins[p].count == 0) ix->pins[p] = ix->pins[--ix->n_pins];
-        return TKV_OK;
-    }
-    if (delta < 0) return TKV_OK;
-    if (ix->n_pins == ix->cap_pins) {
-        uint32_t cap = ix->cap_pins ? 2 * ix->cap_pins : 8;
-        pin_rec *p = tkv__realloc(ix->pins, cap * sizeof *p);
-        if (!p) return tkv__fail(TKV_ERR_NOMEM, "out of memory pinning a prefix");
-        ix->pins = p;
-        ix->cap_pins = cap;
-    }
-    ix->pins[ix->n_pins++] = (pin_rec){at, (uint32_t)delta};
+/* Add delta to the count of pin record p (removed at 0) and to the pins of its path. */
+static void pin_add(tkv__pindex *ix, uint32_t p, int delta) {
+    const tkv__ppos at = ix->pins[p].at;
+    ix->pins[p].count = (uint32_t)((int64_t)ix->pins[p].count + delta);
     add_pins(ix, at.node, delta);
+    if (ix->pins[p].count == 0) ix->pins[p] = ix->pins[--ix->n_pins];
+}
+
+/* A new pin record (room reserved or grown here). TKV_ERR_NOMEM: nothing changed. */
+static tkv_status pin_new(tkv__pindex *ix, tkv__ppos at, uint32_t count, uint64_t id) {
+    tkv_status st = tkv__pindex_pin_reserve(ix, 1);
+    if (st) return st;
+    /* a pin holds exactly its prefix: it ends a node, and a pinned end never grows in place */
+    at = tkv__pindex_cut(ix, at);
+    ix->pins[ix->n_pins++] = (pin_rec){at, count, id};
+    add_pins(ix, at.node, (int)count);
     return TKV_OK;
 }
 
-/* Whether position p lies on the path from the root to `at` (p is at or before it). */
-static bool on_path(const tkv__pindex *ix, tkv__ppos p, tkv__ppos at) {
-    if (p.node == at.node) return p.off <= at.off;
-    for (uint32_t id = at.node; id != NONE; id = ix->node[id].parent)
-        if (ix->node[id].parent == p.node) return true; /* p lies in an ancestor of at's node */
-    return false;
-}
-
-tkv_status tkv__pindex_pin_at(tkv__pindex *ix, tkv__ppos at) {
-    if (at.node == NONE) return TKV_OK;
-    tkv_status st = tkv__pindex_pin_reserve(ix, 1);
-    if (st) return st;
-    return tkv__pindex_pin(ix, tkv__pindex_cut(ix, at), +1);
-}
-
-uint32_t tkv__pindex_unpin_on_path(tkv__pindex *ix, tkv__ppos at) {
-    uint32_t best = NONE, best_len = 0;
+tkv_status tkv__pindex_pin(tkv__pindex *ix, tkv__ppos at, int delta) {
+    if (at.node == NONE || delta == 0) return TKV_OK;
     for (uint32_t p = 0; p < ix->n_pins; p++) {
-        const uint32_t len = tkv__pindex_len(ix, ix->pins[p].at);
-        if (on_path(ix, ix->pins[p].at, at) && (best == NONE || len > best_len)) best = p, best_len = len;
+        if (ix->pins[p].id || ix->pins[p].at.node != at.node || ix->pins[p].at.off != at.off) continue;
+        if (delta < 0 && (uint32_t)-delta > ix->pins[p].count) delta = -(int)ix->pins[p].count;
+        pin_add(ix, p, delta);
+        return TKV_OK;
     }
-    if (best == NONE) return 0;
-    tkv__pindex_pin(ix, ix->pins[best].at, -1); /* a decrement allocates nothing */
-    return best_len;
+    return delta < 0 ? TKV_OK : pin_new(ix, at, (uint32_t)delta, 0);
+}
+
+tkv_status tkv__pindex_pin_id(tkv__pindex *ix, tkv__ppos at, uint64_t id) {
+    return at.node == NONE ? TKV_OK : pin_new(ix, at, 1, id);
+}
+
+bool tkv__pindex_unpin_id(tkv__pindex *ix, uint64_t id) {
+    for (uint32_t p = 0; p < ix->n_pins; p++)
+        if (ix->pins[p].id == id) {
+            pin_add(ix, p, -1); /* a decrement allocates nothing */
+            return true;
+        }
+    return false;
 }
 
 /* ---- eviction ------------------------------------------------------------- */
@@ -675,11 +698,24 @@ tkv_status tkv__pindex_check(const tkv__pindex *ix) {
     for (uint32_t q = 0; q < ix->n_pins; q++)
         for (uint32_t id = ix->pins[q].at.node; id != NONE && id < ix->n_nodes; id = ix->node[id].parent)
             cs.pins[id] += ix->pins[q].count;
+    /* every end lies at the end of its node: a node's refs and pins then hold exactly the cells on the
+       paths of the sequences and pins below it, and a cell past an end is held by nobody (evictable) */
     for (uint32_t s = 0; s < ix->n_seq && !cs.st; s++) {
         tkv__ppos e = ix->seq[s];
-        if (e.node != NONE && (!ix->node[e.node].live || e.off == 0 || e.off > ix->node[e.node].n))
-            cs.st = tkv__fail(TKV_ERR_FORMAT, "prefix index: sequence %u ends at offset %u of a %u-token node", s, e.off,
-                              ix->node[e.node].n);
+        if (e.node != NONE && (!ix->node[e.node].live || e.off != ix->node[e.node].n))
+            cs.st = tkv__fail(TKV_ERR_FORMAT,
+                              "prefix index: sequence %u ends at offset %u of a %u-token node (it would hold the "
+                              "cells after its end)",
+                              s, e.off, ix->node[e.node].n);
+    }
+    for (uint32_t q = 0; q < ix->n_pins && !cs.st; q++) {
+        tkv__ppos e = ix->pins[q].at;
+        if (e.node == NONE || e.node >= ix->n_nodes || !ix->node[e.node].live || e.off != ix->node[e.node].n ||
+            !ix->pins[q].count)
+            cs.st = tkv__fail(TKV_ERR_FORMAT,
+                              "prefix index: pin %u (count %u) ends at offset %u of a %u-token node (it would hold "
+                              "the cells after its end)",
+                              q, ix->pins[q].count, e.off, e.node < ix->n_nodes ? ix->node[e.node].n : 0);
     }
     if (!cs.st) tkv__pindex_foreach(ix, check_node, &cs);
     tkv__free(cs.seen);

@@ -101,17 +101,22 @@ tkv__ppos tkv__pindex_seq_set(tkv__pindex *ix, tkv_seq seq, tkv__ppos at);
 /* The position `len` tokens into the path ending at `at` (len <= its length). */
 tkv__ppos tkv__pindex_ancestor(const tkv__pindex *ix, tkv__ppos at, uint32_t len);
 
-/* Pin (delta > 0) or unpin (< 0) the prefix ending at `at`: nodes on its
-   path are never evicted while pinned. TKV_ERR_NOMEM: nothing changed. */
+/* Pin (delta > 0) or unpin (< 0) the prefix ending at `at` with a counted, anonymous record (the holds of
+   loads and transactions): nodes on its path are never evicted while pinned. A pin cuts the node at `at`,
+   and a pinned end never grows in place, so it holds exactly that prefix. TKV_ERR_NOMEM: nothing changed. */
 tkv_status tkv__pindex_pin(tkv__pindex *ix, tkv__ppos at, int delta);
 
-/* Pin exactly the prefix ending at `at`: its node is cut there, and a pinned leaf never grows in place, so the
-   pin does not extend to tokens cached later. TKV_ERR_NOMEM: nothing changed. */
-tkv_status tkv__pindex_pin_at(tkv__pindex *ix, tkv__ppos at);
+/* Pin the prefix ending at `at` (not empty) as a record of its own named `id` (nonzero, unique: a caller's
+   handle), held exactly as tkv__pindex_pin holds. TKV_ERR_NOMEM: nothing changed. */
+tkv_status tkv__pindex_pin_id(tkv__pindex *ix, tkv__ppos at, uint64_t id);
 
-/* Release one pin of the deepest pinned prefix on the path ending at `at` (the pin taken for a shorter list,
-   however much more of it is cached now). Returns that prefix's length, or 0 when no pin lies on the path. */
-uint32_t tkv__pindex_unpin_on_path(tkv__pindex *ix, tkv__ppos at);
+/* Release the pin named `id`; false when there is none (already released, or never taken). */
+bool tkv__pindex_unpin_id(tkv__pindex *ix, uint64_t id);
+
+/* Follow tokens[0..n) from `from` (in namespace ns; empty: its root): how many of them the tree holds next,
+   and where they end in *to (`from` when none). Changes nothing. */
+size_t tkv__pindex_follow(const tkv__pindex *ix, uint64_t ns, tkv__ppos from, const tkv_token *tokens, size_t n,
+                          tkv__ppos *to);
 
 /*
  * Free `want` cells, or as many as are evictable: from the least recently

@@ -15,7 +15,14 @@
 
 typedef unsigned long long ull;
 
-tkv_model_params tkv_model_default_params(void) { return (tkv_model_params){.size = sizeof(tkv_model_params), .vocab_only = false, .repack = true}; }
+static tkv_model_params model_defaults(void) {
+    return (tkv_model_params){.size = sizeof(tkv_model_params), .vocab_only = false, .repack = true};
+}
+
+tkv_status tkv_model_params_init(tkv_model_params *p, size_t size) {
+    const tkv_model_params d = model_defaults();
+    return tkv__params_init(p, size, &d, sizeof d, "tkv_model_params");
+}
 
 /* ---- hyperparameters ---------------------------------------------------- */
 
@@ -309,7 +316,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
 tkv_status tkv_model_load(const char *path, const tkv_model_params *params, tkv_model **out) {
     if (!out) return tkv__fail(TKV_ERR_INVALID, "tkv_model_load: out is NULL");
     *out = NULL;
-    tkv_model_params p = tkv_model_default_params();
+    tkv_model_params p = model_defaults();
     tkv_status st = params ? tkv__params_read(&p, sizeof p, params, "tkv_model_params") : TKV_OK;
     if (st) return st;
     tkv__gguf *g = NULL;
@@ -326,7 +333,7 @@ tkv_status tkv_model_load(const char *path, const tkv_model_params *params, tkv_
 tkv_status tkv_model_load_from_memory(const void *data, size_t size, const tkv_model_params *params, tkv_model **out) {
     if (!out) return tkv__fail(TKV_ERR_INVALID, "tkv_model_load_from_memory: out is NULL");
     *out = NULL;
-    tkv_model_params p = tkv_model_default_params();
+    tkv_model_params p = model_defaults();
     tkv_status st = params ? tkv__params_read(&p, sizeof p, params, "tkv_model_params") : TKV_OK;
     if (st) return st;
     tkv__gguf *g = NULL;

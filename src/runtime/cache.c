@@ -10,57 +10,63 @@
 #include <string.h>
 
 
-tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
+static tkv_status cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
     if (!ctx || (!tokens && n) || !len)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_match: NULL argument"));
-    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_match");
-    if (busy) return busy;
     *len = tkv__kv_match(ctx->kv, ns, tokens, n);
     return TKV_OK;
 }
 
-static tkv_status pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, int delta, size_t *len) {
-    if (!ctx || (!tokens && n)) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_pin: NULL argument"));
-    tkv_status busy = tkv__ctx_busy(ctx, delta > 0 ? "tkv_cache_pin" : "tkv_cache_unpin");
-    if (busy) return busy;
-    if (delta < 0) { /* exactly what a pin of (a prefix of) these tokens took */
-        tkv__kv_unpin(ctx->kv, ns, tokens, n);
-        return TKV_OK;
-    }
-    tkv_status st = tkv__kv_pin(ctx->kv, ns, tokens, n, len);
+tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
+    TKV__GUARDED(ctx, "tkv_cache_match", cache_match(ctx, ns, tokens, n, len));
+}
+
+static tkv_status cache_pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len,
+                            tkv_pin *pin) {
+    if (!ctx || (!tokens && n) || !pin)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_pin: NULL argument"));
+    tkv_status st = tkv__kv_pin(ctx->kv, ns, tokens, n, len, pin);
     return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
 }
 
-tkv_status tkv_cache_pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
-    return pin(ctx, ns, tokens, n, +1, len);
+tkv_status tkv_cache_pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len, tkv_pin *pin) {
+    TKV__GUARDED(ctx, "tkv_cache_pin", cache_pin(ctx, ns, tokens, n, len, pin));
 }
 
-tkv_status tkv_cache_unpin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n) {
-    return pin(ctx, ns, tokens, n, -1, NULL);
+static tkv_status cache_unpin(tkv_context *ctx, tkv_pin pin) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_unpin: ctx is NULL");
+    if (pin == 0 || tkv__kv_unpin(ctx->kv, pin)) return TKV_OK;
+    return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_unpin: no pin has handle %llu (released already?)",
+                                        (unsigned long long)pin));
 }
 
-tkv_status tkv_cache_clear(tkv_context *ctx) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_clear: ctx is NULL"));
-    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_clear");
-    if (busy) return busy;
+tkv_status tkv_cache_unpin(tkv_context *ctx, tkv_pin pin) { TKV__GUARDED(ctx, "tkv_cache_unpin", cache_unpin(ctx, pin)); }
+
+static tkv_status cache_clear(tkv_context *ctx) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_clear: ctx is NULL");
     tkv__kv_clear(ctx->kv);
     return TKV_OK;
 }
 
-tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out) {
+tkv_status tkv_cache_clear(tkv_context *ctx) { TKV__GUARDED(ctx, "tkv_cache_clear", cache_clear(ctx)); }
+
+static tkv_status cache_stats(const tkv_context *ctx, tkv_stats *out) {
     if (!ctx || !out) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_stats: NULL argument"));
-    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_stats");
-    if (busy) return busy;
     *out = ctx->stats; /* lookups, tokens reused and computed: the context counts them */
     tkv__kv_stats(ctx->kv, out);
     return TKV_OK;
 }
 
-tkv_status tkv_cache_check(const tkv_context *ctx) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_check: ctx is NULL"));
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_check");
-    return st ? st : tkv__ctx_fail(ctx, tkv__kv_check(ctx->kv));
+tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out) {
+    TKV__GUARDED(ctx, "tkv_cache_stats", cache_stats(ctx, out));
 }
+
+static tkv_status cache_check(const tkv_context *ctx) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_check: ctx is NULL");
+    return tkv__ctx_fail(ctx, tkv__kv_check(ctx->kv));
+}
+
+tkv_status tkv_cache_check(const tkv_context *ctx) { TKV__GUARDED(ctx, "tkv_cache_check", cache_check(ctx)); }
 
 typedef struct walk_ctx {
     tkv_cache_visit_fn fn;
@@ -84,19 +90,19 @@ static void visit_node(const tkv__pindex *ix, uint32_t id, void *user) {
     w->fn(&out, w->user);
 }
 
-tkv_status tkv_cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *user) {
+static tkv_status cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *user) {
     if (!ctx || !fn) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_walk: NULL argument"));
-    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_walk");
-    if (busy) return busy;
     walk_ctx w = {fn, user};
     tkv__pindex_foreach(tkv__kv_index(ctx->kv), visit_node, &w);
     return TKV_OK;
 }
 
-tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tkv_token *out, size_t cap, size_t *n) {
+tkv_status tkv_cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *user) {
+    TKV__GUARDED(ctx, "tkv_cache_walk", cache_walk(ctx, fn, user));
+}
+
+static tkv_status node_tokens(const tkv_context *ctx, uint32_t id, tkv_token *out, size_t cap, size_t *n) {
     if (!ctx || !n || (!out && cap)) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: NULL argument"));
-    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_node_tokens");
-    if (busy) return busy;
     const tkv__pindex *ix = tkv__kv_index(ctx->kv);
     const tkv__pnode *nd = tkv__pindex_node(ix, id);
     if (!nd) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_node_tokens: no node has id %u", id));
@@ -105,4 +111,8 @@ tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tkv_token 
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "tkv_cache_node_tokens: %u tokens do not fit in %zu", nd->n, cap));
     tkv__pindex_run(ix, id, NULL, out);
     return TKV_OK;
+}
+
+tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tkv_token *out, size_t cap, size_t *n) {
+    TKV__GUARDED(ctx, "tkv_cache_node_tokens", node_tokens(ctx, id, out, cap, n));
 }

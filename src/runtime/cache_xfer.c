@@ -18,12 +18,11 @@
 
 #include <string.h>
 
-tkv_status tkv_cache_export(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n_tokens, size_t kv_from,
-                            void *buf, size_t cap, size_t *size) {
+static tkv_status cache_export(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n_tokens, size_t kv_from,
+                               void *buf, size_t cap, size_t *size) {
     if (!ctx || !tokens || !size || (!buf && cap))
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_export: NULL argument"));
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_export");
-    if (st) return st;
+    tkv_status st;
     if (n_tokens == 0 || kv_from >= n_tokens)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID,
                                             "tkv_cache_export: K/V from position %zu of a %zu-token prefix (need "
@@ -49,12 +48,16 @@ tkv_status tkv_cache_export(tkv_context *ctx, uint64_t ns, const tkv_token *toke
     return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
 }
 
-tkv_status tkv_cache_import(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n_tokens, size_t kv_from,
-                            const void *image, size_t size) {
+tkv_status tkv_cache_export(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n_tokens, size_t kv_from,
+                            void *buf, size_t cap, size_t *size) {
+    TKV__GUARDED(ctx, "tkv_cache_export", cache_export(ctx, ns, tokens, n_tokens, kv_from, buf, cap, size));
+}
+
+static tkv_status cache_import(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n_tokens, size_t kv_from,
+                               const void *image, size_t size) {
     if (!ctx || !tokens || (!image && size))
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_import: NULL argument"));
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_import");
-    if (st) return st;
+    tkv_status st;
     tkv__pexpect e;
     tkv__prec rec;
     if ((st = tkv__persist_expect(ctx, &e))) return tkv__ctx_fail(ctx, st);
@@ -74,4 +77,9 @@ tkv_status tkv_cache_import(tkv_context *ctx, uint64_t ns, const tkv_token *toke
     /* parsed twice (here and in the load): a checksum pass costs far less than the copy into the cells */
     st = tkv__persist_load_image(ctx, "import", image, size, -1);
     return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
+}
+
+tkv_status tkv_cache_import(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n_tokens, size_t kv_from,
+                            const void *image, size_t size) {
+    TKV__GUARDED(ctx, "tkv_cache_import", cache_import(ctx, ns, tokens, n_tokens, kv_from, image, size));
 }

@@ -34,7 +34,7 @@ int tkv_default_threads(char *why, size_t cap) {
     return c.threads;
 }
 
-tkv_context_params tkv_context_default_params(void) {
+static tkv_context_params context_defaults(void) {
     return (tkv_context_params){
         .size = sizeof(tkv_context_params),
         .n_cells = 4096,
@@ -45,6 +45,11 @@ tkv_context_params tkv_context_default_params(void) {
         .batch_invariant = true, /* reuse never changes an answer; it costs nothing measurable (bench/RESULTS.md) */
         .kv_type_v = TKV_TYPE_COUNT, /* as kv_type */
     };
+}
+
+tkv_status tkv_context_params_init(tkv_context_params *p, size_t size) {
+    const tkv_context_params d = context_defaults();
+    return tkv__params_init(p, size, &d, sizeof d, "tkv_context_params");
 }
 
 
@@ -80,7 +85,7 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
     if (!model) return tkv__fail(TKV_ERR_INVALID, "tkv_context_create: model is NULL");
     if (model->vocab_only || !model->w.layers)
         return tkv__fail(TKV_ERR_INVALID, "tkv_context_create: the model was loaded vocab_only (no weights)");
-    tkv_context_params p = tkv_context_default_params();
+    tkv_context_params p = context_defaults();
     tkv_status st = params ? tkv__params_read(&p, sizeof p, params, "tkv_context_params") : TKV_OK;
     if (st) return st;
     if (!p.n_cells || !p.n_seq_max || !p.n_batch)
@@ -161,21 +166,19 @@ static const float *logits_of(const tkv_context *ctx, size_t i) {
     return ctx->logits + (size_t)ctx->logits_row[i] * ctx->model->hp.n_vocab;
 }
 
-static tkv_status decode(tkv_context *ctx, const tkv_batch *b);
-
-tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *b) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_decode: ctx is NULL"));
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_decode");
-    if (st) return st;
-    atomic_store_explicit(&ctx->busy, true, memory_order_release);
-    st = decode(ctx, b);
-    atomic_store_explicit(&ctx->busy, false, memory_order_release);
-    return st;
+uintptr_t tkv__thread_tag(void) {
+    static _Thread_local char tag; /* its address: one per live thread */
+    return (uintptr_t)&tag;
 }
 
-/* tkv_decode, the context marked busy. */
-static tkv_status decode(tkv_context *ctx, const tkv_batch *b) {
+tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *b) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_decode: ctx is NULL");
+    TKV__GUARDED(ctx, "tkv_decode", tkv__ctx_decode(ctx, b));
+}
+
+tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b) {
     ctx->n_logits_rows = 0;
+    ctx->logits_base = 0;
     ctx->last_n = 0;
     ctx->last_logits = NULL;
     if (!b || !b->token || !b->pos || !b->seq)
@@ -236,10 +239,15 @@ static tkv_status decode(tkv_context *ctx, const tkv_batch *b) {
 }
 
 const float *tkv_get_logits(const tkv_context *ctx, size_t i) {
-    if (!ctx || tkv__ctx_busy(ctx, "tkv_get_logits")) return NULL;
-    return logits_of(ctx, i);
+    if (!ctx || tkv__ctx_enter(ctx, "tkv_get_logits")) return NULL;
+    const float *l = i >= ctx->logits_base ? logits_of(ctx, i - ctx->logits_base) : NULL;
+    tkv__ctx_leave(ctx);
+    return l;
 }
 
 const float *tkv_get_logits_last(const tkv_context *ctx) {
-    return ctx && !tkv__ctx_busy(ctx, "tkv_get_logits_last") ? ctx->last_logits : NULL;
+    if (!ctx || tkv__ctx_enter(ctx, "tkv_get_logits_last")) return NULL;
+    const float *l = ctx->last_logits;
+    tkv__ctx_leave(ctx);
+    return l;
 }

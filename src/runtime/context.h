@@ -14,7 +14,8 @@
 
 struct tkv_context {
     tkv__handle h; /* first: tkv_last_error(ctx) finds the context's message */
-    atomic_bool busy; /* a decode runs: every other call is refused (tkv__ctx_busy) */
+    atomic_bool busy;        /* a call runs in the context: every other one is refused (tkv__ctx_enter) */
+    atomic_uintptr_t owner;  /* the thread of that call (tkv__thread_tag), 0 when none */
     const tkv_model *model;
     tkv_context_params params;
     tkv__kvcache *kv;       /* every cell, sequence and cached prefix: their one owner */
@@ -33,6 +34,8 @@ struct tkv_context {
     float *logits;          /* (logits_cap, n_vocab) */
     size_t logits_cap, n_logits_rows, last_n;
     const float *last_logits; /* the last token's row of the last batch, or NULL */
+    size_t logits_base;       /* tkv_get_logits(i) reads batch index i - logits_base (tkv_seq_sync's last
+                                 pass starts at this index of its list; 0 after tkv_decode) */
     /* cache events (params.on_cache_event) */
     const tkv__kvevent *event; /* the one being reported, during the callback only */
     uint64_t fp[2];            /* the model's fingerprint, known when fp_known (images of evictions need it) */
@@ -43,25 +46,62 @@ struct tkv_context {
  * The one failure path of every call on a context, const ones included:
  * the calling thread's last message becomes the context's too
  * (tkv_context_error). Returns st; a failure (st < 0) only is recorded.
- * The message buffer is the handle's one mutable part, which a const
- * context still may write: a context is used by one thread at a time.
+ * Only the call that holds the context (tkv__ctx_enter) may use it: the
+ * message buffer is then this thread's to write, const context or not.
  */
 static inline tkv_status tkv__ctx_fail(const tkv_context *ctx, tkv_status st) {
     return ctx && st < 0 ? tkv__handle_fail((tkv__handle *)&ctx->h, st) : st;
 }
 
+/* A tag of the calling thread, the same in every file and different for every live thread. */
+uintptr_t tkv__thread_tag(void);
+
 /*
- * TKV_ERR_BUSY, with the context left as it is, when a decode on ctx is
- * running: the call comes from its abort callback, or from another thread
- * (a context is used by one thread at a time). The cache's structures are
- * half-updated during a decode; a call in between corrupted them. fn names
- * the caller in the message. TKV_OK otherwise.
+ * Enter a call on ctx, in one atomic step: TKV_OK, and the context is this
+ * call's until tkv__ctx_leave; or TKV_ERR_BUSY when another call holds it
+ * (one from its abort or event callback, or from another thread). A
+ * refusal changes nothing in the context, its message included (the call
+ * in progress owns it): the message goes to the thread's slot only. fn
+ * names the caller. A NULL ctx enters (the call then reports it).
  */
-static inline tkv_status tkv__ctx_busy(const tkv_context *ctx, const char *fn) {
-    if (!atomic_load_explicit(&ctx->busy, memory_order_acquire)) return TKV_OK;
-    return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_BUSY,
-                                        "%s: the context is decoding (a call from its abort callback, or another thread)",
-                                        fn));
+static inline tkv_status tkv__ctx_enter(const tkv_context *ctx, const char *fn) {
+    tkv_context *c = (tkv_context *)ctx; /* the guard is the one part a const call changes */
+    if (!c) return TKV_OK;
+    if (!atomic_exchange_explicit(&c->busy, true, memory_order_acquire)) {
+        atomic_store_explicit(&c->owner, tkv__thread_tag(), memory_order_relaxed);
+        return TKV_OK;
+    }
+    return tkv__fail(TKV_ERR_BUSY,
+                     "%s: the context is in another call (from its abort or event callback, or another thread: a "
+                     "context is used by one thread at a time)",
+                     fn);
 }
+
+/* Leave the call tkv__ctx_enter let in. */
+static inline void tkv__ctx_leave(const tkv_context *ctx) {
+    tkv_context *c = (tkv_context *)ctx;
+    if (!c) return;
+    atomic_store_explicit(&c->owner, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->busy, false, memory_order_release);
+}
+
+/* Whether the calling thread's call holds ctx (a callback of that call is running on it). */
+static inline bool tkv__ctx_held_here(const tkv_context *ctx) {
+    return atomic_load_explicit(&((tkv_context *)ctx)->busy, memory_order_acquire) &&
+           atomic_load_explicit(&((tkv_context *)ctx)->owner, memory_order_relaxed) == tkv__thread_tag();
+}
+
+/* The body of a public call on ctx: `call` runs inside the guard, and its status is returned. */
+#define TKV__GUARDED(ctx, fn, call)                                                                                    \
+    do {                                                                                                               \
+        tkv_status guard_ = tkv__ctx_enter((ctx), (fn));                                                               \
+        if (guard_) return guard_;                                                                                     \
+        guard_ = (call);                                                                                               \
+        tkv__ctx_leave(ctx);                                                                                           \
+        return guard_;                                                                                                 \
+    } while (0)
+
+/* tkv_decode inside a call that holds ctx (tkv_seq_sync's passes). */
+tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b);
 
 #endif

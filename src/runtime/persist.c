@@ -111,8 +111,10 @@ tkv_status tkv__persist_load_image(tkv_context *ctx, const char *name, const uin
 /* ---- images of evictions ------------------------------------------------- */
 
 tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size_t cap, size_t *size) {
-    if (!ctx || !size || (cap && !buf))
-        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_event_image: NULL argument"));
+    if (!ctx || !size || (cap && !buf)) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_event_image: NULL argument");
+    /* not entered: it runs inside the call whose event it reads, on that call's thread, and only there */
+    if (!tkv__ctx_held_here(ctx))
+        return tkv__fail(TKV_ERR_INVALID, "tkv_cache_event_image: not inside a REMOVED event (of a call on this thread)");
     const tkv__kvevent *ev = ctx->event;
     if (!ev || ev->kind != TKV__KVEV_REMOVED)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_event_image: not inside a REMOVED event"));
@@ -129,13 +131,10 @@ tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size_t cap, 
     return TKV_OK;
 }
 
-tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size_t size, uint64_t ns, const tkv_token *tokens,
-                                size_t n, size_t *loaded) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: ctx is NULL"));
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_load_image");
-    if (st) return st;
-    if (ctx->event)
-        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_BUSY, "tkv_cache_load_image: called from a cache event callback"));
+static tkv_status cache_load_image(tkv_context *ctx, const void *data, size_t size, uint64_t ns,
+                                   const tkv_token *tokens, size_t n, size_t *loaded) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: ctx is NULL");
+    tkv_status st;
     if (!data || (n && !tokens))
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: NULL argument"));
     tkv__pexpect e;
@@ -156,6 +155,11 @@ tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size_t size,
     if ((st = apply_n(ctx, "image", &rec, agree, -1, &n_new))) return tkv__ctx_fail(ctx, st);
     if (loaded) *loaded = agree;
     return TKV_OK;
+}
+
+tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size_t size, uint64_t ns, const tkv_token *tokens,
+                                size_t n, size_t *loaded) {
+    TKV__GUARDED(ctx, "tkv_cache_load_image", cache_load_image(ctx, data, size, ns, tokens, n, loaded));
 }
 
 /* ---- one sequence --------------------------------------------------------- */
@@ -188,10 +192,8 @@ tkv_status tkv__persist_header(const tkv_context *ctx, tkv__phdr *h) {
     return TKV_OK;
 }
 
-tkv_status tkv_seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: ctx is NULL"));
-    tkv_status busy = tkv__ctx_busy(ctx, "tkv_seq_save");
-    if (busy) return busy;
+static tkv_status seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: ctx is NULL");
     if (!path) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_save: path is NULL"));
     tkv_status st = check_seq(ctx, seq, "tkv_seq_save");
     if (st) return tkv__ctx_fail(ctx, st);
@@ -209,10 +211,12 @@ tkv_status tkv_seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
     return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
 }
 
-tkv_status tkv_seq_load(tkv_context *ctx, tkv_seq seq, const char *path) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: ctx is NULL"));
-    tkv_status busy = tkv__ctx_busy(ctx, "tkv_seq_load");
-    if (busy) return busy;
+tkv_status tkv_seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
+    TKV__GUARDED(ctx, "tkv_seq_save", seq_save(ctx, seq, path));
+}
+
+static tkv_status seq_load(tkv_context *ctx, tkv_seq seq, const char *path) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: ctx is NULL");
     if (!path) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_load: path is NULL"));
     tkv_status st = check_seq(ctx, seq, "tkv_seq_load");
     if (st) return tkv__ctx_fail(ctx, st);
@@ -222,6 +226,10 @@ tkv_status tkv_seq_load(tkv_context *ctx, tkv_seq seq, const char *path) {
     st = tkv__persist_load_image(ctx, path, data, size, seq);
     tkv__free(data);
     return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
+}
+
+tkv_status tkv_seq_load(tkv_context *ctx, tkv_seq seq, const char *path) {
+    TKV__GUARDED(ctx, "tkv_seq_load", seq_load(ctx, seq, path));
 }
 
 /* ---- the whole cache: loading --------------------------------------------- */
@@ -342,10 +350,8 @@ static tkv_status order_by_manifest(const char *dir, cand *v, uint32_t n) {
     return TKV_OK;
 }
 
-tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_info *info) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: ctx is NULL"));
-    tkv_status busy = tkv__ctx_busy(ctx, "tkv_cache_load");
-    if (busy) return busy;
+static tkv_status cache_load(tkv_context *ctx, const char *dir, tkv_cache_load_info *info) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: ctx is NULL");
     if (!dir) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load: dir is NULL"));
     tkv_cache_load_info local;
     if (!info) info = &local;
@@ -421,6 +427,10 @@ tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_i
     for (uint32_t i = 0; i < n; i++) tkv__free(v[i].path);
     tkv__free(v);
     return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
+}
+
+tkv_status tkv_cache_load_ex(tkv_context *ctx, const char *dir, tkv_cache_load_info *info) {
+    TKV__GUARDED(ctx, "tkv_cache_load", cache_load(ctx, dir, info));
 }
 
 tkv_status tkv_cache_load(tkv_context *ctx, const char *dir) { return tkv_cache_load_ex(ctx, dir, NULL); }

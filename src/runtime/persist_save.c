@@ -337,10 +337,9 @@ static tkv__phdr node_header(const tkv__phdr *h0, const tkv__pnode *nd, uint32_t
     return h;
 }
 
-tkv_status tkv_cache_saver_snapshot(tkv_cache_saver *s, tkv_context *ctx) {
+static tkv_status saver_snapshot(tkv_cache_saver *s, tkv_context *ctx) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_saver_snapshot: ctx is NULL");
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_saver_snapshot");
-    if (st) return st;
+    tkv_status st;
     if (!s) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_saver_snapshot: saver is NULL"));
     s->snapped = false;
     s->n_plan = 0;
@@ -546,17 +545,24 @@ out:
     return st;
 }
 
-tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: ctx is NULL"));
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_cache_save");
-    if (st) return st;
+tkv_status tkv_cache_saver_snapshot(tkv_cache_saver *s, tkv_context *ctx) {
+    TKV__GUARDED(ctx, "tkv_cache_saver_snapshot", saver_snapshot(s, ctx));
+}
+
+static tkv_status cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: ctx is NULL");
+    tkv_status st;
     if (!dir) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_save: dir is NULL"));
     tkv_cache_saver *s;
     if ((st = tkv_cache_saver_new(dir, max_bytes, 0, &s))) return tkv__ctx_fail(ctx, st);
     tkv_cache_save_info info = {.files_damaged = 1};
     /* a damaged file found on the way is written again by a second round */
     for (int round = 0; round < 2 && info.files_damaged && !st; round++)
-        if (!(st = tkv_cache_saver_snapshot(s, ctx))) st = tkv_cache_saver_write(s, &info);
+        if (!(st = saver_snapshot(s, ctx))) st = tkv_cache_saver_write(s, &info);
     tkv_cache_saver_free(s);
     return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
+}
+
+tkv_status tkv_cache_save(tkv_context *ctx, const char *dir, uint64_t max_bytes) {
+    TKV__GUARDED(ctx, "tkv_cache_save", cache_save(ctx, dir, max_bytes));
 }

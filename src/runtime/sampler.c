@@ -43,7 +43,7 @@ struct tkv_sampler {
     tkv_logit_bias *bias; /* (p.n_logit_bias) a copy */
 };
 
-tkv_sampler_params tkv_sampler_default_params(void) {
+static tkv_sampler_params sampler_defaults(void) {
     return (tkv_sampler_params){.size = sizeof(tkv_sampler_params),
                                 .temperature = 0.8f,
                                 .top_k = 40,
@@ -52,6 +52,11 @@ tkv_sampler_params tkv_sampler_default_params(void) {
                                 .repeat_penalty = 1.0f,
                                 .repeat_last_n = 64,
                                 .seed = 0};
+}
+
+tkv_status tkv_sampler_params_init(tkv_sampler_params *p, size_t size) {
+    const tkv_sampler_params d = sampler_defaults();
+    return tkv__params_init(p, size, &d, sizeof d, "tkv_sampler_params");
 }
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -79,7 +84,7 @@ static double next_unit(tkv_sampler *s) { return (double)(next_u64(s) >> 11) * 0
 
 tkv_status tkv_sampler_create(const tkv_sampler_params *params, size_t n_vocab, tkv_sampler **out) {
     if (!out || n_vocab == 0) return tkv__fail(TKV_ERR_INVALID, "tkv_sampler_create: no output or an empty vocabulary");
-    tkv_sampler_params p = tkv_sampler_default_params();
+    tkv_sampler_params p = sampler_defaults();
     tkv_status st = params ? tkv__params_read(&p, sizeof p, params, "tkv_sampler_params") : TKV_OK;
     if (st) return st;
     tkv_sampler *s = tkv__calloc(1, sizeof *s);

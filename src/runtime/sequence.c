@@ -22,24 +22,26 @@ static tkv_status check_seq(tkv_context *ctx, tkv_seq seq, const char *fn) {
 }
 
 tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq) {
-    if (!ctx || seq < 0 || (uint32_t)seq >= ctx->kv->n_seq || tkv__ctx_busy(ctx, "tkv_seq_len")) return 0;
-    return (tkv_pos)ctx->kv->seq[seq].n;
+    if (!ctx || tkv__ctx_enter(ctx, "tkv_seq_len")) return 0;
+    const tkv_pos n = seq >= 0 && (uint32_t)seq < ctx->kv->n_seq ? (tkv_pos)ctx->kv->seq[seq].n : 0;
+    tkv__ctx_leave(ctx);
+    return n;
 }
 
-tkv_status tkv_seq_namespace(const tkv_context *ctx, tkv_seq seq, uint64_t *ns) {
+static tkv_status seq_namespace(const tkv_context *ctx, tkv_seq seq, uint64_t *ns) {
     if (!ctx || !ns) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_namespace: NULL argument"));
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_namespace");
-    if (st) return st;
     if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_namespace: sequence %d is out of range", (int)seq));
     *ns = ctx->kv->seq[seq].ns;
     return TKV_OK;
 }
 
-tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, size_t cap, size_t *n) {
+tkv_status tkv_seq_namespace(const tkv_context *ctx, tkv_seq seq, uint64_t *ns) {
+    TKV__GUARDED(ctx, "tkv_seq_namespace", seq_namespace(ctx, seq, ns));
+}
+
+static tkv_status seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, size_t cap, size_t *n) {
     if (!ctx || !n) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_tokens: NULL argument"));
-    tkv_status busy = tkv__ctx_busy(ctx, "tkv_seq_tokens");
-    if (busy) return busy;
     if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_tokens: sequence %d is out of range", (int)seq));
     const uint32_t len = ctx->kv->seq[seq].n;
@@ -50,26 +52,38 @@ tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, s
     return TKV_OK;
 }
 
-tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_truncate: ctx is NULL"));
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_truncate");
-    if (!st) st = check_seq(ctx, seq, "tkv_seq_truncate");
+tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, size_t cap, size_t *n) {
+    TKV__GUARDED(ctx, "tkv_seq_tokens", seq_tokens(ctx, seq, out, cap, n));
+}
+
+static tkv_status seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n, const char *fn) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "%s: ctx is NULL", fn);
+    tkv_status st = check_seq(ctx, seq, fn);
     if (st) return st;
-    if (n < 0) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_truncate: negative length %d", (int)n));
+    if (n < 0) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: negative length %d", fn, (int)n));
     tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)n);
     return TKV_OK;
 }
 
-tkv_status tkv_seq_clear(tkv_context *ctx, tkv_seq seq) { return tkv_seq_truncate(ctx, seq, 0); }
+tkv_status tkv_seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n) {
+    TKV__GUARDED(ctx, "tkv_seq_truncate", seq_truncate(ctx, seq, n, "tkv_seq_truncate"));
+}
 
-tkv_status tkv_seq_fork(tkv_context *ctx, tkv_seq src, tkv_seq dst) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_fork: ctx is NULL"));
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_fork");
-    if (!st) st = check_seq(ctx, src, "tkv_seq_fork");
+tkv_status tkv_seq_clear(tkv_context *ctx, tkv_seq seq) {
+    TKV__GUARDED(ctx, "tkv_seq_clear", seq_truncate(ctx, seq, 0, "tkv_seq_clear"));
+}
+
+static tkv_status seq_fork(tkv_context *ctx, tkv_seq src, tkv_seq dst) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_fork: ctx is NULL");
+    tkv_status st = check_seq(ctx, src, "tkv_seq_fork");
     if (!st) st = check_seq(ctx, dst, "tkv_seq_fork");
     if (st || src == dst) return st;
     st = tkv__kv_seq_fork(ctx->kv, src, dst);
     return st ? tkv__ctx_fail(ctx, st) : TKV_OK;
+}
+
+tkv_status tkv_seq_fork(tkv_context *ctx, tkv_seq src, tkv_seq dst) {
+    TKV__GUARDED(ctx, "tkv_seq_fork", seq_fork(ctx, src, dst));
 }
 
 /* Validate a token list for seq. */
@@ -103,25 +117,29 @@ static tkv_status attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_t
     return TKV_OK;
 }
 
-tkv_status tkv_seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
-                          size_t *n_reused) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_attach: ctx is NULL"));
+static tkv_status seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
+                             size_t *n_reused) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_attach: ctx is NULL");
     if (n_reused) *n_reused = 0;
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_attach");
-    if (!st) st = attach(ctx, seq, ns, tokens, n, "tkv_seq_attach", n_reused);
-    return st;
+    return attach(ctx, seq, ns, tokens, n, "tkv_seq_attach", n_reused);
 }
 
-tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
-                        size_t *n_reused) {
-    if (!ctx) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_sync: ctx is NULL"));
+tkv_status tkv_seq_attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
+                          size_t *n_reused) {
+    TKV__GUARDED(ctx, "tkv_seq_attach", seq_attach(ctx, seq, ns, tokens, n, n_reused));
+}
+
+static tkv_status seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
+                           size_t *n_reused) {
+    if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_seq_sync: ctx is NULL");
     if (n_reused) *n_reused = 0;
-    tkv_status st = tkv__ctx_busy(ctx, "tkv_seq_sync");
-    if (st) return st;
     ctx->last_logits = NULL;
-    /* the last token is decoded even when cached, so that its logits are there */
+    ctx->last_n = 0;
+    /* the last token is decoded even when cached, so that its logits are there (its cached cell is kept:
+       the decode needs no new one) */
     size_t keep;
-    if ((st = attach(ctx, seq, ns, tokens, n, "tkv_seq_sync", &keep))) return st;
+    tkv_status st = attach(ctx, seq, ns, tokens, n, "tkv_seq_sync", &keep);
+    if (st) return st;
     if (n_reused) *n_reused = keep;
 
     for (size_t c0 = keep; c0 < n; c0 += ctx->params.n_batch) {
@@ -132,7 +150,13 @@ tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_to
             ctx->sync_logits[i - c0] = i + 1 == n;
         }
         tkv_batch b = {c1 - c0, tokens + c0, ctx->sync_pos, ctx->sync_seq, ctx->sync_logits};
-        if ((st = tkv_decode(ctx, &b))) return st; /* seq holds tokens[0..c0) */
+        if ((st = tkv__ctx_decode(ctx, &b))) return st; /* seq holds tokens[0..c0) */
+        ctx->logits_base = c0; /* tkv_get_logits indexes the list: its last token is n - 1 */
     }
     return TKV_OK;
+}
+
+tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,
+                        size_t *n_reused) {
+    TKV__GUARDED(ctx, "tkv_seq_sync", seq_sync(ctx, seq, ns, tokens, n, n_reused));
 }

@@ -226,8 +226,9 @@ static void test_events_replay_the_cache(void **state) {
             if (tkv_seq_fork(ctx, s, d) == TKV_OK) memcpy(lists[d], lists[s], len[s] * sizeof **lists), len[d] = len[s];
         } else {
             size_t pinned;
-            if (len[s] && tkv_cache_pin(ctx, s == 3 ? 9 : 0, lists[s], len[s] / 2, &pinned) == TKV_OK)
-                assert_int_equal(tkv_cache_unpin(ctx, s == 3 ? 9 : 0, lists[s], len[s] / 2), TKV_OK);
+            tkv_pin pin;
+            if (len[s] && tkv_cache_pin(ctx, s == 3 ? 9 : 0, lists[s], len[s] / 2, &pinned, &pin) == TKV_OK)
+                assert_int_equal(tkv_cache_unpin(ctx, pin), TKV_OK);
         }
         if (tkv_cache_check(ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
         compare(ctx, &m);

@@ -324,7 +324,8 @@ static bool reenter(void *user) {
     r->got[k++] = tkv_seq_fork(ctx, 0, 2);
     r->got[k++] = tkv_decode(ctx, &one);
     r->got[k++] = tkv_cache_clear(ctx);
-    r->got[k++] = tkv_cache_pin(ctx, 0, r->t, 3, &len);
+    tkv_pin pin;
+    r->got[k++] = tkv_cache_pin(ctx, 0, r->t, 3, &len, &pin);
     r->got[k++] = tkv_cache_match(ctx, 0, r->t, 3, &len);
     r->got[k++] = tkv_cache_stats(ctx, &st);
     r->got[k++] = tkv_cache_check(ctx);
@@ -388,9 +389,26 @@ static void test_seq_namespace(void **state) {
     assert_int_equal(len, N);
     assert_int_equal(tkv_cache_match(ctx, 0, t, N, &len), TKV_OK);
     assert_int_equal(len, 0);
-    assert_int_equal(tkv_seq_clear(ctx, 3), TKV_OK); /* cleared, still in its namespace */
+    assert_int_equal(tkv_seq_truncate(ctx, 3, 4), TKV_OK); /* shorter, still in its namespace */
     assert_int_equal(tkv_seq_namespace(ctx, 3, &ns), TKV_OK);
     assert_int_equal(ns, 42);
+    /* cleared, it is in the default namespace again: whoever decodes into sequence 3 next, without choosing
+       a namespace, never lands in namespace 42 (a tenant once ended up in another's) */
+    assert_int_equal(tkv_seq_clear(ctx, 3), TKV_OK);
+    assert_int_equal(tkv_seq_namespace(ctx, 3, &ns), TKV_OK);
+    assert_int_equal(ns, 0);
+    tkv_token u[N];
+    tokens(u, N, 77);
+    assert_int_equal(decode_seq(ctx, 3, u, N, NULL), TKV_OK);
+    assert_int_equal(tkv_cache_match(ctx, 42, u, N, &len), TKV_OK);
+    assert_int_equal(len, 0);
+    assert_int_equal(tkv_cache_match(ctx, 0, u, N, &len), TKV_OK);
+    assert_int_equal(len, N);
+    assert_int_equal(tkv_seq_truncate(ctx, 3, 0), TKV_OK); /* truncating to 0 is a clear */
+    assert_int_equal(tkv_seq_attach(ctx, 3, 42, NULL, 0, NULL), TKV_OK);
+    assert_int_equal(tkv_seq_truncate(ctx, 3, 0), TKV_OK);
+    assert_int_equal(tkv_seq_namespace(ctx, 3, &ns), TKV_OK);
+    assert_int_equal(ns, 0);
     assert_int_equal(tkv_seq_namespace(ctx, 99, &ns), TKV_ERR_INVALID);
     assert_int_equal(tkv_seq_namespace(ctx, 0, NULL), TKV_ERR_INVALID);
     assert_int_equal(tkv_cache_check(ctx), TKV_OK);
