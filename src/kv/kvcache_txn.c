@@ -83,7 +83,8 @@ static void land_virtual(tkv__kvcache *kv) {
    end; cells[] is rewritten to the cells the index keeps (where it held these tokens already). */
 static tkv__ppos publish_run(tkv__kvcache *kv, uint64_t ns, tkv__ppos at, const tkv_token *tokens, uint32_t *cells,
                              uint32_t n, uint32_t from) {
-    for (uint32_t i = 0; i < n; i++) kv->token[cells[i]] = tokens[i], kv->pos[cells[i]] = (tkv_pos)(from + i);
+    for (uint32_t i = 0; i < n; i++) /* a virtual cell here is a kept token's scratch: the index has its cell */
+        if (cells[i] < kv->rows.n_cells) kv->token[cells[i]] = tokens[i], kv->pos[cells[i]] = (tkv_pos)(from + i);
     uint32_t n_dup;
     tkv__ppos e = tkv__pindex_insert(kv->ix, ns, at, tokens, cells, n, kv->spare, &n_dup);
     tkv__kv_give_back(kv, kv->spare, n_dup);

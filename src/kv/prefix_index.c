@@ -22,6 +22,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 
+#include <assert.h>
 #include <string.h>
 
 #define NONE TKV__PNONE
@@ -378,6 +379,7 @@ static bool end_held(const tkv__pindex *ix, uint32_t id);
 static void append(tkv__pindex *ix, uint32_t id, const uint32_t *cells, uint32_t n) {
     tkv__pnode *nd = &ix->node[id];
     for (uint32_t i = 0; i < n; i++) {
+        assert(cells[i] < ix->n_cells); /* only a token the tree held already may come with a scratch cell */
         ix->next[cells[i]] = NONE;
         if (nd->last_cell == NONE) nd->first_cell = cells[i];
         else ix->next[nd->last_cell] = cells[i];
