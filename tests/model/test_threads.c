@@ -24,8 +24,9 @@ static char dir[64];
 static int setup(void **state) {
     (void)state;
     if (tu_mkdtemp(dir, "threads") != 0) return -1;
-    char args[512];
-    snprintf(args, sizeof args, "mkmodel %s/f32.gguf --dim 512 --layers 2 --heads 8 --kv-heads 2 --ff 1024 --seed 5", dir);
+    char args[1024];
+    snprintf(args, sizeof args, "mkmodel %s/f32.gguf --dim 512 --layers 2 --heads 8 --kv-heads 2 --ff 1024 --seed 5 --vocab-from %s",
+             dir, tu_shared("models/stories260K.gguf"));
     tu_run_result r = tu_run(args);
     const int ok = r.status == 0;
     if (!ok) fprintf(stderr, "mkmodel: %s\n", r.err);
