@@ -19,6 +19,9 @@
  * and the attention primitives of every level (attention.h; only F16 K/V
  * rows have level entries, the other cache types are read through dequant).
  *
+ * The forward pass's own use of these entries on threads (one buffer of
+ * quantized activations shared by its products) is tests/model/test_threads.c.
+ *
  * Shapes: row length from one block to several thousand elements; row
  * counts that are and are not multiples of the tiles (2, 8), the pack group
  * (16) and the thread split; 1 to 70 tokens; 1 to 3 threads. The seed is
@@ -478,7 +481,7 @@ static void test_type(void **state) {
     const tkv_type t = (tkv_type)(intptr_t)*state;
     g_failures = 0;
     reseed(1000 + (uint64_t)t);
-    const int n_shapes = g_small ? 3 : 40;
+    const int n_shapes = g_small ? 10 : 40;
     for (int k = 0; k < n_shapes && g_failures < MAX_REPORTS; k++) {
         const shape s = draw_shape(t, k);
         check_shape(t, &s);
