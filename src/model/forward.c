@@ -174,6 +174,12 @@ typedef struct acts_tag {
 static void acts_for(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *w, const float *x, uint32_t n) {
     const tkv_type vdt = tkv__quant_vec_dot_type(w->type);
     if (tag->src == x && tag->vdt == vdt) return;
+    /* f->xq still holds the last product's activations, which other threads
+       may be reading (q, k, v and gate, up follow each other without a
+       barrier): wait for them before overwriting it. Products of one input
+       whose weights quantize it differently (an IQ4_NL attn_q, Q8_0 acts,
+       beside a Q5_K attn_v, Q8_K acts) otherwise read half-rewritten rows. */
+    if (tag->src) tkv__pool_barrier(P->pool);
     size_t t0, t1, rs = tkv__ops_act_row_size(w->type, w->ne0);
     tkv__split(n, ith, nth, &t0, &t1);
     if (t1 > t0) tkv__ops_quantize_acts(w->type, x + t0 * w->ne0, t1 - t0, w->ne0, P->f->xq + t0 * rs);
@@ -730,6 +736,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
             else attend_f16(P, l, t, hq, scratch);
         }
     }
+    tag->src = NULL; /* the barrier below ends the q, k, v products' reads of f->xq */
     tkv__pool_barrier(P->pool);
 
     /* x = x + att Wo                                       (n, n_embd) */
