@@ -1,5 +1,5 @@
 /*
- * test_threads.c — the forward pass gives the same logits, bit for bit,
+ * test_forward_threads.c — the forward pass gives the same logits, bit for bit,
  * whatever the number of threads, at every kernel level, on quantization
  * mixes whose products of one input quantize it for different activation
  * types (IQ4_NL's attn_q/attn_k read Q8_0 activations, its attn_v, Q5_K
