@@ -23,7 +23,7 @@
  * once left cells stuck), truncate, clear, pin, unpin, cache clear, save
  * and load, injected aborts and allocation failures.
  *   TKV_TRUTH_OPS    operations per seed (default 1500)
- *   TKV_TRUTH_SEEDS  seeds per model (default 3)
+ *   TKV_TRUTH_SEEDS  seeds per model (default 5)
  */
 #include "testutil.h"
 
@@ -407,7 +407,7 @@ static void truth_on(const char *rel, void **state) {
     const char *e = getenv("TKV_TRUTH_OPS");
     const int ops = e ? atoi(e) : 1500;
     e = getenv("TKV_TRUTH_SEEDS");
-    const int seeds = e ? atoi(e) : 3;
+    const int seeds = e ? atoi(e) : 5;
     int kinds[12] = {0};
     run_cfg cfg = {.model = model, .name = rel, .ops = ops};
     assert_int_equal(tu_mkdtemp(cfg.dir, "truth"), 0);
