@@ -1172,7 +1172,9 @@ typedef struct tkv_cache_node {
     uint64_t last_use; /**< logical clock of the last look-up or insert through it (larger: more recent) */
 } tkv_cache_node;
 
-/** Called by tkv_cache_walk once per node; must not change the context. */
+/** Called by tkv_cache_walk once per node, on the walk's thread. It may read the context with
+    tkv_cache_node_tokens, tkv_cache_match, tkv_cache_stats, tkv_seq_tokens, tkv_seq_len and
+    tkv_seq_namespace; any other call on it is refused with TKV_ERR_BUSY. */
 typedef void (*tkv_cache_visit_fn)(const tkv_cache_node *node, void *user);
 
 /**

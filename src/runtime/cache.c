@@ -18,7 +18,7 @@ static tkv_status cache_match(const tkv_context *ctx, uint64_t ns, const tkv_tok
 }
 
 tkv_status tkv_cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
-    TKV__GUARDED(ctx, "tkv_cache_match", cache_match(ctx, ns, tokens, n, len));
+    TKV__GUARDED_READ(ctx, "tkv_cache_match", cache_match(ctx, ns, tokens, n, len));
 }
 
 static tkv_status cache_pin(tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len,
@@ -58,7 +58,7 @@ static tkv_status cache_stats(const tkv_context *ctx, tkv_stats *out) {
 }
 
 tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out) {
-    TKV__GUARDED(ctx, "tkv_cache_stats", cache_stats(ctx, out));
+    TKV__GUARDED_READ(ctx, "tkv_cache_stats", cache_stats(ctx, out));
 }
 
 static tkv_status cache_check(const tkv_context *ctx) {
@@ -93,7 +93,9 @@ static void visit_node(const tkv__pindex *ix, uint32_t id, void *user) {
 static tkv_status cache_walk(const tkv_context *ctx, tkv_cache_visit_fn fn, void *user) {
     if (!ctx || !fn) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_walk: NULL argument"));
     walk_ctx w = {fn, user};
+    ((tkv_context *)ctx)->walking = true; /* the visitor may read (tkv__ctx_enter_read) */
     tkv__pindex_foreach(tkv__kv_index(ctx->kv), visit_node, &w);
+    ((tkv_context *)ctx)->walking = false;
     return TKV_OK;
 }
 
@@ -114,5 +116,5 @@ static tkv_status node_tokens(const tkv_context *ctx, uint32_t id, tkv_token *ou
 }
 
 tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tkv_token *out, size_t cap, size_t *n) {
-    TKV__GUARDED(ctx, "tkv_cache_node_tokens", node_tokens(ctx, id, out, cap, n));
+    TKV__GUARDED_READ(ctx, "tkv_cache_node_tokens", node_tokens(ctx, id, out, cap, n));
 }

@@ -16,6 +16,7 @@ struct tkv_context {
     tkv__handle h; /* first: tkv_last_error(ctx) finds the context's message */
     atomic_bool busy;        /* a call runs in the context: every other one is refused (tkv__ctx_enter) */
     atomic_uintptr_t owner;  /* the thread of that call (tkv__thread_tag), 0 when none */
+    bool walking;            /* tkv_cache_walk is calling its visitor (on the owner's thread): reads may nest */
     const tkv_model *model;
     tkv_context_params params;
     tkv__kvcache *kv;       /* every cell, sequence and cached prefix: their one owner */
@@ -91,6 +92,21 @@ static inline bool tkv__ctx_held_here(const tkv_context *ctx) {
            atomic_load_explicit(&((tkv_context *)ctx)->owner, memory_order_relaxed) == tkv__thread_tag();
 }
 
+/*
+ * Enter a read-only call: as tkv__ctx_enter, but from inside a
+ * tkv_cache_walk visitor on the walk's own thread it runs within the
+ * walk's hold (*entered false: nothing to leave). A visitor reads the node
+ * it is given (its tokens, what is cached); nothing it may call changes
+ * the tree under the walk.
+ */
+static inline tkv_status tkv__ctx_enter_read(const tkv_context *ctx, const char *fn, bool *entered) {
+    *entered = false;
+    if (ctx && tkv__ctx_held_here(ctx) && ctx->walking) return TKV_OK;
+    tkv_status st = tkv__ctx_enter(ctx, fn);
+    *entered = !st;
+    return st;
+}
+
 /* The body of a public call on ctx: `call` runs inside the guard, and its status is returned. */
 #define TKV__GUARDED(ctx, fn, call)                                                                                    \
     do {                                                                                                               \
@@ -98,6 +114,17 @@ static inline bool tkv__ctx_held_here(const tkv_context *ctx) {
         if (guard_) return guard_;                                                                                     \
         guard_ = (call);                                                                                               \
         tkv__ctx_leave(ctx);                                                                                           \
+        return guard_;                                                                                                 \
+    } while (0)
+
+/* The body of a read-only public call (tkv__ctx_enter_read). */
+#define TKV__GUARDED_READ(ctx, fn, call)                                                                               \
+    do {                                                                                                               \
+        bool entered_;                                                                                                 \
+        tkv_status guard_ = tkv__ctx_enter_read((ctx), (fn), &entered_);                                               \
+        if (guard_) return guard_;                                                                                     \
+        guard_ = (call);                                                                                               \
+        if (entered_) tkv__ctx_leave(ctx);                                                                             \
         return guard_;                                                                                                 \
     } while (0)
 

@@ -22,9 +22,10 @@ static tkv_status check_seq(tkv_context *ctx, tkv_seq seq, const char *fn) {
 }
 
 tkv_pos tkv_seq_len(const tkv_context *ctx, tkv_seq seq) {
-    if (!ctx || tkv__ctx_enter(ctx, "tkv_seq_len")) return 0;
+    bool entered;
+    if (!ctx || tkv__ctx_enter_read(ctx, "tkv_seq_len", &entered)) return 0;
     const tkv_pos n = seq >= 0 && (uint32_t)seq < ctx->kv->n_seq ? (tkv_pos)ctx->kv->seq[seq].n : 0;
-    tkv__ctx_leave(ctx);
+    if (entered) tkv__ctx_leave(ctx);
     return n;
 }
 
@@ -37,7 +38,7 @@ static tkv_status seq_namespace(const tkv_context *ctx, tkv_seq seq, uint64_t *n
 }
 
 tkv_status tkv_seq_namespace(const tkv_context *ctx, tkv_seq seq, uint64_t *ns) {
-    TKV__GUARDED(ctx, "tkv_seq_namespace", seq_namespace(ctx, seq, ns));
+    TKV__GUARDED_READ(ctx, "tkv_seq_namespace", seq_namespace(ctx, seq, ns));
 }
 
 static tkv_status seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, size_t cap, size_t *n) {
@@ -53,7 +54,7 @@ static tkv_status seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out
 }
 
 tkv_status tkv_seq_tokens(const tkv_context *ctx, tkv_seq seq, tkv_token *out, size_t cap, size_t *n) {
-    TKV__GUARDED(ctx, "tkv_seq_tokens", seq_tokens(ctx, seq, out, cap, n));
+    TKV__GUARDED_READ(ctx, "tkv_seq_tokens", seq_tokens(ctx, seq, out, cap, n));
 }
 
 static tkv_status seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n, const char *fn) {

@@ -251,6 +251,47 @@ static void test_busy_leaves_message(void **state) {
     tkv_context_free(ctx);
 }
 
+typedef struct reader {
+    tkv_context *ctx;
+    size_t tokens, nodes;
+    int refused;
+} reader;
+
+static void read_node(const tkv_cache_node *nd, void *user) {
+    reader *r = user;
+    tkv_token run[64];
+    size_t n, len;
+    tkv_stats st;
+    r->nodes++;
+    assert_int_equal(tkv_cache_node_tokens(r->ctx, nd->id, run, 64, &n), TKV_OK);
+    assert_int_equal(n, nd->n_tokens);
+    r->tokens += n;
+    assert_int_equal(tkv_cache_match(r->ctx, nd->ns, run, n, &len), TKV_OK);
+    assert_int_equal(tkv_cache_stats(r->ctx, &st), TKV_OK);
+    r->refused += tkv_cache_clear(r->ctx) == TKV_ERR_BUSY; /* it would change the tree under the walk */
+    r->refused += tkv_seq_clear(r->ctx, 0) == TKV_ERR_BUSY;
+}
+
+/* A walk's visitor reads the node it is given (the server's cache view does); it changes nothing. */
+static void test_walk_visitor_reads(void **state) {
+    (void)state;
+    tkv_context *ctx = new_ctx(64, 2, 16);
+    tkv_token a[10], b[10];
+    list(a, 10, 9), list(b, 10, 10);
+    b[0] = a[0], b[1] = a[1]; /* a shared stem: three nodes */
+    size_t reused;
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, a, 10, &reused), TKV_OK);
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, b, 10, &reused), TKV_OK);
+    reader r = {.ctx = ctx};
+    assert_int_equal(tkv_cache_walk(ctx, read_node, &r), TKV_OK);
+    assert_int_equal(r.tokens, stats(ctx).cells_used);
+    assert_int_equal(r.refused, 2 * (int)r.nodes);
+    assert_int_equal(tkv_seq_len(ctx, 0), 10);
+    assert_int_equal(tkv_cache_clear(ctx), TKV_OK); /* after the walk, calls enter again */
+    check(ctx);
+    tkv_context_free(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_extend_then_release),
@@ -258,6 +299,7 @@ int main(void) {
         cmocka_unit_test(test_cached_prompt_in_full_cache),
         cmocka_unit_test(test_sync_logits_index),
         cmocka_unit_test(test_busy_leaves_message),
+        cmocka_unit_test(test_walk_visitor_reads),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown));
 }
