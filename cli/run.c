@@ -13,6 +13,7 @@
 static const char *const run_help =
     "usage: tokenkv run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
     "                  [--repeat-penalty R] [--seed S] [-t THREADS] [-c CELLS] [-ctk T] [-ctv T] [--ids]\n"
+    "                  [--reference-order]\n"
     "\n"
     "Generate up to N tokens after PROMPT (tokenized with the model's default special\n"
     "tokens) and print only the generated text, as it is produced; logs and timings\n"
@@ -34,6 +35,9 @@ static const char *const run_help =
     "  -ctk, --cache-type-k T  the K cache's type: " CLI_KV_TYPES " (default f16)\n"
     "  -ctv, --cache-type-v T  the V cache's type (default: the K cache's)\n"
     "  --ids                   print one JSON array of the generated ids instead of text\n"
+    "  --reference-order       compute in llama.cpp's order (tkv_context_params.batch_invariant\n"
+    "                          false) to reproduce its outputs token for token; the default\n"
+    "                          arithmetic attends in float, as close to exact or closer\n"
     "  -h, --help              show this help\n";
 
 static double now(void) {
@@ -66,7 +70,7 @@ int cmd_run(int argc, char **argv) {
     double n_predict = 128, threads = 0, cells = 0, seed = 0;
     tkv_type type_k = TKV_TYPE_F16, type_v = TKV_TYPE_COUNT; /* V: as K */
     tkv_sampler_params sp = tkv_sampler_default_params();
-    bool ids_only = false;
+    bool ids_only = false, reference_order = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -77,6 +81,9 @@ int cmd_run(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--ids")) {
             ids_only = true;
+            continue;
+        } else if (!strcmp(a, "--reference-order")) {
+            reference_order = true;
             continue;
         }
         if (!v) {
@@ -130,6 +137,9 @@ int cmd_run(int argc, char **argv) {
     if (cells > 0) cp.n_cells = (uint32_t)cells;
     cp.kv_type = type_k;
     cp.kv_type_v = type_v;
+    /* one prompt, then one token at a time: the split is always the same,
+       so the reference's order costs no reproducibility here */
+    cp.batch_invariant = !reference_order;
     size_t n_prompt = 0;
     size_t plen = strlen(prompt);
     tkv_tokenize(m, prompt, plen, TKV_TOKENIZE_ADD_SPECIAL, NULL, 0, &n_prompt);

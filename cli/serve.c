@@ -25,7 +25,7 @@ static const char *const serve_help =
     "                     [-t THREADS] [--api-key KEY | --api-key-file FILE] [--admin-key KEY]\n"
     "                     [--metrics-public] [--cors-origin ORIGIN] [-a ALIAS] [--max-body BYTES]\n"
     "                     [--max-tokens N] [--max-queue N] [--chat-template FILE|NAME] [--grammar-file FILE]\n"
-    "                     [--no-prefix-cache] [--no-webui] [--no-repack]\n"
+    "                     [--no-prefix-cache] [--no-webui] [--no-repack] [--reference-order]\n"
     "                     [--cache-dir DIR [--cache-dir-max BYTES] [--save-interval S]]\n"
     "                     [--kv-store redis://HOST:PORT[/DB] [--kv-store-timeout-ms MS]] [--replica-id NAME]\n"
     "                     [--kv-events tcp://HOST:PORT [--kv-events-block-size N]]\n"
@@ -76,6 +76,10 @@ static const char *const serve_help =
     "  --no-webui                 no web page at / (chat and cache explorer)          [TOKENKV_NO_WEBUI=1]\n"
     "  --no-repack                keep the weights in the file's layout: faster start, slower\n"
     "                             products where this CPU reads packed rows (Q4_0)  [TOKENKV_NO_REPACK=1]\n"
+    "  --reference-order          compute in llama.cpp's order (tkv_context_params.batch_invariant\n"
+    "                             false): a lone request's tokens are the reference's, but a\n"
+    "                             request's output then depends on what is decoded beside it and on\n"
+    "                             how much of its prompt came from the cache  [TOKENKV_REFERENCE_ORDER=1]\n"
     "  --cache-dir DIR            load cached prefixes from DIR at start; save them there\n"
     "                             every --save-interval seconds and at shutdown         [TOKENKV_CACHE_DIR]\n"
     "  --cache-dir-max BYTES      most recently used prefixes first, up to BYTES (default: no limit)\n"
@@ -141,6 +145,7 @@ static const option options[] = {
     {{"--no-prefix-cache"}, "TOKENKV_NO_PREFIX_CACHE", O_FLAG, OFF(no_prefix_cache), 0, 0, 0},
     {{"--no-webui"}, "TOKENKV_NO_WEBUI", O_FLAG, OFF(no_webui), 0, 0, 0},
     {{"--no-repack"}, "TOKENKV_NO_REPACK", O_FLAG, OFF(no_repack), 0, 0, 0},
+    {{"--reference-order"}, "TOKENKV_REFERENCE_ORDER", O_FLAG, OFF(reference_order), 0, 0, 0},
     {{"--cache-dir"}, "TOKENKV_CACHE_DIR", O_STR, OFF(cache_dir), 0, 0, 0},
     {{"--cache-dir-max"}, "TOKENKV_CACHE_DIR_MAX", INT(cache_dir_max, 0, 1ll << 50)},
     {{"--save-interval"}, "TOKENKV_SAVE_INTERVAL", INT(save_interval, 0, 1 << 24)},

@@ -362,8 +362,12 @@ int srv_main(const srv_opts *o) {
         fprintf(stderr, "tokenkv serve: %s\n", why);
     }
     /* batched requests must not change each other's outputs, nor may
-       reuse change a request's output: see tkv_context_params */
-    cp.batch_invariant = true;
+       reuse change a request's output (tkv_context_params), unless the
+       operator asks for the reference's arithmetic */
+    cp.batch_invariant = !o->reference_order;
+    if (o->reference_order)
+        fprintf(stderr, "tokenkv serve: --reference-order: outputs follow llama.cpp's arithmetic and depend on "
+                        "batching and prefix reuse\n");
     cp.kv_type = (tkv_type)o->kv_type_k;
     cp.kv_type_v = (tkv_type)o->kv_type_v;
     if (o->kv_events && !(S.kvev = srv_kvev_start(o->kv_events, o->kv_events_block_size))) {

@@ -46,6 +46,7 @@ typedef struct srv_opts {
     bool no_prefix_cache;
     bool no_webui;             /* no web page at / */
     bool no_repack;            /* keep the weights in the file's layout (tkv_model_params.repack) */
+    bool reference_order;      /* tkv_context_params.batch_invariant false: the reference's arithmetic */
     const char *chat_template; /* a family name overriding the model's, or NULL */
     const char *grammar_file;  /* a GBNF grammar for requests that give none, or NULL */
     const char *cache_dir;     /* load the cache from here at start, save it here; NULL: none */

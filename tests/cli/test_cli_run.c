@@ -1,7 +1,9 @@
 /*
  * test_cli_run.c — `tokenkv run` at the model's context length: a generation
  * that would pass it stops there with a message (exit 0, every position up
- * to the limit used), and a prompt that fills it is refused (exit 1).
+ * to the limit used), and a prompt that fills it is refused (exit 1); and
+ * `--reference-order` reaches the context: with it, greedy ids equal the
+ * reference implementation's on a parity file.
  */
 #include "testutil.h"
 
@@ -57,6 +59,61 @@ static void test_stops_at_context_length(void **state) {
     tu_run_free(&r);
 }
 
+/* The greedy ids `tokenkv run` prints for the prompt, with the given extra flags, as a JSON array. */
+static json_t *run_ids(const char *model, const char *prompt, size_t n, const char *flags) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "run -m '%s' -p '%s' -n %zu --temp 0 -t 2 --ids %s", model, prompt, n, flags);
+    tu_run_result r = tu_run(cmd);
+    if (r.status != 0) fail_msg("exit %d: %s", r.status, r.err);
+    json_error_t e;
+    json_t *ids = json_loads(r.out, 0, &e);
+    if (!ids) fail_msg("not JSON: %s", r.out);
+    tu_run_free(&r);
+    return ids;
+}
+
+/* Every prompt of reference/parity-Q8_0.generate.jsonl: with --reference-order the ids are the reference's
+   `greedy` up to its first end-of-generation token (where run stops). Without it, the default arithmetic
+   (float attention) chooses otherwise somewhere on this file (test_oracle measures why it may), so the ids
+   also show that the flag is what changed the context; were the default ever to agree on every prompt, this
+   file would no longer tell, and the test says so. */
+static void test_reference_order(void **state) {
+    (void)state;
+    char model[512];
+    snprintf(model, sizeof model, "%s", tu_shared("models/parity/parity-Q8_0.gguf"));
+    FILE *f = fopen(tu_shared("reference/parity-Q8_0.generate.jsonl"), "r");
+    assert_non_null(f);
+    char *line = NULL;
+    size_t cap = 0, prompts = 0, default_differs = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *j = json_loads(line, 0, NULL);
+        assert_non_null(j);
+        const char *prompt = json_string_value(json_object_get(j, "prompt"));
+        json_t *greedy = json_object_get(j, "greedy");
+        assert_true(prompt && !strchr(prompt, '\'') && json_array_size(greedy) > 0);
+        size_t want = 0; /* up to the first end of generation (the stories260K vocabulary's </s>: 2) */
+        while (want < json_array_size(greedy) && json_integer_value(json_array_get(greedy, want)) != 2) want++;
+        json_t *ref_ids = run_ids(model, prompt, json_array_size(greedy), "--reference-order");
+        json_t *def_ids = run_ids(model, prompt, json_array_size(greedy), "");
+        assert_int_equal(json_array_size(ref_ids), want);
+        for (size_t i = 0; i < want; i++)
+            if (json_integer_value(json_array_get(ref_ids, i)) != json_integer_value(json_array_get(greedy, i)))
+                fail_msg("prompt '%s', --reference-order: token %zu is %lld, the reference's %lld", prompt, i,
+                         json_integer_value(json_array_get(ref_ids, i)), json_integer_value(json_array_get(greedy, i)));
+        default_differs += !json_equal(def_ids, ref_ids);
+        json_decref(ref_ids);
+        json_decref(def_ids);
+        json_decref(j);
+        prompts++;
+    }
+    free(line);
+    fclose(f);
+    assert_true(prompts > 0);
+    if (!default_differs)
+        fail_msg("the default arithmetic gives the reference's ids on every prompt of parity-Q8_0: this file no "
+                 "longer shows that --reference-order reaches the context; pick one where they differ");
+}
+
 static void test_prompt_fills_context(void **state) {
     (void)state;
     const size_t n_ctx = context_length();
@@ -80,6 +137,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stops_at_context_length),
         cmocka_unit_test(test_prompt_fills_context),
+        cmocka_unit_test(test_reference_order),
     };
     return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
 }
