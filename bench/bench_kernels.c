@@ -23,8 +23,8 @@
  */
 #include "compute/kernels.h"
 #include "compute/ops.h"
-#include "compute/quant.h"
-#include "compute/repack.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,7 +238,7 @@ int main(int argc, char **argv) {
                    best * 1e3, 2.0 * (double)rows * (double)n * (double)n_tok / best * 1e-9, (double)wbytes / best * 1e-9,
                    bestq / (double)n_tok * 1e6);
             fflush(stdout);
-            /* the same rows packed at load (repack.h), where this level reads them so */
+            /* the same rows packed at load (compute/quant/repack.h), where this level reads them so */
             if (tkv__ops_packed_ok(t)) {
                 void *pk = aligned_alloc(64, (tkv__pack_bytes(t, n, rows) + 63) / 64 * 64);
                 if (!pk) return 1;

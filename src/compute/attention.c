@@ -5,7 +5,7 @@
 #include "attention.h"
 
 #include "kernels.h"
-#include "quant.h"
+#include "compute/quant/quant.h"
 
 #include <math.h>
 

@@ -2,22 +2,23 @@
  * gemm.h — tiled (register-blocked) products of several weight rows with
  * several tokens, for prefill and decode steps of several sequences: the
  * tkv__gemm_fn entries of the kernel tables (kernels.h), one file per family
- * and level (gemm_avx2.c and gemm_avx512.c: Q8_0 and the K types Q4_K to
- * Q6_K; gemm_q4_0_*.c; gemm_q5_*.c: Q4_1, Q5_0, Q5_1; gemm_q23k_*.c: Q2_K,
- * Q3_K; gemm_iq4nl_*.c; gemm_iq2_avx2.c, gemm_iq3_*.c; the IQ1 types' in
- * kernels_avx2_iq1.c), each compiled with its level's -m flags and reached
- * only through a table the CPU supports. Their shared helpers are in
- * gemm_x86_util.h, gemm_avx2_util.h and gemm_avx512_util.h.
+ * and level, named by its types, in the level's folder compute/x86/avx2/ or
+ * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0 and the K types Q4_K to
+ * Q6_K), gemm_q4_0.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
+ * gemm_iq4_nl.c, gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_float.c; the IQ1
+ * types' in avx2/dot_iq1.c. Each folder is compiled with its level's -m flags
+ * (its sources.cmake) and reached only through a table the CPU supports.
+ * Their shared helpers are in compute/x86/util.h and each level's util.h.
  *
  * Contract (kernels.h): y[t * ldy + r] equals the same level's vec_dot of
  * weight row r and token t, bit for bit. Two orders of summation:
- *   - Q4_0 (every level, scalar included; quant.h): block-reduced. Per
+ *   - Q4_0 (every level, scalar included; compute/quant/quant.h): block-reduced. Per
  *     block b, the exact integer s_b = sum((q - 8) * y) and the float
  *     d_b = fp16(d_w) * fp16(d_a) (one rounded product); then, from
  *     acc = +0.0f, acc = fmaf((float)s_b, d_b, acc) for b = 0, 1, ... in
  *     order; the result is acc. One float accumulator and one fma per
- *     block, so the tiled kernels (gemm_q4_0_avx2.c, gemm_q4_0_avx512.c)
- *     and the products over packed rows (repack.h) hold a row per lane and
+ *     block, so the tiled kernels (compute/x86/avx2/gemm_q4_0.c, compute/x86/avx512/gemm_q4_0.c)
+ *     and the products over packed rows (compute/quant/repack.h) hold a row per lane and
  *     reduce a block with no horizontal sum.
  *   - The others (avx2 and avx512 alike): lane-wise. Per (row, token), 8
  *     int32 lanes per block (lane j sums products of elements 4j..4j+3 of
@@ -30,7 +31,7 @@
  *     the blocks in order (each product rounded, then added); Q2_K fmas its
  *     -dmin * (mins . bsums) lanes into the same 8 float lanes, before the
  *     block's scale fma; the IQ2 types multiply the sum by 0.125f, IQ3_XXS
- *     by 0.25f; IQ1_S and IQ1_M keep kernels_avx2_iq1.c's own sums (its
+ *     by 0.25f; IQ1_S and IQ1_M keep compute/x86/avx2/dot_iq1.c's own sums (its
  *     comments).
  * The tiled kernels compute the same integers (any exact integer route to
  * the same value is the same value) and do the same float operations in
@@ -52,20 +53,20 @@
 
 #include <stddef.h>
 
-/* The avx2 level's Q4_0 vec_dot (kernels_avx2.c), which the avx512 table
+/* The avx2 level's Q4_0 vec_dot (compute/x86/avx2/kernels.c), which the avx512 table
    keeps: its block-reduced order needs nothing wider. */
 float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a);
 /* Its Q2_K and Q3_K vec_dots, which the avx512 table keeps too: their tiled
-   products (gemm_q23k_*.c) follow them at both levels. */
+   products (each level's gemm_q2_q3_k.c) follow them at both levels. */
 float tkv__dot_q2_K_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a);
 
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-/* gemm_q4_0_avx512.c: Q4_0's gemm and gemv (kernels.h's tkv__gemm_fn) */
+/* compute/x86/avx512/gemm_q4_0.c: Q4_0's gemm and gemv (kernels.h's tkv__gemm_fn) */
 void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-/* ... and its product over packed rows (repack.h; kernels.h's `packed`) */
+/* ... and its product over packed rows (compute/quant/repack.h; kernels.h's `packed`) */
 void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 void tkv__gemv_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -76,7 +77,7 @@ void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
                            float *y, size_t ldy);
 void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-/* gemm_q5_avx512.c: Q4_1, Q5_0 and Q5_1 */
+/* compute/x86/avx512/gemm_q4_1_q5.c: Q4_1, Q5_0 and Q5_1 */
 void tkv__gemm_q4_1_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__gemm_q5_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -84,7 +85,7 @@ void tkv__gemm_q5_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
 void tkv__gemm_q5_1_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 
-/* gemm_q23k_avx512.c and gemm_q23k_avx2.c: Q2_K and Q3_K */
+/* compute/x86/avx512/gemm_q2_q3_k.c and compute/x86/avx2/gemm_q2_q3_k.c: Q2_K and Q3_K */
 void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__gemm_q3_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -94,7 +95,7 @@ void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 
-/* gemm_iq4nl_avx512.c / gemm_iq4nl_avx2.c: IQ4_NL's products, bit for bit the avx2 dot_book4 (the
+/* compute/x86/avx512/gemm_iq4_nl.c / compute/x86/avx2/gemm_iq4_nl.c: IQ4_NL's products, bit for bit the avx2 dot_book4 (the
    avx512 vec_dot gives its value in zmm registers) */
 float tkv__dot_iq4_nl_avx512(size_t n, const void *w, const void *a);
 void tkv__gemm_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -102,8 +103,8 @@ void tkv__gemm_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, con
 void tkv__gemm_iq4_nl_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 
-/* gemm_iq3_avx512.c / gemm_iq3_avx2.c: IQ3_XXS's and IQ3_S's products, bit for bit the avx2 vec_dots
-   (kernels_avx2_iq3.c), which the avx512 table keeps (declared in quant_iq.h too) */
+/* compute/x86/avx512/gemm_iq3.c / compute/x86/avx2/gemm_iq3.c: IQ3_XXS's and IQ3_S's products, bit for bit the avx2 vec_dots
+   (compute/x86/avx2/dot_iq3.c), which the avx512 table keeps (declared in compute/quant/iq.h too) */
 float tkv__kernel_dot_iq3_xxs_avx2(size_t n, const void *w, const void *a);
 float tkv__kernel_dot_iq3_s_avx2(size_t n, const void *w, const void *a);
 void tkv__gemm_iq3_xxs_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -115,7 +116,7 @@ void tkv__gemm_iq3_xxs_avx2(size_t n, const void *w, size_t wrs, size_t nr, cons
 void tkv__gemm_iq3_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 
-/* gemm_iq2_avx2.c: IQ2_XXS, IQ2_XS and IQ2_S, bit for bit kernels_avx2.c's vec_dots (which the avx512
+/* compute/x86/avx2/gemm_iq2.c: IQ2_XXS, IQ2_XS and IQ2_S, bit for bit compute/x86/avx2/kernels.c's vec_dots (which the avx512
    table keeps, with these products) */
 float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_iq2_xs_avx2(size_t n, const void *w, const void *a);
@@ -129,7 +130,7 @@ void tkv__gemm_iq2_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const 
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
-/* gemm_q4_0_avx2.c */
+/* compute/x86/avx2/gemm_q4_0.c */
 void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -140,7 +141,7 @@ void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
                          float *y, size_t ldy);
 void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
-/* gemm_q5_avx2.c: Q4_1, Q5_0 and Q5_1 */
+/* compute/x86/avx2/gemm_q4_1_q5.c: Q4_1, Q5_0 and Q5_1 */
 void tkv__gemm_q4_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -148,14 +149,14 @@ void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 void tkv__gemm_q5_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 
-/* kernels_avx2_iq1.c: IQ1_S and IQ1_M, bit for bit its dots (the avx512 table inherits both) */
+/* compute/x86/avx2/dot_iq1.c: IQ1_S and IQ1_M, bit for bit its dots (the avx512 table inherits both) */
 void tkv__gemm_iq1_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 void tkv__gemm_iq1_m_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 
 /*
- * Float rows (gemm_float_avx512.c): the reference's vec_dots, and its "lanes"
+ * Float rows (compute/x86/avx512/gemm_float.c): the reference's vec_dots, and its "lanes"
  * products for batches (each entry one accumulator over the whole row; n a
  * multiple of 16). Same signatures as
  * tkv__vec_dot_fn and tkv__gemm_fn; the lanes products are NOT bit-equal to
@@ -170,7 +171,7 @@ void tkv__lanes_f16_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
                            float *y, size_t ldy);
 void tkv__lanes_bf16_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                             float *y, size_t ldy);
-/* The same functions at the avx2 level (gemm_float_avx2.c), bit for bit these. */
+/* The same functions at the avx2 level (compute/x86/avx2/gemm_float.c), bit for bit these. */
 float tkv__dot_f32_ref_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_f16_ref_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_bf16_ref_avx2(size_t n, const void *w, const void *a);

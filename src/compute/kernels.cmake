@@ -1,55 +1,33 @@
 # Kernel sources: number formats, the kernel tables and the forward-pass ops.
 # Included by src/CMakeLists.txt before the library is defined.
 #
-# The SIMD files get their -m flags here, file by file: nothing else in the
-# library is compiled for more than baseline x86-64, and kernels.c only calls
-# into these files after checking the CPU (see kernels.h).
+# The folders say what a file is compiled for: compute/ and compute/quant/
+# for baseline x86-64 (the scalar oracle, the tables, the formats), each
+# level folder under compute/x86/ for its own instructions, with its -m
+# flags set once, in its sources.cmake. kernels.c only calls into a level
+# after checking the CPU (see kernels.h).
 
 set(TKV_KERNEL_SOURCES
-  compute/quant.c
-  compute/quant_grids.c
-  compute/quant_iq1.c
-  compute/quant_iq2.c
-  compute/quant_iq3.c
-  compute/repack.c
+  compute/quant/quant.c
+  compute/quant/grids.c
+  compute/quant/iq1.c
+  compute/quant/iq2.c
+  compute/quant/iq3.c
+  compute/quant/repack.c
   compute/kernels.c
   compute/kernels_scalar.c
-  compute/kernels_avx2.c
-  compute/kernels_avx2_iq1.c
-  compute/kernels_avx2_iq3.c
-  compute/kernels_avx2_iq2.c
-  compute/kernels_avx512.c
-  compute/gemm_avx2.c
-  compute/gemm_avx512.c
-  compute/gemm_q4_0_avx2.c
-  compute/gemm_q4_0_avx512.c
-  compute/gemm_q5_avx2.c
-  compute/gemm_q5_avx512.c
-  compute/gemm_q23k_avx2.c
-  compute/gemm_q23k_avx512.c
-  compute/gemm_float_avx512.c
-  compute/gemm_float_avx2.c
-  compute/gemm_iq4nl_avx512.c
-  compute/gemm_iq4nl_avx2.c
-  compute/gemm_iq3_avx512.c
-  compute/gemm_iq3_avx2.c
-  compute/gemm_iq2_avx2.c
   compute/ops.c
 )
 
+set(TKV_X86 OFF)
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  set_source_files_properties(compute/kernels_avx2.c compute/kernels_avx2_iq1.c compute/kernels_avx2_iq3.c compute/kernels_avx2_iq2.c PROPERTIES
-    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
-  set_source_files_properties(compute/kernels_avx512.c compute/gemm_avx512.c compute/gemm_q4_0_avx512.c compute/gemm_q5_avx512.c
-    compute/gemm_q23k_avx512.c compute/gemm_iq4nl_avx512.c compute/gemm_iq3_avx512.c compute/gemm_float_avx512.c PROPERTIES
-    COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c")
-  set_source_files_properties(compute/gemm_avx2.c compute/gemm_q4_0_avx2.c compute/gemm_q5_avx2.c compute/gemm_q23k_avx2.c
-    compute/gemm_iq4nl_avx2.c compute/gemm_iq3_avx2.c compute/gemm_iq2_avx2.c compute/gemm_float_avx2.c PROPERTIES
-    COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+  set(TKV_X86 ON)
 endif()
+include(compute/x86/avx2/sources.cmake)   # TKV_AVX2_SOURCES, their flags on x86
+include(compute/x86/avx512/sources.cmake) # TKV_AVX512_SOURCES
+list(APPEND TKV_KERNEL_SOURCES ${TKV_AVX2_SOURCES} ${TKV_AVX512_SOURCES})
 
 # The tiled products must equal the vec_dots bit for bit, float operations
 # included: no compiler may fuse a multiply and an add of its own accord
 # (gcc does not in ISO C mode; clang would by default).
 set_property(SOURCE ${TKV_KERNEL_SOURCES} APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=off")
-

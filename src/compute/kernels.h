@@ -48,7 +48,7 @@ typedef float (*tkv__vec_dot_fn)(size_t n, const void *w, const void *a);
  * TKV__GEMM_MAX_N; no allocation (under 80 KiB of stack; see gemm.h).
  */
 #define TKV__GEMM_MAX_N 65536
-/* The longest row a gemv takes (kernels_avx512.c keeps per-block token data
+/* The longest row a gemv takes (compute/x86/avx512/kernels.c keeps per-block token data
    for a row on its stack: 36 KiB at this length); longer rows use vec_dot. */
 #define TKV__GEMV_MAX_N 32768
 /* Products with at most this many tokens go to a level's gemv where it has
@@ -98,7 +98,7 @@ typedef struct tkv__kernels {
        once for all rows; n at most TKV__GEMV_MAX_N */
     tkv__gemm_fn gemv[TKV_TYPE_COUNT];
     /* indexed by weight type; NULL where the level has none: the product
-       over rows packed by tkv__pack_rows (repack.h), any number of tokens,
+       over rows packed by tkv__pack_rows (compute/quant/repack.h), any number of tokens,
        bit for bit the vec_dot too. w is the group of the first row (the
        rows start at a multiple of TKV__PACK_ROWS), wrs the stride between
        groups (tkv__pack_stride); rows of the last group past nr are not
@@ -152,8 +152,8 @@ int tkv__kernel_force_level(tkv__kernel_level level);
 const char *tkv__kernel_level_name(tkv__kernel_level level);
 
 /*
- * Per-level partial tables, defined in kernels_scalar.c / kernels_avx2.c /
- * kernels_avx512.c: only the entries a level implements are non-NULL (the
+ * Per-level partial tables, defined in kernels_scalar.c / compute/x86/avx2/kernels.c /
+ * compute/x86/avx512/kernels.c: only the entries a level implements are non-NULL (the
  * scalar table is complete). Static data: reading them runs no SIMD code.
  * The SIMD ones are all NULL on builds for other architectures.
  */

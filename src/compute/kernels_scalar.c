@@ -2,13 +2,13 @@
  * kernels_scalar.c — the scalar kernel table: the reference versions every
  * SIMD kernel is tested against, and the fallback on any CPU.
  *
- * The dot products and quantizers are the ones of quant.c; the element-wise
+ * The dot products and quantizers are the ones of compute/quant/quant.c; the element-wise
  * ops are here. Reductions accumulate in double, so the oracle is at least as
  * accurate as any SIMD version.
  */
 #include "kernels.h"
-#include "quant.h"
-#include "quant_iq.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/iq.h"
 
 #include <math.h>
 

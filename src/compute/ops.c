@@ -4,8 +4,8 @@
 #include "ops.h"
 
 #include "kernels.h"
-#include "quant.h"
-#include "repack.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
 
 #include <assert.h>
 #include <math.h>

@@ -123,7 +123,7 @@ bool tkv__ops_lanes_ok(tkv_type wtype, size_t n, size_t n_rows);
 
 /*
  * Whether the active level has a product over packed rows of wtype
- * (repack.h): what a model's load asks before it packs a matrix.
+ * (compute/quant/repack.h): what a model's load asks before it packs a matrix.
  */
 bool tkv__ops_packed_ok(tkv_type wtype);
 

@@ -7,7 +7,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * (text/jinja.h): templates from text or from a model's metadata.
  */
 #define _POSIX_C_SOURCE 200809L /* localtime_r */
-#include "text/jinja.h"
+#include "text/jinja/jinja.h"
 
 #include "base/alloc.h"
 #include "base/error.h"

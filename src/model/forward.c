@@ -33,7 +33,7 @@
 #include "compute/attention.h"
 #include "base/error.h"
 #include "compute/ops.h"
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 
 #include <math.h>
 #include <stdatomic.h>

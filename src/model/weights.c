@@ -9,7 +9,7 @@
 #include "compute/cpus.h"
 #include "compute/kernels.h"
 #include "compute/ops.h"
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

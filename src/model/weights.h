@@ -6,7 +6,7 @@
 
 #include "arch.h"
 #include "moe.h"
-#include "compute/repack.h"
+#include "compute/quant/repack.h"
 #include "format/gguf.h"
 #include "tokenkv.h"
 

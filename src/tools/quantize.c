@@ -1,6 +1,6 @@
 /*
  * quantize.c — weight quantizers: float rows to GGUF blocks (see quantize.h
- * for the rounding rules and quant.h for the block layouts).
+ * for the rounding rules and compute/quant/quant.h for the block layouts).
  *
  * Written from the formats' definitions and the reference's documented
  * rules; every float-to-integer conversion goes through a clamp first, so
@@ -9,7 +9,7 @@
 #include "quantize.h"
 #include "quantize_iq.h"
 
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 
 #include <assert.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
  * quantize.h — weight quantizers: rows of floats to the GGUF block formats
- * of quant.h, for `tokenkv mkmodel` (random-weight models of any type) and
+ * of compute/quant/quant.h, for `tokenkv mkmodel` (random-weight models of any type) and
  * for tests that need quantized weights of known values.
  *
  * The rounding rules follow the reference implementation's scalar
@@ -35,7 +35,7 @@
  *               -max_scale / 32; codes recomputed against each.
  *   TQ1_0,      d = the block's largest magnitude, each element rounded
  *   TQ2_0       (half away from zero) to -1, 0, +1 of it.
- *   F16, BF16   round to nearest even (quant.h); F32 a copy.
+ *   F16, BF16   round to nearest even (compute/quant/quant.h); F32 a copy.
  * No importance matrix is used (the reference uses none without one). The
  * tools library is compiled with -ffp-contract=off so every product and sum
  * rounds on its own, as in the reference: then the same floats give the same

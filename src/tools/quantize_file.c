@@ -25,7 +25,7 @@
 #include "gguf_write.h"
 #include "quantize.h"
 #include "base/error.h"
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 #include "format/gguf.h"
 
 #include <errno.h>

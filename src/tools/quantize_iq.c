@@ -10,7 +10,7 @@
  */
 #include "quantize_iq.h"
 
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 
 #include <math.h>
 #include <string.h>

@@ -23,7 +23,7 @@
  */
 #include "testutil.h"
 
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 #include "format/gguf.h"
 #include "tools/tools.h"
 

@@ -7,7 +7,7 @@
 
 #include "compute/attention.h"
 #include "compute/kernels.h"
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 
 #include <math.h>
 #include <stdlib.h>

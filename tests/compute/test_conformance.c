@@ -57,9 +57,9 @@
 #include "compute/attention.h"
 #include "compute/kernels.h"
 #include "compute/ops.h"
-#include "compute/quant.h"
-#include "compute/quant_iq.h"
-#include "compute/repack.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/iq.h"
+#include "compute/quant/repack.h"
 #include "compute/threadpool.h"
 
 #include <inttypes.h>

@@ -2,7 +2,7 @@
  * test_float_order.c — products of float weights (F32, F16, BF16) at the
  * avx2 and avx512 levels, bit for bit against a scalar model of the
  * reference's summation orders written here from their description (gemm.h,
- * gemm_float_avx512.c), not from the SIMD code:
+ * compute/x86/avx512/gemm_float.c), not from the SIMD code:
  *
  *   vec_dot F32/F16: lane l of accumulator j sums elements 64 s + 16 j + l
  *     with fused multiply-adds; lanes of (0 + 2) + (1 + 3); then the 16
@@ -21,7 +21,7 @@
 
 #include "compute/kernels.h"
 #include "compute/ops.h"
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -113,7 +113,7 @@ static float model_lanes(tkv_type t, const uint8_t *x, const uint8_t *y, size_t 
 static const tkv_type float_types[] = {TKV_TYPE_F32, TKV_TYPE_F16, TKV_TYPE_BF16};
 
 /* Both SIMD levels take the reference's order for float rows: avx2 holds
-   the 16 lanes in two halves (gemm_float_avx2.c), avx512 in one register. */
+   the 16 lanes in two halves (compute/x86/avx2/gemm_float.c), avx512 in one register. */
 static void vec_dot_order(tkv__kernel_level level) {
     const tkv__kernels *k = tkv__kernel_table(level);
     if (!k) TU_SKIP();

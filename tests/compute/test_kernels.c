@@ -11,8 +11,8 @@
 #include "testutil.h"
 
 #include "compute/kernels.h"
-#include "compute/quant.h"
-#include "compute/repack.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -262,7 +262,7 @@ static void check_dot(tkv_type t, size_t n, const tkv__kernels *simd) {
         const double tol = 4.0 * (double)(terms + 4) * 0x1p-24 * mag + 1e-30;
         const double want = sc->vec_dot[t](n, w, a);
         const double got = simd->vec_dot[t](n, w, a);
-        /* Q4_0's order is the block-reduced one at every level (quant.h): the
+        /* Q4_0's order is the block-reduced one at every level (compute/quant/quant.h): the
            same exact block sums and the same fma chain, so the same bits */
         if (t == TKV_TYPE_Q4_0 && (float)got != (float)want)
             fail_msg("Q4_0 n=%zu %s: %.9g, scalar %.9g: not bit for bit", n, simd->name, got, want);
@@ -499,7 +499,7 @@ static void test_gemm_levels(void **state) {
 }
 
 /*
- * Packed rows (repack.h) through each level's packed entry, bit for bit
+ * Packed rows (compute/quant/repack.h) through each level's packed entry, bit for bit
  * its vec_dot: 40 rows (two whole groups and a partial one) at every row
  * range that starts a group, 1..17 tokens and batches that cross chunks of
  * tokens, row lengths of one chunk of K and several.

@@ -8,7 +8,7 @@
 
 #include "compute/kernels.h"
 #include "compute/ops.h"
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -8,9 +8,9 @@
 #include "testutil.h"
 
 #include "compute/kernels.h"
-#include "compute/quant.h"
-#include "compute/quant_grids.h"
-#include "compute/quant_iq.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/grids.h"
+#include "compute/quant/iq.h"
 #include "format/gguf.h"
 
 #include <math.h>
@@ -189,7 +189,7 @@ static void test_k4_scales(void **state) {
             sc[j] = (uint8_t)((s >> 8) & 63);
             mn[j] = (uint8_t)((s >> 20) & 63);
         }
-        /* pack as the format describes it (quant.h), independently of the reader */
+        /* pack as the format describes it (compute/quant/quant.h), independently of the reader */
         for (int j = 0; j < 8; j++) {
             if (j < 4) {
                 packed[j] |= sc[j];
@@ -288,8 +288,8 @@ static void test_layout_by_hand(void **state) {
 }
 
 /*
- * IQ3_XXS and IQ3_S element e of a raw block, read the way quant_iq.h
- * describes the layouts (independently of quant_iq3.c): the IQ3_XXS sign of
+ * IQ3_XXS and IQ3_S element e of a raw block, read the way compute/quant/iq.h
+ * describes the layouts (independently of compute/quant/iq3.c): the IQ3_XXS sign of
  * the 8th element of each group of 8 is the parity of the other seven.
  */
 static float iq3_element(tkv_type t, const uint8_t *blk, int e) {
@@ -603,7 +603,7 @@ static uint8_t iq2_sign_byte(unsigned idx) {
     return (uint8_t)(idx | (unsigned)(__builtin_popcount(idx) & 1) << 7);
 }
 
-/* Element j of group g as quant_iq.h defines it, d = 1. */
+/* Element j of group g as compute/quant/iq.h defines it, d = 1. */
 static float iq2_expect(uint64_t grid, uint8_t signs, int ls, int j) {
     const float m = (float)(grid >> 8 * j & 0xff) * (ls + 0.5f) / 4.0f;
     return signs >> j & 1 ? -m : m;

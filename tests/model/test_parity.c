@@ -22,7 +22,7 @@
  * print (2e-6 to 5e-6), as do Q8_0, Q4_1, Q5_0, Q5_1, Q5_K_M and Q6_K.
  */
 /* The reference's float arithmetic is the avx512 level's. The avx2 level
-   takes the same float products, bit for bit (gemm_float_avx2.c), but its
+   takes the same float products, bit for bit (compute/x86/avx2/gemm_float.c), but its
    SwiGLU's exp is not the reference's (up to 2e-3 measured on stories260K,
    7.5e-3 on BF16), and the scalar level sums in other orders: below avx512
    the bound is the one a different rounding order holds, 1e-2. */
@@ -43,7 +43,7 @@
 #include "testutil.h"
 
 #include "compute/kernels.h"
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -11,7 +11,7 @@
  */
 #include "testutil.h"
 
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 
 #include "base/alloc.h"
 #include "base/error.h"
-#include "text/jinja.h"
+#include "text/jinja/jinja.h"
 
 #include <jansson.h>
 #include <pthread.h>

@@ -7,7 +7,7 @@
  */
 #include "testutil.h"
 
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 #include "format/gguf.h"
 #include "tools/quantize.h"
 
@@ -414,7 +414,7 @@ static void test_float_round_trips(void **state) {
     for (int i = 0; i < N; i++) x[i] = rng_gauss() * 100.0f;
     round_trip(TKV_TYPE_F32, x, y, N, 3);
     assert_memory_equal(x, y, sizeof x);
-    /* F16/BF16: the conversions of quant.h, element by element */
+    /* F16/BF16: the conversions of compute/quant/quant.h, element by element */
     uint16_t h[N];
     tkv__quantize_row(TKV_TYPE_F16, x, h, N);
     for (int i = 0; i < N; i++) assert_int_equal(h[i], tkv__quant_f32_to_f16(x[i]));

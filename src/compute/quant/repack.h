@@ -1,0 +1,51 @@
+/*
+ * compute/quant/repack.h — weight rows rearranged at load time into the layout a level's
+ * products read fastest ("packed rows"), next to the file's own rows.
+ *
+ * Today one layout, for Q4_0 (the avx512 level's packed product,
+ * compute/x86/avx512/gemm_q4_0.c): rows in groups of TKV__PACK_ROWS = 16, so that a
+ * zmm's lane k is row k of the group and a block of 16 rows reduces to one
+ * integer per lane with no transposes. Group g (rows 16 g .. 16 g + 15; rows
+ * past the matrix's end are zero) of a matrix with nb blocks per row:
+ *
+ *   bytes [0, 256 nb)        quants: block i at 256 i, as 4 chunks of 64
+ *                            bytes; chunk j, bytes 4k .. 4k + 3 = row k's
+ *                            qs[4j .. 4j + 3] (both nibbles, as stored)
+ *   bytes [256 nb, 288 nb)   scales: block i at 256 nb + 32 i, row k's fp16
+ *                            d at + 2k
+ *
+ * and the next group starts tkv__pack_stride() bytes on (288 nb rounded up
+ * to 64: every chunk stays on one cache line). The same bytes as the file's
+ * rows, in another order; a group is one sequential stream.
+ */
+#ifndef TKV_REPACK_H
+#define TKV_REPACK_H
+
+#include "tokenkv_types.h"
+
+#include <stddef.h>
+
+#define TKV__PACK_ROWS 16
+
+/*
+ * Whether `type` has a packed layout (Q4_0). A level's kernel table says
+ * whether it has a product that reads it (kernels.h, `packed`).
+ */
+int tkv__pack_supported(tkv_type type);
+
+/* Bytes from one group of packed rows of n elements to the next; 0 when
+   the type has no packed layout. */
+size_t tkv__pack_stride(tkv_type type, size_t n);
+
+/* Bytes of nr rows of n elements, packed (whole groups). */
+size_t tkv__pack_bytes(tkv_type type, size_t n, size_t nr);
+
+/*
+ * Rearrange nr rows of n elements (the file's layout, row_size bytes apart
+ * from w) into out (tkv__pack_bytes bytes, 64-byte aligned for the kernels'
+ * aligned loads). Preconditions: tkv__pack_supported(type), n a multiple of
+ * the block size.
+ */
+void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out);
+
+#endif

@@ -1,0 +1,249 @@
+/*
+ * compute/x86/avx2/gemm_q4_0.c — the tiled Q4_0 product for prefill at the avx2 level
+ * (AVX2 + FMA + F16C), in the block-reduced order of compute/quant/quant.h: bit for bit
+ * the dot_q4_0 of compute/x86/avx2/kernels.c.
+ *
+ * Layout: lane k of a ymm is row r + k (8 rows), so a block reduces to one
+ * integer per lane with no horizontal sum. The panel holds each block of 8
+ * rows transposed: "step" j (0..7) is a ymm whose lane k has row k's 4
+ * weights paired with activation bytes 4j..4j+3 (low nibbles for j < 4,
+ * high ones after), as unsigned 0..15. Per step and token: one vpmaddubsw
+ * with the token's 4 bytes broadcast, added as int16 (8 steps of two
+ * products of at most 15 x 127 sum to at most 30480: no overflow), then one
+ * vpmaddwd by 1 per block, the token's -8 * sum(y) correction, a
+ * conversion, the scale product and the fma. 2.5 instructions per block of
+ * 32 multiply-adds per (row, token), against 6 in the lane-wise order.
+ */
+#include "compute/gemm.h"
+#include "util.h"
+#include "compute/quant/quant.h"
+
+#include <assert.h>
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+enum {
+    ROWS = 8,     /* rows per panel (a ymm's lanes) */
+    TT = 4,       /* tokens per tile */
+    KC = 32,      /* blocks per chunk of K: the panel (9 KiB) stays in L1 */
+    TCMAX = 256,  /* tokens per chunk of tokens */
+    TABN = 4096,  /* (token, block) entries of the token table: 32 KiB */
+    QB = sizeof(tkv__block_q4_0),
+    AB = sizeof(tkv__block_q8_0),
+};
+
+/* One block of 8 rows, transposed (288 bytes). */
+typedef struct pan8 {
+    __m256i q[8]; /* step j: lane k = row k's 4 weights for activation bytes 4j..4j+3 */
+    __m256 d;     /* lane k: row k's scale */
+} pan8;
+
+/* Per token and block: -8 * sum of the 32 activation quants, and the scale. */
+typedef struct tokb {
+    int32_t corr;
+    float d;
+} tokb;
+
+static void tok_fill(tokb *tab, const uint8_t *row, size_t nb) {
+    const __m256i eight = _mm256_set1_epi8(8), one = _mm256_set1_epi16(1);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *b = row + i * AB;
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(eight, LOAD256(b + 2)), one);
+        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+        uint16_t d;
+        memcpy(&d, b, 2);
+        tab[i].corr = -_mm_cvtsi128_si32(h);
+        tab[i].d = _cvtsh_ss(d);
+    }
+}
+
+/* Block i (byte offset off) of rows[0..7], transposed into e. */
+static inline void unpack8(pan8 *e, const uint8_t *const *rows, size_t off) {
+    __m256i z[4]; /* z[g]: rows g and 4 + g, one per 128-bit lane */
+    for (int g = 0; g < 4; g++)
+        z[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(LOAD128(rows[g] + off + 2)), LOAD128(rows[4 + g] + off + 2), 1);
+    /* 4 x 4 transposes of dwords within each 128-bit lane: u[j] lane 4l + g = row 4l + g's dword j */
+    const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    const __m256i u[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
+                          _mm256_unpackhi_epi64(t1, t3)};
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    for (int j = 0; j < 4; j++) {
+        _mm256_store_si256(&e->q[j], _mm256_and_si256(u[j], m));
+        _mm256_store_si256(&e->q[4 + j], _mm256_and_si256(_mm256_srli_epi32(u[j], 4), m));
+    }
+    uint16_t h[8];
+    for (int k = 0; k < 8; k++) memcpy(&h[k], rows[k] + off, 2);
+    _mm256_store_ps((float *)&e->d, _mm256_cvtph_ps(LOAD128(h)));
+}
+
+/*
+ * The tile: 8 rows x T tokens over panel blocks [k0, k1). yt: the T token
+ * rows; tb: their tables (nb entries each); acc: in and out.
+ */
+INLINE void tile(const pan8 *pan, size_t k0, size_t k1, const uint8_t *const *yt, const tokb *const *tb, __m256 *acc,
+                 int T) {
+    const __m256i one = _mm256_set1_epi16(1);
+    for (size_t i = k0; i < k1; i++) {
+        const pan8 *e = pan + (i - k0);
+        __m256i s[TT];
+        UNROLL
+        for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
+        UNROLL
+        for (int j = 0; j < 8; j++) {
+            const __m256i q = _mm256_load_si256(&e->q[j]);
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                int32_t v;
+                memcpy(&v, yt[t] + i * AB + 2 + 4 * j, 4);
+                s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(q, _mm256_set1_epi32(v)));
+            }
+        }
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            const __m256i si = _mm256_add_epi32(_mm256_madd_epi16(s[t], one), _mm256_set1_epi32(tb[t][i].corr));
+            const __m256 d = _mm256_mul_ps(_mm256_load_ps((const float *)&e->d), _mm256_set1_ps(tb[t][i].d));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), d, acc[t]);
+        }
+    }
+}
+
+/* One tile: accumulators from the stash (or zero), blocks [k0, k1), then to the stash or, at the end, to y. */
+INLINE void tile_run(const pan8 *pan, size_t k0, size_t k1, size_t nb, const uint8_t *const *yt, const tokb *const *tb,
+                     float *st, float *y, size_t ldy, int nrow, int T) {
+    __m256 acc[TT];
+    UNROLL
+    for (int t = 0; t < T; t++) acc[t] = k0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(st + 8 * t);
+    tile(pan, k0, k1, yt, tb, acc, T);
+    if (k1 < nb) {
+        UNROLL
+        for (int t = 0; t < T; t++) _mm256_store_ps(st + 8 * t, acc[t]);
+        return;
+    }
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        if (nrow == ROWS) {
+            _mm256_storeu_ps(y + (size_t)t * ldy, acc[t]);
+        } else {
+            alignas(32) float o[8];
+            _mm256_store_ps(o, acc[t]);
+            memcpy(y + (size_t)t * ldy, o, (size_t)nrow * sizeof(float));
+        }
+    }
+}
+
+static void tile_any(const pan8 *pan, size_t k0, size_t k1, size_t nb, const uint8_t *const *yt, const tokb *const *tb,
+                     float *st, float *y, size_t ldy, int nrow, int T) {
+    switch (T) {
+    case 4: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 4); break;
+    case 3: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 3); break;
+    case 2: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 2); break;
+    default: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 1); break;
+    }
+}
+
+void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK;
+    struct {
+        alignas(64) pan8 pan[KC];        /* 9 KiB */
+        alignas(64) float st[TCMAX * 8]; /* 8 KiB */
+        tokb tab[TABN];                  /* 32 KiB */
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    size_t tc = TABN / nb;
+    tc = tc < 1 ? 1 : tc > TCMAX ? TCMAX : tc;
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const size_t tn = min_sz(tc, n_tok - t0);
+        assert(tn * nb <= TABN);
+        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb);
+        for (size_t r = 0; r < nr; r += ROWS) {
+            const uint8_t *rows[ROWS]; /* past the end: the last row again (computed, not stored) */
+            for (size_t k = 0; k < ROWS; k++) rows[k] = wb + min_sz(r + k, nr - 1) * wrs;
+            const int nrow = (int)min_sz(ROWS, nr - r);
+            for (size_t k0 = 0; k0 < nb; k0 += KC) {
+                const size_t k1 = min_sz(k0 + KC, nb);
+                for (size_t i = k0; i < k1; i++) unpack8(&b.pan[i - k0], rows, i * QB);
+                for (size_t u = 0; u < tn; u += TT) {
+                    const int T = (int)min_sz(TT, tn - u);
+                    const uint8_t *yt[TT];
+                    const tokb *tb[TT];
+                    for (int t = 0; t < T; t++) {
+                        yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+                        tb[t] = b.tab + (u + (size_t)t) * nb;
+                    }
+                    tile_any(b.pan, k0, k1, nb, yt, tb, b.st + 8 * u, y + (t0 + u) * ldy + r, ldy, nrow, T);
+                }
+            }
+        }
+    }
+}
+
+
+/* ==== packed rows (compute/quant/repack.h) ========================================================= */
+
+/* Block i of half h (rows 8h .. 8h + 7) of a packed group into e: the
+   steps unpack16 would make, read from the group's chunks with no
+   transposes (a half is bytes 32h .. 32h + 31 of each chunk). */
+static inline void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h) {
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    const uint8_t *b = g + i * 256 + 32 * h;
+    for (int j = 0; j < 4; j++) {
+        const __m256i u = _mm256_load_si256((const __m256i *)(const void *)(b + 64 * j));
+        _mm256_store_si256(&e->q[j], _mm256_and_si256(u, m));
+        _mm256_store_si256(&e->q[4 + j], _mm256_and_si256(_mm256_srli_epi32(u, 4), m));
+    }
+    _mm256_store_ps((float *)&e->d, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + nb * 256 + 32 * i + 16 * h))));
+}
+
+/*
+ * The product over packed rows (kernels.h, `packed`): each group of 16 rows
+ * as two halves of 8, each half's chunk of KC blocks unpacked into the
+ * panel once and the tiles of up to 4 tokens run over it, as the gemm does
+ * over transposed rows; a generation step reads each group once, in order.
+ */
+void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK;
+    struct {
+        alignas(64) pan8 pan[KC];        /* 9 KiB */
+        alignas(64) float st[TCMAX * 8]; /* 8 KiB */
+        tokb tab[TABN];                  /* 32 KiB */
+    } b;
+    size_t tc = TABN / nb;
+    tc = tc < 1 ? 1 : tc > TCMAX ? TCMAX : tc;
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const size_t tn = min_sz(tc, n_tok - t0);
+        assert(tn * nb <= TABN);
+        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb);
+        for (size_t r = 0; r < nr; r += ROWS) {
+            const uint8_t *g = wb + r / (2 * ROWS) * gs;
+            const int h = (int)(r / ROWS % 2);
+            const int nrow = (int)min_sz(ROWS, nr - r);
+            for (size_t k0 = 0; k0 < nb; k0 += KC) {
+                const size_t k1 = min_sz(k0 + KC, nb);
+                for (size_t i = k0; i < k1; i++) unpack_packed8(&b.pan[i - k0], g, nb, i, h);
+                for (size_t u = 0; u < tn; u += TT) {
+                    const int T = (int)min_sz(TT, tn - u);
+                    const uint8_t *yt[TT];
+                    const tokb *tb[TT];
+                    for (int t = 0; t < T; t++) {
+                        yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+                        tb[t] = b.tab + (u + (size_t)t) * nb;
+                    }
+                    tile_any(b.pan, k0, k1, nb, yt, tb, b.st + 8 * u, y + (t0 + u) * ldy + r, ldy, nrow, T);
+                }
+            }
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,429 @@
+/*
+ * compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c — tiled products for prefill (see gemm.h), AVX2 + FMA + F16C:
+ * Q8_0, Q4_K, Q5_K and Q6_K weights (Q4_0's block-reduced order has its own file,
+ * gemm_q4_0.c), bit-identical to the vec_dots of
+ * compute/x86/avx2/kernels.c.
+ *
+ * Register layout: a ymm holds one (row, token) pair's 8 lanes; 16 registers
+ * allow a tile of 2 rows x 4 tokens (8 accumulators) and the operands.
+ *
+ * Q8_0 tile: 2 rows x 4 tokens, one parity of blocks at a time (the
+ * vec_dot's acc0 takes the even blocks, acc1 the odd ones). Per block and
+ * pair, as the vec_dot: vpsignb, vpmaddubsw with the panel's |w|, vpmaddwd
+ * by 1, then scale product, convert, fma: 6 instructions for 32
+ * multiply-adds (the vec_dot's loads, fp16 conversions and broadcasts are
+ * gone: the panel and the token table hold floats).
+ * Q4_K / Q5_K / Q6_K tile: 2 rows x 4 tokens; per 32 elements and pair:
+ * vpmaddubsw, vpmaddwd by the group scales, add (Q6_K starts each block from
+ * -32 * (bsums . scales), one vpmaddwd); Q4_K's and Q5_K's mins term is one 8-lane
+ * vector per tile, lane 4k + u = row k, token u.
+ */
+#include "compute/gemm.h"
+#include "util.h"
+#include "compute/quant/quant.h"
+
+#include <assert.h>
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+/* Tokens per chunk of tokens, as in compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c. */
+#define TC_MAX 64
+#define TC_DIRECT 256
+#define TAB_BYTES 32768
+
+static inline void prefetch_next(const uint8_t *w, size_t wrs, size_t nr, const uint8_t *const *rows, size_t r,
+                                 size_t nb, size_t k1, size_t kc, size_t bs) {
+    if (k1 < nb) {
+        prefetch_rows(rows, 2, k1 * bs, min_sz(kc, nb - k1) * bs);
+    } else if (r + 2 < nr) {
+        const uint8_t *nx[2] = {w + (r + 2) * wrs, w + min_sz(r + 3, nr - 1) * wrs};
+        prefetch_rows(nx, 2, 0, min_sz(kc, nb) * bs);
+    }
+}
+
+/* ==== Q8_0 ========================================================================== */
+
+#define T32 4   /* tokens per tile */
+#define KC32 64 /* blocks per chunk of K (even: parities stay aligned) */
+
+/* One block of one row, unpacked (96 bytes). */
+typedef struct p32 {
+    int8_t w[32];  /* the weights */
+    uint8_t a[32]; /* their magnitudes */
+    float d[8];    /* the row's scale, 8 times */
+} p32;
+
+static inline void p32_finish(p32 *e, __m256i w, float d) {
+    _mm256_store_si256((__m256i *)(void *)e->w, w);
+    _mm256_store_si256((__m256i *)(void *)e->a, _mm256_sign_epi8(w, w));
+    _mm256_store_ps(e->d, _mm256_set1_ps(d));
+}
+
+INLINE void p32_q8_0(p32 *e, const uint8_t *row, size_t i) {
+    const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)row + i;
+    p32_finish(e, LOAD256(b->qs), f16(b->d));
+}
+
+/*
+ * The tile: 2 rows x T tokens, blocks i0, i0 + 2, ... < i1 (row k of block i
+ * at pan[2 (i - k0) + k]); da[i * T + t]: token scales; st: the 2 T
+ * accumulators (8 floats each, [row][token]).
+ */
+INLINE void tile32(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
+                   float *st, int init, int T) {
+    __m256 acc[2][T32];
+    UNROLL
+    for (int k = 0; k < 2; k++)
+        UNROLL
+        for (int t = 0; t < T; t++) acc[k][t] = init ? _mm256_setzero_ps() : _mm256_load_ps(st + 8 * (k * T + t));
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (size_t i = i0; i < i1; i += 2) {
+        const p32 *e = pan + 2 * (i - k0);
+        const __m256i a0 = LOADA256(e[0].a), a1 = LOADA256(e[1].a);
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            const __m256i yv = LOAD256(yt[t] + i * sizeof(tkv__block_q8_0) + 2);
+            const __m256 dt = _mm256_broadcast_ss(da + i * (size_t)T + (size_t)t);
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(yv, LOADA256(e[0].w))), ones);
+            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(yv, LOADA256(e[1].w))), ones);
+            acc[0][t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(e[0].d), dt), _mm256_cvtepi32_ps(p0), acc[0][t]);
+            acc[1][t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(e[1].d), dt), _mm256_cvtepi32_ps(p1), acc[1][t]);
+        }
+    }
+    UNROLL
+    for (int k = 0; k < 2; k++)
+        UNROLL
+        for (int t = 0; t < T; t++) _mm256_store_ps(st + 8 * (k * T + t), acc[k][t]);
+}
+
+static void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
+                       float *st, int init, int T) {
+    switch (T) {
+    case 4: tile32(pan, k0, i0, i1, yt, da, st, init, 4); break;
+    case 2: tile32(pan, k0, i0, i1, yt, da, st, init, 2); break;
+    default: tile32(pan, k0, i0, i1, yt, da, st, init, 1); break;
+    }
+}
+
+/* acc0 + acc1, the horizontal sums, out: 2 rows (nrow valid) x T tokens. */
+static void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) {
+    const float *s1 = st + 16 * T; /* parity 1 */
+    __m256 a[8];
+    for (int q = 0; q < 8; q++) {
+        const int at = 8 * ((q % 2) * T + q / 2);
+        a[q] = q / 2 < T ? _mm256_add_ps(_mm256_load_ps(st + at), _mm256_load_ps(s1 + at)) : _mm256_setzero_ps();
+    }
+    store_tile(y, ldy, reduce8(a), (int)min_sz(2, nrow), T);
+}
+
+INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
+                   float *y, size_t ldy) {
+    enum { STT = 2 * 2 * 8 /* stash floats per token: 2 parities x 2 rows x 8 */ };
+    const size_t nb = n / TKV__QK, bs = sizeof(tkv__block_q8_0);
+    const int direct = nb <= KC32;
+    struct {
+        alignas(64) p32 pan[2 * KC32];                   /* 12 KiB */
+        alignas(64) float st[TC_MAX * STT];              /* 8 KiB */
+        alignas(64) float da[TAB_BYTES / sizeof(float)]; /* 32 KiB */
+        size_t tstart[TC_DIRECT];
+        int tlen[TC_DIRECT];
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    size_t tc = TAB_BYTES / sizeof(float) / nb;
+    const size_t cap = direct ? TC_DIRECT : TC_MAX;
+    tc = tc < 1 ? 1 : tc > cap ? cap : tc;
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const size_t tn = min_sz(tc, n_tok - t0);
+        const int ntile = plan_tiles(tn, b.tstart, b.tlen);
+        assert(tn * nb <= sizeof b.da / sizeof b.da[0] && (direct || tn * STT <= sizeof b.st / sizeof b.st[0]));
+        for (int j = 0; j < ntile; j++) /* token scales: tile j's at da + nb * tstart[j], [block][token] */
+            for (int t = 0; t < b.tlen[j]; t++) {
+                const uint8_t *row = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
+                float *dj = b.da + nb * b.tstart[j];
+                for (size_t i = 0; i < nb; i++) {
+                    uint16_t h;
+                    memcpy(&h, row + i * sizeof(tkv__block_q8_0), 2);
+                    dj[i * (size_t)b.tlen[j] + (size_t)t] = f16(h);
+                }
+            }
+        for (size_t r = 0; r < nr; r += 2) {
+            const uint8_t *rows[2] = {w + r * wrs, w + min_sz(r + 1, nr - 1) * wrs};
+            for (size_t k0 = 0; k0 < nb; k0 += KC32) {
+                const size_t k1 = min_sz(k0 + KC32, nb);
+                for (size_t i = k0; i < k1; i++)
+                    for (int k = 0; k < 2; k++) {
+                        p32_q8_0(&b.pan[2 * (i - k0) + (size_t)k], rows[k], i);
+                    }
+                prefetch_next(w, wrs, nr, rows, r, nb, k1, KC32, bs);
+                for (int j = 0; j < ntile; j++) {
+                    const int T = b.tlen[j];
+                    const uint8_t *yt[T32];
+                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
+                    float *st = direct ? b.st : b.st + STT * b.tstart[j];
+                    for (int par = 0; par < 2; par++)
+                        tile32_any(b.pan, k0, k0 + (size_t)par, k1, yt, b.da + nb * b.tstart[j], st + 16 * T * par,
+                                   k0 == 0, T);
+                    if (direct) finish32(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r);
+                }
+            }
+            if (!direct)
+                for (int j = 0; j < ntile; j++)
+                    finish32(b.st + STT * b.tstart[j], b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r);
+        }
+    }
+}
+
+void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+/* ==== Q4_K / Q5_K / Q6_K =============================================================== */
+
+#define TK 4  /* tokens per tile */
+#define KCK 8 /* blocks per chunk of K */
+#define Q8K_QS 4
+#define Q8K_BSUMS 260
+
+/* One block of one row, unpacked (576 bytes). */
+typedef struct pk {
+    uint8_t w[8][32];  /* per 32 elements: the quants (0..15 / 0..63) */
+    int16_t sc[8][16]; /* their vpmaddwd multipliers: Q4_K the group scale x 16;
+                          Q6_K two groups of 16: scale x 8, next scale x 8 */
+    float d[8];        /* the row's d, 8 times */
+    int16_t scm[16];   /* Q6_K: -32 x the 16 group scales */
+} pk;
+
+/* Q4_K / Q5_K, one block of 2 rows: the mins term's multipliers, lane 4k + u (row k). */
+typedef struct pkm {
+    int32_t mn[4][8]; /* [group pair g]: mins 2g (low 16 bits) and 2g + 1 (high) of the lane's row */
+    float dmin[8];
+} pkm;
+
+/* Q4_K, one block of a tile's 4 token slots. */
+typedef struct tk {
+    int32_t bs[4][4]; /* [group pair g][token]: added bsums of groups 2g (low 16 bits) and 2g + 1 */
+    float da[4];      /* per token */
+    float pad[4];
+} tk;
+
+/* Q4_K and Q5_K (five: the fifth bits of qh): d, dmin and scales sit at the same place. */
+static void pk_q45_K(pk *e, const uint8_t *row, size_t i, int five) {
+    const size_t bsz = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(row + i * bsz);
+    const uint8_t *qs = five ? ((const tkv__block_q5_K *)(const void *)b)->qs : b->qs;
+    __m256i h = five ? LOAD256(((const tkv__block_q5_K *)(const void *)b)->qh) : _mm256_setzero_si256();
+    uint8_t s[16];
+    tkv__quant_k4_unpack(b->scales, s);
+    const __m256i m = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int c = 0; c < 4; c++) { /* chunk c: group 2c in the low nibbles, 2c + 1 in the high */
+        const __m256i q = LOAD256(qs + 32 * c);
+        __m256i lo = _mm256_and_si256(q, m), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m);
+        if (five) { /* bits 2c and 2c + 1 of qh[l] are bit 4 of elements 64c + l and 64c + 32 + l */
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
+            h = _mm256_srli_epi16(h, 2);
+        }
+        _mm256_store_si256((__m256i *)(void *)e->w[2 * c], lo);
+        _mm256_store_si256((__m256i *)(void *)e->w[2 * c + 1], hi);
+    }
+    for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(void *)e->sc[g], _mm256_set1_epi16(s[g]));
+    _mm256_store_ps(e->d, _mm256_set1_ps(f16(b->d)));
+}
+
+static void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bsz) {
+    for (int k = 0; k < 2; k++) {
+        const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bsz);
+        uint8_t s[16];
+        tkv__quant_k4_unpack(b->scales, s);
+        const float dmin = f16(b->dmin);
+        for (int u = 0; u < 4; u++) {
+            for (int g = 0; g < 4; g++) m->mn[g][4 * k + u] = (int32_t)((uint32_t)s[8 + 2 * g] | (uint32_t)s[9 + 2 * g] << 16);
+            m->dmin[4 * k + u] = dmin;
+        }
+    }
+}
+
+static void pk_q6_K(pk *e, const uint8_t *row, size_t i) {
+    const tkv__block_q6_K *x = (const tkv__block_q6_K *)(const void *)row + i;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) { /* the quants 0..63 in element order, 32 at a time */
+        const __m256i l0 = LOAD256(x->ql + 64 * h), l1 = LOAD256(x->ql + 64 * h + 32), qh = LOAD256(x->qh + 32 * h);
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+        for (int k = 0; k < 4; k++) {
+            const int g = 8 * h + 2 * k; /* groups g (low 128 bits) and g + 1 (high) */
+            _mm256_store_si256((__m256i *)(void *)e->w[4 * h + k], q[k]);
+            _mm256_store_si256((__m256i *)(void *)e->sc[4 * h + k],
+                               _mm256_set_m128i(_mm_set1_epi16(x->scales[g + 1]), _mm_set1_epi16(x->scales[g])));
+        }
+    }
+    _mm256_store_si256((__m256i *)(void *)e->scm, _mm256_mullo_epi16(_mm256_cvtepi8_epi16(LOAD128(x->scales)), _mm256_set1_epi16(-32)));
+    _mm256_store_ps(e->d, _mm256_set1_ps(f16(x->d)));
+}
+
+/*
+ * The tile: 2 rows x T tokens over blocks k0..k1-1 (row k of block i at
+ * pan[2 (i - k0) + k], Q4_K mins pm[i - k0], token table tab[i]). st: 2 T
+ * accumulators [row][token], then the mins vector (8 floats each).
+ */
+INLINE void tilek(const pk *pan, const pkm *pm, size_t k0, size_t k1, const uint8_t *const *yt, const tk *tab,
+                  float *st, int init, int T, int six) {
+    __m256 acc[2][TK], accm = init ? _mm256_setzero_ps() : _mm256_load_ps(st + 8 * 2 * T);
+    UNROLL
+    for (int k = 0; k < 2; k++)
+        UNROLL
+        for (int t = 0; t < T; t++) acc[k][t] = init ? _mm256_setzero_ps() : _mm256_load_ps(st + 8 * (k * T + t));
+    for (size_t i = k0; i < k1; i++) {
+        const pk *e = pan + 2 * (i - k0);
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            const uint8_t *yb = yt[t] + i * sizeof(tkv__block_q8_K);
+            float yd;
+            memcpy(&yd, yb, sizeof yd);
+            const __m256 dt = _mm256_set1_ps(yd);
+            UNROLL
+            for (int k = 0; k < 2; k++) {
+                __m256i s = six ? _mm256_madd_epi16(LOAD256(yb + Q8K_BSUMS), LOADA256(e[k].scm)) : _mm256_setzero_si256();
+                UNROLL
+                for (int g = 0; g < 8; g++)
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(LOADA256(e[k].w[g]), LOAD256(yb + Q8K_QS + 32 * g)),
+                                                              LOADA256(e[k].sc[g])));
+                acc[k][t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(e[k].d), dt), _mm256_cvtepi32_ps(s), acc[k][t]);
+            }
+        }
+        if (!six) { /* accm += (d_token * dmin_row) * (mins . bsums), lane 4k + u */
+            const pkm *m = pm + (i - k0);
+            __m256i sm = _mm256_setzero_si256();
+            UNROLL
+            for (int g = 0; g < 4; g++)
+                sm = _mm256_add_epi32(sm, _mm256_madd_epi16(_mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)tab[i].bs[g])),
+                                                            LOADA256(m->mn[g])));
+            const __m256 dm = _mm256_mul_ps(_mm256_broadcast_ps((const __m128 *)(const void *)tab[i].da), _mm256_load_ps(m->dmin));
+            accm = _mm256_add_ps(accm, _mm256_mul_ps(dm, _mm256_cvtepi32_ps(sm)));
+        }
+    }
+    UNROLL
+    for (int k = 0; k < 2; k++)
+        UNROLL
+        for (int t = 0; t < T; t++) _mm256_store_ps(st + 8 * (k * T + t), acc[k][t]);
+    _mm256_store_ps(st + 8 * 2 * T, accm);
+}
+
+static void tilek_any(const pk *pan, const pkm *pm, size_t k0, size_t k1, const uint8_t *const *yt, const tk *tab,
+                      float *st, int init, int T, int six) {
+    if (six) {
+        switch (T) {
+        case 4: tilek(pan, pm, k0, k1, yt, tab, st, init, 4, 1); break;
+        case 2: tilek(pan, pm, k0, k1, yt, tab, st, init, 2, 1); break;
+        default: tilek(pan, pm, k0, k1, yt, tab, st, init, 1, 1); break;
+        }
+    } else {
+        switch (T) {
+        case 4: tilek(pan, pm, k0, k1, yt, tab, st, init, 4, 0); break;
+        case 2: tilek(pan, pm, k0, k1, yt, tab, st, init, 2, 0); break;
+        default: tilek(pan, pm, k0, k1, yt, tab, st, init, 1, 0); break;
+        }
+    }
+}
+
+/* The horizontal sums (minus the mins term), out: 2 rows (nrow valid) x T tokens. */
+static void finishk(const float *st, int T, float *y, size_t ldy, size_t nrow, int six) {
+    __m256 a[8];
+    for (int q = 0; q < 8; q++) a[q] = q / 2 < T ? _mm256_load_ps(st + 8 * ((q % 2) * T + q / 2)) : _mm256_setzero_ps();
+    __m256 v = reduce8(a);
+    if (!six) v = _mm256_sub_ps(v, _mm256_load_ps(st + 8 * 2 * T));
+    store_tile(y, ldy, v, (int)min_sz(2, nrow), T);
+}
+
+/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels */
+static void gemmk(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
+                  float *y, size_t ldy, int kind) {
+    const int six = kind == 6, five = kind == 5;
+    enum { STT = 9 * 8 /* stash floats per tile: 2 x 4 accumulators + the mins vector */ };
+    const size_t nb = n / TKV__QK_K;
+    const size_t bs = six ? sizeof(tkv__block_q6_K) : five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    const int direct = nb <= KCK;
+    struct {
+        alignas(64) pk pan[2 * KCK];                   /* 9 KiB */
+        alignas(64) pkm pm[KCK];                       /* 1.3 KiB */
+        alignas(64) float st[(TC_MAX / TK + 2) * STT]; /* 5 KiB */
+        alignas(64) tk tab[TAB_BYTES / sizeof(tk)];    /* 32 KiB */
+        size_t tstart[TC_DIRECT];
+        int tlen[TC_DIRECT];
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    const size_t cap = direct ? TC_DIRECT : TC_MAX, tiles = TAB_BYTES / sizeof(tk) / nb;
+    size_t tc = six ? cap : tiles >= 3 ? TK * (tiles - 2) : 1; /* see compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c */
+    if (tc > cap) tc = cap;
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const size_t tn = min_sz(tc, n_tok - t0);
+        const int ntile = plan_tiles(tn, b.tstart, b.tlen);
+        assert((six || (size_t)ntile * nb <= sizeof b.tab / sizeof b.tab[0]) &&
+               (direct || (size_t)ntile * STT <= sizeof b.st / sizeof b.st[0]));
+        if (!six) /* tile j's table at tab + j nb; slots past the tile's tokens repeat its last */
+            for (int j = 0; j < ntile; j++)
+                for (size_t i = 0; i < nb; i++) {
+                    tk *e = &b.tab[(size_t)j * nb + i];
+                    for (int u = 0; u < TK; u++) {
+                        const int t = u < b.tlen[j] ? u : b.tlen[j] - 1;
+                        const uint8_t *blk = xq + (t0 + b.tstart[j] + (size_t)t) * xrs + i * sizeof(tkv__block_q8_K);
+                        alignas(16) int32_t bsum[4];
+                        _mm_store_si128((__m128i *)(void *)bsum, _mm_hadd_epi16(LOAD128(blk + Q8K_BSUMS), LOAD128(blk + Q8K_BSUMS + 16)));
+                        for (int g = 0; g < 4; g++) e->bs[g][u] = bsum[g];
+                        memcpy(&e->da[u], blk, sizeof(float));
+                    }
+                }
+        for (size_t r = 0; r < nr; r += 2) {
+            const uint8_t *rows[2] = {w + r * wrs, w + min_sz(r + 1, nr - 1) * wrs};
+            for (size_t k0 = 0; k0 < nb; k0 += KCK) {
+                const size_t k1 = min_sz(k0 + KCK, nb);
+                for (size_t i = k0; i < k1; i++) {
+                    for (int k = 0; k < 2; k++) {
+                        if (six) pk_q6_K(&b.pan[2 * (i - k0) + (size_t)k], rows[k], i);
+                        else pk_q45_K(&b.pan[2 * (i - k0) + (size_t)k], rows[k], i, five);
+                    }
+                    if (!six) pkm_q45_K(&b.pm[i - k0], rows, i, bs);
+                }
+                prefetch_next(w, wrs, nr, rows, r, nb, k1, KCK, bs);
+                for (int j = 0; j < ntile; j++) {
+                    const int T = b.tlen[j];
+                    const uint8_t *yt[TK];
+                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
+                    float *st = direct ? b.st : b.st + STT * (size_t)j;
+                    tilek_any(b.pan, b.pm, k0, k1, yt, b.tab + (size_t)j * nb, st, k0 == 0, T, six);
+                    if (direct) finishk(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, six);
+                }
+            }
+            if (!direct)
+                for (int j = 0; j < ntile; j++)
+                    finishk(b.st + STT * (size_t)j, b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, six);
+        }
+    }
+}
+
+void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemmk(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 4);
+}
+
+void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemmk(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 5);
+}
+
+void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemmk(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 6);
+}
+
+#endif

@@ -1,0 +1,814 @@
+/*
+ * compute/x86/avx2/kernels.c — AVX2 + FMA + F16C kernels (compiled with -mavx2 -mfma
+ * -mf16c; only reached through the table when the CPU has all three).
+ *
+ * Integer parts of the quantized dot products are exact, like the scalar
+ * ones: only the order of the float accumulation differs. Activation
+ * quantizers give the same bytes as the scalar ones (same formulas, same
+ * round-half-even, max/abs are exact).
+ *
+ * Every load goes through the unaligned intrinsics or memcpy: blocks may sit
+ * at any address.
+ */
+#include "compute/gemm.h"
+#include "compute/kernels.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/grids.h"
+#include "compute/quant/iq.h"
+
+#include <math.h>
+#include <stdalign.h>
+#include <stddef.h>
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+/* ---- helpers --------------------------------------------------------------- */
+
+#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
+/* address of the bsums of a Q8_K block (a packed member: no int16_t pointer) */
+#define Q8K_BSUMS(b) ((const uint8_t *)(b) + offsetof(tkv__block_q8_K, bsums))
+
+static inline float hsum_f32(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hmax_f32(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+static inline float f16(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+/* Sums of 4 products of signed bytes: x any int8, y in -127..127. */
+static inline __m256i dot_i8(__m256i x, __m256i y) {
+    /* |x| as unsigned (|-128| = 128 fits), y takes x's sign; pairs <= 2*128*127 fit int16 */
+    const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Sums of 4 products of unsigned u (0..63) with signed y. */
+static inline __m256i dot_u8(__m256i u, __m256i y) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));
+}
+
+/* 16 bytes of nibbles to 32 bytes: low nibbles (elements 0-15), then high. */
+static inline __m256i nibbles32(const uint8_t *qs) {
+    const __m128i b = LOAD128(qs);
+    const __m128i m = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+/* 0xff in byte j when bit j of h is set, else 0. */
+static inline __m256i bit_mask32(uint32_t h) {
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+                                          3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), shuf);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* 0x10 in byte j when bit j of the little-endian uint32 at qh is set. */
+static inline __m256i fifth_bits32(const uint8_t *qh) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    return _mm256_and_si256(bit_mask32(h), _mm256_set1_epi8(0x10));
+}
+
+/* ---- dot products: float rows ------------------------------------------------ */
+
+/* In the reference's order: compute/x86/avx2/gemm_float.c. */
+
+/* ---- dot products: 32-element blocks ------------------------------------------ */
+
+static float dot_q8_0(size_t n, const void *w, const void *a) {
+    const tkv__block_q8_0 *x = w;
+    const tkv__block_q8_0 *y = a;
+    const size_t nb = n / TKV__QK;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256i p0 = dot_i8(LOAD256(x[i].qs), LOAD256(y[i].qs));
+        const __m256i p1 = dot_i8(LOAD256(x[i + 1].qs), LOAD256(y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i + 1].d) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256i p = dot_i8(LOAD256(x[i].qs), LOAD256(y[i].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc0);
+    }
+    return hsum_f32(_mm256_add_ps(acc0, acc1));
+}
+
+/* Eight blocks' integer sums, in block order, from their 8-lane partial sums. */
+static inline __m256i block_sums8(const __m256i p[8]) {
+    const __m256i h0 = _mm256_hadd_epi32(p[0], p[1]), h1 = _mm256_hadd_epi32(p[2], p[3]);
+    const __m256i h2 = _mm256_hadd_epi32(p[4], p[5]), h3 = _mm256_hadd_epi32(p[6], p[7]);
+    /* g0: [lanes 0-3 of p0..p3 | lanes 4-7 of p0..p3], g1 the same for p4..p7 */
+    const __m256i g0 = _mm256_hadd_epi32(h0, h1), g1 = _mm256_hadd_epi32(h2, h3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+}
+
+/*
+ * Q4_0 in the block-reduced order (compute/quant/quant.h): each block's exact integer
+ * sum, then one fma per block into a single float, blocks in order. The
+ * integer sums of eight blocks are formed side by side; only the fma chain
+ * is sequential. The avx512 table uses this one too: its gemv and gemm
+ * (compute/x86/avx512/gemm_q4_0.c) give the same bits.
+ */
+float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a) {
+    const tkv__block_q4_0 *x = w;
+    const tkv__block_q8_0 *y = a;
+    const size_t nb = n / TKV__QK;
+    const __m256i eight = _mm256_set1_epi8(8);
+    float acc = 0.0f;
+    size_t i = 0;
+    for (; i + 8 <= nb; i += 8) {
+        __m256i p[8];
+        for (int k = 0; k < 8; k++)
+            p[k] = dot_i8(_mm256_sub_epi8(nibbles32(x[i + k].qs), eight), LOAD256(y[i + k].qs));
+        alignas(32) float s[8];
+        _mm256_store_ps(s, _mm256_cvtepi32_ps(block_sums8(p)));
+        for (int k = 0; k < 8; k++) acc = fmaf(s[k], f16(x[i + k].d) * f16(y[i + k].d), acc);
+    }
+    for (; i < nb; i++) {
+        const int s = hsum_i32(dot_i8(_mm256_sub_epi8(nibbles32(x[i].qs), eight), LOAD256(y[i].qs)));
+        acc = fmaf((float)s, f16(x[i].d) * f16(y[i].d), acc);
+    }
+    return acc;
+}
+
+/*
+ * IQ4_NL and MXFP4: 32 nibbles that index a 16-value codebook (a byte
+ * shuffle), then Q8_0's signed products. The reference's order: pairs of
+ * blocks into acc0 and acc1, their 8 lanes summed, then an odd last block
+ * alone, fused. A block is its scale (IQ4_NL: fp16 d, 2 bytes; MXFP4: the
+ * E8M0 exponent, 1 byte) and 16 bytes of nibbles.
+ */
+static inline float book_scale(const uint8_t *blk, int mx) {
+    if (mx) return tkv__e8m0_half(blk[0]);
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return f16(h);
+}
+
+static inline float dot_book4(size_t n, const uint8_t *x, const tkv__block_q8_0 *y, const int8_t book[16], int mx) {
+    const size_t nb = n / TKV__QK, bs = mx ? sizeof(tkv__block_mxfp4) : sizeof(tkv__block_iq4_nl), qo = mx ? 1 : 2;
+    const __m256i vbook = _mm256_broadcastsi128_si256(LOAD128(book));
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const uint8_t *b0 = x + i * bs, *b1 = b0 + bs;
+        const __m256i p0 = dot_i8(_mm256_shuffle_epi8(vbook, nibbles32(b0 + qo)), LOAD256(y[i].qs));
+        const __m256i p1 = dot_i8(_mm256_shuffle_epi8(vbook, nibbles32(b1 + qo)), LOAD256(y[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(book_scale(b0, mx) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(book_scale(b1, mx) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    }
+    float s = hsum_f32(_mm256_add_ps(acc0, acc1));
+    if (i < nb) {
+        const uint8_t *b = x + i * bs;
+        s = fmaf(book_scale(b, mx) * f16(y[i].d), (float)tkv__book4_sum(book, b + qo, y[i].qs), s);
+    }
+    return s;
+}
+
+static float dot_iq4_nl(size_t n, const void *w, const void *a) {
+    return dot_book4(n, w, a, tkv__iq4nl_values, 0);
+}
+
+static float dot_mxfp4(size_t n, const void *w, const void *a) {
+    return dot_book4(n, w, a, tkv__mxfp4_values, 1);
+}
+
+/*
+ * IQ4_XS: per sub-block the codebook products as int16 pairs (maddubs),
+ * times the sub-block's scale in the pairs' sum (madd), all eight into one
+ * 8-lane integer sum per super-block; then, as the reference does, one fma
+ * of its float scale per super-block and lane.
+ */
+static float dot_iq4_xs(size_t n, const void *w, const void *a) {
+    const tkv__block_iq4_xs *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        __m256i sumi = _mm256_setzero_si256();
+        for (int b = 0; b < 8; b++) {
+            const __m256i q = _mm256_shuffle_epi8(book, nibbles32(x[i].qs + 16 * b));
+            const __m256i yq = LOAD256(y[i].qs + 32 * b);
+            const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
+            const __m256i ls = _mm256_set1_epi16((short)tkv__iq4_xs_scale(&x[i], b));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pairs, ls));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32(acc);
+}
+
+/*
+ * Q2_K and Q3_K. Per quarter-chunk of 32 elements (chunk c, j: bits 2j of
+ * qs[32 c ..]) the products form int16 pairs, and the pairs' sum takes the
+ * scale of their 16-element sub-block (lanes 0-3 the first, 4-7 the
+ * second); all eight quarter-chunks add into one integer per lane. Then, as
+ * the reference does per super-block: Q2_K one fma of -d_a dmin with the
+ * mins' products with the activation's sums of 16 (lane k: sub-blocks 2k
+ * and 2k + 1), then one of d_a d with those integers; Q3_K the latter only.
+ * The avx512 table keeps both; its tiled products (compute/x86/avx512/gemm_q2_q3_k.c)
+ * give the same bits.
+ */
+static inline __m256i k_scale_pairs(int sa, int sb) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa));
+}
+
+float tkv__dot_q2_K_avx2(size_t n, const void *w, const void *a) {
+    const tkv__block_q2_K *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const float d = y[i].d * f16(x[i].d), dmin = -y[i].d * f16(x[i].dmin);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(LOAD128(x[i].scales), 4),
+                                                                _mm_set1_epi8(0x0f)));
+        const __m256i prod = _mm256_madd_epi16(mins, LOAD256(Q8K_BSUMS(&y[i])));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i bits = LOAD256(x[i].qs + 32 * c);
+            for (int j = 0; j < 4; j++) {
+                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3);
+                const __m256i pairs = _mm256_maddubs_epi16(q, LOAD256(y[i].qs + 128 * c + 32 * j));
+                const int sub = 8 * c + 2 * j;
+                const __m256i sc = k_scale_pairs(x[i].scales[sub] & 0x0f, x[i].scales[sub + 1] & 0x0f);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, pairs));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32(acc);
+}
+
+float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a) {
+    const tkv__block_q3_K *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const float d = y[i].d * f16(x[i].d);
+        int8_t sc[16];
+        tkv__q3_K_scales(x[i].scales, sc);
+        const __m256i hm = LOAD256(x[i].hmask);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i bits = LOAD256(x[i].qs + 32 * c);
+            for (int j = 0; j < 4; j++) {
+                /* q = low bits - 4 where the element's hmask bit is clear */
+                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * c + j)));
+                const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
+                const __m256i q = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3),
+                                                  _mm256_and_si256(clear, four));
+                const __m256i yq = LOAD256(y[i].qs + 128 * c + 32 * j);
+                const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
+                const int sub = 8 * c + 2 * j;
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(k_scale_pairs(sc[sub], sc[sub + 1]), pairs));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32(acc);
+}
+
+/*
+ * TQ1_0 and TQ2_0, in the reference's lanes: the products of the quants
+ * 0..2 as int16 pairs by position within each 32-element chunk, the eight
+ * chunks added per position, less the activation's sums of 16 (taking the
+ * -1 off in aggregate), then pairs of those into 8 int32 lanes; per
+ * super-block lane * (d_a d) added to the float sum (a product and an add,
+ * not fused). The lanes depend only on element positions, so TQ1_0 (its
+ * base-3 digits unpacked first) gives TQ2_0's results for the same weights.
+ */
+static inline __m256 tq_block(__m256 acc, const __m256i q[8], const tkv__block_q8_K *y, float d) {
+    __m256i s16 = _mm256_setzero_si256();
+    for (int c = 0; c < 8; c++) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(q[c], LOAD256(y->qs + 32 * c)));
+    s16 = _mm256_sub_epi16(s16, LOAD256(Q8K_BSUMS(y)));
+    const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+    return _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s32), _mm256_set1_ps(y->d * d)), acc);
+}
+
+static float dot_tq2_0(size_t n, const void *w, const void *a) {
+    const tkv__block_tq2_0 *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        __m256i q[8];
+        for (int c = 0; c < 2; c++) {
+            const __m256i bits = LOAD256(x[i].qs + 32 * c);
+            for (int j = 0; j < 4; j++) q[4 * c + j] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3);
+        }
+        acc = tq_block(acc, q, &y[i], f16(x[i].d));
+    }
+    return hsum_f32(acc);
+}
+
+/*
+ * Base-3 digits of 32 bytes v, byte j's digit given by the multiplier p = 3^k
+ * of its 16-bit lane (both bytes of a lane share it): ((uint8_t)(b p) * 3) >> 8.
+ * x86 has no byte multiply: the low bytes take mullo's low byte, the high
+ * bytes are multiplied on their own (low byte cleared, so no carry reaches
+ * them); then mulhi by 768 is (m * 3) >> 8 of a low byte m, and leaves
+ * m * 3 for a high one, whose high byte is the digit.
+ */
+static inline __m256i tq1_digits(__m256i v, __m256i p) {
+    const __m256i lo8 = _mm256_set1_epi16(0x00ff), hi8 = _mm256_set1_epi16((short)0xff00), k768 = _mm256_set1_epi16(768);
+    const __m256i ml = _mm256_and_si256(_mm256_mullo_epi16(v, p), lo8);
+    const __m256i mh = _mm256_mullo_epi16(_mm256_and_si256(v, hi8), p);
+    return _mm256_or_si256(_mm256_mulhi_epu16(ml, k768), _mm256_and_si256(_mm256_mulhi_epu16(mh, k768), hi8));
+}
+
+/* The 256 quants (0..2) of a TQ1_0 block as 8 x 32 bytes, in element order (tkv__block_tq1_0). */
+static inline void tq1_quants(const tkv__block_tq1_0 *x, __m256i q[8]) {
+    const __m256i lo = LOAD256(x->qs);
+    for (int k = 0; k < 5; k++) q[k] = tq1_digits(lo, _mm256_set1_epi16((short)(k == 0 ? 1 : k == 1 ? 3 : k == 2 ? 9 : k == 3 ? 27 : 81)));
+    /* elements 160..239: digits of qs[32..47] by 16; 240..255: digits 0..3 of qh[0..3] by 4 */
+    const __m128i mid = LOAD128(x->qs + 32);
+    uint32_t h;
+    memcpy(&h, x->qh, 4);
+    const __m256i mm = _mm256_broadcastsi128_si256(mid);
+    q[5] = tq1_digits(mm, _mm256_set_m128i(_mm_set1_epi16(3), _mm_set1_epi16(1)));
+    q[6] = tq1_digits(mm, _mm256_set_m128i(_mm_set1_epi16(27), _mm_set1_epi16(9)));
+    q[7] = tq1_digits(_mm256_set_m128i(_mm_set1_epi32((int)h), mid),
+                      _mm256_set_epi16(27, 27, 9, 9, 3, 3, 1, 1, 81, 81, 81, 81, 81, 81, 81, 81));
+}
+
+static float dot_tq1_0(size_t n, const void *w, const void *a) {
+    const tkv__block_tq1_0 *x = w;
+    const tkv__block_q8_K *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        __m256i q[8];
+        tq1_quants(&x[i], q);
+        acc = tq_block(acc, q, &y[i], f16(x[i].d));
+    }
+    return hsum_f32(acc);
+}
+
+/*
+ * IQ2_XXS, IQ2_XS, IQ2_S (all three in compute/x86/avx2/dot_iq2.c), in the
+ * reference's lanes: per sub-block of 32 the
+ * four codebook entries as 32 unsigned bytes, the signs moved onto the
+ * activations (|a| <= 127, so negating never overflows), the products as
+ * int16 pairs (maddubs: at most 2 * 43 * 127, no saturation), then pairs of
+ * those times 2 ls + 1 of their 16-element half into 8 int32 lanes, all
+ * eight sub-blocks into one integer per lane (exact in float: < 2^23). Per
+ * super-block one fma of d_w d_a per lane, and 1/8 of the lanes' sum at the
+ * end, as the reference does.
+ */
+
+static float dot_q4_1(size_t n, const void *w, const void *a) {
+    const tkv__block_q4_1 *x = w;
+    const tkv__block_q8_1 *y = a;
+    const size_t nb = n / TKV__QK;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (size_t i = 0; i < nb; i++) {
+        const __m256i p = dot_u8(nibbles32(x[i].qs), LOAD256(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
+        summ += f16(x[i].m) * f16(y[i].s);
+    }
+    return hsum_f32(acc) + summ;
+}
+
+static float dot_q5_0(size_t n, const void *w, const void *a) {
+    const tkv__block_q5_0 *x = w;
+    const tkv__block_q8_0 *y = a;
+    const size_t nb = n / TKV__QK;
+    const __m256i sixteen = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < nb; i++) {
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(x[i].qs), fifth_bits32(x[i].qh)), sixteen);
+        const __m256i p = dot_i8(q, LOAD256(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
+    }
+    return hsum_f32(acc);
+}
+
+static float dot_q5_1(size_t n, const void *w, const void *a) {
+    const tkv__block_q5_1 *x = w;
+    const tkv__block_q8_1 *y = a;
+    const size_t nb = n / TKV__QK;
+    __m256 acc = _mm256_setzero_ps();
+    float summ = 0.0f;
+    for (size_t i = 0; i < nb; i++) {
+        const __m256i q = _mm256_or_si256(nibbles32(x[i].qs), fifth_bits32(x[i].qh));
+        const __m256i p = dot_u8(q, LOAD256(y[i].qs));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * f16(y[i].d)), _mm256_cvtepi32_ps(p), acc);
+        summ += f16(x[i].m) * f16(y[i].s);
+    }
+    return hsum_f32(acc) + summ;
+}
+
+/* ---- dot products: K blocks ------------------------------------------------- */
+
+/* sum over groups g of mins[g] * (bsums[2g] + bsums[2g+1]), exact. */
+static inline int k_mins_dot(const uint8_t mins[8], const tkv__block_q8_K *y) {
+    const __m256i bs = LOAD256(Q8K_BSUMS(y));
+    const __m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+    const __m128i m = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)mins));
+    __m128i s = _mm_madd_epi16(m, pairs);
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Shared by Q4_K and Q5_K (qh NULL for Q4_K). */
+static inline float dot_k(size_t n, const uint8_t *p, size_t bsize, const tkv__block_q8_K *y, int five) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0.0f;
+    uint8_t sm[16];
+    for (size_t i = 0; i < n / TKV__QK_K; i++, p += bsize) {
+        const tkv__block_q4_K *b4 = (const tkv__block_q4_K *)p; /* d, dmin, scales: same place in Q5_K */
+        const uint8_t *qs = five ? ((const tkv__block_q5_K *)p)->qs : b4->qs;
+        const float d = y[i].d * f16(b4->d), dmin = y[i].d * f16(b4->dmin);
+        tkv__quant_k4_unpack(b4->scales, sm);
+        __m256i h = five ? LOAD256(((const tkv__block_q5_K *)p)->qh) : _mm256_setzero_si256();
+        __m256i sumi = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = LOAD256(qs + 32 * c);
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
+                h = _mm256_srli_epi16(h, 2);
+            }
+            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, LOAD256(y[i].qs + 64 * c)),
+                                                  _mm256_set1_epi16(sm[2 * c]));
+            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, LOAD256(y[i].qs + 64 * c + 32)),
+                                                  _mm256_set1_epi16(sm[2 * c + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        accm += dmin * (float)k_mins_dot(sm + 8, &y[i]);
+    }
+    return hsum_f32(acc) - accm;
+}
+
+static float dot_q4_K(size_t n, const void *w, const void *a) {
+    return dot_k(n, w, sizeof(tkv__block_q4_K), a, 0);
+}
+
+static float dot_q5_K(size_t n, const void *w, const void *a) {
+    return dot_k(n, w, sizeof(tkv__block_q5_K), a, 1);
+}
+
+static float dot_q6_K(size_t n, const void *w, const void *a) {
+    const tkv__block_q6_K *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        const float d = y[i].d * f16(x[i].d);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql0 = LOAD256(x[i].ql + 64 * h), ql1 = LOAD256(x[i].ql + 64 * h + 32);
+            const __m256i qh = LOAD256(x[i].qh + 32 * h);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+            for (int k = 0; k < 4; k++) {
+                const int g = 8 * h + 2 * k; /* groups g (low lane) and g + 1 (high lane) */
+                const __m256i p16 = _mm256_maddubs_epi16(q[k], LOAD256(y[i].qs + 128 * h + 32 * k));
+                const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x[i].scales[g + 1]), _mm_set1_epi16(x[i].scales[g]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
+            }
+        }
+        /* the -32 offset: subtract 32 * sum_g scales[g] * bsums[g] */
+        const __m256i sc16 = _mm256_cvtepi8_epi16(LOAD128(x[i].scales));
+        const __m256i corr = _mm256_madd_epi16(LOAD256(Q8K_BSUMS(&y[i])), sc16);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_f32(acc);
+}
+
+/* ---- activation quantization ------------------------------------------------- */
+
+/* Round half to even and convert: 4 x 8 floats to 32 bytes in element order. */
+static inline __m256i pack_i32x32(__m256i i0, __m256i i1, __m256i i2, __m256i i3) {
+    const __m256i a = _mm256_packs_epi32(i0, i1); /* lanes interleave: fixed by the permute */
+    const __m256i b = _mm256_packs_epi32(i2, i3);
+    const __m256i c = _mm256_packs_epi16(a, b);
+    return _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static inline __m256i round_i32(__m256 v) {
+    return _mm256_cvtps_epi32(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+static void quant_q8_01(const float *x, void *y, size_t n, int with_sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    uint8_t *out = y;
+    const size_t bsize = with_sum ? sizeof(tkv__block_q8_1) : sizeof(tkv__block_q8_0);
+    for (size_t i = 0; i < n / TKV__QK; i++, x += TKV__QK, out += bsize) {
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+        __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+        const __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                       _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        const float amax = hmax_f32(m);
+        const float d = amax / 127.0f;
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        const __m256i i0 = round_i32(_mm256_mul_ps(v0, id)), i1 = round_i32(_mm256_mul_ps(v1, id));
+        const __m256i i2 = round_i32(_mm256_mul_ps(v2, id)), i3 = round_i32(_mm256_mul_ps(v3, id));
+        const uint16_t d16 = (uint16_t)_cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(out, &d16, 2);
+        uint8_t *qs = out + 2;
+        if (with_sum) {
+            const int sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+            const uint16_t s16 = (uint16_t)_cvtss_sh(d * (float)sum, _MM_FROUND_TO_NEAREST_INT);
+            memcpy(out + 2, &s16, 2);
+            qs = out + 4;
+        }
+        _mm256_storeu_si256((__m256i *)(void *)qs, pack_i32x32(i0, i1, i2, i3));
+    }
+}
+
+static void quant_q8_0(const float *x, void *y, size_t n) {
+    quant_q8_01(x, y, n, 0);
+}
+
+static void quant_q8_1(const float *x, void *y, size_t n) {
+    quant_q8_01(x, y, n, 1);
+}
+
+static void quant_q8_K(const float *x, void *y, size_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    tkv__block_q8_K *b = y;
+    for (size_t i = 0; i < n / TKV__QK_K; i++, x += TKV__QK_K) {
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 32; k++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)));
+        const float amax = hmax_f32(m);
+        uint8_t *qs = (uint8_t *)&b[i] + offsetof(tkv__block_q8_K, qs);
+        uint8_t *bsums = (uint8_t *)&b[i] + offsetof(tkv__block_q8_K, bsums);
+        if (amax == 0.0f) {
+            b[i].d = 0.0f;
+            memset(qs, 0, 256);
+            memset(bsums, 0, 32);
+            continue;
+        }
+        /* the first element of largest magnitude, as the scalar code picks it */
+        float max = 0.0f;
+        const __m256 am = _mm256_set1_ps(amax);
+        for (int k = 0; k < 32; k++) {
+            const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 8 * k)), am, _CMP_EQ_OQ));
+            if (hit) {
+                max = x[8 * k + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        const float iscale = -127.0f / max;
+        const __m256 is = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int k = 0; k < 8; k++) {
+            const float *xk = x + 32 * k;
+            __m256i r[4];
+            for (int j = 0; j < 4; j++) r[j] = _mm256_min_epi32(round_i32(_mm256_mul_ps(_mm256_loadu_ps(xk + 8 * j), is)), lim);
+            const __m256i q = pack_i32x32(r[0], r[1], r[2], r[3]);
+            _mm256_storeu_si256((__m256i *)(void *)(qs + 32 * k), q);
+            /* group sums: 2 groups of 16 per 32 bytes */
+            __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+            s = _mm256_hadd_epi32(s, s);
+            s = _mm256_hadd_epi32(s, s);
+            const int16_t g0 = (int16_t)_mm256_extract_epi32(s, 0), g1 = (int16_t)_mm256_extract_epi32(s, 4);
+            memcpy(bsums + 4 * k, &g0, 2);
+            memcpy(bsums + 4 * k + 2, &g1, 2);
+        }
+        b[i].d = 1.0f / iscale;
+    }
+}
+
+static void quant_f16(const float *x, void *y, size_t n) {
+    uint8_t *out = y;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(out + 2 * i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) {
+        const uint16_t h = tkv__quant_f32_to_f16(x[i]);
+        memcpy(out + 2 * i, &h, 2);
+    }
+}
+
+/* ---- element-wise ops ---------------------------------------------------------- */
+
+/*
+ * e^x for 8 floats: 2^k * e^r with k = round(x / ln 2), r = x - k ln 2 (ln 2
+ * split in two for exactness), e^r by its degree-7 Taylor polynomial (error
+ * < 1e-8 relative on |r| <= ln2/2). Within ~2 ulp of expf for x in [-87, 88];
+ * below -87 gives 0 (expf gives tiny subnormals), above 88 gives e^88;
+ * NaN stays NaN.
+ */
+static inline __m256 exp8(__m256 x) {
+    __m256 t = _mm256_min_ps(_mm256_set1_ps(88.0f), x); /* this operand order lets NaN through */
+    t = _mm256_max_ps(_mm256_set1_ps(-88.0f), t);
+    const __m256 k = _mm256_round_ps(_mm256_mul_ps(t, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), t);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    const __m256 res = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ), res);
+}
+
+static inline __m256 silu8(__m256 x) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+static inline double hsum_f64(__m256d v) {
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    s = _mm_add_sd(s, _mm_unpackhi_pd(s, s));
+    return _mm_cvtsd_f64(s);
+}
+
+/*
+ * The sum of squares as the scalar version (and the reference) forms it:
+ * squares in float, added in double one after the other. That order is what
+ * makes the scale agree to the bit; it costs a few thousand cycles a row.
+ */
+static void rmsnorm(float *y, const float *x, const float *w, size_t n, float eps) {
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) ss += (double)(x[i] * x[i]);
+    const float scale = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    const __m256 s = _mm256_set1_ps(scale);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), s), _mm256_loadu_ps(w + i)));
+    for (; i < n; i++) y[i] = (x[i] * scale) * w[i];
+}
+
+static void softmax(float *x, size_t n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(x + i));
+    float max = hmax_f32(m);
+    for (; i < n; i++) max = x[i] > max ? x[i] : max;
+    const __m256 mv = _mm256_set1_ps(max);
+    __m256d acc = _mm256_setzero_pd();
+    for (i = 0; i + 8 <= n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        _mm256_storeu_ps(x + i, e);
+        acc = _mm256_add_pd(acc, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)),
+                                               _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1))));
+    }
+    double sum = hsum_f64(acc);
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    const __m256 iv = _mm256_set1_ps(inv);
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), iv));
+    for (; i < n; i++) x[i] *= inv;
+}
+
+static void silu(float *y, const float *x, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, silu8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+static void swiglu(float *y, const float *gate, const float *up, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(gate + i)), _mm256_loadu_ps(up + i)));
+    for (; i < n; i++) y[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+/*
+ * 4 pairs at a time: with A = (a, a), B = (b, b) per pair and CS = (c, s),
+ * P = B * (s, c) is (b s, b c) rounded, and fmaddsub(A, CS, P) gives
+ * (a c - b s, a s + b c) fused: the scalar version's operations, lane by lane.
+ */
+static void rope_pairs(float *v, const float *cs, size_t n_pairs) {
+    size_t i = 0;
+    for (; i + 4 <= n_pairs; i += 4) {
+        const __m256 x = _mm256_loadu_ps(v + 2 * i), r = _mm256_loadu_ps(cs + 2 * i);
+        const __m256 a = _mm256_moveldup_ps(x), b = _mm256_movehdup_ps(x);
+        const __m256 p = _mm256_mul_ps(b, _mm256_permute_ps(r, 0xb1)); /* (b s, b c) */
+        _mm256_storeu_ps(v + 2 * i, _mm256_fmaddsub_ps(a, r, p));
+    }
+    tkv__kernel_rope_pairs_scalar(v + 2 * i, cs + 2 * i, n_pairs - i);
+}
+
+const tkv__kernels tkv__kernel_avx2_part = {
+    .level = TKV__KERNEL_AVX2,
+    .name = "avx2",
+    .vec_dot =
+        {
+            /* float rows in the reference's order (compute/x86/avx2/gemm_float.c) */
+            [TKV_TYPE_F32] = tkv__dot_f32_ref_avx2,
+            [TKV_TYPE_F16] = tkv__dot_f16_ref_avx2,
+            [TKV_TYPE_BF16] = tkv__dot_bf16_ref_avx2,
+            [TKV_TYPE_Q8_0] = dot_q8_0,
+            [TKV_TYPE_Q4_0] = tkv__dot_q4_0_avx2,
+            [TKV_TYPE_Q4_1] = dot_q4_1,
+            [TKV_TYPE_Q5_0] = dot_q5_0,
+            [TKV_TYPE_IQ4_NL] = dot_iq4_nl,
+            [TKV_TYPE_MXFP4] = dot_mxfp4,
+            [TKV_TYPE_IQ4_XS] = dot_iq4_xs,
+            [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2,
+            [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
+            [TKV_TYPE_TQ1_0] = dot_tq1_0,
+            [TKV_TYPE_TQ2_0] = dot_tq2_0,
+            [TKV_TYPE_IQ2_XXS] = tkv__dot_iq2_xxs_avx2, /* compute/x86/avx2/gemm_iq2.c: its tiled product */
+            [TKV_TYPE_IQ2_XS] = tkv__dot_iq2_xs_avx2, /* compute/x86/avx2/dot_iq2.c */
+            [TKV_TYPE_IQ2_S] = tkv__dot_iq2_s_avx2, /* compute/x86/avx2/dot_iq2.c */
+            [TKV_TYPE_IQ1_S] = tkv__dot_iq1_s_avx2, /* compute/x86/avx2/dot_iq1.c */
+            [TKV_TYPE_IQ1_M] = tkv__dot_iq1_m_avx2,
+            [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* compute/x86/avx2/dot_iq3.c */
+            [TKV_TYPE_IQ3_S] = tkv__kernel_dot_iq3_s_avx2,
+            [TKV_TYPE_Q5_1] = dot_q5_1,
+            [TKV_TYPE_Q4_K] = dot_q4_K,
+            [TKV_TYPE_Q5_K] = dot_q5_K,
+            [TKV_TYPE_Q6_K] = dot_q6_K,
+        },
+    /* tiled products (compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c), bit for bit these vec_dots */
+    .gemm =
+        {
+            [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx2,
+            [TKV_TYPE_Q4_0] = tkv__gemm_q4_0_avx2,
+            [TKV_TYPE_Q4_1] = tkv__gemm_q4_1_avx2, /* compute/x86/avx2/gemm_q4_1_q5.c */
+            [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx2,
+            [TKV_TYPE_Q5_1] = tkv__gemm_q5_1_avx2,
+            [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx2, /* compute/x86/avx2/gemm_q2_q3_k.c */
+            [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx2,
+            [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx2,
+            [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
+            [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,
+            [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx2,
+            [TKV_TYPE_IQ1_S] = tkv__gemm_iq1_s_avx2, /* compute/x86/avx2/dot_iq1.c */
+            [TKV_TYPE_IQ1_M] = tkv__gemm_iq1_m_avx2,
+            [TKV_TYPE_IQ3_XXS] = tkv__gemm_iq3_xxs_avx2, /* compute/x86/avx2/gemm_iq3.c */
+            [TKV_TYPE_IQ3_S] = tkv__gemm_iq3_s_avx2,
+            [TKV_TYPE_IQ2_XXS] = tkv__gemm_iq2_xxs_avx2, /* compute/x86/avx2/gemm_iq2.c */
+            [TKV_TYPE_IQ2_XS] = tkv__gemm_iq2_xs_avx2,
+            [TKV_TYPE_IQ2_S] = tkv__gemm_iq2_s_avx2,
+        },
+    .packed =
+        {
+            [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx2,
+        },
+    .lanes =
+        {
+            [TKV_TYPE_F32] = tkv__lanes_f32_avx2,
+            [TKV_TYPE_F16] = tkv__lanes_f16_avx2,
+            [TKV_TYPE_BF16] = tkv__lanes_bf16_avx2,
+        },
+    .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
+    .quantize =
+        {
+            [TKV_TYPE_F16] = quant_f16,
+            [TKV_TYPE_Q8_0] = quant_q8_0,
+            [TKV_TYPE_Q8_1] = quant_q8_1,
+            [TKV_TYPE_Q8_K] = quant_q8_K,
+        },
+    .rmsnorm = rmsnorm,
+    .softmax = softmax,
+    .silu = silu,
+    .swiglu = swiglu,
+    .rope_pairs = rope_pairs,
+};
+
+#else /* not an x86-64 build with AVX2 flags: an empty part, never selected */
+
+const tkv__kernels tkv__kernel_avx2_part = {.level = TKV__KERNEL_AVX2, .name = NULL};
+
+#endif

@@ -1,0 +1,18 @@
+# The AVX2 level (with FMA and F16C): every file of this folder, compiled for it.
+set(TKV_AVX2_SOURCES
+  compute/x86/avx2/kernels.c
+  compute/x86/avx2/dot_iq1.c
+  compute/x86/avx2/dot_iq2.c
+  compute/x86/avx2/dot_iq3.c
+  compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c
+  compute/x86/avx2/gemm_q4_0.c
+  compute/x86/avx2/gemm_q4_1_q5.c
+  compute/x86/avx2/gemm_q2_q3_k.c
+  compute/x86/avx2/gemm_float.c
+  compute/x86/avx2/gemm_iq4_nl.c
+  compute/x86/avx2/gemm_iq3.c
+  compute/x86/avx2/gemm_iq2.c
+)
+if(TKV_X86)
+  set_source_files_properties(${TKV_AVX2_SOURCES} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+endif()

@@ -1,0 +1,209 @@
+/*
+ * compute/x86/avx512/gemm_float.c — products of float weights (F32, F16, BF16 rows, with
+ * activations in the same format) in the reference implementation's
+ * arithmetic on an AVX-512 CPU. Float sums depend on their order, and a
+ * difference in the last bit of a K or V value can flip its rounding to F16
+ * in the KV cache, a step that then shows in the logits; so these follow the
+ * reference's order exactly, and float models agree with it to the bit.
+ *
+ * The reference has two orders, and so do we (see gemm.h):
+ *
+ *   vec_dot (one token; a matrix the tiled order cannot take):
+ *     F32, F16: four 16-lane accumulators over 64-element steps (fused
+ *       multiply-adds), added as (0 + 2) + (1 + 3), the 16 lanes reduced by
+ *       reduce16; then the tail element by element (F32: into a float sum,
+ *       the products rounded and added in order except the last n % 8,
+ *       which are fused: the reference's compiler vectorised that loop, and
+ *       only its scalar remainder became fused multiply-adds; F16: products
+ *       added in double).
+ *     BF16: two 16-lane accumulators over 32-element steps, each reduced by
+ *       reduce16 and added in double, tail in double.
+ *
+ *   lanes (two tokens or more): every (row, token) entry is ONE accumulator
+ *     of 16 lanes run over the whole row, then reduce16. Only for rows that
+ *     are a multiple of 16 long (ops.c also asks for a multiple of 4 rows,
+ *     as the reference does).
+ *
+ * BF16 rows: the reference's parity files were made without the AVX512_BF16
+ * instructions (vdpbf16ps rounds after each pair of products, and its results
+ * did not match them; the fused multiply-adds of converted values match to
+ * the bit), so these use AVX-512 F only, on every CPU.
+ *
+ * reduce16: lanes l + 8 and l, then l + 4 and l, then l + 2 and l, then 1
+ * and 0 (the order _mm512_reduce_add_ps has in the reference's compiler),
+ * written out so that it does not depend on ours.
+ *
+ * Products of two F16 or two BF16 values are exact in float, so a fused
+ * multiply-add and a multiply then add give the same sum for them.
+ */
+#include "compute/gemm.h"
+#include "compute/quant/quant.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+
+static inline float reduce16(__m512 v) {
+    const __m256 lo = _mm512_castps512_ps256(v);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    const __m256 s8 = _mm256_add_ps(hi, lo);
+    const __m128 s4 = _mm_add_ps(_mm256_extractf128_ps(s8, 1), _mm256_castps256_ps128(s8));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+static inline __m512 ld_f32(const uint8_t *p) { return _mm512_loadu_ps(p); }
+static inline __m512 ld_f16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)p)); }
+static inline __m512 ld_bf16(const uint8_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)p)), 16));
+}
+
+/* ---- vec_dot ----------------------------------------------------------------------- */
+
+/* The 64-element steps of F32 and F16 rows (es: bytes per element). */
+#define STEPS64(LD, es)                                                                                               \
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                                      \
+    for (; i + 64 <= n; i += 64) {                                                                                    \
+        a0 = _mm512_fmadd_ps(LD(x + (i + 0) * (es)), LD(y + (i + 0) * (es)), a0);                                     \
+        a1 = _mm512_fmadd_ps(LD(x + (i + 16) * (es)), LD(y + (i + 16) * (es)), a1);                                   \
+        a2 = _mm512_fmadd_ps(LD(x + (i + 32) * (es)), LD(y + (i + 32) * (es)), a2);                                   \
+        a3 = _mm512_fmadd_ps(LD(x + (i + 48) * (es)), LD(y + (i + 48) * (es)), a3);                                   \
+    }                                                                                                                 \
+    const float steps = reduce16(_mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3)))
+
+float tkv__dot_f32_ref_avx512(size_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
+    size_t i = 0;
+    STEPS64(ld_f32, 4);
+    float sum = steps;
+    /* the reference's compiler vectorised its tail loop 8 and 16 elements at
+       a time as products then in-order adds, and fused only the last n % 8
+       (the add is not contracted: this file is built with -ffp-contract=off) */
+    for (const size_t fused_from = n - n % 8; i < n; i++) {
+        float xi, yi;
+        __builtin_memcpy(&xi, x + 4 * i, 4);
+        __builtin_memcpy(&yi, y + 4 * i, 4);
+        sum = i < fused_from ? sum + xi * yi : __builtin_fmaf(xi, yi, sum);
+    }
+    return sum;
+}
+
+float tkv__dot_f16_ref_avx512(size_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
+    size_t i = 0;
+    STEPS64(ld_f16, 2);
+    double sum = steps;
+    for (; i < n; i++) {
+        uint16_t xi, yi;
+        __builtin_memcpy(&xi, x + 2 * i, 2);
+        __builtin_memcpy(&yi, y + 2 * i, 2);
+        sum += (double)(_cvtsh_ss(xi) * _cvtsh_ss(yi));
+    }
+    return (float)sum;
+}
+
+static double bf16_tail(double sum, const uint8_t *x, const uint8_t *y, size_t i, size_t n) {
+    for (; i < n; i++) {
+        uint16_t xi, yi;
+        __builtin_memcpy(&xi, x + 2 * i, 2);
+        __builtin_memcpy(&yi, y + 2 * i, 2);
+        sum += (double)(tkv__quant_bf16_to_f32(xi) * tkv__quant_bf16_to_f32(yi));
+    }
+    return sum;
+}
+
+float tkv__dot_bf16_ref_avx512(size_t n, const void *w, const void *a) {
+    const uint8_t *x = w, *y = a;
+    size_t i = 0;
+    __m512 c1 = _mm512_setzero_ps(), c2 = c1;
+    for (; i + 32 <= n; i += 32) {
+        c1 = _mm512_fmadd_ps(ld_bf16(x + 2 * i), ld_bf16(y + 2 * i), c1);
+        c2 = _mm512_fmadd_ps(ld_bf16(x + 2 * i + 32), ld_bf16(y + 2 * i + 32), c2);
+    }
+    double sum = reduce16(c1);
+    sum += reduce16(c2);
+    return (float)bf16_tail(sum, x, y, i, n);
+}
+
+/* ---- lanes: one accumulator per entry, tiles of 4 rows x 3 tokens ------------------ */
+
+#define TR 4 /* rows per tile */
+#define TT 3 /* tokens per tile */
+
+/*
+ * One tile of nr <= TR rows x nt <= TT tokens, kn elements per step (es bytes
+ * each). STEP(acc, wp, xp) returns acc after the step at those addresses.
+ * Partial tiles run the same per-entry arithmetic.
+ */
+#define LANES_TILE(STEP, es, kn)                                                                                      \
+    do {                                                                                                              \
+        __m512 acc[TR][TT];                                                                                           \
+        for (size_t r = 0; r < TR; r++)                                                                               \
+            for (size_t t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();                                          \
+        if (nr == TR && nt == TT) {                                                                                   \
+            for (size_t i = 0; i < n; i += (kn))                                                                      \
+                for (size_t r = 0; r < TR; r++)                                                                       \
+                    for (size_t t = 0; t < TT; t++)                                                                   \
+                        acc[r][t] = STEP(acc[r][t], wt + r * wrs + i * (es), xt + t * xrs + i * (es));                \
+        } else {                                                                                                      \
+            for (size_t i = 0; i < n; i += (kn))                                                                      \
+                for (size_t r = 0; r < nr; r++)                                                                       \
+                    for (size_t t = 0; t < nt; t++)                                                                   \
+                        acc[r][t] = STEP(acc[r][t], wt + r * wrs + i * (es), xt + t * xrs + i * (es));                \
+        }                                                                                                             \
+        for (size_t r = 0; r < nr; r++)                                                                               \
+            for (size_t t = 0; t < nt; t++) yt[t * ldy + r] = reduce16(acc[r][t]);                                   \
+    } while (0)
+
+/*
+ * One token (generation): a row at a time, read front to back. Each entry is
+ * still one accumulator over the whole row, the same sums, bit for bit, as
+ * the tiles'. Interleaving rows (2 to 8 at once, for more independent
+ * chains) halved the speed once the matrix was out of cache: one sequential
+ * stream is what memory serves fastest here (22 GB/s against 9 with two
+ * rows at once, 3072 x 768 F16 rows x 64; 4 tiles of 4x1 ran at 10).
+ */
+#define LANES_ONE_TOKEN(STEP, es, kn)                                                                                 \
+    do {                                                                                                              \
+        for (; r0 < n_rows; r0++) {                                                                                   \
+            const uint8_t *wr = wb + r0 * wrs;                                                                        \
+            __m512 acc = _mm512_setzero_ps();                                                                         \
+            for (size_t i = 0; i < n; i += (kn)) acc = STEP(acc, wr + i * (es), xb + i * (es));                       \
+            y[r0] = reduce16(acc);                                                                                    \
+        }                                                                                                             \
+    } while (0)
+
+#define LANES_LOOP(STEP, es, kn)                                                                                      \
+    const uint8_t *wb = w, *xb = xq;                                                                                  \
+    size_t r0 = 0;                                                                                                    \
+    if (n_tok == 1) LANES_ONE_TOKEN(STEP, es, kn);                                                                    \
+    for (; r0 < n_rows; r0 += TR)                                                                                     \
+        for (size_t t0 = 0; t0 < n_tok; t0 += TT) {                                                                   \
+            const size_t nr = n_rows - r0 < TR ? n_rows - r0 : TR, nt = n_tok - t0 < TT ? n_tok - t0 : TT;            \
+            const uint8_t *wt = wb + r0 * wrs, *xt = xb + t0 * xrs;                                                   \
+            float *yt = y + t0 * ldy + r0;                                                                            \
+            LANES_TILE(STEP, es, kn);                                                                                 \
+        }
+
+static inline __m512 step_f32(__m512 acc, const uint8_t *w, const uint8_t *x) { return _mm512_fmadd_ps(ld_f32(w), ld_f32(x), acc); }
+static inline __m512 step_f16(__m512 acc, const uint8_t *w, const uint8_t *x) { return _mm512_fmadd_ps(ld_f16(w), ld_f16(x), acc); }
+static inline __m512 step_bf16(__m512 acc, const uint8_t *w, const uint8_t *x) { return _mm512_fmadd_ps(ld_bf16(w), ld_bf16(x), acc); }
+
+void tkv__lanes_f32_avx512(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    LANES_LOOP(step_f32, 4, 16)
+}
+
+void tkv__lanes_f16_avx512(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    LANES_LOOP(step_f16, 2, 16)
+}
+
+void tkv__lanes_bf16_avx512(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy) {
+    LANES_LOOP(step_bf16, 2, 16)
+}
+
+#endif

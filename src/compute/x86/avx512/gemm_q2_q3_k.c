@@ -1,0 +1,249 @@
+/*
+ * compute/x86/avx512/gemm_q2_q3_k.c — tiled products of Q2_K and Q3_K weights for prefill
+ * (see gemm.h), AVX-512 F/BW/VL + VNNI, bit for bit the vec_dots this level
+ * keeps from avx2 (compute/x86/avx2/kernels.c's tkv__dot_q2_K_avx2, tkv__dot_q3_K_avx2):
+ * the same 8 integer lanes per (row, token) and block, the same fmas in the
+ * same order.
+ *
+ * Register layout as compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c's: a zmm holds rows 2p (lanes 0-7) and
+ * 2p + 1 (lanes 8-15) of one token. Tile: 4 rows (2 pairs) x 4 tokens.
+ *
+ * The panel holds each element's quant times its scale (compute/x86/q2_q3_k.h) as an
+ * unsigned byte, so a lane's 4 products per quarter-chunk are one vpdpbusd
+ * with the token's bytes broadcast: 8 per pair, token and block, against
+ * the 16 of a vpmaddubsw and a scale multiply. Q2_K's q sc lies in 0..45;
+ * Q3_K's in -124..128, stored as q sc + 124 (0..252), and each block's lanes
+ * start from -124 * (the lane's sum of activations), from a per-token table.
+ * Then, per block, as the vec_dot: Q2_K first the fma of -d_a dmin with the
+ * lanes of mins . bsums, then for both the fma of d_a d with the lanes.
+ */
+#include "compute/gemm.h"
+#include "util.h"
+#include "compute/x86/q2_q3_k.h"
+#include "compute/quant/quant.h"
+
+#include <assert.h>
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+
+#define TK 4          /* tokens per tile */
+#define KC 8          /* blocks per chunk of K */
+#define TC_MAXK 64    /* tokens per chunk when K is cut (the stash holds them all) */
+#define TC_DIRECT 256 /* ... and when it is not */
+#define TAB_BYTES 49152
+
+enum { Q2B = sizeof(tkv__block_q2_K), Q3B = sizeof(tkv__block_q3_K), AB = sizeof(tkv__block_q8_K) };
+
+/* One block of a row pair (704 bytes). */
+typedef struct pq {
+    uint8_t w[8][64]; /* per quarter-chunk: row a's 32 scaled quants, then row b's */
+    float d[16];      /* d: row a's x 8, row b's x 8 */
+    float dmin[16];   /* Q2_K: dmin, the same way */
+    int16_t mn[32];   /* Q2_K: row a's 16 mins, row b's */
+} pq;
+
+/* Q3_K, one block of a tile's tokens: -124 x each lane's sum of activations. */
+typedef struct tq {
+    int32_t c[TK][8];
+} tq;
+
+/*
+ * prefetch_rows (compute/x86/util.h) for the tile's 4 rows, with the 4 written
+ * in the loop: given as prefetch_rows' nrow, gcc allocates gemm23's registers
+ * otherwise and Q2_K's prefill is 2-3% slower (measured).
+ */
+static inline void prefetch4(const uint8_t *const *rows, size_t off, size_t len) {
+    for (int k = 0; k < 4; k++)
+        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
+}
+
+static void pq_fill(pq *e, const uint8_t *ra, const uint8_t *rb, size_t i, int three) {
+    const size_t bs = three ? Q3B : Q2B;
+    const uint8_t *a = ra + i * bs, *b = rb + i * bs;
+    /* Q2_K: q sc; Q3_K: (v - 4) sc + 124 = q sc + 124 */
+    const __m256i mul = three ? _mm256_setr_epi16(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3)
+                              : _mm256_setr_epi16(0, 1, 2, 3, 0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0);
+    __m256i wa[8], wb[8];
+    tkv__q23k_scaled(a, three, mul, three ? 124 : 0, wa);
+    tkv__q23k_scaled(b, three, mul, three ? 124 : 0, wb);
+    for (int g = 0; g < 8; g++) _mm512_store_si512(e->w[g], halves_epi(wa[g], wb[g]));
+    if (three) {
+        const tkv__block_q3_K *xa = (const tkv__block_q3_K *)(const void *)a, *xb = (const tkv__block_q3_K *)(const void *)b;
+        _mm512_store_ps(e->d, halves_ps(f16(xa->d), f16(xb->d)));
+    } else {
+        const tkv__block_q2_K *xa = (const tkv__block_q2_K *)(const void *)a, *xb = (const tkv__block_q2_K *)(const void *)b;
+        _mm512_store_ps(e->d, halves_ps(f16(xa->d), f16(xb->d)));
+        _mm512_store_ps(e->dmin, halves_ps(f16(xa->dmin), f16(xb->dmin)));
+        _mm512_store_si512(e->mn, halves_epi(tkv__q2k_mins(a), tkv__q2k_mins(b)));
+    }
+}
+
+/* Q3_K: a token's lanes' start for one block, -124 x (sum of its 4 activations per quarter-chunk). */
+static inline void tq_fill(int32_t c[8], const uint8_t *blk) {
+    const __m256i k = _mm256_set1_epi8(124);
+    __m256i s = _mm256_setzero_si256();
+    for (int g = 0; g < 8; g++) s = _mm256_dpbusd_epi32(s, k, LOAD256(blk + Q23K_Q8K_QS + 32 * g));
+    _mm256_storeu_si256((__m256i *)(void *)c, _mm256_sub_epi32(_mm256_setzero_si256(), s));
+}
+
+/*
+ * The tile: 4 rows x T tokens over blocks k0..k1-1 (row pair p of block i
+ * at pan[2 (i - k0) + p]; Q3_K's token table tab[i]). st: the 2 T
+ * accumulators, [pair][token], 16 floats each.
+ */
+INLINE void tile(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, const tq *tab, float *st, int init,
+                 int T, int three) {
+    __m512 acc[2][TK];
+    UNROLL
+    for (int p = 0; p < 2; p++)
+        UNROLL
+        for (int t = 0; t < T; t++) acc[p][t] = init ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * (p * T + t));
+    for (size_t i = k0; i < k1; i++) {
+        const pq *e = pan + 2 * (i - k0);
+        const uint8_t *yb[TK];
+        __m512i s[2][TK];
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            yb[t] = yt[t] + i * AB;
+            if (three) {
+                s[0][t] = s[1][t] = BCAST256(tab[i].c[t]);
+            } else {
+                float yd;
+                memcpy(&yd, yb[t], sizeof yd);
+                const __m512 dn = _mm512_set1_ps(-yd);
+                const __m512i bsums = BCAST256(yb[t] + Q23K_Q8K_BSUMS);
+                UNROLL
+                for (int p = 0; p < 2; p++) {
+                    const __m512i m = _mm512_madd_epi16(_mm512_load_si512(e[p].mn), bsums);
+                    acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(e[p].dmin), dn), _mm512_cvtepi32_ps(m), acc[p][t]);
+                    s[p][t] = _mm512_setzero_si512();
+                }
+            }
+        }
+        UNROLL
+        for (int g = 0; g < 8; g++) {
+            const __m512i w0 = _mm512_load_si512(e[0].w[g]), w1 = _mm512_load_si512(e[1].w[g]);
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                const __m512i yv = BCAST256(yb[t] + Q23K_Q8K_QS + 32 * g);
+                s[0][t] = _mm512_dpbusd_epi32(s[0][t], w0, yv);
+                s[1][t] = _mm512_dpbusd_epi32(s[1][t], w1, yv);
+            }
+        }
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            float yd;
+            memcpy(&yd, yb[t], sizeof yd);
+            const __m512 dt = _mm512_set1_ps(yd);
+            UNROLL
+            for (int p = 0; p < 2; p++)
+                acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(e[p].d), dt), _mm512_cvtepi32_ps(s[p][t]), acc[p][t]);
+        }
+    }
+    UNROLL
+    for (int p = 0; p < 2; p++)
+        UNROLL
+        for (int t = 0; t < T; t++) _mm512_store_ps(st + 16 * (p * T + t), acc[p][t]);
+}
+
+static void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, const tq *tab, float *st, int init,
+                     int T, int three) {
+    if (three) {
+        switch (T) {
+        case 4: tile(pan, k0, k1, yt, tab, st, init, 4, 1); break;
+        case 2: tile(pan, k0, k1, yt, tab, st, init, 2, 1); break;
+        default: tile(pan, k0, k1, yt, tab, st, init, 1, 1); break;
+        }
+    } else {
+        switch (T) {
+        case 4: tile(pan, k0, k1, yt, tab, st, init, 4, 0); break;
+        case 2: tile(pan, k0, k1, yt, tab, st, init, 2, 0); break;
+        default: tile(pan, k0, k1, yt, tab, st, init, 1, 0); break;
+        }
+    }
+}
+
+/* The horizontal sums, out: 4 rows (nrow valid) x T tokens. */
+static void finish(const float *st, int T, float *y, size_t ldy, size_t nrow) {
+    __m512 a[8];
+    for (int q = 0; q < 8; q++) a[q] = q / 2 < T ? _mm512_load_ps(st + 16 * ((q % 2) * T + q / 2)) : _mm512_setzero_ps();
+    store_tile(y, ldy, reduce16(a), (int)min_sz(4, nrow), T);
+}
+
+static void gemm23(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
+                   float *y, size_t ldy, int three) {
+    enum { STT = 2 * TK * 16 /* stash floats per tile */ };
+    const size_t nb = n / TKV__QK_K, bs = three ? Q3B : Q2B;
+    const int direct = nb <= KC;
+    struct {
+        alignas(64) pq pan[2 * KC];                     /* 11 KiB */
+        alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 9 KiB */
+        alignas(64) tq tab[TAB_BYTES / sizeof(tq)];     /* 48 KiB */
+        size_t tstart[TC_DIRECT];
+        int tlen[TC_DIRECT];
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    /* tokens per chunk: Q3_K's tiles' tables must fit (the last, shorter
+       chunk may have 2 more tiles than tc / TK); Q2_K reads its tokens in place */
+    const size_t cap = direct ? TC_DIRECT : TC_MAXK, tiles = TAB_BYTES / sizeof(tq) / nb;
+    size_t tc = !three ? cap : tiles >= 3 ? TK * (tiles - 2) : 1;
+    if (tc > cap) tc = cap;
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const size_t tn = min_sz(tc, n_tok - t0);
+        const int ntile = plan_tiles(tn, TK, b.tstart, b.tlen);
+        assert((!three || (size_t)ntile * nb <= sizeof b.tab / sizeof b.tab[0]) &&
+               (direct || (size_t)ntile * STT <= sizeof b.st / sizeof b.st[0]));
+        if (three) /* tile j's table at tab + j nb */
+            for (int j = 0; j < ntile; j++)
+                for (int t = 0; t < b.tlen[j]; t++) {
+                    const uint8_t *row = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
+                    for (size_t i = 0; i < nb; i++) tq_fill(b.tab[(size_t)j * nb + i].c[t], row + i * AB);
+                }
+        for (size_t r = 0; r < nr; r += 4) {
+            const uint8_t *rows[4]; /* past the end: the last row again (computed, not stored) */
+            for (size_t k = 0; k < 4; k++) rows[k] = w + min_sz(r + k, nr - 1) * wrs;
+            for (size_t k0 = 0; k0 < nb; k0 += KC) {
+                const size_t k1 = min_sz(k0 + KC, nb);
+                for (size_t i = k0; i < k1; i++) {
+                    pq_fill(&b.pan[2 * (i - k0)], rows[0], rows[1], i, three);
+                    pq_fill(&b.pan[2 * (i - k0) + 1], rows[2], rows[3], i, three);
+                }
+                if (k1 < nb) {
+                    prefetch4(rows, k1 * bs, min_sz(KC, nb - k1) * bs);
+                } else if (r + 4 < nr) {
+                    const uint8_t *nx[4];
+                    for (size_t k = 0; k < 4; k++) nx[k] = w + min_sz(r + 4 + k, nr - 1) * wrs;
+                    prefetch4(nx, 0, min_sz(KC, nb) * bs);
+                }
+                for (int j = 0; j < ntile; j++) {
+                    const int T = b.tlen[j];
+                    const uint8_t *yt[TK];
+                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
+                    float *st = direct ? b.st : b.st + STT * (size_t)j;
+                    tile_any(b.pan, k0, k1, yt, b.tab + (size_t)j * nb, st, k0 == 0, T, three);
+                    if (direct) finish(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r);
+                }
+            }
+            if (!direct)
+                for (int j = 0; j < ntile; j++)
+                    finish(b.st + STT * (size_t)j, b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r);
+        }
+    }
+}
+
+void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
+}
+
+void tkv__gemm_q3_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
+}
+
+#endif

@@ -1,0 +1,513 @@
+/*
+ * compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c — tiled products for prefill (see gemm.h), AVX-512 F/BW/VL
+ * + VNNI: Q8_0, Q4_K, Q5_K and Q6_K weights (Q4_0's block-reduced order has its own file,
+ * gemm_q4_0.c). Bit-identical to the vec_dots
+ * of compute/x86/avx512/kernels.c (which equal those of compute/x86/avx2/kernels.c for these types).
+ *
+ * Register layout: a zmm holds two (row, token) pairs of 8 lanes, rows 2p
+ * (lanes 0-7) and 2p + 1 (lanes 8-15) of the same token, so a token's 32
+ * activation bytes are broadcast to both halves by a plain load and two
+ * weight rows sit side by side in the panel.
+ *
+ * Q8_0 tile: 8 rows (4 row pairs) x up to 4 tokens, 16 accumulators.
+ *   One parity of blocks at a time (the vec_dot's acc0 holds even blocks,
+ *   acc1 odd ones; both end in the stash). Per block and token: y + 128 (one
+ *   xor, so y is the unsigned operand of vpdpbusd and the weights the signed
+ *   one); per row pair: vpdpbusd starting from -128 * (sum of 4 weights),
+ *   the scale product, convert, fma: 4 instructions per 64 multiply-adds,
+ *   4.25 with the xor. That is the floor for these types: the vec_dot's
+ *   float work (convert, scale product, fma) comes every 32 elements, and
+ *   the loop runs at the two 512-bit ports' limit (measured: dropping the
+ *   scale product alone makes it 21% faster).
+ * Q4_K / Q5_K / Q6_K tile: 4 rows x 4 tokens, 8 accumulators + 8 block sums.
+ *   Per 32 elements, row pair and token: vpmaddubsw (quants unsigned,
+ *   activations signed) then vpdpwssd by the group scales, as the vec_dot.
+ *   Q6_K starts each block's lanes from -32 * (bsums . scales) by one
+ *   vpmaddwd (scales times -32 in the panel); Q4_K's and Q5_K's mins term is a
+ *   16-lane vector per tile: lane 4u + k = token u, row k.
+ */
+#include "compute/gemm.h"
+#include "util.h"
+#include "compute/quant/quant.h"
+
+#include <assert.h>
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+
+/*
+ * Tokens per chunk of tokens: a chunk's weight panels are unpacked once and
+ * used by all its tiles. When K is cut in chunks, the tiles' accumulators
+ * wait in a stash, which bounds the chunk to TC_MAX32 / TC_MAXK tokens; when
+ * K fits one chunk ("direct"), each tile is finished at once and TC_DIRECT
+ * applies. Either way the per-token tables must fit TAB_BYTES.
+ */
+#define TC_MAX32 32
+#define TC_MAXK 64
+#define TC_DIRECT 256
+#define TAB_BYTES 32768
+
+/* The rows of the group after this one (nrow of them, from r_next), clamped to the last row. */
+static inline void next_rows(const uint8_t *w, size_t wrs, size_t nr, size_t r_next, int nrow, const uint8_t **out) {
+    for (int k = 0; k < nrow; k++) out[k] = w + min_sz(r_next + (size_t)k, nr - 1) * wrs;
+}
+
+/* ==== Q8_0 ========================================================================== */
+
+#define T32 4   /* tokens per tile */
+#define RP32 4  /* row pairs per tile (even) */
+#define KC32 32 /* blocks per chunk of K (even: parities stay aligned) */
+
+/* One block of one row pair, unpacked (192 bytes). */
+typedef struct p32 {
+    int8_t w[64];     /* the 32 weights of row a, then row b */
+    int32_t corr[16]; /* -128 * sum of weights 4j..4j+3: vpdpbusd on y + 128 adds 128 times that */
+    float d[16];      /* row a's scale x 8, row b's x 8 */
+} p32;
+
+static inline void p32_finish(p32 *e, __m512i w, float da, float db) {
+    const __m512i z = _mm512_setzero_si512();
+    _mm512_store_si512(e->w, w);
+    _mm512_store_si512(e->corr, _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, _mm512_set1_epi8((char)0x80), w)));
+    _mm512_store_ps(e->d, halves_ps(da, db));
+}
+
+INLINE void p32_q8_0(p32 *e, const uint8_t *ra, const uint8_t *rb, size_t i) {
+    const tkv__block_q8_0 *a = (const tkv__block_q8_0 *)(const void *)ra + i;
+    const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)rb + i;
+    p32_finish(e, halves_epi(LOAD256(a->qs), LOAD256(b->qs)), f16(a->d), f16(b->d));
+}
+
+/*
+ * The tile: RP32 row pairs x T tokens, blocks i0, i0 + 2, ... < i1 of the
+ * panel (block i's row pair p at pan[RP32 (i - k0) + p]). yt: the T token
+ * rows; da: their block scales, da[i * T + t]; st: the RP32 T accumulators
+ * (16 floats each, [p][t]).
+ */
+INLINE void tile32(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
+                   float *st, int init, int T) {
+    __m512 acc[RP32][T32];
+    UNROLL
+    for (int p = 0; p < RP32; p++)
+        UNROLL
+        for (int t = 0; t < T; t++) acc[p][t] = init ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * (p * T + t));
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (size_t i = i0; i < i1; i += 2) {
+        const p32 *e = pan + RP32 * (i - k0);
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            const __m512i yu = _mm512_xor_si512(BCAST256(yt[t] + i * sizeof(tkv__block_q8_0) + 2), bias);
+            const __m512 dt = _mm512_set1_ps(da[i * (size_t)T + (size_t)t]);
+            UNROLL
+            for (int p = 0; p < RP32; p++) {
+                /* vpdpbusd overwrites its accumulator: load corr afresh from L1 (a load port)
+                   rather than let the compiler keep it in a register and copy it (an ALU slot) */
+                const int32_t *corr = e[p].corr;
+                __asm__ volatile("" : "+r"(corr));
+                const __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512(corr), yu, _mm512_load_si512(e[p].w));
+                const __m512 d = _mm512_mul_ps(_mm512_load_ps(e[p].d), dt);
+                acc[p][t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p][t]);
+            }
+        }
+    }
+    UNROLL
+    for (int p = 0; p < RP32; p++)
+        UNROLL
+        for (int t = 0; t < T; t++) _mm512_store_ps(st + 16 * (p * T + t), acc[p][t]);
+}
+
+static void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
+                       float *st, int init, int T) {
+    switch (T) {
+#if T32 >= 8
+    case 8: tile32(pan, k0, i0, i1, yt, da, st, init, 8); break;
+#endif
+    case 4: tile32(pan, k0, i0, i1, yt, da, st, init, 4); break;
+    case 2: tile32(pan, k0, i0, i1, yt, da, st, init, 2); break;
+    default: tile32(pan, k0, i0, i1, yt, da, st, init, 1); break;
+    }
+}
+
+/* acc0 + acc1, the horizontal sums, out: a tile's rows (nrow of them) x T tokens. */
+INLINE void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) {
+    const float *s1 = st + RP32 * 16 * T; /* parity 1 */
+    for (int p0 = 0; p0 < RP32 && 2 * (size_t)p0 < nrow; p0 += 2) /* 4 rows x 4 tokens at a time */
+        for (int u = 0; u < T; u += 4) {
+            __m512 a[8];
+            for (int q = 0; q < 8; q++) {
+                const int t = u + q / 2, p = p0 + q % 2, at = 16 * (p * T + t);
+                a[q] = t < T ? _mm512_add_ps(_mm512_load_ps(st + at), _mm512_load_ps(s1 + at)) : _mm512_setzero_ps();
+            }
+            store_tile(y + (size_t)u * ldy + 2 * (size_t)p0, ldy, reduce16(a), (int)min_sz(4, nrow - 2 * (size_t)p0),
+                       T - u < 4 ? T - u : 4);
+        }
+}
+
+INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
+                   float *y, size_t ldy) {
+    enum { ROWS = 2 * RP32, STT = 2 * RP32 * 16 /* stash floats per token: 2 parities x RP32 x 16 */ };
+    const size_t nb = n / TKV__QK, bs = sizeof(tkv__block_q8_0);
+    const int direct = nb <= KC32;
+    struct {
+        alignas(64) p32 pan[RP32 * KC32];                /* 24 KiB */
+        alignas(64) float st[TC_MAX32 * STT];            /* 16 KiB */
+        alignas(64) float da[TAB_BYTES / sizeof(float)]; /* 32 KiB */
+        size_t tstart[TC_DIRECT];
+        int tlen[TC_DIRECT];
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    size_t tc = TAB_BYTES / sizeof(float) / nb; /* tokens whose scales fit the table */
+    const size_t cap = direct ? TC_DIRECT : TC_MAX32;
+    tc = tc < 1 ? 1 : tc > cap ? cap : tc;
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const size_t tn = min_sz(tc, n_tok - t0);
+        const int ntile = plan_tiles(tn, T32, b.tstart, b.tlen);
+        assert(tn * nb <= sizeof b.da / sizeof b.da[0] && (direct || tn * STT <= sizeof b.st / sizeof b.st[0]));
+        /* token scales as floats: tile j's at da + nb * tstart[j], [block][token] */
+        for (int j = 0; j < ntile; j++)
+            for (int t = 0; t < b.tlen[j]; t++) {
+                const uint8_t *row = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
+                float *dj = b.da + nb * b.tstart[j];
+                for (size_t i = 0; i < nb; i++) {
+                    uint16_t h;
+                    memcpy(&h, row + i * sizeof(tkv__block_q8_0), 2);
+                    dj[i * (size_t)b.tlen[j] + (size_t)t] = f16(h);
+                }
+            }
+        for (size_t r = 0; r < nr; r += ROWS) {
+            const uint8_t *rows[ROWS]; /* past the end: the last row again (computed, not stored) */
+            for (size_t k = 0; k < ROWS; k++) rows[k] = w + min_sz(r + k, nr - 1) * wrs;
+            for (size_t k0 = 0; k0 < nb; k0 += KC32) {
+                const size_t k1 = min_sz(k0 + KC32, nb);
+                for (size_t i = k0; i < k1; i++)
+                    for (int p = 0; p < RP32; p++) {
+                        p32_q8_0(&b.pan[RP32 * (i - k0) + p], rows[2 * p], rows[2 * p + 1], i);
+                    }
+                if (k1 < nb) {
+                    prefetch_rows(rows, ROWS, k1 * bs, min_sz(KC32, nb - k1) * bs);
+                } else if (r + ROWS < nr) {
+                    const uint8_t *nx[ROWS];
+                    next_rows(w, wrs, nr, r + ROWS, ROWS, nx);
+                    prefetch_rows(nx, ROWS, 0, min_sz(KC32, nb) * bs);
+                }
+                for (int j = 0; j < ntile; j++) {
+                    const int T = b.tlen[j];
+                    const uint8_t *yt[T32];
+                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
+                    float *st = direct ? b.st : b.st + STT * b.tstart[j];
+                    for (int par = 0; par < 2; par++)
+                        tile32_any(b.pan, k0, k0 + (size_t)par, k1, yt, b.da + nb * b.tstart[j], st + RP32 * 16 * T * par,
+                                   k0 == 0, T);
+                    if (direct) finish32(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, min_sz(ROWS, nr - r));
+                }
+            }
+            if (!direct)
+                for (int j = 0; j < ntile; j++)
+                    finish32(b.st + STT * b.tstart[j], b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, min_sz(ROWS, nr - r));
+        }
+    }
+}
+
+void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+/* ==== Q4_K / Q5_K / Q6_K =============================================================== */
+
+#define TK 4   /* tokens per tile (the mins vector: 4 tokens x 4 rows) */
+#define KCK 8  /* blocks per chunk of K */
+#define Q8K_QS 4
+#define Q8K_BSUMS 260
+
+/* One block of one row pair, unpacked (1152 bytes). */
+typedef struct pk {
+    uint8_t w[8][64];  /* per 32 elements: row a's quants (0..15 / 0..63), then row b's */
+    int16_t sc[8][32]; /* their vpdpwssd multipliers: Q4_K the group scale x 16 per row;
+                          Q6_K two groups of 16: scale x 8, next scale x 8 per row */
+    float d[16];       /* row a's d x 8, row b's x 8 */
+    int16_t scm[32];   /* Q6_K: -32 x the 16 group scales, row a then row b */
+} pk;
+
+/* Q4_K / Q5_K, one block of the 4 rows: the mins term's multipliers. */
+typedef struct pkm {
+    int32_t mn[4][4]; /* [group pair g][row]: mins 2g (low 16 bits) and 2g + 1 (high) */
+    float dmin[4];    /* per row */
+    float pad[12];
+} pkm;
+
+/* Q4_K, one block of a tile's 4 token slots (the tile's token table). */
+typedef struct tk {
+    int16_t bs[4][8]; /* [token][group]: bsums of the group's two halves, added */
+    float da[4];      /* per token: d */
+} tk;
+
+/* Q4_K and Q5_K (five: the fifth bits of qh): d, dmin and scales sit at the same place. */
+static void pk_q45_K(pk *e, const uint8_t *ra, const uint8_t *rb, size_t i, int five) {
+    const size_t bsz = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)(ra + i * bsz);
+    const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(rb + i * bsz);
+    const uint8_t *qsa = five ? ((const tkv__block_q5_K *)(const void *)a)->qs : a->qs;
+    const uint8_t *qsb = five ? ((const tkv__block_q5_K *)(const void *)b)->qs : b->qs;
+    __m256i ha = five ? LOAD256(((const tkv__block_q5_K *)(const void *)a)->qh) : _mm256_setzero_si256();
+    __m256i hb = five ? LOAD256(((const tkv__block_q5_K *)(const void *)b)->qh) : _mm256_setzero_si256();
+    uint8_t sa[16], sb[16];
+    tkv__quant_k4_unpack(a->scales, sa);
+    tkv__quant_k4_unpack(b->scales, sb);
+    const __m256i m = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (int c = 0; c < 4; c++) { /* chunk c: group 2c in the low nibbles, 2c + 1 in the high */
+        const __m256i qa = LOAD256(qsa + 32 * c), qb = LOAD256(qsb + 32 * c);
+        __m256i la = _mm256_and_si256(qa, m), lb = _mm256_and_si256(qb, m);
+        __m256i ua = _mm256_and_si256(_mm256_srli_epi16(qa, 4), m), ub = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m);
+        if (five) { /* bits 2c and 2c + 1 of qh[l] are bit 4 of elements 64c + l and 64c + 32 + l */
+            la = _mm256_or_si256(la, _mm256_slli_epi16(_mm256_and_si256(ha, one), 4));
+            lb = _mm256_or_si256(lb, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+            ua = _mm256_or_si256(ua, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(ha, 1), one), 4));
+            ub = _mm256_or_si256(ub, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
+            ha = _mm256_srli_epi16(ha, 2);
+            hb = _mm256_srli_epi16(hb, 2);
+        }
+        _mm512_store_si512(e->w[2 * c], halves_epi(la, lb));
+        _mm512_store_si512(e->w[2 * c + 1], halves_epi(ua, ub));
+    }
+    for (int g = 0; g < 8; g++)
+        _mm512_store_si512(e->sc[g], halves_epi(_mm256_set1_epi16(sa[g]), _mm256_set1_epi16(sb[g])));
+    _mm512_store_ps(e->d, halves_ps(f16(a->d), f16(b->d)));
+}
+
+static void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bsz) {
+    for (int k = 0; k < 4; k++) {
+        const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bsz);
+        uint8_t s[16];
+        tkv__quant_k4_unpack(a->scales, s);
+        for (int g = 0; g < 4; g++) m->mn[g][k] = (int32_t)((uint32_t)s[8 + 2 * g] | (uint32_t)s[9 + 2 * g] << 16);
+        m->dmin[k] = f16(a->dmin);
+    }
+}
+
+/* The 256 quants (0..63) of a Q6_K block, in element order, as 8 x 32 bytes. */
+static inline void q6_quants(const tkv__block_q6_K *x, __m256i q[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        const __m256i l0 = LOAD256(x->ql + 64 * h), l1 = LOAD256(x->ql + 64 * h + 32), qh = LOAD256(x->qh + 32 * h);
+        q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+    }
+}
+
+static void pk_q6_K(pk *e, const uint8_t *ra, const uint8_t *rb, size_t i) {
+    const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)ra + i;
+    const tkv__block_q6_K *b = (const tkv__block_q6_K *)(const void *)rb + i;
+    __m256i qa[8], qb[8];
+    q6_quants(a, qa);
+    q6_quants(b, qb);
+    /* the 16 scales of each row as int16: [a | b] */
+    const __m512i sc = halves_epi(_mm256_cvtepi8_epi16(LOAD128(a->scales)), _mm256_cvtepi8_epi16(LOAD128(b->scales)));
+    /* chunk s: words 2s (x 8) and 2s + 1 (x 8) of each half */
+    const __m512i idx0 = _mm512_set_epi16(17, 17, 17, 17, 17, 17, 17, 17, 16, 16, 16, 16, 16, 16, 16, 16, /**/
+                                          1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int s = 0; s < 8; s++) {
+        _mm512_store_si512(e->w[s], halves_epi(qa[s], qb[s]));
+        _mm512_store_si512(e->sc[s], _mm512_permutexvar_epi16(_mm512_add_epi16(idx0, _mm512_set1_epi16((short)(2 * s))), sc));
+    }
+    _mm512_store_si512(e->scm, _mm512_mullo_epi16(sc, _mm512_set1_epi16(-32)));
+    _mm512_store_ps(e->d, halves_ps(f16(a->d), f16(b->d)));
+}
+
+/*
+ * The tile: 4 rows (2 pairs) x T tokens over blocks k0..k1-1 (panel entry
+ * pan[2 (i - k0)], Q4_K mins pm[i - k0], token table tab[i]). st: 2 T
+ * accumulators, then the mins vector (16 floats each).
+ */
+INLINE void tilek(const pk *pan, const pkm *pm, size_t k0, size_t k1, const uint8_t *const *yt, const tk *tab,
+                  float *st, int init, int T, int six) {
+    __m512 acc[2][TK], accm = init ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * 2 * T);
+    UNROLL
+    for (int p = 0; p < 2; p++)
+        UNROLL
+        for (int t = 0; t < T; t++) acc[p][t] = init ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * (p * T + t));
+    for (size_t i = k0; i < k1; i++) {
+        const pk *e = pan + 2 * (i - k0);
+        const uint8_t *yb[TK];
+        __m512i s[2][TK];
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            yb[t] = yt[t] + i * sizeof(tkv__block_q8_K);
+            UNROLL
+            for (int p = 0; p < 2; p++)
+                s[p][t] = six ? _mm512_madd_epi16(BCAST256(yb[t] + Q8K_BSUMS), _mm512_load_si512(e[p].scm))
+                              : _mm512_setzero_si512();
+        }
+        UNROLL
+        for (int g = 0; g < 8; g++) {
+            const __m512i w0 = _mm512_load_si512(e[0].w[g]), w1 = _mm512_load_si512(e[1].w[g]);
+            const __m512i c0 = _mm512_load_si512(e[0].sc[g]), c1 = _mm512_load_si512(e[1].sc[g]);
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                const __m512i yv = BCAST256(yb[t] + Q8K_QS + 32 * g);
+                s[0][t] = _mm512_dpwssd_epi32(s[0][t], _mm512_maddubs_epi16(w0, yv), c0);
+                s[1][t] = _mm512_dpwssd_epi32(s[1][t], _mm512_maddubs_epi16(w1, yv), c1);
+            }
+        }
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            float yd;
+            memcpy(&yd, yb[t], sizeof yd);
+            const __m512 dt = _mm512_set1_ps(yd);
+            UNROLL
+            for (int p = 0; p < 2; p++)
+                acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(e[p].d), dt), _mm512_cvtepi32_ps(s[p][t]), acc[p][t]);
+        }
+        if (!six) { /* accm += (d_token * dmin_row) * (mins . bsums), lane 4u + k */
+            const pkm *m = pm + (i - k0);
+            const __m512i z = _mm512_loadu_si512(tab[i].bs);
+            __m512i sm = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi32(z, 0x00),
+                                             _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(const void *)m->mn[0])));
+            sm = _mm512_dpwssd_epi32(sm, _mm512_shuffle_epi32(z, 0x55),
+                                     _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(const void *)m->mn[1])));
+            sm = _mm512_dpwssd_epi32(sm, _mm512_shuffle_epi32(z, 0xaa),
+                                     _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(const void *)m->mn[2])));
+            sm = _mm512_dpwssd_epi32(sm, _mm512_shuffle_epi32(z, 0xff),
+                                     _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(const void *)m->mn[3])));
+            /* lane 4u + k: token u's d times row k's dmin */
+            const __m512 da = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                                    _mm512_castps128_ps512(_mm_loadu_ps(tab[i].da)));
+            const __m512 dm = _mm512_mul_ps(da, _mm512_broadcast_f32x4(_mm_load_ps(m->dmin)));
+            accm = _mm512_add_ps(accm, _mm512_mul_ps(dm, _mm512_cvtepi32_ps(sm)));
+        }
+    }
+    UNROLL
+    for (int p = 0; p < 2; p++)
+        UNROLL
+        for (int t = 0; t < T; t++) _mm512_store_ps(st + 16 * (p * T + t), acc[p][t]);
+    _mm512_store_ps(st + 16 * 2 * T, accm);
+}
+
+static void tilek_any(const pk *pan, const pkm *pm, size_t k0, size_t k1, const uint8_t *const *yt, const tk *tab,
+                      float *st, int init, int T, int six) {
+    if (six) {
+        switch (T) {
+        case 4: tilek(pan, pm, k0, k1, yt, tab, st, init, 4, 1); break;
+        case 2: tilek(pan, pm, k0, k1, yt, tab, st, init, 2, 1); break;
+        default: tilek(pan, pm, k0, k1, yt, tab, st, init, 1, 1); break;
+        }
+    } else {
+        switch (T) {
+        case 4: tilek(pan, pm, k0, k1, yt, tab, st, init, 4, 0); break;
+        case 2: tilek(pan, pm, k0, k1, yt, tab, st, init, 2, 0); break;
+        default: tilek(pan, pm, k0, k1, yt, tab, st, init, 1, 0); break;
+        }
+    }
+}
+
+/* The horizontal sums (minus the mins term), out: 4 rows (nrow valid) x T tokens. */
+INLINE void finishk(const float *st, int T, float *y, size_t ldy, size_t nrow, int six) {
+    __m512 a[8];
+    for (int q = 0; q < 8; q++) a[q] = q / 2 < T ? _mm512_load_ps(st + 16 * ((q % 2) * T + q / 2)) : _mm512_setzero_ps();
+    __m512 v = reduce16(a);
+    if (!six) v = _mm512_sub_ps(v, _mm512_load_ps(st + 16 * 2 * T));
+    store_tile(y, ldy, v, (int)min_sz(4, nrow), T);
+}
+
+/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels */
+static void gemmk(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
+                  float *y, size_t ldy, int kind) {
+    const int six = kind == 6, five = kind == 5;
+    enum { STT = 9 * 16 /* stash floats per tile: 2 x 4 accumulators + the mins vector */ };
+    const size_t nb = n / TKV__QK_K;
+    const size_t bs = six ? sizeof(tkv__block_q6_K) : five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    const int direct = nb <= KCK;
+    struct {
+        alignas(64) pk pan[2 * KCK];                 /* 18 KiB */
+        alignas(64) pkm pm[KCK];                     /* 1 KiB */
+        alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 10 KiB */
+        alignas(64) tk tab[TAB_BYTES / sizeof(tk)];    /* 32 KiB */
+        size_t tstart[TC_DIRECT];
+        int tlen[TC_DIRECT];
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    /* tokens per chunk: a multiple of TK whose tiles' tables fit (the last,
+       shorter chunk may have 2 more tiles than tc / TK); Q6_K has no table */
+    const size_t cap = direct ? TC_DIRECT : TC_MAXK, tiles = TAB_BYTES / sizeof(tk) / nb;
+    size_t tc = six ? cap : tiles >= 3 ? TK * (tiles - 2) : 1;
+    if (tc > cap) tc = cap;
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
+        const size_t tn = min_sz(tc, n_tok - t0);
+        const int ntile = plan_tiles(tn, TK, b.tstart, b.tlen);
+        assert((six || (size_t)ntile * nb <= sizeof b.tab / sizeof b.tab[0]) &&
+               (direct || (size_t)ntile * STT <= sizeof b.st / sizeof b.st[0]));
+        if (!six) /* tile j's table at tab + j nb; slots past the tile's tokens repeat its last */
+            for (int j = 0; j < ntile; j++)
+                for (size_t i = 0; i < nb; i++) {
+                    tk *e = &b.tab[(size_t)j * nb + i];
+                    for (int u = 0; u < TK; u++) {
+                        const int t = u < b.tlen[j] ? u : b.tlen[j] - 1;
+                        const uint8_t *blk = xq + (t0 + b.tstart[j] + (size_t)t) * xrs + i * sizeof(tkv__block_q8_K);
+                        const __m128i bsum = _mm_hadd_epi16(LOAD128(blk + Q8K_BSUMS), LOAD128(blk + Q8K_BSUMS + 16));
+                        _mm_storeu_si128((__m128i *)(void *)e->bs[u], bsum);
+                        memcpy(&e->da[u], blk, sizeof(float));
+                    }
+                }
+        for (size_t r = 0; r < nr; r += 4) {
+            const uint8_t *rows[4]; /* past the end: the last row again (computed, not stored) */
+            for (size_t k = 0; k < 4; k++) rows[k] = w + min_sz(r + k, nr - 1) * wrs;
+            for (size_t k0 = 0; k0 < nb; k0 += KCK) {
+                const size_t k1 = min_sz(k0 + KCK, nb);
+                for (size_t i = k0; i < k1; i++) {
+                    if (six) {
+                        pk_q6_K(&b.pan[2 * (i - k0)], rows[0], rows[1], i);
+                        pk_q6_K(&b.pan[2 * (i - k0) + 1], rows[2], rows[3], i);
+                    } else {
+                        pk_q45_K(&b.pan[2 * (i - k0)], rows[0], rows[1], i, five);
+                        pk_q45_K(&b.pan[2 * (i - k0) + 1], rows[2], rows[3], i, five);
+                        pkm_q45_K(&b.pm[i - k0], rows, i, bs);
+                    }
+                }
+                if (k1 < nb) {
+                    prefetch_rows(rows, 4, k1 * bs, min_sz(KCK, nb - k1) * bs);
+                } else if (r + 4 < nr) {
+                    const uint8_t *nx[4];
+                    next_rows(w, wrs, nr, r + 4, 4, nx);
+                    prefetch_rows(nx, 4, 0, min_sz(KCK, nb) * bs);
+                }
+                for (int j = 0; j < ntile; j++) {
+                    const int T = b.tlen[j];
+                    const uint8_t *yt[TK];
+                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
+                    float *st = direct ? b.st : b.st + STT * (size_t)j;
+                    tilek_any(b.pan, b.pm, k0, k1, yt, b.tab + (size_t)j * nb, st, k0 == 0, T, six);
+                    if (direct) finishk(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, six);
+                }
+            }
+            if (!direct)
+                for (int j = 0; j < ntile; j++)
+                    finishk(b.st + STT * (size_t)j, b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, six);
+        }
+    }
+}
+
+void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemmk(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 4);
+}
+
+void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemmk(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 5);
+}
+
+void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemmk(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 6);
+}
+
+#endif

@@ -1,0 +1,17 @@
+# The AVX-512 level (F, BW, VL and VNNI, over AVX2): every file of this
+# folder, compiled for it. Types without a product of their own here use
+# the AVX2 level's (kernels.c's table says which).
+set(TKV_AVX512_SOURCES
+  compute/x86/avx512/kernels.c
+  compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c
+  compute/x86/avx512/gemm_q4_0.c
+  compute/x86/avx512/gemm_q4_1_q5.c
+  compute/x86/avx512/gemm_q2_q3_k.c
+  compute/x86/avx512/gemm_float.c
+  compute/x86/avx512/gemm_iq4_nl.c
+  compute/x86/avx512/gemm_iq3.c
+)
+if(TKV_X86)
+  set_source_files_properties(${TKV_AVX512_SOURCES} PROPERTIES
+  COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c")
+endif()

@@ -1,0 +1,81 @@
+/*
+ * compute/x86/avx512/util.h — the helpers of the avx512 tiled products (compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c
+ * and the gemm_*_avx512.c files): a zmm holds two (row, token) pairs of 8
+ * lanes, rows 2p and 2p + 1 of one token, so they share the two-halves
+ * builders, the horizontal sums in the vec_dot's order, the store of a tile
+ * and the plan of a chunk's tiles.
+ *
+ * Included only by files compiled with the avx512 level's flags
+ * (kernels.cmake); without them it declares nothing.
+ */
+#ifndef TKV_GEMM_AVX512_UTIL_H
+#define TKV_GEMM_AVX512_UTIL_H
+
+#include "compute/x86/util.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+
+/* 32 bytes at p in both halves of a zmm: a load, no shuffle */
+#define BCAST256(p) _mm512_broadcast_i64x4(LOAD256(p))
+
+/* [a x 8 | b x 8] */
+static inline __m512 halves_ps(float a, float b) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+}
+
+static inline __m512i halves_epi(__m256i a, __m256i b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+}
+
+/*
+ * Horizontal sums of 16 (row, token) pairs of 8 float lanes, in the order of
+ * the vec_dot's hsum256: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)).
+ * a[i]: rows 2 (i % 2) and 2 (i % 2) + 1 of token i / 2. Returns the sums
+ * with (token u, row k) at lane 4u + k.
+ */
+static inline __m512 reduce16(const __m512 a[8]) {
+    __m512 s[4];
+    for (int m = 0; m < 4; m++) /* 128-bit lanes: v0..3 + v4..7 of a[2m] low/high, a[2m+1] low/high */
+        s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* within each 128-bit lane k: (s0 + s2, s1 + s3) of two vectors, then their sum */
+    const __m512 w01 = _mm512_add_ps(_mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_ps(s[0], s[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 w23 = _mm512_add_ps(_mm512_shuffle_ps(s[2], s[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_ps(s[2], s[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(w01, w23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(w01, w23, _MM_SHUFFLE(3, 1, 3, 1)));
+    /* lane 4k + m holds a[2m + k / 2]'s half k % 2: token m, row k */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(idx, r);
+}
+
+/* Store lanes 4u + k (k < nrow, u < ntok) of v to y[u * ldy + k]. */
+static inline void store_tile(float *y, size_t ldy, __m512 v, int nrow, int ntok) {
+    const __mmask8 m = (__mmask8)((1u << nrow) - 1u);
+    _mm_mask_storeu_ps(y, m, _mm512_castps512_ps128(v));
+    if (ntok > 1) _mm_mask_storeu_ps(y + ldy, m, _mm512_extractf32x4_ps(v, 1));
+    if (ntok > 2) _mm_mask_storeu_ps(y + 2 * ldy, m, _mm512_extractf32x4_ps(v, 2));
+    if (ntok > 3) _mm_mask_storeu_ps(y + 3 * ldy, m, _mm512_extractf32x4_ps(v, 3));
+}
+
+/* The tiles of a chunk of tn tokens: 'big' tokens each, then 4, 2, 1 (no padding). */
+static inline int plan_tiles(size_t tn, int big, size_t *start, int *len) {
+    int nt = 0;
+    for (size_t u = 0; u < tn;) {
+        const size_t rem = tn - u;
+        const int t = rem >= (size_t)big ? big : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+        start[nt] = u;
+        len[nt++] = t;
+        u += (size_t)t;
+    }
+    return nt;
+}
+
+#endif
+#endif

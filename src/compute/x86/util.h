@@ -1,0 +1,60 @@
+/*
+ * compute/x86/util.h — the small helpers that the tiled products of both SIMD
+ * levels share (gemm_*_avx2.c, gemm_*_avx512.c, through compute/x86/avx2/util.h and
+ * compute/x86/avx512/util.h): fp16 scales, nibble unpacking, prefetches, the load
+ * macros. Nothing here depends on the register width of a level.
+ *
+ * Included only by files compiled with at least -mavx2 -mfma -mf16c (see
+ * kernels.cmake); without those flags it declares nothing.
+ */
+#ifndef TKV_GEMM_X86_UTIL_H
+#define TKV_GEMM_X86_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+
+#define INLINE static inline __attribute__((always_inline))
+/* fully unrolled tile loops: the accumulators then live in registers */
+#define UNROLL _Pragma("GCC unroll 8")
+#define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
+#define LOAD256(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define LOADA256(p) _mm256_load_si256((const __m256i *)(const void *)(p))
+
+static inline float f16(uint16_t h) {
+    return _cvtsh_ss(h);
+}
+
+static inline size_t min_sz(size_t a, size_t b) {
+    return a < b ? a : b;
+}
+
+/* The fp16 scale at the start of a block (blk may be unaligned). */
+static inline float blk_d(const uint8_t *blk) {
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return f16(h);
+}
+
+/* 16 bytes of nibbles to 32 bytes: elements 0-15 in the low nibbles, 16-31 in the high. */
+static inline __m256i nibbles32(const uint8_t *qs) {
+    const __m128i b = LOAD128(qs);
+    const __m128i m = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+/*
+ * Ask for the weights the next panel will unpack (bytes [off, off + len) of
+ * each of nrow rows) while this panel's tiles run: a panel reads only a few
+ * cache lines per row, too few for the hardware prefetcher to get ahead.
+ */
+static inline void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size_t len) {
+    for (int k = 0; k < nrow; k++)
+        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
+}
+
+#endif
+#endif
