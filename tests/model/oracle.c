@@ -14,7 +14,7 @@
 
 #include "testutil.h"
 
-#include "compute/quant.h"
+#include "compute/quant/quant.h"
 #include "model/model.h"
 
 #include <math.h>

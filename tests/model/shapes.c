@@ -5,8 +5,8 @@
 
 #include "testutil.h"
 
-#include "compute/quant.h"
-#include "compute/quant_iq.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/iq.h"
 #include "tools/tools.h"
 
 #include <math.h>
