@@ -131,19 +131,28 @@ static inline const tkv__pindex *tkv__kv_index(const tkv__kvcache *kv) { return 
  */
 tkv_status tkv__kv_stage_batch(tkv__kvcache *kv, const tkv_batch *b);
 
+/* What tkv__kv_stage_path stages. */
+typedef struct tkv__kvpath {
+    const char *name;        /* the caller, in messages */
+    tkv_seq seq;             /* the sequence that holds the path; < 0: none (the prefix is only cached) */
+    uint64_t ns;             /* its namespace */
+    const tkv_token *tokens; /* (n) the caller's list, alive until commit or rollback */
+    uint32_t n;
+    uint32_t reuse_max;      /* reuse at most this many cached tokens */
+    uint32_t need_cached;    /* fewer reused than this: TKV_ERR_INVALID (a saved file extends a prefix that is
+                                not cached) */
+    bool fill;               /* stage cells for the tokens after the reused ones */
+} tkv__kvpath;
+
 /*
- * Stage `seq` (or, with seq < 0, no sequence: the prefix is only cached)
- * holding a prefix of tokens[0..n) in namespace ns: the longest cached
+ * Stage p->seq holding a prefix of p->tokens in p->ns: the longest cached
  * prefix of them, at most reuse_max tokens, is reused (*reused). With fill,
  * the rest, tokens[*reused..n), get cells kv->cells[0..n - *reused), whose
  * K/V rows the caller writes before commit; without, the sequence holds
- * only the reused prefix. Fewer than need_cached reused tokens is
- * TKV_ERR_INVALID (a saved file extends a prefix that is not cached).
- * `name` names the caller in messages. Errors (nothing changed):
- * TKV_ERR_INVALID, TKV_ERR_FULL, TKV_ERR_NOMEM.
+ * only the reused prefix. Errors (nothing changed): TKV_ERR_INVALID,
+ * TKV_ERR_FULL, TKV_ERR_NOMEM.
  */
-tkv_status tkv__kv_stage_path(tkv__kvcache *kv, const char *name, tkv_seq seq, uint64_t ns, const tkv_token *tokens,
-                              uint32_t n, uint32_t reuse_max, uint32_t need_cached, bool fill, uint32_t *reused);
+tkv_status tkv__kv_stage_path(tkv__kvcache *kv, const tkv__kvpath *p, uint32_t *reused);
 
 /*
  * Publish the staged transaction; cannot fail. Evicts what the virtual

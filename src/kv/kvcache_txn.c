@@ -210,8 +210,13 @@ static void commit_batch(tkv__kvcache *kv) {
 
 /* ---- paths ---------------------------------------------------------------- */
 
-tkv_status tkv__kv_stage_path(tkv__kvcache *kv, const char *name, tkv_seq seq, uint64_t ns, const tkv_token *tokens,
-                              uint32_t n, uint32_t reuse_max, uint32_t need_cached, bool fill, uint32_t *reused) {
+tkv_status tkv__kv_stage_path(tkv__kvcache *kv, const tkv__kvpath *p, uint32_t *reused) {
+    const char *name = p->name;
+    const tkv_seq seq = p->seq;
+    const uint64_t ns = p->ns;
+    const tkv_token *tokens = p->tokens;
+    const uint32_t n = p->n, reuse_max = p->reuse_max, need_cached = p->need_cached;
+    const bool fill = p->fill;
     tkv_status st = busy_txn(kv);
     if (st) return st;
     if (seq >= 0 && (uint32_t)seq >= kv->n_seq)

@@ -65,7 +65,9 @@ static tkv_status apply_n(tkv_context *ctx, const char *name, const tkv__prec *r
     char what[160];
     snprintf(what, sizeof what, "cache file '%s'", name);
     uint32_t cached;
-    tkv_status st = tkv__kv_stage_path(kv, what, seq, r->h.ns, tokens, n, n, r->h.kv_from, true, &cached);
+    const tkv__kvpath path = {.name = what, .seq = seq, .ns = r->h.ns, .tokens = tokens, .n = n, .reuse_max = n,
+                              .need_cached = r->h.kv_from, .fill = true};
+    tkv_status st = tkv__kv_stage_path(kv, &path, &cached);
     if (st) return st;
     fill_cells(kv, r, cached, n - cached);
     tkv__kv_commit(kv);

@@ -109,7 +109,10 @@ static tkv_status attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_t
                          const char *fn, size_t *n_reused) {
     tkv_status st = check_tokens(ctx, seq, tokens, n, fn);
     uint32_t keep = 0;
-    if (!st) st = tkv__kv_stage_path(ctx->kv, fn, seq, ns, tokens, (uint32_t)n, n ? (uint32_t)n - 1 : 0, 0, false, &keep);
+    /* at most n - 1: the last token is left to decode for its logits */
+    const tkv__kvpath path = {.name = fn, .seq = seq, .ns = ns, .tokens = tokens, .n = (uint32_t)n,
+                              .reuse_max = n ? (uint32_t)n - 1 : 0};
+    if (!st) st = tkv__kv_stage_path(ctx->kv, &path, &keep);
     if (st) return tkv__ctx_fail(ctx, st);
     tkv__kv_commit(ctx->kv);
     ctx->stats.lookups++;
