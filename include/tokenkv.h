@@ -4,7 +4,7 @@
  *        token-aware KV cache, and sampling.
  *
  * tokenkv runs llama-family GGUF models on the CPU around a KV cache that
- * knows which tokens it holds (see DESIGN.md). This header is the contract:
+ * knows which tokens it holds (see docs/DESIGN.md). This header is the contract:
  * everything a program may use is declared and documented here, and nothing
  * else is exported from the shared library.
  *
@@ -1208,7 +1208,7 @@ TKV_API tkv_status tkv_cache_node_tokens(const tkv_context *ctx, uint32_t id, tk
  * sequences <-> positions <-> tokens, free-cell accounting. Sliding-window
  * models (Gemma 2/3, gpt-oss) follow the same rules: every cell holds K/V
  * for every layer, window layers included, so any cached prefix is reusable
- * at any length (README, "Sliding-window models and the cache").
+ * at any length (docs/cli.md, "Sliding-window models and the cache").
  *
  * @param ctx  the context; not changed.
  * @return TKV_OK, or TKV_ERR_FORMAT with tkv_last_error(NULL) naming the
