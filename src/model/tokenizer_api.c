@@ -11,6 +11,7 @@
 #include "text/tokenizer.h"
 
 #include "base/alloc.h"
+#include "base/grow.h"
 #include "base/error.h"
 #include "model.h"
 
@@ -39,11 +40,9 @@ typedef struct frags {
 
 static tkv_status frags_push(frags *f, frag x) {
     if (f->n == f->cap) {
-        size_t cap = f->cap ? 2 * f->cap : 16;
-        frag *v = tkv__realloc(f->v, cap * sizeof *v);
+        frag *v = tkv__grow(f->v, &f->cap, f->n + 1, sizeof *v, 16);
         if (!v) return TKV_ERR_NOMEM;
         f->v = v;
-        f->cap = cap;
     }
     f->v[f->n++] = x;
     return TKV_OK;
@@ -176,25 +175,9 @@ tkv_status tkv_tokenize(const tkv_model *model, const char *text, size_t len, un
 
 /* ---- pieces ------------------------------------------------------------- */
 
-typedef struct bytes {
-    char *p;
-    size_t n, cap;
-} bytes;
+typedef tkv__buf bytes;
 
-static tkv_status put(bytes *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 64;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = tkv__realloc(b->p, cap);
-        if (!p) return TKV_ERR_NOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return TKV_OK;
-}
+static tkv_status put(bytes *b, const char *s, size_t n) { return tkv__buf_put(b, s, n); }
 
 static bool is_special_type(uint8_t ty) {
     return ty == TKV__TOK_CONTROL || ty == TKV__TOK_UNKNOWN || ty == TKV__TOK_USER_DEFINED;

@@ -20,6 +20,7 @@
 #include "pretokenize.h"
 
 #include "base/alloc.h"
+#include "base/grow.h"
 #include "base/error.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -244,11 +245,9 @@ tkv_status tkv__pretok_create(const char *pre_name, tkv__pretok **out, tkv__pret
 
 tkv_status tkv__spans_push(tkv__spans *s, size_t start, size_t len) {
     if (s->n == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 64;
-        struct tkv__span *v = tkv__realloc(s->v, cap * sizeof *v);
+        struct tkv__span *v = tkv__grow(s->v, &s->cap, s->n + 1, sizeof *v, 64);
         if (!v) return TKV_ERR_NOMEM;
         s->v = v;
-        s->cap = cap;
     }
     s->v[s->n++] = (struct tkv__span){start, len};
     return TKV_OK;

@@ -15,6 +15,7 @@
 #include "tokenizer.h"
 
 #include "base/alloc.h"
+#include "base/grow.h"
 #include "base/error.h"
 
 #include <stdio.h>
@@ -23,11 +24,9 @@
 
 tkv_status tkv__tokbuf_push(tkv__tokbuf *b, tkv_token id) {
     if (b->n == b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 256;
-        tkv_token *p = tkv__realloc(b->ids, cap * sizeof *p);
+        tkv_token *p = tkv__grow(b->ids, &b->cap, b->n + 1, sizeof *p, 256);
         if (!p) return TKV_ERR_NOMEM;
         b->ids = p;
-        b->cap = cap;
     }
     b->ids[b->n++] = id;
     return TKV_OK;

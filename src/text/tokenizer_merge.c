@@ -15,6 +15,7 @@
 #include "tokenizer.h"
 
 #include "base/alloc.h"
+#include "base/grow.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -45,11 +46,9 @@ static bool before(const pair *a, const pair *b) {
 
 static tkv_status heap_push(work *w, pair p) {
     if (w->n_heap == w->cap_heap) {
-        size_t cap = w->cap_heap ? 2 * w->cap_heap : 64;
-        pair *h = tkv__realloc(w->heap, cap * sizeof *h);
+        pair *h = tkv__grow(w->heap, &w->cap_heap, w->n_heap + 1, sizeof *h, 64);
         if (!h) return TKV_ERR_NOMEM;
         w->heap = h;
-        w->cap_heap = cap;
     }
     size_t i = w->n_heap++;
     while (i > 0 && before(&p, &w->heap[(i - 1) / 2])) {

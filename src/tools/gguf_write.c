@@ -4,15 +4,13 @@
 #include "gguf_write.h"
 
 #include "base/alloc.h"
+#include "base/grow.h"
 #include "base/error.h"
 #include "format/gguf.h"
 
 #include <string.h>
 
-typedef struct buf {
-    uint8_t *p;
-    size_t n, cap;
-} buf;
+typedef tkv__buf buf;
 
 typedef struct pending_tensor {
     uint64_t n_bytes;
@@ -30,18 +28,7 @@ struct tkv__gguf_writer {
 };
 
 static tkv_status put(buf *b, const void *src, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        uint8_t *p = tkv__realloc(b->p, cap);
-        if (!p) return tkv__fail(TKV_ERR_NOMEM, "GGUF writer: out of memory");
-        b->p = p;
-        b->cap = cap;
-    }
-    if (src) memcpy(b->p + b->n, src, n);
-    else memset(b->p + b->n, 0, n);
-    b->n += n;
-    return TKV_OK;
+    return tkv__buf_put(b, src, n) ? tkv__fail(TKV_ERR_NOMEM, "GGUF writer: out of memory") : TKV_OK;
 }
 
 static tkv_status put_le(buf *b, uint64_t v, unsigned n) {
@@ -122,11 +109,9 @@ tkv_status tkv__gguf_write_tensor(tkv__gguf_writer *w, const char *name, tkv_typ
     for (uint32_t d = 0; d < n_dims; d++) n *= ne[d];
     uint64_t n_bytes = n / be * bb;
     if (w->n_tensors == w->tensors_cap) {
-        size_t cap = w->tensors_cap ? 2 * w->tensors_cap : 16;
-        pending_tensor *t = tkv__realloc(w->tensors, cap * sizeof *t);
+        pending_tensor *t = tkv__grow(w->tensors, &w->tensors_cap, w->n_tensors + 1, sizeof *t, 16);
         if (!t) return tkv__fail(TKV_ERR_NOMEM, "GGUF writer: out of memory");
         w->tensors = t;
-        w->tensors_cap = cap;
     }
     pending_tensor pt = {n_bytes, NULL};
     if (data) {
@@ -168,7 +153,7 @@ tkv_status tkv__gguf_write_finish(tkv__gguf_writer *w, uint8_t **out, size_t *si
         tkv__free(b.p);
         return st;
     }
-    *out = b.p;
+    *out = (uint8_t *)b.p; /* the file image: bytes */
     *size = b.n;
     return TKV_OK;
 }
