@@ -48,20 +48,10 @@ static const char *const bench_help =
     "                          tkv_model_params.repack), to measure what packing gives\n"
     "  -h, --help              show this help\n";
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static bool parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
-    char *end = (char *)v;
-    long x = (v[0] >= '0' && v[0] <= '9') ? strtol(v, &end, 10) : -1;
-    if (x < lo || x > hi || *end) {
-        fprintf(stderr, "tokenkv bench: %s: '%s' is not an integer in [%ld, %ld]\n", opt, v, lo, hi);
-        return false;
-    }
-    *out = x;
+    uint64_t x;
+    if (!cli_uint("bench", opt, v, (uint64_t)lo, (uint64_t)hi, &x)) return false;
+    *out = (long)x;
     return true;
 }
 
@@ -150,15 +140,15 @@ static double run_pp(bench *b, size_t p) {
     if (tkv_seq_clear(b->ctx, 0) != TKV_OK) return -1;
     for (size_t i = 0; i < p; i++) b->tok[i] = random_token(b), b->pos[i] = (tkv_pos)i;
     tkv_batch batch = {p, b->tok, b->pos, b->seq, NULL};
-    double t0 = now();
+    double t0 = cli_now();
     if (tkv_decode(b->ctx, &batch) != TKV_OK) return -1;
-    return now() - t0;
+    return cli_now() - t0;
 }
 
 /* One generation run: seconds of n single-token decodes, < 0 on failure. */
 static double run_tg(bench *b, size_t n) {
     if (tkv_seq_clear(b->ctx, 0) != TKV_OK) return -1;
-    double t0 = now();
+    double t0 = cli_now();
     for (size_t i = 0; i < n; i++) {
         tkv_token t = random_token(b);
         tkv_pos p = (tkv_pos)i;
@@ -166,7 +156,7 @@ static double run_tg(bench *b, size_t n) {
         tkv_batch one = {1, &t, &p, &s, NULL};
         if (tkv_decode(b->ctx, &one) != TKV_OK) return -1;
     }
-    return now() - t0;
+    return cli_now() - t0;
 }
 
 typedef struct result {

@@ -42,7 +42,6 @@ int cmd_logits(int argc, char **argv) {
             continue;
         }
         const char *v = i + 1 < argc ? argv[++i] : NULL;
-        char *end = NULL;
         if (!v) {
             fprintf(stderr, "tokenkv logits: unknown option or missing value: '%s'\n%s", a, logits_help);
             return 2;
@@ -53,11 +52,9 @@ int cmd_logits(int argc, char **argv) {
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             file = v;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            threads = strtol(v, &end, 10);
-            if (!*v || *end || threads < 1 || threads > 1024) {
-                fprintf(stderr, "tokenkv logits: %s: '%s' is not a thread count (1..1024)\n", a, v);
-                return 2;
-            }
+            uint64_t t;
+            if (!cli_uint("logits", a, v, 1, 1024, &t)) return 2;
+            threads = (long)t;
         } else {
             fprintf(stderr, "tokenkv logits: unknown option '%s'\n%s", a, logits_help);
             return 2;

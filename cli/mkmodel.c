@@ -191,17 +191,7 @@ typedef struct opts {
 } opts;
 
 static bool parse_u64(const char *opt, const char *v, uint64_t lo, uint64_t hi, uint64_t *out) {
-    char *end;
-    if (!v || *v < '0' || *v > '9') goto bad;
-    errno = 0;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (*end || errno || x < lo || x > hi) goto bad;
-    *out = x;
-    return true;
-bad:
-    fprintf(stderr, "tokenkv mkmodel: %s: '%s' is not an integer in [%llu, %llu]\n", opt, v ? v : "",
-            (unsigned long long)lo, (unsigned long long)hi);
-    return false;
+    return cli_uint("mkmodel", opt, v, lo, hi, out);
 }
 
 /* Parse argv into *o; returns 0 to go on, or the exit status (0 for --help, 2 for bad usage). */

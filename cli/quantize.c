@@ -9,7 +9,6 @@
 /* the tools library: the quantizer and the GGUF writer */
 #include "tools/tools.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,13 +48,8 @@ int cmd_quantize(int argc, char **argv) {
         if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             quiet = true;
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) {
-            char *end;
-            errno = 0;
-            const long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || errno || v < 1 || v > 256) {
-                fprintf(stderr, "tokenkv quantize: %s: give a number of threads in [1, 256]\n", a);
-                return 2;
-            }
+            uint64_t v;
+            if (!cli_uint("quantize", a, i + 1 < argc ? argv[i + 1] : NULL, 1, 256, &v)) return 2;
             threads = (int)v;
             i++;
         } else if (a[0] == '-' && a[1]) {

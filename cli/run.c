@@ -40,22 +40,9 @@ static const char *const run_help =
     "                          arithmetic attends in float, as close to exact or closer\n"
     "  -h, --help              show this help\n";
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Parse a number option; returns false (message printed) on a bad value. */
+/* A number option; false (message printed) on a bad value. */
 static bool num(const char *opt, const char *v, double lo, double hi, double *out) {
-    char *end;
-    double d = strtod(v, &end);
-    if (end == v || *end || d < lo || d > hi) {
-        fprintf(stderr, "tokenkv run: %s: '%s' is not a number in [%g, %g]\n", opt, v, lo, hi);
-        return false;
-    }
-    *out = d;
-    return true;
+    return cli_num("run", opt, v, lo, hi, out);
 }
 
 /* A --cache-type-k/v value; false (after a message) for a name that is not a KV cache type. */
@@ -121,7 +108,7 @@ int cmd_run(int argc, char **argv) {
     tkv_sampler *smp = NULL;
     tkv_detok *dt = NULL;
     tkv_token *toks = NULL, *gen = NULL;
-    double t0 = now();
+    double t0 = cli_now();
     if (tkv_model_load(model_path, NULL, &m) != TKV_OK) {
         cli_fail("run", "%s", tkv_last_error(NULL));
         goto done;
@@ -179,7 +166,7 @@ int cmd_run(int argc, char **argv) {
         cli_fail("run", "%s", tkv_last_error(NULL));
         goto done;
     }
-    double t1 = now();
+    double t1 = cli_now();
 
     /* the prompt: sequence 0 holds it (nothing is cached yet in a fresh context) */
     for (size_t i = 0; i < n_prompt; i++) tkv_sampler_accept(smp, toks[i]);
@@ -187,7 +174,7 @@ int cmd_run(int argc, char **argv) {
         cli_fail("run", "%s", tkv_last_error(ctx));
         goto done;
     }
-    double t2 = now();
+    double t2 = cli_now();
     const float *logits = tkv_get_logits_last(ctx);
     size_t n_gen = 0;
     while (n_gen < (size_t)n_predict) {
@@ -212,7 +199,7 @@ int cmd_run(int argc, char **argv) {
         }
         logits = tkv_get_logits(ctx, 0);
     }
-    double t3 = now();
+    double t3 = cli_now();
     const bool at_limit = capped && n_gen == (size_t)n_predict;
     if (ids_only) {
         putchar('[');

@@ -177,13 +177,8 @@ static bool set(srv_opts *o, const option *op, const char *v, const char *from) 
         *(bool *)field = strcmp(v, "0") && strcmp(v, "false") && *v;
         return true;
     }
-    char *end;
-    errno = 0;
-    long long d = strtoll(v, &end, 10);
-    if (end == v || *end || errno || d < op->lo || d > op->hi) {
-        fprintf(stderr, "tokenkv serve: %s: '%s' is not an integer in [%lld, %lld]\n", from, v, op->lo, op->hi);
-        return false;
-    }
+    uint64_t d;
+    if (!cli_uint("serve", from, v, (uint64_t)op->lo, (uint64_t)op->hi, &d)) return false;
     /* every integer field is 4 or 8 bytes, and the ranges are non-negative: the value's bytes fit either */
     if (op->width == 8) {
         const uint64_t u = (uint64_t)d;
