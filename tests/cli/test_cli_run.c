@@ -3,7 +3,8 @@
  * that would pass it stops there with a message (exit 0, every position up
  * to the limit used), and a prompt that fills it is refused (exit 1); and
  * `--reference-order` reaches the context: with it, greedy ids equal the
- * reference implementation's on a parity file.
+ * reference implementation's on a parity file; bad option numbers are
+ * refused by name in every subcommand.
  */
 #include "testutil.h"
 
@@ -133,8 +134,38 @@ static void test_prompt_fills_context(void **state) {
     tu_run_free(&r);
 }
 
+/* Every subcommand reads option numbers with one reader (cli/args.c): a bad value is refused before
+   anything runs, exit 2, with the option, the value and the range named. */
+static void test_bad_numbers(void **state) {
+    (void)state;
+    static const struct {
+        const char *args, *says;
+    } cases[] = {
+        {"run -m M -n -3", "run: -n: '-3' is not a number in [0, 1e+09]"},
+        {"run -m M --top-p nan", "run: --top-p: 'nan' is not a number in [0, 1]"},
+        {"run -m M -t 2x", "run: -t: '2x' is not a number in [1, 1024]"},
+        {"bench -m M -t ' 2'", "bench: -t: ' 2' is not an integer in [1, 1024]"},
+        {"logits -m M -t 0", "logits: -t: '0' is not an integer in [1, 1024]"},
+        {"quantize --threads +4 a b q4_0", "quantize: --threads: '+4' is not an integer in [1, 256]"},
+        {"serve -m M --port 65536", "serve: --port: '65536' is not an integer in [0, 65535]"},
+        {"mkmodel --seed 18446744073709551616 -o /tmp/x.gguf", "mkmodel: --seed: '18446744073709551616' is not an integer"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char cmd[512], model[300];
+        snprintf(model, sizeof model, "'%s'", tu_shared("models/stories260K.gguf"));
+        const char *m = strstr(cases[i].args, " M");
+        snprintf(cmd, sizeof cmd, "%.*s%s%s", m ? (int)(m - cases[i].args + 1) : (int)strlen(cases[i].args),
+                 cases[i].args, m ? model : "", m ? m + 2 : "");
+        tu_run_result r = tu_run(cmd);
+        if (r.status != 2 || !strstr(r.err, cases[i].says))
+            fail_msg("tokenkv %s: exit %d, stderr: %s (expected exit 2 and \"%s\")", cmd, r.status, r.err, cases[i].says);
+        tu_run_free(&r);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_numbers),
         cmocka_unit_test(test_stops_at_context_length),
         cmocka_unit_test(test_prompt_fills_context),
         cmocka_unit_test(test_reference_order),
