@@ -329,6 +329,94 @@ static void test_vec_dot_levels(void **state) {
     if (!levels) TU_SKIP();
 }
 
+/*
+ * TQ1_0 and TQ2_0 at the SIMD levels, bit for bit against a model of the
+ * reference's x86 kernels (ggml_vec_dot_tq{1,2}_0_q8_K, AVX2 path) written
+ * from the formats and that algorithm, not from tokenkv's kernels:
+ *   - element e's quant q (0..2; TQ2_0's 2 bits may also hold 3): TQ2_0
+ *     byte 32 (e / 128) + e % 32, bits 2 ((e % 128) / 32); TQ1_0 the base-3
+ *     digit l of a byte b, ((uint8_t)(b 3^l) 3) >> 8, of qs[m] for e =
+ *     32 l + m (e < 160), qs[32 + m] for e = 160 + 16 l + m (e < 240),
+ *     qh[j] for e = 240 + 4 l + j;
+ *   - per super-block 8 int32 lanes: lane L = the sum of q a over the
+ *     elements whose position within their 32-element chunk is 4L..4L+3,
+ *     less the activations' sum over elements 32L..32L+31 (bsums 2L, 2L+1);
+ *   - lane L of the float accumulator += lane * (d_a d_w) as ONE fused
+ *     multiply-add: the reference's source writes a product and an add, but
+ *     GCC in its default GNU C mode contracts them (its -march=native build
+ *     has vfmadd231ps there);
+ *   - the 8 lanes summed as (l + l4) then (0 + 2) + (1 + 3).
+ * One block per row cannot tell a fused from an unfused add (the first adds
+ * to zero); rows of 2+ blocks can, which is where the issue's models (n_embd
+ * 512) left the reference by 1-2.6% per logits row.
+ */
+static int tq_quant_ref(tkv_type t, const uint8_t *blk, int e) {
+    if (t == TKV_TYPE_TQ2_0) return (blk[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    int byte, l;
+    if (e < 160) byte = blk[e % 32], l = e / 32;
+    else if (e < 240) byte = blk[32 + (e - 160) % 16], l = (e - 160) / 16;
+    else byte = blk[48 + (e - 240) % 4], l = (e - 240) / 4;
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    return ((uint8_t)(byte * pow3[l]) * 3) >> 8;
+}
+
+static float tq_dot_ref(tkv_type t, size_t n, const uint8_t *w, const tkv__block_q8_K *y) {
+    const size_t bs = t == TKV_TYPE_TQ2_0 ? 66 : 54;
+    float acc[8] = {0};
+    for (size_t i = 0; i < n / 256; i++) {
+        const uint8_t *blk = w + i * bs;
+        uint16_t dh;
+        memcpy(&dh, blk + bs - 2, 2);
+        const float d = y[i].d * tkv__quant_f16_to_f32(dh);
+        for (int L = 0; L < 8; L++) {
+            int s = 0;
+            for (int m = 0; m < 8; m++)
+                for (int b = 4 * L; b < 4 * L + 4; b++) s += tq_quant_ref(t, blk, 32 * m + b) * y[i].qs[32 * m + b];
+            for (int e = 32 * L; e < 32 * L + 32; e++) s -= y[i].qs[e];
+            acc[L] = fmaf((float)s, d, acc[L]);
+        }
+    }
+    float h[4];
+    for (int j = 0; j < 4; j++) h[j] = acc[j] + acc[j + 4];
+    return (h[0] + h[2]) + (h[1] + h[3]);
+}
+
+static void test_tq_reference_lanes(void **state) {
+    (void)state;
+    const tkv__kernels *sc = tkv__kernel_table(TKV__KERNEL_SCALAR);
+    const size_t lens[] = {256, 512, 768, 1024, 2048, 4096};
+    const tkv_type types[] = {TKV_TYPE_TQ1_0, TKV_TYPE_TQ2_0};
+    int levels = 0;
+    for (int l = 1; l < TKV__KERNEL_LEVELS; l++) {
+        const tkv__kernels *simd = tkv__kernel_table((tkv__kernel_level)l);
+        if (!simd) continue;
+        levels++;
+        for (size_t ti = 0; ti < 2; ti++) {
+            const tkv_type t = types[ti];
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const size_t n = lens[li];
+                uint8_t *w = malloc(tkv__quant_row_size(t, n));
+                tkv__block_q8_K *a = malloc(tkv__quant_row_size(TKV_TYPE_Q8_K, n));
+                float *x = malloc(n * sizeof(float));
+                assert_true(w && a && x);
+                for (int rep = 0; rep < 64; rep++) {
+                    rnd_weights(t, w, n);
+                    rnd_acts(x, n);
+                    sc->quantize[TKV_TYPE_Q8_K](x, a, n);
+                    const float want = tq_dot_ref(t, n, w, a), got = simd->vec_dot[t](n, w, a);
+                    if (memcmp(&want, &got, sizeof got) != 0)
+                        fail_msg("%s n=%zu %s rep %d: %.9g, the reference's lanes %.9g: not bit for bit",
+                                 tkv_type_name(t), n, simd->name, rep, (double)got, (double)want);
+                }
+                free(w);
+                free(a);
+                free(x);
+            }
+        }
+    }
+    if (!levels) TU_SKIP();
+}
+
 /* Extreme quants: every weight quant at its most negative/positive, activations at +-127. */
 static void test_vec_dot_extremes(void **state) {
     (void)state;
@@ -746,6 +834,7 @@ int main(void) {
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_vec_dot_levels),
         cmocka_unit_test(test_vec_dot_extremes),
+        cmocka_unit_test(test_tq_reference_lanes),
         cmocka_unit_test(test_gemm_levels),
         cmocka_unit_test(test_gemm_extremes),
         cmocka_unit_test(test_packed_levels),
