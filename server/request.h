@@ -34,9 +34,9 @@ typedef struct srv_logprob {
 } srv_logprob;
 #define SRV_MAX_STOP_BYTES 1024 /* all of a request's stop strings together */
 
-struct srv_run; /* the scheduler's state of a request (sched.c) */
+struct srv_run; /* the scheduler's state of a request (scheduler.c) */
 
-/* Where a waiting request stands with the shared store (store.h). */
+/* Where a waiting request stands with the shared store (redis_store.h). */
 enum { SRV_STORE_NEW, SRV_STORE_FETCHING, SRV_STORE_DONE };
 
 typedef struct srv_req {
@@ -49,12 +49,12 @@ typedef struct srv_req {
     char *stop[SRV_MAX_STOP];   /* stop strings (owned) */
     size_t n_stop;
     bool stream, include_usage, chat;
-    bool native;                /* llama-server's POST /completion: its response shapes (native.c) */
+    bool native;                /* llama-server's POST /completion: its response shapes (native_completion.c) */
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
                                    ended inside a think block */
-    bool tools;                 /* chat with tools (tool_choice not "none"): the answer is read for calls (tools.h) */
+    bool tools;                 /* chat with tools (tool_choice not "none"): the answer is read for calls (tool_calls.h) */
     bool tool_forced;           /* tool_choice "required" or a named function: the grammar forces a call */
     int tool_format;            /* srv_tool_format: the chat template's call syntax */
     bool special_text;          /* control tokens keep their text in the answer (a call syntax's markers) */
@@ -99,7 +99,7 @@ typedef struct srv_req {
 
     /* ---- the inference thread's own ---- */
     struct srv_run *run;        /* created at admission, kept across preemption */
-    int store_state;            /* SRV_STORE_*: the shared store's lookup of its prompt (store.h) */
+    int store_state;            /* SRV_STORE_*: the shared store's lookup of its prompt (redis_store.h) */
 } srv_req;
 
 /* A request with one reference and empty output; NULL on allocation failure. */

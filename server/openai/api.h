@@ -8,7 +8,7 @@
 
 #include "chat_template.h"
 #include "request.h"
-#include "tools.h"
+#include "tool_calls.h"
 
 #include <jansson.h>
 
@@ -83,11 +83,11 @@ void srv_api_choice(srv_req *first, srv_req *r, size_t i);
  * tools, tool_choice, parallel_tool_calls of a chat request into r (after
  * its grammar fields): whether the answer is read for calls, and with
  * "required" or a named function the grammar that forces one
- * (api_tools.c). Returns false with *e set.
+ * (tool_fields.c). Returns false with *e set.
  */
 bool srv_api_parse_tools(const srv_api *a, const json_t *body, srv_req *r, srv_err *e);
 
-/* echo and suffix of the legacy completions into r, after its prompt (api_legacy.c). false with *e set. */
+/* echo and suffix of the legacy completions into r, after its prompt (legacy_fields.c). false with *e set. */
 bool srv_api_parse_legacy(const srv_api *a, const json_t *body, srv_req *r, srv_err *e);
 
 /* A finished choice's finish_reason: "tool_calls" when its answer held n_calls > 0 calls and it stopped. */
@@ -101,7 +101,7 @@ json_t *srv_api_tool_calls_json(const srv_req *r, const srv_tool_parse *p);
 char *srv_api_tool_chunk(const srv_api *a, const srv_req *r, size_t k, const srv_tool_call *c, bool head, bool first);
 
 /*
- * llama-server's POST /completion (native.c): its fields (n_predict,
+ * llama-server's POST /completion (native_completion.c): its fields (n_predict,
  * cache_prompt, its sampling defaults) mapped onto srv_api_parse's, and
  * r->native set. Fields it cannot honour (json_schema, id_slot, ...) are a
  * 400 naming them. Returns false with *e set.

@@ -13,6 +13,7 @@
 #ifndef TKV_SRV_SCHEDULER_H
 #define TKV_SRV_SCHEDULER_H
 
+#include "job.h"
 #include "metrics.h"
 #include "request.h"
 
@@ -24,7 +25,7 @@ typedef struct srv_sched_opts {
     uint32_t n_ctx;       /* positions per sequence (prompt + completion) */
     uint32_t n_batch;     /* tokens per step (the context's n_batch) */
     bool no_prefix_cache; /* every request in its own namespace: nothing is reused */
-    struct srv_store *store; /* the shared prefix store (store.h), or NULL */
+    struct srv_store *store; /* the shared prefix store (redis_store.h), or NULL */
     struct srv_disk *disk; /* --cache-disk: prefixes evicted from RAM come back from it; NULL: none */
 } srv_sched_opts;
 
@@ -41,17 +42,10 @@ int srv_sched_submit(srv_sched *s, srv_req *r);
    scheduler stops (the context is then the caller's). */
 void srv_sched_call(srv_sched *s, void (*fn)(tkv_context *ctx, void *user), void *user);
 
-/* The same without waiting, for the HTTP side, which must never block. */
-typedef struct srv_sched_job {
-    void (*fn)(tkv_context *ctx, void *user);
-    /* Then done(job, true), on the inference thread; done(job, false) without
-       fn when the scheduler stopped first (on the thread that stopped it, or
-       inside srv_sched_post). The job is the caller's again inside done. */
-    void (*done)(struct srv_sched_job *job, bool ran);
-    void *user;
-    struct srv_sched_job *next; /* the scheduler's */
-} srv_sched_job;
-void srv_sched_post(srv_sched *s, srv_sched_job *job);
+/* The same without waiting, for the HTTP side, which must never block (job.h). */
+void srv_sched_post(srv_sched *s, srv_job *job);
+/* srv_sched_post as a sink, for the tiers (which do not know the scheduler). */
+srv_job_sink srv_sched_sink(srv_sched *s);
 
 /* Requests waiting and running now. */
 void srv_sched_load(srv_sched *s, size_t *waiting, size_t *running);

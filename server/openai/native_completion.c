@@ -1,5 +1,5 @@
 /*
- * native.c — llama-server's native POST /completion on the same path as
+ * native_completion.c — llama-server's native POST /completion on the same path as
  * /v1/completions: its request fields are mapped onto the OpenAI ones
  * (n_predict -> max_tokens, llama-server's sampling defaults), then
  * srv_api_parse validates them as for any completion; only the response

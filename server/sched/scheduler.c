@@ -1,5 +1,5 @@
 /*
- * sched.c — continuous batching on one inference thread.
+ * scheduler.c — continuous batching on one inference thread.
  *
  * The thread owns the context. HTTP threads hand it requests through a
  * waiting list (under `mu`) and get text back through each request's own
@@ -19,9 +19,9 @@
  * would have had (decoding is batch-invariant).
  */
 #include "scheduler.h"
-#include "store.h"
+#include "tiers/redis_store.h"
 
-#include "disk.h"
+#include "tiers/disk_tier.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +69,7 @@ struct srv_sched {
     srv_req **wait;     /* (max_queue) oldest first */
     uint32_t *skipped;  /* (max_queue) times each was passed over */
     size_t n_wait;
-    srv_sched_job *calls;
+    srv_job *calls;
     bool stopping;
     size_t n_running;
     size_t n_disk_pending; /* waiting requests whose prefix is being read from disk */
@@ -180,7 +180,7 @@ static bool held_back(const srv_sched *s, const srv_req *r, uint64_t ns, size_t 
 /* ---- the disk tier ------------------------------------------------------- */
 
 typedef struct disk_read {
-    srv_sched_job job;
+    srv_job job;
     srv_sched *s;
     srv_req *r;
     srv_disk_fetch *f;
@@ -192,7 +192,7 @@ static void disk_loaded(tkv_context *ctx, void *user) {
     srv_disk_load(dr->s->o.disk, ctx, dr->f);
 }
 
-static void disk_done(srv_sched_job *job, bool ran) {
+static void disk_done(srv_job *job, bool ran) {
     disk_read *dr = job->user;
     (void)ran;
     pthread_mutex_lock(&dr->s->mu);
@@ -525,7 +525,7 @@ static bool all_fetching(const srv_sched *s) {
 
 static void run_calls(srv_sched *s) { /* with mu held */
     while (s->calls) {
-        srv_sched_job *j = s->calls;
+        srv_job *j = s->calls;
         s->calls = j->next;
         pthread_mutex_unlock(&s->mu);
         j->fn(s->ctx, j->user);
@@ -604,7 +604,7 @@ int srv_sched_submit(srv_sched *s, srv_req *r) {
     return rc;
 }
 
-void srv_sched_post(srv_sched *s, srv_sched_job *job) {
+void srv_sched_post(srv_sched *s, srv_job *job) {
     pthread_mutex_lock(&s->mu);
     if (s->stopping) { /* the thread is gone or going */
         pthread_mutex_unlock(&s->mu);
@@ -612,20 +612,24 @@ void srv_sched_post(srv_sched *s, srv_sched_job *job) {
         return;
     }
     job->next = NULL;
-    srv_sched_job **tail = &s->calls;
+    srv_job **tail = &s->calls;
     while (*tail) tail = &(*tail)->next;
     *tail = job;
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);
 }
 
+static void post_to(void *s, srv_job *job) { srv_sched_post(s, job); }
+
+srv_job_sink srv_sched_sink(srv_sched *s) { return (srv_job_sink){post_to, s}; }
+
 typedef struct sync_call {
-    srv_sched_job job;
+    srv_job job;
     srv_sched *s;
     bool done;
 } sync_call;
 
-static void sync_done(srv_sched_job *job, bool ran) {
+static void sync_done(srv_job *job, bool ran) {
     (void)ran;
     sync_call *c = (sync_call *)job;
     pthread_mutex_lock(&c->s->mu);
@@ -676,7 +680,7 @@ void srv_sched_stop(srv_sched *s) {
     pthread_join(s->thread, NULL);
     pthread_mutex_lock(&s->mu);
     while (s->calls) { /* posted before the stop and never run: their posters wait */
-        srv_sched_job *j = s->calls;
+        srv_job *j = s->calls;
         s->calls = j->next;
         pthread_mutex_unlock(&s->mu);
         j->done(j, false);

@@ -11,8 +11,8 @@
  * request is cancelled, so its generation stops within a step or so.
  */
 #include "http.h"
-#include "reasoning.h"
-#include "web.h"
+#include "openai/reasoning.h"
+#include "web/web.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -39,7 +39,7 @@ struct conn {
     srv_link *link;
     /* suspended: the step to go on with once resumed */
     enum MHD_Result (*cont)(struct conn *cs, struct MHD_Connection *c, srv_state *S);
-    srv_sched_job job; /* a view built on the inference thread */
+    srv_job job; /* a view built on the inference thread */
     srv_view view;
     atomic_bool job_done;
 };
@@ -164,7 +164,7 @@ static void send_content(stream *st, srv_req *r, choice_sent *c, const char *tex
 
 /*
  * The content of a chat answer with tools, text[0, n): what the call parser
- * has settled (tools.h: it only grows), then the calls it has completed, each
+ * has settled (tool_calls.h: it only grows), then the calls it has completed, each
  * as two deltas (name, then arguments); at the end the content that came
  * after the calls. A stream thus reassembles into the non-streamed message.
  */
@@ -600,7 +600,7 @@ static enum MHD_Result send_web_file(conn *cs, struct MHD_Connection *c, const s
 }
 
 /* The job of a view is done (on the inference thread, or wherever the scheduler stopped). */
-static void view_done(srv_sched_job *job, bool ran) {
+static void view_done(srv_job *job, bool ran) {
     conn *cs = (conn *)((char *)job - offsetof(conn, job));
     (void)ran; /* not run: view.out stays NULL, a 500 */
     atomic_store(&cs->job_done, true);
@@ -624,7 +624,7 @@ static enum MHD_Result view_built(conn *cs, struct MHD_Connection *c, srv_state 
 
 /* A view built on the inference thread, the only one that may read the context. */
 static enum MHD_Result view(conn *cs, struct MHD_Connection *c, srv_state *S, void (*fn)(tkv_context *, void *)) {
-    cs->job = (srv_sched_job){.fn = fn, .done = view_done, .user = &cs->view};
+    cs->job = (srv_job){.fn = fn, .done = view_done, .user = &cs->view};
     cs->view.S = S;
     cs->view.out = NULL;
     atomic_store(&cs->job_done, false);

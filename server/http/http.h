@@ -5,10 +5,10 @@
 #ifndef TKV_SRV_HTTP_H
 #define TKV_SRV_HTTP_H
 
-#include "api.h"
+#include "openai/api.h"
 #include "conn.h"
 #include "metrics.h"
-#include "scheduler.h"
+#include "sched/scheduler.h"
 #include "server.h"
 
 #include <microhttpd.h>
