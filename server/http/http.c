@@ -11,6 +11,10 @@
  * request is cancelled, so its generation stops within a step or so.
  */
 #include "http.h"
+#include "openai/native_completion.h"
+#include "openai/parse.h"
+#include "openai/responses.h"
+#include "openai/tool_fields.h"
 #include "openai/reasoning.h"
 #include "web/web.h"
 

@@ -5,7 +5,7 @@
 #ifndef TKV_SRV_HTTP_H
 #define TKV_SRV_HTTP_H
 
-#include "openai/api.h"
+#include "openai/fields.h"
 #include "conn.h"
 #include "metrics.h"
 #include "sched/scheduler.h"

@@ -3,7 +3,7 @@
  * prompt's text before the completion's) and suffix (fill in the middle:
  * the completion is what goes between the prompt and the suffix).
  */
-#include "api.h"
+#include "legacy_fields.h"
 
 #include <stdlib.h>
 #include <string.h>

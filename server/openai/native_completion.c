@@ -5,7 +5,8 @@
  * srv_api_parse validates them as for any completion; only the response
  * shapes are its own.
  */
-#include "api.h"
+#include "native_completion.h"
+#include "parse.h"
 
 #include <stdio.h>
 #include <stdlib.h>

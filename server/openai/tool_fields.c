@@ -3,8 +3,7 @@
  * parallel_tool_calls) and the tool_calls of responses and stream chunks;
  * the syntax itself is tool_calls.c's.
  */
-#include "api.h"
-#include "tool_calls.h"
+#include "tool_fields.h"
 
 #include <stdio.h>
 #include <stdlib.h>
