@@ -98,6 +98,18 @@ static enum MHD_Result fail(conn *cs, struct MHD_Connection *c, int status, cons
     return send_err(cs, c, &e);
 }
 
+/* A failed request's error as the client sees it: the scheduler says why
+   (request.h), the HTTP edge picks the status and the OpenAI code. */
+static void failed_err(srv_err *e, srv_req *r) {
+    static const struct {
+        int status;
+        const char *code;
+    } map[] = {[SRV_FAIL_NONE] = {500, "internal_error"},      [SRV_FAIL_CANCELLED] = {499, "cancelled"},
+               [SRV_FAIL_INVALID] = {400, "invalid_value"},    [SRV_FAIL_CACHE_FULL] = {503, "cache_full"},
+               [SRV_FAIL_INTERNAL] = {500, "internal_error"}, [SRV_FAIL_STOPPING] = {503, "shutting_down"}};
+    srv_err_set(e, map[r->failed].status, NULL, map[r->failed].code, "%s", r->err_msg);
+}
+
 /* ---- waiting ------------------------------------------------------------------ */
 
 /* request.h's wake: the scheduler changed the request's output. */
@@ -218,7 +230,7 @@ static bool choice_events(stream *st, size_t i) {
         c->sent = r->text_ready;
     }
     if (r->done) {
-        if (!r->err_status) {
+        if (!r->failed) {
             if (c->first && r->chat) pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, "", 0, true, &c->sent_lp));
             pend(st, srv_api_chunk(a, r, SRV_CHUNK_FINISH, NULL, c->sent_calls, false, &c->sent_lp));
         }
@@ -241,9 +253,9 @@ static bool native_events(stream *st) {
     if (r->text_ready > c->sent) pend(st, srv_api_native_event(a, r, r->text + c->sent, r->text_ready - c->sent, false));
     c->sent = r->text_ready;
     if (r->done) {
-        if (r->err_status) {
+        if (r->failed) {
             srv_err e;
-            srv_err_set(&e, r->err_status, NULL, r->err_code, "%s", r->err_msg);
+            failed_err(&e, r);
             char *body = srv_err_json(&e), *ev = body ? malloc(strlen(body) + 9) : NULL;
             if (ev) sprintf(ev, "data: %s\n\n", body);
             free(body);
@@ -267,11 +279,11 @@ static bool next_events(stream *st) {
     /* every choice is done: an error (the first), or the usage; then the end */
     srv_req *failed = NULL;
     for (size_t i = 0; i < st->n && !failed; i++)
-        if (st->reqs[i]->err_status) failed = st->reqs[i];
+        if (st->reqs[i]->failed) failed = st->reqs[i];
     if (failed) {
         srv_err e;
         pthread_mutex_lock(&failed->mu);
-        srv_err_set(&e, failed->err_status, NULL, failed->err_code, "%s", failed->err_msg);
+        failed_err(&e, failed);
         pthread_mutex_unlock(&failed->mu);
         char *body = srv_err_json(&e), *ev = body ? malloc(strlen(body) + 9) : NULL;
         if (ev) sprintf(ev, "data: %s\n\n", body);
@@ -371,9 +383,9 @@ static enum MHD_Result generated(conn *cs, struct MHD_Connection *c, srv_state *
     }
     if (r->stream) return send_stream(cs, c, S);
     for (size_t i = 0; i < cs->n_reqs; i++)
-        if (cs->reqs[i]->err_status) { /* done: the error fields are final */
+        if (cs->reqs[i]->failed) { /* done: the error fields are final */
             srv_err e;
-            srv_err_set(&e, cs->reqs[i]->err_status, NULL, cs->reqs[i]->err_code, "%s", cs->reqs[i]->err_msg);
+            failed_err(&e, cs->reqs[i]);
             return send_err(cs, c, &e);
         }
     return send_body(cs, c, 200, "application/json",
@@ -416,10 +428,10 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
     for (size_t i = 0; i < cs->n_reqs; i++) {
         srv_req *r = cs->reqs[i];
         r->wake = wake_link, r->wake_arg = cs->link;
-        int rc = srv_sched_submit(S->sched, r);
-        if (rc) {
+        const srv_submit rc = srv_sched_submit(S->sched, r);
+        if (rc != SRV_SUBMIT_OK) {
             drop_reqs(cs);
-            return rc == 429 ? fail(cs, c, 429, NULL, "queue_full",
+            return rc == SRV_SUBMIT_QUEUE_FULL ? fail(cs, c, 429, NULL, "queue_full",
                                     "the server is busy: its queue of waiting requests is full (--max-queue); retry "
                                     "later")
                              : fail(cs, c, 503, NULL, "shutting_down", "the server is shutting down");

@@ -131,8 +131,8 @@ static void finish(srv_sched *s, slot *sl, const char *reason) {
     release(s, sl);
 }
 
-static void fail(srv_sched *s, slot *sl, int status, const char *code, const char *msg) {
-    srv_req_fail(sl->req, status, code, "%s", msg);
+static void fail(srv_sched *s, slot *sl, srv_fail why, const char *msg) {
+    srv_req_fail(sl->req, why, "%s", msg);
     release(s, sl);
 }
 
@@ -307,9 +307,8 @@ static void start(srv_sched *s, slot *sl, srv_req *r) {
     if (st) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s", st == TKV_ERR_NOMEM ? "out of memory" : tkv_last_error(s->ctx));
-        if (st == TKV_ERR_FULL) fail(s, sl, 503, "cache_full", msg);
-        else if (st == TKV_ERR_INVALID) fail(s, sl, 400, "invalid_value", msg);
-        else fail(s, sl, 500, "internal_error", msg);
+        fail(s, sl, st == TKV_ERR_FULL ? SRV_FAIL_CACHE_FULL : st == TKV_ERR_INVALID ? SRV_FAIL_INVALID : SRV_FAIL_INTERNAL,
+             msg);
         return;
     }
     sl->n_past = reused;
@@ -342,7 +341,7 @@ static void drop_cancelled(srv_sched *s) {
     size_t k = 0;
     for (size_t i = 0; i < s->n_wait; i++) {
         if (srv_req_is_cancelled(s->wait[i])) {
-            srv_req_fail(s->wait[i], 499, "cancelled", "the client closed the connection");
+            srv_req_fail(s->wait[i], SRV_FAIL_CANCELLED, "the client closed the connection");
             run_free(s->wait[i]);
             srv_req_unref(s->wait[i]);
             continue;
@@ -445,7 +444,7 @@ static slot *youngest_prompt(srv_sched *s, int *count) {
 static void out_of_room(srv_sched *s, slot *sl) {
     if (sl->run->n_gen) finish(s, sl, "length"); /* it filled the cache by itself, like a context limit */
     else
-        fail(s, sl, 503, "cache_full",
+        fail(s, sl, SRV_FAIL_CACHE_FULL,
              "the KV cache is full: this prompt does not fit beside what is pinned; retry with a shorter prompt, "
              "or start the server with more --ctx cells");
 }
@@ -495,7 +494,7 @@ static bool step(srv_sched *s) {
         char msg[256];
         snprintf(msg, sizeof msg, "decode failed: %s", tkv_last_error(s->ctx));
         for (int i = 0; i < s->o.parallel; i++)
-            if (s->slots[i].req && s->slots[i].in_batch) fail(s, &s->slots[i], 500, "internal_error", msg);
+            if (s->slots[i].req && s->slots[i].in_batch) fail(s, &s->slots[i], SRV_FAIL_INTERNAL, msg);
         return true;
     }
     for (int i = 0; i < s->o.parallel; i++) {
@@ -555,7 +554,7 @@ static void *thread_main(void *arg) {
         if (step(s) && s->metrics) srv_metrics_step(s->metrics, srv_now() - t0);
     }
     for (int i = 0; i < s->o.parallel; i++)
-        if (s->slots[i].req) fail(s, &s->slots[i], 503, "shutting_down", "the server is shutting down");
+        if (s->slots[i].req) fail(s, &s->slots[i], SRV_FAIL_STOPPING, "the server is shutting down");
     return NULL;
 }
 
@@ -591,9 +590,9 @@ fail:
     return NULL;
 }
 
-int srv_sched_submit(srv_sched *s, srv_req *r) {
+srv_submit srv_sched_submit(srv_sched *s, srv_req *r) {
     pthread_mutex_lock(&s->mu);
-    int rc = s->stopping ? 503 : s->n_wait >= s->o.max_queue ? 429 : 0;
+    srv_submit rc = s->stopping ? SRV_SUBMIT_STOPPING : s->n_wait >= s->o.max_queue ? SRV_SUBMIT_QUEUE_FULL : SRV_SUBMIT_OK;
     if (!rc) {
         srv_req_ref(r);
         s->skipped[s->n_wait] = 0;
@@ -687,7 +686,7 @@ void srv_sched_stop(srv_sched *s) {
         pthread_mutex_lock(&s->mu);
     }
     for (size_t i = 0; i < s->n_wait; i++) {
-        srv_req_fail(s->wait[i], 503, "shutting_down", "the server is shutting down");
+        srv_req_fail(s->wait[i], SRV_FAIL_STOPPING, "the server is shutting down");
         run_free(s->wait[i]);
         srv_req_unref(s->wait[i]);
     }

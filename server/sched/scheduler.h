@@ -33,9 +33,10 @@ typedef struct srv_sched_opts {
    srv_sched_stop). NULL when out of memory or the thread cannot start. */
 srv_sched *srv_sched_start(tkv_context *ctx, const srv_sched_opts *o, srv_metrics *metrics);
 
-/* Queue a request (the scheduler takes its own reference). Returns 0, or
-   429 when the queue is full, or 503 when the scheduler is stopping. */
-int srv_sched_submit(srv_sched *s, srv_req *r);
+/* Queue a request (the scheduler takes its own reference), unless the queue
+   is full (max_queue waiting) or the scheduler is stopping. */
+typedef enum { SRV_SUBMIT_OK, SRV_SUBMIT_QUEUE_FULL, SRV_SUBMIT_STOPPING } srv_submit;
+srv_submit srv_sched_submit(srv_sched *s, srv_req *r);
 
 /* Run fn(ctx, user) on the inference thread between two steps and wait for
    it: the only way another thread may look at the context. Not run once the
@@ -66,7 +67,7 @@ typedef struct srv_slot_state {
    Returns how many (at most cap). */
 size_t srv_sched_slot_states(srv_sched *s, srv_slot_state *out, size_t cap);
 
-/* Fail waiting and running requests (503), join the thread; later
+/* Fail waiting and running requests (SRV_FAIL_STOPPING), join the thread; later
    submissions get 503. The context is the caller's again. */
 void srv_sched_stop(srv_sched *s);
 
