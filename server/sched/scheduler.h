@@ -68,7 +68,7 @@ typedef struct srv_slot_state {
 size_t srv_sched_slot_states(srv_sched *s, srv_slot_state *out, size_t cap);
 
 /* Fail waiting and running requests (SRV_FAIL_STOPPING), join the thread; later
-   submissions get 503. The context is the caller's again. */
+   submissions are refused (SRV_SUBMIT_STOPPING). The context is the caller's again. */
 void srv_sched_stop(srv_sched *s);
 
 /* Free a stopped scheduler, once no other thread can reach it. */
