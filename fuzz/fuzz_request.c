@@ -8,7 +8,8 @@
  * in-range ids that fits the context, or fails with a 4xx and an error body
  * that is valid JSON.
  */
-#include "api.h"
+#include "openai/parse.h"
+#include "openai/responses.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -176,15 +176,14 @@ void srv_req_finish(srv_req *r, const char *reason, int n_gen) {
     pthread_mutex_unlock(&r->mu);
 }
 
-void srv_req_fail(srv_req *r, int status, const char *code, const char *fmt, ...) {
+void srv_req_fail(srv_req *r, srv_fail why, const char *fmt, ...) {
     pthread_mutex_lock(&r->mu);
     if (!r->done) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(r->err_msg, sizeof r->err_msg, fmt, ap);
         va_end(ap);
-        r->err_status = status;
-        r->err_code = code;
+        r->failed = why;
         r->done = true;
         r->t_done = srv_now();
     }

@@ -34,9 +34,20 @@ typedef struct srv_logprob {
 } srv_logprob;
 #define SRV_MAX_STOP_BYTES 1024 /* all of a request's stop strings together */
 
-struct srv_run; /* the scheduler's state of a request (sched.c) */
+struct srv_run; /* the scheduler's state of a request (scheduler.c) */
 
-/* Where a waiting request stands with the shared store (store.h). */
+/* Why a request failed, in the scheduler's words: the HTTP edge turns it into
+   a status and an error code (http/http.c), so nothing below it speaks HTTP. */
+typedef enum srv_fail {
+    SRV_FAIL_NONE,
+    SRV_FAIL_CANCELLED,  /* the client went away */
+    SRV_FAIL_INVALID,    /* the request cannot run as given (its tokens, its length) */
+    SRV_FAIL_CACHE_FULL, /* no room in the KV cache, even after making room */
+    SRV_FAIL_INTERNAL,   /* out of memory, a decode that failed */
+    SRV_FAIL_STOPPING,   /* the server is shutting down */
+} srv_fail;
+
+/* Where a waiting request stands with the shared store (redis_store.h). */
 enum { SRV_STORE_NEW, SRV_STORE_FETCHING, SRV_STORE_DONE };
 
 typedef struct srv_req {
@@ -49,12 +60,12 @@ typedef struct srv_req {
     char *stop[SRV_MAX_STOP];   /* stop strings (owned) */
     size_t n_stop;
     bool stream, include_usage, chat;
-    bool native;                /* llama-server's POST /completion: its response shapes (native.c) */
+    bool native;                /* llama-server's POST /completion: its response shapes (native_completion.c) */
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
                                    ended inside a think block */
-    bool tools;                 /* chat with tools (tool_choice not "none"): the answer is read for calls (tools.h) */
+    bool tools;                 /* chat with tools (tool_choice not "none"): the answer is read for calls (tool_calls.h) */
     bool tool_forced;           /* tool_choice "required" or a named function: the grammar forces a call */
     int tool_format;            /* srv_tool_format: the chat template's call syntax */
     bool special_text;          /* control tokens keep their text in the answer (a call syntax's markers) */
@@ -88,9 +99,8 @@ typedef struct srv_req {
     bool done;
     const char *finish_reason;  /* "stop" or "length" once done */
     int stop_word;              /* the index of the stop string that ended the text, or -1 */
-    int err_status;             /* non-zero: failed with this HTTP status */
+    srv_fail failed;            /* SRV_FAIL_NONE, or why it failed */
     char err_msg[256];
-    const char *err_code;       /* OpenAI-style error code, or NULL */
     bool cancelled;             /* the client went away */
     double t_first, t_done;     /* monotonic seconds of the first token and the end */
     int refs;
@@ -99,7 +109,7 @@ typedef struct srv_req {
 
     /* ---- the inference thread's own ---- */
     struct srv_run *run;        /* created at admission, kept across preemption */
-    int store_state;            /* SRV_STORE_*: the shared store's lookup of its prompt (store.h) */
+    int store_state;            /* SRV_STORE_*: the shared store's lookup of its prompt (redis_store.h) */
 } srv_req;
 
 /* A request with one reference and empty output; NULL on allocation failure. */
@@ -122,8 +132,8 @@ void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_
 void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n);
 /* Finish with reason "stop" or "length" after n_gen completion tokens. */
 void srv_req_finish(srv_req *r, const char *reason, int n_gen);
-/* Finish with an error: an HTTP status, an OpenAI-style code and a message. */
-void srv_req_fail(srv_req *r, int status, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Finish with an error: why, and a message for the client. */
+void srv_req_fail(srv_req *r, srv_fail why, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void srv_req_set_cached(srv_req *r, size_t n_cached);
 bool srv_req_is_cancelled(srv_req *r);
 

@@ -3,12 +3,12 @@
  * create the context and the scheduler, listen, and on SIGINT/SIGTERM stop
  * accepting, end what runs and free everything.
  */
-#include "http.h"
-#include "disk.h"
-#include "save.h"
-#include "kv_events.h"
-#include "reasoning.h"
-#include "store.h"
+#include "http/http.h"
+#include "tiers/disk_tier.h"
+#include "tiers/dir_saver.h"
+#include "tiers/kv_events.h"
+#include "openai/reasoning.h"
+#include "tiers/redis_store.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -422,7 +422,7 @@ int srv_main(const srv_opts *o) {
                          .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache, .store = S.store,
                          .disk = S.disk};
     S.sched = S.metrics ? srv_sched_start(ctx, &so, S.metrics) : NULL;
-    srv_store_attach(S.store, S.sched);
+    srv_store_attach(S.store, srv_sched_sink(S.sched));
     if (!S.sched) {
         fprintf(stderr, "tokenkv serve: cannot start the inference thread\n");
         goto out;

@@ -52,13 +52,13 @@ typedef struct srv_opts {
     const char *cache_dir;     /* load the cache from here at start, save it here; NULL: none */
     uint64_t cache_dir_max;    /* bytes of cache files at most; 0: no limit */
     int save_interval;         /* seconds between saves; 0: only at shutdown */
-    const char *kv_store;      /* redis://HOST:PORT[/DB]: the prefix store shared by replicas (store.h); NULL: none */
+    const char *kv_store;      /* redis://HOST:PORT[/DB]: the prefix store shared by replicas (redis_store.h); NULL: none */
     int kv_store_timeout_ms;   /* connect and each read or write; 0: 50 */
     uint64_t kv_store_max_pending; /* bytes of blocks waiting to be written; 0: 256 MiB */
     const char *replica_id;    /* sent as X-Tokenkv-Replica on every response; NULL: none */
     const char *kv_events;     /* a ZeroMQ endpoint to publish KV events at (kv_events.h); NULL: none */
     uint32_t kv_events_block_size; /* tokens per block of those events */
-    const char *cache_disk;    /* the disk tier's directory (disk.h); NULL: none */
+    const char *cache_disk;    /* the disk tier's directory (disk_tier.h); NULL: none */
     uint64_t cache_disk_max;   /* its bytes at most; 0: no limit */
 } srv_opts;
 

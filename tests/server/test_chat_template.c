@@ -1,5 +1,5 @@
 /*
- * test_chat_template.c — server/chat_template: each family is detected from
+ * test_chat_template.c — server/openai/chat_template: each family is detected from
  * a template string shaped like the one its models ship, and renders a
  * conversation to the text that template produces (expectations spelled out
  * by hand from the published formats, not computed); unknown templates fall
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_template.h"
+#include "openai/chat_template.h"
 
 /* ---- allocation failure injection (chat_template.c is built with
  * SRV_CHAT_TEST_HOOKS, so all its allocations come here) ---------------- */

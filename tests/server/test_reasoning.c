@@ -1,5 +1,5 @@
 /*
- * test_reasoning.c — server/reasoning: a reasoning model's text split into
+ * test_reasoning.c — server/openai/reasoning: a reasoning model's text split into
  * its reasoning and its answer. Hand-written cases with the expected parts
  * spelled out; then, for random texts built from markers, partial markers,
  * whitespace and words, the split of every prefix (as a stream sees the
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reasoning.h"
+#include "openai/reasoning.h"
 
 static void expect_split(const char *text, bool open, const char *reasoning, const char *answer) {
     const size_t n = strlen(text);

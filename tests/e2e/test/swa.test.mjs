@@ -14,7 +14,7 @@ const MODEL = path.join(SHARED, 'models', 'arch', 'gemma3.gguf');
 const SYSTEM = 'You are a helpful assistant who answers questions about gardens, birds and the weather.';
 const TURNS = ['Which birds visit a garden in winter?', 'And what do they eat when it snows?',
                'How can I help them in spring?'];
-// gemma3.gguf has no chat template: plain "Role: content" lines (server/chat_template.h)
+// gemma3.gguf has no chat template: plain "Role: content" lines (server/openai/chat_template.h)
 const render = (messages) => `${messages.map((m) => `${m.role[0].toUpperCase()}${m.role.slice(1)}: ${m.content}`)
   .join('\n')}\nAssistant:`;
 

@@ -1,5 +1,5 @@
 /*
- * store.c — the shared prefix store on Redis (store.h).
+ * redis_store.c — the shared prefix store on Redis (redis_store.h).
  *
  * One thread talks to Redis with hiredis's blocking API, a socket timeout
  * on every read and write, and a circuit breaker: after BREAKER_AFTER
@@ -15,7 +15,7 @@
  * KV type, or that holds other tokens than its key promised: such a value
  * is a miss, counted as rejected).
  */
-#include "store.h"
+#include "redis_store.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -36,7 +36,7 @@
 
 /* A lookup, from the inference thread to the store thread and back as a job. */
 typedef struct fetch {
-    srv_sched_job job;
+    srv_job job;
     srv_store *st;
     srv_req *r;            /* a reference */
     uint64_t ns;
@@ -68,7 +68,7 @@ struct srv_store {
     size_t max_pending;
     char prefix[96];     /* "tkv:<fingerprint>:<K type>-<V type>:b<block>:" */
     uint64_t seed[2];    /* the chain's start: fingerprint, KV type, block size */
-    srv_sched *sched;
+    srv_job_sink sink;   /* where found prefixes go: the scheduler */
 
     pthread_t thread;
     pthread_mutex_t mu;  /* the queues, stopping, pending */
@@ -239,7 +239,7 @@ static void import_found(tkv_context *ctx, void *user) {
     f->r->store_state = SRV_STORE_DONE;
 }
 
-static void fetch_free(srv_sched_job *job, bool ran) {
+static void fetch_free(srv_job *job, bool ran) {
     (void)ran; /* not run: the scheduler stopped, and failed the request itself */
     fetch *f = (fetch *)job;
     for (uint32_t i = 0; i < f->n_vals; i++) freeReplyObject(f->vals[i]);
@@ -267,7 +267,7 @@ bool srv_store_lookup(srv_store *st, srv_req *r, uint64_t ns, const tkv_token *t
     f->ns = ns;
     f->first = (uint32_t)first;
     f->last = (uint32_t)last;
-    f->job = (srv_sched_job){.fn = import_found, .done = fetch_free, .user = f};
+    f->job = (srv_job){.fn = import_found, .done = fetch_free, .user = f};
     srv_req_ref(r);
     atomic_fetch_add(&st->c.lookups, 1);
     pthread_mutex_lock(&st->mu);
@@ -354,7 +354,7 @@ static void *store_main(void *arg) {
             if (!(st->fetches = f->next)) st->fetch_tail = &st->fetches;
             pthread_mutex_unlock(&st->mu);
             if (!st->stopping) do_fetch(st, f);
-            srv_sched_post(st->sched, &f->job); /* import what was found (or nothing), then the request goes on */
+            st->sink.post(st->sink.to, &f->job); /* import what was found (or nothing), then the request goes on */
             pthread_mutex_lock(&st->mu);
         } else if (st->puts) {
             put *p = st->puts;
@@ -449,8 +449,8 @@ srv_store *srv_store_start(const srv_store_opts *o, const tkv_model *model, tkv_
     return st;
 }
 
-void srv_store_attach(srv_store *st, srv_sched *s) {
-    if (st) st->sched = s;
+void srv_store_attach(srv_store *st, srv_job_sink sink) {
+    if (st) st->sink = sink;
 }
 
 void srv_store_free(srv_store *st) {

@@ -1,9 +1,9 @@
 /*
- * disk.c — the disk tier (disk.h): staging of evicted runs, the disk
+ * disk_tier.c — the disk tier (disk_tier.h): staging of evicted runs, the disk
  * thread (reads first, then writes), the in-memory index of the files.
  */
 #define _GNU_SOURCE
-#include "disk.h"
+#include "disk_tier.h"
 
 #include <dirent.h>
 #include <errno.h>

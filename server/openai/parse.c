@@ -1,11 +1,11 @@
 /*
- * api.c — OpenAI request parsing and validation, response and chunk bodies.
- *
- * Validation names the offending field in `param` and in the message, the
- * way OpenAI's own 400s do, so a client can tell what to fix.
+ * parse.c — OpenAI request parsing and validation: /v1/completions and
+ * /v1/chat/completions bodies into a srv_req, and a chat body's prompt.
  */
-#include "api.h"
+#include "parse.h"
+#include "legacy_fields.h"
 #include "reasoning.h"
+#include "tool_fields.h"
 
 #include <limits.h>
 #include <math.h>
@@ -15,127 +15,6 @@
 #include <string.h>
 #include <time.h>
 #include <xxhash.h>
-
-void srv_err_set(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...) {
-    e->status = status;
-    e->param = param;
-    e->code = code;
-    e->type = status == 401   ? "invalid_request_error"
-              : status == 429 ? "rate_limit_error"
-              : status >= 500 ? "server_error"
-                              : "invalid_request_error";
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-}
-
-static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
-
-char *srv_err_json(const srv_err *e) {
-    json_t *o = json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", srv_json_text(e->message, strlen(e->message)),
-                          "type", e->type, "param", str_or_null(e->param), "code", str_or_null(e->code));
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return s;
-}
-
-/* ---- UTF-8 ---------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 character at s (n bytes left), or 0. */
-static size_t utf8_char(const unsigned char *s, size_t n) {
-    if (s[0] < 0x80) return 1;
-    size_t len = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
-    if (!len || len > n) return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if (len == 3 && ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0))) return 0; /* overlong, surrogate */
-    if (len == 4 && ((s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))) return 0;
-    return len;
-}
-
-json_t *srv_json_text(const char *s, size_t n) {
-    json_t *j = json_stringn(s, n);
-    if (j) return j;
-    /* generated text can hold bytes that never formed a character (a
-       byte-fallback token cut short): replace them, as OpenAI does */
-    char *t = malloc(3 * n + 1);
-    if (!t) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        size_t c = utf8_char((const unsigned char *)s + i, n - i);
-        if (c) {
-            memcpy(t + k, s + i, c);
-            k += c, i += c;
-        } else {
-            memcpy(t + k, "\xEF\xBF\xBD", 3);
-            k += 3, i++;
-        }
-    }
-    j = json_stringn(t, k);
-    free(t);
-    return j;
-}
-
-uint64_t srv_api_namespace(const srv_api *a, const char *salt, size_t n) {
-    if (!salt) return 0;
-    const uint64_t h = XXH3_64bits_withSecret(salt, n, a->ns_secret, SRV_NS_SECRET_BYTES);
-    return h ? h : 1; /* 0 is the unsalted namespace */
-}
-
-/* ---- request fields ---------------------------------------------------------- */
-
-static bool get_number(const json_t *body, const char *key, double lo, double hi, double *out, srv_err *e) {
-    const json_t *v = json_object_get(body, key);
-    if (!v || json_is_null(v)) return true;
-    if (!json_is_number(v)) {
-        srv_err_set(e, 400, key, "invalid_type", "'%s' must be a number", key);
-        return false;
-    }
-    double d = json_number_value(v);
-    if (!(d >= lo && d <= hi)) {
-        srv_err_set(e, 400, key, "invalid_value", "'%s' must be between %g and %g (got %g)", key, lo, hi, d);
-        return false;
-    }
-    *out = d;
-    return true;
-}
-
-static bool get_int(const json_t *body, const char *key, long long lo, long long hi, long long *out, srv_err *e) {
-    const json_t *v = json_object_get(body, key);
-    if (!v || json_is_null(v)) return true;
-    if (!json_is_integer(v)) {
-        srv_err_set(e, 400, key, "invalid_type", "'%s' must be an integer", key);
-        return false;
-    }
-    long long d = json_integer_value(v);
-    if (d < lo || d > hi) {
-        srv_err_set(e, 400, key, "invalid_value", "'%s' must be between %lld and %lld (got %lld)", key, lo, hi, d);
-        return false;
-    }
-    *out = d;
-    return true;
-}
-
-static bool get_bool(const json_t *body, const char *key, bool *out, srv_err *e) {
-    const json_t *v = json_object_get(body, key);
-    if (!v || json_is_null(v)) return true;
-    if (!json_is_boolean(v)) {
-        srv_err_set(e, 400, key, "invalid_type", "'%s' must be a boolean", key);
-        return false;
-    }
-    *out = json_is_true(v);
-    return true;
-}
-
-tkv_status srv_tokenize(const tkv_model *m, const char *text, size_t len, unsigned flags, tkv_token **out, size_t *n) {
-    const size_t cap = len + 8; /* a token covers at least one byte; room for BOS/EOS */
-    *n = 0;
-    if (!(*out = malloc(cap * sizeof **out))) return TKV_ERR_NOMEM;
-    tkv_status st = tkv_tokenize(m, text, len, flags, *out, cap, n);
-    if (st) free(*out), *out = NULL;
-    return st;
-}
 
 static bool tokenize(const srv_api *a, const char *text, size_t len, const char *param, srv_req *r, srv_err *e) {
     tkv_status st = srv_tokenize(a->model, text, len, TKV_TOKENIZE_ADD_SPECIAL | TKV_TOKENIZE_PARSE_SPECIAL,
@@ -536,7 +415,7 @@ static bool parse_logprobs(const json_t *body, bool chat, srv_req *r, srv_err *e
     long long n = 0;
     if (chat) {
         bool on = false;
-        if (!get_bool(body, "logprobs", &on, e) || !get_int(body, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &n, e))
+        if (!srv_field_bool(body, "logprobs", &on, e) || !srv_field_int(body, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &n, e))
             return false;
         if (top && !json_is_null(top) && !on) {
             srv_err_set(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' needs 'logprobs': true");
@@ -545,7 +424,7 @@ static bool parse_logprobs(const json_t *body, bool chat, srv_req *r, srv_err *e
         if (!on) return true;
     } else {
         if (!lp || json_is_null(lp)) return true;
-        if (!get_int(body, "logprobs", 0, 5, &n, e)) return false;
+        if (!srv_field_int(body, "logprobs", 0, 5, &n, e)) return false;
     }
     r->logprobs = (int)n;
     return true;
@@ -612,7 +491,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     }
 
     long long n = 1, max_tokens = -1, seed = -1;
-    if (!get_int(body, "n", 1, SRV_MAX_CHOICES, &n, e)) return false;
+    if (!srv_field_int(body, "n", 1, SRV_MAX_CHOICES, &n, e)) return false;
     r->n_choices = (int)n;
     const char *mt_key = chat && json_object_get(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     const json_t *mt = json_object_get(body, mt_key);
@@ -621,7 +500,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
                     mt_key, a->max_tokens, (long long)json_integer_value(mt));
         return false;
     }
-    if (!get_int(body, mt_key, 1, a->max_tokens, &max_tokens, e)) return false;
+    if (!srv_field_int(body, mt_key, 1, a->max_tokens, &max_tokens, e)) return false;
     const long long room = (long long)a->n_ctx - (long long)r->n_prompt;
     if (max_tokens < 0) max_tokens = chat ? a->max_tokens : 16; /* OpenAI's default for completions */
     r->max_tokens = (int)(max_tokens < room ? max_tokens : room);
@@ -637,13 +516,13 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     tkv_sampler_params sp = tkv_sampler_default_params();
     double temperature = 1, top_p = 1, min_p = 0, rp = 1;
     long long top_k = 0;
-    if (!get_number(body, "temperature", 0, 2, &temperature, e) || !get_number(body, "top_p", 0, 1, &top_p, e) ||
-        !get_int(body, "top_k", 0, 1000000000, &top_k, e) || !get_number(body, "min_p", 0, 1, &min_p, e) ||
-        !get_number(body, "repeat_penalty", 0, 10, &rp, e) || !get_int(body, "seed", LLONG_MIN, LLONG_MAX, &seed, e))
+    if (!srv_field_number(body, "temperature", 0, 2, &temperature, e) || !srv_field_number(body, "top_p", 0, 1, &top_p, e) ||
+        !srv_field_int(body, "top_k", 0, 1000000000, &top_k, e) || !srv_field_number(body, "min_p", 0, 1, &min_p, e) ||
+        !srv_field_number(body, "repeat_penalty", 0, 10, &rp, e) || !srv_field_int(body, "seed", LLONG_MIN, LLONG_MAX, &seed, e))
         return false;
     double presence = 0, frequency = 0;
-    if (!get_number(body, "presence_penalty", -2, 2, &presence, e) ||
-        !get_number(body, "frequency_penalty", -2, 2, &frequency, e) || !parse_logit_bias(a, body, r, e))
+    if (!srv_field_number(body, "presence_penalty", -2, 2, &presence, e) ||
+        !srv_field_number(body, "frequency_penalty", -2, 2, &frequency, e) || !parse_logit_bias(a, body, r, e))
         return false;
     sp.presence_penalty = (float)presence, sp.frequency_penalty = (float)frequency;
     sp.logit_bias = r->bias, sp.n_logit_bias = r->bias ? json_object_size(json_object_get(body, "logit_bias")) : 0;
@@ -653,8 +532,8 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     else sp.seed = XXH3_64bits(r->id, strlen(r->id));
     r->sp = sp;
 
-    if (!get_bool(body, "stream", &r->stream, e) || !get_bool(body, "return_tokens", &r->return_tokens, e) ||
-        !get_bool(body, "ignore_eos", &r->ignore_eos, e) || !parse_stop(body, r, e))
+    if (!srv_field_bool(body, "stream", &r->stream, e) || !srv_field_bool(body, "return_tokens", &r->return_tokens, e) ||
+        !srv_field_bool(body, "ignore_eos", &r->ignore_eos, e) || !parse_stop(body, r, e))
         return false;
     const json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
@@ -666,7 +545,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
             srv_err_set(e, 400, "stream_options", "invalid_value", "'stream_options' is only allowed when 'stream' is true");
             return false;
         }
-        if (!get_bool(so, "include_usage", &r->include_usage, e)) {
+        if (!srv_field_bool(so, "include_usage", &r->include_usage, e)) {
             e->param = "stream_options.include_usage";
             return false;
         }
@@ -702,195 +581,3 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     return true;
 }
 
-/* ---- responses ---------------------------------------------------------------- */
-
-/* With return_tokens (an extension), the choice lists the generated ids. */
-static void add_tokens(json_t *choice, const srv_req *r) {
-    if (!choice || !r->return_tokens) return;
-    json_t *a = json_array();
-    for (size_t i = 0; i < r->n_gen_tokens; i++) json_array_append_new(a, json_integer(r->gen[i]));
-    json_object_set_new(choice, "tokens", a);
-}
-
-/* The usage of a request's choices: the prompt once (they share it), the completions together; cached_tokens:
-   the prompt tokens the first choice found cached on arrival (the others reuse its cells: /metrics counts them). */
-static json_t *usage(srv_req *const *reqs, size_t n) {
-    json_int_t gen = 0;
-    for (size_t i = 0; i < n; i++) {
-        pthread_mutex_lock(&reqs[i]->mu);
-        gen += reqs[i]->n_gen;
-        pthread_mutex_unlock(&reqs[i]->mu);
-    }
-    const srv_req *r = reqs[0];
-    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)r->n_prompt, "completion_tokens", gen,
-                     "total_tokens", (json_int_t)r->n_prompt + gen, "prompt_tokens_details", "cached_tokens",
-                     (json_int_t)r->n_cached);
-}
-
-static char *dump(json_t *o) {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return s;
-}
-
-/* A token's text and bytes (OpenAI's "token" and "bytes"). */
-static json_t *token_text(const srv_api *a, tkv_token t, json_t **bytes) {
-    char buf[256];
-    size_t n = 0;
-    if (tkv_token_to_piece(a->model, t, 0, buf, sizeof buf, &n) != TKV_OK) n = 0;
-    if (bytes) {
-        *bytes = json_array();
-        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
-    }
-    return srv_json_text(buf, n);
-}
-
-/* choice.logprobs of generated tokens [from, to): chat's {content: [...]} or the completions' legacy columns. */
-static json_t *logprobs_json(const srv_api *a, const srv_req *r, size_t from, size_t to) {
-    if (r->chat) {
-        json_t *content = json_array();
-        for (size_t i = from; i < to; i++) {
-            const srv_logprob *lp = &r->lps[i];
-            json_t *bytes, *tops = json_array();
-            json_t *tok = token_text(a, lp->token, &bytes);
-            for (int k = 0; k < lp->n_top; k++) {
-                json_t *tb, *tt = token_text(a, lp->top[k], &tb);
-                json_array_append_new(tops, json_pack("{s:o,s:f,s:o}", "token", tt, "logprob", (double)lp->top_logprob[k],
-                                                      "bytes", tb));
-            }
-            json_array_append_new(content, json_pack("{s:o,s:f,s:o,s:o}", "token", tok, "logprob", (double)lp->logprob,
-                                                     "bytes", bytes, "top_logprobs", tops));
-        }
-        return json_pack("{s:o,s:n}", "content", content, "refusal");
-    }
-    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    size_t off = 0;
-    for (size_t i = 0; i < from; i++) { /* a stream's later chunks: offsets continue from the earlier tokens */
-        json_t *tok = token_text(a, r->lps[i].token, NULL);
-        off += json_string_length(tok);
-        json_decref(tok);
-    }
-    for (size_t i = from; i < to; i++) {
-        const srv_logprob *lp = &r->lps[i];
-        json_t *tok = token_text(a, lp->token, NULL);
-        json_array_append_new(offs, json_integer((json_int_t)off));
-        off += json_string_length(tok);
-        json_array_append_new(tokens, tok);
-        json_array_append_new(lps, json_real(lp->logprob));
-        json_t *top = json_object();
-        for (int k = 0; k < lp->n_top; k++) {
-            json_t *tt = token_text(a, lp->top[k], NULL);
-            json_object_set_new(top, json_string_value(tt), json_real(lp->top_logprob[k]));
-            json_decref(tt);
-        }
-        json_array_append_new(tops, top);
-    }
-    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
-                     offs);
-}
-
-/* One choice of a finished request: its text, or message (reasoning and tool calls apart). */
-static json_t *choice_json(const srv_api *a, srv_req *r) {
-    pthread_mutex_lock(&r->mu);
-    json_t *text, *choice;
-    srv_think_split sp = {0, 0, 0, r->text_len};
-    if (r->think) sp = srv_think_split_text(r->text, r->text_len, r->think_open, true);
-    srv_tool_parse tp = {.content_end = sp.c1 - sp.c0, .rest = sp.c1 - sp.c0};
-    if (r->tools && !srv_tools_parse((srv_tool_format)r->tool_format, r->text + sp.c0, sp.c1 - sp.c0, true, &tp))
-        tp = (srv_tool_parse){.content_end = sp.c1 - sp.c0, .rest = sp.c1 - sp.c0}; /* out of memory: all content */
-    const char *reason = srv_api_finish_reason(r, tp.n_calls);
-    if (r->chat) {
-        /* the content around the calls; none at all (null) beside calls, as OpenAI answers */
-        const size_t before = tp.content_end, after = sp.c1 - sp.c0 - tp.rest;
-        char *joined = malloc(before + after + 1);
-        if (joined) {
-            memcpy(joined, r->text + sp.c0, before);
-            memcpy(joined + before, r->text + sp.c0 + tp.rest, after);
-        }
-        text = !joined ? NULL : tp.n_calls && !(before + after) ? json_null() : srv_json_text(joined, before + after);
-        free(joined);
-        choice = json_pack("{s:i,s:{s:s,s:o},s:n,s:s}", "index", r->index, "message", "role", "assistant", "content",
-                           text, "logprobs", "finish_reason", reason);
-        if (choice && sp.r1 > sp.r0)
-            json_object_set_new(json_object_get(choice, "message"), "reasoning_content",
-                                srv_json_text(r->text + sp.r0, sp.r1 - sp.r0));
-        if (choice && tp.n_calls)
-            json_object_set_new(json_object_get(choice, "message"), "tool_calls", srv_api_tool_calls_json(r, &tp));
-    } else {
-        char *joined = malloc(r->echo_len + sp.c1 - sp.c0 + 1);
-        if (joined) {
-            if (r->echo_len) memcpy(joined, r->echo, r->echo_len);
-            memcpy(joined + r->echo_len, r->text + sp.c0, sp.c1 - sp.c0);
-        }
-        text = joined ? srv_json_text(joined, r->echo_len + sp.c1 - sp.c0) : NULL;
-        free(joined);
-        choice = json_pack("{s:o,s:i,s:n,s:s}", "text", text, "index", r->index, "logprobs", "finish_reason", reason);
-    }
-    srv_tool_parse_free(&tp);
-    if (choice && r->logprobs >= 0) json_object_set_new(choice, "logprobs", logprobs_json(a, r, 0, r->n_lps));
-    add_tokens(choice, r);
-    pthread_mutex_unlock(&r->mu);
-    return choice;
-}
-
-char *srv_api_response(const srv_api *a, srv_req *const *reqs, size_t n) {
-    const srv_req *r = reqs[0];
-    json_t *choices = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(choices, choice_json(a, reqs[i]));
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:s}", "id", r->id, "object",
-                          r->chat ? "chat.completion" : "text_completion", "created", (json_int_t)r->created, "model",
-                          a->model_id, "choices", choices, "usage", usage(reqs, n), "system_fingerprint", "tokenkv");
-    return dump(o);
-}
-
-char *srv_api_usage_chunk(const srv_api *a, srv_req *const *reqs, size_t n) {
-    const srv_req *r = reqs[0];
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[],s:o}", "id", r->id, "object",
-                          r->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created,
-                          "model", a->model_id, "system_fingerprint", "tokenkv", "choices", "usage", usage(reqs, n));
-    char *body = dump(o);
-    if (!body) return NULL;
-    char *ev = malloc(strlen(body) + 9);
-    if (ev) sprintf(ev, "data: %s\n\n", body);
-    free(body);
-    return ev;
-}
-
-char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first,
-                    size_t *lp_sent) {
-    json_t *choices = json_array(), *choice = NULL;
-    {
-        const char *reason = kind == SRV_CHUNK_FINISH ? srv_api_finish_reason(r, n) : NULL;
-        json_t *t = kind == SRV_CHUNK_DELTA ? srv_json_text(text, n) : NULL;
-        if (r->chat) {
-            json_t *delta = json_object();
-            if (first) json_object_set_new(delta, "role", json_string("assistant"));
-            if (t) json_object_set_new(delta, "content", t);
-            if (kind == SRV_CHUNK_REASONING) json_object_set_new(delta, "reasoning_content", srv_json_text(text, n));
-            choice = json_pack("{s:i,s:o,s:n,s:o}", "index", r->index, "delta", delta, "logprobs", "finish_reason",
-                               str_or_null(reason));
-        } else {
-            choice = json_pack("{s:o,s:i,s:n,s:o}", "text", t ? t : json_string(""), "index", r->index, "logprobs",
-                               "finish_reason", str_or_null(reason));
-        }
-        if (kind == SRV_CHUNK_FINISH) add_tokens(choice, r);
-        /* the logprobs of the tokens generated since the last chunk that carried some */
-        if (choice && lp_sent && r->logprobs >= 0 && *lp_sent < r->n_lps) {
-            json_object_set_new(choice, "logprobs", logprobs_json(a, r, *lp_sent, r->n_lps));
-            *lp_sent = r->n_lps;
-        }
-        json_array_append_new(choices, choice);
-    }
-    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", r->id, "object",
-                          r->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created,
-                          "model", a->model_id, "system_fingerprint", "tokenkv", "choices", choices);
-    /* with include_usage every chunk carries "usage": null but the last (srv_api_usage_chunk) */
-    if (o && r->include_usage) json_object_set_new(o, "usage", json_null());
-    char *body = dump(o);
-    if (!body) return NULL;
-    size_t len = strlen(body);
-    char *ev = malloc(len + 9);
-    if (ev) memcpy(ev, "data: ", 6), memcpy(ev + 6, body, len), memcpy(ev + 6 + len, "\n\n", 3);
-    free(body);
-    return ev;
-}

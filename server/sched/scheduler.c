@@ -1,5 +1,5 @@
 /*
- * sched.c — continuous batching on one inference thread.
+ * scheduler.c — continuous batching on one inference thread.
  *
  * The thread owns the context. HTTP threads hand it requests through a
  * waiting list (under `mu`) and get text back through each request's own
@@ -17,20 +17,19 @@
  * at the head of the queue until another request ends; then it attaches
  * whatever of its list is still cached and goes on, with the same output it
  * would have had (decoding is batch-invariant).
+ *
+ * Which request is admitted, held back or preempted is policy.c's, a pure
+ * function of views this file fills (slot_views, choose); this file does
+ * the lookups and the actions.
  */
 #include "scheduler.h"
-#include "store.h"
-
-#include "disk.h"
+#include "policy.h"
+#include "tiers/disk_tier.h"
+#include "tiers/redis_store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A waiting request passed over this many times is admitted next. */
-#define STARVE_AFTER 8
-/* Hold a request back only for a shared prefix at least this long. */
-#define HOLD_MIN_TOKENS 8
 
 /* What a request needs to go on; survives preemption. */
 typedef struct srv_run {
@@ -69,12 +68,14 @@ struct srv_sched {
     srv_req **wait;     /* (max_queue) oldest first */
     uint32_t *skipped;  /* (max_queue) times each was passed over */
     size_t n_wait;
-    srv_sched_job *calls;
+    srv_job *calls;
     bool stopping;
     size_t n_running;
     size_t n_disk_pending; /* waiting requests whose prefix is being read from disk */
 
     slot *slots;        /* (parallel) */
+    srv_pslot *pslots;  /* (parallel) the slots as the policy sees them */
+    srv_pwait *pwait;   /* (max_queue) the waiting list as the policy sees it */
     uint64_t admitted, ended, unique_ns;
     /* the step's batch, n_batch tokens */
     tkv_token *b_tok;
@@ -82,12 +83,6 @@ struct srv_sched {
     tkv_seq *b_seq;
     bool *b_logits;
 };
-
-static size_t common_prefix(const tkv_token *a, size_t na, const tkv_token *b, size_t nb) {
-    size_t n = na < nb ? na : nb, i = 0;
-    while (i < n && a[i] == b[i]) i++;
-    return i;
-}
 
 /* The token list a request's sequence must hold (its prompt until admitted). */
 static const tkv_token *list_of(const srv_req *r, size_t *n) {
@@ -131,8 +126,8 @@ static void finish(srv_sched *s, slot *sl, const char *reason) {
     release(s, sl);
 }
 
-static void fail(srv_sched *s, slot *sl, int status, const char *code, const char *msg) {
-    srv_req_fail(sl->req, status, code, "%s", msg);
+static void fail(srv_sched *s, slot *sl, srv_fail why, const char *msg) {
+    srv_req_fail(sl->req, why, "%s", msg);
     release(s, sl);
 }
 
@@ -147,7 +142,7 @@ static bool preempt(srv_sched *s, slot *sl) {
     memmove(s->wait + 1, s->wait, s->n_wait * sizeof *s->wait);
     memmove(s->skipped + 1, s->skipped, s->n_wait * sizeof *s->skipped);
     s->wait[0] = sl->req;
-    s->skipped[0] = STARVE_AFTER;
+    s->skipped[0] = SRV_STARVE_AFTER;
     s->n_wait++;
     s->n_running--;
     pthread_mutex_unlock(&s->mu);
@@ -159,28 +154,10 @@ static bool preempt(srv_sched *s, slot *sl) {
     return true;
 }
 
-/* ---- admission ------------------------------------------------------------ */
-
-/* Whether a running request is computing, right now, a prefix of r longer
-   than what is cached: then r waits for it instead of computing it too. */
-static bool held_back(const srv_sched *s, const srv_req *r, uint64_t ns, size_t cached) {
-    size_t n;
-    const tkv_token *t = list_of(r, &n);
-    for (int i = 0; i < s->o.parallel; i++) {
-        const slot *sl = &s->slots[i];
-        if (!sl->req || sl->run->n_gen || sl->run->ns != ns) continue;
-        size_t shared = common_prefix(t, n - 1, sl->run->toks, sl->run->n_toks);
-        /* the choices of one request (n > 1) wait for whichever computes their prompt, however short */
-        const bool sibling = r->group && r->group == sl->req->group;
-        if ((shared >= cached + HOLD_MIN_TOKENS || (sibling && shared > cached)) && sl->n_past < shared) return true;
-    }
-    return false;
-}
-
 /* ---- the disk tier ------------------------------------------------------- */
 
 typedef struct disk_read {
-    srv_sched_job job;
+    srv_job job;
     srv_sched *s;
     srv_req *r;
     srv_disk_fetch *f;
@@ -192,7 +169,7 @@ static void disk_loaded(tkv_context *ctx, void *user) {
     srv_disk_load(dr->s->o.disk, ctx, dr->f);
 }
 
-static void disk_done(srv_sched_job *job, bool ran) {
+static void disk_done(srv_job *job, bool ran) {
     disk_read *dr = job->user;
     (void)ran;
     pthread_mutex_lock(&dr->s->mu);
@@ -239,40 +216,55 @@ static uint64_t ns_of(srv_sched *s, const srv_req *r) {
     return s->o.no_prefix_cache ? (1ull << 63) | s->unique_ns : r->ns;
 }
 
-/* Index of the waiting request to admit, or -1 (none, or all held back).
-   Called with mu held. */
 /* Whether r's prefix is on its way from the shared store or the disk tier (it is not admitted meanwhile). */
 static bool fetching(const srv_req *r) { return r->store_state == SRV_STORE_FETCHING || r->disk_state == 1; }
 
+/* ---- admission: the policy's views, and the lookups it asks for ---------- */
+
+/* The slots as the policy sees them (s->pslots). */
+static const srv_pslot *slot_views(srv_sched *s) {
+    for (int i = 0; i < s->o.parallel; i++) {
+        const slot *sl = &s->slots[i];
+        srv_pslot *v = &s->pslots[i];
+        *v = (srv_pslot){.busy = sl->req != NULL, .n_past = sl->n_past, .order = sl->order, .in_batch = sl->in_batch};
+        if (!sl->req) continue;
+        v->toks = sl->run->toks, v->n_toks = sl->run->n_toks;
+        v->n_gen = sl->run->n_gen, v->ns = sl->run->ns, v->group = sl->req->group;
+    }
+    return s->pslots;
+}
+
+/* The policy's look (policy.h): the cached prefix of waiting request i, after the
+   tiers behind the RAM cache were asked for more of it. Called with mu held. */
+static size_t look(void *user, size_t i, bool *skip) {
+    srv_sched *s = user;
+    srv_req *r = s->wait[i];
+    const uint64_t ns = s->pwait[i].ns;
+    size_t n, cached = 0;
+    const tkv_token *t = list_of(r, &n);
+    tkv_cache_match(s->ctx, ns, t, n, &cached);
+    if (!s->o.no_prefix_cache && waits_for_disk(s, r, ns, cached)) return *skip = true, 0;
+    if (r->store_state == SRV_STORE_NEW) { /* first seen: the shared store may hold more of it */
+        const bool asked = !r->run && !s->o.no_prefix_cache && srv_store_lookup(s->o.store, r, ns, t, n, cached);
+        r->store_state = asked ? SRV_STORE_FETCHING : SRV_STORE_DONE;
+        if (asked) return *skip = true, 0;
+    }
+    return cached;
+}
+
+/* Index of the waiting request to admit, or -1 (none, or all held back). Called with mu held. */
 static long choose(srv_sched *s) {
     for (size_t i = 0; i < s->n_wait; i++) {
-        const srv_run *run = s->wait[i]->run;
-        /* a preempted request waits for room: until another request ends,
-           nothing is admitted (it would take the room back) */
-        if (run && run->preempted && run->resume_after == s->ended && s->n_running) return -1;
+        const srv_req *r = s->wait[i];
+        const srv_run *run = r->run;
+        srv_pwait *v = &s->pwait[i];
+        *v = (srv_pwait){.ns = ns_of(s, r), .group = r->group, .skipped = s->skipped[i], .fetching = fetching(r),
+                         /* a preempted request waits for room until another request ends */
+                         .waits_for_room = run && run->preempted && run->resume_after == s->ended};
+        v->toks = list_of(r, &v->n_toks);
     }
-    for (size_t i = 0; i < s->n_wait; i++)
-        if (s->skipped[i] >= STARVE_AFTER && !fetching(s->wait[i]))
-            return (long)i; /* the oldest starving (or preempted) one, unless its prefix is still on its way */
-    long best = -1;
-    size_t best_len = 0;
-    for (size_t i = 0; i < s->n_wait; i++) {
-        srv_req *r = s->wait[i];
-        if (fetching(r)) continue;
-        const uint64_t ns = ns_of(s, r);
-        size_t n, cached = 0;
-        const tkv_token *t = list_of(r, &n);
-        tkv_cache_match(s->ctx, ns, t, n, &cached);
-        if (!s->o.no_prefix_cache && waits_for_disk(s, s->wait[i], ns, cached)) continue;
-        if (r->store_state == SRV_STORE_NEW) { /* first seen: the shared store may hold more of it */
-            const bool asked = !r->run && !s->o.no_prefix_cache && srv_store_lookup(s->o.store, r, ns, t, n, cached);
-            r->store_state = asked ? SRV_STORE_FETCHING : SRV_STORE_DONE;
-            if (asked) continue;
-        }
-        if (!s->o.no_prefix_cache && held_back(s, r, ns, cached)) continue;
-        if (best < 0 || cached > best_len) best = (long)i, best_len = cached;
-    }
-    return best;
+    return srv_policy_choose(s->pwait, s->n_wait, slot_views(s), (size_t)s->o.parallel, s->n_running,
+                             !s->o.no_prefix_cache, look, s);
 }
 
 /* A request's state at its first admission. */
@@ -307,9 +299,8 @@ static void start(srv_sched *s, slot *sl, srv_req *r) {
     if (st) {
         char msg[256];
         snprintf(msg, sizeof msg, "%s", st == TKV_ERR_NOMEM ? "out of memory" : tkv_last_error(s->ctx));
-        if (st == TKV_ERR_FULL) fail(s, sl, 503, "cache_full", msg);
-        else if (st == TKV_ERR_INVALID) fail(s, sl, 400, "invalid_value", msg);
-        else fail(s, sl, 500, "internal_error", msg);
+        fail(s, sl, st == TKV_ERR_FULL ? SRV_FAIL_CACHE_FULL : st == TKV_ERR_INVALID ? SRV_FAIL_INVALID : SRV_FAIL_INTERNAL,
+             msg);
         return;
     }
     sl->n_past = reused;
@@ -342,7 +333,7 @@ static void drop_cancelled(srv_sched *s) {
     size_t k = 0;
     for (size_t i = 0; i < s->n_wait; i++) {
         if (srv_req_is_cancelled(s->wait[i])) {
-            srv_req_fail(s->wait[i], 499, "cancelled", "the client closed the connection");
+            srv_req_fail(s->wait[i], SRV_FAIL_CANCELLED, "the client closed the connection");
             run_free(s->wait[i]);
             srv_req_unref(s->wait[i]);
             continue;
@@ -359,16 +350,6 @@ static void drop_cancelled(srv_sched *s) {
 /* ---- one step --------------------------------------------------------------- */
 
 static bool generating(const slot *sl) { return sl->req && sl->run->n_gen > 0; }
-
-/* The youngest generating slot, or NULL. */
-static slot *youngest_generating(srv_sched *s) {
-    slot *y = NULL;
-    for (int i = 0; i < s->o.parallel; i++) {
-        slot *sl = &s->slots[i];
-        if (generating(sl) && (!y || sl->order > y->order)) y = sl;
-    }
-    return y;
-}
 
 /* Put tokens [n_past, n_past + take) of sl's list in the batch at n. */
 static size_t add(srv_sched *s, size_t n, slot *sl, size_t take) {
@@ -428,54 +409,21 @@ static void on_token(srv_sched *s, slot *sl, tkv_token tok, const float *logits)
     else if (run->n_gen >= r->max_tokens || sl->n_past + 1 >= s->o.n_ctx) finish(s, sl, "length");
 }
 
-/* The youngest slot of the batch that is prefilling, or NULL; *count: how many. */
-static slot *youngest_prompt(srv_sched *s, int *count) {
-    slot *y = NULL;
-    *count = 0;
-    for (int i = 0; i < s->o.parallel; i++) {
-        slot *sl = &s->slots[i];
-        if (!sl->req || generating(sl) || !sl->in_batch) continue;
-        ++*count;
-        if (!y || sl->order > y->order) y = sl;
-    }
-    return y;
-}
-
 /* sl cannot go on for want of room, and no other request holds any. */
 static void out_of_room(srv_sched *s, slot *sl) {
     if (sl->run->n_gen) finish(s, sl, "length"); /* it filled the cache by itself, like a context limit */
     else
-        fail(s, sl, 503, "cache_full",
+        fail(s, sl, SRV_FAIL_CACHE_FULL,
              "the KV cache is full: this prompt does not fit beside what is pinned; retry with a shorter prompt, "
              "or start the server with more --ctx cells");
 }
 
-/*
- * No room for the batch. Prompts give way first, youngest first, while
- * generating requests go on (they end and free their cells). A prompt that
- * cannot go on with no one generating preempts the youngest request that
- * holds cells. When generation alone does not fit, the youngest generating
- * request is preempted. Preempted requests resume later, where they were.
- */
+/* No room for the batch: whoever the policy says gives way (srv_policy_make_room); preempted requests resume
+   later, where they were. */
 static void make_room(srv_sched *s) {
-    int n_prompts;
-    slot *p = youngest_prompt(s, &n_prompts), *gen = youngest_generating(s);
-    if (n_prompts > 1 || (p && gen)) {
-        p->wait_step = true;
-        return;
-    }
-    /* the youngest request holding cells, other than the prompt that needs
-       them; preempting the only holder would free nothing for anyone else */
-    slot *victim = NULL;
-    int holders = 0;
-    for (int i = 0; i < s->o.parallel; i++) {
-        slot *sl = &s->slots[i];
-        if (!sl->req || !sl->n_past) continue;
-        holders++;
-        if (sl != p && (!victim || sl->order > victim->order)) victim = sl;
-    }
-    slot *stuck = p ? p : gen;
-    if (!victim || (!p && holders < 2) || !preempt(s, victim)) out_of_room(s, stuck);
+    const srv_room room = srv_policy_make_room(slot_views(s), (size_t)s->o.parallel);
+    if (room.kind == SRV_ROOM_HOLD_PROMPT) s->slots[room.slot].wait_step = true;
+    else if (room.kind == SRV_ROOM_NONE || !preempt(s, &s->slots[room.slot])) out_of_room(s, &s->slots[room.stuck]);
 }
 
 /* One decode step; false when there was nothing to decode. */
@@ -495,7 +443,7 @@ static bool step(srv_sched *s) {
         char msg[256];
         snprintf(msg, sizeof msg, "decode failed: %s", tkv_last_error(s->ctx));
         for (int i = 0; i < s->o.parallel; i++)
-            if (s->slots[i].req && s->slots[i].in_batch) fail(s, &s->slots[i], 500, "internal_error", msg);
+            if (s->slots[i].req && s->slots[i].in_batch) fail(s, &s->slots[i], SRV_FAIL_INTERNAL, msg);
         return true;
     }
     for (int i = 0; i < s->o.parallel; i++) {
@@ -525,7 +473,7 @@ static bool all_fetching(const srv_sched *s) {
 
 static void run_calls(srv_sched *s) { /* with mu held */
     while (s->calls) {
-        srv_sched_job *j = s->calls;
+        srv_job *j = s->calls;
         s->calls = j->next;
         pthread_mutex_unlock(&s->mu);
         j->fn(s->ctx, j->user);
@@ -555,7 +503,7 @@ static void *thread_main(void *arg) {
         if (step(s) && s->metrics) srv_metrics_step(s->metrics, srv_now() - t0);
     }
     for (int i = 0; i < s->o.parallel; i++)
-        if (s->slots[i].req) fail(s, &s->slots[i], 503, "shutting_down", "the server is shutting down");
+        if (s->slots[i].req) fail(s, &s->slots[i], SRV_FAIL_STOPPING, "the server is shutting down");
     return NULL;
 }
 
@@ -571,11 +519,13 @@ srv_sched *srv_sched_start(tkv_context *ctx, const srv_sched_opts *o, srv_metric
     s->wait = calloc(o->max_queue ? o->max_queue : 1, sizeof *s->wait);
     s->skipped = calloc(o->max_queue ? o->max_queue : 1, sizeof *s->skipped);
     s->slots = calloc((size_t)o->parallel, sizeof *s->slots);
+    s->pslots = calloc((size_t)o->parallel, sizeof *s->pslots);
+    s->pwait = calloc(o->max_queue ? o->max_queue : 1, sizeof *s->pwait);
     s->b_tok = malloc(s->n_batch * sizeof *s->b_tok);
     s->b_pos = malloc(s->n_batch * sizeof *s->b_pos);
     s->b_seq = malloc(s->n_batch * sizeof *s->b_seq);
     s->b_logits = malloc(s->n_batch * sizeof *s->b_logits);
-    if (!s->wait || !s->skipped || !s->slots || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits) goto fail;
+    if (!s->wait || !s->skipped || !s->slots || !s->pslots || !s->pwait || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits) goto fail;
     for (int i = 0; i < o->parallel; i++) s->slots[i].seq = i;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
@@ -585,15 +535,15 @@ srv_sched *srv_sched_start(tkv_context *ctx, const srv_sched_opts *o, srv_metric
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->call_done);
 fail:
-    free(s->wait), free(s->skipped), free(s->slots);
+    free(s->wait), free(s->skipped), free(s->slots), free(s->pslots), free(s->pwait);
     free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_logits);
     free(s);
     return NULL;
 }
 
-int srv_sched_submit(srv_sched *s, srv_req *r) {
+srv_submit srv_sched_submit(srv_sched *s, srv_req *r) {
     pthread_mutex_lock(&s->mu);
-    int rc = s->stopping ? 503 : s->n_wait >= s->o.max_queue ? 429 : 0;
+    srv_submit rc = s->stopping ? SRV_SUBMIT_STOPPING : s->n_wait >= s->o.max_queue ? SRV_SUBMIT_QUEUE_FULL : SRV_SUBMIT_OK;
     if (!rc) {
         srv_req_ref(r);
         s->skipped[s->n_wait] = 0;
@@ -604,7 +554,7 @@ int srv_sched_submit(srv_sched *s, srv_req *r) {
     return rc;
 }
 
-void srv_sched_post(srv_sched *s, srv_sched_job *job) {
+void srv_sched_post(srv_sched *s, srv_job *job) {
     pthread_mutex_lock(&s->mu);
     if (s->stopping) { /* the thread is gone or going */
         pthread_mutex_unlock(&s->mu);
@@ -612,20 +562,24 @@ void srv_sched_post(srv_sched *s, srv_sched_job *job) {
         return;
     }
     job->next = NULL;
-    srv_sched_job **tail = &s->calls;
+    srv_job **tail = &s->calls;
     while (*tail) tail = &(*tail)->next;
     *tail = job;
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->mu);
 }
 
+static void post_to(void *s, srv_job *job) { srv_sched_post(s, job); }
+
+srv_job_sink srv_sched_sink(srv_sched *s) { return (srv_job_sink){post_to, s}; }
+
 typedef struct sync_call {
-    srv_sched_job job;
+    srv_job job;
     srv_sched *s;
     bool done;
 } sync_call;
 
-static void sync_done(srv_sched_job *job, bool ran) {
+static void sync_done(srv_job *job, bool ran) {
     (void)ran;
     sync_call *c = (sync_call *)job;
     pthread_mutex_lock(&c->s->mu);
@@ -676,14 +630,14 @@ void srv_sched_stop(srv_sched *s) {
     pthread_join(s->thread, NULL);
     pthread_mutex_lock(&s->mu);
     while (s->calls) { /* posted before the stop and never run: their posters wait */
-        srv_sched_job *j = s->calls;
+        srv_job *j = s->calls;
         s->calls = j->next;
         pthread_mutex_unlock(&s->mu);
         j->done(j, false);
         pthread_mutex_lock(&s->mu);
     }
     for (size_t i = 0; i < s->n_wait; i++) {
-        srv_req_fail(s->wait[i], 503, "shutting_down", "the server is shutting down");
+        srv_req_fail(s->wait[i], SRV_FAIL_STOPPING, "the server is shutting down");
         run_free(s->wait[i]);
         srv_req_unref(s->wait[i]);
     }
@@ -697,7 +651,7 @@ void srv_sched_free(srv_sched *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->call_done);
-    free(s->wait), free(s->skipped), free(s->slots);
+    free(s->wait), free(s->skipped), free(s->slots), free(s->pslots), free(s->pwait);
     free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_logits);
     free(s);
 }

@@ -13,6 +13,7 @@
 #ifndef TKV_SRV_SCHEDULER_H
 #define TKV_SRV_SCHEDULER_H
 
+#include "job.h"
 #include "metrics.h"
 #include "request.h"
 
@@ -24,7 +25,7 @@ typedef struct srv_sched_opts {
     uint32_t n_ctx;       /* positions per sequence (prompt + completion) */
     uint32_t n_batch;     /* tokens per step (the context's n_batch) */
     bool no_prefix_cache; /* every request in its own namespace: nothing is reused */
-    struct srv_store *store; /* the shared prefix store (store.h), or NULL */
+    struct srv_store *store; /* the shared prefix store (redis_store.h), or NULL */
     struct srv_disk *disk; /* --cache-disk: prefixes evicted from RAM come back from it; NULL: none */
 } srv_sched_opts;
 
@@ -32,26 +33,20 @@ typedef struct srv_sched_opts {
    srv_sched_stop). NULL when out of memory or the thread cannot start. */
 srv_sched *srv_sched_start(tkv_context *ctx, const srv_sched_opts *o, srv_metrics *metrics);
 
-/* Queue a request (the scheduler takes its own reference). Returns 0, or
-   429 when the queue is full, or 503 when the scheduler is stopping. */
-int srv_sched_submit(srv_sched *s, srv_req *r);
+/* Queue a request (the scheduler takes its own reference), unless the queue
+   is full (max_queue waiting) or the scheduler is stopping. */
+typedef enum { SRV_SUBMIT_OK, SRV_SUBMIT_QUEUE_FULL, SRV_SUBMIT_STOPPING } srv_submit;
+srv_submit srv_sched_submit(srv_sched *s, srv_req *r);
 
 /* Run fn(ctx, user) on the inference thread between two steps and wait for
    it: the only way another thread may look at the context. Not run once the
    scheduler stops (the context is then the caller's). */
 void srv_sched_call(srv_sched *s, void (*fn)(tkv_context *ctx, void *user), void *user);
 
-/* The same without waiting, for the HTTP side, which must never block. */
-typedef struct srv_sched_job {
-    void (*fn)(tkv_context *ctx, void *user);
-    /* Then done(job, true), on the inference thread; done(job, false) without
-       fn when the scheduler stopped first (on the thread that stopped it, or
-       inside srv_sched_post). The job is the caller's again inside done. */
-    void (*done)(struct srv_sched_job *job, bool ran);
-    void *user;
-    struct srv_sched_job *next; /* the scheduler's */
-} srv_sched_job;
-void srv_sched_post(srv_sched *s, srv_sched_job *job);
+/* The same without waiting, for the HTTP side, which must never block (job.h). */
+void srv_sched_post(srv_sched *s, srv_job *job);
+/* srv_sched_post as a sink, for the tiers (which do not know the scheduler). */
+srv_job_sink srv_sched_sink(srv_sched *s);
 
 /* Requests waiting and running now. */
 void srv_sched_load(srv_sched *s, size_t *waiting, size_t *running);
@@ -72,8 +67,8 @@ typedef struct srv_slot_state {
    Returns how many (at most cap). */
 size_t srv_sched_slot_states(srv_sched *s, srv_slot_state *out, size_t cap);
 
-/* Fail waiting and running requests (503), join the thread; later
-   submissions get 503. The context is the caller's again. */
+/* Fail waiting and running requests (SRV_FAIL_STOPPING), join the thread; later
+   submissions are refused (SRV_SUBMIT_STOPPING). The context is the caller's again. */
 void srv_sched_stop(srv_sched *s);
 
 /* Free a stopped scheduler, once no other thread can reach it. */

@@ -1,12 +1,12 @@
 /*
- * cache_view.c — GET /v1/cache, GET /metrics and GET /slots: the cache's own
+ * views.c — GET /v1/cache, GET /metrics and GET /slots: the cache's own
  * view of what it holds and the scheduler's slots, read on the inference
  * thread (the only thread that may touch the context) by a job the HTTP
  * side posts (srv_sched_post).
  */
 #include "http.h"
-#include "save.h"
-#include "store.h"
+#include "tiers/dir_saver.h"
+#include "tiers/redis_store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
 /*
- * api_legacy.c — the fields only the legacy /v1/completions has: echo (the
+ * legacy_fields.c — the fields only the legacy /v1/completions has: echo (the
  * prompt's text before the completion's) and suffix (fill in the middle:
  * the completion is what goes between the prompt and the suffix).
  */
-#include "api.h"
+#include "legacy_fields.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * tools.h — tool calls: what a chat model writes when it calls a function,
+ * tool_calls.h — tool calls: what a chat model writes when it calls a function,
  * in the syntax its chat template taught it, read back into OpenAI's
  * `message.tool_calls`; and the grammar that makes it write one
  * (tool_choice "required" or a named function).

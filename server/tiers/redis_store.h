@@ -1,5 +1,5 @@
 /*
- * store.h — the shared prefix store (--kv-store redis://HOST:PORT[/DB]): a
+ * redis_store.h — the shared prefix store (--kv-store redis://HOST:PORT[/DB]): a
  * second tier behind the RAM cache that replicas of one model share.
  *
  * A prompt is cut into blocks of SRV_STORE_BLOCK tokens; block i is stored
@@ -20,8 +20,8 @@
 #ifndef TKV_SRV_STORE_H
 #define TKV_SRV_STORE_H
 
+#include "job.h"
 #include "request.h"
-#include "scheduler.h"
 
 #define SRV_STORE_BLOCK 64
 
@@ -39,8 +39,8 @@ typedef struct srv_store_opts {
 srv_store *srv_store_start(const srv_store_opts *o, const tkv_model *model, tkv_type type_k, tkv_type type_v, char *err,
                            size_t cap);
 
-/* Where fetched prefixes are delivered: jobs posted to this scheduler. */
-void srv_store_attach(srv_store *st, srv_sched *s);
+/* Where fetched prefixes are delivered: jobs posted to this sink (the scheduler's). */
+void srv_store_attach(srv_store *st, srv_job_sink sink);
 
 /*
  * Inference thread, a waiting request seen for the first time, `cached` of

@@ -1,5 +1,5 @@
 /*
- * disk.h — `serve --cache-disk DIR --cache-disk-max BYTES`: a second tier
+ * disk_tier.h — `serve --cache-disk DIR --cache-disk-max BYTES`: a second tier
  * under the RAM cache. A prefix evicted from RAM goes to disk, and a later
  * request whose prompt continues it loads it back instead of computing it.
  *

@@ -1,8 +1,8 @@
 /*
- * tools.c — tool calls: detecting a template's call syntax, reading calls
- * back from a model's answer, and the grammar that forces one (tools.h).
+ * tool_calls.c — tool calls: detecting a template's call syntax, reading calls
+ * back from a model's answer, and the grammar that forces one (tool_calls.h).
  */
-#include "tools.h"
+#include "tool_calls.h"
 
 #include "tokenkv.h"
 

@@ -1,11 +1,12 @@
 /*
- * native.c — llama-server's native POST /completion on the same path as
+ * native_completion.c — llama-server's native POST /completion on the same path as
  * /v1/completions: its request fields are mapped onto the OpenAI ones
  * (n_predict -> max_tokens, llama-server's sampling defaults), then
  * srv_api_parse validates them as for any completion; only the response
  * shapes are its own.
  */
-#include "api.h"
+#include "native_completion.h"
+#include "parse.h"
 
 #include <stdio.h>
 #include <stdlib.h>

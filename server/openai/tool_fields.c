@@ -1,10 +1,9 @@
 /*
- * api_tools.c — the request fields of tool calling (tools, tool_choice,
+ * tool_fields.c — the request fields of tool calling (tools, tool_choice,
  * parallel_tool_calls) and the tool_calls of responses and stream chunks;
- * the syntax itself is tools.c's.
+ * the syntax itself is tool_calls.c's.
  */
-#include "api.h"
-#include "tools.h"
+#include "tool_fields.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * test_tools.c — server/tools: tool calls read back from fixed answers in
+ * test_tool_calls.c — server/openai/tool_calls: tool calls read back from fixed answers in
  * each syntax (the calls and the content spelled out by hand), the syntax
  * detected from the real templates of ../shared/templates, every prefix of
  * an answer (as a stream sees it grow) only extending what earlier prefixes
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools.h"
+#include "openai/tool_calls.h"
 
 #define CB "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "begin\xEF\xBD\x9C>"
 #define CE "<\xEF\xBD\x9Ctool\xE2\x96\x81" "calls\xE2\x96\x81" "end\xEF\xBD\x9C>"

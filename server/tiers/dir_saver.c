@@ -1,12 +1,12 @@
 /*
- * save.c — --cache-dir saves off the inference thread (save.h).
+ * dir_saver.c — --cache-dir saves off the inference thread (dir_saver.h).
  *
- * The disk tier's thread (disk.c) is not used: requests wait on its reads,
+ * The disk tier's thread (disk_tier.c) is not used: requests wait on its reads,
  * and a save's fsyncs would queue ahead of them; it also runs only with
  * --cache-disk. One snapshot at a time: the library's saver holds it (the
  * bounded copy), so no staging buffer of our own is needed.
  */
-#include "save.h"
+#include "dir_saver.h"
 
 #include <pthread.h>
 #include <stdbool.h>

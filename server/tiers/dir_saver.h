@@ -1,5 +1,5 @@
 /*
- * save.h — periodic saves of the cache to --cache-dir without stalling
+ * dir_saver.h — periodic saves of the cache to --cache-dir without stalling
  * decoding: the inference thread takes a snapshot (tkv_cache_saver_snapshot:
  * the K/V of the prefixes not on disk yet, copied within a bound) and the
  * save thread writes it (tkv_cache_saver_write: stale files removed, new

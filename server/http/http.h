@@ -1,14 +1,16 @@
 /*
- * http.h — the HTTP side of the server: libmicrohttpd callbacks, routing,
- * authentication, bodies, Server-Sent Events.
+ * http.h — the HTTP side of the server, what server.c starts it with:
+ * libmicrohttpd's callbacks (http.c; the route table in routes.h, the
+ * handlers in handlers.c, streams in stream.c) and the views built on the
+ * inference thread (views.c).
  */
 #ifndef TKV_SRV_HTTP_H
 #define TKV_SRV_HTTP_H
 
-#include "api.h"
+#include "openai/fields.h"
 #include "conn.h"
 #include "metrics.h"
-#include "scheduler.h"
+#include "sched/scheduler.h"
 #include "server.h"
 
 #include <microhttpd.h>

@@ -1,0 +1,30 @@
+/*
+ * responses.h — the bodies of OpenAI responses (responses.c): a finished request's
+ * response, the events of a stream, the usage chunk.
+ */
+#ifndef TKV_SRV_OPENAI_RESPONSES_H
+#define TKV_SRV_OPENAI_RESPONSES_H
+
+#include "fields.h"
+
+/* The complete (non-streamed) response of a finished request: its n choices (one request each, index 0 first,
+   sharing the prompt). Locks each. malloc'd. */
+char *srv_api_response(const srv_api *a, srv_req *const *reqs, size_t n);
+
+/*
+ * One SSE event ("data: {...}\n\n") of a stream: a text delta (first: the
+ * chat role comes with it), a reasoning delta (delta.reasoning_content), or
+ * the final chunk with its finish reason (for it, n is the number of tool
+ * calls the stream sent). With logprobs, a delta or final chunk carries
+ * those of the tokens generated since *lp_sent (then advanced); lp_sent may
+ * be NULL (none). The choice's index is r->index. The caller holds r->mu.
+ * malloc'd; NULL when out of memory.
+ */
+typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_REASONING, SRV_CHUNK_FINISH } srv_chunk_kind;
+char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first,
+                    size_t *lp_sent);
+
+/* The last event of a stream with include_usage: no choices, the usage of all n choices. Locks each. malloc'd. */
+char *srv_api_usage_chunk(const srv_api *a, srv_req *const *reqs, size_t n);
+
+#endif

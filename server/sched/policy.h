@@ -1,0 +1,101 @@
+/*
+ * policy.h — the scheduler's decisions as pure functions over a view of its
+ * slots and its waiting list: which waiting request runs next, which one is
+ * held back, and who gives way when the cache is full.
+ *
+ * No threads, no context, no HTTP: the scheduler (scheduler.c) fills the
+ * views, does the lookups a choice needs when the policy asks for them,
+ * and acts on the answers; tests/server/test_sched_policy.c drives the
+ * functions directly against a hand-written model of the same rules.
+ */
+#ifndef TKV_SRV_SCHED_POLICY_H
+#define TKV_SRV_SCHED_POLICY_H
+
+#include "tokenkv.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A waiting request passed over this many times is admitted next. */
+#define SRV_STARVE_AFTER 8
+/* Hold a request back only for a shared prefix at least this long. */
+#define SRV_HOLD_MIN_TOKENS 8
+
+/* A slot as the policy sees it. */
+typedef struct srv_pslot {
+    bool busy;            /* a request runs in it */
+    const tkv_token *toks; /* (n_toks) what its sequence must hold: prompt, then generated tokens */
+    size_t n_toks;
+    size_t n_past;        /* tokens of toks its sequence holds */
+    int n_gen;            /* tokens generated; 0 while its prompt is computed */
+    uint64_t ns;          /* cache namespace */
+    uint64_t group;       /* the choices of one request share a non-zero group */
+    uint64_t order;       /* admission order: the youngest gives way */
+    size_t in_batch;      /* its tokens in this step's batch */
+} srv_pslot;
+
+/* A waiting request as the policy sees it, oldest first. */
+typedef struct srv_pwait {
+    const tkv_token *toks; /* (n_toks) its token list: the prompt, or where a preempted one was */
+    size_t n_toks;
+    uint64_t ns, group;
+    uint32_t skipped;      /* times passed over (SRV_STARVE_AFTER: preempted, first in line) */
+    bool fetching;         /* its prefix is on its way from the shared store or the disk tier */
+    bool waits_for_room;   /* preempted, and no request has ended since */
+} srv_pwait;
+
+/*
+ * What the choice learns of waiting request i only when it weighs it by its
+ * cached prefix: how many of its tokens the cache holds, or *skip when it
+ * cannot be admitted now (a lookup of its prefix in another tier just
+ * started). The scheduler's lookups happen here, in the order the policy
+ * asks.
+ */
+typedef size_t (*srv_policy_look)(void *user, size_t i, bool *skip);
+
+/*
+ * The index of the waiting request to admit next, or -1 (none can go now).
+ * In order: while a preempted request waits for room and some request runs
+ * (n_running), nothing (it would take the room back); the oldest starving
+ * one (passed over SRV_STARVE_AFTER times) that is not fetching; else,
+ * among those not fetching, not skipped by look and not held back
+ * (share_prefixes: srv_policy_held_back), the one with the longest cached
+ * prefix, the oldest among equals.
+ */
+long srv_policy_choose(const srv_pwait *w, size_t n_wait, const srv_pslot *slots, size_t n_slots, size_t n_running,
+                       bool share_prefixes, srv_policy_look look, void *user);
+
+/*
+ * Whether a running request is computing, right now, a prefix of r longer
+ * than the `cached` tokens the cache holds: then r waits for it instead of
+ * computing it too. Only a slot of r's namespace still on its prompt
+ * counts, for a shared prefix SRV_HOLD_MIN_TOKENS beyond the cached one
+ * (any longer one for the choices of one request), that it does not hold
+ * yet.
+ */
+bool srv_policy_held_back(const srv_pslot *slots, size_t n_slots, const srv_pwait *r, size_t cached);
+
+/* What to do when this step's batch does not fit in the cache. */
+typedef enum {
+    SRV_ROOM_HOLD_PROMPT, /* leave slot's prompt out of this step */
+    SRV_ROOM_PREEMPT,     /* preempt slot (if the queue takes it back; else stuck is out of room) */
+    SRV_ROOM_NONE,        /* nobody can give way: stuck is out of room */
+} srv_room_kind;
+typedef struct srv_room {
+    srv_room_kind kind;
+    int slot;  /* the slot held back or preempted, or -1 */
+    int stuck; /* the slot that cannot go on without room, or -1 */
+} srv_room;
+
+/*
+ * Prompts give way first, youngest first, while generating requests go on
+ * (they end and free their cells). A prompt that cannot go on with no one
+ * generating preempts the youngest other request holding cells. When
+ * generation alone does not fit, the youngest generating request is stuck,
+ * and the youngest holder is preempted if there are two holders or more
+ * (preempting the only holder would free nothing for anyone else).
+ */
+srv_room srv_policy_make_room(const srv_pslot *slots, size_t n_slots);
+
+#endif

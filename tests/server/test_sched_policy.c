@@ -1,0 +1,313 @@
+/*
+ * test_sched_policy.c — server/sched/policy: the scheduler's choices over
+ * hand-built slots and waiting lists, without threads, a model or a cache.
+ * Hand-written cases with the expected choice spelled out (admission by
+ * cached prefix, starvation, a preempted request waiting for room, holding
+ * back a request whose prefix a slot is computing, who gives way when the
+ * cache is full); then random states from a printed seed against a model
+ * of the same rules written as filters and sorts, which also checks that
+ * the policy asks for the lookups of exactly the requests it weighs, in
+ * order.
+ */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sched/policy.h"
+
+/* ---- the look: preset answers, and a record of what was asked ---- */
+
+typedef struct looks {
+    size_t cached[64];
+    bool skip[64];
+    size_t asked[64], n_asked;
+} looks;
+
+static size_t look(void *user, size_t i, bool *skip) {
+    looks *l = user;
+    l->asked[l->n_asked++] = i;
+    *skip = l->skip[i];
+    return l->cached[i];
+}
+
+static const tkv_token A[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22};
+
+static srv_pwait wait_on(const tkv_token *t, size_t n) { return (srv_pwait){.toks = t, .n_toks = n}; }
+
+static void test_choose_by_cached(void **state) {
+    (void)state;
+    looks l = {.cached = {3, 10, 10}};
+    srv_pwait w[3] = {wait_on(A, 4), wait_on(A, 12), wait_on(A, 12)};
+    assert_int_equal(srv_policy_choose(w, 0, NULL, 0, 0, true, look, &l), -1); /* nobody waits */
+    assert_int_equal(srv_policy_choose(w, 3, NULL, 0, 0, true, look, &l), 1); /* the longest, the oldest of equals */
+    assert_int_equal(l.n_asked, 3);
+    l.n_asked = 0;
+    w[1].fetching = true; /* on its way from another tier: not weighed, not looked up */
+    assert_int_equal(srv_policy_choose(w, 3, NULL, 0, 0, true, look, &l), 2);
+    assert_int_equal(l.n_asked, 2);
+    assert_int_equal(l.asked[0], 0);
+    assert_int_equal(l.asked[1], 2);
+    l.skip[2] = true; /* its lookup in another tier just started */
+    assert_int_equal(srv_policy_choose(w, 3, NULL, 0, 0, true, look, &l), 0);
+    l.skip[0] = true;
+    assert_int_equal(srv_policy_choose(w, 3, NULL, 0, 0, true, look, &l), -1);
+}
+
+static void test_choose_starving_and_preempted(void **state) {
+    (void)state;
+    looks l = {.cached = {0, 0, 50}};
+    srv_pwait w[3] = {wait_on(A, 4), wait_on(A, 4), wait_on(A, 4)};
+    w[1].skipped = SRV_STARVE_AFTER, w[2].skipped = SRV_STARVE_AFTER;
+    assert_int_equal(srv_policy_choose(w, 3, NULL, 0, 0, true, look, &l), 1); /* the oldest starving one */
+    assert_int_equal(l.n_asked, 0);                                          /* before any lookup */
+    w[1].fetching = true;
+    assert_int_equal(srv_policy_choose(w, 3, NULL, 0, 0, true, look, &l), 2);
+    w[2].fetching = true; /* every starving one fetches: back to the cached prefixes */
+    assert_int_equal(srv_policy_choose(w, 3, NULL, 0, 0, true, look, &l), 0);
+    w[1].fetching = w[2].fetching = false;
+    w[2].waits_for_room = true; /* preempted, nobody ended since: nothing goes while anyone runs */
+    l.n_asked = 0;
+    assert_int_equal(srv_policy_choose(w, 3, NULL, 0, 1, true, look, &l), -1);
+    assert_int_equal(l.n_asked, 0);
+    assert_int_equal(srv_policy_choose(w, 3, NULL, 0, 0, true, look, &l), 1); /* nobody runs: the room is there */
+}
+
+/* A slot computing the prompt t[0..n), of which it holds n_past. */
+static srv_pslot prefilling(const tkv_token *t, size_t n, size_t n_past) {
+    return (srv_pslot){.busy = true, .toks = t, .n_toks = n, .n_past = n_past, .in_batch = n - n_past};
+}
+
+static void test_held_back(void **state) {
+    (void)state;
+    srv_pslot sl = prefilling(A, 20, 4);
+    srv_pwait r = wait_on(A, 22); /* shares 20 tokens with the slot's prompt */
+    assert_true(srv_policy_held_back(&sl, 1, &r, 0));
+    assert_true(srv_policy_held_back(&sl, 1, &r, 12));   /* 20 >= 12 + SRV_HOLD_MIN_TOKENS */
+    assert_false(srv_policy_held_back(&sl, 1, &r, 13));  /* the rest is too short to wait for */
+    r.group = sl.group = 7;                              /* choices of one request wait however short */
+    assert_true(srv_policy_held_back(&sl, 1, &r, 19));
+    assert_false(srv_policy_held_back(&sl, 1, &r, 20));
+    r.group = sl.group = 0;
+    sl.n_past = 20; /* it holds the prefix already: the cache will give it */
+    assert_false(srv_policy_held_back(&sl, 1, &r, 0));
+    sl.n_past = 4;
+    sl.n_gen = 1; /* past its prompt: what it computes now is its own */
+    assert_false(srv_policy_held_back(&sl, 1, &r, 0));
+    sl.n_gen = 0;
+    sl.ns = 9; /* another namespace shares nothing */
+    assert_false(srv_policy_held_back(&sl, 1, &r, 0));
+    sl.ns = 0;
+    srv_pwait same = wait_on(A, 20); /* its last token is its own (decoded for the logits): 19 shared */
+    assert_true(srv_policy_held_back(&sl, 1, &same, 11));
+    assert_false(srv_policy_held_back(&sl, 1, &same, 12));
+    sl.busy = false;
+    assert_false(srv_policy_held_back(&sl, 1, &r, 0));
+
+    /* in the choice: the held-back one waits, another goes; without prefix sharing nobody is held */
+    sl = prefilling(A, 20, 4);
+    looks l = {.cached = {0, 2}};
+    srv_pwait w[2] = {wait_on(A, 22), wait_on((const tkv_token[]){30, 31, 32}, 3)};
+    assert_int_equal(srv_policy_choose(w, 2, &sl, 1, 1, true, look, &l), 1);
+    assert_int_equal(srv_policy_choose(w, 1, &sl, 1, 1, true, look, &l), -1);
+    assert_int_equal(srv_policy_choose(w, 1, &sl, 1, 1, false, look, &l), 0);
+}
+
+static srv_pslot generating_slot(uint64_t order, size_t n_past) {
+    return (srv_pslot){.busy = true, .toks = A, .n_toks = n_past + 1, .n_past = n_past, .n_gen = 1, .order = order,
+                       .in_batch = 1};
+}
+
+static void expect_room(srv_room got, srv_room_kind kind, int slot, int stuck) {
+    if (got.kind != kind || (kind != SRV_ROOM_NONE && got.slot != slot) || (kind != SRV_ROOM_HOLD_PROMPT && got.stuck != stuck))
+        fail_msg("make_room: kind %d slot %d stuck %d; expected %d %d %d", got.kind, got.slot, got.stuck, kind, slot,
+                 stuck);
+}
+
+static void test_make_room(void **state) {
+    (void)state;
+    srv_pslot s[4] = {0};
+    /* two prompts in the batch: the youngest waits a step */
+    s[0] = prefilling(A, 10, 0), s[0].order = 5;
+    s[1] = prefilling(A, 10, 2), s[1].order = 7;
+    expect_room(srv_policy_make_room(s, 4), SRV_ROOM_HOLD_PROMPT, 1, -1);
+    /* a prompt beside a generating request: the prompt waits */
+    s[1] = generating_slot(9, 6);
+    expect_room(srv_policy_make_room(s, 4), SRV_ROOM_HOLD_PROMPT, 0, -1);
+    /* a prompt alone in the batch, another (older or younger) holds cells: the youngest other holder goes */
+    s[1] = prefilling(A, 10, 3), s[1].order = 2, s[1].in_batch = 0; /* held back this step, holding cells */
+    s[2] = prefilling(A, 10, 1), s[2].order = 3, s[2].in_batch = 0;
+    expect_room(srv_policy_make_room(s, 4), SRV_ROOM_PREEMPT, 2, 0);
+    /* ... and the prompt itself holding cells changes nothing: it is not its own victim */
+    s[0].n_past = 4, s[0].order = 9;
+    expect_room(srv_policy_make_room(s, 4), SRV_ROOM_PREEMPT, 2, 0);
+    /* a prompt that is the only holder: out of room */
+    s[1].busy = s[2].busy = false;
+    expect_room(srv_policy_make_room(s, 4), SRV_ROOM_NONE, -1, 0);
+    /* generation alone: with two holders the youngest goes (it may be the stuck one itself) */
+    memset(s, 0, sizeof s);
+    s[0] = generating_slot(1, 8), s[3] = generating_slot(4, 8);
+    expect_room(srv_policy_make_room(s, 4), SRV_ROOM_PREEMPT, 3, 3);
+    /* one holder generating alone: nobody can give way */
+    s[3].busy = false;
+    expect_room(srv_policy_make_room(s, 4), SRV_ROOM_NONE, -1, 0);
+}
+
+/* ---- the model: the same rules as filters and sorts over random states ---- */
+
+static uint64_t rng;
+static uint32_t rnd(uint32_t n) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng % n);
+}
+
+#define MAX_T 24
+typedef struct world {
+    tkv_token wt[16][MAX_T], st[8][MAX_T];
+    srv_pwait w[16];
+    srv_pslot s[8];
+    size_t n_wait, n_slots, n_running;
+    bool share;
+    looks l;
+} world;
+
+static void random_tokens(tkv_token *t, size_t *n) {
+    *n = 1 + rnd(MAX_T);
+    for (size_t i = 0; i < *n; i++) t[i] = (tkv_token)(1 + (rnd(8) ? 0 : rnd(2))); /* long shared runs */
+}
+
+static void random_world(world *x) {
+    memset(x, 0, sizeof *x);
+    x->n_wait = rnd(7), x->n_slots = 1 + rnd(5), x->share = rnd(4) != 0;
+    for (size_t i = 0; i < x->n_slots; i++) {
+        srv_pslot *s = &x->s[i];
+        s->busy = rnd(4) != 0;
+        random_tokens(x->st[i], &s->n_toks);
+        s->toks = x->st[i];
+        s->n_past = rnd((uint32_t)s->n_toks + 1);
+        s->n_gen = rnd(2) ? 0 : (int)(1 + rnd(3));
+        s->ns = rnd(3) ? 0 : 1, s->group = rnd(3) ? 0 : 1 + rnd(2);
+        s->order = rnd(100);
+        s->in_batch = rnd(2) ? 0 : 1 + rnd(4);
+        x->n_running += s->busy;
+    }
+    if (rnd(2)) x->n_running = rnd(2);
+    for (size_t i = 0; i < x->n_wait; i++) {
+        srv_pwait *w = &x->w[i];
+        random_tokens(x->wt[i], &w->n_toks);
+        w->toks = x->wt[i];
+        w->ns = rnd(3) ? 0 : 1, w->group = rnd(3) ? 0 : 1 + rnd(2);
+        w->skipped = rnd(4) ? rnd(SRV_STARVE_AFTER) : SRV_STARVE_AFTER + rnd(2);
+        w->fetching = rnd(5) == 0;
+        w->waits_for_room = rnd(10) == 0;
+        x->l.cached[i] = rnd((uint32_t)w->n_toks + 1);
+        x->l.skip[i] = rnd(6) == 0;
+    }
+}
+
+/* Held back: some prompt being computed in r's namespace will hold a longer prefix of r than the cache does. */
+static bool model_held(const world *x, size_t i) {
+    const srv_pwait *r = &x->w[i];
+    for (size_t k = 0; k < x->n_slots; k++) {
+        const srv_pslot *s = &x->s[k];
+        if (!s->busy || s->n_gen > 0 || s->ns != r->ns) continue;
+        size_t shared = 0; /* of r's tokens but its last */
+        while (shared + 1 < r->n_toks && shared < s->n_toks && r->toks[shared] == s->toks[shared]) shared++;
+        const size_t need = r->group && r->group == s->group ? x->l.cached[i] + 1 : x->l.cached[i] + SRV_HOLD_MIN_TOKENS;
+        if (shared >= need && s->n_past < shared) return true;
+    }
+    return false;
+}
+
+static long model_choose(const world *x, size_t *expect_asked, size_t *n_expect) {
+    *n_expect = 0;
+    if (x->n_running)
+        for (size_t i = 0; i < x->n_wait; i++)
+            if (x->w[i].waits_for_room) return -1;
+    for (size_t i = 0; i < x->n_wait; i++)
+        if (x->w[i].skipped >= SRV_STARVE_AFTER && !x->w[i].fetching) return (long)i;
+    /* candidates: weighed (looked up), not skipped, not held; sorted by cached descending, then age */
+    long cand[16];
+    size_t n = 0;
+    for (size_t i = 0; i < x->n_wait; i++) {
+        if (x->w[i].fetching) continue;
+        expect_asked[(*n_expect)++] = i;
+        if (!x->l.skip[i] && !(x->share && model_held(x, i))) cand[n++] = (long)i;
+    }
+    for (size_t a = 1; a < n; a++) /* insertion sort, stable: equal cached keep their age order */
+        for (size_t b = a; b > 0 && x->l.cached[cand[b]] > x->l.cached[cand[b - 1]]; b--) {
+            long t = cand[b];
+            cand[b] = cand[b - 1], cand[b - 1] = t;
+        }
+    return n ? cand[0] : -1;
+}
+
+/* Slots by age, youngest first, as the rules read. */
+static size_t by_youth(const world *x, bool (*pick)(const srv_pslot *), int *out) {
+    size_t n = 0;
+    for (size_t i = 0; i < x->n_slots; i++)
+        if (x->s[i].busy && pick(&x->s[i])) out[n++] = (int)i;
+    for (size_t a = 1; a < n; a++)
+        for (size_t b = a; b > 0 && x->s[out[b]].order > x->s[out[b - 1]].order; b--) {
+            int t = out[b];
+            out[b] = out[b - 1], out[b - 1] = t;
+        }
+    return n;
+}
+static bool is_gen(const srv_pslot *s) { return s->n_gen > 0; }
+static bool is_prompt_in_batch(const srv_pslot *s) { return !s->n_gen && s->in_batch; }
+static bool holds(const srv_pslot *s) { return s->n_past > 0; }
+
+static srv_room model_room(const world *x) {
+    int prompts[8], gens[8], holders[8];
+    const size_t np = by_youth(x, is_prompt_in_batch, prompts), ng = by_youth(x, is_gen, gens),
+                 nh = by_youth(x, holds, holders);
+    const int p = np ? prompts[0] : -1;
+    if (np >= 2 || (np && ng)) return (srv_room){SRV_ROOM_HOLD_PROMPT, p, p};
+    const int stuck = np ? p : ng ? gens[0] : -1;
+    int victim = -1;
+    for (size_t k = 0; k < nh && victim < 0; k++)
+        if (holders[k] != p) victim = holders[k];
+    if (victim < 0 || (!np && nh < 2)) return (srv_room){SRV_ROOM_NONE, -1, stuck};
+    return (srv_room){SRV_ROOM_PREEMPT, victim, stuck};
+}
+
+static void test_against_model(void **state) {
+    (void)state;
+    const char *env = getenv("TKV_POLICY_SEED");
+    const uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    printf("test_sched_policy: seed %llu (TKV_POLICY_SEED repeats it)\n", (unsigned long long)seed);
+    rng = seed * 2654435761u + 1;
+    static world x;
+    for (int it = 0; it < 20000; it++) {
+        random_world(&x);
+        /* the orders the rules compare are distinct in a scheduler (admission counts up) */
+        for (size_t i = 0; i < x.n_slots; i++) x.s[i].order = i * 7 % x.n_slots * 10 + rnd(10);
+        size_t expect_asked[16], n_expect;
+        const long want = model_choose(&x, expect_asked, &n_expect);
+        x.l.n_asked = 0;
+        const long got = srv_policy_choose(x.w, x.n_wait, x.s, x.n_slots, x.n_running, x.share, look, &x.l);
+        if (got != want) fail_msg("iteration %d: choose %ld, the model %ld", it, got, want);
+        if (x.l.n_asked != n_expect) fail_msg("iteration %d: %zu lookups, the model %zu", it, x.l.n_asked, n_expect);
+        for (size_t k = 0; k < n_expect; k++)
+            if (x.l.asked[k] != expect_asked[k])
+                fail_msg("iteration %d: lookup %zu asked for %zu, the model %zu", it, k, x.l.asked[k], expect_asked[k]);
+        const srv_room r = srv_policy_make_room(x.s, x.n_slots), m = model_room(&x);
+        if (r.kind != m.kind || r.slot != m.slot || (r.kind != SRV_ROOM_HOLD_PROMPT && r.stuck != m.stuck))
+            fail_msg("iteration %d: make_room %d/%d/%d, the model %d/%d/%d", it, r.kind, r.slot, r.stuck, m.kind,
+                     m.slot, m.stuck);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_choose_by_cached),
+        cmocka_unit_test(test_choose_starving_and_preempted),
+        cmocka_unit_test(test_held_back),
+        cmocka_unit_test(test_make_room),
+        cmocka_unit_test(test_against_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
