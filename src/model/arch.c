@@ -22,6 +22,9 @@ static const tkv__arch archs[] = {
      .swa_period = 2},
     {.name = "gemma3", .rope = TKV__ROPE_NEOX, .pre_norms = true, .post_norms = true, .gemma = true,
      .qk_norm = TKV__QK_NORM_HEAD, .swa_period = 6, .swa_own_rope = true},
+    /* hybrid: short-conv layers beside attention layers; final norm token_embd_norm, tied output */
+    {.name = "lfm2", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .shortconv = true,
+     .out_norm = "token_embd_norm.weight"},
 };
 
 const tkv__arch *tkv__arch_find(const char *name) {
