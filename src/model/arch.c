@@ -1,5 +1,7 @@
 /*
- * arch.c — the supported architectures (see arch.h).
+ * arch.c — the supported architectures (see arch.h): llama and the
+ * llama-like blocks, and lfm2, a hybrid whose short-conv layers keep each
+ * token's B*x row in its cell's K row, so the cache holds all their state.
  */
 #include "arch.h"
 

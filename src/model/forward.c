@@ -1,6 +1,7 @@
 /*
  * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3, SmolLM3,
- * OLMo 2, Phi-3, Mistral 3, Gemma 2 and 3, Qwen3-MoE, gpt-oss), for a batch
+ * OLMo 2, Phi-3, Mistral 3, Gemma 2 and 3, Qwen3-MoE, gpt-oss, and LFM2's
+ * short-conv layers: conv_mixer), for a batch
  * of tokens from any number of sequences.
  *
  * For each token t of the batch, with x its residual stream:
