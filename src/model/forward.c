@@ -29,6 +29,7 @@
  * quantized once per product input to the type the weights pair with.
  */
 #include "forward.h"
+#include "shortconv.h"
 
 #include "base/alloc.h"
 #include "compute/attention.h"
@@ -785,20 +786,7 @@ static void conv_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, con
     /* h = C * y                                           (n, n_embd) */
     const float *w = L->conv_w.data; /* (n_embd, taps): channel c's taps at w[c taps], oldest first */
     for (size_t t = t0; t < t1; t++) {
-        const float *B = f->bcx + t * 3 * E, *C = B + E, *x = B + 2 * E;
-        float *y = f->h + t * E;
-        memset(y, 0, E * sizeof *y);
-        for (size_t k = 0; k < taps; k++) {
-            const long p = (long)b->pos[t] - (long)(taps - 1) + (long)k;
-            if (p < 0) continue; /* before the sequence: zeros */
-            if (p == (long)b->pos[t]) {
-                for (size_t i = 0; i < E; i++) y[i] += w[i * taps + k] * (B[i] * x[i]);
-            } else {
-                tkv__quant_dequantize_row(kv->type_k, tkv__kvrows_k(kv, l, b->cells[t][p]), row, W);
-                for (size_t i = 0; i < E; i++) y[i] += w[i * taps + k] * row[i];
-            }
-        }
-        for (size_t i = 0; i < E; i++) y[i] *= C[i];
+        tkv__shortconv_mix(kv, l, b->cells[t], b->pos[t], f->bcx + t * 3 * E, w, taps, E, f->h + t * E, row);
     }
     tag->src = NULL; /* h now holds C * y, not the normed input */
     tkv__pool_barrier(P->pool);
