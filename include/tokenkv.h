@@ -147,7 +147,7 @@ static inline tkv_model_params tkv_model_default_params(void) {
  * types, byte sizes, alignment, bounds and overlap. Unless params->vocab_only,
  * the architecture must be one tokenkv runs (`general.architecture`: llama,
  * qwen2, qwen3, qwen3moe, smollm3, olmo2, phi3, mistral3, gemma2, gemma3,
- * gpt-oss; src/model/arch.c says what each changes; any other is
+ * gpt-oss, lfm2; src/model/arch.c says what each changes; any other is
  * TKV_ERR_UNSUPPORTED naming it), its hyperparameters consistent, and every
  * tensor it needs present with the right shape.
  *

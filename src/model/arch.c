@@ -1,5 +1,7 @@
 /*
- * arch.c — the supported architectures (see arch.h).
+ * arch.c — the supported architectures (see arch.h): llama and the
+ * llama-like blocks, and lfm2, a hybrid whose short-conv layers keep each
+ * token's B*x row in its cell's K row, so the cache holds all their state.
  */
 #include "arch.h"
 
@@ -22,6 +24,9 @@ static const tkv__arch archs[] = {
      .swa_period = 2},
     {.name = "gemma3", .rope = TKV__ROPE_NEOX, .pre_norms = true, .post_norms = true, .gemma = true,
      .qk_norm = TKV__QK_NORM_HEAD, .swa_period = 6, .swa_own_rope = true},
+    /* hybrid: short-conv layers beside attention layers; final norm token_embd_norm, tied output */
+    {.name = "lfm2", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .shortconv = true,
+     .out_norm = "token_embd_norm.weight"},
 };
 
 const tkv__arch *tkv__arch_find(const char *name) {

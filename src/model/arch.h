@@ -48,7 +48,13 @@ typedef struct tkv__arch {
                              7), u = clamp(up, -7, 7) */
     unsigned nope_period; /* > 0: layers l with (l + 1) % nope_period == 0 apply no
                              RoPE (a built-in rule: no metadata key sets it) */
+    bool shortconv;       /* lfm2: attention.head_count_kv is a per-layer array whose 0s mark
+                             gated short-conv layers (blk.N.shortconv.{in_proj,conv,out_proj}) */
+    const char *out_norm; /* the final norm's tensor name, if not "output_norm.weight" */
 } tkv__arch;
+
+/* Layers a hybrid model can describe one by one (tkv__hp_ext.conv). */
+#define TKV__MAX_LAYERS 512
 
 /* The architecture called `name`, or NULL when it is not supported. */
 const tkv__arch *tkv__arch_find(const char *name);
@@ -56,6 +62,11 @@ const tkv__arch *tkv__arch_find(const char *name);
 /* The tensor name (after "blk.N.") of the FFN's input norm. */
 static inline const char *tkv__arch_ffn_norm(const tkv__arch *a) {
     return a->ffn_norm ? a->ffn_norm : "ffn_norm.weight";
+}
+
+/* The tensor name of the final norm. */
+static inline const char *tkv__arch_out_norm(const tkv__arch *a) {
+    return a->out_norm ? a->out_norm : "output_norm.weight";
 }
 
 /* "llama, qwen2, ...": the supported names into buf (truncated to cap),

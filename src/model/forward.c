@@ -1,6 +1,7 @@
 /*
  * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3, SmolLM3,
- * OLMo 2, Phi-3, Mistral 3, Gemma 2 and 3, Qwen3-MoE, gpt-oss), for a batch
+ * OLMo 2, Phi-3, Mistral 3, Gemma 2 and 3, Qwen3-MoE, gpt-oss, and LFM2's
+ * short-conv layers: conv_mixer), for a batch
  * of tokens from any number of sequences.
  *
  * For each token t of the batch, with x its residual stream:
@@ -28,6 +29,7 @@
  * quantized once per product input to the type the weights pair with.
  */
 #include "forward.h"
+#include "shortconv.h"
 
 #include "base/alloc.h"
 #include "compute/attention.h"
@@ -63,6 +65,7 @@ struct tkv__fwd {
     float *gate; /* (n_batch, n_ff) */
     float *up;   /* (n_batch, n_ff) */
     float *cs;   /* (n_batch, n_rot) RoPE cos/sin per token */
+    float *bcx;  /* (n_batch, 3 n_embd) a short-conv layer's B, C, x (arch->shortconv), or NULL */
     uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
     float *attn_scratch; /* (n_threads, attn_scratch_per_thread): q/accumulator, or one weight per cell */
     size_t attn_scratch_per_thread;
@@ -72,7 +75,7 @@ struct tkv__fwd {
 void tkv__fwd_free(tkv__fwd *f) {
     if (!f) return;
     float *bufs[] = {f->x,  f->h,      f->q,      f->k,  f->v,  f->att, f->tmp,          f->gate, f->up,
-                     f->cs, f->cs_swa, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch};
+                     f->cs, f->cs_swa, f->bcx, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
     tkv__free(f->chosen);
@@ -115,6 +118,7 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->up = tkv__malloc(B * f->n_ff * sizeof(float));
     f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     if (m->arch->swa_own_rope) f->cs_swa = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
+    if (m->arch->shortconv) f->bcx = tkv__malloc(B * 3 * f->n_embd * sizeof(float));
     const tkv__moe_dims *md = &m->ext.moe;
     size_t xq_rows = B; /* rows of the widest activation f->xq holds */
     if (m->arch->moe) {
@@ -137,11 +141,12 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
        widened rows, or q/accumulator (F16), or the accumulator and a Q8_0
        cell's K and V rows expanded */
     f->attn_scratch_per_thread = (size_t)TKV__ATTN_TOKENS * (hp->n_head / hp->n_head_kv) * n_cells + 16 * f->hd;
-    if (f->attn_scratch_per_thread < f->hd + 2 * f->n_kv) f->attn_scratch_per_thread = f->hd + 2 * f->n_kv;
+    const size_t kvw = m->ext.kv_width; /* a cache row: n_kv, or wider in a hybrid */
+    if (f->attn_scratch_per_thread < f->hd + 2 * kvw) f->attn_scratch_per_thread = f->hd + 2 * kvw;
     f->attn_scratch_per_thread += 64;
     f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
-        !f->attn_scratch || (m->arch->swa_own_rope && !f->cs_swa) || !moe_ok) {
+        !f->attn_scratch || (m->arch->swa_own_rope && !f->cs_swa) || (m->arch->shortconv && !f->bcx) || !moe_ok) {
         tkv__fwd_free(f);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for forward scratch (%u tokens)", n_batch);
     }
@@ -255,8 +260,14 @@ static void add_bias(float *y, const tkv__tensor *b, size_t n) {
     }
 }
 
-/* A K or V row of `type` from n_embd_kv floats. */
-static void store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const float *src) {
+/* A K or V row of `type` from n floats; a row wider than n (a hybrid's
+   cache, sized for its conv rows) is padded with zeros in pad (n_embd_kv). */
+static void store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const float *src, size_t n, float *pad) {
+    if (n < kv->n_embd_kv) {
+        memcpy(pad, src, n * sizeof *pad);
+        memset(pad + n, 0, (kv->n_embd_kv - n) * sizeof *pad);
+        src = pad;
+    }
     if (type == TKV_TYPE_F32) {
         memcpy(dst, src, kv->n_embd_kv * sizeof(float));
     } else if (type == TKV_TYPE_F16) {
@@ -659,26 +670,18 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
     }
 }
 
-static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
+/* The attention block of layer l: tmp (n, n_embd) = attention(attn_in) Wo, K/V into each token's cell. */
+static void attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *attn_in) {
     tkv__fwd *f = P->f;
     const tkv_model *m = f->m;
     const tkv_hparams *hp = &m->hp;
     const tkv__layer *L = &m->w.layers[l];
     const tkv__fwd_batch *b = P->b;
     const uint32_t n = b->n;
-    const float *attn_norm = L->attn_norm.data, *ffn_norm = L->ffn_norm.data;
+    const tkv__arch *arch = m->arch;
     size_t t0, t1;
     tkv__split(n, ith, nth, &t0, &t1);
-
-    const tkv__arch *arch = m->arch;
-    /* h = rmsnorm(x) * attn_norm                          (n, n_embd)
-       (without pre-norms the branch reads x itself) */
-    const float *attn_in = arch->pre_norms ? f->h : f->x;
-    if (arch->pre_norms)
-        for (size_t t = t0; t < t1; t++)
-            tkv__ops_rmsnorm(f->h + t * f->n_embd, f->x + t * f->n_embd, attn_norm, f->n_embd, hp->rms_eps);
-    tag->src = NULL;
-    tkv__pool_barrier(P->pool);
+    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
 
     /* q, k, v = h Wq, h Wk, h Wv              (n, n_q), (n, n_kv), (n, n_kv) */
     matmul(P, ith, nth, tag, &L->wq, attn_in, n, f->q);
@@ -707,15 +710,14 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
             const float s = 1 + m->ext.attn_temp_scale * logf(1 + floorf((float)b->pos[t] / (float)hp->n_ctx_orig));
             for (size_t i = 0; i < f->n_q; i++) q[i] *= s;
         }
-        store_row(P->kv, P->kv->type_k, tkv__kvrows_k(P->kv, l, b->cell[t]), k);
-        store_row(P->kv, P->kv->type_v, tkv__kvrows_v(P->kv, l, b->cell[t]), v);
+        store_row(P->kv, P->kv->type_k, tkv__kvrows_k(P->kv, l, b->cell[t]), k, f->n_kv, scratch);
+        store_row(P->kv, P->kv->type_v, tkv__kvrows_v(P->kv, l, b->cell[t]), v, f->n_kv, scratch);
     }
     tkv__pool_barrier(P->pool);
 
     /* attention, one (token, head) pair at a time          att: (n, n_q)
        Pairs are dealt round-robin: a later token attends to more cells, so
        contiguous ranges would leave the first threads waiting for the last. */
-    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
     const bool f16 = P->kv->type_k == TKV_TYPE_F16 && P->kv->type_v == TKV_TYPE_F16;
     if (f16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
         /* (block of TKV__ATTN_TOKENS tokens, K/V head) units; a block splits where the sequence changes */
@@ -742,6 +744,80 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     /* x = x + att Wo                                       (n, n_embd) */
     matmul(P, ith, nth, tag, &L->wo, f->att, n, f->tmp);
     tkv__pool_barrier(P->pool);
+}
+
+/*
+ * The gated short convolution of layer l (lfm2), for each token t at
+ * position p of the batch:
+ *
+ *   B, C, x = h Win                                  (n_embd) each
+ *   Bx = B * x                        into t's cell, as attention stores K
+ *   y = sum over taps k of w[k] Bx_{p - L + 1 + k}   (zeros before position 0)
+ *   tmp = (C * y) Wout                               (n_embd)
+ *
+ * Its only state is the last L - 1 rows of Bx, which live in the cells of
+ * the sequence's list: a cached prefix of any length carries what the conv
+ * needs, and earlier tokens of the same batch are staged cells of that list.
+ * A token's own row is its fresh float Bx; earlier rows come from the cache
+ * (in its K type), whichever batch wrote them, so the result does not
+ * depend on how the tokens were batched.
+ */
+static void conv_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in) {
+    tkv__fwd *f = P->f;
+    const tkv__layer *L = &f->m->w.layers[l];
+    const tkv__fwd_batch *b = P->b;
+    const tkv__kvrows *kv = P->kv;
+    const uint32_t n = b->n;
+    const size_t E = f->n_embd, W = kv->n_embd_kv, taps = L->conv_w.ne0;
+    float *row = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread; /* (W) a row of Bx */
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+
+    /* bcx = h Win                                         (n, 3 n_embd) */
+    matmul(P, ith, nth, tag, &L->conv_in, in, n, f->bcx);
+    tkv__pool_barrier(P->pool);
+    /* Bx into each token's cell                            (W) per cell */
+    for (size_t t = t0; t < t1; t++) {
+        const float *B = f->bcx + t * 3 * E, *x = B + 2 * E;
+        for (size_t i = 0; i < E; i++) row[i] = B[i] * x[i];
+        store_row(kv, kv->type_k, tkv__kvrows_k(kv, l, b->cell[t]), row, E, row + W);
+    }
+    tkv__pool_barrier(P->pool); /* later tokens of the batch read these rows */
+    /* h = C * y                                           (n, n_embd) */
+    const float *w = L->conv_w.data; /* (n_embd, taps): channel c's taps at w[c taps], oldest first */
+    for (size_t t = t0; t < t1; t++) {
+        tkv__shortconv_mix(kv, l, b->cells[t], b->pos[t], f->bcx + t * 3 * E, w, taps, E, f->h + t * E, row);
+    }
+    tag->src = NULL; /* h now holds C * y, not the normed input */
+    tkv__pool_barrier(P->pool);
+    /* tmp = h Wout                                        (n, n_embd) */
+    matmul(P, ith, nth, tag, &L->conv_out, f->h, n, f->tmp);
+    tkv__pool_barrier(P->pool);
+}
+
+static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
+    tkv__fwd *f = P->f;
+    const tkv_model *m = f->m;
+    const tkv_hparams *hp = &m->hp;
+    const tkv__layer *L = &m->w.layers[l];
+    const tkv__fwd_batch *b = P->b;
+    const uint32_t n = b->n;
+    const float *attn_norm = L->attn_norm.data, *ffn_norm = L->ffn_norm.data;
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+
+    const tkv__arch *arch = m->arch;
+    /* h = rmsnorm(x) * attn_norm                          (n, n_embd)
+       (without pre-norms the branch reads x itself) */
+    const float *attn_in = arch->pre_norms ? f->h : f->x;
+    if (arch->pre_norms)
+        for (size_t t = t0; t < t1; t++)
+            tkv__ops_rmsnorm(f->h + t * f->n_embd, f->x + t * f->n_embd, attn_norm, f->n_embd, hp->rms_eps);
+    tag->src = NULL;
+    tkv__pool_barrier(P->pool);
+
+    if (m->ext.conv[l]) conv_mixer(P, ith, nth, l, tag, attn_in);
+    else attn_mixer(P, ith, nth, l, tag, attn_in);
     for (size_t t = t0; t < t1; t++) {
         float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
         if (L->bo.data) add_bias(y, &L->bo, f->n_embd);

@@ -61,6 +61,36 @@ static tkv_status hp_u32(const tkv__gguf *g, const char *arch, const char *name,
     return TKV_OK;
 }
 
+/*
+ * A hybrid's per-layer head_count_kv array (arch->shortconv): 0 marks a
+ * short-conv layer. *max receives the attention layers' count, which must be
+ * the same on each; conv (may be NULL) 1 per conv layer.
+ */
+static tkv_status kv_heads_array(const tkv__gguf *g, const char *arch, uint32_t n_layer, uint32_t *max, uint8_t *conv) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+    const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
+    if (!kv || kv->type != TKV_META_ARRAY) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': expected an array", key);
+    const size_t sz = tkv__gguf_meta_size(kv->elem_type);
+    if (kv->elem_type != TKV_META_U32 && kv->elem_type != TKV_META_I32)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': expected an array of 32-bit integers", key);
+    if (kv->n != n_layer || n_layer > TKV__MAX_LAYERS)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': %llu values for %u layers (at most %d)", key, (ull)kv->n,
+                         n_layer, TKV__MAX_LAYERS);
+    *max = 0;
+    for (uint32_t l = 0; l < n_layer; l++) {
+        uint32_t v;
+        memcpy(&v, kv->arr + l * sz, 4);
+        if ((int32_t)v < 0) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': layer %u has %d heads", key, l, (int32_t)v);
+        if (v && *max && v != *max)
+            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': attention layers with %u and %u KV heads", key, *max, v);
+        if (v) *max = v;
+        if (conv) conv[l] = v == 0;
+    }
+    if (!*max) return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': no attention layer", key);
+    return TKV_OK;
+}
+
 /* A float hyperparameter (f32, f64 or an integer). Missing: dflt, or an error when dflt is NaN. */
 static tkv_status hp_float(const tkv__gguf *g, const char *arch, const char *name, double dflt, float *out) {
     char key[128];
@@ -95,6 +125,7 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     }
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
 
+    char key[128];
     uint32_t n_expert = 0;
     if ((st = hp_u32(g, arch, "expert_count", 0, &n_expert))) return st;
     if (n_expert > 0 && !tkv__arch_find(arch)->moe)
@@ -106,7 +137,13 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     if ((st = hp_u32(g, arch, "block_count", -1, &hp->n_layer))) return st;
     if ((st = hp_u32(g, arch, "feed_forward_length", -1, &hp->n_ff))) return st;
     if ((st = hp_u32(g, arch, "attention.head_count", -1, &hp->n_head))) return st;
-    if ((st = hp_u32(g, arch, "attention.head_count_kv", hp->n_head, &hp->n_head_kv))) return st;
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+    const tkv__gguf_kv *hkv = tkv__gguf_find(g, key);
+    if (tkv__arch_find(arch)->shortconv && hkv && hkv->type == TKV_META_ARRAY) {
+        if ((st = kv_heads_array(g, arch, hp->n_layer, &hp->n_head_kv, NULL))) return st;
+    } else if ((st = hp_u32(g, arch, "attention.head_count_kv", hp->n_head, &hp->n_head_kv))) {
+        return st;
+    }
     if (!hp->n_embd || !hp->n_layer || !hp->n_ff || !hp->n_head || !hp->n_head_kv)
         return tkv__fail(TKV_ERR_FORMAT,
                          "hyperparameters: embedding_length %u, block_count %u, feed_forward_length %u, head_count %u, "
@@ -115,7 +152,6 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     if (hp->n_head % hp->n_head_kv)
         return tkv__fail(TKV_ERR_FORMAT, "hyperparameters: head_count %u is not a multiple of head_count_kv %u",
                          hp->n_head, hp->n_head_kv);
-    char key[128];
     snprintf(key, sizeof key, "%s.attention.key_length", arch);
     if (hp->n_embd % hp->n_head && !tkv__gguf_find(g, key))
         return tkv__fail(TKV_ERR_FORMAT, "hyperparameters: embedding_length %u is not a multiple of head_count %u",
@@ -216,6 +252,7 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
     const char *a = hp->arch;
     const tkv__arch *ar = tkv__arch_find(a);
     tkv_status st;
+    char key[128];
     memset(x, 0, sizeof *x);
     if ((st = hp_float(g, a, "rope.scaling.attn_factor", 1.0, &x->rope_attn_factor))) return st;
     if ((st = hp_float(g, a, "attention.temperature_scale", 0.0, &x->attn_temp_scale))) return st;
@@ -236,6 +273,18 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
                              "1..%d experts, 1..experts used, a width of at least 1",
                              a, md->n_expert, md->n_used, md->n_ff, TKV__MOE_MAX_EXPERTS);
     }
+    x->kv_width = hp->n_head_kv * hp->head_dim;
+    if (ar->shortconv) {
+        uint32_t unused;
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", a);
+        const tkv__gguf_kv *hkv = tkv__gguf_find(g, key);
+        if (hkv && hkv->type == TKV_META_ARRAY && (st = kv_heads_array(g, a, hp->n_layer, &unused, x->conv))) return st;
+        if ((st = hp_u32(g, a, "shortconv.l_cache", 3, &x->conv_len))) return st;
+        if (x->conv_len != 3)
+            return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.shortconv.l_cache' = %u: only 3 taps are supported", a, x->conv_len);
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            if (x->conv[l] && x->kv_width < hp->n_embd) x->kv_width = hp->n_embd;
+    }
     if (!strcmp(hp->rope_scaling, "yarn")) {
         float beta_fast, beta_slow, unused;
         if ((st = hp_float(g, a, "rope.scaling.yarn_beta_fast", 32.0, &beta_fast))) return st;
@@ -247,7 +296,6 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
         x->yarn = true;
         x->yarn_corr[0] = lo > 0 ? lo : 0;
         x->yarn_corr[1] = hi < n - 1 ? hi : n - 1;
-        char key[128];
         snprintf(key, sizeof key, "%s.rope.scaling.yarn_log_multiplier", a);
         if (!tkv__gguf_find(g, key)) x->rope_attn_factor *= 1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale);
         else if ((st = hp_float(g, a, "rope.scaling.yarn_log_multiplier", 1.0, &unused))) return st;
@@ -257,7 +305,7 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
 
 static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const tkv__hp_ext *x) {
     check_ctx c = {g, hp->arch};
-    return tkv__tensors_each(tkv__arch_find(hp->arch), hp, &x->moe, check_tensor, &c);
+    return tkv__tensors_each(tkv__arch_find(hp->arch), hp, &x->moe, x->conv, check_tensor, &c);
 }
 
 /* ---- load / free -------------------------------------------------------- */
@@ -273,7 +321,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
             st = tkv__fail(TKV_ERR_FORMAT, "the file has no tensors (a vocabulary-only file): it loads only with vocab_only");
         else
             st = check_tensors(g, &hp, &ext);
-        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &ext.moe, &w);
+        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &ext.moe, ext.conv, &w);
         if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g);
         if (st) tkv__weights_free(&w);
     }

@@ -27,6 +27,10 @@ typedef struct tkv__hp_ext {
     uint32_t swa_window;     /* [ARCH.attention.sliding_window] for arch->swa_period layers; 0: none */
     float rope_base_swa;     /* [ARCH.rope.freq_base_swa] (default 10000): arch->swa_own_rope */
     tkv__moe_dims moe;       /* arch->moe: the experts' sizes; else zeros */
+    uint32_t kv_width;       /* elements of a cache K/V row: n_head_kv head_dim, or with short-conv
+                                layers (which keep each token's B x row there) at least n_embd */
+    uint32_t conv_len;       /* arch->shortconv: [ARCH.shortconv.l_cache], the conv's taps */
+    uint8_t conv[TKV__MAX_LAYERS]; /* arch->shortconv: 1 where layer l is a short-conv layer */
 } tkv__hp_ext;
 
 struct tkv_model {

@@ -21,10 +21,14 @@ enum when {
     DENSE_ALL, /* one FFN (fused or not) */
     MOE,      /* arch->moe */
     OAI,      /* arch->oai */
+    CONV,     /* short-conv layers only (arch->shortconv) */
 };
 
+/* Roles of the attention block, absent from short-conv layers. */
+#define ATTN_ROLE(i) ((i) >= 1 && (i) <= 12)
+
 /* The sizes a shape is written in. */
-enum dim { ONE, EMBD, Q, KV, FF, QNORM, KNORM, QKV, FF2, HEADS, EXPERTS, EXP_FF };
+enum dim { ONE, EMBD, Q, KV, FF, QNORM, KNORM, QKV, FF2, HEADS, EXPERTS, EXP_FF, EMBD3, TAPS };
 
 static const struct role {
     const char *suffix; /* after "blk.N." */
@@ -49,6 +53,9 @@ static const struct role {
     {"attn_output.bias", {EMBD}, 1, false, OAI, L(bo)},
     {"attn_sinks.weight", {HEADS}, 1, false, OAI, L(sinks)},
     {"post_attention_norm.weight", {EMBD}, 1, false, POST, L(post_attn_norm)},
+    {"shortconv.conv.weight", {TAPS, EMBD}, 2, false, CONV, L(conv_w)},
+    {"shortconv.in_proj.weight", {EMBD, EMBD3}, 2, true, CONV, L(conv_in)},
+    {"shortconv.out_proj.weight", {EMBD, EMBD}, 2, true, CONV, L(conv_out)},
     {NULL /* arch's ffn norm */, {EMBD}, 1, false, PRE, L(ffn_norm)},
     {"ffn_gate.weight", {EMBD, FF}, 2, true, DENSE, L(w_gate)},
     {"ffn_up.weight", {EMBD, FF}, 2, true, DENSE, L(w_up)},
@@ -79,12 +86,13 @@ static bool stored(const tkv__arch *a, enum when w) {
     case DENSE_ALL: return !a->moe;
     case MOE: return a->moe;
     case OAI: return a->oai;
+    case CONV: return a->shortconv;
     }
     return false;
 }
 
 tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const tkv__moe_dims *moe,
-                             tkv__tensor_fn fn, void *ud) {
+                             const uint8_t *conv, tkv__tensor_fn fn, void *ud) {
     const uint64_t q = (uint64_t)hp->n_head * hp->head_dim, kv = (uint64_t)hp->n_head_kv * hp->head_dim;
     const bool whole = arch->qk_norm == TKV__QK_NORM_WHOLE;
     const uint64_t size[] = {
@@ -92,6 +100,7 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
         [QNORM] = whole ? q : hp->head_dim, [KNORM] = whole ? kv : hp->head_dim, [QKV] = q + 2 * kv,
         [FF2] = 2 * (uint64_t)hp->n_ff, [HEADS] = hp->n_head,
         [EXPERTS] = arch->moe ? moe->n_expert : 0, [EXP_FF] = arch->moe ? moe->n_ff : 0,
+        [EMBD3] = 3 * (uint64_t)hp->n_embd, [TAPS] = 3, /* lfm2's kernel (shortconv.l_cache, checked at load) */
     };
     tkv_status st;
     tkv__tensor_need t;
@@ -111,8 +120,8 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
     };
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) {
         memset(&t, 0, sizeof t);
-        snprintf(t.name, sizeof t.name, "%s", top[i].name);
         const bool norm = top[i].bind == offsetof(tkv__weights, out_norm);
+        snprintf(t.name, sizeof t.name, "%s", norm ? tkv__arch_out_norm(arch) : top[i].name);
         t.n_dims = top[i].vocab_rows ? 2 : 1;
         t.ne[0] = top[i].vocab_rows || norm ? hp->n_embd : hp->n_rot / 2;
         t.ne[1] = top[i].vocab_rows ? hp->n_vocab : 1;
@@ -125,6 +134,8 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
         for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
             const struct role *r = &roles[i];
             if (!stored(arch, r->when)) continue;
+            const bool is_conv = conv && conv[l];
+            if (is_conv ? ATTN_ROLE(i) : r->when == CONV) continue;
             memset(&t, 0, sizeof t);
             snprintf(t.name, sizeof t.name, "blk.%u.%s", l, r->suffix ? r->suffix : tkv__arch_ffn_norm(arch));
             t.n_dims = r->n_dims;

@@ -32,11 +32,12 @@ typedef tkv_status (*tkv__tensor_fn)(const tkv__tensor_need *t, void *ud);
 
 /*
  * Call fn once per tensor of a model with these hyperparameters (moe: the
- * expert sizes, read only when arch->moe): the model's own tensors first,
+ * expert sizes, read only when arch->moe; conv: 1 per short-conv layer, or
+ * NULL when every layer attends): the model's own tensors first,
  * then block by block in the order the reference's converter writes them.
  * Stops at, and returns, the first status fn returns that is not TKV_OK.
  */
 tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const tkv__moe_dims *moe,
-                             tkv__tensor_fn fn, void *ud);
+                             const uint8_t *conv, tkv__tensor_fn fn, void *ud);
 
 #endif

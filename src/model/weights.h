@@ -54,6 +54,9 @@ typedef struct tkv__layer {
     tkv__tensor ffn_norm;   /* (n_embd) F32; absent with post_norms */
     tkv__tensor w_gate, w_up; /* (n_ff rows, n_embd) */
     tkv__tensor w_down;     /* (n_embd rows, n_ff) */
+    tkv__tensor conv_in;    /* short-conv layers: (3 n_embd rows: B, C, x; n_embd) */
+    tkv__tensor conv_w;     /* short-conv layers: (n_embd rows, conv_len taps) F32, oldest tap first */
+    tkv__tensor conv_out;   /* short-conv layers: (n_embd rows, n_embd) */
 } tkv__layer;
 
 typedef struct tkv__weights {
@@ -74,7 +77,7 @@ typedef struct tkv__weights {
  * type has no kernels (or a norm or bias is not F32), TKV_ERR_NOMEM.
  */
 tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch,
-                             const tkv__moe_dims *moe, tkv__weights *w);
+                             const tkv__moe_dims *moe, const uint8_t *conv, tkv__weights *w);
 
 /*
  * Pack every matrix whose type the active kernel level reads faster packed

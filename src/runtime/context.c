@@ -101,7 +101,7 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
     ctx->params = p;
     const tkv_hparams *hp = &model->hp;
     const tkv_type type_v = p.kv_type_v == TKV_TYPE_COUNT ? p.kv_type : p.kv_type_v;
-    st = tkv__kv_create(p.n_cells, hp->n_layer, hp->n_head_kv * hp->head_dim, p.kv_type, type_v, p.n_seq_max, &ctx->kv);
+    st = tkv__kv_create(p.n_cells, hp->n_layer, model->ext.kv_width, p.kv_type, type_v, p.n_seq_max, &ctx->kv);
     if (!st) st = tkv__fwd_create(model, p.n_batch, p.n_cells, p.n_threads, &ctx->fwd);
     if (!st) st = tkv__pool_create(p.n_threads, &ctx->pool);
     if (!st && p.on_cache_event) {
