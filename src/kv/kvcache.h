@@ -61,7 +61,6 @@ typedef void (*tkv__kv_event_fn)(void *user, const tkv__kvevent *ev);
 typedef struct tkv__kvtxn {
     int kind;               /* 0: none; else batch or path */
     uint32_t n;             /* cells staged: cells[0..n) */
-    uint32_t n_real;        /* of which the first n_real are real cells, the rest virtual */
     const tkv_batch *b;     /* batch: the caller's, alive until commit or rollback */
     tkv_seq seq;            /* path: the sequence, or -1 for none */
     uint64_t ns;            /* path: its namespace */

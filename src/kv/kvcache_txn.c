@@ -36,7 +36,7 @@ static tkv_status busy_txn(const tkv__kvcache *kv) {
  * at commit. `what` names the caller. Nothing changes on failure. The caller holds what must survive the
  * eviction (the reused prefix, the cached cells of the marked tokens).
  */
-static tkv_status stage_cells(tkv__kvcache *kv, const char *what, uint32_t n, uint32_t *n_real) {
+static tkv_status stage_cells(tkv__kvcache *kv, const char *what, uint32_t n) {
     uint32_t n_dup = 0;
     for (uint32_t i = 0; i < n; i++) n_dup += kv->dup[i];
     const uint32_t need = n - n_dup, real = need <= kv->n_free ? need : kv->n_free, land = need - real;
@@ -56,7 +56,6 @@ static tkv_status stage_cells(tkv__kvcache *kv, const char *what, uint32_t n, ui
         if (*take) tkv__kv_take(kv, 1, &kv->cells[i]), --*take;
         else kv->cells[i] = kv->rows.n_cells + v++;
     }
-    *n_real = real + real_dup;
     return TKV_OK;
 }
 
@@ -175,8 +174,7 @@ tkv_status tkv__kv_stage_batch(tkv__kvcache *kv, const tkv_batch *b) {
     for (uint32_t s = 0; s < kv->n_seq; s++)
         if (kv->seq_count[s] && (st = tkv__kv_seq_room(kv, (tkv_seq)s, kv->seq[s].n + kv->seq_count[s]))) return st;
     if ((st = hold_dups(kv, b))) return st;
-    uint32_t n_real;
-    if ((st = stage_cells(kv, "tkv_decode", (uint32_t)b->n, &n_real))) {
+    if ((st = stage_cells(kv, "tkv_decode", (uint32_t)b->n))) {
         release_dups(kv, b);
         return st;
     }
@@ -186,7 +184,7 @@ tkv_status tkv__kv_stage_batch(tkv__kvcache *kv, const tkv_batch *b) {
         tkv__kvseq *s = &kv->seq[b->seq[i]];
         s->cells[s->n + kv->seq_count[b->seq[i]]++] = kv->cells[i];
     }
-    kv->txn = (tkv__kvtxn){.kind = TXN_BATCH, .n = (uint32_t)b->n, .n_real = n_real, .b = b, .seq = -1};
+    kv->txn = (tkv__kvtxn){.kind = TXN_BATCH, .n = (uint32_t)b->n, .b = b, .seq = -1};
     return TKV_OK;
 }
 
@@ -236,20 +234,19 @@ tkv_status tkv__kv_stage_path(tkv__kvcache *kv, const tkv__kvpath *p, uint32_t *
     at = tkv__pindex_cut(kv->ix, tkv__pindex_ancestor(kv->ix, at, keep));
     const tkv__ppos old = seq >= 0 ? tkv__pindex_seq_end(kv->ix, seq) : TKV__PPOS_EMPTY;
     const uint32_t need = fill ? n - keep : 0;
-    uint32_t n_real = 0;
     if (need) {
         /* hold the reused prefix while making room: by the sequence itself (its old tokens may then be
            evicted, as tkv_seq_sync allows), or by a pin */
         if (seq >= 0) at = tkv__pindex_seq_set(kv->ix, seq, at); /* the position may be renamed */
         else if ((st = tkv__pindex_pin(kv->ix, at, +1))) return st;
         memset(kv->dup, 0, need); /* what follows the reused prefix: the commit finds out what it held already */
-        if ((st = stage_cells(kv, name, need, &n_real))) {
+        if ((st = stage_cells(kv, name, need))) {
             if (seq >= 0) tkv__pindex_seq_set(kv->ix, seq, old);
             else tkv__pindex_pin(kv->ix, at, -1);
             return st;
         }
     }
-    kv->txn = (tkv__kvtxn){.kind = TXN_PATH, .n = need, .n_real = n_real, .seq = seq, .ns = ns, .tokens = tokens,
+    kv->txn = (tkv__kvtxn){.kind = TXN_PATH, .n = need, .seq = seq, .ns = ns, .tokens = tokens,
                            .reused = keep, .len = keep + need, .at = at, .old = old};
     *reused = keep;
     return TKV_OK;
