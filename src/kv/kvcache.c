@@ -114,6 +114,7 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
 
 void tkv__kv_free(tkv__kvcache *kv) {
     if (!kv) return;
+    tkv__kv_states_free(kv);
     tkv__pindex_free(kv->ix);
     if (kv->seq)
         for (uint32_t s = 0; s < kv->n_seq; s++) tkv__free(kv->seq[s].cells);
@@ -163,6 +164,7 @@ void tkv__kv_take(tkv__kvcache *kv, uint32_t n, uint32_t *out) {
 void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n) {
     for (uint32_t i = n; i-- > 0;) {
         if (cells[i] >= kv->rows.n_cells) continue; /* virtual: nothing to give back */
+        if (kv->st) tkv__kv_state_drop_cell(kv, cells[i]); /* its prefix is gone, and so is the state after it */
         kv->token[cells[i]] = TKV_TOKEN_NULL;
         kv->pos[cells[i]] = -1;
         kv->free[kv->n_free++] = cells[i];
@@ -397,6 +399,7 @@ tkv_status tkv__kv_check(const tkv__kvcache *kv) {
                 c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: sequence %u position %u: cell %u, its path has cell %u", s,
                                  p, q->cells[p], c.cells[p]);
     }
+    if (!c.st) c.st = tkv__kv_states_check(kv); /* every checkpoint is the state after its cell's token */
 done:
     tkv__free(c.owned);
     tkv__free(c.cells);

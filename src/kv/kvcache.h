@@ -28,6 +28,7 @@
 
 #include "tokenkv.h"
 
+#include "kvstate.h"
 #include "prefix_index.h"
 #include "model/kvrows.h"
 
@@ -94,6 +95,7 @@ typedef struct tkv__kvcache {
     void *event_user;
     tkv_token *ev_tokens; /* (n_cells) an event's prefix */
     uint32_t *ev_cells;   /* (n_cells) and its cells */
+    tkv__kvstates *st;    /* recurrent-state checkpoints (kvstate.h), or NULL: the model has no recurrent state */
 } tkv__kvcache;
 
 /* A cache of n_cells cells for n_seq sequences, K and V rows of n_embd_kv
@@ -165,6 +167,36 @@ void tkv__kv_commit(tkv__kvcache *kv);
 
 /* Undo the staged transaction: the cache is as before the stage. */
 void tkv__kv_rollback(tkv__kvcache *kv);
+
+/* ---- recurrent-state checkpoints (kvstate.c, kvstate.h) -------------------- */
+
+/* Keep checkpoints of `floats` floats each in n_slots slots (at least n_seq + 2). floats 0: none (nothing
+   changes). TKV_ERR_NOMEM (the cache must then be freed). */
+tkv_status tkv__kv_states_create(tkv__kvcache *kv, size_t floats, uint32_t n_slots);
+
+/* The longest prefix of the path cells[0..n) whose state is saved: n itself without recurrent state,
+   0 when no checkpoint lies on it (the empty prefix's state is zeros). */
+uint32_t tkv__kv_state_floor(const tkv__kvcache *kv, const uint32_t *cells, uint32_t n);
+
+/* The checkpoint after the token in cell, or NULL. */
+const float *tkv__kv_state_of(const tkv__kvcache *kv, uint32_t cell);
+
+/* Mark the checkpoint at cell used now (the LRU), where there is one. */
+void tkv__kv_state_touch(tkv__kvcache *kv, uint32_t cell);
+
+/* Checkpoints held now. */
+uint32_t tkv__kv_states_count(const tkv__kvcache *kv);
+
+/*
+ * After tkv__kv_stage_batch: the batch's runs (one per sequence) and their
+ * working states, copied from each sequence's end checkpoint (zeros for an
+ * empty one), in kv->st->run / state; a copy buffer in kv->st->snap[i] for
+ * every token with snap_kind[i] != TKV__CKPT_NONE (snap_kind may be NULL).
+ * The forward pass fills them; the commit saves them. TKV_ERR_INVALID when a
+ * sequence's state is not held (the caller replays it first), TKV_ERR_NOMEM;
+ * either way nothing is staged (the batch's stage still is).
+ */
+tkv_status tkv__kv_stage_states(tkv__kvcache *kv, const tkv_batch *b, const uint8_t *snap_kind);
 
 /* ---- sequences (kvcache.c) ------------------------------------------------- */
 

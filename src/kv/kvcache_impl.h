@@ -33,4 +33,12 @@ tkv_status tkv__kv_reserve_virtual(tkv__kvcache *kv, uint32_t n);
    seq holds exactly its tokens. */
 void tkv__kv_seq_move(tkv__kvcache *kv, tkv_seq seq, uint64_t ns, tkv__ppos at);
 
+/* Checkpoints (kvstate.c): the one of a cell that is freed; the staged decode's saved (after its batch
+   is published) or dropped; the check; the end. */
+void tkv__kv_state_drop_cell(tkv__kvcache *kv, uint32_t cell);
+void tkv__kv_states_commit(tkv__kvcache *kv, const tkv_batch *b);
+void tkv__kv_states_rollback(tkv__kvcache *kv);
+tkv_status tkv__kv_states_check(const tkv__kvcache *kv);
+void tkv__kv_states_free(tkv__kvcache *kv);
+
 #endif

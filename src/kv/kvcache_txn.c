@@ -275,7 +275,7 @@ static void commit_path(tkv__kvcache *kv) {
 
 void tkv__kv_commit(tkv__kvcache *kv) {
     land_virtual(kv);
-    if (kv->txn.kind == TXN_BATCH) release_dups(kv, kv->txn.b), commit_batch(kv);
+    if (kv->txn.kind == TXN_BATCH) release_dups(kv, kv->txn.b), commit_batch(kv), tkv__kv_states_commit(kv, kv->txn.b);
     else if (kv->txn.kind == TXN_PATH) commit_path(kv);
     kv->txn.kind = TXN_NONE;
 }
@@ -283,7 +283,7 @@ void tkv__kv_commit(tkv__kvcache *kv) {
 void tkv__kv_rollback(tkv__kvcache *kv) {
     const tkv__kvtxn *t = &kv->txn;
     tkv__kv_give_back(kv, kv->cells, t->n); /* the real ones among them: virtual cells are skipped */
-    if (t->kind == TXN_BATCH) release_dups(kv, t->b);
+    if (t->kind == TXN_BATCH) release_dups(kv, t->b), tkv__kv_states_rollback(kv);
     if (t->kind == TXN_PATH && t->n) {
         if (t->seq >= 0) tkv__pindex_seq_set(kv->ix, t->seq, t->old);
         else tkv__pindex_pin(kv->ix, t->at, -1);

@@ -1,7 +1,8 @@
 /*
  * arch.c — the supported architectures (see arch.h): llama and the
- * llama-like blocks, and lfm2, a hybrid whose short-conv layers keep each
- * token's B*x row in its cell's K row, so the cache holds all their state.
+ * llama-like blocks, and the hybrids: lfm2, whose short-conv layers keep each
+ * token's B*x row in its cell's K row, so the cache holds all their state,
+ * and qwen35, whose delta-net layers keep a recurrent state per sequence.
  */
 #include "arch.h"
 
@@ -27,6 +28,9 @@ static const tkv__arch archs[] = {
     /* hybrid: short-conv layers beside attention layers; final norm token_embd_norm, tied output */
     {.name = "lfm2", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .shortconv = true,
      .out_norm = "token_embd_norm.weight"},
+    /* hybrid: gated delta-net layers beside gated attention; the FFN's input norm is post_attention_norm */
+    {.name = "qwen35", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .deltanet = true,
+     .q_gate = true, .ffn_norm = "post_attention_norm.weight"},
 };
 
 const tkv__arch *tkv__arch_find(const char *name) {

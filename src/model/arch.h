@@ -50,11 +50,23 @@ typedef struct tkv__arch {
                              RoPE (a built-in rule: no metadata key sets it) */
     bool shortconv;       /* lfm2: attention.head_count_kv is a per-layer array whose 0s mark
                              gated short-conv layers (blk.N.shortconv.{in_proj,conv,out_proj}) */
+    bool deltanet;        /* qwen35: layer l is a gated delta-net layer (deltanet.h) unless
+                             (l + 1) % full_attention_interval == 0; those keep a recurrent
+                             state per sequence, which the cache checkpoints */
+    bool q_gate;          /* qwen35: attn_q gives each head's q and then as many gate values;
+                             the attention output is multiplied by sigmoid(gate) before attn_output */
     const char *out_norm; /* the final norm's tensor name, if not "output_norm.weight" */
 } tkv__arch;
 
-/* Layers a hybrid model can describe one by one (tkv__hp_ext.conv). */
+/* Layers a hybrid model can describe one by one (tkv__hp_ext.kind). */
 #define TKV__MAX_LAYERS 512
+
+/* What a layer's mixer is (tkv__hp_ext.kind): every layer also has its FFN. */
+typedef enum tkv__layer_kind {
+    TKV__LAYER_ATTN = 0,   /* attention over the cache's K/V rows */
+    TKV__LAYER_SHORTCONV,  /* lfm2's gated short conv: its state is in the cells' K rows */
+    TKV__LAYER_DELTANET,   /* qwen35's gated delta net: a recurrent state per sequence */
+} tkv__layer_kind;
 
 /* The architecture called `name`, or NULL when it is not supported. */
 const tkv__arch *tkv__arch_find(const char *name);

@@ -66,6 +66,16 @@ struct tkv__fwd {
     float *up;   /* (n_batch, n_ff) */
     float *cs;   /* (n_batch, n_rot) RoPE cos/sin per token */
     float *bcx;  /* (n_batch, 3 n_embd) a short-conv layer's B, C, x (arch->shortconv), or NULL */
+    float *qg;   /* (n_batch, 2 n_q) arch->q_gate: each head's q and its gate, interleaved by head */
+    float *qgate;/* (n_batch, n_q) arch->q_gate: the gates */
+    /* arch->deltanet (deltanet.h): inner = n_v d_v */
+    float *dqkv; /* (n_batch, channels) q, k, v before the conv */
+    float *dc;   /* (n_batch, channels) after it */
+    float *dz;   /* (n_batch, inner) the output gate */
+    float *dbeta, *dalpha; /* (n_batch, n_v) */
+    float *dout; /* (n_batch, inner) */
+    uint32_t *ridx; /* (n_batch) token i's index in its run */
+    int32_t *prev;  /* (n_batch) the batch index of the token before i in its run, or -1 */
     uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
     float *attn_scratch; /* (n_threads, attn_scratch_per_thread): q/accumulator, or one weight per cell */
     size_t attn_scratch_per_thread;
@@ -75,12 +85,15 @@ struct tkv__fwd {
 void tkv__fwd_free(tkv__fwd *f) {
     if (!f) return;
     float *bufs[] = {f->x,  f->h,      f->q,      f->k,  f->v,  f->att, f->tmp,          f->gate, f->up,
-                     f->cs, f->cs_swa, f->bcx, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch};
+                     f->cs, f->cs_swa, f->bcx, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch,
+                     f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
     tkv__free(f->chosen);
     tkv__free(f->chosen_w);
     tkv__free(f->rows);
+    tkv__free(f->ridx);
+    tkv__free(f->prev);
     tkv__free(f);
 }
 
@@ -119,6 +132,27 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->cs = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     if (m->arch->swa_own_rope) f->cs_swa = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     if (m->arch->shortconv) f->bcx = tkv__malloc(B * 3 * f->n_embd * sizeof(float));
+    bool extra_ok = true;
+    if (m->arch->q_gate) {
+        f->qg = tkv__malloc(B * 2 * f->n_q * sizeof(float));
+        f->qgate = tkv__malloc(B * f->n_q * sizeof(float));
+        extra_ok = f->qg && f->qgate;
+    }
+    const tkv__delta_dims *dd = &m->ext.delta;
+    const size_t inner = (size_t)dd->n_v * dd->d_v;
+    if (m->arch->deltanet) {
+        f->dqkv = tkv__malloc(B * dd->channels * sizeof(float));
+        f->dc = tkv__malloc(B * dd->channels * sizeof(float));
+        f->dz = tkv__malloc(B * inner * sizeof(float));
+        f->dbeta = tkv__malloc(B * dd->n_v * sizeof(float));
+        f->dalpha = tkv__malloc(B * dd->n_v * sizeof(float));
+        f->dout = tkv__malloc(B * inner * sizeof(float));
+        f->ridx = tkv__malloc(B * sizeof *f->ridx);
+        f->prev = tkv__malloc(B * sizeof *f->prev);
+        extra_ok = extra_ok && f->dqkv && f->dc && f->dz && f->dbeta && f->dalpha && f->dout && f->ridx && f->prev;
+        if (dd->channels > widest) widest = dd->channels;
+        if (inner > widest) widest = inner;
+    }
     const tkv__moe_dims *md = &m->ext.moe;
     size_t xq_rows = B; /* rows of the widest activation f->xq holds */
     if (m->arch->moe) {
@@ -143,10 +177,13 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->attn_scratch_per_thread = (size_t)TKV__ATTN_TOKENS * (hp->n_head / hp->n_head_kv) * n_cells + 16 * f->hd;
     const size_t kvw = m->ext.kv_width; /* a cache row: n_kv, or wider in a hybrid */
     if (f->attn_scratch_per_thread < f->hd + 2 * kvw) f->attn_scratch_per_thread = f->hd + 2 * kvw;
+    const size_t window = m->arch->deltanet ? (size_t)(dd->d_conv - 1) * dd->channels : 0; /* a conv window */
+    if (f->attn_scratch_per_thread < window) f->attn_scratch_per_thread = window;
     f->attn_scratch_per_thread += 64;
     f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
-        !f->attn_scratch || (m->arch->swa_own_rope && !f->cs_swa) || (m->arch->shortconv && !f->bcx) || !moe_ok) {
+        !f->attn_scratch || (m->arch->swa_own_rope && !f->cs_swa) || (m->arch->shortconv && !f->bcx) || !moe_ok ||
+        !extra_ok) {
         tkv__fwd_free(f);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for forward scratch (%u tokens)", n_batch);
     }
@@ -684,7 +721,7 @@ static void attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, con
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
 
     /* q, k, v = h Wq, h Wk, h Wv              (n, n_q), (n, n_kv), (n, n_kv) */
-    matmul(P, ith, nth, tag, &L->wq, attn_in, n, f->q);
+    matmul(P, ith, nth, tag, &L->wq, attn_in, n, arch->q_gate ? f->qg : f->q);
     matmul(P, ith, nth, tag, &L->wk, attn_in, n, f->k);
     matmul(P, ith, nth, tag, &L->wv, attn_in, n, f->v);
     tkv__pool_barrier(P->pool);
@@ -692,6 +729,12 @@ static void attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, con
     /* biases, q/k norms, RoPE, and K/V into each token's cell */
     for (size_t t = t0; t < t1; t++) {
         float *q = f->q + t * f->n_q, *k = f->k + t * f->n_kv, *v = f->v + t * f->n_kv;
+        if (arch->q_gate) /* qg: (n_head, 2, head_dim) -> q and the gate, (n_head, head_dim) each */
+            for (size_t h = 0; h < hp->n_head; h++) {
+                memcpy(q + h * f->hd, f->qg + t * 2 * f->n_q + 2 * h * f->hd, f->hd * sizeof *q);
+                memcpy(f->qgate + t * f->n_q + h * f->hd, f->qg + t * 2 * f->n_q + (2 * h + 1) * f->hd,
+                       f->hd * sizeof *q);
+            }
         if (arch->qkv_bias) add_bias(q, &L->bq, f->n_q), add_bias(k, &L->bk, f->n_kv), add_bias(v, &L->bv, f->n_kv);
         const float *qn = L->q_norm.data, *kn = L->k_norm.data;
         if (arch->qk_norm == TKV__QK_NORM_HEAD) { /* each head of q, then of k: (head_dim) */
@@ -740,6 +783,12 @@ static void attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, con
     }
     tag->src = NULL; /* the barrier below ends the q, k, v products' reads of f->xq */
     tkv__pool_barrier(P->pool);
+    if (arch->q_gate) { /* att = att * sigmoid(gate), once every head of the token is done */
+        for (size_t t = t0; t < t1; t++)
+            for (size_t i = 0; i < f->n_q; i++)
+                f->att[t * f->n_q + i] *= 1.0f / (1.0f + expf(-f->qgate[t * f->n_q + i]));
+        tkv__pool_barrier(P->pool);
+    }
 
     /* x = x + att Wo                                       (n, n_embd) */
     matmul(P, ith, nth, tag, &L->wo, f->att, n, f->tmp);
@@ -795,6 +844,110 @@ static void conv_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, con
     tkv__pool_barrier(P->pool);
 }
 
+/* The qkv row of the token `back` steps before batch token t in its run: a
+   batch row while the run reaches back that far, else a row of the run's
+   conv window (oldest first), which holds the tokens before the batch. */
+static const float *delta_row(const tkv__fwd *f, const tkv__delta_dims *d, const float *window, uint32_t t,
+                              uint32_t back) {
+    if (back <= f->ridx[t]) {
+        int32_t u = (int32_t)t;
+        for (uint32_t k = 0; k < back; k++) u = f->prev[u];
+        return f->dqkv + (size_t)u * d->channels;
+    }
+    return window + (size_t)(d->d_conv - 1 - (back - f->ridx[t])) * d->channels;
+}
+
+/* Write the conv window after batch token t (the last d_conv - 1 qkv rows up to t) into dst. */
+static void delta_window_after(const tkv__fwd *f, const tkv__delta_dims *d, const float *window, uint32_t t,
+                               float *dst) {
+    for (uint32_t r = 0; r + 1 < d->d_conv; r++) /* row r is d_conv - 2 - r steps back */
+        memcpy(dst + (size_t)r * d->channels, delta_row(f, d, window, t, d->d_conv - 2 - r),
+               d->channels * sizeof *dst);
+}
+
+/*
+ * The gated delta net of layer l (qwen35; deltanet.h has the math), for
+ * every run (one sequence's tokens) of the batch:
+ *
+ *   qkv, z, beta, alpha = h Wqkv, h Wz, h Wbeta, h Walpha
+ *   c = conv(qkv over the run's last d_conv tokens)        token by token, in parallel
+ *   o = the recurrence over each (run, v head), in position order
+ *   o = gated norm(o, z);  tmp = o Wout                     (n, n_embd)
+ *
+ * The run's state (its conv window and every head's S) is read before the
+ * first token and left after the last; tokens asked for get a copy of the
+ * state after them (checkpoints). A token's arithmetic does not depend on
+ * the batch: earlier tokens come from the batch or the window alike.
+ */
+static void delta_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in) {
+    tkv__fwd *f = P->f;
+    const tkv_model *m = f->m;
+    const tkv__layer *L = &m->w.layers[l];
+    const tkv__fwd_batch *b = P->b;
+    const tkv__delta_dims *d = &m->ext.delta;
+    const uint32_t n = b->n, CH = d->channels, inner = d->n_v * d->d_v;
+    const size_t off = tkv__model_state_off(&m->ext, l);
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+
+    /* qkv (n, channels), z (n, inner), beta and alpha (n, n_v) */
+    matmul(P, ith, nth, tag, &L->dn_qkv, in, n, f->dqkv);
+    matmul(P, ith, nth, tag, &L->dn_z, in, n, f->dz);
+    matmul(P, ith, nth, tag, &L->dn_beta, in, n, f->dbeta);
+    matmul(P, ith, nth, tag, &L->dn_alpha, in, n, f->dalpha);
+    tkv__pool_barrier(P->pool);
+
+    /* c = silu(conv(qkv)), q and k L2-normed                (n, channels) */
+    for (size_t t = t0; t < t1; t++) {
+        const float *window = tkv__delta_window(d, b->state[b->run[t]] + off);
+        const float *rows[16];
+        for (uint32_t k = 0; k < d->d_conv; k++) rows[k] = delta_row(f, d, window, (uint32_t)t, d->d_conv - 1 - k);
+        tkv__deltanet_conv(d, L->dn_conv.data, rows, m->hp.rms_eps, f->dc + t * CH);
+    }
+    tkv__pool_barrier(P->pool); /* every read of the windows is done */
+
+    /* the recurrence, one (run, v head) at a time; head 0's owner also moves the run's window */
+    const float *A = L->dn_a.data, *dt = L->dn_dt.data;
+    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
+    for (size_t p = (size_t)ith; p < (size_t)b->n_runs * d->n_v; p += (size_t)nth) {
+        const uint32_t r = (uint32_t)(p / d->n_v), h = (uint32_t)(p % d->n_v), kh = h % d->n_k;
+        float *st = b->state[r] + off;
+        float *S = tkv__delta_S(d, st, h);
+        uint32_t last = 0;
+        bool any = false; /* runs of other chunks of the decode have no token here */
+        for (uint32_t t = 0; t < n; t++) {
+            if (b->run[t] != r) continue;
+            any = true;
+            const float *c = f->dc + (size_t)t * CH;
+            const float *q = c + (size_t)kh * d->d_k, *k = c + (size_t)(d->n_k + kh) * d->d_k;
+            const float *v = c + (size_t)2 * d->n_k * d->d_k + (size_t)h * d->d_v;
+            const float a = f->dalpha[(size_t)t * d->n_v + h] + dt[h];
+            const float softplus = a > 20.0f ? a : log1pf(expf(a));
+            const float beta = 1.0f / (1.0f + expf(-f->dbeta[(size_t)t * d->n_v + h]));
+            tkv__deltanet_step(d, S, q, k, v, A[h] * softplus, beta, f->dout + (size_t)t * inner + (size_t)h * d->d_v);
+            if (b->snap && b->snap[t]) {
+                memcpy(tkv__delta_S(d, b->snap[t] + off, h), S, (size_t)d->d_k * d->d_v * sizeof *S);
+                if (h == 0) delta_window_after(f, d, tkv__delta_window(d, st), t, tkv__delta_window(d, b->snap[t] + off));
+            }
+            last = t;
+        }
+        if (h == 0 && any) { /* the window after the run's last token, through scratch: it overwrites what it reads */
+            delta_window_after(f, d, tkv__delta_window(d, st), last, scratch);
+            memcpy(tkv__delta_window(d, st), scratch, (size_t)(d->d_conv - 1) * CH * sizeof *scratch);
+        }
+    }
+    tkv__pool_barrier(P->pool);
+
+    /* o = rmsnorm(o) * ssm_norm * silu(z), per v head       (n, inner) */
+    for (size_t t = t0; t < t1; t++)
+        tkv__deltanet_gate_norm(d, f->dout + t * inner, f->dz + t * inner, L->dn_norm.data, m->hp.rms_eps);
+    tag->src = NULL;
+    tkv__pool_barrier(P->pool);
+    /* tmp = o Wout                                          (n, n_embd) */
+    matmul(P, ith, nth, tag, &L->dn_out, f->dout, n, f->tmp);
+    tkv__pool_barrier(P->pool);
+}
+
 static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tkv__fwd *f = P->f;
     const tkv_model *m = f->m;
@@ -816,7 +969,8 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tag->src = NULL;
     tkv__pool_barrier(P->pool);
 
-    if (m->ext.conv[l]) conv_mixer(P, ith, nth, l, tag, attn_in);
+    if (m->ext.kind[l] == TKV__LAYER_SHORTCONV) conv_mixer(P, ith, nth, l, tag, attn_in);
+    else if (m->ext.kind[l] == TKV__LAYER_DELTANET) delta_mixer(P, ith, nth, l, tag, attn_in);
     else attn_mixer(P, ith, nth, l, tag, attn_in);
     for (size_t t = t0; t < t1; t++) {
         float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
@@ -909,8 +1063,27 @@ static void pass_task(void *arg, int ith, int nth) {
     }
 }
 
+/* Each token's place in its run (f->ridx, f->prev), for the delta net's conv. */
+static void index_runs(tkv__fwd *f, const tkv__fwd_batch *b) {
+    for (uint32_t t = 0; t < b->n; t++) {
+        f->prev[t] = -1;
+        f->ridx[t] = 0;
+        for (uint32_t u = t; u-- > 0;)
+            if (b->run[u] == b->run[t]) {
+                f->prev[t] = (int32_t)u;
+                f->ridx[t] = f->ridx[u] + 1;
+                break;
+            }
+    }
+}
+
 tkv_status tkv__forward(tkv__fwd *f, tkv__kvrows *kv, tkv__pool *pool, const tkv__fwd_batch *b, tkv_abort_fn abort_cb,
                         void *abort_user) {
+    if (f->m->ext.state_floats) {
+        if (!b->n_runs || !b->run || !b->state)
+            return tkv__fail(TKV_ERR_INVALID, "forward: a model with recurrent layers needs each token's run and state");
+        index_runs(f, b);
+    }
     pass P = {.f = f, .kv = kv, .pool = pool, .b = b, .abort_cb = abort_cb, .abort_user = abort_user,
               .attn = tkv__attn_get()};
     atomic_init(&P.aborted, false);

@@ -35,13 +35,20 @@ typedef struct tkv__fwd_batch {
     float *logits;                /* (n_out, n_vocab) */
     bool attn_float;              /* batch invariance: every token attends in float, and float weights
                                      take one product order, whatever n */
+    /* recurrent layers (m->ext.state_floats > 0), else 0 / NULL. A run is one sequence's tokens of the
+       batch, in position order (the batch may interleave runs). */
+    uint32_t n_runs;
+    const uint32_t *run;          /* (n) token i's run */
+    float *const *state;          /* (n_runs) each run's state (ext.state_floats), updated in place: the
+                                     state before its first token here on entry, after its last on return */
+    float *const *snap;           /* (n) NULL, or where the state after token i is copied */
 } tkv__fwd_batch;
 
 /*
- * Compute the batch: write each token's K/V rows into its cell (all layers)
- * and the logits of the tokens in `out`. The abort callback is asked before
- * each layer; TKV_ERR_ABORTED then (cells may hold partial K/V: the caller
- * does not publish them).
+ * Compute the batch: write each token's K/V rows into its cell (all layers),
+ * advance each run's recurrent state, and the logits of the tokens in `out`.
+ * The abort callback is asked before each layer; TKV_ERR_ABORTED then (cells
+ * and states may be partly written: the caller publishes neither).
  */
 tkv_status tkv__forward(tkv__fwd *f, tkv__kvrows *kv, tkv__pool *pool, const tkv__fwd_batch *b, tkv_abort_fn abort_cb,
                         void *abort_user);

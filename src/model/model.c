@@ -64,9 +64,9 @@ static tkv_status hp_u32(const tkv__gguf *g, const char *arch, const char *name,
 /*
  * A hybrid's per-layer head_count_kv array (arch->shortconv): 0 marks a
  * short-conv layer. *max receives the attention layers' count, which must be
- * the same on each; conv (may be NULL) 1 per conv layer.
+ * the same on each; kind (may be NULL) receives each layer's tkv__layer_kind.
  */
-static tkv_status kv_heads_array(const tkv__gguf *g, const char *arch, uint32_t n_layer, uint32_t *max, uint8_t *conv) {
+static tkv_status kv_heads_array(const tkv__gguf *g, const char *arch, uint32_t n_layer, uint32_t *max, uint8_t *kind) {
     char key[128];
     snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
     const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
@@ -85,7 +85,7 @@ static tkv_status kv_heads_array(const tkv__gguf *g, const char *arch, uint32_t 
         if (v && *max && v != *max)
             return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': attention layers with %u and %u KV heads", key, *max, v);
         if (v) *max = v;
-        if (conv) conv[l] = v == 0;
+        if (kind) kind[l] = v == 0 ? TKV__LAYER_SHORTCONV : TKV__LAYER_ATTN;
     }
     if (!*max) return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': no attention layer", key);
     return TKV_OK;
@@ -238,6 +238,49 @@ static tkv_status check_tensor(const tkv__tensor_need *n, void *ud) {
 }
 
 /*
+ * A delta-net hybrid's sizes (deltanet.h) and which layers are delta nets:
+ * every layer but those with (l + 1) % full_attention_interval == 0. A file
+ * that lists them (attention.recurrent_layers) is refused by that name: the
+ * converter writes the interval, and a list this code ignored would run the
+ * wrong layers.
+ */
+static tkv_status read_delta(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ext *x) {
+    const char *a = hp->arch;
+    tkv__delta_dims *d = &x->delta;
+    char key[128];
+    tkv_status st;
+    uint32_t every, inner;
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", a);
+    if (tkv__gguf_find(g, key))
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': a list of recurrent layers is not supported "
+                         "(full_attention_interval is)", key);
+    if (hp->n_layer > TKV__MAX_LAYERS)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "%u layers: a hybrid may have at most %d", hp->n_layer, TKV__MAX_LAYERS);
+    if ((st = hp_u32(g, a, "full_attention_interval", 4, &every))) return st;
+    if ((st = hp_u32(g, a, "ssm.conv_kernel", -1, &d->d_conv))) return st;
+    if ((st = hp_u32(g, a, "ssm.state_size", -1, &d->d_k))) return st;
+    if ((st = hp_u32(g, a, "ssm.group_count", -1, &d->n_k))) return st;
+    if ((st = hp_u32(g, a, "ssm.time_step_rank", -1, &d->n_v))) return st;
+    if ((st = hp_u32(g, a, "ssm.inner_size", -1, &inner))) return st;
+    if (every == 0 || d->d_conv < 2 || d->d_conv > 16 || !d->d_k || !d->n_k || !d->n_v || d->n_v % d->n_k ||
+        inner % d->n_v || inner / d->n_v == 0 || inner / d->n_v > TKV__DELTA_MAX_DV || d->d_k > 4096)
+        return tkv__fail(TKV_ERR_FORMAT,
+                         "metadata keys '%s.ssm.*': conv kernel %u, state size %u, %u groups, %u v heads, inner size %u, "
+                         "full_attention_interval %u: expected a kernel of 2..16, v heads a multiple of the groups, "
+                         "v heads of 1..%d elements, an interval > 0",
+                         a, d->d_conv, d->d_k, d->n_k, d->n_v, inner, every, TKV__DELTA_MAX_DV);
+    d->d_v = inner / d->n_v;
+    d->channels = 2 * d->n_k * d->d_k + inner;
+    d->layer_floats = (size_t)(d->d_conv - 1) * d->channels + (size_t)d->n_v * d->d_k * d->d_v;
+    x->state_floats = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        x->kind[l] = (l + 1) % every ? TKV__LAYER_DELTANET : TKV__LAYER_ATTN;
+        if (x->kind[l] == TKV__LAYER_DELTANET) x->state_floats += d->layer_floats;
+    }
+    return TKV_OK;
+}
+
+/*
  * The hyperparameters some architectures add (model.h tkv__hp_ext), with the
  * same checks as the others: a key of the wrong type fails the load.
  * YaRN: the correction dims of the blend between interpolated and
@@ -278,13 +321,14 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
         uint32_t unused;
         snprintf(key, sizeof key, "%s.attention.head_count_kv", a);
         const tkv__gguf_kv *hkv = tkv__gguf_find(g, key);
-        if (hkv && hkv->type == TKV_META_ARRAY && (st = kv_heads_array(g, a, hp->n_layer, &unused, x->conv))) return st;
+        if (hkv && hkv->type == TKV_META_ARRAY && (st = kv_heads_array(g, a, hp->n_layer, &unused, x->kind))) return st;
         if ((st = hp_u32(g, a, "shortconv.l_cache", 3, &x->conv_len))) return st;
         if (x->conv_len != 3)
             return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.shortconv.l_cache' = %u: only 3 taps are supported", a, x->conv_len);
         for (uint32_t l = 0; l < hp->n_layer; l++)
-            if (x->conv[l] && x->kv_width < hp->n_embd) x->kv_width = hp->n_embd;
+            if (x->kind[l] == TKV__LAYER_SHORTCONV && x->kv_width < hp->n_embd) x->kv_width = hp->n_embd;
     }
+    if (ar->deltanet && (st = read_delta(g, hp, x))) return st;
     if (!strcmp(hp->rope_scaling, "yarn")) {
         float beta_fast, beta_slow, unused;
         if ((st = hp_float(g, a, "rope.scaling.yarn_beta_fast", 32.0, &beta_fast))) return st;
@@ -305,7 +349,8 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
 
 static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const tkv__hp_ext *x) {
     check_ctx c = {g, hp->arch};
-    return tkv__tensors_each(tkv__arch_find(hp->arch), hp, &x->moe, x->conv, check_tensor, &c);
+    const tkv__layout lay = {&x->moe, &x->delta, x->kind};
+    return tkv__tensors_each(tkv__arch_find(hp->arch), hp, &lay, check_tensor, &c);
 }
 
 /* ---- load / free -------------------------------------------------------- */
@@ -321,7 +366,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
             st = tkv__fail(TKV_ERR_FORMAT, "the file has no tensors (a vocabulary-only file): it loads only with vocab_only");
         else
             st = check_tensors(g, &hp, &ext);
-        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &ext.moe, ext.conv, &w);
+        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &(tkv__layout){&ext.moe, &ext.delta, ext.kind}, &w);
         if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g);
         if (st) tkv__weights_free(&w);
     }

@@ -7,6 +7,7 @@
 #include "format/gguf.h"
 #include "text/tokenizer.h"
 #include "arch.h"
+#include "deltanet.h"
 #include "moe.h"
 #include "weights.h"
 #include "tokenkv.h"
@@ -30,8 +31,17 @@ typedef struct tkv__hp_ext {
     uint32_t kv_width;       /* elements of a cache K/V row: n_head_kv head_dim, or with short-conv
                                 layers (which keep each token's B x row there) at least n_embd */
     uint32_t conv_len;       /* arch->shortconv: [ARCH.shortconv.l_cache], the conv's taps */
-    uint8_t conv[TKV__MAX_LAYERS]; /* arch->shortconv: 1 where layer l is a short-conv layer */
+    tkv__delta_dims delta;   /* arch->deltanet: the delta net's sizes */
+    size_t state_floats;     /* a sequence's recurrent state, every delta-net layer's (0: none) */
+    uint8_t kind[TKV__MAX_LAYERS]; /* each layer's tkv__layer_kind */
 } tkv__hp_ext;
+
+/* Where delta-net layer l's state starts in a sequence's state (floats). */
+static inline size_t tkv__model_state_off(const tkv__hp_ext *x, uint32_t l) {
+    size_t n = 0;
+    for (uint32_t i = 0; i < l; i++) n += x->kind[i] == TKV__LAYER_DELTANET;
+    return n * x->delta.layer_floats;
+}
 
 struct tkv_model {
     uint32_t magic; /* TKV__MODEL_MAGIC (see tkv_last_error) */

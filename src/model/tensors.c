@@ -21,14 +21,14 @@ enum when {
     DENSE_ALL, /* one FFN (fused or not) */
     MOE,      /* arch->moe */
     OAI,      /* arch->oai */
-    CONV,     /* short-conv layers only (arch->shortconv) */
 };
 
-/* Roles of the attention block, absent from short-conv layers. */
-#define ATTN_ROLE(i) ((i) >= 1 && (i) <= 12)
+/* Which layers store a tensor: every layer (its FFN, its norms), or those of one mixer kind. */
+enum { ANY = -1, ATTN = TKV__LAYER_ATTN, CONV = TKV__LAYER_SHORTCONV, DELTA = TKV__LAYER_DELTANET };
 
 /* The sizes a shape is written in. */
-enum dim { ONE, EMBD, Q, KV, FF, QNORM, KNORM, QKV, FF2, HEADS, EXPERTS, EXP_FF, EMBD3, TAPS };
+enum dim { ONE, EMBD, Q, QG, KV, FF, QNORM, KNORM, QKV, FF2, HEADS, EXPERTS, EXP_FF, EMBD3, TAPS,
+           D_CH, D_INNER, D_CONV, D_NV, D_V };
 
 static const struct role {
     const char *suffix; /* after "blk.N." */
@@ -36,40 +36,50 @@ static const struct role {
     unsigned n_dims;
     bool matrix;
     enum when when;
+    int mixer; /* ANY, or the layer kind that stores it */
     size_t bind;
 } roles[] = {
 #define L(field) offsetof(tkv__layer, field)
-    {"attn_norm.weight", {EMBD}, 1, false, PRE, L(attn_norm)},
-    {"attn_q.weight", {EMBD, Q}, 2, true, UNFUSED, L(wq)},
-    {"attn_k.weight", {EMBD, KV}, 2, true, UNFUSED, L(wk)},
-    {"attn_v.weight", {EMBD, KV}, 2, true, UNFUSED, L(wv)},
-    {"attn_qkv.weight", {EMBD, QKV}, 2, true, FUSED, TKV__BIND_VIEWS},
-    {"attn_q.bias", {Q}, 1, false, BIAS, L(bq)},
-    {"attn_k.bias", {KV}, 1, false, BIAS, L(bk)},
-    {"attn_v.bias", {KV}, 1, false, BIAS, L(bv)},
-    {"attn_q_norm.weight", {QNORM}, 1, false, QK_NORM, L(q_norm)},
-    {"attn_k_norm.weight", {KNORM}, 1, false, QK_NORM, L(k_norm)},
-    {"attn_output.weight", {Q, EMBD}, 2, true, ALL, L(wo)},
-    {"attn_output.bias", {EMBD}, 1, false, OAI, L(bo)},
-    {"attn_sinks.weight", {HEADS}, 1, false, OAI, L(sinks)},
-    {"post_attention_norm.weight", {EMBD}, 1, false, POST, L(post_attn_norm)},
-    {"shortconv.conv.weight", {TAPS, EMBD}, 2, false, CONV, L(conv_w)},
-    {"shortconv.in_proj.weight", {EMBD, EMBD3}, 2, true, CONV, L(conv_in)},
-    {"shortconv.out_proj.weight", {EMBD, EMBD}, 2, true, CONV, L(conv_out)},
-    {NULL /* arch's ffn norm */, {EMBD}, 1, false, PRE, L(ffn_norm)},
-    {"ffn_gate.weight", {EMBD, FF}, 2, true, DENSE, L(w_gate)},
-    {"ffn_up.weight", {EMBD, FF}, 2, true, DENSE, L(w_up)},
-    {"ffn_up.weight", {EMBD, FF2}, 2, true, FUSED, TKV__BIND_VIEWS},
-    {"ffn_down.weight", {FF, EMBD}, 2, true, DENSE_ALL, L(w_down)},
-    {"ffn_gate_inp.weight", {EMBD, EXPERTS}, 2, true, MOE, L(router)},
-    {"ffn_gate_exps.weight", {EMBD, EXP_FF, EXPERTS}, 3, true, MOE, L(exp_gate)},
-    {"ffn_up_exps.weight", {EMBD, EXP_FF, EXPERTS}, 3, true, MOE, L(exp_up)},
-    {"ffn_down_exps.weight", {EXP_FF, EMBD, EXPERTS}, 3, true, MOE, L(exp_down)},
-    {"ffn_gate_inp.bias", {EXPERTS}, 1, false, OAI, L(router_b)},
-    {"ffn_gate_exps.bias", {EXP_FF, EXPERTS}, 2, false, OAI, L(exp_gate_b)},
-    {"ffn_up_exps.bias", {EXP_FF, EXPERTS}, 2, false, OAI, L(exp_up_b)},
-    {"ffn_down_exps.bias", {EMBD, EXPERTS}, 2, false, OAI, L(exp_down_b)},
-    {"post_ffw_norm.weight", {EMBD}, 1, false, POST, L(post_ffn_norm)},
+    {"attn_norm.weight", {EMBD}, 1, false, PRE, ANY, L(attn_norm)},
+    {"attn_q.weight", {EMBD, QG}, 2, true, UNFUSED, ATTN, L(wq)},
+    {"attn_k.weight", {EMBD, KV}, 2, true, UNFUSED, ATTN, L(wk)},
+    {"attn_v.weight", {EMBD, KV}, 2, true, UNFUSED, ATTN, L(wv)},
+    {"attn_qkv.weight", {EMBD, QKV}, 2, true, FUSED, ATTN, TKV__BIND_VIEWS},
+    {"attn_q.bias", {Q}, 1, false, BIAS, ATTN, L(bq)},
+    {"attn_k.bias", {KV}, 1, false, BIAS, ATTN, L(bk)},
+    {"attn_v.bias", {KV}, 1, false, BIAS, ATTN, L(bv)},
+    {"attn_q_norm.weight", {QNORM}, 1, false, QK_NORM, ATTN, L(q_norm)},
+    {"attn_k_norm.weight", {KNORM}, 1, false, QK_NORM, ATTN, L(k_norm)},
+    {"attn_output.weight", {Q, EMBD}, 2, true, ALL, ATTN, L(wo)},
+    {"attn_output.bias", {EMBD}, 1, false, OAI, ATTN, L(bo)},
+    {"attn_sinks.weight", {HEADS}, 1, false, OAI, ATTN, L(sinks)},
+    {"attn_qkv.weight", {EMBD, D_CH}, 2, true, ALL, DELTA, L(dn_qkv)},
+    {"attn_gate.weight", {EMBD, D_INNER}, 2, true, ALL, DELTA, L(dn_z)},
+    {"ssm_conv1d.weight", {D_CONV, D_CH}, 2, false, ALL, DELTA, L(dn_conv)},
+    {"ssm_dt.bias", {D_NV}, 1, false, ALL, DELTA, L(dn_dt)},
+    {"ssm_a", {D_NV}, 1, false, ALL, DELTA, L(dn_a)},
+    {"ssm_beta.weight", {EMBD, D_NV}, 2, true, ALL, DELTA, L(dn_beta)},
+    {"ssm_alpha.weight", {EMBD, D_NV}, 2, true, ALL, DELTA, L(dn_alpha)},
+    {"ssm_norm.weight", {D_V}, 1, false, ALL, DELTA, L(dn_norm)},
+    {"ssm_out.weight", {D_INNER, EMBD}, 2, true, ALL, DELTA, L(dn_out)},
+    {"post_attention_norm.weight", {EMBD}, 1, false, POST, ANY, L(post_attn_norm)},
+    {"shortconv.conv.weight", {TAPS, EMBD}, 2, false, ALL, CONV, L(conv_w)},
+    {"shortconv.in_proj.weight", {EMBD, EMBD3}, 2, true, ALL, CONV, L(conv_in)},
+    {"shortconv.out_proj.weight", {EMBD, EMBD}, 2, true, ALL, CONV, L(conv_out)},
+    {NULL /* arch's ffn norm */, {EMBD}, 1, false, PRE, ANY, L(ffn_norm)},
+    {"ffn_gate.weight", {EMBD, FF}, 2, true, DENSE, ANY, L(w_gate)},
+    {"ffn_up.weight", {EMBD, FF}, 2, true, DENSE, ANY, L(w_up)},
+    {"ffn_up.weight", {EMBD, FF2}, 2, true, FUSED, ANY, TKV__BIND_VIEWS},
+    {"ffn_down.weight", {FF, EMBD}, 2, true, DENSE_ALL, ANY, L(w_down)},
+    {"ffn_gate_inp.weight", {EMBD, EXPERTS}, 2, true, MOE, ANY, L(router)},
+    {"ffn_gate_exps.weight", {EMBD, EXP_FF, EXPERTS}, 3, true, MOE, ANY, L(exp_gate)},
+    {"ffn_up_exps.weight", {EMBD, EXP_FF, EXPERTS}, 3, true, MOE, ANY, L(exp_up)},
+    {"ffn_down_exps.weight", {EXP_FF, EMBD, EXPERTS}, 3, true, MOE, ANY, L(exp_down)},
+    {"ffn_gate_inp.bias", {EXPERTS}, 1, false, OAI, ANY, L(router_b)},
+    {"ffn_gate_exps.bias", {EXP_FF, EXPERTS}, 2, false, OAI, ANY, L(exp_gate_b)},
+    {"ffn_up_exps.bias", {EXP_FF, EXPERTS}, 2, false, OAI, ANY, L(exp_up_b)},
+    {"ffn_down_exps.bias", {EMBD, EXPERTS}, 2, false, OAI, ANY, L(exp_down_b)},
+    {"post_ffw_norm.weight", {EMBD}, 1, false, POST, ANY, L(post_ffn_norm)},
 #undef L
 };
 
@@ -86,21 +96,24 @@ static bool stored(const tkv__arch *a, enum when w) {
     case DENSE_ALL: return !a->moe;
     case MOE: return a->moe;
     case OAI: return a->oai;
-    case CONV: return a->shortconv;
     }
     return false;
 }
 
-tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const tkv__moe_dims *moe,
-                             const uint8_t *conv, tkv__tensor_fn fn, void *ud) {
+tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const tkv__layout *lay, tkv__tensor_fn fn,
+                             void *ud) {
     const uint64_t q = (uint64_t)hp->n_head * hp->head_dim, kv = (uint64_t)hp->n_head_kv * hp->head_dim;
     const bool whole = arch->qk_norm == TKV__QK_NORM_WHOLE;
+    const tkv__moe_dims *moe = lay->moe;
+    const tkv__delta_dims *dd = lay->delta;
     const uint64_t size[] = {
-        [ONE] = 1, [EMBD] = hp->n_embd, [Q] = q, [KV] = kv, [FF] = hp->n_ff,
+        [ONE] = 1, [EMBD] = hp->n_embd, [Q] = q, [QG] = arch->q_gate ? 2 * q : q, [KV] = kv, [FF] = hp->n_ff,
         [QNORM] = whole ? q : hp->head_dim, [KNORM] = whole ? kv : hp->head_dim, [QKV] = q + 2 * kv,
         [FF2] = 2 * (uint64_t)hp->n_ff, [HEADS] = hp->n_head,
         [EXPERTS] = arch->moe ? moe->n_expert : 0, [EXP_FF] = arch->moe ? moe->n_ff : 0,
         [EMBD3] = 3 * (uint64_t)hp->n_embd, [TAPS] = 3, /* lfm2's kernel (shortconv.l_cache, checked at load) */
+        [D_CH] = dd ? dd->channels : 0, [D_INNER] = dd ? (uint64_t)dd->n_v * dd->d_v : 0,
+        [D_CONV] = dd ? dd->d_conv : 0, [D_NV] = dd ? dd->n_v : 0, [D_V] = dd ? dd->d_v : 0,
     };
     tkv_status st;
     tkv__tensor_need t;
@@ -134,8 +147,8 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
         for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
             const struct role *r = &roles[i];
             if (!stored(arch, r->when)) continue;
-            const bool is_conv = conv && conv[l];
-            if (is_conv ? ATTN_ROLE(i) : r->when == CONV) continue;
+            const int kind = lay->kind ? lay->kind[l] : TKV__LAYER_ATTN;
+            if (r->mixer != ANY && r->mixer != kind) continue;
             memset(&t, 0, sizeof t);
             snprintf(t.name, sizeof t.name, "blk.%u.%s", l, r->suffix ? r->suffix : tkv__arch_ffn_norm(arch));
             t.n_dims = r->n_dims;

@@ -8,6 +8,7 @@
 #define TKV_TENSORS_H
 
 #include "arch.h"
+#include "deltanet.h"
 #include "moe.h"
 #include "tokenkv.h"
 
@@ -30,14 +31,20 @@ typedef struct tkv__tensor_need {
 
 typedef tkv_status (*tkv__tensor_fn)(const tkv__tensor_need *t, void *ud);
 
+/* What tensor shapes depend on beyond tkv_hparams. */
+typedef struct tkv__layout {
+    const tkv__moe_dims *moe;     /* the expert sizes (read only when arch->moe) */
+    const tkv__delta_dims *delta; /* the delta net's sizes (read only for delta-net layers) */
+    const uint8_t *kind;          /* (n_layer) each layer's tkv__layer_kind, or NULL: every layer attends */
+} tkv__layout;
+
 /*
- * Call fn once per tensor of a model with these hyperparameters (moe: the
- * expert sizes, read only when arch->moe; conv: 1 per short-conv layer, or
- * NULL when every layer attends): the model's own tensors first,
- * then block by block in the order the reference's converter writes them.
- * Stops at, and returns, the first status fn returns that is not TKV_OK.
+ * Call fn once per tensor of a model with these hyperparameters and layout:
+ * the model's own tensors first, then block by block in the order the
+ * reference's converter writes them. Stops at, and returns, the first
+ * status fn returns that is not TKV_OK.
  */
-tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const tkv__moe_dims *moe,
-                             const uint8_t *conv, tkv__tensor_fn fn, void *ud);
+tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const tkv__layout *lay, tkv__tensor_fn fn,
+                             void *ud);
 
 #endif

@@ -69,13 +69,13 @@ static tkv_status bind_one(const tkv__tensor_need *n, void *ud) {
     return bind(c->g, n->name, n->matrix, n->optional, (tkv__tensor *)(base + n->bind));
 }
 
-tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch,
-                             const tkv__moe_dims *moe, const uint8_t *conv, tkv__weights *w) {
+tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch, const tkv__layout *lay,
+                             tkv__weights *w) {
     memset(w, 0, sizeof *w);
     w->layers = tkv__calloc(hp->n_layer, sizeof *w->layers);
     if (!w->layers) return tkv__fail(TKV_ERR_NOMEM, "out of memory for %u layers", hp->n_layer);
     bind_ctx c = {g, w};
-    tkv_status st = tkv__tensors_each(arch, hp, moe, conv, bind_one, &c);
+    tkv_status st = tkv__tensors_each(arch, hp, lay, bind_one, &c);
     for (uint32_t l = 0; l < hp->n_layer && arch->fused && !st; l++) st = bind_fused(g, hp, l, &w->layers[l]);
     if (!st && !w->output.data) w->output = w->tok_embd;
     if (st) tkv__weights_free(w);
@@ -90,7 +90,8 @@ static size_t matrices(tkv__weights *w, const tkv_hparams *hp, tkv__tensor **out
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         tkv__layer *L = &w->layers[l];
         tkv__tensor *m[] = {&L->wq,     &L->wk,     &L->wv,     &L->wo,     &L->w_gate,  &L->w_up,
-                            &L->w_down, &L->router, &L->exp_gate, &L->exp_up, &L->exp_down, &L->conv_in, &L->conv_out};
+                            &L->w_down, &L->router, &L->exp_gate, &L->exp_up, &L->exp_down, &L->conv_in, &L->conv_out,
+                            &L->dn_qkv, &L->dn_z,   &L->dn_beta, &L->dn_alpha, &L->dn_out};
         for (size_t i = 0; i < sizeof m / sizeof m[0]; i++, n++)
             if (out) out[n] = m[i];
     }

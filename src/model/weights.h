@@ -57,6 +57,14 @@ typedef struct tkv__layer {
     tkv__tensor conv_in;    /* short-conv layers: (3 n_embd rows: B, C, x; n_embd) */
     tkv__tensor conv_w;     /* short-conv layers: (n_embd rows, conv_len taps) F32, oldest tap first */
     tkv__tensor conv_out;   /* short-conv layers: (n_embd rows, n_embd) */
+    /* delta-net layers (deltanet.h): inner = n_v d_v */
+    tkv__tensor dn_qkv;     /* (channels rows, n_embd): q, k, v before the conv */
+    tkv__tensor dn_z;       /* (inner rows, n_embd): the output gate */
+    tkv__tensor dn_conv;    /* (channels rows, d_conv taps) F32, the current token's last */
+    tkv__tensor dn_dt, dn_a;/* (n_v) F32: the decay's bias and A = -exp(A_log) */
+    tkv__tensor dn_beta, dn_alpha; /* (n_v rows, n_embd) */
+    tkv__tensor dn_norm;    /* (d_v) F32 */
+    tkv__tensor dn_out;     /* (n_embd rows, inner) */
 } tkv__layer;
 
 typedef struct tkv__weights {
@@ -76,8 +84,9 @@ typedef struct tkv__weights {
  * Returns TKV_ERR_UNSUPPORTED naming the tensor and its type when a weight
  * type has no kernels (or a norm or bias is not F32), TKV_ERR_NOMEM.
  */
-tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch,
-                             const tkv__moe_dims *moe, const uint8_t *conv, tkv__weights *w);
+typedef struct tkv__layout tkv__layout;
+tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *arch, const tkv__layout *lay,
+                             tkv__weights *w);
 
 /*
  * Pack every matrix whose type the active kernel level reads faster packed

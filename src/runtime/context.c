@@ -44,6 +44,9 @@ static tkv_context_params context_defaults(void) {
         .kv_type = TKV_TYPE_F16,
         .batch_invariant = true, /* reuse never changes an answer; it costs nothing measurable (bench/RESULTS.md) */
         .kv_type_v = TKV_TYPE_COUNT, /* as kv_type */
+        .state_cache_mib = 256,
+        .state_interval = 32, /* divergences land within 32 tokens of a checkpoint: >= 80% of 100-200-token
+                                 common prefixes reused on average */
     };
 }
 
@@ -66,6 +69,9 @@ void tkv_context_free(tkv_context *ctx) {
     tkv__free(ctx->cell_lists);
     tkv__free(ctx->out);
     tkv__free(ctx->seq_tokens);
+    tkv__free(ctx->snap_kind);
+    tkv__free(ctx->seq_seen);
+    tkv__free(ctx->path_cells);
     ctx->h.magic = 0;
     tkv__free(ctx);
 }
@@ -102,6 +108,12 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
     const tkv_hparams *hp = &model->hp;
     const tkv_type type_v = p.kv_type_v == TKV_TYPE_COUNT ? p.kv_type : p.kv_type_v;
     st = tkv__kv_create(p.n_cells, hp->n_layer, model->ext.kv_width, p.kv_type, type_v, p.n_seq_max, &ctx->kv);
+    if (!st && model->ext.state_floats) {
+        const size_t bytes = model->ext.state_floats * sizeof(float);
+        const uint64_t budget = (uint64_t)p.state_cache_mib << 20;
+        const uint64_t slots = budget / bytes;
+        st = tkv__kv_states_create(ctx->kv, model->ext.state_floats, slots > UINT32_MAX ? UINT32_MAX : (uint32_t)slots);
+    }
     if (!st) st = tkv__fwd_create(model, p.n_batch, p.n_cells, p.n_threads, &ctx->fwd);
     if (!st) st = tkv__pool_create(p.n_threads, &ctx->pool);
     if (!st && p.on_cache_event) {
@@ -119,7 +131,11 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
         ctx->sync_pos = tkv__malloc(p.n_batch * sizeof *ctx->sync_pos);
         ctx->sync_seq = tkv__malloc(p.n_batch * sizeof *ctx->sync_seq);
         ctx->sync_logits = tkv__malloc(p.n_batch * sizeof *ctx->sync_logits);
-        if (!ctx->cell_lists || !ctx->out || !ctx->logits_row || !ctx->seq_tokens || !ctx->sync_pos || !ctx->sync_seq ||
+        ctx->snap_kind = tkv__malloc(p.n_cells * sizeof *ctx->snap_kind);
+        ctx->seq_seen = tkv__calloc(p.n_seq_max, sizeof *ctx->seq_seen);
+        ctx->path_cells = tkv__malloc(p.n_cells * sizeof *ctx->path_cells);
+        ctx->branch_seq = -1;
+        if (!ctx->snap_kind || !ctx->seq_seen || !ctx->path_cells ||!ctx->cell_lists || !ctx->out || !ctx->logits_row || !ctx->seq_tokens || !ctx->sync_pos || !ctx->sync_seq ||
             !ctx->sync_logits)
             st = tkv__fail(TKV_ERR_NOMEM, "out of memory for the context");
     }
@@ -176,6 +192,33 @@ tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *b) {
     TKV__GUARDED(ctx, "tkv_decode", tkv__ctx_decode(ctx, b));
 }
 
+/*
+ * Which tokens of a hybrid model's batch leave a checkpoint besides each
+ * sequence's last (kv/kvstate.h): every state_interval positions; the token
+ * before a sequence's last when that one wants logits (a repeated prompt is
+ * reused to its last token, which is decoded again for its logits); and the
+ * branch point tkv_seq_sync names (the next request that diverges there
+ * reuses everything before it).
+ */
+static void mark_checkpoints(tkv_context *ctx, const tkv_batch *b) {
+    const uint32_t K = ctx->params.state_interval;
+    for (size_t i = b->n; i-- > 0;) {
+        const tkv_seq s = b->seq[i];
+        const uint32_t from_end = ctx->seq_seen[s]++; /* 0: the sequence's last token of the batch */
+        const uint32_t pos = (uint32_t)b->pos[i];
+        bool keep = (K && (pos + 1) % K == 0) || (s == ctx->branch_seq && pos + 1 == ctx->branch_pos);
+        if (from_end == 1) { /* the last one is b's token after this one in the same sequence */
+            for (size_t j = i + 1; j < b->n; j++)
+                if (b->seq[j] == s) {
+                    keep = keep || (b->logits ? b->logits[j] : j + 1 == b->n);
+                    break;
+                }
+        }
+        ctx->snap_kind[i] = from_end > 0 && keep ? TKV__CKPT_KEEP : TKV__CKPT_NONE;
+    }
+    for (size_t i = 0; i < b->n; i++) ctx->seq_seen[b->seq[i]] = 0;
+}
+
 tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b) {
     ctx->n_logits_rows = 0;
     ctx->logits_base = 0;
@@ -200,6 +243,13 @@ tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b) {
     }
     if (!st) st = tkv__kv_stage_batch(kv, b);
     if (st) return tkv__ctx_fail(ctx, st);
+    if (kv->st) { /* a hybrid model: each sequence's recurrent state, and the checkpoints this batch leaves */
+        mark_checkpoints(ctx, b);
+        if ((st = tkv__kv_stage_states(kv, b, ctx->snap_kind))) {
+            tkv__kv_rollback(kv);
+            return tkv__ctx_fail(ctx, st);
+        }
+    }
 
     /* the forward pass, n_batch tokens at a time, into the staged cells */
     const size_t n_vocab = ctx->model->hp.n_vocab;
@@ -222,6 +272,8 @@ tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b) {
             .logits = ctx->logits + o0 * n_vocab,
             .attn_float = ctx->params.batch_invariant,
         };
+        if (kv->st) fb.n_runs = kv->st->n_runs, fb.run = kv->st->run + c0, fb.state = kv->st->state,
+                    fb.snap = kv->st->snap + c0;
         st = tkv__forward(ctx->fwd, &kv->rows, ctx->pool, &fb, ctx->params.abort_cb, ctx->params.abort_user);
         for (size_t o = o0; o < o1; o++) ctx->out[o] += (uint32_t)c0;
         out_done = o1;

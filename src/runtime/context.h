@@ -30,6 +30,12 @@ struct tkv_context {
     tkv_pos *sync_pos;      /* (n_batch) tkv_seq_sync's batches */
     tkv_seq *sync_seq;      /* (n_batch) */
     bool *sync_logits;      /* (n_batch) */
+    /* hybrid models: which batch tokens leave a checkpoint (kv/kvstate.h), and tkv_seq_sync's branch point */
+    uint8_t *snap_kind;     /* (n_cells) tkv__ckpt_kind per batch token */
+    uint32_t *seq_seen;     /* (n_seq_max) a batch's tokens per sequence, counted from its end */
+    uint32_t *path_cells;   /* (n_cells) a matched prefix's cells */
+    tkv_seq branch_seq;     /* -1, or the sequence whose token at position branch_pos - 1 leaves a checkpoint */
+    uint32_t branch_pos;
     tkv_stats stats;
     /* the last batch's logits */
     float *logits;          /* (logits_cap, n_vocab) */

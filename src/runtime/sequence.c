@@ -110,8 +110,17 @@ static tkv_status attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_t
     tkv_status st = check_tokens(ctx, seq, tokens, n, fn);
     uint32_t keep = 0;
     /* at most n - 1: the last token is left to decode for its logits */
+    uint32_t reuse_max = n ? (uint32_t)n - 1 : 0;
+    if (!st && ctx->kv->st && reuse_max) {
+        /* a hybrid model: reusable up to the deepest checkpoint on the common prefix; where that falls short
+           of it, the decode leaves one at the branch point for the next request that diverges there */
+        const uint32_t common = (uint32_t)tkv__kv_match_cells(ctx->kv, ns, tokens, reuse_max, ctx->path_cells);
+        reuse_max = tkv__kv_state_floor(ctx->kv, ctx->path_cells, common);
+        if (reuse_max) tkv__kv_state_touch(ctx->kv, ctx->path_cells[reuse_max - 1]);
+        if (reuse_max < common) ctx->branch_seq = seq, ctx->branch_pos = common;
+    }
     const tkv__kvpath path = {.name = fn, .seq = seq, .ns = ns, .tokens = tokens, .n = (uint32_t)n,
-                              .reuse_max = n ? (uint32_t)n - 1 : 0};
+                              .reuse_max = reuse_max};
     if (!st) st = tkv__kv_stage_path(ctx->kv, &path, &keep);
     if (st) return tkv__ctx_fail(ctx, st);
     tkv__kv_commit(ctx->kv);
@@ -143,7 +152,10 @@ static tkv_status seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv
        the decode needs no new one) */
     size_t keep;
     tkv_status st = attach(ctx, seq, ns, tokens, n, "tkv_seq_sync", &keep);
-    if (st) return st;
+    if (st) {
+        ctx->branch_seq = -1;
+        return st;
+    }
     if (n_reused) *n_reused = keep;
 
     for (size_t c0 = keep; c0 < n; c0 += ctx->params.n_batch) {
@@ -154,10 +166,11 @@ static tkv_status seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv
             ctx->sync_logits[i - c0] = i + 1 == n;
         }
         tkv_batch b = {c1 - c0, tokens + c0, ctx->sync_pos, ctx->sync_seq, ctx->sync_logits};
-        if ((st = tkv__ctx_decode(ctx, &b))) return st; /* seq holds tokens[0..c0) */
+        if ((st = tkv__ctx_decode(ctx, &b))) break; /* seq holds tokens[0..c0) */
         ctx->logits_base = c0; /* tkv_get_logits indexes the list: its last token is n - 1 */
     }
-    return TKV_OK;
+    ctx->branch_seq = -1;
+    return st;
 }
 
 tkv_status tkv_seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_token *tokens, size_t n,

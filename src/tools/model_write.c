@@ -129,7 +129,7 @@ tkv_status tkv__model_spec_check(const tkv__model_spec *s, char *why, size_t cap
     const tkv_hparams hp = hparams_of(s);
     const tkv__moe_dims md = moe_of(s);
     check_ctx c = {s, why, cap};
-    return tkv__tensors_each(a, &hp, &md, NULL, check_rows, &c);
+    return tkv__tensors_each(a, &hp, &(tkv__layout){.moe = &md}, check_rows, &c);
 }
 
 /* ---- writing ---------------------------------------------------------------------------- */
@@ -226,11 +226,11 @@ tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint6
     if (st) return st;
 
     uint64_t biggest = 0;
-    tkv__tensors_each(a, &hp, &md, NULL, largest, &biggest);
+    tkv__tensors_each(a, &hp, &(tkv__layout){.moe = &md}, largest, &biggest);
     write_ctx c = {s, a, w, s->seed ^ 0x6a09e667f3bcc909ull, 0, malloc(biggest * sizeof(float)),
                    malloc(biggest * sizeof(float))};
     if (!c.x || !c.q) st = TKV_ERR_NOMEM;
-    if (!st) st = tkv__tensors_each(a, &hp, &md, NULL, write_one, &c);
+    if (!st) st = tkv__tensors_each(a, &hp, &(tkv__layout){.moe = &md}, write_one, &c);
     *n_params = c.n_params;
     free(c.x);
     free(c.q);
