@@ -219,7 +219,51 @@ static void mark_checkpoints(tkv_context *ctx, const tkv_batch *b) {
     for (size_t i = 0; i < b->n; i++) ctx->seq_seen[b->seq[i]] = 0;
 }
 
+/*
+ * A hybrid model's sequence whose state after its last token is not held
+ * (truncated to a position without a checkpoint, or loaded from a file):
+ * recompute it from the deepest checkpoint on its path, decoding the cached
+ * tokens after it again (their cells are kept: they need no new ones). On
+ * failure the sequence holds what it held before.
+ */
+static tkv_status replay_state(tkv_context *ctx, tkv_seq seq) {
+    tkv__kvcache *kv = ctx->kv;
+    const uint32_t n = kv->seq[seq].n, from = tkv__kv_state_floor(kv, kv->seq[seq].cells, n);
+    tkv_token *tokens = ctx->seq_tokens; /* (n_cells): free outside saves and loads */
+    tkv__kv_seq_tokens(kv, seq, tokens);
+    tkv__kv_seq_truncate(kv, seq, from);
+    const uint64_t ns = kv->seq[seq].ns;
+    tkv_status st = TKV_OK;
+    for (uint32_t c0 = from; c0 < n && !st; c0 += ctx->params.n_batch) {
+        const uint32_t c1 = c0 + ctx->params.n_batch < n ? c0 + ctx->params.n_batch : n;
+        for (uint32_t i = c0; i < c1; i++) {
+            ctx->sync_pos[i - c0] = (tkv_pos)i;
+            ctx->sync_seq[i - c0] = seq;
+            ctx->sync_logits[i - c0] = false;
+        }
+        const tkv_batch rb = {c1 - c0, tokens + c0, ctx->sync_pos, ctx->sync_seq, ctx->sync_logits};
+        st = tkv__ctx_decode(ctx, &rb);
+    }
+    if (st) { /* back to its old tokens: still cached (a replay evicts nothing) */
+        const tkv__kvpath path = {.name = "tkv_decode", .seq = seq, .ns = ns, .tokens = tokens, .n = n, .reuse_max = n};
+        uint32_t kept;
+        if (tkv__kv_stage_path(kv, &path, &kept) == TKV_OK) tkv__kv_commit(kv);
+    }
+    return st;
+}
+
 tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b) {
+    if (ctx->kv->st && b && b->seq && b->n) { /* every sequence of the batch starts from a held state */
+        tkv__kvcache *kv = ctx->kv;
+        for (size_t i = 0; i < b->n; i++) {
+            const tkv_seq q = b->seq[i];
+            if (q < 0 || (uint32_t)q >= kv->n_seq) continue; /* the stage names it */
+            const tkv__kvseq *s = &kv->seq[q];
+            if (!s->n || tkv__kv_state_of(kv, s->cells[s->n - 1])) continue;
+            tkv_status st = replay_state(ctx, q);
+            if (st) return st;
+        }
+    }
     ctx->n_logits_rows = 0;
     ctx->logits_base = 0;
     ctx->last_n = 0;

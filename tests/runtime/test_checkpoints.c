@@ -1,0 +1,252 @@
+/*
+ * test_checkpoints.c — exact prefix reuse on a delta-net hybrid (qwen35):
+ * the recurrent state cannot be cut back, so a prefix is reusable up to its
+ * deepest checkpoint (kv/kvstate.h). Every check holds the answer to a fresh
+ * context that computed the same list from nothing (batch_invariant: to the
+ * bit), the reported reuse to the tokens that were not computed (the stats'
+ * tokens_computed), and the reuse itself to what the checkpoint policy
+ * promises: a repeated prompt and the next turn of a conversation to the
+ * last token, a divergence where an earlier request diverged exactly, any
+ * other within state_interval tokens.
+ */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum { N = 120, N_CELLS = 512, K = 32 };
+
+static tkv_model *model;
+static size_t nv;
+
+static tkv_context *make(uint32_t state_mib) {
+    tkv_context_params cp = tkv_context_default_params();
+    cp.n_cells = N_CELLS;
+    cp.n_seq_max = 8;
+    cp.n_threads = 2;
+    cp.n_batch = 48; /* prompts of more than one pass */
+    cp.state_interval = K;
+    if (state_mib) cp.state_cache_mib = state_mib;
+    tkv_context *ctx = NULL;
+    if (tkv_context_create(model, &cp, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+    return ctx;
+}
+
+/* A token list: the shared part s[0..shared), then a tail of its own (seed). */
+static void list(tkv_token *out, size_t n, size_t shared, unsigned seed) {
+    out[0] = 1;
+    for (size_t i = 1; i < n; i++)
+        out[i] = (tkv_token)(3 + (i < shared ? i * 37 + 11 : i * 53 + seed * 101 + 7) % 500);
+}
+
+static uint64_t computed(const tkv_context *ctx) {
+    tkv_stats st;
+    assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+    return st.tokens_computed;
+}
+
+/* Sync tokens[0..n) into seq and check it against a fresh context; returns the reuse. */
+static size_t sync_checked(tkv_context *ctx, tkv_seq seq, const tkv_token *tokens, size_t n, const char *what) {
+    const uint64_t before = computed(ctx);
+    size_t reused = 0;
+    if (tkv_seq_sync(ctx, seq, 0, tokens, n, &reused) != TKV_OK) fail_msg("%s: %s", what, tkv_last_error(ctx));
+    if (computed(ctx) - before != n - reused)
+        fail_msg("%s: %zu reported reused of %zu, but %llu computed", what, reused, n,
+                 (unsigned long long)(computed(ctx) - before));
+    tkv_context *f = make(0);
+    assert_int_equal(tkv_seq_sync(f, 0, 0, tokens, n, NULL), TKV_OK);
+    if (memcmp(tkv_get_logits_last(ctx), tkv_get_logits_last(f), nv * sizeof(float)) != 0)
+        fail_msg("%s: %zu of %zu tokens reused: the logits differ from a fresh context's", what, reused, n);
+    tkv_context_free(f);
+    if (tkv_cache_check(ctx) != TKV_OK) fail_msg("%s: %s", what, tkv_last_error(ctx));
+    return reused;
+}
+
+static int setup(void **state) {
+    (void)state;
+    if (tkv_model_load(tu_shared("models/arch/qwen35.gguf"), NULL, &model) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+    nv = tkv_vocab_size(model);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    tkv_model_free(model);
+    return 0;
+}
+
+/* The same prompt again, in another sequence and in the same one: reused to its last token. */
+static void test_repeated_prompt(void **state) {
+    (void)state;
+    tkv_token t[N];
+    list(t, N, N, 0);
+    tkv_context *ctx = make(0);
+    assert_int_equal(sync_checked(ctx, 0, t, 77, "first"), 0);
+    assert_int_equal(sync_checked(ctx, 1, t, 77, "again, sequence 1"), 76);
+    assert_int_equal(sync_checked(ctx, 0, t, 77, "again, sequence 0"), 76);
+    size_t len = 0;
+    assert_int_equal(tkv_cache_match(ctx, 0, t, 77, &len), TKV_OK);
+    assert_int_equal(len, 77); /* the end of the prompt has its state */
+    tkv_context_free(ctx);
+}
+
+/* A conversation: prompt, generated answer (one token per decode), then the next turn over both: the
+   whole conversation so far is reused. */
+static void test_conversation(void **state) {
+    (void)state;
+    tkv_token t[N];
+    list(t, N, N, 1);
+    tkv_context *ctx = make(0);
+    const size_t p = 41, a = 9;
+    assert_int_equal(sync_checked(ctx, 0, t, p, "prompt"), 0);
+    for (size_t i = p; i < p + a; i++) { /* the answer: t[p..p+a) stand for sampled tokens */
+        tkv_pos pos = (tkv_pos)i;
+        tkv_seq s = 0;
+        tkv_batch b = {1, &t[i], &pos, &s, NULL};
+        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+    }
+    assert_int_equal(sync_checked(ctx, 0, t, p + a + 20, "next turn"), p + a);
+    assert_int_equal(sync_checked(ctx, 3, t, p + a + 20, "the same conversation elsewhere"), p + a + 19);
+    tkv_context_free(ctx);
+}
+
+/* Divergences from a cached path: within K of it the first time, exactly where an earlier request
+   diverged the next time; a fork continues as its source. */
+static void test_branches(void **state) {
+    (void)state;
+    tkv_token a[N], b[N], c[N], d[N];
+    const size_t shared = 45;
+    list(a, 100, shared, 2), list(b, 90, shared, 3), list(c, 80, shared, 4), list(d, 100, 70, 2);
+    tkv_context *ctx = make(0);
+    assert_int_equal(sync_checked(ctx, 0, a, 100, "a"), 0);
+    const size_t rb = sync_checked(ctx, 1, b, 90, "b diverges at 45");
+    assert_true(rb <= shared && rb + K > shared); /* the checkpoint every K positions */
+    assert_int_equal(sync_checked(ctx, 2, c, 80, "c diverges at 45 too"), shared);
+    const size_t rd = sync_checked(ctx, 3, d, 100, "d diverges from a at 70");
+    assert_true(rd <= 70 && rd + K > 70);
+    /* a fork shares its source's state */
+    assert_int_equal(tkv_seq_fork(ctx, 0, 4), TKV_OK);
+    tkv_token e[N];
+    memcpy(e, a, sizeof a);
+    e[100] = 9;
+    tkv_pos pos = 100;
+    tkv_seq s4 = 4;
+    tkv_batch one = {1, &e[100], &pos, &s4, NULL};
+    assert_int_equal(tkv_decode(ctx, &one), TKV_OK);
+    float *got = malloc(nv * sizeof *got);
+    memcpy(got, tkv_get_logits_last(ctx), nv * sizeof *got);
+    tkv_context *f = make(0);
+    assert_int_equal(tkv_seq_sync(f, 0, 0, e, 101, NULL), TKV_OK);
+    assert_memory_equal(got, tkv_get_logits_last(f), nv * sizeof *got);
+    tkv_context_free(f);
+    free(got);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+    tkv_context_free(ctx);
+}
+
+/* Truncated where no checkpoint is, a sequence's next decode recomputes its state from the deepest one
+   before (the answer a fresh context gives); so does a sequence loaded from a file, which holds no state. */
+static void test_truncate_and_load(void **state) {
+    (void)state;
+    tkv_token t[N];
+    list(t, N, N, 5);
+    tkv_context *ctx = make(0);
+    assert_int_equal(sync_checked(ctx, 0, t, 90, "prompt"), 0);
+    assert_int_equal(tkv_seq_truncate(ctx, 0, 50), TKV_OK);
+    tkv_pos pos = 50;
+    tkv_seq s = 0;
+    tkv_batch b = {1, &t[50], &pos, &s, NULL};
+    assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+    float *got = malloc(nv * sizeof *got);
+    memcpy(got, tkv_get_logits_last(ctx), nv * sizeof *got);
+    tkv_context *f = make(0);
+    assert_int_equal(tkv_seq_sync(f, 0, 0, t, 51, NULL), TKV_OK);
+    assert_memory_equal(got, tkv_get_logits_last(f), nv * sizeof *got);
+    assert_int_equal(tkv_seq_len(ctx, 0), 51);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+
+    char path[] = "/tmp/tkv-ckpt-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(tkv_seq_save(ctx, 0, path), TKV_OK);
+    tkv_context *g = make(0);
+    if (tkv_seq_load(g, 2, path) != TKV_OK) fail_msg("%s", tkv_last_error(g));
+    size_t len = 99;
+    assert_int_equal(tkv_cache_match(g, 0, t, 51, &len), TKV_OK);
+    assert_int_equal(len, 0); /* the file holds K/V, not the recurrent state: nothing is reusable yet */
+    pos = 51;
+    s = 2;
+    tkv_batch c = {1, &t[51], &pos, &s, NULL};
+    assert_int_equal(tkv_decode(g, &c), TKV_OK);
+    memcpy(got, tkv_get_logits_last(g), nv * sizeof *got);
+    assert_int_equal(tkv_seq_sync(f, 1, 0, t, 52, NULL), TKV_OK);
+    assert_memory_equal(got, tkv_get_logits_last(f), nv * sizeof *got);
+    assert_int_equal(tkv_cache_check(g), TKV_OK);
+    unlink(path);
+    free(got);
+    tkv_context_free(g);
+    tkv_context_free(f);
+    tkv_context_free(ctx);
+}
+
+static bool abort_now(void *user) { return *(bool *)user; }
+
+/* An aborted decode leaves every state and checkpoint as it was: the same decode afterwards gives a
+   fresh context's answer, and the checkpoints count is unchanged. */
+static void test_abort_leaves_states(void **state) {
+    (void)state;
+    tkv_token t[N];
+    list(t, N, N, 6);
+    bool stop = false;
+    tkv_context_params cp = tkv_context_default_params();
+    cp.n_cells = N_CELLS, cp.n_threads = 2, cp.n_seq_max = 4, cp.state_interval = K;
+    cp.abort_cb = abort_now, cp.abort_user = &stop;
+    tkv_context *ctx = NULL;
+    assert_int_equal(tkv_context_create(model, &cp, &ctx), TKV_OK);
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, t, 40, NULL), TKV_OK);
+    tkv_pos pos[8];
+    tkv_seq seq[8] = {0};
+    for (int i = 0; i < 8; i++) pos[i] = 40 + i;
+    tkv_batch b = {8, &t[40], pos, seq, NULL};
+    stop = true;
+    assert_int_equal(tkv_decode(ctx, &b), TKV_ERR_ABORTED);
+    assert_int_equal(tkv_seq_len(ctx, 0), 40);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+    stop = false;
+    assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+    float *got = malloc(nv * sizeof *got);
+    memcpy(got, tkv_get_logits_last(ctx), nv * sizeof *got);
+    tkv_context *f = make(0);
+    assert_int_equal(tkv_seq_sync(f, 0, 0, t, 48, NULL), TKV_OK);
+    assert_memory_equal(got, tkv_get_logits_last(f), nv * sizeof *got);
+    free(got);
+    tkv_context_free(f);
+    tkv_context_free(ctx);
+}
+
+/* A budget of one MiB (13 states of this model's 78 KiB; at least n_seq + 2 kept) under many
+   prompts: checkpoints are evicted, every answer still equals a fresh context's, the check holds. */
+static void test_small_budget(void **state) {
+    (void)state;
+    tkv_context *ctx = make(1);
+    tkv_token t[N];
+    for (unsigned r = 0; r < 12; r++) {
+        list(t, 60 + r * 5, 20 + r * 3, r % 4);
+        char what[32];
+        snprintf(what, sizeof what, "prompt %u", r);
+        sync_checked(ctx, (tkv_seq)(r % 8), t, 60 + r * 5, what);
+    }
+    tkv_context_free(ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_repeated_prompt), cmocka_unit_test(test_conversation),
+        cmocka_unit_test(test_branches),        cmocka_unit_test(test_truncate_and_load),
+        cmocka_unit_test(test_abort_leaves_states), cmocka_unit_test(test_small_budget),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
