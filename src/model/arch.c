@@ -31,6 +31,8 @@ static const tkv__arch archs[] = {
     /* hybrid: gated delta-net layers beside gated attention; the FFN's input norm is post_attention_norm */
     {.name = "qwen35", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .deltanet = true,
      .q_gate = true, .ffn_norm = "post_attention_norm.weight"},
+    {.name = "qwen35moe", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .deltanet = true,
+     .q_gate = true, .moe = true, .shared_expert = true, .ffn_norm = "post_attention_norm.weight"},
 };
 
 const tkv__arch *tkv__arch_find(const char *name) {

@@ -53,6 +53,8 @@ typedef struct tkv__arch {
     bool deltanet;        /* qwen35: layer l is a gated delta-net layer (deltanet.h) unless
                              (l + 1) % full_attention_interval == 0; those keep a recurrent
                              state per sequence, which the cache checkpoints */
+    bool shared_expert;   /* qwen35moe: beside the experts, a shared SwiGLU expert (ffn_{gate,up,down}_shexp,
+                             expert_shared_feed_forward_length wide) scaled by sigmoid(ffn_gate_inp_shexp . x) */
     bool q_gate;          /* qwen35: attn_q gives each head's q and then as many gate values;
                              the attention output is multiplied by sigmoid(gate) before attn_output */
     const char *out_norm; /* the final norm's tensor name, if not "output_norm.weight" */

@@ -6,14 +6,16 @@
  */
 #include "deltanet.h"
 
+#include "compute/ops.h"
+
 #include <math.h>
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
 static void l2norm(float *x, size_t n, float eps) {
-    float ss = 0;
-    for (size_t i = 0; i < n; i++) ss += x[i] * x[i];
-    const float s = 1.0f / fmaxf(sqrtf(ss), eps);
+    double ss = 0; /* summed in double, as the reference's norms are */
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    const float s = 1.0f / fmaxf(sqrtf((float)ss), eps);
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
@@ -31,34 +33,24 @@ void tkv__deltanet_step(const tkv__delta_dims *d, float *S, const float *q, cons
                         float beta, float *o) {
     const uint32_t dk = d->d_k, dv = d->d_v;
     const float decay = expf(g), scale = 1.0f / sqrtf((float)dk);
-    float delta[TKV__DELTA_MAX_DV]; /* beta (v - S^T k), after the decay (dv checked at load) */
-    for (uint32_t j = 0; j < dv; j++) delta[j] = 0;
-    for (uint32_t i = 0; i < dk; i++) {
-        float *row = S + (size_t)i * dv;
-        for (uint32_t j = 0; j < dv; j++) {
-            row[j] *= decay;
-            delta[j] += row[j] * k[i];
-        }
-    }
-    for (uint32_t j = 0; j < dv; j++) delta[j] = beta * (v[j] - delta[j]);
-    for (uint32_t j = 0; j < dv; j++) o[j] = 0;
-    for (uint32_t i = 0; i < dk; i++) {
-        float *row = S + (size_t)i * dv;
-        const float qi = q[i] * scale;
-        for (uint32_t j = 0; j < dv; j++) {
-            row[j] += k[i] * delta[j];
-            o[j] += row[j] * qi;
-        }
+    /* row j of S is column j of the math's S (k index inside): the reference's layout and order, so that
+       the sums round as its do: decay, delta_j = beta (v_j - S_j . k), S_j += delta_j k, o_j = S_j . q */
+    for (size_t i = 0; i < (size_t)dk * dv; i++) S[i] *= decay;
+    for (uint32_t j = 0; j < dv; j++) {
+        float *row = S + (size_t)j * dk, kv = 0, qo = 0;
+        for (uint32_t i = 0; i < dk; i++) kv += row[i] * k[i];
+        const float delta = (v[j] - kv) * beta;
+        for (uint32_t i = 0; i < dk; i++) row[i] += delta * k[i];
+        for (uint32_t i = 0; i < dk; i++) qo += row[i] * q[i];
+        o[j] = qo * scale;
     }
 }
 
 void tkv__deltanet_gate_norm(const tkv__delta_dims *d, float *o, const float *z, const float *w, float eps) {
-    for (uint32_t h = 0; h < d->n_v; h++) {
+    for (uint32_t h = 0; h < d->n_v; h++) { /* the model's RMSNorm, then the gate */
         float *x = o + (size_t)h * d->d_v;
         const float *zh = z + (size_t)h * d->d_v;
-        float ss = 0;
-        for (uint32_t j = 0; j < d->d_v; j++) ss += x[j] * x[j];
-        const float s = 1.0f / sqrtf(ss / (float)d->d_v + eps);
-        for (uint32_t j = 0; j < d->d_v; j++) x[j] = x[j] * s * w[j] * silu(zh[j]);
+        tkv__ops_rmsnorm(x, x, w, d->d_v, eps);
+        for (uint32_t j = 0; j < d->d_v; j++) x[j] *= silu(zh[j]);
     }
 }

@@ -75,6 +75,7 @@ struct tkv__fwd {
     float *dbeta, *dalpha; /* (n_batch, n_v) */
     float *dout; /* (n_batch, inner) */
     uint32_t *ridx; /* (n_batch) token i's index in its run */
+    float *shg, *shy; /* (n_batch), (n_batch, n_embd): a shared expert's gate and output (arch->shared_expert) */
     int32_t *prev;  /* (n_batch) the batch index of the token before i in its run, or -1 */
     uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
     float *attn_scratch; /* (n_threads, attn_scratch_per_thread): q/accumulator, or one weight per cell */
@@ -86,7 +87,7 @@ void tkv__fwd_free(tkv__fwd *f) {
     if (!f) return;
     float *bufs[] = {f->x,  f->h,      f->q,      f->k,  f->v,  f->att, f->tmp,          f->gate, f->up,
                      f->cs, f->cs_swa, f->bcx, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch,
-                     f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout};
+                     f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout, f->shg, f->shy};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
     tkv__free(f->chosen);
@@ -137,6 +138,11 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
         f->qg = tkv__malloc(B * 2 * f->n_q * sizeof(float));
         f->qgate = tkv__malloc(B * f->n_q * sizeof(float));
         extra_ok = f->qg && f->qgate;
+    }
+    if (m->arch->shared_expert) {
+        f->shg = tkv__malloc(B * sizeof(float));
+        f->shy = tkv__malloc(B * f->n_embd * sizeof(float));
+        extra_ok = extra_ok && f->shg && f->shy;
     }
     const tkv__delta_dims *dd = &m->ext.delta;
     const size_t inner = (size_t)dd->n_v * dd->d_v;
@@ -948,6 +954,34 @@ static void delta_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, co
     tkv__pool_barrier(P->pool);
 }
 
+/* All threads: y (n, n_embd) = (act(in Wgate) * (in Wup)) Wdown, act SiLU (GELU: gemma); gate and up
+   (n, n_ff) with n_ff Wgate's rows (the model's FFN, or a shared expert's). */
+static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y) {
+    tkv__fwd *f = P->f;
+    const uint32_t n = P->b->n;
+    const size_t ff = L->w_gate.ne1;
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+    matmul(P, ith, nth, tag, &L->w_gate, in, n, f->gate);
+    matmul(P, ith, nth, tag, &L->w_up, in, n, f->up);
+    tkv__pool_barrier(P->pool);
+    /* the activation, token by token; a single token's (generation) shared out in runs of 16 elements
+       (the SIMD width: each element goes through the same code whatever the thread count) */
+    const size_t per = n == 1 ? ((ff + 15) / 16 + (size_t)nth - 1) / (size_t)nth * 16 : ff;
+    const size_t e0 = n == 1 ? (size_t)ith * per : 0, e1 = n == 1 ? e0 + per : ff;
+    for (size_t t = n == 1 ? 0 : t0; t < (n == 1 ? 1 : t1); t++) {
+        const size_t a = e0 < ff ? e0 : ff, z = e1 < ff ? e1 : ff;
+        float *g = f->gate + t * ff + a, *u = f->up + t * ff + a;
+        if (z <= a) continue;
+        if (f->m->arch->gemma) tkv__ops_geglu(g, g, u, z - a);
+        else tkv__ops_swiglu(g, g, u, z - a);
+    }
+    tag->src = NULL;
+    tkv__pool_barrier(P->pool);
+    matmul(P, ith, nth, tag, &L->w_down, f->gate, n, y);
+    tkv__pool_barrier(P->pool);
+}
+
 static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tkv__fwd *f = P->f;
     const tkv_model *m = f->m;
@@ -987,25 +1021,17 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     const float *ffn_in = arch->pre_norms ? f->h : f->x;
     if (arch->moe) {
         moe_ffn(P, ith, nth, L, tag, ffn_in, f->tmp);
-    } else {
-        matmul(P, ith, nth, tag, &L->w_gate, ffn_in, n, f->gate);
-        matmul(P, ith, nth, tag, &L->w_up, ffn_in, n, f->up);
-        tkv__pool_barrier(P->pool);
-        /* the activation, token by token; a single token's (generation) shared out in runs of 16 elements
-           (the SIMD width: each element goes through the same code whatever the thread count) */
-        const size_t per = n == 1 ? ((f->n_ff + 15) / 16 + (size_t)nth - 1) / (size_t)nth * 16 : f->n_ff;
-        const size_t e0 = n == 1 ? (size_t)ith * per : 0, e1 = n == 1 ? e0 + per : f->n_ff;
-        for (size_t t = n == 1 ? 0 : t0; t < (n == 1 ? 1 : t1); t++) {
-            const size_t a = e0 < f->n_ff ? e0 : f->n_ff, z = e1 < f->n_ff ? e1 : f->n_ff;
-            float *g = f->gate + t * f->n_ff + a, *u = f->up + t * f->n_ff + a;
-            if (z <= a) continue;
-            if (arch->gemma) tkv__ops_geglu(g, g, u, z - a);
-            else tkv__ops_swiglu(g, g, u, z - a);
+        if (L->sh_gate.data) { /* tmp += sigmoid(h . Wshgate) shared_expert(h)   (qwen35moe) */
+            matmul(P, ith, nth, tag, &L->sh_gate, ffn_in, n, f->shg);
+            dense_ffn(P, ith, nth, L, tag, ffn_in, f->shy);
+            for (size_t t = t0; t < t1; t++) {
+                const float w = 1.0f / (1.0f + expf(-f->shg[t]));
+                for (size_t i = 0; i < f->n_embd; i++) f->tmp[t * f->n_embd + i] += w * f->shy[t * f->n_embd + i];
+            }
+            tkv__pool_barrier(P->pool);
         }
-        tag->src = NULL;
-        tkv__pool_barrier(P->pool);
-        matmul(P, ith, nth, tag, &L->w_down, f->gate, n, f->tmp);
-        tkv__pool_barrier(P->pool);
+    } else {
+        dense_ffn(P, ith, nth, L, tag, ffn_in, f->tmp);
     }
     for (size_t t = t0; t < t1; t++) {
         float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;

@@ -135,7 +135,15 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     if ((st = hp_u32(g, arch, "context_length", -1, &hp->n_ctx_train))) return st;
     if ((st = hp_u32(g, arch, "embedding_length", -1, &hp->n_embd))) return st;
     if ((st = hp_u32(g, arch, "block_count", -1, &hp->n_layer))) return st;
-    if ((st = hp_u32(g, arch, "feed_forward_length", -1, &hp->n_ff))) return st;
+    /* experts alone may give the widths (qwen35moe): the FFN scratch then fits the widest of them */
+    const bool moe = tkv__arch_find(arch)->moe;
+    if ((st = hp_u32(g, arch, "feed_forward_length", moe ? 0 : -1, &hp->n_ff))) return st;
+    if (!hp->n_ff && moe) {
+        uint32_t ff_e = 0, ff_s = 0;
+        if ((st = hp_u32(g, arch, "expert_feed_forward_length", 0, &ff_e))) return st;
+        if ((st = hp_u32(g, arch, "expert_shared_feed_forward_length", 0, &ff_s))) return st;
+        hp->n_ff = ff_e > ff_s ? ff_e : ff_s;
+    }
     if ((st = hp_u32(g, arch, "attention.head_count", -1, &hp->n_head))) return st;
     snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
     const tkv__gguf_kv *hkv = tkv__gguf_find(g, key);
@@ -310,6 +318,11 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
         if ((st = hp_u32(g, a, "expert_count", -1, &md->n_expert))) return st;
         if ((st = hp_u32(g, a, "expert_used_count", -1, &md->n_used))) return st;
         if ((st = hp_u32(g, a, "expert_feed_forward_length", -1, &md->n_ff))) return st;
+        if (ar->shared_expert && (st = hp_u32(g, a, "expert_shared_feed_forward_length", -1, &md->n_ff_shared)))
+            return st;
+        if (ar->shared_expert && (md->n_ff_shared < 1 || md->n_ff_shared > hp->n_ff))
+            return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.expert_shared_feed_forward_length' = %u: expected "
+                             "1..%u (feed_forward_length)", a, md->n_ff_shared, hp->n_ff);
         if (md->n_expert < 1 || md->n_expert > TKV__MOE_MAX_EXPERTS || md->n_used < 1 || md->n_used > md->n_expert ||
             md->n_ff < 1)
             return tkv__fail(TKV_ERR_FORMAT, "metadata keys '%s.expert_*': %u experts, %u used, %u wide: expected "

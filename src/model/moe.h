@@ -13,6 +13,7 @@ typedef struct tkv__moe_dims {
     uint32_t n_expert; /* [ARCH.expert_count] */
     uint32_t n_used;   /* [ARCH.expert_used_count], 1..n_expert */
     uint32_t n_ff;     /* [ARCH.expert_feed_forward_length] */
+    uint32_t n_ff_shared; /* [ARCH.expert_shared_feed_forward_length] (arch->shared_expert), else 0 */
 } tkv__moe_dims;
 
 /* The most experts a model may have (the choice keeps one float per expert on the stack). */

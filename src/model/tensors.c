@@ -21,6 +21,7 @@ enum when {
     DENSE_ALL, /* one FFN (fused or not) */
     MOE,      /* arch->moe */
     OAI,      /* arch->oai */
+    SHEXP,    /* arch->shared_expert */
 };
 
 /* Which layers store a tensor: every layer (its FFN, its norms), or those of one mixer kind. */
@@ -28,7 +29,7 @@ enum { ANY = -1, ATTN = TKV__LAYER_ATTN, CONV = TKV__LAYER_SHORTCONV, DELTA = TK
 
 /* The sizes a shape is written in. */
 enum dim { ONE, EMBD, Q, QG, KV, FF, QNORM, KNORM, QKV, FF2, HEADS, EXPERTS, EXP_FF, EMBD3, TAPS,
-           D_CH, D_INNER, D_CONV, D_NV, D_V };
+           D_CH, D_INNER, D_CONV, D_NV, D_V, SH_FF };
 
 static const struct role {
     const char *suffix; /* after "blk.N." */
@@ -79,6 +80,10 @@ static const struct role {
     {"ffn_gate_exps.bias", {EXP_FF, EXPERTS}, 2, false, OAI, ANY, L(exp_gate_b)},
     {"ffn_up_exps.bias", {EXP_FF, EXPERTS}, 2, false, OAI, ANY, L(exp_up_b)},
     {"ffn_down_exps.bias", {EMBD, EXPERTS}, 2, false, OAI, ANY, L(exp_down_b)},
+    {"ffn_gate_inp_shexp.weight", {EMBD, ONE}, 2, true, SHEXP, ANY, L(sh_gate)},
+    {"ffn_gate_shexp.weight", {EMBD, SH_FF}, 2, true, SHEXP, ANY, L(w_gate)},
+    {"ffn_up_shexp.weight", {EMBD, SH_FF}, 2, true, SHEXP, ANY, L(w_up)},
+    {"ffn_down_shexp.weight", {SH_FF, EMBD}, 2, true, SHEXP, ANY, L(w_down)},
     {"post_ffw_norm.weight", {EMBD}, 1, false, POST, ANY, L(post_ffn_norm)},
 #undef L
 };
@@ -96,6 +101,7 @@ static bool stored(const tkv__arch *a, enum when w) {
     case DENSE_ALL: return !a->moe;
     case MOE: return a->moe;
     case OAI: return a->oai;
+    case SHEXP: return a->shared_expert;
     }
     return false;
 }
@@ -114,6 +120,7 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
         [EMBD3] = 3 * (uint64_t)hp->n_embd, [TAPS] = 3, /* lfm2's kernel (shortconv.l_cache, checked at load) */
         [D_CH] = dd ? dd->channels : 0, [D_INNER] = dd ? (uint64_t)dd->n_v * dd->d_v : 0,
         [D_CONV] = dd ? dd->d_conv : 0, [D_NV] = dd ? dd->n_v : 0, [D_V] = dd ? dd->d_v : 0,
+        [SH_FF] = arch->shared_expert ? moe->n_ff_shared : 0,
     };
     tkv_status st;
     tkv__tensor_need t;
