@@ -2,7 +2,8 @@
  * arch.c — the supported architectures (see arch.h): llama and the
  * llama-like blocks, and the hybrids: lfm2, whose short-conv layers keep each
  * token's B*x row in its cell's K row, so the cache holds all their state,
- * and qwen35, whose delta-net layers keep a recurrent state per sequence.
+ * and qwen35 (delta nets), granitehybrid and nemotron_h (Mamba-2), whose
+ * recurrent layers keep a state per sequence that the cache checkpoints.
  */
 #include "arch.h"
 
@@ -33,6 +34,11 @@ static const tkv__arch archs[] = {
      .q_gate = true, .ffn_norm = "post_attention_norm.weight"},
     {.name = "qwen35moe", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .deltanet = true,
      .q_gate = true, .moe = true, .shared_expert = true, .ffn_norm = "post_attention_norm.weight"},
+    /* hybrids with Mamba-2 layers: head_count_kv arrays say which layers attend (without RoPE) */
+    {.name = "granitehybrid", .rope = TKV__ROPE_NEOX, .pre_norms = true, .mamba2 = true, .granite = true,
+     .no_rope = true},
+    {.name = "nemotron_h", .rope = TKV__ROPE_NEOX, .pre_norms = true, .mamba2 = true, .one_block = true,
+     .no_rope = true},
 };
 
 const tkv__arch *tkv__arch_find(const char *name) {

@@ -53,6 +53,14 @@ typedef struct tkv__arch {
     bool deltanet;        /* qwen35: layer l is a gated delta-net layer (deltanet.h) unless
                              (l + 1) % full_attention_interval == 0; those keep a recurrent
                              state per sequence, which the cache checkpoints */
+    bool mamba2;          /* granitehybrid, nemotron_h: layers whose head_count_kv entry is 0 are Mamba-2
+                             layers (mamba2.h; with one_block, those with a feed_forward_length
+                             entry are MLP layers instead), with a recurrent state per sequence */
+    bool one_block;       /* nemotron_h: a layer is one block, x + mixer(attn_norm(x)), its mixer
+                             Mamba-2, attention or an MLP (relu(x Wup)^2 Wdown); no second block */
+    bool granite;         /* granitehybrid: embeddings times embedding_scale, each block's output
+                             times residual_scale, logits divided by logit_scale, attention.scale */
+    bool no_rope;         /* attention applies no RoPE at all */
     bool shared_expert;   /* qwen35moe: beside the experts, a shared SwiGLU expert (ffn_{gate,up,down}_shexp,
                              expert_shared_feed_forward_length wide) scaled by sigmoid(ffn_gate_inp_shexp . x) */
     bool q_gate;          /* qwen35: attn_q gives each head's q and then as many gate values;
@@ -68,6 +76,8 @@ typedef enum tkv__layer_kind {
     TKV__LAYER_ATTN = 0,   /* attention over the cache's K/V rows */
     TKV__LAYER_SHORTCONV,  /* lfm2's gated short conv: its state is in the cells' K rows */
     TKV__LAYER_DELTANET,   /* qwen35's gated delta net: a recurrent state per sequence */
+    TKV__LAYER_MAMBA2,     /* Mamba-2's selective scan: a recurrent state per sequence */
+    TKV__LAYER_MLP,        /* nemotron_h's MLP-only layers (arch->one_block) */
 } tkv__layer_kind;
 
 /* The architecture called `name`, or NULL when it is not supported. */

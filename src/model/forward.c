@@ -30,6 +30,8 @@
  */
 #include "forward.h"
 #include "shortconv.h"
+#include "deltanet.h"
+#include "mamba2.h"
 
 #include "base/alloc.h"
 #include "compute/attention.h"
@@ -76,6 +78,11 @@ struct tkv__fwd {
     float *dout; /* (n_batch, inner) */
     uint32_t *ridx; /* (n_batch) token i's index in its run */
     float *shg, *shy; /* (n_batch), (n_batch, n_embd): a shared expert's gate and output (arch->shared_expert) */
+    /* arch->mamba2 (mamba2.h) */
+    float *mz;   /* (n_batch, in_proj) z, xBC, dt */
+    float *mc;   /* (n_batch, channels) xBC after the conv */
+    float *my;   /* (n_batch, d_inner) */
+    float attn_scale; /* the scores' scale: attention.scale, or 1 / sqrt(head_dim) */
     int32_t *prev;  /* (n_batch) the batch index of the token before i in its run, or -1 */
     uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
     float *attn_scratch; /* (n_threads, attn_scratch_per_thread): q/accumulator, or one weight per cell */
@@ -87,7 +94,7 @@ void tkv__fwd_free(tkv__fwd *f) {
     if (!f) return;
     float *bufs[] = {f->x,  f->h,      f->q,      f->k,  f->v,  f->att, f->tmp,          f->gate, f->up,
                      f->cs, f->cs_swa, f->bcx, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch,
-                     f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout, f->shg, f->shy};
+                     f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout, f->shg, f->shy, f->mz, f->mc, f->my};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
     tkv__free(f->chosen);
@@ -144,6 +151,20 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
         f->shy = tkv__malloc(B * f->n_embd * sizeof(float));
         extra_ok = extra_ok && f->shg && f->shy;
     }
+    const tkv__mamba_dims *mm = &m->ext.mamba;
+    if (m->arch->mamba2) {
+        f->mz = tkv__malloc(B * mm->in_proj * sizeof(float));
+        f->mc = tkv__malloc(B * mm->channels * sizeof(float));
+        f->my = tkv__malloc(B * mm->d_inner * sizeof(float));
+        extra_ok = extra_ok && f->mz && f->mc && f->my;
+        if (mm->d_inner > widest) widest = mm->d_inner;
+    }
+    if (m->ext.state_floats) { /* recurrent layers: each token's place in its run */
+        f->ridx = tkv__malloc(B * sizeof *f->ridx);
+        f->prev = tkv__malloc(B * sizeof *f->prev);
+        extra_ok = extra_ok && f->ridx && f->prev;
+    }
+    f->attn_scale = m->ext.attn_scale > 0 ? m->ext.attn_scale : 1.0f / sqrtf((float)hp->head_dim);
     const tkv__delta_dims *dd = &m->ext.delta;
     const size_t inner = (size_t)dd->n_v * dd->d_v;
     if (m->arch->deltanet) {
@@ -153,9 +174,7 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
         f->dbeta = tkv__malloc(B * dd->n_v * sizeof(float));
         f->dalpha = tkv__malloc(B * dd->n_v * sizeof(float));
         f->dout = tkv__malloc(B * inner * sizeof(float));
-        f->ridx = tkv__malloc(B * sizeof *f->ridx);
-        f->prev = tkv__malloc(B * sizeof *f->prev);
-        extra_ok = extra_ok && f->dqkv && f->dc && f->dz && f->dbeta && f->dalpha && f->dout && f->ridx && f->prev;
+        extra_ok = extra_ok && f->dqkv && f->dc && f->dz && f->dbeta && f->dalpha && f->dout;
         if (dd->channels > widest) widest = dd->channels;
         if (inner > widest) widest = inner;
     }
@@ -183,7 +202,8 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->attn_scratch_per_thread = (size_t)TKV__ATTN_TOKENS * (hp->n_head / hp->n_head_kv) * n_cells + 16 * f->hd;
     const size_t kvw = m->ext.kv_width; /* a cache row: n_kv, or wider in a hybrid */
     if (f->attn_scratch_per_thread < f->hd + 2 * kvw) f->attn_scratch_per_thread = f->hd + 2 * kvw;
-    const size_t window = m->arch->deltanet ? (size_t)(dd->d_conv - 1) * dd->channels : 0; /* a conv window */
+    size_t window = m->arch->deltanet ? (size_t)(dd->d_conv - 1) * dd->channels : 0; /* a conv window */
+    if (m->arch->mamba2 && (size_t)(mm->d_conv - 1) * mm->channels > window) window = (size_t)(mm->d_conv - 1) * mm->channels;
     if (f->attn_scratch_per_thread < window) f->attn_scratch_per_thread = window;
     f->attn_scratch_per_thread += 64;
     f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
@@ -367,7 +387,7 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
     for (size_t i = 0; i < hd; i++) q16[i] = tkv__quant_f32_to_f16(q[i]), acc[i] = 0;
     const uint32_t *cells = P->b->cells[t];
     const size_t n = (size_t)P->b->pos[t] + 1;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = P->f->attn_scale;
     float M = -INFINITY, S = 0;
     for (size_t j = first_cell(f->m, layer, P->b->pos[t]); j < n; j++) {
         const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
@@ -428,7 +448,7 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
     const tkv__attn_ops *ops = P->attn;
     const size_t hd = f->hd, group = hp->n_head / hp->n_head_kv, koff = g * hd;
     const uint32_t *cells = P->b->cells[t0];
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = P->f->attn_scale;
     size_t n_max = 0;
     for (uint32_t u = 0; u < tn; u++)
         if ((size_t)P->b->pos[t0 + u] + 1 > n_max) n_max = (size_t)P->b->pos[t0 + u] + 1;
@@ -530,7 +550,7 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
     const float *q = f->q + (size_t)t * f->n_q + hq * hd;
     const uint32_t *cells = P->b->cells[t];
     const size_t n = (size_t)P->b->pos[t] + 1;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = P->f->attn_scale;
     float M = -INFINITY, S = 0;
     memset(acc, 0, hd * sizeof *acc);
     float *row = acc + hd; /* (2, n_embd_kv) a cell's K and V, expanded */
@@ -751,7 +771,7 @@ static void attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, con
             tkv__ops_rmsnorm(k, k, kn, f->n_kv, hp->rms_eps);
         }
         const float *cs = (f->cs_swa && swa_layer(m, l) ? f->cs_swa : f->cs) + t * f->n_rot;
-        if (!arch->nope_period || (l + 1) % arch->nope_period != 0) {
+        if (!arch->no_rope && (!arch->nope_period || (l + 1) % arch->nope_period != 0)) {
             tkv__ops_rope(q, hp->n_head, f->hd, f->n_rot, cs, arch->rope);
             tkv__ops_rope(k, hp->n_head_kv, f->hd, f->n_rot, cs, arch->rope);
         }
@@ -850,25 +870,53 @@ static void conv_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, con
     tkv__pool_barrier(P->pool);
 }
 
-/* The qkv row of the token `back` steps before batch token t in its run: a
-   batch row while the run reaches back that far, else a row of the run's
-   conv window (oldest first), which holds the tokens before the batch. */
-static const float *delta_row(const tkv__fwd *f, const tkv__delta_dims *d, const float *window, uint32_t t,
-                              uint32_t back) {
+/* A causal conv's input rows: batch token t's row is rows + t stride; the run's window holds the d_conv - 1
+   rows before the batch (width each, oldest first). */
+typedef struct conv_src {
+    const float *rows;
+    size_t stride, width;
+    uint32_t d_conv;
+} conv_src;
+
+/* The input row of the token `back` steps before batch token t in its run: a batch row while the run
+   reaches back that far, else a row of the window. */
+static const float *conv_row(const tkv__fwd *f, const conv_src *c, const float *window, uint32_t t, uint32_t back) {
     if (back <= f->ridx[t]) {
         int32_t u = (int32_t)t;
         for (uint32_t k = 0; k < back; k++) u = f->prev[u];
-        return f->dqkv + (size_t)u * d->channels;
+        return c->rows + (size_t)u * c->stride;
     }
-    return window + (size_t)(d->d_conv - 1 - (back - f->ridx[t])) * d->channels;
+    return window + (size_t)(c->d_conv - 1 - (back - f->ridx[t])) * c->width;
 }
 
-/* Write the conv window after batch token t (the last d_conv - 1 qkv rows up to t) into dst. */
-static void delta_window_after(const tkv__fwd *f, const tkv__delta_dims *d, const float *window, uint32_t t,
-                               float *dst) {
-    for (uint32_t r = 0; r + 1 < d->d_conv; r++) /* row r is d_conv - 2 - r steps back */
-        memcpy(dst + (size_t)r * d->channels, delta_row(f, d, window, t, d->d_conv - 2 - r),
-               d->channels * sizeof *dst);
+/* The d_conv input rows of batch token t, oldest first. */
+static void conv_rows(const tkv__fwd *f, const conv_src *c, const float *window, uint32_t t, const float **rows) {
+    for (uint32_t k = 0; k < c->d_conv; k++) rows[k] = conv_row(f, c, window, t, c->d_conv - 1 - k);
+}
+
+/* Write the window after batch token t (its last d_conv - 1 input rows) into dst. */
+static void window_after(const tkv__fwd *f, const conv_src *c, const float *window, uint32_t t, float *dst) {
+    for (uint32_t r = 0; r + 1 < c->d_conv; r++) /* row r is d_conv - 2 - r steps back */
+        memcpy(dst + (size_t)r * c->width, conv_row(f, c, window, t, c->d_conv - 2 - r), c->width * sizeof *dst);
+}
+
+/* Run r's window moves on past its last token of the batch (through scratch: it overwrites what it
+   reads), and every token asked for gets a copy of the window after it (all threads must be done reading
+   the windows). Returns whether the run has a token here. */
+static bool move_window(const pass *P, const conv_src *c, uint32_t r, size_t off, float *scratch) {
+    const tkv__fwd_batch *b = P->b;
+    float *window = b->state[r] + off;
+    uint32_t last = 0;
+    bool any = false;
+    for (uint32_t t = 0; t < b->n; t++) {
+        if (b->run[t] != r) continue;
+        if (b->snap && b->snap[t]) window_after(P->f, c, window, t, b->snap[t] + off);
+        last = t, any = true;
+    }
+    if (!any) return false;
+    window_after(P->f, c, window, last, scratch);
+    memcpy(window, scratch, (size_t)(c->d_conv - 1) * c->width * sizeof *scratch);
+    return true;
 }
 
 /*
@@ -904,10 +952,10 @@ static void delta_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, co
     tkv__pool_barrier(P->pool);
 
     /* c = silu(conv(qkv)), q and k L2-normed                (n, channels) */
+    const conv_src src = {f->dqkv, CH, CH, d->d_conv};
     for (size_t t = t0; t < t1; t++) {
-        const float *window = tkv__delta_window(d, b->state[b->run[t]] + off);
         const float *rows[16];
-        for (uint32_t k = 0; k < d->d_conv; k++) rows[k] = delta_row(f, d, window, (uint32_t)t, d->d_conv - 1 - k);
+        conv_rows(f, &src, tkv__delta_window(d, b->state[b->run[t]] + off), (uint32_t)t, rows);
         tkv__deltanet_conv(d, L->dn_conv.data, rows, m->hp.rms_eps, f->dc + t * CH);
     }
     tkv__pool_barrier(P->pool); /* every read of the windows is done */
@@ -917,13 +965,9 @@ static void delta_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, co
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
     for (size_t p = (size_t)ith; p < (size_t)b->n_runs * d->n_v; p += (size_t)nth) {
         const uint32_t r = (uint32_t)(p / d->n_v), h = (uint32_t)(p % d->n_v), kh = h % d->n_k;
-        float *st = b->state[r] + off;
-        float *S = tkv__delta_S(d, st, h);
-        uint32_t last = 0;
-        bool any = false; /* runs of other chunks of the decode have no token here */
+        float *S = tkv__delta_S(d, b->state[r] + off, h);
         for (uint32_t t = 0; t < n; t++) {
             if (b->run[t] != r) continue;
-            any = true;
             const float *c = f->dc + (size_t)t * CH;
             const float *q = c + (size_t)kh * d->d_k, *k = c + (size_t)(d->n_k + kh) * d->d_k;
             const float *v = c + (size_t)2 * d->n_k * d->d_k + (size_t)h * d->d_v;
@@ -931,16 +975,10 @@ static void delta_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, co
             const float softplus = a > 20.0f ? a : log1pf(expf(a));
             const float beta = 1.0f / (1.0f + expf(-f->dbeta[(size_t)t * d->n_v + h]));
             tkv__deltanet_step(d, S, q, k, v, A[h] * softplus, beta, f->dout + (size_t)t * inner + (size_t)h * d->d_v);
-            if (b->snap && b->snap[t]) {
+            if (b->snap && b->snap[t])
                 memcpy(tkv__delta_S(d, b->snap[t] + off, h), S, (size_t)d->d_k * d->d_v * sizeof *S);
-                if (h == 0) delta_window_after(f, d, tkv__delta_window(d, st), t, tkv__delta_window(d, b->snap[t] + off));
-            }
-            last = t;
         }
-        if (h == 0 && any) { /* the window after the run's last token, through scratch: it overwrites what it reads */
-            delta_window_after(f, d, tkv__delta_window(d, st), last, scratch);
-            memcpy(tkv__delta_window(d, st), scratch, (size_t)(d->d_conv - 1) * CH * sizeof *scratch);
-        }
+        if (h == 0) move_window(P, &src, r, off, scratch);
     }
     tkv__pool_barrier(P->pool);
 
@@ -951,6 +989,92 @@ static void delta_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, co
     tkv__pool_barrier(P->pool);
     /* tmp = o Wout                                          (n, n_embd) */
     matmul(P, ith, nth, tag, &L->dn_out, f->dout, n, f->tmp);
+    tkv__pool_barrier(P->pool);
+}
+
+/*
+ * Mamba-2 layer l (granitehybrid, nemotron_h; mamba2.h has the math), for
+ * every run of the batch:
+ *
+ *   z, xBC, dt = h Win                                     (n, in_proj)
+ *   xBC = silu(conv(xBC) + bias)                           token by token, in parallel
+ *   y = the scan over each (run, head), in position order, + D x
+ *   y = grouped rmsnorm(y * silu(z));  tmp = y Wout        (n, n_embd)
+ *
+ * The run's state (its conv window and every head's S) is read before the
+ * first token and left after the last, as in delta_mixer.
+ */
+static void mamba_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in) {
+    tkv__fwd *f = P->f;
+    const tkv_model *m = f->m;
+    const tkv__layer *L = &m->w.layers[l];
+    const tkv__fwd_batch *b = P->b;
+    const tkv__mamba_dims *d = &m->ext.mamba;
+    const uint32_t n = b->n, CH = d->channels, DI = d->d_inner, IP = d->in_proj;
+    const size_t off = tkv__model_state_off(&m->ext, l), gs = (size_t)d->n_group * d->d_state;
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+
+    /* z, xBC, dt = h Win                                    (n, in_proj) */
+    matmul(P, ith, nth, tag, &L->m_in, in, n, f->mz);
+    tkv__pool_barrier(P->pool);
+    /* xBC = silu(conv(xBC) + bias)                          (n, channels) */
+    const conv_src src = {f->mz + DI, IP, CH, d->d_conv};
+    for (size_t t = t0; t < t1; t++) {
+        const float *rows[16];
+        conv_rows(f, &src, b->state[b->run[t]] + off, (uint32_t)t, rows);
+        tkv__mamba_conv(d, L->m_conv.data, L->m_conv_b.data, rows, f->mc + t * CH);
+    }
+    tkv__pool_barrier(P->pool); /* every read of the windows is done */
+
+    /* the scan, one (run, head) at a time; head 0's owner also moves the run's window */
+    const float *A = L->m_a.data, *D = L->m_d.data, *dt_b = L->m_dt.data;
+    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
+    for (size_t p = (size_t)ith; p < (size_t)b->n_runs * d->n_head; p += (size_t)nth) {
+        const uint32_t r = (uint32_t)(p / d->n_head), h = (uint32_t)(p % d->n_head);
+        const uint32_t g = h / (d->n_head / d->n_group);
+        float *S = tkv__mamba_S(d, b->state[r] + off, h);
+        for (uint32_t t = 0; t < n; t++) {
+            if (b->run[t] != r) continue;
+            const float *xbc = f->mc + (size_t)t * CH;
+            const float *x = xbc + (size_t)h * d->head_dim, *B = xbc + DI + (size_t)g * d->d_state;
+            const float *C = xbc + DI + gs + (size_t)g * d->d_state;
+            const float dt = f->mz[(size_t)t * IP + DI + CH + h];
+            tkv__mamba_step(d, S, x, B, C, dt, dt_b[h], A[h], D[h], f->my + (size_t)t * DI + (size_t)h * d->head_dim);
+            if (b->snap && b->snap[t])
+                memcpy(tkv__mamba_S(d, b->snap[t] + off, h), S, (size_t)d->head_dim * d->d_state * sizeof *S);
+        }
+        if (h == 0) move_window(P, &src, r, off, scratch);
+    }
+    tkv__pool_barrier(P->pool);
+
+    /* y = grouped rmsnorm(y * silu(z)) * ssm_norm           (n, d_inner) */
+    for (size_t t = t0; t < t1; t++) tkv__mamba_gate_norm(d, f->my + t * DI, f->mz + t * IP, L->m_norm.data, m->hp.rms_eps);
+    tag->src = NULL;
+    tkv__pool_barrier(P->pool);
+    /* tmp = y Wout                                          (n, n_embd) */
+    matmul(P, ith, nth, tag, &L->m_out, f->my, n, f->tmp);
+    tkv__pool_barrier(P->pool);
+}
+
+/* nemotron_h's MLP layer: tmp (n, n_embd) = relu(in Wup)^2 Wdown. */
+static void mlp_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in) {
+    tkv__fwd *f = P->f;
+    const tkv__layer *L = &f->m->w.layers[l];
+    const uint32_t n = P->b->n;
+    const size_t ff = L->w_up.ne1;
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+    matmul(P, ith, nth, tag, &L->w_up, in, n, f->up);
+    tkv__pool_barrier(P->pool);
+    for (size_t t = t0; t < t1; t++)
+        for (size_t i = 0; i < ff; i++) {
+            const float u = f->up[t * ff + i] > 0 ? f->up[t * ff + i] : 0;
+            f->up[t * ff + i] = u * u;
+        }
+    tag->src = NULL;
+    tkv__pool_barrier(P->pool);
+    matmul(P, ith, nth, tag, &L->w_down, f->up, n, f->tmp);
     tkv__pool_barrier(P->pool);
 }
 
@@ -1003,19 +1127,28 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tag->src = NULL;
     tkv__pool_barrier(P->pool);
 
-    if (m->ext.kind[l] == TKV__LAYER_SHORTCONV) conv_mixer(P, ith, nth, l, tag, attn_in);
-    else if (m->ext.kind[l] == TKV__LAYER_DELTANET) delta_mixer(P, ith, nth, l, tag, attn_in);
-    else attn_mixer(P, ith, nth, l, tag, attn_in);
+    switch ((tkv__layer_kind)m->ext.kind[l]) {
+    case TKV__LAYER_SHORTCONV: conv_mixer(P, ith, nth, l, tag, attn_in); break;
+    case TKV__LAYER_DELTANET: delta_mixer(P, ith, nth, l, tag, attn_in); break;
+    case TKV__LAYER_MAMBA2: mamba_mixer(P, ith, nth, l, tag, attn_in); break;
+    case TKV__LAYER_MLP: mlp_mixer(P, ith, nth, l, tag, attn_in); break;
+    case TKV__LAYER_ATTN: attn_mixer(P, ith, nth, l, tag, attn_in); break;
+    }
+    const float rs = m->ext.residual_scale; /* granite: each block's output is scaled before the add */
     for (size_t t = t0; t < t1; t++) {
         float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
         if (L->bo.data) add_bias(y, &L->bo, f->n_embd);
         if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_attn_norm.data, f->n_embd, hp->rms_eps);
-        for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
+        if (rs != 1.0f)
+            for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
+        else
+            for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
         /* h = rmsnorm(x) * ffn_norm */
-        if (arch->pre_norms) tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
+        if (arch->pre_norms && !arch->one_block) tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
     }
     tag->src = NULL;
     tkv__pool_barrier(P->pool);
+    if (arch->one_block) return; /* nemotron_h: the layer was its mixer */
 
     /* x = x + (silu(h Wgate) * (h Wup)) Wdown   gate, up: (n, n_ff) */
     const float *ffn_in = arch->pre_norms ? f->h : f->x;
@@ -1036,7 +1169,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     for (size_t t = t0; t < t1; t++) {
         float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
         if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_ffn_norm.data, f->n_embd, hp->rms_eps);
-        for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
+        for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
     }
     tkv__pool_barrier(P->pool);
 }
@@ -1055,8 +1188,8 @@ static void pass_task(void *arg, int ith, int nth) {
     for (size_t t = t0; t < t1; t++) {
         float *x = f->x + t * f->n_embd;
         tkv__quant_dequantize_row(E->type, (const uint8_t *)E->data + (size_t)b->token[t] * E->row_size, x, f->n_embd);
-        if (m->arch->gemma) { /* embeddings times sqrt(n_embd) */
-            const float sc = sqrtf((float)f->n_embd);
+        if (m->arch->gemma || m->ext.embd_scale != 1.0f) { /* gemma: times sqrt(n_embd); granite: embedding_scale */
+            const float sc = m->arch->gemma ? sqrtf((float)f->n_embd) : m->ext.embd_scale;
             for (size_t i = 0; i < f->n_embd; i++) x[i] *= sc;
         }
         if (f->n_rot) rope_angles(f, f->cs + t * f->n_rot, b->pos[t]);
@@ -1081,6 +1214,12 @@ static void pass_task(void *arg, int ith, int nth) {
     tag.src = NULL;
     tkv__pool_barrier(P->pool);
     if (b->n_out) matmul(P, ith, nth, &tag, &m->w.output, f->h, b->n_out, b->logits);
+    if (m->ext.logit_scale != 1.0f && b->n_out) { /* granite: logits / logit_scale */
+        tkv__pool_barrier(P->pool);
+        size_t c0, c1;
+        tkv__split((size_t)b->n_out * m->hp.n_vocab, ith, nth, &c0, &c1);
+        for (size_t c = c0; c < c1; c++) b->logits[c] /= m->ext.logit_scale;
+    }
     if (m->ext.final_softcap > 0 && b->n_out) { /* logits = c tanh(logits / c) */
         tkv__pool_barrier(P->pool);
         size_t c0, c1; /* all threads share every row: one output (generation) is 32k+ values */

@@ -62,13 +62,15 @@ static tkv_status hp_u32(const tkv__gguf *g, const char *arch, const char *name,
 }
 
 /*
- * A hybrid's per-layer head_count_kv array (arch->shortconv): 0 marks a
- * short-conv layer. *max receives the attention layers' count, which must be
- * the same on each; kind (may be NULL) receives each layer's tkv__layer_kind.
+ * A hybrid's per-layer array [ARCH.name] (head_count_kv, feed_forward_length)
+ * of n_layer 32-bit integers into vals (may be NULL); *max receives the
+ * nonzero value, which must be the same on every layer that has one (0 when
+ * none has).
  */
-static tkv_status kv_heads_array(const tkv__gguf *g, const char *arch, uint32_t n_layer, uint32_t *max, uint8_t *kind) {
+static tkv_status layer_array(const tkv__gguf *g, const char *arch, const char *name, uint32_t n_layer, uint32_t *max,
+                              uint32_t *vals) {
     char key[128];
-    snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
+    snprintf(key, sizeof key, "%s.%s", arch, name);
     const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
     if (!kv || kv->type != TKV_META_ARRAY) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': expected an array", key);
     const size_t sz = tkv__gguf_meta_size(kv->elem_type);
@@ -81,13 +83,25 @@ static tkv_status kv_heads_array(const tkv__gguf *g, const char *arch, uint32_t 
     for (uint32_t l = 0; l < n_layer; l++) {
         uint32_t v;
         memcpy(&v, kv->arr + l * sz, 4);
-        if ((int32_t)v < 0) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': layer %u has %d heads", key, l, (int32_t)v);
+        if ((int32_t)v < 0) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': layer %u has %d", key, l, (int32_t)v);
         if (v && *max && v != *max)
-            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': attention layers with %u and %u KV heads", key, *max, v);
+            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': layers with %u and %u (one size is supported)", key,
+                             *max, v);
         if (v) *max = v;
-        if (kind) kind[l] = v == 0 ? TKV__LAYER_SHORTCONV : TKV__LAYER_ATTN;
+        if (vals) vals[l] = v;
     }
-    if (!*max) return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': no attention layer", key);
+    return TKV_OK;
+}
+
+/* A hybrid's head_count_kv array: 0 marks a layer without attention (kind[l] = zero_kind, else
+   TKV__LAYER_ATTN; kind may be NULL); *max receives the attention layers' count. */
+static tkv_status kv_heads_array(const tkv__gguf *g, const char *arch, uint32_t n_layer, uint32_t *max, uint8_t *kind,
+                                 tkv__layer_kind zero_kind) {
+    uint32_t v[TKV__MAX_LAYERS];
+    tkv_status st = layer_array(g, arch, "attention.head_count_kv", n_layer, max, v);
+    if (st) return st;
+    if (!*max) return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s.attention.head_count_kv': no attention layer", arch);
+    for (uint32_t l = 0; l < n_layer && kind; l++) kind[l] = v[l] ? TKV__LAYER_ATTN : (uint8_t)zero_kind;
     return TKV_OK;
 }
 
@@ -137,7 +151,13 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     if ((st = hp_u32(g, arch, "block_count", -1, &hp->n_layer))) return st;
     /* experts alone may give the widths (qwen35moe): the FFN scratch then fits the widest of them */
     const bool moe = tkv__arch_find(arch)->moe;
-    if ((st = hp_u32(g, arch, "feed_forward_length", moe ? 0 : -1, &hp->n_ff))) return st;
+    snprintf(key, sizeof key, "%s.feed_forward_length", arch);
+    const tkv__gguf_kv *ffkv = tkv__gguf_find(g, key);
+    if (tkv__arch_find(arch)->one_block && ffkv && ffkv->type == TKV_META_ARRAY) { /* the MLP layers' width */
+        if ((st = layer_array(g, arch, "feed_forward_length", hp->n_layer, &hp->n_ff, NULL))) return st;
+    } else if ((st = hp_u32(g, arch, "feed_forward_length", moe ? 0 : -1, &hp->n_ff))) {
+        return st;
+    }
     if (!hp->n_ff && moe) {
         uint32_t ff_e = 0, ff_s = 0;
         if ((st = hp_u32(g, arch, "expert_feed_forward_length", 0, &ff_e))) return st;
@@ -147,8 +167,8 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     if ((st = hp_u32(g, arch, "attention.head_count", -1, &hp->n_head))) return st;
     snprintf(key, sizeof key, "%s.attention.head_count_kv", arch);
     const tkv__gguf_kv *hkv = tkv__gguf_find(g, key);
-    if (tkv__arch_find(arch)->shortconv && hkv && hkv->type == TKV_META_ARRAY) {
-        if ((st = kv_heads_array(g, arch, hp->n_layer, &hp->n_head_kv, NULL))) return st;
+    if ((tkv__arch_find(arch)->shortconv || tkv__arch_find(arch)->mamba2) && hkv && hkv->type == TKV_META_ARRAY) {
+        if ((st = kv_heads_array(g, arch, hp->n_layer, &hp->n_head_kv, NULL, TKV__LAYER_ATTN))) return st;
     } else if ((st = hp_u32(g, arch, "attention.head_count_kv", hp->n_head, &hp->n_head_kv))) {
         return st;
     }
@@ -283,7 +303,46 @@ static tkv_status read_delta(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_
     x->state_floats = 0;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         x->kind[l] = (l + 1) % every ? TKV__LAYER_DELTANET : TKV__LAYER_ATTN;
+        x->state_off[l] = x->state_floats;
         if (x->kind[l] == TKV__LAYER_DELTANET) x->state_floats += d->layer_floats;
+    }
+    return TKV_OK;
+}
+
+/*
+ * A Mamba-2 hybrid's sizes (mamba2.h) and layer kinds: attention where
+ * head_count_kv has heads; else, with arch->one_block, an MLP where
+ * feed_forward_length has a width; else Mamba-2.
+ */
+static tkv_status read_mamba(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ext *x) {
+    const char *a = hp->arch;
+    tkv__mamba_dims *d = &x->mamba;
+    tkv_status st;
+    uint32_t max, hkv[TKV__MAX_LAYERS], ff[TKV__MAX_LAYERS] = {0};
+    if (hp->n_layer > TKV__MAX_LAYERS)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "%u layers: a hybrid may have at most %d", hp->n_layer, TKV__MAX_LAYERS);
+    if ((st = layer_array(g, a, "attention.head_count_kv", hp->n_layer, &max, hkv))) return st;
+    if (tkv__arch_find(a)->one_block && (st = layer_array(g, a, "feed_forward_length", hp->n_layer, &max, ff))) return st;
+    if ((st = hp_u32(g, a, "ssm.conv_kernel", -1, &d->d_conv))) return st;
+    if ((st = hp_u32(g, a, "ssm.state_size", -1, &d->d_state))) return st;
+    if ((st = hp_u32(g, a, "ssm.group_count", -1, &d->n_group))) return st;
+    if ((st = hp_u32(g, a, "ssm.time_step_rank", -1, &d->n_head))) return st;
+    if ((st = hp_u32(g, a, "ssm.inner_size", -1, &d->d_inner))) return st;
+    if (d->d_conv < 2 || d->d_conv > 16 || !d->d_state || !d->n_group || !d->n_head || d->n_head % d->n_group ||
+        d->d_inner % d->n_head || d->d_inner % d->n_group)
+        return tkv__fail(TKV_ERR_FORMAT,
+                         "metadata keys '%s.ssm.*': conv kernel %u, state size %u, %u groups, %u heads, inner size %u: "
+                         "expected a kernel of 2..16, heads a multiple of the groups, the inner size of whole heads",
+                         a, d->d_conv, d->d_state, d->n_group, d->n_head, d->d_inner);
+    d->head_dim = d->d_inner / d->n_head;
+    d->channels = d->d_inner + 2 * d->n_group * d->d_state;
+    d->in_proj = d->d_inner + d->channels + d->n_head;
+    d->layer_floats = (size_t)(d->d_conv - 1) * d->channels + (size_t)d->d_inner * d->d_state;
+    x->state_floats = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        x->kind[l] = hkv[l] ? TKV__LAYER_ATTN : ff[l] ? TKV__LAYER_MLP : TKV__LAYER_MAMBA2;
+        x->state_off[l] = x->state_floats;
+        if (x->kind[l] == TKV__LAYER_MAMBA2) x->state_floats += d->layer_floats;
     }
     return TKV_OK;
 }
@@ -334,7 +393,9 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
         uint32_t unused;
         snprintf(key, sizeof key, "%s.attention.head_count_kv", a);
         const tkv__gguf_kv *hkv = tkv__gguf_find(g, key);
-        if (hkv && hkv->type == TKV_META_ARRAY && (st = kv_heads_array(g, a, hp->n_layer, &unused, x->kind))) return st;
+        if (hkv && hkv->type == TKV_META_ARRAY &&
+            (st = kv_heads_array(g, a, hp->n_layer, &unused, x->kind, TKV__LAYER_SHORTCONV)))
+            return st;
         if ((st = hp_u32(g, a, "shortconv.l_cache", 3, &x->conv_len))) return st;
         if (x->conv_len != 3)
             return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.shortconv.l_cache' = %u: only 3 taps are supported", a, x->conv_len);
@@ -342,6 +403,15 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
             if (x->kind[l] == TKV__LAYER_SHORTCONV && x->kv_width < hp->n_embd) x->kv_width = hp->n_embd;
     }
     if (ar->deltanet && (st = read_delta(g, hp, x))) return st;
+    if (ar->mamba2 && (st = read_mamba(g, hp, x))) return st;
+    x->embd_scale = x->residual_scale = x->logit_scale = 1.0f;
+    if (ar->granite) {
+        if ((st = hp_float(g, a, "embedding_scale", 1.0, &x->embd_scale))) return st;
+        if ((st = hp_float(g, a, "residual_scale", 1.0, &x->residual_scale))) return st;
+        if ((st = hp_float(g, a, "logit_scale", 1.0, &x->logit_scale))) return st;
+        if ((st = hp_float(g, a, "attention.scale", 0.0, &x->attn_scale))) return st;
+        if (x->logit_scale == 0) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.logit_scale' is 0 (logits are divided by it)", a);
+    }
     if (!strcmp(hp->rope_scaling, "yarn")) {
         float beta_fast, beta_slow, unused;
         if ((st = hp_float(g, a, "rope.scaling.yarn_beta_fast", 32.0, &beta_fast))) return st;
@@ -362,7 +432,7 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
 
 static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const tkv__hp_ext *x) {
     check_ctx c = {g, hp->arch};
-    const tkv__layout lay = {&x->moe, &x->delta, x->kind};
+    const tkv__layout lay = {&x->moe, &x->delta, &x->mamba, x->kind};
     return tkv__tensors_each(tkv__arch_find(hp->arch), hp, &lay, check_tensor, &c);
 }
 
@@ -379,7 +449,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
             st = tkv__fail(TKV_ERR_FORMAT, "the file has no tensors (a vocabulary-only file): it loads only with vocab_only");
         else
             st = check_tensors(g, &hp, &ext);
-        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &(tkv__layout){&ext.moe, &ext.delta, ext.kind}, &w);
+        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &(tkv__layout){&ext.moe, &ext.delta, &ext.mamba, ext.kind}, &w);
         if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g);
         if (st) tkv__weights_free(&w);
     }

@@ -8,6 +8,7 @@
 #include "text/tokenizer.h"
 #include "arch.h"
 #include "deltanet.h"
+#include "mamba2.h"
 #include "moe.h"
 #include "weights.h"
 #include "tokenkv.h"
@@ -32,16 +33,16 @@ typedef struct tkv__hp_ext {
                                 layers (which keep each token's B x row there) at least n_embd */
     uint32_t conv_len;       /* arch->shortconv: [ARCH.shortconv.l_cache], the conv's taps */
     tkv__delta_dims delta;   /* arch->deltanet: the delta net's sizes */
-    size_t state_floats;     /* a sequence's recurrent state, every delta-net layer's (0: none) */
+    tkv__mamba_dims mamba;   /* arch->mamba2: Mamba-2's sizes */
+    float embd_scale, residual_scale, logit_scale; /* arch->granite; else 1 */
+    float attn_scale;        /* [ARCH.attention.scale] (arch->granite); 0: 1 / sqrt(head_dim) */
+    size_t state_floats;     /* a sequence's recurrent state, every recurrent layer's (0: none) */
     uint8_t kind[TKV__MAX_LAYERS]; /* each layer's tkv__layer_kind */
+    size_t state_off[TKV__MAX_LAYERS]; /* where a recurrent layer's state starts in a sequence's (floats) */
 } tkv__hp_ext;
 
-/* Where delta-net layer l's state starts in a sequence's state (floats). */
-static inline size_t tkv__model_state_off(const tkv__hp_ext *x, uint32_t l) {
-    size_t n = 0;
-    for (uint32_t i = 0; i < l; i++) n += x->kind[i] == TKV__LAYER_DELTANET;
-    return n * x->delta.layer_floats;
-}
+/* Where recurrent layer l's state starts in a sequence's state (floats). */
+static inline size_t tkv__model_state_off(const tkv__hp_ext *x, uint32_t l) { return x->state_off[l]; }
 
 struct tkv_model {
     uint32_t magic; /* TKV__MODEL_MAGIC (see tkv_last_error) */

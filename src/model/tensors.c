@@ -22,14 +22,17 @@ enum when {
     MOE,      /* arch->moe */
     OAI,      /* arch->oai */
     SHEXP,    /* arch->shared_expert */
+    FFN_NORM, /* arch->pre_norms with a second block (not arch->one_block) */
+    ONE_BLOCK, /* arch->one_block */
 };
 
 /* Which layers store a tensor: every layer (its FFN, its norms), or those of one mixer kind. */
-enum { ANY = -1, ATTN = TKV__LAYER_ATTN, CONV = TKV__LAYER_SHORTCONV, DELTA = TKV__LAYER_DELTANET };
+enum { ANY = -1, ATTN = TKV__LAYER_ATTN, CONV = TKV__LAYER_SHORTCONV, DELTA = TKV__LAYER_DELTANET,
+       MAMBA = TKV__LAYER_MAMBA2, MLP = TKV__LAYER_MLP };
 
 /* The sizes a shape is written in. */
 enum dim { ONE, EMBD, Q, QG, KV, FF, QNORM, KNORM, QKV, FF2, HEADS, EXPERTS, EXP_FF, EMBD3, TAPS,
-           D_CH, D_INNER, D_CONV, D_NV, D_V, SH_FF };
+           D_CH, D_INNER, D_CONV, D_NV, D_V, SH_FF, M_IN, M_CH, M_CONV, M_NH, M_INNER, M_GS, M_NG };
 
 static const struct role {
     const char *suffix; /* after "blk.N." */
@@ -63,11 +66,21 @@ static const struct role {
     {"ssm_alpha.weight", {EMBD, D_NV}, 2, true, ALL, DELTA, L(dn_alpha)},
     {"ssm_norm.weight", {D_V}, 1, false, ALL, DELTA, L(dn_norm)},
     {"ssm_out.weight", {D_INNER, EMBD}, 2, true, ALL, DELTA, L(dn_out)},
+    {"ssm_in.weight", {EMBD, M_IN}, 2, true, ALL, MAMBA, L(m_in)},
+    {"ssm_conv1d.weight", {M_CONV, M_CH}, 2, false, ALL, MAMBA, L(m_conv)},
+    {"ssm_conv1d.bias", {M_CH}, 1, false, ALL, MAMBA, L(m_conv_b)},
+    {"ssm_dt.bias", {M_NH}, 1, false, ALL, MAMBA, L(m_dt)},
+    {"ssm_a", {ONE, M_NH}, 2, false, ALL, MAMBA, L(m_a)},
+    {"ssm_d", {ONE, M_NH}, 2, false, ALL, MAMBA, L(m_d)},
+    {"ssm_norm.weight", {M_GS, M_NG}, 2, false, ALL, MAMBA, L(m_norm)},
+    {"ssm_out.weight", {M_INNER, EMBD}, 2, true, ALL, MAMBA, L(m_out)},
+    {"ffn_up.weight", {EMBD, FF}, 2, true, ONE_BLOCK, MLP, L(w_up)},
+    {"ffn_down.weight", {FF, EMBD}, 2, true, ONE_BLOCK, MLP, L(w_down)},
     {"post_attention_norm.weight", {EMBD}, 1, false, POST, ANY, L(post_attn_norm)},
     {"shortconv.conv.weight", {TAPS, EMBD}, 2, false, ALL, CONV, L(conv_w)},
     {"shortconv.in_proj.weight", {EMBD, EMBD3}, 2, true, ALL, CONV, L(conv_in)},
     {"shortconv.out_proj.weight", {EMBD, EMBD}, 2, true, ALL, CONV, L(conv_out)},
-    {NULL /* arch's ffn norm */, {EMBD}, 1, false, PRE, ANY, L(ffn_norm)},
+    {NULL /* arch's ffn norm */, {EMBD}, 1, false, FFN_NORM, ANY, L(ffn_norm)},
     {"ffn_gate.weight", {EMBD, FF}, 2, true, DENSE, ANY, L(w_gate)},
     {"ffn_up.weight", {EMBD, FF}, 2, true, DENSE, ANY, L(w_up)},
     {"ffn_up.weight", {EMBD, FF2}, 2, true, FUSED, ANY, TKV__BIND_VIEWS},
@@ -97,11 +110,13 @@ static bool stored(const tkv__arch *a, enum when w) {
     case FUSED: return a->fused;
     case BIAS: return a->qkv_bias;
     case QK_NORM: return a->qk_norm != TKV__QK_NORM_NONE;
-    case DENSE: return !a->fused && !a->moe;
-    case DENSE_ALL: return !a->moe;
+    case DENSE: return !a->fused && !a->moe && !a->one_block;
+    case DENSE_ALL: return !a->moe && !a->one_block;
     case MOE: return a->moe;
     case OAI: return a->oai;
     case SHEXP: return a->shared_expert;
+    case FFN_NORM: return a->pre_norms && !a->one_block;
+    case ONE_BLOCK: return a->one_block;
     }
     return false;
 }
@@ -112,6 +127,7 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
     const bool whole = arch->qk_norm == TKV__QK_NORM_WHOLE;
     const tkv__moe_dims *moe = lay->moe;
     const tkv__delta_dims *dd = lay->delta;
+    const tkv__mamba_dims *md = arch->mamba2 ? lay->mamba : NULL;
     const uint64_t size[] = {
         [ONE] = 1, [EMBD] = hp->n_embd, [Q] = q, [QG] = arch->q_gate ? 2 * q : q, [KV] = kv, [FF] = hp->n_ff,
         [QNORM] = whole ? q : hp->head_dim, [KNORM] = whole ? kv : hp->head_dim, [QKV] = q + 2 * kv,
@@ -121,6 +137,9 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
         [D_CH] = dd ? dd->channels : 0, [D_INNER] = dd ? (uint64_t)dd->n_v * dd->d_v : 0,
         [D_CONV] = dd ? dd->d_conv : 0, [D_NV] = dd ? dd->n_v : 0, [D_V] = dd ? dd->d_v : 0,
         [SH_FF] = arch->shared_expert ? moe->n_ff_shared : 0,
+        [M_IN] = md ? md->in_proj : 0, [M_CH] = md ? md->channels : 0, [M_CONV] = md ? md->d_conv : 0,
+        [M_NH] = md ? md->n_head : 0, [M_INNER] = md ? md->d_inner : 0,
+        [M_GS] = md ? md->d_inner / (md->n_group ? md->n_group : 1) : 0, [M_NG] = md ? md->n_group : 0,
     };
     tkv_status st;
     tkv__tensor_need t;

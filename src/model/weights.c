@@ -91,7 +91,7 @@ static size_t matrices(tkv__weights *w, const tkv_hparams *hp, tkv__tensor **out
         tkv__layer *L = &w->layers[l];
         tkv__tensor *m[] = {&L->wq,     &L->wk,     &L->wv,     &L->wo,     &L->w_gate,  &L->w_up,
                             &L->w_down, &L->router, &L->exp_gate, &L->exp_up, &L->exp_down, &L->conv_in, &L->conv_out,
-                            &L->dn_qkv, &L->dn_z,   &L->dn_beta, &L->dn_alpha, &L->dn_out};
+                            &L->dn_qkv, &L->dn_z,   &L->dn_beta, &L->dn_alpha, &L->dn_out, &L->m_in, &L->m_out};
         for (size_t i = 0; i < sizeof m / sizeof m[0]; i++, n++)
             if (out) out[n] = m[i];
     }

@@ -67,6 +67,13 @@ typedef struct tkv__layer {
     tkv__tensor dn_beta, dn_alpha; /* (n_v rows, n_embd) */
     tkv__tensor dn_norm;    /* (d_v) F32 */
     tkv__tensor dn_out;     /* (n_embd rows, inner) */
+    /* Mamba-2 layers (mamba2.h) */
+    tkv__tensor m_in;       /* (in_proj rows, n_embd): z, xBC, dt */
+    tkv__tensor m_conv;     /* (channels rows, d_conv taps) F32, the current token's last */
+    tkv__tensor m_conv_b;   /* (channels) F32 */
+    tkv__tensor m_dt, m_a, m_d; /* (n_head) F32: the step's bias, A = -exp(A_log), the skip D */
+    tkv__tensor m_norm;     /* (d_inner) F32: each group's d_inner / n_group weights */
+    tkv__tensor m_out;      /* (n_embd rows, d_inner) */
 } tkv__layer;
 
 typedef struct tkv__weights {
