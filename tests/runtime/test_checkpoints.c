@@ -1,5 +1,6 @@
 /*
- * test_checkpoints.c — exact prefix reuse on a delta-net hybrid (qwen35):
+ * test_checkpoints.c — exact prefix reuse on the recurrent hybrids (qwen35's
+ * delta nets, granitehybrid's and nemotron_h's Mamba-2 layers):
  * the recurrent state cannot be cut back, so a prefix is reusable up to its
  * deepest checkpoint (kv/kvstate.h). Every check holds the answer to a fresh
  * context that computed the same list from nothing (batch_invariant: to the
@@ -20,6 +21,7 @@ enum { N = 120, N_CELLS = 512, K = 32 };
 
 static tkv_model *model;
 static size_t nv;
+static const char *model_rel; /* the group's model, under ../shared */
 
 static tkv_context *make(uint32_t state_mib) {
     tkv_context_params cp = tkv_context_default_params();
@@ -66,7 +68,7 @@ static size_t sync_checked(tkv_context *ctx, tkv_seq seq, const tkv_token *token
 
 static int setup(void **state) {
     (void)state;
-    if (tkv_model_load(tu_shared("models/arch/qwen35.gguf"), NULL, &model) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+    if (tkv_model_load(tu_shared(model_rel), NULL, &model) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
     nv = tkv_vocab_size(model);
     return 0;
 }
@@ -227,7 +229,7 @@ static void test_abort_leaves_states(void **state) {
     tkv_context_free(ctx);
 }
 
-/* A budget of one MiB (13 states of this model's 78 KiB; at least n_seq + 2 kept) under many
+/* A budget of one MiB (13 of qwen35's 78 KiB states, 27 of granitehybrid's; at least n_seq + 2 kept) under many
    prompts: checkpoints are evicted, every answer still equals a fresh context's, the check holds. */
 static void test_small_budget(void **state) {
     (void)state;
@@ -248,5 +250,12 @@ int main(void) {
         cmocka_unit_test(test_branches),        cmocka_unit_test(test_truncate_and_load),
         cmocka_unit_test(test_abort_leaves_states), cmocka_unit_test(test_small_budget),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    static const char *const models[] = {"models/arch/qwen35.gguf", "models/arch/granitehybrid.gguf",
+                                         "models/arch/nemotron_h.gguf"};
+    int failed = 0;
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        model_rel = models[i];
+        failed += _cmocka_run_group_tests(models[i], tests, sizeof tests / sizeof tests[0], setup, teardown);
+    }
+    return failed;
 }
