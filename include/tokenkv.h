@@ -811,13 +811,16 @@ typedef struct tkv_context_params {
         (tkv_cache_event_fn); each call costs O(the prefix's length) */
     tkv_cache_event_fn on_cache_event;
     void *cache_event_user; /**< passed to on_cache_event */
-    /** hybrid models (qwen35): the most memory recurrent-state checkpoints
-        may take, in MiB (default 256). A prefix of such a model is reusable
-        up to its deepest checkpoint; one state per live sequence is kept
-        whatever the budget. */
+    /** hybrid models (qwen35, granitehybrid, nemotron_h): the most memory
+        recurrent-state checkpoints may take, in MiB (default 1024). A prefix
+        of such a model is reusable up to its deepest checkpoint; one state
+        per live sequence is kept whatever the budget (docs/library.md,
+        "Hybrid models"). */
     uint32_t state_cache_mib;
     /** hybrid models: also save the state every this many positions along a
-        prompt (default 32; 0: only at prompt ends and branch points) */
+        prompt (default 32; 0: only at prompt ends and branch points); a batch
+        that would save more than a quarter of the budget's checkpoints
+        spaces them further apart */
     uint32_t state_interval;
 } tkv_context_params;
 

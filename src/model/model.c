@@ -149,6 +149,15 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     if ((st = hp_u32(g, arch, "context_length", -1, &hp->n_ctx_train))) return st;
     if ((st = hp_u32(g, arch, "embedding_length", -1, &hp->n_embd))) return st;
     if ((st = hp_u32(g, arch, "block_count", -1, &hp->n_layer))) return st;
+    if (tkv__arch_find(arch)->deltanet) { /* Qwen3.5/3.6 files count their multi-token-prediction blocks
+                                             too: the model proper is the layers before them */
+        uint32_t nextn = 0;
+        if ((st = hp_u32(g, arch, "nextn_predict_layers", 0, &nextn))) return st;
+        if (nextn >= hp->n_layer)
+            return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.nextn_predict_layers' = %u of %u blocks", arch, nextn,
+                             hp->n_layer);
+        hp->n_layer -= nextn;
+    }
     /* experts alone may give the widths (qwen35moe): the FFN scratch then fits the widest of them */
     const bool moe = tkv__arch_find(arch)->moe;
     snprintf(key, sizeof key, "%s.feed_forward_length", arch);

@@ -44,7 +44,7 @@ static tkv_context_params context_defaults(void) {
         .kv_type = TKV_TYPE_F16,
         .batch_invariant = true, /* reuse never changes an answer; it costs nothing measurable (bench/RESULTS.md) */
         .kv_type_v = TKV_TYPE_COUNT, /* as kv_type */
-        .state_cache_mib = 256,
+        .state_cache_mib = 1024,
         .state_interval = 32, /* divergences land within 32 tokens of a checkpoint: >= 80% of 100-200-token
                                  common prefixes reused on average */
     };
@@ -201,7 +201,13 @@ tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *b) {
  * reuses everything before it).
  */
 static void mark_checkpoints(tkv_context *ctx, const tkv_batch *b) {
-    const uint32_t K = ctx->params.state_interval;
+    uint32_t K = ctx->params.state_interval;
+    /* thinned where a batch would save more than a quarter of the budget's checkpoints (a long prompt of a
+       model with large states): the interval grows to spread what the budget holds over the whole batch */
+    const uint32_t cap = ctx->kv->st->n_slots / 4 > 0 ? ctx->kv->st->n_slots / 4 : 1;
+    uint32_t count = 0;
+    for (size_t i = 0; K && i < b->n; i++) count += ((uint32_t)b->pos[i] + 1) % K == 0;
+    if (count > cap) K *= (count + cap - 1) / cap;
     for (size_t i = b->n; i-- > 0;) {
         const tkv_seq s = b->seq[i];
         const uint32_t from_end = ctx->seq_seen[s]++; /* 0: the sequence's last token of the batch */
