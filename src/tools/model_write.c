@@ -26,7 +26,39 @@ static const struct arch_keys {
     {"qwen3moe", 1e6f, 0, 0, 0},    {"gpt-oss", 150000.0f, 128, 0, 0}, {"smollm3", 5e6f, 0, 0, 0},
     {"olmo2", 500000.0f, 0, 0, 0},  {"phi3", 10000.0f, 0, 0, 0},     {"mistral3", 1e6f, 0, 0, 0},
     {"gemma2", 10000.0f, 4096, 50.0f, 30.0f}, {"gemma3", 1e6f, 1024, 0, 0},
+    {"qwen35", 1e7f, 0, 0, 0},      {"granitehybrid", 10000.0f, 0, 0, 0},
 };
+
+/* The layers' kinds and the recurrent sizes of a hybrid spec (zeros for the others). */
+typedef struct hybrid {
+    uint8_t kind[TKV__MAX_LAYERS];
+    tkv__delta_dims delta;
+    tkv__mamba_dims mamba;
+} hybrid;
+
+static void hybrid_of(const tkv__model_spec *s, const tkv__arch *a, hybrid *h) {
+    memset(h, 0, sizeof *h);
+    const uint32_t every = s->attn_every ? s->attn_every : a->deltanet ? 4 : 6, conv = s->ssm_conv ? s->ssm_conv : 4;
+    for (uint32_t l = 0; l < s->layers && l < TKV__MAX_LAYERS; l++)
+        h->kind[l] = (l + 1) % every == 0 ? TKV__LAYER_ATTN : a->deltanet ? TKV__LAYER_DELTANET
+                     : a->mamba2                                        ? TKV__LAYER_MAMBA2
+                                                                        : TKV__LAYER_ATTN;
+    if (a->deltanet && s->ssm_heads) {
+        tkv__delta_dims *d = &h->delta;
+        d->d_conv = conv, d->d_k = s->ssm_state, d->n_k = s->ssm_groups, d->n_v = s->ssm_heads;
+        d->d_v = s->ssm_inner / s->ssm_heads, d->channels = 2 * d->n_k * d->d_k + s->ssm_inner;
+    }
+    if (a->mamba2 && s->ssm_heads && s->ssm_groups) {
+        tkv__mamba_dims *d = &h->mamba;
+        d->d_conv = conv, d->d_state = s->ssm_state, d->n_group = s->ssm_groups, d->n_head = s->ssm_heads;
+        d->d_inner = s->ssm_inner, d->head_dim = s->ssm_inner / s->ssm_heads;
+        d->channels = d->d_inner + 2 * d->n_group * d->d_state, d->in_proj = d->d_inner + d->channels + d->n_head;
+    }
+}
+
+static tkv__layout layout_of(const tkv__moe_dims *md, const hybrid *h) {
+    return (tkv__layout){.moe = md, .delta = &h->delta, .mamba = &h->mamba, .kind = h->kind};
+}
 
 static const struct arch_keys *keys_of(const char *arch) {
     for (size_t i = 0; i < sizeof arch_keys / sizeof arch_keys[0]; i++)
@@ -125,11 +157,24 @@ tkv_status tkv__model_spec_check(const tkv__model_spec *s, char *why, size_t cap
         BAD("%u experts with %u used: at most %d experts, and no more used than there are", s->experts,
             s->experts_used, TKV__MOE_MAX_EXPERTS);
     if (!a->moe && (s->experts || s->experts_used || s->expert_ff)) BAD("%s has no experts", s->arch);
+    const bool recurrent = a->deltanet || a->mamba2;
+    if (recurrent && (!s->ssm_state || !s->ssm_groups || !s->ssm_heads || !s->ssm_inner))
+        BAD("%s has recurrent layers: give --ssm-state, --ssm-groups, --ssm-heads and --ssm-inner", s->arch);
+    if (recurrent && (s->ssm_heads % s->ssm_groups || s->ssm_inner % s->ssm_heads || s->layers > TKV__MAX_LAYERS))
+        BAD("--ssm-heads %u must be a multiple of --ssm-groups %u and divide --ssm-inner %u (and at most %d layers)",
+            s->ssm_heads, s->ssm_groups, s->ssm_inner, TKV__MAX_LAYERS);
+    if (a->deltanet && s->ssm_inner / s->ssm_heads > TKV__DELTA_MAX_DV)
+        BAD("a delta net's v heads may have at most %d elements (--ssm-inner / --ssm-heads)", TKV__DELTA_MAX_DV);
+    if (!recurrent && (s->ssm_state || s->ssm_groups || s->ssm_heads || s->ssm_inner || s->ssm_conv || s->attn_every))
+        BAD("%s has no recurrent layers (--ssm-* and --attn-every are for qwen35 and granitehybrid)", s->arch);
 #undef BAD
     const tkv_hparams hp = hparams_of(s);
     const tkv__moe_dims md = moe_of(s);
+    hybrid h;
+    hybrid_of(s, a, &h);
+    const tkv__layout lay = layout_of(&md, &h);
     check_ctx c = {s, why, cap};
-    return tkv__tensors_each(a, &hp, &(tkv__layout){.moe = &md}, check_rows, &c);
+    return tkv__tensors_each(a, &hp, &lay, check_rows, &c);
 }
 
 /* ---- writing ---------------------------------------------------------------------------- */
@@ -172,9 +217,15 @@ static tkv_status write_one(const tkv__tensor_need *t, void *ud) {
     if (t->optional && (strcmp(t->name, "output.weight") || c->arch->gemma)) return TKV_OK;
     const size_t n = (size_t)elements(t);
     c->n_params += n;
-    if (!t->matrix) { /* norms 1, biases and sinks 0 */
-        const float v = strstr(t->name, "norm") ? 1.0f : 0.0f;
-        for (size_t i = 0; i < n; i++) c->x[i] = v;
+    if (!t->matrix) { /* norms 1, biases and sinks 0; a recurrent layer's conv taps random, its decay A < 0,
+                         Mamba-2's skip D 1: the recurrence is alive */
+        const bool conv = ends_with(t->name, "ssm_conv1d.weight");
+        const float v = strstr(t->name, "norm") || ends_with(t->name, "ssm_d") ? 1.0f : 0.0f;
+        if (conv) fill_uniform(&c->rng, c->x, n, t->ne[0]);
+        else if (ends_with(t->name, "ssm_a"))
+            for (size_t i = 0; i < n; i++) c->x[i] = -expf((float)(next_u64(&c->rng) >> 40) * 0x1p-24f * 2 - 1);
+        else
+            for (size_t i = 0; i < n; i++) c->x[i] = v;
         return tkv__gguf_write_tensor(c->w, t->name, TKV_TYPE_F32, t->n_dims, t->ne, c->x);
     }
     const tkv_type type = matrix_type(c->s, t);
@@ -211,7 +262,39 @@ tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint6
     if (!st) st = key_u32(w, n, "block_count", s->layers);
     if (!st) st = key_u32(w, n, "feed_forward_length", s->ff);
     if (!st) st = key_u32(w, n, "attention.head_count", hp.n_head);
-    if (!st) st = key_u32(w, n, "attention.head_count_kv", hp.n_head_kv);
+    hybrid h;
+    hybrid_of(s, a, &h);
+    if (!st && a->mamba2) { /* one entry per layer: 0 on the Mamba-2 layers */
+        uint32_t *kv = calloc(s->layers, sizeof *kv);
+        for (uint32_t l = 0; kv && l < s->layers; l++) kv[l] = h.kind[l] == TKV__LAYER_ATTN ? hp.n_head_kv : 0;
+        char key[96];
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", n);
+        st = kv ? tkv__gguf_write_array(w, key, TKV_META_U32, kv, s->layers) : TKV_ERR_NOMEM;
+        free(kv);
+    } else if (!st) {
+        st = key_u32(w, n, "attention.head_count_kv", hp.n_head_kv);
+    }
+    if (!st && (a->deltanet || a->mamba2)) {
+        if (!st) st = key_u32(w, n, "ssm.conv_kernel", s->ssm_conv ? s->ssm_conv : 4);
+        if (!st) st = key_u32(w, n, "ssm.state_size", s->ssm_state);
+        if (!st) st = key_u32(w, n, "ssm.group_count", s->ssm_groups);
+        if (!st) st = key_u32(w, n, "ssm.time_step_rank", s->ssm_heads);
+        if (!st) st = key_u32(w, n, "ssm.inner_size", s->ssm_inner);
+    }
+    if (!st && a->deltanet) {
+        st = key_u32(w, n, "full_attention_interval", s->attn_every ? s->attn_every : 4);
+        /* the reference reads MRoPE sections; text gives every section the same position */
+        const int32_t sections[4] = {(int32_t)(hp.n_rot / 2), 0, 0, 0};
+        char key[96];
+        snprintf(key, sizeof key, "%s.rope.dimension_sections", n);
+        if (!st) st = tkv__gguf_write_array(w, key, TKV_META_I32, sections, 4);
+    }
+    if (!st && a->granite) { /* the reference applies RoPE only to fine-tuned RoPE scaling; this one has none */
+        char key[96];
+        const bool no = false;
+        snprintf(key, sizeof key, "%s.rope.scaling.finetuned", n);
+        st = tkv__gguf_write_scalar(w, key, TKV_META_BOOL, &no);
+    }
     if (!st && s->head_dim) st = key_u32(w, n, "attention.key_length", hp.head_dim);
     if (!st && s->head_dim) st = key_u32(w, n, "attention.value_length", hp.head_dim);
     if (!st) st = key_u32(w, n, "rope.dimension_count", hp.n_rot);
@@ -226,11 +309,12 @@ tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint6
     if (st) return st;
 
     uint64_t biggest = 0;
-    tkv__tensors_each(a, &hp, &(tkv__layout){.moe = &md}, largest, &biggest);
+    const tkv__layout lay = layout_of(&md, &h);
+    tkv__tensors_each(a, &hp, &lay, largest, &biggest);
     write_ctx c = {s, a, w, s->seed ^ 0x6a09e667f3bcc909ull, 0, malloc(biggest * sizeof(float)),
                    malloc(biggest * sizeof(float))};
     if (!c.x || !c.q) st = TKV_ERR_NOMEM;
-    if (!st) st = tkv__tensors_each(a, &hp, &(tkv__layout){.moe = &md}, write_one, &c);
+    if (!st) st = tkv__tensors_each(a, &hp, &lay, write_one, &c);
     *n_params = c.n_params;
     free(c.x);
     free(c.q);

@@ -33,6 +33,10 @@ typedef struct tkv__model_spec {
     uint32_t head_dim;        /* 0: dim / heads */
     uint32_t experts, experts_used, expert_ff; /* MoE architectures; 0: not given */
     uint32_t swa_window;      /* sliding-window architectures; 0: the architecture's default */
+    /* recurrent hybrids (qwen35: delta nets; granitehybrid: Mamba-2): the ssm.* sizes (state_size, group_count,
+       time_step_rank, inner_size, conv_kernel; 0 conv: 4), and attention on layers l with
+       (l + 1) % attn_every == 0 (0: qwen35's 4, granitehybrid's 6) */
+    uint32_t ssm_state, ssm_groups, ssm_heads, ssm_inner, ssm_conv, attn_every;
     tkv__type_mix mix;
     uint64_t seed;            /* same seed, same weights */
 } tkv__model_spec;
