@@ -29,3 +29,4 @@ __version__ = "{}.{}.{}".format(*(lambda v: (v // 10000, v // 100 % 100, v % 100
 from .model import ChatTemplate, Detokenizer, Model  # noqa: E402
 from .context import Cache, CacheEvent, Context, Pin, Sequence  # noqa: E402
 from .sampling import Grammar, Sampler, json_schema_to_gbnf  # noqa: E402
+from .llama import Llama, LlamaGrammar  # noqa: E402

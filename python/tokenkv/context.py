@@ -60,7 +60,7 @@ class Context:
         self.n_cells, self.n_seq_max, self.n_vocab = n_cells, n_seq_max, model.n_vocab
         self._h = Handle(out[0], lib.tkv_context_free, deps=(model._h,))
         self._closer = weakref.finalize(self, self._h.release)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a Sequence's call may make several context calls
         self._free_ids = list(range(n_seq_max - 1, -1, -1))
         self._ids_lock = threading.Lock()
         self.cache = Cache(self)
@@ -176,14 +176,16 @@ class Sequence:
         self.ctx._call(lib.tkv_seq_namespace, self.id, ns)
         return ns[0]
 
-    def sync(self, tokens, ns=0):
+    def sync(self, tokens, ns=0, *, return_logits=False):
         """Hold exactly tokens in namespace ns, reusing the longest cached prefix (any
-        sequence's) and decoding the rest; returns how many tokens came from the cache. The
-        last token's logits are then ctx.logits()."""
+        sequence's) and decoding the rest; returns how many tokens came from the cache, and
+        with return_logits, (that, a copy of the last token's logits) read in the same hold of
+        the context (another thread's decode cannot come between)."""
         arr, n, _keep = tokens_in(tokens)
         reused = ffi.new("size_t *")
-        self.ctx._call(lib.tkv_seq_sync, self.id, ns, arr, n, reused)
-        return reused[0]
+        with self.ctx._lock:
+            self.ctx._call(lib.tkv_seq_sync, self.id, ns, arr, n, reused)
+            return (reused[0], self.ctx.logits()) if return_logits else reused[0]
 
     def attach(self, tokens, ns=0):
         """Hold the longest cached prefix of tokens (at most all but the last); decode nothing.
@@ -196,8 +198,9 @@ class Sequence:
     def decode(self, tokens):
         """Append tokens (one pass, split by n_batch) and return the last one's logits (a copy)."""
         tokens = list(tokens)
-        self.ctx.decode([self.id] * len(tokens), tokens)
-        return self.ctx.logits()
+        with self.ctx._lock:
+            self.ctx.decode([self.id] * len(tokens), tokens)
+            return self.ctx.logits()
 
     def truncate(self, n):
         self.ctx._call(lib.tkv_seq_truncate, self.id, n)
