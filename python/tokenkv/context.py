@@ -102,7 +102,8 @@ class Context:
 
     # ---- sequences -------------------------------------------------------
     def sequence(self, seq_id=None):
-        """Sequence seq_id, or (None) a free id of the context's own pool, returned by release()."""
+        """Sequence seq_id, or (None) a free id of the context's own pool, given back by
+        release(). An id asked for by number leaves the pool for good."""
         if seq_id is None:
             with self._ids_lock:
                 if not self._free_ids:
@@ -110,6 +111,9 @@ class Context:
                 return Sequence(self, self._free_ids.pop(), pooled=True)
         if not 0 <= seq_id < self.n_seq_max:
             raise error(lib.TKV_ERR_INVALID, f"sequence {seq_id} is outside 0..{self.n_seq_max - 1}")
+        with self._ids_lock:  # an id chosen by the caller is no longer the pool's to give
+            if seq_id in self._free_ids:
+                self._free_ids.remove(seq_id)
         return Sequence(self, seq_id)
 
     def decode(self, seqs, tokens, *, positions=None, logits=None):

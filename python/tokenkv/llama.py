@@ -183,7 +183,7 @@ class Llama:
                     finish = "stop"
                     break
                 info["completion_tokens"] += 1
-                text += detok.push(tok).decode("utf-8")  # whole characters only
+                text += detok.push(tok).decode("utf-8", "replace")  # whole characters (invalid bytes: U+FFFD)
                 cut = scan.find(text)
                 if cut >= 0:
                     text, finish = text[:cut], "stop"
