@@ -30,3 +30,4 @@ from .model import ChatTemplate, Detokenizer, Model  # noqa: E402
 from .context import Cache, CacheEvent, Context, Pin, Sequence  # noqa: E402
 from .sampling import Grammar, Sampler, json_schema_to_gbnf  # noqa: E402
 from .llama import Llama, LlamaGrammar  # noqa: E402
+from .engine import Engine, Session, Token  # noqa: E402
