@@ -66,6 +66,7 @@ class Engine:
         self._lock = threading.Lock()
         self._closed = False
         self.steps = 0  # decodes run (a measure of batching)
+        self.steps_aborted = 0  # decodes cut short for cancelled requests
         self._thread = threading.Thread(target=self._run, name="tokenkv-engine", daemon=True)
         self._thread.start()
 
@@ -187,14 +188,21 @@ class Engine:
                     last = done and k == len(chunk) - 1
                     seqs.append(r.session.seq.id), toks.append(t), want.append(last)
                     owners.append(r if last else None)
-        self._running = live
+        # clear the abort flag before publishing the step, then look at the cancellations
+        # again: a consumer leaving after this point sees the step and sets the flag
         self.ctx.uncancel()
+        self._running = live
+        if all(r.cancelled_at is not None for r in live):
+            self._running = ()
+            return
         try:
             self.ctx.decode(seqs, toks, logits=want)
         except TokenkvError as e:
             # the decode undid itself: an abort meant for cancelled requests is redone for the
             # others at the next step; any other failure ends every request of the batch
-            if e.code != lib.TKV_ERR_ABORTED:
+            if e.code == lib.TKV_ERR_ABORTED:
+                self.steps_aborted += 1
+            else:
                 in_batch = set(seqs)
                 for r in live:
                     if r.session.seq.id in in_batch:
