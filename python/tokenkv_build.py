@@ -136,7 +136,7 @@ def _pkg_config():
     lib = [a[2:] for a in shlex.split(libs) if a.startswith("-L")]
     if not inc:
         inc = ["/usr/local/include", "/usr/include"]
-    return inc[0], (lib or ["/usr/local/lib"])[0]
+    return os.path.realpath(inc[0]), os.path.realpath((lib or ["/usr/local/lib"])[0])
 
 
 def locate():

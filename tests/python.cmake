@@ -20,4 +20,4 @@ add_custom_target(tokenkv_python ALL DEPENDS ${tkv_py_stamp})
 add_test(NAME test_python
   COMMAND ${TKV_PYTHON} -m pytest -q -p no:cacheprovider ${PROJECT_SOURCE_DIR}/python/tests)
 set_tests_properties(test_python PROPERTIES TIMEOUT 600
-  ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python:${PROJECT_SOURCE_DIR}/python;TKV_SHARED_DIR=${TKV_SHARED_DIR};TKV_BIN=$<TARGET_FILE:tokenkv>;TKV_EXAMPLE_BIN=$<TARGET_FILE:tokenkv-example-service>")
+  ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python:${PROJECT_SOURCE_DIR}/python;TKV_BUILD_DIR=${PROJECT_BINARY_DIR};TKV_SHARED_DIR=${TKV_SHARED_DIR};TKV_BIN=$<TARGET_FILE:tokenkv>;TKV_EXAMPLE_BIN=$<TARGET_FILE:tokenkv-example-service>")
