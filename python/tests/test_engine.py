@@ -114,3 +114,17 @@ def test_a_second_request_on_a_busy_session_is_refused(engine):
             await engine.generate(s, SYSTEM).__anext__()
         await agen.aclose()
     asyncio.run(main())
+
+
+def test_closing_the_engine_ends_its_requests(stories):
+    e = tokenkv.Engine(stories, n_cells=1024, n_seq_max=4, n_threads=1)
+
+    async def main():
+        s = e.session("z")
+        agen = e.generate(s, SYSTEM, max_tokens=10 ** 6)
+        await agen.__anext__()
+        await asyncio.get_running_loop().run_in_executor(None, e.close)
+        with pytest.raises(tokenkv.Aborted, match="closed"):
+            async for _ in agen:
+                pass
+    asyncio.run(main())

@@ -132,6 +132,26 @@ class Engine:
 
     def _run(self):
         live = []
+        try:
+            self._loop(live)
+        except BaseException as e:  # a bug must not leave consumers waiting forever
+            for r in live:
+                self._finish(r, e)
+            self._closed = True
+            self._drain(e)
+            raise
+
+    def _drain(self, exc):
+        """Finish the requests still queued (the engine stops)."""
+        while True:
+            try:
+                cmd, arg = self._inbox.get(block=False)
+            except queue.Empty:
+                return
+            if cmd == "generate":
+                self._finish(arg, exc)
+
+    def _loop(self, live):
         while True:
             # wait for work only when there is nothing to decode
             while True:
@@ -140,8 +160,10 @@ class Engine:
                 except queue.Empty:
                     break
                 if cmd == "stop":
+                    closed = error(lib.TKV_ERR_ABORTED, "the engine was closed")
                     for r in live:
-                        self._finish(r, error(lib.TKV_ERR_ABORTED, "the engine was closed"))
+                        self._finish(r, closed)
+                    self._drain(closed)
                     return
                 if cmd == "close":
                     arg.seq.release()
