@@ -109,7 +109,7 @@ def test_json_response_format(llm):
 
 def test_unimplemented_is_refused_by_name(llm):
     with pytest.raises(NotImplementedError, match="logprobs"):
-        llm("hi", logprobs=3)
+        llm("hi", logprobs=3, stream=True)
     with pytest.raises(NotImplementedError, match="tools"):
         llm.create_chat_completion([{"role": "user", "content": "x"}], tools=[{"type": "function"}])
     with pytest.raises(TypeError, match="rope_freq_base"):
@@ -133,3 +133,35 @@ def test_same_seed_same_sample(llm):
     a = llm("Once upon a time", max_tokens=16, temperature=1.0, seed=3)["choices"][0]["text"]
     b = llm("Once upon a time", max_tokens=16, temperature=1.0, seed=3)["choices"][0]["text"]
     assert a == b
+
+
+def _log_softmax_reference(llm, prompt_tokens):
+    import numpy as np
+    c = tokenkv.Context(llm.model, n_cells=512, n_seq_max=1, n_threads=1)
+    _, logits = c.sequence(0).sync(prompt_tokens, return_logits=True)
+    row = logits.astype(np.float64)
+    return row - np.log(np.exp(row - row.max()).sum()) - row.max()
+
+
+def test_completion_logprobs(llm):
+    r = llm("Once upon a time", max_tokens=6, temperature=0, logprobs=3)
+    lp = r["choices"][0]["logprobs"]
+    assert set(lp) == {"tokens", "text_offset", "token_logprobs", "top_logprobs"}
+    assert len(lp["tokens"]) == 6 and "".join(lp["tokens"]) == r["choices"][0]["text"]
+    assert lp["text_offset"][0] == 0 and lp["text_offset"][1] == len(lp["tokens"][0])
+    ref = _log_softmax_reference(llm, llm.tokenize(b"Once upon a time"))
+    first = int(ref.argmax())  # greedy: the first token is the most likely one
+    assert lp["tokens"][0] == llm.model.token_to_piece(first).decode()
+    assert abs(lp["token_logprobs"][0] - ref[first]) < 1e-5
+    assert len(lp["top_logprobs"][0]) == 3 and max(lp["top_logprobs"][0].values()) == lp["token_logprobs"][0]
+
+
+def test_chat_logprobs(llm):
+    r = llm.create_chat_completion([{"role": "user", "content": "A story"}], max_tokens=4, temperature=0,
+                                   logprobs=True, top_logprobs=2)
+    content = r["choices"][0]["logprobs"]["content"]
+    assert len(content) == 4
+    assert all(set(c) == {"token", "logprob", "bytes", "top_logprobs"} and len(c["top_logprobs"]) == 2
+               for c in content)
+    assert "".join(c["token"] for c in content) == r["choices"][0]["message"]["content"]
+    assert content[0]["top_logprobs"][0]["logprob"] == content[0]["logprob"]  # greedy picks the best

@@ -14,6 +14,8 @@ import time
 import uuid
 import warnings
 
+import numpy as np
+
 from ._core import InvalidArgument, lib
 from .context import Context
 from .model import ChatTemplate, Model
@@ -153,13 +155,14 @@ class Llama:
             s.set_grammar(g)
         return s
 
-    def _generate(self, prompt, max_tokens, sampler, stop, info):
+    def _generate(self, prompt, max_tokens, sampler, stop, info, n_logprobs=None):
         """Yield (text delta, finish_reason or None) for a prompt's tokens; info receives
-        prompt_tokens, cached_tokens and completion_tokens."""
+        prompt_tokens, cached_tokens and completion_tokens, and with n_logprobs (an int >= 0)
+        "logprobs": per generated token (id, logprob, [(id, logprob)] of the n_logprobs best)."""
         if self._ctx is None:
             raise InvalidArgument(lib.TKV_ERR_INVALID, "the model was loaded vocab_only: it cannot generate")
         n_prompt = len(prompt)
-        info.update(prompt_tokens=n_prompt, cached_tokens=0, completion_tokens=0)
+        info.update(prompt_tokens=n_prompt, cached_tokens=0, completion_tokens=0, logprobs=[])
         if n_prompt == 0:
             raise ValueError("tokenkv.Llama: the prompt has no tokens")
         if n_prompt >= self._n_ctx:
@@ -179,6 +182,8 @@ class Llama:
                 if i >= limit:
                     break
                 tok = sampler.sample(logits)
+                if n_logprobs is not None:
+                    info["logprobs"].append(_logprobs(logits, tok, n_logprobs))
                 if self._model.is_eog(tok):
                     finish = "stop"
                     break
@@ -205,7 +210,8 @@ class Llama:
         """A text completion, as llama-cpp-python returns it (a dict, or with stream an iterator
         of chunk dicts whose texts are whole UTF-8 characters)."""
         _refuse("suffix", suffix)
-        _refuse("logprobs", logprobs)
+        if logprobs is not None and (stream or logprobs < 0):
+            raise NotImplementedError("tokenkv.Llama: 'logprobs' with stream, or below 0, is not implemented")
         _refuse("typical_p", typical_p, 1.0)
         _refuse("tfs_z", tfs_z, 1.0)
         _refuse("mirostat_mode", mirostat_mode, 0)
@@ -217,16 +223,50 @@ class Llama:
                                 seed, logit_bias, grammar)
         cid, created, name = f"cmpl-{uuid.uuid4()}", int(time.time()), model or self.model_path
         info = {}
-        gen = self._generate(tokens, max_tokens, sampler, stop, info)
+        gen = self._generate(tokens, max_tokens, sampler, stop, info, logprobs)
         if stream:
             return self._stream_completion(gen, cid, created, name, prompt_text if echo else None)
         text, finish = "", None
         for delta, finish in gen:
             text += delta
+        head = prompt_text if echo else ""
+        lp = self._completion_logprobs(info["logprobs"], len(head), len(text)) if logprobs is not None else None
         return {"id": cid, "object": "text_completion", "created": created, "model": name,
-                "choices": [{"text": (prompt_text if echo else "") + text, "index": 0, "logprobs": None,
-                             "finish_reason": finish}],
+                "choices": [{"text": head + text, "index": 0, "logprobs": lp, "finish_reason": finish}],
                 "usage": _usage(info)}
+
+    def _piece(self, token):
+        return self._model.token_to_piece(token).decode("utf-8", "replace")
+
+    def _completion_logprobs(self, records, offset, text_len):
+        """llama-cpp-python's completion logprobs, for the tokens whose text is in the answer."""
+        out = {"tokens": [], "text_offset": [], "token_logprobs": [], "top_logprobs": []}
+        pos = 0
+        for tok, lp, top in records:
+            if pos >= text_len and out["tokens"]:
+                break  # past a stop string
+            piece = self._piece(tok)
+            out["tokens"].append(piece)
+            out["text_offset"].append(offset + pos)
+            out["token_logprobs"].append(lp)
+            best = {self._piece(t): v for t, v in top}
+            best.setdefault(piece, lp)
+            out["top_logprobs"].append(best)
+            pos += len(piece)
+        return out
+
+    def _chat_logprobs(self, records, text_len):
+        """OpenAI's chat logprobs ({"content": [...]}) for the tokens whose text is in the answer."""
+        content, pos = [], 0
+        for tok, lp, top in records:
+            if pos >= text_len and content:
+                break
+            raw = self._model.token_to_piece(tok)
+            content.append({"token": raw.decode("utf-8", "replace"), "logprob": lp, "bytes": list(raw),
+                            "top_logprobs": [{"token": self._piece(t), "logprob": v,
+                                              "bytes": list(self._model.token_to_piece(t))} for t, v in top]})
+            pos += len(raw.decode("utf-8", "replace"))
+        return {"content": content}
 
     @staticmethod
     def _stream_completion(gen, cid, created, name, echo_text):
@@ -254,8 +294,7 @@ class Llama:
         """A chat completion with the model's own chat template (or Llama(chat_template=)), as
         llama-cpp-python returns it."""
         for name, value in (("functions", functions), ("function_call", function_call), ("tools", tools),
-                            ("tool_choice", tool_choice), ("logprobs", logprobs), ("top_logprobs", top_logprobs),
-                            ("logits_processor", logits_processor)):
+                            ("tool_choice", tool_choice), ("logits_processor", logits_processor)):
             _refuse(name, value)
         _refuse("typical_p", typical_p, 1.0)
         _refuse("tfs_z", tfs_z, 1.0)
@@ -267,6 +306,11 @@ class Llama:
                 grammar = LlamaGrammar(json_schema_to_gbnf(schema))
             elif kind != "text":
                 raise NotImplementedError(f"tokenkv.Llama: response_format type {kind!r} is not implemented")
+        if (logprobs or top_logprobs) and stream:
+            raise NotImplementedError("tokenkv.Llama: 'logprobs' with stream is not implemented")
+        if top_logprobs and not logprobs:
+            raise ValueError("tokenkv.Llama: top_logprobs needs logprobs=True")
+        n_logprobs = (top_logprobs or 0) if logprobs else None
         text = self._model.apply_chat_template(messages, add_generation_prompt=True, template=self._template)
         # the template writes the BOS itself when the model wants one (bos_token)
         tokens = self._model.tokenize(text, add_special=False, parse_special=True)
@@ -274,14 +318,15 @@ class Llama:
                                 seed, logit_bias, grammar)
         cid, created, name = f"chatcmpl-{uuid.uuid4()}", int(time.time()), model or self.model_path
         info = {}
-        gen = self._generate(tokens, max_tokens, sampler, stop, info)
+        gen = self._generate(tokens, max_tokens, sampler, stop, info, n_logprobs)
         if stream:
             return self._stream_chat(gen, cid, created, name)
         content, finish = "", None
         for delta, finish in gen:
             content += delta
+        lp = self._chat_logprobs(info["logprobs"], len(content)) if n_logprobs is not None else None
         return {"id": cid, "object": "chat.completion", "created": created, "model": name,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": None,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "logprobs": lp,
                              "finish_reason": finish}],
                 "usage": _usage(info)}
 
@@ -296,6 +341,15 @@ class Llama:
                 yield chunk({"content": delta}, None)
             if finish is not None:
                 yield chunk({}, finish)
+
+
+def _logprobs(logits, token, n_top):
+    """(token, its log-probability, the n_top best (id, log-probability)) under the softmax of the
+    raw logits (before penalties, temperature and the grammar, as llama-cpp-python reports)."""
+    row = logits.astype(np.float64)
+    lse = np.log(np.exp(row - row.max()).sum()) + row.max()
+    top = np.argsort(-row, kind="stable")[:n_top] if n_top else []
+    return int(token), float(row[token] - lse), [(int(t), float(row[t] - lse)) for t in top]
 
 
 def _usage(info):
