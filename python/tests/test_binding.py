@@ -180,3 +180,22 @@ def test_chat_template_renders(stories):
         stories.apply_chat_template([{"role": "user", "content": "hi"}])
     with pytest.raises(tokenkv.FormatError, match="line 1"):
         tokenkv.ChatTemplate("{% for %}")
+
+
+def test_a_sampler_keeps_its_grammar_alive(stories):
+    g = tokenkv.Grammar(stories, 'root ::= " yes" | " no"')
+    s = tokenkv.Sampler(stories.n_vocab, temperature=0, grammar=g)
+    g._closer()  # the grammar's owner lets go: the sampler still holds it
+    del g
+    gc.collect()
+    ctx = tokenkv.Context(stories, n_cells=64, n_seq_max=1, n_threads=1)
+    seq = ctx.sequence(0)
+    _, logits = seq.sync(stories.tokenize("Once upon a time"), return_logits=True)
+    out = []
+    while len(out) < 8:
+        t = s.sample(logits)
+        if stories.is_eog(t):
+            break
+        out.append(t)
+        logits = seq.decode([t])
+    assert stories.detokenize([1] + out) in ("yes", "no")

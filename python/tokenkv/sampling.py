@@ -58,7 +58,13 @@ class Sampler:
         out = ffi.new("tkv_sampler **")
         check(lib.tkv_sampler_create(p, n_vocab, out))
         self.n_vocab = n_vocab
-        self._h = Handle(out[0], lib.tkv_sampler_free)
+        held = self._held = []  # grammar handles this sampler has used: freed only after it
+
+        def free(ptr):
+            lib.tkv_sampler_free(ptr)
+            for g in held:
+                g.release()
+        self._h = Handle(out[0], free)
         self._closer = weakref.finalize(self, self._h.release)
         self._lock = threading.Lock()
         self._grammar = None
@@ -68,8 +74,11 @@ class Sampler:
     def set_grammar(self, grammar):
         """Constrain to a Grammar (restarted at its start rule); None removes it."""
         with self._lock:
+            if grammar is not None and grammar._h not in self._held:
+                grammar._h.retain()  # whatever order the collector frees them in
+                self._held.append(grammar._h)
             check(lib.tkv_sampler_set_grammar(self._h.ptr, grammar._h.ptr if grammar else ffi.NULL))
-            self._grammar = grammar  # the sampler reads it: kept alive as long as it is set
+            self._grammar = grammar
 
     def sample(self, logits):
         """The chosen token for a logits row (numpy float32 of n_vocab)."""
