@@ -86,8 +86,8 @@ def header_to_cdef(path):
             elif not active or directive.startswith("#include"):
                 pass
             elif directive.startswith("#define"):
-                m = re.match(r"#define (\w+)(\(?)\s*(.*)$", directive)
-                name, fn_like, value = m.group(1), m.group(2), m.group(3)
+                m = re.match(r"#define (\w+)(\(?)", directive)
+                name, fn_like = m.group(1), m.group(2)
                 if name in GUARDS or name in DECORATORS:
                     continue
                 if fn_like:

@@ -31,3 +31,8 @@ from .context import Cache, CacheEvent, Context, Pin, Sequence  # noqa: E402
 from .sampling import Grammar, Sampler, json_schema_to_gbnf  # noqa: E402
 from .llama import Llama, LlamaGrammar  # noqa: E402
 from .engine import Engine, Session, Token  # noqa: E402
+
+__all__ = ["Aborted", "Busy", "Cache", "CacheEvent", "CacheFull", "ChatTemplate", "Context", "Detokenizer", "Engine",
+           "FormatError", "Grammar", "IOFailure", "InvalidArgument", "Llama", "LlamaGrammar", "Model", "OutOfMemory",
+           "Pin", "Sampler", "Sequence", "Session", "Token", "TokenkvError", "Unsupported", "ffi", "lib",
+           "json_schema_to_gbnf"]
