@@ -49,8 +49,8 @@ def test_twenty_sessions_batched_equal_one_at_a_time_and_reuse_the_shared_prefix
         return outs, ideal, [s.last["cached_tokens"] for s in sessions], engine.steps - steps0
     outs, ideal, cached, steps = asyncio.run(main())
     assert outs == [_one_at_a_time(stories, p, 16) for p in prompts]
-    # each reuses at least what was cached when all started (the shared system prompt), and at
-    # most that plus what it shares with another session's prompt decoded before it arrived
+    # the ideal: what was cached when all started (the shared system prompt), or what a prompt
+    # that arrived before (in gather's order) shares with it, whichever is longer
     toks = [stories.tokenize(p) for p in prompts]
 
     def common(a, b):
@@ -58,9 +58,9 @@ def test_twenty_sessions_batched_equal_one_at_a_time_and_reuse_the_shared_prefix
         while n < min(len(a), len(b)) and a[n] == b[n]:
             n += 1
         return n
-    most = [max([ideal[i]] + [min(common(t, u), len(t) - 1) for j, u in enumerate(toks) if j != i])
-            for i, t in enumerate(toks)]
-    assert all(lo <= c <= hi for lo, c, hi in zip(ideal, cached, most)), (ideal, cached, most)
+    best = [max([ideal[i]] + [min(common(t, toks[j]), len(t) - 1) for j in range(i)]) for i, t in enumerate(toks)]
+    assert cached == best
+    assert best != ideal  # some names share a first token: the test sees prefixes shared in flight
     assert min(ideal) >= len(stories.tokenize(SYSTEM)) - 1
     assert steps < 16 * len(prompts)  # sessions shared decodes (one at a time would take 320)
     engine.ctx.cache.check()

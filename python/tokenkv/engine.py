@@ -48,10 +48,24 @@ class _Request:
         self.generated = 0
         self.cancelled_at = None
         self.gone = threading.Event()  # set by the owner when it has let go of the request
+        self.leader, self.upto = None, 0  # parked: wait until leader's sequence holds upto tokens
         self.detok = session.engine.model.detokenizer(continues=True)
 
     def send(self, item):
         self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+
+
+def _common(a, b):
+    """Length of the common prefix of two token lists."""
+    n, end = 0, min(len(a), len(b))
+    while n < end and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _progress(r):
+    """Prompt tokens a request's sequence holds so far (0 before admission)."""
+    return 0 if r.pending is None else len(r.prompt) - len(r.pending)
 
 
 class Engine:
@@ -132,10 +146,11 @@ class Engine:
 
     def _run(self):
         live = []
+        self._parked = []  # requests waiting for a leader (see _admit)
         try:
             self._loop(live)
         except BaseException as e:  # a bug must not leave consumers waiting forever
-            for r in live:
+            for r in live + self._parked:
                 self._finish(r, e)
             self._closed = True
             self._drain(e)
@@ -152,33 +167,51 @@ class Engine:
                 self._finish(arg, exc)
 
     def _loop(self, live):
+        parked = self._parked
         while True:
             # wait for work only when there is nothing to decode
             while True:
                 try:
-                    cmd, arg = self._inbox.get(block=not live)
+                    cmd, arg = self._inbox.get(block=not live and not parked)
                 except queue.Empty:
                     break
                 if cmd == "stop":
                     closed = error(lib.TKV_ERR_ABORTED, "the engine was closed")
-                    for r in live:
+                    for r in live + parked:
                         self._finish(r, closed)
                     self._drain(closed)
                     return
                 if cmd == "close":
                     arg.seq.release()
                 elif cmd == "generate":
-                    self._admit(arg, live)
+                    self._admit(arg, live, parked)
+            # a parked request goes on once its leader has decoded what they share
+            for r in [r for r in parked if r.leader.gone.is_set() or _progress(r.leader) >= r.upto]:
+                parked.remove(r)
+                self._admit(r, live, parked)
+            parked[:] = [r for r in parked if not self._drop_if_cancelled(r)]
             live = [r for r in live if not self._drop_if_cancelled(r)]
             if live:
                 self._step(live)
                 live = [r for r in live if r.session.busy]
 
-    def _admit(self, req, live):
+    def _admit(self, req, live, parked):
         try:
             reused = req.session.seq.attach(req.prompt, ns=req.session.ns)
         except TokenkvError as e:
             self._finish(req, e)
+            return
+        # A request that shares more with a prompt still being decoded (or waiting) than the
+        # cache holds waits for it, so a shared prefix is computed once: the ideal reuse.
+        best, leader = reused, None
+        for r in live + parked:
+            if r.session.ns == req.session.ns:
+                c = min(_common(r.prompt, req.prompt), len(req.prompt) - 1)
+                if c > best and _progress(r) < c:
+                    best, leader = c, r
+        if leader is not None:
+            req.leader, req.upto = leader, best
+            parked.append(req)
             return
         req.session.last["cached_tokens"] = reused
         req.pending = req.prompt[reused:]
