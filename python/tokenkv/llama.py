@@ -182,11 +182,11 @@ class Llama:
                 if i >= limit:
                     break
                 tok = sampler.sample(logits)
-                if n_logprobs is not None:
-                    info["logprobs"].append(_logprobs(logits, tok, n_logprobs))
                 if self._model.is_eog(tok):
                     finish = "stop"
                     break
+                if n_logprobs is not None:
+                    info["logprobs"].append(_logprobs(logits, tok, n_logprobs))
                 info["completion_tokens"] += 1
                 text += detok.push(tok).decode("utf-8", "replace")  # whole characters (invalid bytes: U+FFFD)
                 cut = scan.find(text)
