@@ -111,6 +111,7 @@ BINDING_CDEF = """
 typedef struct tkvpy_abort { int flag; long after; } tkvpy_abort;
 bool tkvpy_should_abort(void *user);
 extern "Python" void tkvpy_on_cache_event(const tkv_context *ctx, const tkv_cache_event *ev, void *user);
+extern "Python" void tkvpy_on_cache_node(const tkv_cache_node *node, void *user);
 """
 BINDING_SOURCE = r"""
 #include <tokenkv.h>

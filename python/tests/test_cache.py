@@ -159,3 +159,18 @@ def test_model_from_bytes(stories):
     with open(STORIES, "rb") as f:
         m = tokenkv.Model.from_bytes(f.read())
     assert m.fingerprint() == stories.fingerprint()
+
+
+def test_nodes_spell_every_cached_prefix(stories, ctx):
+    a, b = stories.tokenize(STORY), stories.tokenize("Once upon a time the sun was hot")
+    ctx.sequence(0).sync(a)
+    ctx.sequence(1).sync(b)
+    nodes = ctx.cache.nodes()
+    by_id = {n.id: n for n in nodes}
+
+    def prefix(n):
+        return (prefix(by_id[n.parent]) if n.parent is not None else ()) + n.tokens
+    leaves = {prefix(n) for n in nodes if not any(m.parent == n.id for m in nodes)}
+    assert leaves == {tuple(a), tuple(b)}
+    assert all(len(prefix(by_id[n.parent])) == n.depth for n in nodes if n.parent is not None)
+    assert sum(len(n.tokens) for n in nodes) == ctx.cache.stats()["cells_used"]

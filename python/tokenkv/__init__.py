@@ -27,12 +27,12 @@ def _check_version():
 __version__ = "{}.{}.{}".format(*(lambda v: (v // 10000, v // 100 % 100, v % 100))(_check_version()))
 
 from .model import ChatTemplate, Detokenizer, Model  # noqa: E402
-from .context import Cache, CacheEvent, Context, Pin, Sequence  # noqa: E402
+from .context import Cache, CacheEvent, CacheNode, Context, Pin, Sequence  # noqa: E402
 from .sampling import Grammar, Sampler, json_schema_to_gbnf  # noqa: E402
 from .llama import Llama, LlamaGrammar  # noqa: E402
 from .engine import Engine, Session, Token  # noqa: E402
 
-__all__ = ["Aborted", "Busy", "Cache", "CacheEvent", "CacheFull", "ChatTemplate", "Context", "Detokenizer", "Engine",
+__all__ = ["Aborted", "Busy", "Cache", "CacheEvent", "CacheNode", "CacheFull", "ChatTemplate", "Context", "Detokenizer", "Engine",
            "FormatError", "Grammar", "IOFailure", "InvalidArgument", "Llama", "LlamaGrammar", "Model", "OutOfMemory",
            "Pin", "Sampler", "Sequence", "Session", "Token", "TokenkvError", "Unsupported", "ffi", "lib",
            "json_schema_to_gbnf"]

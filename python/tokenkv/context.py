@@ -24,6 +24,17 @@ def tkvpy_on_cache_event(_ctx, ev, user):
                                             getattr(ev, "from"), ev.end))
 
 
+CacheNode = collections.namedtuple("CacheNode", "id parent ns depth tokens refs pins hits last_use")
+CacheNode.__doc__ = """A node of the prefix index: its run of tokens extends the parent's prefix
+(parent None for a namespace's root) from position depth."""
+
+
+@ffi.def_extern()
+def tkvpy_on_cache_node(node, user):
+    ffi.from_handle(user).append((node.id, node.parent, node.ns, node.depth, node.n_tokens, node.refs, node.pins,
+                                  node.hits, node.last_use))
+
+
 class Context:
     """A KV cache, a thread pool and scratch over one model (tkv_context).
 
@@ -311,6 +322,22 @@ class Cache:
         return {"files_loaded": info.files_loaded, "files_skipped": info.files_skipped,
                 "tokens_loaded": info.tokens_loaded,
                 "first_skip_reason": ffi.string(info.first_skip_reason).decode("utf-8", "replace")}
+
+    def nodes(self):
+        """The nodes of the prefix index (tkv_cache_walk), parents before children, each with
+        its run's tokens."""
+        found = []
+        handle = ffi.new_handle(found)
+        with self._ctx._lock:
+            ptr = self._ctx._ptr()
+            check(lib.tkv_cache_walk(ptr, ffi.addressof(lib, "tkvpy_on_cache_node"), handle))
+            out = []
+            for nid, parent, ns, depth, n, refs, pins, hits, last_use in found:
+                toks = sized_tokens(lambda buf, cap, k, nid=nid: lib.tkv_cache_node_tokens(ptr, nid, buf, cap, k)) \
+                    if n else []
+                out.append(CacheNode(nid, None if parent == lib.TKV_CACHE_NODE_NONE else parent, ns, depth,
+                                     tuple(toks), refs, pins, hits, last_use))
+            return out
 
     def events(self):
         """Iterate over the cache events recorded so far (Context(events=True)), consuming them."""
