@@ -174,3 +174,19 @@ def test_nodes_spell_every_cached_prefix(stories, ctx):
     assert leaves == {tuple(a), tuple(b)}
     assert all(len(prefix(by_id[n.parent])) == n.depth for n in nodes if n.parent is not None)
     assert sum(len(n.tokens) for n in nodes) == ctx.cache.stats()["cells_used"]
+
+
+def test_export_and_import_between_contexts(stories, ctx):
+    a = stories.tokenize(STORY)
+    ctx.sequence(0).sync(a)
+    image = ctx.cache.export(a)
+    other = tokenkv.Context(stories, n_cells=256, n_seq_max=2, n_threads=1)
+    with pytest.raises(tokenkv.InvalidArgument):
+        other.cache.import_image(a[:-1], image)  # not the tokens the image holds
+    other.cache.import_image(a, image)
+    assert other.cache.match(a) == len(a)
+    nxt = stories.tokenize(" The end.", add_special=False)
+    reused, logits = other.sequence(0).sync(a + nxt, return_logits=True)
+    assert reused == len(a) and logits.tobytes() == _fresh_logits(stories, a + nxt).tobytes()
+    with pytest.raises(tokenkv.FormatError):
+        other.cache.import_image(a, image[:-10])

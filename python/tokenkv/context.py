@@ -323,6 +323,29 @@ class Cache:
                 "tokens_loaded": info.tokens_loaded,
                 "first_skip_reason": ffi.string(info.first_skip_reason).decode("utf-8", "replace")}
 
+    def export(self, tokens, ns=0, kv_from=0):
+        """The cache-file image (bytes) of a wholly cached prefix, with the K/V of positions
+        kv_from.. (tkv_cache_export), for a shared store of prefixes."""
+        arr, n, _keep = tokens_in(tokens)
+        size = ffi.new("size_t *")
+        with self._ctx._lock:
+            ptr = self._ctx._ptr()
+            st = lib.tkv_cache_export(ptr, ns, arr, n, kv_from, ffi.NULL, 0, size)
+            while st == lib.TKV_ERR_FULL:
+                buf = ffi.new("char[]", size[0])
+                st = lib.tkv_cache_export(ptr, ns, arr, n, kv_from, buf, size[0], size)
+                if st == lib.TKV_OK:
+                    return ffi.unpack(buf, size[0])
+            check(st)
+            return b""
+
+    def import_image(self, tokens, image, ns=0, kv_from=0):
+        """Put an image of export() into the cache as a prefix nobody holds, after checking that
+        it holds exactly tokens (tokens[:kv_from] must be cached already)."""
+        arr, n, _keep = tokens_in(tokens)
+        data = bytes(image)
+        self._ctx._call(lib.tkv_cache_import, ns, arr, n, kv_from, data, len(data))
+
     def nodes(self):
         """The nodes of the prefix index (tkv_cache_walk), parents before children, each with
         its run's tokens."""
