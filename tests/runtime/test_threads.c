@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { MAXT = 40, N_SEQ = 4 };
+enum { MAXT = 40, N_SEQ = 4, MIN_OK = 20 };
 
 typedef struct worker {
     tkv_context *ctx;
@@ -57,8 +57,11 @@ static void *hammer(void *arg) {
     worker *w = arg;
     while (!atomic_load(w->go)) {
     }
-    const double end = now_s() + w->seconds;
-    while (now_s() < end && !w->failure[0]) {
+    /* for the time given, and on until this thread's own calls have run at least MIN_OK times: on a busy
+       machine one thread may get no time slice in the first seconds (a bound, not a rate, is what the
+       test asserts) */
+    const double end = now_s() + w->seconds, hard_end = end + 120;
+    while ((now_s() < end || w->ok < MIN_OK) && now_s() < hard_end && !w->failure[0]) {
         const int k = rand_r(&w->seed) % 2;
         const tkv_seq s = (tkv_seq)(2 * w->id + k);
         tkv_token t[MAXT];
@@ -148,7 +151,7 @@ static void test_two_threads_one_context(void **state) {
         for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
         for (int i = 0; i < 2; i++) {
             if (w[i].failure[0]) fail_msg("thread %d: %s", i, w[i].failure);
-            assert_true(w[i].ok > 0);
+            assert_true(w[i].ok >= MIN_OK);
             print_message("round %d thread %d: %ld calls ran, %ld refused as busy\n", round, i, w[i].ok, w[i].busy);
         }
         if (tkv_cache_check(ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
