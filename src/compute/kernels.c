@@ -44,6 +44,8 @@ static void overlay(tkv__kernels *t, const tkv__kernels *part) {
     if (part->swiglu) t->swiglu = part->swiglu;
     if (part->softcap) t->softcap = part->softcap;
     if (part->rope_pairs) t->rope_pairs = part->rope_pairs;
+    if (part->delta_step) t->delta_step = part->delta_step;
+    if (part->ssm_step) t->ssm_step = part->ssm_step;
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -31,3 +31,6 @@ list(APPEND TKV_KERNEL_SOURCES ${TKV_AVX2_SOURCES} ${TKV_AVX512_SOURCES})
 # included: no compiler may fuse a multiply and an add of its own accord
 # (gcc does not in ISO C mode; clang would by default).
 set_property(SOURCE ${TKV_KERNEL_SOURCES} APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=off")
+# the scalar twins are the SIMD levels' oracles to the bit where an entry says so (the recurrent steps):
+# no multiply and add fused on any target
+set_property(SOURCE compute/kernels_scalar.c APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=off")

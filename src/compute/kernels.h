@@ -84,6 +84,18 @@ typedef void (*tkv__softcap_fn)(float *x, size_t n, float c);
    (fma(a, c, -(b s)), fma(a, s, b c)), as the reference's compiler forms them. */
 typedef void (*tkv__rope_pairs_fn)(float *v, const float *cs, size_t n_pairs);
 
+/* One token through one gated delta-net v head (model/deltanet.h): S (dk rows of dv) in place:
+   S = decay S; delta_j = beta (v_j - sum_i S_ij k_i); S_ij += k_i delta_j; o_j = scale sum_i S_ij q_i,
+   each sum in i order with separate multiplies and adds (every level gives the scalar level's bits). */
+typedef void (*tkv__delta_step_fn)(float *S, const float *q, const float *k, const float *v, float decay, float beta,
+                                   float scale, uint32_t dk, uint32_t dv, float *o);
+
+/* One token through one Mamba-2 head (model/mamba2.h): S (ds rows of hd) in place, S_ji = dA S_ji + B_j (x_i dt),
+   y_i = sum_j S_ji C_j in j order with separate multiplies and adds (the caller adds the D skip; every level
+   gives the scalar level's bits). */
+typedef void (*tkv__ssm_step_fn)(float *S, const float *x, const float *B, const float *C, float dt, float dA,
+                                 uint32_t hd, uint32_t ds, float *y);
+
 typedef struct tkv__kernels {
     tkv__kernel_level level;
     const char *name; /* "scalar", "avx2", "avx512" */
@@ -118,6 +130,8 @@ typedef struct tkv__kernels {
     tkv__swiglu_fn swiglu;
     tkv__softcap_fn softcap;
     tkv__rope_pairs_fn rope_pairs;
+    tkv__delta_step_fn delta_step;
+    tkv__ssm_step_fn ssm_step;
 } tkv__kernels;
 
 /*
@@ -169,6 +183,10 @@ void tkv__kernel_silu_scalar(float *y, const float *x, size_t n);
 void tkv__kernel_swiglu_scalar(float *y, const float *gate, const float *up, size_t n);
 void tkv__kernel_softcap_scalar(float *x, size_t n, float c);
 void tkv__kernel_rope_pairs_scalar(float *v, const float *cs, size_t n_pairs);
+void tkv__kernel_delta_step_scalar(float *S, const float *q, const float *k, const float *v, float decay, float beta,
+                                   float scale, uint32_t dk, uint32_t dv, float *o);
+void tkv__kernel_ssm_step_scalar(float *S, const float *x, const float *B, const float *C, float dt, float dA,
+                                 uint32_t hd, uint32_t ds, float *y);
 
 /* One RoPE rotation of (*a, *b) by (c, s), in the fused form above. */
 static inline void tkv__kernel_rope_rotate(float *a, float *b, float c, float s) {

@@ -53,6 +53,48 @@ void tkv__kernel_rope_pairs_scalar(float *v, const float *cs, size_t n_pairs) {
     for (size_t i = 0; i < n_pairs; i++) tkv__kernel_rope_rotate(&v[2 * i], &v[2 * i + 1], cs[2 * i], cs[2 * i + 1]);
 }
 
+/* The recurrent steps sum each output in one sequence of separate multiplies and adds (no fused ones):
+   the SIMD levels run the same sequence in every lane (a lane is one output), so all levels agree to the
+   bit (the reference's own order, which its files are held to). */
+void tkv__kernel_delta_step_scalar(float *S, const float *q, const float *k, const float *v, float decay, float beta,
+                                   float scale, uint32_t dk, uint32_t dv, float *o) {
+    for (uint32_t j = 0; j < dv; j++) {
+        float kv = 0;
+        for (uint32_t i = 0; i < dk; i++) {
+            float *s = S + (size_t)i * dv + j;
+            *s = *s * decay;
+            const float p = *s * k[i];
+            kv = kv + p;
+        }
+        const float delta = (v[j] - kv) * beta;
+        float qo = 0;
+        for (uint32_t i = 0; i < dk; i++) {
+            float *s = S + (size_t)i * dv + j;
+            const float u = k[i] * delta;
+            *s = *s + u;
+            const float p = *s * q[i];
+            qo = qo + p;
+        }
+        o[j] = qo * scale;
+    }
+}
+
+void tkv__kernel_ssm_step_scalar(float *S, const float *x, const float *B, const float *C, float dt, float dA,
+                                 uint32_t hd, uint32_t ds, float *y) {
+    for (uint32_t i = 0; i < hd; i++) {
+        const float x_dt = x[i] * dt;
+        float sum = 0;
+        for (uint32_t j = 0; j < ds; j++) {
+            float *s = S + (size_t)j * hd + i;
+            const float a = *s * dA, b = B[j] * x_dt;
+            *s = a + b;
+            const float p = *s * C[j];
+            sum = sum + p;
+        }
+        y[i] = sum;
+    }
+}
+
 const tkv__kernels tkv__kernel_scalar_part = {
     .level = TKV__KERNEL_SCALAR,
     .name = "scalar",
@@ -99,4 +141,6 @@ const tkv__kernels tkv__kernel_scalar_part = {
     .swiglu = tkv__kernel_swiglu_scalar,
     .softcap = tkv__kernel_softcap_scalar,
     .rope_pairs = tkv__kernel_rope_pairs_scalar,
+    .delta_step = tkv__kernel_delta_step_scalar,
+    .ssm_step = tkv__kernel_ssm_step_scalar,
 };

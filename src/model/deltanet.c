@@ -1,11 +1,13 @@
 /*
  * deltanet.c — the gated delta net's per-token steps (see deltanet.h), in
- * float, one fixed order: a token's result is the same whatever batch
- * carried it, which keeps prefix reuse exact (the restored state is the
- * state a fresh pass reaches).
+ * float, in one order per kernel level (the recurrence itself is the
+ * kernels' delta_step): a token's result is the same whatever batch carried
+ * it, which keeps prefix reuse exact (the restored state is the state a
+ * fresh pass reaches).
  */
 #include "deltanet.h"
 
+#include "compute/kernels.h"
 #include "compute/ops.h"
 
 #include <math.h>
@@ -31,19 +33,9 @@ void tkv__deltanet_conv(const tkv__delta_dims *d, const float *w, const float *c
 
 void tkv__deltanet_step(const tkv__delta_dims *d, float *S, const float *q, const float *k, const float *v, float g,
                         float beta, float *o) {
-    const uint32_t dk = d->d_k, dv = d->d_v;
-    const float decay = expf(g), scale = 1.0f / sqrtf((float)dk);
-    /* row j of S is column j of the math's S (k index inside): the reference's layout and order, so that
-       the sums round as its do: decay, delta_j = beta (v_j - S_j . k), S_j += delta_j k, o_j = S_j . q */
-    for (size_t i = 0; i < (size_t)dk * dv; i++) S[i] *= decay;
-    for (uint32_t j = 0; j < dv; j++) {
-        float *row = S + (size_t)j * dk, kv = 0, qo = 0;
-        for (uint32_t i = 0; i < dk; i++) kv += row[i] * k[i];
-        const float delta = (v[j] - kv) * beta;
-        for (uint32_t i = 0; i < dk; i++) row[i] += delta * k[i];
-        for (uint32_t i = 0; i < dk; i++) qo += row[i] * q[i];
-        o[j] = qo * scale;
-    }
+    /* row j of S is column j of the math's S (k index inside): the reference's layout and order of sums
+       (decay, delta_j = beta (v_j - S_j . k), S_j += delta_j k, o_j = S_j . q), each level's lanes */
+    tkv__kernel_get()->delta_step(S, q, k, v, expf(g), beta, 1.0f / sqrtf((float)d->d_k), d->d_k, d->d_v, o);
 }
 
 void tkv__deltanet_gate_norm(const tkv__delta_dims *d, float *o, const float *z, const float *w, float eps) {

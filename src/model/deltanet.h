@@ -16,8 +16,8 @@
  *   out = o Wout                                      (n_embd)
  *
  * A sequence's state for one layer is the conv's window (the last d_conv - 1
- * qkv rows, oldest first) and S of every v head, d_k x d_v floats each
- * stored v index major (row j is S's column j), as the reference keeps it. It depends on every earlier token, so the cache keeps it in
+ * qkv rows, oldest first) and S of every v head, d_k rows of d_v floats
+ * (the kernels' step makes d_v outputs at once, one per lane). It depends on every earlier token, so the cache keeps it in
  * checkpoints (kv/kvstate.h) rather than recomputing it from cells.
  */
 #ifndef TKV_DELTANET_H
@@ -53,7 +53,7 @@ static inline float *tkv__delta_S(const tkv__delta_dims *d, float *layer_state, 
    L2-normed per head (x / max(|x|, eps)). */
 void tkv__deltanet_conv(const tkv__delta_dims *d, const float *w, const float *const *rows, float eps, float *c);
 
-/* One token through one v head: S (d_v rows of d_k) in place, o (d_v) out. */
+/* One token through one v head: S (d_k rows of d_v) in place, o (d_v) out. */
 void tkv__deltanet_step(const tkv__delta_dims *d, float *S, const float *q, const float *k, const float *v, float g,
                         float beta, float *o);
 

@@ -1,10 +1,12 @@
 /*
  * mamba2.c — Mamba-2's per-token steps (see mamba2.h), in float, in the
- * reference's order; one fixed order whatever the batch, so a restored
- * state is the state a fresh pass reaches.
+ * reference's order (the scan itself is the kernels' ssm_step); one order
+ * per level whatever the batch, so a restored state is the state a fresh
+ * pass reaches.
  */
 #include "mamba2.h"
 
+#include "compute/kernels.h"
 #include "compute/ops.h"
 
 #include <math.h>
@@ -24,16 +26,8 @@ void tkv__mamba_step(const tkv__mamba_dims *d, float *S, const float *x, const f
                      float dt_bias, float A, float D, float *y) {
     const float a = dt + dt_bias;
     const float dt_sp = a <= 20.0f ? log1pf(expf(a)) : a;
-    const float dA = expf(dt_sp * A);
-    for (uint32_t i = 0; i < d->head_dim; i++) {
-        float *row = S + (size_t)i * d->d_state, sum = 0;
-        const float x_dt = x[i] * dt_sp;
-        for (uint32_t j = 0; j < d->d_state; j++) {
-            row[j] = row[j] * dA + B[j] * x_dt;
-            sum += row[j] * C[j];
-        }
-        y[i] = sum + x[i] * D;
-    }
+    tkv__kernel_get()->ssm_step(S, x, B, C, dt_sp, expf(dt_sp * A), d->head_dim, d->d_state, y);
+    for (uint32_t i = 0; i < d->head_dim; i++) y[i] += x[i] * D;
 }
 
 void tkv__mamba_gate_norm(const tkv__mamba_dims *d, float *y, const float *z, const float *w, float eps) {

@@ -15,8 +15,8 @@
  *   out = y Wout                                          (n_embd)
  *
  * A sequence's state for one layer is the conv's window (the last d_conv - 1
- * xBC rows, oldest first) and S of every head (head_dim rows of d_state),
- * as the reference keeps them.
+ * xBC rows, oldest first) and S of every head (d_state rows of head_dim:
+ * the kernels' step makes head_dim outputs at once, one per lane).
  */
 #ifndef TKV_MAMBA2_H
 #define TKV_MAMBA2_H
@@ -36,7 +36,7 @@ typedef struct tkv__mamba_dims {
     size_t layer_floats; /* one layer's state: (d_conv - 1) channels + d_inner d_state */
 } tkv__mamba_dims;
 
-/* Head h's S in a layer's state: head_dim rows of d_state. */
+/* Head h's S in a layer's state: d_state rows of head_dim. */
 static inline float *tkv__mamba_S(const tkv__mamba_dims *d, float *layer_state, uint32_t h) {
     return layer_state + (size_t)(d->d_conv - 1) * d->channels + (size_t)h * d->head_dim * d->d_state;
 }

@@ -9,7 +9,9 @@
  *     dt = softplus(dt + bias);  S = exp(dt A) S + dt x B^T;  y = S C + D x
  *
  * and the causal convs (silu of the taps' sum, the delta net's q and k
- * L2-normed, Mamba-2's with its bias) and the gated norms. Tolerance: the
+ * L2-normed, Mamba-2's with its bias) and the gated norms, at every kernel
+ * level this CPU has (the steps are kernel entries with SIMD twins; shapes
+ * with row lengths on and off the register width). Tolerance: the
  * float result is within 2e-5 (0.01 + |oracle|) after 64 tokens: each step's
  * sums of d_k (or d_state) products round at about 2^-24 relative, and the
  * decays keep the state bounded, so the error stays near a few ulps of the
@@ -17,6 +19,7 @@
  */
 #include "testutil.h"
 
+#include "compute/kernels.h"
 #include "model/deltanet.h"
 #include "model/mamba2.h"
 
@@ -43,11 +46,11 @@ static void near(double got, double want, const char *what, int t, size_t i) {
 /* One v head through T tokens, S starting from random values; o and S checked at every token. */
 static void test_delta_step(void **state) {
     (void)state;
-    const tkv__delta_dims d = {.d_conv = 4, .d_k = 32, .n_k = 1, .n_v = 1, .d_v = 48, .channels = 0};
-    float S[48 * 32], q[32], k[32], v[48], o[48];
-    double Sd[32][48]; /* the math's S: k index, v index */
+    const tkv__delta_dims d = {.d_conv = 4, .d_k = 36, .n_k = 1, .n_v = 1, .d_v = 44, .channels = 0}; /* d_v 44: 16 x 2 + 12, 8 x 5 + 4: lanes and tails */
+    float S[44 * 36], q[36], k[36], v[44], o[44];
+    double Sd[36][44]; /* the math's S: k index, v index */
     for (uint32_t j = 0; j < d.d_v; j++)
-        for (uint32_t i = 0; i < d.d_k; i++) S[j * d.d_k + i] = 0.1f * rnd(), Sd[i][j] = S[j * d.d_k + i];
+        for (uint32_t i = 0; i < d.d_k; i++) S[i * d.d_v + j] = 0.1f * rnd(), Sd[i][j] = S[i * d.d_v + j];
     for (int t = 0; t < T; t++) {
         double nq = 0, nk = 0;
         for (uint32_t i = 0; i < d.d_k; i++) q[i] = rnd(), k[i] = rnd(), nq += q[i] * q[i], nk += k[i] * k[i];
@@ -68,7 +71,7 @@ static void test_delta_step(void **state) {
             double oj = 0;
             for (uint32_t i = 0; i < d.d_k; i++) oj += Sd[i][j] * q[i];
             near(o[j], oj / sqrt((double)d.d_k), "delta net o", t, j);
-            for (uint32_t i = 0; i < d.d_k; i++) near(S[j * d.d_k + i], Sd[i][j], "delta net S", t, j * d.d_k + i);
+            for (uint32_t i = 0; i < d.d_k; i++) near(S[i * d.d_v + j], Sd[i][j], "delta net S", t, i * d.d_v + j);
         }
     }
 }
@@ -114,23 +117,24 @@ static void test_delta_conv_and_norm(void **state) {
 /* One Mamba-2 head through T tokens. */
 static void test_mamba_step(void **state) {
     (void)state;
-    const tkv__mamba_dims d = {.d_conv = 4, .d_state = 16, .n_group = 1, .n_head = 1, .d_inner = 24, .head_dim = 24};
-    float S[24 * 16], x[24], B[16], C[16], y[24];
-    double Sd[24][16];
-    for (size_t i = 0; i < 24 * 16; i++) S[i] = 0.1f * rnd(), Sd[i / 16][i % 16] = S[i];
+    enum { DS = 20, HD = 28 }; /* head_dim 28: 16 + 12, 8 x 3 + 4: lanes and tails */
+    const tkv__mamba_dims d = {.d_conv = 4, .d_state = DS, .n_group = 1, .n_head = 1, .d_inner = HD, .head_dim = HD};
+    float S[HD * DS], x[HD], B[DS], C[DS], y[HD];
+    double Sd[HD][DS];
+    for (size_t i = 0; i < HD * DS; i++) S[i] = 0.1f * rnd(), Sd[i % HD][i / HD] = S[i]; /* S: DS rows of HD */
     const float A = -0.8f, D = 0.7f, bias = 0.2f;
     for (int t = 0; t < T; t++) {
-        for (int i = 0; i < 24; i++) x[i] = 2 * rnd();
-        for (int j = 0; j < 16; j++) B[j] = rnd(), C[j] = rnd();
+        for (int i = 0; i < HD; i++) x[i] = 2 * rnd();
+        for (int j = 0; j < DS; j++) B[j] = rnd(), C[j] = rnd();
         const float dt = 1.5f * rnd();
         tkv__mamba_step(&d, S, x, B, C, dt, bias, A, D, y);
         const double sp = softplus_d((double)dt + bias), dA = exp(sp * A);
-        for (int i = 0; i < 24; i++) {
+        for (int i = 0; i < HD; i++) {
             double yi = 0;
-            for (int j = 0; j < 16; j++) {
+            for (int j = 0; j < DS; j++) {
                 Sd[i][j] = Sd[i][j] * dA + sp * x[i] * B[j];
                 yi += Sd[i][j] * C[j];
-                near(S[i * 16 + j], Sd[i][j], "mamba S", t, (size_t)i * 16 + j);
+                near(S[j * HD + i], Sd[i][j], "mamba S", t, (size_t)j * HD + i);
             }
             near(y[i], yi + D * (double)x[i], "mamba y", t, (size_t)i);
         }
@@ -168,10 +172,45 @@ static void test_mamba_conv_and_norm(void **state) {
     }
 }
 
+/* Every level's steps give the scalar level's bits (kernels.h), on output counts on and off the lanes. */
+static void test_levels_bit_equal(void **state) {
+    (void)state;
+    const tkv__kernels *sc = tkv__kernel_table(TKV__KERNEL_SCALAR);
+    static const uint32_t shapes[][2] = {{32, 32}, {36, 44}, {128, 128}, {16, 8}, {7, 3}, {64, 17}};
+    float S0[128 * 128], S1[128 * 128], q[128], k[128], v[128], o0[128], o1[128];
+    for (int l = 1; l <= (int)tkv__kernel_level_best(); l++) {
+        const tkv__kernels *kt = tkv__kernel_table((tkv__kernel_level)l);
+        if (!kt) continue;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const uint32_t a = shapes[si][0], b = shapes[si][1];
+            for (uint32_t i = 0; i < a * b; i++) S0[i] = S1[i] = 0.2f * rnd();
+            for (int t = 0; t < 8; t++) {
+                for (uint32_t i = 0; i < 128; i++) q[i] = rnd(), k[i] = rnd(), v[i] = rnd();
+                sc->delta_step(S0, q, k, v, 0.9f, 0.6f, 0.125f, a, b, o0);
+                kt->delta_step(S1, q, k, v, 0.9f, 0.6f, 0.125f, a, b, o1);
+                if (memcmp(o0, o1, b * sizeof *o0) || memcmp(S0, S1, (size_t)a * b * sizeof *S0))
+                    fail_msg("%s delta step, %u x %u, token %d: not the scalar level's bits", kt->name, a, b, t);
+                sc->ssm_step(S0, q, k, v, 0.7f, 0.8f, b, a, o0); /* hd = b, ds = a */
+                kt->ssm_step(S1, q, k, v, 0.7f, 0.8f, b, a, o1);
+                if (memcmp(o0, o1, b * sizeof *o0) || memcmp(S0, S1, (size_t)a * b * sizeof *S0))
+                    fail_msg("%s Mamba-2 step, %u x %u, token %d: not the scalar level's bits", kt->name, a, b, t);
+            }
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_delta_step), cmocka_unit_test(test_delta_conv_and_norm),
         cmocka_unit_test(test_mamba_step), cmocka_unit_test(test_mamba_conv_and_norm),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest bits[] = {cmocka_unit_test(test_levels_bit_equal)};
+    int failed = cmocka_run_group_tests(bits, NULL, NULL);
+    for (int l = 0; l <= (int)tkv__kernel_level_best(); l++) {
+        if (tkv__kernel_force_level((tkv__kernel_level)l) != 0) continue;
+        seed = 2026; /* the same values at every level */
+        failed += _cmocka_run_group_tests(tkv__kernel_level_name((tkv__kernel_level)l), tests,
+                                          sizeof tests / sizeof tests[0], NULL, NULL);
+    }
+    return failed;
 }

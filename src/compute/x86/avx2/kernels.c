@@ -732,6 +732,12 @@ static void rope_pairs(float *v, const float *cs, size_t n_pairs) {
     tkv__kernel_rope_pairs_scalar(v + 2 * i, cs + 2 * i, n_pairs - i);
 }
 
+/* compute/x86/avx2/recurrent.c */
+void tkv__delta_step_avx2(float *S, const float *q, const float *k, const float *v, float decay, float beta, float scale,
+                         uint32_t dk, uint32_t dv, float *o);
+void tkv__ssm_step_avx2(float *S, const float *x, const float *B, const float *C, float dt, float dA, uint32_t hd,
+                       uint32_t ds, float *y);
+
 const tkv__kernels tkv__kernel_avx2_part = {
     .level = TKV__KERNEL_AVX2,
     .name = "avx2",
@@ -809,6 +815,8 @@ const tkv__kernels tkv__kernel_avx2_part = {
     .silu = silu,
     .swiglu = swiglu,
     .rope_pairs = rope_pairs,
+    .delta_step = tkv__delta_step_avx2,
+    .ssm_step = tkv__ssm_step_avx2,
 };
 
 #else /* not an x86-64 build with AVX2 flags: an empty part, never selected */

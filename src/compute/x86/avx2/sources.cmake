@@ -1,6 +1,7 @@
 # The AVX2 level (with FMA and F16C): every file of this folder, compiled for it.
 set(TKV_AVX2_SOURCES
   compute/x86/avx2/kernels.c
+  compute/x86/avx2/recurrent.c
   compute/x86/avx2/dot_iq1.c
   compute/x86/avx2/dot_iq2.c
   compute/x86/avx2/dot_iq3.c
@@ -16,3 +17,5 @@ set(TKV_AVX2_SOURCES
 if(TKV_X86)
   set_source_files_properties(${TKV_AVX2_SOURCES} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
 endif()
+# the recurrent steps sum in the scalar twin's order: no multiply and add may be fused
+set_property(SOURCE compute/x86/avx2/recurrent.c APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=off")

@@ -289,6 +289,12 @@ static void softcap(float *x, size_t n, float c) {
     for (; i < n; i++) x[i] = c * tanhf(x[i] / c);
 }
 
+/* compute/x86/avx512/recurrent.c */
+void tkv__delta_step_avx512(float *S, const float *q, const float *k, const float *v, float decay, float beta, float scale,
+                         uint32_t dk, uint32_t dv, float *o);
+void tkv__ssm_step_avx512(float *S, const float *x, const float *B, const float *C, float dt, float dA, uint32_t hd,
+                       uint32_t ds, float *y);
+
 const tkv__kernels tkv__kernel_avx512_part = {
     .level = TKV__KERNEL_AVX512,
     .name = "avx512",
@@ -353,6 +359,8 @@ const tkv__kernels tkv__kernel_avx512_part = {
     .silu = silu,
     .softcap = softcap,
     .swiglu = swiglu,
+    .delta_step = tkv__delta_step_avx512,
+    .ssm_step = tkv__ssm_step_avx512,
 };
 
 

@@ -3,6 +3,7 @@
 # the AVX2 level's (kernels.c's table says which).
 set(TKV_AVX512_SOURCES
   compute/x86/avx512/kernels.c
+  compute/x86/avx512/recurrent.c
   compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c
   compute/x86/avx512/gemm_q4_0.c
   compute/x86/avx512/gemm_q4_1_q5.c
@@ -15,3 +16,5 @@ if(TKV_X86)
   set_source_files_properties(${TKV_AVX512_SOURCES} PROPERTIES
   COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c")
 endif()
+# the recurrent steps sum in the scalar twin's order: no multiply and add may be fused
+set_property(SOURCE compute/x86/avx512/recurrent.c APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=off")
