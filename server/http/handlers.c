@@ -232,7 +232,10 @@ static enum MHD_Result props(conn *cs, struct MHD_Connection *c, srv_state *S, c
     if (S->api.jinja && tkv_model_meta_str(S->model, "tokenizer.chat_template", &tmpl, &len) == TKV_OK)
         chat = srv_json_text(tmpl, len);
     else
-        chat = json_string(S->api.jinja ? S->o->chat_template : srv_chat_name(S->api.chat));
+        chat = json_string(!S->api.jinja                 ? srv_chat_name(S->api.chat)
+                           : S->o->chat_template_file      ? S->o->chat_template_file
+                           : S->o->chat_template           ? S->o->chat_template
+                                                           : "chatml");
     char build[64];
     snprintf(build, sizeof build, "tokenkv %d.%d.%d", TKV_VERSION_MAJOR, TKV_VERSION_MINOR, TKV_VERSION_PATCH);
     json_t *o = json_pack("{s:s,s:s,s:I,s:i,s:o,s:s,s:{s:I,s:{s:i}},s:{s:b,s:b}}", "model_alias", S->api.model_id,

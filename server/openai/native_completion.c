@@ -8,6 +8,7 @@
 #include "native_completion.h"
 #include "parse.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,15 +21,12 @@ static const struct {
 
 /* llama-server fields that ask for something this server does not do: refused by name, not ignored. */
 static bool refuse_native(const json_t *body, srv_err *e) {
-    static const char *const never[] = {"json_schema", "image_data", "multimodal_data", "lora", "samplers",
-                                        "input_prefix", "input_suffix"};
+    static const char *const never[] = {"image_data", "multimodal_data", "lora", "samplers", "input_prefix",
+                                        "input_suffix"};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) {
         const json_t *v = json_object_get(body, never[i]);
         if (v && !json_is_null(v)) {
-            srv_err_set(e, 400, never[i], "unsupported_parameter", "'%s' is not supported by this server%s", never[i],
-                        !strcmp(never[i], "json_schema") ? " on /completion; use 'grammar', or response_format on "
-                                                           "/v1/completions"
-                                                         : "");
+            srv_err_set(e, 400, never[i], "unsupported_parameter", "'%s' is not supported by this server", never[i]);
             return false;
         }
     }
@@ -90,14 +88,20 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
             return false;
         }
         json_object_set(b, "max_tokens", (json_t *)np);
-    } else if (!json_object_get(b, "max_tokens") || (np && json_integer_value(np) == -1)) {
+    } else if (np && json_integer_value(np) == -1) {
         json_object_set_new(b, "max_tokens", json_integer(a->max_tokens)); /* -1: as long as the server allows */
+    } else if (!json_object_get(b, "max_tokens")) { /* the server's --n-predict, else as long as it allows */
+        json_object_set_new(b, "max_tokens", json_integer(a->defaults.n_predict > 0 ? a->defaults.n_predict : a->max_tokens));
     }
-    for (size_t i = 0; i < sizeof native_defaults / sizeof native_defaults[0]; i++)
+    /* the server's own defaults (--temp, ...) where given, else llama-server's */
+    const double server[] = {a->defaults.temperature, a->defaults.top_k >= 0 ? a->defaults.top_k : NAN,
+                             a->defaults.top_p, a->defaults.min_p};
+    for (size_t i = 0; i < sizeof native_defaults / sizeof native_defaults[0]; i++) {
+        const double v = isnan(server[i]) ? native_defaults[i].value : server[i];
         if (!json_object_get(b, native_defaults[i].key))
-            json_object_set_new(b, native_defaults[i].key, !strcmp(native_defaults[i].key, "top_k")
-                                                               ? json_integer((json_int_t)native_defaults[i].value)
-                                                               : json_real(native_defaults[i].value));
+            json_object_set_new(b, native_defaults[i].key,
+                                !strcmp(native_defaults[i].key, "top_k") ? json_integer((json_int_t)v) : json_real(v));
+    }
     r->native = true;
     const bool ok = srv_api_parse(a, b, false, r, e);
     json_decref(b);

@@ -126,8 +126,8 @@ static const char *content_text(const json_t *c, size_t i, char **owned, srv_err
  * chat_template_kwargs. A BOS the template prints first is dropped when the
  * tokenizer adds one itself (it would be doubled). malloc'd, *len bytes.
  */
-static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw, const json_t *messages, size_t *len,
-                         srv_err *e);
+static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw, const json_t *messages, bool agp,
+                         size_t *len, srv_err *e);
 
 static char *render_jinja(const srv_api *a, const json_t *body, size_t *len, srv_err *e) {
     const json_t *tools = json_object_get(body, "tools"), *kw = json_object_get(body, "chat_template_kwargs");
@@ -141,21 +141,23 @@ static char *render_jinja(const srv_api *a, const json_t *body, size_t *len, srv
     }
     /* tool-call arguments as objects, as templates print them (tojson); a template that wants the string
        (it concatenates it) raises on an object: then it gets the messages as they were sent */
+    bool agp = true; /* add_generation_prompt: false renders the conversation as it stands */
+    if (!srv_field_bool(body, "add_generation_prompt", &agp, e)) return NULL;
     json_t *msgs = srv_tools_messages(json_object_get(body, "messages"));
-    char *out = render_vars(a, tools, kw, msgs ? msgs : json_object_get(body, "messages"), len, e);
-    if (!out && msgs && e->status == 400) out = render_vars(a, tools, kw, json_object_get(body, "messages"), len, e);
+    char *out = render_vars(a, tools, kw, msgs ? msgs : json_object_get(body, "messages"), agp, len, e);
+    if (!out && msgs && e->status == 400) out = render_vars(a, tools, kw, json_object_get(body, "messages"), agp, len, e);
     json_decref(msgs);
     return out;
 }
 
 /* render_jinja with these messages. */
-static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw, const json_t *messages, size_t *len,
-                         srv_err *e) {
+static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw, const json_t *messages, bool agp,
+                         size_t *len, srv_err *e) {
     json_t *v = json_object();
     json_object_set(v, "messages", (json_t *)messages);
     json_object_set(v, "tools", tools ? (json_t *)tools : json_null());
     json_object_set_new(v, "documents", json_null());
-    json_object_set_new(v, "add_generation_prompt", json_true());
+    json_object_set_new(v, "add_generation_prompt", json_boolean(agp));
     const tkv_token bos = tkv_token_bos(a->model), eos = tkv_token_eos(a->model);
     const char *bos_t = bos == TKV_TOKEN_NULL ? NULL : tkv_token_text(a->model, bos);
     const char *eos_t = eos == TKV_TOKEN_NULL ? NULL : tkv_token_text(a->model, eos);
@@ -163,6 +165,7 @@ static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw
     if (eos_t) json_object_set_new(v, "eos_token", json_string(eos_t));
     const char *k;
     json_t *x;
+    json_object_foreach((json_t *)a->template_kwargs, k, x) json_object_set(v, k, x); /* the server's, then the request's */
     json_object_foreach((json_t *)kw, k, x) json_object_set(v, k, x);
     char *vars = json_dumps(v, JSON_COMPACT), *text = NULL, *out = NULL;
     json_decref(v);
@@ -214,6 +217,18 @@ char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, srv
         ok = msgs[i].content != NULL;
     }
     char *text = NULL, err[256];
+    const json_t *agp = json_object_get(body, "add_generation_prompt"), *cfm = json_object_get(body, "continue_final_message");
+    if (ok && json_is_true(cfm)) { /* refused by name rather than rendered as a closed turn */
+        srv_err_set(e, 400, "continue_final_message", "unsupported_parameter",
+                    "'continue_final_message' is not supported by this server (a final assistant message is rendered "
+                    "as a whole message)");
+        ok = false;
+    } else if (ok && !a->jinja && json_is_false(agp)) {
+        srv_err_set(e, 400, "add_generation_prompt", "unsupported_parameter", "'add_generation_prompt': false needs a "
+                    "Jinja chat template (this server renders the %s family, which always ends with the prompt)",
+                    srv_chat_name(a->chat));
+        ok = false;
+    }
     if (ok && a->jinja) {
         text = render_jinja(a, body, len, e);
     } else if (ok) {
@@ -241,7 +256,8 @@ static bool parse_messages(const srv_api *a, const json_t *body, srv_req *r, srv
     size_t len = 0;
     char *text = srv_api_chat_prompt(a, body, &len, e);
     const bool ok = text && tokenize(a, text, len, "messages", r, e);
-    r->think = ok && a->think && !(json_is_string(rf) && !strcmp(json_string_value(rf), "none"));
+    const bool none = json_is_string(rf) ? !strcmp(json_string_value(rf), "none") : a->reasoning_none;
+    r->think = ok && a->think && !none;
     r->think_open = r->think && srv_think_open(text, len);
     free(text);
     return ok;
@@ -284,9 +300,17 @@ static bool parse_stop(const json_t *body, srv_req *r, srv_err *e) {
 
 /* The GBNF of response_format (json_object, json_schema), malloc'd; NULL with *none (type "text", or no field)
    or with *e set. */
+static char *schema_gbnf(const json_t *schema, const char *param, srv_err *e);
+
 static char *response_format_gbnf(const json_t *body, bool *none, srv_err *e) {
-    const json_t *rf = json_object_get(body, "response_format");
-    *none = !rf || json_is_null(rf);
+    const json_t *rf = json_object_get(body, "response_format"), *top = json_object_get(body, "json_schema");
+    const bool has_rf = rf && !json_is_null(rf), has_top = top && !json_is_null(top);
+    *none = !has_rf && !has_top;
+    if (has_rf && has_top) {
+        srv_err_set(e, 400, "json_schema", "invalid_value", "give 'json_schema' or 'response_format', not both");
+        return NULL;
+    }
+    if (has_top) return schema_gbnf(top, "json_schema", e); /* llama-server's top-level schema */
     if (*none) return NULL;
     const json_t *type = json_object_get(rf, "type");
     if (!json_is_object(rf) || !json_is_string(type)) {
@@ -298,6 +322,8 @@ static char *response_format_gbnf(const json_t *body, bool *none, srv_err *e) {
     if (!strcmp(t, "text")) {
         *none = true;
         return NULL;
+    } else if (!strcmp(t, "json_object") && json_object_get(rf, "schema") && !json_is_null(json_object_get(rf, "schema"))) {
+        return schema_gbnf(json_object_get(rf, "schema"), "response_format", e); /* llama-server's schema in json_object */
     } else if (!strcmp(t, "json_object")) {
         schema_text = "{\"type\": \"object\"}";
     } else if (!strcmp(t, "json_schema")) {
@@ -336,6 +362,25 @@ static char *response_format_gbnf(const json_t *body, bool *none, srv_err *e) {
  * this request; else the server's --grammar-file, if any. Both fields at
  * once are refused.
  */
+/* The GBNF of a JSON schema given as `param`, malloc'd; NULL with *e set. */
+static char *schema_gbnf(const json_t *schema, const char *param, srv_err *e) {
+    if (!json_is_object(schema)) {
+        srv_err_set(e, 400, param, "invalid_type", "'%s': the schema must be an object", param);
+        return NULL;
+    }
+    char *text = json_dumps(schema, JSON_COMPACT), *gbnf = NULL;
+    tkv_status st = text ? tkv_json_schema_to_gbnf(text, strlen(text), &gbnf) : TKV_ERR_NOMEM;
+    free(text);
+    if (st) {
+        srv_err_set(e, st == TKV_ERR_NOMEM ? 500 : 400, param, "invalid_value", "'%s': %s", param, tkv_last_error(NULL));
+        return NULL;
+    }
+    char *copy = strdup(gbnf);
+    tkv_free(gbnf);
+    if (!copy) srv_err_set(e, 500, NULL, NULL, "out of memory");
+    return copy;
+}
+
 static bool parse_grammar(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
     const json_t *g = json_object_get(body, "grammar");
     bool no_format;
@@ -502,7 +547,9 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     }
     if (!srv_field_int(body, mt_key, 1, a->max_tokens, &max_tokens, e)) return false;
     const long long room = (long long)a->n_ctx - (long long)r->n_prompt;
-    if (max_tokens < 0) max_tokens = chat ? a->max_tokens : 16; /* OpenAI's default for completions */
+    const long long np = a->defaults.n_predict; /* --n-predict: the default, and the most a request gets */
+    if (max_tokens < 0) max_tokens = np > 0 ? np : chat ? a->max_tokens : 16; /* OpenAI's default for completions */
+    if (np > 0 && max_tokens > np) max_tokens = np;
     r->max_tokens = (int)(max_tokens < room ? max_tokens : room);
     /* n choices generate n completions at once: together they stay within what one request may ask */
     if (n > 1 && n * r->max_tokens > SRV_MAX_CHOICES * (long long)a->max_tokens / 2) {
@@ -514,13 +561,16 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     /* OpenAI's sampling defaults: temperature 1, no top-p cut; top_k, min_p
        and repeat_penalty are llama.cpp-style extensions, off by default */
     tkv_sampler_params sp = tkv_sampler_default_params();
-    double temperature = 1, top_p = 1, min_p = 0, rp = 1;
-    long long top_k = 0;
+    const srv_defaults *d = &a->defaults; /* the server's (--temp, ...) where given */
+    double temperature = isnan(d->temperature) ? 1 : d->temperature, top_p = isnan(d->top_p) ? 1 : d->top_p;
+    double min_p = isnan(d->min_p) ? 0 : d->min_p, rp = isnan(d->repeat_penalty) ? 1 : d->repeat_penalty;
+    long long top_k = d->top_k >= 0 ? d->top_k : 0;
     if (!srv_field_number(body, "temperature", 0, 2, &temperature, e) || !srv_field_number(body, "top_p", 0, 1, &top_p, e) ||
         !srv_field_int(body, "top_k", 0, 1000000000, &top_k, e) || !srv_field_number(body, "min_p", 0, 1, &min_p, e) ||
         !srv_field_number(body, "repeat_penalty", 0, 10, &rp, e) || !srv_field_int(body, "seed", LLONG_MIN, LLONG_MAX, &seed, e))
         return false;
-    double presence = 0, frequency = 0;
+    double presence = isnan(d->presence_penalty) ? 0 : d->presence_penalty;
+    double frequency = isnan(d->frequency_penalty) ? 0 : d->frequency_penalty;
     if (!srv_field_number(body, "presence_penalty", -2, 2, &presence, e) ||
         !srv_field_number(body, "frequency_penalty", -2, 2, &frequency, e) || !parse_logit_bias(a, body, r, e))
         return false;
@@ -528,10 +578,13 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     sp.logit_bias = r->bias, sp.n_logit_bias = r->bias ? json_object_size(json_object_get(body, "logit_bias")) : 0;
     sp.temperature = (float)temperature, sp.top_p = (float)top_p, sp.top_k = (int32_t)top_k;
     sp.min_p = (float)min_p, sp.repeat_penalty = (float)rp;
-    if (json_object_get(body, "seed") && json_is_integer(json_object_get(body, "seed"))) sp.seed = (uint64_t)seed;
-    else sp.seed = XXH3_64bits(r->id, strlen(r->id));
+    /* -1 or no seed: the server's --seed, else a random one; random seeds have 32 bits, as llama-server's, so that
+       a client (JavaScript's numbers hold 53) can send the reported seed back */
+    if (!json_is_integer(json_object_get(body, "seed")) || seed == -1) seed = d->seed;
+    sp.seed = seed == -1 ? XXH3_64bits(r->id, strlen(r->id)) & 0xffffffffu : (uint64_t)seed;
     r->sp = sp;
 
+    r->ignore_eos = d->ignore_eos;
     if (!srv_field_bool(body, "stream", &r->stream, e) || !srv_field_bool(body, "return_tokens", &r->return_tokens, e) ||
         !srv_field_bool(body, "ignore_eos", &r->ignore_eos, e) || !parse_stop(body, r, e))
         return false;
