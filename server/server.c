@@ -229,8 +229,8 @@ static bool template_kwargs(const srv_opts *o, json_t **out) {
         json_decref(kw);
         return false;
     }
-    if (o->reasoning != SRV_REASONING_AUTO && !json_object_get(kw, "enable_thinking"))
-        json_object_set_new(kw, "enable_thinking", json_boolean(o->reasoning == SRV_REASONING_ON));
+    if (o->reasoning != SRV_REASONING_UNSET && !json_object_get(kw, "enable_thinking"))
+        json_object_set_new(kw, "enable_thinking", json_boolean(o->reasoning != SRV_REASONING_OFF));
     if (json_object_size(kw)) *out = kw;
     else json_decref(kw);
     return true;

@@ -28,8 +28,9 @@ typedef struct srv_defaults {
     bool ignore_eos;           /* every request generates past end-of-generation tokens */
 } srv_defaults;
 
-/* --reasoning: whether chat templates are asked to think (their enable_thinking variable). */
-typedef enum { SRV_REASONING_AUTO, SRV_REASONING_ON, SRV_REASONING_OFF } srv_reasoning;
+/* --reasoning: whether chat templates are asked to think (their enable_thinking variable). Unset: the variable is
+   not passed (as transformers renders); auto and on pass true, as llama-server does; off passes false. */
+typedef enum { SRV_REASONING_UNSET, SRV_REASONING_AUTO, SRV_REASONING_ON, SRV_REASONING_OFF } srv_reasoning;
 
 typedef struct srv_opts {
     const char *model_path;

@@ -143,8 +143,12 @@ static enum MHD_Result tokenize(conn *cs, struct MHD_Connection *c, srv_state *S
     json_t *body = parse_body(cs, &e);
     if (!body) return http_send_err(cs, c, &e);
     const json_t *content = json_object_get(body, "content");
-    bool add_special = true, parse_special = true;
+    bool add_special = true, parse_special = true, with_pieces = false;
     const json_t *as = json_object_get(body, "add_special"), *ps = json_object_get(body, "parse_special");
+    if (!srv_field_bool(body, "with_pieces", &with_pieces, &e)) {
+        json_decref(body);
+        return http_send_err(cs, c, &e);
+    }
     if (!json_is_string(content)) {
         json_decref(body);
         return http_fail(cs, c, 400, "content", "invalid_type", "'content' must be a string");
@@ -168,7 +172,22 @@ static enum MHD_Result tokenize(conn *cs, struct MHD_Connection *c, srv_state *S
         return http_send_err(cs, c, &e);
     }
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(t[i]));
+    for (size_t i = 0; i < n; i++) {
+        if (!with_pieces) {
+            json_array_append_new(arr, json_integer(t[i]));
+            continue;
+        }
+        /* llama-server's with_pieces: {id, piece}, the piece as text, or as its bytes where it is not UTF-8 */
+        char piece[256];
+        size_t k = 0;
+        if (tkv_token_to_piece(S->model, t[i], TKV_DETOKENIZE_SPECIAL, piece, sizeof piece, &k) != TKV_OK) k = 0;
+        json_t *p = json_stringn(piece, k);
+        if (!p) {
+            p = json_array();
+            for (size_t b = 0; b < k; b++) json_array_append_new(p, json_integer((unsigned char)piece[b]));
+        }
+        json_array_append_new(arr, json_pack("{s:I,s:o}", "id", (json_int_t)t[i], "piece", p));
+    }
     free(t);
     return http_send_json(cs, c, 200, json_pack("{s:o}", "tokens", arr));
 }
@@ -308,6 +327,8 @@ static enum MHD_Result metrics(conn *cs, struct MHD_Connection *c, srv_state *S,
 }
 static enum MHD_Result slots(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
     (void)rest;
+    if (S->o->no_slots) /* llama-server's answer with --no-slots */
+        return http_fail(cs, c, 501, NULL, "not_supported", "the /slots endpoint is disabled (--no-slots)");
     return view(cs, c, S, srv_slots_view);
 }
 static enum MHD_Result model_list(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
@@ -336,6 +357,7 @@ const srv_route srv_routes[] = {
     {"GET", "/metrics", SRV_AUTH_METRICS, metrics},
     {"GET", "/v1/models", SRV_AUTH_KEY, model_list},
     {"GET", "/v1/models/*", SRV_AUTH_KEY, model_one},
+    {"GET", "/models", SRV_AUTH_KEY, model_list},
     {"GET", "/props", SRV_AUTH_KEY, props},
     {"GET", "/v1/cache", SRV_AUTH_KEY, cache_view},
     {"GET", "/slots", SRV_AUTH_KEY, slots},

@@ -98,6 +98,10 @@ static bool choice_events(stream *st, size_t i) {
         pthread_mutex_unlock(&r->mu);
         return false;
     }
+    if (c->first && r->chat) { /* the role alone first, as llama-server sends it (content null) */
+        pend(st, srv_api_chunk(a, r, SRV_CHUNK_ROLE, NULL, 0, true, NULL));
+        c->first = false;
+    }
     if (c->first && r->echo_len) { /* legacy echo: the prompt's text comes first */
         pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->echo, r->echo_len, true, NULL));
         c->first = false;

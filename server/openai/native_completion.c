@@ -7,6 +7,7 @@
  */
 #include "native_completion.h"
 #include "parse.h"
+#include "responses.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -39,6 +40,12 @@ static bool refuse_native(const json_t *body, srv_err *e) {
                         off[i]);
             return false;
         }
+    }
+    const json_t *rf = json_object_get(body, "response_fields"); /* an empty list asks for the whole response */
+    if (rf && !json_is_null(rf) && !(json_is_array(rf) && !json_array_size(rf))) {
+        srv_err_set(e, 400, "response_fields", "unsupported_parameter",
+                    "'response_fields' is not supported by this server (the whole response is sent)");
+        return false;
     }
     const json_t *slot = json_object_get(body, "id_slot");
     if (slot && !json_is_null(slot) && !(json_is_integer(slot) && json_integer_value(slot) == -1)) {
@@ -112,8 +119,6 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
     return ok;
 }
 
-static double per(double num, double den) { return den > 0 ? num / den : 0; }
-
 /* The response object, or the final event of a stream (content: the whole text, or "" at a stream's end). */
 static json_t *native_object(const srv_api *a, const srv_req *r, json_t *content) {
     const char *stop_type = !strcmp(r->finish_reason ? r->finish_reason : "", "length") ? "limit"
@@ -123,23 +128,17 @@ static json_t *native_object(const srv_api *a, const srv_req *r, json_t *content
     for (size_t i = 0; r->return_tokens && i < r->n_gen_tokens; i++) json_array_append_new(tokens, json_integer(r->gen[i]));
     json_t *stop = json_array();
     for (size_t i = 0; i < r->n_stop; i++) json_array_append_new(stop, json_string(r->stop[i]));
-    /* prompt time runs from arrival to the first token (queueing included), generation from there to the end */
-    const double prompt_ms = 1e3 * (r->t_first - r->t_arrival), gen_ms = 1e3 * (r->t_done - r->t_first);
-    const size_t prompt_n = r->n_prompt - r->n_cached;
-    json_t *timings = json_pack("{s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "prompt_n", (json_int_t)prompt_n, "prompt_ms",
-                                prompt_ms, "prompt_per_token_ms", per(prompt_ms, (double)prompt_n), "prompt_per_second",
-                                per(1e3 * (double)prompt_n, prompt_ms), "predicted_n", r->n_gen, "predicted_ms", gen_ms,
-                                "predicted_per_token_ms", per(gen_ms, r->n_gen), "predicted_per_second",
-                                per(1e3 * r->n_gen, gen_ms));
+    srv_req *one = (srv_req *)r;
+    json_t *timings = srv_api_timings(&one, 1);
     json_t *settings = json_pack("{s:I,s:i,s:f,s:i,s:f,s:f,s:I,s:o}", "n_ctx", (json_int_t)a->n_ctx, "n_predict",
                                  r->max_tokens, "temperature", (double)r->sp.temperature, "top_k", (int)r->sp.top_k,
                                  "top_p", (double)r->sp.top_p, "min_p", (double)r->sp.min_p, "seed",
                                  (json_int_t)r->sp.seed, "stop", stop);
-    return json_pack("{s:o,s:o,s:b,s:s,s:i,s:I,s:I,s:b,s:s,s:s,s:o,s:o}", "content", content, "tokens", tokens, "stop",
+    return json_pack("{s:o,s:o,s:b,s:s,s:i,s:I,s:I,s:b,s:s,s:s,s:o,s:o,s:b}", "content", content, "tokens", tokens, "stop",
                      1, "model", a->model_id, "tokens_predicted", r->n_gen, "tokens_evaluated",
                      (json_int_t)r->n_prompt, "tokens_cached", (json_int_t)r->n_cached, "truncated", 0, "stop_type",
                      stop_type, "stopping_word", r->stop_word >= 0 ? r->stop[r->stop_word] : "", "generation_settings",
-                     settings, "timings", timings);
+                     settings, "timings", timings, "has_new_line", r->text && memchr(r->text, '\n', r->text_len) != NULL);
 }
 
 static char *dump(json_t *o) {

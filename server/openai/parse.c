@@ -413,40 +413,79 @@ static bool parse_grammar(const srv_api *a, const json_t *body, srv_req *r, srv_
     return true;
 }
 
-/* logit_bias: {"token id": bias in [-100, 100]} (OpenAI's shape), into r->bias. */
-static bool parse_logit_bias(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+/* One logit_bias entry into r->bias (*n of *cap used): key, a token id or (llama-server's) a text whose every token
+   gets the bias; v, a number in [-100, 100] or (llama-server's) false: never. */
+static bool add_bias(const srv_api *a, const char *key, bool is_id, long long id, const json_t *v, srv_req *r, size_t *n,
+                     size_t *cap, srv_err *e) {
+    const size_t n_vocab = tkv_vocab_size(a->model);
+    if (!json_is_false(v) && (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)) {
+        srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias[%.32s] must be a number in [-100, 100] or false",
+                    key);
+        return false;
+    }
+    const float bias = json_is_false(v) ? -1e30f : (float)json_number_value(v); /* never: finite, so no inf - inf */
+    tkv_token one = (tkv_token)id, *t = &one;
+    size_t k = 1;
+    if (is_id && (id < 0 || (unsigned long long)id >= n_vocab)) {
+        srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias: %lld is not a token id of this model (0..%zu)",
+                    id, n_vocab - 1);
+        return false;
+    }
+    if (!is_id && (srv_tokenize(a->model, key, strlen(key), 0, &t, &k) || !t)) {
+        srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias: cannot tokenize '%.32s'", key);
+        return false;
+    }
+    bool ok = *n + k <= 1024;
+    if (!ok) srv_err_set(e, 400, "logit_bias", "invalid_value", "'logit_bias' has more than 1024 token entries");
+    if (ok && *n + k > *cap) {
+        size_t c = *cap ? *cap : 16;
+        while (c < *n + k) c *= 2;
+        tkv_logit_bias *nb = realloc(r->bias, c * sizeof *nb);
+        if (!(ok = nb != NULL)) srv_err_set(e, 500, NULL, NULL, "out of memory");
+        else r->bias = nb, *cap = c;
+    }
+    for (size_t i = 0; ok && i < k; i++) r->bias[(*n)++] = (tkv_logit_bias){t[i], bias};
+    if (t != &one) free(t);
+    return ok;
+}
+
+/* logit_bias into r->bias (*n entries): OpenAI's {"token id": bias}, or llama-server's forms, {"text": bias} and
+   [[id or "text", bias or false], ...]. */
+static bool parse_logit_bias(const srv_api *a, const json_t *body, srv_req *r, size_t *n, srv_err *e) {
     const json_t *lb = json_object_get(body, "logit_bias");
+    size_t cap = 0;
+    *n = 0;
     if (!lb || json_is_null(lb)) return true;
-    if (!json_is_object(lb)) {
-        srv_err_set(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object of token ids to numbers");
+    if (!json_is_object(lb) && !json_is_array(lb)) {
+        srv_err_set(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object of token ids to numbers, or "
+                    "an array of [token id or text, bias] pairs");
         return false;
     }
-    const size_t n = json_object_size(lb), n_vocab = tkv_vocab_size(a->model);
-    if (n > 1024) {
-        srv_err_set(e, 400, "logit_bias", "invalid_value", "'logit_bias' has %zu entries; at most 1024 are allowed", n);
-        return false;
-    }
-    if (!n) return true;
-    if (!(r->bias = malloc(n * sizeof *r->bias))) {
-        srv_err_set(e, 500, NULL, NULL, "out of memory");
-        return false;
+    if (json_is_array(lb)) {
+        for (size_t i = 0; i < json_array_size(lb); i++) {
+            const json_t *pair = json_array_get(lb, i), *x = json_array_get(pair, 0);
+            if (json_array_size(pair) != 2 || (!json_is_integer(x) && !json_is_string(x))) {
+                srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias[%zu] must be [token id or text, bias]", i);
+                return false;
+            }
+            char key[32];
+            snprintf(key, sizeof key, "%lld", (long long)json_integer_value(x));
+            if (!add_bias(a, json_is_string(x) ? json_string_value(x) : key, json_is_integer(x), json_integer_value(x),
+                          json_array_get(pair, 1), r, n, &cap, e))
+                return false;
+        }
+        return true;
     }
     const char *k;
     json_t *v;
-    size_t i = 0;
     json_object_foreach((json_t *)lb, k, v) {
         char *end;
         const long long id = strtoll(k, &end, 10);
-        if (!*k || *end || id < 0 || (unsigned long long)id >= n_vocab) {
-            srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias: '%.32s' is not a token id of this model "
-                        "(0..%zu)", k, n_vocab - 1);
+        const bool is_id = *k && !*end && strspn(k, "-0123456789") == strlen(k);
+        if (!*k || !add_bias(a, k, is_id, id, v, r, n, &cap, e)) {
+            if (!*k) srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias: an empty key");
             return false;
         }
-        if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100) {
-            srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias[%s] must be a number in [-100, 100]", k);
-            return false;
-        }
-        r->bias[i++] = (tkv_logit_bias){(tkv_token)id, (float)json_number_value(v)};
     }
     return true;
 }
@@ -491,6 +530,29 @@ static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
             srv_err_set(e, 400, never[i], "unsupported_parameter", "'%s' is not supported by this server", never[i]);
             return false;
         }
+    }
+    /* llama-server's sampler and limit fields that are not implemented: accepted at their neutral value only, so
+       that a request that asks for one is refused by name rather than sampled without it */
+    static const struct {
+        const char *key;
+        double neutral;
+    } neutral[] = {{"typical_p", 1}, {"tfs_z", 1}, {"top_n_sigma", -1}, {"dynatemp_range", 0}, {"xtc_probability", 0},
+                   {"repeat_last_n", 64}, {"penalty_last_n", 64}, {"n_indent", 0}, {"t_max_predict_ms", 0},
+                   {"min_keep", 0}, {"mirostat", 0}, {"dry_multiplier", 0}};
+    for (size_t i = 0; i < sizeof neutral / sizeof neutral[0]; i++) {
+        const json_t *v = json_object_get(body, neutral[i].key);
+        if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == neutral[i].neutral)) {
+            srv_err_set(e, 400, neutral[i].key, "unsupported_parameter",
+                        "'%s' is not supported by this server (only %g, which turns it off)", neutral[i].key,
+                        neutral[i].neutral);
+            return false;
+        }
+    }
+    const json_t *lazy = json_object_get(body, "grammar_lazy"), *trig = json_object_get(body, "grammar_triggers");
+    if (json_is_true(lazy) || json_array_size(trig)) {
+        srv_err_set(e, 400, json_is_true(lazy) ? "grammar_lazy" : "grammar_triggers", "unsupported_parameter",
+                    "lazy grammars (grammar_lazy, grammar_triggers) are not supported by this server");
+        return false;
     }
     const json_t *modalities = json_object_get(body, "modalities");
     (void)chat;
@@ -569,13 +631,14 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
         !srv_field_int(body, "top_k", 0, 1000000000, &top_k, e) || !srv_field_number(body, "min_p", 0, 1, &min_p, e) ||
         !srv_field_number(body, "repeat_penalty", 0, 10, &rp, e) || !srv_field_int(body, "seed", LLONG_MIN, LLONG_MAX, &seed, e))
         return false;
+    size_t n_bias = 0;
     double presence = isnan(d->presence_penalty) ? 0 : d->presence_penalty;
     double frequency = isnan(d->frequency_penalty) ? 0 : d->frequency_penalty;
     if (!srv_field_number(body, "presence_penalty", -2, 2, &presence, e) ||
-        !srv_field_number(body, "frequency_penalty", -2, 2, &frequency, e) || !parse_logit_bias(a, body, r, e))
+        !srv_field_number(body, "frequency_penalty", -2, 2, &frequency, e) || !parse_logit_bias(a, body, r, &n_bias, e))
         return false;
     sp.presence_penalty = (float)presence, sp.frequency_penalty = (float)frequency;
-    sp.logit_bias = r->bias, sp.n_logit_bias = r->bias ? json_object_size(json_object_get(body, "logit_bias")) : 0;
+    sp.logit_bias = r->bias, sp.n_logit_bias = n_bias;
     sp.temperature = (float)temperature, sp.top_p = (float)top_p, sp.top_k = (int32_t)top_k;
     sp.min_p = (float)min_p, sp.repeat_penalty = (float)rp;
     /* -1 or no seed: the server's --seed, else a random one; random seeds have 32 bits, as llama-server's, so that
