@@ -12,7 +12,6 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "serve_args.h"
-#include "cli.h"
 
 #include <errno.h>
 #include <math.h>
@@ -413,9 +412,9 @@ static bool threads_fn(srv_opts *o, const char *v, const char *from, FILE *err) 
 }
 
 static bool reasoning_fn(srv_opts *o, const char *v, const char *from, FILE *err) {
-    static const char *const names[] = {[SRV_REASONING_AUTO] = "auto", [SRV_REASONING_ON] = "on",
+    static const char *const names[] = {[SRV_REASONING_UNSET] = "", [SRV_REASONING_AUTO] = "auto", [SRV_REASONING_ON] = "on",
                                         [SRV_REASONING_OFF] = "off"};
-    for (int i = 0; i < 3; i++)
+    for (int i = SRV_REASONING_AUTO; i <= SRV_REASONING_OFF; i++)
         if (!strcmp(v, names[i])) {
             o->reasoning = i;
             return true;
@@ -445,12 +444,7 @@ static bool apply(srv_opts *o, const opt *op, const char *v, const char *from, b
     case K_STR:
         *(const char **)field = *v ? v : NULL; /* an empty value: unset */
         return true;
-    case K_UINT: {
-        uint64_t d;
-        if (!cli_uint("serve", from, v, (uint64_t)op->lo, (uint64_t)op->hi, &d)) return false;
-        store_int(field, op->width, (long long)d); /* the ranges fit the fields' widths */
-        return true;
-    }
+    case K_UINT: /* the ranges are non-negative and fit the fields' widths */
     case K_SINT: {
         long long x;
         if (!signed_int(v, from, op->lo, op->hi, &x, err)) return false;
@@ -458,8 +452,12 @@ static bool apply(srv_opts *o, const opt *op, const char *v, const char *from, b
         return true;
     }
     case K_NUM: {
-        double d;
-        if (!cli_num("serve", from, v, op->lo, op->hi, &d)) return false;
+        char *end = NULL;
+        const double d = strtod(v, &end);
+        if (end == v || *end || !(d >= op->lo && d <= op->hi)) { /* NaN fails the range */
+            fprintf(err, "tokenkv serve: %s: '%s' is not a number in [%g, %g]\n", from, v, op->lo, op->hi);
+            return false;
+        }
         memcpy(field, &d, sizeof d);
         return true;
     }
@@ -516,7 +514,7 @@ void serve_args_defaults(srv_opts *o) {
         .cache_disk_max = 1ull << 30,
         .defaults = {.temperature = NAN, .top_p = NAN, .min_p = NAN, .repeat_penalty = NAN, .presence_penalty = NAN,
                      .frequency_penalty = NAN, .top_k = -1, .seed = -1, .n_predict = -1},
-        .reasoning = SRV_REASONING_AUTO,
+        .reasoning = SRV_REASONING_UNSET,
     };
 }
 

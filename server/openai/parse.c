@@ -641,9 +641,9 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     sp.logit_bias = r->bias, sp.n_logit_bias = n_bias;
     sp.temperature = (float)temperature, sp.top_p = (float)top_p, sp.top_k = (int32_t)top_k;
     sp.min_p = (float)min_p, sp.repeat_penalty = (float)rp;
-    /* -1 or no seed: the server's --seed, else a random one; random seeds have 32 bits, as llama-server's, so that
-       a client (JavaScript's numbers hold 53) can send the reported seed back */
-    if (!json_is_integer(json_object_get(body, "seed")) || seed == -1) seed = d->seed;
+    /* no seed: the server's --seed; -1 (also the server's default): a random one, of 32 bits as llama-server's, so
+       that a client (JavaScript's numbers hold 53) can send the reported seed back */
+    if (!json_is_integer(json_object_get(body, "seed"))) seed = d->seed;
     sp.seed = seed == -1 ? XXH3_64bits(r->id, strlen(r->id)) & 0xffffffffu : (uint64_t)seed;
     r->sp = sp;
 
