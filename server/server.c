@@ -135,10 +135,12 @@ static tkv_chat_template *template_file(const char *opt, const char *path, bool 
     return t;
 }
 
-/* llama-server's fallback for a model without a chat template: ChatML, every role as it is named (tool results
-   too), text parts joined by newlines. */
+/* llama-server's fallback for a model without a chat template: ChatML, each of OpenAI's roles as it is named (tool
+   results too; another role raises, a 400), text parts joined by newlines. */
 static const char chatml_jinja[] =
     "{%- for message in messages -%}"
+    "{%- if message['role'] not in ['system', 'developer', 'user', 'assistant', 'tool'] -%}"
+    "{{- raise_exception('unknown role: ' + message['role']) -}}{%- endif -%}"
     "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
     "{%- if message['content'] is string -%}{{- message['content'] -}}"
     "{%- elif message['content'] -%}{%- for part in message['content'] -%}"

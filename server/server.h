@@ -23,8 +23,8 @@ typedef struct srv_defaults {
     double temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty; /* NaN: the route's own */
     int top_k;                 /* -1: the route's own */
     int64_t seed;              /* -1: a random seed per request (llama-server's default) */
-    int n_predict;             /* -1: none; else the length of a request that gives none, and the most one gets
-                                  (a longer ask is cut to it, as llama-server does) */
+    int n_predict;             /* -1: none; else the length of a request that gives none (a default, not a limit:
+                                  --max-tokens is the limit) */
     bool ignore_eos;           /* every request generates past end-of-generation tokens */
 } srv_defaults;
 

@@ -609,9 +609,8 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     }
     if (!srv_field_int(body, mt_key, 1, a->max_tokens, &max_tokens, e)) return false;
     const long long room = (long long)a->n_ctx - (long long)r->n_prompt;
-    const long long np = a->defaults.n_predict; /* --n-predict: the default, and the most a request gets */
+    const long long np = a->defaults.n_predict; /* --n-predict: the length of a request that gives none */
     if (max_tokens < 0) max_tokens = np > 0 ? np : chat ? a->max_tokens : 16; /* OpenAI's default for completions */
-    if (np > 0 && max_tokens > np) max_tokens = np;
     r->max_tokens = (int)(max_tokens < room ? max_tokens : room);
     /* n choices generate n completions at once: together they stay within what one request may ask */
     if (n > 1 && n * r->max_tokens > SRV_MAX_CHOICES * (long long)a->max_tokens / 2) {

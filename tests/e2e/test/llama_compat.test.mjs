@@ -1,7 +1,7 @@
 // Coming from llama-server (issue 35): its first-day command line starts
 // `tokenkv serve`, and the behaviours its clients depend on hold: the role
 // alone in a chat stream's first chunk, --n-predict as the default length
-// (a longer ask is cut to it), server-wide --seed, random seeds a
+// (not a limit), server-wide --seed, random seeds a
 // JavaScript client can send back, timings, /slots' next_token array,
 // X-Api-Key, ChatML (any role) for a model without a template, JSON schemas
 // that constrain chat, logit_bias's list form, and fields that are not
@@ -33,16 +33,18 @@ serverSuite('llama-server: the first-day command line', ['-c', '2048', '-np', '2
     assert.deepEqual(m2.json, m.json);
   });
 
-  ctx.test('--n-predict is the default length, and a longer ask gets that many', async (server) => {
+  ctx.test('--n-predict is the default length, not a limit', async (server) => {
     const a = await post(server, '/completion', { prompt: 'Once upon a time', ignore_eos: true, temperature: 0 }, AUTH);
     assert.equal(a.status, 200, a.body);
     assert.equal(a.json.tokens_predicted, 64);
     const b = await post(server, '/completion', { prompt: 'Once upon a time', ignore_eos: true, n_predict: 100 }, AUTH);
-    assert.equal(b.json.tokens_predicted, 64);
+    assert.equal(b.json.tokens_predicted, 100);
     assert.equal(b.json.stop_type, 'limit');
-    assert.equal(b.json.generation_settings.n_predict, 64);
+    assert.equal(b.json.generation_settings.n_predict, 100);
     const c = await post(server, '/v1/chat/completions', { messages: MESSAGES, max_tokens: 5 }, AUTH);
-    assert.equal(c.json.usage.completion_tokens, 5); // a shorter ask is kept
+    assert.equal(c.json.usage.completion_tokens, 5);
+    const d = await post(server, '/v1/chat/completions', { messages: MESSAGES, ignore_eos: true }, AUTH);
+    assert.equal(d.json.usage.completion_tokens, 64); // chat too: no max_tokens, the server's default
   });
 
   ctx.test('--seed: unseeded requests use it; seed -1 is random', async (server) => {
