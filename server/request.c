@@ -82,7 +82,7 @@ bool srv_req_append(srv_req *r, const char *s, size_t n) {
     /* a chat answer is a message of its own: without the space that joins it
        to "Assistant:" (the template puts it back when the message comes back
        in the next turn, so that turn's tokens match the cached ones) */
-    if (r->chat && r->text_len == 0 && n && s[0] == ' ') s++, n--;
+    if (r->chat && !r->prefill && r->text_len == 0 && n && s[0] == ' ') s++, n--;
     if (r->text_len + n + 1 > r->text_cap) {
         size_t cap = r->text_cap;
         while (r->text_len + n + 1 > cap) cap *= 2;

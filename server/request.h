@@ -63,6 +63,7 @@ typedef struct srv_req {
     bool native;                /* llama-server's POST /completion: its response shapes (native_completion.c) */
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
+    bool prefill;               /* chat: the answer continues a final assistant message (its joining space stays) */
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
                                    ended inside a think block */
     bool tools;                 /* chat with tools (tool_choice not "none"): the answer is read for calls (tool_calls.h) */

@@ -150,9 +150,23 @@ static const char chatml_jinja[] =
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
 
-/* llama-server's built-in template names that are not families here: refused by name, not rendered as text. */
+/* llama-server's built-in templates that are not families here, as Jinja that renders what its built-in renders. */
+static const struct {
+    const char *name, *src;
+} builtin_jinja[] = {
+    {"command-r", "{%- for message in messages -%}"
+                  "{%- if message['role'] == 'system' -%}{{- '<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>' -}}"
+                  "{%- elif message['role'] == 'user' -%}{{- '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>' -}}"
+                  "{%- else -%}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' -}}{%- endif -%}"
+                  "{{- (message['content'] if message['content'] is string else '') | trim -}}"
+                  "{{- '<|END_OF_TURN_TOKEN|>' -}}"
+                  "{%- endfor -%}"
+                  "{%- if add_generation_prompt -%}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' -}}{%- endif -%}"},
+};
+
+/* llama-server's other built-in template names: refused by name, not rendered as text. */
 static const char *const lcpp_builtin[] = {
-    "bailing", "bailing-think", "bailing2", "chatglm3", "chatglm4", "command-r", "deepseek", "deepseek-ocr",
+    "bailing", "bailing-think", "bailing2", "chatglm3", "chatglm4", "deepseek", "deepseek-ocr",
     "deepseek2", "deepseek3", "exaone-moe", "exaone3", "exaone4", "falcon3", "gemma", "gigachat", "glmedge", "gpt-oss",
     "granite", "granite-4.0", "granite-4.1", "grok-2", "hunyuan-dense", "hunyuan-moe", "hunyuan-vl", "kimi-k2",
     "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "llama4", "megrez", "minicpm", "mistral-v1", "mistral-v3",
@@ -179,10 +193,16 @@ static bool pick_template(const srv_opts *o, const tkv_model *m, srv_api *a, con
             *what = srv_chat_name(a->chat);
             return true;
         }
+        for (size_t i = 0; i < sizeof builtin_jinja / sizeof builtin_jinja[0]; i++)
+            if (!strcmp(ct, builtin_jinja[i].name)) {
+                *what = ct;
+                return (a->jinja = template_source(builtin_jinja[i].src, strlen(builtin_jinja[i].src), ct, &a->think,
+                                                   &a->tools)) != NULL;
+            }
         for (size_t i = 0; i < sizeof lcpp_builtin / sizeof lcpp_builtin[0]; i++)
             if (!strcmp(ct, lcpp_builtin[i])) {
                 fprintf(stderr, "tokenkv serve: --chat-template %s: llama-server's built-in template '%s' is not "
-                                "implemented here (built in: chatml, llama2, llama3, mistral, zephyr, phi3, plain; or "
+                                "implemented here (built in: chatml, llama2, llama3, mistral, zephyr, phi3, plain, command-r; or "
                                 "give the Jinja template, inline or with --chat-template-file)\n", ct, ct);
                 return false;
             }
@@ -206,7 +226,7 @@ static bool pick_template(const srv_opts *o, const tkv_model *m, srv_api *a, con
     }
     if (!tmpl) {
         *what = "chatml (the model has no template)";
-        return (a->jinja = template_source(chatml_jinja, sizeof chatml_jinja - 1, "chatml", &a->think, &a->tools));
+        return (a->jinja = template_source(chatml_jinja, sizeof chatml_jinja - 1, "chatml", &a->think, &a->tools)) != NULL;
     }
     fprintf(stderr, "tokenkv serve: warning: the model's chat template does not parse (%s); using the family its "
                     "markers suggest\n", tkv_last_error(NULL));
@@ -413,7 +433,8 @@ int srv_main(const srv_opts *o) {
     char id[128];
     model_id(o->model_path, o->alias, id, sizeof id);
     S.api = (srv_api){.model = model, .model_id = id, .max_tokens = o->max_tokens, .ns_secret = ns_secret,
-                      .defaults = o->defaults, .verbose = o->verbose, .reasoning_none = o->reasoning_none};
+                      .defaults = o->defaults, .verbose = o->verbose, .reasoning_none = o->reasoning_none,
+                      .no_prefill = o->no_prefill_assistant};
     /* a request's positions: the cache and the model's trained context bound them */
     S.api.n_ctx = hp.n_ctx_train && hp.n_ctx_train < o->cells ? hp.n_ctx_train : o->cells;
     const char *chat_what = "";

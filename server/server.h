@@ -83,6 +83,7 @@ typedef struct srv_opts {
                                          each request's own chat_template_kwargs; or NULL */
     int reasoning;             /* srv_reasoning (--reasoning) */
     bool reasoning_none;       /* --reasoning-format none: a reasoning model's thinking stays in the content */
+    bool no_prefill_assistant; /* a final assistant message is a closed turn, not the start of the answer */
 } srv_opts;
 
 /* Run until SIGINT or SIGTERM (then: stop accepting, end running requests,

@@ -129,7 +129,7 @@ static enum MHD_Result apply_template(conn *cs, struct MHD_Connection *c, srv_st
     json_t *body = parse_body(cs, &e);
     if (!body) return http_send_err(cs, c, &e);
     size_t len = 0;
-    char *text = srv_api_chat_prompt(&S->api, body, &len, &e);
+    char *text = srv_api_chat_prompt(&S->api, body, &len, NULL, &e);
     json_decref(body);
     if (!text) return http_send_err(cs, c, &e);
     json_t *prompt = srv_json_text(text, len);

@@ -31,6 +31,7 @@ typedef struct srv_api {
     bool verbose;               /* --verbose: non-streamed answers carry "__verbose" */
     bool reasoning_none;        /* --reasoning-format none: thinking stays in the content unless a request asks */
     const json_t *template_kwargs; /* template variables under each request's chat_template_kwargs, or NULL */
+    bool no_prefill;            /* --no-prefill-assistant: a final assistant message is a closed turn */
 } srv_api;
 
 /* An error for the client: HTTP status and the OpenAI error object. */

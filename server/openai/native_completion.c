@@ -32,7 +32,7 @@ static bool refuse_native(const json_t *body, srv_err *e) {
         }
     }
     /* sampling extras that change the output when on: accepted only when off */
-    static const char *const off[] = {"n_probs", "mirostat", "dry_multiplier", "xtc_probability"};
+    static const char *const off[] = {"mirostat", "dry_multiplier", "xtc_probability"};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
         const json_t *v = json_object_get(body, off[i]);
         if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 0)) {
@@ -40,6 +40,21 @@ static bool refuse_native(const json_t *body, srv_err *e) {
                         off[i]);
             return false;
         }
+    }
+    const json_t *np = json_object_get(body, "n_probs"), *pp = json_object_get(body, "post_sampling_probs");
+    if (np && !json_is_null(np) && (!json_is_integer(np) || json_integer_value(np) < 0 ||
+                                    json_integer_value(np) > SRV_MAX_TOP_LOGPROBS)) {
+        srv_err_set(e, 400, "n_probs", "invalid_value", "'n_probs' must be an integer in [0, %d]", SRV_MAX_TOP_LOGPROBS);
+        return false;
+    }
+    if (json_integer_value(np) > 0 && json_is_true(json_object_get(body, "stream"))) { /* one event per token: not */
+        srv_err_set(e, 400, "n_probs", "unsupported_parameter", "'n_probs' with 'stream' is not supported by this server");
+        return false;
+    }
+    if (json_is_true(pp)) {
+        srv_err_set(e, 400, "post_sampling_probs", "unsupported_parameter", "'post_sampling_probs' is not supported by "
+                    "this server (n_probs gives the model's probabilities, before sampling)");
+        return false;
     }
     const json_t *rf = json_object_get(body, "response_fields"); /* an empty list asks for the whole response */
     if (rf && !json_is_null(rf) && !(json_is_array(rf) && !json_array_size(rf))) {
@@ -109,8 +124,12 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
             json_object_set_new(b, native_defaults[i].key,
                                 !strcmp(native_defaults[i].key, "top_k") ? json_integer((json_int_t)v) : json_real(v));
     }
+    json_object_del(b, "n_probs");
+    json_object_del(b, "post_sampling_probs");
     r->native = true;
     const bool ok = srv_api_parse(a, b, false, r, e);
+    if (ok && json_integer_value(json_object_get(body, "n_probs")) > 0) /* the model's top n per generated token */
+        r->logprobs = (int)json_integer_value(json_object_get(body, "n_probs"));
     json_decref(b);
     /* a field the mapping renamed keeps its client's name in the error */
     if (!ok && e->param && !strcmp(e->param, "max_tokens") && np) {
@@ -150,6 +169,7 @@ static char *dump(json_t *o) {
 char *srv_api_native_response(const srv_api *a, srv_req *r) {
     pthread_mutex_lock(&r->mu);
     json_t *o = native_object(a, r, srv_json_text(r->text, r->text_len));
+    if (o && r->logprobs > 0) json_object_set_new(o, "completion_probabilities", srv_api_native_probs(a, r, 0, r->n_lps));
     pthread_mutex_unlock(&r->mu);
     return dump(o);
 }

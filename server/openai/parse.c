@@ -190,7 +190,7 @@ static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw
     return out;
 }
 
-char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, srv_err *e) {
+char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, bool *prefilled, srv_err *e) {
     const json_t *m = json_object_get(body, "messages");
     if (!m) {
         srv_err_set(e, 400, "messages", "missing_required_parameter", "'messages' is required");
@@ -218,25 +218,64 @@ char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, srv
     }
     char *text = NULL, err[256];
     const json_t *agp = json_object_get(body, "add_generation_prompt"), *cfm = json_object_get(body, "continue_final_message");
-    if (ok && json_is_true(cfm)) { /* refused by name rather than rendered as a closed turn */
-        srv_err_set(e, 400, "continue_final_message", "unsupported_parameter",
-                    "'continue_final_message' is not supported by this server (a final assistant message is rendered "
-                    "as a whole message)");
+    /* assistant prefill, as llama-server (and vLLM's continue_final_message): a final assistant message with text
+       is the start of the answer, which continues it, instead of a closed turn */
+    const bool cont = json_is_true(cfm);
+    const bool prefill = ok && n > 1 && !strcmp(msgs[n - 1].role, "assistant") && *msgs[n - 1].content &&
+                         !json_array_size(json_object_get(json_array_get(m, n - 1), "tool_calls")) &&
+                         (cont || (!json_is_false(agp) && !a->no_prefill));
+    if (ok && cfm && !json_is_null(cfm) && !json_is_boolean(cfm)) {
+        srv_err_set(e, 400, "continue_final_message", "invalid_type", "'continue_final_message' must be a boolean");
         ok = false;
-    } else if (ok && !a->jinja && json_is_false(agp)) {
+    } else if (ok && cont && json_is_true(agp)) {
+        srv_err_set(e, 400, "continue_final_message", "invalid_value", "'continue_final_message' and "
+                    "'add_generation_prompt' both true: the answer either continues the last message or starts anew");
+        ok = false;
+    } else if (ok && cont && !prefill) {
+        srv_err_set(e, 400, "continue_final_message", "invalid_value", "'continue_final_message' needs a last message "
+                    "from the assistant, with text to continue");
+        ok = false;
+    } else if (ok && prefill && !strcmp(msgs[n - 2].role, "assistant")) {
+        srv_err_set(e, 400, "messages", "invalid_value", "two assistant messages at the end: the last one would be "
+                    "continued after the other (merge them)");
+        ok = false;
+    } else if (ok && !a->jinja && json_is_false(agp) && !prefill) {
         srv_err_set(e, 400, "add_generation_prompt", "unsupported_parameter", "'add_generation_prompt': false needs a "
                     "Jinja chat template (this server renders the %s family, which always ends with the prompt)",
                     srv_chat_name(a->chat));
         ok = false;
     }
+    if (prefilled) *prefilled = prefill;
+    const size_t n_render = prefill ? n - 1 : n; /* a prefill: the conversation before it, then its text */
     if (ok && a->jinja) {
-        text = render_jinja(a, body, len, e);
+        json_t *b = prefill ? json_copy((json_t *)body) : NULL, *mm = prefill ? json_array() : NULL;
+        for (size_t i = 0; mm && i < n_render; i++) json_array_append(mm, json_array_get(m, i));
+        if (b && mm) {
+            json_object_set(b, "messages", mm);
+            json_object_set_new(b, "add_generation_prompt", json_true());
+        }
+        if (prefill && (!b || !mm)) srv_err_set(e, 500, NULL, NULL, "out of memory");
+        else text = render_jinja(a, prefill ? b : body, len, e);
+        json_decref(mm);
+        json_decref(b);
     } else if (ok) {
         tkv_token bos = tkv_token_bos(a->model), eos = tkv_token_eos(a->model);
         const char *bos_t = bos == TKV_TOKEN_NULL ? "" : tkv_token_text(a->model, bos);
         const char *eos_t = eos == TKV_TOKEN_NULL ? "" : tkv_token_text(a->model, eos);
-        if (srv_chat_render(a->chat, msgs, n, bos_t, eos_t, &text, err, sizeof err)) *len = strlen(text);
+        if (srv_chat_render(a->chat, msgs, n_render, bos_t, eos_t, &text, err, sizeof err)) *len = strlen(text);
         else srv_err_set(e, 400, "messages", "invalid_value", "%s", err);
+    }
+    if (text && prefill) {
+        const size_t k = strlen(msgs[n - 1].content);
+        char *t = realloc(text, *len + k + 1);
+        if (t) {
+            memcpy(t + *len, msgs[n - 1].content, k + 1);
+            *len += k;
+        } else {
+            free(text);
+            srv_err_set(e, 500, NULL, NULL, "out of memory");
+        }
+        text = t;
     }
     for (size_t i = 0; owned && i < n; i++) free(owned[i]);
     free(owned);
@@ -254,7 +293,7 @@ static bool parse_messages(const srv_api *a, const json_t *body, srv_req *r, srv
         return false;
     }
     size_t len = 0;
-    char *text = srv_api_chat_prompt(a, body, &len, e);
+    char *text = srv_api_chat_prompt(a, body, &len, &r->prefill, e);
     const bool ok = text && tokenize(a, text, len, "messages", r, e);
     const bool none = json_is_string(rf) ? !strcmp(json_string_value(rf), "none") : a->reasoning_none;
     r->think = ok && a->think && !none;

@@ -30,6 +30,10 @@ char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const cha
    holds no lock (the counts are final once the requests are done). */
 json_t *srv_api_timings(srv_req *const *reqs, size_t n);
 
+/* llama-server's completion_probabilities of generated tokens [from, to) (n_probs): {id, token, logprob, bytes,
+   top_logprobs: [{id, token, logprob, bytes}]} each. The caller holds r->mu. */
+json_t *srv_api_native_probs(const srv_api *a, const srv_req *r, size_t from, size_t to);
+
 /* --verbose: llama-server's "__verbose" object, the prompt as text (its tokens' pieces, control tokens
    included) and the answer. The caller holds r->mu. */
 json_t *srv_api_verbose(const srv_api *a, const srv_req *r);

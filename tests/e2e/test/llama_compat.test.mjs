@@ -158,9 +158,42 @@ serverSuite('llama-server: responses', [], (ctx) => {
     assert.equal(r.json.tokens.slice(1).map((t) => t.piece).join('').trim(), 'Hello world');
   });
 
+  ctx.test('a final assistant message is continued (prefill, continue_final_message)', async (server) => {
+    const prefix = '<|im_start|>system\nBook<|im_end|>\n<|im_start|>user\nWhat is the best book<|im_end|>\n';
+    const msgs = [...MESSAGES, { role: 'assistant', content: 'Once upon' }];
+    const a = await post(server, '/apply-template', { messages: msgs });
+    assert.equal(a.json.prompt, `${prefix}<|im_start|>assistant\nOnce upon`);
+    const b = await post(server, '/apply-template', { messages: msgs, continue_final_message: true, add_generation_prompt: false });
+    assert.equal(b.json.prompt, a.json.prompt);
+    const c = await post(server, '/v1/chat/completions', { messages: msgs, max_tokens: 6, temperature: 0 });
+    const d = await post(server, '/v1/completions', { prompt: a.json.prompt, max_tokens: 6, temperature: 0 });
+    assert.equal(c.json.choices[0].message.content, d.json.choices[0].text); // the answer continues the prefill
+    for (const [body, param] of [[{ messages: msgs, continue_final_message: true, add_generation_prompt: true }, 'continue_final_message'],
+                                 [{ messages: MESSAGES, continue_final_message: true }, 'continue_final_message'],
+                                 [{ messages: [...msgs, { role: 'assistant', content: 'x' }] }, 'messages']]) {
+      const r = await post(server, '/v1/chat/completions', body);
+      assert.equal(r.status, 400, r.body);
+      assert.equal(r.json.error.param, param);
+    }
+  });
+
+  ctx.test('n_probs: the model\'s top n of each generated token', async (server) => {
+    const r = await post(server, '/completion', { prompt: 'Once upon a time', n_probs: 3, n_predict: 5, temperature: 0,
+                                                  return_tokens: true, ignore_eos: true });
+    assert.equal(r.status, 200, r.body);
+    const p = r.json.completion_probabilities;
+    assert.equal(p.length, 5);
+    p.forEach((t, i) => {
+      assert.equal(t.id, r.json.tokens[i]);
+      assert.equal(t.top_logprobs.length, 3);
+      assert.equal(t.top_logprobs[0].id, t.id, 'greedy: the most likely token is the one chosen');
+      assert.ok(t.logprob <= 0 && t.top_logprobs.every((x, k) => k === 0 || x.logprob <= t.top_logprobs[k - 1].logprob));
+      assert.ok(Array.isArray(t.bytes) && typeof t.token === 'string');
+    });
+  });
+
   ctx.test('fields that are not implemented are refused by name', async (server) => {
     const cases = [
-      ['/v1/chat/completions', { messages: [...MESSAGES, { role: 'assistant', content: 'Wh' }], continue_final_message: true }, 'continue_final_message'],
       ['/v1/chat/completions', { messages: MESSAGES, typical_p: 0.5 }, 'typical_p'],
       ['/completion', { prompt: 'Hi', response_fields: ['content'] }, 'response_fields'],
       ['/completion', { prompt: 'Hi', grammar_lazy: true }, 'grammar_lazy'],
@@ -172,6 +205,16 @@ serverSuite('llama-server: responses', [], (ctx) => {
     }
     const neutral = await post(server, '/v1/chat/completions', { messages: MESSAGES, max_tokens: 2, typical_p: 1 });
     assert.equal(neutral.status, 200, neutral.body);
+  });
+});
+
+serverSuite('llama-server: built-in command-r, --no-prefill-assistant', ['--chat-template', 'command-r', '--no-prefill-assistant'], (ctx) => {
+  ctx.test("renders llama-server's command-r; a final assistant message stays a closed turn", async (server) => {
+    const r = await post(server, '/apply-template', { messages: [{ role: 'system', content: 'You are a test.' }, { role: 'user', content: 'Hi there' }] });
+    assert.equal(r.json.prompt, '<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test.<|END_OF_TURN_TOKEN|>' +
+      '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi there<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>');
+    const p = await post(server, '/apply-template', { messages: [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Yo' }] });
+    assert.ok(p.json.prompt.endsWith('<|CHATBOT_TOKEN|>Yo<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>'), p.json.prompt);
   });
 });
 
