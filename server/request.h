@@ -71,6 +71,7 @@ typedef struct srv_req {
     int tool_format;            /* srv_tool_format: the chat template's call syntax */
     bool special_text;          /* control tokens keep their text in the answer (a call syntax's markers) */
     char *echo;                 /* legacy echo: the prompt's text, before the completion's (owned), or NULL */
+    char *response_fields;      /* native: llama-server's response_fields, a JSON array of paths (owned), or NULL */
     size_t echo_len;
     int index;                  /* the choice's index (n > 1: one request per choice) */
     int n_choices;              /* n, on the first choice's request */

@@ -56,10 +56,11 @@ static bool refuse_native(const json_t *body, srv_err *e) {
                     "this server (n_probs gives the model's probabilities, before sampling)");
         return false;
     }
-    const json_t *rf = json_object_get(body, "response_fields"); /* an empty list asks for the whole response */
-    if (rf && !json_is_null(rf) && !(json_is_array(rf) && !json_array_size(rf))) {
-        srv_err_set(e, 400, "response_fields", "unsupported_parameter",
-                    "'response_fields' is not supported by this server (the whole response is sent)");
+    const json_t *rf = json_object_get(body, "response_fields"); /* paths a/b; an empty list: the whole response */
+    bool rf_ok = !rf || json_is_null(rf) || json_is_array(rf);
+    for (size_t i = 0; rf_ok && i < json_array_size(rf); i++) rf_ok = json_is_string(json_array_get(rf, i));
+    if (!rf_ok) {
+        srv_err_set(e, 400, "response_fields", "invalid_type", "'response_fields' must be an array of strings");
         return false;
     }
     const json_t *slot = json_object_get(body, "id_slot");
@@ -124,10 +125,16 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
             json_object_set_new(b, native_defaults[i].key,
                                 !strcmp(native_defaults[i].key, "top_k") ? json_integer((json_int_t)v) : json_real(v));
     }
+    json_object_del(b, "response_fields");
     json_object_del(b, "n_probs");
     json_object_del(b, "post_sampling_probs");
     r->native = true;
     const bool ok = srv_api_parse(a, b, false, r, e);
+    const json_t *rf = json_object_get(body, "response_fields");
+    if (ok && json_array_size(rf) && !(r->response_fields = json_dumps(rf, JSON_COMPACT))) {
+        srv_err_set(e, 500, NULL, NULL, "out of memory");
+        return false;
+    }
     if (ok && json_integer_value(json_object_get(body, "n_probs")) > 0) /* the model's top n per generated token */
         r->logprobs = (int)json_integer_value(json_object_get(body, "n_probs"));
     json_decref(b);
@@ -170,7 +177,27 @@ char *srv_api_native_response(const srv_api *a, srv_req *r) {
     pthread_mutex_lock(&r->mu);
     json_t *o = native_object(a, r, srv_json_text(r->text, r->text_len));
     if (o && r->logprobs > 0) json_object_set_new(o, "completion_probabilities", srv_api_native_probs(a, r, 0, r->n_lps));
+    if (o) json_object_set_new(o, "prompt", srv_api_prompt_text(a, r));
     pthread_mutex_unlock(&r->mu);
+    json_t *fields = r->response_fields ? json_loads(r->response_fields, 0, NULL) : NULL;
+    if (o && fields) { /* llama-server's response_fields: only these, a path's parts split at '/' */
+        json_t *only = json_object();
+        for (size_t i = 0; i < json_array_size(fields); i++) {
+            const char *path = json_string_value(json_array_get(fields, i));
+            json_t *v = o;
+            char part[128];
+            for (const char *p = path; v && *p;) {
+                const size_t k = strcspn(p, "/");
+                snprintf(part, sizeof part, "%.*s", (int)(k < sizeof part ? k : sizeof part - 1), p);
+                v = json_object_get(v, part);
+                p += k + (p[k] == '/');
+            }
+            if (v) json_object_set(only, path, v);
+        }
+        json_decref(o);
+        o = only;
+    }
+    json_decref(fields);
     return dump(o);
 }
 

@@ -177,7 +177,7 @@ json_t *srv_api_timings(srv_req *const *reqs, size_t n) {
                      per(1e3 * predicted, gen_ms));
 }
 
-json_t *srv_api_verbose(const srv_api *a, const srv_req *r) {
+json_t *srv_api_prompt_text(const srv_api *a, const srv_req *r) {
     size_t len = 0, cap = 256;
     char *p = malloc(cap), piece[256];
     for (size_t i = 0; p && i < r->n_prompt; i++) { /* the pieces as they are, so that the text shows every token */
@@ -196,10 +196,13 @@ json_t *srv_api_verbose(const srv_api *a, const srv_req *r) {
         }
         memcpy(p + len, piece, k), len += k;
     }
-    json_t *o = json_pack("{s:o,s:o}", "prompt", p ? srv_json_text(p, len) : json_null(), "content",
-                          srv_json_text(r->text, r->text_len));
+    json_t *o = p ? srv_json_text(p, len) : json_null();
     free(p);
     return o;
+}
+
+json_t *srv_api_verbose(const srv_api *a, const srv_req *r) {
+    return json_pack("{s:o,s:o}", "prompt", srv_api_prompt_text(a, r), "content", srv_json_text(r->text, r->text_len));
 }
 
 char *srv_api_response(const srv_api *a, srv_req *const *reqs, size_t n) {

@@ -34,8 +34,10 @@ json_t *srv_api_timings(srv_req *const *reqs, size_t n);
    top_logprobs: [{id, token, logprob, bytes}]} each. The caller holds r->mu. */
 json_t *srv_api_native_probs(const srv_api *a, const srv_req *r, size_t from, size_t to);
 
-/* --verbose: llama-server's "__verbose" object, the prompt as text (its tokens' pieces, control tokens
-   included) and the answer. The caller holds r->mu. */
+/* The prompt as text: its tokens' pieces, control tokens included (llama-server's "prompt" field). */
+json_t *srv_api_prompt_text(const srv_api *a, const srv_req *r);
+
+/* --verbose: llama-server's "__verbose" object, the prompt as text and the answer. The caller holds r->mu. */
 json_t *srv_api_verbose(const srv_api *a, const srv_req *r);
 
 /* The last event of a stream with include_usage: no choices, the usage of all n choices. Locks each. malloc'd. */

@@ -177,6 +177,16 @@ serverSuite('llama-server: responses', [], (ctx) => {
     }
   });
 
+  ctx.test('response_fields: only the paths asked for; the prompt as text', async (server) => {
+    const r = await post(server, '/completion', { prompt: 'Hello', n_predict: 3, response_fields: ['content', 'generation_settings/n_predict', 'prompt', 'nope'] });
+    assert.equal(r.status, 200, r.body);
+    assert.deepEqual(Object.keys(r.json).sort(), ['content', 'generation_settings/n_predict', 'prompt']);
+    assert.equal(r.json['generation_settings/n_predict'], 3);
+    assert.equal(r.json.prompt, '<s> Hello'); // BOS and the pieces as the vocabulary has them
+    const all = await post(server, '/completion', { prompt: 'Hello', n_predict: 3, response_fields: [] });
+    assert.ok(all.json.generation_settings && all.json.timings);
+  });
+
   ctx.test('n_probs: the model\'s top n of each generated token', async (server) => {
     const r = await post(server, '/completion', { prompt: 'Once upon a time', n_probs: 3, n_predict: 5, temperature: 0,
                                                   return_tokens: true, ignore_eos: true });
@@ -195,7 +205,7 @@ serverSuite('llama-server: responses', [], (ctx) => {
   ctx.test('fields that are not implemented are refused by name', async (server) => {
     const cases = [
       ['/v1/chat/completions', { messages: MESSAGES, typical_p: 0.5 }, 'typical_p'],
-      ['/completion', { prompt: 'Hi', response_fields: ['content'] }, 'response_fields'],
+      ['/completion', { prompt: 'Hi', response_fields: 'content' }, 'response_fields'], // must be a list
       ['/completion', { prompt: 'Hi', grammar_lazy: true }, 'grammar_lazy'],
     ];
     for (const [route, body, param] of cases) {
