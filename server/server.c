@@ -71,11 +71,23 @@ static unsigned connection_limit(int wanted) {
     return n;
 }
 
-/* The id /v1/models lists: --alias, else the file's name without directory and .gguf. */
+/* The id /v1/models lists: --alias (of a comma-separated list, as llama-server's, the first in byte order), else
+   the file's name without directory and .gguf. */
 static void model_id(const char *path, const char *alias, char *out, size_t cap) {
     if (alias) {
-        snprintf(out, cap, "%s", alias);
-        return;
+        const char *best = NULL;
+        size_t best_n = 0;
+        for (const char *p = alias; *p;) {
+            while (*p == ',' || *p == ' ') p++;
+            size_t n = strcspn(p, ",");
+            while (n && p[n - 1] == ' ') n--;
+            if (n && (!best || memcmp(p, best, n < best_n ? n : best_n) < 0 ||
+                      (!memcmp(p, best, n < best_n ? n : best_n) && n < best_n)))
+                best = p, best_n = n;
+            p += strcspn(p, ",");
+        }
+        snprintf(out, cap, "%.*s", (int)(best ? best_n : 0), best ? best : "");
+        if (best) return;
     }
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;

@@ -34,7 +34,9 @@ typedef enum { SRV_REASONING_UNSET, SRV_REASONING_AUTO, SRV_REASONING_ON, SRV_RE
 
 typedef struct srv_opts {
     const char *model_path;
-    const char *alias;         /* the model id; NULL: the file name without .gguf */
+    const char *alias;         /* the model id (a comma-separated list: its first in byte order; all are listed as
+                                  aliases); NULL: the file name without .gguf */
+    const char *tags;          /* --tags: a comma-separated list /v1/models shows (informational), or NULL */
     const char *host;          /* an IPv4 or IPv6 address to bind */
     int port;                  /* 0: any free port (printed at start-up) */
     int parallel;              /* sequences decoded together */

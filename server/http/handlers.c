@@ -228,11 +228,33 @@ static enum MHD_Result detokenize(conn *cs, struct MHD_Connection *c, srv_state 
     return http_send_json(cs, c, 200, o);
 }
 
+/* The items of a comma-separated list (--alias, --tags) as a JSON array. */
+static json_t *list_items(const char *list) {
+    json_t *a = json_array();
+    for (const char *p = list; p && *p;) {
+        while (*p == ',' || *p == ' ') p++;
+        size_t n = strcspn(p, ",");
+        while (n && p[n - 1] == ' ') n--;
+        if (n) json_array_append_new(a, json_stringn(p, n));
+        p += strcspn(p, ",");
+    }
+    return a;
+}
+
 static enum MHD_Result models(conn *cs, struct MHD_Connection *c, srv_state *S, const char *id) {
     json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", S->api.model_id, "object", "model", "created",
                           (json_int_t)S->started, "owned_by", "tokenkv");
+    if (m) { /* llama-server's: every --alias, and --tags */
+        json_t *al = list_items(S->o->alias);
+        if (!json_array_size(al)) json_array_append_new(al, json_string(S->api.model_id));
+        json_object_set_new(m, "aliases", al);
+        json_object_set_new(m, "tags", list_items(S->o->tags));
+    }
     if (!id) return http_send_json(cs, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
-    if (strcmp(id, S->api.model_id)) {
+    bool known = !strcmp(id, S->api.model_id);
+    for (size_t i = 0; !known && i < json_array_size(json_object_get(m, "aliases")); i++)
+        known = !strcmp(id, json_string_value(json_array_get(json_object_get(m, "aliases"), i)));
+    if (!known) {
         json_decref(m);
         srv_err e;
         srv_err_set(&e, 404, "model", "model_not_found", "the model '%s' does not exist; this server runs '%s'", id,

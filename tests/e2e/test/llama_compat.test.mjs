@@ -218,7 +218,18 @@ serverSuite('llama-server: responses', [], (ctx) => {
   });
 });
 
-serverSuite('llama-server: built-in command-r, --no-prefill-assistant', ['--chat-template', 'command-r', '--no-prefill-assistant'], (ctx) => {
+serverSuite('llama-server: built-in command-r, --no-prefill-assistant, aliases and tags', ['--chat-template', 'command-r',
+  '--no-prefill-assistant', '--alias', 'tinyllama-2,fim,code', '--tags', 'chat,fim,small'], (ctx) => {
+  ctx.test('--alias a,b,c and --tags: the model lists them; its id is the first alias in order', async (server) => {
+    const m = (await get(server, '/v1/models')).json.data;
+    assert.equal(m.length, 1);
+    assert.equal(m[0].id, 'code');
+    assert.deepEqual([...m[0].aliases].sort(), ['code', 'fim', 'tinyllama-2']);
+    assert.deepEqual([...m[0].tags].sort(), ['chat', 'fim', 'small']);
+    assert.equal((await get(server, '/v1/models/fim')).status, 200);
+    assert.equal((await get(server, '/v1/models/other')).status, 404);
+  });
+
   ctx.test("renders llama-server's command-r; a final assistant message stays a closed turn", async (server) => {
     const r = await post(server, '/apply-template', { messages: [{ role: 'system', content: 'You are a test.' }, { role: 'user', content: 'Hi there' }] });
     assert.equal(r.json.prompt, '<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>You are a test.<|END_OF_TURN_TOKEN|>' +
