@@ -8,7 +8,6 @@ R = [  # (module, regex, class, reason) — first match wins
  ("test_basic", r"^test_server_slots$", "d", "n_ctx per slot (the --no-slots 501 part passes)"),
  ("test_basic", r"^test_load_split_model$", "e", "HF download of a split stories15M"),
  ("test_basic", r"^test_no_webui$", "e", "sets server.no_webui, which this utils.py version does not pass (it knows no_ui)"),
- ("test_basic", r"^test_server_model_aliases_and_tags$", "a", "--tags and several aliases not implemented (--tags refused)"),
  ("test_chat_completion", r"^test_chat_completion(_stream)?\[", "d", "system_fingerprint must start with 'b' (llama.cpp build); content regexes are llama.cpp's sampler's"),
  ("test_chat_completion", r"^test_completion_with_response_format\[response_format1", "a", "tuple items: [...] in a JSON schema (400 naming response_format)"),
  ("test_chat_completion", r"^test_context_size_exceeded", "d", "llama-server's error type exceed_context_size_error and per-slot n_ctx"),
