@@ -373,7 +373,8 @@ static enum MHD_Result native(conn *cs, struct MHD_Connection *c, srv_state *S, 
     return generate(cs, c, S, GEN_NATIVE);
 }
 
-/* Every route (routes.h); the paths without /v1 are llama-server's and the openai client's aliases. */
+/* Every route (routes.h); the paths without /v1 are llama-server's aliases (POST /completions, as there, is its
+   native /completion) and the openai client's. */
 const srv_route srv_routes[] = {
     {"GET", "/health", SRV_AUTH_OPEN, health},
     {"GET", "/metrics", SRV_AUTH_METRICS, metrics},
@@ -384,7 +385,7 @@ const srv_route srv_routes[] = {
     {"GET", "/v1/cache", SRV_AUTH_KEY, cache_view},
     {"GET", "/slots", SRV_AUTH_KEY, slots},
     {"POST", "/v1/completions", SRV_AUTH_KEY, completions},
-    {"POST", "/completions", SRV_AUTH_KEY, completions},
+    {"POST", "/completions", SRV_AUTH_KEY, native}, /* llama-server's alias of its native /completion */
     {"POST", "/v1/chat/completions", SRV_AUTH_KEY, chat},
     {"POST", "/chat/completions", SRV_AUTH_KEY, chat},
     {"POST", "/completion", SRV_AUTH_KEY, native},

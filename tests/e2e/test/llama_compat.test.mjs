@@ -64,6 +64,16 @@ serverSuite('llama-server: the first-day command line', ['-c', '2048', '-np', '2
     assert.equal(again.json.content, r1.json.content);
   });
 
+  ctx.test("POST /completions is llama-server's alias of /completion (its native shape)", async (server) => {
+    const body = { prompt: 'Once upon a time', n_predict: 4, temperature: 0 };
+    const a = await post(server, '/completions', body, AUTH);
+    const b = await post(server, '/completion', body, AUTH);
+    assert.equal(a.status, 200, a.body);
+    assert.equal(typeof a.json.content, 'string');
+    assert.equal(a.json.content, b.json.content);
+    assert.equal(a.json.choices, undefined);
+  });
+
   ctx.test('X-Api-Key is a key too; a wrong one is refused', async (server) => {
     const ok = await post(server, '/v1/completions', { prompt: 'Hi', max_tokens: 2 }, { 'X-Api-Key': KEY });
     assert.equal(ok.status, 200, ok.body);
