@@ -92,6 +92,9 @@ typedef struct srv_req {
     size_t text_len, text_cap;
     size_t text_ready;          /* bytes of text that cannot turn into a stop string */
     tkv_token *gen;             /* (n_gen_tokens) with return_tokens: the generated ids, once done */
+    tkv_token *tok_id;          /* native streams: each generated token (n_tok of cap_tok), and the text's length */
+    size_t *tok_end;            /*   once its text was appended (llama-server sends an event per token) */
+    size_t n_tok, cap_tok;
     srv_logprob *lps;           /* (n_lps) with logprobs: one per generated token */
     size_t n_lps, cap_lps;
     size_t n_gen_tokens;
@@ -130,6 +133,9 @@ double srv_now(void);
 bool srv_req_append(srv_req *r, const char *s, size_t n);
 /* One generated token's log-probabilities (logprobs), from the logits row it was sampled from. */
 void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_t n_vocab);
+/* A generated token, after its text was appended: recorded for a native stream (r->native and r->stream), whose
+   events carry one token each; otherwise nothing. */
+void srv_req_note_token(srv_req *r, tkv_token token);
 /* The generated ids (for return_tokens), copied once at the end. */
 void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n);
 /* Finish with reason "stop" or "length" after n_gen completion tokens. */

@@ -47,10 +47,6 @@ static bool refuse_native(const json_t *body, srv_err *e) {
         srv_err_set(e, 400, "n_probs", "invalid_value", "'n_probs' must be an integer in [0, %d]", SRV_MAX_TOP_LOGPROBS);
         return false;
     }
-    if (json_integer_value(np) > 0 && json_is_true(json_object_get(body, "stream"))) { /* one event per token: not */
-        srv_err_set(e, 400, "n_probs", "unsupported_parameter", "'n_probs' with 'stream' is not supported by this server");
-        return false;
-    }
     if (json_is_true(pp)) {
         srv_err_set(e, 400, "post_sampling_probs", "unsupported_parameter", "'post_sampling_probs' is not supported by "
                     "this server (n_probs gives the model's probabilities, before sampling)");
@@ -201,10 +197,16 @@ char *srv_api_native_response(const srv_api *a, srv_req *r) {
     return dump(o);
 }
 
-char *srv_api_native_event(const srv_api *a, srv_req *r, const char *text, size_t n, bool final) {
-    /* a stream's events hold the new text; the last, empty, holds the counts (the caller holds r->mu) */
+char *srv_api_native_event(const srv_api *a, srv_req *r, const char *text, size_t n, bool final, long tok) {
+    /* a stream's events hold the new text (and its token); the last, empty, holds the counts (the caller holds
+       r->mu) */
     json_t *o = final ? native_object(a, r, json_string(""))
                       : json_pack("{s:o,s:[],s:b}", "content", srv_json_text(text, n), "tokens", "stop", 0);
+    if (o && !final && tok >= 0 && (size_t)tok < r->n_tok) {
+        json_array_append_new(json_object_get(o, "tokens"), json_integer(r->tok_id[tok]));
+        if (r->logprobs > 0)
+            json_object_set_new(o, "completion_probabilities", srv_api_native_probs(a, r, (size_t)tok, (size_t)tok + 1));
+    }
     char *body = dump(o);
     if (!body) return NULL;
     const size_t len = strlen(body);

@@ -212,6 +212,19 @@ serverSuite('llama-server: responses', [], (ctx) => {
     });
   });
 
+  ctx.test('a native stream: an event per token, with its id (and its probabilities)', async (server) => {
+    const body = { prompt: 'Once upon a time', n_predict: 12, temperature: 0, ignore_eos: true };
+    const whole = await post(server, '/completion', { ...body, return_tokens: true, n_probs: 2 });
+    const ev = events((await post(server, '/completion', { ...body, stream: true, n_probs: 2 })).body);
+    const steps = ev.filter((e) => !e.stop);
+    assert.equal(steps.length, 12);
+    assert.ok(steps.every((e) => e.tokens.length === 1 && e.completion_probabilities.length === 1), JSON.stringify(steps[0]));
+    assert.deepEqual(steps.map((e) => e.tokens[0]), whole.json.tokens);
+    assert.equal(steps.map((e) => e.content).join(''), whole.json.content);
+    assert.deepEqual(steps.map((e) => e.completion_probabilities[0]), whole.json.completion_probabilities);
+    assert.equal(ev.at(-1).stop, true);
+  });
+
   ctx.test('fields that are not implemented are refused by name', async (server) => {
     const cases = [
       ['/v1/chat/completions', { messages: MESSAGES, typical_p: 0.5 }, 'typical_p'],
