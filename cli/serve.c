@@ -1,13 +1,15 @@
 /*
  * serve.c — `tokenkv serve`: options, then the server (server/).
  *
- * Every option has a TOKENKV_* environment variable (read first; the
- * command line overrides it) and, where llama-server has one, its name as
- * an alias (-c/--ctx-size, -np, -b/--batch-size, -a/--alias, ...), so a
- * llama-server command line or container environment works unchanged.
+ * The options are a table (serve_args.c): every option has a TOKENKV_*
+ * environment variable and, where llama-server has it, llama-server's
+ * names and LLAMA_ARG_* variable, so a llama-server command line or
+ * container environment works unchanged. Here: the help, and what is
+ * checked once every option is read.
  */
 #include "../server/server.h"
 #include "cli.h"
+#include "serve_args.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -56,7 +58,9 @@ static const char *const serve_help =
     "  --admin-key KEY            the API key's rights, and /v1/cache of every namespace [TOKENKV_ADMIN_KEY]\n"
     "  --metrics-public           /metrics without the API key                     [TOKENKV_METRICS_PUBLIC=1]\n"
     "  --cors-origin ORIGIN       let web pages of ORIGIN (or *) call the API (default: none) [TOKENKV_CORS_ORIGIN]\n"
-    "  -a, --alias NAME           the model id (default: the file name without .gguf)   [TOKENKV_ALIAS]\n"
+    "  -a, --alias NAME[,NAME]    the model id (default: the file name without .gguf); of several, the\n"
+    "                             first in order, all listed as aliases                  [TOKENKV_ALIAS]\n"
+    "  --tags TAG[,TAG]           tags /v1/models lists (informational)                   [TOKENKV_TAGS]\n"
     "  --max-body BYTES           largest request body (default 1048576)                [TOKENKV_MAX_BODY]\n"
     "  --max-tokens N             largest max_tokens a request may ask (default 4096)   [TOKENKV_MAX_TOKENS]\n"
     "  --max-queue N              waiting requests before 429 (default 256)             [TOKENKV_MAX_QUEUE]\n"
@@ -67,9 +71,13 @@ static const char *const serve_help =
     "  --request-timeout S        seconds to send a request's headers and body, from the connection's\n"
     "                             start or the previous response; 0: no limit (default 10)\n"
     "                                                                             [TOKENKV_REQUEST_TIMEOUT]\n"
-    "  --chat-template FILE|NAME  a Jinja template file, or a built-in family: chatml, llama2,\n"
-    "                             llama3, mistral, zephyr, phi3 or plain (default: the model's\n"
-    "                             tokenizer.chat_template, rendered as transformers does) [TOKENKV_CHAT_TEMPLATE]\n"
+    "  --chat-template NAME|FILE|JINJA  a built-in family: chatml, llama2, llama3, mistral, zephyr,\n"
+    "                             phi3 or plain; a Jinja template file; or the template itself, inline\n"
+    "                             (default: the model's tokenizer.chat_template, rendered as transformers\n"
+    "                             does; chatml for a model without one)              [TOKENKV_CHAT_TEMPLATE]\n"
+    "  --chat-template-file FILE  a Jinja template file                       [TOKENKV_CHAT_TEMPLATE_FILE]\n"
+    "  --chat-template-kwargs JSON  template variables under every request's chat_template_kwargs\n"
+    "                                                                      [TOKENKV_CHAT_TEMPLATE_KWARGS]\n"
     "  --grammar-file FILE        a GBNF grammar every request without its own `grammar` follows\n"
     "                                                                                   [TOKENKV_GRAMMAR_FILE]\n"
     "  --no-prefix-cache          reuse nothing (for measurement)               [TOKENKV_NO_PREFIX_CACHE=1]\n"
@@ -101,94 +109,14 @@ static const char *const serve_help =
     "                             loaded back when a prompt continues them           [TOKENKV_CACHE_DISK]\n"
     "  --cache-disk-max BYTES     DIR's size at most, least recently used files removed first;\n"
     "                             0: no limit (default 1073741824)                [TOKENKV_CACHE_DISK_MAX]\n"
-    "  -h, --help                 show this help\n";
-
-/* What an option sets. */
-typedef enum { O_STR, O_INT, O_FLAG } okind;
-
-typedef struct option {
-    const char *names[4]; /* the first is the one messages use */
-    const char *env;
-    okind kind;
-    size_t off;           /* of the field in srv_opts */
-    long long lo, hi;
-    int width;            /* O_INT: bytes of the srv_opts field (4 or 8) */
-} option;
-
-#define OFF(f) offsetof(srv_opts, f)
-#define INT(f, l, h) O_INT, OFF(f), l, h, (int)sizeof(((srv_opts *)0)->f)
-static const option options[] = {
-    {{"--model", "-m"}, "TOKENKV_MODEL", O_STR, OFF(model_path), 0, 0, 0},
-    {{"--host"}, "TOKENKV_HOST", O_STR, OFF(host), 0, 0, 0},
-    {{"--port"}, "TOKENKV_PORT", INT(port, 0, 65535)},
-    {{"--parallel", "-np"}, "TOKENKV_PARALLEL", INT(parallel, 1, 256)},
-    {{"--ctx-size", "-c", "--ctx"}, "TOKENKV_CTX_SIZE", INT(cells, 16, 1 << 24)},
-    {{"--batch-size", "-b", "--batch"}, "TOKENKV_BATCH_SIZE", INT(n_batch, 1, 1 << 16)},
-    {{"--cache-type-k", "-ctk"}, "TOKENKV_CACHE_TYPE_K", O_STR, OFF(cache_type_k), 0, 0, 0},
-    {{"--cache-type-v", "-ctv"}, "TOKENKV_CACHE_TYPE_V", O_STR, OFF(cache_type_v), 0, 0, 0},
-    {{"--threads", "-t"}, "TOKENKV_THREADS", INT(threads, 1, 1024)},
-    {{"--api-key"}, "TOKENKV_API_KEY", O_STR, OFF(api_key), 0, 0, 0},
-    {{"--api-key-file"}, "TOKENKV_API_KEY_FILE", O_STR, OFF(api_key_file), 0, 0, 0},
-    {{"--admin-key"}, "TOKENKV_ADMIN_KEY", O_STR, OFF(admin_key), 0, 0, 0},
-    {{"--metrics-public"}, "TOKENKV_METRICS_PUBLIC", O_FLAG, OFF(metrics_public), 0, 0, 0},
-    {{"--cors-origin"}, "TOKENKV_CORS_ORIGIN", O_STR, OFF(cors_origin), 0, 0, 0},
-    {{"--alias", "-a"}, "TOKENKV_ALIAS", O_STR, OFF(alias), 0, 0, 0},
-    {{"--max-body"}, "TOKENKV_MAX_BODY", INT(max_body, 64, 1ll << 32)},
-    {{"--max-tokens"}, "TOKENKV_MAX_TOKENS", INT(max_tokens, 1, 1 << 24)},
-    {{"--max-queue"}, "TOKENKV_MAX_QUEUE", INT(max_queue, 1, 1 << 20)},
-    {{"--max-connections"}, "TOKENKV_MAX_CONNECTIONS", INT(max_connections, 1, 1 << 20)},
-    {{"--max-connections-per-client"}, "TOKENKV_MAX_CONNECTIONS_PER_CLIENT", INT(max_connections_per_client, 0, 1 << 20)},
-    {{"--idle-timeout"}, "TOKENKV_IDLE_TIMEOUT", INT(idle_timeout, 1, 86400)},
-    {{"--request-timeout"}, "TOKENKV_REQUEST_TIMEOUT", INT(request_timeout, 0, 86400)},
-    {{"--chat-template"}, "TOKENKV_CHAT_TEMPLATE", O_STR, OFF(chat_template), 0, 0, 0},
-    {{"--grammar-file"}, "TOKENKV_GRAMMAR_FILE", O_STR, OFF(grammar_file), 0, 0, 0},
-    {{"--no-prefix-cache"}, "TOKENKV_NO_PREFIX_CACHE", O_FLAG, OFF(no_prefix_cache), 0, 0, 0},
-    {{"--no-webui"}, "TOKENKV_NO_WEBUI", O_FLAG, OFF(no_webui), 0, 0, 0},
-    {{"--no-repack"}, "TOKENKV_NO_REPACK", O_FLAG, OFF(no_repack), 0, 0, 0},
-    {{"--reference-order"}, "TOKENKV_REFERENCE_ORDER", O_FLAG, OFF(reference_order), 0, 0, 0},
-    {{"--cache-dir"}, "TOKENKV_CACHE_DIR", O_STR, OFF(cache_dir), 0, 0, 0},
-    {{"--cache-dir-max"}, "TOKENKV_CACHE_DIR_MAX", INT(cache_dir_max, 0, 1ll << 50)},
-    {{"--save-interval"}, "TOKENKV_SAVE_INTERVAL", INT(save_interval, 0, 1 << 24)},
-    {{"--kv-store"}, "TOKENKV_KV_STORE", O_STR, OFF(kv_store), 0, 0, 0},
-    {{"--kv-store-timeout-ms"}, "TOKENKV_KV_STORE_TIMEOUT_MS", INT(kv_store_timeout_ms, 1, 60000)},
-    {{"--kv-store-max-pending"}, "TOKENKV_KV_STORE_MAX_PENDING", INT(kv_store_max_pending, 0, 1ll << 40)},
-    {{"--replica-id"}, "TOKENKV_REPLICA_ID", O_STR, OFF(replica_id), 0, 0, 0},
-    {{"--kv-events"}, "TOKENKV_KV_EVENTS", O_STR, OFF(kv_events), 0, 0, 0},
-    {{"--cache-disk"}, "TOKENKV_CACHE_DISK", O_STR, OFF(cache_disk), 0, 0, 0},
-    {{"--cache-disk-max"}, "TOKENKV_CACHE_DISK_MAX", INT(cache_disk_max, 0, 1ll << 50)},
-    {{"--kv-events-block-size"}, "TOKENKV_KV_EVENTS_BLOCK_SIZE", INT(kv_events_block_size, 1, 4096)},
-};
-
-static const option *find_option(const char *name) {
-    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
-        for (int k = 0; k < 4 && options[i].names[k]; k++)
-            if (!strcmp(options[i].names[k], name)) return &options[i];
-    return NULL;
-}
-
-/* Set *o's field from the text v (from `from`: an option or a variable's name); false with a message. */
-static bool set(srv_opts *o, const option *op, const char *v, const char *from) {
-    char *field = (char *)o + op->off;
-    if (op->kind == O_STR) {
-        *(const char **)field = *v ? v : NULL; /* an empty value: unset */
-        return true;
-    }
-    if (op->kind == O_FLAG) {
-        *(bool *)field = strcmp(v, "0") && strcmp(v, "false") && *v;
-        return true;
-    }
-    uint64_t d;
-    if (!cli_uint("serve", from, v, (uint64_t)op->lo, (uint64_t)op->hi, &d)) return false;
-    /* every integer field is 4 or 8 bytes, and the ranges are non-negative: the value's bytes fit either */
-    if (op->width == 8) {
-        const uint64_t u = (uint64_t)d;
-        memcpy(field, &u, 8);
-    } else {
-        const uint32_t u = (uint32_t)d;
-        memcpy(field, &u, 4);
-    }
-    return true;
-}
+    "  -h, --help                 show this help\n"
+    "\n"
+    "llama-server's options work as there, with its names and LLAMA_ARG_* variables: request defaults\n"
+    "(--temp, --top-k, --top-p, --min-p, --repeat-penalty, --presence-penalty, --frequency-penalty,\n"
+    "--seed, -n/--n-predict, --ignore-eos), --no-slots, --verbose, --reasoning on|off|auto,\n"
+    "--reasoning-format none|deepseek|auto, --timeout. Its device options (-ngl, -fa, --mlock, ...) are\n"
+    "accepted with one log line; what is not implemented (--lora, --hf-repo, --embedding, ...) is refused\n"
+    "by name. docs/server.md, \"Coming from llama-server\", lists the differences.\n";
 
 /* The first line of a key file; NULL with a message. The buffer is static: one key per process. */
 static const char *read_key_file(const char *path) {
@@ -224,49 +152,19 @@ static const char *default_model(void) {
     return access(path, R_OK) == 0 ? path : DEFAULT_MODEL;
 }
 
+static const char *env_lookup(const char *name) { return getenv(name); }
+
 int cmd_serve(int argc, char **argv) {
-    srv_opts o = {
-        .host = "127.0.0.1",
-        .port = 8080,
-        .parallel = 4,
-        .cells = 4096,
-        .n_batch = 512,
-        .max_body = 1 << 20,
-        .max_tokens = 4096,
-        .max_queue = 256,
-        .max_connections = 4096,
-        .max_connections_per_client = 64,
-        .idle_timeout = 30,
-        .request_timeout = 10,
-        .save_interval = 300,
-        .kv_events_block_size = 16,
-        .cache_disk_max = 1ull << 30,
-    };
-    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) { /* the environment, then the command line */
-        const char *v = getenv(options[i].env);
-        if (v && !set(&o, &options[i], v, options[i].env)) return 2;
+    srv_opts o;
+    serve_args_defaults(&o);
+    switch (serve_args_parse(&o, argc, argv, env_lookup, stderr)) {
+    case SERVE_ARGS_HELP: fputs(serve_help, stdout); return 0;
+    case SERVE_ARGS_USAGE: return 2;
+    case SERVE_ARGS_RUN: break;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(serve_help, stdout);
-            return 0;
-        }
-        const option *op = find_option(a);
-        if (!op) {
-            fprintf(stderr, "tokenkv serve: unknown option '%s'\n%s", a, serve_help);
-            return 2;
-        }
-        if (op->kind == O_FLAG) {
-            *(bool *)((char *)&o + op->off) = true;
-            continue;
-        }
-        if (!v) {
-            fprintf(stderr, "tokenkv serve: %s needs a value\n%s", a, serve_help);
-            return 2;
-        }
-        if (!set(&o, op, v, a)) return 2;
-        i++;
+    if (o.chat_template && o.chat_template_file) {
+        fprintf(stderr, "tokenkv serve: --chat-template and --chat-template-file: give one\n");
+        return 2;
     }
     if (!o.model_path) o.model_path = default_model();
     tkv_type tk = TKV_TYPE_F16, tv = TKV_TYPE_COUNT; /* V: as K */

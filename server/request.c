@@ -53,6 +53,9 @@ void srv_req_unref(srv_req *r) {
     tkv_grammar_free(r->own_grammar);
     free(r->bias);
     free(r->echo);
+    free(r->response_fields);
+    free(r->tok_id);
+    free(r->tok_end);
     free(r->lps);
     free(r->prompt);
     free(r->text);
@@ -82,7 +85,7 @@ bool srv_req_append(srv_req *r, const char *s, size_t n) {
     /* a chat answer is a message of its own: without the space that joins it
        to "Assistant:" (the template puts it back when the message comes back
        in the next turn, so that turn's tokens match the cached ones) */
-    if (r->chat && r->text_len == 0 && n && s[0] == ' ') s++, n--;
+    if (r->chat && !r->prefill && r->text_len == 0 && n && s[0] == ' ') s++, n--;
     if (r->text_len + n + 1 > r->text_cap) {
         size_t cap = r->text_cap;
         while (r->text_len + n + 1 > cap) cap *= 2;
@@ -143,6 +146,24 @@ void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_
         if (p) r->lps = p, r->cap_lps = cap;
     }
     if (r->n_lps < r->cap_lps) r->lps[r->n_lps++] = lp; /* out of memory: that token is not listed */
+    pthread_mutex_unlock(&r->mu);
+}
+
+void srv_req_note_token(srv_req *r, tkv_token token) {
+    if (!r->native || !r->stream) return;
+    pthread_mutex_lock(&r->mu);
+    if (r->n_tok == r->cap_tok) {
+        const size_t cap = r->cap_tok ? 2 * r->cap_tok : 64;
+        tkv_token *ids = realloc(r->tok_id, cap * sizeof *ids);
+        if (ids) r->tok_id = ids;
+        size_t *ends = ids ? realloc(r->tok_end, cap * sizeof *ends) : NULL;
+        if (ends) r->tok_end = ends, r->cap_tok = cap;
+    }
+    if (r->n_tok < r->cap_tok) { /* out of memory: the token's text goes with the next one's event */
+        r->tok_id[r->n_tok] = token;
+        r->tok_end[r->n_tok++] = r->text_len;
+    }
+    if (r->wake) r->wake(r->wake_arg); /* the stream may send this token's event now */
     pthread_mutex_unlock(&r->mu);
 }
 

@@ -63,6 +63,7 @@ typedef struct srv_req {
     bool native;                /* llama-server's POST /completion: its response shapes (native_completion.c) */
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
+    bool prefill;               /* chat: the answer continues a final assistant message (its joining space stays) */
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
                                    ended inside a think block */
     bool tools;                 /* chat with tools (tool_choice not "none"): the answer is read for calls (tool_calls.h) */
@@ -70,6 +71,7 @@ typedef struct srv_req {
     int tool_format;            /* srv_tool_format: the chat template's call syntax */
     bool special_text;          /* control tokens keep their text in the answer (a call syntax's markers) */
     char *echo;                 /* legacy echo: the prompt's text, before the completion's (owned), or NULL */
+    char *response_fields;      /* native: llama-server's response_fields, a JSON array of paths (owned), or NULL */
     size_t echo_len;
     int index;                  /* the choice's index (n > 1: one request per choice) */
     int n_choices;              /* n, on the first choice's request */
@@ -90,6 +92,9 @@ typedef struct srv_req {
     size_t text_len, text_cap;
     size_t text_ready;          /* bytes of text that cannot turn into a stop string */
     tkv_token *gen;             /* (n_gen_tokens) with return_tokens: the generated ids, once done */
+    tkv_token *tok_id;          /* native streams: each generated token (n_tok of cap_tok), and the text's length */
+    size_t *tok_end;            /*   once its text was appended (llama-server sends an event per token) */
+    size_t n_tok, cap_tok;
     srv_logprob *lps;           /* (n_lps) with logprobs: one per generated token */
     size_t n_lps, cap_lps;
     size_t n_gen_tokens;
@@ -128,6 +133,9 @@ double srv_now(void);
 bool srv_req_append(srv_req *r, const char *s, size_t n);
 /* One generated token's log-probabilities (logprobs), from the logits row it was sampled from. */
 void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_t n_vocab);
+/* A generated token, after its text was appended: recorded for a native stream (r->native and r->stream), whose
+   events carry one token each; otherwise nothing. */
+void srv_req_note_token(srv_req *r, tkv_token token);
 /* The generated ids (for return_tokens), copied once at the end. */
 void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n);
 /* Finish with reason "stop" or "length" after n_gen completion tokens. */

@@ -71,11 +71,23 @@ static unsigned connection_limit(int wanted) {
     return n;
 }
 
-/* The id /v1/models lists: --alias, else the file's name without directory and .gguf. */
+/* The id /v1/models lists: --alias (of a comma-separated list, as llama-server's, the first in byte order), else
+   the file's name without directory and .gguf. */
 static void model_id(const char *path, const char *alias, char *out, size_t cap) {
     if (alias) {
-        snprintf(out, cap, "%s", alias);
-        return;
+        const char *best = NULL;
+        size_t best_n = 0;
+        for (const char *p = alias; *p;) {
+            while (*p == ',' || *p == ' ') p++;
+            size_t n = strcspn(p, ",");
+            while (n && p[n - 1] == ' ') n--;
+            if (n && (!best || memcmp(p, best, n < best_n ? n : best_n) < 0 ||
+                      (!memcmp(p, best, n < best_n ? n : best_n) && n < best_n)))
+                best = p, best_n = n;
+            p += strcspn(p, ",");
+        }
+        snprintf(out, cap, "%.*s", (int)(best ? best_n : 0), best ? best : "");
+        if (best) return;
     }
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -114,53 +126,147 @@ static tkv_grammar *grammar_file(const char *path, const tkv_model *m) {
     return g;
 }
 
-/* A Jinja template from a file (*think: it has think markers), or NULL with a message on stderr. */
-static tkv_chat_template *template_file(const char *path, bool *think, srv_tool_format *tools) {
-    size_t n;
-    char *src = read_option_file("--chat-template", path, &n);
+/* A Jinja template from its source (*think: it has think markers), or NULL with a message on stderr naming `from`. */
+static tkv_chat_template *template_source(const char *src, size_t n, const char *from, bool *think,
+                                          srv_tool_format *tools) {
     tkv_chat_template *t = NULL;
-    if (src && tkv_chat_template_parse(src, n, &t) != TKV_OK)
-        fprintf(stderr, "tokenkv serve: --chat-template %s: %s\n", path, tkv_last_error(NULL));
-    else if (src) *think = srv_think_markers(src, n), *tools = srv_tools_detect(src, n);
+    if (tkv_chat_template_parse(src, n, &t) != TKV_OK)
+        fprintf(stderr, "tokenkv serve: %s: %s\n", from, tkv_last_error(NULL));
+    else *think = srv_think_markers(src, n), *tools = srv_tools_detect(src, n);
+    return t;
+}
+
+/* A Jinja template from a file, or NULL with a message on stderr. */
+static tkv_chat_template *template_file(const char *opt, const char *path, bool *think, srv_tool_format *tools) {
+    size_t n;
+    char *src = read_option_file(opt, path, &n);
+    char from[512];
+    snprintf(from, sizeof from, "%s %s", opt, path);
+    tkv_chat_template *t = src ? template_source(src, n, from, think, tools) : NULL;
     free(src);
     return t;
 }
 
+/* llama-server's fallback for a model without a chat template: ChatML, each of OpenAI's roles as it is named (tool
+   results too; another role raises, a 400), text parts joined by newlines. */
+static const char chatml_jinja[] =
+    "{%- for message in messages -%}"
+    "{%- if message['role'] not in ['system', 'developer', 'user', 'assistant', 'tool'] -%}"
+    "{{- raise_exception('unknown role: ' + message['role']) -}}{%- endif -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}{{- message['content'] -}}"
+    "{%- elif message['content'] -%}{%- for part in message['content'] -%}"
+    "{%- if part['type'] == 'text' -%}{{- ('\\n' if not loop.first else '') + part['text'] -}}{%- endif -%}"
+    "{%- endfor -%}{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
+/* llama-server's built-in templates that are not families here, as Jinja that renders what its built-in renders. */
+static const struct {
+    const char *name, *src;
+} builtin_jinja[] = {
+    {"command-r", "{%- for message in messages -%}"
+                  "{%- if message['role'] == 'system' -%}{{- '<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>' -}}"
+                  "{%- elif message['role'] == 'user' -%}{{- '<|START_OF_TURN_TOKEN|><|USER_TOKEN|>' -}}"
+                  "{%- else -%}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' -}}{%- endif -%}"
+                  "{{- (message['content'] if message['content'] is string else '') | trim -}}"
+                  "{{- '<|END_OF_TURN_TOKEN|>' -}}"
+                  "{%- endfor -%}"
+                  "{%- if add_generation_prompt -%}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' -}}{%- endif -%}"},
+};
+
+/* llama-server's other built-in template names: refused by name, not rendered as text. */
+static const char *const lcpp_builtin[] = {
+    "bailing", "bailing-think", "bailing2", "chatglm3", "chatglm4", "deepseek", "deepseek-ocr",
+    "deepseek2", "deepseek3", "exaone-moe", "exaone3", "exaone4", "falcon3", "gemma", "gigachat", "glmedge", "gpt-oss",
+    "granite", "granite-4.0", "granite-4.1", "grok-2", "hunyuan-dense", "hunyuan-moe", "hunyuan-vl", "kimi-k2",
+    "llama2-sys", "llama2-sys-bos", "llama2-sys-strip", "llama4", "megrez", "minicpm", "mistral-v1", "mistral-v3",
+    "mistral-v3-tekken", "mistral-v7", "mistral-v7-tekken", "monarch", "openchat", "orion", "pangu-embedded", "phi4",
+    "rwkv-world", "seed_oss", "smolvlm", "solar-open", "vicuna", "vicuna-orca", "yandex"};
+
 /*
- * How messages are rendered: --chat-template (a family name, or a Jinja
- * file), else the model's own template, rendered as transformers renders
- * it; a model without one (or whose template does not parse) gets the
- * family its template's markers suggest, or plain lines. *what says which,
- * for the log.
+ * How messages are rendered: --chat-template-file, or --chat-template (a
+ * family name, a Jinja file, or the Jinja template itself, as llama-server
+ * takes it), else the model's own template, rendered as transformers
+ * renders it; a model without one gets ChatML, as in llama-server; one
+ * whose template does not parse gets the family its markers suggest, or
+ * plain lines. *what says which, for the log.
  */
 static bool pick_template(const srv_opts *o, const tkv_model *m, srv_api *a, const char **what) {
     a->jinja = NULL;
-    if (o->chat_template) {
-        if (srv_chat_from_name(o->chat_template, &a->chat)) {
+    const char *ct = o->chat_template;
+    if (o->chat_template_file) {
+        *what = o->chat_template_file;
+        return (a->jinja = template_file("--chat-template-file", o->chat_template_file, &a->think, &a->tools)) != NULL;
+    }
+    if (ct) {
+        if (srv_chat_from_name(ct, &a->chat)) {
             *what = srv_chat_name(a->chat);
             return true;
         }
-        *what = o->chat_template;
-        return (a->jinja = template_file(o->chat_template, &a->think, &a->tools)) != NULL;
+        for (size_t i = 0; i < sizeof builtin_jinja / sizeof builtin_jinja[0]; i++)
+            if (!strcmp(ct, builtin_jinja[i].name)) {
+                *what = ct;
+                return (a->jinja = template_source(builtin_jinja[i].src, strlen(builtin_jinja[i].src), ct, &a->think,
+                                                   &a->tools)) != NULL;
+            }
+        for (size_t i = 0; i < sizeof lcpp_builtin / sizeof lcpp_builtin[0]; i++)
+            if (!strcmp(ct, lcpp_builtin[i])) {
+                fprintf(stderr, "tokenkv serve: --chat-template %s: llama-server's built-in template '%s' is not "
+                                "implemented here (built in: chatml, llama2, llama3, mistral, zephyr, phi3, plain, command-r; or "
+                                "give the Jinja template, inline or with --chat-template-file)\n", ct, ct);
+                return false;
+            }
+        *what = ct;
+        if (access(ct, R_OK) == 0) return (a->jinja = template_file("--chat-template", ct, &a->think, &a->tools)) != NULL;
+        if (!strchr(ct, '{') && (strchr(ct, '/') || strstr(ct, ".jinja"))) { /* a path, not a template */
+            fprintf(stderr, "tokenkv serve: --chat-template %s: %s\n", ct, strerror(errno));
+            return false;
+        }
+        *what = "the inline --chat-template";
+        return (a->jinja = template_source(ct, strlen(ct), "--chat-template", &a->think, &a->tools)) != NULL;
     }
     const char *tmpl = NULL;
     size_t len = 0;
-    if (tkv_model_meta_str(m, "tokenizer.chat_template", &tmpl, &len) != TKV_OK) tmpl = NULL;
+    if (tkv_model_meta_str(m, "tokenizer.chat_template", &tmpl, &len) != TKV_OK || !len) tmpl = NULL;
     if (tmpl && tkv_chat_template_parse(tmpl, len, &a->jinja) == TKV_OK) {
         *what = "the model's template";
         a->think = srv_think_markers(tmpl, len);
         a->tools = srv_tools_detect(tmpl, len);
         return true;
     }
-    if (tmpl)
-        fprintf(stderr, "tokenkv serve: warning: the model's chat template does not parse (%s); using the family its "
-                        "markers suggest\n", tkv_last_error(NULL));
+    if (!tmpl) {
+        *what = "chatml (the model has no template)";
+        return (a->jinja = template_source(chatml_jinja, sizeof chatml_jinja - 1, "chatml", &a->think, &a->tools)) != NULL;
+    }
+    fprintf(stderr, "tokenkv serve: warning: the model's chat template does not parse (%s); using the family its "
+                    "markers suggest\n", tkv_last_error(NULL));
     bool recognised = true;
     a->chat = srv_chat_detect(tmpl, &recognised);
     *what = srv_chat_name(a->chat);
     if (!recognised)
         fprintf(stderr, "tokenkv serve: warning: the model's chat template is not one we recognise; chat messages "
                         "are rendered as plain 'Role: content' lines (choose one with --chat-template)\n");
+    return true;
+}
+
+/* --chat-template-kwargs and --reasoning: the template variables every request starts from; NULL with a message
+   on stderr for a bad --chat-template-kwargs. *out is NULL where there are none. */
+static bool template_kwargs(const srv_opts *o, json_t **out) {
+    *out = NULL;
+    json_error_t je;
+    json_t *kw = o->chat_template_kwargs ? json_loads(o->chat_template_kwargs, 0, &je) : json_object();
+    if (!json_is_object(kw)) {
+        fprintf(stderr, "tokenkv serve: --chat-template-kwargs: not a JSON object%s%s\n", kw ? "" : ": ",
+                kw ? "" : je.text);
+        json_decref(kw);
+        return false;
+    }
+    if (o->reasoning != SRV_REASONING_UNSET && !json_object_get(kw, "enable_thinking"))
+        json_object_set_new(kw, "enable_thinking", json_boolean(o->reasoning != SRV_REASONING_OFF));
+    if (json_object_size(kw)) *out = kw;
+    else json_decref(kw);
     return true;
 }
 
@@ -338,16 +444,21 @@ int srv_main(const srv_opts *o) {
     srv_state S = {.o = o, .model = model, .started = (int64_t)time(NULL)};
     char id[128];
     model_id(o->model_path, o->alias, id, sizeof id);
-    S.api = (srv_api){.model = model, .model_id = id, .max_tokens = o->max_tokens, .ns_secret = ns_secret};
+    S.api = (srv_api){.model = model, .model_id = id, .max_tokens = o->max_tokens, .ns_secret = ns_secret,
+                      .defaults = o->defaults, .verbose = o->verbose, .reasoning_none = o->reasoning_none,
+                      .no_prefill = o->no_prefill_assistant};
     /* a request's positions: the cache and the model's trained context bound them */
     S.api.n_ctx = hp.n_ctx_train && hp.n_ctx_train < o->cells ? hp.n_ctx_train : o->cells;
     const char *chat_what = "";
     tkv_grammar *grammar = o->grammar_file ? grammar_file(o->grammar_file, model) : NULL;
-    if ((o->grammar_file && !grammar) || !pick_template(o, model, &S.api, &chat_what)) {
+    static json_t *kwargs; /* for the process's life */
+    if ((o->grammar_file && !grammar) || !pick_template(o, model, &S.api, &chat_what) || !template_kwargs(o, &kwargs)) {
+        tkv_chat_template_free(S.api.jinja);
         tkv_grammar_free(grammar);
         tkv_model_free(model);
         return 2;
     }
+    S.api.template_kwargs = kwargs;
     S.api.grammar = grammar;
 
     tkv_context_params cp = tkv_context_default_params();

@@ -18,9 +18,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* llama-server's server-wide request defaults (--temp, --seed, -n, ...): what a request that does not say gets. */
+typedef struct srv_defaults {
+    double temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty; /* NaN: the route's own */
+    int top_k;                 /* -1: the route's own */
+    int64_t seed;              /* -1: a random seed per request (llama-server's default) */
+    int n_predict;             /* -1: none; else the length of a request that gives none (a default, not a limit:
+                                  --max-tokens is the limit) */
+    bool ignore_eos;           /* every request generates past end-of-generation tokens */
+} srv_defaults;
+
+/* --reasoning: whether chat templates are asked to think (their enable_thinking variable). Unset: the variable is
+   not passed (as transformers renders); auto and on pass true, as llama-server does; off passes false. */
+typedef enum { SRV_REASONING_UNSET, SRV_REASONING_AUTO, SRV_REASONING_ON, SRV_REASONING_OFF } srv_reasoning;
+
 typedef struct srv_opts {
     const char *model_path;
-    const char *alias;         /* the model id; NULL: the file name without .gguf */
+    const char *alias;         /* the model id (a comma-separated list: its first in byte order; all are listed as
+                                  aliases); NULL: the file name without .gguf */
+    const char *tags;          /* --tags: a comma-separated list /v1/models shows (informational), or NULL */
     const char *host;          /* an IPv4 or IPv6 address to bind */
     int port;                  /* 0: any free port (printed at start-up) */
     int parallel;              /* sequences decoded together */
@@ -47,7 +63,7 @@ typedef struct srv_opts {
     bool no_webui;             /* no web page at / */
     bool no_repack;            /* keep the weights in the file's layout (tkv_model_params.repack) */
     bool reference_order;      /* tkv_context_params.batch_invariant false: the reference's arithmetic */
-    const char *chat_template; /* a family name overriding the model's, or NULL */
+    const char *chat_template; /* a family name, a Jinja file or an inline Jinja template overriding the model's, or NULL */
     const char *grammar_file;  /* a GBNF grammar for requests that give none, or NULL */
     const char *cache_dir;     /* load the cache from here at start, save it here; NULL: none */
     uint64_t cache_dir_max;    /* bytes of cache files at most; 0: no limit */
@@ -60,6 +76,16 @@ typedef struct srv_opts {
     uint32_t kv_events_block_size; /* tokens per block of those events */
     const char *cache_disk;    /* the disk tier's directory (disk_tier.h); NULL: none */
     uint64_t cache_disk_max;   /* its bytes at most; 0: no limit */
+    /* llama-server's options (cli/serve_args.c; docs/server.md "Coming from llama-server") */
+    srv_defaults defaults;     /* what a request that does not say gets */
+    bool no_slots;             /* --no-slots: GET /slots answers 501 */
+    bool verbose;              /* --verbose: non-streamed answers carry "__verbose" (the prompt as text) */
+    const char *chat_template_file;   /* --chat-template-file: a Jinja template file, or NULL */
+    const char *chat_template_kwargs; /* --chat-template-kwargs: a JSON object of template variables, under
+                                         each request's own chat_template_kwargs; or NULL */
+    int reasoning;             /* srv_reasoning (--reasoning) */
+    bool reasoning_none;       /* --reasoning-format none: a reasoning model's thinking stays in the content */
+    bool no_prefill_assistant; /* a final assistant message is a closed turn, not the start of the answer */
 } srv_opts;
 
 /* Run until SIGINT or SIGTERM (then: stop accepting, end running requests,

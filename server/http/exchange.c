@@ -72,8 +72,9 @@ void http_failed_err(srv_err *e, srv_req *r) {
    matched. */
 bool http_bearer_is(struct MHD_Connection *c, const char *key) {
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!key || !h || strncmp(h, "Bearer ", 7)) return false;
-    const char *got = h + 7;
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key"); /* Anthropic's clients send this */
+    if (!key || (!(h && !strncmp(h, "Bearer ", 7)) && !x)) return false;
+    const char *got = h && !strncmp(h, "Bearer ", 7) ? h + 7 : x;
     size_t lg = strlen(got), lw = strlen(key);
     unsigned diff = (unsigned)(lg ^ lw);
     for (size_t i = 0; i < lw; i++) diff |= (unsigned char)key[i] ^ (unsigned char)(i < lg ? got[i] : 0);

@@ -44,7 +44,8 @@ enum MHD_Result http_fail(conn *cs, struct MHD_Connection *c, int status, const 
 /* A failed request's error as the client sees it: the scheduler says why (request.h), this picks the status
    and the OpenAI code. */
 void http_failed_err(srv_err *e, srv_req *r);
-/* Whether the request's bearer token is key (NULL: never). */
+/* Whether the request's key is key (NULL: never): its bearer token, or else its X-Api-Key header (the
+   Anthropic clients' and llama-server's other way to send it). */
 bool http_bearer_is(struct MHD_Connection *c, const char *key);
 /* GET, or HEAD: GET without the body (libmicrohttpd leaves it out). */
 bool http_is_get(const char *method);

@@ -129,7 +129,7 @@ static enum MHD_Result apply_template(conn *cs, struct MHD_Connection *c, srv_st
     json_t *body = parse_body(cs, &e);
     if (!body) return http_send_err(cs, c, &e);
     size_t len = 0;
-    char *text = srv_api_chat_prompt(&S->api, body, &len, &e);
+    char *text = srv_api_chat_prompt(&S->api, body, &len, NULL, &e);
     json_decref(body);
     if (!text) return http_send_err(cs, c, &e);
     json_t *prompt = srv_json_text(text, len);
@@ -143,8 +143,12 @@ static enum MHD_Result tokenize(conn *cs, struct MHD_Connection *c, srv_state *S
     json_t *body = parse_body(cs, &e);
     if (!body) return http_send_err(cs, c, &e);
     const json_t *content = json_object_get(body, "content");
-    bool add_special = true, parse_special = true;
+    bool add_special = true, parse_special = true, with_pieces = false;
     const json_t *as = json_object_get(body, "add_special"), *ps = json_object_get(body, "parse_special");
+    if (!srv_field_bool(body, "with_pieces", &with_pieces, &e)) {
+        json_decref(body);
+        return http_send_err(cs, c, &e);
+    }
     if (!json_is_string(content)) {
         json_decref(body);
         return http_fail(cs, c, 400, "content", "invalid_type", "'content' must be a string");
@@ -168,7 +172,22 @@ static enum MHD_Result tokenize(conn *cs, struct MHD_Connection *c, srv_state *S
         return http_send_err(cs, c, &e);
     }
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(t[i]));
+    for (size_t i = 0; i < n; i++) {
+        if (!with_pieces) {
+            json_array_append_new(arr, json_integer(t[i]));
+            continue;
+        }
+        /* llama-server's with_pieces: {id, piece}, the piece as text, or as its bytes where it is not UTF-8 */
+        char piece[256];
+        size_t k = 0;
+        if (tkv_token_to_piece(S->model, t[i], TKV_DETOKENIZE_SPECIAL, piece, sizeof piece, &k) != TKV_OK) k = 0;
+        json_t *p = json_stringn(piece, k);
+        if (!p) {
+            p = json_array();
+            for (size_t b = 0; b < k; b++) json_array_append_new(p, json_integer((unsigned char)piece[b]));
+        }
+        json_array_append_new(arr, json_pack("{s:I,s:o}", "id", (json_int_t)t[i], "piece", p));
+    }
     free(t);
     return http_send_json(cs, c, 200, json_pack("{s:o}", "tokens", arr));
 }
@@ -209,11 +228,33 @@ static enum MHD_Result detokenize(conn *cs, struct MHD_Connection *c, srv_state 
     return http_send_json(cs, c, 200, o);
 }
 
+/* The items of a comma-separated list (--alias, --tags) as a JSON array. */
+static json_t *list_items(const char *list) {
+    json_t *a = json_array();
+    for (const char *p = list; p && *p;) {
+        while (*p == ',' || *p == ' ') p++;
+        size_t n = strcspn(p, ",");
+        while (n && p[n - 1] == ' ') n--;
+        if (n) json_array_append_new(a, json_stringn(p, n));
+        p += strcspn(p, ",");
+    }
+    return a;
+}
+
 static enum MHD_Result models(conn *cs, struct MHD_Connection *c, srv_state *S, const char *id) {
     json_t *m = json_pack("{s:s,s:s,s:I,s:s}", "id", S->api.model_id, "object", "model", "created",
                           (json_int_t)S->started, "owned_by", "tokenkv");
+    if (m) { /* llama-server's: every --alias, and --tags */
+        json_t *al = list_items(S->o->alias);
+        if (!json_array_size(al)) json_array_append_new(al, json_string(S->api.model_id));
+        json_object_set_new(m, "aliases", al);
+        json_object_set_new(m, "tags", list_items(S->o->tags));
+    }
     if (!id) return http_send_json(cs, c, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
-    if (strcmp(id, S->api.model_id)) {
+    bool known = !strcmp(id, S->api.model_id);
+    for (size_t i = 0; !known && i < json_array_size(json_object_get(m, "aliases")); i++)
+        known = !strcmp(id, json_string_value(json_array_get(json_object_get(m, "aliases"), i)));
+    if (!known) {
         json_decref(m);
         srv_err e;
         srv_err_set(&e, 404, "model", "model_not_found", "the model '%s' does not exist; this server runs '%s'", id,
@@ -232,7 +273,10 @@ static enum MHD_Result props(conn *cs, struct MHD_Connection *c, srv_state *S, c
     if (S->api.jinja && tkv_model_meta_str(S->model, "tokenizer.chat_template", &tmpl, &len) == TKV_OK)
         chat = srv_json_text(tmpl, len);
     else
-        chat = json_string(S->api.jinja ? S->o->chat_template : srv_chat_name(S->api.chat));
+        chat = json_string(!S->api.jinja                 ? srv_chat_name(S->api.chat)
+                           : S->o->chat_template_file      ? S->o->chat_template_file
+                           : S->o->chat_template           ? S->o->chat_template
+                                                           : "chatml");
     char build[64];
     snprintf(build, sizeof build, "tokenkv %d.%d.%d", TKV_VERSION_MAJOR, TKV_VERSION_MINOR, TKV_VERSION_PATCH);
     json_t *o = json_pack("{s:s,s:s,s:I,s:i,s:o,s:s,s:{s:I,s:{s:i}},s:{s:b,s:b}}", "model_alias", S->api.model_id,
@@ -305,6 +349,8 @@ static enum MHD_Result metrics(conn *cs, struct MHD_Connection *c, srv_state *S,
 }
 static enum MHD_Result slots(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
     (void)rest;
+    if (S->o->no_slots) /* llama-server's answer with --no-slots */
+        return http_fail(cs, c, 501, NULL, "not_supported", "the /slots endpoint is disabled (--no-slots)");
     return view(cs, c, S, srv_slots_view);
 }
 static enum MHD_Result model_list(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
@@ -327,17 +373,19 @@ static enum MHD_Result native(conn *cs, struct MHD_Connection *c, srv_state *S, 
     return generate(cs, c, S, GEN_NATIVE);
 }
 
-/* Every route (routes.h); the paths without /v1 are llama-server's and the openai client's aliases. */
+/* Every route (routes.h); the paths without /v1 are llama-server's aliases (POST /completions, as there, is its
+   native /completion) and the openai client's. */
 const srv_route srv_routes[] = {
     {"GET", "/health", SRV_AUTH_OPEN, health},
     {"GET", "/metrics", SRV_AUTH_METRICS, metrics},
     {"GET", "/v1/models", SRV_AUTH_KEY, model_list},
     {"GET", "/v1/models/*", SRV_AUTH_KEY, model_one},
+    {"GET", "/models", SRV_AUTH_KEY, model_list},
     {"GET", "/props", SRV_AUTH_KEY, props},
     {"GET", "/v1/cache", SRV_AUTH_KEY, cache_view},
     {"GET", "/slots", SRV_AUTH_KEY, slots},
     {"POST", "/v1/completions", SRV_AUTH_KEY, completions},
-    {"POST", "/completions", SRV_AUTH_KEY, completions},
+    {"POST", "/completions", SRV_AUTH_KEY, native}, /* llama-server's alias of its native /completion */
     {"POST", "/v1/chat/completions", SRV_AUTH_KEY, chat},
     {"POST", "/chat/completions", SRV_AUTH_KEY, chat},
     {"POST", "/completion", SRV_AUTH_KEY, native},

@@ -130,9 +130,31 @@ static bool is_json_type(const char *t) {
  * a body announced over --max-body (413). Returns -1 when the request goes
  * on (cs->reject may then be set).
  */
+/* The Access-Control-Allow-Origin for a page of `origin` under --cors-origin `allow` (a comma-separated list, as
+   llama-server's --cors-origins: "*", origins, or "localhost" for any page served from this machine), or NULL. */
+static const char *cors_allowed(const char *allow, const char *origin) {
+    if (!strcmp(allow, "*")) return "*";
+    const char *host = strstr(origin, "://");
+    host = host ? host + 3 : origin;
+    const size_t hl = strcspn(host, ":/");
+    for (const char *p = allow; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        const size_t n = strcspn(p, ",");
+        size_t m = n;
+        while (m && p[m - 1] == ' ') m--;
+        if (m && m == strlen(origin) && !strncmp(p, origin, m)) return origin;
+        if (m == 9 && !strncmp(p, "localhost", 9) &&
+            ((hl == 9 && !strncmp(host, "localhost", 9)) || (hl == 9 && !strncmp(host, "127.0.0.1", 9)) ||
+             !strncmp(host, "[::1]", 5)))
+            return origin;
+        p += n;
+    }
+    return NULL;
+}
+
 static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"), *allow = S->o->cors_origin;
-    if (origin && allow) cs->cors = !strcmp(allow, "*") ? "*" : !strcmp(allow, origin) ? allow : NULL;
+    if (origin && allow) cs->cors = cors_allowed(allow, origin);
     cs->replica = S->o->replica_id;
     framing f = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);

@@ -24,6 +24,7 @@ typedef struct choice_sent {
     size_t sent_r, sent_c; /* bytes of the reasoning (r->think) and of the content sent */
     size_t sent_calls; /* tool calls sent (r->tools) */
     size_t sent_lp;    /* logprobs: entries sent */
+    size_t sent_tok;   /* native: tokens whose event was sent */
 } choice_sent;
 
 typedef struct stream {
@@ -98,6 +99,10 @@ static bool choice_events(stream *st, size_t i) {
         pthread_mutex_unlock(&r->mu);
         return false;
     }
+    if (c->first && r->chat) { /* the role alone first, as llama-server sends it (content null) */
+        pend(st, srv_api_chunk(a, r, SRV_CHUNK_ROLE, NULL, 0, true, NULL));
+        c->first = false;
+    }
     if (c->first && r->echo_len) { /* legacy echo: the prompt's text comes first */
         pend(st, srv_api_chunk(a, r, SRV_CHUNK_DELTA, r->echo, r->echo_len, true, NULL));
         c->first = false;
@@ -136,8 +141,16 @@ static bool native_events(stream *st) {
         pthread_mutex_unlock(&r->mu);
         return false;
     }
-    if (r->text_ready > c->sent) pend(st, srv_api_native_event(a, r, r->text + c->sent, r->text_ready - c->sent, false));
-    c->sent = r->text_ready;
+    /* an event per generated token, as llama-server sends them: its text and id, once the text is settled */
+    for (; c->sent_tok < r->n_tok; c->sent_tok++) {
+        const size_t end = r->tok_end[c->sent_tok] < r->text_len ? r->tok_end[c->sent_tok] : r->text_len;
+        if (end > r->text_ready || (r->done && r->tok_end[c->sent_tok] > r->text_len && end == c->sent)) break;
+        pend(st, srv_api_native_event(a, r, r->text + c->sent, end - c->sent, false, (long)c->sent_tok));
+        c->sent = end;
+    }
+    if (r->done && r->text_ready > c->sent) /* text no token event carried (a cut stop string's remains) */
+        pend(st, srv_api_native_event(a, r, r->text + c->sent, r->text_ready - c->sent, false, -1));
+    if (r->done) c->sent = r->text_ready;
     if (r->done) {
         if (r->failed) {
             srv_err e;
@@ -148,7 +161,7 @@ static bool native_events(stream *st) {
             pend(st, ev);
             pend(st, strdup_or_null("data: [DONE]\n\n"));
         } else {
-            pend(st, srv_api_native_event(a, r, NULL, 0, true));
+            pend(st, srv_api_native_event(a, r, NULL, 0, true, -1));
         }
         st->finished = true;
     }

@@ -139,9 +139,10 @@ void srv_slots_view(tkv_context *ctx, void *user) {
                                                        "temperature", (double)r->sp.temperature, "top_k",
                                                        (int)r->sp.top_k, "top_p", (double)r->sp.top_p, "min_p",
                                                        (double)r->sp.min_p));
-        if (o)
-            json_object_set_new(o, "next_token", json_pack("{s:b,s:i,s:i}", "has_next_token", r != NULL, "n_decoded",
-                                                           st[i].n_gen, "n_remain", r ? r->max_tokens - st[i].n_gen : 0));
+        if (o) /* llama-server's shape: an array of one; n_remain -1 when idle */
+            json_object_set_new(o, "next_token", json_pack("[{s:b,s:i,s:i,s:s}]", "has_next_token", r != NULL,
+                                                           "n_decoded", st[i].n_gen, "n_remain",
+                                                           r ? r->max_tokens - st[i].n_gen : -1, "stopping_word", ""));
         json_array_append_new(arr, o);
     }
     v->out = json_dumps(arr, JSON_COMPACT);

@@ -10,6 +10,7 @@
 
 #include "chat_template.h"
 #include "request.h"
+#include "server.h"
 #include "tool_calls.h"
 
 #include <jansson.h>
@@ -26,6 +27,11 @@ typedef struct srv_api {
     const uint8_t *ns_secret; /* the key of namespace ids (SRV_NS_SECRET_BYTES), this server's own */
     const tkv_grammar *grammar; /* --grammar-file: constrains requests that give no grammar; or NULL */
     srv_tool_format tools;      /* the tool-call syntax of the chat template */
+    srv_defaults defaults;      /* llama-server's server-wide request defaults (--temp, --seed, -n, ...) */
+    bool verbose;               /* --verbose: non-streamed answers carry "__verbose" */
+    bool reasoning_none;        /* --reasoning-format none: thinking stays in the content unless a request asks */
+    const json_t *template_kwargs; /* template variables under each request's chat_template_kwargs, or NULL */
+    bool no_prefill;            /* --no-prefill-assistant: a final assistant message is a closed turn */
 } srv_api;
 
 /* An error for the client: HTTP status and the OpenAI error object. */

@@ -7,7 +7,9 @@
  */
 #include "native_completion.h"
 #include "parse.h"
+#include "responses.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,20 +22,17 @@ static const struct {
 
 /* llama-server fields that ask for something this server does not do: refused by name, not ignored. */
 static bool refuse_native(const json_t *body, srv_err *e) {
-    static const char *const never[] = {"json_schema", "image_data", "multimodal_data", "lora", "samplers",
-                                        "input_prefix", "input_suffix"};
+    static const char *const never[] = {"image_data", "multimodal_data", "lora", "samplers", "input_prefix",
+                                        "input_suffix"};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++) {
         const json_t *v = json_object_get(body, never[i]);
         if (v && !json_is_null(v)) {
-            srv_err_set(e, 400, never[i], "unsupported_parameter", "'%s' is not supported by this server%s", never[i],
-                        !strcmp(never[i], "json_schema") ? " on /completion; use 'grammar', or response_format on "
-                                                           "/v1/completions"
-                                                         : "");
+            srv_err_set(e, 400, never[i], "unsupported_parameter", "'%s' is not supported by this server", never[i]);
             return false;
         }
     }
     /* sampling extras that change the output when on: accepted only when off */
-    static const char *const off[] = {"n_probs", "mirostat", "dry_multiplier", "xtc_probability"};
+    static const char *const off[] = {"mirostat", "dry_multiplier", "xtc_probability"};
     for (size_t i = 0; i < sizeof off / sizeof off[0]; i++) {
         const json_t *v = json_object_get(body, off[i]);
         if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == 0)) {
@@ -41,6 +40,24 @@ static bool refuse_native(const json_t *body, srv_err *e) {
                         off[i]);
             return false;
         }
+    }
+    const json_t *np = json_object_get(body, "n_probs"), *pp = json_object_get(body, "post_sampling_probs");
+    if (np && !json_is_null(np) && (!json_is_integer(np) || json_integer_value(np) < 0 ||
+                                    json_integer_value(np) > SRV_MAX_TOP_LOGPROBS)) {
+        srv_err_set(e, 400, "n_probs", "invalid_value", "'n_probs' must be an integer in [0, %d]", SRV_MAX_TOP_LOGPROBS);
+        return false;
+    }
+    if (json_is_true(pp)) {
+        srv_err_set(e, 400, "post_sampling_probs", "unsupported_parameter", "'post_sampling_probs' is not supported by "
+                    "this server (n_probs gives the model's probabilities, before sampling)");
+        return false;
+    }
+    const json_t *rf = json_object_get(body, "response_fields"); /* paths a/b; an empty list: the whole response */
+    bool rf_ok = !rf || json_is_null(rf) || json_is_array(rf);
+    for (size_t i = 0; rf_ok && i < json_array_size(rf); i++) rf_ok = json_is_string(json_array_get(rf, i));
+    if (!rf_ok) {
+        srv_err_set(e, 400, "response_fields", "invalid_type", "'response_fields' must be an array of strings");
+        return false;
     }
     const json_t *slot = json_object_get(body, "id_slot");
     if (slot && !json_is_null(slot) && !(json_is_integer(slot) && json_integer_value(slot) == -1)) {
@@ -90,16 +107,32 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
             return false;
         }
         json_object_set(b, "max_tokens", (json_t *)np);
-    } else if (!json_object_get(b, "max_tokens") || (np && json_integer_value(np) == -1)) {
+    } else if (np && json_integer_value(np) == -1) {
         json_object_set_new(b, "max_tokens", json_integer(a->max_tokens)); /* -1: as long as the server allows */
+    } else if (!json_object_get(b, "max_tokens")) { /* the server's --n-predict, else as long as it allows */
+        json_object_set_new(b, "max_tokens", json_integer(a->defaults.n_predict > 0 ? a->defaults.n_predict : a->max_tokens));
     }
-    for (size_t i = 0; i < sizeof native_defaults / sizeof native_defaults[0]; i++)
+    /* the server's own defaults (--temp, ...) where given, else llama-server's */
+    const double server[] = {a->defaults.temperature, a->defaults.top_k >= 0 ? a->defaults.top_k : NAN,
+                             a->defaults.top_p, a->defaults.min_p};
+    for (size_t i = 0; i < sizeof native_defaults / sizeof native_defaults[0]; i++) {
+        const double v = isnan(server[i]) ? native_defaults[i].value : server[i];
         if (!json_object_get(b, native_defaults[i].key))
-            json_object_set_new(b, native_defaults[i].key, !strcmp(native_defaults[i].key, "top_k")
-                                                               ? json_integer((json_int_t)native_defaults[i].value)
-                                                               : json_real(native_defaults[i].value));
+            json_object_set_new(b, native_defaults[i].key,
+                                !strcmp(native_defaults[i].key, "top_k") ? json_integer((json_int_t)v) : json_real(v));
+    }
+    json_object_del(b, "response_fields");
+    json_object_del(b, "n_probs");
+    json_object_del(b, "post_sampling_probs");
     r->native = true;
     const bool ok = srv_api_parse(a, b, false, r, e);
+    const json_t *rf = json_object_get(body, "response_fields");
+    if (ok && json_array_size(rf) && !(r->response_fields = json_dumps(rf, JSON_COMPACT))) {
+        srv_err_set(e, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    if (ok && json_integer_value(json_object_get(body, "n_probs")) > 0) /* the model's top n per generated token */
+        r->logprobs = (int)json_integer_value(json_object_get(body, "n_probs"));
     json_decref(b);
     /* a field the mapping renamed keeps its client's name in the error */
     if (!ok && e->param && !strcmp(e->param, "max_tokens") && np) {
@@ -107,8 +140,6 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
     }
     return ok;
 }
-
-static double per(double num, double den) { return den > 0 ? num / den : 0; }
 
 /* The response object, or the final event of a stream (content: the whole text, or "" at a stream's end). */
 static json_t *native_object(const srv_api *a, const srv_req *r, json_t *content) {
@@ -119,23 +150,17 @@ static json_t *native_object(const srv_api *a, const srv_req *r, json_t *content
     for (size_t i = 0; r->return_tokens && i < r->n_gen_tokens; i++) json_array_append_new(tokens, json_integer(r->gen[i]));
     json_t *stop = json_array();
     for (size_t i = 0; i < r->n_stop; i++) json_array_append_new(stop, json_string(r->stop[i]));
-    /* prompt time runs from arrival to the first token (queueing included), generation from there to the end */
-    const double prompt_ms = 1e3 * (r->t_first - r->t_arrival), gen_ms = 1e3 * (r->t_done - r->t_first);
-    const size_t prompt_n = r->n_prompt - r->n_cached;
-    json_t *timings = json_pack("{s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "prompt_n", (json_int_t)prompt_n, "prompt_ms",
-                                prompt_ms, "prompt_per_token_ms", per(prompt_ms, (double)prompt_n), "prompt_per_second",
-                                per(1e3 * (double)prompt_n, prompt_ms), "predicted_n", r->n_gen, "predicted_ms", gen_ms,
-                                "predicted_per_token_ms", per(gen_ms, r->n_gen), "predicted_per_second",
-                                per(1e3 * r->n_gen, gen_ms));
+    srv_req *one = (srv_req *)r;
+    json_t *timings = srv_api_timings(&one, 1);
     json_t *settings = json_pack("{s:I,s:i,s:f,s:i,s:f,s:f,s:I,s:o}", "n_ctx", (json_int_t)a->n_ctx, "n_predict",
                                  r->max_tokens, "temperature", (double)r->sp.temperature, "top_k", (int)r->sp.top_k,
                                  "top_p", (double)r->sp.top_p, "min_p", (double)r->sp.min_p, "seed",
                                  (json_int_t)r->sp.seed, "stop", stop);
-    return json_pack("{s:o,s:o,s:b,s:s,s:i,s:I,s:I,s:b,s:s,s:s,s:o,s:o}", "content", content, "tokens", tokens, "stop",
+    return json_pack("{s:o,s:o,s:b,s:s,s:i,s:I,s:I,s:b,s:s,s:s,s:o,s:o,s:b}", "content", content, "tokens", tokens, "stop",
                      1, "model", a->model_id, "tokens_predicted", r->n_gen, "tokens_evaluated",
                      (json_int_t)r->n_prompt, "tokens_cached", (json_int_t)r->n_cached, "truncated", 0, "stop_type",
                      stop_type, "stopping_word", r->stop_word >= 0 ? r->stop[r->stop_word] : "", "generation_settings",
-                     settings, "timings", timings);
+                     settings, "timings", timings, "has_new_line", r->text && memchr(r->text, '\n', r->text_len) != NULL);
 }
 
 static char *dump(json_t *o) {
@@ -147,14 +172,41 @@ static char *dump(json_t *o) {
 char *srv_api_native_response(const srv_api *a, srv_req *r) {
     pthread_mutex_lock(&r->mu);
     json_t *o = native_object(a, r, srv_json_text(r->text, r->text_len));
+    if (o && r->logprobs > 0) json_object_set_new(o, "completion_probabilities", srv_api_native_probs(a, r, 0, r->n_lps));
+    if (o) json_object_set_new(o, "prompt", srv_api_prompt_text(a, r));
     pthread_mutex_unlock(&r->mu);
+    json_t *fields = r->response_fields ? json_loads(r->response_fields, 0, NULL) : NULL;
+    if (o && fields) { /* llama-server's response_fields: only these, a path's parts split at '/' */
+        json_t *only = json_object();
+        for (size_t i = 0; i < json_array_size(fields); i++) {
+            const char *path = json_string_value(json_array_get(fields, i));
+            json_t *v = o;
+            char part[128];
+            for (const char *p = path; v && *p;) {
+                const size_t k = strcspn(p, "/");
+                snprintf(part, sizeof part, "%.*s", (int)(k < sizeof part ? k : sizeof part - 1), p);
+                v = json_object_get(v, part);
+                p += k + (p[k] == '/');
+            }
+            if (v) json_object_set(only, path, v);
+        }
+        json_decref(o);
+        o = only;
+    }
+    json_decref(fields);
     return dump(o);
 }
 
-char *srv_api_native_event(const srv_api *a, srv_req *r, const char *text, size_t n, bool final) {
-    /* a stream's events hold the new text; the last, empty, holds the counts (the caller holds r->mu) */
+char *srv_api_native_event(const srv_api *a, srv_req *r, const char *text, size_t n, bool final, long tok) {
+    /* a stream's events hold the new text (and its token); the last, empty, holds the counts (the caller holds
+       r->mu) */
     json_t *o = final ? native_object(a, r, json_string(""))
                       : json_pack("{s:o,s:[],s:b}", "content", srv_json_text(text, n), "tokens", "stop", 0);
+    if (o && !final && tok >= 0 && (size_t)tok < r->n_tok) {
+        json_array_append_new(json_object_get(o, "tokens"), json_integer(r->tok_id[tok]));
+        if (r->logprobs > 0)
+            json_object_set_new(o, "completion_probabilities", srv_api_native_probs(a, r, (size_t)tok, (size_t)tok + 1));
+    }
     char *body = dump(o);
     if (!body) return NULL;
     const size_t len = strlen(body);

@@ -19,8 +19,9 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
    tokens_evaluated, tokens_cached, generation_settings, timings. malloc'd. */
 char *srv_api_native_response(const srv_api *a, srv_req *r);
 
-/* One SSE event of a native stream: {"content": the new text, "stop": false}, or (final) the response object
-   with empty content and "stop": true. The caller holds r->mu. malloc'd; NULL when out of memory. */
-char *srv_api_native_event(const srv_api *a, srv_req *r, const char *text, size_t n, bool final);
+/* One SSE event of a native stream: {"content": the new text, "tokens": [the id of generated token tok (-1:
+   none)], "stop": false} (with n_probs, its completion_probabilities), or (final) the response object with empty
+   content and "stop": true. The caller holds r->mu. malloc'd; NULL when out of memory. */
+char *srv_api_native_event(const srv_api *a, srv_req *r, const char *text, size_t n, bool final, long tok);
 
 #endif

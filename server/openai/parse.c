@@ -126,8 +126,8 @@ static const char *content_text(const json_t *c, size_t i, char **owned, srv_err
  * chat_template_kwargs. A BOS the template prints first is dropped when the
  * tokenizer adds one itself (it would be doubled). malloc'd, *len bytes.
  */
-static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw, const json_t *messages, size_t *len,
-                         srv_err *e);
+static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw, const json_t *messages, bool agp,
+                         size_t *len, srv_err *e);
 
 static char *render_jinja(const srv_api *a, const json_t *body, size_t *len, srv_err *e) {
     const json_t *tools = json_object_get(body, "tools"), *kw = json_object_get(body, "chat_template_kwargs");
@@ -141,21 +141,23 @@ static char *render_jinja(const srv_api *a, const json_t *body, size_t *len, srv
     }
     /* tool-call arguments as objects, as templates print them (tojson); a template that wants the string
        (it concatenates it) raises on an object: then it gets the messages as they were sent */
+    bool agp = true; /* add_generation_prompt: false renders the conversation as it stands */
+    if (!srv_field_bool(body, "add_generation_prompt", &agp, e)) return NULL;
     json_t *msgs = srv_tools_messages(json_object_get(body, "messages"));
-    char *out = render_vars(a, tools, kw, msgs ? msgs : json_object_get(body, "messages"), len, e);
-    if (!out && msgs && e->status == 400) out = render_vars(a, tools, kw, json_object_get(body, "messages"), len, e);
+    char *out = render_vars(a, tools, kw, msgs ? msgs : json_object_get(body, "messages"), agp, len, e);
+    if (!out && msgs && e->status == 400) out = render_vars(a, tools, kw, json_object_get(body, "messages"), agp, len, e);
     json_decref(msgs);
     return out;
 }
 
 /* render_jinja with these messages. */
-static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw, const json_t *messages, size_t *len,
-                         srv_err *e) {
+static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw, const json_t *messages, bool agp,
+                         size_t *len, srv_err *e) {
     json_t *v = json_object();
     json_object_set(v, "messages", (json_t *)messages);
     json_object_set(v, "tools", tools ? (json_t *)tools : json_null());
     json_object_set_new(v, "documents", json_null());
-    json_object_set_new(v, "add_generation_prompt", json_true());
+    json_object_set_new(v, "add_generation_prompt", json_boolean(agp));
     const tkv_token bos = tkv_token_bos(a->model), eos = tkv_token_eos(a->model);
     const char *bos_t = bos == TKV_TOKEN_NULL ? NULL : tkv_token_text(a->model, bos);
     const char *eos_t = eos == TKV_TOKEN_NULL ? NULL : tkv_token_text(a->model, eos);
@@ -163,6 +165,7 @@ static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw
     if (eos_t) json_object_set_new(v, "eos_token", json_string(eos_t));
     const char *k;
     json_t *x;
+    json_object_foreach((json_t *)a->template_kwargs, k, x) json_object_set(v, k, x); /* the server's, then the request's */
     json_object_foreach((json_t *)kw, k, x) json_object_set(v, k, x);
     char *vars = json_dumps(v, JSON_COMPACT), *text = NULL, *out = NULL;
     json_decref(v);
@@ -187,7 +190,7 @@ static char *render_vars(const srv_api *a, const json_t *tools, const json_t *kw
     return out;
 }
 
-char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, srv_err *e) {
+char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, bool *prefilled, srv_err *e) {
     const json_t *m = json_object_get(body, "messages");
     if (!m) {
         srv_err_set(e, 400, "messages", "missing_required_parameter", "'messages' is required");
@@ -214,14 +217,65 @@ char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, srv
         ok = msgs[i].content != NULL;
     }
     char *text = NULL, err[256];
+    const json_t *agp = json_object_get(body, "add_generation_prompt"), *cfm = json_object_get(body, "continue_final_message");
+    /* assistant prefill, as llama-server (and vLLM's continue_final_message): a final assistant message with text
+       is the start of the answer, which continues it, instead of a closed turn */
+    const bool cont = json_is_true(cfm);
+    const bool prefill = ok && n > 1 && !strcmp(msgs[n - 1].role, "assistant") && *msgs[n - 1].content &&
+                         !json_array_size(json_object_get(json_array_get(m, n - 1), "tool_calls")) &&
+                         (cont || (!json_is_false(agp) && !a->no_prefill));
+    if (ok && cfm && !json_is_null(cfm) && !json_is_boolean(cfm)) {
+        srv_err_set(e, 400, "continue_final_message", "invalid_type", "'continue_final_message' must be a boolean");
+        ok = false;
+    } else if (ok && cont && json_is_true(agp)) {
+        srv_err_set(e, 400, "continue_final_message", "invalid_value", "'continue_final_message' and "
+                    "'add_generation_prompt' both true: the answer either continues the last message or starts anew");
+        ok = false;
+    } else if (ok && cont && !prefill) {
+        srv_err_set(e, 400, "continue_final_message", "invalid_value", "'continue_final_message' needs a last message "
+                    "from the assistant, with text to continue");
+        ok = false;
+    } else if (ok && prefill && !strcmp(msgs[n - 2].role, "assistant")) {
+        srv_err_set(e, 400, "messages", "invalid_value", "two assistant messages at the end: the last one would be "
+                    "continued after the other (merge them)");
+        ok = false;
+    } else if (ok && !a->jinja && json_is_false(agp) && !prefill) {
+        srv_err_set(e, 400, "add_generation_prompt", "unsupported_parameter", "'add_generation_prompt': false needs a "
+                    "Jinja chat template (this server renders the %s family, which always ends with the prompt)",
+                    srv_chat_name(a->chat));
+        ok = false;
+    }
+    if (prefilled) *prefilled = prefill;
+    const size_t n_render = prefill ? n - 1 : n; /* a prefill: the conversation before it, then its text */
     if (ok && a->jinja) {
-        text = render_jinja(a, body, len, e);
+        json_t *b = prefill ? json_copy((json_t *)body) : NULL, *mm = prefill ? json_array() : NULL;
+        for (size_t i = 0; mm && i < n_render; i++) json_array_append(mm, json_array_get(m, i));
+        if (b && mm) {
+            json_object_set(b, "messages", mm);
+            json_object_set_new(b, "add_generation_prompt", json_true());
+        }
+        if (prefill && (!b || !mm)) srv_err_set(e, 500, NULL, NULL, "out of memory");
+        else text = render_jinja(a, prefill ? b : body, len, e);
+        json_decref(mm);
+        json_decref(b);
     } else if (ok) {
         tkv_token bos = tkv_token_bos(a->model), eos = tkv_token_eos(a->model);
         const char *bos_t = bos == TKV_TOKEN_NULL ? "" : tkv_token_text(a->model, bos);
         const char *eos_t = eos == TKV_TOKEN_NULL ? "" : tkv_token_text(a->model, eos);
-        if (srv_chat_render(a->chat, msgs, n, bos_t, eos_t, &text, err, sizeof err)) *len = strlen(text);
+        if (srv_chat_render(a->chat, msgs, n_render, bos_t, eos_t, &text, err, sizeof err)) *len = strlen(text);
         else srv_err_set(e, 400, "messages", "invalid_value", "%s", err);
+    }
+    if (text && prefill) {
+        const size_t k = strlen(msgs[n - 1].content);
+        char *t = realloc(text, *len + k + 1);
+        if (t) {
+            memcpy(t + *len, msgs[n - 1].content, k + 1);
+            *len += k;
+        } else {
+            free(text);
+            srv_err_set(e, 500, NULL, NULL, "out of memory");
+        }
+        text = t;
     }
     for (size_t i = 0; owned && i < n; i++) free(owned[i]);
     free(owned);
@@ -239,9 +293,10 @@ static bool parse_messages(const srv_api *a, const json_t *body, srv_req *r, srv
         return false;
     }
     size_t len = 0;
-    char *text = srv_api_chat_prompt(a, body, &len, e);
+    char *text = srv_api_chat_prompt(a, body, &len, &r->prefill, e);
     const bool ok = text && tokenize(a, text, len, "messages", r, e);
-    r->think = ok && a->think && !(json_is_string(rf) && !strcmp(json_string_value(rf), "none"));
+    const bool none = json_is_string(rf) ? !strcmp(json_string_value(rf), "none") : a->reasoning_none;
+    r->think = ok && a->think && !none;
     r->think_open = r->think && srv_think_open(text, len);
     free(text);
     return ok;
@@ -284,9 +339,17 @@ static bool parse_stop(const json_t *body, srv_req *r, srv_err *e) {
 
 /* The GBNF of response_format (json_object, json_schema), malloc'd; NULL with *none (type "text", or no field)
    or with *e set. */
+static char *schema_gbnf(const json_t *schema, const char *param, srv_err *e);
+
 static char *response_format_gbnf(const json_t *body, bool *none, srv_err *e) {
-    const json_t *rf = json_object_get(body, "response_format");
-    *none = !rf || json_is_null(rf);
+    const json_t *rf = json_object_get(body, "response_format"), *top = json_object_get(body, "json_schema");
+    const bool has_rf = rf && !json_is_null(rf), has_top = top && !json_is_null(top);
+    *none = !has_rf && !has_top;
+    if (has_rf && has_top) {
+        srv_err_set(e, 400, "json_schema", "invalid_value", "give 'json_schema' or 'response_format', not both");
+        return NULL;
+    }
+    if (has_top) return schema_gbnf(top, "json_schema", e); /* llama-server's top-level schema */
     if (*none) return NULL;
     const json_t *type = json_object_get(rf, "type");
     if (!json_is_object(rf) || !json_is_string(type)) {
@@ -298,6 +361,8 @@ static char *response_format_gbnf(const json_t *body, bool *none, srv_err *e) {
     if (!strcmp(t, "text")) {
         *none = true;
         return NULL;
+    } else if (!strcmp(t, "json_object") && json_object_get(rf, "schema") && !json_is_null(json_object_get(rf, "schema"))) {
+        return schema_gbnf(json_object_get(rf, "schema"), "response_format", e); /* llama-server's schema in json_object */
     } else if (!strcmp(t, "json_object")) {
         schema_text = "{\"type\": \"object\"}";
     } else if (!strcmp(t, "json_schema")) {
@@ -336,6 +401,25 @@ static char *response_format_gbnf(const json_t *body, bool *none, srv_err *e) {
  * this request; else the server's --grammar-file, if any. Both fields at
  * once are refused.
  */
+/* The GBNF of a JSON schema given as `param`, malloc'd; NULL with *e set. */
+static char *schema_gbnf(const json_t *schema, const char *param, srv_err *e) {
+    if (!json_is_object(schema)) {
+        srv_err_set(e, 400, param, "invalid_type", "'%s': the schema must be an object", param);
+        return NULL;
+    }
+    char *text = json_dumps(schema, JSON_COMPACT), *gbnf = NULL;
+    tkv_status st = text ? tkv_json_schema_to_gbnf(text, strlen(text), &gbnf) : TKV_ERR_NOMEM;
+    free(text);
+    if (st) {
+        srv_err_set(e, st == TKV_ERR_NOMEM ? 500 : 400, param, "invalid_value", "'%s': %s", param, tkv_last_error(NULL));
+        return NULL;
+    }
+    char *copy = strdup(gbnf);
+    tkv_free(gbnf);
+    if (!copy) srv_err_set(e, 500, NULL, NULL, "out of memory");
+    return copy;
+}
+
 static bool parse_grammar(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
     const json_t *g = json_object_get(body, "grammar");
     bool no_format;
@@ -368,40 +452,79 @@ static bool parse_grammar(const srv_api *a, const json_t *body, srv_req *r, srv_
     return true;
 }
 
-/* logit_bias: {"token id": bias in [-100, 100]} (OpenAI's shape), into r->bias. */
-static bool parse_logit_bias(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+/* One logit_bias entry into r->bias (*n of *cap used): key, a token id or (llama-server's) a text whose every token
+   gets the bias; v, a number in [-100, 100] or (llama-server's) false: never. */
+static bool add_bias(const srv_api *a, const char *key, bool is_id, long long id, const json_t *v, srv_req *r, size_t *n,
+                     size_t *cap, srv_err *e) {
+    const size_t n_vocab = tkv_vocab_size(a->model);
+    if (!json_is_false(v) && (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)) {
+        srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias[%.32s] must be a number in [-100, 100] or false",
+                    key);
+        return false;
+    }
+    const float bias = json_is_false(v) ? -1e30f : (float)json_number_value(v); /* never: finite, so no inf - inf */
+    tkv_token one = (tkv_token)id, *t = &one;
+    size_t k = 1;
+    if (is_id && (id < 0 || (unsigned long long)id >= n_vocab)) {
+        srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias: %lld is not a token id of this model (0..%zu)",
+                    id, n_vocab - 1);
+        return false;
+    }
+    if (!is_id && (srv_tokenize(a->model, key, strlen(key), 0, &t, &k) || !t)) {
+        srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias: cannot tokenize '%.32s'", key);
+        return false;
+    }
+    bool ok = *n + k <= 1024;
+    if (!ok) srv_err_set(e, 400, "logit_bias", "invalid_value", "'logit_bias' has more than 1024 token entries");
+    if (ok && *n + k > *cap) {
+        size_t c = *cap ? *cap : 16;
+        while (c < *n + k) c *= 2;
+        tkv_logit_bias *nb = realloc(r->bias, c * sizeof *nb);
+        if (!(ok = nb != NULL)) srv_err_set(e, 500, NULL, NULL, "out of memory");
+        else r->bias = nb, *cap = c;
+    }
+    for (size_t i = 0; ok && i < k; i++) r->bias[(*n)++] = (tkv_logit_bias){t[i], bias};
+    if (t != &one) free(t);
+    return ok;
+}
+
+/* logit_bias into r->bias (*n entries): OpenAI's {"token id": bias}, or llama-server's forms, {"text": bias} and
+   [[id or "text", bias or false], ...]. */
+static bool parse_logit_bias(const srv_api *a, const json_t *body, srv_req *r, size_t *n, srv_err *e) {
     const json_t *lb = json_object_get(body, "logit_bias");
+    size_t cap = 0;
+    *n = 0;
     if (!lb || json_is_null(lb)) return true;
-    if (!json_is_object(lb)) {
-        srv_err_set(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object of token ids to numbers");
+    if (!json_is_object(lb) && !json_is_array(lb)) {
+        srv_err_set(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object of token ids to numbers, or "
+                    "an array of [token id or text, bias] pairs");
         return false;
     }
-    const size_t n = json_object_size(lb), n_vocab = tkv_vocab_size(a->model);
-    if (n > 1024) {
-        srv_err_set(e, 400, "logit_bias", "invalid_value", "'logit_bias' has %zu entries; at most 1024 are allowed", n);
-        return false;
-    }
-    if (!n) return true;
-    if (!(r->bias = malloc(n * sizeof *r->bias))) {
-        srv_err_set(e, 500, NULL, NULL, "out of memory");
-        return false;
+    if (json_is_array(lb)) {
+        for (size_t i = 0; i < json_array_size(lb); i++) {
+            const json_t *pair = json_array_get(lb, i), *x = json_array_get(pair, 0);
+            if (json_array_size(pair) != 2 || (!json_is_integer(x) && !json_is_string(x))) {
+                srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias[%zu] must be [token id or text, bias]", i);
+                return false;
+            }
+            char key[32];
+            snprintf(key, sizeof key, "%lld", (long long)json_integer_value(x));
+            if (!add_bias(a, json_is_string(x) ? json_string_value(x) : key, json_is_integer(x), json_integer_value(x),
+                          json_array_get(pair, 1), r, n, &cap, e))
+                return false;
+        }
+        return true;
     }
     const char *k;
     json_t *v;
-    size_t i = 0;
     json_object_foreach((json_t *)lb, k, v) {
         char *end;
         const long long id = strtoll(k, &end, 10);
-        if (!*k || *end || id < 0 || (unsigned long long)id >= n_vocab) {
-            srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias: '%.32s' is not a token id of this model "
-                        "(0..%zu)", k, n_vocab - 1);
+        const bool is_id = *k && !*end && strspn(k, "-0123456789") == strlen(k);
+        if (!*k || !add_bias(a, k, is_id, id, v, r, n, &cap, e)) {
+            if (!*k) srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias: an empty key");
             return false;
         }
-        if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100) {
-            srv_err_set(e, 400, "logit_bias", "invalid_value", "logit_bias[%s] must be a number in [-100, 100]", k);
-            return false;
-        }
-        r->bias[i++] = (tkv_logit_bias){(tkv_token)id, (float)json_number_value(v)};
     }
     return true;
 }
@@ -446,6 +569,29 @@ static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
             srv_err_set(e, 400, never[i], "unsupported_parameter", "'%s' is not supported by this server", never[i]);
             return false;
         }
+    }
+    /* llama-server's sampler and limit fields that are not implemented: accepted at their neutral value only, so
+       that a request that asks for one is refused by name rather than sampled without it */
+    static const struct {
+        const char *key;
+        double neutral;
+    } neutral[] = {{"typical_p", 1}, {"tfs_z", 1}, {"top_n_sigma", -1}, {"dynatemp_range", 0}, {"xtc_probability", 0},
+                   {"repeat_last_n", 64}, {"penalty_last_n", 64}, {"n_indent", 0}, {"t_max_predict_ms", 0},
+                   {"min_keep", 0}, {"mirostat", 0}, {"dry_multiplier", 0}};
+    for (size_t i = 0; i < sizeof neutral / sizeof neutral[0]; i++) {
+        const json_t *v = json_object_get(body, neutral[i].key);
+        if (v && !json_is_null(v) && !(json_is_number(v) && json_number_value(v) == neutral[i].neutral)) {
+            srv_err_set(e, 400, neutral[i].key, "unsupported_parameter",
+                        "'%s' is not supported by this server (only %g, which turns it off)", neutral[i].key,
+                        neutral[i].neutral);
+            return false;
+        }
+    }
+    const json_t *lazy = json_object_get(body, "grammar_lazy"), *trig = json_object_get(body, "grammar_triggers");
+    if (json_is_true(lazy) || json_array_size(trig)) {
+        srv_err_set(e, 400, json_is_true(lazy) ? "grammar_lazy" : "grammar_triggers", "unsupported_parameter",
+                    "lazy grammars (grammar_lazy, grammar_triggers) are not supported by this server");
+        return false;
     }
     const json_t *modalities = json_object_get(body, "modalities");
     (void)chat;
@@ -502,7 +648,8 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     }
     if (!srv_field_int(body, mt_key, 1, a->max_tokens, &max_tokens, e)) return false;
     const long long room = (long long)a->n_ctx - (long long)r->n_prompt;
-    if (max_tokens < 0) max_tokens = chat ? a->max_tokens : 16; /* OpenAI's default for completions */
+    const long long np = a->defaults.n_predict; /* --n-predict: the length of a request that gives none */
+    if (max_tokens < 0) max_tokens = np > 0 ? np : chat ? a->max_tokens : 16; /* OpenAI's default for completions */
     r->max_tokens = (int)(max_tokens < room ? max_tokens : room);
     /* n choices generate n completions at once: together they stay within what one request may ask */
     if (n > 1 && n * r->max_tokens > SRV_MAX_CHOICES * (long long)a->max_tokens / 2) {
@@ -514,24 +661,31 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     /* OpenAI's sampling defaults: temperature 1, no top-p cut; top_k, min_p
        and repeat_penalty are llama.cpp-style extensions, off by default */
     tkv_sampler_params sp = tkv_sampler_default_params();
-    double temperature = 1, top_p = 1, min_p = 0, rp = 1;
-    long long top_k = 0;
+    const srv_defaults *d = &a->defaults; /* the server's (--temp, ...) where given */
+    double temperature = isnan(d->temperature) ? 1 : d->temperature, top_p = isnan(d->top_p) ? 1 : d->top_p;
+    double min_p = isnan(d->min_p) ? 0 : d->min_p, rp = isnan(d->repeat_penalty) ? 1 : d->repeat_penalty;
+    long long top_k = d->top_k >= 0 ? d->top_k : 0;
     if (!srv_field_number(body, "temperature", 0, 2, &temperature, e) || !srv_field_number(body, "top_p", 0, 1, &top_p, e) ||
         !srv_field_int(body, "top_k", 0, 1000000000, &top_k, e) || !srv_field_number(body, "min_p", 0, 1, &min_p, e) ||
         !srv_field_number(body, "repeat_penalty", 0, 10, &rp, e) || !srv_field_int(body, "seed", LLONG_MIN, LLONG_MAX, &seed, e))
         return false;
-    double presence = 0, frequency = 0;
+    size_t n_bias = 0;
+    double presence = isnan(d->presence_penalty) ? 0 : d->presence_penalty;
+    double frequency = isnan(d->frequency_penalty) ? 0 : d->frequency_penalty;
     if (!srv_field_number(body, "presence_penalty", -2, 2, &presence, e) ||
-        !srv_field_number(body, "frequency_penalty", -2, 2, &frequency, e) || !parse_logit_bias(a, body, r, e))
+        !srv_field_number(body, "frequency_penalty", -2, 2, &frequency, e) || !parse_logit_bias(a, body, r, &n_bias, e))
         return false;
     sp.presence_penalty = (float)presence, sp.frequency_penalty = (float)frequency;
-    sp.logit_bias = r->bias, sp.n_logit_bias = r->bias ? json_object_size(json_object_get(body, "logit_bias")) : 0;
+    sp.logit_bias = r->bias, sp.n_logit_bias = n_bias;
     sp.temperature = (float)temperature, sp.top_p = (float)top_p, sp.top_k = (int32_t)top_k;
     sp.min_p = (float)min_p, sp.repeat_penalty = (float)rp;
-    if (json_object_get(body, "seed") && json_is_integer(json_object_get(body, "seed"))) sp.seed = (uint64_t)seed;
-    else sp.seed = XXH3_64bits(r->id, strlen(r->id));
+    /* no seed: the server's --seed; -1 (also the server's default): a random one, of 32 bits as llama-server's, so
+       that a client (JavaScript's numbers hold 53) can send the reported seed back */
+    if (!json_is_integer(json_object_get(body, "seed"))) seed = d->seed;
+    sp.seed = seed == -1 ? XXH3_64bits(r->id, strlen(r->id)) & 0xffffffffu : (uint64_t)seed;
     r->sp = sp;
 
+    r->ignore_eos = d->ignore_eos;
     if (!srv_field_bool(body, "stream", &r->stream, e) || !srv_field_bool(body, "return_tokens", &r->return_tokens, e) ||
         !srv_field_bool(body, "ignore_eos", &r->ignore_eos, e) || !parse_stop(body, r, e))
         return false;

@@ -17,10 +17,12 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
 /*
  * The prompt text of a chat request body (messages, tools,
  * chat_template_kwargs), as the model's template renders it: malloc'd,
- * *len bytes. NULL with *e set (400) on an invalid field or a template
- * that raises.
+ * *len bytes. A final assistant message with text is continued (llama-server's
+ * prefill, continue_final_message) unless --no-prefill-assistant: the prompt
+ * then ends with its text, and *prefilled (may be NULL) says so. NULL with
+ * *e set (400) on an invalid field or a template that raises.
  */
-char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, srv_err *e);
+char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, bool *prefilled, srv_err *e);
 
 /* Make r, parsed from the same body as first (its choice 0), its choice i: the same id, the seed plus i. */
 void srv_api_choice(srv_req *first, srv_req *r, size_t i);

@@ -141,6 +141,70 @@ static json_t *choice_json(const srv_api *a, srv_req *r) {
     return choice;
 }
 
+json_t *srv_api_native_probs(const srv_api *a, const srv_req *r, size_t from, size_t to) {
+    json_t *out = json_array();
+    for (size_t i = from; i < to && i < r->n_lps; i++) {
+        const srv_logprob *lp = &r->lps[i];
+        json_t *bytes, *tops = json_array(), *tok = token_text(a, lp->token, &bytes);
+        for (int k = 0; k < lp->n_top; k++) {
+            json_t *tb, *tt = token_text(a, lp->top[k], &tb);
+            json_array_append_new(tops, json_pack("{s:i,s:o,s:f,s:o}", "id", (int)lp->top[k], "token", tt, "logprob",
+                                                  (double)lp->top_logprob[k], "bytes", tb));
+        }
+        json_array_append_new(out, json_pack("{s:i,s:o,s:f,s:o,s:o}", "id", (int)lp->token, "token", tok, "logprob",
+                                             (double)lp->logprob, "bytes", bytes, "top_logprobs", tops));
+    }
+    return out;
+}
+
+static double per(double num, double den) { return den > 0 ? num / den : 0; }
+
+json_t *srv_api_timings(srv_req *const *reqs, size_t n) {
+    const srv_req *r = reqs[0];
+    int predicted = 0;
+    double t_done = r->t_done;
+    for (size_t i = 0; i < n; i++) {
+        predicted += reqs[i]->n_gen;
+        if (reqs[i]->t_done > t_done) t_done = reqs[i]->t_done;
+    }
+    /* prompt time runs from arrival to the first token (queueing included), generation from there to the end */
+    const double prompt_ms = 1e3 * (r->t_first - r->t_arrival), gen_ms = 1e3 * (t_done - r->t_first);
+    const size_t prompt_n = r->n_prompt - r->n_cached;
+    return json_pack("{s:I,s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "cache_n", (json_int_t)r->n_cached, "prompt_n",
+                     (json_int_t)prompt_n, "prompt_ms", prompt_ms, "prompt_per_token_ms", per(prompt_ms, (double)prompt_n),
+                     "prompt_per_second", per(1e3 * (double)prompt_n, prompt_ms), "predicted_n", predicted,
+                     "predicted_ms", gen_ms, "predicted_per_token_ms", per(gen_ms, predicted), "predicted_per_second",
+                     per(1e3 * predicted, gen_ms));
+}
+
+json_t *srv_api_prompt_text(const srv_api *a, const srv_req *r) {
+    size_t len = 0, cap = 256;
+    char *p = malloc(cap), piece[256];
+    for (size_t i = 0; p && i < r->n_prompt; i++) { /* the pieces as they are, so that the text shows every token */
+        size_t k = 0;
+        if (tkv_token_to_piece(a->model, r->prompt[i], TKV_DETOKENIZE_SPECIAL, piece, sizeof piece, &k) != TKV_OK)
+            continue;
+        if (len + k + 1 > cap) {
+            while (len + k + 1 > cap) cap *= 2;
+            char *t = realloc(p, cap);
+            if (!t) {
+                free(p);
+                p = NULL;
+                break;
+            }
+            p = t;
+        }
+        memcpy(p + len, piece, k), len += k;
+    }
+    json_t *o = p ? srv_json_text(p, len) : json_null();
+    free(p);
+    return o;
+}
+
+json_t *srv_api_verbose(const srv_api *a, const srv_req *r) {
+    return json_pack("{s:o,s:o}", "prompt", srv_api_prompt_text(a, r), "content", srv_json_text(r->text, r->text_len));
+}
+
 char *srv_api_response(const srv_api *a, srv_req *const *reqs, size_t n) {
     const srv_req *r = reqs[0];
     json_t *choices = json_array();
@@ -148,6 +212,12 @@ char *srv_api_response(const srv_api *a, srv_req *const *reqs, size_t n) {
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o,s:s}", "id", r->id, "object",
                           r->chat ? "chat.completion" : "text_completion", "created", (json_int_t)r->created, "model",
                           a->model_id, "choices", choices, "usage", usage(reqs, n), "system_fingerprint", "tokenkv");
+    if (o) json_object_set_new(o, "timings", srv_api_timings(reqs, n));
+    if (o && a->verbose) {
+        pthread_mutex_lock(&reqs[0]->mu);
+        json_object_set_new(o, "__verbose", srv_api_verbose(a, reqs[0]));
+        pthread_mutex_unlock(&reqs[0]->mu);
+    }
     return dump(o);
 }
 
@@ -156,6 +226,7 @@ char *srv_api_usage_chunk(const srv_api *a, srv_req *const *reqs, size_t n) {
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[],s:o}", "id", r->id, "object",
                           r->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)r->created,
                           "model", a->model_id, "system_fingerprint", "tokenkv", "choices", "usage", usage(reqs, n));
+    if (o) json_object_set_new(o, "timings", srv_api_timings(reqs, n)); /* llama-server's, with the usage */
     char *body = dump(o);
     if (!body) return NULL;
     char *ev = malloc(strlen(body) + 9);
@@ -173,6 +244,7 @@ char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const cha
         if (r->chat) {
             json_t *delta = json_object();
             if (first) json_object_set_new(delta, "role", json_string("assistant"));
+            if (kind == SRV_CHUNK_ROLE) json_object_set_new(delta, "content", json_null()); /* llama-server's first chunk */
             if (t) json_object_set_new(delta, "content", t);
             if (kind == SRV_CHUNK_REASONING) json_object_set_new(delta, "reasoning_content", srv_json_text(text, n));
             choice = json_pack("{s:i,s:o,s:n,s:o}", "index", r->index, "delta", delta, "logprobs", "finish_reason",

@@ -12,17 +12,33 @@
 char *srv_api_response(const srv_api *a, srv_req *const *reqs, size_t n);
 
 /*
- * One SSE event ("data: {...}\n\n") of a stream: a text delta (first: the
- * chat role comes with it), a reasoning delta (delta.reasoning_content), or
+ * One SSE event ("data: {...}\n\n") of a stream: a chat stream's first, the
+ * role alone (content null, as llama-server sends it; first true), a text
+ * delta, a reasoning delta (delta.reasoning_content), or
  * the final chunk with its finish reason (for it, n is the number of tool
  * calls the stream sent). With logprobs, a delta or final chunk carries
  * those of the tokens generated since *lp_sent (then advanced); lp_sent may
  * be NULL (none). The choice's index is r->index. The caller holds r->mu.
  * malloc'd; NULL when out of memory.
  */
-typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_REASONING, SRV_CHUNK_FINISH } srv_chunk_kind;
+typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_REASONING, SRV_CHUNK_FINISH, SRV_CHUNK_ROLE } srv_chunk_kind;
 char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first,
                     size_t *lp_sent);
+
+/* llama-server's "timings" of a request's choices (the prompt of the first, the completions together):
+   cache_n, prompt_n (the prompt tokens computed), predicted_n, and their milliseconds and rates. The caller
+   holds no lock (the counts are final once the requests are done). */
+json_t *srv_api_timings(srv_req *const *reqs, size_t n);
+
+/* llama-server's completion_probabilities of generated tokens [from, to) (n_probs): {id, token, logprob, bytes,
+   top_logprobs: [{id, token, logprob, bytes}]} each. The caller holds r->mu. */
+json_t *srv_api_native_probs(const srv_api *a, const srv_req *r, size_t from, size_t to);
+
+/* The prompt as text: its tokens' pieces, control tokens included (llama-server's "prompt" field). */
+json_t *srv_api_prompt_text(const srv_api *a, const srv_req *r);
+
+/* --verbose: llama-server's "__verbose" object, the prompt as text and the answer. The caller holds r->mu. */
+json_t *srv_api_verbose(const srv_api *a, const srv_req *r);
 
 /* The last event of a stream with include_usage: no choices, the usage of all n choices. Locks each. malloc'd. */
 char *srv_api_usage_chunk(const srv_api *a, srv_req *const *reqs, size_t n);

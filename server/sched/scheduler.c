@@ -405,6 +405,7 @@ static void on_token(srv_sched *s, slot *sl, tkv_token tok, const float *logits)
     size_t len = 0;
     bool stopped = false;
     if (tkv_detok_push(run->dt, tok, &text, &len) == TKV_OK) stopped = srv_req_append(r, text, len);
+    srv_req_note_token(r, tok);
     if (stopped) finish(s, sl, "stop");
     else if (run->n_gen >= r->max_tokens || sl->n_past + 1 >= s->o.n_ctx) finish(s, sl, "length");
 }

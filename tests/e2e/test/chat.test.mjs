@@ -8,9 +8,10 @@ const MESSAGES = [
   { role: 'system', content: 'You tell short stories to children.' },
   { role: 'user', content: 'Tell me a story about a cat and a dog.' },
 ];
-// stories260K has no chat template: the server renders messages as plain
-// "Role: content" lines ending with the generation prompt (chat_template.h)
-const RENDERED = 'System: You tell short stories to children.\nUser: Tell me a story about a cat and a dog.\nAssistant:';
+// stories260K has no chat template: the server renders messages in ChatML, as
+// llama-server does, ending with the generation prompt (server/server.c)
+const RENDERED = '<|im_start|>system\nYou tell short stories to children.<|im_end|>\n' +
+  '<|im_start|>user\nTell me a story about a cat and a dog.<|im_end|>\n<|im_start|>assistant\n';
 
 // An answer is the completion of the rendered prompt: the text that follows
 // it, except that whether a chat answer keeps the space SentencePiece puts
@@ -92,8 +93,9 @@ serverSuite('chat completions', [], (s) => {
     const first = await client.chat.completions.create({ model: MODEL_ID, messages: MESSAGES, max_tokens: 12, temperature: 0 });
     const messages = [...MESSAGES, first.choices[0].message, { role: 'user', content: 'What happened next?' }];
     const second = await client.chat.completions.create({ model: MODEL_ID, messages, max_tokens: 12, temperature: 0 });
-    // plain rendering: one "Role: content" line per message, content as it is
-    const rendered = `${RENDERED} ${first.choices[0].message.content}\nUser: What happened next?\nAssistant:`;
+    // ChatML: one block per message, content as it is
+    const rendered = `${RENDERED}${first.choices[0].message.content}<|im_end|>\n<|im_start|>user\nWhat happened next?` +
+      '<|im_end|>\n<|im_start|>assistant\n';
     const renderedIds = await tokenize(server, rendered);
     const shared = commonPrefix(renderedIds, await tokenize(server, RENDERED));
     assert.equal(second.usage.prompt_tokens, renderedIds.length);

@@ -78,7 +78,8 @@ serverSuite('bad requests', ['--max-tokens', String(MAX_TOKENS)], (s) => {
       [{ frequency_penalty: -2.5 }, 'frequency_penalty'],
       [{ logit_bias: { 999999: 1 } }, 'logit_bias'],
       [{ logit_bias: { 5: 101 } }, 'logit_bias'],
-      [{ logit_bias: { abc: 1 } }, 'logit_bias'],
+      [{ logit_bias: { abc: 'x' } }, 'logit_bias'], // a text key is llama-server's form; its bias must be a number
+      [{ logit_bias: [[1]] }, 'logit_bias'],
       [{ logit_bias: [1, 2] }, 'logit_bias'],
       // documented OpenAI fields not implemented here: named, never silently dropped
       [{ echo: true, logprobs: 2 }, 'echo'], // the prompt's log-probabilities are not computed

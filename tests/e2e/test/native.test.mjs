@@ -137,14 +137,15 @@ serverSuite('native /completion and /slots', ['--parallel', '2'], (s) => {
     let busy;
     await waitFor(async () => {
       busy = (await get(server, '/slots')).json.filter((x) => x.is_processing);
-      return busy.length === 1 && busy[0].next_token.n_decoded >= 3;
+      return busy.length === 1 && busy[0].next_token[0].n_decoded >= 3;
     }, 'a slot processing the stream');
     const x = busy[0];
     assert.match(x.request, /^cmpl-/);
     assert.equal(x.n_prompt_tokens, promptLen);
     assert.equal(x.params.n_predict, 2000);
-    assert.equal(x.next_token.n_remain, 2000 - x.next_token.n_decoded);
-    assert.ok(x.n_past >= promptLen && x.n_past <= promptLen + x.next_token.n_decoded, JSON.stringify(x));
+    assert.equal(x.next_token.length, 1); // llama-server's shape: an array of one
+    assert.equal(x.next_token[0].n_remain, 2000 - x.next_token[0].n_decoded);
+    assert.ok(x.n_past >= promptLen && x.n_past <= promptLen + x.next_token[0].n_decoded, JSON.stringify(x));
     st.abort();
     await waitFor(async () => (await get(server, '/slots')).json.every((y) => !y.is_processing),
                   'the slot to be free again after the client left');
@@ -157,8 +158,9 @@ serverSuite('native /completion and /slots', ['--parallel', '2'], (s) => {
       [{ prompt: PROMPT, n_predict: 1 << 30 }, 'n_predict'],
       [{ prompt: PROMPT, cache_prompt: 'yes' }, 'cache_prompt'],
       [{ prompt: PROMPT, id_slot: 1 }, 'id_slot'],
-      [{ prompt: PROMPT, json_schema: { type: 'object' } }, 'json_schema'],
-      [{ prompt: PROMPT, n_probs: 3 }, 'n_probs'],
+      [{ prompt: PROMPT, json_schema: 5 }, 'json_schema'], // a schema constrains (llama_compat.test.mjs); this is none
+      [{ prompt: PROMPT, n_probs: 99 }, 'n_probs'], // 0..20 (llama_compat.test.mjs checks the probabilities)
+      [{ prompt: PROMPT, n_probs: 2, post_sampling_probs: true }, 'post_sampling_probs'],
       [{ prompt: PROMPT, stream_options: { include_usage: true }, stream: true }, 'stream_options'],
       [{ n_predict: 4 }, 'prompt'],
       [{ prompt: PROMPT, temperature: 9 }, 'temperature'],

@@ -14,9 +14,9 @@ const MODEL = path.join(SHARED, 'models', 'arch', 'gemma3.gguf');
 const SYSTEM = 'You are a helpful assistant who answers questions about gardens, birds and the weather.';
 const TURNS = ['Which birds visit a garden in winter?', 'And what do they eat when it snows?',
                'How can I help them in spring?'];
-// gemma3.gguf has no chat template: plain "Role: content" lines (server/openai/chat_template.h)
-const render = (messages) => `${messages.map((m) => `${m.role[0].toUpperCase()}${m.role.slice(1)}: ${m.content}`)
-  .join('\n')}\nAssistant:`;
+// gemma3.gguf has no chat template: ChatML, as llama-server renders such a model (server/server.c)
+const render = (messages) => `${messages.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('')}` +
+  '<|im_start|>assistant\n';
 
 describe('sliding-window model (gemma3): multi-turn reuse', () => {
   let cached = null;

@@ -121,7 +121,7 @@ async function reassemble(stream) {
 // the non-streamed message, ids left out (they are per response)
 function shape(message, finish) {
   return {
-    content: message.content ?? null,
+    content: message.content || null, // a stream sends no empty content delta (as llama-server): '' reassembles to null
     calls: (message.tool_calls ?? []).map((c) => [c.function.name, c.function.arguments]),
     finish,
   };
