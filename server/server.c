@@ -398,6 +398,12 @@ int srv_main(const srv_opts *o) {
         tkv_model_free(model);
         return 1;
     }
+    /* the tiers read no value larger than any this cache makes: all of its K/V and tokens, with room for the
+       headers and checksums */
+    tkv_stats cs = {0};
+    tkv_cache_stats(ctx, &cs);
+    const uint64_t max_image = 2 * cs.kv_bytes + 16 * cs.cells_total + ((uint64_t)16 << 20);
+    if (S.disk) srv_disk_limit_files(S.disk, max_image);
     if (o->cache_dir) {
         load_cache(ctx, o, fresh_dir);
         /* after the load: the saver starts from the files it left */
