@@ -416,7 +416,8 @@ int srv_main(const srv_opts *o) {
     if (o->kv_store && !o->no_prefix_cache) {
         char err[512];
         srv_store_opts sto = {.url = o->kv_store, .timeout_ms = o->kv_store_timeout_ms,
-                              .max_pending = o->kv_store_max_pending ? o->kv_store_max_pending : (size_t)256 << 20};
+                              .max_pending = o->kv_store_max_pending ? o->kv_store_max_pending : (size_t)256 << 20,
+                              .max_value = (size_t)max_image};
         if (!(S.store = srv_store_start(&sto, model, cp.kv_type, cp.kv_type_v == TKV_TYPE_COUNT ? cp.kv_type : cp.kv_type_v,
                                         err, sizeof err))) {
             fprintf(stderr, "tokenkv serve: %s\n", err);
