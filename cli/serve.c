@@ -98,6 +98,9 @@ static const char *const serve_help =
     "                             ZeroMQ PUB socket bound at ENDPOINT (tcp://HOST:PORT)  [TOKENKV_KV_EVENTS]\n"
     "  --kv-events-block-size N   tokens per block of those events (default 16)\n"
     "                                                                   [TOKENKV_KV_EVENTS_BLOCK_SIZE]\n"
+    "  --kv-events-tokens         with --api-key, events carry token ids too (routers need only the\n"
+    "                             hashes; ids are prompt text for any subscriber); never those of a\n"
+    "                             cache_salt                                   [TOKENKV_KV_EVENTS_TOKENS]\n"
     "  --cache-disk DIR           prefixes evicted from RAM are written to DIR in the background and\n"
     "                             loaded back when a prompt continues them           [TOKENKV_CACHE_DISK]\n"
     "  --cache-disk-max BYTES     DIR's size at most, least recently used files removed first;\n"
@@ -158,6 +161,7 @@ static const option options[] = {
     {{"--cache-disk"}, "TOKENKV_CACHE_DISK", O_STR, OFF(cache_disk), 0, 0, 0},
     {{"--cache-disk-max"}, "TOKENKV_CACHE_DISK_MAX", INT(cache_disk_max, 0, 1ll << 50)},
     {{"--kv-events-block-size"}, "TOKENKV_KV_EVENTS_BLOCK_SIZE", INT(kv_events_block_size, 1, 4096)},
+    {{"--kv-events-tokens"}, "TOKENKV_KV_EVENTS_TOKENS", O_FLAG, OFF(kv_events_tokens), 0, 0, 0},
 };
 
 static const option *find_option(const char *name) {
@@ -171,7 +175,12 @@ static const option *find_option(const char *name) {
 static bool set(srv_opts *o, const option *op, const char *v, const char *from) {
     char *field = (char *)o + op->off;
     if (op->kind == O_STR) {
-        *(const char **)field = *v ? v : NULL; /* an empty value: unset */
+        /* an empty value: unset, but for a key, where that would silently turn authentication off */
+        if (!*v && (op->off == offsetof(srv_opts, api_key) || op->off == offsetof(srv_opts, admin_key))) {
+            fprintf(stderr, "tokenkv serve: %s is empty: give a key, or leave it out to serve without one\n", from);
+            return false;
+        }
+        *(const char **)field = *v ? v : NULL;
         return true;
     }
     if (op->kind == O_FLAG) {

@@ -316,6 +316,11 @@ int srv_main(const srv_opts *o) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    if (o->admin_key && !o->api_key) { /* every route would be open: the admin key would guard nothing */
+        fprintf(stderr, "tokenkv serve: --admin-key needs --api-key (or --api-key-file): without an API key every "
+                        "route is open\n");
+        return 2;
+    }
     struct sockaddr_storage addr;
     if (!bind_addr(o, &addr)) return 2;
     bool fresh_dir = false;
@@ -370,7 +375,9 @@ int srv_main(const srv_opts *o) {
                         "batching and prefix reuse\n");
     cp.kv_type = (tkv_type)o->kv_type_k;
     cp.kv_type_v = (tkv_type)o->kv_type_v;
-    if (o->kv_events && !(S.kvev = srv_kvev_start(o->kv_events, o->kv_events_block_size))) {
+    /* a subscriber is not authenticated: with keys, the prompts' token ids (their text) only when asked for */
+    const bool event_tokens = o->kv_events_tokens || !o->api_key;
+    if (o->kv_events && !(S.kvev = srv_kvev_start(o->kv_events, o->kv_events_block_size, event_tokens))) {
         tkv_chat_template_free(S.api.jinja);
         tkv_grammar_free(grammar);
         tkv_model_free(model);

@@ -58,6 +58,7 @@ typedef struct srv_opts {
     const char *replica_id;    /* sent as X-Tokenkv-Replica on every response; NULL: none */
     const char *kv_events;     /* a ZeroMQ endpoint to publish KV events at (kv_events.h); NULL: none */
     uint32_t kv_events_block_size; /* tokens per block of those events */
+    bool kv_events_tokens;     /* their token ids also with authentication on (salted namespaces: never) */
     const char *cache_disk;    /* the disk tier's directory (disk_tier.h); NULL: none */
     uint64_t cache_disk_max;   /* its bytes at most; 0: no limit */
 } srv_opts;

@@ -235,8 +235,10 @@ static enum MHD_Result props(conn *cs, struct MHD_Connection *c, srv_state *S, c
         chat = json_string(S->api.jinja ? S->o->chat_template : srv_chat_name(S->api.chat));
     char build[64];
     snprintf(build, sizeof build, "tokenkv %d.%d.%d", TKV_VERSION_MAJOR, TKV_VERSION_MINOR, TKV_VERSION_PATCH);
+    /* the file's name, not where it lies: the path tells a client about the host */
+    const char *slash = strrchr(S->o->model_path, '/');
     json_t *o = json_pack("{s:s,s:s,s:I,s:i,s:o,s:s,s:{s:I,s:{s:i}},s:{s:b,s:b}}", "model_alias", S->api.model_id,
-                          "model_path", S->o->model_path, "n_ctx", (json_int_t)S->api.n_ctx, "total_slots",
+                          "model_path", slash ? slash + 1 : S->o->model_path, "n_ctx", (json_int_t)S->api.n_ctx, "total_slots",
                           S->o->parallel, "chat_template", chat, "build_info", build, "default_generation_settings",
                           "n_ctx", (json_int_t)S->api.n_ctx, "params", "n_predict", S->api.max_tokens, "modalities",
                           "vision", 0, "audio", 0);
@@ -303,8 +305,13 @@ static enum MHD_Result metrics(conn *cs, struct MHD_Connection *c, srv_state *S,
     (void)rest;
     return view(cs, c, S, srv_metrics_view);
 }
+/* GET /slots: the requests of ?cache_salt='s namespace (the default one without), or of every one with the
+   admin key; another namespace's slot shows only that it is busy. */
 static enum MHD_Result slots(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
     (void)rest;
+    const char *salt = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
+    cs->view = (srv_view){.ns = salt && *salt ? srv_api_namespace(&S->api, salt, strlen(salt)) : 0,
+                          .all = http_bearer_is(c, S->o->admin_key)};
     return view(cs, c, S, srv_slots_view);
 }
 static enum MHD_Result model_list(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {

@@ -1,10 +1,14 @@
 // Hardening, round 3 (issue 38): each finding of the adversarial round as a
-// regression test. Request bombs: a body of 20,000 tools is checked in one
-// linear pass (its duplicate found, its unique names all accepted), so it
-// answers within a generous bound that the old quadratic check (about a
-// minute per body) missed by far.
+// regression test (the disk tier's and the Redis store's have their own
+// files). Request bombs: a body of 20,000 tools is checked in one linear
+// pass (its duplicate found, its unique names all accepted), so it answers
+// within a generous bound that the old quadratic check (about a minute per
+// body) missed by far. Auth traps: empty keys and an admin key alone are
+// refused at start. Small leaks: /props and /slots.
 import assert from 'node:assert/strict';
-import { assertErrorBody, post, serverSuite } from '../lib/server.mjs';
+import path from 'node:path';
+import { describe, it } from 'node:test';
+import { MODEL, assertErrorBody, get, post, serverSuite, startServer } from '../lib/server.mjs';
 
 const N_TOOLS = 20000;
 
@@ -59,3 +63,68 @@ serverSuite('request parts are checked in linear time', [], (s) => {
     assert.equal(ok.status, 200, ok.body);
   });
 });
+
+// Auth traps: an empty key would turn authentication off, an admin key without an API key would guard nothing
+describe('keys that would leave the server open are refused at start', () => {
+  it('--api-key "" and TOKENKV_API_KEY= (empty)', async () => {
+    await assert.rejects(startServer(['--api-key', '']), /--api-key is empty: give a key/);
+    process.env.TOKENKV_API_KEY = '';
+    try {
+      await assert.rejects(startServer([]), /TOKENKV_API_KEY is empty: give a key/);
+    } finally {
+      delete process.env.TOKENKV_API_KEY;
+    }
+    await assert.rejects(startServer(['--api-key', 'k', '--admin-key', '']), /--admin-key is empty/);
+  });
+
+  it('--admin-key without --api-key', async () => {
+    await assert.rejects(startServer(['--admin-key', 'admin']), /--admin-key needs --api-key/);
+  });
+});
+
+// Small leaks: /props names the model's file, not its path; /slots shows a caller its own namespace's requests
+serverSuite('what a caller sees of the host and of other tenants', ['--api-key', 'k', '--admin-key', 'admin', '-np', '2'],
+  (s) => {
+    s.test('/props: the model file name, no directory', async (server) => {
+      const r = await get(server, '/props', server.auth);
+      assert.equal(r.status, 200, r.body);
+      assert.equal(r.json.model_path, path.basename(MODEL));
+      assert.ok(!r.json.model_path.includes('/'));
+      assert.ok(!r.body.includes(path.dirname(MODEL)), r.body);
+    });
+
+    s.test("/slots: another namespace's running request shows only as busy", async (server) => {
+      // a long streamed request of tenant-a, held running while the views are read
+      const ac = new AbortController();
+      const res = await fetch(`${server.url}/v1/completions`, {
+        method: 'POST', signal: ac.signal, headers: { 'Content-Type': 'application/json', ...server.auth },
+        body: JSON.stringify({ prompt: 'Once upon a time', max_tokens: 4000, stream: true, ignore_eos: true,
+                               cache_salt: 'tenant-a' }),
+      });
+      assert.equal(res.status, 200);
+      const reader = res.body.getReader();
+      const first = new TextDecoder().decode((await reader.read()).value);
+      const id = /"id":"([^"]+)"/.exec(first)[1];
+      try {
+        const busy = async (route, headers) => {
+          const r = await get(server, route, headers);
+          assert.equal(r.status, 200, r.body);
+          return r;
+        };
+        const other = await busy('/slots', server.auth); // the default namespace's caller
+        assert.ok(!other.body.includes(id), other.body);
+        const running = other.json.filter((x) => x.is_processing);
+        assert.equal(running.length, 1, other.body);
+        assert.equal(running[0].request, null);
+        assert.equal(running[0].n_prompt_tokens, undefined);
+        assert.equal(running[0].params, undefined);
+        const own = await busy('/slots?cache_salt=tenant-a', server.auth);
+        assert.ok(own.json.some((x) => x.request === id), own.body);
+        const admin = await busy('/slots', { Authorization: 'Bearer admin' });
+        assert.ok(admin.json.some((x) => x.request === id && x.n_prompt_tokens > 0), admin.body);
+      } finally {
+        ac.abort();
+        await reader.cancel().catch(() => {});
+      }
+    });
+  });
