@@ -289,9 +289,19 @@ static enum MHD_Result view(conn *cs, struct MHD_Connection *c, srv_state *S, vo
 static enum MHD_Result cache_view(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
     (void)rest;
     const char *salt = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
+    const bool admin = http_bearer_is(c, S->o->admin_key);
+    /* with keys, the token ids (the namespace's prompts) and the full check (every cell, on the inference
+       thread) are the admin's: any key holder polling them could read others' prompts or stall decoding */
+    static const char *const admin_only[] = {"tokens", "check"};
+    for (size_t i = 0; S->o->api_key && !admin && i < sizeof admin_only / sizeof *admin_only; i++)
+        if (flag(c, admin_only[i])) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "'%s=1' needs the admin key (--admin-key)", admin_only[i]);
+            return http_fail(cs, c, 403, admin_only[i], "admin_only", msg);
+        }
     cs->view = (srv_view){.ns = salt && *salt ? srv_api_namespace(&S->api, salt, strlen(salt)) : 0,
                           .detail = flag(c, "detail"), .ids = flag(c, "tokens"), .check = flag(c, "check"),
-                          .all = http_bearer_is(c, S->o->admin_key)};
+                          .all = admin};
     return view(cs, c, S, srv_cache_view);
 }
 

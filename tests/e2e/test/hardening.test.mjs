@@ -93,6 +93,19 @@ serverSuite('what a caller sees of the host and of other tenants', ['--api-key',
       assert.ok(!r.body.includes(path.dirname(MODEL)), r.body);
     });
 
+    s.test('/v1/cache: tokens=1 and check=1 need the admin key when keys guard the server', async (server) => {
+      for (const flag of ['tokens', 'check']) {
+        const r = await get(server, `/v1/cache?${flag}=1`, server.auth);
+        assert.equal(r.status, 403, r.body);
+        assertErrorBody(r.json, { param: flag, code: 'admin_only' });
+        assert.match(r.json.error.message, new RegExp(`'${flag}=1' needs the admin key`));
+        const admin = await get(server, `/v1/cache?${flag}=1`, { Authorization: 'Bearer admin' });
+        assert.equal(admin.status, 200, admin.body);
+      }
+      const plain = await get(server, '/v1/cache?detail=1', server.auth);
+      assert.equal(plain.status, 200, plain.body);
+    });
+
     s.test("/slots: another namespace's running request shows only as busy", async (server) => {
       // a long streamed request of tenant-a, held running while the views are read
       const ac = new AbortController();
