@@ -17,7 +17,6 @@ const state = {
   selected: null,     // the node id whose text is shown
   pollTimer: null,
   needKey: false,
-  noTokens: false,    // /v1/cache?tokens=1 is the admin key's: the tree without token ids
 };
 
 class KeyNeeded extends Error {}
@@ -276,13 +275,9 @@ async function poll() {
   clearTimeout(state.pollTimer);
   if (state.needKey) return;
   try {
-    // the token ids find this conversation's nodes; with --api-key they are the admin key's (a 403
-    // otherwise), and the tree is drawn without them
-    let res = await api(state.noTokens ? '/v1/cache' : '/v1/cache?tokens=1');
-    if (res.status === 403 && !state.noTokens) {
-      state.noTokens = true;
-      res = await api('/v1/cache');
-    }
+    // the token ids find this conversation's nodes; with --api-key (a key in use) they are the admin
+    // key's, and the tree is drawn without them
+    const res = await api(sessionStorage.getItem(KEY_STORE) ? '/v1/cache' : '/v1/cache?tokens=1');
     if (!res.ok) throw new Error(await failure(res));
     state.cache = await res.json();
     showTotals(state.cache);
