@@ -277,7 +277,7 @@ static enum MHD_Result view_built(conn *cs, struct MHD_Connection *c, srv_state 
 
 /* A view built on the inference thread, the only one that may read the context. */
 static enum MHD_Result view(conn *cs, struct MHD_Connection *c, srv_state *S, void (*fn)(tkv_context *, void *)) {
-    cs->job = (srv_job){.fn = fn, .done = http_view_done, .user = &cs->view};
+    cs->job = (srv_job){.fn = fn, .done = http_view_done, .user = &cs->view, .view = true};
     cs->view.S = S;
     cs->view.out = NULL;
     atomic_store(&cs->job_done, false);
