@@ -132,6 +132,9 @@ static const opt options[] = {
     {{"--replica-id"}, "TOKENKV_REPLICA_ID", NULL, STR(replica_id)},
     {{"--kv-events"}, "TOKENKV_KV_EVENTS", NULL, STR(kv_events)},
     {{"--kv-events-block-size"}, "TOKENKV_KV_EVENTS_BLOCK_SIZE", NULL, UINT(kv_events_block_size, 1, 4096)},
+    {{"--kv-events-tokens"}, "TOKENKV_KV_EVENTS_TOKENS", NULL, ON(kv_events_tokens)},
+    {{"--state-cache"}, "TOKENKV_STATE_CACHE", NULL, UINT(state_cache_mib, 1, 1 << 20)},
+    {{"--state-interval"}, "TOKENKV_STATE_INTERVAL", NULL, UINT(state_interval, 0, 1 << 20)},
     {{"--cache-disk"}, "TOKENKV_CACHE_DISK", NULL, STR(cache_disk)},
     {{"--cache-disk-max"}, "TOKENKV_CACHE_DISK_MAX", NULL, UINT(cache_disk_max, 0, 1125899906842624.0)},
 
@@ -441,7 +444,12 @@ static bool apply(srv_opts *o, const opt *op, const char *v, const char *from, b
     char *field = (char *)o + op->off;
     switch (op->kind) {
     case K_STR:
-        *(const char **)field = *v ? v : NULL; /* an empty value: unset */
+        /* an empty value: unset, but for a key, where that would silently turn authentication off */
+        if (!*v && (op->off == offsetof(srv_opts, api_key) || op->off == offsetof(srv_opts, admin_key))) {
+            fprintf(err, "tokenkv serve: %s is empty: give a key, or leave it out to serve without one\n", from);
+            return false;
+        }
+        *(const char **)field = *v ? v : NULL;
         return true;
     case K_UINT: /* the ranges are non-negative and fit the fields' widths */
     case K_SINT: {
@@ -511,6 +519,8 @@ void serve_args_defaults(srv_opts *o) {
         .save_interval = 300,
         .kv_events_block_size = 16,
         .cache_disk_max = 1ull << 30,
+        .state_cache_mib = 1024,
+        .state_interval = 32,
         .defaults = {.temperature = NAN, .top_p = NAN, .min_p = NAN, .repeat_penalty = NAN, .presence_penalty = NAN,
                      .frequency_penalty = NAN, .top_k = -1, .seed = -1, .n_predict = -1},
         .reasoning = SRV_REASONING_UNSET,

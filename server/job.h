@@ -17,6 +17,7 @@ typedef struct srv_job {
        inside the post). The job is the caller's again inside done. */
     void (*done)(struct srv_job *job, bool ran);
     void *user;
+    bool view;            /* a view (GET /v1/cache, /metrics, /slots): while requests run, one per step */
     struct srv_job *next; /* the scheduler's */
 } srv_job;
 

@@ -422,6 +422,11 @@ int srv_main(const srv_opts *o) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    if (o->admin_key && !o->api_key) { /* every route would be open: the admin key would guard nothing */
+        fprintf(stderr, "tokenkv serve: --admin-key needs --api-key (or --api-key-file): without an API key every "
+                        "route is open\n");
+        return 2;
+    }
     struct sockaddr_storage addr;
     if (!bind_addr(o, &addr)) return 2;
     bool fresh_dir = false;
@@ -464,6 +469,8 @@ int srv_main(const srv_opts *o) {
     tkv_context_params cp = tkv_context_default_params();
     cp.n_cells = o->cells;
     cp.n_seq_max = (uint32_t)o->parallel;
+    cp.state_cache_mib = o->state_cache_mib; /* hybrid models' checkpoints (docs/library.md) */
+    cp.state_interval = o->state_interval;
     cp.n_batch = o->n_batch;
     if (o->threads > 0) {
         cp.n_threads = o->threads;
@@ -481,7 +488,9 @@ int srv_main(const srv_opts *o) {
                         "batching and prefix reuse\n");
     cp.kv_type = (tkv_type)o->kv_type_k;
     cp.kv_type_v = (tkv_type)o->kv_type_v;
-    if (o->kv_events && !(S.kvev = srv_kvev_start(o->kv_events, o->kv_events_block_size))) {
+    /* a subscriber is not authenticated: with keys, the prompts' token ids (their text) only when asked for */
+    const bool event_tokens = o->kv_events_tokens || !o->api_key;
+    if (o->kv_events && !(S.kvev = srv_kvev_start(o->kv_events, o->kv_events_block_size, event_tokens))) {
         tkv_chat_template_free(S.api.jinja);
         tkv_grammar_free(grammar);
         tkv_model_free(model);
@@ -509,6 +518,12 @@ int srv_main(const srv_opts *o) {
         tkv_model_free(model);
         return 1;
     }
+    /* the tiers read no value larger than any this cache makes: all of its K/V and tokens, with room for the
+       headers and checksums */
+    tkv_stats cs = {0};
+    tkv_cache_stats(ctx, &cs);
+    const uint64_t max_image = 2 * cs.kv_bytes + 16 * cs.cells_total + ((uint64_t)16 << 20);
+    if (S.disk) srv_disk_limit_files(S.disk, max_image);
     if (o->cache_dir) {
         load_cache(ctx, o, fresh_dir);
         /* after the load: the saver starts from the files it left */
@@ -521,7 +536,8 @@ int srv_main(const srv_opts *o) {
     if (o->kv_store && !o->no_prefix_cache) {
         char err[512];
         srv_store_opts sto = {.url = o->kv_store, .timeout_ms = o->kv_store_timeout_ms,
-                              .max_pending = o->kv_store_max_pending ? o->kv_store_max_pending : (size_t)256 << 20};
+                              .max_pending = o->kv_store_max_pending ? o->kv_store_max_pending : (size_t)256 << 20,
+                              .max_value = (size_t)max_image};
         if (!(S.store = srv_store_start(&sto, model, cp.kv_type, cp.kv_type_v == TKV_TYPE_COUNT ? cp.kv_type : cp.kv_type_v,
                                         err, sizeof err))) {
             fprintf(stderr, "tokenkv serve: %s\n", err);

@@ -74,8 +74,11 @@ typedef struct srv_opts {
     const char *replica_id;    /* sent as X-Tokenkv-Replica on every response; NULL: none */
     const char *kv_events;     /* a ZeroMQ endpoint to publish KV events at (kv_events.h); NULL: none */
     uint32_t kv_events_block_size; /* tokens per block of those events */
+    bool kv_events_tokens;     /* their token ids also with authentication on (salted namespaces: never) */
     const char *cache_disk;    /* the disk tier's directory (disk_tier.h); NULL: none */
     uint64_t cache_disk_max;   /* its bytes at most; 0: no limit */
+    uint32_t state_cache_mib;  /* hybrid models: the recurrent-state checkpoints' budget (MiB) */
+    uint32_t state_interval;   /* hybrid models: a checkpoint every this many prompt positions; 0: none */
     /* llama-server's options (cli/serve_args.c; docs/server.md "Coming from llama-server") */
     srv_defaults defaults;     /* what a request that does not say gets */
     bool no_slots;             /* --no-slots: GET /slots answers 501 */

@@ -279,8 +279,10 @@ static enum MHD_Result props(conn *cs, struct MHD_Connection *c, srv_state *S, c
                                                            : "chatml");
     char build[64];
     snprintf(build, sizeof build, "tokenkv %d.%d.%d", TKV_VERSION_MAJOR, TKV_VERSION_MINOR, TKV_VERSION_PATCH);
+    /* the file's name, not where it lies: the path tells a client about the host */
+    const char *slash = strrchr(S->o->model_path, '/');
     json_t *o = json_pack("{s:s,s:s,s:I,s:i,s:o,s:s,s:{s:I,s:{s:i}},s:{s:b,s:b}}", "model_alias", S->api.model_id,
-                          "model_path", S->o->model_path, "n_ctx", (json_int_t)S->api.n_ctx, "total_slots",
+                          "model_path", slash ? slash + 1 : S->o->model_path, "n_ctx", (json_int_t)S->api.n_ctx, "total_slots",
                           S->o->parallel, "chat_template", chat, "build_info", build, "default_generation_settings",
                           "n_ctx", (json_int_t)S->api.n_ctx, "params", "n_predict", S->api.max_tokens, "modalities",
                           "vision", 0, "audio", 0);
@@ -319,7 +321,7 @@ static enum MHD_Result view_built(conn *cs, struct MHD_Connection *c, srv_state 
 
 /* A view built on the inference thread, the only one that may read the context. */
 static enum MHD_Result view(conn *cs, struct MHD_Connection *c, srv_state *S, void (*fn)(tkv_context *, void *)) {
-    cs->job = (srv_job){.fn = fn, .done = http_view_done, .user = &cs->view};
+    cs->job = (srv_job){.fn = fn, .done = http_view_done, .user = &cs->view, .view = true};
     cs->view.S = S;
     cs->view.out = NULL;
     atomic_store(&cs->job_done, false);
@@ -331,9 +333,19 @@ static enum MHD_Result view(conn *cs, struct MHD_Connection *c, srv_state *S, vo
 static enum MHD_Result cache_view(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
     (void)rest;
     const char *salt = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
+    const bool admin = http_bearer_is(c, S->o->admin_key);
+    /* with keys, the token ids (the namespace's prompts) and the full check (every cell, on the inference
+       thread) are the admin's: any key holder polling them could read others' prompts or stall decoding */
+    static const char *const admin_only[] = {"tokens", "check"};
+    for (size_t i = 0; S->o->api_key && !admin && i < sizeof admin_only / sizeof *admin_only; i++)
+        if (flag(c, admin_only[i])) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "'%s=1' needs the admin key (--admin-key)", admin_only[i]);
+            return http_fail(cs, c, 403, admin_only[i], "admin_only", msg);
+        }
     cs->view = (srv_view){.ns = salt && *salt ? srv_api_namespace(&S->api, salt, strlen(salt)) : 0,
                           .detail = flag(c, "detail"), .ids = flag(c, "tokens"), .check = flag(c, "check"),
-                          .all = http_bearer_is(c, S->o->admin_key)};
+                          .all = admin};
     return view(cs, c, S, srv_cache_view);
 }
 
@@ -347,10 +359,15 @@ static enum MHD_Result metrics(conn *cs, struct MHD_Connection *c, srv_state *S,
     (void)rest;
     return view(cs, c, S, srv_metrics_view);
 }
+/* GET /slots: the requests of ?cache_salt='s namespace (the default one without), or of every one with the
+   admin key; another namespace's slot shows only that it is busy. */
 static enum MHD_Result slots(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
     (void)rest;
     if (S->o->no_slots) /* llama-server's answer with --no-slots */
         return http_fail(cs, c, 501, NULL, "not_supported", "the /slots endpoint is disabled (--no-slots)");
+    const char *salt = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cache_salt");
+    cs->view = (srv_view){.ns = salt && *salt ? srv_api_namespace(&S->api, salt, strlen(salt)) : 0,
+                          .all = http_bearer_is(c, S->o->admin_key)};
     return view(cs, c, S, srv_slots_view);
 }
 static enum MHD_Result model_list(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {

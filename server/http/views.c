@@ -130,6 +130,11 @@ void srv_slots_view(tkv_context *ctx, void *user) {
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
         const srv_req *r = st[i].req;
+        if (r && !v->all && r->ns != v->ns) { /* another tenant's: busy, nothing of its request */
+            json_array_append_new(arr, json_pack("{s:i,s:I,s:b,s:n}", "id", (int)i, "n_ctx",
+                                                 (json_int_t)v->S->api.n_ctx, "is_processing", true, "request"));
+            continue;
+        }
         json_t *o = json_pack("{s:i,s:I,s:b,s:o,s:I,s:I,s:I}", "id", (int)i, "n_ctx", (json_int_t)v->S->api.n_ctx,
                               "is_processing", r != NULL, "request", r ? json_string(r->id) : json_null(),
                               "n_prompt_tokens", (json_int_t)(r ? r->n_prompt : 0), "n_cached_tokens",

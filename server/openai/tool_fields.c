@@ -19,40 +19,45 @@ static bool valid_name(const char *s) {
     return n >= 1 && n <= 64;
 }
 
+/* Every tool well formed and no name twice: one pass, the names seen in a set (a jansson object, whose hash
+   table is seeded per process), so the check is linear in the body however many tools it holds. */
 static bool check_tools(const json_t *tools, srv_err *e) {
     if (!json_is_array(tools)) {
         srv_err_set(e, 400, "tools", "invalid_type", "'tools' must be an array");
         return false;
     }
-    for (size_t i = 0; i < json_array_size(tools); i++) {
+    json_t *seen = json_object();
+    if (!seen) {
+        srv_err_set(e, 500, NULL, NULL, "out of memory");
+        return false;
+    }
+    bool ok = true;
+    for (size_t i = 0; ok && i < json_array_size(tools); i++) {
         const json_t *t = json_array_get(tools, i), *type = json_object_get(t, "type"),
                      *fn = json_object_get(t, "function");
         const json_t *name = json_object_get(fn, "name"), *params = json_object_get(fn, "parameters");
+        ok = false;
         if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string_value(type), "function") ||
             !json_is_object(fn)) {
             srv_err_set(e, 400, "tools", "invalid_value", "tools[%zu] must be {\"type\": \"function\", \"function\": "
                         "{\"name\": ..., \"parameters\": {...}}}", i);
-            return false;
-        }
-        if (!json_is_string(name) || !valid_name(json_string_value(name))) {
+        } else if (!json_is_string(name) || !valid_name(json_string_value(name))) {
             srv_err_set(e, 400, "tools", "invalid_value", "tools[%zu].function.name must be 1 to 64 letters, digits, "
                         "underscores or dashes", i);
-            return false;
-        }
-        if (params && !json_is_null(params) && !json_is_object(params)) {
+        } else if (params && !json_is_null(params) && !json_is_object(params)) {
             srv_err_set(e, 400, "tools", "invalid_type", "tools[%zu].function.parameters must be an object (a JSON "
                         "schema)", i);
-            return false;
+        } else if (json_object_get(seen, json_string_value(name))) {
+            srv_err_set(e, 400, "tools", "invalid_value", "tools[%zu]: the function '%s' is defined twice", i,
+                        json_string_value(name));
+        } else if (json_object_set_new(seen, json_string_value(name), json_true())) {
+            srv_err_set(e, 500, NULL, NULL, "out of memory");
+        } else {
+            ok = true;
         }
-        for (size_t k = 0; k < i; k++)
-            if (!strcmp(json_string_value(name),
-                        json_string_value(json_object_get(json_object_get(json_array_get(tools, k), "function"), "name")))) {
-                srv_err_set(e, 400, "tools", "invalid_value", "tools[%zu]: the function '%s' is defined twice", i,
-                            json_string_value(name));
-                return false;
-            }
     }
-    return true;
+    json_decref(seen);
+    return ok;
 }
 
 bool srv_api_parse_tools(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {

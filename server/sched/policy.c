@@ -24,6 +24,13 @@ bool srv_policy_held_back(const srv_pslot *slots, size_t n_slots, const srv_pwai
     return false;
 }
 
+/* Whether a choice of waiting request r would be its request's second slot or more: its group runs already. */
+static bool group_runs(const srv_pslot *slots, size_t n_slots, const srv_pwait *r) {
+    for (size_t i = 0; r->group && i < n_slots; i++)
+        if (slots[i].busy && slots[i].group == r->group) return true;
+    return false;
+}
+
 long srv_policy_choose(const srv_pwait *w, size_t n_wait, const srv_pslot *slots, size_t n_slots, size_t n_running,
                        bool share_prefixes, srv_policy_look look, void *user) {
     for (size_t i = 0; i < n_wait; i++)
@@ -33,13 +40,17 @@ long srv_policy_choose(const srv_pwait *w, size_t n_wait, const srv_pslot *slots
             return (long)i; /* the oldest starving (or preempted) one, unless its prefix is still on its way */
     long best = -1;
     size_t best_len = 0;
+    bool best_more = false; /* the best one is a choice of a request that runs already */
     for (size_t i = 0; i < n_wait; i++) {
         if (w[i].fetching) continue;
         bool skip = false;
         const size_t cached = look(user, i, &skip);
         if (skip) continue;
         if (share_prefixes && srv_policy_held_back(slots, n_slots, &w[i], cached)) continue;
-        if (best < 0 || cached > best_len) best = (long)i, best_len = cached;
+        /* a request's choices share one slot while other requests wait: n = 16 does not take every slot */
+        const bool more = group_runs(slots, n_slots, &w[i]);
+        if (best < 0 || (best_more && !more) || (more == best_more && cached > best_len))
+            best = (long)i, best_len = cached, best_more = more;
     }
     return best;
 }

@@ -61,7 +61,9 @@ typedef size_t (*srv_policy_look)(void *user, size_t i, bool *skip);
  * one (passed over SRV_STARVE_AFTER times) that is not fetching; else,
  * among those not fetching, not skipped by look and not held back
  * (share_prefixes: srv_policy_held_back), the one with the longest cached
- * prefix, the oldest among equals.
+ * prefix, the oldest among equals, where any request with nothing running
+ * goes before a choice whose request (group) runs already: the choices of
+ * one request share a slot while other requests wait.
  */
 long srv_policy_choose(const srv_pwait *w, size_t n_wait, const srv_pslot *slots, size_t n_slots, size_t n_running,
                        bool share_prefixes, srv_policy_look look, void *user);

@@ -472,15 +472,30 @@ static bool all_fetching(const srv_sched *s) {
     return true;
 }
 
-static void run_calls(srv_sched *s) { /* with mu held */
-    while (s->calls) {
-        srv_job *j = s->calls;
-        s->calls = j->next;
+/* The jobs posted before this call, with mu held: a job posted meanwhile (a poller's next view, a job that
+   posts another) waits for the next step, and while requests run only one view runs per step (the others
+   keep their place), so however views are polled, decoding goes on between them. */
+static void run_calls(srv_sched *s) {
+    srv_job *batch = s->calls, *later = NULL, **later_tail = &later;
+    s->calls = NULL;
+    bool viewed = false;
+    while (batch) {
+        srv_job *j = batch;
+        batch = j->next;
+        if (j->view && viewed && s->n_running) {
+            j->next = NULL;
+            *later_tail = j;
+            later_tail = &j->next;
+            continue;
+        }
+        viewed |= j->view;
         pthread_mutex_unlock(&s->mu);
         j->fn(s->ctx, j->user);
         j->done(j, true); /* j may be gone after this */
         pthread_mutex_lock(&s->mu);
     }
+    *later_tail = s->calls; /* the views held back go first next time, then what was posted meanwhile */
+    s->calls = later;
 }
 
 static void *thread_main(void *arg) {
@@ -493,7 +508,7 @@ static void *thread_main(void *arg) {
             pthread_mutex_unlock(&s->mu);
             break;
         }
-        if (!s->n_running && all_fetching(s)) { /* nothing to do until a read is in */
+        if (!s->n_running && all_fetching(s) && !s->calls) { /* nothing to do until a read is in */
             pthread_cond_wait(&s->wake, &s->mu);
             pthread_mutex_unlock(&s->mu);
             continue;

@@ -1,6 +1,14 @@
 /*
  * disk_tier.c — the disk tier (disk_tier.h): staging of evicted runs, the disk
  * thread (reads first, then writes), the in-memory index of the files.
+ *
+ * The directory gets the cache directory's rules: it must be ours and not
+ * writable by others, one server holds it (a lock file), every name is
+ * opened relative to the directory's descriptor, never through a link and
+ * never blocking (a FIFO planted there is refused by fstat, not waited on),
+ * a file is read only when it is a regular file of ours of the size the
+ * index recorded (and no larger than any image this cache writes), and
+ * writes go to an unguessable temporary name created exclusively, mode 0600.
  */
 #define _GNU_SOURCE
 #include "disk_tier.h"
@@ -13,7 +21,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -36,6 +48,8 @@ typedef struct entry {
 
 struct srv_disk {
     char *dir;
+    int dirfd, lockfd; /* every name is opened relative to dirfd; lockfd holds the directory's lock */
+    uint64_t max_file; /* no image this cache writes is larger (srv_disk_limit_files); 0: not known yet */
     uint64_t max_bytes;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -100,10 +114,14 @@ static void file_name(char *out, size_t cap, const entry *e) {
 }
 
 static void unlink_entry(srv_disk *d, const entry *e) {
-    char name[64], path[4096];
+    char name[64];
     file_name(name, sizeof name, e);
-    snprintf(path, sizeof path, "%s/%s", d->dir, name);
-    unlink(path);
+    unlinkat(d->dirfd, name, 0);
+}
+
+/* A file that may be read: a regular file of this user that no other may write (the cache directory's rule). */
+static bool trusted_file(const struct stat *sb) {
+    return S_ISREG(sb->st_mode) && sb->st_uid == geteuid() && !(sb->st_mode & (S_IWGRP | S_IWOTH));
 }
 
 static void drop(srv_disk *d, entry *e) {
@@ -237,6 +255,7 @@ srv_disk_fetch *srv_disk_lookup(srv_disk *d, uint64_t ns, const tkv_token *token
             entry *e = (entry *)chain[n_chain - 1 - k];
             e->used = ++d->clock;
             file_name(f->file[k].name, sizeof f->file[k].name, e);
+            f->file[k].size = e->size; /* what the index recorded: a file of another size is refused unread */
         }
         d->st.fetches++;
     } else if (f) {
@@ -292,12 +311,16 @@ void srv_disk_stats_get(srv_disk *d, srv_disk_stats *out) {
 
 /* ---- the disk thread ---------------------------------------------------------- */
 
-static uint8_t *read_whole(const char *path, size_t *size) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+/* The file name of the directory, when it is a trusted regular file of exactly `expect` bytes (no larger than
+   max_file): never through a link, never waiting (O_NONBLOCK: a FIFO opens at once and fails fstat's check),
+   and nothing allocated before the size is known to be the one promised. */
+static uint8_t *read_whole(const srv_disk *d, const char *name, uint64_t expect, size_t *size) {
+    int fd = openat(d->dirfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) return NULL;
     struct stat sb;
     uint8_t *p = NULL;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0 && (p = malloc((size_t)sb.st_size))) {
+    if (fstat(fd, &sb) == 0 && trusted_file(&sb) && sb.st_size > 0 && (uint64_t)sb.st_size == expect &&
+        (!d->max_file || expect <= d->max_file) && (p = malloc((size_t)sb.st_size))) {
         size_t got = 0;
         while (got < (size_t)sb.st_size) {
             ssize_t r = read(fd, p + got, (size_t)sb.st_size - got);
@@ -313,23 +336,45 @@ static uint8_t *read_whole(const char *path, size_t *size) {
 }
 
 static void do_read(srv_disk *d, srv_disk_fetch *f) {
-    char path[4096];
+    uint64_t refused = 0;
     for (size_t k = 0; k < f->n_files; k++) {
-        snprintf(path, sizeof path, "%s/%s", d->dir, f->file[k].name);
-        f->file[k].data = read_whole(path, &f->file[k].size);
-        if (!f->file[k].data) break; /* removed meanwhile: the chain ends here */
+        const uint64_t expect = f->file[k].size;
+        f->file[k].size = 0;
+        f->file[k].data = read_whole(d, f->file[k].name, expect, &f->file[k].size);
+        if (!f->file[k].data) { /* removed meanwhile, or replaced by something else: the chain ends here */
+            struct stat sb;
+            refused += fstatat(d->dirfd, f->file[k].name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+            break;
+        }
+    }
+    if (refused) {
+        pthread_mutex_lock(&d->mu);
+        d->st.refused += refused;
+        pthread_mutex_unlock(&d->mu);
     }
     f->ready(f);
 }
 
+/* 64 bits no other process can guess: a temporary name is no target to plant anything at. */
+static unsigned long long unguessable(void) {
+    unsigned long long r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        const unsigned long long mix[3] = {(unsigned long long)ts.tv_nsec, (unsigned long long)ts.tv_sec,
+                                           (unsigned long long)(uintptr_t)&r};
+        r = XXH3_64bits(mix, sizeof mix);
+    }
+    return r;
+}
+
 /* Write one staged run (a temporary name, then rename: a reader never sees half a file). */
 static void do_write(srv_disk *d, const staged *s, const uint8_t *image) {
-    char name[64], path[4096], tmp[4200];
+    char name[64], tmp[128];
     const entry add = {.key = s->key, .skey = s->skey, .from = s->from, .end = s->end, .size = s->size};
     file_name(name, sizeof name, &add);
-    snprintf(path, sizeof path, "%s/%s", d->dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%016llx", name, (long)getpid(), unguessable());
+    int fd = openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     bool ok = fd >= 0;
     for (size_t off = 0; ok && off < s->size;) {
         ssize_t w = write(fd, image + off, s->size - off);
@@ -339,14 +384,14 @@ static void do_write(srv_disk *d, const staged *s, const uint8_t *image) {
     }
     /* no fsync: a file lost in a crash is a miss, and a torn one fails its checksums on load */
     if (fd >= 0 && close(fd) != 0) ok = false;
-    if (ok && rename(tmp, path) != 0) ok = false;
-    if (!ok) unlink(tmp);
+    if (ok && renameat(d->dirfd, tmp, d->dirfd, name) != 0) ok = false;
+    if (!ok) unlinkat(d->dirfd, tmp, 0);
     pthread_mutex_lock(&d->mu);
     if (ok && insert(d, &add)) {
         d->st.written++;
         enforce_limit(d);
     } else {
-        if (ok) unlink(path);
+        if (ok) unlinkat(d->dirfd, name, 0);
         d->st.dropped++;
     }
     pthread_mutex_unlock(&d->mu);
@@ -384,21 +429,45 @@ static void *run(void *arg) {
     return NULL;
 }
 
-/* The files already in dir (KEY-FROM-END.tkvc), least recently modified first in the LRU order. */
+/* NAME.tkvc.tmp.PID.RANDOM of a process that no longer runs (a write cut short), or NAME.tkvc.tmp of an older
+   tokenkv: removed at start. A live writer's files are left alone (the lock keeps other servers out, but a
+   process of this user may still be writing). */
+static bool orphan_tmp(const char *name) {
+    const char *t = strstr(name, ".tkvc.tmp");
+    if (!t) return false;
+    if (!t[9]) return true;
+    if (t[9] != '.') return false;
+    char *end;
+    const long pid = strtol(t + 10, &end, 10);
+    if (*end != '.' || pid <= 0 || pid == (long)getpid()) return false;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* The files already in dir (KEY-FROM-END.tkvc), least recently modified first in the LRU order. Only trusted
+   regular files are indexed (the others are counted as refused and left alone). */
 static bool index_dir(srv_disk *d) {
-    DIR *dir = opendir(d->dir);
-    if (!dir) return false;
+    const int fd = dup(d->dirfd);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dir) {
+        if (fd >= 0) close(fd);
+        return false;
+    }
+    rewinddir(dir);
     for (struct dirent *de; (de = readdir(dir));) {
         entry e = {0};
         int len = 0;
         if (sscanf(de->d_name, "%16" SCNx64 "-%16" SCNx64 "-%8" SCNx32 "-%8" SCNx32 ".tkvc%n", &e.key, &e.skey, &e.from,
                    &e.end, &len) != 4 ||
             len != 56 || de->d_name[len] || e.from >= e.end) {
-            if (strstr(de->d_name, ".tkvc.tmp")) unlinkat(dirfd(dir), de->d_name, 0); /* a write cut short */
+            if (orphan_tmp(de->d_name)) unlinkat(d->dirfd, de->d_name, 0);
             continue;
         }
         struct stat sb;
-        if (fstatat(dirfd(dir), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) continue;
+        if (fstatat(d->dirfd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (!trusted_file(&sb) || sb.st_size <= 0) {
+            d->st.refused++;
+            continue;
+        }
         e.size = (uint64_t)sb.st_size;
         if (!insert(d, &e)) break;
         find(d, e.key)->used = (uint64_t)sb.st_mtime; /* seconds: older files go first */
@@ -407,17 +476,64 @@ static bool index_dir(srv_disk *d) {
     /* the clock continues past the files' times */
     for (size_t i = 0; i < d->cap; i++)
         if (d->tab[i].state == 1 && d->tab[i].used > d->clock) d->clock = d->tab[i].used;
-    enforce_limit(d);
-    return true;
+    return true; /* the limit is enforced once files too large to be ours are out (srv_disk_limit_files) */
+}
+
+/* The directory's descriptor, created 0700 when missing; -1 with a message when it is not a directory of this
+   user that only this user may write (the cache directory's rule: someone else's directory could be made to
+   hold anything). */
+static int open_dir(const char *dir) {
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "tokenkv serve: --cache-disk %s: cannot create: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        fprintf(stderr, "tokenkv serve: --cache-disk %s: cannot open: %s\n", dir, strerror(errno));
+    } else if (sb.st_uid != geteuid()) {
+        fprintf(stderr, "tokenkv serve: --cache-disk %s is owned by uid %u, not by this user (uid %u): refused\n", dir,
+                (unsigned)sb.st_uid, (unsigned)geteuid());
+    } else if (sb.st_mode & (S_IWGRP | S_IWOTH)) {
+        fprintf(stderr, "tokenkv serve: --cache-disk %s is writable by other users (mode %04o): refused (chmod go-w)\n",
+                dir, (unsigned)(sb.st_mode & 07777));
+    } else {
+        return fd;
+    }
+    if (fd >= 0) close(fd);
+    return -1;
+}
+
+/* The lock file's descriptor, holding an exclusive lock on it: -1 with a message when another process holds
+   the directory (two servers would remove each other's files). */
+static int lock_dir(const char *dir, int dirfd) {
+    const int fd = openat(dirfd, "lock", O_RDWR | O_CREAT | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || !trusted_file(&sb)) {
+        fprintf(stderr, "tokenkv serve: --cache-disk %s: its lock file cannot be used: %s\n", dir,
+                fd < 0 ? strerror(errno) : "not a regular file of this user that only this user may write");
+    } else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        fprintf(stderr, "tokenkv serve: --cache-disk %s: %s\n", dir,
+                errno == EWOULDBLOCK ? "in use by another process (its lock file is held)" : strerror(errno));
+    } else {
+        return fd;
+    }
+    if (fd >= 0) close(fd);
+    return -1;
 }
 
 srv_disk *srv_disk_start(const char *dir, uint64_t max_bytes) {
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "tokenkv serve: --cache-disk %s: cannot create: %s\n", dir, strerror(errno));
+    const int dirfd = open_dir(dir);
+    if (dirfd < 0) return NULL;
+    const int lockfd = lock_dir(dir, dirfd);
+    srv_disk *d = lockfd >= 0 ? calloc(1, sizeof *d) : NULL;
+    if (!d) {
+        close(dirfd);
+        if (lockfd >= 0) close(lockfd);
         return NULL;
     }
-    srv_disk *d = calloc(1, sizeof *d);
-    if (!d) return NULL;
+    d->dirfd = dirfd;
+    d->lockfd = lockfd;
     d->dir = strdup(dir);
     d->max_bytes = max_bytes;
     /* room for the evictions of a burst; beyond it runs are dropped, never waited for */
@@ -437,8 +553,13 @@ srv_disk *srv_disk_start(const char *dir, uint64_t max_bytes) {
     }
     fprintf(stderr, "tokenkv serve: cache disk: %s holds %" PRIu64 " files (%" PRIu64 " bytes)\n", dir, d->st.files,
             d->st.bytes);
+    if (d->st.refused)
+        fprintf(stderr, "tokenkv serve: cache disk: %" PRIu64 " files refused (not regular files of this user that "
+                "only this user may write)\n", d->st.refused);
     return d;
 fail:
+    close(d->dirfd);
+    close(d->lockfd);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv);
     free(d->buf[0]);
@@ -456,6 +577,8 @@ void srv_disk_stop(srv_disk *d) {
     pthread_cond_signal(&d->cv);
     pthread_mutex_unlock(&d->mu);
     pthread_join(d->thread, NULL);
+    close(d->dirfd);
+    close(d->lockfd); /* the lock goes with it */
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->cv);
     free(d->buf[0]);
@@ -464,4 +587,18 @@ void srv_disk_stop(srv_disk *d) {
     free(d->keys);
     free(d->dir);
     free(d);
+}
+
+void srv_disk_limit_files(srv_disk *d, uint64_t max_file) {
+    pthread_mutex_lock(&d->mu);
+    d->max_file = max_file;
+    uint64_t n = 0;
+    for (size_t i = 0; i < d->cap; i++)
+        if (d->tab[i].state == 1 && d->tab[i].size > max_file) drop(d, &d->tab[i]), n++;
+    d->st.refused += n;
+    enforce_limit(d);
+    pthread_mutex_unlock(&d->mu);
+    if (n)
+        fprintf(stderr, "tokenkv serve: cache disk: %" PRIu64 " files refused (larger than any image this cache "
+                "writes, %" PRIu64 " bytes)\n", n, max_file);
 }

@@ -50,15 +50,15 @@ typedef struct srv_disk_fetch {
     struct {
         char name[64];
         uint8_t *data; /* read by the disk thread; NULL: could not */
-        size_t size;
+        size_t size;   /* the size the index recorded, then the size read */
     } file[SRV_DISK_MAX_CHAIN];
     void (*ready)(struct srv_disk_fetch *f); /* the caller's: called on the disk thread once read */
     void *user;
     struct srv_disk_fetch *next; /* the disk thread's queue */
 } srv_disk_fetch;
 
-/* Open (create, mode 0700) dir, index its files, start the disk thread.
-   NULL with a message on stderr. */
+/* Open (create, mode 0700) dir, lock it, index its files, start the disk thread. NULL with a message on
+   stderr, also when dir is not this user's, is writable by others, or is held by another process. */
 srv_disk *srv_disk_start(const char *dir, uint64_t max_bytes);
 
 /* The cache's event (inference thread): a REMOVED run is staged for writing. */
@@ -84,9 +84,14 @@ typedef struct srv_disk_stats {
     uint64_t written, skipped;  /* runs written; runs already on disk */
     uint64_t dropped;           /* runs not written: staging full, or a write failed */
     uint64_t removed;           /* files removed to stay under the limit */
-    uint64_t fetches, loaded_tokens, refused; /* reads; tokens they put back; files refused on load */
+    uint64_t fetches, loaded_tokens, refused; /* reads; tokens they put back; files refused (untrusted, of
+                                                  another size than recorded, or failing the load's checks) */
 } srv_disk_stats;
 void srv_disk_stats_get(srv_disk *d, srv_disk_stats *out);
+
+/* Once the context exists: no file is read that is larger than max_file bytes (the largest image its cache
+   writes); the index forgets such files (counted as refused, left on disk). */
+void srv_disk_limit_files(srv_disk *d, uint64_t max_file);
 
 /* Write what is staged, stop the thread. NULL: nothing. */
 void srv_disk_stop(srv_disk *d);

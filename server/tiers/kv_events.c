@@ -7,6 +7,8 @@
  *   [ts (float seconds), [event, ...]]
  * whose events are tagged arrays:
  *   ["BlockStored", [hash, ...], parent hash or nil, [token id, ...], block size, lora_id nil, medium "CPU"]
+ *     (the token ids are [] for a salted namespace, and for every namespace unless tokens were asked for:
+ *     the ids are the prompt's text, and a subscriber is not authenticated; routers need only the hashes)
  *   ["BlockRemoved", [hash, ...], medium "CPU"]
  *   ["AllBlocksCleared"]
  *
@@ -35,12 +37,13 @@ typedef struct rec {
     uint32_t kind; /* tkv_cache_event_kind */
     uint32_t n_blocks;
     uint32_t has_parent;
-    uint32_t pad;
+    uint32_t with_tokens; /* the token ids follow the hashes */
     uint64_t parent;
 } rec;
 
 struct srv_kvev {
     uint32_t bs;          /* tokens per block */
+    bool tokens;          /* publish the token ids of the unsalted namespace */
     void *zctx, *pub;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -82,14 +85,16 @@ void srv_kvev_cache_event(srv_kvev *k, const tkv_cache_event *ev) {
         h = srv_kvev_block_hash(h, ev->tokens + (size_t)b * bs, bs);
         if (b >= first) k->hashes[b - first] = h;
     }
-    const size_t tok_bytes = ev->kind == TKV_CACHE_EVENT_STORED ? (size_t)n * bs * sizeof(tkv_token) : 0;
+    /* a salted namespace's ids never leave: its text is its tenant's */
+    const bool with_tokens = ev->kind == TKV_CACHE_EVENT_STORED && k->tokens && ev->ns == 0;
+    const size_t tok_bytes = with_tokens ? (size_t)n * bs * sizeof(tkv_token) : 0;
     const size_t need = sizeof(rec) + (size_t)n * 8 + ((tok_bytes + 7) & ~(size_t)7);
     pthread_mutex_lock(&k->mu);
     uint8_t *p = k->buf[k->fill] + k->used[k->fill];
     if (k->used[k->fill] + need > BUF_BYTES) {
         k->dropped++;
     } else {
-        const rec r = {(uint32_t)ev->kind, n, first > 0, 0, parent};
+        const rec r = {(uint32_t)ev->kind, n, first > 0, with_tokens, parent};
         memcpy(p, &r, sizeof r);
         memcpy(p + sizeof r, k->hashes, (size_t)n * 8);
         if (tok_bytes) memcpy(p + sizeof r + (size_t)n * 8, ev->tokens + (size_t)first * bs, tok_bytes);
@@ -117,7 +122,7 @@ static void publish(srv_kvev *k, const uint8_t *buf, size_t used, msgpack_sbuffe
     size_t n_events = 0;
     for (size_t off = 0; off < used; n_events++) {
         const rec *r = (const rec *)(buf + off);
-        const size_t tok_bytes = r->kind == TKV_CACHE_EVENT_STORED ? (size_t)r->n_blocks * k->bs * sizeof(tkv_token) : 0;
+        const size_t tok_bytes = r->with_tokens ? (size_t)r->n_blocks * k->bs * sizeof(tkv_token) : 0;
         off += sizeof(rec) + (size_t)r->n_blocks * 8 + ((tok_bytes + 7) & ~(size_t)7);
     }
     msgpack_sbuffer_clear(sb);
@@ -132,7 +137,7 @@ static void publish(srv_kvev *k, const uint8_t *buf, size_t used, msgpack_sbuffe
         rec r;
         memcpy(&r, buf + off, sizeof r);
         const uint8_t *hp = buf + off + sizeof r, *tp = hp + (size_t)r.n_blocks * 8;
-        const size_t tok_bytes = r.kind == TKV_CACHE_EVENT_STORED ? (size_t)r.n_blocks * k->bs * sizeof(tkv_token) : 0;
+        const size_t tok_bytes = r.with_tokens ? (size_t)r.n_blocks * k->bs * sizeof(tkv_token) : 0;
         off += sizeof r + (size_t)r.n_blocks * 8 + ((tok_bytes + 7) & ~(size_t)7);
         if (r.kind == TKV_CACHE_EVENT_CLEARED) {
             msgpack_pack_array(&pk, 1);
@@ -151,7 +156,7 @@ static void publish(srv_kvev *k, const uint8_t *buf, size_t used, msgpack_sbuffe
         if (stored) {
             if (r.has_parent) msgpack_pack_uint64(&pk, r.parent);
             else msgpack_pack_nil(&pk);
-            const size_t n_tok = (size_t)r.n_blocks * k->bs;
+            const size_t n_tok = tok_bytes / sizeof(tkv_token);
             msgpack_pack_array(&pk, n_tok);
             for (size_t i = 0; i < n_tok; i++) {
                 tkv_token t;
@@ -192,10 +197,11 @@ static void *run(void *arg) {
     return NULL;
 }
 
-srv_kvev *srv_kvev_start(const char *endpoint, uint32_t block_size) {
+srv_kvev *srv_kvev_start(const char *endpoint, uint32_t block_size, bool tokens) {
     srv_kvev *k = calloc(1, sizeof *k);
     if (!k) return NULL;
     k->bs = block_size;
+    k->tokens = tokens;
     k->buf[0] = malloc(BUF_BYTES);
     k->buf[1] = malloc(BUF_BYTES);
     k->hashes = malloc(MAX_BLOCKS_PER_EVENT * sizeof *k->hashes);

@@ -23,13 +23,16 @@
 
 #include "tokenkv.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct srv_kvev srv_kvev;
 
-/* Bind a PUB socket at endpoint and start the publisher thread. NULL with
-   a message on stderr when the endpoint cannot be bound. */
-srv_kvev *srv_kvev_start(const char *endpoint, uint32_t block_size);
+/* Bind a PUB socket at endpoint and start the publisher thread. tokens: BlockStored events carry the token
+   ids of the unsalted namespace (never of a salted one: a subscriber is not authenticated, and the ids are
+   the prompt's text); else their token id arrays are empty. NULL with a message on stderr when the endpoint
+   cannot be bound. */
+srv_kvev *srv_kvev_start(const char *endpoint, uint32_t block_size, bool tokens);
 
 /* The cache's event (a tkv_cache_event_fn's body; inference thread). */
 void srv_kvev_cache_event(srv_kvev *k, const tkv_cache_event *ev);

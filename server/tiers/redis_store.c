@@ -1,9 +1,14 @@
 /*
  * redis_store.c — the shared prefix store on Redis (redis_store.h).
  *
- * One thread talks to Redis with hiredis's blocking API, a socket timeout
- * on every read and write, and a circuit breaker: after BREAKER_AFTER
- * failures in a row (connect, I/O, timeout) the store is left alone for
+ * One thread talks to Redis through hiredis's protocol code on a
+ * non-blocking socket that it polls itself, so each lookup and each write
+ * has one deadline (--kv-store-timeout-ms from its start, connect
+ * included) however slowly a reply trickles in; a reply is refused before
+ * it is allocated when it announces an array (no command sent here answers
+ * with one larger than REPLY_MAX_ELEMENTS) or buffers more bytes than the
+ * largest value (max_value); and a circuit breaker: after BREAKER_AFTER
+ * failures in a row (connect, I/O, a deadline passed, a reply refused) the store is left alone for
  * BREAKER_RETRY_MS milliseconds, lookups answer "nothing" at once and writes are
  * dropped. Lookups go before writes: a request waits on a lookup, nobody
  * waits on a write.
@@ -18,6 +23,8 @@
 #include "redis_store.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -33,6 +40,7 @@
 #define BREAKER_AFTER 3
 #define BREAKER_RETRY_MS 5000
 #define KEY_LEN 160
+#define REPLY_MAX_ELEMENTS 16 /* EXISTS, GET, SET and SELECT answer with no array at all */
 
 /* A lookup, from the inference thread to the store thread and back as a job. */
 typedef struct fetch {
@@ -59,13 +67,14 @@ typedef struct put {
 /* Counters (atomic: the store thread, the inference thread and /metrics). */
 typedef struct counters {
     atomic_ullong lookups, hits, misses, hit_tokens, rejected, errors, timeouts, read_bytes, writes, written_bytes,
-        dropped, breaker_trips;
+        dropped, breaker_trips, refused_replies;
 } counters;
 
 struct srv_store {
     char host[256];
     int port, db, timeout_ms;
     size_t max_pending;
+    size_t max_value;    /* bytes a reply may buffer: the largest value, with room for its framing */
     char prefix[96];     /* "tkv:<fingerprint>:<K type>-<V type>:b<block>:" */
     uint64_t seed[2];    /* the chain's start: fingerprint, KV type, block size */
     srv_job_sink sink;   /* where found prefixes go: the scheduler */
@@ -79,7 +88,9 @@ struct srv_store {
     bool stopping;
 
     redisContext *rc;    /* the store thread's */
-    int fails;           /* in a row */
+    enum { OP_LOOKUP, OP_WRITE } op; /* what the store thread does now */
+    int fails[2];        /* in a row, of lookups and of writes apart: writes that succeed do not hide
+                            lookups that time out */
     atomic_bool open;    /* the breaker: the store is left alone ... */
     atomic_llong retry_ms; /* ... until then (monotonic ms), when one operation may try it again */
     counters c;
@@ -115,45 +126,95 @@ static void block_keys(const srv_store *st, uint64_t ns, const tkv_token *t, siz
 
 /* ---- the connection (store thread) ---------------------------------------- */
 
-static bool is_timeout(const redisContext *rc) {
-    return rc->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT ||
-                                       strstr(rc->errstr, "timed out") || strstr(rc->errstr, "temporarily"));
-}
+/* How an exchange with Redis ended. */
+typedef enum io_end { IO_OK, IO_ERROR, IO_TIMEOUT, IO_REFUSED } io_end;
 
 /* A failure of the connection: drop it, count, and open the breaker after enough in a row (or at once
    when a half-open try fails). */
-static void failed(srv_store *st) {
-    if (st->rc && is_timeout(st->rc)) atomic_fetch_add(&st->c.timeouts, 1);
-    else atomic_fetch_add(&st->c.errors, 1);
+static void failed(srv_store *st, io_end why) {
+    atomic_fetch_add(why == IO_TIMEOUT ? &st->c.timeouts : why == IO_REFUSED ? &st->c.refused_replies : &st->c.errors,
+                     1);
     if (st->rc) redisFree(st->rc);
     st->rc = NULL;
-    if (++st->fails >= BREAKER_AFTER) {
+    if (++st->fails[st->op] >= BREAKER_AFTER) {
         if (!atomic_load(&st->open)) atomic_fetch_add(&st->c.breaker_trips, 1);
         atomic_store(&st->retry_ms, now_ms() + BREAKER_RETRY_MS);
         atomic_store(&st->open, true);
     }
 }
 
-/* The connection, (re)made when needed; NULL while the breaker is open or Redis cannot be reached. */
-static redisContext *conn(srv_store *st) {
+/* hiredis's reply objects, but an array announced longer than REPLY_MAX_ELEMENTS is refused before its
+   element table is allocated (the reader then fails the reply). The store thread's only. */
+static redisReplyObjectFunctions capped_fns;
+static void *(*base_create_array)(const redisReadTask *, int);
+static _Thread_local bool array_refused;
+
+static void *capped_array(const redisReadTask *task, int elements) {
+    if (elements > REPLY_MAX_ELEMENTS) {
+        array_refused = true;
+        return NULL;
+    }
+    return base_create_array(task, elements);
+}
+
+/* Send what is queued on rc and read its next reply by the deadline (monotonic ms): the reader buffers no
+   more than max_value bytes and allocates no array past the cap, and a reply trickling in byte by byte
+   ends at the deadline like a silent one. */
+static io_end reply_by(srv_store *st, long long deadline, redisReply **out) {
+    redisContext *rc = st->rc;
+    *out = NULL;
+    array_refused = false;
+    for (;;) {
+        void *rep = NULL;
+        if (redisGetReplyFromReader(rc, &rep) != REDIS_OK) return array_refused ? IO_REFUSED : IO_ERROR;
+        if (rep) {
+            *out = rep;
+            return IO_OK;
+        }
+        if (rc->reader->len - rc->reader->pos > st->max_value) return IO_REFUSED;
+        int sent = 0;
+        if (redisBufferWrite(rc, &sent) != REDIS_OK) return IO_ERROR;
+        const long long left = deadline - now_ms();
+        if (left <= 0) return IO_TIMEOUT;
+        struct pollfd p = {.fd = rc->fd, .events = (short)(POLLIN | (sent ? 0 : POLLOUT))};
+        const int k = poll(&p, 1, (int)(left < 60000 ? left : 60000));
+        if (k < 0 && errno != EINTR) return IO_ERROR;
+        if (k > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR)) && redisBufferRead(rc) != REDIS_OK) return IO_ERROR;
+    }
+}
+
+/* The connection, (re)made when needed, by the deadline; NULL while the breaker is open or Redis cannot be
+   reached. Connected, its socket is non-blocking: reply_by polls it. */
+static redisContext *conn(srv_store *st, long long deadline) {
     if (shut(st)) return NULL;
     if (st->rc) return st->rc;
-    const struct timeval tv = {st->timeout_ms / 1000, (st->timeout_ms % 1000) * 1000};
-    st->rc = redisConnectWithTimeout(st->host, st->port, tv);
-    if (!st->rc) { /* out of memory */
-        atomic_fetch_add(&st->c.errors, 1);
+    const long long left = deadline - now_ms();
+    const struct timeval tv = {left / 1000, (left % 1000) * 1000};
+    st->rc = left > 0 ? redisConnectWithTimeout(st->host, st->port, tv) : NULL;
+    if (!st->rc) { /* out of memory, or no time left */
+        atomic_fetch_add(left > 0 ? &st->c.errors : &st->c.timeouts, 1);
         return NULL;
     }
-    if (st->rc->err || redisSetTimeout(st->rc, tv) != REDIS_OK) {
-        failed(st);
+    const int fl = st->rc->err ? -1 : fcntl(st->rc->fd, F_GETFL);
+    if (fl < 0 || fcntl(st->rc->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        failed(st, st->rc->err == REDIS_ERR_IO && errno == ETIMEDOUT ? IO_TIMEOUT : IO_ERROR);
         return NULL;
     }
+    st->rc->flags &= ~REDIS_BLOCK; /* hiredis then takes EAGAIN for "later", not for an error */
+    if (!base_create_array) {
+        capped_fns = *st->rc->reader->fn;
+        base_create_array = capped_fns.createArray;
+        capped_fns.createArray = capped_array;
+    }
+    st->rc->reader->fn = &capped_fns;
     if (st->db) {
-        redisReply *rep = redisCommand(st->rc, "SELECT %d", st->db);
-        const bool ok = rep && rep->type == REDIS_REPLY_STATUS;
+        redisReply *rep = NULL;
+        redisAppendCommand(st->rc, "SELECT %d", st->db);
+        const io_end e = reply_by(st, deadline, &rep);
+        const bool ok = e == IO_OK && rep->type == REDIS_REPLY_STATUS;
         if (rep) freeReplyObject(rep);
         if (!ok) {
-            failed(st);
+            failed(st, e == IO_OK ? IO_ERROR : e);
             return NULL;
         }
     }
@@ -161,7 +222,7 @@ static redisContext *conn(srv_store *st) {
 }
 
 static void succeeded(srv_store *st) {
-    st->fails = 0;
+    st->fails[st->op] = 0;
     atomic_store(&st->open, false);
 }
 
@@ -169,19 +230,22 @@ static void succeeded(srv_store *st) {
 
 /* EXISTS of blocks [first, last), then GET of the run that exists: f->vals. */
 static void do_fetch(srv_store *st, fetch *f) {
+    const long long deadline = now_ms() + st->timeout_ms;
+    st->op = OP_LOOKUP;
     const uint32_t m = f->last - f->first;
     char(*keys)[KEY_LEN] = malloc((size_t)f->last * KEY_LEN);
     if (!keys || !(f->vals = calloc(m, sizeof *f->vals))) goto out;
     block_keys(st, f->ns, f->toks, f->last, keys);
-    redisContext *rc = conn(st);
+    redisContext *rc = conn(st, deadline);
     if (!rc) goto out;
     for (uint32_t i = 0; i < m; i++) redisAppendCommand(rc, "EXISTS %s", keys[f->first + i]);
     uint32_t run = 0;
     bool gap = false;
     for (uint32_t i = 0; i < m; i++) {
         redisReply *rep = NULL;
-        if (redisGetReply(rc, (void **)&rep) != REDIS_OK) {
-            failed(st);
+        const io_end e = reply_by(st, deadline, &rep);
+        if (e != IO_OK) {
+            failed(st, e);
             goto out;
         }
         if (!gap && rep->type == REDIS_REPLY_INTEGER && rep->integer == 1) run++;
@@ -191,8 +255,9 @@ static void do_fetch(srv_store *st, fetch *f) {
     for (uint32_t i = 0; i < run; i++) redisAppendCommand(rc, "GET %s", keys[f->first + i]);
     for (uint32_t i = 0; i < run; i++) {
         redisReply *rep = NULL;
-        if (redisGetReply(rc, (void **)&rep) != REDIS_OK) {
-            failed(st);
+        const io_end e = reply_by(st, deadline, &rep);
+        if (e != IO_OK) {
+            failed(st, e);
             goto out;
         }
         /* evicted between EXISTS and GET: the run ends here (the replies still have to be read) */
@@ -281,15 +346,19 @@ bool srv_store_lookup(srv_store *st, srv_req *r, uint64_t ns, const tkv_token *t
 /* ---- writes --------------------------------------------------------------- */
 
 static void do_put(srv_store *st, put *p) {
-    redisContext *rc = conn(st);
+    const long long deadline = now_ms() + st->timeout_ms;
+    st->op = OP_WRITE;
+    redisContext *rc = conn(st, deadline);
     if (!rc) {
         atomic_fetch_add(&st->c.dropped, 1);
         return;
     }
-    redisReply *rep = redisCommand(rc, "SET %s %b", p->key, p->val, p->size);
-    if (!rep) {
+    redisReply *rep = NULL;
+    const io_end e = redisAppendCommand(rc, "SET %s %b", p->key, p->val, p->size) == REDIS_OK
+                         ? reply_by(st, deadline, &rep) : IO_ERROR;
+    if (e != IO_OK) {
         atomic_fetch_add(&st->c.dropped, 1);
-        failed(st);
+        failed(st, e);
         return;
     }
     if (rep->type == REDIS_REPLY_STATUS) {
@@ -428,6 +497,7 @@ srv_store *srv_store_start(const srv_store_opts *o, const tkv_model *model, tkv_
     }
     st->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 50;
     st->max_pending = o->max_pending;
+    st->max_value = (o->max_value ? o->max_value : (size_t)256 << 20) + 64; /* and the bulk string's header */
     uint64_t fp[2] = {0, 0};
     tkv_model_fingerprint(model, fp);
     const char *tk = tkv_type_name(type_k), *tv = tkv_type_name(type_v);
@@ -504,13 +574,17 @@ char *srv_store_render(srv_store *st) {
              atomic_load(&c->rejected));
     put_line(&b, "tokenkv_store_errors_total", "counter", "Failed connections and commands (timeouts apart).",
              atomic_load(&c->errors));
-    put_line(&b, "tokenkv_store_timeouts_total", "counter", "Operations that timed out.", atomic_load(&c->timeouts));
+    put_line(&b, "tokenkv_store_timeouts_total", "counter", "Lookups and writes that passed their deadline.",
+             atomic_load(&c->timeouts));
     put_line(&b, "tokenkv_store_read_bytes_total", "counter", "Bytes of values fetched.", atomic_load(&c->read_bytes));
     put_line(&b, "tokenkv_store_writes_total", "counter", "Blocks written.", atomic_load(&c->writes));
     put_line(&b, "tokenkv_store_written_bytes_total", "counter", "Bytes of values written.",
              atomic_load(&c->written_bytes));
     put_line(&b, "tokenkv_store_writes_dropped_total", "counter",
              "Blocks not written (store unreachable, queue full, refused).", atomic_load(&c->dropped));
+    put_line(&b, "tokenkv_store_replies_refused_total", "counter",
+             "Replies refused before allocation: an array where none is expected, or more bytes than any value.",
+             atomic_load(&c->refused_replies));
     put_line(&b, "tokenkv_store_breaker_trips_total", "counter", "Times the circuit breaker opened.",
              atomic_load(&c->breaker_trips));
     put_line(&b, "tokenkv_store_breaker_open", "gauge", "1 while the store is left alone after failures.",

@@ -11,8 +11,8 @@
  * following ones before it is admitted; a prompt just computed has its new
  * full blocks written in the background.
  *
- * All network I/O happens on the store's own thread, with a timeout per
- * operation and a circuit breaker: the inference thread only exports
+ * All network I/O happens on the store's own thread, with a deadline per
+ * lookup and per write, caps on what a reply may allocate, and a circuit breaker: the inference thread only exports
  * images (a copy) and imports fetched ones (tkv_cache_import checks every
  * value against what its key promised). A missing, slow or broken Redis
  * costs hits, never a request.
@@ -29,8 +29,9 @@ typedef struct srv_store srv_store;
 
 typedef struct srv_store_opts {
     const char *url;       /* redis://HOST:PORT[/DB] */
-    int timeout_ms;        /* connect and each read or write */
+    int timeout_ms;        /* the deadline of each lookup and each write, connect included */
     size_t max_pending;    /* bytes of values waiting to be written; more are dropped */
+    size_t max_value;      /* the largest value a reply may bring (0: 256 MiB); larger replies are refused */
 } srv_store_opts;
 
 /* Parse the URL and start the store thread (it connects on first use). The keys name the model's

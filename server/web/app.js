@@ -275,7 +275,9 @@ async function poll() {
   clearTimeout(state.pollTimer);
   if (state.needKey) return;
   try {
-    const res = await api('/v1/cache?tokens=1');
+    // the token ids find this conversation's nodes; with --api-key (a key in use) they are the admin
+    // key's, and the tree is drawn without them
+    const res = await api(sessionStorage.getItem(KEY_STORE) ? '/v1/cache' : '/v1/cache?tokens=1');
     if (!res.ok) throw new Error(await failure(res));
     state.cache = await res.json();
     showTotals(state.cache);

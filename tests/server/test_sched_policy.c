@@ -3,8 +3,9 @@
  * hand-built slots and waiting lists, without threads, a model or a cache.
  * Hand-written cases with the expected choice spelled out (admission by
  * cached prefix, starvation, a preempted request waiting for room, holding
- * back a request whose prefix a slot is computing, who gives way when the
- * cache is full); then random states from a printed seed against a model
+ * back a request whose prefix a slot is computing, the choices of one
+ * request sharing a slot while others wait, who gives way when the cache
+ * is full); then random states from a printed seed against a model
  * of the same rules written as filters and sorts, which also checks that
  * the policy asks for the lookups of exactly the requests it weighs, in
  * order.
@@ -113,6 +114,25 @@ static void test_held_back(void **state) {
     assert_int_equal(srv_policy_choose(w, 2, &sl, 1, 1, true, look, &l), 1);
     assert_int_equal(srv_policy_choose(w, 1, &sl, 1, 1, true, look, &l), -1);
     assert_int_equal(srv_policy_choose(w, 1, &sl, 1, 1, false, look, &l), 0);
+}
+
+/* Issue 38: one request's n choices held every slot while others waited; now a request's choices share a slot
+   while another request waits, and take the free ones when nobody else does. */
+static void test_choices_share_a_slot(void **state) {
+    (void)state;
+    srv_pslot sl[2] = {{.busy = true, .toks = A, .n_toks = 8, .n_past = 8, .n_gen = 3, .group = 5}};
+    looks l = {.cached = {7, 0, 7}};
+    srv_pwait w[3] = {wait_on(A, 10), wait_on((const tkv_token[]){30, 31, 32}, 3), wait_on(A, 10)};
+    w[0].group = 5; /* the next choice of the running request, its prompt cached */
+    w[2].group = 6; /* the first choice of another one */
+    assert_int_equal(srv_policy_choose(w, 2, sl, 2, 1, true, look, &l), 1);  /* the other request first */
+    assert_int_equal(srv_policy_choose(w, 3, sl, 2, 1, true, look, &l), 2);  /* by cached among the others */
+    assert_int_equal(srv_policy_choose(w, 1, sl, 2, 1, true, look, &l), 0);  /* alone: it takes the free slot */
+    l.skip[1] = true;
+    assert_int_equal(srv_policy_choose(w, 2, sl, 2, 1, true, look, &l), 0);  /* nobody else can go now */
+    l.skip[1] = false;
+    sl[0].busy = false;
+    assert_int_equal(srv_policy_choose(w, 2, sl, 2, 0, true, look, &l), 0);  /* its request runs nowhere yet */
 }
 
 static srv_pslot generating_slot(uint64_t order, size_t n_past) {
@@ -236,8 +256,16 @@ static long model_choose(const world *x, size_t *expect_asked, size_t *n_expect)
         expect_asked[(*n_expect)++] = i;
         if (!x->l.skip[i] && !(x->share && model_held(x, i))) cand[n++] = (long)i;
     }
-    for (size_t a = 1; a < n; a++) /* insertion sort, stable: equal cached keep their age order */
-        for (size_t b = a; b > 0 && x->l.cached[cand[b]] > x->l.cached[cand[b - 1]]; b--) {
+    /* a request's next choice (its group runs in a slot) ranks after every request with nothing running */
+    int rank[16] = {0};
+    for (size_t c = 0; c < n; c++)
+        for (size_t k = 0; k < x->n_slots; k++)
+            if (x->w[cand[c]].group && x->s[k].busy && x->s[k].group == x->w[cand[c]].group) rank[cand[c]] = 1;
+    for (size_t a = 1; a < n; a++) /* insertion sort, stable: equals keep their age order */
+        for (size_t b = a; b > 0 && (rank[cand[b]] < rank[cand[b - 1]] ||
+                                     (rank[cand[b]] == rank[cand[b - 1]] &&
+                                      x->l.cached[cand[b]] > x->l.cached[cand[b - 1]]));
+             b--) {
             long t = cand[b];
             cand[b] = cand[b - 1], cand[b - 1] = t;
         }
@@ -306,6 +334,7 @@ int main(void) {
         cmocka_unit_test(test_choose_by_cached),
         cmocka_unit_test(test_choose_starving_and_preempted),
         cmocka_unit_test(test_held_back),
+        cmocka_unit_test(test_choices_share_a_slot),
         cmocka_unit_test(test_make_room),
         cmocka_unit_test(test_against_model),
     };

@@ -11,7 +11,10 @@ and that a stored block's parent is cached. When a line arrives on stdin
 (the JSON of GET /v1/cache?tokens=1 with the admin key) it waits for the
 events to go quiet, computes the blocks that the cache's nodes hold, hashing
 them as kv_events.h documents (independently of the server's code), and
-prints one JSON line comparing the two.
+prints one JSON line comparing the two. A BlockStored event may withhold
+its token ids (an empty array: a salted namespace always, every namespace
+when the server has an API key and no --kv-events-tokens): the report
+counts the blocks published with ids per kind of namespace.
 """
 import json
 import select
@@ -33,7 +36,7 @@ def block_hash(parent, tokens):
 
 
 def expected_blocks(view, bs):
-    """hash -> tokens of every full block the cache's nodes hold."""
+    """hash -> (tokens, namespace) of every full block the cache's nodes hold."""
     nodes = {n["id"]: n for n in view["tree"]}
     out = {}
     for n in view["tree"]:
@@ -44,11 +47,12 @@ def expected_blocks(view, bs):
             a = nodes[a["parent"]] if a["parent"] is not None else None
         path = [t for a in reversed(chain) for t in a["token_ids"]]
         assert len(path) == n["depth"] + n["tokens"], "a node's path has the wrong length"
-        h = ns_seed(int(n["namespace"], 16))
+        ns = int(n["namespace"], 16)
+        h = ns_seed(ns)
         for k in range((n["depth"] + n["tokens"]) // bs):
             h = block_hash(h, path[k * bs:(k + 1) * bs])
             if (k + 1) * bs > n["depth"]:  # the block ends in this node's run
-                out[h] = path[k * bs:(k + 1) * bs]
+                out[h] = (path[k * bs:(k + 1) * bs], ns)
     return out
 
 
@@ -82,14 +86,15 @@ def main():
                 tag = ev[0]
                 if tag == "BlockStored":
                     _, hashes, parent, token_ids, size, lora_id, medium = ev
-                    assert size == bs and len(token_ids) == bs * len(hashes) and lora_id is None and medium == "CPU"
+                    assert size == bs and len(token_ids) in (0, bs * len(hashes)) and lora_id is None
+                    assert medium == "CPU"
                     for i, h in enumerate(hashes):
                         p = parent if i == 0 else hashes[i - 1]
                         if h in blocks:
                             errors.append(f"block {h:x} stored twice")
                         if p is not None and p not in blocks:
                             errors.append(f"block {h:x} stored after parent {p:x}, which is not cached")
-                        blocks[h] = (p, token_ids[i * bs:(i + 1) * bs])
+                        blocks[h] = (p, token_ids[i * bs:(i + 1) * bs] if token_ids else None)
                     counts["stored"] += len(hashes)
                 elif tag == "BlockRemoved":
                     _, hashes, medium = ev
@@ -114,8 +119,14 @@ def main():
     want = expected_blocks(view, bs)
     missing = [h for h in want if h not in blocks]
     extra = [h for h in blocks if h not in want]
-    wrong_tokens = [h for h in want if h in blocks and blocks[h][1] != want[h]]
-    print(json.dumps({**counts, "errors": errors[:20], "n_errors": len(errors), "event_blocks": len(blocks),
+    present = [h for h in want if h in blocks]
+    # ids published that are not the block's; blocks of the default namespace (0) and of salted ones by
+    # whether their ids were published
+    wrong_tokens = [h for h in present if blocks[h][1] is not None and blocks[h][1] != want[h][0]]
+    kinds = {"plain_with_ids": 0, "plain_without_ids": 0, "salted_with_ids": 0, "salted_without_ids": 0}
+    for h in present:
+        kinds[("plain" if want[h][1] == 0 else "salted") + ("_with_ids" if blocks[h][1] is not None else "_without_ids")] += 1
+    print(json.dumps({**counts, **kinds, "errors": errors[:20], "n_errors": len(errors), "event_blocks": len(blocks),
                       "cache_blocks": len(want), "missing": len(missing), "extra": len(extra),
                       "wrong_tokens": len(wrong_tokens)}), flush=True)
 

@@ -4,7 +4,10 @@
 // cells), finds exactly the blocks GET /v1/cache?tokens=1 shows: the same
 // hashes (computed by the subscriber from the nodes' namespaces and token
 // ids as kv_events.h documents), the same tokens, no gap in the sequence
-// numbers, no block stored twice or removed unstored.
+// numbers, no block stored twice or removed unstored. The token ids are
+// published only where asked for (--kv-events-tokens, with an API key) and
+// never for a cache_salt's namespace: an unauthenticated subscriber would
+// read the prompts.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createServer } from 'node:net';
@@ -15,6 +18,7 @@ import { get, post, startServer, stopAndCheck, tail } from '../lib/server.mjs';
 
 const SUB = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'lib', 'kv_events_sub.py');
 const ADMIN = 'admin-key';
+const KEY = 'api-key';
 const BS = 4;
 
 const STEMS = [
@@ -66,11 +70,12 @@ function startSubscriber(endpoint) {
   return { child, nextLine, stderr: () => err };
 }
 
-it('the published KV events rebuild the cached blocks /v1/cache shows', async () => {
+/** Traffic in two namespaces (the second salted) that evicts, then the subscriber's report against /v1/cache. */
+async function replay(extraArgs) {
   const port = await freePort();
   const endpoint = `tcp://127.0.0.1:${port}`;
-  const server = await startServer(['--ctx', '256', '-np', '2', '--admin-key', ADMIN, '--kv-events', endpoint,
-                                    '--kv-events-block-size', String(BS)]);
+  const server = await startServer(['--ctx', '256', '-np', '2', '--api-key', KEY, '--admin-key', ADMIN,
+                                    '--kv-events', endpoint, '--kv-events-block-size', String(BS), ...extraArgs]);
   const sub = startSubscriber(endpoint);
   try {
     assert.equal(await sub.nextLine(10000), 'ready');
@@ -82,7 +87,7 @@ it('the published KV events rebuild the cached blocks /v1/cache shows', async ()
           const prompt = `${STEMS[(i + lane + round) % STEMS.length]} ${ENDS[(i * 3 + round) % ENDS.length]}`;
           const r = await post(server, '/v1/completions', {
             prompt, max_tokens: 12, temperature: 0, ...(lane ? { cache_salt: 'tenant-b' } : {}),
-          });
+          }, server.auth);
           assert.equal(r.status, 200, r.body);
           n++;
         }
@@ -101,6 +106,9 @@ it('the published KV events rebuild the cached blocks /v1/cache shows', async ()
     assert.equal(report.extra, 0, JSON.stringify(report));
     assert.equal(report.wrong_tokens, 0, JSON.stringify(report));
     assert.equal(report.event_blocks, report.cache_blocks);
+    assert.ok(report.salted_with_ids + report.salted_without_ids > 0, `no salted block: ${JSON.stringify(report)}`);
+    assert.equal(report.salted_with_ids, 0, `a salted namespace's token ids were published: ${JSON.stringify(report)}`);
+    return report;
   } catch (e) {
     e.message = `${e.message}\n--- subscriber stderr ---\n${sub.stderr()}\n--- server ---\n${tail(server.log())}`;
     throw e;
@@ -108,4 +116,17 @@ it('the published KV events rebuild the cached blocks /v1/cache shows', async ()
     sub.child.kill();
     await stopAndCheck(server);
   }
+}
+
+it('the published KV events rebuild the cached blocks /v1/cache shows (--kv-events-tokens: ids but salted ones)',
+  async () => {
+    const report = await replay(['--kv-events-tokens']);
+    assert.ok(report.plain_with_ids > 0, JSON.stringify(report));
+    assert.equal(report.plain_without_ids, 0, JSON.stringify(report));
+  });
+
+it('with an API key and no --kv-events-tokens, the events carry hashes only', async () => {
+  const report = await replay([]);
+  assert.ok(report.plain_without_ids > 0, JSON.stringify(report));
+  assert.equal(report.plain_with_ids, 0, `token ids published to an unauthenticated subscriber: ${JSON.stringify(report)}`);
 });
