@@ -180,4 +180,31 @@ describe('delta-net hybrid (qwen35) under load', () => {
       }
     }
   }));
+
+  it('under cache pressure, preempted requests resume from a checkpoint and answer what they answer alone',
+     withLogs(async () => {
+    // 4 requests of ~15 prompt tokens and 40 generated each need ~220 cells; with 96 the youngest generating
+    // request gives way, and resumes from the deepest checkpoint of what is still cached
+    const reqs = OTHERS.map((p) => completion(p, { max_tokens: 40 })).concat([completion('The cat sat on', { max_tokens: 40 })]);
+    const alone = [];
+    for (const req of reqs) alone.push(await send(solo, req));
+    const small = await startServer(['--parallel', '4', '--ctx', '96'], { model: MODEL });
+    try {
+      const together = await Promise.all(reqs.map((req) => send(small, req)));
+      together.forEach((r, i) => {
+        assert.equal(r.text, alone[i].text, `request ${i}: ${JSON.stringify(reqs[i].body.prompt)}`);
+        assert.equal(r.usage.completion_tokens, 40);
+      });
+      const cache = (await get(small, '/v1/cache?check=1')).json;
+      assert.equal(cache.check, 'ok');
+      assert.deepEqual(cache.sequences, []);
+      const m = /^tokenkv_preemptions_total (\d+)/m.exec((await get(small, '/metrics')).body);
+      assert.ok(m && Number(m[1]) >= 1, `preemptions: ${m?.[1]}`);
+    } catch (e) {
+      e.message = `${e.message}\n--- small server stderr ---\n${tail(small.log())}`;
+      throw e;
+    } finally {
+      await stopAndCheck(small);
+    }
+  }));
 });
