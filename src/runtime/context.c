@@ -232,9 +232,14 @@ static tkv_status replay_state(tkv_context *ctx, tkv_seq seq) {
     const uint32_t n = kv->seq[seq].n, from = tkv__kv_state_floor(kv, kv->seq[seq].cells, n);
     tkv_token *tokens = ctx->seq_tokens; /* (n_cells): free outside saves and loads */
     tkv__kv_seq_tokens(kv, seq, tokens);
-    tkv__kv_seq_truncate(kv, seq, from);
+    /* back to the checkpoint in the sequence's own namespace (a truncate to 0 would leave it in none, and the
+       replay would cache its tokens under namespace 0) */
     const uint64_t ns = kv->seq[seq].ns;
-    tkv_status st = TKV_OK;
+    const tkv__kvpath back = {.name = "tkv_decode", .seq = seq, .ns = ns, .tokens = tokens, .n = n, .reuse_max = from};
+    uint32_t kept = 0;
+    tkv_status st = tkv__kv_stage_path(kv, &back, &kept);
+    if (st) return tkv__ctx_fail(ctx, st);
+    tkv__kv_commit(kv);
     for (uint32_t c0 = from; c0 < n && !st; c0 += ctx->params.n_batch) {
         const uint32_t c1 = c0 + ctx->params.n_batch < n ? c0 + ctx->params.n_batch : n;
         for (uint32_t i = c0; i < c1; i++) {
@@ -247,7 +252,6 @@ static tkv_status replay_state(tkv_context *ctx, tkv_seq seq) {
     }
     if (st) { /* back to its old tokens: still cached (a replay evicts nothing) */
         const tkv__kvpath path = {.name = "tkv_decode", .seq = seq, .ns = ns, .tokens = tokens, .n = n, .reuse_max = n};
-        uint32_t kept;
         if (tkv__kv_stage_path(kv, &path, &kept) == TKV_OK) tkv__kv_commit(kv);
     }
     return st;
