@@ -1,4 +1,4 @@
-// A gated delta-net hybrid (models/arch/qwen35.gguf: delta-net layers with a
+// A gated delta-net hybrid (models/arch/qwen35.gguf and qwen35moe.gguf: delta-net layers with a
 // recurrent state, and gated attention) under load. Its prefix is reusable
 // only up to a checkpoint of that state (src/kv/kvstate.h), so the server must
 // (1) answer 8 concurrent clients (chat and completions, streaming too,
@@ -7,11 +7,14 @@
 // did not compute, never the attention-only common length: cached_tokens,
 // /v1/cache and /metrics agree with the tokens the context decoded.
 import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { SHARED, commonPrefix, get, startServer, stopAndCheck, tail, tokenize } from '../lib/server.mjs';
 
-const MODEL = path.join(SHARED, 'models', 'arch', 'qwen35.gguf');
+// the dense file and the MoE one (qwen35moe: the same delta net and attention, with a MoE FFN)
+const MODELS = ['qwen35', 'qwen35moe'];
 const MAX_TOKENS = 10;
 const K = 32; // the default state_interval: a checkpoint after every 32nd token of a prompt
 
@@ -78,7 +81,8 @@ function checkAccounting(answers, before, now, what) {
   assert.equal(now.mReused, now.reused, `${what}: /metrics tokens reused`);
 }
 
-describe('delta-net hybrid (qwen35) under load', () => {
+for (const name of MODELS) describe(`delta-net hybrid (${name}) under load`, () => {
+  const MODEL = path.join(SHARED, 'models', 'arch', `${name}.gguf`);
   let cached = null;
   let solo = null;
   before(async () => {
@@ -205,6 +209,28 @@ describe('delta-net hybrid (qwen35) under load', () => {
       throw e;
     } finally {
       await stopAndCheck(small);
+    }
+  }));
+
+  it('restarted on its --cache-dir, it reports as cached only what it does not compute', withLogs(async () => {
+    // the files hold K/V; whatever of a prefix they make reusable, cached_tokens must be the tokens skipped
+    const dir = await mkdtemp(path.join(tmpdir(), 'tkv-hybrid-'));
+    const req = completion(`${SYSTEM} The robin`);
+    const ref = await send(solo, req);
+    try {
+      for (let round = 0; round < 2; round++) {
+        const s = await startServer(['--cache-dir', dir], { model: MODEL });
+        try {
+          const c0 = await counters(s);
+          const r = await send(s, req);
+          assert.equal(r.text, ref.text, `round ${round}: the answer`);
+          checkAccounting([r], c0, await counters(s), `round ${round}`);
+        } finally {
+          await stopAndCheck(s);
+        }
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
     }
   }));
 });
