@@ -71,6 +71,7 @@ void tkv_context_free(tkv_context *ctx) {
     tkv__free(ctx->seq_tokens);
     tkv__free(ctx->snap_kind);
     tkv__free(ctx->seq_seen);
+    tkv__free(ctx->branch_at);
     tkv__free(ctx->path_cells);
     ctx->h.magic = 0;
     tkv__free(ctx);
@@ -134,8 +135,8 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
         ctx->snap_kind = tkv__malloc(p.n_cells * sizeof *ctx->snap_kind);
         ctx->seq_seen = tkv__calloc(p.n_seq_max, sizeof *ctx->seq_seen);
         ctx->path_cells = tkv__malloc(p.n_cells * sizeof *ctx->path_cells);
-        ctx->branch_seq = -1;
-        if (!ctx->snap_kind || !ctx->seq_seen || !ctx->path_cells ||!ctx->cell_lists || !ctx->out || !ctx->logits_row || !ctx->seq_tokens || !ctx->sync_pos || !ctx->sync_seq ||
+        ctx->branch_at = tkv__calloc(p.n_seq_max, sizeof *ctx->branch_at);
+        if (!ctx->snap_kind || !ctx->seq_seen || !ctx->branch_at || !ctx->path_cells ||!ctx->cell_lists || !ctx->out || !ctx->logits_row || !ctx->seq_tokens || !ctx->sync_pos || !ctx->sync_seq ||
             !ctx->sync_logits)
             st = tkv__fail(TKV_ERR_NOMEM, "out of memory for the context");
     }
@@ -197,8 +198,8 @@ tkv_status tkv_decode(tkv_context *ctx, const tkv_batch *b) {
  * sequence's last (kv/kvstate.h): every state_interval positions; the token
  * before a sequence's last when that one wants logits (a repeated prompt is
  * reused to its last token, which is decoded again for its logits); and the
- * branch point tkv_seq_sync names (the next request that diverges there
- * reuses everything before it).
+ * branch point the sequence's attach named (the next request that diverges
+ * there reuses everything before it).
  */
 static void mark_checkpoints(tkv_context *ctx, const tkv_batch *b) {
     uint32_t K = ctx->params.state_interval;
@@ -212,7 +213,7 @@ static void mark_checkpoints(tkv_context *ctx, const tkv_batch *b) {
         const tkv_seq s = b->seq[i];
         const uint32_t from_end = ctx->seq_seen[s]++; /* 0: the sequence's last token of the batch */
         const uint32_t pos = (uint32_t)b->pos[i];
-        bool keep = (K && (pos + 1) % K == 0) || (s == ctx->branch_seq && pos + 1 == ctx->branch_pos);
+        bool keep = (K && (pos + 1) % K == 0) || pos + 1 == ctx->branch_at[s];
         if (from_end == 1) { /* the last one is b's token after this one in the same sequence */
             for (size_t j = i + 1; j < b->n; j++)
                 if (b->seq[j] == s) {
@@ -237,9 +238,14 @@ static tkv_status replay_state(tkv_context *ctx, tkv_seq seq) {
     const uint32_t n = kv->seq[seq].n, from = tkv__kv_state_floor(kv, kv->seq[seq].cells, n);
     tkv_token *tokens = ctx->seq_tokens; /* (n_cells): free outside saves and loads */
     tkv__kv_seq_tokens(kv, seq, tokens);
-    tkv__kv_seq_truncate(kv, seq, from);
+    /* back to the checkpoint in the sequence's own namespace (a truncate to 0 would leave it in none, and the
+       replay would cache its tokens under namespace 0) */
     const uint64_t ns = kv->seq[seq].ns;
-    tkv_status st = TKV_OK;
+    const tkv__kvpath back = {.name = "tkv_decode", .seq = seq, .ns = ns, .tokens = tokens, .n = n, .reuse_max = from};
+    uint32_t kept = 0;
+    tkv_status st = tkv__kv_stage_path(kv, &back, &kept);
+    if (st) return tkv__ctx_fail(ctx, st);
+    tkv__kv_commit(kv);
     for (uint32_t c0 = from; c0 < n && !st; c0 += ctx->params.n_batch) {
         const uint32_t c1 = c0 + ctx->params.n_batch < n ? c0 + ctx->params.n_batch : n;
         for (uint32_t i = c0; i < c1; i++) {
@@ -252,7 +258,6 @@ static tkv_status replay_state(tkv_context *ctx, tkv_seq seq) {
     }
     if (st) { /* back to its old tokens: still cached (a replay evicts nothing) */
         const tkv__kvpath path = {.name = "tkv_decode", .seq = seq, .ns = ns, .tokens = tokens, .n = n, .reuse_max = n};
-        uint32_t kept;
         if (tkv__kv_stage_path(kv, &path, &kept) == TKV_OK) tkv__kv_commit(kv);
     }
     return st;
@@ -333,6 +338,9 @@ tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b) {
         return tkv__ctx_fail(ctx, st);
     }
     tkv__kv_commit(kv);
+    if (kv->st) /* a branch point reached is done with */
+        for (size_t i = 0; i < b->n; i++)
+            if ((uint32_t)b->pos[i] + 1 >= ctx->branch_at[b->seq[i]]) ctx->branch_at[b->seq[i]] = 0;
     ctx->stats.tokens_computed += b->n;
     ctx->n_logits_rows = n_out;
     ctx->last_n = b->n;

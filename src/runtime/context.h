@@ -34,8 +34,9 @@ struct tkv_context {
     uint8_t *snap_kind;     /* (n_cells) tkv__ckpt_kind per batch token */
     uint32_t *seq_seen;     /* (n_seq_max) a batch's tokens per sequence, counted from its end */
     uint32_t *path_cells;   /* (n_cells) a matched prefix's cells */
-    tkv_seq branch_seq;     /* -1, or the sequence whose token at position branch_pos - 1 leaves a checkpoint */
-    uint32_t branch_pos;
+    uint32_t *branch_at;    /* (n_seq_max) 0, or the length of sequence s's branch point (its attach found the
+                               cached path longer than its deepest checkpoint): the token that reaches it leaves
+                               one; per sequence, since the server attaches many before one decode */
     tkv_stats stats;
     /* the last batch's logits */
     float *logits;          /* (logits_cap, n_vocab) */

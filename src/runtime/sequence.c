@@ -63,6 +63,7 @@ static tkv_status seq_truncate(tkv_context *ctx, tkv_seq seq, tkv_pos n, const c
     if (st) return st;
     if (n < 0) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: negative length %d", fn, (int)n));
     tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)n);
+    if (ctx->branch_at) ctx->branch_at[seq] = 0; /* its branch point belonged to the list it held */
     return TKV_OK;
 }
 
@@ -111,13 +112,14 @@ static tkv_status attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_t
     uint32_t keep = 0;
     /* at most n - 1: the last token is left to decode for its logits */
     uint32_t reuse_max = n ? (uint32_t)n - 1 : 0;
+    if (!st) ctx->branch_at[seq] = 0;
     if (!st && ctx->kv->st && reuse_max) {
         /* a hybrid model: reusable up to the deepest checkpoint on the common prefix; where that falls short
            of it, the decode leaves one at the branch point for the next request that diverges there */
         const uint32_t common = (uint32_t)tkv__kv_match_cells(ctx->kv, ns, tokens, reuse_max, ctx->path_cells);
         reuse_max = tkv__kv_state_floor(ctx->kv, ctx->path_cells, common);
         if (reuse_max) tkv__kv_state_touch(ctx->kv, ctx->path_cells[reuse_max - 1]);
-        if (reuse_max < common) ctx->branch_seq = seq, ctx->branch_pos = common;
+        if (reuse_max < common) ctx->branch_at[seq] = common;
     }
     const tkv__kvpath path = {.name = fn, .seq = seq, .ns = ns, .tokens = tokens, .n = (uint32_t)n,
                               .reuse_max = reuse_max};
@@ -152,10 +154,7 @@ static tkv_status seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv
        the decode needs no new one) */
     size_t keep;
     tkv_status st = attach(ctx, seq, ns, tokens, n, "tkv_seq_sync", &keep);
-    if (st) {
-        ctx->branch_seq = -1;
-        return st;
-    }
+    if (st) return st;
     if (n_reused) *n_reused = keep;
 
     for (size_t c0 = keep; c0 < n; c0 += ctx->params.n_batch) {
@@ -169,7 +168,7 @@ static tkv_status seq_sync(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv
         if ((st = tkv__ctx_decode(ctx, &b))) break; /* seq holds tokens[0..c0) */
         ctx->logits_base = c0; /* tkv_get_logits indexes the list: its last token is n - 1 */
     }
-    ctx->branch_seq = -1;
+    ctx->branch_at[seq] = 0;
     return st;
 }
 

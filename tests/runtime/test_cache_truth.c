@@ -19,6 +19,14 @@
  *     needs none), and a failure changes nothing it should not;
  *   - tokens, matches and tkv_cache_check; now and then, the logits after
  *     reuse against a fresh context's, bit for bit.
+ * On a hybrid model (qwen35: a recurrent state, reusable only up to a
+ * checkpoint, kv/kvstate.h) the event model still knows the attention K/V
+ * cached, and the reuse is checked against the cache's own answers and its
+ * counters: a sync reuses exactly what tkv_cache_match promised for its
+ * list less the last token, never more than the attention common length,
+ * and computes exactly the rest (tokens_computed); a decode onto a
+ * sequence without its state replays exactly from the deepest checkpoint;
+ * the logits after reuse are compared more often.
  * Op kinds: sync, decode, fork, extend-a-fork-and-clear (the pattern that
  * once left cells stuck), truncate, clear, pin, unpin, cache clear, save
  * and load, injected aborts and allocation failures.
@@ -232,8 +240,22 @@ typedef struct run_cfg {
     const char *name;
     unsigned seed;
     int ops;
+    bool hybrid; /* recurrent state: reuse ends at a checkpoint */
     char dir[64];
 } run_cfg;
+
+/* What tkv_cache_match says is reusable of t[0..n). */
+static size_t match_len(const tkv_context *ctx, uint64_t ns, const tkv_token *t, size_t n) {
+    size_t len;
+    assert_int_equal(tkv_cache_match(ctx, ns, t, n, &len), TKV_OK);
+    return len;
+}
+
+static uint64_t computed(const tkv_context *ctx) {
+    tkv_stats st;
+    assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+    return st.tokens_computed;
+}
 
 static tkv_context *make_ctx(tkv_model *model, truth *m) {
     tkv_context_params p = tkv_context_default_params();
@@ -280,6 +302,13 @@ static void run(const run_cfg *cfg, int *kinds) {
             list kept = l;
             kept.n = keep;
             const size_t need = cached == l.n ? 0 : l.n - keep, avail = room(&m, s, &kept, NULL);
+            /* the reuse: the attention common length, or on a hybrid what the match promises (it ends at a
+               checkpoint, never beyond the common length) */
+            const size_t promised = match_len(ctx, l.ns, l.t, l.n - 1), whole = match_len(ctx, l.ns, l.t, l.n);
+            if (promised > keep || whole > cached || promised > whole || (!cfg->hybrid && promised != keep))
+                fail_msg("op %d: match %zu of %zu tokens (%zu of all %zu), the attention common length %zu", op,
+                         promised, l.n - 1, whole, l.n, cached);
+            const uint64_t c0 = computed(ctx);
             const bool inject = rand_r(&seed) % 10 == 0;
             if (inject) tkv__alloc_fail_after(0);
             size_t reused;
@@ -287,17 +316,20 @@ static void run(const run_cfg *cfg, int *kinds) {
             tkv__alloc_fail_after(-1);
             if (st == TKV_OK) {
                 if (need > avail) fail_msg("op %d: sync of %zu new cells with %zu available succeeded", op, need, avail);
-                if (reused != keep) fail_msg("op %d: sync reused %zu, the model %zu", op, reused, keep);
+                if (reused != promised) fail_msg("op %d: sync reused %zu, the match promised %zu", op, reused, promised);
+                if (computed(ctx) - c0 != l.n - reused)
+                    fail_msg("op %d: sync of %zu reused %zu and computed %llu", op, l.n, reused,
+                             (unsigned long long)(computed(ctx) - c0));
                 *q = l;
-                if (rand_r(&seed) % 25 == 0) compare_fresh(cfg->model, ctx, &l, n_vocab, op);
+                if (rand_r(&seed) % (cfg->hybrid ? 8 : 25) == 0) compare_fresh(cfg->model, ctx, &l, n_vocab, op);
             } else {
                 if (!inject && (st != TKV_ERR_FULL || need <= avail))
                     fail_msg("op %d: sync failed (%d: %s) with %zu new cells and %zu available", op, (int)st,
                              tkv_last_error(NULL), need, avail);
                 /* the sequence holds the list's prefix cached or decoded so far: the reuse, then every whole
-                   pass that fit */
+                   pass that fit (the cached tokens after the reuse, up to keep, need no new cells) */
                 const size_t len = (size_t)tkv_seq_len(ctx, s);
-                if (!inject && len != keep + avail / BATCH * BATCH)
+                if (!inject && len != promised + (avail + keep - promised) / BATCH * BATCH)
                     fail_msg("op %d: a failed sync left %zu tokens (reused %zu, %zu available)", op, len, keep, avail);
                 tkv_token back[MAXT];
                 size_t n_back;
@@ -325,7 +357,14 @@ static void run(const run_cfg *cfg, int *kinds) {
             guard.n = q->n + dup;
             const size_t need = k - dup, avail = room(&m, -1, NULL, &guard);
             tkv_batch b = {k, t, pos, sq, NULL};
+            /* a sequence without its state at its end replays from its deepest checkpoint first */
+            const size_t replay = q->n - match_len(ctx, q->ns, q->t, q->n);
+            if (!cfg->hybrid && replay) fail_msg("op %d: a sequence's own tokens are not all reusable", op);
+            const uint64_t c0 = computed(ctx);
             const tkv_status st = tkv_decode(ctx, &b);
+            if (st == TKV_OK && computed(ctx) - c0 != k + replay)
+                fail_msg("op %d: a decode of %zu tokens after a replay of %zu computed %llu", op, k, replay,
+                         (unsigned long long)(computed(ctx) - c0));
             if (st == TKV_OK && need > avail) fail_msg("op %d: decode of %zu new cells with %zu available", op, need, avail);
             if (st != TKV_OK && (st != TKV_ERR_FULL || need <= avail))
                 fail_msg("op %d: decode failed (%s) with %zu new cells and %zu available", op, tkv_last_error(NULL), need,
@@ -409,7 +448,7 @@ static void truth_on(const char *rel, void **state) {
     e = getenv("TKV_TRUTH_SEEDS");
     const int seeds = e ? atoi(e) : 5;
     int kinds[12] = {0};
-    run_cfg cfg = {.model = model, .name = rel, .ops = ops};
+    run_cfg cfg = {.model = model, .name = rel, .ops = ops, .hybrid = strstr(rel, "qwen35") != NULL};
     assert_int_equal(tu_mkdtemp(cfg.dir, "truth"), 0);
     for (int k = 0; k < seeds; k++) {
         cfg.seed = 1000u + 7919u * (unsigned)k;
@@ -424,12 +463,14 @@ static void truth_on(const char *rel, void **state) {
 static void test_truth_stories(void **state) { truth_on("models/stories260K.gguf", state); }
 static void test_truth_qwen3(void **state) { truth_on("models/arch/qwen3.gguf", state); }
 static void test_truth_gemma2(void **state) { truth_on("models/arch/gemma2.gguf", state); }
+static void test_truth_qwen35(void **state) { truth_on("models/arch/qwen35.gguf", state); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_truth_stories),
         cmocka_unit_test(test_truth_qwen3),
         cmocka_unit_test(test_truth_gemma2),
+        cmocka_unit_test(test_truth_qwen35),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -194,6 +194,37 @@ static void test_truncate_and_load(void **state) {
     tkv_context_free(ctx);
 }
 
+/* A sequence of another namespace replayed from the empty prefix (no checkpoint before where it was cut) stays in
+   its namespace: the tokens it decodes again are cached there, not under namespace 0. */
+static void test_replay_keeps_namespace(void **state) {
+    (void)state;
+    tkv_token t[N];
+    list(t, N, N, 7);
+    tkv_context *ctx = make(0);
+    assert_int_equal(tkv_seq_sync(ctx, 0, 7, t, 20, NULL), TKV_OK);
+    assert_int_equal(tkv_seq_truncate(ctx, 0, 10), TKV_OK); /* checkpoints at 19 and 20 only: replay from 0 */
+    tkv_pos pos = 10;
+    tkv_seq s = 0;
+    tkv_batch b = {1, &t[10], &pos, &s, NULL};
+    const uint64_t before = computed(ctx);
+    assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+    assert_int_equal(computed(ctx) - before, 11); /* 10 replayed, 1 new */
+    uint64_t ns = 0;
+    assert_int_equal(tkv_seq_namespace(ctx, 0, &ns), TKV_OK);
+    assert_int_equal(ns, 7);
+    size_t len = 99;
+    assert_int_equal(tkv_cache_match(ctx, 7, t, 11, &len), TKV_OK);
+    assert_int_equal(len, 11);
+    assert_int_equal(tkv_cache_match(ctx, 0, t, 11, &len), TKV_OK);
+    assert_int_equal(len, 0);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+    tkv_context *f = make(0);
+    assert_int_equal(tkv_seq_sync(f, 0, 7, t, 11, NULL), TKV_OK);
+    assert_memory_equal(tkv_get_logits_last(ctx), tkv_get_logits_last(f), nv * sizeof(float));
+    tkv_context_free(f);
+    tkv_context_free(ctx);
+}
+
 static bool abort_now(void *user) { return *(bool *)user; }
 
 /* An aborted decode leaves every state and checkpoint as it was: the same decode afterwards gives a
@@ -249,6 +280,7 @@ int main(void) {
         cmocka_unit_test(test_repeated_prompt), cmocka_unit_test(test_conversation),
         cmocka_unit_test(test_branches),        cmocka_unit_test(test_truncate_and_load),
         cmocka_unit_test(test_abort_leaves_states), cmocka_unit_test(test_small_budget),
+        cmocka_unit_test(test_replay_keeps_namespace),
     };
     static const char *const models[] = {"models/arch/qwen35.gguf", "models/arch/granitehybrid.gguf",
                                          "models/arch/nemotron_h.gguf"};
