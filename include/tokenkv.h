@@ -240,6 +240,14 @@ TKV_API uint64_t tkv_model_file_size(const tkv_model *model);
 TKV_API uint64_t tkv_model_packed_size(const tkv_model *model);
 
 /**
+ * Bytes of one sequence's recurrent state: every delta-net and Mamba-2
+ * layer's (qwen35, qwen35moe, granitehybrid, nemotron_h), the size of one
+ * checkpoint (tkv_context_params.state_cache_mib; docs/library.md, "Hybrid
+ * models"). 0 for models without such layers, and for NULL. Thread-safe.
+ */
+TKV_API uint64_t tkv_model_state_size(const tkv_model *model);
+
+/**
  * Where the tensor data section starts in the file.
  * @param model  the model (not NULL).
  * @return the offset in bytes, a multiple of tkv_model_alignment.

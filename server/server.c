@@ -522,7 +522,11 @@ int srv_main(const srv_opts *o) {
        headers and checksums */
     tkv_stats cs = {0};
     tkv_cache_stats(ctx, &cs);
-    const uint64_t max_image = 2 * cs.kv_bytes + 16 * cs.cells_total + ((uint64_t)16 << 20);
+    /* the largest image: the whole cache's K/V and tokens, and a hybrid model's checkpoints (at most the budget's,
+       or one per sequence and two more: what the cache keeps whatever the budget) */
+    const uint64_t state = tkv_model_state_size(model);
+    const uint64_t states = state ? ((uint64_t)o->state_cache_mib << 20) + ((uint64_t)o->parallel + 2) * (state + 4) : 0;
+    const uint64_t max_image = 2 * cs.kv_bytes + 16 * cs.cells_total + states + ((uint64_t)16 << 20);
     if (S.disk) srv_disk_limit_files(S.disk, max_image);
     if (o->cache_dir) {
         load_cache(ctx, o, fresh_dir);

@@ -35,8 +35,18 @@
  *   blocks 2 .. 2 + 2 n_layer - 1: for each layer, its K rows then its V
  *     rows of positions kv_from..n_tokens-1 (row_size and row_size_v bytes
  *     each), each block followed by its checksum (seed = block number).
- * The file ends there: its size is exactly
+ * A version 2 file ends there: its size is exactly
  *   96 + 8 n_tokens + 8 + n_layer ((n_tokens - kv_from) (row_size + row_size_v) + 16).
+ * Version 3 (a hybrid model's prefix with recurrent-state checkpoints,
+ * kv/kvstate.h) adds two blocks after them:
+ *   block 2 + 2 n_layer: u32 n_states, u32 state_floats, checksum;
+ *   block 3 + 2 n_layer: n_states records, each u32 position (increasing,
+ *     in kv_from..n_tokens-1: the state after that position's token) and
+ *     state_floats f32, then the checksum;
+ * so its size is the version 2 size + 24 + n_states (4 + 4 state_floats),
+ * from which the header check derives n_states (state_floats is the
+ * model's). A file without checkpoints is written as version 2, byte for
+ * byte what earlier builds wrote.
  * Version 1 files (bytes 80..87 zero, V of K's type and size) are read too.
  *
  * Reading checks all of it before anything is used: size, magic, version,
@@ -87,14 +97,35 @@ enum { H_CHECKSUM = 88, H_BYTES = TKV__CACHEFILE_HEADER_BYTES };
 static uint64_t k_block_bytes(const tkv__phdr *h) { return (uint64_t)(h->n_tokens - h->kv_from) * h->row_size; }
 static uint64_t v_block_bytes(const tkv__phdr *h) { return (uint64_t)(h->n_tokens - h->kv_from) * h->row_size_v; }
 
-uint64_t tkv__cachefile_file_size(const tkv__phdr *h) {
+/* Bytes of one checkpoint record, and of the version 2 part of a file. */
+static uint64_t state_record_bytes(const tkv__phdr *h) { return 4 + 4ull * h->state_floats; }
+static uint64_t base_size(const tkv__phdr *h) {
     return H_BYTES + 8ull * h->n_tokens + 8 + (uint64_t)h->n_layer * (k_block_bytes(h) + v_block_bytes(h) + 16);
+}
+
+uint64_t tkv__cachefile_file_size(const tkv__phdr *h) {
+    return base_size(h) + (h->n_states ? 24 + h->n_states * state_record_bytes(h) : 0);
+}
+
+void tkv__cachefile_count_states(const tkv__kvcache *kv, tkv__phdr *h, const uint32_t *cells) {
+    h->n_states = 0;
+    h->state_floats = kv->st ? (uint32_t)kv->st->floats : 0;
+    for (uint32_t i = 0; kv->st && i < h->n_tokens - h->kv_from; i++) h->n_states += tkv__kv_state_of(kv, cells[i]) != NULL;
+}
+
+void tkv__cachefile_state(const tkv__prec *r, uint32_t i, uint32_t *pos, float *out) {
+    const uint8_t *p = r->states + (uint64_t)i * state_record_bytes(&r->h);
+    *pos = get32(p);
+    for (uint32_t k = 0; k < r->h.state_floats; k++) {
+        const uint32_t b = get32(p + 4 + 4ull * k);
+        memcpy(out + k, &b, 4);
+    }
 }
 
 static void encode_header(const tkv__phdr *h, uint8_t p[H_BYTES]) {
     memset(p, 0, H_BYTES);
     memcpy(p, magic, sizeof magic);
-    put32(p + 8, TKV__CACHEFILE_VERSION);
+    put32(p + 8, h->n_states ? 3u : 2u);
     put32(p + 12, H_BYTES);
     put64(p + 16, h->fp[0]);
     put64(p + 24, h->fp[1]);
@@ -146,9 +177,9 @@ tkv_status tkv__cachefile_check_header(const char *name, const uint8_t *p, uint6
     if (memcmp(p, magic, sizeof magic) != 0)
         return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': not a tokenkv cache file (bad magic)", name);
     const uint32_t version = get32(p + 8);
-    if (version != 1 && version != TKV__CACHEFILE_VERSION)
+    if (version < 1 || version > TKV__CACHEFILE_VERSION)
         return tkv__fail(TKV_ERR_UNSUPPORTED,
-                         "cache file '%s': format version %u is not supported (this build reads versions 1 and %u)", name,
+                         "cache file '%s': format version %u is not supported (this build reads versions 1 to %u)", name,
                          version, TKV__CACHEFILE_VERSION);
     if (get64(p + H_CHECKSUM) != XXH3_64bits_withSeed(p, H_CHECKSUM, 0))
         return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block 0 (header) checksum mismatch (the file is corrupt)", name);
@@ -179,6 +210,22 @@ tkv_status tkv__cachefile_check_header(const char *name, const uint8_t *p, uint6
         return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': K/V from position %u of a %u-token prefix", name, h->kv_from,
                          h->n_tokens);
     /* the fields are bounded by the context's own sizes now: no overflow */
+    h->n_states = 0;
+    h->state_floats = e->state_floats;
+    if (version == 3) { /* the checkpoints: as many as the size holds after the version 2 part */
+        if (!e->state_floats)
+            return tkv__fail(TKV_ERR_INVALID, "cache file '%s': holds recurrent states, and this model has none", name);
+        const uint64_t base = base_size(h) + 24, rec = state_record_bytes(h);
+        if (file_size < base + rec || (file_size - base) % rec)
+            return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': %llu bytes are not the %llu of its K/V and whole checkpoints "
+                             "of %llu bytes", name, (unsigned long long)file_size, (unsigned long long)base,
+                             (unsigned long long)rec);
+        const uint64_t n = (file_size - base) / rec;
+        if (n > h->n_tokens - h->kv_from)
+            return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': %llu checkpoints for %u positions", name,
+                             (unsigned long long)n, h->n_tokens - h->kv_from);
+        h->n_states = (uint32_t)n;
+    }
     const uint64_t want = tkv__cachefile_file_size(h);
     if (file_size < want)
         return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': truncated (%llu bytes, the header says %llu)", name,
@@ -217,6 +264,25 @@ tkv_status tkv__cachefile_parse(const char *name, const uint8_t *data, size_t si
         if (get64(p + blk) != XXH3_64bits_withSeed(p, (size_t)blk, 2 + b))
             return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block %u (layer %u %c) checksum mismatch (the file is corrupt)",
                              name, 2 + b, b / 2, b % 2 ? 'V' : 'K');
+    }
+    rec->states = NULL;
+    if (h.n_states) { /* blocks 2 + 2 n_layer (the counts) and 3 + 2 n_layer (the records) */
+        const uint32_t b = 2 + 2 * h.n_layer;
+        const uint8_t *cnt = kv + h.n_layer * (bk + bv + 16), *recs = cnt + 16;
+        const uint64_t rb = state_record_bytes(&h), all = h.n_states * rb;
+        if (get64(cnt + 8) != XXH3_64bits_withSeed(cnt, 8, b) || get64(recs + all) != XXH3_64bits_withSeed(recs, all, b + 1))
+            return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block %u or %u (checkpoints) checksum mismatch (the file is "
+                             "corrupt)", name, b, b + 1);
+        if (get32(cnt) != h.n_states || get32(cnt + 4) != h.state_floats)
+            return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': %u checkpoints of %u floats, but its size says %u of %u",
+                             name, get32(cnt), get32(cnt + 4), h.n_states, h.state_floats);
+        for (uint32_t i = 0; i < h.n_states; i++) {
+            const uint32_t pos = get32(recs + i * rb), prev = i ? get32(recs + (i - 1) * rb) : 0;
+            if (pos < h.kv_from || pos >= h.n_tokens || (i && pos <= prev))
+                return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': checkpoint %u at position %u (positions %u..%u, "
+                                 "increasing)", name, i, pos, h.kv_from, h.n_tokens - 1);
+        }
+        rec->states = recs;
     }
     rec->h = h;
     rec->tokens = tok;
@@ -309,6 +375,22 @@ static void write_body(writer *w, const tkv__kvcache *kv, const tkv__phdr *h, co
         for (uint32_t i = 0; i < m; i++) w_put(w, tkv__kv_v(kv, l, cells[i]), kv->rows.row_size_v);
         w_end_block(w);
     }
+    if (!h->n_states) return;
+    /* version 3: the counts, then each checkpoint after its position (h came from tkv__cachefile_count_states) */
+    put32(b, h->n_states), w_put(w, b, 4);
+    put32(b, h->state_floats), w_put(w, b, 4);
+    w_end_block(w);
+    for (uint32_t i = 0; i < m; i++) {
+        const float *st = tkv__kv_state_of(kv, cells[i]);
+        if (!st) continue;
+        put32(b, h->kv_from + i), w_put(w, b, 4);
+        for (uint32_t k = 0; k < h->state_floats; k++) {
+            uint32_t v;
+            memcpy(&v, st + k, 4);
+            put32(b, v), w_put(w, b, 4);
+        }
+    }
+    w_end_block(w);
 }
 
 void tkv__cachefile_encode(const tkv__kvcache *kv, const tkv__phdr *h, const tkv_token *tokens, const uint32_t *cells,

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#define TKV__CACHEFILE_VERSION 2u
+#define TKV__CACHEFILE_VERSION 3u /* 3: with recurrent-state checkpoints; files without any are written as 2 */
 #define TKV__CACHEFILE_HEADER_BYTES 96u
 #define TKV__CACHEFILE_EXT ".tkvc"
 
@@ -29,6 +29,9 @@ typedef struct tkv__phdr {
     uint32_t n_tokens;  /* the prefix: positions 0..n_tokens-1 */
     uint32_t kv_from;   /* K/V stored for positions kv_from..n_tokens-1 */
     uint64_t rank;      /* order of the save: 0 = most recently used */
+    /* not in the header bytes: a version 3 file's states block says them (the size implies n_states) */
+    uint32_t n_states;     /* checkpoints held (kv/kvstate.h), at positions kv_from..n_tokens-1 */
+    uint32_t state_floats; /* floats of one (the model's state) */
 } tkv__phdr;
 
 /* A parsed, fully validated file image (pointers into the image). */
@@ -36,7 +39,16 @@ typedef struct tkv__prec {
     tkv__phdr h;
     const uint8_t *tokens; /* (n_tokens) int32 little-endian */
     const uint8_t *kv;     /* the first K block (tkv__cachefile_k and _v find each layer's) */
+    const uint8_t *states; /* h.n_states records: u32 position, then state_floats f32 (tkv__cachefile_state) */
 } tkv__prec;
+
+/* Checkpoint i of a parsed record: its position (the state after that position's token) and floats,
+   copied into out (state_floats; any alignment in the file). */
+void tkv__cachefile_state(const tkv__prec *r, uint32_t i, uint32_t *pos, float *out);
+
+/* Set h->n_states and h->state_floats: the checkpoints the cache holds at the cells of positions
+   kv_from..n_tokens-1 (cells[0..n_tokens - kv_from)), which a file written now carries. */
+void tkv__cachefile_count_states(const tkv__kvcache *kv, tkv__phdr *h, const uint32_t *cells);
 
 /* Layer l's K (V) rows of a parsed record: (n_tokens - kv_from) rows of row_size (row_size_v) bytes. */
 static inline const uint8_t *tkv__cachefile_k(const tkv__prec *r, uint32_t l) {
@@ -52,6 +64,7 @@ typedef struct tkv__pexpect {
     uint64_t fp[2];
     uint32_t kv_type, v_type, n_layer, n_embd_kv, n_vocab, n_cells;
     uint64_t row_size, row_size_v;
+    uint32_t state_floats; /* the model's recurrent state (0: none; a file with states is refused) */
 } tkv__pexpect;
 
 /* Exact file size for a header's fields. */

@@ -184,6 +184,11 @@ const float *tkv__kv_state_of(const tkv__kvcache *kv, uint32_t cell);
 /* Mark the checkpoint at cell used now (the LRU), where there is one. */
 void tkv__kv_state_touch(tkv__kvcache *kv, uint32_t cell);
 
+/* Save src (floats of one state) as the checkpoint of cell, which holds a token (a loaded file's): true,
+   or false when none could be kept (no memory, every slot at a sequence's end). The caller vouches that it is
+   the state after that cell's prefix. */
+bool tkv__kv_state_put(tkv__kvcache *kv, uint32_t cell, const float *src);
+
 /* Checkpoints held now. */
 uint32_t tkv__kv_states_count(const tkv__kvcache *kv);
 

@@ -138,6 +138,14 @@ static void install(tkv__kvcache *kv, const float *src, uint32_t cell, tkv__ckpt
     s->slot_used[slot] = ++s->clock;
 }
 
+bool tkv__kv_state_put(tkv__kvcache *kv, uint32_t cell, const float *src) {
+    tkv__kvstates *s = kv->st;
+    if (!s || cell >= kv->rows.n_cells || kv->token[cell] == TKV_TOKEN_NULL) return false;
+    if (s->cell_slot[cell] < 0 && reserve_slots(s, 1) != TKV_OK) return false;
+    install(kv, src, cell, TKV__CKPT_KEEP);
+    return s->cell_slot[cell] >= 0;
+}
+
 tkv_status tkv__kv_stage_states(tkv__kvcache *kv, const tkv_batch *b, const uint8_t *snap_kind) {
     tkv__kvstates *s = kv->st;
     if (!s) return TKV_OK;

@@ -34,11 +34,12 @@ static tkv_status cache_export(tkv_context *ctx, uint64_t ns, const tkv_token *t
     tkv__phdr h;
     if ((st = tkv__persist_header(ctx, &h))) return tkv__ctx_fail(ctx, st);
     h.ns = ns, h.n_tokens = (uint32_t)n_tokens, h.kv_from = (uint32_t)kv_from;
-    const uint64_t need = tkv__cachefile_file_size(&h);
-    *size = (size_t)need;
     uint32_t *cells = tkv__malloc(n_tokens * sizeof *cells);
     if (!cells) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_NOMEM, "tkv_cache_export: out of memory"));
     const size_t cached = tkv__kv_match_cells(ctx->kv, ns, tokens, n_tokens, cells);
+    if (cached == n_tokens) tkv__cachefile_count_states(ctx->kv, &h, cells + kv_from); /* a hybrid's checkpoints */
+    const uint64_t need = tkv__cachefile_file_size(&h);
+    *size = (size_t)need;
     if (cached < n_tokens) st = tkv__fail(TKV_ERR_INVALID, "tkv_cache_export: only %zu of the %zu tokens are cached",
                                           cached, n_tokens);
     else if (cap < need) st = tkv__fail(TKV_ERR_FULL, "tkv_cache_export: the image needs %llu bytes, the buffer has %zu",

@@ -49,6 +49,25 @@ static void fill_cells(tkv__kvcache *kv, const tkv__prec *r, uint32_t from, uint
 }
 
 /*
+ * A hybrid model's file: its checkpoints (at positions below n) become the
+ * cache's, at the cells the commit just published, so what was reusable when
+ * it was saved is reusable again. Best effort: a checkpoint with no room is
+ * left out (that prefix is then reusable only up to an earlier one).
+ */
+static void put_states(tkv_context *ctx, const tkv__prec *r, uint32_t n, tkv_seq seq, const tkv_token *tokens) {
+    tkv__kvcache *kv = ctx->kv;
+    const uint32_t *cells = seq >= 0 ? kv->seq[seq].cells : ctx->path_cells;
+    if (seq < 0 && tkv__kv_match_cells(kv, r->h.ns, tokens, n, ctx->path_cells) < n) return;
+    float *buf = tkv__malloc(r->h.state_floats * sizeof *buf);
+    for (uint32_t i = 0; buf && i < r->h.n_states; i++) {
+        uint32_t pos;
+        tkv__cachefile_state(r, i, &pos, buf);
+        if (pos < n) tkv__kv_state_put(kv, cells[pos], buf);
+    }
+    tkv__free(buf);
+}
+
+/*
  * Put a validated record into the cache, namespace rec->h.ns, as one KV
  * cache transaction: the cached part of its tokens is reused, the rest
  * filled from the file. seq >= 0: the sequence then holds the prefix;
@@ -72,6 +91,7 @@ static tkv_status apply_n(tkv_context *ctx, const char *name, const tkv__prec *r
     fill_cells(kv, r, cached, n - cached);
     tkv__kv_commit(kv);
     *n_new = n - cached;
+    if (r->h.n_states) put_states(ctx, r, n, seq, tokens);
     return TKV_OK;
 }
 
@@ -94,6 +114,7 @@ tkv_status tkv__persist_expect(const tkv_context *ctx, tkv__pexpect *e) {
     e->n_cells = kv->rows.n_cells;
     e->row_size = kv->rows.row_size_k;
     e->row_size_v = kv->rows.row_size_v;
+    e->state_floats = kv->st ? (uint32_t)kv->st->floats : 0;
     return TKV_OK;
 }
 
@@ -126,6 +147,7 @@ tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size_t cap, 
     h.ns = ev->ns;
     h.n_tokens = ev->end;
     h.kv_from = ev->from;
+    tkv__cachefile_count_states(ctx->kv, &h, ev->cells); /* a hybrid's checkpoints go with their cells */
     *size = (size_t)tkv__cachefile_file_size(&h);
     if (cap < *size)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "tkv_cache_event_image: %zu bytes needed, room for %zu", *size, cap));
@@ -204,6 +226,7 @@ static tkv_status seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
     if ((st = tkv__persist_header(ctx, &h))) return tkv__ctx_fail(ctx, st);
     h.ns = s->ns;
     h.n_tokens = s->n;
+    tkv__cachefile_count_states(ctx->kv, &h, s->cells);
     tkv__kv_seq_tokens(ctx->kv, seq, ctx->seq_tokens);
     char *dir = dir_of(path);
     if (!dir) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_NOMEM, "out of memory saving sequence %d", (int)seq));

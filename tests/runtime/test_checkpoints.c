@@ -149,7 +149,8 @@ static void test_branches(void **state) {
 }
 
 /* Truncated where no checkpoint is, a sequence's next decode recomputes its state from the deepest one
-   before (the answer a fresh context gives); so does a sequence loaded from a file, which holds no state. */
+   before (the answer a fresh context gives); a sequence saved and loaded into another context brings its
+   checkpoints along and continues without recomputing anything. */
 static void test_truncate_and_load(void **state) {
     (void)state;
     tkv_token t[N];
@@ -178,11 +179,13 @@ static void test_truncate_and_load(void **state) {
     if (tkv_seq_load(g, 2, path) != TKV_OK) fail_msg("%s", tkv_last_error(g));
     size_t len = 99;
     assert_int_equal(tkv_cache_match(g, 0, t, 51, &len), TKV_OK);
-    assert_int_equal(len, 0); /* the file holds K/V, not the recurrent state: nothing is reusable yet */
+    assert_int_equal(len, 51); /* the file carries the state at its end (version 3): reusable to the last token */
     pos = 51;
     s = 2;
     tkv_batch c = {1, &t[51], &pos, &s, NULL};
+    const uint64_t before = computed(g);
     assert_int_equal(tkv_decode(g, &c), TKV_OK);
+    assert_int_equal(computed(g) - before, 1); /* nothing replayed */
     memcpy(got, tkv_get_logits_last(g), nv * sizeof *got);
     assert_int_equal(tkv_seq_sync(f, 1, 0, t, 52, NULL), TKV_OK);
     assert_memory_equal(got, tkv_get_logits_last(f), nv * sizeof *got);
@@ -223,6 +226,38 @@ static void test_replay_keeps_namespace(void **state) {
     assert_memory_equal(tkv_get_logits_last(ctx), tkv_get_logits_last(f), nv * sizeof(float));
     tkv_context_free(f);
     tkv_context_free(ctx);
+}
+
+/* An exported prefix (a shared store's value) imported into another context: the checkpoints come along,
+   and a prompt over it reuses it to its end with a fresh context's answer. */
+static void test_export_import(void **state) {
+    (void)state;
+    tkv_token t[N];
+    list(t, N, N, 7);
+    tkv_context *a = make(0), *b = make(0);
+    assert_int_equal(sync_checked(a, 0, t, 70, "prompt"), 0);
+    size_t size = 0;
+    assert_int_equal(tkv_cache_export(a, 0, t, 70, 0, NULL, 0, &size), TKV_ERR_FULL);
+    void *img = malloc(size);
+    assert_int_equal(tkv_cache_export(a, 0, t, 70, 0, img, size, &size), TKV_OK);
+    assert_int_equal(tkv_cache_import(b, 0, t, 70, 0, img, size), TKV_OK);
+    size_t len = 0;
+    assert_int_equal(tkv_cache_match(b, 0, t, 70, &len), TKV_OK);
+    assert_int_equal(len, 70);
+    assert_int_equal(sync_checked(b, 1, t, 90, "over the imported prefix"), 70);
+    /* an image cut inside its checkpoints, and one byte of a checkpoint changed: refused, nothing imported */
+    tkv_context *c = make(0);
+    assert_int_equal(tkv_cache_import(c, 0, t, 70, 0, img, size - 1), TKV_ERR_FORMAT);
+    assert_non_null(strstr(tkv_last_error(c), "whole checkpoints"));
+    ((uint8_t *)img)[size - 12] ^= 1;
+    assert_int_equal(tkv_cache_import(c, 0, t, 70, 0, img, size), TKV_ERR_FORMAT);
+    assert_non_null(strstr(tkv_last_error(c), "checkpoints"));
+    assert_int_equal(tkv_cache_match(c, 0, t, 70, &len), TKV_OK);
+    assert_int_equal(len, 0);
+    free(img);
+    tkv_context_free(a);
+    tkv_context_free(b);
+    tkv_context_free(c);
 }
 
 static bool abort_now(void *user) { return *(bool *)user; }
@@ -280,6 +315,7 @@ int main(void) {
         cmocka_unit_test(test_repeated_prompt), cmocka_unit_test(test_conversation),
         cmocka_unit_test(test_branches),        cmocka_unit_test(test_truncate_and_load),
         cmocka_unit_test(test_abort_leaves_states), cmocka_unit_test(test_small_budget),
+        cmocka_unit_test(test_export_import),
         cmocka_unit_test(test_replay_keeps_namespace),
     };
     static const char *const models[] = {"models/arch/qwen35.gguf", "models/arch/granitehybrid.gguf",
