@@ -17,7 +17,10 @@
  *   bits 4-5  0: load as a cached prefix (tkv_cache_load's way), else into
  *             that sequence;
  *   bit 6     instead, tkv_cache_import it as the prefix template (bit 2)
- *             holds (a shared store's way: the key promises the tokens).
+ *             holds (a shared store's way: the key promises the tokens);
+ *   bit 7     all of it against a context over the delta-net hybrid qwen35
+ *             instead, whose valid file (bit 2 ignored) carries recurrent-state
+ *             checkpoints (format version 3).
  */
 #include "base/error.h"
 #include "runtime/persist.h"
@@ -34,9 +37,10 @@
 static tkv_model *model;
 static const tkv_token toks[12] = {1, 403, 407, 261, 378, 29, 356, 395, 434, 8, 300, 301};
 static const size_t tmpl_n[2] = {8, 12}, tmpl_from[2] = {0, 8};
-static tkv_context *ctx;
-static uint8_t *tmpl[2];
-static size_t tmpl_size[2];
+static tkv_context *ctx, *hctx; /* stories260K; qwen35 (checkpoints) */
+static tkv_model *hmodel;
+static uint8_t *tmpl[3]; /* the two files of ctx; hctx's sequence */
+static size_t tmpl_size[3];
 
 static void die(const char *what) {
     fprintf(stderr, "fuzz_cachefile: %s: %s\n", what, tkv_last_error(ctx));
@@ -98,6 +102,19 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     rmdir(dir);
     if (!tmpl[1]) die("no child node file");
     tkv_cache_clear(ctx); /* seq 0 keeps its 8 tokens: the child's prefix */
+    /* the hybrid: a sequence of 12 tokens, its file with the checkpoints at its end and before it */
+    hmodel = fuzz_load_model("fuzz_cachefile", "arch/qwen35.gguf", false);
+    if (tkv_context_create(hmodel, &p, &hctx)) die("hybrid context");
+    if (tkv_seq_sync(hctx, 0, 5, toks, 12, &reused)) die("hybrid sync");
+    if (!mkdtemp(strcpy(dir, "/tmp/tkv-fuzz-XXXXXX"))) die("mkdtemp");
+    snprintf(path, sizeof path, "%s/hseq.bin", dir);
+    if (tkv_seq_save(hctx, 0, path)) die("hybrid save");
+    tmpl[2] = slurp(path, &tmpl_size[2]);
+    unlink(path);
+    rmdir(dir);
+    if (tmpl_size[2] < 12 || tmpl[2][8] != 3) die("the hybrid's file is not version 3");
+    tkv_seq_clear(hctx, 0);
+    tkv_cache_clear(hctx);
     return 0;
 }
 
@@ -114,7 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         buf = malloc(n ? n : 1);
         if (n) memcpy(buf, in, n);
     } else {
-        const unsigned k = (ctl >> 2) & 1;
+        const unsigned k = ctl & 128 ? 2 : (ctl >> 2) & 1;
         n = tmpl_size[k];
         buf = malloc(n);
         memcpy(buf, tmpl[k], n);
@@ -130,16 +147,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const unsigned s = (ctl >> 4) & 3;
     const tkv_seq seq = s ? (tkv_seq)s : -1;
     tkv__clear_error();
-    const unsigned k = (ctl >> 2) & 1;
-    tkv_status st = ctl & 64 ? tkv_cache_import(ctx, 5, toks, tmpl_n[k], tmpl_from[k], buf, n)
-                             : tkv__persist_load_image(ctx, "fuzz", buf, n, seq);
+    const bool hybrid = ctl & 128;
+    tkv_context *c = hybrid ? hctx : ctx;
+    const unsigned k = hybrid ? 0 : (ctl >> 2) & 1; /* the hybrid's file is a sequence, as template 0 */
+    tkv_status st = ctl & 64 ? tkv_cache_import(c, 5, toks, hybrid ? 12 : tmpl_n[k], tmpl_from[k], buf, n)
+                             : tkv__persist_load_image(c, "fuzz", buf, n, seq);
     if (st != TKV_OK && tkv_last_error(NULL)[0] == '\0') die("a failure without a message");
     if (mode == 2 && changed && st == TKV_OK) die("a changed file loaded");
     if (mode == 2 && !changed && st != TKV_OK) die("the valid file did not load");
-    if (tkv_cache_check(ctx) != TKV_OK) die("cache check");
-    if (seq >= 0) tkv_seq_clear(ctx, seq);
-    tkv_cache_clear(ctx);
+    if (tkv_cache_check(c) != TKV_OK) die("cache check");
+    if (seq >= 0) tkv_seq_clear(c, seq);
+    tkv_cache_clear(c);
     if (tkv_seq_len(ctx, 0) != 8) die("seq 0 changed");
+    if (hybrid && tkv_cache_stats(hctx, &(tkv_stats){0}) != TKV_OK) die("hybrid stats");
     free(buf);
     return 0;
 }

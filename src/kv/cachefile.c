@@ -302,8 +302,15 @@ void tkv__cachefile_reseal(uint8_t *data, size_t size) {
         __builtin_mul_overflow((uint64_t)(h.n_tokens - h.kv_from), h.row_size_v, &bv) ||
         __builtin_add_overflow(bk, bv, &layer) || __builtin_add_overflow(layer, 16, &layer) ||
         __builtin_mul_overflow(layer, (uint64_t)h.n_layer, &kv_all) ||
-        __builtin_add_overflow(kv_all, H_BYTES + 8ull * h.n_tokens + 8, &total) || total != size)
+        __builtin_add_overflow(kv_all, H_BYTES + 8ull * h.n_tokens + 8, &total) || total > size)
         return;
+    /* version 3: the counts block after the K/V says how many checkpoints of how many floats follow */
+    uint64_t n_st = 0, rec = 0;
+    if (total != size) {
+        if (size - total < 24 || get32(data + 8) != 3) return;
+        n_st = get32(data + total), rec = 4 + 4ull * get32(data + total + 4);
+        if (n_st == 0 || (size - total - 24) / rec != n_st || (size - total - 24) % rec) return;
+    }
     uint8_t *tok = data + H_BYTES;
     const size_t tok_bytes = 8 * (size_t)h.n_tokens;
     put64(tok + tok_bytes, XXH3_64bits_withSeed(tok, tok_bytes, 1));
@@ -312,6 +319,11 @@ void tkv__cachefile_reseal(uint8_t *data, size_t size) {
         uint8_t *p = kv + (b / 2) * layer + (b % 2) * (bk + 8);
         const uint64_t blk = b % 2 ? bv : bk;
         put64(p + blk, XXH3_64bits_withSeed(p, (size_t)blk, 2 + b));
+    }
+    if (n_st) {
+        uint8_t *cnt = data + total, *recs = cnt + 16;
+        put64(cnt + 8, XXH3_64bits_withSeed(cnt, 8, 2 + 2 * h.n_layer));
+        put64(recs + n_st * rec, XXH3_64bits_withSeed(recs, (size_t)(n_st * rec), 3 + 2 * h.n_layer));
     }
 }
 
