@@ -1,8 +1,8 @@
 /*
  * forward.c — the transformer forward pass (Llama, Qwen2, Qwen3, SmolLM3,
- * OLMo 2, Phi-3, Mistral 3, Gemma 2 and 3, Qwen3-MoE, gpt-oss, and LFM2's
- * short-conv layers: conv_mixer), for a batch
- * of tokens from any number of sequences.
+ * OLMo 2, Phi-3, Mistral 3, Gemma 2 and 3, Qwen3-MoE, gpt-oss, and the
+ * hybrids' attention and FFN; their other layers' mixers are in
+ * forward_recurrent.c), for a batch of tokens from any number of sequences.
  *
  * For each token t of the batch, with x its residual stream:
  *
@@ -29,9 +29,7 @@
  * quantized once per product input to the type the weights pair with.
  */
 #include "forward.h"
-#include "shortconv.h"
-#include "deltanet.h"
-#include "mamba2.h"
+#include "forward_impl.h"
 
 #include "base/alloc.h"
 #include "compute/attention.h"
@@ -43,52 +41,6 @@
 #include <stdatomic.h>
 #include <string.h>
 
-struct tkv__fwd {
-    const tkv_model *m;
-    const uint8_t *rope_factors; /* (n_rot / 2) F32 divisors of the angles, or NULL */
-    float *cs_swa;               /* (n_batch, n_rot) window layers' angles (arch->swa_own_rope), or NULL */
-    /* arch->moe: the router's logits and choices, and one expert's batch */
-    float *router;               /* (n_batch, n_expert) */
-    uint32_t *chosen;            /* (n_batch, n_used) experts */
-    float *chosen_w;             /* (n_batch, n_used) their weights */
-    uint32_t *rows;              /* (n_batch) tokens routed to the expert at hand, and their slot */
-    float *ex, *eg, *eu, *ey;    /* (n_batch, n_embd), (R, n_ff_exp) x2, (R, n_embd): R = max(n_batch,
-                                    n_used), one batch's rows of an expert or one token's experts */
-    uint32_t n_batch;
-    size_t n_embd, n_q, n_kv, n_ff, hd, n_rot, n_vocab;
-    /* activations, one row per token */
-    float *x;    /* (n_batch, n_embd) residual stream */
-    float *h;    /* (n_batch, n_embd) normed input of a block */
-    float *q;    /* (n_batch, n_q) */
-    float *k;    /* (n_batch, n_kv) */
-    float *v;    /* (n_batch, n_kv) */
-    float *att;  /* (n_batch, n_q) attention output */
-    float *tmp;  /* (n_batch, n_embd) a block's output before the residual add */
-    float *gate; /* (n_batch, n_ff) */
-    float *up;   /* (n_batch, n_ff) */
-    float *cs;   /* (n_batch, n_rot) RoPE cos/sin per token */
-    float *bcx;  /* (n_batch, 3 n_embd) a short-conv layer's B, C, x (arch->shortconv), or NULL */
-    float *qg;   /* (n_batch, 2 n_q) arch->q_gate: each head's q and its gate, interleaved by head */
-    float *qgate;/* (n_batch, n_q) arch->q_gate: the gates */
-    /* arch->deltanet (deltanet.h): inner = n_v d_v */
-    float *dqkv; /* (n_batch, channels) q, k, v before the conv */
-    float *dc;   /* (n_batch, channels) after it */
-    float *dz;   /* (n_batch, inner) the output gate */
-    float *dbeta, *dalpha; /* (n_batch, n_v) */
-    float *dout; /* (n_batch, inner) */
-    uint32_t *ridx; /* (n_batch) token i's index in its run */
-    float *shg, *shy; /* (n_batch), (n_batch, n_embd): a shared expert's gate and output (arch->shared_expert) */
-    /* arch->mamba2 (mamba2.h) */
-    float *mz;   /* (n_batch, in_proj) z, xBC, dt */
-    float *mc;   /* (n_batch, channels) xBC after the conv */
-    float *my;   /* (n_batch, d_inner) */
-    float attn_scale; /* the scores' scale: attention.scale, or 1 / sqrt(head_dim) */
-    int32_t *prev;  /* (n_batch) the batch index of the token before i in its run, or -1 */
-    uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
-    float *attn_scratch; /* (n_threads, attn_scratch_per_thread): q/accumulator, or one weight per cell */
-    size_t attn_scratch_per_thread;
-    int n_threads;
-};
 
 void tkv__fwd_free(tkv__fwd *f) {
     if (!f) return;
@@ -219,23 +171,7 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
 
 /* ---- one pass: the shared state of the threads ---------------------------- */
 
-typedef struct pass {
-    tkv__fwd *f;
-    tkv__kvrows *kv;
-    tkv__pool *pool;
-    const tkv__fwd_batch *b;
-    tkv_abort_fn abort_cb;
-    void *abort_user;
-    atomic_bool aborted;
-    const tkv__attn_ops *attn;
-} pass;
 
-/* What f->xq holds, so a second product on the same input skips quantizing.
-   Each thread keeps its own copy; all make the same decisions. */
-typedef struct acts_tag {
-    const float *src;
-    tkv_type vdt;
-} acts_tag;
 
 /* All threads: make f->xq hold x (n rows of w->ne0) quantized for w's type,
    unless it already does. */
@@ -268,7 +204,7 @@ static void rows_of(const pass *P, const tkv__tensor *w, size_t r0, size_t r1, c
 }
 
 /* All threads: y (n rows, w->ne1) = x (n rows, w->ne0) W^T. */
-static void matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *w, const float *x, uint32_t n, float *y) {
+void tkv__fwd_matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *w, const float *x, uint32_t n, float *y) {
     acts_for(P, ith, nth, tag, w, x, n);
     size_t r0, r1;
     if (w->packed) { /* whole groups of packed rows to each thread */
@@ -325,7 +261,7 @@ static void add_bias(float *y, const tkv__tensor *b, size_t n) {
 
 /* A K or V row of `type` from n floats; a row wider than n (a hybrid's
    cache, sized for its conv rows) is padded with zeros in pad (n_embd_kv). */
-static void store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const float *src, size_t n, float *pad) {
+void tkv__fwd_store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const float *src, size_t n, float *pad) {
     if (n < kv->n_embd_kv) {
         memcpy(pad, src, n * sizeof *pad);
         memset(pad + n, 0, (kv->n_embd_kv - n) * sizeof *pad);
@@ -625,7 +561,7 @@ static void moe_one(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
     const tkv__moe_dims *md = &f->m->ext.moe;
     const uint32_t E = md->n_expert, K = md->n_used;
     const size_t F = md->n_ff, D = f->n_embd;
-    matmul(P, ith, nth, tag, &L->router, in, 1, f->router); /* (E) */
+    tkv__fwd_matmul(P, ith, nth, tag, &L->router, in, 1, f->router); /* (E) */
     tkv__pool_barrier(P->pool);
     /* every thread makes the same choice into its own copy: no barrier */
     uint32_t chosen[TKV__MOE_MAX_EXPERTS];
@@ -691,7 +627,7 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
     }
     tkv__split(n, ith, nth, &t0, &t1);
     /* router logits, then each token's experts                 (n, E) */
-    matmul(P, ith, nth, tag, &L->router, in, n, f->router);
+    tkv__fwd_matmul(P, ith, nth, tag, &L->router, in, n, f->router);
     tkv__pool_barrier(P->pool);
     const bool oai = f->m->arch->oai;
     for (size_t t = t0; t < t1; t++) {
@@ -717,13 +653,13 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
         const tkv__tensor gate = tkv__tensor_rows(&L->exp_gate, (size_t)e * md->n_ff, md->n_ff);
         const tkv__tensor up = tkv__tensor_rows(&L->exp_up, (size_t)e * md->n_ff, md->n_ff);
         const tkv__tensor down = tkv__tensor_rows(&L->exp_down, (size_t)e * f->n_embd, f->n_embd);
-        matmul(P, ith, nth, tag, &gate, f->ex, ne, f->eg);
-        matmul(P, ith, nth, tag, &up, f->ex, ne, f->eu);
+        tkv__fwd_matmul(P, ith, nth, tag, &gate, f->ex, ne, f->eg);
+        tkv__fwd_matmul(P, ith, nth, tag, &up, f->ex, ne, f->eu);
         tkv__pool_barrier(P->pool);
         for (size_t r = r0; r < r1; r++) expert_act(f, L, e, f->eg + r * md->n_ff, f->eu + r * md->n_ff);
         tag->src = NULL;
         tkv__pool_barrier(P->pool);
-        matmul(P, ith, nth, tag, &down, f->eg, ne, f->ey);
+        tkv__fwd_matmul(P, ith, nth, tag, &down, f->eg, ne, f->ey);
         tkv__pool_barrier(P->pool);
         /* y[t] += w ey: a token appears once per expert, so threads never share a row */
         for (size_t r = r0; r < r1; r++)
@@ -747,9 +683,9 @@ static void attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, con
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
 
     /* q, k, v = h Wq, h Wk, h Wv              (n, n_q), (n, n_kv), (n, n_kv) */
-    matmul(P, ith, nth, tag, &L->wq, attn_in, n, arch->q_gate ? f->qg : f->q);
-    matmul(P, ith, nth, tag, &L->wk, attn_in, n, f->k);
-    matmul(P, ith, nth, tag, &L->wv, attn_in, n, f->v);
+    tkv__fwd_matmul(P, ith, nth, tag, &L->wq, attn_in, n, arch->q_gate ? f->qg : f->q);
+    tkv__fwd_matmul(P, ith, nth, tag, &L->wk, attn_in, n, f->k);
+    tkv__fwd_matmul(P, ith, nth, tag, &L->wv, attn_in, n, f->v);
     tkv__pool_barrier(P->pool);
 
     /* biases, q/k norms, RoPE, and K/V into each token's cell */
@@ -779,8 +715,8 @@ static void attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, con
             const float s = 1 + m->ext.attn_temp_scale * logf(1 + floorf((float)b->pos[t] / (float)hp->n_ctx_orig));
             for (size_t i = 0; i < f->n_q; i++) q[i] *= s;
         }
-        store_row(P->kv, P->kv->type_k, tkv__kvrows_k(P->kv, l, b->cell[t]), k, f->n_kv, scratch);
-        store_row(P->kv, P->kv->type_v, tkv__kvrows_v(P->kv, l, b->cell[t]), v, f->n_kv, scratch);
+        tkv__fwd_store_row(P->kv, P->kv->type_k, tkv__kvrows_k(P->kv, l, b->cell[t]), k, f->n_kv, scratch);
+        tkv__fwd_store_row(P->kv, P->kv->type_v, tkv__kvrows_v(P->kv, l, b->cell[t]), v, f->n_kv, scratch);
     }
     tkv__pool_barrier(P->pool);
 
@@ -817,264 +753,7 @@ static void attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, con
     }
 
     /* x = x + att Wo                                       (n, n_embd) */
-    matmul(P, ith, nth, tag, &L->wo, f->att, n, f->tmp);
-    tkv__pool_barrier(P->pool);
-}
-
-/*
- * The gated short convolution of layer l (lfm2), for each token t at
- * position p of the batch:
- *
- *   B, C, x = h Win                                  (n_embd) each
- *   Bx = B * x                        into t's cell, as attention stores K
- *   y = sum over taps k of w[k] Bx_{p - L + 1 + k}   (zeros before position 0)
- *   tmp = (C * y) Wout                               (n_embd)
- *
- * Its only state is the last L - 1 rows of Bx, which live in the cells of
- * the sequence's list: a cached prefix of any length carries what the conv
- * needs, and earlier tokens of the same batch are staged cells of that list.
- * A token's own row is its fresh float Bx; earlier rows come from the cache
- * (in its K type), whichever batch wrote them, so the result does not
- * depend on how the tokens were batched.
- */
-static void conv_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in) {
-    tkv__fwd *f = P->f;
-    const tkv__layer *L = &f->m->w.layers[l];
-    const tkv__fwd_batch *b = P->b;
-    const tkv__kvrows *kv = P->kv;
-    const uint32_t n = b->n;
-    const size_t E = f->n_embd, W = kv->n_embd_kv, taps = L->conv_w.ne0;
-    float *row = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread; /* (W) a row of Bx */
-    size_t t0, t1;
-    tkv__split(n, ith, nth, &t0, &t1);
-
-    /* bcx = h Win                                         (n, 3 n_embd) */
-    matmul(P, ith, nth, tag, &L->conv_in, in, n, f->bcx);
-    tkv__pool_barrier(P->pool);
-    /* Bx into each token's cell                            (W) per cell */
-    for (size_t t = t0; t < t1; t++) {
-        const float *B = f->bcx + t * 3 * E, *x = B + 2 * E;
-        for (size_t i = 0; i < E; i++) row[i] = B[i] * x[i];
-        store_row(kv, kv->type_k, tkv__kvrows_k(kv, l, b->cell[t]), row, E, row + W);
-    }
-    tkv__pool_barrier(P->pool); /* later tokens of the batch read these rows */
-    /* h = C * y                                           (n, n_embd) */
-    const float *w = L->conv_w.data; /* (n_embd, taps): channel c's taps at w[c taps], oldest first */
-    for (size_t t = t0; t < t1; t++) {
-        tkv__shortconv_mix(kv, l, b->cells[t], b->pos[t], f->bcx + t * 3 * E, w, taps, E, f->h + t * E, row);
-    }
-    tag->src = NULL; /* h now holds C * y, not the normed input */
-    tkv__pool_barrier(P->pool);
-    /* tmp = h Wout                                        (n, n_embd) */
-    matmul(P, ith, nth, tag, &L->conv_out, f->h, n, f->tmp);
-    tkv__pool_barrier(P->pool);
-}
-
-/* A causal conv's input rows: batch token t's row is rows + t stride; the run's window holds the d_conv - 1
-   rows before the batch (width each, oldest first). */
-typedef struct conv_src {
-    const float *rows;
-    size_t stride, width;
-    uint32_t d_conv;
-} conv_src;
-
-/* The input row of the token `back` steps before batch token t in its run: a batch row while the run
-   reaches back that far, else a row of the window. */
-static const float *conv_row(const tkv__fwd *f, const conv_src *c, const float *window, uint32_t t, uint32_t back) {
-    if (back <= f->ridx[t]) {
-        int32_t u = (int32_t)t;
-        for (uint32_t k = 0; k < back; k++) u = f->prev[u];
-        return c->rows + (size_t)u * c->stride;
-    }
-    return window + (size_t)(c->d_conv - 1 - (back - f->ridx[t])) * c->width;
-}
-
-/* The d_conv input rows of batch token t, oldest first. */
-static void conv_rows(const tkv__fwd *f, const conv_src *c, const float *window, uint32_t t, const float **rows) {
-    for (uint32_t k = 0; k < c->d_conv; k++) rows[k] = conv_row(f, c, window, t, c->d_conv - 1 - k);
-}
-
-/* Write the window after batch token t (its last d_conv - 1 input rows) into dst. */
-static void window_after(const tkv__fwd *f, const conv_src *c, const float *window, uint32_t t, float *dst) {
-    for (uint32_t r = 0; r + 1 < c->d_conv; r++) /* row r is d_conv - 2 - r steps back */
-        memcpy(dst + (size_t)r * c->width, conv_row(f, c, window, t, c->d_conv - 2 - r), c->width * sizeof *dst);
-}
-
-/* Run r's window moves on past its last token of the batch (through scratch: it overwrites what it
-   reads), and every token asked for gets a copy of the window after it (all threads must be done reading
-   the windows). Returns whether the run has a token here. */
-static bool move_window(const pass *P, const conv_src *c, uint32_t r, size_t off, float *scratch) {
-    const tkv__fwd_batch *b = P->b;
-    float *window = b->state[r] + off;
-    uint32_t last = 0;
-    bool any = false;
-    for (uint32_t t = 0; t < b->n; t++) {
-        if (b->run[t] != r) continue;
-        if (b->snap && b->snap[t]) window_after(P->f, c, window, t, b->snap[t] + off);
-        last = t, any = true;
-    }
-    if (!any) return false;
-    window_after(P->f, c, window, last, scratch);
-    memcpy(window, scratch, (size_t)(c->d_conv - 1) * c->width * sizeof *scratch);
-    return true;
-}
-
-/*
- * The gated delta net of layer l (qwen35; deltanet.h has the math), for
- * every run (one sequence's tokens) of the batch:
- *
- *   qkv, z, beta, alpha = h Wqkv, h Wz, h Wbeta, h Walpha
- *   c = conv(qkv over the run's last d_conv tokens)        token by token, in parallel
- *   o = the recurrence over each (run, v head), in position order
- *   o = gated norm(o, z);  tmp = o Wout                     (n, n_embd)
- *
- * The run's state (its conv window and every head's S) is read before the
- * first token and left after the last; tokens asked for get a copy of the
- * state after them (checkpoints). A token's arithmetic does not depend on
- * the batch: earlier tokens come from the batch or the window alike.
- */
-static void delta_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in) {
-    tkv__fwd *f = P->f;
-    const tkv_model *m = f->m;
-    const tkv__layer *L = &m->w.layers[l];
-    const tkv__fwd_batch *b = P->b;
-    const tkv__delta_dims *d = &m->ext.delta;
-    const uint32_t n = b->n, CH = d->channels, inner = d->n_v * d->d_v;
-    const size_t off = tkv__model_state_off(&m->ext, l);
-    size_t t0, t1;
-    tkv__split(n, ith, nth, &t0, &t1);
-
-    /* qkv (n, channels), z (n, inner), beta and alpha (n, n_v) */
-    matmul(P, ith, nth, tag, &L->dn_qkv, in, n, f->dqkv);
-    matmul(P, ith, nth, tag, &L->dn_z, in, n, f->dz);
-    matmul(P, ith, nth, tag, &L->dn_beta, in, n, f->dbeta);
-    matmul(P, ith, nth, tag, &L->dn_alpha, in, n, f->dalpha);
-    tkv__pool_barrier(P->pool);
-
-    /* c = silu(conv(qkv)), q and k L2-normed                (n, channels) */
-    const conv_src src = {f->dqkv, CH, CH, d->d_conv};
-    for (size_t t = t0; t < t1; t++) {
-        const float *rows[16];
-        conv_rows(f, &src, tkv__delta_window(d, b->state[b->run[t]] + off), (uint32_t)t, rows);
-        tkv__deltanet_conv(d, L->dn_conv.data, rows, m->hp.rms_eps, f->dc + t * CH);
-    }
-    tkv__pool_barrier(P->pool); /* every read of the windows is done */
-
-    /* the recurrence, one (run, v head) at a time; head 0's owner also moves the run's window */
-    const float *A = L->dn_a.data, *dt = L->dn_dt.data;
-    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
-    for (size_t p = (size_t)ith; p < (size_t)b->n_runs * d->n_v; p += (size_t)nth) {
-        const uint32_t r = (uint32_t)(p / d->n_v), h = (uint32_t)(p % d->n_v), kh = h % d->n_k;
-        float *S = tkv__delta_S(d, b->state[r] + off, h);
-        for (uint32_t t = 0; t < n; t++) {
-            if (b->run[t] != r) continue;
-            const float *c = f->dc + (size_t)t * CH;
-            const float *q = c + (size_t)kh * d->d_k, *k = c + (size_t)(d->n_k + kh) * d->d_k;
-            const float *v = c + (size_t)2 * d->n_k * d->d_k + (size_t)h * d->d_v;
-            const float a = f->dalpha[(size_t)t * d->n_v + h] + dt[h];
-            const float softplus = a > 20.0f ? a : log1pf(expf(a));
-            const float beta = 1.0f / (1.0f + expf(-f->dbeta[(size_t)t * d->n_v + h]));
-            tkv__deltanet_step(d, S, q, k, v, A[h] * softplus, beta, f->dout + (size_t)t * inner + (size_t)h * d->d_v);
-            if (b->snap && b->snap[t])
-                memcpy(tkv__delta_S(d, b->snap[t] + off, h), S, (size_t)d->d_k * d->d_v * sizeof *S);
-        }
-        if (h == 0) move_window(P, &src, r, off, scratch);
-    }
-    tkv__pool_barrier(P->pool);
-
-    /* o = rmsnorm(o) * ssm_norm * silu(z), per v head       (n, inner) */
-    for (size_t t = t0; t < t1; t++)
-        tkv__deltanet_gate_norm(d, f->dout + t * inner, f->dz + t * inner, L->dn_norm.data, m->hp.rms_eps);
-    tag->src = NULL;
-    tkv__pool_barrier(P->pool);
-    /* tmp = o Wout                                          (n, n_embd) */
-    matmul(P, ith, nth, tag, &L->dn_out, f->dout, n, f->tmp);
-    tkv__pool_barrier(P->pool);
-}
-
-/*
- * Mamba-2 layer l (granitehybrid, nemotron_h; mamba2.h has the math), for
- * every run of the batch:
- *
- *   z, xBC, dt = h Win                                     (n, in_proj)
- *   xBC = silu(conv(xBC) + bias)                           token by token, in parallel
- *   y = the scan over each (run, head), in position order, + D x
- *   y = grouped rmsnorm(y * silu(z));  tmp = y Wout        (n, n_embd)
- *
- * The run's state (its conv window and every head's S) is read before the
- * first token and left after the last, as in delta_mixer.
- */
-static void mamba_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in) {
-    tkv__fwd *f = P->f;
-    const tkv_model *m = f->m;
-    const tkv__layer *L = &m->w.layers[l];
-    const tkv__fwd_batch *b = P->b;
-    const tkv__mamba_dims *d = &m->ext.mamba;
-    const uint32_t n = b->n, CH = d->channels, DI = d->d_inner, IP = d->in_proj;
-    const size_t off = tkv__model_state_off(&m->ext, l), gs = (size_t)d->n_group * d->d_state;
-    size_t t0, t1;
-    tkv__split(n, ith, nth, &t0, &t1);
-
-    /* z, xBC, dt = h Win                                    (n, in_proj) */
-    matmul(P, ith, nth, tag, &L->m_in, in, n, f->mz);
-    tkv__pool_barrier(P->pool);
-    /* xBC = silu(conv(xBC) + bias)                          (n, channels) */
-    const conv_src src = {f->mz + DI, IP, CH, d->d_conv};
-    for (size_t t = t0; t < t1; t++) {
-        const float *rows[16];
-        conv_rows(f, &src, b->state[b->run[t]] + off, (uint32_t)t, rows);
-        tkv__mamba_conv(d, L->m_conv.data, L->m_conv_b.data, rows, f->mc + t * CH);
-    }
-    tkv__pool_barrier(P->pool); /* every read of the windows is done */
-
-    /* the scan, one (run, head) at a time; head 0's owner also moves the run's window */
-    const float *A = L->m_a.data, *D = L->m_d.data, *dt_b = L->m_dt.data;
-    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
-    for (size_t p = (size_t)ith; p < (size_t)b->n_runs * d->n_head; p += (size_t)nth) {
-        const uint32_t r = (uint32_t)(p / d->n_head), h = (uint32_t)(p % d->n_head);
-        const uint32_t g = h / (d->n_head / d->n_group);
-        float *S = tkv__mamba_S(d, b->state[r] + off, h);
-        for (uint32_t t = 0; t < n; t++) {
-            if (b->run[t] != r) continue;
-            const float *xbc = f->mc + (size_t)t * CH;
-            const float *x = xbc + (size_t)h * d->head_dim, *B = xbc + DI + (size_t)g * d->d_state;
-            const float *C = xbc + DI + gs + (size_t)g * d->d_state;
-            const float dt = f->mz[(size_t)t * IP + DI + CH + h];
-            tkv__mamba_step(d, S, x, B, C, dt, dt_b[h], A[h], D[h], f->my + (size_t)t * DI + (size_t)h * d->head_dim);
-            if (b->snap && b->snap[t])
-                memcpy(tkv__mamba_S(d, b->snap[t] + off, h), S, (size_t)d->head_dim * d->d_state * sizeof *S);
-        }
-        if (h == 0) move_window(P, &src, r, off, scratch);
-    }
-    tkv__pool_barrier(P->pool);
-
-    /* y = grouped rmsnorm(y * silu(z)) * ssm_norm           (n, d_inner) */
-    for (size_t t = t0; t < t1; t++) tkv__mamba_gate_norm(d, f->my + t * DI, f->mz + t * IP, L->m_norm.data, m->hp.rms_eps);
-    tag->src = NULL;
-    tkv__pool_barrier(P->pool);
-    /* tmp = y Wout                                          (n, n_embd) */
-    matmul(P, ith, nth, tag, &L->m_out, f->my, n, f->tmp);
-    tkv__pool_barrier(P->pool);
-}
-
-/* nemotron_h's MLP layer: tmp (n, n_embd) = relu(in Wup)^2 Wdown. */
-static void mlp_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in) {
-    tkv__fwd *f = P->f;
-    const tkv__layer *L = &f->m->w.layers[l];
-    const uint32_t n = P->b->n;
-    const size_t ff = L->w_up.ne1;
-    size_t t0, t1;
-    tkv__split(n, ith, nth, &t0, &t1);
-    matmul(P, ith, nth, tag, &L->w_up, in, n, f->up);
-    tkv__pool_barrier(P->pool);
-    for (size_t t = t0; t < t1; t++)
-        for (size_t i = 0; i < ff; i++) {
-            const float u = f->up[t * ff + i] > 0 ? f->up[t * ff + i] : 0;
-            f->up[t * ff + i] = u * u;
-        }
-    tag->src = NULL;
-    tkv__pool_barrier(P->pool);
-    matmul(P, ith, nth, tag, &L->w_down, f->up, n, f->tmp);
+    tkv__fwd_matmul(P, ith, nth, tag, &L->wo, f->att, n, f->tmp);
     tkv__pool_barrier(P->pool);
 }
 
@@ -1086,8 +765,8 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
     const size_t ff = L->w_gate.ne1;
     size_t t0, t1;
     tkv__split(n, ith, nth, &t0, &t1);
-    matmul(P, ith, nth, tag, &L->w_gate, in, n, f->gate);
-    matmul(P, ith, nth, tag, &L->w_up, in, n, f->up);
+    tkv__fwd_matmul(P, ith, nth, tag, &L->w_gate, in, n, f->gate);
+    tkv__fwd_matmul(P, ith, nth, tag, &L->w_up, in, n, f->up);
     tkv__pool_barrier(P->pool);
     /* the activation, token by token; a single token's (generation) shared out in runs of 16 elements
        (the SIMD width: each element goes through the same code whatever the thread count) */
@@ -1102,7 +781,7 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
     }
     tag->src = NULL;
     tkv__pool_barrier(P->pool);
-    matmul(P, ith, nth, tag, &L->w_down, f->gate, n, y);
+    tkv__fwd_matmul(P, ith, nth, tag, &L->w_down, f->gate, n, y);
     tkv__pool_barrier(P->pool);
 }
 
@@ -1128,10 +807,10 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tkv__pool_barrier(P->pool);
 
     switch ((tkv__layer_kind)m->ext.kind[l]) {
-    case TKV__LAYER_SHORTCONV: conv_mixer(P, ith, nth, l, tag, attn_in); break;
-    case TKV__LAYER_DELTANET: delta_mixer(P, ith, nth, l, tag, attn_in); break;
-    case TKV__LAYER_MAMBA2: mamba_mixer(P, ith, nth, l, tag, attn_in); break;
-    case TKV__LAYER_MLP: mlp_mixer(P, ith, nth, l, tag, attn_in); break;
+    case TKV__LAYER_SHORTCONV: tkv__fwd_conv_mixer(P, ith, nth, l, tag, attn_in); break;
+    case TKV__LAYER_DELTANET: tkv__fwd_delta_mixer(P, ith, nth, l, tag, attn_in); break;
+    case TKV__LAYER_MAMBA2: tkv__fwd_mamba_mixer(P, ith, nth, l, tag, attn_in); break;
+    case TKV__LAYER_MLP: tkv__fwd_mlp_mixer(P, ith, nth, l, tag, attn_in); break;
     case TKV__LAYER_ATTN: attn_mixer(P, ith, nth, l, tag, attn_in); break;
     }
     const float rs = m->ext.residual_scale; /* granite: each block's output is scaled before the add */
@@ -1155,7 +834,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     if (arch->moe) {
         moe_ffn(P, ith, nth, L, tag, ffn_in, f->tmp);
         if (L->sh_gate.data) { /* tmp += sigmoid(h . Wshgate) shared_expert(h)   (qwen35moe) */
-            matmul(P, ith, nth, tag, &L->sh_gate, ffn_in, n, f->shg);
+            tkv__fwd_matmul(P, ith, nth, tag, &L->sh_gate, ffn_in, n, f->shg);
             dense_ffn(P, ith, nth, L, tag, ffn_in, f->shy);
             for (size_t t = t0; t < t1; t++) {
                 const float w = 1.0f / (1.0f + expf(-f->shg[t]));
@@ -1213,7 +892,7 @@ static void pass_task(void *arg, int ith, int nth) {
                          m->hp.rms_eps);
     tag.src = NULL;
     tkv__pool_barrier(P->pool);
-    if (b->n_out) matmul(P, ith, nth, &tag, &m->w.output, f->h, b->n_out, b->logits);
+    if (b->n_out) tkv__fwd_matmul(P, ith, nth, &tag, &m->w.output, f->h, b->n_out, b->logits);
     if (m->ext.logit_scale != 1.0f && b->n_out) { /* granite: logits / logit_scale */
         tkv__pool_barrier(P->pool);
         size_t c0, c1;
