@@ -243,7 +243,9 @@ TKV_API uint64_t tkv_model_packed_size(const tkv_model *model);
  * Bytes of one sequence's recurrent state: every delta-net and Mamba-2
  * layer's (qwen35, qwen35moe, granitehybrid, nemotron_h), the size of one
  * checkpoint (tkv_context_params.state_cache_mib; docs/library.md, "Hybrid
- * models"). 0 for models without such layers, and for NULL. Thread-safe.
+ * models"). Thread-safe.
+ * @param model  a loaded model, or NULL.
+ * @return 0 for models without such layers, for vocab_only loads and for NULL.
  */
 TKV_API uint64_t tkv_model_state_size(const tkv_model *model);
 
