@@ -260,6 +260,34 @@ static void test_export_import(void **state) {
     tkv_context_free(c);
 }
 
+/* A cache directory (tkv_cache_save, one file per prefix-tree node) carries the checkpoints of each node's
+   positions: a context loading it reuses a saved conversation to its end and a shared prefix where the
+   saving context had a checkpoint, with a fresh context's answers. */
+static void test_cache_dir(void **state) {
+    (void)state;
+    tkv_token a[N], b[N];
+    list(a, 100, 60, 8), list(b, 90, 60, 9);
+    tkv_context *ctx = make(0);
+    sync_checked(ctx, 0, a, 100, "a");
+    sync_checked(ctx, 1, b, 90, "b diverges at 60");
+    char dir[64];
+    assert_int_equal(tu_mkdtemp(dir, "ckpt-dir"), 0);
+    char path[128];
+    snprintf(path, sizeof path, "%s/cache", dir);
+    if (tkv_cache_save(ctx, path, 0) != TKV_OK) fail_msg("%s", tkv_last_error(ctx));
+    tkv_context *g = make(0);
+    if (tkv_cache_load(g, path) != TKV_OK) fail_msg("%s", tkv_last_error(g));
+    size_t len = 0;
+    assert_int_equal(tkv_cache_match(g, 0, a, 100, &len), TKV_OK);
+    assert_int_equal(len, 100); /* the end of a's prompt had its state */
+    assert_int_equal(tkv_cache_match(g, 0, b, 90, &len), TKV_OK);
+    assert_int_equal(len, 90);
+    assert_int_equal(sync_checked(g, 2, a, 100, "a again, after the load"), 99);
+    assert_int_equal(tu_rmtree(dir), 0);
+    tkv_context_free(ctx);
+    tkv_context_free(g);
+}
+
 static bool abort_now(void *user) { return *(bool *)user; }
 
 /* An aborted decode leaves every state and checkpoint as it was: the same decode afterwards gives a
@@ -315,7 +343,7 @@ int main(void) {
         cmocka_unit_test(test_repeated_prompt), cmocka_unit_test(test_conversation),
         cmocka_unit_test(test_branches),        cmocka_unit_test(test_truncate_and_load),
         cmocka_unit_test(test_abort_leaves_states), cmocka_unit_test(test_small_budget),
-        cmocka_unit_test(test_export_import),
+        cmocka_unit_test(test_export_import),     cmocka_unit_test(test_cache_dir),
         cmocka_unit_test(test_replay_keeps_namespace),
     };
     static const char *const models[] = {"models/arch/qwen35.gguf", "models/arch/granitehybrid.gguf",
