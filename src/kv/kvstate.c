@@ -7,6 +7,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 tkv_status tkv__kv_states_create(tkv__kvcache *kv, size_t floats, uint32_t n_slots) {
@@ -29,13 +30,14 @@ tkv_status tkv__kv_states_create(tkv__kvcache *kv, size_t floats, uint32_t n_slo
     s->run_seq = tkv__calloc(n_seq, sizeof *s->run_seq);
     s->run_len = tkv__calloc(n_seq, sizeof *s->run_len);
     s->run_old = tkv__calloc(n_seq, sizeof *s->run_old);
+    s->ends = tkv__calloc(n_seq, sizeof *s->ends);
     s->seq_run = tkv__malloc(n_seq * sizeof *s->seq_run);
     s->run = tkv__calloc(n_cells, sizeof *s->run);
     s->state = tkv__calloc(n_seq, sizeof *s->state);
     s->snap = tkv__calloc(n_cells, sizeof *s->snap);
     s->snap_kind = tkv__calloc(n_cells, sizeof *s->snap_kind);
     if (!s->slot_mem || !s->slot_cell || !s->slot_kind || !s->slot_used || !s->slot_token || !s->slot_pos || !s->cell_slot ||
-        !s->run_seq || !s->run_len || !s->run_old || !s->seq_run || !s->run || !s->state || !s->snap || !s->snap_kind)
+        !s->run_seq || !s->run_len || !s->run_old || !s->ends || !s->seq_run || !s->run || !s->state || !s->snap || !s->snap_kind)
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for %u recurrent-state checkpoints of %zu KiB", n_slots,
                          floats * sizeof(float) >> 10);
     for (uint32_t i = 0; i < n_slots; i++) s->slot_cell[i] = -1;
@@ -49,7 +51,7 @@ void tkv__kv_states_free(tkv__kvcache *kv) {
     if (!s) return;
     for (uint32_t i = 0; i < s->n_alloc; i++) tkv__free(s->slot_mem[i]);
     void *bufs[] = {s->slot_mem, s->slot_cell, s->slot_kind, s->slot_used, s->slot_token, s->slot_pos,
-                    s->cell_slot, s->run_seq, s->run_len,   s->run_old,   s->seq_run,    s->run,
+                    s->cell_slot, s->run_seq, s->run_len,   s->run_old,   s->ends,   s->seq_run,    s->run,
                     s->state,   s->snap,      s->snap_kind, s->work,      s->snaps};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(s);
@@ -103,14 +105,28 @@ static bool at_seq_end(const tkv__kvcache *kv, int32_t cell) {
     return false;
 }
 
+static int cmp_u32(const void *a, const void *b) {
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* A slot for a new checkpoint: a free one, else the least recently used one no sequence ends at
-   (evicted), else -1. */
+   (evicted), else -1. The sequences' end cells are gathered and sorted once, so a full budget costs
+   O(slots log n_seq) here, not O(slots n_seq). */
 static int32_t take_slot(tkv__kvcache *kv) {
     tkv__kvstates *s = kv->st;
+    for (uint32_t i = 0; i < s->n_alloc; i++)
+        if (s->slot_cell[i] < 0) return (int32_t)i;
+    uint32_t n_ends = 0;
+    for (uint32_t q = 0; q < kv->n_seq; q++)
+        if (kv->seq[q].n) s->ends[n_ends++] = kv->seq[q].cells[kv->seq[q].n - 1];
+    qsort(s->ends, n_ends, sizeof *s->ends, cmp_u32);
     int32_t best = -1;
     for (uint32_t i = 0; i < s->n_alloc; i++) {
-        if (s->slot_cell[i] < 0) return (int32_t)i;
-        if ((best < 0 || s->slot_used[i] < s->slot_used[best]) && !at_seq_end(kv, s->slot_cell[i])) best = (int32_t)i;
+        const uint32_t cell = (uint32_t)s->slot_cell[i];
+        if ((best < 0 || s->slot_used[i] < s->slot_used[best]) &&
+            !bsearch(&cell, s->ends, n_ends, sizeof *s->ends, cmp_u32))
+            best = (int32_t)i;
     }
     if (best >= 0) {
         s->cell_slot[s->slot_cell[best]] = -1;

@@ -54,6 +54,7 @@ typedef struct tkv__kvstates {
     uint32_t *run_len;     /* (n_seq) its tokens in the batch */
     uint32_t *run_old;     /* (n_seq) its length before the batch */
     int32_t *seq_run;      /* (n_seq) sequence s's run, -1: none */
+    uint32_t *ends;        /* (n_seq) scratch: the sequences' end cells, sorted (take_slot) */
     uint32_t *run;         /* (n_cells) batch token i's run */
     float **state;         /* (n_seq) each run's working state, in work */
     float **snap;          /* (n_cells) NULL, or batch token i's copy, in snaps */

@@ -54,6 +54,7 @@ void tkv__fwd_free(tkv__fwd *f) {
     tkv__free(f->rows);
     tkv__free(f->ridx);
     tkv__free(f->prev);
+    tkv__free(f->last);
     tkv__free(f);
 }
 
@@ -114,7 +115,8 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     if (m->ext.state_floats) { /* recurrent layers: each token's place in its run */
         f->ridx = tkv__malloc(B * sizeof *f->ridx);
         f->prev = tkv__malloc(B * sizeof *f->prev);
-        extra_ok = extra_ok && f->ridx && f->prev;
+        f->last = tkv__malloc(B * sizeof *f->last); /* runs: at most one per token */
+        extra_ok = extra_ok && f->ridx && f->prev && f->last;
     }
     f->attn_scale = m->ext.attn_scale > 0 ? m->ext.attn_scale : 1.0f / sqrtf((float)hp->head_dim);
     const tkv__delta_dims *dd = &m->ext.delta;
@@ -907,17 +909,15 @@ static void pass_task(void *arg, int ith, int nth) {
     }
 }
 
-/* Each token's place in its run (f->ridx, f->prev), for the delta net's conv. */
+/* Each token's place in its run (f->ridx, f->prev), for the recurrent layers' convs: one pass, the runs'
+   last tokens so far in f->last. */
 static void index_runs(tkv__fwd *f, const tkv__fwd_batch *b) {
+    for (uint32_t r = 0; r < b->n_runs; r++) f->last[r] = -1;
     for (uint32_t t = 0; t < b->n; t++) {
-        f->prev[t] = -1;
-        f->ridx[t] = 0;
-        for (uint32_t u = t; u-- > 0;)
-            if (b->run[u] == b->run[t]) {
-                f->prev[t] = (int32_t)u;
-                f->ridx[t] = f->ridx[u] + 1;
-                break;
-            }
+        const int32_t u = f->last[b->run[t]];
+        f->prev[t] = u;
+        f->ridx[t] = u < 0 ? 0 : f->ridx[u] + 1;
+        f->last[b->run[t]] = (int32_t)t;
     }
 }
 

@@ -53,6 +53,7 @@ struct tkv__fwd {
     float *my;   /* (n_batch, d_inner) */
     float attn_scale; /* the scores' scale: attention.scale, or 1 / sqrt(head_dim) */
     int32_t *prev;  /* (n_batch) the batch index of the token before i in its run, or -1 */
+    int32_t *last;  /* (n_batch) scratch of index_runs: each run's last token so far */
     uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
     float *attn_scratch; /* (n_threads, attn_scratch_per_thread): q/accumulator, or one weight per cell */
     size_t attn_scratch_per_thread;
