@@ -10,6 +10,16 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 
+/* the lanes summed as unsigned words (gcc's _mm512_reduce_add_epi64 adds them as signed
+   long longs, which overflow is undefined for: a checksum wraps by design) */
+static uint64_t sum_epi64(__m512i v) {
+    uint64_t lanes[8];
+    _mm512_storeu_si512((void *)lanes, v);
+    uint64_t s = 0;
+    for (int i = 0; i < 8; i++) s += lanes[i];
+    return s;
+}
+
 uint64_t tkv__probe_read_avx512(const uint64_t *w, size_t n) {
     __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
     size_t i = 0;
@@ -20,7 +30,7 @@ uint64_t tkv__probe_read_avx512(const uint64_t *w, size_t n) {
         s3 = _mm512_add_epi64(s3, _mm512_load_si512((const void *)(w + i + 24)));
     }
     for (; i + 8 <= n; i += 8) s0 = _mm512_add_epi64(s0, _mm512_load_si512((const void *)(w + i)));
-    uint64_t s = (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+    uint64_t s = sum_epi64(_mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
     for (; i < n; i++) s += w[i];
     return s;
 }
@@ -51,7 +61,7 @@ void tkv__probe_int8_avx512(uint64_t iters, uint64_t *macs) {
         /* lanes are counts below 2^31: widen before adding so the sum cannot wrap */
         const __m512i lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(all[k]));
         const __m512i hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(all[k], 1));
-        s += (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(lo, hi));
+        s += sum_epi64(_mm512_add_epi64(lo, hi));
     }
     *macs = s;
 }
