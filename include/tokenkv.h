@@ -1772,6 +1772,87 @@ TKV_API tkv_status tkv_sampler_set_grammar(tkv_sampler *s, const tkv_grammar *g)
  */
 TKV_API tkv_status tkv_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
 
+
+/* ------------------------------------------------------------------------ */
+/* Drafts from the cache (speculative decoding without a draft model)        */
+/* ------------------------------------------------------------------------ */
+/** The most draft tokens tkv_seq_decode_draft verifies in one call. */
+#define TKV_DRAFT_MAX 64
+
+/** Where tkv_seq_draft looks for drafts (bits; 0 = both). */
+#define TKV_DRAFT_CACHE 1u /**< the prefix tree: what followed this prefix in any sequence before */
+#define TKV_DRAFT_NGRAM 2u /**< the sequence's own tokens: what followed the last time its last 4 (then 3, 2) tokens appeared */
+
+/**
+ * Drafts from the cache: tokens the sequence is likely to continue with,
+ * for tkv_seq_decode_draft to verify. The sequence's tokens followed by
+ * pending[0..n_pending) (tokens sampled but not decoded yet: usually the
+ * one token just sampled) are looked up
+ *  - in the prefix tree (TKV_DRAFT_CACHE): when the tree holds the pending
+ *    tokens right after the sequence's end, the tokens cached after them,
+ *    following at each branch the one used last (a retried request, a
+ *    regenerated answer, an agent repeating a step);
+ *  - else in the text itself (TKV_DRAFT_NGRAM): the tokens that followed the
+ *    most recent earlier occurrence of its last 4 tokens (then 3, then 2),
+ *    as prompt-lookup decoding does (an edit that copies its input).
+ * Changes nothing, not even the recency used for eviction. O(n_pending +
+ * cap) for the tree; O(L) per n-gram length for a sequence of L tokens.
+ *
+ * @param ctx        the context.
+ * @param seq        the sequence.
+ * @param pending    tokens after the sequence's end (may be NULL when n_pending is 0).
+ * @param n_pending  their count.
+ * @param out        receives up to cap draft tokens.
+ * @param cap        room in out (0: nothing is looked up).
+ * @param n          receives how many were written (0: no draft).
+ * @param sources    TKV_DRAFT_CACHE, TKV_DRAFT_NGRAM, both, or 0 for both.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument, bad sequence id, unknown
+ *         source bits).
+ */
+TKV_API tkv_status tkv_seq_draft(tkv_context *ctx, tkv_seq seq, const tkv_token *pending, size_t n_pending,
+                                 tkv_token *out, size_t cap, size_t *n, unsigned sources);
+
+/**
+ * Decode a pending token and a draft in one batch, and sample as decoding
+ * one token at a time would: row 0 (after pending) is sampled with smp;
+ * while the token sampled equals the next draft token (and is not an
+ * end-of-generation token), the row after that draft token is sampled too.
+ * out receives every sampled token, n_out of them (1 .. n_draft + 1, at
+ * most max_out): the accepted drafts, then the first token that differs
+ * from the draft (or that ends generation, or the one after the last
+ * draft). Lossless: in the default arithmetic (batch_invariant) each row's
+ * logits are those one-at-a-time decoding gives, and smp samples the same
+ * rows in the same order, so the tokens, its random draws and its grammar
+ * state are exactly those of decoding without drafts. (In the reference
+ * order the logits of a batch differ in the last bits, and so may the
+ * tokens.)
+ *
+ * Afterwards the sequence holds pending and the accepted drafts
+ * (out[0 .. n_out - 1)); out[n_out - 1] is the next pending token, not
+ * decoded, as after a one-token step; the rejected drafts' cells are
+ * released (on a hybrid model the sequence then recomputes its recurrent
+ * state from its deepest checkpoint at the next decode, unless every
+ * draft was accepted). A draft of 0 tokens is one ordinary step.
+ *
+ * @param ctx      the context.
+ * @param seq      the sequence (pending goes at its end).
+ * @param pending  the token sampled last, to decode now.
+ * @param draft    tokens proposed after it (tkv_seq_draft); may be NULL when n_draft is 0.
+ * @param n_draft  their count, <= TKV_DRAFT_MAX and < n_batch; drafts past max_out - 1 are not decoded.
+ * @param smp      the sampler (tkv_sampler_sample is called once per token returned).
+ * @param max_out  at most this many tokens are returned (>= 1).
+ * @param out      receives them (room for max_out).
+ * @param n_out    receives how many.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument, bad sequence id, max_out
+ *         0, n_draft >= n_batch or > TKV_DRAFT_MAX, a token out of range:
+ *         the message names it); TKV_ERR_FULL, TKV_ERR_ABORTED, TKV_ERR_NOMEM as tkv_decode.
+ *         On failure the cache, every sequence and the sampler are exactly
+ *         as before.
+ */
+TKV_API tkv_status tkv_seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pending, const tkv_token *draft,
+                                        size_t n_draft, tkv_sampler *smp, size_t max_out, tkv_token *out,
+                                        size_t *n_out);
+
 /* ------------------------------------------------------------------------ */
 /* The machine's limits                                                      */
 /* ------------------------------------------------------------------------ */
