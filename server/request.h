@@ -73,6 +73,8 @@ typedef struct srv_req {
     char *echo;                 /* legacy echo: the prompt's text, before the completion's (owned), or NULL */
     char *response_fields;      /* native: llama-server's response_fields, a JSON array of paths (owned), or NULL */
     size_t echo_len;
+    int n_keep;                 /* context shift: prompt tokens a shift keeps after the BOS (-1: the whole prompt) */
+    int n_discard;              /* context shift: tokens a shift drops (0: half of those after the kept ones) */
     int index;                  /* the choice's index (n > 1: one request per choice) */
     int n_choices;              /* n, on the first choice's request */
     uint64_t group;             /* n > 1: the same non-zero id on every choice (they share the prompt), else 0 */
@@ -102,6 +104,7 @@ typedef struct srv_req {
     int n_gen;                  /* completion tokens, once done */
     int n_pushed;               /* tokens whose text was appended so far (what a cancelled stream got) */
     bool done;
+    bool truncated;             /* the prompt was cut to fit, or a context shift dropped tokens (llama-server's) */
     const char *finish_reason;  /* "stop" or "length" once done */
     int stop_word;              /* the index of the stop string that ended the text, or -1 */
     srv_fail failed;            /* SRV_FAIL_NONE, or why it failed */

@@ -21,6 +21,8 @@ typedef struct srv_api {
     const char *model_id;   /* the id /v1/models lists */
     int max_tokens;         /* the largest max_tokens accepted */
     uint32_t n_ctx;         /* positions per request: prompt + completion */
+    uint32_t shift_window;  /* --context-shift: the positions a request's sequence holds at most (n_ctx / parallel,
+                               llama-server's slot); a longer prompt is cut, a longer generation shifted. 0: none */
     tkv_chat_template *jinja; /* how messages are rendered: the model's (or --chat-template's) Jinja template, */
     srv_chat_kind chat;       /* or else this hand-written family */
     bool think;               /* the template has think markers: reasoning is returned apart */

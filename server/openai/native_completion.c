@@ -158,7 +158,7 @@ static json_t *native_object(const srv_api *a, const srv_req *r, json_t *content
                                  (json_int_t)r->sp.seed, "stop", stop);
     return json_pack("{s:o,s:o,s:b,s:s,s:i,s:I,s:I,s:b,s:s,s:s,s:o,s:o,s:b}", "content", content, "tokens", tokens, "stop",
                      1, "model", a->model_id, "tokens_predicted", r->n_gen, "tokens_evaluated",
-                     (json_int_t)r->n_prompt, "tokens_cached", (json_int_t)r->n_cached, "truncated", 0, "stop_type",
+                     (json_int_t)r->n_prompt, "tokens_cached", (json_int_t)r->n_cached, "truncated", r->truncated, "stop_type",
                      stop_type, "stopping_word", r->stop_word >= 0 ? r->stop[r->stop_word] : "", "generation_settings",
                      settings, "timings", timings, "has_new_line", r->text && memchr(r->text, '\n', r->text_len) != NULL);
 }

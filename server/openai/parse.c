@@ -603,6 +603,28 @@ static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
     return true;
 }
 
+/*
+ * n_keep and n_discard (llama-server's), and with --context-shift a prompt that does not fit its window cut as
+ * llama-server cuts it: the first n_keep tokens stay, then whole blocks of half the rest of the window go from
+ * the front of what follows, so that the end of the prompt and some room for the answer remain.
+ */
+static bool parse_shift(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+    long long keep = a->defaults.n_keep, discard = 0;
+    if (!srv_field_int(body, "n_keep", -1, INT_MAX, &keep, e) || !srv_field_int(body, "n_discard", 0, INT_MAX, &discard, e))
+        return false;
+    r->n_keep = (int)keep, r->n_discard = (int)discard;
+    const size_t w = a->shift_window;
+    if (!w || r->n_prompt < w) return true;
+    size_t k = keep < 0 ? r->n_prompt : (size_t)keep;
+    if (k > w - 4) k = w - 4;                   /* room for the rest: the window is at least 16 (server.c) */
+    const size_t block = (w - k) / 2;
+    const size_t erased = (r->n_prompt - k - block) / block;
+    memmove(r->prompt + k, r->prompt + k + erased * block, (r->n_prompt - k - erased * block) * sizeof *r->prompt);
+    r->n_prompt -= erased * block;
+    r->truncated = true;
+    return true;
+}
+
 void srv_api_choice(srv_req *first, srv_req *r, size_t i) {
     memcpy(r->id, first->id, sizeof r->id);
     r->created = first->created;
@@ -629,10 +651,11 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     make_id(r, chat ? "chatcmpl-" : "cmpl-");
     if (!(chat ? parse_messages(a, body, r, e) : parse_prompt(a, body, r, e))) return false;
     if (!chat && !srv_api_parse_legacy(a, body, r, e)) return false;
+    if (!parse_shift(a, body, r, e)) return false;
     if (r->n_prompt >= a->n_ctx) {
         srv_err_set(e, 400, chat ? "messages" : "prompt", "context_length_exceeded",
-                    "the prompt is %zu tokens; this server's context holds %u (prompt and completion)", r->n_prompt,
-                    a->n_ctx);
+                    "the prompt (%zu tokens) exceeds the available context size (%u tokens, prompt and completion)",
+                    r->n_prompt, a->n_ctx);
         return false;
     }
 
@@ -647,7 +670,8 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
         return false;
     }
     if (!srv_field_int(body, mt_key, 1, a->max_tokens, &max_tokens, e)) return false;
-    const long long room = (long long)a->n_ctx - (long long)r->n_prompt;
+    /* a context shift makes room as the answer grows: only max_tokens bounds it */
+    const long long room = a->shift_window ? LLONG_MAX : (long long)a->n_ctx - (long long)r->n_prompt;
     const long long np = a->defaults.n_predict; /* --n-predict: the length of a request that gives none */
     if (max_tokens < 0) max_tokens = np > 0 ? np : chat ? a->max_tokens : 16; /* OpenAI's default for completions */
     r->max_tokens = (int)(max_tokens < room ? max_tokens : room);
