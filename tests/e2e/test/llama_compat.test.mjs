@@ -275,6 +275,32 @@ serverSuite('llama-server: --no-slots, --verbose, --temp', ['--no-slots', '--ver
   });
 });
 
+/** The value of each sample of a Prometheus text, by name. */
+function samples(text) {
+  return Object.fromEntries(text.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => {
+    const at = l.lastIndexOf(' ');
+    return [l.slice(0, at), Number(l.slice(at + 1))];
+  }));
+}
+
+serverSuite("llama-server's metric names", ['-np', '1'], (ctx) => {
+  ctx.test('llamacpp:* count what the responses reported', async (server) => {
+    const body = { prompt: 'I believe the meaning of life is', temperature: 0, n_predict: 8 };
+    const a = await post(server, '/completion', body), b = await post(server, '/completion', body);
+    const t = [a.json.timings, b.json.timings];
+    assert.ok(t[1].cache_n > 0);
+    const m = samples((await get(server, '/metrics')).body);
+    const computed = t[0].prompt_n + t[1].prompt_n, cached = t[0].cache_n + t[1].cache_n;
+    assert.equal(m['llamacpp:prompt_tokens_total'], computed);
+    assert.equal(m['llamacpp:prompt_tokens_cache_total'], cached);
+    assert.equal(m['llamacpp:prompt_cache_hit_ratio'], cached / (cached + computed));
+    assert.equal(m['llamacpp:tokens_predicted_total'], t[0].predicted_n + t[1].predicted_n);
+    assert.equal(m['llamacpp:requests_processing'], 0);
+    assert.equal(m['llamacpp:requests_deferred'], 0);
+    assert.ok(m['llamacpp:n_decode_total'] >= t[0].predicted_n + t[1].predicted_n - 1);
+  });
+});
+
 function serve(args, env = {}) {
   return new Promise((resolve) => {
     execFile(BIN, ['serve', '-m', MODEL, ...args], { env: { ...process.env, ...env }, timeout: 20000 },
@@ -293,8 +319,8 @@ describe('llama-server: unknown and refused options', () => {
     const a = await serve(['--lora', 'x.gguf']);
     assert.equal(a.code, 2);
     assert.match(a.stderr, /--lora: not implemented/);
-    const b = await serve([], { LLAMA_ARG_CONTEXT_SHIFT: '1' });
+    const b = await serve([], { LLAMA_ARG_EMBEDDINGS: '1' });
     assert.equal(b.code, 2);
-    assert.match(b.stderr, /LLAMA_ARG_CONTEXT_SHIFT: not implemented/);
+    assert.match(b.stderr, /LLAMA_ARG_EMBEDDINGS: not implemented/);
   });
 });
