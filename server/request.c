@@ -55,6 +55,7 @@ void srv_req_unref(srv_req *r) {
     free(r->echo);
     free(r->response_fields);
     free(r->tok_id);
+    free(r->prog);
     free(r->tok_end);
     free(r->lps);
     free(r->prompt);
@@ -174,6 +175,19 @@ void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n) {
     pthread_mutex_lock(&r->mu);
     free(r->gen);
     r->gen = g, r->n_gen_tokens = n;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void srv_req_progress(srv_req *r, size_t processed) {
+    if (!r->return_progress) return;
+    pthread_mutex_lock(&r->mu);
+    if (r->n_prog == r->cap_prog) {
+        const size_t cap = r->cap_prog ? 2 * r->cap_prog : 16;
+        srv_progress *p = realloc(r->prog, cap * sizeof *p);
+        if (p) r->prog = p, r->cap_prog = cap;
+    }
+    if (r->n_prog < r->cap_prog) r->prog[r->n_prog++] = (srv_progress){processed, srv_now()}; /* else: one step less */
+    if (r->wake) r->wake(r->wake_arg);
     pthread_mutex_unlock(&r->mu);
 }
 

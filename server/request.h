@@ -25,6 +25,13 @@
 
 /* One generated token's log-probability under the model (log-softmax of its logits) and the best
    alternatives'. */
+/* A step of a prompt's computation, for return_progress: the prompt tokens its sequence held then (the first: those
+   taken from the cache) and when. */
+typedef struct srv_progress {
+    size_t processed;
+    double t;
+} srv_progress;
+
 typedef struct srv_logprob {
     tkv_token token;
     float logprob;
@@ -63,6 +70,7 @@ typedef struct srv_req {
     bool native;                /* llama-server's POST /completion: its response shapes (native_completion.c) */
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
+    bool return_progress;       /* llama-server's: a stream reports each step of the prompt's computation */
     bool prefill;               /* chat: the answer continues a final assistant message (its joining space stays) */
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
                                    ended inside a think block */
@@ -99,6 +107,8 @@ typedef struct srv_req {
     size_t n_tok, cap_tok;
     srv_logprob *lps;           /* (n_lps) with logprobs: one per generated token */
     size_t n_lps, cap_lps;
+    srv_progress *prog;         /* (n_prog of cap_prog) with return_progress: the prompt's steps */
+    size_t n_prog, cap_prog;
     size_t n_gen_tokens;
     size_t n_cached;            /* prompt tokens reused from the cache */
     int n_gen;                  /* completion tokens, once done */
@@ -139,6 +149,9 @@ void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_
 /* A generated token, after its text was appended: recorded for a native stream (r->native and r->stream), whose
    events carry one token each; otherwise nothing. */
 void srv_req_note_token(srv_req *r, tkv_token token);
+/* With return_progress: the prompt's sequence holds `processed` of its tokens now (the first call: at admission,
+   those taken from the cache); otherwise nothing. */
+void srv_req_progress(srv_req *r, size_t processed);
 /* The generated ids (for return_tokens), copied once at the end. */
 void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n);
 /* Finish with reason "stop" or "length" after n_gen completion tokens. */

@@ -27,7 +27,7 @@ static bool gen_ready(srv_req *const *reqs, size_t n) {
         srv_req *r = reqs[i];
         pthread_mutex_lock(&r->mu);
         all &= r->done;
-        any |= r->done || (r->stream && r->t_first);
+        any |= r->done || (r->stream && (r->t_first || r->n_prog)); /* a stream starts with its first text or step */
         pthread_mutex_unlock(&r->mu);
     }
     return all || (reqs[0]->stream && any);

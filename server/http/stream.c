@@ -25,6 +25,7 @@ typedef struct choice_sent {
     size_t sent_calls; /* tool calls sent (r->tools) */
     size_t sent_lp;    /* logprobs: entries sent */
     size_t sent_tok;   /* native: tokens whose event was sent */
+    size_t sent_prog;  /* return_progress: prompt steps sent */
 } choice_sent;
 
 typedef struct stream {
@@ -88,6 +89,13 @@ static void tool_events(stream *st, srv_req *r, choice_sent *c, const char *text
     srv_tool_parse_free(&tp);
 }
 
+/* return_progress: the prompt steps of r not sent yet (the caller holds r->mu); whether there were any. */
+static bool progress_events(stream *st, srv_req *r, choice_sent *c) {
+    const bool any = c->sent_prog < r->n_prog;
+    for (; c->sent_prog < r->n_prog; c->sent_prog++) pend(st, srv_api_progress_event(&st->S->api, r, c->sent_prog));
+    return any;
+}
+
 /* The next events of choice i into st->pend; false when it has nothing new. */
 static bool choice_events(stream *st, size_t i) {
     srv_req *r = st->reqs[i];
@@ -95,9 +103,10 @@ static bool choice_events(stream *st, size_t i) {
     const srv_api *a = &st->S->api;
     if (c->finished) return false;
     pthread_mutex_lock(&r->mu);
+    const bool progressed = progress_events(st, r, c);
     if (!r->done && r->text_ready <= c->sent) {
         pthread_mutex_unlock(&r->mu);
-        return false;
+        return progressed;
     }
     if (c->first && r->chat) { /* the role alone first, as llama-server sends it (content null) */
         pend(st, srv_api_chunk(a, r, SRV_CHUNK_ROLE, NULL, 0, true, NULL));
@@ -137,9 +146,10 @@ static bool native_events(stream *st) {
     choice_sent *c = &st->ch[0];
     const srv_api *a = &st->S->api;
     pthread_mutex_lock(&r->mu);
+    const bool progressed = progress_events(st, r, c);
     if (!r->done && r->text_ready <= c->sent) {
         pthread_mutex_unlock(&r->mu);
-        return false;
+        return progressed;
     }
     /* an event per generated token, as llama-server sends them: its text and id, once the text is settled */
     for (; c->sent_tok < r->n_tok; c->sent_tok++) {

@@ -713,6 +713,12 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     if (!srv_field_bool(body, "stream", &r->stream, e) || !srv_field_bool(body, "return_tokens", &r->return_tokens, e) ||
         !srv_field_bool(body, "ignore_eos", &r->ignore_eos, e) || !parse_stop(body, r, e))
         return false;
+    if (!srv_field_bool(body, "return_progress", &r->return_progress, e)) return false;
+    if (r->return_progress && !r->stream) { /* llama-server reports progress in streams only */
+        srv_err_set(e, 400, "return_progress", "invalid_value", "'return_progress' needs 'stream': true (the "
+                    "progress of a prompt is reported as stream events)");
+        return false;
+    }
     const json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {

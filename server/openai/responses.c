@@ -235,6 +235,26 @@ char *srv_api_usage_chunk(const srv_api *a, srv_req *const *reqs, size_t n) {
     return ev;
 }
 
+char *srv_api_progress_event(const srv_api *a, const srv_req *r, size_t i) {
+    const srv_progress *p = &r->prog[i];
+    json_t *prog = json_pack("{s:I,s:I,s:I,s:f}", "total", (json_int_t)r->n_prompt, "cache", (json_int_t)r->prog[0].processed,
+                             "processed", (json_int_t)p->processed, "time_ms", (p->t - r->prog[0].t) * 1000);
+    json_t *o = r->native ? json_pack("{s:s,s:[],s:b}", "content", "", "tokens", "stop", 0)
+                          : json_pack("{s:s,s:s,s:I,s:s,s:s,s:[]}", "id", r->id, "object",
+                                      r->chat ? "chat.completion.chunk" : "text_completion", "created",
+                                      (json_int_t)r->created, "model", a->model_id, "system_fingerprint", "tokenkv",
+                                      "choices");
+    if (o) json_object_set_new(o, "prompt_progress", prog);
+    else json_decref(prog);
+    char *body = dump(o);
+    if (!body) return NULL;
+    size_t len = strlen(body);
+    char *ev = malloc(len + 9);
+    if (ev) memcpy(ev, "data: ", 6), memcpy(ev + 6, body, len), memcpy(ev + 6 + len, "\n\n", 3);
+    free(body);
+    return ev;
+}
+
 char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first,
                     size_t *lp_sent) {
     json_t *choices = json_array(), *choice = NULL;

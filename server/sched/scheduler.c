@@ -316,7 +316,7 @@ static void start(srv_sched *s, slot *sl, srv_req *r) {
         return;
     }
     sl->n_past = reused;
-    if (first) srv_req_set_cached(r, reused); /* cached_tokens: of the prompt, at arrival */
+    if (first) srv_req_set_cached(r, reused), srv_req_progress(r, reused); /* cached_tokens: of the prompt, at arrival */
 }
 
 static void admit(srv_sched *s) {
@@ -499,6 +499,7 @@ static bool step(srv_sched *s) {
         slot *sl = &s->slots[i];
         if (!sl->req || !sl->in_batch) continue;
         sl->n_past += sl->in_batch;
+        if (!sl->run->n_gen) srv_req_progress(sl->req, sl->n_past);
         if (sl->logits_at < 0) continue;
         if (!sl->run->n_gen && s->o.store) /* the prompt is computed: its new blocks go to the shared store */
             srv_store_put(s->o.store, s->ctx, sl->run->ns, sl->run->toks, sl->req->n_prompt, sl->req->n_cached);

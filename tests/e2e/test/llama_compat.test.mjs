@@ -301,6 +301,29 @@ serverSuite("llama-server's metric names", ['-np', '1'], (ctx) => {
   });
 });
 
+serverSuite('llama-server: return_progress', ['-c', '256', '-np', '1', '-b', '64'], (ctx) => {
+  ctx.test("a stream reports each step of its prompt's computation, a step being the batch", async (server) => {
+    const body = { messages: [{ role: 'user', content: 'This is a test'.repeat(10) }], max_tokens: 4, stream: true,
+      return_progress: true, stream_options: { include_usage: true } };
+    for (const round of [0, 1]) { // the second finds all but the last token cached
+      const r = await post(server, '/v1/chat/completions', body);
+      assert.equal(r.status, 200, r.body);
+      const ev = events(r.body), steps = ev.filter((e) => e.prompt_progress).map((e) => e.prompt_progress);
+      const total = ev.at(-1).usage.prompt_tokens, cached = ev.at(-1).usage.prompt_tokens_details.cached_tokens;
+      assert.equal(cached, round ? total - 1 : 0);
+      // the admission (what the cache held), then one step per batch of at most 64 tokens
+      const want = [cached];
+      while (want.at(-1) < total) want.push(Math.min(want.at(-1) + 64, total));
+      assert.deepEqual(steps.map((p) => p.processed), want);
+      for (const p of steps) assert.deepEqual([p.total, p.cache], [total, cached]);
+      assert.ok(ev.findIndex((e) => e.prompt_progress) < ev.findIndex((e) => e.choices?.length)); // before the text
+    }
+    const plain = await post(server, '/v1/chat/completions', { ...body, stream: false, stream_options: undefined });
+    assert.equal(plain.status, 400);
+    assert.equal(plain.json.error.param, 'return_progress');
+  });
+});
+
 function serve(args, env = {}) {
   return new Promise((resolve) => {
     execFile(BIN, ['serve', '-m', MODEL, ...args], { env: { ...process.env, ...env }, timeout: 20000 },
