@@ -71,7 +71,8 @@ static enum MHD_Result generated(conn *cs, struct MHD_Connection *c, srv_state *
             return http_send_err(cs, c, &e);
         }
     return http_send_body(cs, c, 200, "application/json",
-                     r->native ? srv_api_native_response(&S->api, r) : srv_api_response(&S->api, cs->reqs, cs->n_reqs));
+                     r->native ? srv_api_native_responses(&S->api, cs->reqs, cs->n_reqs)
+                               : srv_api_response(&S->api, cs->reqs, cs->n_reqs));
 }
 
 /* Drop the requests a generation made (before any was submitted, or after a failed submission). */
@@ -86,21 +87,37 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
     json_t *body = parse_body(cs, &e);
     if (!body) return http_send_err(cs, c, &e);
     /* one request per choice (n), each parsed from the body with its own sampler and grammar; they share the
-       prompt, which the cache computes once */
-    size_t n = 1;
+       prompt, which the cache computes once. llama-server's /completion of several prompts: one request each */
+    const size_t n_prompts = kind == GEN_NATIVE ? srv_api_prompt_count(body) : 1;
+    size_t n = n_prompts;
     bool ok = true;
+    if (n_prompts > 1 && (n_prompts > SRV_MAX_CHOICES || json_is_true(json_object_get(body, "stream")))) {
+        if (n_prompts > SRV_MAX_CHOICES)
+            srv_err_set(&e, 400, "prompt", "invalid_value", "at most %d prompts in one request (got %zu)",
+                        SRV_MAX_CHOICES, n_prompts);
+        else
+            srv_err_set(&e, 400, "prompt", "unsupported_parameter", "several prompts in one streamed request are "
+                        "not supported (got %zu); send them one per request", n_prompts);
+        ok = false;
+    }
     for (size_t i = 0; ok && i < n; i++) {
         srv_req *r = srv_req_new();
-        if (!r) {
+        json_t *one = n_prompts > 1 ? json_copy(body) : json_incref(body);
+        if (!r || !one) {
+            if (r) srv_req_unref(r);
+            json_decref(one);
             srv_err_set(&e, 500, NULL, NULL, "out of memory");
             ok = false;
             break;
         }
         cs->reqs[cs->n_reqs++] = r;
-        ok = kind == GEN_NATIVE ? srv_api_parse_native(&S->api, body, r, &e)
-                                : srv_api_parse(&S->api, body, kind == GEN_CHAT, r, &e);
-        if (ok && i == 0) n = r->n_choices;
-        if (ok && i > 0) srv_api_choice(cs->reqs[0], r, i);
+        if (n_prompts > 1) json_object_set(one, "prompt", json_array_get(json_object_get(body, "prompt"), i));
+        ok = kind == GEN_NATIVE ? srv_api_parse_native(&S->api, one, r, &e)
+                                : srv_api_parse(&S->api, one, kind == GEN_CHAT, r, &e);
+        json_decref(one);
+        if (ok && n_prompts > 1) r->index = (int)i;
+        if (ok && i == 0 && n_prompts == 1) n = r->n_choices;
+        if (ok && i > 0 && n_prompts == 1) srv_api_choice(cs->reqs[0], r, i);
     }
     json_decref(body);
     if (!ok) {

@@ -156,8 +156,8 @@ static json_t *native_object(const srv_api *a, const srv_req *r, json_t *content
                                  r->max_tokens, "temperature", (double)r->sp.temperature, "top_k", (int)r->sp.top_k,
                                  "top_p", (double)r->sp.top_p, "min_p", (double)r->sp.min_p, "seed",
                                  (json_int_t)r->sp.seed, "stop", stop);
-    return json_pack("{s:o,s:o,s:b,s:s,s:i,s:I,s:I,s:b,s:s,s:s,s:o,s:o,s:b}", "content", content, "tokens", tokens, "stop",
-                     1, "model", a->model_id, "tokens_predicted", r->n_gen, "tokens_evaluated",
+    return json_pack("{s:i,s:o,s:o,s:b,s:s,s:i,s:I,s:I,s:b,s:s,s:s,s:o,s:o,s:b}", "index", r->index, "content", content,
+                     "tokens", tokens, "stop", 1, "model", a->model_id, "tokens_predicted", r->n_gen, "tokens_evaluated",
                      (json_int_t)r->n_prompt, "tokens_cached", (json_int_t)r->n_cached, "truncated", r->truncated, "stop_type",
                      stop_type, "stopping_word", r->stop_word >= 0 ? r->stop[r->stop_word] : "", "generation_settings",
                      settings, "timings", timings, "has_new_line", r->text && memchr(r->text, '\n', r->text_len) != NULL);
@@ -195,6 +195,30 @@ char *srv_api_native_response(const srv_api *a, srv_req *r) {
     }
     json_decref(fields);
     return dump(o);
+}
+
+char *srv_api_native_responses(const srv_api *a, srv_req *const *reqs, size_t n) {
+    if (n == 1) return srv_api_native_response(a, reqs[0]);
+    size_t len = 2, cap = 256;
+    char *out = malloc(cap);
+    if (out) out[0] = '[';
+    for (size_t i = 0; out && i < n; i++) {
+        char *one = srv_api_native_response(a, reqs[i]);
+        const size_t k = one ? strlen(one) : 0;
+        char *grown = one && len + k + 2 > cap ? realloc(out, cap = 2 * (len + k + 2)) : out;
+        if (!one || !grown) {
+            free(one);
+            free(grown ? grown : out);
+            return NULL;
+        }
+        out = grown;
+        if (i) out[len - 1] = ',', len++;
+        memcpy(out + len - 1, one, k);
+        len += k;
+        free(one);
+    }
+    if (out) out[len - 1] = ']', out[len] = 0;
+    return out;
 }
 
 char *srv_api_native_event(const srv_api *a, srv_req *r, const char *text, size_t n, bool final, long tok) {

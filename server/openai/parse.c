@@ -49,7 +49,66 @@ static bool token_array(const srv_api *a, const json_t *arr, srv_req *r, srv_err
     return true;
 }
 
-/* prompt: a string, an array of token ids, or a one-element array of either */
+/* llama-server's mixed prompt: token ids and texts in one array, each text tokenized in its place (the first
+   element, if a text, with the BOS). */
+static bool mixed_prompt(const srv_api *a, const json_t *arr, srv_req *r, srv_err *e) {
+    const size_t n_vocab = tkv_vocab_size(a->model);
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        const json_t *x = json_array_get(arr, i);
+        tkv_token one, *t = &one;
+        size_t k = 1;
+        if (json_is_integer(x)) {
+            if (json_integer_value(x) < 0 || (unsigned long long)json_integer_value(x) >= n_vocab) {
+                srv_err_set(e, 400, "prompt", "invalid_value", "prompt[%zu]: token id %lld is out of range (vocabulary "
+                            "of %zu)", i, (long long)json_integer_value(x), n_vocab);
+                return false;
+            }
+            one = (tkv_token)json_integer_value(x);
+        } else if (!json_is_string(x) ||
+                   srv_tokenize(a->model, json_string_value(x), json_string_length(x),
+                                TKV_TOKENIZE_PARSE_SPECIAL | (i == 0 ? TKV_TOKENIZE_ADD_SPECIAL : 0u), &t, &k)) {
+            srv_err_set(e, 400, "prompt", "invalid_value", "prompt[%zu] must be a token id or a text", i);
+            return false;
+        }
+        if (n + k > cap) {
+            cap = 2 * (n + k) + 16;
+            tkv_token *p = realloc(r->prompt, cap * sizeof *p);
+            if (!p) {
+                if (t != &one) free(t);
+                srv_err_set(e, 500, NULL, NULL, "out of memory");
+                return false;
+            }
+            r->prompt = p;
+        }
+        if (k) memcpy(r->prompt + n, t, k * sizeof *t);
+        n += k;
+        if (t != &one) free(t);
+    }
+    r->n_prompt = n;
+    if (!n) srv_err_set(e, 400, "prompt", "invalid_value", "'prompt' is empty");
+    return n > 0;
+}
+
+/* Whether arr holds both token ids and texts (llama-server's mixed prompt) and nothing else. */
+static bool is_mixed(const json_t *arr) {
+    bool ints = false, strs = false;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        const json_t *x = json_array_get(arr, i);
+        if (json_is_integer(x)) ints = true;
+        else if (json_is_string(x)) strs = true;
+        else return false;
+    }
+    return ints && strs;
+}
+
+size_t srv_api_prompt_count(const json_t *body) {
+    const json_t *p = json_object_get(body, "prompt");
+    if (!json_is_array(p) || json_array_size(p) < 2 || is_mixed(p) || json_is_integer(json_array_get(p, 0))) return 1;
+    return json_array_size(p);
+}
+
+/* prompt: a string, an array of token ids, llama-server's mixed array of both, or a one-element array of any */
 static bool parse_prompt(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
     const json_t *p = json_object_get(body, "prompt");
     if (!p) {
@@ -59,7 +118,8 @@ static bool parse_prompt(const srv_api *a, const json_t *body, srv_req *r, srv_e
     if (json_is_array(p) && json_array_size(p) == 1 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
         p = json_array_get(p, 0);
-    else if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0))) {
+    if (json_is_array(p) && is_mixed(p)) return mixed_prompt(a, p, r, e);
+    if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0))) {
         srv_err_set(e, 400, "prompt", "invalid_value", "only one prompt per request is supported (got %zu)",
                     json_array_size(p));
         return false;

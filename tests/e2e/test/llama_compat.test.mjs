@@ -301,6 +301,31 @@ serverSuite("llama-server's metric names", ['-np', '1'], (ctx) => {
   });
 });
 
+serverSuite('llama-server: several prompts in one /completion', ['-c', '512', '-np', '2'], (ctx) => {
+  ctx.test('an array of prompts is answered with an array, each as if sent alone', async (server) => {
+    const text = 'I believe the meaning of life is', ids = await tokenize(server, text);
+    const body = { n_predict: 6, temperature: 0 };
+    const alone = (await post(server, '/completion', { ...body, prompt: ids })).json;
+    const other = (await post(server, '/completion', { ...body, prompt: 'Once upon a time' })).json;
+    const r = await post(server, '/completion', { ...body, prompt: [ids, 'Once upon a time', text] });
+    assert.equal(r.status, 200, r.body);
+    assert.deepEqual(r.json.map((x) => [x.index, x.content]),
+      [[0, alone.content], [1, other.content], [2, alone.content]]);
+    const s = await post(server, '/completion', { ...body, prompt: [ids, text], stream: true });
+    assert.equal(s.status, 400);
+    assert.equal(s.json.error.param, 'prompt');
+  });
+  ctx.test("a mixed array of ids and texts is one prompt, each text tokenized in its place", async (server) => {
+    const text = ' the meaning of life', piece = await tokenize(server, text, { add_special: false });
+    const r = await post(server, '/completion', { prompt: [1, 2, 3, text, 4, text], n_predict: 1, return_tokens: true });
+    assert.equal(r.status, 200, r.body);
+    assert.equal(r.json.tokens_evaluated, 3 + piece.length + 1 + piece.length);
+    const ids = [1, 2, 3, ...piece, 4, ...piece];
+    const same = await post(server, '/completion', { prompt: ids, n_predict: 1, return_tokens: true });
+    assert.equal(same.json.tokens_cached, ids.length - 1); // the same tokens: all but the last were cached
+  });
+});
+
 serverSuite('llama-server: return_progress', ['-c', '256', '-np', '1', '-b', '64'], (ctx) => {
   ctx.test("a stream reports each step of its prompt's computation, a step being the batch", async (server) => {
     const body = { messages: [{ role: 'user', content: 'This is a test'.repeat(10) }], max_tokens: 4, stream: true,
