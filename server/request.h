@@ -68,6 +68,7 @@ typedef struct srv_req {
     size_t n_stop;
     bool stream, include_usage, chat;
     bool native;                /* llama-server's POST /completion: its response shapes (native_completion.c) */
+    bool anthropic;             /* POST /v1/messages: Anthropic's response shapes (anthropic.c) */
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
     bool return_progress;       /* llama-server's: a stream reports each step of the prompt's computation */

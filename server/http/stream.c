@@ -5,6 +5,7 @@
  * content reader that suspends the connection while nothing is new.
  */
 #include "exchange.h"
+#include "openai/anthropic.h"
 #include "openai/native_completion.h"
 #include "openai/reasoning.h"
 #include "openai/responses.h"
@@ -35,6 +36,7 @@ typedef struct stream {
     choice_sent ch[SRV_MAX_CHOICES];
     srv_link *link;
     bool finished; /* the last events are queued */
+    srv_anthropic_stream anthropic; /* /v1/messages: what its events said so far */
     char *pend;    /* events not yet handed to MHD */
     size_t pend_n, pend_off, pend_cap;
 } stream;
@@ -179,9 +181,22 @@ static bool native_events(stream *st) {
     return true;
 }
 
+static void pend_cb(void *st, char *ev) { pend(st, ev); }
+
+/* Anthropic's stream (one choice): its events, no [DONE]. */
+static bool anthropic_events(stream *st) {
+    srv_req *r = st->reqs[0];
+    pthread_mutex_lock(&r->mu);
+    const bool any = srv_anthropic_stream_events(&st->S->api, r, &st->anthropic, pend_cb, st);
+    st->finished = st->anthropic.finished;
+    pthread_mutex_unlock(&r->mu);
+    return any;
+}
+
 /* The next events of the stream into st->pend; false when there is nothing new yet. */
 static bool next_events(stream *st) {
     if (st->reqs[0]->native) return native_events(st);
+    if (st->reqs[0]->anthropic) return anthropic_events(st);
     bool any = false, all = true;
     for (size_t i = 0; i < st->n; i++) any |= choice_events(st, i), all &= st->ch[i].finished;
     if (!all) return any;
