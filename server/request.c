@@ -53,6 +53,7 @@ void srv_req_unref(srv_req *r) {
     tkv_grammar_free(r->own_grammar);
     free(r->bias);
     free(r->echo);
+    free(r->conv);
     free(r->response_fields);
     free(r->tok_id);
     free(r->prog);

@@ -69,6 +69,10 @@ typedef struct srv_req {
     bool stream, include_usage, chat;
     bool native;                /* llama-server's POST /completion: its response shapes (native_completion.c) */
     bool anthropic;             /* POST /v1/messages: Anthropic's response shapes (anthropic.c) */
+    bool responses;             /* POST /v1/responses: the Responses API's shapes (responses_api.c) */
+    bool store;                 /* responses: keep the conversation for previous_response_id */
+    char prev_id[48];           /* responses: the previous_response_id it continues, or "" */
+    char *conv;                 /* responses: the conversation (JSON chat messages) before the answer (owned) */
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
     bool return_progress;       /* llama-server's: a stream reports each step of the prompt's computation */

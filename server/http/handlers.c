@@ -9,6 +9,7 @@
 #include "openai/native_completion.h"
 #include "openai/parse.h"
 #include "openai/responses.h"
+#include "openai/responses_api.h"
 #include "routes.h"
 
 #include <stddef.h>
@@ -47,7 +48,7 @@ static json_t *parse_body(conn *cs, srv_err *e) {
 
 /* What a generation route speaks: OpenAI's completions or chat, llama-server's native /completion, or
    Anthropic's messages. */
-typedef enum { GEN_COMPLETIONS, GEN_CHAT, GEN_NATIVE, GEN_ANTHROPIC } gen_kind;
+typedef enum { GEN_COMPLETIONS, GEN_CHAT, GEN_NATIVE, GEN_ANTHROPIC, GEN_RESPONSES } gen_kind;
 
 /* An error in the shape of the route's API: Anthropic's for /v1/messages, else OpenAI's. */
 static enum MHD_Result send_err(conn *cs, struct MHD_Connection *c, const srv_err *e, bool anthropic) {
@@ -81,6 +82,7 @@ static enum MHD_Result generated(conn *cs, struct MHD_Connection *c, srv_state *
     return http_send_body(cs, c, 200, "application/json",
                      r->native      ? srv_api_native_responses(&S->api, cs->reqs, cs->n_reqs)
                      : r->anthropic ? srv_anthropic_response(&S->api, r)
+                     : r->responses ? srv_responses_response(&S->api, r)
                                     : srv_api_response(&S->api, cs->reqs, cs->n_reqs));
 }
 
@@ -123,6 +125,7 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
         if (n_prompts > 1) json_object_set(one, "prompt", json_array_get(json_object_get(body, "prompt"), i));
         ok = kind == GEN_NATIVE      ? srv_api_parse_native(&S->api, one, r, &e)
              : kind == GEN_ANTHROPIC ? srv_api_parse_anthropic(&S->api, one, r, &e)
+             : kind == GEN_RESPONSES ? srv_api_parse_responses(&S->api, one, r, &e)
                                      : srv_api_parse(&S->api, one, kind == GEN_CHAT, r, &e);
         json_decref(one);
         if (ok && n_prompts > 1) r->index = (int)i;
@@ -416,6 +419,10 @@ static enum MHD_Result native(conn *cs, struct MHD_Connection *c, srv_state *S, 
     (void)rest;
     return generate(cs, c, S, GEN_NATIVE);
 }
+static enum MHD_Result responses(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
+    (void)rest;
+    return generate(cs, c, S, GEN_RESPONSES);
+}
 static enum MHD_Result messages(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
     (void)rest;
     return generate(cs, c, S, GEN_ANTHROPIC);
@@ -448,6 +455,7 @@ const srv_route srv_routes[] = {
     {"POST", "/tokenize", SRV_AUTH_KEY, tokenize},
     {"POST", "/detokenize", SRV_AUTH_KEY, detokenize},
     {"POST", "/apply-template", SRV_AUTH_KEY, apply_template},
+    {"POST", "/v1/responses", SRV_AUTH_KEY, responses},
     {"POST", "/v1/messages", SRV_AUTH_KEY, messages}, /* Anthropic's */
     {"POST", "/v1/messages/count_tokens", SRV_AUTH_KEY, count_tokens},
 };

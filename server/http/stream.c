@@ -8,6 +8,7 @@
 #include "openai/anthropic.h"
 #include "openai/native_completion.h"
 #include "openai/reasoning.h"
+#include "openai/responses_api.h"
 #include "openai/responses.h"
 #include "openai/tool_fields.h"
 
@@ -37,6 +38,7 @@ typedef struct stream {
     srv_link *link;
     bool finished; /* the last events are queued */
     srv_anthropic_stream anthropic; /* /v1/messages: what its events said so far */
+    srv_responses_stream responses; /* /v1/responses: the same */
     char *pend;    /* events not yet handed to MHD */
     size_t pend_n, pend_off, pend_cap;
 } stream;
@@ -193,8 +195,19 @@ static bool anthropic_events(stream *st) {
     return any;
 }
 
+/* The Responses API's stream (one choice): its events, no [DONE]. */
+static bool responses_events(stream *st) {
+    srv_req *r = st->reqs[0];
+    pthread_mutex_lock(&r->mu);
+    const bool any = srv_responses_stream_events(&st->S->api, r, &st->responses, pend_cb, st);
+    st->finished = st->responses.finished;
+    pthread_mutex_unlock(&r->mu);
+    return any;
+}
+
 /* The next events of the stream into st->pend; false when there is nothing new yet. */
 static bool next_events(stream *st) {
+    if (st->reqs[0]->responses) return responses_events(st);
     if (st->reqs[0]->native) return native_events(st);
     if (st->reqs[0]->anthropic) return anthropic_events(st);
     bool any = false, all = true;
