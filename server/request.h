@@ -76,6 +76,8 @@ typedef struct srv_req {
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
     bool return_progress;       /* llama-server's: a stream reports each step of the prompt's computation */
+    bool post_probs;            /* llama-server's post_sampling_probs: logprobs hold the probabilities the sampler
+                                   drew from (after its chain), not the model's log-probabilities */
     bool prefill;               /* chat: the answer continues a final assistant message (its joining space stays) */
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
                                    ended inside a think block */
@@ -149,8 +151,9 @@ double srv_now(void);
    joins a chat answer to its generation prompt. Returns true when a stop
    string was found (the text is cut before it). Caller holds no lock. */
 bool srv_req_append(srv_req *r, const char *s, size_t n);
-/* One generated token's log-probabilities (logprobs), from the logits row it was sampled from. */
-void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_t n_vocab);
+/* One generated token's log-probabilities (logprobs), from the logits row it was sampled from; with post_probs, the
+   probabilities of the distribution smp drew it from. */
+void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_t n_vocab, const tkv_sampler *smp);
 /* A generated token, after its text was appended: recorded for a native stream (r->native and r->stream), whose
    events carry one token each; otherwise nothing. */
 void srv_req_note_token(srv_req *r, tkv_token token);

@@ -41,17 +41,14 @@ static bool refuse_native(const json_t *body, srv_err *e) {
             return false;
         }
     }
-    const json_t *np = json_object_get(body, "n_probs"), *pp = json_object_get(body, "post_sampling_probs");
+    const json_t *np = json_object_get(body, "n_probs");
     if (np && !json_is_null(np) && (!json_is_integer(np) || json_integer_value(np) < 0 ||
                                     json_integer_value(np) > SRV_MAX_TOP_LOGPROBS)) {
         srv_err_set(e, 400, "n_probs", "invalid_value", "'n_probs' must be an integer in [0, %d]", SRV_MAX_TOP_LOGPROBS);
         return false;
     }
-    if (json_is_true(pp)) {
-        srv_err_set(e, 400, "post_sampling_probs", "unsupported_parameter", "'post_sampling_probs' is not supported by "
-                    "this server (n_probs gives the model's probabilities, before sampling)");
-        return false;
-    }
+    bool post = false;
+    if (!srv_field_bool(body, "post_sampling_probs", &post, e)) return false;
     const json_t *rf = json_object_get(body, "response_fields"); /* paths a/b; an empty list: the whole response */
     bool rf_ok = !rf || json_is_null(rf) || json_is_array(rf);
     for (size_t i = 0; rf_ok && i < json_array_size(rf); i++) rf_ok = json_is_string(json_array_get(rf, i));
@@ -133,6 +130,8 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
     }
     if (ok && json_integer_value(json_object_get(body, "n_probs")) > 0) /* the model's top n per generated token */
         r->logprobs = (int)json_integer_value(json_object_get(body, "n_probs"));
+    /* post_sampling_probs: the sampler's distribution (after top-k, top-p, ..., temperature) instead */
+    if (ok) r->post_probs = json_is_true(json_object_get(body, "post_sampling_probs"));
     json_decref(b);
     /* a field the mapping renamed keeps its client's name in the error */
     if (!ok && e->param && !strcmp(e->param, "max_tokens") && np) {

@@ -647,6 +647,11 @@ static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
             return false;
         }
     }
+    if (json_is_true(json_object_get(body, "post_sampling_probs"))) {
+        srv_err_set(e, 400, "post_sampling_probs", "unsupported_parameter", "'post_sampling_probs' is llama-server's "
+                    "/completion field (with n_probs); the OpenAI routes' logprobs are the model's");
+        return false;
+    }
     const json_t *lazy = json_object_get(body, "grammar_lazy"), *trig = json_object_get(body, "grammar_triggers");
     if (json_is_true(lazy) || json_array_size(trig)) {
         srv_err_set(e, 400, json_is_true(lazy) ? "grammar_lazy" : "grammar_triggers", "unsupported_parameter",

@@ -143,16 +143,18 @@ static json_t *choice_json(const srv_api *a, srv_req *r) {
 
 json_t *srv_api_native_probs(const srv_api *a, const srv_req *r, size_t from, size_t to) {
     json_t *out = json_array();
+    /* post_sampling_probs: the sampler's probabilities, under llama-server's other names */
+    const char *value = r->post_probs ? "prob" : "logprob", *tops_key = r->post_probs ? "top_probs" : "top_logprobs";
     for (size_t i = from; i < to && i < r->n_lps; i++) {
         const srv_logprob *lp = &r->lps[i];
         json_t *bytes, *tops = json_array(), *tok = token_text(a, lp->token, &bytes);
         for (int k = 0; k < lp->n_top; k++) {
             json_t *tb, *tt = token_text(a, lp->top[k], &tb);
-            json_array_append_new(tops, json_pack("{s:i,s:o,s:f,s:o}", "id", (int)lp->top[k], "token", tt, "logprob",
+            json_array_append_new(tops, json_pack("{s:i,s:o,s:f,s:o}", "id", (int)lp->top[k], "token", tt, value,
                                                   (double)lp->top_logprob[k], "bytes", tb));
         }
-        json_array_append_new(out, json_pack("{s:i,s:o,s:f,s:o,s:o}", "id", (int)lp->token, "token", tok, "logprob",
-                                             (double)lp->logprob, "bytes", bytes, "top_logprobs", tops));
+        json_array_append_new(out, json_pack("{s:i,s:o,s:f,s:o,s:o}", "id", (int)lp->token, "token", tok, value,
+                                             (double)lp->logprob, "bytes", bytes, tops_key, tops));
     }
     return out;
 }

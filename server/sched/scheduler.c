@@ -446,7 +446,7 @@ static void on_token(srv_sched *s, slot *sl, tkv_token tok, const float *logits)
     if (run->gen) run->gen[run->n_gen] = tok;
     run->n_gen++;
     run->toks[run->n_toks++] = tok; /* decoded next step, unless the request ends here */
-    srv_req_add_logprob(r, tok, logits, s->n_vocab);
+    srv_req_add_logprob(r, tok, logits, s->n_vocab, run->smp);
     const char *text = "";
     size_t len = 0;
     bool stopped = false;

@@ -326,6 +326,33 @@ serverSuite('llama-server: several prompts in one /completion', ['-c', '512', '-
   });
 });
 
+serverSuite('llama-server: post_sampling_probs', ['-np', '1'], (ctx) => {
+  ctx.test("the sampler's distribution: the model's own with nothing cut, one token at 1 when greedy", async (server) => {
+    const body = { prompt: 'I believe the meaning of life is', n_probs: 5, n_predict: 3, seed: 7 };
+    const open = { temperature: 1, top_k: 0, top_p: 1, min_p: 0 };
+    const model = (await post(server, '/completion', { ...body, ...open })).json.completion_probabilities;
+    const post1 = (await post(server, '/completion', { ...body, ...open, post_sampling_probs: true })).json
+      .completion_probabilities;
+    assert.equal(post1.length, 3);
+    for (let i = 0; i < 3; i++) { // temperature 1, no cut: the softmax of the logits, exp(logprob)
+      assert.equal(post1[i].id, model[i].id);
+      assert.ok(Math.abs(post1[i].prob - Math.exp(model[i].logprob)) < 1e-5, `${post1[i].prob} ${model[i].logprob}`);
+      assert.deepEqual(post1[i].top_probs.map((t) => t.id), model[i].top_logprobs.map((t) => t.id));
+      post1[i].top_probs.forEach((t, k) => assert.ok(Math.abs(t.prob - Math.exp(model[i].top_logprobs[k].logprob)) < 1e-5));
+    }
+    const greedy = (await post(server, '/completion', { ...body, temperature: 0, post_sampling_probs: true })).json
+      .completion_probabilities;
+    for (const t of greedy) {
+      assert.equal(t.prob, 1);
+      assert.deepEqual(t.top_probs.map((x) => x.prob), [1, 0, 0, 0, 0]);
+      assert.equal(t.top_probs[0].id, t.id);
+    }
+    const chat = await post(server, '/v1/chat/completions', { messages: MESSAGES, max_tokens: 2, post_sampling_probs: true });
+    assert.equal(chat.status, 400);
+    assert.equal(chat.json.error.param, 'post_sampling_probs');
+  });
+});
+
 serverSuite('llama-server: return_progress', ['-c', '256', '-np', '1', '-b', '64'], (ctx) => {
   ctx.test("a stream reports each step of its prompt's computation, a step being the batch", async (server) => {
     const body = { messages: [{ role: 'user', content: 'This is a test'.repeat(10) }], max_tokens: 4, stream: true,
