@@ -224,8 +224,9 @@ static json_t *to_chat(const json_t *body, bool count, srv_err *e) {
     json_t *v;
     json_object_foreach((json_t *)body, k, v) {
         if (!in(count ? count_fields : message_fields, k)) {
-            srv_err_set(e, 400, k, "unsupported_parameter", "'%s' is not a field this server knows for %s", k,
+            srv_err_set(e, 400, NULL, "unsupported_parameter", "'%s' is not a field this server knows for %s", k,
                         count ? "/v1/messages/count_tokens" : "/v1/messages");
+            srv_err_param(e, k); /* the body goes before the error is sent */
             return NULL;
         }
     }

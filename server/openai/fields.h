@@ -41,12 +41,17 @@ typedef struct srv_err {
     int status;
     const char *type;  /* "invalid_request_error", ... */
     const char *code;  /* or NULL */
-    const char *param; /* or NULL */
+    const char *param; /* or NULL; static text, or param_own */
+    char param_own[64]; /* a field the request named (one this server does not know), which outlives its body */
     char message[512];
 } srv_err;
 
 void srv_err_set(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+/* Name a field the request's body holds as the error's param: copied, so the error outlives the body (the param
+   of a copied srv_err still points into the original). */
+void srv_err_param(srv_err *e, const char *name);
 
 /* {"error": {"message", "type", "param", "code"}} as a malloc'd string. */
 char *srv_err_json(const srv_err *e);

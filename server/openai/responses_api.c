@@ -94,7 +94,8 @@ bool srv_api_parse_responses(const srv_api *a, const json_t *body, srv_req *r, s
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)body, k, v) if (!known_field(k)) {
-        srv_err_set(e, 400, k, "unsupported_parameter", "'%s' is not a field this server knows for /v1/responses", k);
+        srv_err_set(e, 400, NULL, "unsupported_parameter", "'%s' is not a field this server knows for /v1/responses", k);
+        srv_err_param(e, k); /* the body goes before the error is sent */
         return false;
     }
     if (!neutral(body, e)) return false;
