@@ -108,7 +108,8 @@ size_t srv_api_prompt_count(const json_t *body) {
     return json_array_size(p);
 }
 
-/* prompt: a string, an array of token ids, llama-server's mixed array of both, or a one-element array of any */
+/* prompt: a string, an array of token ids, (native) llama-server's mixed array of both, or a one-element array of
+   any */
 static bool parse_prompt(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
     const json_t *p = json_object_get(body, "prompt");
     if (!p) {
@@ -118,7 +119,7 @@ static bool parse_prompt(const srv_api *a, const json_t *body, srv_req *r, srv_e
     if (json_is_array(p) && json_array_size(p) == 1 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
         p = json_array_get(p, 0);
-    if (json_is_array(p) && is_mixed(p)) return mixed_prompt(a, p, r, e);
+    if (json_is_array(p) && r->native && is_mixed(p)) return mixed_prompt(a, p, r, e); /* llama-server's only */
     if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0))) {
         srv_err_set(e, 400, "prompt", "invalid_value", "only one prompt per request is supported (got %zu)",
                     json_array_size(p));
