@@ -1653,6 +1653,36 @@ TKV_API void tkv_sampler_free(tkv_sampler *s);
 TKV_API tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits);
 
 /**
+ * The distribution the last tkv_sampler_sample drew from, after its whole
+ * chain (penalties, logit biases, grammar, top-k, top-p, min-p,
+ * temperature): its k most probable tokens, most probable first, with their
+ * probabilities. Past the kept tokens, up to k, come tokens the chain cut,
+ * with probability 0; a greedy choice (temperature <= 0) has probability 1
+ * and every other token 0. Valid until the next sample on s.
+ *
+ * @param s      the sampler; not changed.
+ * @param k      how many to list (fewer when the choice had fewer candidates).
+ * @param ids    room for k token ids.
+ * @param probs  room for k probabilities.
+ * @param n      receives how many were listed.
+ * @return TKV_OK; TKV_ERR_INVALID for a NULL argument or a sampler that has
+ *         not sampled yet (the message is in tkv_last_error(NULL)).
+ *         Thread-safety: as the sampler (one thread at a time).
+ */
+TKV_API tkv_status tkv_sampler_last_probs(const tkv_sampler *s, size_t k, tkv_token *ids, float *probs, size_t *n);
+
+/**
+ * The probability one token had in the distribution the last
+ * tkv_sampler_sample drew from (see tkv_sampler_last_probs).
+ *
+ * @param s      the sampler; not changed.
+ * @param token  the token id.
+ * @return its probability; 0 for a token the chain cut, an id out of range,
+ *         a NULL sampler or one that has not sampled yet.
+ */
+TKV_API float tkv_sampler_last_prob(const tkv_sampler *s, tkv_token token);
+
+/**
  * Record a token as seen (e.g. the prompt's) for the repetition penalty.
  * @param s      the sampler (NULL: no-op).
  * @param token  the token id.
