@@ -324,17 +324,29 @@ static void test_abort_leaves_states(void **state) {
 }
 
 /* A budget of one MiB (13 of qwen35's 78 KiB states, 27 of granitehybrid's; at least n_seq + 2 kept) under many
-   prompts: checkpoints are evicted, every answer still equals a fresh context's, the check holds. */
+   prompts: checkpoints are evicted, every answer still equals a fresh context's, the check holds, and the stats
+   show the memory within the budget the state size and the rule (whole states, at least n_seq + 2) give. */
 static void test_small_budget(void **state) {
     (void)state;
     tkv_context *ctx = make(1);
+    const uint64_t one = tkv_model_state_size(model);
+    const uint64_t slots = (1u << 20) / one > 8 + 2 ? (1u << 20) / one : 8 + 2;
     tkv_token t[N];
+    tkv_stats st;
     for (unsigned r = 0; r < 12; r++) {
         list(t, 60 + r * 5, 20 + r * 3, r % 4);
         char what[32];
         snprintf(what, sizeof what, "prompt %u", r);
         sync_checked(ctx, (tkv_seq)(r % 8), t, 60 + r * 5, what);
+        assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+        assert_int_equal(st.checkpoint_budget_bytes, slots * one);
+        assert_true(st.checkpoint_bytes <= st.checkpoint_budget_bytes);
+        assert_true(st.checkpoints >= 1 && st.checkpoints * one <= st.checkpoint_bytes);
+        assert_true(st.state_scratch_bytes >= one); /* the working state of the last decode's run */
     }
+    /* 12 prompts of 60-115 tokens leave 3-5 checkpoints each (interval, before-last, end): more than the slots */
+    assert_int_equal(st.checkpoints, slots);
+    assert_true(st.checkpoint_evictions > 0);
     tkv_context_free(ctx);
 }
 
