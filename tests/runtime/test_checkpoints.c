@@ -148,6 +148,29 @@ static void test_branches(void **state) {
     tkv_context_free(ctx);
 }
 
+/* A divergence past the deepest checkpoint replays the tokens from the checkpoint to the common length
+   (docs/library.md, "What a replay costs"): their K/V is cached, so the cells grow by the new tokens only,
+   nothing is evicted, and only the prompt's last token has logits. */
+static void test_replay_takes_no_cells(void **state) {
+    (void)state;
+    tkv_token a[N], b[N];
+    const size_t shared = 45;
+    list(a, 100, shared, 2), list(b, 90, shared, 3);
+    tkv_context *ctx = make(0);
+    assert_int_equal(sync_checked(ctx, 0, a, 100, "a"), 0);
+    tkv_stats before, after;
+    assert_int_equal(tkv_cache_stats(ctx, &before), TKV_OK);
+    const size_t rb = sync_checked(ctx, 1, b, 90, "b diverges at 45");
+    assert_true(rb < shared); /* a replay: 45 is no multiple of K */
+    assert_int_equal(tkv_cache_stats(ctx, &after), TKV_OK);
+    assert_int_equal(after.cells_used - before.cells_used, 90 - shared);
+    assert_int_equal(after.evictions, before.evictions);
+    assert_int_equal(after.tokens_computed - before.tokens_computed, 90 - rb);
+    assert_null(tkv_get_logits(ctx, 88));
+    assert_non_null(tkv_get_logits(ctx, 89));
+    tkv_context_free(ctx);
+}
+
 /* Truncated where no checkpoint is, a sequence's next decode recomputes its state from the deepest one
    before (the answer a fresh context gives); a sequence saved and loaded into another context brings its
    checkpoints along and continues without recomputing anything. */
@@ -356,7 +379,7 @@ int main(void) {
         cmocka_unit_test(test_branches),        cmocka_unit_test(test_truncate_and_load),
         cmocka_unit_test(test_abort_leaves_states), cmocka_unit_test(test_small_budget),
         cmocka_unit_test(test_export_import),     cmocka_unit_test(test_cache_dir),
-        cmocka_unit_test(test_replay_keeps_namespace),
+        cmocka_unit_test(test_replay_keeps_namespace), cmocka_unit_test(test_replay_takes_no_cells),
     };
     static const char *const models[] = {"models/arch/qwen35.gguf", "models/arch/granitehybrid.gguf",
                                          "models/arch/nemotron_h.gguf"};
