@@ -97,7 +97,7 @@ async function startServer(port, extra) {
   const end = Date.now() + 30000;
   while (Date.now() < end && !srv.exit) {
     try {
-      if ((await fetch(`http://127.0.0.1:${port}/health`)).status === 200) return srv;
+      if ((await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(5000) })).status === 200) return srv;
     } catch { /* not yet */ }
     await sleep(50);
   }
@@ -106,7 +106,8 @@ async function startServer(port, extra) {
 
 async function cacheCheck(port) {
   try {
-    const r = await fetch(`http://127.0.0.1:${port}/v1/cache?check=1`, { headers: { Authorization: `Bearer ${ADMIN}` } });
+    const r = await fetch(`http://127.0.0.1:${port}/v1/cache?check=1`,
+                          { headers: { Authorization: `Bearer ${ADMIN}` }, signal: AbortSignal.timeout(60000) });
     const j = await r.json();
     return { status: r.status, check: j.check, nodes: j.nodes, used: j.cells?.used };
   } catch (e) {
@@ -129,9 +130,10 @@ const FOLLOW_UPS = ['What happened next?', 'Tell it again, shorter.', 'Who was t
 const MODEL = 'stories260K';
 
 // One greedy request, recorded under its body (the fresh server answers the same body).
-async function greedy(client, chat, body, salt, stream) {
+async function greedy(client, chat, body, salt, stream, note) {
   const api = chat ? client.chat.completions : client.completions;
   const key = JSON.stringify({ chat, body });
+  note.what = `${stream ? 'stream' : 'request'} ${JSON.stringify({ chat, salt, ...body }).slice(0, 300)}`;
   const req = { ...body, ...(salt ? { cache_salt: salt } : {}) };
   if (!stream) {
     const c = await api.create(req);
@@ -147,30 +149,30 @@ let nulStripped = 0;
 
 // The hybrid mode's requests: a two-turn conversation (the second turn carries the first's answer), or a
 // completion of the long text cut at an arbitrary point. A list of {kind, key, text}.
-async function hybridRequest(client, salt, max_tokens) {
+async function hybridRequest(client, salt, max_tokens, note) {
   const stream = Math.random() < 0.5;
   if (Math.random() < 0.5) {
     const msgs = [{ role: 'system', content: SYSTEM }, { role: 'user', content: pick(PROMPTS) }];
-    const first = await greedy(client, true, { model: MODEL, messages: msgs, max_tokens, temperature: 0 }, salt, stream);
+    const first = await greedy(client, true, { model: MODEL, messages: msgs, max_tokens, temperature: 0 }, salt, stream, note);
     // a random-weight model's answer may hold a NUL byte, which the server refuses in a request ("\u0000 is not
     // allowed"): the second turn carries the answer without it (counted; the server's refusal is a known gap)
     if (first.text.includes('\0')) nulStripped++;
     const answer = first.text.replaceAll('\0', '');
     const next = [...msgs, { role: 'assistant', content: answer }, { role: 'user', content: pick(FOLLOW_UPS) }];
-    const second = await greedy(client, true, { model: MODEL, messages: next, max_tokens, temperature: 0 }, salt, stream);
+    const second = await greedy(client, true, { model: MODEL, messages: next, max_tokens, temperature: 0 }, salt, stream, note);
     return [{ kind: 'turn-1', ...first }, { kind: 'turn-2', ...second }];
   }
   const prompt = STORY.slice(0, pick(CUTS)) + pick(TAILS);
-  return [{ kind: 'cut', ...(await greedy(client, false, { model: MODEL, prompt, max_tokens, temperature: 0 }, salt, stream)) }];
+  return [{ kind: 'cut', ...(await greedy(client, false, { model: MODEL, prompt, max_tokens, temperature: 0 }, salt, stream, note)) }];
 }
 
 // One request of a random kind; returns a list of {kind, key, text} for greedy answers ({key: null} for a
 // cancelled one).
-async function oneRequest(client) {
+async function oneRequest(client, note) {
   const prompt = pick(PROMPTS);
   const salt = pick(SALTS);
   const max_tokens = 8 + Math.floor(Math.random() * 3) * 8;
-  if (O.state_cache && Math.random() < 0.4) return hybridRequest(client, salt, max_tokens);
+  if (O.state_cache && Math.random() < 0.4) return hybridRequest(client, salt, max_tokens, note);
   const extra = salt ? { cache_salt: salt } : {};
   const r = Math.random();
   const chat = r < 0.5;
@@ -182,8 +184,9 @@ async function oneRequest(client) {
   const deltaOf = (c) => (chat ? c.choices[0]?.delta?.content : c.choices[0]?.text) ?? '';
   const mode = Math.random();
   const kind = chat ? 'chat' : 'completion';
-  if (mode < 0.45) return [{ kind, ...(await greedy(client, chat, base, salt, false)) }];
-  if (mode < 0.8) return [{ kind: `${kind}-stream`, ...(await greedy(client, chat, base, salt, true)) }];
+  if (mode < 0.45) return [{ kind, ...(await greedy(client, chat, base, salt, false, note)) }];
+  if (mode < 0.8) return [{ kind: `${kind}-stream`, ...(await greedy(client, chat, base, salt, true, note)) }];
+  note.what = `cancel (${mode < 0.9 ? 'stream' : 'request'}) ${JSON.stringify({ chat, salt, prompt })}`;
   // cancellations: a stream left after a chunk or two, or a plain request left before its answer
   const ac = new AbortController();
   const long = { ...base, ...extra, max_tokens: 400, temperature: 0.8 };
@@ -206,7 +209,8 @@ async function oneRequest(client) {
 // The hybrid mode's checkpoint gauges from /metrics, or null.
 async function checkpointGauges(port) {
   try {
-    const r = await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { Authorization: `Bearer ${ADMIN}` } });
+    const r = await fetch(`http://127.0.0.1:${port}/metrics`,
+                          { headers: { Authorization: `Bearer ${ADMIN}` }, signal: AbortSignal.timeout(5000) });
     const text = await r.text();
     const g = {};
     for (const m of text.matchAll(/^tokenkv_cache_(checkpoints|checkpoint_bytes|checkpoint_budget_bytes|checkpoint_evictions_total|state_scratch_bytes) (\S+)$/gm))
@@ -244,11 +248,25 @@ async function main() {
       });
   }, 1000);
 
-  async function clientLoop() {
+  // what each client (and the chaos) is doing, so that a request that never ends is reported, not waited for
+  const notes = [];
+  const chaosNote = { what: 'idle', since: Date.now() };
+  const HUNG_MS = 150000;
+
+  async function clientLoop(i) {
+    const note = (notes[i] = { what: 'idle', since: Date.now() });
     while (Date.now() < end) {
       const during = restarting;
+      note.since = Date.now();
       try {
-        for (const r of await oneRequest(client)) {
+        let timer;
+        const hung = new Promise((_, reject) => {
+          timer = setTimeout(() => reject(Object.assign(new Error(`no answer in ${HUNG_MS / 1000} s: ${note.what}`),
+                                                         { hung: true })), HUNG_MS);
+        });
+        const results = await Promise.race([oneRequest(client, note), hung]).finally(() => clearTimeout(timer));
+        note.what = 'idle';
+        for (const r of results) {
           stats.requests++;
           stats.ok[r.kind] = (stats.ok[r.kind] || 0) + 1;
           if (r.key) {
@@ -262,7 +280,8 @@ async function main() {
           stats.restart_errors++; // the server was killed under it
           await sleep(100);
         } else {
-          const k = e.status ? `${e.status} ${String(e.error?.message ?? e.message).slice(0, 100)}` : `connection: ${e.cause?.code || e.message}`;
+          const k = e.hung ? e.message
+                  : e.status ? `${e.status} ${String(e.error?.message ?? e.message).slice(0, 100)}` : `connection: ${e.cause?.code || e.message}`;
           stats.errors[k] = (stats.errors[k] || 0) + 1;
           if (!e.status) await sleep(100);
         }
@@ -272,7 +291,9 @@ async function main() {
 
   async function chaos() {
     while (Date.now() + O.restart * 1000 < end) {
+      chaosNote.what = 'sleeping', chaosNote.since = Date.now();
       await sleep(O.restart * 1000);
+      chaosNote.what = 'restarting', chaosNote.since = Date.now();
       if (srv.exit) stats.died.push({ at: Date.now() - t0, ...srv.exit, log: srv.log.slice(-2000) });
       restarting = true;
       srv.child.kill('SIGKILL');
@@ -283,11 +304,23 @@ async function main() {
       stats.loaded.push(m ? { files: Number(m[1]), tokens: Number(m[2]) } : { files: 0, note: srv.log.split('\n').find((l) => /cache:/.test(l)) });
       await sleep(500); // requests in flight at the kill fail inside this window
       restarting = false;
+      chaosNote.what = 'checking the cache', chaosNote.since = Date.now();
       stats.checks.push({ at: Math.round((Date.now() - t0) / 1000), ...(await cacheCheck(port)) });
     }
+    chaosNote.what = 'done';
   }
 
-  await Promise.all([chaos(), ...Array.from({ length: O.clients }, clientLoop)]);
+  // the run ends when every client and the chaos are done; whatever is still going HUNG_MS after the end is
+  // reported as hung (and the run fails)
+  let lateTimer;
+  const late = new Promise((r) => { lateTimer = setTimeout(() => r('late'), end - Date.now() + HUNG_MS + 30000); });
+  const finished = await Promise.race([Promise.all([chaos(), ...Array.from({ length: O.clients }, (_, i) => clientLoop(i))]), late]);
+  clearTimeout(lateTimer);
+  if (finished === 'late') {
+    for (const [i, n] of notes.entries())
+      if (n.what !== 'idle') stats.errors[`hung client ${i} (${Math.round((Date.now() - n.since) / 1000)} s): ${n.what}`] = 1;
+    if (chaosNote.what !== 'done') stats.errors[`hung chaos (${Math.round((Date.now() - chaosNote.since) / 1000)} s): ${chaosNote.what}`] = 1;
+  }
   clearInterval(sampler);
   stats.checks.push({ at: Math.round((Date.now() - t0) / 1000), final: true, ...(await cacheCheck(port)) });
   if (srv.exit) stats.died.push({ at: Date.now() - t0, ...srv.exit, log: srv.log.slice(-2000) });
