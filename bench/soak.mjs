@@ -194,7 +194,13 @@ async function oneRequest(client, note) {
     if (mode < 0.9) {
       let n = 0;
       for await (const c of await api.create({ ...long, stream: true }, { signal: ac.signal })) {
-        if (deltaOf(c) && ++n === 2) ac.abort();
+        if (deltaOf(c) && ++n === 2) {
+          // and leave the loop: an abort after the whole answer arrived (a model that stops after a few
+          // tokens) lets the SDK's iterator hand out the buffered events and then wait forever (openai
+          // 6.49: 21 of 5563 such streams on qwen35; the server had sent its last event)
+          ac.abort();
+          break;
+        }
       }
     } else {
       setTimeout(() => ac.abort(), 5 + Math.random() * 30);
@@ -238,7 +244,7 @@ async function main() {
 
   const sampler = setInterval(() => {
     const mb = srv && !srv.exit ? rssMB(srv.child.pid) : null;
-    if (mb !== null) stats.rss.push([Math.round((Date.now() - t0) / 1000), Math.round(mb * 10) / 10]);
+    if (mb !== null) stats.rss.push([Math.round((Date.now() - t0) / 1000), Math.round(mb * 10) / 10, stats.restarts]);
     if (O.state_cache)
       checkpointGauges(port).then((g) => {
         if (!g) return;
@@ -353,7 +359,9 @@ async function main() {
     connection_errors_in_restarts: stats.restart_errors, restarts: stats.restarts, loaded: stats.loaded,
     greedy_compared: compared, greedy_answers: [...answers.values()].reduce((n, s) => n + s.size, 0),
     mismatches: mismatches.slice(0, 10), n_mismatches: mismatches.length, checks: stats.checks,
-    rss_mb: { min: Math.min(...rss), max: Math.max(...rss), samples: stats.rss.filter((_, i) => i % 5 === 0) },
+    rss_mb: { min: Math.min(...rss), max: Math.max(...rss), samples: stats.rss.filter((_, i) => i % 5 === 0),
+              // the peak of each server's life (a restart starts a new process): flat when nothing grows
+              per_life_max: stats.rss.reduce((a, [, mb, life]) => ((a[life] = Math.max(a[life] ?? 0, mb)), a), []) },
     died: stats.died,
   };
   if (O.state_cache) {
@@ -379,6 +387,7 @@ async function main() {
   console.log(`  greedy: ${compared} distinct requests compared with a fresh server, ${mismatches.length} mismatches`);
   console.log(`  cache checks: ${stats.checks.map((c) => c.check).join(', ')}`);
   console.log(`  RSS MB: min ${report.rss_mb.min}, max ${report.rss_mb.max}; over time ${report.rss_mb.samples.map((s) => `${s[0]}s:${s[1]}`).join(' ')}`);
+  console.log(`  RSS MB, each server's peak: ${report.rss_mb.per_life_max.join(' ')}`);
   if (report.checkpoints) {
     const k = report.checkpoints;
     console.log(`  checkpoints: ${k.samples} samples, held max ${k.max_held}, bytes max ${k.max_bytes} of a budget of ` +
