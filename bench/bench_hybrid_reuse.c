@@ -18,9 +18,14 @@
  * largest shortfall of one prompt, the checkpoints held and their memory.
  * Every sync's n_reused must equal the tokens it did not compute
  * (tkv_cache_stats), and no cell may be evicted.
+ *
+ * The replay: a prompt that reuses less than its ideal computes the tokens
+ * between its deepest checkpoint and its common prefix again (their K/V is
+ * cached; the recurrent layers need them). "replay/div" is their mean per
+ * prompt that had a common prefix, "replay_ms" that many tokens at the
+ * run's own prefill rate (its time over the tokens it computed).
  */
 #include "tokenkv.h"
-#include "runtime/context.h" /* the checkpoint slots' memory: no public figure has it */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,10 +108,13 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) total += p[i].n, ideal += p[i].ideal;
     printf("%s: %zu prompts of %d-%d tokens (%zu in all), seed %u; ideal reuse %zu tokens\n", path, n, MIN_LEN, MAX_LEN,
            total, seed, ideal);
-    printf("%4s %8s %8s %7s %9s %7s %8s %10s %8s %7s\n", "K", "reused", "ideal", "share", "shortfall", "held",
-           "evicted", "state_MiB", "kv_MiB", "time_s");
+    size_t n_div = 0;
+    for (size_t i = 0; i < n; i++) n_div += p[i].ideal > 0;
+    printf("%4s %8s %8s %7s %9s %10s %9s %7s %8s %10s %8s %7s\n", "K", "reused", "ideal", "share", "shortfall",
+           "replay/div", "replay_ms", "held", "evicted", "state_MiB", "kv_MiB", "time_s");
     static const uint32_t intervals[] = {0, 8, 16, 32, 64};
-    double one_kib = 0;
+    const double one_kib = (double)tkv_model_state_size(model) / 1024;
+    if (one_kib == 0) die(path, "not a model with recurrent state");
     for (size_t r = 0; r < sizeof intervals / sizeof *intervals; r++) {
         tkv_context_params cp = tkv_context_default_params();
         cp.n_cells = (uint32_t)total + 8; /* every token stays cached */
@@ -134,17 +142,17 @@ int main(int argc, char **argv) {
         if (tkv_cache_check(ctx) != TKV_OK) die("tkv_cache_check", tkv_last_error(ctx));
         tkv_cache_stats(ctx, &st);
         if (st.evictions) die("cells", "evicted: the reuse would not be the checkpoints' alone");
-        const tkv__kvstates *ks = ctx->kv->st;
-        if (!ks) die(path, "not a model with recurrent state");
-        one_kib = (double)ks->floats * sizeof(float) / 1024;
-        const double state_mib = (double)ks->n_alloc * (double)ks->floats * sizeof(float) / (1 << 20);
-        printf("%4u %8zu %8zu %6.1f%% %9zu %7u %8llu %10.1f %8.1f %7.2f\n", intervals[r], reused_all, ideal,
-               ideal ? 100.0 * (double)reused_all / (double)ideal : 100.0, worst, tkv__kv_states_count(ctx->kv),
-               (unsigned long long)ks->evicted, state_mib, (double)st.kv_bytes / (1 << 20), secs);
+        const double replay = n_div ? (double)(ideal - reused_all) / (double)n_div : 0;
+        const double ms_per_token = 1e3 * secs / (double)st.tokens_computed;
+        printf("%4u %8zu %8zu %6.1f%% %9zu %10.1f %9.2f %7llu %8llu %10.1f %8.1f %7.2f\n", intervals[r], reused_all,
+               ideal, ideal ? 100.0 * (double)reused_all / (double)ideal : 100.0, worst, replay, replay * ms_per_token,
+               (unsigned long long)st.checkpoints, (unsigned long long)st.checkpoint_evictions,
+               (double)st.checkpoint_bytes / (1 << 20), (double)st.kv_bytes / (1 << 20), secs);
         tkv_context_free(ctx);
     }
-    printf("one state: %.1f KiB; shortfall: the most one prompt fell short of its ideal; held: checkpoints at the "
-           "end; state_MiB: the slots' memory\n", one_kib);
+    printf("one state: %.1f KiB; %zu prompts with a common prefix; shortfall: the most one prompt fell short of its "
+           "ideal; replay/div: tokens computed again per such prompt; held: checkpoints at the end; state_MiB: the "
+           "slots' memory\n", one_kib, n_div);
     free(p);
     tkv_model_free(model);
     return 0;

@@ -1,7 +1,7 @@
 // serve-workload.mjs — a multi-client workload against a running `tokenkv serve`.
 //
 //   node bench/serve-workload.mjs --url http://127.0.0.1:8080 [--workload reference|mixed]
-//        [--clients 4] [--turns 3] [--max-tokens 32] [--out results.json]
+//        [--clients 4] [--turns 3] [--max-tokens 32] [--out results.json] [--native] [--llama-server]
 //
 // Clients share one system prompt and hold multi-turn conversations: each
 // turn's prompt is the previous prompt, the previous answer and a new
@@ -13,9 +13,19 @@
 // the ideal: what a cache that remembers every computed token could reuse,
 // computed here from the token ids (/tokenize, and the generated ids the
 // server lists with the return_tokens extension).
+//
+// --native sends the same requests to the native /completion endpoint
+// (n_predict, return_tokens, cache_prompt) and reads the prompt and cached
+// tokens from the last event (tokens_evaluated, timings.cache_n): the form
+// llama-server answers, whose streamed /v1/completions carry neither usage
+// nor token ids. --llama-server is --native against a llama-server; run
+// tokenkv with --native beside it to compare like with like.
 
+const FLAGS = ['native', 'llama-server'];
 const args = Object.fromEntries(
-  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
+  process.argv.slice(2).reduce((acc, a, i, all) => (!a.startsWith('--') ? acc
+    : FLAGS.includes(a.slice(2)) ? [...acc, [a.slice(2), true]] : [...acc, [a.slice(2), all[i + 1]]]), []));
+const native = !!(args.native || args['llama-server']);
 const url = args.url ?? 'http://127.0.0.1:8080';
 const workload = args.workload ?? 'reference';
 const nClients = Number(args.clients ?? 4);
@@ -47,10 +57,12 @@ const tokenize = async (text) => (await post('/tokenize', {content: text, add_sp
 async function complete(prompt, cancelAfter) {
   const ctl = new AbortController();
   const t0 = performance.now();
-  const r = await fetch(url + '/v1/completions', {
-    method: 'POST', signal: ctl.signal, headers: {'Content-Type': 'application/json'},
-    body: JSON.stringify({prompt, max_tokens: maxTokens, temperature: 0, stream: true,
-                          stream_options: {include_usage: true}, return_tokens: true}),
+  const body = native
+    ? {prompt, n_predict: maxTokens, temperature: 0, stream: true, return_tokens: true, cache_prompt: true}
+    : {prompt, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: {include_usage: true},
+       return_tokens: true};
+  const r = await fetch(url + (native ? '/completion' : '/v1/completions'), {
+    method: 'POST', signal: ctl.signal, headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body),
   });
   if (!r.ok) throw new Error(`completion: HTTP ${r.status}: ${await r.text()}`);
   let text = '', ttft = null, usage = null, tokens = null, chunks = 0, buf = '';
@@ -67,6 +79,19 @@ async function complete(prompt, cancelAfter) {
         if (data === '[DONE]') continue;
         const j = JSON.parse(data);
         if (j.usage) usage = j.usage;
+        if (native) { // one event per token; the last (stop) has the counts, and with tokenkv every id
+          if (j.content) {
+            if (ttft === null) ttft = performance.now() - t0;
+            text += j.content;
+            chunks++;
+          }
+          if (!j.stop) tokens = (tokens ?? []).concat(j.tokens ?? []);
+          else {
+            if (j.tokens?.length) tokens = j.tokens;
+            usage = {prompt_tokens: j.tokens_evaluated, completion_tokens: j.tokens_predicted,
+                     prompt_tokens_details: {cached_tokens: j.timings?.cache_n}};
+          }
+        }
         for (const c of j.choices ?? []) {
           if (c.text) {
             if (ttft === null) ttft = performance.now() - t0;
@@ -149,7 +174,7 @@ const wall = (performance.now() - t0) / 1000;
 const done = records.filter((r) => !r.cancelled);
 const sum = (f) => done.reduce((a, r) => a + f(r), 0);
 const summary = {
-  workload, clients: nClients, requests: done.length, cancelled: records.length - done.length,
+  workload, api: native ? 'native' : 'openai', clients: nClients, requests: done.length, cancelled: records.length - done.length,
   prompt_tokens: sum((r) => r.prompt_tokens), cached_tokens: sum((r) => r.cached), ideal_tokens: sum((r) => r.ideal),
   completion_tokens: sum((r) => r.completion_tokens), wall_s: wall,
   ttft_p50_ms: pct(done.map((r) => r.ttft_ms), 50), ttft_p99_ms: pct(done.map((r) => r.ttft_ms), 99),

@@ -1166,6 +1166,16 @@ typedef struct tkv_stats {
     uint64_t kv_bytes;        /**< K/V storage of all cells */
     uint64_t meta_bytes;      /**< what knows the tokens: per-cell token, position,
                                    free list, sequence cell lists, prefix index */
+    /* hybrid models' recurrent-state checkpoints (docs/library.md, "Hybrid
+       models"); all 0 for a model without recurrent state */
+    uint64_t checkpoints;            /**< checkpoints held */
+    uint64_t checkpoint_bytes;       /**< memory of the checkpoint slots made so far (held or free
+                                          for reuse); never above checkpoint_budget_bytes */
+    uint64_t checkpoint_budget_bytes;/**< the most checkpoint_bytes may reach: state_cache_mib rounded
+                                          down to whole states, but at least (n_seq_max + 2) states */
+    uint64_t checkpoint_evictions;   /**< checkpoints evicted (least recently used) to make room */
+    uint64_t state_scratch_bytes;    /**< the decode's working states and uncommitted copies: sized by
+                                          the largest batch so far, outside the budget */
 } tkv_stats;
 
 /**

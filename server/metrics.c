@@ -195,6 +195,19 @@ char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth,
     put_metric(&b, "tokenkv_cache_evictions_total", "counter", "Cells evicted to make room.", (double)c->evictions);
     put_metric(&b, "tokenkv_cache_tokens_reused_total", "counter", "Tokens taken from the cache.", (double)c->tokens_reused);
     put_metric(&b, "tokenkv_cache_tokens_computed_total", "counter", "Tokens decoded.", (double)c->tokens_computed);
+    if (c->checkpoint_budget_bytes) { /* a hybrid model's recurrent-state checkpoints */
+        put_metric(&b, "tokenkv_cache_checkpoints", "gauge", "Recurrent-state checkpoints held.", (double)c->checkpoints);
+        put_metric(&b, "tokenkv_cache_checkpoint_bytes", "gauge",
+                   "Memory of the checkpoint slots made so far (held or free for reuse).", (double)c->checkpoint_bytes);
+        put_metric(&b, "tokenkv_cache_checkpoint_budget_bytes", "gauge",
+                   "The most the checkpoints may take (--state-cache, at least --parallel + 2 states).",
+                   (double)c->checkpoint_budget_bytes);
+        put_metric(&b, "tokenkv_cache_checkpoint_evictions_total", "counter",
+                   "Checkpoints evicted, least recently used first, to make room.", (double)c->checkpoint_evictions);
+        put_metric(&b, "tokenkv_cache_state_scratch_bytes", "gauge",
+                   "The decode's working states and uncommitted checkpoint copies (outside the budget).",
+                   (double)c->state_scratch_bytes);
+    }
     put_llamacpp(&b, m, queue_depth, running);
     if (b.failed) {
         free(b.s);

@@ -90,6 +90,13 @@ void srv_cache_view(tkv_context *ctx, void *user) {
         (json_int_t)st.tokens_computed, "evictions", (json_int_t)st.evictions, "kv_bytes", (json_int_t)st.kv_bytes,
         "meta_bytes", (json_int_t)st.meta_bytes, "sequences", sequences, "tree", v->nodes, "tree_truncated",
         v->n_nodes > VIEW_MAX_NODES);
+    if (o && st.checkpoint_budget_bytes) /* a hybrid model's recurrent-state checkpoints */
+        json_object_set_new(o, "checkpoints",
+                            json_pack("{s:I,s:I,s:I,s:I,s:I}", "held", (json_int_t)st.checkpoints, "bytes",
+                                      (json_int_t)st.checkpoint_bytes, "budget_bytes",
+                                      (json_int_t)st.checkpoint_budget_bytes, "evictions",
+                                      (json_int_t)st.checkpoint_evictions, "scratch_bytes",
+                                      (json_int_t)st.state_scratch_bytes));
     if (o && v->check) {
         tkv_status cs = tkv_cache_check(ctx);
         json_object_set_new(o, "check", json_string(cs ? tkv_last_error(NULL) : "ok"));

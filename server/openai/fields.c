@@ -53,7 +53,8 @@ char *srv_err_json(const srv_err *e) {
 /* Length of the valid UTF-8 character at s (n bytes left), or 0. */
 static size_t utf8_char(const unsigned char *s, size_t n) {
     if (s[0] < 0x80) return 1;
-    size_t len = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
+    /* lead bytes: C2..DF two, E0..EF three, F0..F4 four; C0, C1 and F5..FF never lead */
+    size_t len = s[0] >= 0xF5 ? 0 : s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 ? 2 : 0;
     if (!len || len > n) return 0;
     for (size_t i = 1; i < len; i++)
         if ((s[i] & 0xC0) != 0x80) return 0;

@@ -328,6 +328,7 @@ void tkv__kv_stats(const tkv__kvcache *kv, tkv_stats *out) {
     out->meta_bytes = (uint64_t)kv->rows.n_cells * (sizeof *kv->token + sizeof *kv->pos + sizeof *kv->free) +
                       tkv__pindex_bytes(kv->ix);
     for (uint32_t s = 0; s < kv->n_seq; s++) out->meta_bytes += sizeof kv->seq[s] + (uint64_t)kv->seq[s].cap * sizeof(uint32_t);
+    tkv__kv_states_stats(kv, out);
 }
 
 /* ---- the check ------------------------------------------------------------ */

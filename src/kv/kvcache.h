@@ -192,6 +192,9 @@ bool tkv__kv_state_put(tkv__kvcache *kv, uint32_t cell, const float *src);
 /* Checkpoints held now. */
 uint32_t tkv__kv_states_count(const tkv__kvcache *kv);
 
+/* The checkpoint fields of out (tkv_stats): held, bytes made, budget, evictions, scratch; 0 without states. */
+void tkv__kv_states_stats(const tkv__kvcache *kv, tkv_stats *out);
+
 /*
  * After tkv__kv_stage_batch: the batch's runs (one per sequence) and their
  * working states, copied from each sequence's end checkpoint (zeros for an

@@ -275,3 +275,16 @@ uint32_t tkv__kv_states_count(const tkv__kvcache *kv) {
     for (uint32_t i = 0; kv->st && i < kv->st->n_alloc; i++) n += kv->st->slot_cell[i] >= 0;
     return n;
 }
+
+void tkv__kv_states_stats(const tkv__kvcache *kv, tkv_stats *out) {
+    const tkv__kvstates *s = kv->st;
+    out->checkpoints = out->checkpoint_bytes = out->checkpoint_budget_bytes = 0;
+    out->checkpoint_evictions = out->state_scratch_bytes = 0;
+    if (!s) return;
+    const uint64_t one = (uint64_t)s->floats * sizeof(float);
+    out->checkpoints = tkv__kv_states_count(kv);
+    out->checkpoint_bytes = s->n_alloc * one;
+    out->checkpoint_budget_bytes = s->n_slots * one;
+    out->checkpoint_evictions = s->evicted;
+    out->state_scratch_bytes = ((uint64_t)s->work_cap + s->snap_cap) * one;
+}

@@ -148,6 +148,29 @@ static void test_branches(void **state) {
     tkv_context_free(ctx);
 }
 
+/* A divergence past the deepest checkpoint replays the tokens from the checkpoint to the common length
+   (docs/library.md, "What a replay costs"): their K/V is cached, so the cells grow by the new tokens only,
+   nothing is evicted, and only the prompt's last token has logits. */
+static void test_replay_takes_no_cells(void **state) {
+    (void)state;
+    tkv_token a[N], b[N];
+    const size_t shared = 45;
+    list(a, 100, shared, 2), list(b, 90, shared, 3);
+    tkv_context *ctx = make(0);
+    assert_int_equal(sync_checked(ctx, 0, a, 100, "a"), 0);
+    tkv_stats before, after;
+    assert_int_equal(tkv_cache_stats(ctx, &before), TKV_OK);
+    const size_t rb = sync_checked(ctx, 1, b, 90, "b diverges at 45");
+    assert_true(rb < shared); /* a replay: 45 is no multiple of K */
+    assert_int_equal(tkv_cache_stats(ctx, &after), TKV_OK);
+    assert_int_equal(after.cells_used - before.cells_used, 90 - shared);
+    assert_int_equal(after.evictions, before.evictions);
+    assert_int_equal(after.tokens_computed - before.tokens_computed, 90 - rb);
+    assert_null(tkv_get_logits(ctx, 88));
+    assert_non_null(tkv_get_logits(ctx, 89));
+    tkv_context_free(ctx);
+}
+
 /* Truncated where no checkpoint is, a sequence's next decode recomputes its state from the deepest one
    before (the answer a fresh context gives); a sequence saved and loaded into another context brings its
    checkpoints along and continues without recomputing anything. */
@@ -324,17 +347,29 @@ static void test_abort_leaves_states(void **state) {
 }
 
 /* A budget of one MiB (13 of qwen35's 78 KiB states, 27 of granitehybrid's; at least n_seq + 2 kept) under many
-   prompts: checkpoints are evicted, every answer still equals a fresh context's, the check holds. */
+   prompts: checkpoints are evicted, every answer still equals a fresh context's, the check holds, and the stats
+   show the memory within the budget the state size and the rule (whole states, at least n_seq + 2) give. */
 static void test_small_budget(void **state) {
     (void)state;
     tkv_context *ctx = make(1);
+    const uint64_t one = tkv_model_state_size(model);
+    const uint64_t slots = (1u << 20) / one > 8 + 2 ? (1u << 20) / one : 8 + 2;
     tkv_token t[N];
+    tkv_stats st;
     for (unsigned r = 0; r < 12; r++) {
         list(t, 60 + r * 5, 20 + r * 3, r % 4);
         char what[32];
         snprintf(what, sizeof what, "prompt %u", r);
         sync_checked(ctx, (tkv_seq)(r % 8), t, 60 + r * 5, what);
+        assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+        assert_int_equal(st.checkpoint_budget_bytes, slots * one);
+        assert_true(st.checkpoint_bytes <= st.checkpoint_budget_bytes);
+        assert_true(st.checkpoints >= 1 && st.checkpoints * one <= st.checkpoint_bytes);
+        assert_true(st.state_scratch_bytes >= one); /* the working state of the last decode's run */
     }
+    /* 12 prompts of 60-115 tokens leave 3-5 checkpoints each (interval, before-last, end): more than the slots */
+    assert_int_equal(st.checkpoints, slots);
+    assert_true(st.checkpoint_evictions > 0);
     tkv_context_free(ctx);
 }
 
@@ -344,7 +379,7 @@ int main(void) {
         cmocka_unit_test(test_branches),        cmocka_unit_test(test_truncate_and_load),
         cmocka_unit_test(test_abort_leaves_states), cmocka_unit_test(test_small_budget),
         cmocka_unit_test(test_export_import),     cmocka_unit_test(test_cache_dir),
-        cmocka_unit_test(test_replay_keeps_namespace),
+        cmocka_unit_test(test_replay_keeps_namespace), cmocka_unit_test(test_replay_takes_no_cells),
     };
     static const char *const models[] = {"models/arch/qwen35.gguf", "models/arch/granitehybrid.gguf",
                                          "models/arch/nemotron_h.gguf"};

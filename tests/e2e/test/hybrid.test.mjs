@@ -212,6 +212,37 @@ for (const name of MODELS) describe(`delta-net hybrid (${name}) under load`, () 
     }
   }));
 
+  it('with a 1 MiB checkpoint budget, checkpoints are evicted, answers unchanged, the memory within the budget',
+     withLogs(async () => {
+    const alone = [];
+    for (const req of WAVE) alone.push(await send(solo, req));
+    const tight = await startServer(['--parallel', '4', '--state-cache', '1'], { model: MODEL });
+    try {
+      for (let wave = 0; wave < 2; wave++) {
+        const together = await Promise.all(WAVE.map((req) => send(tight, req)));
+        together.forEach((r, i) => assert.equal(r.text, alone[i].text, `wave ${wave}, request ${i}`));
+      }
+      const cache = (await get(tight, '/v1/cache?check=1')).json;
+      const metrics = (await get(tight, '/metrics')).body;
+      const metric = (name) => Number(new RegExp(`^tokenkv_cache_${name} (\\S+)$`, 'm').exec(metrics)?.[1]);
+      const k = cache.checkpoints;
+      assert.equal(cache.check, 'ok');
+      // the budget: whole states, at most the MiB asked for (which holds more than --parallel + 2 of them)
+      assert.ok(k.budget_bytes > 0 && k.budget_bytes <= 1 << 20, `budget ${k.budget_bytes}`);
+      assert.ok(k.bytes <= k.budget_bytes, `${k.bytes} bytes of checkpoints, budget ${k.budget_bytes}`);
+      assert.ok(k.held >= 1, `held ${k.held}`);
+      assert.ok(k.evictions > 0, 'sixteen prompts leave more checkpoints than the budget holds');
+      assert.deepEqual([metric('checkpoints'), metric('checkpoint_bytes'), metric('checkpoint_budget_bytes'),
+                        metric('checkpoint_evictions_total'), metric('state_scratch_bytes')],
+                       [k.held, k.bytes, k.budget_bytes, k.evictions, k.scratch_bytes], '/metrics and /v1/cache agree');
+    } catch (e) {
+      e.message = `${e.message}\n--- tight server stderr ---\n${tail(tight.log())}`;
+      throw e;
+    } finally {
+      await stopAndCheck(tight);
+    }
+  }));
+
   it('restarted on its --cache-dir, it reports as cached only what it does not compute', withLogs(async () => {
     // the files hold K/V; whatever of a prefix they make reusable, cached_tokens must be the tokens skipped
     const dir = await mkdtemp(path.join(tmpdir(), 'tkv-hybrid-'));
