@@ -128,11 +128,11 @@ int main(int argc, char **argv) {
         tkv_stats st;
         const double t0 = now();
         for (size_t i = 0; i < n; i++) {
-            tkv_cache_stats(ctx, &st);
+            tkv_cache_stats_ex(ctx, &st, sizeof st);
             const uint64_t c0 = st.tokens_computed;
             size_t reused;
             if (tkv_seq_sync(ctx, 0, 0, p[i].t, p[i].n, &reused) != TKV_OK) die("sync", tkv_last_error(ctx));
-            tkv_cache_stats(ctx, &st);
+            tkv_cache_stats_ex(ctx, &st, sizeof st);
             if (st.tokens_computed - c0 != p[i].n - reused) die("sync", "n_reused is not the tokens not computed");
             if (reused > p[i].ideal) die("sync", "reused more than the longest common prefix");
             reused_all += reused;
@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
         }
         const double secs = now() - t0;
         if (tkv_cache_check(ctx) != TKV_OK) die("tkv_cache_check", tkv_last_error(ctx));
-        tkv_cache_stats(ctx, &st);
+        tkv_cache_stats_ex(ctx, &st, sizeof st);
         if (st.evictions) die("cells", "evicted: the reuse would not be the checkpoints' alone");
         const double replay = n_div ? (double)(ideal - reused_all) / (double)n_div : 0;
         const double ms_per_token = 1e3 * secs / (double)st.tokens_computed;

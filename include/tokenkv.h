@@ -1179,13 +1179,31 @@ typedef struct tkv_stats {
 } tkv_stats;
 
 /**
- * What the cache holds, and what it did since the context was created.
+ * What the cache holds, and what it did since the context was created: the
+ * fields of tkv_stats up to meta_bytes, the struct as first published, so
+ * that a program built against that header keeps working; the fields after
+ * it (the checkpoints') are left as they are. tkv_cache_stats_ex gives
+ * every field the caller's struct has.
  *
  * @param ctx  the context.
  * @param out  receives the figures (O(nodes) to gather).
  * @return TKV_OK; TKV_ERR_INVALID (NULL argument).
  */
 TKV_API tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out);
+
+/**
+ * As tkv_cache_stats, every field the caller's tkv_stats has: the library
+ * writes min(size, its own sizeof(tkv_stats)) bytes, so the struct can grow
+ * (a newer header's fields the library lacks are left as they are).
+ *
+ * @param ctx   the context.
+ * @param out   receives the figures.
+ * @param size  sizeof *out as the caller's header has it (at least the
+ *              fields up to meta_bytes).
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument, or size smaller than the
+ *         first published struct; out untouched).
+ */
+TKV_API tkv_status tkv_cache_stats_ex(const tkv_context *ctx, tkv_stats *out, size_t size);
 
 /** Parent id of a namespace's root node in tkv_cache_node. */
 #define TKV_CACHE_NODE_NONE UINT32_MAX

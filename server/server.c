@@ -533,7 +533,7 @@ int srv_main(const srv_opts *o) {
     /* the tiers read no value larger than any this cache makes: all of its K/V and tokens, with room for the
        headers and checksums */
     tkv_stats cs = {0};
-    tkv_cache_stats(ctx, &cs);
+    tkv_cache_stats_ex(ctx, &cs, sizeof cs);
     /* the largest image: the whole cache's K/V and tokens, and a hybrid model's checkpoints (at most the budget's,
        or one per sequence and two more: what the cache keeps whatever the budget) */
     const uint64_t state = tkv_model_state_size(model);

@@ -66,7 +66,7 @@ void srv_cache_view(tkv_context *ctx, void *user) {
                .ns = req->ns},
          *v = &vv;
     tkv_stats st;
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     v->tok_cap = st.cells_total;
     v->tok = v->detail || v->ids ? malloc(v->tok_cap * sizeof *v->tok) : NULL;
     v->nodes = json_array();
@@ -108,7 +108,7 @@ void srv_cache_view(tkv_context *ctx, void *user) {
 void srv_metrics_view(tkv_context *ctx, void *user) {
     srv_view *m = user;
     tkv_stats st;
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     size_t waiting, running;
     srv_sched_load(m->S->sched, &waiting, &running);
     m->out = srv_metrics_render(m->S->metrics, &st, waiting, running);

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 
+#include <stddef.h>
 #include <string.h>
 
 
@@ -56,15 +57,26 @@ static tkv_status cache_clear(tkv_context *ctx) {
 
 tkv_status tkv_cache_clear(tkv_context *ctx) { TKV__GUARDED(ctx, "tkv_cache_clear", cache_clear(ctx)); }
 
-static tkv_status cache_stats(const tkv_context *ctx, tkv_stats *out) {
-    if (!ctx || !out) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_stats: NULL argument"));
-    *out = ctx->stats; /* lookups, tokens reused and computed: the context counts them */
-    tkv__kv_stats(ctx->kv, out);
+/* the struct as first published: what tkv_cache_stats writes, and the least tkv_cache_stats_ex takes */
+#define STATS_V1_SIZE (offsetof(tkv_stats, meta_bytes) + sizeof(uint64_t))
+
+static tkv_status cache_stats(const tkv_context *ctx, tkv_stats *out, size_t size, const char *fn) {
+    if (!ctx || !out) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: NULL argument", fn));
+    if (size < STATS_V1_SIZE)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: size %zu is smaller than tkv_stats's first %zu bytes",
+                                            fn, size, (size_t)STATS_V1_SIZE));
+    tkv_stats st = ctx->stats; /* lookups, tokens reused and computed: the context counts them */
+    tkv__kv_stats(ctx->kv, &st);
+    memcpy(out, &st, size < sizeof st ? size : sizeof st); /* never past the caller's struct */
     return TKV_OK;
 }
 
 tkv_status tkv_cache_stats(const tkv_context *ctx, tkv_stats *out) {
-    TKV__GUARDED_READ(ctx, "tkv_cache_stats", cache_stats(ctx, out));
+    TKV__GUARDED_READ(ctx, "tkv_cache_stats", cache_stats(ctx, out, STATS_V1_SIZE, "tkv_cache_stats"));
+}
+
+tkv_status tkv_cache_stats_ex(const tkv_context *ctx, tkv_stats *out, size_t size) {
+    TKV__GUARDED_READ(ctx, "tkv_cache_stats_ex", cache_stats(ctx, out, size, "tkv_cache_stats_ex"));
 }
 
 static tkv_status cache_check(const tkv_context *ctx) {

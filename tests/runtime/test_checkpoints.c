@@ -45,7 +45,7 @@ static void list(tkv_token *out, size_t n, size_t shared, unsigned seed) {
 
 static uint64_t computed(const tkv_context *ctx) {
     tkv_stats st;
-    assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(ctx, &st, sizeof st), TKV_OK);
     return st.tokens_computed;
 }
 
@@ -159,10 +159,10 @@ static void test_replay_takes_no_cells(void **state) {
     tkv_context *ctx = make(0);
     assert_int_equal(sync_checked(ctx, 0, a, 100, "a"), 0);
     tkv_stats before, after;
-    assert_int_equal(tkv_cache_stats(ctx, &before), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(ctx, &before, sizeof before), TKV_OK);
     const size_t rb = sync_checked(ctx, 1, b, 90, "b diverges at 45");
     assert_true(rb < shared); /* a replay: 45 is no multiple of K */
-    assert_int_equal(tkv_cache_stats(ctx, &after), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(ctx, &after, sizeof after), TKV_OK);
     assert_int_equal(after.cells_used - before.cells_used, 90 - shared);
     assert_int_equal(after.evictions, before.evictions);
     assert_int_equal(after.tokens_computed - before.tokens_computed, 90 - rb);
@@ -361,7 +361,7 @@ static void test_small_budget(void **state) {
         char what[32];
         snprintf(what, sizeof what, "prompt %u", r);
         sync_checked(ctx, (tkv_seq)(r % 8), t, 60 + r * 5, what);
-        assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+        assert_int_equal(tkv_cache_stats_ex(ctx, &st, sizeof st), TKV_OK);
         assert_int_equal(st.checkpoint_budget_bytes, slots * one);
         assert_true(st.checkpoint_bytes <= st.checkpoint_budget_bytes);
         assert_true(st.checkpoints >= 1 && st.checkpoints * one <= st.checkpoint_bytes);

@@ -174,6 +174,40 @@ static void test_older_model_and_sampler_params(void **state) {
     tkv_sampler_free(sm);
 }
 
+/* tkv_stats as first published (up to meta_bytes): a program built against that header. */
+typedef struct stats_v1 {
+    uint64_t f[12];
+} stats_v1;
+
+/* tkv_cache_stats writes only the first published fields; tkv_cache_stats_ex writes what the caller's size
+   holds and nothing past it, and refuses a size under the first struct; the figures agree. */
+static void test_stats_sizes(void **state) {
+    (void)state;
+    assert_int_equal(sizeof(stats_v1), offsetof(tkv_stats, meta_bytes) + sizeof(uint64_t));
+    tkv_context *ctx = tu_context(tu_model, 64, 1, TKV_TYPE_F16);
+    const tkv_token t[4] = {1, 20, 30, 40};
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, t, 4, NULL), TKV_OK);
+    unsigned char buf[sizeof(tkv_stats) + 16];
+    memset(buf, 0xa5, sizeof buf);
+    assert_int_equal(tkv_cache_stats(ctx, (tkv_stats *)(void *)buf), TKV_OK);
+    for (size_t i = sizeof(stats_v1); i < sizeof buf; i++) assert_int_equal(buf[i], 0xa5);
+    stats_v1 old;
+    memcpy(&old, buf, sizeof old);
+    assert_int_equal(old.f[1], 4); /* cells_used */
+    memset(buf, 0xa5, sizeof buf);
+    assert_int_equal(tkv_cache_stats_ex(ctx, (tkv_stats *)(void *)buf, sizeof(stats_v1) + 8), TKV_OK);
+    assert_memory_equal(buf, &old, sizeof old);
+    for (size_t i = sizeof(stats_v1) + 8; i < sizeof buf; i++) assert_int_equal(buf[i], 0xa5);
+    tkv_stats all;
+    assert_int_equal(tkv_cache_stats_ex(ctx, &all, sizeof all), TKV_OK);
+    assert_memory_equal(&all, &old, sizeof old);
+    memset(buf, 0xa5, sizeof buf);
+    assert_int_equal(tkv_cache_stats_ex(ctx, (tkv_stats *)(void *)buf, sizeof(stats_v1) - 8), TKV_ERR_INVALID);
+    assert_non_null(strstr(tkv_context_error(ctx), "size"));
+    for (size_t i = 0; i < sizeof buf; i++) assert_int_equal(buf[i], 0xa5);
+    tkv_context_free(ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layouts_are_prefixes),
@@ -181,6 +215,7 @@ int main(void) {
         cmocka_unit_test(test_newer_context_params),
         cmocka_unit_test(test_bad_init),
         cmocka_unit_test(test_older_model_and_sampler_params),
+        cmocka_unit_test(test_stats_sizes),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown));
 }
