@@ -16,8 +16,8 @@ struct conn {
     char *body;
     size_t n, cap;
     bool too_big, oom;
-    bool close;    /* the request's framing is broken: answer, then close the connection */
-    srv_err *reject; /* decided from the headers (key, type, size): the body is read and dropped, then this */
+    bool close;    /* answer, then close the connection (broken framing, an answer before the body) */
+    srv_err *reject; /* decided from the headers (key, type) of a request without a body: answered in turn */
     const char *cors;  /* the Access-Control-Allow-Origin of the response (--cors-origin), or NULL */
     const char *replica; /* X-Tokenkv-Replica of every response (--replica-id), or NULL */
     int status;    /* of the response, for the log and the metrics */
