@@ -212,3 +212,18 @@ serverSuite('a client\'s share of the queue', ['-np', '1', '--max-queue', '4'], 
     await Promise.all([running, ...queued].map((r) => r.done));
   });
 });
+
+// Issue 38, item 4: a grammar whose parses multiply is refused when the request comes (a 400 naming the limit),
+// instead of costing tens of milliseconds a token for as long as it runs.
+serverSuite('grammars too ambiguous to run', [], (s) => {
+  s.test('the issue\'s nested repetition is a 400 naming the limit; its one-repetition form runs', async (server) => {
+    const r = await post(server, '/v1/completions',
+      { prompt: 'Once', max_tokens: 4, grammar: 'root ::= (([a-z ]{0,50}){0,50}){0,40}' });
+    assert.equal(r.status, 400, r.body);
+    assertErrorBody(r.json, { param: 'grammar', code: 'invalid_value' });
+    assert.match(r.json.error.message, /too ambiguous.*over the limit of 64/);
+    const ok = await post(server, '/v1/completions', { prompt: 'Once', max_tokens: 4, grammar: 'root ::= [a-z ]{0,2000}' });
+    assert.equal(ok.status, 200, ok.body);
+    assert.match(ok.json.choices[0].text, /^[a-z ]*$/);
+  });
+});
