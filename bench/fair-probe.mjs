@@ -1,6 +1,7 @@
 // fair-probe.mjs — issue 38's fairness measure: four n=16, max_tokens 2043 completions from
 // 127.0.0.1, then (1.5 s later) a 16-token probe from 127.0.0.2; prints the probe's status and time.
 //   tokenkv serve -m ../shared/models/stories260K.gguf --port 8080 &  node bench/fair-probe.mjs 8080
+import http from 'node:http';
 const port = Number(process.argv[2]);
 function post(body, localAddress) {
   return new Promise((resolve, reject) => {
