@@ -324,7 +324,14 @@ static void admit(srv_sched *s) {
        waiting one starts this step (once per step: each preemption frees the slot it takes) */
     wait_views(s);
     const long v = srv_policy_fair_preempt(s->pwait, s->n_wait, slot_views(s), (size_t)s->o.parallel);
-    if (v >= 0) preempt_locked(s, &s->slots[v], false);
+    if (v >= 0) {
+        /* only if the slot would go to another client now: one whose request is held back (its prefix is being
+           computed) or whose prefix is being fetched would leave it to the same client, every step */
+        s->pslots[v].busy = false;
+        const long k = srv_policy_choose(s->pwait, s->n_wait, s->pslots, (size_t)s->o.parallel, s->n_running,
+                                         !s->o.no_prefix_cache, look, s);
+        if (k >= 0 && s->wait[k]->client != s->slots[v].req->client) preempt_locked(s, &s->slots[v], false);
+    }
     for (int i = 0; i < s->o.parallel && s->n_wait; i++) {
         slot *sl = &s->slots[i];
         if (sl->req) continue;
