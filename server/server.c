@@ -35,10 +35,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
                                        "Failed to send the chunked response body", "Failed to send data in request",
                                        "Failed to send the response headers", "Failed to send reply",
                                        "Closing connection (application error generating response)"};
+    /* compared formatted: MHD passes some of them as "%s\n" and the message as its argument */
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
     for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
-        if (!strncmp(fmt, gone[i], strlen(gone[i]))) return;
-    fputs("tokenkv serve: http: ", stderr);
-    vfprintf(stderr, fmt, ap);
+        if (!strncmp(msg, gone[i], strlen(gone[i]))) return;
+    fprintf(stderr, "tokenkv serve: http: %s", msg);
 }
 
 /* HTTP threads: each runs an epoll loop over its share of the connections.
