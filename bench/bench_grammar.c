@@ -1,8 +1,9 @@
 /*
  * bench_grammar.c — the cost of a JSON grammar on a 32000-token vocabulary.
  *
- *   bench_grammar [SHARED_DIR] [STEPS]
+ *   bench_grammar [SHARED_DIR] [STEPS] [GRAMMAR_FILE]
  *
+ * GRAMMAR_FILE: GBNF to measure instead of the built-in JSON grammar.
  * Uses the Llama-2 vocabulary of models/llama-2-tiny-random.gguf. Reports:
  *   - tkv_grammar_create (compile + the vocabulary trie), best of five;
  *   - the allowed-set computation (the trie walk) per step, mean and max;
@@ -136,6 +137,20 @@ static double generate(tkv_model *model, const tkv_grammar *g, int steps, int *e
 int main(int argc, char **argv) {
     const char *shared = argc > 1 ? argv[1] : TKV_SHARED_DIR;
     const int steps = argc > 2 ? atoi(argv[2]) : 400;
+    const char *gbnf = JSON;
+    size_t gbnf_len = strlen(JSON);
+    char *text = NULL;
+    if (argc > 3) { /* a grammar from a file */
+        FILE *f = fopen(argv[3], "rb");
+        text = f ? malloc(1 << 20) : NULL;
+        if (!text) {
+            fprintf(stderr, "bench_grammar: cannot read %s\n", argv[3]);
+            return 1;
+        }
+        gbnf_len = fread(text, 1, (1 << 20) - 1, f);
+        fclose(f);
+        gbnf = text;
+    }
     char path[1024];
     snprintf(path, sizeof path, "%s/models/llama-2-tiny-random.gguf", shared);
     tkv_model_params mp = tkv_model_default_params();
@@ -150,14 +165,15 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 5; i++) {
         tkv_grammar_free(g);
         const double t0 = now();
-        if (tkv_grammar_create(model, JSON, strlen(JSON), NULL, &g)) {
+        if (tkv_grammar_create(model, gbnf, gbnf_len, NULL, &g)) {
             fprintf(stderr, "bench_grammar: %s\n", tkv_last_error(NULL));
             return 1;
         }
         const double dt = now() - t0;
         if (dt < best) best = dt;
     }
-    printf("vocabulary %zu tokens; tkv_grammar_create (JSON): %.2f ms\n", tkv_vocab_size(model), best * 1e3);
+    printf("vocabulary %zu tokens; tkv_grammar_create (%s): %.2f ms\n", tkv_vocab_size(model),
+           argc > 3 ? argv[3] : "JSON", best * 1e3);
     for (int follows = 1; follows >= 0; follows--) {
         double am, ax, um, ux;
         int r, ur;
@@ -181,5 +197,6 @@ int main(int argc, char **argv) {
            path, un, co, 100 * (co - un) / un, s0, s1, e1);
     tkv_grammar_free(g);
     tkv_model_free(model);
+    free(text);
     return 0;
 }

@@ -1743,7 +1743,13 @@ typedef struct tkv_grammar tkv_grammar;
  * character and 4M per sampling step. A text beyond them is treated as
  * outside the grammar (the grammar then allows a subset of its language;
  * nothing hangs, nothing fails); ordinary grammars (JSON,
- * lists, arithmetic) stay far below them.
+ * lists, arithmetic) stay far below them. A grammar whose parses multiply
+ * is refused instead: each alternative parse costs work for every token of
+ * the vocabulary at every step, so a grammar that reaches more than 64 at
+ * once within the first 64 characters of some text (found by a greedy
+ * probe from the start, each character the one that leaves the most) is
+ * too ambiguous to run; a repetition of something that can match the same
+ * text in several ways, such as ([a-z ]{0,50}){0,50}, does this.
  *
  * @param model  the model (its vocabulary: each token's text is its piece
  *               as tkv_token_to_piece gives it without
@@ -1758,8 +1764,10 @@ typedef struct tkv_grammar tkv_grammar;
  * @return TKV_OK; TKV_ERR_INVALID with a message "grammar line L column C:
  *         ..." that says what is wrong for a syntax error, an undefined
  *         rule, a left-recursive rule, a missing start rule, a grammar too
- *         large (also for a NULL out or gbnf with len > 0, or a model
- *         without a vocabulary); TKV_ERR_NOMEM.
+ *         large; "grammar: too ambiguous: after the N characters '...' it
+ *         holds P partial parses at once, over the limit of 64 ..." (also
+ *         for a NULL out or gbnf with len > 0, or a model without a
+ *         vocabulary); TKV_ERR_NOMEM.
  */
 TKV_API tkv_status tkv_grammar_create(const tkv_model *model, const char *gbnf, size_t len, const char *root,
                                       tkv_grammar **out);

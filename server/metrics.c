@@ -174,7 +174,7 @@ char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth,
     put_metric(&b, "tokenkv_cached_prompt_tokens_total", "counter", "Prompt tokens reused from the cache.", (double)m->cached);
     put_metric(&b, "tokenkv_generated_tokens_total", "counter", "Completion tokens generated.", (double)m->generated);
     put_metric(&b, "tokenkv_preemptions_total", "counter",
-               "Requests preempted for want of cache room (they resume where they were).", (double)m->preemptions);
+               "Requests preempted for want of cache room or for another client's share of the slots (they resume where they were).", (double)m->preemptions);
     put_hist(&b, "tokenkv_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft,
              ttft_bounds, N_TTFT);
     put_hist(&b, "tokenkv_time_per_output_token_seconds", "Mean time per generated token after the first.", &m->tpot,

@@ -19,7 +19,7 @@ void srv_metrics_free(srv_metrics *m);
 void srv_metrics_request(srv_metrics *m, int status);
 /* One finished generation: its tokens. */
 void srv_metrics_tokens(srv_metrics *m, uint64_t prompt, uint64_t cached, uint64_t generated);
-/* A request preempted for want of cache room (it resumes later). */
+/* A request preempted for want of cache room or for another client's share (it resumes later). */
 void srv_metrics_preemption(srv_metrics *m);
 /* Time to first token and the mean time per output token, seconds. */
 void srv_metrics_ttft(srv_metrics *m, double s);

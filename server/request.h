@@ -93,6 +93,7 @@ typedef struct srv_req {
     int index;                  /* the choice's index (n > 1: one request per choice) */
     int n_choices;              /* n, on the first choice's request */
     uint64_t group;             /* n > 1: the same non-zero id on every choice (they share the prompt), else 0 */
+    uint64_t client;            /* who sent it (its bearer key's hash, or its address's): its share (sched/policy.h) */
     tkv_logit_bias *bias;       /* (sp.n_logit_bias) logit_bias, owned; sp.logit_bias points here */
     int logprobs;               /* -1: none; else the alternatives to list per token (0..20) */
     const tkv_grammar *grammar; /* constrains the output, or NULL: own_grammar, or the server's default */

@@ -35,10 +35,12 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
                                        "Failed to send the chunked response body", "Failed to send data in request",
                                        "Failed to send the response headers", "Failed to send reply",
                                        "Closing connection (application error generating response)"};
+    /* compared formatted: MHD passes some of them as "%s\n" and the message as its argument */
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
     for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
-        if (!strncmp(fmt, gone[i], strlen(gone[i]))) return;
-    fputs("tokenkv serve: http: ", stderr);
-    vfprintf(stderr, fmt, ap);
+        if (!strncmp(msg, gone[i], strlen(gone[i]))) return;
+    fprintf(stderr, "tokenkv serve: http: %s", msg);
 }
 
 /* HTTP threads: each runs an epoll loop over its share of the connections.
@@ -51,10 +53,13 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
  * Every connection is a descriptor: raise the soft limit on open files
  * (often 1024) towards the hard one so that --max-connections can be
  * reached, with room for the model, the cache directory and the listening
- * socket. When the hard limit is too low, say so and serve fewer.
+ * socket, and for the sockets that drain after an early answer (conn.h).
+ * When the hard limit is too low, say so and serve fewer.
  */
+enum { LINGER_SOCKETS = 1024 };
+
 static unsigned connection_limit(int wanted) {
-    enum { SPARE = 64 };
+    enum { SPARE = 64 + LINGER_SOCKETS };
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return (unsigned)wanted;
     const rlim_t need = (rlim_t)wanted + SPARE;
@@ -571,7 +576,7 @@ int srv_main(const srv_opts *o) {
         fprintf(stderr, "tokenkv serve: cannot start the inference thread\n");
         goto out;
     }
-    if (!(conns = srv_conns_start(o->request_timeout))) {
+    if (!(conns = srv_conns_start(o->request_timeout, LINGER_SOCKETS))) {
         fprintf(stderr, "tokenkv serve: cannot start the connection watchdog\n");
         goto out;
     }

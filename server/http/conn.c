@@ -14,8 +14,10 @@
  * reuse of its descriptor.
  */
 #include "conn.h"
+#include "linger.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -36,6 +38,7 @@ struct srv_link {
     bool reading;      /* the request's headers and body are not all in */
     bool cut;          /* shut down for its deadline */
     bool suspended, watch, woken, gone;
+    bool linger;       /* answered before its body was read: drained before the close (linger.h) */
 };
 
 struct srv_conns {
@@ -45,6 +48,7 @@ struct srv_conns {
     pthread_t thread;
     double timeout; /* seconds, 0: none */
     srv_link *head;
+    srv_linger *linger;
 };
 
 static double now_s(void) {
@@ -103,9 +107,13 @@ static void *watchdog(void *arg) {
     return NULL;
 }
 
-srv_conns *srv_conns_start(int request_timeout) {
+srv_conns *srv_conns_start(int request_timeout, size_t max_linger) {
     srv_conns *cs = calloc(1, sizeof *cs);
     if (!cs) return NULL;
+    if (!(cs->linger = srv_linger_start(max_linger, SRV_LINGER_MS, SRV_LINGER_BYTES))) {
+        free(cs);
+        return NULL;
+    }
     cs->timeout = request_timeout;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -116,6 +124,7 @@ srv_conns *srv_conns_start(int request_timeout) {
     if (pthread_create(&cs->thread, NULL, watchdog, cs) == 0) return cs;
     pthread_cond_destroy(&cs->stop_cv);
     pthread_mutex_destroy(&cs->mu);
+    srv_linger_stop(cs->linger);
     free(cs);
     return NULL;
 }
@@ -134,6 +143,7 @@ void srv_conns_stop(srv_conns *cs) {
     }
     pthread_cond_destroy(&cs->stop_cv);
     pthread_mutex_destroy(&cs->mu);
+    srv_linger_stop(cs->linger);
     free(cs);
 }
 
@@ -173,7 +183,10 @@ void srv_conns_notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
     if (l->prev) l->prev->next = l->next;
     else cs->head = l->next;
     if (l->next) l->next->prev = l->prev;
+    const bool linger = l->linger;
     pthread_mutex_unlock(&cs->mu);
+    /* MHD closes its descriptor after this returns; a duplicate keeps the socket open while it drains */
+    if (linger) srv_linger_add(cs->linger, fcntl(l->fd, F_DUPFD_CLOEXEC, 0));
     free(l);
     *socket_ctx = NULL;
 }
@@ -219,6 +232,15 @@ void srv_link_wake(srv_link *l) {
     else l->woken = true; /* the callback has not suspended yet: it will look again instead */
     pthread_mutex_unlock(&l->cs->mu);
 }
+
+void srv_link_linger(srv_link *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->cs->mu);
+    l->linger = true;
+    pthread_mutex_unlock(&l->cs->mu);
+}
+
+size_t srv_conns_lingering(srv_conns *cs) { return cs ? srv_linger_count(cs->linger) : 0; }
 
 bool srv_link_gone(srv_link *l) {
     if (!l) return false;

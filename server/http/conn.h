@@ -18,19 +18,28 @@
  *    so the watchdog looks (every 100 ms) whether the client of a
  *    suspended, watched connection went away, and resumes it with
  *    srv_link_gone() true, so that its request is cancelled.
+ *
+ * A connection answered before its body was read closes gracefully: its
+ * socket outlives MHD's close while what the client still sends is read
+ * and dropped, within bounds (linger.h), so that the client reads the
+ * answer instead of a reset.
  */
 #ifndef TKV_SRV_CONN_H
 #define TKV_SRV_CONN_H
 
 #include <microhttpd.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct srv_link srv_link;   /* one TCP connection */
 typedef struct srv_conns srv_conns; /* every connection, and the watchdog */
 
-/* Start the watchdog; request_timeout in seconds (0: no deadline). NULL
-   when out of memory or the thread cannot start. */
-srv_conns *srv_conns_start(int request_timeout);
+/* Start the watchdog and the draining of early-answered sockets;
+   request_timeout in seconds (0: no deadline); at most max_linger sockets
+   drain at once. NULL when out of memory or a thread cannot start. */
+srv_conns *srv_conns_start(int request_timeout, size_t max_linger);
+/* How many closed connections' sockets are draining now. */
+size_t srv_conns_lingering(srv_conns *cs);
 /* Stop the watchdog and free; after MHD_stop_daemon (no connection left). */
 void srv_conns_stop(srv_conns *cs);
 
@@ -57,6 +66,9 @@ void srv_link_request_done(srv_link *l);
 bool srv_link_suspend(srv_link *l, bool watch);
 /* From any thread: there is something new for the connection. */
 void srv_link_wake(srv_link *l);
+/* The answer is queued before the body was read (MHD then stops reading):
+   drain the socket before it closes. */
+void srv_link_linger(srv_link *l);
 /* The watchdog found the client gone while the connection was suspended. */
 bool srv_link_gone(srv_link *l);
 

@@ -4,9 +4,11 @@
  */
 #include "exchange.h"
 
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 
 void http_add_cors(const conn *cs, struct MHD_Response *r) {
@@ -81,6 +83,26 @@ bool http_bearer_is(struct MHD_Connection *c, const char *key) {
     return diff == 0;
 }
 
+
+uint64_t http_client_of(const srv_state *S, struct MHD_Connection *c) {
+    if (S->o->api_key) {
+        const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+        const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+        const char *key = h && !strncmp(h, "Bearer ", 7) ? h + 7 : x ? x : "";
+        return XXH3_64bits(key, strlen(key)) | 1;
+    }
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (sa && sa->sa_family == AF_INET) {
+        const struct in_addr a = ((const struct sockaddr_in *)(const void *)sa)->sin_addr;
+        return XXH3_64bits(&a, sizeof a) | 1;
+    }
+    if (sa && sa->sa_family == AF_INET6) {
+        const struct in6_addr a = ((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+        return XXH3_64bits(&a, sizeof a) | 1;
+    }
+    return 1;
+}
 
 bool http_is_get(const char *method) { return !strcmp(method, "GET") || !strcmp(method, "HEAD"); }
 

@@ -16,8 +16,8 @@ struct conn {
     char *body;
     size_t n, cap;
     bool too_big, oom;
-    bool close;    /* the request's framing is broken: answer, then close the connection */
-    srv_err *reject; /* decided from the headers (key, type, size): the body is read and dropped, then this */
+    bool close;    /* answer, then close the connection (broken framing, an answer before the body) */
+    srv_err *reject; /* decided from the headers (key, type) of a request without a body: answered in turn */
     const char *cors;  /* the Access-Control-Allow-Origin of the response (--cors-origin), or NULL */
     const char *replica; /* X-Tokenkv-Replica of every response (--replica-id), or NULL */
     int status;    /* of the response, for the log and the metrics */
@@ -49,6 +49,11 @@ void http_failed_err(srv_err *e, srv_req *r);
 bool http_bearer_is(struct MHD_Connection *c, const char *key);
 /* GET, or HEAD: GET without the body (libmicrohttpd leaves it out). */
 bool http_is_get(const char *method);
+
+/* Who sent the request, for the scheduler's shares (sched/policy.h): with
+   --api-key, the key it authenticated with (every holder of one key is one
+   client); without, its peer address (not the port). A hash, never 0. */
+uint64_t http_client_of(const srv_state *S, struct MHD_Connection *c);
 void http_cancel_all(srv_req *const *reqs, size_t n);
 
 /* The SSE response of a generation whose first text is in (stream.c). */

@@ -137,15 +137,17 @@ static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S
         drop_reqs(cs);
         return send_err(cs, c, &e, kind == GEN_ANTHROPIC);
     }
+    const uint64_t client = http_client_of(S, c); /* every choice counts against its client's share */
     for (size_t i = 0; i < cs->n_reqs; i++) {
         srv_req *r = cs->reqs[i];
         r->wake = wake_link, r->wake_arg = cs->link;
+        r->client = client;
         const srv_submit rc = srv_sched_submit(S->sched, r);
         if (rc != SRV_SUBMIT_OK) {
             drop_reqs(cs);
             return rc == SRV_SUBMIT_QUEUE_FULL ? http_fail(cs, c, 429, NULL, "queue_full",
-                                    "the server is busy: its queue of waiting requests is full (--max-queue); retry "
-                                    "later")
+                                    "the server is busy: its queue of waiting requests is full, or this client holds "
+                                    "its share, half of it (--max-queue); retry later")
                              : http_fail(cs, c, 503, NULL, "shutting_down", "the server is shutting down");
         }
     }

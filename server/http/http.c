@@ -122,13 +122,15 @@ static bool is_json_type(const char *t) {
  * What can be decided from the headers alone, before any of the body is
  * kept (so an unauthenticated or oversized upload costs no memory): broken
  * framing (400 at once, then the connection closes: a second request
- * hidden in a body must not be answered), OPTIONS (at once), and, after
- * the body was read and dropped (answering while the client still sends
- * would reset the connection under its feet), a wrong API key (401), a POST
- * that is not JSON (415: a web page cannot send JSON to another site
- * without CORS, so this keeps pages from driving an unkeyed local server),
- * a body announced over --max-body (413). Returns -1 when the request goes
- * on (cs->reject may then be set).
+ * hidden in a body must not be answered), OPTIONS (at once), a wrong API
+ * key (401), a POST that is not JSON (415: a web page cannot send JSON to
+ * another site without CORS, so this keeps pages from driving an unkeyed
+ * local server), a body announced over --max-body (413). When a body
+ * follows, these are answered before it is read and the connection closes
+ * gracefully (conn.h: the socket drains what the client still sends, so
+ * it reads the answer, not a reset); without one they are answered in
+ * turn and the connection stays open. Returns -1 when the request goes on
+ * (cs->reject may then be set).
  */
 /* The Access-Control-Allow-Origin for a page of `origin` under --cors-origin `allow` (a comma-separated list, as
    llama-server's --cors-origins: "*", origins, or "localhost" for any page served from this machine), or NULL. */
@@ -165,6 +167,7 @@ static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const 
         why = "a transfer coding other than chunked";
     if (why) {
         cs->close = true;
+        srv_link_linger(cs->link);
         return (int)http_fail(cs, c, 400, NULL, "bad_framing", why);
     }
     if (!strcmp(method, "OPTIONS")) {
@@ -195,7 +198,14 @@ static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const 
                     "(--max-body)", S->o->max_body);
     else
         return -1;
-    if (!(cs->reject = malloc(sizeof e))) return MHD_NO;
+    if (f.n_coding || (f.n_length && strtoull(f.length, NULL, 10) > 0)) {
+        /* a body follows: answer now, before any of it is read; MHD then reads no more and closes after the
+           answer, and the socket drains before its close so that a client still sending reads this */
+        cs->close = true;
+        srv_link_linger(cs->link);
+        return (int)http_send_err(cs, c, &e);
+    }
+    if (!(cs->reject = malloc(sizeof e))) return MHD_NO; /* no body: answered as usual, the connection kept */
     *cs->reject = e;
     return -1;
 }

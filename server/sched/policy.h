@@ -31,6 +31,7 @@ typedef struct srv_pslot {
     int n_gen;            /* tokens generated; 0 while its prompt is computed */
     uint64_t ns;          /* cache namespace */
     uint64_t group;       /* the choices of one request share a non-zero group */
+    uint64_t client;      /* who sent it: its API key's or its address's hash (fairness) */
     uint64_t order;       /* admission order: the youngest gives way */
     size_t in_batch;      /* its tokens in this step's batch */
 } srv_pslot;
@@ -40,6 +41,7 @@ typedef struct srv_pwait {
     const tkv_token *toks; /* (n_toks) its token list: the prompt, or where a preempted one was */
     size_t n_toks;
     uint64_t ns, group;
+    uint64_t client;       /* as srv_pslot's */
     uint32_t skipped;      /* times passed over (SRV_STARVE_AFTER: preempted, first in line) */
     bool fetching;         /* its prefix is on its way from the shared store or the disk tier */
     bool waits_for_room;   /* preempted, and no request has ended since */
@@ -55,15 +57,28 @@ typedef struct srv_pwait {
 typedef size_t (*srv_policy_look)(void *user, size_t i, bool *skip);
 
 /*
+ * Fairness between clients: the slots are shared equally among the active
+ * clients (those with a request running or waiting not fetching): a
+ * client's share is n_slots / active clients, at least 1. A client under
+ * its share is one holding fewer slots than that. A request's choices are
+ * its client's, so `n` counts against the same share.
+ */
+size_t srv_policy_share(const srv_pwait *w, size_t n_wait, const srv_pslot *slots, size_t n_slots);
+/* The slots client holds. */
+size_t srv_policy_client_slots(const srv_pslot *slots, size_t n_slots, uint64_t client);
+
+/*
  * The index of the waiting request to admit next, or -1 (none can go now).
  * In order: while a preempted request waits for room and some request runs
  * (n_running), nothing (it would take the room back); the oldest starving
- * one (passed over SRV_STARVE_AFTER times) that is not fetching; else,
- * among those not fetching, not skipped by look and not held back
- * (share_prefixes: srv_policy_held_back), the one with the longest cached
- * prefix, the oldest among equals, where any request with nothing running
- * goes before a choice whose request (group) runs already: the choices of
- * one request share a slot while other requests wait.
+ * one (passed over SRV_STARVE_AFTER times) that is not fetching, of a
+ * client under its share if any request of such a client waits not
+ * fetching; else, among those not fetching, not skipped by look and not
+ * held back (share_prefixes: srv_policy_held_back): a request of a client
+ * under its share before any other; then any request with nothing running
+ * before a choice whose request (group) runs already (the choices of one
+ * request share a slot while other requests wait); then the longest cached
+ * prefix; then the oldest.
  */
 long srv_policy_choose(const srv_pwait *w, size_t n_wait, const srv_pslot *slots, size_t n_slots, size_t n_running,
                        bool share_prefixes, srv_policy_look look, void *user);
@@ -77,6 +92,24 @@ long srv_policy_choose(const srv_pwait *w, size_t n_wait, const srv_pslot *slots
  * yet.
  */
 bool srv_policy_held_back(const srv_pslot *slots, size_t n_slots, const srv_pwait *r, size_t cached);
+
+/*
+ * With every slot busy, the slot to preempt so that a waiting request (not
+ * fetching, not waiting for room) of a client under its share is admitted
+ * at once, or -1: the youngest slot of the client holding the most slots,
+ * if that is more than its share. The preempted request waits as any other
+ * (it resumes where it was); a client at or under its share is never
+ * preempted for another, so shares settle instead of trading slots.
+ */
+long srv_policy_fair_preempt(const srv_pwait *w, size_t n_wait, const srv_pslot *slots, size_t n_slots);
+
+/*
+ * Whether a client with client_waiting requests (choices) among the n_wait
+ * waiting may queue one more (max_queue in all): a client holds at most
+ * half the queue (at least one place), so that one client alone cannot
+ * fill it.
+ */
+bool srv_policy_queue_admits(size_t n_wait, size_t max_queue, size_t client_waiting);
 
 /* What to do when this step's batch does not fit in the cache. */
 typedef enum {

@@ -46,7 +46,7 @@ typedef struct srv_run {
     int n_gen;             /* tokens generated (the last one not decoded yet) */
     tkv_token *gen;        /* (n_gen) with a context shift: every generated token, as toks loses some */
     uint64_t ns;           /* namespace */
-    bool preempted;
+    bool preempted;        /* for want of cache room (not for fairness) */
     uint64_t resume_after; /* requests ended when it was preempted: it waits for one more */
     tkv_sampler *smp;
     tkv_detok *dt;
@@ -144,25 +144,30 @@ static void fail(srv_sched *s, slot *sl, srv_fail why, const char *msg) {
 
 /* Give the slot back and queue the request again, first in line; it goes on
    once another request has ended. False when the queue is full. */
-static bool preempt(srv_sched *s, slot *sl) {
-    pthread_mutex_lock(&s->mu);
-    if (s->n_wait == s->o.max_queue) {
-        pthread_mutex_unlock(&s->mu);
-        return false;
-    }
+/* Preempt sl's request: back to the head of the waiting list, its cells cached, to resume where it was. for_room:
+   for want of cache room (it goes first when a request ended); else for another client's share (it waits as the
+   oldest, its client over its share). false when the waiting list has no place for it. With mu held: locked. */
+static bool preempt_locked(srv_sched *s, slot *sl, bool for_room) {
+    if (s->n_wait == s->o.max_queue) return false;
     memmove(s->wait + 1, s->wait, s->n_wait * sizeof *s->wait);
     memmove(s->skipped + 1, s->skipped, s->n_wait * sizeof *s->skipped);
     s->wait[0] = sl->req;
-    s->skipped[0] = SRV_STARVE_AFTER;
+    s->skipped[0] = for_room ? SRV_STARVE_AFTER : 0;
     s->n_wait++;
     s->n_running--;
-    pthread_mutex_unlock(&s->mu);
     tkv_seq_clear(s->ctx, sl->seq);
-    sl->run->preempted = true;
+    sl->run->preempted = for_room;
     sl->run->resume_after = s->ended;
     sl->req = NULL, sl->run = NULL;
     srv_metrics_preemption(s->metrics);
     return true;
+}
+
+static bool preempt(srv_sched *s, slot *sl) {
+    pthread_mutex_lock(&s->mu);
+    const bool ok = preempt_locked(s, sl, true);
+    pthread_mutex_unlock(&s->mu);
+    return ok;
 }
 
 /* ---- the disk tier ------------------------------------------------------- */
@@ -240,7 +245,7 @@ static const srv_pslot *slot_views(srv_sched *s) {
         *v = (srv_pslot){.busy = sl->req != NULL, .n_past = sl->n_past, .order = sl->order, .in_batch = sl->in_batch};
         if (!sl->req) continue;
         v->toks = sl->run->toks, v->n_toks = sl->run->n_toks;
-        v->n_gen = sl->run->n_gen, v->ns = sl->run->ns, v->group = sl->req->group;
+        v->n_gen = sl->run->n_gen, v->ns = sl->run->ns, v->group = sl->req->group, v->client = sl->req->client;
     }
     return s->pslots;
 }
@@ -264,16 +269,22 @@ static size_t look(void *user, size_t i, bool *skip) {
 }
 
 /* Index of the waiting request to admit, or -1 (none, or all held back). Called with mu held. */
-static long choose(srv_sched *s) {
+/* The views of the waiting list (s->pwait), with mu held. */
+static void wait_views(srv_sched *s) {
     for (size_t i = 0; i < s->n_wait; i++) {
         const srv_req *r = s->wait[i];
         const srv_run *run = r->run;
         srv_pwait *v = &s->pwait[i];
-        *v = (srv_pwait){.ns = ns_of(s, r), .group = r->group, .skipped = s->skipped[i], .fetching = fetching(r),
+        *v = (srv_pwait){.ns = ns_of(s, r), .group = r->group, .client = r->client, .skipped = s->skipped[i],
+                         .fetching = fetching(r),
                          /* a preempted request waits for room until another request ends */
                          .waits_for_room = run && run->preempted && run->resume_after == s->ended};
         v->toks = list_of(r, &v->n_toks);
     }
+}
+
+static long choose(srv_sched *s) {
+    wait_views(s);
     return srv_policy_choose(s->pwait, s->n_wait, slot_views(s), (size_t)s->o.parallel, s->n_running,
                              !s->o.no_prefix_cache, look, s);
 }
@@ -321,6 +332,18 @@ static void start(srv_sched *s, slot *sl, srv_req *r) {
 
 static void admit(srv_sched *s) {
     pthread_mutex_lock(&s->mu);
+    /* a client under its share waits while every slot is busy: one over its share gives way now, so that the
+       waiting one starts this step (once per step: each preemption frees the slot it takes) */
+    wait_views(s);
+    const long v = srv_policy_fair_preempt(s->pwait, s->n_wait, slot_views(s), (size_t)s->o.parallel);
+    if (v >= 0) {
+        /* only if the slot would go to another client now: one whose request is held back (its prefix is being
+           computed) or whose prefix is being fetched would leave it to the same client, every step */
+        s->pslots[v].busy = false;
+        const long k = srv_policy_choose(s->pwait, s->n_wait, s->pslots, (size_t)s->o.parallel, s->n_running,
+                                         !s->o.no_prefix_cache, look, s);
+        if (k >= 0 && s->wait[k]->client != s->slots[v].req->client) preempt_locked(s, &s->slots[v], false);
+    }
     for (int i = 0; i < s->o.parallel && s->n_wait; i++) {
         slot *sl = &s->slots[i];
         if (sl->req) continue;
@@ -608,7 +631,11 @@ fail:
 
 srv_submit srv_sched_submit(srv_sched *s, srv_req *r) {
     pthread_mutex_lock(&s->mu);
-    srv_submit rc = s->stopping ? SRV_SUBMIT_STOPPING : s->n_wait >= s->o.max_queue ? SRV_SUBMIT_QUEUE_FULL : SRV_SUBMIT_OK;
+    size_t mine = 0; /* the client's waiting requests: one client alone cannot fill the queue */
+    for (size_t i = 0; i < s->n_wait; i++) mine += s->wait[i]->client == r->client;
+    srv_submit rc = s->stopping                                                      ? SRV_SUBMIT_STOPPING
+                    : !srv_policy_queue_admits(s->n_wait, s->o.max_queue, mine) ? SRV_SUBMIT_QUEUE_FULL
+                                                                                     : SRV_SUBMIT_OK;
     if (!rc) {
         srv_req_ref(r);
         s->skipped[s->n_wait] = 0;

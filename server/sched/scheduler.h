@@ -36,7 +36,8 @@ typedef struct srv_sched_opts {
 srv_sched *srv_sched_start(tkv_context *ctx, const srv_sched_opts *o, srv_metrics *metrics);
 
 /* Queue a request (the scheduler takes its own reference), unless the queue
-   is full (max_queue waiting) or the scheduler is stopping. */
+   is full (max_queue waiting), its client holds its share of the queue
+   (srv_policy_queue_admits: half of it) or the scheduler is stopping. */
 typedef enum { SRV_SUBMIT_OK, SRV_SUBMIT_QUEUE_FULL, SRV_SUBMIT_STOPPING } srv_submit;
 srv_submit srv_sched_submit(srv_sched *s, srv_req *r);
 

@@ -57,6 +57,8 @@ typedef struct tkv__gbnf {
 #define TKV__GMATCH_MAX_DEPTH 2048      /* positions in one stack */
 #define TKV__GMATCH_MAX_EXPAND 65536    /* rule expansions in one step */
 #define TKV__GMATCH_MAX_WALK (1u << 22) /* rule expansions in one vocabulary walk */
+#define TKV__GRAMMAR_MAX_PARSES 64      /* stacks a state may reach (tkv_grammar_create's probe) */
+#define TKV__GRAMMAR_PROBE_DEPTH 64     /* characters the probe reads */
 
 /*
  * Compile `len` bytes of GBNF; root names the start rule (NULL: "root").
@@ -128,6 +130,16 @@ tkv_status tkv__gmatch_step(tkv__gmatch *m, const tkv__gset *set, uint32_t *part
  * tkv__gmatch_feed and tkv__gmatch_reset lift the cap.
  */
 void tkv__gmatch_limit_work(tkv__gmatch *m, size_t n);
+/*
+ * The ambiguity probe (tkv_grammar_create), from m's state: a greedy walk of
+ * `depth` characters, each the one (among the grammar's class boundaries)
+ * that leaves the most stacks, until a state holds more than stop_above.
+ * *worst: the most stacks seen (at the start too); text[0 .. *n_text) the
+ * characters read when it was seen (text has room for depth). Bounded by
+ * TKV__GMATCH_MAX_WALK expansions; m's state is unchanged. TKV_ERR_NOMEM.
+ */
+tkv_status tkv__gmatch_probe(tkv__gmatch *m, size_t depth, size_t stop_above, size_t *worst, uint32_t *text,
+                             size_t *n_text);
 /* The set holds a finished stack (the text is a whole sentence). */
 bool tkv__gset_complete(const tkv__gset *set);
 

@@ -30,6 +30,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define CHUNK 65536
@@ -363,6 +364,76 @@ tkv_status tkv__gmatch_step(tkv__gmatch *m, const tkv__gset *set, uint32_t *part
 
 bool tkv__gset_complete(const tkv__gset *set) { return set->complete; }
 
+static int by_cp(const void *a, const void *b) {
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The characters the probe tries: every class range's first code point and the one past its last (each class
+   treats every character between two such boundaries alike), and a few common ones; at most PROBE_CHARS,
+   evenly spaced when there are more. Returns how many, in cps. */
+#define PROBE_CHARS 256
+static size_t probe_chars(const tkv__gbnf *g, uint32_t cps[PROBE_CHARS]) {
+    const size_t cap = 2 * g->n_rng + 5;
+    uint32_t *all = tkv__malloc(cap * sizeof *all);
+    if (!all) return 0;
+    size_t n = 0;
+    static const uint32_t common[] = {'a', ' ', '0', '"', 0x80};
+    for (size_t i = 0; i < 5; i++) all[n++] = common[i];
+    for (size_t i = 0; i < g->n_rng; i++) {
+        all[n++] = g->rng[i][0];
+        if (g->rng[i][1] < 0x10FFFF) all[n++] = g->rng[i][1] + 1;
+    }
+    qsort(all, n, sizeof *all, by_cp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((!k || all[i] != all[k - 1]) && !(all[i] >= 0xD800 && all[i] <= 0xDFFF)) all[k++] = all[i];
+    const size_t out = k < PROBE_CHARS ? k : PROBE_CHARS;
+    for (size_t i = 0; i < out; i++) cps[i] = all[i * k / out];
+    tkv__free(all);
+    return out;
+}
+
+tkv_status tkv__gmatch_probe(tkv__gmatch *m, size_t depth, size_t stop_above, size_t *worst, uint32_t *text,
+                             size_t *n_text) {
+    uint32_t cps[PROBE_CHARS];
+    const size_t n_cps = probe_chars(m->g, cps);
+    const tkv__gset *set = m->set;
+    *worst = set->n, *n_text = 0;
+    size_t worst_at = 0;
+    tkv__gmatch_limit_work(m, TKV__GMATCH_MAX_WALK);
+    arena_clear(&m->scratch);
+    for (size_t d = 0; d < depth && set->n && *worst <= stop_above; d++) {
+        uint32_t best_cp = 0;
+        uint32_t best_n = 0;
+        bool any = false;
+        for (size_t i = 0; i < n_cps; i++) {
+            const tkv__gmark mark = tkv__gmatch_mark(m);
+            const tkv__gset *s = advance(m, &m->scratch, set, cps[i]);
+            const bool cut = m->cut;
+            tkv__gmatch_release(m, mark);
+            if (!s) {
+                m->nomem = false;
+                arena_clear(&m->scratch);
+                m->work_left = SIZE_MAX;
+                return tkv__fail(TKV_ERR_NOMEM, "out of memory checking the grammar");
+            }
+            if (cut) break; /* out of work: what was seen stands */
+            if (s->n && (!any || s->n > best_n)) best_cp = cps[i], best_n = s->n, any = true;
+        }
+        if (!any) break;
+        set = advance(m, &m->scratch, set, best_cp); /* kept: the next step starts from it */
+        if (!set || m->cut) break;
+        text[d] = best_cp;
+        if (set->n > *worst) *worst = set->n, worst_at = d + 1;
+    }
+    *n_text = worst_at;
+    m->nomem = false;
+    arena_clear(&m->scratch);
+    m->work_left = SIZE_MAX;
+    return TKV_OK;
+}
+
 const tkv__gset *tkv__gmatch_state(const tkv__gmatch *m, uint32_t *partial, int *pending) {
     *partial = m->partial, *pending = m->pending;
     return m->set;
@@ -379,7 +450,15 @@ tkv_status tkv__gmatch_reset(tkv__gmatch *m) {
     m->overflow = false;
     m->work_left = SIZE_MAX;
     begin(m);
-    expand(m, &m->st[0], m->g->rule_start[m->g->root], NULL, 0);
+    /* every alternative of the start rule (one expand from its first element would take the first only) */
+    const tkv__gbnf *g = m->g;
+    for (uint32_t alt = g->rule_start[g->root];;) {
+        uint32_t end = alt;
+        while (!at_end(&g->el[end])) end++;
+        expand(m, &m->st[0], alt, NULL, 0);
+        if (g->el[end].type == TKV__GEL_END) break;
+        alt = end + 1;
+    }
     m->set = finish(m, &m->st[0]);
     if (!m->set) {
         m->nomem = false;

@@ -103,6 +103,35 @@ void tkv_grammar_free(tkv_grammar *g) {
     tkv__free(g);
 }
 
+/*
+ * Refuse a grammar whose parses multiply: a state of many stacks makes every
+ * step cost that many advances per trie node, and a repetition of a
+ * repetition that splits the same text many ways (([a-z ]{0,50}){0,50})
+ * reaches hundreds within a few characters, costing tens of milliseconds a
+ * token where an ordinary grammar (JSON, lists, a schema) keeps a handful.
+ */
+static tkv_status check_ambiguity(const tkv__gbnf *g) {
+    tkv__gmatch *m = NULL;
+    tkv_status st = tkv__gmatch_create(g, &m);
+    if (st) return st;
+    uint32_t text[TKV__GRAMMAR_PROBE_DEPTH];
+    size_t worst = 0, n = 0;
+    st = tkv__gmatch_probe(m, TKV__GRAMMAR_PROBE_DEPTH, TKV__GRAMMAR_MAX_PARSES, &worst, text, &n);
+    tkv__gmatch_free(m);
+    if (st || worst <= TKV__GRAMMAR_MAX_PARSES) return st;
+    char shown[4 * TKV__GRAMMAR_PROBE_DEPTH + 1];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) /* printable ASCII as itself, the rest as '?' */
+        shown[k++] = text[i] >= 0x20 && text[i] < 0x7F && text[i] != '\'' ? (char)text[i] : '?';
+    shown[k] = '\0';
+    return tkv__fail(TKV_ERR_INVALID,
+                     "grammar: too ambiguous: after the %zu characters '%s' it holds %zu%s partial parses at once, "
+                     "over the limit of %d (each one costs work for every token of the vocabulary at every step); a "
+                     "repetition of something that can match the same text in several ways, such as "
+                     "([a-z ]{0,50}){0,50}, does this: write it as one repetition",
+                     n, shown, worst, worst >= TKV__GMATCH_MAX_STACKS ? " or more" : "", TKV__GRAMMAR_MAX_PARSES);
+}
+
 tkv_status tkv__grammar_create_vocab(const char *gbnf, size_t len, const char *root, size_t n_vocab,
                                      const char *const *pieces, const size_t *lens, const bool *eog,
                                      tkv_grammar **out) {
@@ -112,6 +141,7 @@ tkv_status tkv__grammar_create_vocab(const char *gbnf, size_t len, const char *r
     tkv_grammar *G = tkv__calloc(1, sizeof *G);
     if (!G) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the grammar");
     tkv_status st = tkv__gbnf_compile(gbnf, len, root, &G->g);
+    if (!st) st = check_ambiguity(G->g);
     if (st) {
         tkv_grammar_free(G);
         return st;

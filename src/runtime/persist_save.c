@@ -50,6 +50,7 @@ typedef struct pent {
     uint32_t node;    /* (during the snapshot) its node id */
     bool verified;    /* on disk and read back whole, or written, by this saver */
     bool present;     /* (during the write) on disk, or written */
+    bool blocked;     /* (during the write) a directory we cannot remove holds its name: not written */
 } pent;
 
 /* A slot of the set of files on disk, by hash (open addressing). idx: 0 empty, else a plan index + 1 (while
@@ -398,7 +399,7 @@ static tkv_status saver_snapshot(tkv_cache_saver *s, tkv_context *ctx) {
             copy += size;
         }
         taken[c.v[k].id] = 1;
-        s->plan[s->n_plan++] = (pent){hash, size, off, c.v[k].id, off == NO_IMAGE && verified, false};
+        s->plan[s->n_plan++] = (pent){hash, size, off, c.v[k].id, off == NO_IMAGE && verified, false, false};
         total += size;
     }
     if (copy > s->buf_cap) {
@@ -452,17 +453,26 @@ static tkv_status remove_stale(tkv_cache_saver *s) {
             struct stat sb;
             /* what the snapshot took for on disk must still be: the same size, a file of ours (a link
                planted since is removed, and the plan's entry dropped) */
-            if (p->off != NO_IMAGE) continue; /* written again below, over it */
-            if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+            const bool found = fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+            const bool is_dir = found && S_ISDIR(sb.st_mode); /* planted: a rename cannot replace it */
+            if (p->off != NO_IMAGE && !is_dir) continue;      /* written again below, over it */
+            if (found && S_ISREG(sb.st_mode) &&
                 (uint64_t)sb.st_size == p->size && !(sb.st_mode & (S_IWGRP | S_IWOTH)) && sb.st_uid == geteuid()) {
                 p->present = true;
                 continue;
             }
         }
-        if (unlinkat(dirfd(d), de->d_name, 0) != 0 && errno != ENOENT)
-            st = tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot remove %s: %s", s->dir, de->d_name, strerror(errno));
-        else
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT) {
             s->info.files_removed++;
+        } else if (errno == EISDIR || errno == EPERM) {
+            /* a directory planted in place of a file: removed when empty; otherwise left as it is (its
+               content is not ours to delete) and its file not written, so that this save and the later
+               ones still write every other file */
+            if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) == 0) s->info.files_removed++;
+            else if (e) s->plan[e->idx - 1].blocked = true;
+        } else {
+            st = tkv__fail(TKV_ERR_IO, "cache directory '%s': cannot remove %s: %s", s->dir, de->d_name, strerror(errno));
+        }
     }
     closedir(d);
     return st;
@@ -526,7 +536,7 @@ tkv_status tkv_cache_saver_write(tkv_cache_saver *s, tkv_cache_save_info *info) 
     if (!st) st = verify_kept(s);
     for (uint32_t k = 0; k < s->n_plan && !st; k++) {
         pent *p = &s->plan[k];
-        if (p->off == NO_IMAGE) continue;
+        if (p->off == NO_IMAGE || p->blocked) continue;
         char *path = file_path(s->dir, p->hash);
         if (!path) st = tkv__fail(TKV_ERR_NOMEM, "out of memory saving the cache");
         else st = tkv__cachefile_write_bytes(path, s->buf + p->off, (size_t)p->size);

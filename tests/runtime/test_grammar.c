@@ -602,6 +602,81 @@ static void test_limits(void **state) {
     tkv__gbnf_free(g);
 }
 
+/* Every alternative of the start rule matches: the matcher started from the rule's first element, so
+   `root ::= "yes" | "no"` took "yes" only (found beside issue 38's ambiguity probe, which saw one stack where a
+   start rule of 65 alternatives has 65). */
+static void test_root_alternatives(void **state) {
+    (void)state;
+    static const struct {
+        const char *gbnf, *text;
+        bool whole; /* the text is a whole sentence */
+    } cases[] = {
+        {"root ::= \"yes\" | \"no\"", "no", true},
+        {"root ::= \"yes\" | \"no\"", "yes", true},
+        {"root ::= \"a\" | \"b\" [0-9]+ | \"\"", "b12", true},
+        {"root ::= \"a\" | \"b\" [0-9]+ | \"\"", "", true},
+        {"root ::= \"a\" | \"b\" [0-9]+ | \"\"", "b", false},
+        {"root ::= x | y\nx ::= \"x\"\ny ::= \"y\" | \"z\"", "z", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tkv__gbnf *g = NULL;
+        tkv__gmatch *m = NULL;
+        bool ok = false;
+        assert_int_equal(tkv__gbnf_compile(cases[i].gbnf, strlen(cases[i].gbnf), NULL, &g), TKV_OK);
+        assert_int_equal(tkv__gmatch_create(g, &m), TKV_OK);
+        assert_int_equal(tkv__gmatch_feed(m, cases[i].text, strlen(cases[i].text), true, &ok), TKV_OK);
+        if (!ok || tkv__gmatch_complete(m) != cases[i].whole)
+            fail_msg("%s on '%s': ok %d complete %d", cases[i].gbnf, cases[i].text, ok, tkv__gmatch_complete(m));
+        tkv__gmatch_free(m);
+        tkv__gbnf_free(g);
+    }
+}
+
+/* Issue 38, finding 4: a grammar whose parses multiply cost tens of milliseconds a token on a 32k vocabulary;
+   tkv_grammar_create refuses one whose state reaches more than TKV__GRAMMAR_MAX_PARSES stacks within
+   TKV__GRAMMAR_PROBE_DEPTH characters, saying after which text, and takes every ordinary one. */
+static tkv_status create(const vocab *v, const char *gr) {
+    tkv_grammar *G = NULL;
+    const tkv_status st = tkv__grammar_create_vocab(gr, strlen(gr), NULL, v->n, (const char *const *)v->piece, v->len,
+                                                    v->eog, &G);
+    tkv_grammar_free(G);
+    return st;
+}
+
+static void expect_ambiguous(const vocab *v, const char *gr, const char *says) {
+    assert_int_equal(create(v, gr), TKV_ERR_INVALID);
+    const char *msg = tkv_last_error(NULL);
+    if (!strstr(msg, "too ambiguous") || !strstr(msg, "over the limit of 64") || !strstr(msg, says))
+        fail_msg("%s: '%s' does not say '%s'", gr, msg, says);
+}
+
+static void test_ambiguity_refused(void **state) {
+    (void)state;
+    vocab v;
+    make_vocab(&v);
+    /* the issue's grammar: its nullable repetitions give hundreds of stacks before any text */
+    expect_ambiguous(&v, "root ::= (([a-z ]{0,50}){0,50}){0,40}", "after the 0 characters '' it holds 512 or more");
+    /* without the empty ones, a run of letters splits many ways: found on the way */
+    expect_ambiguous(&v, "root ::= (([a-z ]{1,50}){1,50}){1,40}", "partial parses at once");
+    /* behind a fixed prefix: the probe reads through it */
+    expect_ambiguous(&v, "root ::= \"0123456789\" (([a-z]{1,50}){1,50}){1,40}", "characters '0123456789a");
+    /* exactly k stacks at the start (k alternatives, each its own position): 64 is taken, 65 refused */
+    for (int k = 64; k <= 65; k++) {
+        char gr[4096], *c = gr;
+        c += sprintf(c, "root ::= r0");
+        for (int i = 1; i < k; i++) c += sprintf(c, " | r%d", i);
+        c += sprintf(c, "\n");
+        for (int i = 0; i < k; i++) c += sprintf(c, "r%d ::= \"a\" \"%c\"\n", i, 'A' + i % 26);
+        if (k == 64) assert_int_equal(create(&v, gr), TKV_OK);
+        else expect_ambiguous(&v, gr, "after the 0 characters '' it holds 65 partial parses");
+    }
+    /* ordinary grammars: JSON, a wide repetition, the test grammars */
+    assert_int_equal(create(&v, JSON), TKV_OK);
+    assert_int_equal(create(&v, "root ::= [a-z ]{0,2000}"), TKV_OK);
+    assert_int_equal(create(&v, "root ::= ([a-z]+ \" \"){0,50}"), TKV_OK);
+    free_vocab(&v);
+}
+
 /* ---- allocation failures ---------------------------------------------------------- */
 
 static void alloc_run(const vocab *v) {
@@ -666,6 +741,8 @@ int main(void) {
         cmocka_unit_test(test_masked_distribution),
         cmocka_unit_test(test_generation),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_root_alternatives),
+        cmocka_unit_test(test_ambiguity_refused),
         cmocka_unit_test(test_alloc_failures),
     };
     return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);

@@ -970,6 +970,48 @@ static void test_directory_trust(void **state) {
     rmdir(parent);
 }
 
+/* Issue 38, finding 10: a directory planted where a cache file goes made every later save fail ("cannot
+   remove"). An empty one is removed and the file written; one with content is left as it is (its content is not
+   the cache's to delete), its file is not written, and every other file is: saves and loads go on. */
+static void test_planted_directory(void **state) {
+    (void)state;
+    char dir[64], names[64][64], p[512], q[600];
+    snprintf(dir, sizeof dir, "%s", temp_dir());
+    tkv_context *a = filled_ctx(512);
+    assert_int_equal(tkv_cache_save(a, dir, 0), TKV_OK);
+    const int n = list_dir(dir, names, 64, NULL);
+    int f[2], nf = 0; /* two cache files (not the manifest or the secret) */
+    for (int i = 0; i < n && nf < 2; i++) {
+        uint64_t h;
+        if (tkv__persist_parse_name(names[i], &h)) f[nf++] = i;
+    }
+    assert_int_equal(nf, 2);
+    snprintf(p, sizeof p, "%s/%.63s", dir, names[f[0]]);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkdir(p, 0700), 0);
+    snprintf(q, sizeof q, "%s/keep", p);
+    write_bytes(q, (const uint8_t *)"mine", 4);
+    snprintf(p, sizeof p, "%s/%.63s", dir, names[f[1]]);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkdir(p, 0700), 0);
+    for (int round = 0; round < 2; round++) assert_int_equal(tkv_cache_save(a, dir, 0), TKV_OK);
+    struct stat sb;
+    assert_int_equal(lstat(p, &sb), 0); /* the empty one: a file again */
+    assert_true(S_ISREG(sb.st_mode));
+    size_t kn;
+    uint8_t *k = tu_read_file(q, &kn); /* the other one: untouched */
+    assert_int_equal(kn, 4);
+    assert_memory_equal(k, "mine", 4);
+    free(k);
+    tkv_context *b = new_ctx(512);
+    tkv_cache_load_info info;
+    assert_int_equal(tkv_cache_load_ex(b, dir, &info), TKV_OK);
+    assert_true(info.files_loaded >= 1);
+    tkv_context_free(a);
+    tkv_context_free(b);
+    remove_dir(dir);
+}
+
 /* A save that fails part way (here: files over RLIMIT_FSIZE, as a full disk would refuse them) leaves no
    partial file and never more than max_bytes on disk; the next save, with room again, completes. */
 static void test_failed_save(void **state) {
@@ -1039,6 +1081,7 @@ int main(void) {
         cmocka_unit_test(test_load_under_pressure),
         cmocka_unit_test(test_alloc_failures),
         cmocka_unit_test(test_directory_trust),
+        cmocka_unit_test(test_planted_directory),
         cmocka_unit_test(test_failed_save),
     };
     return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);

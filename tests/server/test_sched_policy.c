@@ -4,8 +4,9 @@
  * Hand-written cases with the expected choice spelled out (admission by
  * cached prefix, starvation, a preempted request waiting for room, holding
  * back a request whose prefix a slot is computing, the choices of one
- * request sharing a slot while others wait, who gives way when the cache
- * is full); then random states from a printed seed against a model
+ * request sharing a slot while others wait, clients' shares of the slots
+ * and of the queue, who gives way when the cache is full or for another
+ * client's share); then random states from a printed seed against a model
  * of the same rules written as filters and sorts, which also checks that
  * the policy asks for the lookups of exactly the requests it weighs, in
  * order.
@@ -135,6 +136,55 @@ static void test_choices_share_a_slot(void **state) {
     assert_int_equal(srv_policy_choose(w, 2, sl, 2, 0, true, look, &l), 0);  /* its request runs nowhere yet */
 }
 
+/* Issue 38: one client's requests held every slot while another's waited minutes. The slots are shared among
+   the active clients; a request of a client under its share goes first, and one over its share gives way. */
+static void test_client_shares(void **state) {
+    (void)state;
+    srv_pslot sl[4];
+    for (int i = 0; i < 4; i++)
+        sl[i] = (srv_pslot){.busy = true, .toks = A, .n_toks = 8, .n_past = 8, .n_gen = 2, .client = 11,
+                            .order = (uint64_t)(10 + i), .group = 5};
+    srv_pwait w[3] = {wait_on(A, 10), wait_on(A, 10), wait_on((const tkv_token[]){30, 31, 32}, 3)};
+    w[0].client = w[1].client = 11, w[0].group = w[1].group = 5; /* more choices of the running request */
+    assert_int_equal(srv_policy_share(w, 2, sl, 4), 4);         /* one client: every slot is its share */
+    assert_int_equal(srv_policy_fair_preempt(w, 2, sl, 4), -1);  /* nobody under a share waits */
+    w[2].client = 22;                                            /* a probe from another client */
+    assert_int_equal(srv_policy_share(w, 3, sl, 4), 2);
+    assert_int_equal(srv_policy_client_slots(sl, 4, 11), 4);
+    assert_int_equal(srv_policy_fair_preempt(w, 3, sl, 4), 3);   /* the over-share client's youngest slot */
+    w[2].fetching = true;                                        /* its prefix is on its way: not yet */
+    assert_int_equal(srv_policy_fair_preempt(w, 3, sl, 4), -1);
+    w[2].fetching = false;
+    w[2].waits_for_room = true;
+    assert_int_equal(srv_policy_fair_preempt(w, 3, sl, 4), -1);
+    w[2].waits_for_room = false;
+    /* the slot given up: the probe goes before the older, starving, better-cached choices of the client over */
+    sl[3].busy = false;
+    w[0].skipped = SRV_STARVE_AFTER;
+    looks l = {.cached = {9, 9, 0}};
+    assert_int_equal(srv_policy_choose(w, 3, sl, 4, 3, true, look, &l), 2);
+    /* three slots to the client of two: still over, and nobody else waits: its own choice takes the free slot */
+    assert_int_equal(srv_policy_choose(w, 2, sl, 4, 3, true, look, &l), 0);
+    /* the probe runs: two clients at 3 and 1 of 4 slots, nobody under a share waits: nobody gives way */
+    sl[3] = (srv_pslot){.busy = true, .toks = A, .n_toks = 4, .n_past = 3, .n_gen = 1, .client = 22, .order = 20};
+    assert_int_equal(srv_policy_fair_preempt(w, 2, sl, 4), -1);
+    /* a second request of the probe's client: it is under its share (1 of 2), the other over (3): it gives way */
+    w[1].client = 22, w[1].group = 0;
+    assert_int_equal(srv_policy_fair_preempt(w, 2, sl, 4), 2);
+    /* five clients over four slots: a share of one each; a client at its share is never preempted */
+    for (int i = 0; i < 4; i++) sl[i].client = (uint64_t)(100 + i);
+    w[0].client = 200;
+    assert_int_equal(srv_policy_share(w, 1, sl, 4), 1);
+    assert_int_equal(srv_policy_fair_preempt(w, 1, sl, 4), -1);
+    /* the queue: a client holds half of it at most, and nobody more than it all */
+    assert_true(srv_policy_queue_admits(0, 8, 0));
+    assert_true(srv_policy_queue_admits(5, 8, 3));
+    assert_false(srv_policy_queue_admits(5, 8, 4));
+    assert_false(srv_policy_queue_admits(8, 8, 0));
+    assert_true(srv_policy_queue_admits(0, 1, 0)); /* a queue of one: one place */
+    assert_false(srv_policy_queue_admits(1, 1, 0));
+}
+
 static srv_pslot generating_slot(uint64_t order, size_t n_past) {
     return (srv_pslot){.busy = true, .toks = A, .n_toks = n_past + 1, .n_past = n_past, .n_gen = 1, .order = order,
                        .in_batch = 1};
@@ -189,7 +239,7 @@ typedef struct world {
     srv_pwait w[16];
     srv_pslot s[8];
     size_t n_wait, n_slots, n_running;
-    bool share;
+    bool share, one_client;
     looks l;
 } world;
 
@@ -200,7 +250,7 @@ static void random_tokens(tkv_token *t, size_t *n) {
 
 static void random_world(world *x) {
     memset(x, 0, sizeof *x);
-    x->n_wait = rnd(7), x->n_slots = 1 + rnd(5), x->share = rnd(4) != 0;
+    x->n_wait = rnd(7), x->n_slots = 1 + rnd(5), x->share = rnd(4) != 0, x->one_client = rnd(3) == 0;
     for (size_t i = 0; i < x->n_slots; i++) {
         srv_pslot *s = &x->s[i];
         s->busy = rnd(4) != 0;
@@ -209,6 +259,7 @@ static void random_world(world *x) {
         s->n_past = rnd((uint32_t)s->n_toks + 1);
         s->n_gen = rnd(2) ? 0 : (int)(1 + rnd(3));
         s->ns = rnd(3) ? 0 : 1, s->group = rnd(3) ? 0 : 1 + rnd(2);
+        s->client = x->one_client ? 7 : rnd(3);
         s->order = rnd(100);
         s->in_batch = rnd(2) ? 0 : 1 + rnd(4);
         x->n_running += s->busy;
@@ -219,6 +270,7 @@ static void random_world(world *x) {
         random_tokens(x->wt[i], &w->n_toks);
         w->toks = x->wt[i];
         w->ns = rnd(3) ? 0 : 1, w->group = rnd(3) ? 0 : 1 + rnd(2);
+        w->client = x->one_client ? 7 : rnd(3);
         w->skipped = rnd(4) ? rnd(SRV_STARVE_AFTER) : SRV_STARVE_AFTER + rnd(2);
         w->fetching = rnd(5) == 0;
         w->waits_for_room = rnd(10) == 0;
@@ -241,13 +293,44 @@ static bool model_held(const world *x, size_t i) {
     return false;
 }
 
+/* The model's shares: distinct clients of busy slots and of waiting requests not fetching, by a sorted list. */
+static size_t model_share(const world *x) {
+    uint64_t c[32];
+    size_t n = 0;
+    for (size_t i = 0; i < x->n_slots; i++)
+        if (x->s[i].busy) c[n++] = x->s[i].client;
+    for (size_t i = 0; i < x->n_wait; i++)
+        if (!x->w[i].fetching) c[n++] = x->w[i].client;
+    for (size_t a = 1; a < n; a++)
+        for (size_t b = a; b > 0 && c[b] < c[b - 1]; b--) {
+            uint64_t t = c[b];
+            c[b] = c[b - 1], c[b - 1] = t;
+        }
+    size_t distinct = 0;
+    for (size_t i = 0; i < n; i++) distinct += !i || c[i] != c[i - 1];
+    if (!distinct) return x->n_slots;
+    return x->n_slots / distinct ? x->n_slots / distinct : 1;
+}
+
+static size_t model_held_slots(const world *x, uint64_t client) {
+    size_t n = 0;
+    for (size_t i = 0; i < x->n_slots; i++) n += x->s[i].busy && x->s[i].client == client;
+    return n;
+}
+
+static bool model_under(const world *x, size_t i) { return model_held_slots(x, x->w[i].client) < model_share(x); }
+
 static long model_choose(const world *x, size_t *expect_asked, size_t *n_expect) {
     *n_expect = 0;
     if (x->n_running)
         for (size_t i = 0; i < x->n_wait; i++)
             if (x->w[i].waits_for_room) return -1;
+    /* starving ones: of a client under its share, when any such request waits not fetching */
+    bool any_under = false;
+    for (size_t i = 0; i < x->n_wait; i++) any_under |= !x->w[i].fetching && model_under(x, i);
     for (size_t i = 0; i < x->n_wait; i++)
-        if (x->w[i].skipped >= SRV_STARVE_AFTER && !x->w[i].fetching) return (long)i;
+        if (x->w[i].skipped >= SRV_STARVE_AFTER && !x->w[i].fetching && (!any_under || model_under(x, i)))
+            return (long)i;
     /* candidates: weighed (looked up), not skipped, not held; sorted by cached descending, then age */
     long cand[16];
     size_t n = 0;
@@ -256,11 +339,14 @@ static long model_choose(const world *x, size_t *expect_asked, size_t *n_expect)
         expect_asked[(*n_expect)++] = i;
         if (!x->l.skip[i] && !(x->share && model_held(x, i))) cand[n++] = (long)i;
     }
-    /* a request's next choice (its group runs in a slot) ranks after every request with nothing running */
+    /* a client over its share ranks after every client under it; then a request's next choice (its group runs
+       in a slot) after every request with nothing running */
     int rank[16] = {0};
-    for (size_t c = 0; c < n; c++)
+    for (size_t c = 0; c < n; c++) {
         for (size_t k = 0; k < x->n_slots; k++)
             if (x->w[cand[c]].group && x->s[k].busy && x->s[k].group == x->w[cand[c]].group) rank[cand[c]] = 1;
+        if (!model_under(x, (size_t)cand[c])) rank[cand[c]] += 2;
+    }
     for (size_t a = 1; a < n; a++) /* insertion sort, stable: equals keep their age order */
         for (size_t b = a; b > 0 && (rank[cand[b]] < rank[cand[b - 1]] ||
                                      (rank[cand[b]] == rank[cand[b - 1]] &&
@@ -287,6 +373,7 @@ static size_t by_youth(const world *x, bool (*pick)(const srv_pslot *), int *out
 static bool is_gen(const srv_pslot *s) { return s->n_gen > 0; }
 static bool is_prompt_in_batch(const srv_pslot *s) { return !s->n_gen && s->in_batch; }
 static bool holds(const srv_pslot *s) { return s->n_past > 0; }
+static bool is_any(const srv_pslot *s) { return s->busy; }
 
 static srv_room model_room(const world *x) {
     int prompts[8], gens[8], holders[8];
@@ -302,6 +389,28 @@ static srv_room model_room(const world *x) {
     return (srv_room){SRV_ROOM_PREEMPT, victim, stuck};
 }
 
+/* The model's fairness preemption: with no free slot and a request of a client under its share waiting (not
+   fetching, not waiting for room), the youngest slot among those of the clients holding the most slots, when
+   that is more than the share. */
+static long model_fair_preempt(const world *x) {
+    for (size_t i = 0; i < x->n_slots; i++)
+        if (!x->s[i].busy) return -1;
+    bool any = false;
+    for (size_t i = 0; i < x->n_wait; i++) any |= !x->w[i].fetching && !x->w[i].waits_for_room && model_under(x, i);
+    if (!any) return -1;
+    size_t most = 0;
+    for (size_t i = 0; i < x->n_slots; i++) {
+        const size_t h = model_held_slots(x, x->s[i].client);
+        most = h > most ? h : most;
+    }
+    if (most <= model_share(x)) return -1;
+    int order[8];
+    const size_t n = by_youth(x, is_any, order);
+    for (size_t k = 0; k < n; k++)
+        if (model_held_slots(x, x->s[order[k]].client) == most) return order[k];
+    return -1;
+}
+
 static void test_against_model(void **state) {
     (void)state;
     const char *env = getenv("TKV_POLICY_SEED");
@@ -309,6 +418,7 @@ static void test_against_model(void **state) {
     printf("test_sched_policy: seed %llu (TKV_POLICY_SEED repeats it)\n", (unsigned long long)seed);
     rng = seed * 2654435761u + 1;
     static world x;
+    int n_fair = 0; /* states where a client gives way: the rule is exercised, not only its refusals */
     for (int it = 0; it < 20000; it++) {
         random_world(&x);
         /* the orders the rules compare are distinct in a scheduler (admission counts up) */
@@ -322,11 +432,16 @@ static void test_against_model(void **state) {
         for (size_t k = 0; k < n_expect; k++)
             if (x.l.asked[k] != expect_asked[k])
                 fail_msg("iteration %d: lookup %zu asked for %zu, the model %zu", it, k, x.l.asked[k], expect_asked[k]);
+        const long fp = srv_policy_fair_preempt(x.w, x.n_wait, x.s, x.n_slots), mfp = model_fair_preempt(&x);
+        if (fp != mfp) fail_msg("iteration %d: fair_preempt %ld, the model %ld", it, fp, mfp);
+        n_fair += fp >= 0;
         const srv_room r = srv_policy_make_room(x.s, x.n_slots), m = model_room(&x);
         if (r.kind != m.kind || r.slot != m.slot || (r.kind != SRV_ROOM_HOLD_PROMPT && r.stuck != m.stuck))
             fail_msg("iteration %d: make_room %d/%d/%d, the model %d/%d/%d", it, r.kind, r.slot, r.stuck, m.kind,
                      m.slot, m.stuck);
     }
+    printf("test_sched_policy: a client gave way in %d of 20000 states\n", n_fair);
+    assert_true(n_fair > 200);
 }
 
 int main(void) {
@@ -335,6 +450,7 @@ int main(void) {
         cmocka_unit_test(test_choose_starving_and_preempted),
         cmocka_unit_test(test_held_back),
         cmocka_unit_test(test_choices_share_a_slot),
+        cmocka_unit_test(test_client_shares),
         cmocka_unit_test(test_make_room),
         cmocka_unit_test(test_against_model),
     };

@@ -75,6 +75,46 @@ serverSuite('HTTP framing', ['--api-key', KEY, '--max-body', '4096'], (s) => {
     assert.deepEqual(statuses(r.text), [200], r.text);
   });
 
+  // Issue 38, items 9 and 11: the answer goes out before the body is read,
+  // and the close is graceful: the socket drains what the client still sends.
+  s.test('401 and 413 come before the body, and reach a client that reads only after sending it all',
+    async (server) => {
+      const post = (extra, length) => head(['POST /v1/completions HTTP/1.1', 'Host: x', 'Content-Type: application/json',
+                                            ...extra, `Content-Length: ${length}`]);
+      const refusals = [[['Authorization: Bearer wrong'], 401], [[`Authorization: Bearer ${KEY}`], 413]];
+      // headers and 64 KB of an announced 4 MB: the answer comes while the client has the rest to send
+      for (const [extra, status] of refusals) {
+        const r = await new Promise((resolve) => {
+          const sock = net.connect(server.port, '127.0.0.1');
+          let got = '';
+          const timer = setTimeout(() => { sock.destroy(); resolve(got); }, 3000);
+          sock.on('error', () => {});
+          sock.on('data', (d) => {
+            got += d.toString('latin1');
+            if (/\r\n\r\n[^]*\}$/.test(got)) { clearTimeout(timer); sock.destroy(); resolve(got); }
+          });
+          sock.write(post(extra, 4 << 20) + ' '.repeat(64 << 10));
+        });
+        assert.deepEqual(statuses(r), [status], `no answer before the body's end: ${r.slice(0, 300)}`);
+      }
+      // 8 MB sent before anything is read: a close with the body unread would reset the connection and
+      // the client would lose the answer; the drain lets its writes finish and the answer wait for it
+      for (const [extra, status] of refusals) {
+        const r = await new Promise((resolve) => {
+          const sock = net.connect(server.port, '127.0.0.1');
+          let got = '', err = null;
+          sock.pause();
+          sock.on('error', (e) => { err = e.code; });
+          sock.on('data', (d) => { got += d.toString('latin1'); });
+          sock.on('close', () => resolve({ got, err }));
+          sock.write(post(extra, 8 << 20));
+          sock.write(Buffer.alloc(8 << 20, 0x20), () => setTimeout(() => sock.resume(), 200));
+        });
+        assert.deepEqual(statuses(r.got), [status], `${r.err}: ${r.got.slice(0, 300)}`);
+        assert.equal(r.err, null);
+      }
+    });
+
   s.test('HEAD and OPTIONS', async (server) => {
     let r = await raw(server, head(['HEAD /health HTTP/1.1', 'Host: x', 'Connection: close']));
     assert.deepEqual(statuses(r.text), [200], r.text);

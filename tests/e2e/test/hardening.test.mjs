@@ -6,6 +6,7 @@
 // body) missed by far. Auth traps: empty keys and an admin key alone are
 // refused at start. Small leaks: /props and /slots.
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import path from 'node:path';
 import { describe, it } from 'node:test';
 import { MODEL, assertErrorBody, get, post, serverSuite, startServer } from '../lib/server.mjs';
@@ -141,3 +142,88 @@ serverSuite('what a caller sees of the host and of other tenants', ['--api-key',
       }
     });
   });
+
+// Issue 38, item 3: a client's share of the slots and of the queue. Clients
+// are told apart by their address here (no --api-key): 127.0.0.1 and 127.0.0.2.
+
+// A POST from localAddress; resolves {status, json}; abort() ends it (the server cancels the request).
+function postFrom(server, localAddress, body) {
+  let req;
+  const done = new Promise((resolve, reject) => {
+    const data = JSON.stringify(body);
+    req = http.request({ host: '127.0.0.1', port: server.port, path: '/v1/completions', method: 'POST', localAddress,
+      headers: { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) } }, (res) => {
+      let out = '';
+      res.on('data', (d) => { out += d; });
+      res.on('end', () => resolve({ status: res.statusCode, json: JSON.parse(out) }));
+    });
+    req.on('error', (e) => (e.code === 'ECONNRESET' ? resolve({ status: 0 }) : reject(e)));
+    req.end(data);
+  });
+  return { done, abort: () => req.destroy() };
+}
+
+async function metric(server, name) {
+  const m = await get(server, '/metrics');
+  return Number(new RegExp(`^${name} (\\d+)`, 'm').exec(m.body)[1]);
+}
+
+async function until(server, name, atLeast) {
+  for (let i = 0; i < 600; i++) {
+    if (await metric(server, name) >= atLeast) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.fail(`${name} never reached ${atLeast}`);
+}
+
+serverSuite('a client\'s share of the slots', ['-np', '4'], (s) => {
+  s.test('one client\'s n = 8 requests fill every slot; another client\'s probe runs before any of their choices ends',
+    async (server) => {
+      const long = { max_tokens: 900, n: 8, ignore_eos: true, temperature: 0 };
+      const big = [0, 1].map((i) => postFrom(server, '127.0.0.1', { prompt: `Once upon a time ${i}`, ...long }));
+      await until(server, 'tokenkv_running_requests', 4); // every slot holds one of its choices
+      await until(server, 'tokenkv_cache_tokens_computed_total', 100); // and they generate
+      const before = await metric(server, 'tokenkv_generated_tokens_total');
+      const probe = await postFrom(server, '127.0.0.2', { prompt: 'The cat', max_tokens: 4 }).done;
+      assert.equal(probe.status, 200);
+      // a choice ends after 900 tokens; the generated count grows at the end of each: only the probe's
+      const after = await metric(server, 'tokenkv_generated_tokens_total');
+      assert.equal(after - before, probe.json.usage.completion_tokens, 'a choice of the big requests ended first');
+      assert.ok(await metric(server, 'tokenkv_preemptions_total') >= 1);
+      for (const b of big) b.abort();
+      await Promise.all(big.map((b) => b.done));
+    });
+});
+
+serverSuite('a client\'s share of the queue', ['-np', '1', '--max-queue', '4'], (s) => {
+  s.test('one client holds half the queue at most; another still gets in', async (server) => {
+    const long = { prompt: 'Once upon a time', max_tokens: 900, ignore_eos: true };
+    const running = postFrom(server, '127.0.0.1', long);
+    await until(server, 'tokenkv_running_requests', 1);
+    const queued = [postFrom(server, '127.0.0.1', long), postFrom(server, '127.0.0.1', long)];
+    await until(server, 'tokenkv_queue_depth', 2);
+    const third = await postFrom(server, '127.0.0.1', long).done; // its share (2 of 4) is full
+    assert.equal(third.status, 429);
+    assertErrorBody(third.json, { type: 'rate_limit_error', code: 'queue_full' });
+    const other = postFrom(server, '127.0.0.2', { prompt: 'The cat', max_tokens: 2 });
+    await until(server, 'tokenkv_queue_depth', 3); // the other client is queued, not refused
+    for (const r of [running, ...queued]) r.abort();
+    assert.equal((await other.done).status, 200);
+    await Promise.all([running, ...queued].map((r) => r.done));
+  });
+});
+
+// Issue 38, item 4: a grammar whose parses multiply is refused when the request comes (a 400 naming the limit),
+// instead of costing tens of milliseconds a token for as long as it runs.
+serverSuite('grammars too ambiguous to run', [], (s) => {
+  s.test('the issue\'s nested repetition is a 400 naming the limit; its one-repetition form runs', async (server) => {
+    const r = await post(server, '/v1/completions',
+      { prompt: 'Once', max_tokens: 4, grammar: 'root ::= (([a-z ]{0,50}){0,50}){0,40}' });
+    assert.equal(r.status, 400, r.body);
+    assertErrorBody(r.json, { param: 'grammar', code: 'invalid_value' });
+    assert.match(r.json.error.message, /too ambiguous.*over the limit of 64/);
+    const ok = await post(server, '/v1/completions', { prompt: 'Once', max_tokens: 4, grammar: 'root ::= [a-z ]{0,2000}' });
+    assert.equal(ok.status, 200, ok.body);
+    assert.match(ok.json.choices[0].text, /^[a-z ]*$/);
+  });
+});

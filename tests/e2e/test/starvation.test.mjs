@@ -143,6 +143,12 @@ async function waitForFiles(pid, n) {
   assert.fail(`the server accepted only ${have} of ${n} connections`);
 }
 
+// One body for every upload: 500 buffers of 1 MB filled in this process would
+// keep its event loop from even connecting the last clients within the
+// server's --request-timeout on a busy machine (those were cut before their
+// headers came, and counted as lost 401s).
+const UPLOAD_BODY = Buffer.alloc(UPLOAD_BYTES, 0x20);
+
 // One upload without the key: headers, then 1 MB of body; resolves the status line.
 function upload(port, localAddress) {
   return new Promise((resolve) => {
@@ -154,7 +160,7 @@ function upload(port, localAddress) {
     sock.on('connect', () => {
       sock.write('POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n' +
                  `Content-Length: ${UPLOAD_BYTES}\r\nConnection: close\r\n\r\n`);
-      sock.end(Buffer.alloc(UPLOAD_BYTES, 0x20));
+      sock.end(UPLOAD_BODY);
     });
   });
 }
