@@ -163,7 +163,7 @@ static void gemm23(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint
     const size_t tc = direct ? TC_DIRECT : TC_MAXK;
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, b.tstart, b.tlen);
+        const int ntile = plan_tiles(tn, 4, b.tstart, b.tlen);
         assert(direct || (size_t)ntile * STT <= sizeof b.st / sizeof b.st[0]);
         for (size_t r = 0; r < nr; r += 2) {
             const uint8_t *rows[2] = {w + r * wrs, w + min_sz(r + 1, nr - 1) * wrs};

@@ -195,7 +195,7 @@ static void gemm5(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8
     float *const da = b.tab, *const sa = b.tab + tc * nb; /* [token chunk][block][token] each */
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, b.tstart, b.tlen);
+        const int ntile = plan_tiles(tn, 4, b.tstart, b.tlen);
         assert(tn * nb * (offs ? 2 : 1) <= TAB_FLOATS && (direct || ntile <= MAX_TILES));
         /* token scales and sums as floats: tile j's at nb * tstart[j], [block][token] */
         for (int j = 0; j < ntile; j++)
