@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
@@ -93,6 +94,26 @@ typedef struct tile_ops {
     tile_finish_fn *finish;
 } tile_ops;
 
+
+/*
+ * The activations' block scales of a chunk's tokens as floats, for the
+ * families whose activation blocks start with an fp16 d (Q8_0) or d and s
+ * (Q8_1: then sa is not NULL): tile j's at da + nb * start[j] and
+ * sa + nb * start[j], [block][token]. ab: bytes per activation block.
+ */
+INLINE void tile_scales(const tile_job *job, const tile_chunk *c, size_t nb, size_t ab, float *da, float *sa) {
+    for (int j = 0; j < c->ntile; j++)
+        for (int t = 0; t < c->len[j]; t++) {
+            const uint8_t *row = job->xq + (c->t0 + c->start[j] + (size_t)t) * job->xrs;
+            float *dj = da + nb * c->start[j], *sj = sa ? sa + nb * c->start[j] : NULL;
+            for (size_t i = 0; i < nb; i++) {
+                uint16_t h[2];
+                memcpy(h, row + i * ab, sa ? 4 : 2);
+                dj[i * (size_t)c->len[j] + (size_t)t] = f16(h[0]);
+                if (sa) sj[i * (size_t)c->len[j] + (size_t)t] = f16(h[1]);
+            }
+        }
+}
 
 /*
  * The product. When K fits one chunk ("direct") each tile is finished as

@@ -113,58 +113,54 @@ static void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) 
 enum { STT32 = 2 * 2 * 8 /* stash floats per token: 2 parities x 2 rows x 8 */ };
 
 /* A Q8_0 product's buffers (52 KiB: they live on the stack, kernels.h: under 80 KiB). */
-typedef struct q8_state {
+typedef struct q8_bufs {
     alignas(64) p32 pan[2 * KC32];                   /* 12 KiB */
     alignas(64) float st[TC_MAX * STT32];            /* 8 KiB */
     alignas(64) float da[TAB_BYTES / sizeof(float)]; /* 32 KiB */
+} q8_bufs;
+
+/* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
+typedef struct q8_state {
+    q8_bufs *b;
     size_t nb;
 } q8_state;
 
 /* Token scales as floats: tile j's at da + nb * start[j], [block][token]. */
-static inline void q8_table(void *f, const tile_job *job, const tile_chunk *c) {
+INLINE void q8_table(void *f, const tile_job *job, const tile_chunk *c) {
     q8_state *b = f;
-    const size_t nb = b->nb;
-    for (int j = 0; j < c->ntile; j++)
-        for (int t = 0; t < c->len[j]; t++) {
-            const uint8_t *row = job->xq + (c->t0 + c->start[j] + (size_t)t) * job->xrs;
-            float *dj = b->da + nb * c->start[j];
-            for (size_t i = 0; i < nb; i++) {
-                uint16_t h;
-                memcpy(&h, row + i * sizeof(tkv__block_q8_0), 2);
-                dj[i * (size_t)c->len[j] + (size_t)t] = f16(h);
-            }
-        }
+    tile_scales(job, c, b->nb, sizeof(tkv__block_q8_0), b->b->da, NULL);
 }
 
-static inline void q8_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
+INLINE void q8_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     q8_state *b = f;
-    for (int k = 0; k < 2; k++) p32_q8_0(&b->pan[2 * (i - k0) + (size_t)k], rows[k], i);
+    for (int k = 0; k < 2; k++) p32_q8_0(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k], i);
 }
 
-static inline void q8_tile(void *f, const tile_chunk *c, const tile_step *s) {
+INLINE void q8_tile(void *f, const tile_chunk *c, const tile_step *s) {
     q8_state *b = f;
     for (int par = 0; par < 2; par++)
-        tile32_any(b->pan, s->k0, s->k0 + (size_t)par, s->k1, s->yt, b->da + b->nb * c->start[s->j],
+        tile32_any(b->b->pan, s->k0, s->k0 + (size_t)par, s->k1, s->yt, b->b->da + b->nb * c->start[s->j],
                    s->st + 16 * s->T * par, s->k0 == 0, s->T);
 }
 
-static inline void q8_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
+INLINE void q8_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
     (void)f;
     finish32(st, T, y, ldy, nrow);
 }
 
 INLINE void gemm32(const tile_job *job) {
-    q8_state b;
-    _Static_assert(sizeof b + sizeof(tile_chunk) <= 80 * 1024,
+    q8_bufs bufs;
+    q8_state b = {.b = &bufs};
+    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.nb = job->n / TKV__QK;
     const int direct = b.nb <= KC32;
     size_t tc = TAB_BYTES / sizeof(float) / b.nb;
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX;
     tc = tc < 1 ? 1 : tc > cap ? cap : tc;
-    assert(tc * b.nb <= sizeof b.da / sizeof b.da[0] && (direct || tc * STT32 <= sizeof b.st / sizeof b.st[0]));
+    assert(tc * b.nb <= sizeof bufs.da / sizeof bufs.da[0] && (direct || tc * STT32 <= sizeof bufs.st / sizeof bufs.st[0]));
     const tile_shape sh = {.nb = b.nb, .bs = sizeof(tkv__block_q8_0), .kc = KC32, .tc = tc, .rows = 2, .big = T32,
-                           .st = b.st, .stt = STT32, .by_token = 1};
+                           .st = bufs.st, .stt = STT32, .by_token = 1};
     const tile_ops ops = {.table = q8_table, .panel = q8_panel, .tile = q8_tile, .finish = q8_finish};
     tile_product(job, &sh, &ops, &b);
 }
@@ -340,23 +336,28 @@ static void finishk(const float *st, int T, float *y, size_t ldy, size_t nrow, i
 enum { STTK = 9 * 8 /* stash floats per tile: 2 x 4 accumulators + the mins vector */ };
 
 /* A Q4_K / Q5_K / Q6_K product's buffers (47 KiB, on the stack). */
-typedef struct k_state {
+typedef struct k_bufs {
     alignas(64) pk pan[2 * KCK];                    /* 9 KiB */
     alignas(64) pkm pm[KCK];                        /* 1.3 KiB */
     alignas(64) float st[(TC_MAX / TK + 2) * STTK]; /* 5 KiB */
     alignas(64) tk tab[TAB_BYTES / sizeof(tk)];     /* 32 KiB */
+} k_bufs;
+
+/* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
+typedef struct k_state {
+    k_bufs *b;
     size_t nb, bs;
     int six, five;
 } k_state;
 
 /* Q4_K / Q5_K: tile j's table at tab + j nb; slots past the tile's tokens repeat its last. */
-static inline void k_table(void *f, const tile_job *job, const tile_chunk *c) {
+INLINE void k_table(void *f, const tile_job *job, const tile_chunk *c) {
     k_state *b = f;
     const size_t nb = b->nb;
-    assert((size_t)c->ntile * nb <= sizeof b->tab / sizeof b->tab[0]);
+    assert((size_t)c->ntile * nb <= sizeof b->b->tab / sizeof b->b->tab[0]);
     for (int j = 0; j < c->ntile; j++)
         for (size_t i = 0; i < nb; i++) {
-            tk *e = &b->tab[(size_t)j * nb + i];
+            tk *e = &b->b->tab[(size_t)j * nb + i];
             for (int u = 0; u < TK; u++) {
                 const int t = u < c->len[j] ? u : c->len[j] - 1;
                 const uint8_t *blk = job->xq + (c->t0 + c->start[j] + (size_t)t) * job->xrs + i * sizeof(tkv__block_q8_K);
@@ -368,29 +369,30 @@ static inline void k_table(void *f, const tile_job *job, const tile_chunk *c) {
         }
 }
 
-static inline void k_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
+INLINE void k_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     k_state *b = f;
     for (int k = 0; k < 2; k++) {
-        if (b->six) pk_q6_K(&b->pan[2 * (i - k0) + (size_t)k], rows[k], i);
-        else pk_q45_K(&b->pan[2 * (i - k0) + (size_t)k], rows[k], i, b->five);
+        if (b->six) pk_q6_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k], i);
+        else pk_q45_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k], i, b->five);
     }
-    if (!b->six) pkm_q45_K(&b->pm[i - k0], rows, i, b->bs);
+    if (!b->six) pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bs);
 }
 
-static inline void k_tile(void *f, const tile_chunk *c, const tile_step *s) {
+INLINE void k_tile(void *f, const tile_chunk *c, const tile_step *s) {
     k_state *b = f;
     (void)c;
-    tilek_any(b->pan, b->pm, s->k0, s->k1, s->yt, b->tab + (size_t)s->j * b->nb, s->st, s->k0 == 0, s->T, b->six);
+    tilek_any(b->b->pan, b->b->pm, s->k0, s->k1, s->yt, b->b->tab + (size_t)s->j * b->nb, s->st, s->k0 == 0, s->T, b->six);
 }
 
-static inline void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
+INLINE void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
     finishk(st, T, y, ldy, nrow, ((k_state *)f)->six);
 }
 
 /* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels */
 INLINE void gemmk(const tile_job *job, int kind) {
-    k_state b;
-    _Static_assert(sizeof b + sizeof(tile_chunk) <= 80 * 1024,
+    k_bufs bufs;
+    k_state b = {.b = &bufs};
+    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.six = kind == 6;
     b.five = kind == 5;
@@ -401,9 +403,9 @@ INLINE void gemmk(const tile_job *job, int kind) {
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX, tiles = TAB_BYTES / sizeof(tk) / b.nb;
     size_t tc = b.six ? cap : tiles >= 3 ? TK * (tiles - 2) : 1;
     if (tc > cap) tc = cap;
-    assert(direct || (tc / TK + 2) * STTK <= sizeof b.st / sizeof b.st[0]);
+    assert(direct || (tc / TK + 2) * STTK <= sizeof bufs.st / sizeof bufs.st[0]);
     const tile_shape sh = {.nb = b.nb, .bs = b.bs, .kc = KCK, .tc = tc, .rows = 2, .big = TK,
-                           .st = b.st, .stt = STTK, .by_token = 0};
+                           .st = bufs.st, .stt = STTK, .by_token = 0};
     const tile_ops ops = {.table = b.six ? NULL : k_table, .panel = k_panel, .tile = k_tile, .finish = k_finish};
     tile_product(job, &sh, &ops, &b);
 }
