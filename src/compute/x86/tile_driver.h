@@ -18,7 +18,7 @@
 #ifndef TKV_X86_TILE_DRIVER_H
 #define TKV_X86_TILE_DRIVER_H
 
-#include "compute/x86/util.h"
+#include "util.h"
 
 #include <stddef.h>
 #include <stdint.h>
