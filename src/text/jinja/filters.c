@@ -44,13 +44,13 @@ static int64_t need_int(tkv__jctx *c, tkv__jv v, const char *what) {
 
 /* ---- case mapping (the tables are in text/jinja/case.c) ---- */
 
-/* Add cp mapped by mode (0 lower, 1 upper, 2 title); ASCII without the tables. */
-static void add_mapped(tkv__jctx *c, tkv__jbuf *b, uint32_t cp, int mode) {
+/* Add cp mapped by mode; ASCII without the tables (its title case is its upper case). */
+static void add_mapped(tkv__jctx *c, tkv__jbuf *b, uint32_t cp, tkv__jcase mode) {
     char e[16];
     if (cp < 0x80) {
         char ch = (char)cp;
-        if (mode && ch >= 'a' && ch <= 'z') ch = (char)(ch - 32);
-        else if (!mode && ch >= 'A' && ch <= 'Z') ch = (char)(ch + 32);
+        if (mode != TKV__JCASE_LOWER && ch >= 'a' && ch <= 'z') ch = (char)(ch - 32);
+        else if (mode == TKV__JCASE_LOWER && ch >= 'A' && ch <= 'Z') ch = (char)(ch + 32);
         tkv__jbuf_addc(c, b, ch);
         return;
     }
@@ -58,11 +58,10 @@ static void add_mapped(tkv__jctx *c, tkv__jbuf *b, uint32_t cp, int mode) {
 }
 
 /*
- * Python's str.lower (mode 0), upper (1), capitalize (2: the first code point title-cased, the rest lowered).
- * Lowering gives a final sigma (U+03C2) for a capital sigma after a cased letter and before none, as Python's
- * does. Bytes that are not UTF-8 stay as they are.
+ * Python's str.lower, upper, capitalize (not title). Lowering gives a final sigma (U+03C2) for a capital sigma
+ * after a cased letter and before none, as Python's does. Bytes that are not UTF-8 stay as they are.
  */
-static tkv__jv map_case(tkv__jctx *c, tkv__jv s, int mode) {
+static tkv__jv map_case(tkv__jctx *c, tkv__jv s, tkv__jstr_case_op op) {
     tkv__jbuf b = {0};
     tkv__jbuf_add(c, &b, "", 0);
     tkv__jstep(c, (long)s.u.str.n / 16);
@@ -70,11 +69,13 @@ static tkv__jv map_case(tkv__jctx *c, tkv__jv s, int mode) {
         size_t used;
         uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
         bool stray = used == 1 && cp >= 0x80;
-        int m = mode == 1 ? 1 : mode == 2 && i == 0 ? 2 : 0;
+        const tkv__jcase m = op == TKV__JSTR_UPPER                   ? TKV__JCASE_UPPER
+                             : op == TKV__JSTR_CAPITALIZE && i == 0 ? TKV__JCASE_TITLE
+                                                                    : TKV__JCASE_LOWER;
         if (stray) {
             tkv__jbuf_add(c, &b, s.u.str.p + i, 1);
-        } else if (m == 0 && cp == 0x3a3) {
-            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), 0);
+        } else if (m == TKV__JCASE_LOWER && cp == 0x3a3) {
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), TKV__JCASE_LOWER);
         } else {
             add_mapped(c, &b, cp, m);
         }
@@ -83,8 +84,8 @@ static tkv__jv map_case(tkv__jctx *c, tkv__jv s, int mode) {
     return tkv__jbuf_value(&b);
 }
 
-tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, int mode) {
-    if (mode < 3) return map_case(c, s, mode);
+tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, tkv__jstr_case_op op) {
+    if (op != TKV__JSTR_TITLE) return map_case(c, s, op);
     /* Python's str.title: title case after an uncased code point, lower case after a cased one */
     tkv__jbuf b = {0};
     tkv__jbuf_add(c, &b, "", 0);
@@ -95,8 +96,8 @@ tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, int mode) {
         uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
         if (used == 1 && cp >= 0x80) tkv__jbuf_add(c, &b, s.u.str.p + i, 1);
         else if (prev_cased && cp == 0x3a3)
-            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), 0);
-        else add_mapped(c, &b, cp, prev_cased ? 0 : 2);
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), TKV__JCASE_LOWER);
+        else add_mapped(c, &b, cp, prev_cased ? TKV__JCASE_LOWER : TKV__JCASE_TITLE);
         prev_cased = !(used == 1 && cp >= 0x80) && tkv__jcase_cased(cp);
         i += used;
     }
@@ -123,14 +124,14 @@ static tkv__jv title(tkv__jctx *c, tkv__jv s) {
         if (sep || (used == 1 && cp >= 0x80)) {
             tkv__jbuf_add(c, &b, s.u.str.p + i, used);
         } else if (start) {
-            add_mapped(c, &b, cp, 1);
+            add_mapped(c, &b, cp, TKV__JCASE_UPPER);
             rest = i + used;
         } else if (cp == 0x3a3) {
             size_t end = i + used, u2;
             while (end < s.u.str.n && !title_sep(tkv__utf8_decode(s.u.str.p + end, s.u.str.n - end, &u2))) end += u2;
-            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, rest, i, i + used, end), 0);
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, rest, i, i + used, end), TKV__JCASE_LOWER);
         } else {
-            add_mapped(c, &b, cp, 0);
+            add_mapped(c, &b, cp, TKV__JCASE_LOWER);
         }
         if (start && !sep && !(used == 1 && cp >= 0x80)) start = false;
         else if (sep) start = true;
@@ -167,7 +168,7 @@ static tkv__jv list_of(tkv__jctx *c, tkv__jlist l) {
 }
 
 static tkv__jv key_of(tkv__jctx *c, tkv__jv v, bool case_sensitive) {
-    if (!case_sensitive && v.type == TKV__JV_STR) return map_case(c, v, 0);
+    if (!case_sensitive && v.type == TKV__JV_STR) return map_case(c, v, TKV__JSTR_LOWER);
     return v;
 }
 
@@ -469,7 +470,8 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
         *out = tkv__jbuf_value(&b);
     } else if (IS("upper") || IS("lower") || IS("capitalize")) {
         BIND0();
-        *out = map_case(c, tkv__jv_to_str(c, v), IS("lower") ? 0 : IS("upper") ? 1 : 2);
+        *out = map_case(c, tkv__jv_to_str(c, v),
+                        IS("lower") ? TKV__JSTR_LOWER : IS("upper") ? TKV__JSTR_UPPER : TKV__JSTR_CAPITALIZE);
     } else if (IS("title")) {
         BIND0();
         *out = title(c, tkv__jv_to_str(c, v));
