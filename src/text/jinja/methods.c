@@ -21,14 +21,28 @@ enum {
     M_LINDEX = 200, M_LCOUNT, M_LCOPY, M_LIST_END,
 };
 
+/* The names of each kind's methods, by their ids above (the id of a dict's or list's method is its base plus
+   its index here). */
 static const char *const STR_METHODS[] = {
-    "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "replace", "upper", "lower", "title",
-    "capitalize", "find", "rfind", "count", "join", "format", "splitlines", "isdigit", "isalpha", "isspace",
-    "isalnum", "isupper", "islower", "removeprefix", "removesuffix", "index", "partition", "rpartition", "zfill",
-    "ljust", "rjust", "center", NULL};
-static const char *const DICT_METHODS[] = {"items", "keys", "values", "get", "copy", NULL};
+    [M_STRIP] = "strip", [M_LSTRIP] = "lstrip", [M_RSTRIP] = "rstrip", [M_SPLIT] = "split", [M_RSPLIT] = "rsplit",
+    [M_STARTSWITH] = "startswith", [M_ENDSWITH] = "endswith", [M_REPLACE] = "replace", [M_UPPER] = "upper",
+    [M_LOWER] = "lower", [M_TITLE] = "title", [M_CAPITALIZE] = "capitalize", [M_FIND] = "find", [M_RFIND] = "rfind",
+    [M_COUNT] = "count", [M_JOIN] = "join", [M_FORMAT] = "format", [M_SPLITLINES] = "splitlines",
+    [M_ISDIGIT] = "isdigit", [M_ISALPHA] = "isalpha", [M_ISSPACE] = "isspace", [M_ISALNUM] = "isalnum",
+    [M_ISUPPER] = "isupper", [M_ISLOWER] = "islower", [M_REMOVEPREFIX] = "removeprefix",
+    [M_REMOVESUFFIX] = "removesuffix", [M_INDEX] = "index", [M_PARTITION] = "partition",
+    [M_RPARTITION] = "rpartition", [M_ZFILL] = "zfill", [M_LJUST] = "ljust", [M_RJUST] = "rjust",
+    [M_CENTER] = "center", [M_STR_END] = NULL,
+};
+static const char *const DICT_METHODS[] = {
+    [M_ITEMS - M_ITEMS] = "items", [M_KEYS - M_ITEMS] = "keys", [M_VALUES - M_ITEMS] = "values",
+    [M_GET - M_ITEMS] = "get",     [M_COPY - M_ITEMS] = "copy", [M_DICT_END - M_ITEMS] = NULL,
+};
 static const char *const DICT_UNSAFE[] = {"pop", "popitem", "setdefault", "update", "clear", NULL};
-static const char *const LIST_METHODS[] = {"index", "count", "copy", NULL};
+static const char *const LIST_METHODS[] = {
+    [M_LINDEX - M_LINDEX] = "index", [M_LCOUNT - M_LINDEX] = "count", [M_LCOPY - M_LINDEX] = "copy",
+    [M_LIST_END - M_LINDEX] = NULL,
+};
 static const char *const LIST_UNSAFE[] = {"append", "pop", "extend", "insert", "remove", "clear", "sort", "reverse",
                                           NULL};
 
