@@ -398,9 +398,10 @@ static void f_tojson(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const 
     (void)name, (void)n;
     BIND("ensure_ascii", "indent", "separators", "sort_keys");
     tkv__jbuf b = {0};
+    tkv__json_style st = {.ensure_ascii = tkv__jv_truthy(p[0]), .has_indent = DEF(p[1]) && p[1].type != TKV__JV_NONE,
+                          .sort_keys = tkv__jv_truthy(p[3])};
     const char *indent = NULL;
-    bool has_indent = DEF(p[1]) && p[1].type != TKV__JV_NONE;
-    if (has_indent) {
+    if (st.has_indent) {
         if (p[1].type == TKV__JV_STR) {
             indent = tkv__jv_strdup(c, p[1].u.str.p, p[1].u.str.n).u.str.p;
         } else {
@@ -412,16 +413,15 @@ static void f_tojson(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const 
             indent = sp;
         }
     }
-    const char *item_sep = NULL, *key_sep = NULL;
+    st.indent = indent;
     if (DEF(p[2]) && p[2].type != TKV__JV_NONE) {
         if (p[2].type != TKV__JV_LIST || p[2].u.list->n != 2 || p[2].u.list->items[0].type != TKV__JV_STR ||
             p[2].u.list->items[1].type != TKV__JV_STR)
             tkv__jraise(c, TKV_ERR_INVALID, "tojson separators must be a pair of strings");
-        item_sep = tkv__jv_strdup(c, p[2].u.list->items[0].u.str.p, p[2].u.list->items[0].u.str.n).u.str.p;
-        key_sep = tkv__jv_strdup(c, p[2].u.list->items[1].u.str.p, p[2].u.list->items[1].u.str.n).u.str.p;
+        st.item_sep = tkv__jv_strdup(c, p[2].u.list->items[0].u.str.p, p[2].u.list->items[0].u.str.n).u.str.p;
+        st.key_sep = tkv__jv_strdup(c, p[2].u.list->items[1].u.str.p, p[2].u.list->items[1].u.str.n).u.str.p;
     }
-    tkv__jv_write_json(c, &b, v, tkv__jv_truthy(p[0]), indent, has_indent, item_sep, key_sep,
-                       tkv__jv_truthy(p[3]));
+    tkv__jv_write_json(c, &b, v, &st);
     *out = tkv__jbuf_value(&b);
 }
 

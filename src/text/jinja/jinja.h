@@ -280,10 +280,17 @@ bool tkv__jstr_is_case(tkv__jv s, bool upper);
 
 /* JSON in and out (text/jinja/json.c). */
 void tkv__jv_from_json(tkv__jctx *c, const char *json, tkv__jv *out); /* raises on malformed JSON */
-/* json.dumps(v, ensure_ascii, indent (NULL: none), separators (NULL: default), sort_keys); raises on what JSON
- * lacks (undefined, a generator, a namespace). */
-void tkv__jv_write_json(tkv__jctx *c, tkv__jbuf *b, tkv__jv v, bool ensure_ascii, const char *indent, bool has_indent,
-                        const char *item_sep, const char *key_sep, bool sort_keys);
+/* json.dumps's arguments; {0} is json.dumps(v) with ensure_ascii off. */
+typedef struct tkv__json_style {
+    bool ensure_ascii;
+    bool has_indent;             /* indent given: one item a line */
+    const char *indent;          /* with has_indent: the text of one level */
+    const char *item_sep, *key_sep; /* separators; NULL: "," (", " without indent) and ": " */
+    bool sort_keys;
+} tkv__json_style;
+
+/* json.dumps(v, ...) appended to b; raises on what JSON lacks (undefined, a generator, a namespace). */
+void tkv__jv_write_json(tkv__jctx *c, tkv__jbuf *b, tkv__jv v, const tkv__json_style *st);
 
 /* Lexer and parser (text/jinja/lex.c, text/jinja/parse.c). */
 typedef enum tkv__jtok_kind {
