@@ -13,7 +13,7 @@
 static const char *const run_help =
     "usage: tokenkv run -m MODEL -p PROMPT [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P]\n"
     "                  [--repeat-penalty R] [--seed S] [-t THREADS] [-c CELLS] [-ctk T] [-ctv T] [--ids]\n"
-    "                  [--reference-order]\n"
+    "                  [--reference-order] [--draft N]\n"
     "\n"
     "Generate up to N tokens after PROMPT (tokenized with the model's default special\n"
     "tokens) and print only the generated text, as it is produced; logs and timings\n"
@@ -38,6 +38,10 @@ static const char *const run_help =
     "  --reference-order       compute in llama.cpp's order (tkv_context_params.batch_invariant\n"
     "                          false) to reproduce its outputs token for token; the default\n"
     "                          arithmetic attends in float, as close to exact or closer\n"
+    "  --draft N               verify up to N drafted tokens per step, taken from the cache (what\n"
+    "                          followed this text before) or from the text itself (what followed\n"
+    "                          its last few tokens earlier): the same tokens, fewer steps when\n"
+    "                          the text copies itself (0 = off, the default; at most 64)\n"
     "  -h, --help              show this help\n";
 
 /* A number option; false (message printed) on a bad value. */
@@ -52,9 +56,56 @@ static bool kv_type_arg(const char *opt, const char *v, tkv_type *out) {
     return false;
 }
 
+/*
+ * How many drafts to ask for: all of max while drafts are accepted; halved
+ * after a step that accepted none, and at zero no drafts for 1, 2, 4 ... 64
+ * steps, then a one-token probe: where nothing repeats, a wrong draft costs
+ * its rows in the batch, and this keeps that cost to a probe now and then.
+ */
+typedef struct draft_budget {
+    size_t max, cap, wait, backoff;
+} draft_budget;
+
+static size_t budget_ask(draft_budget *b) {
+    if (b->wait) {
+        b->wait--;
+        return 0;
+    }
+    return b->cap;
+}
+
+static void budget_update(draft_budget *b, size_t offered, size_t accepted) {
+    if (!offered) return;
+    if (accepted == offered) {
+        b->cap = b->cap * 2 < b->max ? b->cap * 2 : b->max;
+        b->backoff = 1;
+    } else if (accepted == 0) {
+        b->cap /= 2;
+        if (!b->cap) {
+            b->wait = b->backoff;
+            b->backoff = b->backoff < 64 ? 2 * b->backoff : 64;
+            b->cap = 1;
+        }
+    } else {
+        b->cap = accepted + 1;
+    }
+}
+
+/* Record a generated token and print its text (or, with --ids, only record it). */
+static void emit(tkv_token t, tkv_token *gen, size_t *n_gen, tkv_detok *dt, bool ids_only) {
+    gen[(*n_gen)++] = t;
+    if (ids_only) return;
+    const char *s;
+    size_t len;
+    if (tkv_detok_push(dt, t, &s, &len) == TKV_OK && len) {
+        fwrite(s, 1, len, stdout);
+        fflush(stdout);
+    }
+}
+
 int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL;
-    double n_predict = 128, threads = 0, cells = 0, seed = 0;
+    double n_predict = 128, threads = 0, cells = 0, seed = 0, draft = 0;
     tkv_type type_k = TKV_TYPE_F16, type_v = TKV_TYPE_COUNT; /* V: as K */
     tkv_sampler_params sp = tkv_sampler_default_params();
     bool ids_only = false, reference_order = false;
@@ -89,6 +140,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) ok = num(a, v, 0, 1.8e19, &seed), sp.seed = (uint64_t)seed;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = num(a, v, 1, 1024, &threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--cells")) ok = num(a, v, 1, 1 << 24, &cells);
+        else if (!strcmp(a, "--draft")) ok = num(a, v, 0, TKV_DRAFT_MAX, &draft);
         else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) ok = kv_type_arg(a, v, &type_k);
         else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) ok = kv_type_arg(a, v, &type_v);
         else {
@@ -131,7 +183,8 @@ int cmd_run(int argc, char **argv) {
     size_t plen = strlen(prompt);
     tkv_tokenize(m, prompt, plen, TKV_TOKENIZE_ADD_SPECIAL, NULL, 0, &n_prompt);
     toks = malloc((n_prompt + 1) * sizeof *toks);
-    gen = malloc(((size_t)n_predict + 1) * sizeof *gen);
+    /* the generated tokens, then room for one step's drafts and the tokens it returns */
+    gen = malloc(((size_t)n_predict + 1 + 2 * TKV_DRAFT_MAX + 1) * sizeof *gen);
     if (!toks || !gen) {
         cli_fail("run", "out of memory");
         goto done;
@@ -175,29 +228,32 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     double t2 = cli_now();
-    const float *logits = tkv_get_logits_last(ctx);
-    size_t n_gen = 0;
-    while (n_gen < (size_t)n_predict) {
-        tkv_token t = tkv_sampler_sample(smp, logits);
-        if (tkv_token_is_eog(m, t)) break;
-        gen[n_gen++] = t;
-        if (!ids_only) {
-            const char *s;
-            size_t len;
-            if (tkv_detok_push(dt, t, &s, &len) == TKV_OK && len) {
-                fwrite(s, 1, len, stdout);
-                fflush(stdout);
-            }
-        }
+    /* one token at a time, or with --draft several verified in one step: the same tokens either way */
+    size_t n_gen = 0, offered = 0, accepted = 0;
+    tkv_token t = tkv_sampler_sample(smp, tkv_get_logits_last(ctx));
+    tkv_token *drafts = gen + (size_t)n_predict + 1, *outs = drafts + TKV_DRAFT_MAX;
+    draft_budget budget = {(size_t)draft, (size_t)draft, 0, 1};
+    while (!tkv_token_is_eog(m, t)) {
+        emit(t, gen, &n_gen, dt, ids_only);
         if (n_gen == (size_t)n_predict) break;
-        tkv_pos p = (tkv_pos)(n_prompt + n_gen - 1);
-        tkv_seq s0 = 0;
-        tkv_batch one = {1, &t, &p, &s0, NULL};
-        if (tkv_decode(ctx, &one) != TKV_OK) {
+        size_t n_draft = 0, n_out = 0;
+        const size_t ask = draft > 0 ? budget_ask(&budget) : 0;
+        if (ask && tkv_seq_draft(ctx, 0, &t, 1, drafts, ask, &n_draft, 0) != TKV_OK) {
             cli_fail("run", "%s", tkv_last_error(ctx));
             goto done;
         }
-        logits = tkv_get_logits(ctx, 0);
+        const size_t max_out = (size_t)n_predict - n_gen; /* the tokens still wanted, the next pending one included */
+        if (tkv_seq_decode_draft(ctx, 0, t, drafts, n_draft, smp, max_out, outs, &n_out) != TKV_OK) {
+            cli_fail("run", "%s", tkv_last_error(ctx));
+            goto done;
+        }
+        const size_t step_offered = n_draft < max_out - 1 ? n_draft : max_out - 1;
+        budget_update(&budget, step_offered, n_out - 1);
+        offered += step_offered;
+        accepted += n_out - 1;
+        for (size_t i = 0; i + 1 < n_out; i++) emit(outs[i], gen, &n_gen, dt, ids_only); /* never an end token */
+        t = outs[n_out - 1];
+        if (n_gen == (size_t)n_predict) break;
     }
     double t3 = cli_now();
     const bool at_limit = capped && n_gen == (size_t)n_predict;
@@ -217,6 +273,9 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "tokenkv run: load %.0f ms; prompt %zu tokens in %.1f ms (%.1f tok/s); generated %zu in %.1f ms (%.1f tok/s)\n",
             1e3 * (t1 - t0), n_prompt, 1e3 * (t2 - t1), (double)n_prompt / (t2 - t1), n_gen, 1e3 * (t3 - t2),
             n_gen > 0 ? (double)n_gen / (t3 - t2) : 0.0);
+    if (draft > 0)
+        fprintf(stderr, "tokenkv run: drafts: %zu offered, %zu accepted (%zu tokens in %zu steps)\n", offered, accepted,
+                n_gen, n_gen - accepted);
     rc = 0;
 done:
     free(toks);

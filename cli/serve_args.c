@@ -155,6 +155,8 @@ static const opt options[] = {
     {{"--no-slots"}, "TOKENKV_NO_SLOTS", NULL, ON(no_slots)},
     {{"--slots"}, NULL, "LLAMA_ARG_ENDPOINT_SLOTS", CLEAR(no_slots)},
     {{"--verbose", "-v", "--log-verbose"}, "TOKENKV_VERBOSE", NULL, ON(verbose)},
+    {{"--context-shift"}, "TOKENKV_CONTEXT_SHIFT", "LLAMA_ARG_CONTEXT_SHIFT", ON(context_shift)},
+    {{"--no-context-shift"}, NULL, NULL, CLEAR(context_shift)},
     {{"--no-prefill-assistant"}, "TOKENKV_NO_PREFILL_ASSISTANT", NULL, ON(no_prefill_assistant)},
     {{"--prefill-assistant"}, NULL, "LLAMA_ARG_PREFILL_ASSISTANT", CLEAR(no_prefill_assistant)},
     {{"--reasoning", "-rea"}, "TOKENKV_REASONING", "LLAMA_ARG_REASONING", FN(reasoning_fn)},
@@ -172,8 +174,6 @@ static const opt options[] = {
      ALWAYS(A_NONE, "requests are always decoded together, and a request's output does not depend on its neighbours")},
     {{"--kv-unified", "-kvu", "--no-kv-unified", "-no-kvu"}, NULL, "LLAMA_ARG_KV_UNIFIED",
      ALWAYS(A_NONE, "the KV cells are always shared by every request (--ctx-size of them)")},
-    {{"--no-context-shift"}, NULL, NULL,
-     ALWAYS(A_NONE, "there is no context shift: a request that fills its context ends with finish_reason \"length\"")},
     {{"--no-mmproj", "--no-mmproj-auto", "--mmproj-auto"}, NULL, "LLAMA_ARG_MMPROJ_AUTO", ALWAYS(A_NONE, NO_MM)},
     {{"--no-ui-mcp-proxy", "--no-webui-mcp-proxy"}, NULL, NULL, ALWAYS(A_NONE, "there is no MCP proxy")},
 
@@ -228,7 +228,7 @@ static const opt options[] = {
      NOOP(A_ONE, "every request reuses the longest cached prefix; chunks after a difference are not shifted into place")},
     {{"--slot-prompt-similarity", "-sps"}, NULL, NULL,
      NOOP(A_ONE, "a request finds the longest cached prefix whichever slot computed it")},
-    {{"--keep"}, NULL, NULL, NOOP(A_ONE, "it is used by context shift only, and there is no context shift")},
+    {{"--keep"}, "TOKENKV_KEEP", "LLAMA_ARG_KEEP", SINT(defaults.n_keep, -1, 1 << 24)},
     {{"--warmup", "--no-warmup"}, NULL, NULL, NOOP(A_NONE, "there is no warm-up run")},
     {{"--check-tensors"}, NULL, NULL, NOOP(A_NONE, "tensors are checked for size and type at load, not for values")},
     {{"--perf", "--no-perf"}, NULL, "LLAMA_ARG_PERF", NOOP(A_NONE, "timings are always in /metrics and the log")},
@@ -283,7 +283,6 @@ static const opt options[] = {
      NULL, REFUSE(A_ONE, NO_ROPE)},
     {{"--grp-attn-n", "-gan", "--grp-attn-w", "-gaw"}, NULL, NULL,
      REFUSE(A_ONE, "self-extend (grouped attention) is not implemented")},
-    {{"--context-shift"}, NULL, "LLAMA_ARG_CONTEXT_SHIFT", REFUSE(A_NONE, "context shift is not implemented")},
     {{"--slot-save-path"}, NULL, "LLAMA_ARG_SLOT_SAVE_PATH",
      REFUSE(A_ONE, "slot save/restore is not implemented (--cache-dir saves and restores the whole cache)")},
     {{"--embedding", "--embeddings"}, NULL, "LLAMA_ARG_EMBEDDINGS", REFUSE(A_NONE, NO_EMB)},
@@ -522,7 +521,7 @@ void serve_args_defaults(srv_opts *o) {
         .state_cache_mib = 1024,
         .state_interval = 32,
         .defaults = {.temperature = NAN, .top_p = NAN, .min_p = NAN, .repeat_penalty = NAN, .presence_penalty = NAN,
-                     .frequency_penalty = NAN, .top_k = -1, .seed = -1, .n_predict = -1},
+                     .frequency_penalty = NAN, .top_k = -1, .seed = -1, .n_predict = -1, .n_keep = 0},
         .reasoning = SRV_REASONING_UNSET,
     };
 }

@@ -1653,6 +1653,36 @@ TKV_API void tkv_sampler_free(tkv_sampler *s);
 TKV_API tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits);
 
 /**
+ * The distribution the last tkv_sampler_sample drew from, after its whole
+ * chain (penalties, logit biases, grammar, top-k, top-p, min-p,
+ * temperature): its k most probable tokens, most probable first, with their
+ * probabilities. Past the kept tokens, up to k, come tokens the chain cut,
+ * with probability 0; a greedy choice (temperature <= 0) has probability 1
+ * and every other token 0. Valid until the next sample on s.
+ *
+ * @param s      the sampler; not changed.
+ * @param k      how many to list (fewer when the choice had fewer candidates).
+ * @param ids    room for k token ids.
+ * @param probs  room for k probabilities.
+ * @param n      receives how many were listed.
+ * @return TKV_OK; TKV_ERR_INVALID for a NULL argument or a sampler that has
+ *         not sampled yet (the message is in tkv_last_error(NULL)).
+ *         Thread-safety: as the sampler (one thread at a time).
+ */
+TKV_API tkv_status tkv_sampler_last_probs(const tkv_sampler *s, size_t k, tkv_token *ids, float *probs, size_t *n);
+
+/**
+ * The probability one token had in the distribution the last
+ * tkv_sampler_sample drew from (see tkv_sampler_last_probs).
+ *
+ * @param s      the sampler; not changed.
+ * @param token  the token id.
+ * @return its probability; 0 for a token the chain cut, an id out of range,
+ *         a NULL sampler or one that has not sampled yet.
+ */
+TKV_API float tkv_sampler_last_prob(const tkv_sampler *s, tkv_token token);
+
+/**
  * Record a token as seen (e.g. the prompt's) for the repetition penalty.
  * @param s      the sampler (NULL: no-op).
  * @param token  the token id.
@@ -1771,6 +1801,131 @@ TKV_API tkv_status tkv_sampler_set_grammar(tkv_sampler *s, const tkv_grammar *g)
  *         nothing, bounds that leave no value); TKV_ERR_NOMEM.
  */
 TKV_API tkv_status tkv_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
+
+
+/* ------------------------------------------------------------------------ */
+/* Drafts from the cache (speculative decoding without a draft model)        */
+/* ------------------------------------------------------------------------ */
+/** The most draft tokens tkv_seq_decode_draft verifies in one call. */
+#define TKV_DRAFT_MAX 64
+
+/** Where tkv_seq_draft looks for drafts (bits; 0 = both). */
+#define TKV_DRAFT_CACHE 1u /**< the prefix tree: what followed this prefix in any sequence before */
+#define TKV_DRAFT_NGRAM 2u /**< the sequence's own tokens: what followed the last time its last 4 (then 3, 2) tokens appeared */
+
+/**
+ * Drafts from the cache: tokens the sequence is likely to continue with,
+ * for tkv_seq_decode_draft to verify. The sequence's tokens followed by
+ * pending[0..n_pending) (tokens sampled but not decoded yet: usually the
+ * one token just sampled) are looked up
+ *  - in the prefix tree (TKV_DRAFT_CACHE): when the tree holds the pending
+ *    tokens right after the sequence's end, the tokens cached after them,
+ *    following at each branch the one used last (a retried request, a
+ *    regenerated answer, an agent repeating a step);
+ *  - else in the text itself (TKV_DRAFT_NGRAM): the tokens that followed the
+ *    most recent earlier occurrence of its last 4 tokens (then 3, then 2),
+ *    as prompt-lookup decoding does (an edit that copies its input).
+ * Changes nothing, not even the recency used for eviction. O(n_pending +
+ * cap) for the tree; O(L) per n-gram length for a sequence of L tokens.
+ *
+ * @param ctx        the context.
+ * @param seq        the sequence.
+ * @param pending    tokens after the sequence's end (may be NULL when n_pending is 0).
+ * @param n_pending  their count.
+ * @param out        receives up to cap draft tokens.
+ * @param cap        room in out (0: nothing is looked up).
+ * @param n          receives how many were written (0: no draft).
+ * @param sources    TKV_DRAFT_CACHE, TKV_DRAFT_NGRAM, both, or 0 for both.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument, bad sequence id, unknown
+ *         source bits).
+ */
+TKV_API tkv_status tkv_seq_draft(tkv_context *ctx, tkv_seq seq, const tkv_token *pending, size_t n_pending,
+                                 tkv_token *out, size_t cap, size_t *n, unsigned sources);
+
+/**
+ * Decode a pending token and a draft in one batch, and sample as decoding
+ * one token at a time would: row 0 (after pending) is sampled with smp;
+ * while the token sampled equals the next draft token (and is not an
+ * end-of-generation token), the row after that draft token is sampled too.
+ * out receives every sampled token, n_out of them (1 .. n_draft + 1, at
+ * most max_out): the accepted drafts, then the first token that differs
+ * from the draft (or that ends generation, or the one after the last
+ * draft). Lossless: in the default arithmetic (batch_invariant) each row's
+ * logits are those one-at-a-time decoding gives, and smp samples the same
+ * rows in the same order, so the tokens, its random draws and its grammar
+ * state are exactly those of decoding without drafts. (In the reference
+ * order the logits of a batch differ in the last bits, and so may the
+ * tokens.)
+ *
+ * Afterwards the sequence holds pending and the accepted drafts
+ * (out[0 .. n_out - 1)); out[n_out - 1] is the next pending token, not
+ * decoded, as after a one-token step; the rejected drafts' cells are
+ * released (on a hybrid model the sequence then recomputes its recurrent
+ * state from its deepest checkpoint at the next decode, unless every
+ * draft was accepted). A draft of 0 tokens is one ordinary step.
+ *
+ * @param ctx      the context.
+ * @param seq      the sequence (pending goes at its end).
+ * @param pending  the token sampled last, to decode now.
+ * @param draft    tokens proposed after it (tkv_seq_draft); may be NULL when n_draft is 0.
+ * @param n_draft  their count, <= TKV_DRAFT_MAX and < n_batch; drafts past max_out - 1 are not decoded.
+ * @param smp      the sampler (tkv_sampler_sample is called once per token returned).
+ * @param max_out  at most this many tokens are returned (>= 1).
+ * @param out      receives them (room for max_out).
+ * @param n_out    receives how many.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument, bad sequence id, max_out
+ *         0, n_draft >= n_batch or > TKV_DRAFT_MAX, a token out of range:
+ *         the message names it); TKV_ERR_FULL, TKV_ERR_ABORTED, TKV_ERR_NOMEM as tkv_decode.
+ *         On failure the cache, every sequence and the sampler are exactly
+ *         as before.
+ */
+TKV_API tkv_status tkv_seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pending, const tkv_token *draft,
+                                        size_t n_draft, tkv_sampler *smp, size_t max_out, tkv_token *out,
+                                        size_t *n_out);
+
+/* ------------------------------------------------------------------------ */
+/* The machine's limits                                                      */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * What this machine can do at most, measured by tkv_limits_measure with a
+ * context's threads: the bounds that generation and prefill are judged
+ * against.
+ */
+typedef struct tkv_limits {
+    int n_threads;         /**< threads that ran the probes (fewer than asked when the process may use fewer CPUs) */
+    const char *level;     /**< the kernel level probed: "scalar", "avx2" or "avx512" (static storage) */
+    uint64_t read_bytes;   /**< the size of the buffer read */
+    double read_gbs;       /**< 1e9 bytes per second read from a buffer no cache holds, best of the repetitions:
+                                generation, which reads every weight once per token, cannot be faster than
+                                read_gbs / (weight bytes per token) */
+    const char *int8_instr; /**< the instruction int8_gmacs measures, the one the level's integer products use
+                                 ("vpdpbusd zmm", ...) (static storage) */
+    double int8_gmacs;     /**< 1e9 8-bit multiply-adds per second, all threads, nothing waiting: prefill of
+                                a model with integer products costs one per weight per token */
+} tkv_limits;
+
+/**
+ * Measure the machine's limits: read a buffer of buffer_bytes (round it to
+ * several times the last-level cache; 0 = 512 MiB) on n_threads threads,
+ * three times, and run the int8 multiply-add of the active kernel level on
+ * the same threads, three times, about 0.2 s each; the best of each is
+ * kept. The results are rates of this moment: other processes on the same
+ * CPUs lower them. Takes the time of the reads and 0.6 s more; allocates
+ * the buffer for its duration.
+ *
+ * @param n_threads     threads (>= 1; 0 = the default of tkv_context_params).
+ * @param buffer_bytes  the buffer's size (>= 64 KiB, or 0).
+ * @param out           receives the results; it is written out_size bytes
+ *                      at most (sizeof *out as the caller's header has it).
+ * @param out_size      sizeof *out.
+ * @return TKV_OK; TKV_ERR_INVALID (out NULL, out_size smaller than the
+ *         first two fields, n_threads < 0, buffer_bytes under 64 KiB);
+ *         TKV_ERR_NOMEM (the buffer or the threads); out is then untouched.
+ *         tkv_last_error(NULL) explains. Thread-safe: each call has its own
+ *         threads (two at once measure each other).
+ */
+TKV_API tkv_status tkv_limits_measure(int n_threads, size_t buffer_bytes, tkv_limits *out, size_t out_size);
 
 #ifdef __cplusplus
 }

@@ -148,6 +148,31 @@ static void put_hist(srv_prom *b, const char *name, const char *help, const hist
         name, (unsigned long long)h->n);
 }
 
+/* llama-server's names (llamacpp:*) of the same counts, for dashboards built on it: prompt tokens there are those
+   computed, the cached ones apart. */
+static void put_llamacpp(srv_prom *b, srv_metrics *m, size_t queue_depth, size_t running) {
+    pthread_mutex_lock(&m->mu);
+    const double prompt = (double)m->prompt, cached = (double)m->cached, generated = (double)m->generated;
+    const double steps = (double)m->step.n;
+    pthread_mutex_unlock(&m->mu);
+    const struct {
+        const char *name, *type, *help;
+        double v;
+    } rows[] = {
+        {"llamacpp:prompt_tokens_total", "counter", "Prompt tokens computed (not taken from the cache).",
+         prompt - cached},
+        {"llamacpp:prompt_tokens_cache_total", "counter", "Prompt tokens taken from the cache.", cached},
+        {"llamacpp:prompt_cache_hit_ratio", "gauge", "Cached prompt tokens / all prompt tokens since start.",
+         prompt > 0 ? cached / prompt : 0},
+        {"llamacpp:tokens_predicted_total", "counter", "Generated tokens.", generated},
+        {"llamacpp:n_decode_total", "counter", "Decode steps.", steps},
+        {"llamacpp:requests_processing", "gauge", "Requests being decoded.", (double)running},
+        {"llamacpp:requests_deferred", "gauge", "Requests waiting for a sequence.", (double)queue_depth},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        srv_prom_metric(b, rows[i].name, rows[i].type, rows[i].help, rows[i].v);
+}
+
 char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth, size_t running) {
     srv_prom b = {0};
     pthread_mutex_lock(&m->mu);
@@ -181,5 +206,6 @@ char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth,
     srv_prom_metric(&b, "tokenkv_cache_evictions_total", "counter", "Cells evicted to make room.", (double)c->evictions);
     srv_prom_metric(&b, "tokenkv_cache_tokens_reused_total", "counter", "Tokens taken from the cache.", (double)c->tokens_reused);
     srv_prom_metric(&b, "tokenkv_cache_tokens_computed_total", "counter", "Tokens decoded.", (double)c->tokens_computed);
+    put_llamacpp(&b, m, queue_depth, running);
     return srv_prom_done(&b);
 }

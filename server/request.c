@@ -53,8 +53,10 @@ void srv_req_unref(srv_req *r) {
     tkv_grammar_free(r->own_grammar);
     free(r->bias);
     free(r->echo);
+    free(r->conv);
     free(r->response_fields);
     free(r->tok_id);
+    free(r->prog);
     free(r->tok_end);
     free(r->lps);
     free(r->prompt);
@@ -120,25 +122,32 @@ bool srv_req_append(srv_req *r, const char *s, size_t n) {
     return stopped;
 }
 
-void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_t n_vocab) {
+void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_t n_vocab, const tkv_sampler *smp) {
     if (r->logprobs < 0 || !logits || token < 0 || (size_t)token >= n_vocab) return;
     srv_logprob lp = {.token = token, .n_top = r->logprobs};
-    /* log-softmax: logit - max - log(sum exp(logit - max)) */
-    float mx = logits[0];
-    for (size_t i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (size_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
-    const double lse = mx + log(sum);
-    lp.logprob = (float)(logits[token] - lse);
-    /* the n_top best, by insertion into a short sorted list (the lower id first on a tie) */
-    int n = 0;
-    for (size_t i = 0; i < n_vocab && lp.n_top; i++) {
-        if (n == lp.n_top && logits[i] <= logits[lp.top[n - 1]]) continue;
-        int at = n < lp.n_top ? n++ : n - 1;
-        while (at > 0 && logits[i] > logits[lp.top[at - 1]]) lp.top[at] = lp.top[at - 1], at--;
-        lp.top[at] = (tkv_token)i;
+    size_t n_top = 0;
+    if (r->post_probs) { /* the sampler's distribution after its chain, as probabilities */
+        lp.logprob = tkv_sampler_last_prob(smp, token);
+        if (tkv_sampler_last_probs(smp, (size_t)lp.n_top, lp.top, lp.top_logprob, &n_top)) n_top = 0;
+        lp.n_top = (int)n_top;
+    } else {
+        /* log-softmax: logit - max - log(sum exp(logit - max)) */
+        float mx = logits[0];
+        for (size_t i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+        double sum = 0;
+        for (size_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+        const double lse = mx + log(sum);
+        lp.logprob = (float)(logits[token] - lse);
+        /* the n_top best, by insertion into a short sorted list (the lower id first on a tie) */
+        int n = 0;
+        for (size_t i = 0; i < n_vocab && lp.n_top; i++) {
+            if (n == lp.n_top && logits[i] <= logits[lp.top[n - 1]]) continue;
+            int at = n < lp.n_top ? n++ : n - 1;
+            while (at > 0 && logits[i] > logits[lp.top[at - 1]]) lp.top[at] = lp.top[at - 1], at--;
+            lp.top[at] = (tkv_token)i;
+        }
+        for (int k = 0; k < lp.n_top; k++) lp.top_logprob[k] = (float)(logits[lp.top[k]] - lse);
     }
-    for (int k = 0; k < lp.n_top; k++) lp.top_logprob[k] = (float)(logits[lp.top[k]] - lse);
     pthread_mutex_lock(&r->mu);
     if (r->n_lps == r->cap_lps) {
         size_t cap = r->cap_lps ? 2 * r->cap_lps : 64;
@@ -174,6 +183,19 @@ void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n) {
     pthread_mutex_lock(&r->mu);
     free(r->gen);
     r->gen = g, r->n_gen_tokens = n;
+    pthread_mutex_unlock(&r->mu);
+}
+
+void srv_req_progress(srv_req *r, size_t processed) {
+    if (!r->return_progress) return;
+    pthread_mutex_lock(&r->mu);
+    if (r->n_prog == r->cap_prog) {
+        const size_t cap = r->cap_prog ? 2 * r->cap_prog : 16;
+        srv_progress *p = realloc(r->prog, cap * sizeof *p);
+        if (p) r->prog = p, r->cap_prog = cap;
+    }
+    if (r->n_prog < r->cap_prog) r->prog[r->n_prog++] = (srv_progress){processed, srv_now()}; /* else: one step less */
+    if (r->wake) r->wake(r->wake_arg);
     pthread_mutex_unlock(&r->mu);
 }
 

@@ -25,6 +25,13 @@
 
 /* One generated token's log-probability under the model (log-softmax of its logits) and the best
    alternatives'. */
+/* A step of a prompt's computation, for return_progress: the prompt tokens its sequence held then (the first: those
+   taken from the cache) and when. */
+typedef struct srv_progress {
+    size_t processed;
+    double t;
+} srv_progress;
+
 typedef struct srv_logprob {
     tkv_token token;
     float logprob;
@@ -68,8 +75,16 @@ typedef struct srv_req {
     size_t n_stop;
     bool stream, include_usage, chat;
     bool native;                /* llama-server's POST /completion: its response shapes (native_completion.c) */
+    bool anthropic;             /* POST /v1/messages: Anthropic's response shapes (anthropic.c) */
+    bool responses;             /* POST /v1/responses: the Responses API's shapes (responses_api.c) */
+    bool store;                 /* responses: keep the conversation for previous_response_id */
+    char prev_id[48];           /* responses: the previous_response_id it continues, or "" */
+    char *conv;                 /* responses: the conversation (JSON chat messages) before the answer (owned) */
     bool return_tokens;         /* extension: list the generated token ids in the response */
     bool ignore_eos;            /* extension (llama-server's): generate past end-of-generation tokens */
+    bool return_progress;       /* llama-server's: a stream reports each step of the prompt's computation */
+    bool post_probs;            /* llama-server's post_sampling_probs: logprobs hold the probabilities the sampler
+                                   drew from (after its chain), not the model's log-probabilities */
     bool prefill;               /* chat: the answer continues a final assistant message (its joining space stays) */
     bool think, think_open;     /* chat: the answer's reasoning goes apart (reasoning.h); the prompt
                                    ended inside a think block */
@@ -80,6 +95,8 @@ typedef struct srv_req {
     char *echo;                 /* legacy echo: the prompt's text, before the completion's (owned), or NULL */
     char *response_fields;      /* native: llama-server's response_fields, a JSON array of paths (owned), or NULL */
     size_t echo_len;
+    int n_keep;                 /* context shift: prompt tokens a shift keeps after the BOS (-1: the whole prompt) */
+    int n_discard;              /* context shift: tokens a shift drops (0: half of those after the kept ones) */
     int index;                  /* the choice's index (n > 1: one request per choice) */
     int n_choices;              /* n, on the first choice's request */
     uint64_t group;             /* n > 1: the same non-zero id on every choice (they share the prompt), else 0 */
@@ -104,11 +121,14 @@ typedef struct srv_req {
     size_t n_tok, cap_tok;
     srv_logprob *lps;           /* (n_lps) with logprobs: one per generated token */
     size_t n_lps, cap_lps;
+    srv_progress *prog;         /* (n_prog of cap_prog) with return_progress: the prompt's steps */
+    size_t n_prog, cap_prog;
     size_t n_gen_tokens;
     size_t n_cached;            /* prompt tokens reused from the cache */
     int n_gen;                  /* completion tokens, once done */
     int n_pushed;               /* tokens whose text was appended so far (what a cancelled stream got) */
     bool done;
+    bool truncated;             /* the prompt was cut to fit, or a context shift dropped tokens (llama-server's) */
     const char *finish_reason;  /* "stop" or "length" once done */
     int stop_word;              /* the index of the stop string that ended the text, or -1 */
     srv_fail failed;            /* SRV_FAIL_NONE, or why it failed */
@@ -138,11 +158,15 @@ double srv_now(void);
    joins a chat answer to its generation prompt. Returns true when a stop
    string was found (the text is cut before it). Caller holds no lock. */
 bool srv_req_append(srv_req *r, const char *s, size_t n);
-/* One generated token's log-probabilities (logprobs), from the logits row it was sampled from. */
-void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_t n_vocab);
+/* One generated token's log-probabilities (logprobs), from the logits row it was sampled from; with post_probs, the
+   probabilities of the distribution smp drew it from. */
+void srv_req_add_logprob(srv_req *r, tkv_token token, const float *logits, size_t n_vocab, const tkv_sampler *smp);
 /* A generated token, after its text was appended: recorded for a native stream (r->native and r->stream), whose
    events carry one token each; otherwise nothing. */
 void srv_req_note_token(srv_req *r, tkv_token token);
+/* With return_progress: the prompt's sequence holds `processed` of its tokens now (the first call: at admission,
+   those taken from the cache); otherwise nothing. */
+void srv_req_progress(srv_req *r, size_t processed);
 /* The generated ids (for return_tokens), copied once at the end. */
 void srv_req_set_tokens(srv_req *r, const tkv_token *t, size_t n);
 /* Finish with reason "stop" or "length" after n_gen completion tokens. */

@@ -454,6 +454,18 @@ int srv_main(const srv_opts *o) {
                       .no_prefill = o->no_prefill_assistant};
     /* a request's positions: the cache and the model's trained context bound them */
     S.api.n_ctx = hp.n_ctx_train && hp.n_ctx_train < o->cells ? hp.n_ctx_train : o->cells;
+    /* llama-server's slot: with a context shift, each request's window is its share of the cells, so that every
+       slot's window fits beside the others' and a shift never waits for another request */
+    if (o->context_shift) {
+        const uint32_t share = o->cells / (uint32_t)o->parallel;
+        S.api.shift_window = S.api.n_ctx < share ? S.api.n_ctx : share;
+    }
+    if (o->context_shift && S.api.shift_window < 16) { /* a shift keeps some tokens and needs room after them */
+        fprintf(stderr, "tokenkv serve: --context-shift needs at least 16 positions per slot (--ctx-size %u / "
+                "--parallel %d gives %u)\n", o->cells, o->parallel, S.api.shift_window);
+        tkv_model_free(model);
+        return 2;
+    }
     const char *chat_what = "";
     tkv_grammar *grammar = o->grammar_file ? grammar_file(o->grammar_file, model) : NULL;
     static json_t *kwargs; /* for the process's life */
@@ -550,6 +562,7 @@ int srv_main(const srv_opts *o) {
         }
     }
     srv_sched_opts so = {.parallel = o->parallel, .max_queue = o->max_queue, .n_ctx = S.api.n_ctx,
+                         .shift_window = S.api.shift_window,
                          .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache, .store = S.store,
                          .disk = S.disk};
     S.sched = S.metrics ? srv_sched_start(ctx, &so, S.metrics) : NULL;

@@ -26,6 +26,7 @@ typedef struct srv_defaults {
     int n_predict;             /* -1: none; else the length of a request that gives none (a default, not a limit:
                                   --max-tokens is the limit) */
     bool ignore_eos;           /* every request generates past end-of-generation tokens */
+    int n_keep;                /* --keep: with --context-shift, the prompt tokens a shift keeps (-1: all of them) */
 } srv_defaults;
 
 /* --reasoning: whether chat templates are asked to think (their enable_thinking variable). Unset: the variable is
@@ -89,6 +90,9 @@ typedef struct srv_opts {
     int reasoning;             /* srv_reasoning (--reasoning) */
     bool reasoning_none;       /* --reasoning-format none: a reasoning model's thinking stays in the content */
     bool no_prefill_assistant; /* a final assistant message is a closed turn, not the start of the answer */
+    bool context_shift;        /* --context-shift: each request has a window of cells / parallel positions; a
+                                  longer prompt is cut, and a generation that fills the window drops older tokens
+                                  (docs/server.md "Context shift") */
 } srv_opts;
 
 /* Run until SIGINT or SIGTERM (then: stop accepting, end running requests,

@@ -5,9 +5,11 @@
  * views built on the inference thread.
  */
 #include "exchange.h"
+#include "openai/anthropic.h"
 #include "openai/native_completion.h"
 #include "openai/parse.h"
 #include "openai/responses.h"
+#include "openai/responses_api.h"
 #include "routes.h"
 #include "web/web.h"
 
@@ -28,7 +30,7 @@ static bool gen_ready(srv_req *const *reqs, size_t n) {
         srv_req *r = reqs[i];
         pthread_mutex_lock(&r->mu);
         all &= r->done;
-        any |= r->done || (r->stream && r->t_first);
+        any |= r->done || (r->stream && (r->t_first || r->n_prog)); /* a stream starts with its first text or step */
         pthread_mutex_unlock(&r->mu);
     }
     return all || (reqs[0]->stream && any);
@@ -45,8 +47,15 @@ static json_t *parse_body(conn *cs, srv_err *e) {
     return body;
 }
 
-/* What a generation route speaks: OpenAI's completions or chat, or llama-server's native /completion. */
-typedef enum { GEN_COMPLETIONS, GEN_CHAT, GEN_NATIVE } gen_kind;
+/* What a generation route speaks: OpenAI's completions or chat, llama-server's native /completion, or
+   Anthropic's messages. */
+typedef enum { GEN_COMPLETIONS, GEN_CHAT, GEN_NATIVE, GEN_ANTHROPIC, GEN_RESPONSES } gen_kind;
+
+/* An error in the shape of the route's API: Anthropic's for /v1/messages, else OpenAI's. */
+static enum MHD_Result send_err(conn *cs, struct MHD_Connection *c, const srv_err *e, bool anthropic) {
+    if (!anthropic) return http_send_err(cs, c, e);
+    return http_send_body(cs, c, e->status, "application/json", srv_anthropic_error_json(e));
+}
 
 /* The answer of a submitted request (or, for a stream, its start) once the
    scheduler has it; until then the connection is suspended. */
@@ -69,10 +78,13 @@ static enum MHD_Result generated(conn *cs, struct MHD_Connection *c, srv_state *
         if (cs->reqs[i]->failed) { /* done: the error fields are final */
             srv_err e;
             http_failed_err(&e, cs->reqs[i]);
-            return http_send_err(cs, c, &e);
+            return send_err(cs, c, &e, r->anthropic);
         }
     return http_send_body(cs, c, 200, "application/json",
-                     r->native ? srv_api_native_response(&S->api, r) : srv_api_response(&S->api, cs->reqs, cs->n_reqs));
+                     r->native      ? srv_api_native_responses(&S->api, cs->reqs, cs->n_reqs)
+                     : r->anthropic ? srv_anthropic_response(&S->api, r)
+                     : r->responses ? srv_responses_response(&S->api, r)
+                                    : srv_api_response(&S->api, cs->reqs, cs->n_reqs));
 }
 
 /* Drop the requests a generation made (before any was submitted, or after a failed submission). */
@@ -85,28 +97,46 @@ static void drop_reqs(conn *cs) {
 static enum MHD_Result generate(conn *cs, struct MHD_Connection *c, srv_state *S, gen_kind kind) {
     srv_err e;
     json_t *body = parse_body(cs, &e);
-    if (!body) return http_send_err(cs, c, &e);
+    if (!body) return send_err(cs, c, &e, kind == GEN_ANTHROPIC);
     /* one request per choice (n), each parsed from the body with its own sampler and grammar; they share the
-       prompt, which the cache computes once */
-    size_t n = 1;
+       prompt, which the cache computes once. llama-server's /completion of several prompts: one request each */
+    const size_t n_prompts = kind == GEN_NATIVE ? srv_api_prompt_count(body) : 1;
+    size_t n = n_prompts;
     bool ok = true;
+    if (n_prompts > 1 && (n_prompts > SRV_MAX_CHOICES || json_is_true(json_object_get(body, "stream")))) {
+        if (n_prompts > SRV_MAX_CHOICES)
+            srv_err_set(&e, 400, "prompt", "invalid_value", "at most %d prompts in one request (got %zu)",
+                        SRV_MAX_CHOICES, n_prompts);
+        else
+            srv_err_set(&e, 400, "prompt", "unsupported_parameter", "several prompts in one streamed request are "
+                        "not supported (got %zu); send them one per request", n_prompts);
+        ok = false;
+    }
     for (size_t i = 0; ok && i < n; i++) {
         srv_req *r = srv_req_new();
-        if (!r) {
+        json_t *one = n_prompts > 1 ? json_copy(body) : json_incref(body);
+        if (!r || !one) {
+            if (r) srv_req_unref(r);
+            json_decref(one);
             srv_err_set(&e, 500, NULL, NULL, "out of memory");
             ok = false;
             break;
         }
         cs->reqs[cs->n_reqs++] = r;
-        ok = kind == GEN_NATIVE ? srv_api_parse_native(&S->api, body, r, &e)
-                                : srv_api_parse(&S->api, body, kind == GEN_CHAT, r, &e);
-        if (ok && i == 0) n = r->n_choices;
-        if (ok && i > 0) srv_api_choice(cs->reqs[0], r, i);
+        if (n_prompts > 1) json_object_set(one, "prompt", json_array_get(json_object_get(body, "prompt"), i));
+        ok = kind == GEN_NATIVE      ? srv_api_parse_native(&S->api, one, r, &e)
+             : kind == GEN_ANTHROPIC ? srv_api_parse_anthropic(&S->api, one, r, &e)
+             : kind == GEN_RESPONSES ? srv_api_parse_responses(&S->api, one, r, &e)
+                                     : srv_api_parse(&S->api, one, kind == GEN_CHAT, r, &e);
+        json_decref(one);
+        if (ok && n_prompts > 1) r->index = (int)i;
+        if (ok && i == 0 && n_prompts == 1) n = r->n_choices;
+        if (ok && i > 0 && n_prompts == 1) srv_api_choice(cs->reqs[0], r, i);
     }
     json_decref(body);
     if (!ok) {
         drop_reqs(cs);
-        return http_send_err(cs, c, &e);
+        return send_err(cs, c, &e, kind == GEN_ANTHROPIC);
     }
     for (size_t i = 0; i < cs->n_reqs; i++) {
         srv_req *r = cs->reqs[i];
@@ -419,6 +449,22 @@ static enum MHD_Result native(conn *cs, struct MHD_Connection *c, srv_state *S, 
     (void)rest;
     return generate(cs, c, S, GEN_NATIVE);
 }
+static enum MHD_Result responses(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
+    (void)rest;
+    return generate(cs, c, S, GEN_RESPONSES);
+}
+static enum MHD_Result messages(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
+    (void)rest;
+    return generate(cs, c, S, GEN_ANTHROPIC);
+}
+/* POST /v1/messages/count_tokens: the prompt's tokens, nothing generated. */
+static enum MHD_Result count_tokens(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
+    (void)rest;
+    srv_err e;
+    json_t *body = parse_body(cs, &e), *o = body ? srv_anthropic_count_tokens(&S->api, body, &e) : NULL;
+    json_decref(body);
+    return o ? http_send_json(cs, c, 200, o) : send_err(cs, c, &e, true);
+}
 
 /* Every route (routes.h); the paths without /v1 are llama-server's aliases (POST /completions, as there, is its
    native /completion) and the openai client's. */
@@ -439,6 +485,9 @@ const srv_route srv_routes[] = {
     {"POST", "/tokenize", SRV_AUTH_KEY, tokenize},
     {"POST", "/detokenize", SRV_AUTH_KEY, detokenize},
     {"POST", "/apply-template", SRV_AUTH_KEY, apply_template},
+    {"POST", "/v1/responses", SRV_AUTH_KEY, responses},
+    {"POST", "/v1/messages", SRV_AUTH_KEY, messages}, /* Anthropic's */
+    {"POST", "/v1/messages/count_tokens", SRV_AUTH_KEY, count_tokens},
     /* the web page: one route per file of server/web/ (test_routes checks the two lists agree) */
     {"GET", "/", SRV_AUTH_WEB, web_page},
     {"GET", "/index.html", SRV_AUTH_WEB, web_page},

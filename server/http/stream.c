@@ -5,8 +5,10 @@
  * content reader that suspends the connection while nothing is new.
  */
 #include "exchange.h"
+#include "openai/anthropic.h"
 #include "openai/native_completion.h"
 #include "openai/reasoning.h"
+#include "openai/responses_api.h"
 #include "openai/responses.h"
 #include "openai/tool_fields.h"
 
@@ -25,6 +27,7 @@ typedef struct choice_sent {
     size_t sent_calls; /* tool calls sent (r->tools) */
     size_t sent_lp;    /* logprobs: entries sent */
     size_t sent_tok;   /* native: tokens whose event was sent */
+    size_t sent_prog;  /* return_progress: prompt steps sent */
 } choice_sent;
 
 typedef struct stream {
@@ -34,6 +37,8 @@ typedef struct stream {
     choice_sent ch[SRV_MAX_CHOICES];
     srv_link *link;
     bool finished; /* the last events are queued */
+    srv_anthropic_stream anthropic; /* /v1/messages: what its events said so far */
+    srv_responses_stream responses; /* /v1/responses: the same */
     char *pend;    /* events not yet handed to MHD */
     size_t pend_n, pend_off, pend_cap;
 } stream;
@@ -88,6 +93,13 @@ static void tool_events(stream *st, srv_req *r, choice_sent *c, const char *text
     srv_tool_parse_free(&tp);
 }
 
+/* return_progress: the prompt steps of r not sent yet (the caller holds r->mu); whether there were any. */
+static bool progress_events(stream *st, srv_req *r, choice_sent *c) {
+    const bool any = c->sent_prog < r->n_prog;
+    for (; c->sent_prog < r->n_prog; c->sent_prog++) pend(st, srv_api_progress_event(&st->S->api, r, c->sent_prog));
+    return any;
+}
+
 /* The next events of choice i into st->pend; false when it has nothing new. */
 static bool choice_events(stream *st, size_t i) {
     srv_req *r = st->reqs[i];
@@ -95,9 +107,10 @@ static bool choice_events(stream *st, size_t i) {
     const srv_api *a = &st->S->api;
     if (c->finished) return false;
     pthread_mutex_lock(&r->mu);
+    const bool progressed = progress_events(st, r, c);
     if (!r->done && r->text_ready <= c->sent) {
         pthread_mutex_unlock(&r->mu);
-        return false;
+        return progressed;
     }
     if (c->first && r->chat) { /* the role alone first, as llama-server sends it (content null) */
         pend(st, srv_api_chunk(a, r, SRV_CHUNK_ROLE, NULL, 0, true, NULL));
@@ -137,9 +150,10 @@ static bool native_events(stream *st) {
     choice_sent *c = &st->ch[0];
     const srv_api *a = &st->S->api;
     pthread_mutex_lock(&r->mu);
+    const bool progressed = progress_events(st, r, c);
     if (!r->done && r->text_ready <= c->sent) {
         pthread_mutex_unlock(&r->mu);
-        return false;
+        return progressed;
     }
     /* an event per generated token, as llama-server sends them: its text and id, once the text is settled */
     for (; c->sent_tok < r->n_tok; c->sent_tok++) {
@@ -169,9 +183,33 @@ static bool native_events(stream *st) {
     return true;
 }
 
+static void pend_cb(void *st, char *ev) { pend(st, ev); }
+
+/* Anthropic's stream (one choice): its events, no [DONE]. */
+static bool anthropic_events(stream *st) {
+    srv_req *r = st->reqs[0];
+    pthread_mutex_lock(&r->mu);
+    const bool any = srv_anthropic_stream_events(&st->S->api, r, &st->anthropic, pend_cb, st);
+    st->finished = st->anthropic.finished;
+    pthread_mutex_unlock(&r->mu);
+    return any;
+}
+
+/* The Responses API's stream (one choice): its events, no [DONE]. */
+static bool responses_events(stream *st) {
+    srv_req *r = st->reqs[0];
+    pthread_mutex_lock(&r->mu);
+    const bool any = srv_responses_stream_events(&st->S->api, r, &st->responses, pend_cb, st);
+    st->finished = st->responses.finished;
+    pthread_mutex_unlock(&r->mu);
+    return any;
+}
+
 /* The next events of the stream into st->pend; false when there is nothing new yet. */
 static bool next_events(stream *st) {
+    if (st->reqs[0]->responses) return responses_events(st);
     if (st->reqs[0]->native) return native_events(st);
+    if (st->reqs[0]->anthropic) return anthropic_events(st);
     bool any = false, all = true;
     for (size_t i = 0; i < st->n; i++) any |= choice_events(st, i), all &= st->ch[i].finished;
     if (!all) return any;

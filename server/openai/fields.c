@@ -19,6 +19,11 @@
 #include <time.h>
 #include <xxhash.h>
 
+void srv_err_param(srv_err *e, const char *name) {
+    snprintf(e->param_own, sizeof e->param_own, "%s", name);
+    e->param = e->param_own;
+}
+
 void srv_err_set(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...) {
     e->status = status;
     e->param = param;

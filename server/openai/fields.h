@@ -21,6 +21,8 @@ typedef struct srv_api {
     const char *model_id;   /* the id /v1/models lists */
     int max_tokens;         /* the largest max_tokens accepted */
     uint32_t n_ctx;         /* positions per request: prompt + completion */
+    uint32_t shift_window;  /* --context-shift: the positions a request's sequence holds at most (n_ctx / parallel,
+                               llama-server's slot); a longer prompt is cut, a longer generation shifted. 0: none */
     tkv_chat_template *jinja; /* how messages are rendered: the model's (or --chat-template's) Jinja template, */
     srv_chat_kind chat;       /* or else this hand-written family */
     bool think;               /* the template has think markers: reasoning is returned apart */
@@ -39,12 +41,17 @@ typedef struct srv_err {
     int status;
     const char *type;  /* "invalid_request_error", ... */
     const char *code;  /* or NULL */
-    const char *param; /* or NULL */
+    const char *param; /* or NULL; static text, or param_own */
+    char param_own[64]; /* a field the request named (one this server does not know), which outlives its body */
     char message[512];
 } srv_err;
 
 void srv_err_set(srv_err *e, int status, const char *param, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+/* Name a field the request's body holds as the error's param: copied, so the error outlives the body (the param
+   of a copied srv_err still points into the original). */
+void srv_err_param(srv_err *e, const char *name);
 
 /* {"error": {"message", "type", "param", "code"}} as a malloc'd string. */
 char *srv_err_json(const srv_err *e);

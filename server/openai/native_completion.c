@@ -41,17 +41,14 @@ static bool refuse_native(const json_t *body, srv_err *e) {
             return false;
         }
     }
-    const json_t *np = json_object_get(body, "n_probs"), *pp = json_object_get(body, "post_sampling_probs");
+    const json_t *np = json_object_get(body, "n_probs");
     if (np && !json_is_null(np) && (!json_is_integer(np) || json_integer_value(np) < 0 ||
                                     json_integer_value(np) > SRV_MAX_TOP_LOGPROBS)) {
         srv_err_set(e, 400, "n_probs", "invalid_value", "'n_probs' must be an integer in [0, %d]", SRV_MAX_TOP_LOGPROBS);
         return false;
     }
-    if (json_is_true(pp)) {
-        srv_err_set(e, 400, "post_sampling_probs", "unsupported_parameter", "'post_sampling_probs' is not supported by "
-                    "this server (n_probs gives the model's probabilities, before sampling)");
-        return false;
-    }
+    bool post = false;
+    if (!srv_field_bool(body, "post_sampling_probs", &post, e)) return false;
     const json_t *rf = json_object_get(body, "response_fields"); /* paths a/b; an empty list: the whole response */
     bool rf_ok = !rf || json_is_null(rf) || json_is_array(rf);
     for (size_t i = 0; rf_ok && i < json_array_size(rf); i++) rf_ok = json_is_string(json_array_get(rf, i));
@@ -133,6 +130,8 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
     }
     if (ok && json_integer_value(json_object_get(body, "n_probs")) > 0) /* the model's top n per generated token */
         r->logprobs = (int)json_integer_value(json_object_get(body, "n_probs"));
+    /* post_sampling_probs: the sampler's distribution (after top-k, top-p, ..., temperature) instead */
+    if (ok) r->post_probs = json_is_true(json_object_get(body, "post_sampling_probs"));
     json_decref(b);
     /* a field the mapping renamed keeps its client's name in the error */
     if (!ok && e->param && !strcmp(e->param, "max_tokens") && np) {
@@ -156,9 +155,9 @@ static json_t *native_object(const srv_api *a, const srv_req *r, json_t *content
                                  r->max_tokens, "temperature", (double)r->sp.temperature, "top_k", (int)r->sp.top_k,
                                  "top_p", (double)r->sp.top_p, "min_p", (double)r->sp.min_p, "seed",
                                  (json_int_t)r->sp.seed, "stop", stop);
-    return json_pack("{s:o,s:o,s:b,s:s,s:i,s:I,s:I,s:b,s:s,s:s,s:o,s:o,s:b}", "content", content, "tokens", tokens, "stop",
-                     1, "model", a->model_id, "tokens_predicted", r->n_gen, "tokens_evaluated",
-                     (json_int_t)r->n_prompt, "tokens_cached", (json_int_t)r->n_cached, "truncated", 0, "stop_type",
+    return json_pack("{s:i,s:o,s:o,s:b,s:s,s:i,s:I,s:I,s:b,s:s,s:s,s:o,s:o,s:b}", "index", r->index, "content", content,
+                     "tokens", tokens, "stop", 1, "model", a->model_id, "tokens_predicted", r->n_gen, "tokens_evaluated",
+                     (json_int_t)r->n_prompt, "tokens_cached", (json_int_t)r->n_cached, "truncated", r->truncated, "stop_type",
                      stop_type, "stopping_word", r->stop_word >= 0 ? r->stop[r->stop_word] : "", "generation_settings",
                      settings, "timings", timings, "has_new_line", r->text && memchr(r->text, '\n', r->text_len) != NULL);
 }
@@ -195,6 +194,30 @@ char *srv_api_native_response(const srv_api *a, srv_req *r) {
     }
     json_decref(fields);
     return dump(o);
+}
+
+char *srv_api_native_responses(const srv_api *a, srv_req *const *reqs, size_t n) {
+    if (n == 1) return srv_api_native_response(a, reqs[0]);
+    size_t len = 2, cap = 256;
+    char *out = malloc(cap);
+    if (out) out[0] = '[';
+    for (size_t i = 0; out && i < n; i++) {
+        char *one = srv_api_native_response(a, reqs[i]);
+        const size_t k = one ? strlen(one) : 0;
+        char *grown = one && len + k + 2 > cap ? realloc(out, cap = 2 * (len + k + 2)) : out;
+        if (!one || !grown) {
+            free(one);
+            free(grown ? grown : out);
+            return NULL;
+        }
+        out = grown;
+        if (i) out[len - 1] = ',', len++;
+        memcpy(out + len - 1, one, k);
+        len += k;
+        free(one);
+    }
+    if (out) out[len - 1] = ']', out[len] = 0;
+    return out;
 }
 
 char *srv_api_native_event(const srv_api *a, srv_req *r, const char *text, size_t n, bool final, long tok) {

@@ -19,6 +19,10 @@ bool srv_api_parse_native(const srv_api *a, const json_t *body, srv_req *r, srv_
    tokens_evaluated, tokens_cached, generation_settings, timings. malloc'd. */
 char *srv_api_native_response(const srv_api *a, srv_req *r);
 
+/* The answer of a native /completion of n prompts (llama-server's several prompts in one request): the response
+   of the one, or an array of each one's, in order. malloc'd. */
+char *srv_api_native_responses(const srv_api *a, srv_req *const *reqs, size_t n);
+
 /* One SSE event of a native stream: {"content": the new text, "tokens": [the id of generated token tok (-1:
    none)], "stop": false} (with n_probs, its completion_probabilities), or (final) the response object with empty
    content and "stop": true. The caller holds r->mu. malloc'd; NULL when out of memory. */

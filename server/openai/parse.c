@@ -49,7 +49,67 @@ static bool token_array(const srv_api *a, const json_t *arr, srv_req *r, srv_err
     return true;
 }
 
-/* prompt: a string, an array of token ids, or a one-element array of either */
+/* llama-server's mixed prompt: token ids and texts in one array, each text tokenized in its place (the first
+   element, if a text, with the BOS). */
+static bool mixed_prompt(const srv_api *a, const json_t *arr, srv_req *r, srv_err *e) {
+    const size_t n_vocab = tkv_vocab_size(a->model);
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        const json_t *x = json_array_get(arr, i);
+        tkv_token one, *t = &one;
+        size_t k = 1;
+        if (json_is_integer(x)) {
+            if (json_integer_value(x) < 0 || (unsigned long long)json_integer_value(x) >= n_vocab) {
+                srv_err_set(e, 400, "prompt", "invalid_value", "prompt[%zu]: token id %lld is out of range (vocabulary "
+                            "of %zu)", i, (long long)json_integer_value(x), n_vocab);
+                return false;
+            }
+            one = (tkv_token)json_integer_value(x);
+        } else if (!json_is_string(x) ||
+                   srv_tokenize(a->model, json_string_value(x), json_string_length(x),
+                                TKV_TOKENIZE_PARSE_SPECIAL | (i == 0 ? TKV_TOKENIZE_ADD_SPECIAL : 0u), &t, &k)) {
+            srv_err_set(e, 400, "prompt", "invalid_value", "prompt[%zu] must be a token id or a text", i);
+            return false;
+        }
+        if (n + k > cap) {
+            cap = 2 * (n + k) + 16;
+            tkv_token *p = realloc(r->prompt, cap * sizeof *p);
+            if (!p) {
+                if (t != &one) free(t);
+                srv_err_set(e, 500, NULL, NULL, "out of memory");
+                return false;
+            }
+            r->prompt = p;
+        }
+        if (k) memcpy(r->prompt + n, t, k * sizeof *t);
+        n += k;
+        if (t != &one) free(t);
+    }
+    r->n_prompt = n;
+    if (!n) srv_err_set(e, 400, "prompt", "invalid_value", "'prompt' is empty");
+    return n > 0;
+}
+
+/* Whether arr holds both token ids and texts (llama-server's mixed prompt) and nothing else. */
+static bool is_mixed(const json_t *arr) {
+    bool ints = false, strs = false;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        const json_t *x = json_array_get(arr, i);
+        if (json_is_integer(x)) ints = true;
+        else if (json_is_string(x)) strs = true;
+        else return false;
+    }
+    return ints && strs;
+}
+
+size_t srv_api_prompt_count(const json_t *body) {
+    const json_t *p = json_object_get(body, "prompt");
+    if (!json_is_array(p) || json_array_size(p) < 2 || is_mixed(p) || json_is_integer(json_array_get(p, 0))) return 1;
+    return json_array_size(p);
+}
+
+/* prompt: a string, an array of token ids, (native) llama-server's mixed array of both, or a one-element array of
+   any */
 static bool parse_prompt(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
     const json_t *p = json_object_get(body, "prompt");
     if (!p) {
@@ -59,7 +119,8 @@ static bool parse_prompt(const srv_api *a, const json_t *body, srv_req *r, srv_e
     if (json_is_array(p) && json_array_size(p) == 1 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
         p = json_array_get(p, 0);
-    else if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0))) {
+    if (json_is_array(p) && r->native && is_mixed(p)) return mixed_prompt(a, p, r, e); /* llama-server's only */
+    if (json_is_array(p) && json_array_size(p) > 1 && !json_is_integer(json_array_get(p, 0))) {
         srv_err_set(e, 400, "prompt", "invalid_value", "only one prompt per request is supported (got %zu)",
                     json_array_size(p));
         return false;
@@ -587,6 +648,11 @@ static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
             return false;
         }
     }
+    if (json_is_true(json_object_get(body, "post_sampling_probs"))) {
+        srv_err_set(e, 400, "post_sampling_probs", "unsupported_parameter", "'post_sampling_probs' is llama-server's "
+                    "/completion field (with n_probs); the OpenAI routes' logprobs are the model's");
+        return false;
+    }
     const json_t *lazy = json_object_get(body, "grammar_lazy"), *trig = json_object_get(body, "grammar_triggers");
     if (json_is_true(lazy) || json_array_size(trig)) {
         srv_err_set(e, 400, json_is_true(lazy) ? "grammar_lazy" : "grammar_triggers", "unsupported_parameter",
@@ -600,6 +666,28 @@ static bool refuse_unimplemented(const json_t *body, bool chat, srv_err *e) {
             srv_err_set(e, 400, "modalities", "unsupported_parameter", "only the \"text\" modality is supported");
             return false;
         }
+    return true;
+}
+
+/*
+ * n_keep and n_discard (llama-server's), and with --context-shift a prompt that does not fit its window cut as
+ * llama-server cuts it: the first n_keep tokens stay, then whole blocks of half the rest of the window go from
+ * the front of what follows, so that the end of the prompt and some room for the answer remain.
+ */
+static bool parse_shift(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+    long long keep = a->defaults.n_keep, discard = 0;
+    if (!srv_field_int(body, "n_keep", -1, INT_MAX, &keep, e) || !srv_field_int(body, "n_discard", 0, INT_MAX, &discard, e))
+        return false;
+    r->n_keep = (int)keep, r->n_discard = (int)discard;
+    const size_t w = a->shift_window;
+    if (!w || r->n_prompt < w) return true;
+    size_t k = keep < 0 ? r->n_prompt : (size_t)keep;
+    if (k > w - 4) k = w - 4;                   /* room for the rest: the window is at least 16 (server.c) */
+    const size_t block = (w - k) / 2;
+    const size_t erased = (r->n_prompt - k - block) / block;
+    memmove(r->prompt + k, r->prompt + k + erased * block, (r->n_prompt - k - erased * block) * sizeof *r->prompt);
+    r->n_prompt -= erased * block;
+    r->truncated = true;
     return true;
 }
 
@@ -629,10 +717,11 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     make_id(r, chat ? "chatcmpl-" : "cmpl-");
     if (!(chat ? parse_messages(a, body, r, e) : parse_prompt(a, body, r, e))) return false;
     if (!chat && !srv_api_parse_legacy(a, body, r, e)) return false;
+    if (!parse_shift(a, body, r, e)) return false;
     if (r->n_prompt >= a->n_ctx) {
         srv_err_set(e, 400, chat ? "messages" : "prompt", "context_length_exceeded",
-                    "the prompt is %zu tokens; this server's context holds %u (prompt and completion)", r->n_prompt,
-                    a->n_ctx);
+                    "the prompt (%zu tokens) exceeds the available context size (%u tokens, prompt and completion)",
+                    r->n_prompt, a->n_ctx);
         return false;
     }
 
@@ -647,7 +736,8 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
         return false;
     }
     if (!srv_field_int(body, mt_key, 1, a->max_tokens, &max_tokens, e)) return false;
-    const long long room = (long long)a->n_ctx - (long long)r->n_prompt;
+    /* a context shift makes room as the answer grows: only max_tokens bounds it */
+    const long long room = a->shift_window ? LLONG_MAX : (long long)a->n_ctx - (long long)r->n_prompt;
     const long long np = a->defaults.n_predict; /* --n-predict: the length of a request that gives none */
     if (max_tokens < 0) max_tokens = np > 0 ? np : chat ? a->max_tokens : 16; /* OpenAI's default for completions */
     r->max_tokens = (int)(max_tokens < room ? max_tokens : room);
@@ -689,6 +779,12 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     if (!srv_field_bool(body, "stream", &r->stream, e) || !srv_field_bool(body, "return_tokens", &r->return_tokens, e) ||
         !srv_field_bool(body, "ignore_eos", &r->ignore_eos, e) || !parse_stop(body, r, e))
         return false;
+    if (!srv_field_bool(body, "return_progress", &r->return_progress, e)) return false;
+    if (r->return_progress && !r->stream) { /* llama-server reports progress in streams only */
+        srv_err_set(e, 400, "return_progress", "invalid_value", "'return_progress' needs 'stream': true (the "
+                    "progress of a prompt is reported as stream events)");
+        return false;
+    }
     const json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {

@@ -24,6 +24,10 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
  */
 char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, bool *prefilled, srv_err *e);
 
+/* How many prompts a body's "prompt" holds: an array of texts or token lists is several (llama-server's
+   /completion answers each); a text, a token list or llama-server's mixed list is one. */
+size_t srv_api_prompt_count(const json_t *body);
+
 /* Make r, parsed from the same body as first (its choice 0), its choice i: the same id, the seed plus i. */
 void srv_api_choice(srv_req *first, srv_req *r, size_t i);
 

@@ -143,16 +143,18 @@ static json_t *choice_json(const srv_api *a, srv_req *r) {
 
 json_t *srv_api_native_probs(const srv_api *a, const srv_req *r, size_t from, size_t to) {
     json_t *out = json_array();
+    /* post_sampling_probs: the sampler's probabilities, under llama-server's other names */
+    const char *value = r->post_probs ? "prob" : "logprob", *tops_key = r->post_probs ? "top_probs" : "top_logprobs";
     for (size_t i = from; i < to && i < r->n_lps; i++) {
         const srv_logprob *lp = &r->lps[i];
         json_t *bytes, *tops = json_array(), *tok = token_text(a, lp->token, &bytes);
         for (int k = 0; k < lp->n_top; k++) {
             json_t *tb, *tt = token_text(a, lp->top[k], &tb);
-            json_array_append_new(tops, json_pack("{s:i,s:o,s:f,s:o}", "id", (int)lp->top[k], "token", tt, "logprob",
+            json_array_append_new(tops, json_pack("{s:i,s:o,s:f,s:o}", "id", (int)lp->top[k], "token", tt, value,
                                                   (double)lp->top_logprob[k], "bytes", tb));
         }
-        json_array_append_new(out, json_pack("{s:i,s:o,s:f,s:o,s:o}", "id", (int)lp->token, "token", tok, "logprob",
-                                             (double)lp->logprob, "bytes", bytes, "top_logprobs", tops));
+        json_array_append_new(out, json_pack("{s:i,s:o,s:f,s:o,s:o}", "id", (int)lp->token, "token", tok, value,
+                                             (double)lp->logprob, "bytes", bytes, tops_key, tops));
     }
     return out;
 }
@@ -231,6 +233,26 @@ char *srv_api_usage_chunk(const srv_api *a, srv_req *const *reqs, size_t n) {
     if (!body) return NULL;
     char *ev = malloc(strlen(body) + 9);
     if (ev) sprintf(ev, "data: %s\n\n", body);
+    free(body);
+    return ev;
+}
+
+char *srv_api_progress_event(const srv_api *a, const srv_req *r, size_t i) {
+    const srv_progress *p = &r->prog[i];
+    json_t *prog = json_pack("{s:I,s:I,s:I,s:f}", "total", (json_int_t)r->n_prompt, "cache", (json_int_t)r->prog[0].processed,
+                             "processed", (json_int_t)p->processed, "time_ms", (p->t - r->prog[0].t) * 1000);
+    json_t *o = r->native ? json_pack("{s:s,s:[],s:b}", "content", "", "tokens", "stop", 0)
+                          : json_pack("{s:s,s:s,s:I,s:s,s:s,s:[]}", "id", r->id, "object",
+                                      r->chat ? "chat.completion.chunk" : "text_completion", "created",
+                                      (json_int_t)r->created, "model", a->model_id, "system_fingerprint", "tokenkv",
+                                      "choices");
+    if (o) json_object_set_new(o, "prompt_progress", prog);
+    else json_decref(prog);
+    char *body = dump(o);
+    if (!body) return NULL;
+    size_t len = strlen(body);
+    char *ev = malloc(len + 9);
+    if (ev) memcpy(ev, "data: ", 6), memcpy(ev + 6, body, len), memcpy(ev + 6 + len, "\n\n", 3);
     free(body);
     return ev;
 }

@@ -25,6 +25,11 @@ typedef enum { SRV_CHUNK_DELTA, SRV_CHUNK_REASONING, SRV_CHUNK_FINISH, SRV_CHUNK
 char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const char *text, size_t n, bool first,
                     size_t *lp_sent);
 
+/* llama-server's return_progress event of r's prompt step i (r->prog[i]): prompt_progress {total, cache,
+   processed, time_ms}, in a chunk with no choices (OpenAI routes) or an empty native event. The caller holds
+   r->mu. malloc'd "data: {...}\n\n"; NULL when out of memory. */
+char *srv_api_progress_event(const srv_api *a, const srv_req *r, size_t i);
+
 /* llama-server's "timings" of a request's choices (the prompt of the first, the completions together):
    cache_n, prompt_n (the prompt tokens computed), predicted_n, and their milliseconds and rates. The caller
    holds no lock (the counts are final once the requests are done). */

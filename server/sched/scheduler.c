@@ -18,6 +18,14 @@
  * whatever of its list is still cached and goes on, with the same output it
  * would have had (decoding is batch-invariant).
  *
+ * With --context-shift (opts.shift_window), a generating request whose
+ * sequence reaches the window drops tokens after its kept prefix from its
+ * list, as llama-server does, and its sequence attaches the new list again:
+ * the kept prefix is reused and the rest recomputed at its new positions,
+ * not re-roped, so every cell still holds exactly the K/V of its token list
+ * (a re-roped tail would carry attention to the dropped tokens and poison
+ * the prefix index for whoever asks for that list).
+ *
  * Which request is admitted, held back or preempted is policy.c's, a pure
  * function of views this file fills (slot_views, choose); this file does
  * the lookups and the actions.
@@ -36,6 +44,7 @@ typedef struct srv_run {
     tkv_token *toks;       /* (n_toks) what the sequence must hold: prompt, then generated tokens */
     size_t n_toks, cap;
     int n_gen;             /* tokens generated (the last one not decoded yet) */
+    tkv_token *gen;        /* (n_gen) with a context shift: every generated token, as toks loses some */
     uint64_t ns;           /* namespace */
     bool preempted;
     uint64_t resume_after; /* requests ended when it was preempted: it waits for one more */
@@ -95,6 +104,7 @@ static void run_free(srv_req *r) {
     tkv_sampler_free(r->run->smp);
     tkv_detok_free(r->run->dt);
     free(r->run->toks);
+    free(r->run->gen);
     free(r->run);
     r->run = NULL;
 }
@@ -116,7 +126,8 @@ static void finish(srv_sched *s, slot *sl, const char *reason) {
     srv_req *r = sl->req;
     const int n_gen = sl->run->n_gen;
     /* the generated ids follow the prompt in the run's list */
-    if (r->return_tokens) srv_req_set_tokens(r, sl->run->toks + r->n_prompt, sl->run->n_toks - r->n_prompt);
+    if (r->return_tokens)
+        srv_req_set_tokens(r, sl->run->gen ? sl->run->gen : sl->run->toks + r->n_prompt, (size_t)n_gen);
     srv_req_finish(r, reason, n_gen);
     srv_metrics_tokens(s->metrics, r->n_prompt, r->n_cached, (uint64_t)n_gen);
     if (n_gen > 0) {
@@ -278,6 +289,7 @@ static tkv_status new_run(srv_sched *s, srv_req *r) {
     run->toks = malloc(run->cap * sizeof *run->toks);
     if (!run->toks) return TKV_ERR_NOMEM;
     memcpy(run->toks, r->prompt, r->n_prompt * sizeof *r->prompt);
+    if (s->o.shift_window && !(run->gen = malloc(((size_t)r->max_tokens + 1) * sizeof *run->gen))) return TKV_ERR_NOMEM;
     run->n_toks = r->n_prompt;
     tkv_status st = tkv_sampler_create(&r->sp, s->n_vocab, &run->smp);
     if (!st && r->grammar) st = tkv_sampler_set_grammar(run->smp, r->grammar); /* it survives preemption with run */
@@ -304,7 +316,7 @@ static void start(srv_sched *s, slot *sl, srv_req *r) {
         return;
     }
     sl->n_past = reused;
-    if (first) srv_req_set_cached(r, reused); /* cached_tokens: of the prompt, at arrival */
+    if (first) srv_req_set_cached(r, reused), srv_req_progress(r, reused); /* cached_tokens: of the prompt, at arrival */
 }
 
 static void admit(srv_sched *s) {
@@ -349,7 +361,9 @@ static void drop_cancelled(srv_sched *s) {
 
 /* ---- one step --------------------------------------------------------------- */
 
-static bool generating(const slot *sl) { return sl->req && sl->run->n_gen > 0; }
+/* Whether sl's next step is one generated token: a request that resumes after a preemption or a shift first
+   computes the rest of its list in chunks, as a prompt. */
+static bool generating(const slot *sl) { return sl->req && sl->run->n_gen > 0 && sl->n_past + 1 == sl->run->n_toks; }
 
 /* Put tokens [n_past, n_past + take) of sl's list in the batch at n. */
 static size_t add(srv_sched *s, size_t n, slot *sl, size_t take) {
@@ -390,6 +404,37 @@ static size_t build(srv_sched *s) {
     return n;
 }
 
+/* llama-server's context shift: sl's sequence fills the window, so the n_discard tokens after the kept ones (the
+   BOS and n_keep of the prompt) leave its list, and the sequence attaches the shorter list: the kept prefix is
+   reused, the rest recomputed from the next step on. Nothing to discard: the request ends, "length". */
+static void shift(srv_sched *s, slot *sl) {
+    srv_req *r = sl->req;
+    srv_run *run = sl->run;
+    size_t keep = (r->n_keep < 0 ? r->n_prompt : (size_t)r->n_keep) + (tkv_tokenizer_adds_bos(s->model) ? 1 : 0);
+    if (keep > s->o.shift_window - 4) keep = s->o.shift_window - 4;
+    const size_t left = sl->n_past > keep ? sl->n_past - keep : 0;
+    size_t discard = r->n_discard > 0 ? (size_t)r->n_discard : left / 2;
+    if (left && discard > left - 1) discard = left - 1;
+    if (!discard) {
+        finish(s, sl, "length");
+        return;
+    }
+    memmove(run->toks + keep, run->toks + keep + discard, (run->n_toks - keep - discard) * sizeof *run->toks);
+    run->n_toks -= discard;
+    size_t reused = 0;
+    const tkv_status st = tkv_seq_attach(s->ctx, sl->seq, run->ns, run->toks, run->n_toks, &reused);
+    if (st) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "context shift: %s", tkv_last_error(s->ctx));
+        fail(s, sl, SRV_FAIL_INTERNAL, msg);
+        return;
+    }
+    sl->n_past = reused;
+    pthread_mutex_lock(&r->mu);
+    r->truncated = true;
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* The token sampled for sl: text out, and whether the request goes on. */
 static void on_token(srv_sched *s, slot *sl, tkv_token tok, const float *logits) {
     srv_req *r = sl->req;
@@ -398,16 +443,19 @@ static void on_token(srv_sched *s, slot *sl, tkv_token tok, const float *logits)
         finish(s, sl, "stop");
         return;
     }
+    if (run->gen) run->gen[run->n_gen] = tok;
     run->n_gen++;
     run->toks[run->n_toks++] = tok; /* decoded next step, unless the request ends here */
-    srv_req_add_logprob(r, tok, logits, s->n_vocab);
+    srv_req_add_logprob(r, tok, logits, s->n_vocab, run->smp);
     const char *text = "";
     size_t len = 0;
     bool stopped = false;
     if (tkv_detok_push(run->dt, tok, &text, &len) == TKV_OK) stopped = srv_req_append(r, text, len);
     srv_req_note_token(r, tok);
     if (stopped) finish(s, sl, "stop");
-    else if (run->n_gen >= r->max_tokens || sl->n_past + 1 >= s->o.n_ctx) finish(s, sl, "length");
+    else if (run->n_gen >= r->max_tokens) finish(s, sl, "length");
+    else if (s->o.shift_window && sl->n_past + 1 >= s->o.shift_window) shift(s, sl);
+    else if (sl->n_past + 1 >= s->o.n_ctx) finish(s, sl, "length");
 }
 
 /* sl cannot go on for want of room, and no other request holds any. */
@@ -451,6 +499,7 @@ static bool step(srv_sched *s) {
         slot *sl = &s->slots[i];
         if (!sl->req || !sl->in_batch) continue;
         sl->n_past += sl->in_batch;
+        if (!sl->run->n_gen) srv_req_progress(sl->req, sl->n_past);
         if (sl->logits_at < 0) continue;
         if (!sl->run->n_gen && s->o.store) /* the prompt is computed: its new blocks go to the shared store */
             srv_store_put(s->o.store, s->ctx, sl->run->ns, sl->run->toks, sl->req->n_prompt, sl->req->n_cached);

@@ -23,6 +23,8 @@ typedef struct srv_sched_opts {
     int parallel;         /* sequences decoded together */
     size_t max_queue;     /* waiting requests beyond which submissions are refused */
     uint32_t n_ctx;       /* positions per sequence (prompt + completion) */
+    uint32_t shift_window; /* --context-shift: a generating sequence that reaches this many positions drops
+                              tokens after its kept prefix and recomputes the rest (0: it ends, "length") */
     uint32_t n_batch;     /* tokens per step (the context's n_batch) */
     bool no_prefix_cache; /* every request in its own namespace: nothing is reused */
     struct srv_store *store; /* the shared prefix store (redis_store.h), or NULL */

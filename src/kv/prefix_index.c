@@ -323,6 +323,26 @@ size_t tkv__pindex_follow(const tkv__pindex *ix, uint64_t ns, tkv__ppos from, co
     return i;
 }
 
+size_t tkv__pindex_continuation(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, tkv_token *out, size_t cap) {
+    uint32_t P = at.node != NONE ? at.node : root_find(ix, ns);
+    if (P == NONE) return 0;
+    uint32_t o = at.node != NONE ? at.off : 0;
+    size_t n = 0;
+    while (n < cap) {
+        if (o < ix->node[P].n) { /* the rest of this run */
+            for (uint32_t cc = cell_at(ix, P, o); cc != NONE && o < ix->node[P].n && n < cap; cc = ix->next[cc], o++)
+                out[n++] = ix->tok[cc];
+            continue;
+        }
+        uint32_t best = NONE;
+        for (uint32_t c = ix->node[P].first_child; c != NONE; c = ix->node[c].next_sibling)
+            if (best == NONE || ix->node[c].last_use > ix->node[best].last_use) best = c;
+        if (best == NONE) break;
+        P = best, o = 0;
+    }
+    return n;
+}
+
 /* ---- insertion ------------------------------------------------------------ */
 
 /* The cell at offset `off` of node id's run. */

@@ -119,6 +119,14 @@ size_t tkv__pindex_follow(const tkv__pindex *ix, uint64_t ns, tkv__ppos from, co
                           tkv__ppos *to);
 
 /*
+ * The tokens cached after `at` (in namespace ns; empty: its root), along the
+ * most recently used path: the rest of at's node, then at each branch the
+ * child used last, until cap tokens or a leaf. Returns how many it wrote to
+ * out. Changes nothing (no LRU touch: proposing is not using).
+ */
+size_t tkv__pindex_continuation(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, tkv_token *out, size_t cap);
+
+/*
  * Free `want` cells, or as many as are evictable: from the least recently
  * used unreferenced, unpinned leaf first, and of it only the tail that is
  * still needed (token-granular: the prefix it ends stays cached); whole

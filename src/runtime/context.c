@@ -183,6 +183,8 @@ static const float *logits_of(const tkv_context *ctx, size_t i) {
     return ctx->logits + (size_t)ctx->logits_row[i] * ctx->model->hp.n_vocab;
 }
 
+const float *tkv__ctx_logits(const tkv_context *ctx, size_t i) { return logits_of(ctx, i); }
+
 uintptr_t tkv__thread_tag(void) {
     static _Thread_local char tag; /* its address: one per live thread */
     return (uintptr_t)&tag;

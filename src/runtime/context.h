@@ -135,6 +135,10 @@ static inline tkv_status tkv__ctx_enter_read(const tkv_context *ctx, const char 
         return guard_;                                                                                                 \
     } while (0)
 
+/* Row i of the last batch's logits, for a call that holds ctx (tkv_get_logits without the guard, batch
+   index i as tkv__ctx_decode numbered it); NULL when token i asked for none. */
+const float *tkv__ctx_logits(const tkv_context *ctx, size_t i);
+
 /* tkv_decode inside a call that holds ctx (tkv_seq_sync's passes). */
 tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b);
 

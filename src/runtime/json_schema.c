@@ -123,7 +123,8 @@ static void put_json_literal(conv *c, sbuf *b, const json_t *v) {
 /* Keywords each kind of schema may carry; anything else with a meaning for validation is refused. */
 static bool known_keyword(const char *k) {
     static const char *const ok[] = {
-        "type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
+        "type", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems",
+        "minItems", "maxItems",
         "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions", "minLength", "maxLength",
         "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "title", "description", "default",
         "$schema", "$id", "$comment", "examples", "strict", "nullable", "deprecated", "readOnly", "writeOnly",
@@ -337,6 +338,18 @@ static void gen_number(conv *c, json_t *s, sbuf *b, bool integer) {
 
 static void gen_array(conv *c, json_t *s, sbuf *b) {
     json_t *items = json_object_get(s, "items"), *prefix = json_object_get(s, "prefixItems");
+    if (json_is_array(items)) { /* the tuple form before 2020-12: items are prefixItems, additionalItems follow */
+        if (prefix) {
+            fail(c, TKV_ERR_INVALID, "give 'items' as an array or 'prefixItems', not both");
+            return;
+        }
+        prefix = items;
+        json_t *extra = json_object_get(s, "additionalItems");
+        items = json_is_object(extra) ? extra : json_false(); /* none or true: exactly the tuple, which validates */
+    } else if (json_object_get(s, "additionalItems")) {
+        fail(c, TKV_ERR_INVALID, "'additionalItems' needs 'items' as an array (a tuple)");
+        return;
+    }
     const json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems"),
                  *uniq = json_object_get(s, "uniqueItems");
     if (uniq && json_is_true(uniq)) {

@@ -41,7 +41,15 @@ struct tkv_sampler {
     uint8_t *allowed; /* (n_vocab) with a grammar */
     uint32_t *count;  /* (n_vocab) times each token was returned, with presence/frequency penalties */
     tkv_logit_bias *bias; /* (p.n_logit_bias) a copy */
+    /* what the last choice drew from (tkv_sampler_last_probs): c[0..last_cand) after the chain's penalties, biases
+       and grammar, of which the first last_n are kept (LAST_CUT: sorted, prob[] normalised) */
+    int last_kind;    /* LAST_NONE, LAST_GREEDY (last_chosen), LAST_FULL (prob[] over all, summing to last_sum), LAST_CUT */
+    size_t last_cand, last_n;
+    double last_sum;
+    tkv_token last_chosen;
 };
+
+enum { LAST_NONE, LAST_GREEDY, LAST_FULL, LAST_CUT };
 
 static tkv_sampler_params sampler_defaults(void) {
     return (tkv_sampler_params){.size = sizeof(tkv_sampler_params),
@@ -169,7 +177,8 @@ static size_t keep_top_k(cand *c, size_t n, size_t k) {
         size_t len = i < k ? i : k;
         if (i >= k) {
             if (by_logit_desc(&c[i], &c[0]) >= 0) continue; /* not better than the worst kept */
-            c[0] = c[i];
+            const cand out = c[0]; /* swapped, not overwritten: c stays a permutation (tkv_sampler_last_probs) */
+            c[0] = c[i], c[i] = out;
             len = k;
             size_t j = 0; /* sift down */
             for (;;) {
@@ -250,6 +259,7 @@ static tkv_token choose(tkv_sampler *s, const float *logits, const uint8_t *allo
         for (size_t i = 1; i < n_cand; i++)
             if (s->c[i].logit > s->c[best].logit) best = i;
         chosen = s->c[best].id;
+        s->last_kind = LAST_GREEDY, s->last_n = 1;
     } else if ((s->p.top_k <= 0 || (size_t)s->p.top_k >= n_cand) && s->p.top_p >= 1.0f && s->p.min_p <= 0) {
         /* nothing cut (OpenAI's defaults): a draw over every candidate in id order, no sort (sorting a
            32k vocabulary per token cost ~5 ms, more than the model's own step) */
@@ -258,6 +268,7 @@ static tkv_token choose(tkv_sampler *s, const float *logits, const uint8_t *allo
         double sum = 0;
         for (size_t i = 0; i < n_cand; i++) sum += s->prob[i] = expf((s->c[i].logit - mx) / s->p.temperature);
         chosen = draw(s, n_cand, sum);
+        s->last_kind = LAST_FULL, s->last_n = n_cand, s->last_sum = sum;
     } else {
         size_t n = keep_top_k(s->c, n_cand, s->p.top_k > 0 ? (size_t)s->p.top_k : n_cand);
         if (s->p.top_p < 1.0f) {
@@ -281,8 +292,52 @@ static tkv_token choose(tkv_sampler *s, const float *logits, const uint8_t *allo
         }
         softmax_cands(s, n, s->p.temperature);
         chosen = draw(s, n, 1.0);
+        s->last_kind = LAST_CUT, s->last_n = n;
     }
+    s->last_cand = n_cand, s->last_chosen = chosen;
     return chosen;
+}
+
+/* The probability of candidate i of the last choice (0 for a candidate its chain cut). */
+static double last_prob(const tkv_sampler *s, size_t i) {
+    switch (s->last_kind) {
+    case LAST_GREEDY: return s->c[i].id == s->last_chosen ? 1.0 : 0.0;
+    case LAST_FULL: return s->prob[i] / s->last_sum;
+    default: return i < s->last_n ? s->prob[i] : 0.0;
+    }
+}
+
+float tkv_sampler_last_prob(const tkv_sampler *s, tkv_token token) {
+    for (size_t i = 0; s && s->last_kind != LAST_NONE && i < s->last_cand; i++)
+        if (s->c[i].id == token) return (float)last_prob(s, i);
+    return 0;
+}
+
+tkv_status tkv_sampler_last_probs(const tkv_sampler *s, size_t k, tkv_token *ids, float *probs, size_t *n) {
+    if (!s || !ids || !probs || !n) return tkv__fail(TKV_ERR_INVALID, "tkv_sampler_last_probs: a NULL argument");
+    if (s->last_kind == LAST_NONE) return tkv__fail(TKV_ERR_INVALID, "tkv_sampler_last_probs: nothing sampled yet");
+    if (k > s->last_cand) k = s->last_cand;
+    /* the k best by (probability, logit, lowest id), by selection: k is small (a client's top-n), the candidates many */
+    for (size_t j = 0; j < k; j++) {
+        size_t best = (size_t)-1;
+        double bp = 0;
+        for (size_t i = 0; i < s->last_cand; i++) {
+            bool taken = false;
+            for (size_t q = 0; q < j && !taken; q++) taken = ids[q] == s->c[i].id;
+            if (taken) continue;
+            const double p = last_prob(s, i);
+            if (best == (size_t)-1 || p > bp || (p == bp && (s->c[i].logit > s->c[best].logit ||
+                                                             (s->c[i].logit == s->c[best].logit && s->c[i].id < s->c[best].id))))
+                best = i, bp = p;
+        }
+        if (best == (size_t)-1) { /* fewer distinct candidates than k */
+            k = j;
+            break;
+        }
+        ids[j] = s->c[best].id, probs[j] = (float)bp;
+    }
+    *n = k;
+    return TKV_OK;
 }
 
 /* With a grammar: the unconstrained choice if allowed, else the choice among the allowed tokens. */

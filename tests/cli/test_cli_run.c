@@ -4,7 +4,7 @@
  * to the limit used), and a prompt that fills it is refused (exit 1); and
  * `--reference-order` reaches the context: with it, greedy ids equal the
  * reference implementation's on a parity file; bad option numbers are
- * refused by name in every subcommand.
+ * refused by name in every subcommand; `--draft N` prints plain decoding's ids.
  */
 #include "testutil.h"
 
@@ -136,6 +136,35 @@ static void test_prompt_fills_context(void **state) {
 
 /* Every subcommand reads option numbers with one reader (cli/args.c): a bad value is refused before
    anything runs, exit 2, with the option, the value and the range named. */
+/* --draft N prints the ids of plain decoding, greedy and seeded (tkv_seq_decode_draft's contract as a user meets
+   it), on a prompt whose continuation repeats itself (stories260K loops), and says how many drafts it took. */
+static void test_draft_same_ids(void **state) {
+    (void)state;
+    const char *model = tu_shared("models/stories260K.gguf");
+    static const char *const flags[][2] = {
+        {"", "--draft 8"},
+        {"--temp 0.8 --seed 5 --repeat-penalty 1.1", "--temp 0.8 --seed 5 --repeat-penalty 1.1 --draft 16"},
+    };
+    for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) {
+        json_t *plain = run_ids(model, "Once upon a time", 200, flags[k][0]);
+        json_t *drafted = run_ids(model, "Once upon a time", 200, flags[k][1]);
+        assert_true(json_array_size(plain) > 100);
+        if (!json_equal(plain, drafted)) fail_msg("%s: the ids differ from plain decoding", flags[k][1]);
+        json_decref(plain);
+        json_decref(drafted);
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "run -m '%s' -p 'Once upon a time' -n 100 --temp 0 -t 1 --ids --draft 8", model);
+    tu_run_result r = tu_run(cmd);
+    assert_int_equal(r.status, 0);
+    unsigned long offered = 0, accepted = 0;
+    const char *line = strstr(r.err, "drafts: ");
+    if (!line || sscanf(line, "drafts: %lu offered, %lu accepted", &offered, &accepted) != 2)
+        fail_msg("no drafts line: %s", r.err);
+    assert_true(accepted > 0 && accepted <= offered); /* the story repeats: some drafts are right */
+    tu_run_free(&r);
+}
+
 static void test_bad_numbers(void **state) {
     (void)state;
     static const struct {
@@ -144,6 +173,7 @@ static void test_bad_numbers(void **state) {
         {"run -m M -n -3", "run: -n: '-3' is not a number in [0, 1e+09]"},
         {"run -m M --top-p nan", "run: --top-p: 'nan' is not a number in [0, 1]"},
         {"run -m M -t 2x", "run: -t: '2x' is not a number in [1, 1024]"},
+        {"run -m M --draft 65", "run: --draft: '65' is not a number in [0, 64]"},
         {"bench -m M -t ' 2'", "bench: -t: ' 2' is not an integer in [1, 1024]"},
         {"logits -m M -t 0", "logits: -t: '0' is not an integer in [1, 1024]"},
         {"quantize --threads +4 a b q4_0", "quantize: --threads: '+4' is not an integer in [1, 256]"},
@@ -169,6 +199,7 @@ int main(void) {
         cmocka_unit_test(test_stops_at_context_length),
         cmocka_unit_test(test_prompt_fills_context),
         cmocka_unit_test(test_reference_order),
+        cmocka_unit_test(test_draft_same_ids),
     };
     return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
 }

@@ -144,14 +144,19 @@ static void test_environment(void **state) {
     assert_string_equal(o.model_path, "/m.gguf");
     assert_string_equal(o.chat_template_file, "/t.jinja");
     assert_int_equal(o.reasoning, SRV_REASONING_OFF);
-    /* a variable of an option with no effect says so once; one turning a refused option off asks for nothing */
+    /* a variable of an option with no effect says so once; one turning a switch off asks for nothing */
     const char *const env2[] = {"LLAMA_ARG_N_GPU_LAYERS=99", "LLAMA_ARG_CONTEXT_SHIFT=false", NULL};
     assert_int_equal(parse(&o, env2, NO_ARGS), SERVE_ARGS_RUN);
     assert_int_equal(lines(err_text), 1);
     assert_non_null(strstr(err_text, "LLAMA_ARG_N_GPU_LAYERS"));
-    const char *const env3[] = {"LLAMA_ARG_CONTEXT_SHIFT=1", NULL};
+    assert_false(o.context_shift);
+    const char *const env3[] = {"LLAMA_ARG_EMBEDDINGS=1", NULL};
     assert_int_equal(parse(&o, env3, NO_ARGS), SERVE_ARGS_USAGE);
-    assert_non_null(strstr(err_text, "LLAMA_ARG_CONTEXT_SHIFT: not implemented"));
+    assert_non_null(strstr(err_text, "LLAMA_ARG_EMBEDDINGS: not implemented"));
+    const char *const env5[] = {"LLAMA_ARG_CONTEXT_SHIFT=1", "LLAMA_ARG_KEEP=-1", NULL};
+    assert_int_equal(parse(&o, env5, NO_ARGS), SERVE_ARGS_RUN);
+    assert_true(o.context_shift);
+    assert_int_equal(o.defaults.n_keep, -1);
     const char *const env4[] = {"LLAMA_ARG_ENDPOINT_SLOTS=maybe", NULL};
     assert_int_equal(parse(&o, env4, NO_ARGS), SERVE_ARGS_USAGE);
 }
@@ -210,7 +215,7 @@ static void test_refused(void **state) {
     (void)state;
     srv_opts o;
     static const char *const refused[][2] = {
-        {"--lora", "a.gguf"}, {"--hf-repo", "x/y"}, {"--embedding", NULL}, {"--context-shift", NULL},
+        {"--lora", "a.gguf"}, {"--hf-repo", "x/y"}, {"--embedding", NULL},
         {"--mirostat", "2"},  {"--rope-scale", "2"}, {"--model-draft", "d.gguf"}, {"--repeat-last-n", "32"},
         {"--slot-save-path", "/tmp"}, {"--spec-type", "ngram-simple"}, {"--samplers", "top_k"},
     };
@@ -222,16 +227,31 @@ static void test_refused(void **state) {
             fail_msg("%s: %s", refused[i][0], err_text);
     }
     assert_int_equal(parse(&o, NULL, ARGS("--mirostat", "0", "--repeat-last-n", "64", "--spec-type", "none",
-                                          "--no-context-shift", "--mlock", "--no-mmap", "-ub", "512", "-cb")),
+                                          "--mlock", "--no-mmap", "-ub", "512", "-cb")),
                      SERVE_ARGS_RUN);
-    assert_int_equal(lines(err_text), 5); /* the last five: accepted, each with why */
+    assert_int_equal(lines(err_text), 4); /* the last four: accepted, each with why */
+}
+
+/* --context-shift and --keep set what the scheduler and the prompt's cut use; --no-context-shift clears it. */
+static void test_context_shift(void **state) {
+    (void)state;
+    srv_opts o;
+    assert_int_equal(parse(&o, NULL, ARGS("--context-shift", "--keep", "-1")), SERVE_ARGS_RUN);
+    assert_true(o.context_shift);
+    assert_int_equal(o.defaults.n_keep, -1);
+    assert_int_equal(lines(err_text), 0);
+    assert_int_equal(parse(&o, NULL, ARGS("--context-shift", "--no-context-shift")), SERVE_ARGS_RUN);
+    assert_false(o.context_shift);
+    assert_int_equal(o.defaults.n_keep, 0);
+    assert_int_equal(parse(&o, NULL, ARGS("--keep", "-2")), SERVE_ARGS_USAGE);
+    assert_non_null(strstr(err_text, "--keep"));
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults),    cmocka_unit_test(test_first_day),  cmocka_unit_test(test_unknown),
         cmocka_unit_test(test_environment), cmocka_unit_test(test_defaults_set), cmocka_unit_test(test_bad_values),
-        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_refused),     cmocka_unit_test(test_context_shift),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

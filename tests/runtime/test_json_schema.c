@@ -146,9 +146,10 @@ static bool valid(const json_t *v, json_t *s) {
         if ((x = json_object_get(s, "minItems")) && n < (size_t)json_integer_value(x)) return false;
         if ((x = json_object_get(s, "maxItems")) && n > (size_t)json_integer_value(x)) return false;
         json_t *prefix = json_object_get(s, "prefixItems"), *items = json_object_get(s, "items");
+        if (json_is_array(items)) prefix = items, items = json_object_get(s, "additionalItems"); /* the tuple form */
         for (size_t i = 0; i < n; i++) {
             json_t *sub = i < json_array_size(prefix) ? json_array_get(prefix, i) : items;
-            if (json_is_false(sub) || !valid(json_array_get(v, i), sub)) return false;
+            if (json_is_false(sub) || (sub && !valid(json_array_get(v, i), sub))) return false;
         }
     }
     if (json_is_object(v)) {
@@ -276,6 +277,9 @@ static const char *const corpus[] = {
     "{\"type\": \"array\", \"prefixItems\": [{\"type\": \"string\", \"maxLength\": 3}, {\"type\": \"boolean\"}], "
     "\"items\": false}",
     "{\"type\": \"array\", \"items\": {\"type\": \"null\"}, \"maxItems\": 0}",
+    "{\"items\": [{\"type\": \"integer\", \"minimum\": -9, \"maximum\": 9}, {\"type\": \"boolean\"}]}",
+    "{\"type\": \"array\", \"items\": [{\"const\": \"a\"}], \"additionalItems\": {\"type\": \"null\"}, "
+    "\"maxItems\": 3}",
     "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 6}, \"age\": "
     "{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 150}, \"email\": {\"type\": \"string\", \"maxLength\": 5}}, "
     "\"required\": [\"name\", \"age\"], \"additionalProperties\": false}",
@@ -383,6 +387,8 @@ static void test_refusals(void **state) {
     static const struct { const char *schema, *says; tkv_status st; } cases[] = {
         {"{\"type\": \"string\", \"pattern\": \"^a+$\"}", "pattern", TKV_ERR_UNSUPPORTED},
         {"{\"type\": \"array\", \"uniqueItems\": true}", "uniqueItems", TKV_ERR_UNSUPPORTED},
+        {"{\"items\": [{}], \"prefixItems\": [{}]}", "not both", TKV_ERR_INVALID},
+        {"{\"type\": \"array\", \"additionalItems\": false}", "additionalItems", TKV_ERR_INVALID},
         {"{\"type\": \"number\", \"minimum\": 0.5}", "minimum", TKV_ERR_UNSUPPORTED},
         {"{\"type\": \"string\", \"format\": \"email\"}", "email", TKV_ERR_UNSUPPORTED},
         {"{\"type\": \"object\", \"patternProperties\": {}}", "patternProperties", TKV_ERR_UNSUPPORTED},

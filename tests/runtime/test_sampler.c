@@ -156,6 +156,73 @@ static void test_repeat_penalty(void **state) {
     assert_true(l[0] == 3.0f && m[0] == -1.0f);
 }
 
+/* The float64 oracle of a chain without penalties: top-k, top-p and min-p over the softmax at temperature 1, then
+   the softmax at temperature t of what is kept (p[i] 0 for a cut token). */
+static void oracle(const float *l, size_t n, int top_k, double top_p, double min_p, double t, double *p) {
+    size_t order[16];
+    for (size_t i = 0; i < n; i++) order[i] = i;
+    for (size_t i = 0; i < n; i++) /* by logit, descending */
+        for (size_t j = i + 1; j < n; j++)
+            if (l[order[j]] > l[order[i]]) { size_t x = order[i]; order[i] = order[j], order[j] = x; }
+    size_t keep = top_k > 0 && (size_t)top_k < n ? (size_t)top_k : n;
+    double sum = 0, cum = 0;
+    for (size_t i = 0; i < keep; i++) sum += exp(l[order[i]] - l[order[0]]);
+    for (size_t i = 0; i < keep && top_p < 1; i++)
+        if ((cum += exp(l[order[i]] - l[order[0]]) / sum) >= top_p) keep = i + 1;
+    size_t k2 = 1;
+    while (min_p > 0 && k2 < keep && exp(l[order[k2]] - l[order[0]]) >= min_p) k2++;
+    if (min_p > 0) keep = k2;
+    double z = 0;
+    for (size_t i = 0; i < n; i++) p[i] = 0;
+    for (size_t i = 0; i < keep; i++) z += p[order[i]] = exp((l[order[i]] - l[order[0]]) / t);
+    for (size_t i = 0; i < keep; i++) p[order[i]] /= z;
+}
+
+/* tkv_sampler_last_probs: the distribution drawn from, against the oracle, for each path of the chain. */
+static void test_last_probs(void **state) {
+    (void)state;
+    enum { V = 8 };
+    const float l[V] = {0.3f, 2.0f, -1.0f, 1.2f, 1.9f, 0.0f, -0.4f, 1.0f};
+    static const struct { float t; int top_k; float top_p, min_p; } cases[] = {
+        {0.7f, 0, 1.0f, 0.0f}, {1.5f, 3, 1.0f, 0.0f}, {1.0f, 0, 0.8f, 0.0f}, {0.9f, 5, 1.0f, 0.3f},
+    };
+    tkv_token ids[V];
+    float pr[V];
+    size_t n = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        tkv_sampler *s = make(cases[c].t, cases[c].top_k, cases[c].top_p, cases[c].min_p, 1.0f, 11, V);
+        assert_int_equal(tkv_sampler_last_probs(s, V, ids, pr, &n), TKV_ERR_INVALID); /* nothing sampled yet */
+        const tkv_token chosen = tkv_sampler_sample(s, l);
+        double p[V];
+        oracle(l, V, cases[c].top_k, cases[c].top_p, cases[c].min_p, cases[c].t, p);
+        assert_true(p[chosen] > 0);
+        assert_int_equal(tkv_sampler_last_probs(s, V, ids, pr, &n), TKV_OK);
+        assert_int_equal(n, V);
+        for (size_t i = 0; i < V; i++) {
+            if (fabs(pr[i] - p[ids[i]]) > 1e-5) fail_msg("case %zu: token %d: %g, oracle %g", c, ids[i], pr[i], p[ids[i]]);
+            if (i && pr[i] > pr[i - 1]) fail_msg("case %zu: not in order at %zu", c, i);
+        }
+        for (size_t i = 0; i < V; i++) /* every token listed once */
+            for (size_t j = 0; j < i; j++) assert_int_not_equal(ids[i], ids[j]);
+        for (tkv_token t = 0; t < V; t++) assert_true(fabs(tkv_sampler_last_prob(s, t) - p[t]) <= 1e-5);
+        assert_true(tkv_sampler_last_prob(s, V) == 0.0f);
+        tkv_sampler_free(s);
+    }
+    /* greedy: the argmax at 1, the others at 0 by logit; k above the vocabulary lists it all */
+    tkv_sampler *s = make(0, 40, 0.95f, 0.05f, 1.0f, 1, V);
+    assert_int_equal(tkv_sampler_sample(s, l), 1);
+    assert_int_equal(tkv_sampler_last_probs(s, 3, ids, pr, &n), TKV_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], 1), assert_int_equal(ids[1], 4), assert_int_equal(ids[2], 3);
+    assert_true(pr[0] == 1.0f && pr[1] == 0.0f && pr[2] == 0.0f);
+    tkv_token many_ids[100];
+    float many[100];
+    assert_int_equal(tkv_sampler_last_probs(s, 100, many_ids, many, &n), TKV_OK);
+    assert_int_equal(n, V);
+    assert_int_equal(tkv_sampler_last_probs(NULL, 3, ids, pr, &n), TKV_ERR_INVALID);
+    tkv_sampler_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
@@ -163,6 +230,7 @@ int main(void) {
         cmocka_unit_test(test_distribution_and_filters),
         cmocka_unit_test(test_openai_penalties_and_bias),
         cmocka_unit_test(test_repeat_penalty),
+        cmocka_unit_test(test_last_probs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

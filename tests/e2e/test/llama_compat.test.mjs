@@ -275,6 +275,107 @@ serverSuite('llama-server: --no-slots, --verbose, --temp', ['--no-slots', '--ver
   });
 });
 
+/** The value of each sample of a Prometheus text, by name. */
+function samples(text) {
+  return Object.fromEntries(text.split('\n').filter((l) => l && !l.startsWith('#')).map((l) => {
+    const at = l.lastIndexOf(' ');
+    return [l.slice(0, at), Number(l.slice(at + 1))];
+  }));
+}
+
+serverSuite("llama-server's metric names", ['-np', '1'], (ctx) => {
+  ctx.test('llamacpp:* count what the responses reported', async (server) => {
+    const body = { prompt: 'I believe the meaning of life is', temperature: 0, n_predict: 8 };
+    const a = await post(server, '/completion', body), b = await post(server, '/completion', body);
+    const t = [a.json.timings, b.json.timings];
+    assert.ok(t[1].cache_n > 0);
+    const m = samples((await get(server, '/metrics')).body);
+    const computed = t[0].prompt_n + t[1].prompt_n, cached = t[0].cache_n + t[1].cache_n;
+    assert.equal(m['llamacpp:prompt_tokens_total'], computed);
+    assert.equal(m['llamacpp:prompt_tokens_cache_total'], cached);
+    assert.equal(m['llamacpp:prompt_cache_hit_ratio'], cached / (cached + computed));
+    assert.equal(m['llamacpp:tokens_predicted_total'], t[0].predicted_n + t[1].predicted_n);
+    assert.equal(m['llamacpp:requests_processing'], 0);
+    assert.equal(m['llamacpp:requests_deferred'], 0);
+    assert.ok(m['llamacpp:n_decode_total'] >= t[0].predicted_n + t[1].predicted_n - 1);
+  });
+});
+
+serverSuite('llama-server: several prompts in one /completion', ['-c', '512', '-np', '2'], (ctx) => {
+  ctx.test('an array of prompts is answered with an array, each as if sent alone', async (server) => {
+    const text = 'I believe the meaning of life is', ids = await tokenize(server, text);
+    const body = { n_predict: 6, temperature: 0 };
+    const alone = (await post(server, '/completion', { ...body, prompt: ids })).json;
+    const other = (await post(server, '/completion', { ...body, prompt: 'Once upon a time' })).json;
+    const r = await post(server, '/completion', { ...body, prompt: [ids, 'Once upon a time', text] });
+    assert.equal(r.status, 200, r.body);
+    assert.deepEqual(r.json.map((x) => [x.index, x.content]),
+      [[0, alone.content], [1, other.content], [2, alone.content]]);
+    const s = await post(server, '/completion', { ...body, prompt: [ids, text], stream: true });
+    assert.equal(s.status, 400);
+    assert.equal(s.json.error.param, 'prompt');
+  });
+  ctx.test("a mixed array of ids and texts is one prompt, each text tokenized in its place", async (server) => {
+    const text = ' the meaning of life', piece = await tokenize(server, text, { add_special: false });
+    const r = await post(server, '/completion', { prompt: [1, 2, 3, text, 4, text], n_predict: 1, return_tokens: true });
+    assert.equal(r.status, 200, r.body);
+    assert.equal(r.json.tokens_evaluated, 3 + piece.length + 1 + piece.length);
+    const ids = [1, 2, 3, ...piece, 4, ...piece];
+    const same = await post(server, '/completion', { prompt: ids, n_predict: 1, return_tokens: true });
+    assert.equal(same.json.tokens_cached, ids.length - 1); // the same tokens: all but the last were cached
+  });
+});
+
+serverSuite('llama-server: post_sampling_probs', ['-np', '1'], (ctx) => {
+  ctx.test("the sampler's distribution: the model's own with nothing cut, one token at 1 when greedy", async (server) => {
+    const body = { prompt: 'I believe the meaning of life is', n_probs: 5, n_predict: 3, seed: 7 };
+    const open = { temperature: 1, top_k: 0, top_p: 1, min_p: 0 };
+    const model = (await post(server, '/completion', { ...body, ...open })).json.completion_probabilities;
+    const post1 = (await post(server, '/completion', { ...body, ...open, post_sampling_probs: true })).json
+      .completion_probabilities;
+    assert.equal(post1.length, 3);
+    for (let i = 0; i < 3; i++) { // temperature 1, no cut: the softmax of the logits, exp(logprob)
+      assert.equal(post1[i].id, model[i].id);
+      assert.ok(Math.abs(post1[i].prob - Math.exp(model[i].logprob)) < 1e-5, `${post1[i].prob} ${model[i].logprob}`);
+      assert.deepEqual(post1[i].top_probs.map((t) => t.id), model[i].top_logprobs.map((t) => t.id));
+      post1[i].top_probs.forEach((t, k) => assert.ok(Math.abs(t.prob - Math.exp(model[i].top_logprobs[k].logprob)) < 1e-5));
+    }
+    const greedy = (await post(server, '/completion', { ...body, temperature: 0, post_sampling_probs: true })).json
+      .completion_probabilities;
+    for (const t of greedy) {
+      assert.equal(t.prob, 1);
+      assert.deepEqual(t.top_probs.map((x) => x.prob), [1, 0, 0, 0, 0]);
+      assert.equal(t.top_probs[0].id, t.id);
+    }
+    const chat = await post(server, '/v1/chat/completions', { messages: MESSAGES, max_tokens: 2, post_sampling_probs: true });
+    assert.equal(chat.status, 400);
+    assert.equal(chat.json.error.param, 'post_sampling_probs');
+  });
+});
+
+serverSuite('llama-server: return_progress', ['-c', '256', '-np', '1', '-b', '64'], (ctx) => {
+  ctx.test("a stream reports each step of its prompt's computation, a step being the batch", async (server) => {
+    const body = { messages: [{ role: 'user', content: 'This is a test'.repeat(10) }], max_tokens: 4, stream: true,
+      return_progress: true, stream_options: { include_usage: true } };
+    for (const round of [0, 1]) { // the second finds all but the last token cached
+      const r = await post(server, '/v1/chat/completions', body);
+      assert.equal(r.status, 200, r.body);
+      const ev = events(r.body), steps = ev.filter((e) => e.prompt_progress).map((e) => e.prompt_progress);
+      const total = ev.at(-1).usage.prompt_tokens, cached = ev.at(-1).usage.prompt_tokens_details.cached_tokens;
+      assert.equal(cached, round ? total - 1 : 0);
+      // the admission (what the cache held), then one step per batch of at most 64 tokens
+      const want = [cached];
+      while (want.at(-1) < total) want.push(Math.min(want.at(-1) + 64, total));
+      assert.deepEqual(steps.map((p) => p.processed), want);
+      for (const p of steps) assert.deepEqual([p.total, p.cache], [total, cached]);
+      assert.ok(ev.findIndex((e) => e.prompt_progress) < ev.findIndex((e) => e.choices?.length)); // before the text
+    }
+    const plain = await post(server, '/v1/chat/completions', { ...body, stream: false, stream_options: undefined });
+    assert.equal(plain.status, 400);
+    assert.equal(plain.json.error.param, 'return_progress');
+  });
+});
+
 function serve(args, env = {}) {
   return new Promise((resolve) => {
     execFile(BIN, ['serve', '-m', MODEL, ...args], { env: { ...process.env, ...env }, timeout: 20000 },
@@ -293,8 +394,8 @@ describe('llama-server: unknown and refused options', () => {
     const a = await serve(['--lora', 'x.gguf']);
     assert.equal(a.code, 2);
     assert.match(a.stderr, /--lora: not implemented/);
-    const b = await serve([], { LLAMA_ARG_CONTEXT_SHIFT: '1' });
+    const b = await serve([], { LLAMA_ARG_EMBEDDINGS: '1' });
     assert.equal(b.code, 2);
-    assert.match(b.stderr, /LLAMA_ARG_CONTEXT_SHIFT: not implemented/);
+    assert.match(b.stderr, /LLAMA_ARG_EMBEDDINGS: not implemented/);
   });
 });

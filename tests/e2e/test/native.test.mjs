@@ -160,7 +160,7 @@ serverSuite('native /completion and /slots', ['--parallel', '2'], (s) => {
       [{ prompt: PROMPT, id_slot: 1 }, 'id_slot'],
       [{ prompt: PROMPT, json_schema: 5 }, 'json_schema'], // a schema constrains (llama_compat.test.mjs); this is none
       [{ prompt: PROMPT, n_probs: 99 }, 'n_probs'], // 0..20 (llama_compat.test.mjs checks the probabilities)
-      [{ prompt: PROMPT, n_probs: 2, post_sampling_probs: true }, 'post_sampling_probs'],
+      [{ prompt: PROMPT, n_probs: 2, post_sampling_probs: 'yes' }, 'post_sampling_probs'], // a boolean (llama_compat.test.mjs)
       [{ prompt: PROMPT, stream_options: { include_usage: true }, stream: true }, 'stream_options'],
       [{ n_predict: 4 }, 'prompt'],
       [{ prompt: PROMPT, temperature: 9 }, 'temperature'],

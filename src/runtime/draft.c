@@ -1,0 +1,135 @@
+/*
+ * draft.c — drafts from the cache: the tokens a sequence is likely to
+ * continue with, taken from what the cache already holds, and their
+ * verification in one batch.
+ *
+ * A token-aware cache knows what followed a prefix before: a retried
+ * request, a regenerated answer at temperature 0, an agent repeating a
+ * step find their next tokens in the prefix tree; an edit that copies its
+ * input finds them in its own prompt (the tokens that followed the last
+ * time the sequence's last few tokens appeared). Verifying k drafts costs
+ * one forward pass over k + 1 tokens, about the price of one token where
+ * generation is bound by reading the weights.
+ *
+ * Lossless by construction: the default arithmetic is batch-invariant (a
+ * token's logits do not depend on how its batch was formed), and every
+ * verified row is sampled by the caller's sampler in order, exactly as one
+ * token at a time would sample it, so the tokens (and the sampler's
+ * random draws and grammar state) are the same with drafts as without.
+ */
+#include "context.h"
+
+#include "base/error.h"
+#include "kv/prefix_index.h"
+
+#include <string.h>
+
+/* the n-gram source matches the sequence's last NGRAM_MAX .. NGRAM_MIN tokens, longest first */
+enum { NGRAM_MAX = 4, NGRAM_MIN = 2 };
+
+/* the token at i of the sequence's tokens (L of them) followed by pending */
+static inline tkv_token text_at(const tkv_token *seq, size_t L, const tkv_token *pending, size_t i) {
+    return i < L ? seq[i] : pending[i - L];
+}
+
+/* The tokens that followed the most recent earlier occurrence of the text's last g tokens
+   (g from NGRAM_MAX down to NGRAM_MIN), at most cap of them. */
+static size_t ngram_draft(const tkv_token *seq, size_t L, const tkv_token *pending, size_t P, tkv_token *out,
+                          size_t cap) {
+    const size_t T = L + P;
+    for (size_t g = NGRAM_MAX; g >= NGRAM_MIN; g--) {
+        if (T < g + 1) continue;
+        for (size_t j = T - g; j-- > 0;) { /* most recent first; j + g < T: something follows */
+            size_t k = 0;
+            while (k < g && text_at(seq, L, pending, j + k) == text_at(seq, L, pending, T - g + k)) k++;
+            if (k < g) continue;
+            size_t n = 0;
+            for (size_t i = j + g; i < T && n < cap; i++) out[n++] = text_at(seq, L, pending, i);
+            return n;
+        }
+    }
+    return 0;
+}
+
+static tkv_status seq_draft(tkv_context *ctx, tkv_seq seq, const tkv_token *pending, size_t n_pending,
+                            tkv_token *out, size_t cap, size_t *n, unsigned sources) {
+    if (!ctx || !n || (!pending && n_pending) || (!out && cap))
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_draft: NULL argument"));
+    *n = 0;
+    if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_draft: sequence %d is out of range", (int)seq));
+    if (sources & ~(unsigned)(TKV_DRAFT_CACHE | TKV_DRAFT_NGRAM))
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_seq_draft: unknown source bits 0x%x",
+                                            sources & ~(unsigned)(TKV_DRAFT_CACHE | TKV_DRAFT_NGRAM)));
+    if (!sources) sources = TKV_DRAFT_CACHE | TKV_DRAFT_NGRAM;
+    if (!cap) return TKV_OK;
+    const tkv__pindex *ix = tkv__kv_index(ctx->kv);
+    const uint64_t ns = ctx->kv->seq[seq].ns;
+    if (sources & TKV_DRAFT_CACHE) {
+        tkv__ppos to;
+        const tkv__ppos end = tkv__pindex_seq_end(ix, seq);
+        if (tkv__pindex_follow(ix, ns, end, pending, n_pending, &to) == n_pending) {
+            *n = tkv__pindex_continuation(ix, ns, to, out, cap);
+            if (*n) return TKV_OK;
+        }
+    }
+    if (sources & TKV_DRAFT_NGRAM) {
+        const size_t L = ctx->kv->seq[seq].n;
+        tkv__kv_seq_tokens(ctx->kv, seq, ctx->seq_tokens); /* (n_cells) scratch: L <= n_cells */
+        *n = ngram_draft(ctx->seq_tokens, L, pending, n_pending, out, cap);
+    }
+    return TKV_OK;
+}
+
+tkv_status tkv_seq_draft(tkv_context *ctx, tkv_seq seq, const tkv_token *pending, size_t n_pending, tkv_token *out,
+                         size_t cap, size_t *n, unsigned sources) {
+    TKV__GUARDED(ctx, "tkv_seq_draft", seq_draft(ctx, seq, pending, n_pending, out, cap, n, sources));
+}
+
+static tkv_status seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pending, const tkv_token *draft,
+                                   size_t n_draft, tkv_sampler *smp, size_t max_out, tkv_token *out, size_t *n_out) {
+    static const char fn[] = "tkv_seq_decode_draft";
+    if (!ctx || !smp || !out || !n_out || (!draft && n_draft))
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: NULL argument", fn));
+    *n_out = 0;
+    if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: sequence %d is out of range", fn, (int)seq));
+    if (!max_out) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: max_out is 0", fn));
+    if (n_draft >= ctx->params.n_batch || n_draft > TKV_DRAFT_MAX)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: %zu draft tokens are more than TKV_DRAFT_MAX (%d) or "
+                                            "do not fit one batch of n_batch %u with the pending token", fn, n_draft,
+                                            TKV_DRAFT_MAX, ctx->params.n_batch));
+    /* more rows than tokens it may return would be computed for nothing */
+    const size_t k = 1 + (n_draft < max_out - 1 ? n_draft : max_out - 1);
+    const uint32_t L = ctx->kv->seq[seq].n;
+    /* the batch on the stack: the context's scratch lists are a hybrid's replay's (tkv__ctx_decode may
+       recompute the sequence's state from a checkpoint first, with them) */
+    tkv_token tok[TKV_DRAFT_MAX + 1];
+    tkv_pos pos[TKV_DRAFT_MAX + 1];
+    tkv_seq sq[TKV_DRAFT_MAX + 1];
+    bool want[TKV_DRAFT_MAX + 1];
+    tok[0] = pending;
+    if (k > 1) memcpy(tok + 1, draft, (k - 1) * sizeof *tok);
+    for (size_t i = 0; i < k; i++) pos[i] = (tkv_pos)(L + i), sq[i] = seq, want[i] = true;
+    const tkv_batch b = {k, tok, pos, sq, want};
+    tkv_status st = tkv__ctx_decode(ctx, &b);
+    if (st) return tkv__ctx_fail(ctx, st); /* transactional: the sequence and the sampler are as they were */
+    size_t n = 0;
+    for (size_t i = 0; i < k; i++) {
+        const tkv_token s = tkv_sampler_sample(smp, tkv__ctx_logits(ctx, i));
+        out[n++] = s;
+        /* the next row was computed after draft[i]: it counts only if the sampler chose that same token */
+        if (i + 1 == k || s != draft[i] || tkv_token_is_eog(ctx->model, s)) break;
+    }
+    /* the sequence keeps pending and the accepted drafts; the last token returned is the caller's next
+       pending one, not decoded yet (as in decoding one token at a time) */
+    if (L + n < L + k) tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)(L + n));
+    *n_out = n;
+    return TKV_OK;
+}
+
+tkv_status tkv_seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pending, const tkv_token *draft,
+                                size_t n_draft, tkv_sampler *smp, size_t max_out, tkv_token *out, size_t *n_out) {
+    TKV__GUARDED(ctx, "tkv_seq_decode_draft",
+                 seq_decode_draft(ctx, seq, pending, draft, n_draft, smp, max_out, out, n_out));
+}
