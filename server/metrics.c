@@ -88,15 +88,7 @@ void srv_metrics_step(srv_metrics *m, double s) {
     pthread_mutex_unlock(&m->mu);
 }
 
-/* A growing string; on allocation failure it stays marked failed. */
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    bool failed;
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...) {
+void srv_prom_put(srv_prom *b, const char *fmt, ...) {
     if (b->failed) return;
     for (;;) {
         va_list ap;
@@ -122,24 +114,43 @@ static void put(sbuf *b, const char *fmt, ...) {
     }
 }
 
-static void put_metric(sbuf *b, const char *name, const char *type, const char *help, double v) {
-    put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+void srv_prom_head(srv_prom *p, const char *name, const char *type, const char *help) {
+    srv_prom_put(p, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void put_hist(sbuf *b, const char *name, const char *help, const hist *h, const double *bounds, size_t nb) {
-    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+void srv_prom_metric(srv_prom *p, const char *name, const char *type, const char *help, double v) {
+    srv_prom_head(p, name, type, help);
+    srv_prom_put(p, "%s %.17g\n", name, v);
+}
+
+void srv_prom_count(srv_prom *p, const char *name, const char *type, const char *help, unsigned long long v) {
+    srv_prom_head(p, name, type, help);
+    srv_prom_put(p, "%s %llu\n", name, v);
+}
+
+char *srv_prom_done(srv_prom *p) {
+    if (p->failed) {
+        free(p->s);
+        *p = (srv_prom){0};
+        return NULL;
+    }
+    return p->s;
+}
+
+static void put_hist(srv_prom *b, const char *name, const char *help, const hist *h, const double *bounds, size_t nb) {
+    srv_prom_head(b, name, "histogram", help);
     uint64_t cum = 0;
     for (size_t i = 0; i < nb; i++) {
         cum += h->count[i];
-        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
+        srv_prom_put(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)cum);
     }
-    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name, (unsigned long long)h->n, name, h->sum,
+    srv_prom_put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name, (unsigned long long)h->n, name, h->sum,
         name, (unsigned long long)h->n);
 }
 
 /* llama-server's names (llamacpp:*) of the same counts, for dashboards built on it: prompt tokens there are those
    computed, the cached ones apart. */
-static void put_llamacpp(sbuf *b, srv_metrics *m, size_t queue_depth, size_t running) {
+static void put_llamacpp(srv_prom *b, srv_metrics *m, size_t queue_depth, size_t running) {
     pthread_mutex_lock(&m->mu);
     const double prompt = (double)m->prompt, cached = (double)m->cached, generated = (double)m->generated;
     const double steps = (double)m->step.n;
@@ -158,22 +169,22 @@ static void put_llamacpp(sbuf *b, srv_metrics *m, size_t queue_depth, size_t run
         {"llamacpp:requests_processing", "gauge", "Requests being decoded.", (double)running},
         {"llamacpp:requests_deferred", "gauge", "Requests waiting for a sequence.", (double)queue_depth},
     };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) put_metric(b, rows[i].name, rows[i].type, rows[i].help, rows[i].v);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        srv_prom_metric(b, rows[i].name, rows[i].type, rows[i].help, rows[i].v);
 }
 
 char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth, size_t running) {
-    sbuf b = {0};
+    srv_prom b = {0};
     pthread_mutex_lock(&m->mu);
-    put(&b, "# HELP tokenkv_requests_total HTTP requests answered, by status.\n"
-            "# TYPE tokenkv_requests_total counter\n");
+    srv_prom_head(&b, "tokenkv_requests_total", "counter", "HTTP requests answered, by status.");
     for (size_t i = 0; i <= N_STATUS; i++) {
-        if (i < N_STATUS) put(&b, "tokenkv_requests_total{status=\"%d\"} %llu\n", statuses[i], (unsigned long long)m->requests[i]);
-        else put(&b, "tokenkv_requests_total{status=\"other\"} %llu\n", (unsigned long long)m->requests[i]);
+        if (i < N_STATUS) srv_prom_put(&b, "tokenkv_requests_total{status=\"%d\"} %llu\n", statuses[i], (unsigned long long)m->requests[i]);
+        else srv_prom_put(&b, "tokenkv_requests_total{status=\"other\"} %llu\n", (unsigned long long)m->requests[i]);
     }
-    put_metric(&b, "tokenkv_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", (double)m->prompt);
-    put_metric(&b, "tokenkv_cached_prompt_tokens_total", "counter", "Prompt tokens reused from the cache.", (double)m->cached);
-    put_metric(&b, "tokenkv_generated_tokens_total", "counter", "Completion tokens generated.", (double)m->generated);
-    put_metric(&b, "tokenkv_preemptions_total", "counter",
+    srv_prom_metric(&b, "tokenkv_prompt_tokens_total", "counter", "Prompt tokens of finished generations.", (double)m->prompt);
+    srv_prom_metric(&b, "tokenkv_cached_prompt_tokens_total", "counter", "Prompt tokens reused from the cache.", (double)m->cached);
+    srv_prom_metric(&b, "tokenkv_generated_tokens_total", "counter", "Completion tokens generated.", (double)m->generated);
+    srv_prom_metric(&b, "tokenkv_preemptions_total", "counter",
                "Requests preempted for want of cache room or for another client's share of the slots (they resume where they were).", (double)m->preemptions);
     put_hist(&b, "tokenkv_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft,
              ttft_bounds, N_TTFT);
@@ -182,36 +193,32 @@ char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth,
     put_hist(&b, "tokenkv_step_seconds",
              "Decode steps: one pass of the inference thread that decoded a batch, with what ran before it.",
              &m->step, step_bounds, N_STEP);
-    put_metric(&b, "tokenkv_step_seconds_max", "gauge", "The longest decode step since start.", m->step_max);
+    srv_prom_metric(&b, "tokenkv_step_seconds_max", "gauge", "The longest decode step since start.", m->step_max);
     pthread_mutex_unlock(&m->mu);
-    put_metric(&b, "tokenkv_queue_depth", "gauge", "Requests waiting for a sequence.", (double)queue_depth);
-    put_metric(&b, "tokenkv_running_requests", "gauge", "Requests being decoded.", (double)running);
-    put_metric(&b, "tokenkv_cache_cells", "gauge", "KV cells in the cache.", (double)c->cells_total);
-    put_metric(&b, "tokenkv_cache_cells_used", "gauge", "KV cells holding a token.", (double)c->cells_used);
-    put_metric(&b, "tokenkv_cache_cells_evictable", "gauge", "Cached cells no sequence holds and nobody pinned.",
+    srv_prom_metric(&b, "tokenkv_queue_depth", "gauge", "Requests waiting for a sequence.", (double)queue_depth);
+    srv_prom_metric(&b, "tokenkv_running_requests", "gauge", "Requests being decoded.", (double)running);
+    srv_prom_metric(&b, "tokenkv_cache_cells", "gauge", "KV cells in the cache.", (double)c->cells_total);
+    srv_prom_metric(&b, "tokenkv_cache_cells_used", "gauge", "KV cells holding a token.", (double)c->cells_used);
+    srv_prom_metric(&b, "tokenkv_cache_cells_evictable", "gauge", "Cached cells no sequence holds and nobody pinned.",
                (double)c->cells_evictable);
-    put_metric(&b, "tokenkv_cache_cells_shared", "gauge", "Cells used by two or more sequences.", (double)c->cells_shared);
-    put_metric(&b, "tokenkv_cache_nodes", "gauge", "Prefix-index nodes.", (double)c->nodes);
-    put_metric(&b, "tokenkv_cache_evictions_total", "counter", "Cells evicted to make room.", (double)c->evictions);
-    put_metric(&b, "tokenkv_cache_tokens_reused_total", "counter", "Tokens taken from the cache.", (double)c->tokens_reused);
-    put_metric(&b, "tokenkv_cache_tokens_computed_total", "counter", "Tokens decoded.", (double)c->tokens_computed);
+    srv_prom_metric(&b, "tokenkv_cache_cells_shared", "gauge", "Cells used by two or more sequences.", (double)c->cells_shared);
+    srv_prom_metric(&b, "tokenkv_cache_nodes", "gauge", "Prefix-index nodes.", (double)c->nodes);
+    srv_prom_metric(&b, "tokenkv_cache_evictions_total", "counter", "Cells evicted to make room.", (double)c->evictions);
+    srv_prom_metric(&b, "tokenkv_cache_tokens_reused_total", "counter", "Tokens taken from the cache.", (double)c->tokens_reused);
+    srv_prom_metric(&b, "tokenkv_cache_tokens_computed_total", "counter", "Tokens decoded.", (double)c->tokens_computed);
     if (c->checkpoint_budget_bytes) { /* a hybrid model's recurrent-state checkpoints */
-        put_metric(&b, "tokenkv_cache_checkpoints", "gauge", "Recurrent-state checkpoints held.", (double)c->checkpoints);
-        put_metric(&b, "tokenkv_cache_checkpoint_bytes", "gauge",
+        srv_prom_metric(&b, "tokenkv_cache_checkpoints", "gauge", "Recurrent-state checkpoints held.", (double)c->checkpoints);
+        srv_prom_metric(&b, "tokenkv_cache_checkpoint_bytes", "gauge",
                    "Memory of the checkpoint slots made so far (held or free for reuse).", (double)c->checkpoint_bytes);
-        put_metric(&b, "tokenkv_cache_checkpoint_budget_bytes", "gauge",
+        srv_prom_metric(&b, "tokenkv_cache_checkpoint_budget_bytes", "gauge",
                    "The most the checkpoints may take (--state-cache, at least --parallel + 2 states).",
                    (double)c->checkpoint_budget_bytes);
-        put_metric(&b, "tokenkv_cache_checkpoint_evictions_total", "counter",
+        srv_prom_metric(&b, "tokenkv_cache_checkpoint_evictions_total", "counter",
                    "Checkpoints evicted, least recently used first, to make room.", (double)c->checkpoint_evictions);
-        put_metric(&b, "tokenkv_cache_state_scratch_bytes", "gauge",
+        srv_prom_metric(&b, "tokenkv_cache_state_scratch_bytes", "gauge",
                    "The decode's working states and uncommitted checkpoint copies (outside the budget).",
                    (double)c->state_scratch_bytes);
     }
     put_llamacpp(&b, m, queue_depth, running);
-    if (b.failed) {
-        free(b.s);
-        return NULL;
-    }
-    return b.s;
+    return srv_prom_done(&b);
 }

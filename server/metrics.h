@@ -7,8 +7,31 @@
 
 #include "tokenkv.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/*
+ * The Prometheus text format, written once for every part that exposes
+ * metrics (the counters below, the Redis store, the directory saver): a
+ * growing string that remembers a failed allocation.
+ */
+typedef struct srv_prom {
+    char *s; /* the text so far (NUL-terminated once anything was put) */
+    size_t n, cap;
+    bool failed; /* an allocation failed: srv_prom_done gives NULL */
+} srv_prom;
+
+/* printf-style text as it is: labelled samples, a histogram's lines. */
+void srv_prom_put(srv_prom *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A metric's "# HELP" and "# TYPE" lines (type: "counter", "gauge", "histogram"). */
+void srv_prom_head(srv_prom *p, const char *name, const char *type, const char *help);
+/* A whole metric of one sample: its head, then "name value" (%.17g: the double exactly). */
+void srv_prom_metric(srv_prom *p, const char *name, const char *type, const char *help, double v);
+/* The same for a count (printed as an integer, exact at any size). */
+void srv_prom_count(srv_prom *p, const char *name, const char *type, const char *help, unsigned long long v);
+/* The text, which the caller frees; NULL when an allocation failed (then nothing is left to free). */
+char *srv_prom_done(srv_prom *p);
 
 typedef struct srv_metrics srv_metrics;
 

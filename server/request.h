@@ -57,6 +57,13 @@ typedef enum srv_fail {
 /* Where a waiting request stands with the shared store (redis_store.h). */
 enum { SRV_STORE_NEW, SRV_STORE_FETCHING, SRV_STORE_DONE };
 
+/* Where a request's lookup in the disk tier (--cache-disk) stands. */
+typedef enum srv_disk_state {
+    SRV_DISK_NEW,      /* not asked yet */
+    SRV_DISK_FETCHING, /* a read of its prefix is in flight */
+    SRV_DISK_DONE,     /* asked (and loaded, or nothing to load) */
+} srv_disk_state;
+
 typedef struct srv_req {
     /* ---- input: written before submission, read-only afterwards ---- */
     tkv_token *prompt;          /* (n_prompt) */
@@ -131,7 +138,7 @@ typedef struct srv_req {
     double t_first, t_done;     /* monotonic seconds of the first token and the end */
     int refs;
     /* ---- the scheduler's (inference thread only) ---- */
-    uint8_t disk_state;         /* 0: the disk tier not asked yet; 1: a read of its prefix is in flight; 2: asked */
+    srv_disk_state disk_state;  /* the disk tier's lookup of its prompt */
 
     /* ---- the inference thread's own ---- */
     struct srv_run *run;        /* created at admission, kept across preemption */

@@ -11,6 +11,7 @@
 #include "openai/responses.h"
 #include "openai/responses_api.h"
 #include "routes.h"
+#include "web/web.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -383,6 +384,35 @@ static enum MHD_Result cache_view(conn *cs, struct MHD_Connection *c, srv_state 
 
 /* ---- the route table -------------------------------------------------------------- */
 
+/* The web page's files (server/web/, in the binary; / is index.html); http.c drops these routes with --no-webui. */
+static enum MHD_Result web_page(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
+    (void)S, (void)rest;
+    const char *url = !strcmp(cs->path, "/") ? "/index.html" : cs->path;
+    const srv_web_file *f = NULL;
+    for (size_t i = 0; i < srv_web_n_files; i++)
+        if (!strcmp(srv_web_files[i].path, url)) f = &srv_web_files[i];
+    if (!f) {
+        srv_err e;
+        srv_err_set(&e, 404, NULL, "not_found", "no route for %s %s", cs->method, cs->path);
+        return http_send_err(cs, c, &e);
+    }
+    struct MHD_Response *r = MHD_create_response_from_buffer(f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", f->content_type);
+    /* the page loads nothing from elsewhere; a policy that says so keeps an injected script from doing it */
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+                            "frame-ancestors 'none'");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    if (cs->close) MHD_add_response_header(r, "Connection", "close");
+    if (cs->replica) MHD_add_response_header(r, "X-Tokenkv-Replica", cs->replica);
+    cs->status = 200;
+    enum MHD_Result ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result health(conn *cs, struct MHD_Connection *c, srv_state *S, const char *rest) {
     (void)S, (void)rest;
     return http_send_json(cs, c, 200, json_pack("{s:s}", "status", "ok"));
@@ -460,5 +490,10 @@ const srv_route srv_routes[] = {
     {"POST", "/v1/responses", SRV_AUTH_KEY, responses},
     {"POST", "/v1/messages", SRV_AUTH_KEY, messages}, /* Anthropic's */
     {"POST", "/v1/messages/count_tokens", SRV_AUTH_KEY, count_tokens},
+    /* the web page: one route per file of server/web/ (test_routes checks the two lists agree) */
+    {"GET", "/", SRV_AUTH_WEB, web_page},
+    {"GET", "/index.html", SRV_AUTH_WEB, web_page},
+    {"GET", "/app.js", SRV_AUTH_WEB, web_page},
+    {"GET", "/style.css", SRV_AUTH_WEB, web_page},
 };
 const size_t srv_n_routes = sizeof srv_routes / sizeof srv_routes[0];

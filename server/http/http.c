@@ -13,7 +13,6 @@
  */
 #include "exchange.h"
 #include "routes.h"
-#include "web/web.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -28,51 +27,31 @@ static bool authorized(srv_state *S, struct MHD_Connection *c) {
     return !S->o->api_key || http_bearer_is(c, S->o->api_key) || http_bearer_is(c, S->o->admin_key);
 }
 
-/* The web page's file at url (/ is index.html), or NULL (also with --no-webui). */
-static const srv_web_file *web_file(const srv_state *S, const char *url) {
-    if (S->o->no_webui) return NULL;
-    if (!strcmp(url, "/")) url = "/index.html";
-    for (size_t i = 0; i < srv_web_n_files; i++)
-        if (!strcmp(srv_web_files[i].path, url)) return &srv_web_files[i];
-    return NULL;
+/* The table's answer for a request; with --no-webui the page's routes are not there (404, with the key asked). */
+static void find_route(const srv_state *S, const char *method, const char *url, srv_route_match *m) {
+    srv_route_find(srv_routes, srv_n_routes, method, url, m);
+    if (m->route && m->route->auth == SRV_AUTH_WEB && S->o->no_webui) *m = (srv_route_match){.status = 404};
 }
-
-/* The page's files (GET, no key: the page holds no data; it asks for the key itself and sends it with every
-   API call) are answered where the table has no route. */
 
 /* Whether a request needs no key: its route's auth (the path's, when the method is wrong); a path the table
-   does not know needs the key, so that nobody without it learns which paths exist, but for the page's files. */
-static bool open_route(const srv_state *S, const srv_route_match *m, const char *url, const char *method) {
-    if (!m->route) return http_is_get(method) && web_file(S, url);
-    return m->route->auth == SRV_AUTH_OPEN || (m->route->auth == SRV_AUTH_METRICS && S->o->metrics_public);
-}
-
-static enum MHD_Result send_web_file(conn *cs, struct MHD_Connection *c, const srv_web_file *f) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", f->content_type);
-    /* the page loads nothing from elsewhere; a policy that says so keeps an injected script from doing it */
-    MHD_add_response_header(r, "Content-Security-Policy",
-                            "default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
-                            "frame-ancestors 'none'");
-    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(r, "Cache-Control", "no-cache");
-    if (cs->close) MHD_add_response_header(r, "Connection", "close");
-    if (cs->replica) MHD_add_response_header(r, "X-Tokenkv-Replica", cs->replica);
-    cs->status = 200;
-    enum MHD_Result ret = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    return ret;
+   does not know needs the key, so that nobody without it learns which paths exist. */
+static bool open_route(const srv_state *S, const srv_route_match *m) {
+    if (!m->route) return false;
+    switch (m->route->auth) {
+    case SRV_AUTH_OPEN: return true;
+    case SRV_AUTH_METRICS: return S->o->metrics_public;
+    case SRV_AUTH_WEB: return true;
+    case SRV_AUTH_KEY: return false;
+    }
+    return false;
 }
 
 /* Everything but the route itself derives from the table: whether a key is needed (401), then the body's
    limits (500, 413), then 404 and 405. */
 static enum MHD_Result route(conn *cs, struct MHD_Connection *c, srv_state *S, const char *url, const char *method) {
     srv_route_match m;
-    srv_route_find(srv_routes, srv_n_routes, method, url, &m);
-    const srv_web_file *page = m.route || !http_is_get(method) ? NULL : web_file(S, url);
-    if (page) return send_web_file(cs, c, page);
-    if (!open_route(S, &m, url, method) && !authorized(S, c))
+    find_route(S, method, url, &m);
+    if (!open_route(S, &m) && !authorized(S, c))
         return http_fail(cs, c, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
     if (cs->oom) return http_send_body(cs, c, 500, NULL, NULL);
     srv_err e;
@@ -187,8 +166,8 @@ static int answer_early(conn *cs, struct MHD_Connection *c, srv_state *S, const 
     }
     srv_err e;
     srv_route_match m;
-    srv_route_find(srv_routes, srv_n_routes, method, url, &m);
-    if (!open_route(S, &m, url, method) && !authorized(S, c))
+    find_route(S, method, url, &m);
+    if (!open_route(S, &m) && !authorized(S, c))
         srv_err_set(&e, 401, NULL, "invalid_api_key", "invalid or missing API key (send 'Authorization: Bearer KEY')");
     else if (!strcmp(method, "POST") && !is_json_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type")))
         srv_err_set(&e, 415, NULL, "unsupported_media_type",

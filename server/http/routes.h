@@ -22,6 +22,8 @@ typedef enum {
     SRV_AUTH_KEY,     /* the API key (or the admin key), when the server has one */
     SRV_AUTH_OPEN,    /* anyone: the health probe */
     SRV_AUTH_METRICS, /* anyone with --metrics-public, else the key */
+    SRV_AUTH_WEB,     /* the web page's files: anyone (the page holds no data; it asks for the key itself and
+                         sends it with every API call); with --no-webui not routes at all (http.c) */
 } srv_auth;
 
 typedef struct srv_route {

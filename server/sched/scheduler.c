@@ -189,7 +189,7 @@ static void disk_done(srv_job *job, bool ran) {
     disk_read *dr = job->user;
     (void)ran;
     pthread_mutex_lock(&dr->s->mu);
-    dr->r->disk_state = 2;
+    dr->r->disk_state = SRV_DISK_DONE;
     dr->s->n_disk_pending--;
     pthread_mutex_unlock(&dr->s->mu);
     srv_req_unref(dr->r);
@@ -206,9 +206,9 @@ static void disk_ready(srv_disk_fetch *f) {
 /* Whether r waits for the disk: on its first look, a read starts when the disk holds more of its prompt than
    RAM (`cached` tokens); r is admitted once it is loaded. Called with mu held. */
 static bool waits_for_disk(srv_sched *s, srv_req *r, uint64_t ns, size_t cached) {
-    if (!s->o.disk || r->run || r->disk_state == 2) return false;
-    if (r->disk_state == 1) return true;
-    r->disk_state = 2;
+    if (!s->o.disk || r->run || r->disk_state == SRV_DISK_DONE) return false;
+    if (r->disk_state == SRV_DISK_FETCHING) return true;
+    r->disk_state = SRV_DISK_DONE;
     srv_disk_fetch *f = srv_disk_lookup(s->o.disk, ns, r->prompt, r->n_prompt, cached);
     disk_read *dr = f ? calloc(1, sizeof *dr) : NULL;
     if (!dr) {
@@ -219,7 +219,7 @@ static bool waits_for_disk(srv_sched *s, srv_req *r, uint64_t ns, size_t cached)
     srv_req_ref(r);
     f->ready = disk_ready;
     f->user = dr;
-    r->disk_state = 1;
+    r->disk_state = SRV_DISK_FETCHING;
     s->n_disk_pending++;
     srv_disk_read(s->o.disk, f);
     return true;
@@ -233,7 +233,7 @@ static uint64_t ns_of(srv_sched *s, const srv_req *r) {
 }
 
 /* Whether r's prefix is on its way from the shared store or the disk tier (it is not admitted meanwhile). */
-static bool fetching(const srv_req *r) { return r->store_state == SRV_STORE_FETCHING || r->disk_state == 1; }
+static bool fetching(const srv_req *r) { return r->store_state == SRV_STORE_FETCHING || r->disk_state == SRV_DISK_FETCHING; }
 
 /* ---- admission: the policy's views, and the lookups it asks for ---------- */
 

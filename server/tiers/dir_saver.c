@@ -7,6 +7,7 @@
  * bounded copy), so no staging buffer of our own is needed.
  */
 #include "dir_saver.h"
+#include "metrics.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -160,27 +161,22 @@ void srv_save_stats_get(srv_save *sv, srv_save_stats *out) {
 char *srv_save_render(srv_save *sv) {
     srv_save_stats st;
     srv_save_stats_get(sv, &st);
-    char *out = malloc(2048);
-    if (!out) return NULL;
-    snprintf(out, 2048,
-             "# HELP tokenkv_cache_saves_total Saves to --cache-dir (written by the save thread).\n"
-             "# TYPE tokenkv_cache_saves_total counter\ntokenkv_cache_saves_total %llu\n"
-             "# HELP tokenkv_cache_save_failures_total Saves that failed (the next one completes them).\n"
-             "# TYPE tokenkv_cache_save_failures_total counter\ntokenkv_cache_save_failures_total %llu\n"
-             "# HELP tokenkv_cache_save_busy_total Intervals skipped: the previous save was still writing.\n"
-             "# TYPE tokenkv_cache_save_busy_total counter\ntokenkv_cache_save_busy_total %llu\n"
-             "# HELP tokenkv_cache_save_files_written_total Files written (new or changed prefix-index nodes).\n"
-             "# TYPE tokenkv_cache_save_files_written_total counter\ntokenkv_cache_save_files_written_total %llu\n"
-             "# HELP tokenkv_cache_save_files_kept_total Files a save kept because they were on disk already.\n"
-             "# TYPE tokenkv_cache_save_files_kept_total counter\ntokenkv_cache_save_files_kept_total %llu\n"
-             "# HELP tokenkv_cache_save_bytes_written_total Bytes of files written.\n"
-             "# TYPE tokenkv_cache_save_bytes_written_total counter\ntokenkv_cache_save_bytes_written_total %llu\n"
-             "# HELP tokenkv_cache_save_snapshot_seconds_max The longest snapshot (on the inference thread).\n"
-             "# TYPE tokenkv_cache_save_snapshot_seconds_max gauge\ntokenkv_cache_save_snapshot_seconds_max %.9f\n"
-             "# HELP tokenkv_cache_save_write_seconds The last save's write (on the save thread).\n"
-             "# TYPE tokenkv_cache_save_write_seconds gauge\ntokenkv_cache_save_write_seconds %.9f\n",
-             (unsigned long long)st.saves, (unsigned long long)st.failures, (unsigned long long)st.busy,
-             (unsigned long long)st.files_written, (unsigned long long)st.files_kept,
-             (unsigned long long)st.bytes_written, st.max_snapshot_s, st.last_write_s);
-    return out;
+    srv_prom b = {0};
+    srv_prom_count(&b, "tokenkv_cache_saves_total", "counter", "Saves to --cache-dir (written by the save thread).",
+                   st.saves);
+    srv_prom_count(&b, "tokenkv_cache_save_failures_total", "counter",
+                   "Saves that failed (the next one completes them).", st.failures);
+    srv_prom_count(&b, "tokenkv_cache_save_busy_total", "counter",
+                   "Intervals skipped: the previous save was still writing.", st.busy);
+    srv_prom_count(&b, "tokenkv_cache_save_files_written_total", "counter",
+                   "Files written (new or changed prefix-index nodes).", st.files_written);
+    srv_prom_count(&b, "tokenkv_cache_save_files_kept_total", "counter",
+                   "Files a save kept because they were on disk already.", st.files_kept);
+    srv_prom_count(&b, "tokenkv_cache_save_bytes_written_total", "counter", "Bytes of files written.",
+                   st.bytes_written);
+    srv_prom_metric(&b, "tokenkv_cache_save_snapshot_seconds_max", "gauge",
+                    "The longest snapshot (on the inference thread).", st.max_snapshot_s);
+    srv_prom_metric(&b, "tokenkv_cache_save_write_seconds", "gauge", "The last save's write (on the save thread).",
+                    st.last_write_s);
+    return srv_prom_done(&b);
 }

@@ -37,13 +37,20 @@ typedef struct staged {
     uint64_t size;
 } staged;
 
-/* A file on disk. state: 0 empty slot, 1 live, 2 deleted (probing goes on past it). */
+/* A slot of the open-addressing table of files. */
+typedef enum slot_state {
+    SLOT_EMPTY, /* never used: a probe stops here */
+    SLOT_LIVE,  /* a file on disk */
+    SLOT_DEAD,  /* deleted: a probe goes on past it */
+} slot_state;
+
+/* A file on disk. */
 typedef struct entry {
     uint64_t key, skey; /* of the prefixes 0..end-1 and 0..from-1 */
     uint32_t from, end;
     uint64_t size;
     uint64_t used; /* logical clock of the last write or fetch */
-    uint8_t state;
+    slot_state state;
 } entry;
 
 struct srv_disk {
@@ -86,8 +93,8 @@ static entry *find(const srv_disk *d, uint64_t key) {
     if (!d->cap) return NULL;
     for (size_t i = key & (d->cap - 1);; i = (i + 1) & (d->cap - 1)) {
         entry *e = &d->tab[i];
-        if (e->state == 0) return NULL;
-        if (e->state == 1 && e->key == key) return e;
+        if (e->state == SLOT_EMPTY) return NULL;
+        if (e->state == SLOT_LIVE && e->key == key) return e;
     }
 }
 
@@ -96,9 +103,9 @@ static bool grow(srv_disk *d) {
     entry *t = calloc(cap, sizeof *t);
     if (!t) return false;
     for (size_t i = 0; i < d->cap; i++) {
-        if (d->tab[i].state != 1) continue;
+        if (d->tab[i].state != SLOT_LIVE) continue;
         size_t j = d->tab[i].key & (cap - 1);
-        while (t[j].state) j = (j + 1) & (cap - 1);
+        while (t[j].state != SLOT_EMPTY) j = (j + 1) & (cap - 1);
         t[j] = d->tab[i];
     }
     free(d->tab);
@@ -127,7 +134,7 @@ static bool trusted_file(const struct stat *sb) {
 static void drop(srv_disk *d, entry *e) {
     d->st.files--;
     d->st.bytes -= e->size;
-    e->state = 2;
+    e->state = SLOT_DEAD;
     d->n_live--;
     d->n_dead++;
 }
@@ -142,11 +149,11 @@ static bool insert(srv_disk *d, const entry *add) {
     }
     if ((d->n_live + d->n_dead + 1) * 2 > d->cap && !grow(d)) return false;
     size_t i = key & (d->cap - 1);
-    while (d->tab[i].state == 1) i = (i + 1) & (d->cap - 1);
-    if (d->tab[i].state == 2) d->n_dead--;
+    while (d->tab[i].state == SLOT_LIVE) i = (i + 1) & (d->cap - 1);
+    if (d->tab[i].state == SLOT_DEAD) d->n_dead--;
     d->tab[i] = *add;
     d->tab[i].used = ++d->clock;
-    d->tab[i].state = 1;
+    d->tab[i].state = SLOT_LIVE;
     d->n_live++;
     d->st.files++;
     d->st.bytes += add->size;
@@ -158,7 +165,7 @@ static void enforce_limit(srv_disk *d) {
     while (d->max_bytes && d->st.bytes > d->max_bytes && d->n_live) {
         entry *lru = NULL;
         for (size_t i = 0; i < d->cap; i++)
-            if (d->tab[i].state == 1 && (!lru || d->tab[i].used < lru->used)) lru = &d->tab[i];
+            if (d->tab[i].state == SLOT_LIVE && (!lru || d->tab[i].used < lru->used)) lru = &d->tab[i];
         unlink_entry(d, lru);
         drop(d, lru);
         d->st.removed++;
@@ -232,7 +239,7 @@ srv_disk_fetch *srv_disk_lookup(srv_disk *d, uint64_t ns, const tkv_token *token
         const entry *best = NULL;
         for (size_t i = 0; i < d->cap; i++) {
             const entry *e = &d->tab[i];
-            if (e->state == 1 && e->from <= end && e->end > n && e->from < n && e->skey == d->keys[e->from] &&
+            if (e->state == SLOT_LIVE && e->from <= end && e->end > n && e->from < n && e->skey == d->keys[e->from] &&
                 (!best || e->end < best->end))
                 best = e;
         }
@@ -475,7 +482,7 @@ static bool index_dir(srv_disk *d) {
     closedir(dir);
     /* the clock continues past the files' times */
     for (size_t i = 0; i < d->cap; i++)
-        if (d->tab[i].state == 1 && d->tab[i].used > d->clock) d->clock = d->tab[i].used;
+        if (d->tab[i].state == SLOT_LIVE && d->tab[i].used > d->clock) d->clock = d->tab[i].used;
     return true; /* the limit is enforced once files too large to be ours are out (srv_disk_limit_files) */
 }
 
@@ -594,7 +601,7 @@ void srv_disk_limit_files(srv_disk *d, uint64_t max_file) {
     d->max_file = max_file;
     uint64_t n = 0;
     for (size_t i = 0; i < d->cap; i++)
-        if (d->tab[i].state == 1 && d->tab[i].size > max_file) drop(d, &d->tab[i]), n++;
+        if (d->tab[i].state == SLOT_LIVE && d->tab[i].size > max_file) drop(d, &d->tab[i]), n++;
     d->st.refused += n;
     enforce_limit(d);
     pthread_mutex_unlock(&d->mu);

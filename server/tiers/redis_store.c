@@ -21,6 +21,7 @@
  * is a miss, counted as rejected).
  */
 #include "redis_store.h"
+#include "metrics.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -537,61 +538,34 @@ void srv_store_free(srv_store *st) {
 
 /* ---- metrics ---------------------------------------------------------------- */
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    bool failed;
-} sbuf;
-
-static void put_line(sbuf *b, const char *name, const char *type, const char *help, unsigned long long v) {
-    char line[512];
-    int k = snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
-    if (k < 0 || b->failed) return;
-    if (b->n + (size_t)k + 1 > b->cap) {
-        size_t cap = (b->cap ? 2 * b->cap : 2048) + (size_t)k;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->failed = true;
-            return;
-        }
-        b->s = s, b->cap = cap;
-    }
-    memcpy(b->s + b->n, line, (size_t)k + 1);
-    b->n += (size_t)k;
-}
-
 char *srv_store_render(srv_store *st) {
-    sbuf b = {0};
+    srv_prom b = {0};
     const counters *c = &st->c;
-    put_line(&b, "tokenkv_store_lookups_total", "counter", "Requests that asked the shared store for blocks.",
+    srv_prom_count(&b, "tokenkv_store_lookups_total", "counter", "Requests that asked the shared store for blocks.",
              atomic_load(&c->lookups));
-    put_line(&b, "tokenkv_store_hits_total", "counter", "Lookups that loaded at least one block.", atomic_load(&c->hits));
-    put_line(&b, "tokenkv_store_misses_total", "counter", "Lookups that loaded nothing.", atomic_load(&c->misses));
-    put_line(&b, "tokenkv_store_hit_tokens_total", "counter", "Prompt tokens whose K/V came from the store.",
+    srv_prom_count(&b, "tokenkv_store_hits_total", "counter", "Lookups that loaded at least one block.", atomic_load(&c->hits));
+    srv_prom_count(&b, "tokenkv_store_misses_total", "counter", "Lookups that loaded nothing.", atomic_load(&c->misses));
+    srv_prom_count(&b, "tokenkv_store_hit_tokens_total", "counter", "Prompt tokens whose K/V came from the store.",
              atomic_load(&c->hit_tokens));
-    put_line(&b, "tokenkv_store_rejected_total", "counter",
+    srv_prom_count(&b, "tokenkv_store_rejected_total", "counter",
              "Values refused by the checks (corrupt, another model or KV type, other tokens).",
              atomic_load(&c->rejected));
-    put_line(&b, "tokenkv_store_errors_total", "counter", "Failed connections and commands (timeouts apart).",
+    srv_prom_count(&b, "tokenkv_store_errors_total", "counter", "Failed connections and commands (timeouts apart).",
              atomic_load(&c->errors));
-    put_line(&b, "tokenkv_store_timeouts_total", "counter", "Lookups and writes that passed their deadline.",
+    srv_prom_count(&b, "tokenkv_store_timeouts_total", "counter", "Lookups and writes that passed their deadline.",
              atomic_load(&c->timeouts));
-    put_line(&b, "tokenkv_store_read_bytes_total", "counter", "Bytes of values fetched.", atomic_load(&c->read_bytes));
-    put_line(&b, "tokenkv_store_writes_total", "counter", "Blocks written.", atomic_load(&c->writes));
-    put_line(&b, "tokenkv_store_written_bytes_total", "counter", "Bytes of values written.",
+    srv_prom_count(&b, "tokenkv_store_read_bytes_total", "counter", "Bytes of values fetched.", atomic_load(&c->read_bytes));
+    srv_prom_count(&b, "tokenkv_store_writes_total", "counter", "Blocks written.", atomic_load(&c->writes));
+    srv_prom_count(&b, "tokenkv_store_written_bytes_total", "counter", "Bytes of values written.",
              atomic_load(&c->written_bytes));
-    put_line(&b, "tokenkv_store_writes_dropped_total", "counter",
+    srv_prom_count(&b, "tokenkv_store_writes_dropped_total", "counter",
              "Blocks not written (store unreachable, queue full, refused).", atomic_load(&c->dropped));
-    put_line(&b, "tokenkv_store_replies_refused_total", "counter",
+    srv_prom_count(&b, "tokenkv_store_replies_refused_total", "counter",
              "Replies refused before allocation: an array where none is expected, or more bytes than any value.",
              atomic_load(&c->refused_replies));
-    put_line(&b, "tokenkv_store_breaker_trips_total", "counter", "Times the circuit breaker opened.",
+    srv_prom_count(&b, "tokenkv_store_breaker_trips_total", "counter", "Times the circuit breaker opened.",
              atomic_load(&c->breaker_trips));
-    put_line(&b, "tokenkv_store_breaker_open", "gauge", "1 while the store is left alone after failures.",
+    srv_prom_count(&b, "tokenkv_store_breaker_open", "gauge", "1 while the store is left alone after failures.",
              atomic_load(&st->open) ? 1 : 0);
-    if (b.failed) {
-        free(b.s);
-        return NULL;
-    }
-    return b.s;
+    return srv_prom_done(&b);
 }

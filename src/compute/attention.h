@@ -10,9 +10,9 @@
  *   mad:   acc = f16(fma(v, w, f32(acc))) element-wise (F16 accumulator).
  *   scale: acc = f16(f32(acc) * s) element-wise.
  *
- * Scalar versions and AVX2+F16C+FMA versions (chosen at run time) give
- * identical results: every lane computes the same operations in the same
- * order.
+ * Scalar versions and AVX2+F16C+FMA versions (chosen at run time with the
+ * kernel table, kernels.h) give identical results: every lane computes the
+ * same operations in the same order.
  */
 #ifndef TKV_ATTENTION_H
 #define TKV_ATTENTION_H
@@ -42,10 +42,30 @@ typedef struct tkv__attn_ops {
     void (*wsum16_rows)(float *acc, const uint16_t *const rows[16], const float *w, size_t m, size_t n);
 } tkv__attn_ops;
 
-/* The best version this CPU runs (and the kernel level allows). */
+/* The active kernel level's set (tkv__kernels.attn): the best this CPU runs. */
 const tkv__attn_ops *tkv__attn_get(void);
 
 /* The scalar version (the oracle). */
 const tkv__attn_ops *tkv__attn_scalar(void);
+
+/* Elements per step of the F16 dot: 4 accumulators x 16 lanes. */
+#define TKV__ATTN_STEP 64
+
+/*
+ * Per-level partial sets, as the kernels' parts (kernels.h): the scalar one
+ * complete (compute/attention.c), each SIMD level's with only what it has
+ * (compute/x86/avx2/attention.c, compute/x86/avx512/attention.c; empty on
+ * builds for other architectures). kernels.c lays them over each other
+ * into each level's table.
+ */
+extern const tkv__attn_ops tkv__attn_scalar_part;
+extern const tkv__attn_ops tkv__attn_avx2_part;
+extern const tkv__attn_ops tkv__attn_avx512_part;
+
+/* The scalar element-wise forms, with which the SIMD ones finish a row's tail. */
+void tkv__attn_mad_scalar(uint16_t *acc, const uint16_t *v, float w, size_t n);
+void tkv__attn_scale_scalar(uint16_t *acc, float s, size_t n);
+float tkv__attn_dot_f32_scalar(const float *q, const uint16_t *k, size_t n);
+void tkv__attn_mad_f32_scalar(float *acc, const uint16_t *v, float w, size_t n);
 
 #endif

@@ -24,7 +24,21 @@ static tkv__kernel_level best_level;
 static _Atomic int active_level;
 
 /* Copy the non-NULL entries of `part` over `t`. */
-static void overlay(tkv__kernels *t, const tkv__kernels *part) {
+static void overlay_attn(tkv__attn_ops *t, const tkv__attn_ops *part) {
+    if (part->dot) t->dot = part->dot;
+    if (part->mad) t->mad = part->mad;
+    if (part->scale) t->scale = part->scale;
+    if (part->dot_f32) t->dot_f32 = part->dot_f32;
+    if (part->mad_f32) t->mad_f32 = part->mad_f32;
+    if (part->widen16) t->widen16 = part->widen16;
+    if (part->scores16) t->scores16 = part->scores16;
+    if (part->wsum16) t->wsum16 = part->wsum16;
+    if (part->scores16_rows) t->scores16_rows = part->scores16_rows;
+    if (part->wsum16_rows) t->wsum16_rows = part->wsum16_rows;
+}
+
+/* Copy the non-NULL entries of `part` (and of its level's attention set `attn`) over `t`. */
+static void overlay(tkv__kernels *t, const tkv__kernels *part, const tkv__attn_ops *attn) {
     t->level = part->level;
     t->name = part->name;
     for (int i = 0; i < TKV_TYPE_COUNT; i++) {
@@ -46,6 +60,7 @@ static void overlay(tkv__kernels *t, const tkv__kernels *part) {
     if (part->rope_pairs) t->rope_pairs = part->rope_pairs;
     if (part->delta_step) t->delta_step = part->delta_step;
     if (part->ssm_step) t->ssm_step = part->ssm_step;
+    overlay_attn(&t->attn, attn);
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -101,10 +116,12 @@ static void init(void) {
     }
     const tkv__kernels *parts[TKV__KERNEL_LEVELS] = {&tkv__kernel_scalar_part, &tkv__kernel_avx2_part,
                                                      &tkv__kernel_avx512_part};
+    const tkv__attn_ops *attn[TKV__KERNEL_LEVELS] = {&tkv__attn_scalar_part, &tkv__attn_avx2_part,
+                                                     &tkv__attn_avx512_part};
     tkv__kernels t;
     memset(&t, 0, sizeof t);
     for (int l = 0; l <= (int)best_level; l++) {
-        overlay(&t, parts[l]);
+        overlay(&t, parts[l], attn[l]);
         tables[l] = t;
         supported[l] = 1;
     }

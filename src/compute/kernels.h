@@ -17,6 +17,7 @@
 #define TKV_KERNELS_H
 
 #include "tokenkv_types.h"
+#include "attention.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -132,6 +133,9 @@ typedef struct tkv__kernels {
     tkv__rope_pairs_fn rope_pairs;
     tkv__delta_step_fn delta_step;
     tkv__ssm_step_fn ssm_step;
+    /* attention's vector operations (attention.h): in a part left zero,
+       kernels.c fills it from the level's tkv__attn_*_part */
+    tkv__attn_ops attn;
 } tkv__kernels;
 
 /*

@@ -4,7 +4,8 @@
  * with another method is a 405 naming the methods it takes, with the
  * path's own auth (so a wrong method on an open route is not a 401); a
  * path no route has is a 404. Run over the server's own table (srv_routes)
- * and a hand-written one.
+ * and a hand-written one; the web page's files (server/web/, in the
+ * binary) are routes of the table, one per file.
  */
 #include "testutil.h"
 
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "http/routes.h"
+#include "web/web.h"
 
 static enum MHD_Result fn_a(struct conn *cs, struct MHD_Connection *c, struct srv_state *S, const char *rest) {
     (void)cs, (void)c, (void)S, (void)rest;
@@ -90,7 +92,7 @@ static void test_server_table(void **state) {
             assert_int_equal(m.status, 0);
         }
     }
-    static const char *const unknown[] = {"/", "/v1", "/v1/nothing", "/v1/chat", "/health/", "/v1/modelsx", "/metrics2"};
+    static const char *const unknown[] = {"/index", "/v1", "/v1/nothing", "/v1/chat", "/health/", "/v1/modelsx", "/metrics2"};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         srv_route_match m;
         srv_route_find(srv_routes, srv_n_routes, "GET", unknown[i], &m);
@@ -109,10 +111,36 @@ static void test_server_table(void **state) {
     assert_int_equal(m.route->auth, SRV_AUTH_METRICS);
 }
 
+/* The web page: every file of server/web/ and / have a GET route open to all (while the page is on), so a
+   POST on them is a 405 with no key asked; no web route names a file the page lacks. */
+static void test_web_routes(void **state) {
+    (void)state;
+    assert_true(srv_web_n_files >= 3);
+    for (size_t i = 0; i <= srv_web_n_files; i++) {
+        const char *path = i < srv_web_n_files ? srv_web_files[i].path : "/";
+        srv_route_match m;
+        srv_route_find(srv_routes, srv_n_routes, "GET", path, &m);
+        if (m.status || m.route->auth != SRV_AUTH_WEB) fail_msg("GET %s: status %d", path, m.status);
+        srv_route_find(srv_routes, srv_n_routes, "POST", path, &m);
+        if (m.status != 405 || m.route->auth != SRV_AUTH_WEB || strcmp(m.allow, "GET"))
+            fail_msg("POST %s: status %d, allow \"%s\"", path, m.status, m.allow);
+    }
+    size_t n_web = 0;
+    for (size_t i = 0; i < srv_n_routes; i++) {
+        if (srv_routes[i].auth != SRV_AUTH_WEB) continue;
+        n_web++;
+        bool found = !strcmp(srv_routes[i].path, "/");
+        for (size_t k = 0; k < srv_web_n_files; k++) found = found || !strcmp(srv_web_files[k].path, srv_routes[i].path);
+        if (!found) fail_msg("route %s is not a file of the web page", srv_routes[i].path);
+    }
+    assert_int_equal(n_web, srv_web_n_files + 1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lookup),
         cmocka_unit_test(test_server_table),
+        cmocka_unit_test(test_web_routes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

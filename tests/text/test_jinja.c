@@ -665,9 +665,37 @@ static void test_reference(void **state) {
     assert_int_equal(unexpected, 0);
 }
 
+/* `is filter` answers what applying the filter does: for Jinja2's filter names and some that are not filters,
+   a filter the render applies (any error but "no filter named") is one `is filter` knows, and the other way. */
+static void test_is_filter(void **state) {
+    (void)state;
+    static const char *const names[] = {
+        "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
+        "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "items", "join",
+        "last", "length", "list", "lower", "map", "max", "min", "pprint", "random", "reject", "rejectattr",
+        "replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort", "string", "striptags",
+        "sum", "title", "tojson", "trim", "truncate", "unique", "upper", "urlencode", "urlize", "wordcount",
+        "wordwrap", "xmlattr", "nothing", "defined", "strip"};
+    int known = 0;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char tmpl[128], *out;
+        snprintf(tmpl, sizeof tmpl, "{{ xs | %s }}", names[i]);
+        const tkv_status st = render(tmpl, CTX, &out);
+        const bool applies = st == TKV_OK || !strstr(tkv_last_error(NULL), "no filter named");
+        free(out);
+        snprintf(tmpl, sizeof tmpl, "{{ '%s' is filter }}", names[i]);
+        assert_int_equal(render(tmpl, CTX, &out), TKV_OK);
+        if (strcmp(out, applies ? "True" : "False")) fail_msg("'%s' is filter gave %s", names[i], out);
+        free(out);
+        known += applies;
+    }
+    assert_true(known >= 40); /* the filters the chat templates use, and more */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_whitespace),
+        cmocka_unit_test(test_is_filter),
         cmocka_unit_test(test_printing),
         cmocka_unit_test(test_expressions),
         cmocka_unit_test(test_loops),

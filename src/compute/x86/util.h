@@ -18,6 +18,9 @@
 #include <immintrin.h>
 
 #define INLINE static inline __attribute__((always_inline))
+/* out of line wherever it is called from: a tile's or a panel's code stays
+   one function, the same however the driver around it (tile_driver.h) inlines */
+#define NOINLINE static __attribute__((noinline))
 /* fully unrolled tile loops: the accumulators then live in registers */
 #define UNROLL _Pragma("GCC unroll 8")
 #define LOAD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
@@ -44,6 +47,19 @@ static inline __m256i nibbles32(const uint8_t *qs) {
     const __m128i b = LOAD128(qs);
     const __m128i m = _mm_set1_epi8(0x0f);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+/* The tiles of a chunk of tn tokens: 'big' tokens each, then 4, 2, 1 (no padding). */
+static inline int plan_tiles(size_t tn, int big, size_t *start, int *len) {
+    int nt = 0;
+    for (size_t u = 0; u < tn;) {
+        const size_t rem = tn - u;
+        const int t = rem >= (size_t)big ? big : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
+        start[nt] = u;
+        len[nt++] = t;
+        u += (size_t)t;
+    }
+    return nt;
 }
 
 /*

@@ -460,18 +460,26 @@ static const char *map_multi(const case_multi *t, size_t n, uint32_t cp) {
     return NULL;
 }
 
-size_t tkv__jcase_map(uint32_t cp, int mode, char out[16]) {
-    const case_multi *mt = mode == 0 ? LOWER_MULTI : mode == 1 ? UPPER_MULTI : TITLE_MULTI;
-    size_t mn = mode == 0 ? COUNT(LOWER_MULTI) : mode == 1 ? COUNT(UPPER_MULTI) : COUNT(TITLE_MULTI);
-    const char *s = map_multi(mt, mn, cp);
+/* Each mapping's tables: the code points that map to several, then the ranges that map to one. */
+static const struct {
+    const case_multi *multi;
+    size_t n_multi;
+    const case_range *ranges;
+    size_t n_ranges;
+} MAPS[] = {
+    [TKV__JCASE_LOWER] = {LOWER_MULTI, COUNT(LOWER_MULTI), LOWER, COUNT(LOWER)},
+    [TKV__JCASE_UPPER] = {UPPER_MULTI, COUNT(UPPER_MULTI), UPPER, COUNT(UPPER)},
+    [TKV__JCASE_TITLE] = {TITLE_MULTI, COUNT(TITLE_MULTI), TITLE, COUNT(TITLE)},
+};
+
+size_t tkv__jcase_map(uint32_t cp, tkv__jcase mode, char out[16]) {
+    const char *s = map_multi(MAPS[mode].multi, MAPS[mode].n_multi, cp);
     if (s) {
         size_t n = strlen(s);
         memcpy(out, s, n);
         return n;
     }
-    const case_range *t = mode == 0 ? LOWER : mode == 1 ? UPPER : TITLE;
-    size_t n = mode == 0 ? COUNT(LOWER) : mode == 1 ? COUNT(UPPER) : COUNT(TITLE);
-    return tkv__utf8_encode(map_range(t, n, cp), out);
+    return tkv__utf8_encode(map_range(MAPS[mode].ranges, MAPS[mode].n_ranges, cp), out);
 }
 
 #define IN_RANGES(t, cp)                                                                                             \
@@ -527,13 +535,13 @@ uint32_t tkv__jcase_sigma(const char *p, size_t from, size_t at, size_t after, s
     return 0x3c2;
 }
 
-int tkv__jcase_class(uint32_t cp) {
+tkv__jcase_kind tkv__jcase_class(uint32_t cp) {
     size_t lo = 0, hi = COUNT(CLASSES);
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (cp < CLASSES[mid].lo) hi = mid;
         else if (cp > CLASSES[mid].hi) lo = mid + 1;
-        else return (cp - CLASSES[mid].lo) % 2 ? CLASSES[mid].odd : CLASSES[mid].even;
+        else return (tkv__jcase_kind)((cp - CLASSES[mid].lo) % 2 ? CLASSES[mid].odd : CLASSES[mid].even);
     }
-    return 0;
+    return TKV__JKIND_NONE;
 }

@@ -44,13 +44,13 @@ static int64_t need_int(tkv__jctx *c, tkv__jv v, const char *what) {
 
 /* ---- case mapping (the tables are in text/jinja/case.c) ---- */
 
-/* Add cp mapped by mode (0 lower, 1 upper, 2 title); ASCII without the tables. */
-static void add_mapped(tkv__jctx *c, tkv__jbuf *b, uint32_t cp, int mode) {
+/* Add cp mapped by mode; ASCII without the tables (its title case is its upper case). */
+static void add_mapped(tkv__jctx *c, tkv__jbuf *b, uint32_t cp, tkv__jcase mode) {
     char e[16];
     if (cp < 0x80) {
         char ch = (char)cp;
-        if (mode && ch >= 'a' && ch <= 'z') ch = (char)(ch - 32);
-        else if (!mode && ch >= 'A' && ch <= 'Z') ch = (char)(ch + 32);
+        if (mode != TKV__JCASE_LOWER && ch >= 'a' && ch <= 'z') ch = (char)(ch - 32);
+        else if (mode == TKV__JCASE_LOWER && ch >= 'A' && ch <= 'Z') ch = (char)(ch + 32);
         tkv__jbuf_addc(c, b, ch);
         return;
     }
@@ -58,11 +58,10 @@ static void add_mapped(tkv__jctx *c, tkv__jbuf *b, uint32_t cp, int mode) {
 }
 
 /*
- * Python's str.lower (mode 0), upper (1), capitalize (2: the first code point title-cased, the rest lowered).
- * Lowering gives a final sigma (U+03C2) for a capital sigma after a cased letter and before none, as Python's
- * does. Bytes that are not UTF-8 stay as they are.
+ * Python's str.lower, upper, capitalize (not title). Lowering gives a final sigma (U+03C2) for a capital sigma
+ * after a cased letter and before none, as Python's does. Bytes that are not UTF-8 stay as they are.
  */
-static tkv__jv map_case(tkv__jctx *c, tkv__jv s, int mode) {
+static tkv__jv map_case(tkv__jctx *c, tkv__jv s, tkv__jstr_case_op op) {
     tkv__jbuf b = {0};
     tkv__jbuf_add(c, &b, "", 0);
     tkv__jstep(c, (long)s.u.str.n / 16);
@@ -70,11 +69,13 @@ static tkv__jv map_case(tkv__jctx *c, tkv__jv s, int mode) {
         size_t used;
         uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
         bool stray = used == 1 && cp >= 0x80;
-        int m = mode == 1 ? 1 : mode == 2 && i == 0 ? 2 : 0;
+        const tkv__jcase m = op == TKV__JSTR_UPPER                   ? TKV__JCASE_UPPER
+                             : op == TKV__JSTR_CAPITALIZE && i == 0 ? TKV__JCASE_TITLE
+                                                                    : TKV__JCASE_LOWER;
         if (stray) {
             tkv__jbuf_add(c, &b, s.u.str.p + i, 1);
-        } else if (m == 0 && cp == 0x3a3) {
-            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), 0);
+        } else if (m == TKV__JCASE_LOWER && cp == 0x3a3) {
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), TKV__JCASE_LOWER);
         } else {
             add_mapped(c, &b, cp, m);
         }
@@ -83,8 +84,8 @@ static tkv__jv map_case(tkv__jctx *c, tkv__jv s, int mode) {
     return tkv__jbuf_value(&b);
 }
 
-tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, int mode) {
-    if (mode < 3) return map_case(c, s, mode);
+tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, tkv__jstr_case_op op) {
+    if (op != TKV__JSTR_TITLE) return map_case(c, s, op);
     /* Python's str.title: title case after an uncased code point, lower case after a cased one */
     tkv__jbuf b = {0};
     tkv__jbuf_add(c, &b, "", 0);
@@ -95,8 +96,8 @@ tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, int mode) {
         uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
         if (used == 1 && cp >= 0x80) tkv__jbuf_add(c, &b, s.u.str.p + i, 1);
         else if (prev_cased && cp == 0x3a3)
-            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), 0);
-        else add_mapped(c, &b, cp, prev_cased ? 0 : 2);
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), TKV__JCASE_LOWER);
+        else add_mapped(c, &b, cp, prev_cased ? TKV__JCASE_LOWER : TKV__JCASE_TITLE);
         prev_cased = !(used == 1 && cp >= 0x80) && tkv__jcase_cased(cp);
         i += used;
     }
@@ -123,14 +124,14 @@ static tkv__jv title(tkv__jctx *c, tkv__jv s) {
         if (sep || (used == 1 && cp >= 0x80)) {
             tkv__jbuf_add(c, &b, s.u.str.p + i, used);
         } else if (start) {
-            add_mapped(c, &b, cp, 1);
+            add_mapped(c, &b, cp, TKV__JCASE_UPPER);
             rest = i + used;
         } else if (cp == 0x3a3) {
             size_t end = i + used, u2;
             while (end < s.u.str.n && !title_sep(tkv__utf8_decode(s.u.str.p + end, s.u.str.n - end, &u2))) end += u2;
-            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, rest, i, i + used, end), 0);
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, rest, i, i + used, end), TKV__JCASE_LOWER);
         } else {
-            add_mapped(c, &b, cp, 0);
+            add_mapped(c, &b, cp, TKV__JCASE_LOWER);
         }
         if (start && !sep && !(used == 1 && cp >= 0x80)) start = false;
         else if (sep) start = true;
@@ -167,7 +168,7 @@ static tkv__jv list_of(tkv__jctx *c, tkv__jlist l) {
 }
 
 static tkv__jv key_of(tkv__jctx *c, tkv__jv v, bool case_sensitive) {
-    if (!case_sensitive && v.type == TKV__JV_STR) return map_case(c, v, 0);
+    if (!case_sensitive && v.type == TKV__JV_STR) return map_case(c, v, TKV__JSTR_LOWER);
     return v;
 }
 
@@ -378,8 +379,8 @@ static tkv__jv minmax(tkv__jctx *c, tkv__jv seq, const tkv__jargs *a, bool want_
     return l.items[best];
 }
 
-bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
-    tkv__jv p[5];
+/* ---- filters: a function each, found by name in FILTERS ---- */
+
 #define IS(s) name_is(name, n, s)
 #define BIND(...)                                                                                                    \
     do {                                                                                                             \
@@ -391,373 +392,565 @@ bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, cons
         static const char *const names_[] = {NULL};                                                                  \
         tkv__jbind(c, "filter", a, names_, p);                                                                      \
     } while (0)
-    if (IS("tojson")) {
-        BIND("ensure_ascii", "indent", "separators", "sort_keys");
-        tkv__jbuf b = {0};
-        const char *indent = NULL;
-        bool has_indent = DEF(p[1]) && p[1].type != TKV__JV_NONE;
-        if (has_indent) {
-            if (p[1].type == TKV__JV_STR) {
-                indent = tkv__jv_strdup(c, p[1].u.str.p, p[1].u.str.n).u.str.p;
-            } else {
-                int64_t w = need_int(c, p[1], "indent");
-                if (w > 256) tkv__jraise(c, TKV_ERR_INVALID, "indent too large");
-                char *sp = tkv__jarena_alloc(c, (size_t)(w > 0 ? w : 0) + 1);
-                memset(sp, ' ', (size_t)(w > 0 ? w : 0));
-                sp[w > 0 ? w : 0] = 0;
-                indent = sp;
-            }
-        }
-        const char *item_sep = NULL, *key_sep = NULL;
-        if (DEF(p[2]) && p[2].type != TKV__JV_NONE) {
-            if (p[2].type != TKV__JV_LIST || p[2].u.list->n != 2 || p[2].u.list->items[0].type != TKV__JV_STR ||
-                p[2].u.list->items[1].type != TKV__JV_STR)
-                tkv__jraise(c, TKV_ERR_INVALID, "tojson separators must be a pair of strings");
-            item_sep = tkv__jv_strdup(c, p[2].u.list->items[0].u.str.p, p[2].u.list->items[0].u.str.n).u.str.p;
-            key_sep = tkv__jv_strdup(c, p[2].u.list->items[1].u.str.p, p[2].u.list->items[1].u.str.n).u.str.p;
-        }
-        tkv__jv_write_json(c, &b, v, tkv__jv_truthy(p[0]), indent, has_indent, item_sep, key_sep,
-                           tkv__jv_truthy(p[3]));
-        *out = tkv__jbuf_value(&b);
-    } else if (IS("length") || IS("count")) {
-        BIND0();
-        size_t len;
-        switch (v.type) {
-        case TKV__JV_UNDEF: len = 0; break;
-        case TKV__JV_STR:
-            tkv__jstep(c, (long)(v.u.str.n / 32)); /* counting code points reads the string */
-            len = tkv__utf8_len(v.u.str.p, v.u.str.n);
-            break;
-        case TKV__JV_LIST:
-            if (v.flags & TKV__JV_GEN) tkv__jraise(c, TKV_ERR_INVALID, "object of type 'generator' has no len()");
-            len = v.u.list->n;
-            break;
-        case TKV__JV_DICT:
-            if (!(v.flags & TKV__JV_NAMESPACE)) {
-                len = v.u.dict->n;
-                break;
-            }
-            /* fall through */
-        default:
-            tkv__jraise(c, TKV_ERR_INVALID, "object of type '%s' has no len()", tkv__jv_type_name(v));
-        }
-        *out = tkv__jv_int((int64_t)len);
-    } else if (IS("trim")) {
-        BIND("chars");
-        *out = tkv__jstr_strip(c, tkv__jv_to_str(c, v), p[0], true, true);
-    } else if (IS("string")) {
-        BIND0();
-        *out = tkv__jv_to_str(c, v);
-    } else if (IS("safe")) {
-        BIND0();
-        *out = tkv__jv_to_str(c, v);
-        out->flags = TKV__JV_MARKUP;
-    } else if (IS("default") || IS("d")) {
-        BIND("default_value", "boolean");
-        bool use = tkv__jv_truthy(p[1]) ? !tkv__jv_truthy(v) : v.type == TKV__JV_UNDEF;
-        *out = use ? (DEF(p[0]) ? p[0] : tkv__jv_str("", 0)) : v;
-    } else if (IS("join")) {
-        BIND("d", "attribute");
-        tkv__jlist l = tkv__jinja_iter(c, v);
-        tkv__jv sep = DEF(p[0]) ? tkv__jv_to_str(c, p[0]) : tkv__jv_str("", 0);
-        tkv__jbuf b = {0};
-        for (size_t i = 0; i < l.n; i++) {
-            tkv__jstep(c, 1);
-            if (i) tkv__jbuf_add(c, &b, sep.u.str.p, sep.u.str.n);
-            tkv__jv_write_str(c, &b, DEF(p[1]) ? get_path(c, l.items[i], p[1]) : l.items[i]);
-        }
-        *out = tkv__jbuf_value(&b);
-    } else if (IS("upper") || IS("lower") || IS("capitalize")) {
-        BIND0();
-        *out = map_case(c, tkv__jv_to_str(c, v), IS("lower") ? 0 : IS("upper") ? 1 : 2);
-    } else if (IS("title")) {
-        BIND0();
-        *out = title(c, tkv__jv_to_str(c, v));
-    } else if (IS("items")) {
-        BIND0();
-        if (v.type == TKV__JV_UNDEF) {
-            *out = tkv__jv_list(c, 0);
+
+static void f_tojson(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("ensure_ascii", "indent", "separators", "sort_keys");
+    tkv__jbuf b = {0};
+    tkv__json_style st = {.ensure_ascii = tkv__jv_truthy(p[0]), .has_indent = DEF(p[1]) && p[1].type != TKV__JV_NONE,
+                          .sort_keys = tkv__jv_truthy(p[3])};
+    const char *indent = NULL;
+    if (st.has_indent) {
+        if (p[1].type == TKV__JV_STR) {
+            indent = tkv__jv_strdup(c, p[1].u.str.p, p[1].u.str.n).u.str.p;
         } else {
-            if (v.type != TKV__JV_DICT || (v.flags & TKV__JV_NAMESPACE))
-                tkv__jraise(c, TKV_ERR_INVALID, "can only get item pairs from a mapping");
-            tkv__jv m;
-            tkv__jinja_method(c, v, "items", 5, &m);
-            tkv__jargs none = {0};
-            *out = tkv__jinja_call_method(c, m.u.fn, &none);
+            int64_t w = need_int(c, p[1], "indent");
+            if (w > 256) tkv__jraise(c, TKV_ERR_INVALID, "indent too large");
+            char *sp = tkv__jarena_alloc(c, (size_t)(w > 0 ? w : 0) + 1);
+            memset(sp, ' ', (size_t)(w > 0 ? w : 0));
+            sp[w > 0 ? w : 0] = 0;
+            indent = sp;
         }
-    } else if (IS("dictsort")) {
-        BIND("case_sensitive", "by", "reverse");
+    }
+    st.indent = indent;
+    if (DEF(p[2]) && p[2].type != TKV__JV_NONE) {
+        if (p[2].type != TKV__JV_LIST || p[2].u.list->n != 2 || p[2].u.list->items[0].type != TKV__JV_STR ||
+            p[2].u.list->items[1].type != TKV__JV_STR)
+            tkv__jraise(c, TKV_ERR_INVALID, "tojson separators must be a pair of strings");
+        st.item_sep = tkv__jv_strdup(c, p[2].u.list->items[0].u.str.p, p[2].u.list->items[0].u.str.n).u.str.p;
+        st.key_sep = tkv__jv_strdup(c, p[2].u.list->items[1].u.str.p, p[2].u.list->items[1].u.str.n).u.str.p;
+    }
+    tkv__jv_write_json(c, &b, v, &st);
+    *out = tkv__jbuf_value(&b);
+}
+
+static void f_length(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND0();
+    size_t len;
+    switch (v.type) {
+    case TKV__JV_UNDEF: len = 0; break;
+    case TKV__JV_STR:
+        tkv__jstep(c, (long)(v.u.str.n / 32)); /* counting code points reads the string */
+        len = tkv__utf8_len(v.u.str.p, v.u.str.n);
+        break;
+    case TKV__JV_LIST:
+        if (v.flags & TKV__JV_GEN) tkv__jraise(c, TKV_ERR_INVALID, "object of type 'generator' has no len()");
+        len = v.u.list->n;
+        break;
+    case TKV__JV_DICT:
+        if (!(v.flags & TKV__JV_NAMESPACE)) {
+            len = v.u.dict->n;
+            break;
+        }
+        /* fall through */
+    default:
+        tkv__jraise(c, TKV_ERR_INVALID, "object of type '%s' has no len()", tkv__jv_type_name(v));
+    }
+    *out = tkv__jv_int((int64_t)len);
+}
+
+static void f_trim(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("chars");
+    *out = tkv__jstr_strip(c, tkv__jv_to_str(c, v), p[0], true, true);
+}
+
+static void f_string(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND0();
+    *out = tkv__jv_to_str(c, v);
+}
+
+static void f_safe(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND0();
+    *out = tkv__jv_to_str(c, v);
+    out->flags = TKV__JV_MARKUP;
+}
+
+static void f_default(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("default_value", "boolean");
+    bool use = tkv__jv_truthy(p[1]) ? !tkv__jv_truthy(v) : v.type == TKV__JV_UNDEF;
+    *out = use ? (DEF(p[0]) ? p[0] : tkv__jv_str("", 0)) : v;
+}
+
+static void f_join(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("d", "attribute");
+    tkv__jlist l = tkv__jinja_iter(c, v);
+    tkv__jv sep = DEF(p[0]) ? tkv__jv_to_str(c, p[0]) : tkv__jv_str("", 0);
+    tkv__jbuf b = {0};
+    for (size_t i = 0; i < l.n; i++) {
+        tkv__jstep(c, 1);
+        if (i) tkv__jbuf_add(c, &b, sep.u.str.p, sep.u.str.n);
+        tkv__jv_write_str(c, &b, DEF(p[1]) ? get_path(c, l.items[i], p[1]) : l.items[i]);
+    }
+    *out = tkv__jbuf_value(&b);
+}
+
+static void f_upper(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    BIND0();
+    *out = map_case(c, tkv__jv_to_str(c, v),
+                    IS("lower") ? TKV__JSTR_LOWER : IS("upper") ? TKV__JSTR_UPPER : TKV__JSTR_CAPITALIZE);
+}
+
+static void f_title(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND0();
+    *out = title(c, tkv__jv_to_str(c, v));
+}
+
+static void f_items(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND0();
+    if (v.type == TKV__JV_UNDEF) {
+        *out = tkv__jv_list(c, 0);
+    } else {
         if (v.type != TKV__JV_DICT || (v.flags & TKV__JV_NAMESPACE))
-            tkv__jraise(c, TKV_ERR_INVALID, "dictsort needs a dict");
-        bool by_value = DEF(p[1]) && p[1].type == TKV__JV_STR && name_is(p[1].u.str.p, p[1].u.str.n, "value");
-        size_t cnt = v.u.dict->n;
-        tkv__jv l = tkv__jv_list(c, cnt);
-        tkv__jv *keys = tkv__jarena_alloc(c, (cnt ? cnt : 1) * sizeof *keys);
-        for (size_t i = 0; i < cnt; i++) {
-            tkv__jv pair = tkv__jv_list(c, 2);
-            pair.flags = TKV__JV_TUPLE;
-            pair.u.list->items[0] = v.u.dict->keys[i];
-            pair.u.list->items[1] = v.u.dict->vals[i];
-            l.u.list->items[i] = pair;
-            keys[i] = key_of(c, by_value ? v.u.dict->vals[i] : v.u.dict->keys[i], tkv__jv_truthy(p[0]));
+            tkv__jraise(c, TKV_ERR_INVALID, "can only get item pairs from a mapping");
+        tkv__jv m;
+        tkv__jinja_method(c, v, "items", 5, &m);
+        tkv__jargs none = {0};
+        *out = tkv__jinja_call_method(c, m.u.fn, &none);
+    }
+}
+
+static void f_dictsort(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("case_sensitive", "by", "reverse");
+    if (v.type != TKV__JV_DICT || (v.flags & TKV__JV_NAMESPACE))
+        tkv__jraise(c, TKV_ERR_INVALID, "dictsort needs a dict");
+    bool by_value = DEF(p[1]) && p[1].type == TKV__JV_STR && name_is(p[1].u.str.p, p[1].u.str.n, "value");
+    size_t cnt = v.u.dict->n;
+    tkv__jv l = tkv__jv_list(c, cnt);
+    tkv__jv *keys = tkv__jarena_alloc(c, (cnt ? cnt : 1) * sizeof *keys);
+    for (size_t i = 0; i < cnt; i++) {
+        tkv__jv pair = tkv__jv_list(c, 2);
+        pair.flags = TKV__JV_TUPLE;
+        pair.u.list->items[0] = v.u.dict->keys[i];
+        pair.u.list->items[1] = v.u.dict->vals[i];
+        l.u.list->items[i] = pair;
+        keys[i] = key_of(c, by_value ? v.u.dict->vals[i] : v.u.dict->keys[i], tkv__jv_truthy(p[0]));
+    }
+    sort_by(c, l.u.list->items, keys, cnt, tkv__jv_truthy(p[2]), false);
+    *out = l;
+}
+
+static void f_list(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND0();
+    *out = list_of(c, tkv__jinja_iter(c, v));
+}
+
+static void f_first(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    BIND0();
+    if (IS("last") && v.type == TKV__JV_LIST && (v.flags & TKV__JV_GEN))
+        tkv__jraise(c, TKV_ERR_INVALID, "'generator' object is not reversible");
+    tkv__jlist l = tkv__jinja_iter(c, v);
+    *out = l.n ? l.items[IS("first") ? 0 : l.n - 1] : tkv__jv_undef("no items");
+}
+
+static void f_replace(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("old", "new", "count");
+    tkv__jv s = tkv__jv_to_str(c, v);
+    *out = tkv__jstr_replace(c, s, tkv__jv_to_str(c, p[0]), tkv__jv_to_str(c, p[1]),
+                             DEF(p[2]) && p[2].type != TKV__JV_NONE ? need_int(c, p[2], "count") : -1);
+}
+
+static void f_selectattr(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    *out = select_items(c, v, a, true, IS("selectattr"));
+}
+
+static void f_select(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    *out = select_items(c, v, a, false, IS("select"));
+}
+
+static void f_map(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    (void)name, (void)n;
+    *out = map_items(c, v, a);
+}
+
+static void f_indent(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("width", "first", "blank");
+    *out = split_lines_indent(c, tkv__jv_to_str(c, v), p[0], tkv__jv_truthy(p[1]), tkv__jv_truthy(p[2]));
+}
+
+static void f_int(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("default", "base");
+    int64_t i;
+    double d;
+    tkv__jv dflt = DEF(p[0]) ? p[0] : tkv__jv_int(0);
+    int64_t base = DEF(p[1]) ? need_int(c, p[1], "base") : 10;
+    if (v.type == TKV__JV_UNDEF) tkv__jundef_fail(c, v);
+    if (v.type == TKV__JV_INT || v.type == TKV__JV_BOOL) *out = tkv__jv_int(v.type == TKV__JV_INT ? v.u.i : v.u.b);
+    else if (v.type == TKV__JV_FLOAT && isfinite(v.u.f) && fabs(v.u.f) < 9.2e18) *out = tkv__jv_int((int64_t)v.u.f);
+    else if (v.type == TKV__JV_STR && parse_int(v, base, &i)) *out = tkv__jv_int(i);
+    else if (v.type == TKV__JV_STR && parse_float(c, v, &d) && isfinite(d) && fabs(d) < 9.2e18)
+        *out = tkv__jv_int((int64_t)d);
+    else *out = dflt;
+}
+
+static void f_float(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("default");
+    double d;
+    if (v.type == TKV__JV_UNDEF) tkv__jundef_fail(c, v);
+    if (tkv__jv_is_num(v)) *out = tkv__jv_float(tkv__jv_num(v));
+    else if (v.type == TKV__JV_STR && parse_float(c, v, &d)) *out = tkv__jv_float(d);
+    else *out = DEF(p[0]) ? p[0] : tkv__jv_float(0);
+}
+
+static void f_abs(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND0();
+    if (v.type == TKV__JV_FLOAT) *out = tkv__jv_float(fabs(v.u.f));
+    else if (v.type == TKV__JV_INT || v.type == TKV__JV_BOOL) {
+        int64_t i = v.type == TKV__JV_INT ? v.u.i : v.u.b;
+        if (i == INT64_MIN) tkv__jraise(c, TKV_ERR_INVALID, "integer overflow");
+        *out = tkv__jv_int(i < 0 ? -i : i);
+    } else {
+        tkv__jraise(c, TKV_ERR_INVALID, "bad operand type for abs(): '%s'", tkv__jv_type_name(v));
+    }
+}
+
+static void f_round(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("precision", "method");
+    int64_t prec = DEF(p[0]) ? need_int(c, p[0], "precision") : 0;
+    if (!tkv__jv_is_num(v)) tkv__jraise(c, TKV_ERR_INVALID, "round needs a number");
+    double x = tkv__jv_num(v), m = pow(10.0, (double)prec);
+    tkv__jv meth = DEF(p[1]) ? tkv__jv_to_str(c, p[1]) : tkv__jv_cstr("common");
+    double r;
+    if (name_is(meth.u.str.p, meth.u.str.n, "common")) {
+        if (v.type != TKV__JV_FLOAT) {
+            *out = v.type == TKV__JV_BOOL ? tkv__jv_int(v.u.b) : v;
+            return;
         }
-        sort_by(c, l.u.list->items, keys, cnt, tkv__jv_truthy(p[2]), false);
-        *out = l;
-    } else if (IS("list")) {
-        BIND0();
-        *out = list_of(c, tkv__jinja_iter(c, v));
-    } else if (IS("first") || IS("last")) {
-        BIND0();
-        if (IS("last") && v.type == TKV__JV_LIST && (v.flags & TKV__JV_GEN))
-            tkv__jraise(c, TKV_ERR_INVALID, "'generator' object is not reversible");
+        if (prec >= 0 && prec < 300) {
+            /* Python rounds the exact binary value, as printf does: round(2.675, 2) is 2.67 */
+            char buf[400];
+            snprintf(buf, sizeof buf, "%.*f", (int)prec, x);
+            r = strtod(buf, NULL);
+        } else {
+            double q = pow(10.0, (double)-prec);
+            r = round_half_even(x / q) * q;
+        }
+    } else if (name_is(meth.u.str.p, meth.u.str.n, "ceil")) {
+        r = ceil(x * m) / m;
+    } else if (name_is(meth.u.str.p, meth.u.str.n, "floor")) {
+        r = floor(x * m) / m;
+    } else {
+        tkv__jraise(c, TKV_ERR_INVALID, "method must be common, ceil or floor");
+    }
+    *out = tkv__jv_float(r);
+}
+
+static void f_reverse(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND0();
+    if (v.type == TKV__JV_STR) {
         tkv__jlist l = tkv__jinja_iter(c, v);
-        *out = l.n ? l.items[IS("first") ? 0 : l.n - 1] : tkv__jv_undef("no items");
-    } else if (IS("replace")) {
-        BIND("old", "new", "count");
-        tkv__jv s = tkv__jv_to_str(c, v);
-        *out = tkv__jstr_replace(c, s, tkv__jv_to_str(c, p[0]), tkv__jv_to_str(c, p[1]),
-                                 DEF(p[2]) && p[2].type != TKV__JV_NONE ? need_int(c, p[2], "count") : -1);
-    } else if (IS("selectattr") || IS("rejectattr")) {
-        *out = select_items(c, v, a, true, IS("selectattr"));
-    } else if (IS("select") || IS("reject")) {
-        *out = select_items(c, v, a, false, IS("select"));
-    } else if (IS("map")) {
-        *out = map_items(c, v, a);
-    } else if (IS("indent")) {
-        BIND("width", "first", "blank");
-        *out = split_lines_indent(c, tkv__jv_to_str(c, v), p[0], tkv__jv_truthy(p[1]), tkv__jv_truthy(p[2]));
-    } else if (IS("int")) {
-        BIND("default", "base");
-        int64_t i;
-        double d;
-        tkv__jv dflt = DEF(p[0]) ? p[0] : tkv__jv_int(0);
-        int64_t base = DEF(p[1]) ? need_int(c, p[1], "base") : 10;
-        if (v.type == TKV__JV_UNDEF) tkv__jundef_fail(c, v);
-        if (v.type == TKV__JV_INT || v.type == TKV__JV_BOOL) *out = tkv__jv_int(v.type == TKV__JV_INT ? v.u.i : v.u.b);
-        else if (v.type == TKV__JV_FLOAT && isfinite(v.u.f) && fabs(v.u.f) < 9.2e18) *out = tkv__jv_int((int64_t)v.u.f);
-        else if (v.type == TKV__JV_STR && parse_int(v, base, &i)) *out = tkv__jv_int(i);
-        else if (v.type == TKV__JV_STR && parse_float(c, v, &d) && isfinite(d) && fabs(d) < 9.2e18)
-            *out = tkv__jv_int((int64_t)d);
-        else *out = dflt;
-    } else if (IS("float")) {
-        BIND("default");
-        double d;
-        if (v.type == TKV__JV_UNDEF) tkv__jundef_fail(c, v);
-        if (tkv__jv_is_num(v)) *out = tkv__jv_float(tkv__jv_num(v));
-        else if (v.type == TKV__JV_STR && parse_float(c, v, &d)) *out = tkv__jv_float(d);
-        else *out = DEF(p[0]) ? p[0] : tkv__jv_float(0);
-    } else if (IS("abs")) {
-        BIND0();
-        if (v.type == TKV__JV_FLOAT) *out = tkv__jv_float(fabs(v.u.f));
-        else if (v.type == TKV__JV_INT || v.type == TKV__JV_BOOL) {
-            int64_t i = v.type == TKV__JV_INT ? v.u.i : v.u.b;
-            if (i == INT64_MIN) tkv__jraise(c, TKV_ERR_INVALID, "integer overflow");
-            *out = tkv__jv_int(i < 0 ? -i : i);
-        } else {
-            tkv__jraise(c, TKV_ERR_INVALID, "bad operand type for abs(): '%s'", tkv__jv_type_name(v));
-        }
-    } else if (IS("round")) {
-        BIND("precision", "method");
-        int64_t prec = DEF(p[0]) ? need_int(c, p[0], "precision") : 0;
-        if (!tkv__jv_is_num(v)) tkv__jraise(c, TKV_ERR_INVALID, "round needs a number");
-        double x = tkv__jv_num(v), m = pow(10.0, (double)prec);
-        tkv__jv meth = DEF(p[1]) ? tkv__jv_to_str(c, p[1]) : tkv__jv_cstr("common");
-        double r;
-        if (name_is(meth.u.str.p, meth.u.str.n, "common")) {
-            if (v.type != TKV__JV_FLOAT) {
-                *out = v.type == TKV__JV_BOOL ? tkv__jv_int(v.u.b) : v;
-                return true;
-            }
-            if (prec >= 0 && prec < 300) {
-                /* Python rounds the exact binary value, as printf does: round(2.675, 2) is 2.67 */
-                char buf[400];
-                snprintf(buf, sizeof buf, "%.*f", (int)prec, x);
-                r = strtod(buf, NULL);
-            } else {
-                double q = pow(10.0, (double)-prec);
-                r = round_half_even(x / q) * q;
-            }
-        } else if (name_is(meth.u.str.p, meth.u.str.n, "ceil")) {
-            r = ceil(x * m) / m;
-        } else if (name_is(meth.u.str.p, meth.u.str.n, "floor")) {
-            r = floor(x * m) / m;
-        } else {
-            tkv__jraise(c, TKV_ERR_INVALID, "method must be common, ceil or floor");
-        }
-        *out = tkv__jv_float(r);
-    } else if (IS("reverse")) {
-        BIND0();
-        if (v.type == TKV__JV_STR) {
-            tkv__jlist l = tkv__jinja_iter(c, v);
-            tkv__jbuf b = {0};
-            for (size_t i = l.n; i > 0; i--) tkv__jbuf_add(c, &b, l.items[i - 1].u.str.p, l.items[i - 1].u.str.n);
-            *out = tkv__jbuf_value(&b);
-        } else {
-            tkv__jlist l = tkv__jinja_iter(c, v);
-            tkv__jv r = tkv__jv_list(c, l.n);
-            for (size_t i = 0; i < l.n; i++) r.u.list->items[i] = l.items[l.n - 1 - i];
-            *out = r;
-        }
-    } else if (IS("unique")) {
-        BIND("case_sensitive", "attribute");
+        tkv__jbuf b = {0};
+        for (size_t i = l.n; i > 0; i--) tkv__jbuf_add(c, &b, l.items[i - 1].u.str.p, l.items[i - 1].u.str.n);
+        *out = tkv__jbuf_value(&b);
+    } else {
         tkv__jlist l = tkv__jinja_iter(c, v);
         tkv__jv r = tkv__jv_list(c, l.n);
-        tkv__jv *seen = tkv__jarena_alloc(c, (l.n ? l.n : 1) * sizeof *seen);
-        size_t k = 0;
-        for (size_t i = 0; i < l.n; i++) {
-            tkv__jv key = key_of(c, DEF(p[1]) ? get_path(c, l.items[i], p[1]) : l.items[i], tkv__jv_truthy(p[0]));
-            bool dup = false;
-            tkv__jstep(c, (long)k);
-            for (size_t j = 0; j < k && !dup; j++) dup = tkv__jv_equal(seen[j], key);
-            if (dup) continue;
-            seen[k] = key;
-            r.u.list->items[k++] = l.items[i];
-        }
-        r.u.list->n = k;
+        for (size_t i = 0; i < l.n; i++) r.u.list->items[i] = l.items[l.n - 1 - i];
         *out = r;
-    } else if (IS("sort")) {
-        BIND("reverse", "case_sensitive", "attribute");
-        tkv__jv r = list_of(c, tkv__jinja_iter(c, v));
-        size_t cnt = r.u.list->n;
-        tkv__jv *keys = tkv__jarena_alloc(c, (cnt ? cnt : 1) * sizeof *keys);
-        for (size_t i = 0; i < cnt; i++)
-            keys[i] = key_of(c, DEF(p[2]) ? get_path(c, r.u.list->items[i], p[2]) : r.u.list->items[i],
-                             tkv__jv_truthy(p[1]));
-        sort_by(c, r.u.list->items, keys, cnt, tkv__jv_truthy(p[0]), DEF(p[2]));
-        *out = r;
-    } else if (IS("groupby")) {
-        BIND("attribute", "default", "case_sensitive");
-        if (!DEF(p[0])) tkv__jraise(c, TKV_ERR_INVALID, "groupby needs an attribute");
-        tkv__jv r = list_of(c, tkv__jinja_iter(c, v));
-        size_t cnt = r.u.list->n;
-        tkv__jv *keys = tkv__jarena_alloc(c, (cnt ? cnt : 1) * sizeof *keys);
-        for (size_t i = 0; i < cnt; i++) {
-            tkv__jv k = get_path(c, r.u.list->items[i], p[0]);
-            if (k.type == TKV__JV_UNDEF && DEF(p[1])) k = p[1];
-            keys[i] = key_of(c, k, tkv__jv_truthy(p[2]));
-        }
-        sort_by(c, r.u.list->items, keys, cnt, false, true);
-        /* (grouper, items) pairs; the grouper is the first item's own value, not its lowered key */
-        tkv__jv groups = tkv__jv_list(c, cnt);
-        size_t ng = 0;
-        for (size_t i = 0; i < cnt;) {
-            size_t j = i + 1;
-            while (j < cnt && tkv__jv_equal(keys[j], keys[i])) j++;
-            tkv__jv items = tkv__jv_list(c, j - i), pair = tkv__jv_list(c, 2);
-            memcpy(items.u.list->items, r.u.list->items + i, (j - i) * sizeof(tkv__jv));
-            tkv__jv g = get_path(c, r.u.list->items[i], p[0]);
-            pair.flags = TKV__JV_TUPLE;
-            pair.u.list->items[0] = g.type == TKV__JV_UNDEF && DEF(p[1]) ? p[1] : g;
-            pair.u.list->items[1] = items;
-            groups.u.list->items[ng++] = pair;
-            i = j;
-        }
-        groups.u.list->n = ng;
-        *out = groups;
-    } else if (IS("min") || IS("max")) {
-        *out = minmax(c, v, a, IS("max"));
-    } else if (IS("sum")) {
-        BIND("attribute", "start");
-        tkv__jlist l = tkv__jinja_iter(c, v);
-        tkv__jv acc = DEF(p[1]) ? p[1] : tkv__jv_int(0);
-        for (size_t i = 0; i < l.n; i++) {
-            tkv__jv x = DEF(p[0]) ? get_path(c, l.items[i], p[0]) : l.items[i];
-            if (x.type == TKV__JV_STR) tkv__jraise(c, TKV_ERR_INVALID, "sum() can't sum strings");
-            acc = tkv__jinja_add(c, acc, x);
-        }
-        *out = acc;
-    } else if (IS("wordcount")) {
-        BIND0();
-        tkv__jv s = tkv__jv_to_str(c, v);
-        int64_t words = 0;
-        bool in = false;
-        for (size_t i = 0; i < s.u.str.n; i++) {
-            unsigned char ch = (unsigned char)s.u.str.p[i];
-            bool w = ch >= 0x80 || ch == '_' || (ch >= '0' && ch <= '9') || ((ch | 32) >= 'a' && (ch | 32) <= 'z');
-            if (w && !in) words++;
-            in = w;
-        }
-        *out = tkv__jv_int(words);
-    } else if (IS("center")) {
-        BIND("width");
-        tkv__jv s = tkv__jv_to_str(c, v);
-        int64_t w = DEF(p[0]) ? need_int(c, p[0], "width") : 80;
-        tkv__jstep(c, (long)(s.u.str.n / 32));
-        int64_t len = (int64_t)tkv__utf8_len(s.u.str.p, s.u.str.n);
-        if (w > 4096) tkv__jraise(c, TKV_ERR_INVALID, "width too large");
-        if (w <= len) {
-            *out = s;
-        } else {
-            /* Python's str.center puts the odd space on the left when the string's length is odd */
-            int64_t pad = w - len, left = pad / 2 + (pad & w & 1);
-            tkv__jbuf b = {0};
-            for (int64_t i = 0; i < left; i++) tkv__jbuf_addc(c, &b, ' ');
-            tkv__jbuf_add(c, &b, s.u.str.p, s.u.str.n);
-            for (int64_t i = 0; i < pad - left; i++) tkv__jbuf_addc(c, &b, ' ');
-            *out = tkv__jbuf_value(&b);
-        }
-    } else if (IS("escape") || IS("e") || IS("forceescape")) {
-        BIND0();
-        *out = v.type == TKV__JV_STR && (v.flags & TKV__JV_MARKUP) && !IS("forceescape") ? v
-                                                                                        : tkv__jescape(c, v);
-    } else if (IS("format")) {
-        tkv__jv args = tkv__jv_list(c, a->n);
-        args.flags = TKV__JV_TUPLE;
-        for (size_t i = 0; i < a->n; i++) args.u.list->items[i] = a->v[i];
-        if (a->n_kw) {
-            args = tkv__jv_dict(c, a->n_kw);
-            for (size_t i = 0; i < a->n_kw; i++) tkv__jv_dict_set(c, args, a->kw_names[i], a->kw[i]);
-        }
-        *out = tkv__jstr_percent(c, tkv__jv_to_str(c, v), args);
-    } else if (IS("truncate")) {
-        BIND("length", "killwords", "end", "leeway");
-        tkv__jv s = tkv__jv_to_str(c, v);
-        tkv__jv end = DEF(p[2]) ? tkv__jv_to_str(c, p[2]) : tkv__jv_cstr("...");
-        int64_t length = DEF(p[0]) ? need_int(c, p[0], "length") : 255;
-        int64_t leeway = DEF(p[3]) && p[3].type != TKV__JV_NONE ? need_int(c, p[3], "leeway") : 5;
-        tkv__jstep(c, (long)(s.u.str.n / 32));
-        int64_t len = (int64_t)tkv__utf8_len(s.u.str.p, s.u.str.n);
-        int64_t elen = (int64_t)tkv__utf8_len(end.u.str.p, end.u.str.n);
-        if (length < elen || leeway < 0) tkv__jraise(c, TKV_ERR_INVALID, "truncate: bad length or leeway");
-        if (len <= length + leeway) {
-            *out = s;
-        } else {
-            size_t cut = tkv__utf8_offset(s.u.str.p, s.u.str.n, (size_t)(length - elen));
-            if (!tkv__jv_truthy(p[1])) {
-                size_t sp = cut;
-                while (sp > 0 && s.u.str.p[sp - 1] != ' ') sp--;
-                if (sp > 0) cut = sp - 1;
-            }
-            tkv__jbuf b = {0};
-            tkv__jbuf_add(c, &b, s.u.str.p, cut);
-            tkv__jbuf_add(c, &b, end.u.str.p, end.u.str.n);
-            *out = tkv__jbuf_value(&b);
-        }
-    } else if (IS("attr")) {
-        BIND("name");
-        tkv__jv nm = tkv__jv_to_str(c, p[0]);
-        *out = tkv__jinja_getattr(c, v, nm.u.str.p, nm.u.str.n);
-    } else if (IS("batch")) {
-        BIND("linecount", "fill_with");
-        int64_t size = need_int(c, p[0], "linecount");
-        if (size <= 0) tkv__jraise(c, TKV_ERR_INVALID, "batch size must be positive");
-        tkv__jlist l = tkv__jinja_iter(c, v);
-        size_t nb = (l.n + (size_t)size - 1) / (size_t)size;
-        tkv__jv r = tkv__jv_list(c, nb);
-        for (size_t b = 0; b < nb; b++) {
-            size_t from = b * (size_t)size, cnt = l.n - from < (size_t)size ? l.n - from : (size_t)size;
-            bool fill = cnt < (size_t)size && DEF(p[1]);
-            tkv__jv row = tkv__jv_list(c, fill ? (size_t)size : cnt);
-            for (size_t i = 0; i < row.u.list->n; i++) row.u.list->items[i] = i < cnt ? l.items[from + i] : p[1];
-            r.u.list->items[b] = row;
-        }
-        *out = r;
-    } else {
-        return false;
     }
+}
+
+static void f_unique(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("case_sensitive", "attribute");
+    tkv__jlist l = tkv__jinja_iter(c, v);
+    tkv__jv r = tkv__jv_list(c, l.n);
+    tkv__jv *seen = tkv__jarena_alloc(c, (l.n ? l.n : 1) * sizeof *seen);
+    size_t k = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        tkv__jv key = key_of(c, DEF(p[1]) ? get_path(c, l.items[i], p[1]) : l.items[i], tkv__jv_truthy(p[0]));
+        bool dup = false;
+        tkv__jstep(c, (long)k);
+        for (size_t j = 0; j < k && !dup; j++) dup = tkv__jv_equal(seen[j], key);
+        if (dup) continue;
+        seen[k] = key;
+        r.u.list->items[k++] = l.items[i];
+    }
+    r.u.list->n = k;
+    *out = r;
+}
+
+static void f_sort(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("reverse", "case_sensitive", "attribute");
+    tkv__jv r = list_of(c, tkv__jinja_iter(c, v));
+    size_t cnt = r.u.list->n;
+    tkv__jv *keys = tkv__jarena_alloc(c, (cnt ? cnt : 1) * sizeof *keys);
+    for (size_t i = 0; i < cnt; i++)
+        keys[i] = key_of(c, DEF(p[2]) ? get_path(c, r.u.list->items[i], p[2]) : r.u.list->items[i],
+                         tkv__jv_truthy(p[1]));
+    sort_by(c, r.u.list->items, keys, cnt, tkv__jv_truthy(p[0]), DEF(p[2]));
+    *out = r;
+}
+
+static void f_groupby(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("attribute", "default", "case_sensitive");
+    if (!DEF(p[0])) tkv__jraise(c, TKV_ERR_INVALID, "groupby needs an attribute");
+    tkv__jv r = list_of(c, tkv__jinja_iter(c, v));
+    size_t cnt = r.u.list->n;
+    tkv__jv *keys = tkv__jarena_alloc(c, (cnt ? cnt : 1) * sizeof *keys);
+    for (size_t i = 0; i < cnt; i++) {
+        tkv__jv k = get_path(c, r.u.list->items[i], p[0]);
+        if (k.type == TKV__JV_UNDEF && DEF(p[1])) k = p[1];
+        keys[i] = key_of(c, k, tkv__jv_truthy(p[2]));
+    }
+    sort_by(c, r.u.list->items, keys, cnt, false, true);
+    /* (grouper, items) pairs; the grouper is the first item's own value, not its lowered key */
+    tkv__jv groups = tkv__jv_list(c, cnt);
+    size_t ng = 0;
+    for (size_t i = 0; i < cnt;) {
+        size_t j = i + 1;
+        while (j < cnt && tkv__jv_equal(keys[j], keys[i])) j++;
+        tkv__jv items = tkv__jv_list(c, j - i), pair = tkv__jv_list(c, 2);
+        memcpy(items.u.list->items, r.u.list->items + i, (j - i) * sizeof(tkv__jv));
+        tkv__jv g = get_path(c, r.u.list->items[i], p[0]);
+        pair.flags = TKV__JV_TUPLE;
+        pair.u.list->items[0] = g.type == TKV__JV_UNDEF && DEF(p[1]) ? p[1] : g;
+        pair.u.list->items[1] = items;
+        groups.u.list->items[ng++] = pair;
+        i = j;
+    }
+    groups.u.list->n = ng;
+    *out = groups;
+}
+
+static void f_min(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    *out = minmax(c, v, a, IS("max"));
+}
+
+static void f_sum(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("attribute", "start");
+    tkv__jlist l = tkv__jinja_iter(c, v);
+    tkv__jv acc = DEF(p[1]) ? p[1] : tkv__jv_int(0);
+    for (size_t i = 0; i < l.n; i++) {
+        tkv__jv x = DEF(p[0]) ? get_path(c, l.items[i], p[0]) : l.items[i];
+        if (x.type == TKV__JV_STR) tkv__jraise(c, TKV_ERR_INVALID, "sum() can't sum strings");
+        acc = tkv__jinja_add(c, acc, x);
+    }
+    *out = acc;
+}
+
+static void f_wordcount(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND0();
+    tkv__jv s = tkv__jv_to_str(c, v);
+    int64_t words = 0;
+    bool in = false;
+    for (size_t i = 0; i < s.u.str.n; i++) {
+        unsigned char ch = (unsigned char)s.u.str.p[i];
+        bool w = ch >= 0x80 || ch == '_' || (ch >= '0' && ch <= '9') || ((ch | 32) >= 'a' && (ch | 32) <= 'z');
+        if (w && !in) words++;
+        in = w;
+    }
+    *out = tkv__jv_int(words);
+}
+
+static void f_center(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("width");
+    tkv__jv s = tkv__jv_to_str(c, v);
+    int64_t w = DEF(p[0]) ? need_int(c, p[0], "width") : 80;
+    tkv__jstep(c, (long)(s.u.str.n / 32));
+    int64_t len = (int64_t)tkv__utf8_len(s.u.str.p, s.u.str.n);
+    if (w > 4096) tkv__jraise(c, TKV_ERR_INVALID, "width too large");
+    if (w <= len) {
+        *out = s;
+    } else {
+        /* Python's str.center puts the odd space on the left when the string's length is odd */
+        int64_t pad = w - len, left = pad / 2 + (pad & w & 1);
+        tkv__jbuf b = {0};
+        for (int64_t i = 0; i < left; i++) tkv__jbuf_addc(c, &b, ' ');
+        tkv__jbuf_add(c, &b, s.u.str.p, s.u.str.n);
+        for (int64_t i = 0; i < pad - left; i++) tkv__jbuf_addc(c, &b, ' ');
+        *out = tkv__jbuf_value(&b);
+    }
+}
+
+static void f_escape(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    BIND0();
+    *out = v.type == TKV__JV_STR && (v.flags & TKV__JV_MARKUP) && !IS("forceescape") ? v
+                                                                                    : tkv__jescape(c, v);
+}
+
+static void f_format(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    (void)name, (void)n;
+    tkv__jv args = tkv__jv_list(c, a->n);
+    args.flags = TKV__JV_TUPLE;
+    for (size_t i = 0; i < a->n; i++) args.u.list->items[i] = a->v[i];
+    if (a->n_kw) {
+        args = tkv__jv_dict(c, a->n_kw);
+        for (size_t i = 0; i < a->n_kw; i++) tkv__jv_dict_set(c, args, a->kw_names[i], a->kw[i]);
+    }
+    *out = tkv__jstr_percent(c, tkv__jv_to_str(c, v), args);
+}
+
+static void f_truncate(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("length", "killwords", "end", "leeway");
+    tkv__jv s = tkv__jv_to_str(c, v);
+    tkv__jv end = DEF(p[2]) ? tkv__jv_to_str(c, p[2]) : tkv__jv_cstr("...");
+    int64_t length = DEF(p[0]) ? need_int(c, p[0], "length") : 255;
+    int64_t leeway = DEF(p[3]) && p[3].type != TKV__JV_NONE ? need_int(c, p[3], "leeway") : 5;
+    tkv__jstep(c, (long)(s.u.str.n / 32));
+    int64_t len = (int64_t)tkv__utf8_len(s.u.str.p, s.u.str.n);
+    int64_t elen = (int64_t)tkv__utf8_len(end.u.str.p, end.u.str.n);
+    if (length < elen || leeway < 0) tkv__jraise(c, TKV_ERR_INVALID, "truncate: bad length or leeway");
+    if (len <= length + leeway) {
+        *out = s;
+    } else {
+        size_t cut = tkv__utf8_offset(s.u.str.p, s.u.str.n, (size_t)(length - elen));
+        if (!tkv__jv_truthy(p[1])) {
+            size_t sp = cut;
+            while (sp > 0 && s.u.str.p[sp - 1] != ' ') sp--;
+            if (sp > 0) cut = sp - 1;
+        }
+        tkv__jbuf b = {0};
+        tkv__jbuf_add(c, &b, s.u.str.p, cut);
+        tkv__jbuf_add(c, &b, end.u.str.p, end.u.str.n);
+        *out = tkv__jbuf_value(&b);
+    }
+}
+
+static void f_attr(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("name");
+    tkv__jv nm = tkv__jv_to_str(c, p[0]);
+    *out = tkv__jinja_getattr(c, v, nm.u.str.p, nm.u.str.n);
+}
+
+static void f_batch(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    tkv__jv p[5];
+    (void)name, (void)n;
+    BIND("linecount", "fill_with");
+    int64_t size = need_int(c, p[0], "linecount");
+    if (size <= 0) tkv__jraise(c, TKV_ERR_INVALID, "batch size must be positive");
+    tkv__jlist l = tkv__jinja_iter(c, v);
+    size_t nb = (l.n + (size_t)size - 1) / (size_t)size;
+    tkv__jv r = tkv__jv_list(c, nb);
+    for (size_t b = 0; b < nb; b++) {
+        size_t from = b * (size_t)size, cnt = l.n - from < (size_t)size ? l.n - from : (size_t)size;
+        bool fill = cnt < (size_t)size && DEF(p[1]);
+        tkv__jv row = tkv__jv_list(c, fill ? (size_t)size : cnt);
+        for (size_t i = 0; i < row.u.list->n; i++) row.u.list->items[i] = i < cnt ? l.items[from + i] : p[1];
+        r.u.list->items[b] = row;
+    }
+    *out = r;
+}
+
 #undef IS
 #undef BIND
 #undef BIND0
+
+/* Every filter by name (names Jinja2 has as aliases share a function). */
+typedef void filter_fn(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out);
+static const struct {
+    const char *name;
+    filter_fn *fn;
+} FILTERS[] = {
+    {"tojson", f_tojson},
+    {"length", f_length},
+    {"count", f_length},
+    {"trim", f_trim},
+    {"string", f_string},
+    {"safe", f_safe},
+    {"default", f_default},
+    {"d", f_default},
+    {"join", f_join},
+    {"upper", f_upper},
+    {"lower", f_upper},
+    {"capitalize", f_upper},
+    {"title", f_title},
+    {"items", f_items},
+    {"dictsort", f_dictsort},
+    {"list", f_list},
+    {"first", f_first},
+    {"last", f_first},
+    {"replace", f_replace},
+    {"selectattr", f_selectattr},
+    {"rejectattr", f_selectattr},
+    {"select", f_select},
+    {"reject", f_select},
+    {"map", f_map},
+    {"indent", f_indent},
+    {"int", f_int},
+    {"float", f_float},
+    {"abs", f_abs},
+    {"round", f_round},
+    {"reverse", f_reverse},
+    {"unique", f_unique},
+    {"sort", f_sort},
+    {"groupby", f_groupby},
+    {"min", f_min},
+    {"max", f_min},
+    {"sum", f_sum},
+    {"wordcount", f_wordcount},
+    {"center", f_center},
+    {"escape", f_escape},
+    {"e", f_escape},
+    {"forceescape", f_escape},
+    {"format", f_format},
+    {"truncate", f_truncate},
+    {"attr", f_attr},
+    {"batch", f_batch},
+};
+
+static filter_fn *find_filter(const char *name, size_t n) {
+    for (size_t i = 0; i < sizeof FILTERS / sizeof FILTERS[0]; i++)
+        if (name_is(name, n, FILTERS[i].name)) return FILTERS[i].fn;
+    return NULL;
+}
+
+bool tkv__jinja_filter(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const tkv__jargs *a, tkv__jv *out) {
+    filter_fn *fn = find_filter(name, n);
+    if (!fn) return false;
+    fn(c, name, n, v, a, out);
     return true;
 }
 
@@ -823,21 +1016,16 @@ bool tkv__jinja_test(tkv__jctx *c, const char *name, size_t n, tkv__jv v, const 
     } else if (IS("escaped")) *out = v.type == TKV__JV_STR && (v.flags & TKV__JV_MARKUP);
     else if (IS("filter") || IS("test")) {
         tkv__jv s = tkv__jv_to_str(c, v);
-        static const char *const filters[] = {"tojson", "length", "count", "trim", "string", "safe", "default", "d",
-                                              "join", "upper", "lower", "capitalize", "title", "items", "dictsort",
-                                              "list", "first", "last", "replace", "selectattr", "rejectattr",
-                                              "select", "reject", "map", "indent", "int", "float", "abs", "round",
-                                              "reverse", "unique", "sort", "min", "max", "sum", "wordcount",
-                                              "center", "escape", "e", "forceescape", "attr", "batch", NULL};
         static const char *const tests[] = {"defined", "undefined", "none", "string", "number", "integer", "float",
                                             "boolean", "true", "false", "mapping", "iterable", "sequence",
                                             "callable", "even", "odd", "divisibleby", "eq", "equalto", "ne", "lt",
                                             "le", "gt", "ge", "sameas", "lower", "upper", "in", "escaped", "filter",
                                             "test", "lessthan", "greaterthan", NULL};
-        const char *const *list = IS("filter") ? filters : tests;
         *out = false;
-        for (size_t i = 0; list[i]; i++)
-            if (name_is(s.u.str.p, s.u.str.n, list[i])) *out = true;
+        if (IS("filter")) *out = find_filter(s.u.str.p, s.u.str.n) != NULL;
+        else
+            for (size_t i = 0; tests[i]; i++)
+                if (name_is(s.u.str.p, s.u.str.n, tests[i])) *out = true;
     } else return false;
 #undef IS
     return true;

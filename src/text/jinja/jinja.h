@@ -253,23 +253,44 @@ uint32_t tkv__utf8_decode(const char *p, size_t n, size_t *used); /* the code po
 size_t tkv__utf8_encode(uint32_t cp, char out[4]);           /* bytes written */
 bool tkv__py_isspace(uint32_t cp);                           /* Python's str.isspace of one code point */
 
-/* Case (text/jinja/case.c): cp mapped as Python maps it (mode 0 lower, 1 upper, 2 title) as UTF-8 in out, its length;
- * whether cp is a cased letter. */
-size_t tkv__jcase_map(uint32_t cp, int mode, char out[16]);
+/* How tkv__jcase_map maps a code point (Python's one-code-point mappings). */
+typedef enum tkv__jcase {
+    TKV__JCASE_LOWER,
+    TKV__JCASE_UPPER,
+    TKV__JCASE_TITLE,
+} tkv__jcase;
+
+/* A code point's case class, as Python's isupper / islower / istitle see it. */
+typedef enum tkv__jcase_kind {
+    TKV__JKIND_NONE,
+    TKV__JKIND_UPPER,
+    TKV__JKIND_LOWER,
+    TKV__JKIND_TITLE,
+} tkv__jcase_kind;
+
+/* Case (text/jinja/case.c): cp mapped as Python maps it as UTF-8 in out, its length; whether cp is a cased letter. */
+size_t tkv__jcase_map(uint32_t cp, tkv__jcase mode, char out[16]);
 bool tkv__jcase_cased(uint32_t cp);
 /* The lower case of the capital sigma at bytes [at, after) of p, in the text [from, to): final (U+03C2) or not. */
 uint32_t tkv__jcase_sigma(const char *p, size_t from, size_t at, size_t after, size_t to);
 /* cp's case class: 1 upper (Python's isupper), 2 lower (islower), 3 title case, 0 none. */
-int tkv__jcase_class(uint32_t cp);
+tkv__jcase_kind tkv__jcase_class(uint32_t cp);
 /* Python's s.isupper() (upper true) or s.islower(): a cased code point, and none of the other classes. */
 bool tkv__jstr_is_case(tkv__jv s, bool upper);
 
 /* JSON in and out (text/jinja/json.c). */
 void tkv__jv_from_json(tkv__jctx *c, const char *json, tkv__jv *out); /* raises on malformed JSON */
-/* json.dumps(v, ensure_ascii, indent (NULL: none), separators (NULL: default), sort_keys); raises on what JSON
- * lacks (undefined, a generator, a namespace). */
-void tkv__jv_write_json(tkv__jctx *c, tkv__jbuf *b, tkv__jv v, bool ensure_ascii, const char *indent, bool has_indent,
-                        const char *item_sep, const char *key_sep, bool sort_keys);
+/* json.dumps's arguments; {0} is json.dumps(v) with ensure_ascii off. */
+typedef struct tkv__json_style {
+    bool ensure_ascii;
+    bool has_indent;             /* indent given: one item a line */
+    const char *indent;          /* with has_indent: the text of one level */
+    const char *item_sep, *key_sep; /* separators; NULL: "," (", " without indent) and ": " */
+    bool sort_keys;
+} tkv__json_style;
+
+/* json.dumps(v, ...) appended to b; raises on what JSON lacks (undefined, a generator, a namespace). */
+void tkv__jv_write_json(tkv__jctx *c, tkv__jbuf *b, tkv__jv v, const tkv__json_style *st);
 
 /* Lexer and parser (text/jinja/lex.c, text/jinja/parse.c). */
 typedef enum tkv__jtok_kind {
@@ -337,9 +358,17 @@ bool tkv__jinja_method(tkv__jctx *c, tkv__jv obj, const char *name, size_t n, tk
 /* Call a bound method / the global number id (the order of tkv__jinja_add_globals). */
 tkv__jv tkv__jinja_call_method(tkv__jctx *c, tkv__jfunc *fn, const tkv__jargs *a);
 tkv__jv tkv__jinja_call_global(tkv__jctx *c, int id, const tkv__jargs *a);
-/* Python's str methods the filters share: case (0 lower, 1 upper, 2 capitalize, 3 title), strip (whitespace when
- * chars is not a string), replace (count < 0: all). */
-tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, int mode);
+/* Python's str case methods (tkv__jstr_case). */
+typedef enum tkv__jstr_case_op {
+    TKV__JSTR_LOWER,
+    TKV__JSTR_UPPER,
+    TKV__JSTR_CAPITALIZE, /* the first code point title-cased, the rest lowered */
+    TKV__JSTR_TITLE,
+} tkv__jstr_case_op;
+
+/* Python's str methods the filters share: case, strip (whitespace when chars is not a string), replace (count < 0:
+ * all). */
+tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, tkv__jstr_case_op op);
 tkv__jv tkv__jstr_strip(tkv__jctx *c, tkv__jv s, tkv__jv chars, bool left, bool right);
 tkv__jv tkv__jstr_replace(tkv__jctx *c, tkv__jv s, tkv__jv old, tkv__jv rep, int64_t count);
 /* fmt % args, as Python formats a str (args: a tuple, a dict for %(name)s, or one value). */

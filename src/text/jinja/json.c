@@ -211,10 +211,9 @@ static void dump(const dumper *d, tkv__jv v, int level) {
     tkv__jraise(c, TKV_ERR_INVALID, "Object of type %s is not JSON serializable", tkv__jv_type_name(v));
 }
 
-void tkv__jv_write_json(tkv__jctx *c, tkv__jbuf *b, tkv__jv v, bool ensure_ascii, const char *indent, bool has_indent,
-                        const char *item_sep, const char *key_sep, bool sort_keys) {
-    dumper d = {.c = c, .b = b, .ascii = ensure_ascii, .sort = sort_keys, .indent = has_indent ? indent : NULL};
-    d.item_sep = item_sep ? item_sep : has_indent ? "," : ", ";
-    d.key_sep = key_sep ? key_sep : ": ";
+void tkv__jv_write_json(tkv__jctx *c, tkv__jbuf *b, tkv__jv v, const tkv__json_style *st) {
+    dumper d = {.c = c, .b = b, .ascii = st->ensure_ascii, .sort = st->sort_keys, .indent = st->has_indent ? st->indent : NULL};
+    d.item_sep = st->item_sep ? st->item_sep : st->has_indent ? "," : ", ";
+    d.key_sep = st->key_sep ? st->key_sep : ": ";
     dump(&d, v, 0);
 }

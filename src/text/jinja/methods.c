@@ -21,14 +21,28 @@ enum {
     M_LINDEX = 200, M_LCOUNT, M_LCOPY, M_LIST_END,
 };
 
+/* The names of each kind's methods, by their ids above (the id of a dict's or list's method is its base plus
+   its index here). */
 static const char *const STR_METHODS[] = {
-    "strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "replace", "upper", "lower", "title",
-    "capitalize", "find", "rfind", "count", "join", "format", "splitlines", "isdigit", "isalpha", "isspace",
-    "isalnum", "isupper", "islower", "removeprefix", "removesuffix", "index", "partition", "rpartition", "zfill",
-    "ljust", "rjust", "center", NULL};
-static const char *const DICT_METHODS[] = {"items", "keys", "values", "get", "copy", NULL};
+    [M_STRIP] = "strip", [M_LSTRIP] = "lstrip", [M_RSTRIP] = "rstrip", [M_SPLIT] = "split", [M_RSPLIT] = "rsplit",
+    [M_STARTSWITH] = "startswith", [M_ENDSWITH] = "endswith", [M_REPLACE] = "replace", [M_UPPER] = "upper",
+    [M_LOWER] = "lower", [M_TITLE] = "title", [M_CAPITALIZE] = "capitalize", [M_FIND] = "find", [M_RFIND] = "rfind",
+    [M_COUNT] = "count", [M_JOIN] = "join", [M_FORMAT] = "format", [M_SPLITLINES] = "splitlines",
+    [M_ISDIGIT] = "isdigit", [M_ISALPHA] = "isalpha", [M_ISSPACE] = "isspace", [M_ISALNUM] = "isalnum",
+    [M_ISUPPER] = "isupper", [M_ISLOWER] = "islower", [M_REMOVEPREFIX] = "removeprefix",
+    [M_REMOVESUFFIX] = "removesuffix", [M_INDEX] = "index", [M_PARTITION] = "partition",
+    [M_RPARTITION] = "rpartition", [M_ZFILL] = "zfill", [M_LJUST] = "ljust", [M_RJUST] = "rjust",
+    [M_CENTER] = "center", [M_STR_END] = NULL,
+};
+static const char *const DICT_METHODS[] = {
+    [M_ITEMS - M_ITEMS] = "items", [M_KEYS - M_ITEMS] = "keys", [M_VALUES - M_ITEMS] = "values",
+    [M_GET - M_ITEMS] = "get",     [M_COPY - M_ITEMS] = "copy", [M_DICT_END - M_ITEMS] = NULL,
+};
 static const char *const DICT_UNSAFE[] = {"pop", "popitem", "setdefault", "update", "clear", NULL};
-static const char *const LIST_METHODS[] = {"index", "count", "copy", NULL};
+static const char *const LIST_METHODS[] = {
+    [M_LINDEX - M_LINDEX] = "index", [M_LCOUNT - M_LINDEX] = "count", [M_LCOPY - M_LINDEX] = "copy",
+    [M_LIST_END - M_LINDEX] = NULL,
+};
 static const char *const LIST_UNSAFE[] = {"append", "pop", "extend", "insert", "remove", "clear", "sort", "reverse",
                                           NULL};
 
@@ -531,23 +545,29 @@ bool tkv__jstr_is_case(tkv__jv s, bool upper) {
     bool cased = false;
     for (size_t i = 0; i < s.u.str.n;) {
         size_t used;
-        int k = tkv__jcase_class(tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used));
-        if (k == 3 || k == (upper ? 2 : 1)) return false;
-        if (k == (upper ? 1 : 2)) cased = true;
+        const tkv__jcase_kind k = tkv__jcase_class(tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used));
+        const tkv__jcase_kind same = upper ? TKV__JKIND_UPPER : TKV__JKIND_LOWER;
+        if (k == TKV__JKIND_TITLE || (k != TKV__JKIND_NONE && k != same)) return false;
+        if (k == same) cased = true;
         i += used;
     }
     return cased;
 }
 
-static bool str_class(tkv__jv s, int which) {
-    /* 0 digit, 1 alpha, 2 space, 3 alnum (ASCII classes; other code points count as letters) */
+/* The classes of Python's str.isdigit, isalpha, isspace, isalnum (ASCII; other code points count as letters). */
+typedef enum str_kind { STR_DIGIT, STR_ALPHA, STR_SPACE, STR_ALNUM } str_kind;
+
+static bool str_class(tkv__jv s, str_kind which) {
     if (!s.u.str.n) return false;
     for (size_t i = 0; i < s.u.str.n;) {
         size_t used;
         uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
         bool digit = cp >= '0' && cp <= '9', alpha = ((cp | 32) >= 'a' && (cp | 32) <= 'z') ||
                                                      (cp >= 0xc0 && !tkv__py_isspace(cp));
-        bool ok = which == 0 ? digit : which == 1 ? alpha : which == 2 ? tkv__py_isspace(cp) : digit || alpha;
+        const bool ok = which == STR_DIGIT   ? digit
+                        : which == STR_ALPHA ? alpha
+                        : which == STR_SPACE ? tkv__py_isspace(cp)
+                                             : digit || alpha;
         if (!ok) return false;
         i += used;
     }
@@ -576,10 +596,10 @@ tkv__jv tkv__jinja_call_method(tkv__jctx *c, tkv__jfunc *fn, const tkv__jargs *a
         BIND("old", "new", "count");
         return tkv__jstr_replace(c, self, need_str(c, p[0], "replace arg"), need_str(c, p[1], "replace arg"),
                                  opt_int(c, p[2], -1));
-    case M_UPPER: BIND("unused"); return tkv__jstr_case(c, self, 1);
-    case M_LOWER: BIND("unused"); return tkv__jstr_case(c, self, 0);
-    case M_CAPITALIZE: BIND("unused"); return tkv__jstr_case(c, self, 2);
-    case M_TITLE: BIND("unused"); return tkv__jstr_case(c, self, 3);
+    case M_UPPER: BIND("unused"); return tkv__jstr_case(c, self, TKV__JSTR_UPPER);
+    case M_LOWER: BIND("unused"); return tkv__jstr_case(c, self, TKV__JSTR_LOWER);
+    case M_CAPITALIZE: BIND("unused"); return tkv__jstr_case(c, self, TKV__JSTR_CAPITALIZE);
+    case M_TITLE: BIND("unused"); return tkv__jstr_case(c, self, TKV__JSTR_TITLE);
     case M_FIND:
     case M_RFIND:
     case M_INDEX:
@@ -650,10 +670,10 @@ tkv__jv tkv__jinja_call_method(tkv__jctx *c, tkv__jfunc *fn, const tkv__jargs *a
         }
         return out;
     }
-    case M_ISDIGIT: BIND("unused"); return tkv__jv_bool(str_class(self, 0));
-    case M_ISALPHA: BIND("unused"); return tkv__jv_bool(str_class(self, 1));
-    case M_ISSPACE: BIND("unused"); return tkv__jv_bool(str_class(self, 2));
-    case M_ISALNUM: BIND("unused"); return tkv__jv_bool(str_class(self, 3));
+    case M_ISDIGIT: BIND("unused"); return tkv__jv_bool(str_class(self, STR_DIGIT));
+    case M_ISALPHA: BIND("unused"); return tkv__jv_bool(str_class(self, STR_ALPHA));
+    case M_ISSPACE: BIND("unused"); return tkv__jv_bool(str_class(self, STR_SPACE));
+    case M_ISALNUM: BIND("unused"); return tkv__jv_bool(str_class(self, STR_ALNUM));
     case M_ISUPPER:
     case M_ISLOWER: {
         BIND("unused");

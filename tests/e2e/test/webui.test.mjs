@@ -244,11 +244,16 @@ describe('web page, served', () => {
     const html = await (await fetch(`${on.url}/`)).text();
     assert.ok(!/https?:\/\//.test(html.replace(/http:\/\/www\.w3\.org\/[^"]*/g, '')), 'the page loads nothing from elsewhere');
     assert.equal((await fetch(`${on.url}/nope.js`)).status, 404);
+    // the page's files are routes of the table: another method is a 405 naming GET
+    const wrong = await post(on, '/index.html', {});
+    assert.equal(wrong.status, 405);
+    assert.match(wrong.json.error.message, /use GET/);
     const off = await startServer(['--no-webui']);
     t.after(() => stopAndCheck(off));
     const r = await get(off, '/');
     assert.equal(r.status, 404);
     assert.equal(r.json.error.code, 'not_found');
     assert.equal((await get(off, '/app.js')).status, 404);
+    assert.equal((await post(off, '/index.html', {})).status, 404);
   });
 });

@@ -137,7 +137,7 @@ void tkv__gemm_iq4_nl_avx2(size_t n, const void *wv, size_t wrs, size_t nr, cons
     tc = tc < 1 ? 1 : tc > cap ? cap : tc;
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, b.tstart, b.tlen);
+        const int ntile = plan_tiles(tn, 4, b.tstart, b.tlen);
         assert(tn * nb <= sizeof b.da / sizeof b.da[0] && (direct || tn * STT <= sizeof b.st / sizeof b.st[0]));
         for (int j = 0; j < ntile; j++) /* token scales: tile j's at da + nb * tstart[j], [block][token] */
             for (int t = 0; t < b.tlen[j]; t++) {

@@ -19,6 +19,7 @@
  */
 #include "compute/gemm.h"
 #include "util.h"
+#include "compute/x86/tile_driver.h"
 #include "compute/x86/q2_q3_k.h"
 #include "compute/quant/quant.h"
 
@@ -32,8 +33,7 @@
 
 #define TK 4          /* tokens per tile */
 #define KC 8          /* blocks per chunk of K */
-#define TC_MAXK 64    /* tokens per chunk when K is cut (the stash holds them all) */
-#define TC_DIRECT 256 /* ... and when it is not */
+#define TC_MAXK 64    /* tokens per chunk when K is cut (the stash holds them all); TILE_TC_DIRECT when it is not */
 
 enum { Q2B = sizeof(tkv__block_q2_K), Q3B = sizeof(tkv__block_q3_K), AB = sizeof(tkv__block_q8_K) };
 
@@ -148,59 +148,59 @@ static void finish(const float *st, int T, float *y, size_t ldy, size_t nrow) {
     store_tile(y, ldy, reduce8(a), (int)min_sz(2, nrow), T);
 }
 
-static void gemm23(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
-                   float *y, size_t ldy, int three) {
-    enum { STT = 2 * TK * 8 /* stash floats per tile */ };
-    const size_t nb = n / TKV__QK_K, bs = three ? Q3B : Q2B;
+enum { STT = 2 * TK * 8 /* stash floats per tile */ };
+
+/* A Q2_K / Q3_K product's buffers (on the stack). */
+typedef struct q23_bufs {
+    alignas(64) pq pan[2 * KC];                     /* 9.5 KiB */
+    alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 4.5 KiB */
+} q23_bufs;
+
+/* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
+typedef struct q23_state {
+    q23_bufs *b;
+    int three;
+} q23_state;
+
+INLINE void q23_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
+    q23_state *s = f;
+    for (int k = 0; k < 2; k++) pq_fill(&s->b->pan[2 * (i - k0) + (size_t)k], rows[k], i, s->three);
+}
+
+INLINE void q23_tile(void *f, const tile_chunk *c, const tile_step *s) {
+    q23_state *q = f;
+    (void)c;
+    tile_any(q->b->pan, s->k0, s->k1, s->yt, s->st, s->k0 == 0, s->T, q->three);
+}
+
+INLINE void q23_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
+    (void)f;
+    finish(st, T, y, ldy, nrow);
+}
+
+INLINE void gemm23(const tile_job *job, int three) {
+    q23_bufs bufs;
+    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
+                   "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    q23_state s = {.b = &bufs, .three = three};
+    const size_t nb = job->n / TKV__QK_K;
     const int direct = nb <= KC;
-    struct {
-        alignas(64) pq pan[2 * KC];                     /* 9.5 KiB */
-        alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 4.5 KiB */
-        size_t tstart[TC_DIRECT];
-        int tlen[TC_DIRECT];
-    } b;
-    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    const size_t tc = direct ? TC_DIRECT : TC_MAXK;
-    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
-        const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, b.tstart, b.tlen);
-        assert(direct || (size_t)ntile * STT <= sizeof b.st / sizeof b.st[0]);
-        for (size_t r = 0; r < nr; r += 2) {
-            const uint8_t *rows[2] = {w + r * wrs, w + min_sz(r + 1, nr - 1) * wrs};
-            for (size_t k0 = 0; k0 < nb; k0 += KC) {
-                const size_t k1 = min_sz(k0 + KC, nb);
-                for (size_t i = k0; i < k1; i++)
-                    for (int k = 0; k < 2; k++) pq_fill(&b.pan[2 * (i - k0) + (size_t)k], rows[k], i, three);
-                if (k1 < nb) {
-                    prefetch_rows(rows, 2, k1 * bs, min_sz(KC, nb - k1) * bs);
-                } else if (r + 2 < nr) {
-                    const uint8_t *nx[2] = {w + (r + 2) * wrs, w + min_sz(r + 3, nr - 1) * wrs};
-                    prefetch_rows(nx, 2, 0, min_sz(KC, nb) * bs);
-                }
-                for (int j = 0; j < ntile; j++) {
-                    const int T = b.tlen[j];
-                    const uint8_t *yt[TK];
-                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                    float *st = direct ? b.st : b.st + STT * (size_t)j;
-                    tile_any(b.pan, k0, k1, yt, st, k0 == 0, T, three);
-                    if (direct) finish(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r);
-                }
-            }
-            if (!direct)
-                for (int j = 0; j < ntile; j++)
-                    finish(b.st + STT * (size_t)j, b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r);
-        }
-    }
+    const size_t tc = direct ? TILE_TC_DIRECT : TC_MAXK;
+    assert(direct || (tc / TK + 2) * STT <= sizeof bufs.st / sizeof bufs.st[0]);
+    const tile_shape sh = {.nb = nb, .bs = three ? Q3B : Q2B, .kc = KC, .tc = tc, .rows = 2, .big = TK,
+                           .st = bufs.st, .stt = STT, .by_token = 0};
+    const tile_ops ops = {.table = NULL, .panel = q23_panel, .tile = q23_tile, .finish = q23_finish};
+    tile_product(job, &sh, &ops, &s);
 }
 
 void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 0);
 }
 
 void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 1);
 }
 
 #endif

@@ -19,6 +19,7 @@
  */
 #include "compute/gemm.h"
 #include "util.h"
+#include "compute/x86/tile_driver.h"
 #include "compute/quant/quant.h"
 
 #include <assert.h>
@@ -34,7 +35,6 @@ enum {
     T5 = 4,        /* tokens per tile */
     KC5 = 64,      /* blocks per chunk of K: the panel (12 KiB) stays in L1 */
     TC_CHUNK = 64, /* tokens per chunk of tokens when K is cut (their tiles wait in the stash) */
-    TC_DIRECT = 256,
     TAB_FLOATS = 8192, /* the token table (scales, then the offset types' sums): 32 KiB */
     STT = 2 * T5 * 8 + 8, /* stash floats per tile: the accumulators, then the offset vector */
     MAX_TILES = TC_CHUNK / T5 + 2,
@@ -151,7 +151,7 @@ INLINE void tile5(const p5 *pan, const float *mm, size_t k0, size_t k1, const ui
     default: tile5(pan, mm, k0, k1, yt, da, sa, st, init, 1, kd); break;            \
     }
 
-static void tile5_any(const p5 *pan, const float *mm, size_t k0, size_t k1, const uint8_t *const *yt, const float *da,
+INLINE void tile5_any(const p5 *pan, const float *mm, size_t k0, size_t k1, const uint8_t *const *yt, const float *da,
                       const float *sa, float *st, int init, int T, kind5 kd) {
     if (kd == K4_1) {
         TILE5_T(K4_1)
@@ -173,89 +173,80 @@ static void finish5(const float *st, int T, float *y, size_t ldy, size_t nrow, i
 
 /* ---- the product ------------------------------------------------------------------- */
 
-static void gemm5(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
-                  float *y, size_t ldy, kind5 kd) {
+/* A Q4_1 / Q5_0 / Q5_1 product's buffers (on the stack). */
+typedef struct q5_bufs {
+    alignas(64) p5 pan[2 * KC5];          /* 12 KiB */
+    alignas(64) float mm[8 * KC5];         /* the panel's offsets */
+    alignas(64) float st[MAX_TILES * STT]; /* 5 KiB */
+    alignas(64) float tab[TAB_FLOATS]; /* 32 KiB */
+} q5_bufs;
+
+/* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
+typedef struct q5_state {
+    q5_bufs *b;
+    float *da, *sa; /* in b->tab: [token chunk][block][token] each */
+    size_t nb;
+    kind5 kd;
+} q5_state;
+
+INLINE void q5_table(void *f, const tile_job *job, const tile_chunk *c) {
+    q5_state *b = f;
+    tile_scales(job, c, b->nb, ablock(b->kd), b->da, b->kd != K5_0 ? b->sa : NULL);
+}
+
+/* Block i of the 2 rows; the offset types' m of each, 4 times, at mm + 8 (i - k0). */
+INLINE void q5_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
+    q5_state *b = f;
+    float m[2];
+    unpack(&b->b->pan[2 * (i - k0)], &m[0], rows[0], i, b->kd);
+    unpack(&b->b->pan[2 * (i - k0) + 1], &m[1], rows[1], i, b->kd);
+    if (b->kd != K5_0) _mm256_store_ps(b->b->mm + 8 * (i - k0), _mm256_setr_m128(_mm_set1_ps(m[0]), _mm_set1_ps(m[1])));
+}
+
+INLINE void q5_tile(void *f, const tile_chunk *c, const tile_step *s) {
+    q5_state *b = f;
+    const size_t at = b->nb * c->start[s->j];
+    tile5_any(b->b->pan, b->b->mm, s->k0, s->k1, s->yt, b->da + at, b->sa + at, s->st, s->k0 == 0, s->T, b->kd);
+}
+
+INLINE void q5_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
+    finish5(st, T, y, ldy, nrow, ((q5_state *)f)->kd != K5_0);
+}
+
+INLINE void gemm5(const tile_job *job, kind5 kd) {
+    q5_bufs bufs;
+    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
+                   "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     const int offs = kd != K5_0;
-    const size_t nb = n / TKV__QK, bs = wblock(kd), ab = ablock(kd);
-    const int direct = nb <= KC5;
-    struct {
-        alignas(64) p5 pan[2 * KC5];           /* 12 KiB */
-        alignas(64) float mm[8 * KC5];         /* 2 KiB */
-        alignas(64) float st[MAX_TILES * STT]; /* 5 KiB */
-        alignas(64) float tab[TAB_FLOATS];     /* 32 KiB */
-        size_t tstart[TC_DIRECT];
-        int tlen[TC_DIRECT];
-    } b;
-    _Static_assert(sizeof b <= 64 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    q5_state b = {.b = &bufs, .kd = kd, .nb = job->n / TKV__QK};
+    const int direct = b.nb <= KC5;
     /* tokens whose scales (and sums) fit the table, whole tiles where they can: a
        tile of fewer tokens reads the panel as often for less work */
-    size_t tc = TAB_FLOATS / (offs ? 2 : 1) / nb;
-    const size_t cap = direct ? TC_DIRECT : TC_CHUNK;
+    size_t tc = TAB_FLOATS / (offs ? 2 : 1) / b.nb;
+    const size_t cap = direct ? TILE_TC_DIRECT : TC_CHUNK;
     tc = tc < 1 ? 1 : tc > cap ? cap : tc >= T5 ? tc / T5 * T5 : tc;
-    float *const da = b.tab, *const sa = b.tab + tc * nb; /* [token chunk][block][token] each */
-    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
-        const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, b.tstart, b.tlen);
-        assert(tn * nb * (offs ? 2 : 1) <= TAB_FLOATS && (direct || ntile <= MAX_TILES));
-        /* token scales and sums as floats: tile j's at nb * tstart[j], [block][token] */
-        for (int j = 0; j < ntile; j++)
-            for (int t = 0; t < b.tlen[j]; t++) {
-                const uint8_t *row = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                float *dj = da + nb * b.tstart[j], *sj = sa + nb * b.tstart[j];
-                for (size_t i = 0; i < nb; i++) {
-                    uint16_t h[2];
-                    memcpy(h, row + i * ab, offs ? 4 : 2);
-                    dj[i * (size_t)b.tlen[j] + (size_t)t] = f16(h[0]);
-                    if (offs) sj[i * (size_t)b.tlen[j] + (size_t)t] = f16(h[1]);
-                }
-            }
-        for (size_t r = 0; r < nr; r += 2) {
-            const uint8_t *rows[2] = {w + r * wrs, w + min_sz(r + 1, nr - 1) * wrs};
-            for (size_t k0 = 0; k0 < nb; k0 += KC5) {
-                const size_t k1 = min_sz(k0 + KC5, nb);
-                for (size_t i = k0; i < k1; i++) {
-                    float m[2];
-                    unpack(&b.pan[2 * (i - k0)], &m[0], rows[0], i, kd);
-                    unpack(&b.pan[2 * (i - k0) + 1], &m[1], rows[1], i, kd);
-                    if (offs)
-                        _mm256_store_ps(b.mm + 8 * (i - k0), _mm256_setr_m128(_mm_set1_ps(m[0]), _mm_set1_ps(m[1])));
-                }
-                if (k1 < nb) {
-                    prefetch_rows(rows, 2, k1 * bs, min_sz(KC5, nb - k1) * bs);
-                } else if (r + 2 < nr) {
-                    const uint8_t *nx[2] = {w + (r + 2) * wrs, w + min_sz(r + 3, nr - 1) * wrs};
-                    prefetch_rows(nx, 2, 0, min_sz(KC5, nb) * bs);
-                }
-                for (int j = 0; j < ntile; j++) {
-                    const int T = b.tlen[j];
-                    const uint8_t *yt[T5];
-                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                    float *st = direct ? b.st : b.st + STT * (size_t)j;
-                    tile5_any(b.pan, b.mm, k0, k1, yt, da + nb * b.tstart[j], sa + nb * b.tstart[j], st, k0 == 0,
-                              T, kd);
-                    if (direct) finish5(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, offs);
-                }
-            }
-            if (!direct)
-                for (int j = 0; j < ntile; j++)
-                    finish5(b.st + STT * (size_t)j, b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, offs);
-        }
-    }
+    b.da = bufs.tab;
+    b.sa = bufs.tab + tc * b.nb;
+    assert(tc * b.nb * (offs ? 2 : 1) <= TAB_FLOATS && (direct || (tc / T5 + 2) <= MAX_TILES));
+    const tile_shape sh = {.nb = b.nb, .bs = wblock(kd), .kc = KC5, .tc = tc, .rows = 2, .big = T5,
+                           .st = bufs.st, .stt = STT, .by_token = 0};
+    const tile_ops ops = {.table = q5_table, .panel = q5_panel, .tile = q5_tile, .finish = q5_finish};
+    tile_product(job, &sh, &ops, &b);
 }
 
 void tkv__gemm_q4_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm5(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, K4_1);
+    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, K4_1);
 }
 
 void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm5(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, K5_0);
+    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, K5_0);
 }
 
 void tkv__gemm_q5_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm5(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, K5_1);
+    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, K5_1);
 }
 
 #endif

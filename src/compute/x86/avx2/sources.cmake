@@ -2,6 +2,7 @@
 set(TKV_AVX2_SOURCES
   compute/x86/avx2/kernels.c
   compute/x86/avx2/recurrent.c
+  compute/x86/avx2/attention.c
   compute/x86/avx2/dot_iq1.c
   compute/x86/avx2/dot_iq2.c
   compute/x86/avx2/dot_iq3.c

@@ -1,8 +1,8 @@
 /*
- * compute/x86/avx2/util.h — the helpers of the avx2 tiled products (compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c and
- * the gemm_*_avx2.c files): a ymm holds one (row, token) pair's 8 lanes and a
- * tile is 2 rows x up to 4 tokens, so they share the horizontal sums in the
- * vec_dot's order, the store of a tile and the plan of a chunk's tiles.
+ * compute/x86/avx2/util.h — the helpers of the avx2 tiled products (the
+ * gemm_*.c files of this folder): a ymm holds one (row, token) pair's 8 lanes
+ * and a tile is 2 rows x up to 4 tokens, so they share the horizontal sums in
+ * the vec_dot's order and the store of a tile.
  *
  * Included only by files compiled with -mavx2 -mfma -mf16c (kernels.cmake);
  * without those flags it declares nothing.
@@ -45,19 +45,6 @@ static inline void store_tile(float *y, size_t ldy, __m256 v, int nrow, int ntok
         y[(size_t)u * ldy] = o[u];
         if (nrow > 1) y[(size_t)u * ldy + 1] = o[4 + u];
     }
-}
-
-/* The tiles of a chunk of tn tokens: 4 tokens each, then 2, 1 (no padding). */
-static inline int plan_tiles(size_t tn, size_t *start, int *len) {
-    int nt = 0;
-    for (size_t u = 0; u < tn;) {
-        const size_t rem = tn - u;
-        const int t = rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-        start[nt] = u;
-        len[nt++] = t;
-        u += (size_t)t;
-    }
-    return nt;
 }
 
 #endif

@@ -19,6 +19,7 @@
  */
 #include "compute/gemm.h"
 #include "util.h"
+#include "compute/x86/tile_driver.h"
 #include "compute/x86/q2_q3_k.h"
 #include "compute/quant/quant.h"
 
@@ -33,8 +34,7 @@
 
 #define TK 4          /* tokens per tile */
 #define KC 8          /* blocks per chunk of K */
-#define TC_MAXK 64    /* tokens per chunk when K is cut (the stash holds them all) */
-#define TC_DIRECT 256 /* ... and when it is not */
+#define TC_MAXK 64    /* tokens per chunk when K is cut (the stash holds them all); TILE_TC_DIRECT when it is not */
 #define TAB_BYTES 49152
 
 enum { Q2B = sizeof(tkv__block_q2_K), Q3B = sizeof(tkv__block_q3_K), AB = sizeof(tkv__block_q8_K) };
@@ -57,11 +57,6 @@ typedef struct tq {
  * in the loop: given as prefetch_rows' nrow, gcc allocates gemm23's registers
  * otherwise and Q2_K's prefill is 2-3% slower (measured).
  */
-static inline void prefetch4(const uint8_t *const *rows, size_t off, size_t len) {
-    for (int k = 0; k < 4; k++)
-        for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
-}
-
 static void pq_fill(pq *e, const uint8_t *ra, const uint8_t *rb, size_t i, int three) {
     const size_t bs = three ? Q3B : Q2B;
     const uint8_t *a = ra + i * bs, *b = rb + i * bs;
@@ -175,75 +170,78 @@ static void finish(const float *st, int T, float *y, size_t ldy, size_t nrow) {
     store_tile(y, ldy, reduce16(a), (int)min_sz(4, nrow), T);
 }
 
-static void gemm23(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
-                   float *y, size_t ldy, int three) {
-    enum { STT = 2 * TK * 16 /* stash floats per tile */ };
-    const size_t nb = n / TKV__QK_K, bs = three ? Q3B : Q2B;
+enum { STT = 2 * TK * 16 /* stash floats per tile */ };
+
+/* A Q2_K / Q3_K product's buffers (on the stack). */
+typedef struct q23_bufs {
+    alignas(64) pq pan[2 * KC];                     /* 11 KiB */
+    alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 9 KiB */
+    alignas(64) tq tab[TAB_BYTES / sizeof(tq)];     /* 48 KiB */
+} q23_bufs;
+
+/* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
+typedef struct q23_state {
+    q23_bufs *b;
+    size_t nb;
+    int three;
+} q23_state;
+
+/* Q3_K: tile j's table at tab + j nb. */
+INLINE void q23_table(void *f, const tile_job *job, const tile_chunk *c) {
+    q23_state *s = f;
+    const size_t nb = s->nb;
+    assert((size_t)c->ntile * nb <= sizeof s->b->tab / sizeof s->b->tab[0]);
+    for (int j = 0; j < c->ntile; j++)
+        for (int t = 0; t < c->len[j]; t++) {
+            const uint8_t *row = job->xq + (c->t0 + c->start[j] + (size_t)t) * job->xrs;
+            for (size_t i = 0; i < nb; i++) tq_fill(s->b->tab[(size_t)j * nb + i].c[t], row + i * AB);
+        }
+}
+
+INLINE void q23_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
+    q23_state *s = f;
+    pq_fill(&s->b->pan[2 * (i - k0)], rows[0], rows[1], i, s->three);
+    pq_fill(&s->b->pan[2 * (i - k0) + 1], rows[2], rows[3], i, s->three);
+}
+
+INLINE void q23_tile(void *f, const tile_chunk *c, const tile_step *s) {
+    q23_state *q = f;
+    (void)c;
+    tile_any(q->b->pan, s->k0, s->k1, s->yt, q->b->tab + (size_t)s->j * q->nb, s->st, s->k0 == 0, s->T, q->three);
+}
+
+INLINE void q23_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
+    (void)f;
+    finish(st, T, y, ldy, nrow);
+}
+
+INLINE void gemm23(const tile_job *job, int three) {
+    q23_bufs bufs;
+    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
+                   "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    q23_state s = {.b = &bufs, .nb = job->n / TKV__QK_K, .three = three};
+    const size_t nb = s.nb;
     const int direct = nb <= KC;
-    struct {
-        alignas(64) pq pan[2 * KC];                     /* 11 KiB */
-        alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 9 KiB */
-        alignas(64) tq tab[TAB_BYTES / sizeof(tq)];     /* 48 KiB */
-        size_t tstart[TC_DIRECT];
-        int tlen[TC_DIRECT];
-    } b;
-    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     /* tokens per chunk: Q3_K's tiles' tables must fit (the last, shorter
        chunk may have 2 more tiles than tc / TK); Q2_K reads its tokens in place */
-    const size_t cap = direct ? TC_DIRECT : TC_MAXK, tiles = TAB_BYTES / sizeof(tq) / nb;
+    const size_t cap = direct ? TILE_TC_DIRECT : TC_MAXK, tiles = TAB_BYTES / sizeof(tq) / nb;
     size_t tc = !three ? cap : tiles >= 3 ? TK * (tiles - 2) : 1;
     if (tc > cap) tc = cap;
-    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
-        const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, TK, b.tstart, b.tlen);
-        assert((!three || (size_t)ntile * nb <= sizeof b.tab / sizeof b.tab[0]) &&
-               (direct || (size_t)ntile * STT <= sizeof b.st / sizeof b.st[0]));
-        if (three) /* tile j's table at tab + j nb */
-            for (int j = 0; j < ntile; j++)
-                for (int t = 0; t < b.tlen[j]; t++) {
-                    const uint8_t *row = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                    for (size_t i = 0; i < nb; i++) tq_fill(b.tab[(size_t)j * nb + i].c[t], row + i * AB);
-                }
-        for (size_t r = 0; r < nr; r += 4) {
-            const uint8_t *rows[4]; /* past the end: the last row again (computed, not stored) */
-            for (size_t k = 0; k < 4; k++) rows[k] = w + min_sz(r + k, nr - 1) * wrs;
-            for (size_t k0 = 0; k0 < nb; k0 += KC) {
-                const size_t k1 = min_sz(k0 + KC, nb);
-                for (size_t i = k0; i < k1; i++) {
-                    pq_fill(&b.pan[2 * (i - k0)], rows[0], rows[1], i, three);
-                    pq_fill(&b.pan[2 * (i - k0) + 1], rows[2], rows[3], i, three);
-                }
-                if (k1 < nb) {
-                    prefetch4(rows, k1 * bs, min_sz(KC, nb - k1) * bs);
-                } else if (r + 4 < nr) {
-                    const uint8_t *nx[4];
-                    for (size_t k = 0; k < 4; k++) nx[k] = w + min_sz(r + 4 + k, nr - 1) * wrs;
-                    prefetch4(nx, 0, min_sz(KC, nb) * bs);
-                }
-                for (int j = 0; j < ntile; j++) {
-                    const int T = b.tlen[j];
-                    const uint8_t *yt[TK];
-                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                    float *st = direct ? b.st : b.st + STT * (size_t)j;
-                    tile_any(b.pan, k0, k1, yt, b.tab + (size_t)j * nb, st, k0 == 0, T, three);
-                    if (direct) finish(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r);
-                }
-            }
-            if (!direct)
-                for (int j = 0; j < ntile; j++)
-                    finish(b.st + STT * (size_t)j, b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r);
-        }
-    }
+    assert(direct || (tc / TK + 2) * STT <= sizeof bufs.st / sizeof bufs.st[0]);
+    const tile_shape sh = {.nb = nb, .bs = three ? Q3B : Q2B, .kc = KC, .tc = tc, .rows = 4, .big = TK,
+                           .st = bufs.st, .stt = STT, .by_token = 0};
+    const tile_ops ops = {.table = three ? q23_table : NULL, .panel = q23_panel, .tile = q23_tile, .finish = q23_finish};
+    tile_product(job, &sh, &ops, &s);
 }
 
 void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 0);
 }
 
 void tkv__gemm_q3_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 1);
 }
 
 #endif

@@ -22,6 +22,7 @@
  */
 #include "compute/gemm.h"
 #include "util.h"
+#include "compute/x86/tile_driver.h"
 #include "compute/quant/quant.h"
 
 #include <assert.h>
@@ -40,7 +41,6 @@ enum {
     ROWS5 = 2 * RP5,
     KC5 = 32,     /* blocks per chunk of K: the panel (24 KiB) stays in L1 */
     TC_CHUNK = 32, /* tokens per chunk of tokens when K is cut (their tiles wait in the stash) */
-    TC_DIRECT = 256,
     TAB_FLOATS = 8192, /* the token table (scales, then the offset types' sums): 32 KiB */
     /* stash floats per tile: the accumulators, then the two offset vectors */
     STT = RP5 * T5 * 16 + 2 * 16,
@@ -177,7 +177,7 @@ INLINE void tile5(const p5 *pan, const float *pm, size_t k0, size_t k1, const ui
     default: tile5(pan, pm, k0, k1, yt, da, sa, st, init, 1, kd); break;            \
     }
 
-static void tile5_any(const p5 *pan, const float *pm, size_t k0, size_t k1, const uint8_t *const *yt, const float *da,
+INLINE void tile5_any(const p5 *pan, const float *pm, size_t k0, size_t k1, const uint8_t *const *yt, const float *da,
                       const float *sa, float *st, int init, int T, kind5 kd) {
     if (kd == K4_1) {
         TILE5_T(K4_1)
@@ -204,85 +204,76 @@ static void finish5(const float *st, int T, float *y, size_t ldy, size_t nrow, i
 
 /* ---- the product ------------------------------------------------------------------- */
 
-static void gemm5(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
-                  float *y, size_t ldy, kind5 kd) {
+/* A Q4_1 / Q5_0 / Q5_1 product's buffers (on the stack). */
+typedef struct q5_bufs {
+    alignas(64) p5 pan[RP5 * KC5];          /* 24 KiB */
+    alignas(64) float mm[ROWS5 * KC5];         /* the panel's offsets */
+    alignas(64) float st[MAX_TILES * STT]; /* 11.25 KiB */
+    alignas(64) float tab[TAB_FLOATS]; /* 32 KiB */
+} q5_bufs;
+
+/* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
+typedef struct q5_state {
+    q5_bufs *b;
+    float *da, *sa; /* in b->tab: [token chunk][block][token] each */
+    size_t nb;
+    kind5 kd;
+} q5_state;
+
+INLINE void q5_table(void *f, const tile_job *job, const tile_chunk *c) {
+    q5_state *b = f;
+    tile_scales(job, c, b->nb, ablock(b->kd), b->da, b->kd != K5_0 ? b->sa : NULL);
+}
+
+INLINE void q5_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
+    q5_state *b = f;
+    unpack(&b->b->pan[RP5 * (i - k0)], &b->b->mm[ROWS5 * (i - k0)], rows, i, b->kd);
+}
+
+INLINE void q5_tile(void *f, const tile_chunk *c, const tile_step *s) {
+    q5_state *b = f;
+    const size_t at = b->nb * c->start[s->j];
+    tile5_any(b->b->pan, b->b->mm, s->k0, s->k1, s->yt, b->da + at, b->sa + at, s->st, s->k0 == 0, s->T, b->kd);
+}
+
+INLINE void q5_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
+    finish5(st, T, y, ldy, nrow, ((q5_state *)f)->kd != K5_0);
+}
+
+INLINE void gemm5(const tile_job *job, kind5 kd) {
+    q5_bufs bufs;
+    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
+                   "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     const int offs = kd != K5_0;
-    const size_t nb = n / TKV__QK, bs = wblock(kd), ab = ablock(kd);
-    const int direct = nb <= KC5;
-    struct {
-        alignas(64) p5 pan[RP5 * KC5];          /* 24 KiB */
-        alignas(64) float pm[ROWS5 * KC5];      /* 1 KiB */
-        alignas(64) float st[MAX_TILES * STT];  /* 11.25 KiB */
-        alignas(64) float tab[TAB_FLOATS];      /* 32 KiB */
-        size_t tstart[TC_DIRECT];
-        int tlen[TC_DIRECT];
-    } b;
-    _Static_assert(sizeof b <= 76 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    q5_state b = {.b = &bufs, .kd = kd, .nb = job->n / TKV__QK};
+    const int direct = b.nb <= KC5;
     /* tokens whose scales (and sums) fit the table, whole tiles where they can: a
        tile of fewer tokens reads the panel as often for less work */
-    size_t tc = TAB_FLOATS / (offs ? 2 : 1) / nb;
-    const size_t cap = direct ? TC_DIRECT : TC_CHUNK;
+    size_t tc = TAB_FLOATS / (offs ? 2 : 1) / b.nb;
+    const size_t cap = direct ? TILE_TC_DIRECT : TC_CHUNK;
     tc = tc < 1 ? 1 : tc > cap ? cap : tc >= T5 ? tc / T5 * T5 : tc;
-    float *const da = b.tab, *const sa = b.tab + tc * nb; /* [token chunk][block][token] each */
-    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
-        const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, T5, b.tstart, b.tlen);
-        assert(tn * nb * (offs ? 2 : 1) <= TAB_FLOATS && (direct || ntile <= MAX_TILES));
-        /* token scales and sums as floats: tile j's at nb * tstart[j], [block][token] */
-        for (int j = 0; j < ntile; j++)
-            for (int t = 0; t < b.tlen[j]; t++) {
-                const uint8_t *row = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                float *dj = da + nb * b.tstart[j], *sj = sa + nb * b.tstart[j];
-                for (size_t i = 0; i < nb; i++) {
-                    uint16_t h[2];
-                    memcpy(h, row + i * ab, offs ? 4 : 2);
-                    dj[i * (size_t)b.tlen[j] + (size_t)t] = f16(h[0]);
-                    if (offs) sj[i * (size_t)b.tlen[j] + (size_t)t] = f16(h[1]);
-                }
-            }
-        for (size_t r = 0; r < nr; r += ROWS5) {
-            const uint8_t *rows[ROWS5]; /* past the end: the last row again (computed, not stored) */
-            for (size_t k = 0; k < ROWS5; k++) rows[k] = w + min_sz(r + k, nr - 1) * wrs;
-            for (size_t k0 = 0; k0 < nb; k0 += KC5) {
-                const size_t k1 = min_sz(k0 + KC5, nb);
-                for (size_t i = k0; i < k1; i++) unpack(&b.pan[RP5 * (i - k0)], &b.pm[ROWS5 * (i - k0)], rows, i, kd);
-                if (k1 < nb) {
-                    prefetch_rows(rows, ROWS5, k1 * bs, min_sz(KC5, nb - k1) * bs);
-                } else if (r + ROWS5 < nr) {
-                    const uint8_t *nx[ROWS5];
-                    for (size_t k = 0; k < ROWS5; k++) nx[k] = w + min_sz(r + ROWS5 + k, nr - 1) * wrs;
-                    prefetch_rows(nx, ROWS5, 0, min_sz(KC5, nb) * bs);
-                }
-                for (int j = 0; j < ntile; j++) {
-                    const int T = b.tlen[j];
-                    const uint8_t *yt[T5];
-                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                    float *st = direct ? b.st : b.st + STT * (size_t)j;
-                    tile5_any(b.pan, b.pm, k0, k1, yt, da + nb * b.tstart[j], sa + nb * b.tstart[j], st, k0 == 0,
-                              T, kd);
-                    if (direct) finish5(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, offs);
-                }
-            }
-            if (!direct)
-                for (int j = 0; j < ntile; j++)
-                    finish5(b.st + STT * (size_t)j, b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, offs);
-        }
-    }
+    b.da = bufs.tab;
+    b.sa = bufs.tab + tc * b.nb;
+    assert(tc * b.nb * (offs ? 2 : 1) <= TAB_FLOATS && (direct || (tc / T5 + 2) <= MAX_TILES));
+    const tile_shape sh = {.nb = b.nb, .bs = wblock(kd), .kc = KC5, .tc = tc, .rows = ROWS5, .big = T5,
+                           .st = bufs.st, .stt = STT, .by_token = 0};
+    const tile_ops ops = {.table = q5_table, .panel = q5_panel, .tile = q5_tile, .finish = q5_finish};
+    tile_product(job, &sh, &ops, &b);
 }
 
 void tkv__gemm_q4_1_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm5(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, K4_1);
+    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, K4_1);
 }
 
 void tkv__gemm_q5_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm5(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, K5_0);
+    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, K5_0);
 }
 
 void tkv__gemm_q5_1_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm5(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, K5_1);
+    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, K5_1);
 }
 
 #endif

@@ -28,6 +28,7 @@
  */
 #include "compute/gemm.h"
 #include "util.h"
+#include "compute/x86/tile_driver.h"
 #include "compute/quant/quant.h"
 
 #include <assert.h>
@@ -43,18 +44,12 @@
  * Tokens per chunk of tokens: a chunk's weight panels are unpacked once and
  * used by all its tiles. When K is cut in chunks, the tiles' accumulators
  * wait in a stash, which bounds the chunk to TC_MAX32 / TC_MAXK tokens; when
- * K fits one chunk ("direct"), each tile is finished at once and TC_DIRECT
- * applies. Either way the per-token tables must fit TAB_BYTES.
+ * K fits one chunk ("direct"), each tile is finished at once and
+ * TILE_TC_DIRECT applies. Either way the per-token tables must fit TAB_BYTES.
  */
 #define TC_MAX32 32
 #define TC_MAXK 64
-#define TC_DIRECT 256
 #define TAB_BYTES 32768
-
-/* The rows of the group after this one (nrow of them, from r_next), clamped to the last row. */
-static inline void next_rows(const uint8_t *w, size_t wrs, size_t nr, size_t r_next, int nrow, const uint8_t **out) {
-    for (int k = 0; k < nrow; k++) out[k] = w + min_sz(r_next + (size_t)k, nr - 1) * wrs;
-}
 
 /* ==== Q8_0 ========================================================================== */
 
@@ -147,74 +142,64 @@ INLINE void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) 
         }
 }
 
-INLINE void gemm32(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
-                   float *y, size_t ldy) {
-    enum { ROWS = 2 * RP32, STT = 2 * RP32 * 16 /* stash floats per token: 2 parities x RP32 x 16 */ };
-    const size_t nb = n / TKV__QK, bs = sizeof(tkv__block_q8_0);
-    const int direct = nb <= KC32;
-    struct {
-        alignas(64) p32 pan[RP32 * KC32];                /* 24 KiB */
-        alignas(64) float st[TC_MAX32 * STT];            /* 16 KiB */
-        alignas(64) float da[TAB_BYTES / sizeof(float)]; /* 32 KiB */
-        size_t tstart[TC_DIRECT];
-        int tlen[TC_DIRECT];
-    } b;
-    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    size_t tc = TAB_BYTES / sizeof(float) / nb; /* tokens whose scales fit the table */
-    const size_t cap = direct ? TC_DIRECT : TC_MAX32;
+enum { ROWS32 = 2 * RP32, STT32 = 2 * RP32 * 16 /* stash floats per token: 2 parities x RP32 x 16 */ };
+
+/* A Q8_0 product's buffers (72 KiB: they live on the stack, kernels.h: under 80 KiB). */
+typedef struct q8_bufs {
+    alignas(64) p32 pan[RP32 * KC32];                /* 24 KiB */
+    alignas(64) float st[TC_MAX32 * STT32];          /* 16 KiB */
+    alignas(64) float da[TAB_BYTES / sizeof(float)]; /* 32 KiB */
+} q8_bufs;
+
+/* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
+typedef struct q8_state {
+    q8_bufs *b;
+    size_t nb;
+} q8_state;
+
+/* Token scales as floats: tile j's at da + nb * start[j], [block][token]. */
+INLINE void q8_table(void *f, const tile_job *job, const tile_chunk *c) {
+    q8_state *b = f;
+    tile_scales(job, c, b->nb, sizeof(tkv__block_q8_0), b->b->da, NULL);
+}
+
+INLINE void q8_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
+    q8_state *b = f;
+    for (int p = 0; p < RP32; p++) p32_q8_0(&b->b->pan[RP32 * (i - k0) + (size_t)p], rows[2 * p], rows[2 * p + 1], i);
+}
+
+INLINE void q8_tile(void *f, const tile_chunk *c, const tile_step *s) {
+    q8_state *b = f;
+    for (int par = 0; par < 2; par++)
+        tile32_any(b->b->pan, s->k0, s->k0 + (size_t)par, s->k1, s->yt, b->b->da + b->nb * c->start[s->j],
+                   s->st + RP32 * 16 * s->T * par, s->k0 == 0, s->T);
+}
+
+INLINE void q8_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
+    (void)f;
+    finish32(st, T, y, ldy, nrow);
+}
+
+INLINE void gemm32(const tile_job *job) {
+    q8_bufs bufs;
+    q8_state b = {.b = &bufs};
+    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
+                   "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    b.nb = job->n / TKV__QK;
+    const int direct = b.nb <= KC32;
+    size_t tc = TAB_BYTES / sizeof(float) / b.nb; /* tokens whose scales fit the table */
+    const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX32;
     tc = tc < 1 ? 1 : tc > cap ? cap : tc;
-    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
-        const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, T32, b.tstart, b.tlen);
-        assert(tn * nb <= sizeof b.da / sizeof b.da[0] && (direct || tn * STT <= sizeof b.st / sizeof b.st[0]));
-        /* token scales as floats: tile j's at da + nb * tstart[j], [block][token] */
-        for (int j = 0; j < ntile; j++)
-            for (int t = 0; t < b.tlen[j]; t++) {
-                const uint8_t *row = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                float *dj = b.da + nb * b.tstart[j];
-                for (size_t i = 0; i < nb; i++) {
-                    uint16_t h;
-                    memcpy(&h, row + i * sizeof(tkv__block_q8_0), 2);
-                    dj[i * (size_t)b.tlen[j] + (size_t)t] = f16(h);
-                }
-            }
-        for (size_t r = 0; r < nr; r += ROWS) {
-            const uint8_t *rows[ROWS]; /* past the end: the last row again (computed, not stored) */
-            for (size_t k = 0; k < ROWS; k++) rows[k] = w + min_sz(r + k, nr - 1) * wrs;
-            for (size_t k0 = 0; k0 < nb; k0 += KC32) {
-                const size_t k1 = min_sz(k0 + KC32, nb);
-                for (size_t i = k0; i < k1; i++)
-                    for (int p = 0; p < RP32; p++) {
-                        p32_q8_0(&b.pan[RP32 * (i - k0) + p], rows[2 * p], rows[2 * p + 1], i);
-                    }
-                if (k1 < nb) {
-                    prefetch_rows(rows, ROWS, k1 * bs, min_sz(KC32, nb - k1) * bs);
-                } else if (r + ROWS < nr) {
-                    const uint8_t *nx[ROWS];
-                    next_rows(w, wrs, nr, r + ROWS, ROWS, nx);
-                    prefetch_rows(nx, ROWS, 0, min_sz(KC32, nb) * bs);
-                }
-                for (int j = 0; j < ntile; j++) {
-                    const int T = b.tlen[j];
-                    const uint8_t *yt[T32];
-                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                    float *st = direct ? b.st : b.st + STT * b.tstart[j];
-                    for (int par = 0; par < 2; par++)
-                        tile32_any(b.pan, k0, k0 + (size_t)par, k1, yt, b.da + nb * b.tstart[j], st + RP32 * 16 * T * par,
-                                   k0 == 0, T);
-                    if (direct) finish32(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, min_sz(ROWS, nr - r));
-                }
-            }
-            if (!direct)
-                for (int j = 0; j < ntile; j++)
-                    finish32(b.st + STT * b.tstart[j], b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, min_sz(ROWS, nr - r));
-        }
-    }
+    assert(tc * b.nb <= sizeof bufs.da / sizeof bufs.da[0] && (direct || tc * STT32 <= sizeof bufs.st / sizeof bufs.st[0]));
+    const tile_shape sh = {.nb = b.nb, .bs = sizeof(tkv__block_q8_0), .kc = KC32, .tc = tc, .rows = ROWS32, .big = T32,
+                           .st = bufs.st, .stt = STT32, .by_token = 1};
+    const tile_ops ops = {.table = q8_table, .panel = q8_panel, .tile = q8_tile, .finish = q8_finish};
+    tile_product(job, &sh, &ops, &b);
 }
 
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm32(n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
+    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy});
 }
 
 /* ==== Q4_K / Q5_K / Q6_K =============================================================== */
@@ -247,7 +232,7 @@ typedef struct tk {
 } tk;
 
 /* Q4_K and Q5_K (five: the fifth bits of qh): d, dmin and scales sit at the same place. */
-static void pk_q45_K(pk *e, const uint8_t *ra, const uint8_t *rb, size_t i, int five) {
+NOINLINE void pk_q45_K(pk *e, const uint8_t *ra, const uint8_t *rb, size_t i, int five) {
     const size_t bsz = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
     const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)(ra + i * bsz);
     const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(rb + i * bsz);
@@ -304,7 +289,7 @@ static inline void q6_quants(const tkv__block_q6_K *x, __m256i q[8]) {
     }
 }
 
-static void pk_q6_K(pk *e, const uint8_t *ra, const uint8_t *rb, size_t i) {
+NOINLINE void pk_q6_K(pk *e, const uint8_t *ra, const uint8_t *rb, size_t i) {
     const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)ra + i;
     const tkv__block_q6_K *b = (const tkv__block_q6_K *)(const void *)rb + i;
     __m256i qa[8], qb[8];
@@ -392,7 +377,7 @@ INLINE void tilek(const pk *pan, const pkm *pm, size_t k0, size_t k1, const uint
     _mm512_store_ps(st + 16 * 2 * T, accm);
 }
 
-static void tilek_any(const pk *pan, const pkm *pm, size_t k0, size_t k1, const uint8_t *const *yt, const tk *tab,
+NOINLINE void tilek_any(const pk *pan, const pkm *pm, size_t k0, size_t k1, const uint8_t *const *yt, const tk *tab,
                       float *st, int init, int T, int six) {
     if (six) {
         switch (T) {
@@ -418,96 +403,99 @@ INLINE void finishk(const float *st, int T, float *y, size_t ldy, size_t nrow, i
     store_tile(y, ldy, v, (int)min_sz(4, nrow), T);
 }
 
+enum { STTK = 9 * 16 /* stash floats per tile: 2 x 4 accumulators + the mins vector */ };
+
+/* A Q4_K / Q5_K / Q6_K product's buffers (61 KiB, on the stack). */
+typedef struct k_bufs {
+    alignas(64) pk pan[2 * KCK];                     /* 18 KiB */
+    alignas(64) pkm pm[KCK];                         /* 1 KiB */
+    alignas(64) float st[(TC_MAXK / TK + 2) * STTK]; /* 10 KiB */
+    alignas(64) tk tab[TAB_BYTES / sizeof(tk)];      /* 32 KiB */
+} k_bufs;
+
+/* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
+typedef struct k_state {
+    k_bufs *b;
+    size_t nb, bs;
+    int six, five;
+} k_state;
+
+/* Q4_K / Q5_K: tile j's table at tab + j nb; slots past the tile's tokens repeat its last. */
+INLINE void k_table(void *f, const tile_job *job, const tile_chunk *c) {
+    k_state *b = f;
+    const size_t nb = b->nb;
+    assert((size_t)c->ntile * nb <= sizeof b->b->tab / sizeof b->b->tab[0]);
+    for (int j = 0; j < c->ntile; j++)
+        for (size_t i = 0; i < nb; i++) {
+            tk *e = &b->b->tab[(size_t)j * nb + i];
+            for (int u = 0; u < TK; u++) {
+                const int t = u < c->len[j] ? u : c->len[j] - 1;
+                const uint8_t *blk = job->xq + (c->t0 + c->start[j] + (size_t)t) * job->xrs + i * sizeof(tkv__block_q8_K);
+                const __m128i bsum = _mm_hadd_epi16(LOAD128(blk + Q8K_BSUMS), LOAD128(blk + Q8K_BSUMS + 16));
+                _mm_storeu_si128((__m128i *)(void *)e->bs[u], bsum);
+                memcpy(&e->da[u], blk, sizeof(float));
+            }
+        }
+}
+
+INLINE void k_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
+    k_state *b = f;
+    if (b->six) {
+        pk_q6_K(&b->b->pan[2 * (i - k0)], rows[0], rows[1], i);
+        pk_q6_K(&b->b->pan[2 * (i - k0) + 1], rows[2], rows[3], i);
+    } else {
+        pk_q45_K(&b->b->pan[2 * (i - k0)], rows[0], rows[1], i, b->five);
+        pk_q45_K(&b->b->pan[2 * (i - k0) + 1], rows[2], rows[3], i, b->five);
+        pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bs);
+    }
+}
+
+INLINE void k_tile(void *f, const tile_chunk *c, const tile_step *s) {
+    k_state *b = f;
+    (void)c;
+    tilek_any(b->b->pan, b->b->pm, s->k0, s->k1, s->yt, b->b->tab + (size_t)s->j * b->nb, s->st, s->k0 == 0, s->T, b->six);
+}
+
+INLINE void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
+    finishk(st, T, y, ldy, nrow, ((k_state *)f)->six);
+}
+
 /* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels */
-static void gemmk(size_t n, const uint8_t *w, size_t wrs, size_t nr, const uint8_t *xq, size_t xrs, size_t n_tok,
-                  float *y, size_t ldy, int kind) {
-    const int six = kind == 6, five = kind == 5;
-    enum { STT = 9 * 16 /* stash floats per tile: 2 x 4 accumulators + the mins vector */ };
-    const size_t nb = n / TKV__QK_K;
-    const size_t bs = six ? sizeof(tkv__block_q6_K) : five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
-    const int direct = nb <= KCK;
-    struct {
-        alignas(64) pk pan[2 * KCK];                 /* 18 KiB */
-        alignas(64) pkm pm[KCK];                     /* 1 KiB */
-        alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 10 KiB */
-        alignas(64) tk tab[TAB_BYTES / sizeof(tk)];    /* 32 KiB */
-        size_t tstart[TC_DIRECT];
-        int tlen[TC_DIRECT];
-    } b;
-    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+INLINE void gemmk(const tile_job *job, int kind) {
+    k_bufs bufs;
+    k_state b = {.b = &bufs};
+    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
+                   "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    b.six = kind == 6;
+    b.five = kind == 5;
+    b.nb = job->n / TKV__QK_K;
+    b.bs = b.six ? sizeof(tkv__block_q6_K) : b.five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    const int direct = b.nb <= KCK;
     /* tokens per chunk: a multiple of TK whose tiles' tables fit (the last,
        shorter chunk may have 2 more tiles than tc / TK); Q6_K has no table */
-    const size_t cap = direct ? TC_DIRECT : TC_MAXK, tiles = TAB_BYTES / sizeof(tk) / nb;
-    size_t tc = six ? cap : tiles >= 3 ? TK * (tiles - 2) : 1;
+    const size_t cap = direct ? TILE_TC_DIRECT : TC_MAXK, tiles = TAB_BYTES / sizeof(tk) / b.nb;
+    size_t tc = b.six ? cap : tiles >= 3 ? TK * (tiles - 2) : 1;
     if (tc > cap) tc = cap;
-    for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
-        const size_t tn = min_sz(tc, n_tok - t0);
-        const int ntile = plan_tiles(tn, TK, b.tstart, b.tlen);
-        assert((six || (size_t)ntile * nb <= sizeof b.tab / sizeof b.tab[0]) &&
-               (direct || (size_t)ntile * STT <= sizeof b.st / sizeof b.st[0]));
-        if (!six) /* tile j's table at tab + j nb; slots past the tile's tokens repeat its last */
-            for (int j = 0; j < ntile; j++)
-                for (size_t i = 0; i < nb; i++) {
-                    tk *e = &b.tab[(size_t)j * nb + i];
-                    for (int u = 0; u < TK; u++) {
-                        const int t = u < b.tlen[j] ? u : b.tlen[j] - 1;
-                        const uint8_t *blk = xq + (t0 + b.tstart[j] + (size_t)t) * xrs + i * sizeof(tkv__block_q8_K);
-                        const __m128i bsum = _mm_hadd_epi16(LOAD128(blk + Q8K_BSUMS), LOAD128(blk + Q8K_BSUMS + 16));
-                        _mm_storeu_si128((__m128i *)(void *)e->bs[u], bsum);
-                        memcpy(&e->da[u], blk, sizeof(float));
-                    }
-                }
-        for (size_t r = 0; r < nr; r += 4) {
-            const uint8_t *rows[4]; /* past the end: the last row again (computed, not stored) */
-            for (size_t k = 0; k < 4; k++) rows[k] = w + min_sz(r + k, nr - 1) * wrs;
-            for (size_t k0 = 0; k0 < nb; k0 += KCK) {
-                const size_t k1 = min_sz(k0 + KCK, nb);
-                for (size_t i = k0; i < k1; i++) {
-                    if (six) {
-                        pk_q6_K(&b.pan[2 * (i - k0)], rows[0], rows[1], i);
-                        pk_q6_K(&b.pan[2 * (i - k0) + 1], rows[2], rows[3], i);
-                    } else {
-                        pk_q45_K(&b.pan[2 * (i - k0)], rows[0], rows[1], i, five);
-                        pk_q45_K(&b.pan[2 * (i - k0) + 1], rows[2], rows[3], i, five);
-                        pkm_q45_K(&b.pm[i - k0], rows, i, bs);
-                    }
-                }
-                if (k1 < nb) {
-                    prefetch_rows(rows, 4, k1 * bs, min_sz(KCK, nb - k1) * bs);
-                } else if (r + 4 < nr) {
-                    const uint8_t *nx[4];
-                    next_rows(w, wrs, nr, r + 4, 4, nx);
-                    prefetch_rows(nx, 4, 0, min_sz(KCK, nb) * bs);
-                }
-                for (int j = 0; j < ntile; j++) {
-                    const int T = b.tlen[j];
-                    const uint8_t *yt[TK];
-                    for (int t = 0; t < T; t++) yt[t] = xq + (t0 + b.tstart[j] + (size_t)t) * xrs;
-                    float *st = direct ? b.st : b.st + STT * (size_t)j;
-                    tilek_any(b.pan, b.pm, k0, k1, yt, b.tab + (size_t)j * nb, st, k0 == 0, T, six);
-                    if (direct) finishk(st, T, y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, six);
-                }
-            }
-            if (!direct)
-                for (int j = 0; j < ntile; j++)
-                    finishk(b.st + STT * (size_t)j, b.tlen[j], y + (t0 + b.tstart[j]) * ldy + r, ldy, nr - r, six);
-        }
-    }
+    assert(direct || (tc / TK + 2) * STTK <= sizeof bufs.st / sizeof bufs.st[0]);
+    const tile_shape sh = {.nb = b.nb, .bs = b.bs, .kc = KCK, .tc = tc, .rows = 4, .big = TK,
+                           .st = bufs.st, .stt = STTK, .by_token = 0};
+    const tile_ops ops = {.table = b.six ? NULL : k_table, .panel = k_panel, .tile = k_tile, .finish = k_finish};
+    tile_product(job, &sh, &ops, &b);
 }
 
 void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 4);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 4);
 }
 
 void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 5);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 5);
 }
 
 void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 6);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 6);
 }
 
 #endif

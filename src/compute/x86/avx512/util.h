@@ -2,8 +2,8 @@
  * compute/x86/avx512/util.h — the helpers of the avx512 tiled products (compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c
  * and the gemm_*_avx512.c files): a zmm holds two (row, token) pairs of 8
  * lanes, rows 2p and 2p + 1 of one token, so they share the two-halves
- * builders, the horizontal sums in the vec_dot's order, the store of a tile
- * and the plan of a chunk's tiles.
+ * builders, the horizontal sums in the vec_dot's order and the store of a
+ * tile.
  *
  * Included only by files compiled with the avx512 level's flags
  * (kernels.cmake); without them it declares nothing.
@@ -62,19 +62,6 @@ static inline void store_tile(float *y, size_t ldy, __m512 v, int nrow, int ntok
     if (ntok > 1) _mm_mask_storeu_ps(y + ldy, m, _mm512_extractf32x4_ps(v, 1));
     if (ntok > 2) _mm_mask_storeu_ps(y + 2 * ldy, m, _mm512_extractf32x4_ps(v, 2));
     if (ntok > 3) _mm_mask_storeu_ps(y + 3 * ldy, m, _mm512_extractf32x4_ps(v, 3));
-}
-
-/* The tiles of a chunk of tn tokens: 'big' tokens each, then 4, 2, 1 (no padding). */
-static inline int plan_tiles(size_t tn, int big, size_t *start, int *len) {
-    int nt = 0;
-    for (size_t u = 0; u < tn;) {
-        const size_t rem = tn - u;
-        const int t = rem >= (size_t)big ? big : rem >= 4 ? 4 : rem >= 2 ? 2 : 1;
-        start[nt] = u;
-        len[nt++] = t;
-        u += (size_t)t;
-    }
-    return nt;
 }
 
 #endif
