@@ -110,8 +110,8 @@ typedef struct tkv_model_params {
     bool vocab_only;
     /**
      * Rearrange, at load, the matrices whose products this CPU runs faster
-     * in another layout (today: Q4_0 on CPUs with AVX-512 VNNI, in groups
-     * of 16 rows), into one allocation of their size: faster prompt
+     * in another layout (today: Q4_0 and IQ4_NL on CPUs with AVX2 or
+     * AVX-512 VNNI, in groups of 16 rows), into one allocation of their size: faster prompt
      * processing and batched steps, the same results bit for bit. The
      * copy takes the place of the mapped file's pages of those weights,
      * which the load releases (they come back from the file only if read

@@ -4,22 +4,25 @@
  * tkv__gemm_fn entries of the kernel tables (kernels.h), one file per family
  * and level, named by its types, in the level's folder compute/x86/avx2/ or
  * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0 and the K types Q4_K to
- * Q6_K), gemm_q4_0.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
- * gemm_iq4_nl.c, gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_float.c; the IQ1
+ * Q6_K), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
+ * gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_float.c; the IQ1
  * types' in avx2/dot_iq1.c. Each folder is compiled with its level's -m flags
  * (its sources.cmake) and reached only through a table the CPU supports.
  * Their shared helpers are in compute/x86/util.h and each level's util.h.
  *
  * Contract (kernels.h): y[t * ldy + r] equals the same level's vec_dot of
  * weight row r and token t, bit for bit. Two orders of summation:
- *   - Q4_0 (every level, scalar included; compute/quant/quant.h): block-reduced. Per
- *     block b, the exact integer s_b = sum((q - 8) * y) and the float
- *     d_b = fp16(d_w) * fp16(d_a) (one rounded product); then, from
- *     acc = +0.0f, acc = fmaf((float)s_b, d_b, acc) for b = 0, 1, ... in
- *     order; the result is acc. One float accumulator and one fma per
- *     block, so the tiled kernels (compute/x86/avx2/gemm_q4_0.c, compute/x86/avx512/gemm_q4_0.c)
- *     and the products over packed rows (compute/quant/repack.h) hold a row per lane and
- *     reduce a block with no horizontal sum.
+ *   - Q4_0 and IQ4_NL (every level, scalar included; compute/quant/quant.h):
+ *     block-reduced. Per block b, the exact integer s_b = sum((q - 8) * y)
+ *     (IQ4_NL: sum(values[q] * y)) and the float d_b = fp16(d_w) * fp16(d_a)
+ *     (one rounded product); then, from acc = +0.0f,
+ *     acc = fmaf((float)s_b, d_b, acc) for b = 0, 1, ... in order; the
+ *     result is acc. This is the reference's own order over its repacked
+ *     (8-row interleaved) rows on x86, for one token and many. One float
+ *     accumulator and one fma per block, so the tiled kernels (each level's
+ *     gemm_q4_0_iq4_nl.c) and the products over packed rows
+ *     (compute/quant/repack.h) hold a row per lane and reduce a block with
+ *     no horizontal sum.
  *   - The others (avx2 and avx512 alike): lane-wise. Per (row, token), 8
  *     int32 lanes per block (lane j sums products of elements 4j..4j+3 of
  *     each 32-element group, times group scales), converted to float and
@@ -53,9 +56,10 @@
 
 #include <stddef.h>
 
-/* The avx2 level's Q4_0 vec_dot (compute/x86/avx2/kernels.c), which the avx512 table
-   keeps: its block-reduced order needs nothing wider. */
+/* The avx2 level's Q4_0 and IQ4_NL vec_dots (compute/x86/avx2/kernels.c), which the avx512 table
+   keeps: their block-reduced order needs nothing wider. */
 float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a);
+float tkv__dot_iq4_nl_avx2(size_t n, const void *w, const void *a);
 /* Its Q2_K and Q3_K vec_dots, which the avx512 table keeps too: their tiled
    products (each level's gemm_q2_q3_k.c) follow them at both levels. */
 float tkv__dot_q2_K_avx2(size_t n, const void *w, const void *a);
@@ -63,7 +67,8 @@ float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a);
 
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-/* compute/x86/avx512/gemm_q4_0.c: Q4_0's gemm and gemv (kernels.h's tkv__gemm_fn) */
+/* compute/x86/avx512/gemm_q4_0_iq4_nl.c: Q4_0's and IQ4_NL's gemm, gemv and packed products (kernels.h's
+   tkv__gemm_fn) */
 void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 /* ... and its product over packed rows (compute/quant/repack.h; kernels.h's `packed`) */
@@ -71,6 +76,12 @@ void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
                              float *y, size_t ldy);
 void tkv__gemv_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+void tkv__gemm_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+void tkv__gemv_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+void tkv__packed_iq4_nl_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                               float *y, size_t ldy);
 void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -95,13 +106,6 @@ void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 
-/* compute/x86/avx512/gemm_iq4_nl.c / compute/x86/avx2/gemm_iq4_nl.c: IQ4_NL's products, bit for bit the avx2 dot_book4 (the
-   avx512 vec_dot gives its value in zmm registers) */
-float tkv__dot_iq4_nl_avx512(size_t n, const void *w, const void *a);
-void tkv__gemm_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy);
-void tkv__gemm_iq4_nl_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy);
 
 /* compute/x86/avx512/gemm_iq3.c / compute/x86/avx2/gemm_iq3.c: IQ3_XXS's and IQ3_S's products, bit for bit the avx2 vec_dots
    (compute/x86/avx2/dot_iq3.c), which the avx512 table keeps (declared in compute/quant/iq.h too) */
@@ -130,11 +134,15 @@ void tkv__gemm_iq2_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const 
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
-/* compute/x86/avx2/gemm_q4_0.c */
+/* compute/x86/avx2/gemm_q4_0_iq4_nl.c */
 void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+void tkv__gemm_iq4_nl_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__packed_iq4_nl_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
 void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,

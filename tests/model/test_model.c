@@ -273,7 +273,7 @@ static void test_bad_paths(void **state) {
 }
 
 /*
- * Packed rows (tkv_model_params.repack) change no bit: a Q4_0 model loaded
+ * Packed rows (tkv_model_params.repack) change no bit: a Q4_0 (and an IQ4_NL) model loaded
  * with and without them gives the same logits for a prompt decoded in one
  * batch (the tiled product) and for the greedy steps after it (one token at
  * a time), each context with 2 threads (whole groups of rows per thread).
@@ -281,17 +281,15 @@ static void test_bad_paths(void **state) {
  * pages of them were released at load and must come back from the file
  * unchanged.
  */
-static void test_repack_same_logits(void **state) {
-    (void)state;
+static void repack_same_logits(const char *file, tkv_type type) {
     tkv_model *m[2] = {NULL, NULL};
     for (int i = 0; i < 2; i++) {
         tkv_model_params mp = tkv_model_default_params();
         mp.repack = i == 0;
-        if (tkv_model_load(tu_shared("models/parity/parity-Q4_0.gguf"), &mp, &m[i]) != TKV_OK)
-            fail_msg("%s", tkv_last_error(NULL));
+        if (tkv_model_load(tu_shared(file), &mp, &m[i]) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
     }
     assert_int_equal(tkv_model_packed_size(m[1]), 0);
-    if (!tkv__ops_packed_ok(TKV_TYPE_Q4_0)) { /* this CPU's level reads no packed Q4_0 */
+    if (!tkv__ops_packed_ok(type)) { /* this CPU's level reads no packed rows of this type */
         assert_int_equal(tkv_model_packed_size(m[0]), 0);
         for (int i = 0; i < 2; i++) tkv_model_free(m[i]);
         TU_SKIP();
@@ -340,12 +338,23 @@ static void test_repack_same_logits(void **state) {
     for (int i = 0; i < 2; i++) free(logits[i]), tkv_model_free(m[i]);
 }
 
+static void test_repack_same_logits(void **state) {
+    (void)state;
+    repack_same_logits("models/parity/parity-Q4_0.gguf", TKV_TYPE_Q4_0);
+}
+
+static void test_repack_same_logits_iq4_nl(void **state) {
+    (void)state;
+    repack_same_logits("models/parity/parity-IQ4_NL.gguf", TKV_TYPE_IQ4_NL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories260k),      cmocka_unit_test(test_llama2_tiny_random),
         cmocka_unit_test(test_parity_models),    cmocka_unit_test(test_vocab_only_files),
         cmocka_unit_test(test_tiny_models),      cmocka_unit_test(test_bad_paths),
         cmocka_unit_test(test_repack_same_logits),
+        cmocka_unit_test(test_repack_same_logits_iq4_nl),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

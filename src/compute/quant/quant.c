@@ -545,7 +545,8 @@ float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a) {
     float s = 0.0f;
     for (size_t i = 0; i < n / TKV__QK; i++) {
         const int sumi = tkv__book4_sum(tkv__iq4nl_values, x[i].qs, y[i].qs);
-        s += (float)sumi * (tkv__quant_f16_to_f32(x[i].d) * tkv__quant_f16_to_f32(y[i].d));
+        /* Q4_0's block-reduced order (compute/quant/quant.h), as the reference's repacked rows */
+        s = fmaf((float)sumi, tkv__quant_f16_to_f32(x[i].d) * tkv__quant_f16_to_f32(y[i].d), s);
     }
     return s;
 }
@@ -597,7 +598,8 @@ float tkv__quant_vec_dot_mxfp4(size_t n, const void *w, const void *a) {
     float s = 0.0f;
     for (size_t i = 0; i < n / TKV__QK; i++) {
         const int sumi = tkv__book4_sum(tkv__mxfp4_values, x[i].qs, y[i].qs);
-        s += (float)sumi * (tkv__quant_f16_to_f32(y[i].d) * tkv__e8m0_half(x[i].e));
+        /* the block-reduced order, as the reference's repacked rows (compute/quant/quant.h) */
+        s = fmaf((float)sumi, tkv__e8m0_half(x[i].e) * tkv__quant_f16_to_f32(y[i].d), s);
     }
     return s;
 }

@@ -459,12 +459,16 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  * Dot product of a weight row w (n elements of the weight type) with an
  * activation row a (n elements quantized to the paired vec_dot type).
  * Integer partial sums are exact; per block the result adds
- *   Q4_0:           fmaf((float)sumi, d_w * d_a, s): the order every level
- *                   keeps, bit for bit (sumi = sum((q - 8) * y) exact;
- *                   d_w * d_a one float product of the fp16 scales; s the
- *                   running float sum from +0, blocks in order; kernels.h
- *                   and gemm.h rely on it for batch invariance)
- *   Q5_0/Q8_0/IQ4_NL: sumi * d_w * d_a   (MXFP4: d_w = 2^(e - 128))
+ *   Q4_0, IQ4_NL, MXFP4: fmaf((float)sumi, d_w * d_a, s): the order every
+ *                   level keeps, bit for bit (sumi = sum((q - 8) * y),
+ *                   IQ4_NL's and MXFP4's sum(values[q] * y), exact; d_w * d_a
+ *                   one float product of the scales, MXFP4's d_w =
+ *                   2^(e - 128); s the running float sum from +0, blocks in
+ *                   order; kernels.h and gemm.h rely on it for batch
+ *                   invariance). The reference's x86 backend sums all three
+ *                   so over its repacked rows (any row count that is a
+ *                   multiple of 8: every model's), for one token and many.
+ *   Q5_0/Q8_0:      sumi * d_w * d_a
  *   Q4_1/Q5_1:      sumi * d_w * d_a + m_w * s_a
  *   Q4_K/Q5_K:      d_a * d_w * sum_g(sc_g * sumi_g) - d_a * dmin_w * sum_g(mn_g * bsum_g)
  *   Q6_K:           d_a * d_w * sum_g(scales_g * sumi_g)      (q - 32 folded in)

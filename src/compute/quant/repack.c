@@ -12,7 +12,8 @@
 enum { Q4_0_CHUNK = 64, Q4_0_BLOCK = 16 * 16, Q4_0_SCALES = 16 * 2 };
 
 int tkv__pack_supported(tkv_type type) {
-    return type == TKV_TYPE_Q4_0;
+    _Static_assert(sizeof(tkv__block_iq4_nl) == sizeof(tkv__block_q4_0), "IQ4_NL has Q4_0's block layout");
+    return type == TKV_TYPE_Q4_0 || type == TKV_TYPE_IQ4_NL;
 }
 
 size_t tkv__pack_stride(tkv_type type, size_t n) {

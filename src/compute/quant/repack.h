@@ -2,8 +2,9 @@
  * compute/quant/repack.h — weight rows rearranged at load time into the layout a level's
  * products read fastest ("packed rows"), next to the file's own rows.
  *
- * Today one layout, for Q4_0 (the avx512 level's packed product,
- * compute/x86/avx512/gemm_q4_0.c): rows in groups of TKV__PACK_ROWS = 16, so that a
+ * Today one layout, for Q4_0 and IQ4_NL (one block layout: an fp16 d and
+ * 16 bytes of nibbles; the products over it are in each level's
+ * gemm_q4_0_iq4_nl.c): rows in groups of TKV__PACK_ROWS = 16, so that a
  * zmm's lane k is row k of the group and a block of 16 rows reduces to one
  * integer per lane with no transposes. Group g (rows 16 g .. 16 g + 15; rows
  * past the matrix's end are zero) of a matrix with nb blocks per row:
@@ -28,7 +29,7 @@
 #define TKV__PACK_ROWS 16
 
 /*
- * Whether `type` has a packed layout (Q4_0). A level's kernel table says
+ * Whether `type` has a packed layout (Q4_0, IQ4_NL). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);

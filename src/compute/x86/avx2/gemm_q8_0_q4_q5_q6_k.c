@@ -1,7 +1,7 @@
 /*
  * compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c — tiled products for prefill (see gemm.h), AVX2 + FMA + F16C:
  * Q8_0, Q4_K, Q5_K and Q6_K weights (Q4_0's block-reduced order has its own file,
- * gemm_q4_0.c), bit-identical to the vec_dots of
+ * gemm_q4_0_iq4_nl.c), bit-identical to the vec_dots of
  * compute/x86/avx2/kernels.c.
  *
  * Register layout: a ymm holds one (row, token) pair's 8 lanes; 16 registers

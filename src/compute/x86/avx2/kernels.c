@@ -124,75 +124,70 @@ static inline __m256i block_sums8(const __m256i p[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
 }
 
-/*
- * Q4_0 in the block-reduced order (compute/quant/quant.h): each block's exact integer
- * sum, then one fma per block into a single float, blocks in order. The
- * integer sums of eight blocks are formed side by side; only the fma chain
- * is sequential. The avx512 table uses this one too: its gemv and gemm
- * (compute/x86/avx512/gemm_q4_0.c) give the same bits.
- */
-float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a) {
-    const tkv__block_q4_0 *x = w;
-    const tkv__block_q8_0 *y = a;
-    const size_t nb = n / TKV__QK;
-    const __m256i eight = _mm256_set1_epi8(8);
-    float acc = 0.0f;
-    size_t i = 0;
-    for (; i + 8 <= nb; i += 8) {
-        __m256i p[8];
-        for (int k = 0; k < 8; k++)
-            p[k] = dot_i8(_mm256_sub_epi8(nibbles32(x[i + k].qs), eight), LOAD256(y[i + k].qs));
-        alignas(32) float s[8];
-        _mm256_store_ps(s, _mm256_cvtepi32_ps(block_sums8(p)));
-        for (int k = 0; k < 8; k++) acc = fmaf(s[k], f16(x[i + k].d) * f16(y[i + k].d), acc);
-    }
-    for (; i < nb; i++) {
-        const int s = hsum_i32(dot_i8(_mm256_sub_epi8(nibbles32(x[i].qs), eight), LOAD256(y[i].qs)));
-        acc = fmaf((float)s, f16(x[i].d) * f16(y[i].d), acc);
-    }
-    return acc;
+/* What a 4-bit block is: Q4_0 (q - 8), IQ4_NL (its codebook), both after an
+   fp16 d; MXFP4 (the E2M1 values doubled) after an E8M0 exponent byte. */
+typedef enum b4_kind {
+    B4_Q4_0,
+    B4_IQ4_NL,
+    B4_MXFP4,
+} b4_kind;
+
+/* A block's 32 weights as signed bytes, from its 16 bytes of nibbles. */
+static inline __m256i b4_weights(const uint8_t *qs, b4_kind kind) {
+    if (kind == B4_Q4_0) return _mm256_sub_epi8(nibbles32(qs), _mm256_set1_epi8(8));
+    const int8_t *book = kind == B4_IQ4_NL ? tkv__iq4nl_values : tkv__mxfp4_values;
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(LOAD128(book)), nibbles32(qs));
 }
 
-/*
- * IQ4_NL and MXFP4: 32 nibbles that index a 16-value codebook (a byte
- * shuffle), then Q8_0's signed products. The reference's order: pairs of
- * blocks into acc0 and acc1, their 8 lanes summed, then an odd last block
- * alone, fused. A block is its scale (IQ4_NL: fp16 d, 2 bytes; MXFP4: the
- * E8M0 exponent, 1 byte) and 16 bytes of nibbles.
- */
-static inline float book_scale(const uint8_t *blk, int mx) {
-    if (mx) return tkv__e8m0_half(blk[0]);
+/* A block's scale as a float. */
+static inline float b4_scale(const uint8_t *blk, b4_kind kind) {
+    if (kind == B4_MXFP4) return tkv__e8m0_half(blk[0]);
     uint16_t h;
     memcpy(&h, blk, 2);
     return f16(h);
 }
 
-static inline float dot_book4(size_t n, const uint8_t *x, const tkv__block_q8_0 *y, const int8_t book[16], int mx) {
-    const size_t nb = n / TKV__QK, bs = mx ? sizeof(tkv__block_mxfp4) : sizeof(tkv__block_iq4_nl), qo = mx ? 1 : 2;
-    const __m256i vbook = _mm256_broadcastsi128_si256(LOAD128(book));
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+/*
+ * Q4_0, IQ4_NL and MXFP4 in the block-reduced order (compute/quant/quant.h):
+ * each block's exact integer sum, then one fma per block with the product
+ * of the two scales into a single float, blocks in order: the reference's
+ * order over its repacked rows. The integer sums of eight blocks are formed
+ * side by side; only the fma chain is sequential. The avx512 table uses
+ * these too: its gemv and gemm (compute/x86/avx512/gemm_q4_0_iq4_nl.c) give
+ * the same bits.
+ */
+static inline float dot_b4_reduced(size_t n, const void *w, const void *a, b4_kind kind) {
+    const uint8_t *x = w;
+    const tkv__block_q8_0 *y = a;
+    const size_t nb = n / TKV__QK, bs = kind == B4_MXFP4 ? sizeof(tkv__block_mxfp4) : sizeof(tkv__block_q4_0);
+    const size_t qo = bs - 16; /* the nibbles follow the scale */
+    float acc = 0.0f;
     size_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const uint8_t *b0 = x + i * bs, *b1 = b0 + bs;
-        const __m256i p0 = dot_i8(_mm256_shuffle_epi8(vbook, nibbles32(b0 + qo)), LOAD256(y[i].qs));
-        const __m256i p1 = dot_i8(_mm256_shuffle_epi8(vbook, nibbles32(b1 + qo)), LOAD256(y[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(book_scale(b0, mx) * f16(y[i].d)), _mm256_cvtepi32_ps(p0), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(book_scale(b1, mx) * f16(y[i + 1].d)), _mm256_cvtepi32_ps(p1), acc1);
+    for (; i + 8 <= nb; i += 8) {
+        __m256i p[8];
+        for (int k = 0; k < 8; k++) p[k] = dot_i8(b4_weights(x + (i + k) * bs + qo, kind), LOAD256(y[i + k].qs));
+        alignas(32) float s[8];
+        _mm256_store_ps(s, _mm256_cvtepi32_ps(block_sums8(p)));
+        for (int k = 0; k < 8; k++) acc = fmaf(s[k], b4_scale(x + (i + k) * bs, kind) * f16(y[i + k].d), acc);
     }
-    float s = hsum_f32(_mm256_add_ps(acc0, acc1));
-    if (i < nb) {
-        const uint8_t *b = x + i * bs;
-        s = fmaf(book_scale(b, mx) * f16(y[i].d), (float)tkv__book4_sum(book, b + qo, y[i].qs), s);
+    for (; i < nb; i++) {
+        const int s = hsum_i32(dot_i8(b4_weights(x + i * bs + qo, kind), LOAD256(y[i].qs)));
+        acc = fmaf((float)s, b4_scale(x + i * bs, kind) * f16(y[i].d), acc);
     }
-    return s;
+    return acc;
 }
 
-static float dot_iq4_nl(size_t n, const void *w, const void *a) {
-    return dot_book4(n, w, a, tkv__iq4nl_values, 0);
+float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a) {
+    return dot_b4_reduced(n, w, a, B4_Q4_0);
+}
+
+float tkv__dot_iq4_nl_avx2(size_t n, const void *w, const void *a) {
+    _Static_assert(sizeof(tkv__block_iq4_nl) == sizeof(tkv__block_q4_0), "IQ4_NL has Q4_0's block layout");
+    return dot_b4_reduced(n, w, a, B4_IQ4_NL);
 }
 
 static float dot_mxfp4(size_t n, const void *w, const void *a) {
-    return dot_book4(n, w, a, tkv__mxfp4_values, 1);
+    return dot_b4_reduced(n, w, a, B4_MXFP4);
 }
 
 /*
@@ -751,7 +746,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_0] = tkv__dot_q4_0_avx2,
             [TKV_TYPE_Q4_1] = dot_q4_1,
             [TKV_TYPE_Q5_0] = dot_q5_0,
-            [TKV_TYPE_IQ4_NL] = dot_iq4_nl,
+            [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx2,
             [TKV_TYPE_MXFP4] = dot_mxfp4,
             [TKV_TYPE_IQ4_XS] = dot_iq4_xs,
             [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2,
@@ -795,6 +790,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
     .packed =
         {
             [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx2,
+            [TKV_TYPE_IQ4_NL] = tkv__packed_iq4_nl_avx2,
         },
     .lanes =
         {

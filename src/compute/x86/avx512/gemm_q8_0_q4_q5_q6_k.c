@@ -1,7 +1,7 @@
 /*
  * compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c — tiled products for prefill (see gemm.h), AVX-512 F/BW/VL
  * + VNNI: Q8_0, Q4_K, Q5_K and Q6_K weights (Q4_0's block-reduced order has its own file,
- * gemm_q4_0.c). Bit-identical to the vec_dots
+ * gemm_q4_0_iq4_nl.c). Bit-identical to the vec_dots
  * of compute/x86/avx512/kernels.c (which equal those of compute/x86/avx2/kernels.c for these types).
  *
  * Register layout: a zmm holds two (row, token) pairs of 8 lanes, rows 2p

@@ -86,7 +86,7 @@ static float dot_q8_0(size_t n, const void *w, const void *a) {
     return hsum256(_mm256_add_ps(acc0, acc1));
 }
 
-/* Q4_0: the avx2 dot_q4_0 (block-reduced, compute/quant/quant.h), whose gemv and gemm are in compute/x86/avx512/gemm_q4_0.c. */
+/* Q4_0: the avx2 dot_q4_0 (block-reduced, compute/quant/quant.h), whose gemv and gemm are in compute/x86/avx512/gemm_q4_0_iq4_nl.c. */
 
 /* 0x10 in byte j when bit j of the little-endian uint32 at qh is set. */
 static inline __m256i fifth_bits32(const uint8_t *qh) {
@@ -314,7 +314,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q4_K] = dot_q4_K,
             [TKV_TYPE_Q5_K] = dot_q5_K,
             [TKV_TYPE_Q6_K] = dot_q6_K,
-            [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx512,
+            [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx2, /* block-reduced as Q4_0 (gemm_q4_0_iq4_nl.c) */
             [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* compute/x86/avx2/dot_iq3.c's: the tiled products follow it */
             [TKV_TYPE_IQ3_S] = tkv__kernel_dot_iq3_s_avx2,
             [TKV_TYPE_IQ2_XXS] = tkv__dot_iq2_xxs_avx2, /* compute/x86/avx2/kernels.c's, with compute/x86/avx2/gemm_iq2.c's products */
@@ -344,10 +344,12 @@ const tkv__kernels tkv__kernel_avx512_part = {
     .gemv =
         {
             [TKV_TYPE_Q4_0] = tkv__gemv_q4_0_avx512,
+            [TKV_TYPE_IQ4_NL] = tkv__gemv_iq4_nl_avx512,
         },
     .packed =
         {
             [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx512,
+            [TKV_TYPE_IQ4_NL] = tkv__packed_iq4_nl_avx512,
         },
     .lanes =
         {

@@ -1,7 +1,8 @@
 /*
- * compute/x86/avx2/gemm_q4_0.c — the tiled Q4_0 product for prefill at the avx2 level
- * (AVX2 + FMA + F16C), in the block-reduced order of compute/quant/quant.h: bit for bit
- * the dot_q4_0 of compute/x86/avx2/kernels.c.
+ * compute/x86/avx2/gemm_q4_0_iq4_nl.c — the tiled Q4_0 and IQ4_NL products (prefill, and
+ * over packed rows) at the avx2 level (AVX2 + FMA + F16C), in the
+ * block-reduced order of compute/quant/quant.h: bit for bit the
+ * dot_b4_reduced of compute/x86/avx2/kernels.c.
  *
  * Layout: lane k of a ymm is row r + k (8 rows), so a block reduces to one
  * integer per lane with no horizontal sum. The panel holds each block of 8
@@ -13,6 +14,13 @@
  * vpmaddwd by 1 per block, the token's -8 * sum(y) correction, a
  * conversion, the scale product and the fma. 2.5 instructions per block of
  * 32 multiply-adds per (row, token), against 6 in the lane-wise order.
+ *
+ * IQ4_NL (b4_kind) shares the layout and the drivers, not the step: its
+ * codebook values (-127..113) as unsigned bytes would overflow vpmaddubsw's
+ * int16 pairs, so the panel keeps |w| (q) and w (for the signs), a step
+ * gives each token's bytes w's signs (vpsignb), multiplies them by |w|
+ * (pairs of at most 2 x 127 x 127: no saturation) and widens to int32 at
+ * once (vpmaddwd): exact, with no correction.
  */
 #include "compute/gemm.h"
 #include "util.h"
@@ -36,20 +44,28 @@ enum {
     AB = sizeof(tkv__block_q8_0),
 };
 
-/* One block of 8 rows, transposed (288 bytes). */
+/* What a weight nibble stands for. */
+typedef enum b4_kind {
+    B4_Q4_0,   /* q - 8 */
+    B4_IQ4_NL, /* tkv__iq4nl_values[q] */
+} b4_kind;
+
+/* One block of 8 rows, transposed (544 bytes; Q4_0 reads 288 of them). */
 typedef struct pan8 {
-    __m256i q[8]; /* step j: lane k = row k's 4 weights for activation bytes 4j..4j+3 */
+    __m256i q[8]; /* step j: lane k = row k's 4 weights for activation bytes 4j..4j+3: Q4_0's
+                     nibbles (0..15), IQ4_NL's |values| */
+    __m256i w[8]; /* IQ4_NL: the signed values of q's bytes */
     __m256 d;     /* lane k: row k's scale */
 } pan8;
 
-/* Per token and block: -8 * sum of the 32 activation quants, and the scale. */
+/* Per token and block: -8 * sum of the 32 activation quants (IQ4_NL: 0), and the scale. */
 typedef struct tokb {
     int32_t corr;
     float d;
 } tokb;
 
-static void tok_fill(tokb *tab, const uint8_t *row, size_t nb) {
-    const __m256i eight = _mm256_set1_epi8(8), one = _mm256_set1_epi16(1);
+static void tok_fill(tokb *tab, const uint8_t *row, size_t nb, b4_kind kind) {
+    const __m256i eight = _mm256_set1_epi8(kind == B4_Q4_0 ? 8 : 0), one = _mm256_set1_epi16(1);
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *b = row + i * AB;
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(eight, LOAD256(b + 2)), one);
@@ -63,8 +79,19 @@ static void tok_fill(tokb *tab, const uint8_t *row, size_t nb) {
     }
 }
 
+/* Nibbles (0..15 per byte) into step j of e as `kind` keeps them. */
+INLINE void put_step(pan8 *e, int j, __m256i q, b4_kind kind) {
+    if (kind == B4_Q4_0) {
+        _mm256_store_si256(&e->q[j], q);
+        return;
+    }
+    const __m256i w = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values)), q);
+    _mm256_store_si256(&e->q[j], _mm256_abs_epi8(w));
+    _mm256_store_si256(&e->w[j], w);
+}
+
 /* Block i (byte offset off) of rows[0..7], transposed into e. */
-static inline void unpack8(pan8 *e, const uint8_t *const *rows, size_t off) {
+INLINE void unpack8(pan8 *e, const uint8_t *const *rows, size_t off, b4_kind kind) {
     __m256i z[4]; /* z[g]: rows g and 4 + g, one per 128-bit lane */
     for (int g = 0; g < 4; g++)
         z[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(LOAD128(rows[g] + off + 2)), LOAD128(rows[4 + g] + off + 2), 1);
@@ -75,8 +102,8 @@ static inline void unpack8(pan8 *e, const uint8_t *const *rows, size_t off) {
                           _mm256_unpackhi_epi64(t1, t3)};
     const __m256i m = _mm256_set1_epi8(0x0f);
     for (int j = 0; j < 4; j++) {
-        _mm256_store_si256(&e->q[j], _mm256_and_si256(u[j], m));
-        _mm256_store_si256(&e->q[4 + j], _mm256_and_si256(_mm256_srli_epi32(u[j], 4), m));
+        put_step(e, j, _mm256_and_si256(u[j], m), kind);
+        put_step(e, 4 + j, _mm256_and_si256(_mm256_srli_epi32(u[j], 4), m), kind);
     }
     uint16_t h[8];
     for (int k = 0; k < 8; k++) memcpy(&h[k], rows[k] + off, 2);
@@ -88,11 +115,11 @@ static inline void unpack8(pan8 *e, const uint8_t *const *rows, size_t off) {
  * rows; tb: their tables (nb entries each); acc: in and out.
  */
 INLINE void tile(const pan8 *pan, size_t k0, size_t k1, const uint8_t *const *yt, const tokb *const *tb, __m256 *acc,
-                 int T) {
+                 int T, b4_kind kind) {
     const __m256i one = _mm256_set1_epi16(1);
     for (size_t i = k0; i < k1; i++) {
         const pan8 *e = pan + (i - k0);
-        __m256i s[TT];
+        __m256i s[TT]; /* Q4_0: int16 pairs; IQ4_NL: int32 */
         UNROLL
         for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
         UNROLL
@@ -102,12 +129,19 @@ INLINE void tile(const pan8 *pan, size_t k0, size_t k1, const uint8_t *const *yt
             for (int t = 0; t < T; t++) {
                 int32_t v;
                 memcpy(&v, yt[t] + i * AB + 2 + 4 * j, 4);
-                s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(q, _mm256_set1_epi32(v)));
+                if (kind == B4_Q4_0) {
+                    s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(q, _mm256_set1_epi32(v)));
+                } else {
+                    const __m256i ys = _mm256_sign_epi8(_mm256_set1_epi32(v), _mm256_load_si256(&e->w[j]));
+                    s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ys), one));
+                }
             }
         }
         UNROLL
         for (int t = 0; t < T; t++) {
-            const __m256i si = _mm256_add_epi32(_mm256_madd_epi16(s[t], one), _mm256_set1_epi32(tb[t][i].corr));
+            const __m256i si = kind == B4_Q4_0
+                                   ? _mm256_add_epi32(_mm256_madd_epi16(s[t], one), _mm256_set1_epi32(tb[t][i].corr))
+                                   : s[t];
             const __m256 d = _mm256_mul_ps(_mm256_load_ps((const float *)&e->d), _mm256_set1_ps(tb[t][i].d));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), d, acc[t]);
         }
@@ -116,11 +150,11 @@ INLINE void tile(const pan8 *pan, size_t k0, size_t k1, const uint8_t *const *yt
 
 /* One tile: accumulators from the stash (or zero), blocks [k0, k1), then to the stash or, at the end, to y. */
 INLINE void tile_run(const pan8 *pan, size_t k0, size_t k1, size_t nb, const uint8_t *const *yt, const tokb *const *tb,
-                     float *st, float *y, size_t ldy, int nrow, int T) {
+                     float *st, float *y, size_t ldy, int nrow, int T, b4_kind kind) {
     __m256 acc[TT];
     UNROLL
     for (int t = 0; t < T; t++) acc[t] = k0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(st + 8 * t);
-    tile(pan, k0, k1, yt, tb, acc, T);
+    tile(pan, k0, k1, yt, tb, acc, T, kind);
     if (k1 < nb) {
         UNROLL
         for (int t = 0; t < T; t++) _mm256_store_ps(st + 8 * t, acc[t]);
@@ -138,22 +172,37 @@ INLINE void tile_run(const pan8 *pan, size_t k0, size_t k1, size_t nb, const uin
     }
 }
 
-static void tile_any(const pan8 *pan, size_t k0, size_t k1, size_t nb, const uint8_t *const *yt, const tokb *const *tb,
-                     float *st, float *y, size_t ldy, int nrow, int T) {
+INLINE void tile_any(const pan8 *pan, size_t k0, size_t k1, size_t nb, const uint8_t *const *yt, const tokb *const *tb,
+                     float *st, float *y, size_t ldy, int nrow, int T, b4_kind kind) {
     switch (T) {
-    case 4: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 4); break;
-    case 3: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 3); break;
-    case 2: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 2); break;
-    default: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 1); break;
+    case 4: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 4, kind); break;
+    case 3: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 3, kind); break;
+    case 2: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 2, kind); break;
+    default: tile_run(pan, k0, k1, nb, yt, tb, st, y, ldy, nrow, 1, kind); break;
     }
 }
 
-void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy) {
+/* Tokens t0 .. t0 + tn - 1 (their tables tab) in tiles of up to TT over the panel's blocks [k0, k1). */
+INLINE void panel_tiles(const pan8 *pan, size_t k0, size_t k1, size_t nb, const uint8_t *xb, size_t xrs, size_t t0,
+                        size_t tn, const tokb *tab, float *st, float *y, size_t ldy, int nrow, b4_kind kind) {
+    for (size_t u = 0; u < tn; u += TT) {
+        const int T = (int)min_sz(TT, tn - u);
+        const uint8_t *yt[TT];
+        const tokb *tb[TT];
+        for (int t = 0; t < T; t++) {
+            yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+            tb[t] = tab + (u + (size_t)t) * nb;
+        }
+        tile_any(pan, k0, k1, nb, yt, tb, st + 8 * u, y + (t0 + u) * ldy, ldy, nrow, T, kind);
+    }
+}
+
+INLINE void gemm_b4(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                    size_t ldy, b4_kind kind) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK;
     struct {
-        alignas(64) pan8 pan[KC];        /* 9 KiB */
+        alignas(64) pan8 pan[KC];        /* 17 KiB */
         alignas(64) float st[TCMAX * 8]; /* 8 KiB */
         tokb tab[TABN];                  /* 32 KiB */
     } b;
@@ -163,42 +212,42 @@ void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
         assert(tn * nb <= TABN);
-        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb);
+        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb, kind);
         for (size_t r = 0; r < nr; r += ROWS) {
             const uint8_t *rows[ROWS]; /* past the end: the last row again (computed, not stored) */
             for (size_t k = 0; k < ROWS; k++) rows[k] = wb + min_sz(r + k, nr - 1) * wrs;
             const int nrow = (int)min_sz(ROWS, nr - r);
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t k1 = min_sz(k0 + KC, nb);
-                for (size_t i = k0; i < k1; i++) unpack8(&b.pan[i - k0], rows, i * QB);
-                for (size_t u = 0; u < tn; u += TT) {
-                    const int T = (int)min_sz(TT, tn - u);
-                    const uint8_t *yt[TT];
-                    const tokb *tb[TT];
-                    for (int t = 0; t < T; t++) {
-                        yt[t] = xb + (t0 + u + (size_t)t) * xrs;
-                        tb[t] = b.tab + (u + (size_t)t) * nb;
-                    }
-                    tile_any(b.pan, k0, k1, nb, yt, tb, b.st + 8 * u, y + (t0 + u) * ldy + r, ldy, nrow, T);
-                }
+                for (size_t i = k0; i < k1; i++) unpack8(&b.pan[i - k0], rows, i * QB, kind);
+                panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, nrow, kind);
             }
         }
     }
 }
 
+void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemm_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_Q4_0);
+}
+
+void tkv__gemm_iq4_nl_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemm_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_IQ4_NL);
+}
 
 /* ==== packed rows (compute/quant/repack.h) ========================================================= */
 
 /* Block i of half h (rows 8h .. 8h + 7) of a packed group into e: the
    steps unpack16 would make, read from the group's chunks with no
    transposes (a half is bytes 32h .. 32h + 31 of each chunk). */
-static inline void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h) {
+INLINE void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h, b4_kind kind) {
     const __m256i m = _mm256_set1_epi8(0x0f);
     const uint8_t *b = g + i * 256 + 32 * h;
     for (int j = 0; j < 4; j++) {
         const __m256i u = _mm256_load_si256((const __m256i *)(const void *)(b + 64 * j));
-        _mm256_store_si256(&e->q[j], _mm256_and_si256(u, m));
-        _mm256_store_si256(&e->q[4 + j], _mm256_and_si256(_mm256_srli_epi32(u, 4), m));
+        put_step(e, j, _mm256_and_si256(u, m), kind);
+        put_step(e, 4 + j, _mm256_and_si256(_mm256_srli_epi32(u, 4), m), kind);
     }
     _mm256_store_ps((float *)&e->d, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + nb * 256 + 32 * i + 16 * h))));
 }
@@ -209,12 +258,12 @@ static inline void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i
  * panel once and the tiles of up to 4 tokens run over it, as the gemm does
  * over transposed rows; a generation step reads each group once, in order.
  */
-void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
+INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                      size_t ldy, b4_kind kind) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK;
     struct {
-        alignas(64) pan8 pan[KC];        /* 9 KiB */
+        alignas(64) pan8 pan[KC];        /* 17 KiB */
         alignas(64) float st[TCMAX * 8]; /* 8 KiB */
         tokb tab[TABN];                  /* 32 KiB */
     } b;
@@ -223,27 +272,28 @@ void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const 
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
         assert(tn * nb <= TABN);
-        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb);
+        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb, kind);
         for (size_t r = 0; r < nr; r += ROWS) {
             const uint8_t *g = wb + r / (2 * ROWS) * gs;
             const int h = (int)(r / ROWS % 2);
             const int nrow = (int)min_sz(ROWS, nr - r);
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t k1 = min_sz(k0 + KC, nb);
-                for (size_t i = k0; i < k1; i++) unpack_packed8(&b.pan[i - k0], g, nb, i, h);
-                for (size_t u = 0; u < tn; u += TT) {
-                    const int T = (int)min_sz(TT, tn - u);
-                    const uint8_t *yt[TT];
-                    const tokb *tb[TT];
-                    for (int t = 0; t < T; t++) {
-                        yt[t] = xb + (t0 + u + (size_t)t) * xrs;
-                        tb[t] = b.tab + (u + (size_t)t) * nb;
-                    }
-                    tile_any(b.pan, k0, k1, nb, yt, tb, b.st + 8 * u, y + (t0 + u) * ldy + r, ldy, nrow, T);
-                }
+                for (size_t i = k0; i < k1; i++) unpack_packed8(&b.pan[i - k0], g, nb, i, h, kind);
+                panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, nrow, kind);
             }
         }
     }
+}
+
+void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    packed_b4(n, w, gs, nr, xq, xrs, n_tok, y, ldy, B4_Q4_0);
+}
+
+void tkv__packed_iq4_nl_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    packed_b4(n, w, gs, nr, xq, xrs, n_tok, y, ldy, B4_IQ4_NL);
 }
 
 #endif

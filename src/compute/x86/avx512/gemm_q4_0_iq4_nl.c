@@ -1,16 +1,24 @@
 /*
- * compute/x86/avx512/gemm_q4_0.c — Q4_0 products at the avx512 level (AVX-512 F/BW/VL +
- * VNNI): the gemv (1 to 8 tokens) and the tiled gemm (prefill), in the
- * block-reduced order of compute/quant/quant.h, so both equal the level's vec_dot (the
- * avx2 dot_q4_0, which this level keeps) bit for bit.
+ * compute/x86/avx512/gemm_q4_0_iq4_nl.c — Q4_0 and IQ4_NL products at the avx512 level
+ * (AVX-512 F/BW/VL + VNNI): the gemv (1 to 8 tokens), the tiled gemm
+ * (prefill) and the product over packed rows, in the block-reduced order of
+ * compute/quant/quant.h, so all equal the level's vec_dot (the avx2
+ * dot_b4_reduced, which this level keeps) bit for bit.
+ *
+ * The two types share a block layout (fp16 d, 16 bytes of nibbles) and all
+ * of this code but two things (b4_kind): the unsigned byte a nibble becomes
+ * (Q4_0: the nibble itself, 0..15; IQ4_NL: its codebook value + 128, 1..241,
+ * a byte shuffle) and so each token's correction (-8 or -128 times the sum
+ * of its block's quants); vpdpbusd multiplies unsigned by signed bytes into
+ * int32 with no saturation, so either sum is exact.
  *
  * Layout: lane k of a zmm is row r + k (16 rows), so a block reduces to one
  * int32 per lane with no horizontal sum. Each block of 16 rows is
  * transposed once: "step" j (0..7) is a zmm whose lane k holds row k's 4
- * weights (unsigned 0..15) paired with activation bytes 4j..4j+3 (low
- * nibbles for j < 4, high ones after). Per step and token: one vpdpbusd
- * with the token's 4 bytes broadcast from memory; the integer accumulator
- * starts from the token's -8 * sum(y) (Q4_0's offset); then per block and
+ * weight bytes paired with activation bytes 4j..4j+3 (low nibbles for
+ * j < 4, high ones after). Per step and token: one vpdpbusd with the
+ * token's 4 bytes broadcast from memory; the integer accumulator starts
+ * from the token's correction; then per block and
  * token one conversion, the scale product and one fma for all 16 rows:
  * 11 instructions per 16 (row, token) pairs and 32 weights, against 32 in
  * the lane-wise order this replaced (which had to convert, scale and
@@ -49,17 +57,39 @@ typedef struct pan16 {
     __m512 d;     /* lane k: row k's scale */
 } pan16;
 
-/* Per token and block: -8 * sum of the 32 activation quants, and the scale. */
+/* What a weight nibble stands for. */
+typedef enum b4_kind {
+    B4_Q4_0,   /* q - 8 */
+    B4_IQ4_NL, /* tkv__iq4nl_values[q] */
+} b4_kind;
+
+/* The unsigned weight byte of each nibble is the value plus this (the
+   tokens' corrections take it back off). */
+static inline int b4_bias(b4_kind kind) {
+    return kind == B4_Q4_0 ? 8 : 128;
+}
+
+/* IQ4_NL's biased codebook in every 128-bit lane (a vpshufb table). */
+static inline __m512i iq4nl_book(void) {
+    return _mm512_xor_si512(_mm512_broadcast_i32x4(LOAD128(tkv__iq4nl_values)), _mm512_set1_epi8((char)0x80));
+}
+
+/* Nibbles (0..15 per byte) to the unsigned weight bytes of `kind` (book: iq4nl_book()). */
+INLINE __m512i b4_bytes(__m512i q, b4_kind kind, __m512i book) {
+    return kind == B4_Q4_0 ? q : _mm512_shuffle_epi8(book, q);
+}
+
+/* Per token and block: -bias * sum of the 32 activation quants, and the scale. */
 typedef struct tokb {
     int32_t corr;
     float d;
 } tokb;
 
-static void tok_fill(tokb *tab, const uint8_t *row, size_t nb) {
-    const __m256i eight = _mm256_set1_epi8(8), z = _mm256_setzero_si256();
+static void tok_fill(tokb *tab, const uint8_t *row, size_t nb, b4_kind kind) {
+    const __m256i bias = _mm256_set1_epi8((char)b4_bias(kind)), z = _mm256_setzero_si256();
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *b = row + i * AB;
-        const __m256i s = _mm256_dpbusd_epi32(z, eight, LOAD256(b + 2));
+        const __m256i s = _mm256_dpbusd_epi32(z, bias, LOAD256(b + 2));
         __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
         h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
@@ -72,9 +102,10 @@ static void tok_fill(tokb *tab, const uint8_t *row, size_t nb) {
 
 /*
  * Block at byte offset off of the rows base + ix[k] (k < 16), transposed:
- * q[0..7] and the scales (returned).
+ * q[0..7] (the weight bytes of `kind`) and the scales (returned).
  */
-INLINE __m512 unpack16(const uint8_t *base, __m512i ix, const uint32_t *ixs, size_t off, __m512i q[8]) {
+INLINE __m512 unpack16(const uint8_t *base, __m512i ix, const uint32_t *ixs, size_t off, __m512i q[8], b4_kind kind,
+                       __m512i book) {
     __m512i z[4]; /* z[g]: rows g, 4 + g, 8 + g, 12 + g, one per 128-bit lane */
     UNROLL
     for (int g = 0; g < 4; g++) {
@@ -91,8 +122,8 @@ INLINE __m512 unpack16(const uint8_t *base, __m512i ix, const uint32_t *ixs, siz
     const __m512i m = _mm512_set1_epi8(0x0f);
     UNROLL
     for (int j = 0; j < 4; j++) {
-        q[j] = _mm512_and_si512(u[j], m);
-        q[4 + j] = _mm512_and_si512(_mm512_srli_epi32(u[j], 4), m);
+        q[j] = b4_bytes(_mm512_and_si512(u[j], m), kind, book);
+        q[4 + j] = b4_bytes(_mm512_and_si512(_mm512_srli_epi32(u[j], 4), m), kind, book);
     }
     /* each lane's 4 bytes at the block's start: the fp16 scale, then 2 quant bytes */
     const __m512i g = _mm512_i32gather_epi32(ix, (const void *)(base + off), 1);
@@ -203,9 +234,10 @@ static inline void prefetch_ixs(const uint8_t *base, const uint32_t *ixs, size_t
         for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)base + ixs[k] + off + o, _MM_HINT_T0);
 }
 
-void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
+INLINE void gemm_b4(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                    size_t ldy, b4_kind kind) {
     const uint8_t *wb = w, *xb = xq;
+    const __m512i book = iq4nl_book();
     const size_t nb = n / TKV__QK;
     struct {
         alignas(64) pan16 pan[KC];        /* 18 KiB */
@@ -218,7 +250,7 @@ void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
         assert(tn * nb <= TABN);
-        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb);
+        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb, kind);
         for (size_t r = 0; r < nr; r += ROWS) {
             const uint8_t *base = wb + r * wrs;
             alignas(64) uint32_t ixs[ROWS], nxs[ROWS];
@@ -229,7 +261,7 @@ void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
                 for (size_t i = k0; i < k1; i++) {
                     pan16 *e = &b.pan[i - k0];
                     __m512i q[8];
-                    const __m512 d = unpack16(base, ix, ixs, i * QB, q);
+                    const __m512 d = unpack16(base, ix, ixs, i * QB, q, kind, book);
                     for (int j = 0; j < 8; j++) _mm512_store_si512(&e->q[j], q[j]);
                     _mm512_store_ps(&e->d, d);
                 }
@@ -245,11 +277,22 @@ void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
     }
 }
 
+void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemm_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_Q4_0);
+}
+
+void tkv__gemm_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    gemm_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_IQ4_NL);
+}
+
 /* ==== the gemv ====================================================================== */
 
 /* Rows [0, nr) x T tokens, each block transposed in registers once for all T. */
 INLINE void gemv_pass(size_t nb, const uint8_t *wb, size_t wrs, size_t nr, const uint8_t *const *yt,
-                      const tokb *const *tb, float *y, size_t ldy, int T) {
+                      const tokb *const *tb, float *y, size_t ldy, int T, b4_kind kind) {
+    const __m512i book = iq4nl_book();
     for (size_t r = 0; r < nr; r += ROWS) {
         const uint8_t *base = wb + r * wrs;
         alignas(64) uint32_t ixs[ROWS], nxs[ROWS];
@@ -267,7 +310,7 @@ INLINE void gemv_pass(size_t nb, const uint8_t *wb, size_t wrs, size_t nr, const
             if (more && i % 3 == 0)
                 for (int k = 0; k < ROWS; k++) _mm_prefetch((const char *)base + 2 * ROWS * wrs + nxs[k] + i * QB, _MM_HINT_T0);
             __m512i q[8];
-            const __m512 d = unpack16(base, ix, ixs, i * QB, q);
+            const __m512 d = unpack16(base, ix, ixs, i * QB, q, kind, book);
             const uint8_t *yb[TT];
             const tokb *te[TT];
             UNROLL
@@ -279,8 +322,8 @@ INLINE void gemv_pass(size_t nb, const uint8_t *wb, size_t wrs, size_t nr, const
     }
 }
 
-void tkv__gemv_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
+INLINE void gemv_b4(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                    size_t ldy, b4_kind kind) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK;
     tokb tab[TABN]; /* 32 KiB */
@@ -293,22 +336,31 @@ void tkv__gemv_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
         for (int t = 0; t < T; t++) {
             yt[t] = xb + (t0 + (size_t)t) * xrs;
             tb[t] = tab + (size_t)t * nb;
-            tok_fill(tab + (size_t)t * nb, yt[t], nb);
+            tok_fill(tab + (size_t)t * nb, yt[t], nb, kind);
         }
         float *yo = y + t0 * ldy;
         switch (T) {
-        case 8: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 8); break;
-        case 7: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 7); break;
-        case 6: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 6); break;
-        case 5: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 5); break;
-        case 4: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 4); break;
-        case 3: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 3); break;
-        case 2: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 2); break;
-        default: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 1); break;
+        case 8: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 8, kind); break;
+        case 7: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 7, kind); break;
+        case 6: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 6, kind); break;
+        case 5: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 5, kind); break;
+        case 4: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 4, kind); break;
+        case 3: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 3, kind); break;
+        case 2: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 2, kind); break;
+        default: gemv_pass(nb, wb, wrs, nr, yt, tb, yo, ldy, 1, kind); break;
         }
     }
 }
 
+void tkv__gemv_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemv_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_Q4_0);
+}
+
+void tkv__gemv_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    gemv_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_IQ4_NL);
+}
 
 /* ==== packed rows (compute/quant/repack.h) ========================================================= */
 
@@ -318,21 +370,22 @@ void tkv__gemv_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
  * unpack16 makes them, but from one aligned 64-byte chunk per 2 steps
  * instead of 16 rows' loads and transposes; returns the 16 scales.
  */
-INLINE __m512 unpack_packed(const uint8_t *g, size_t nb, size_t i, __m512i q[8]) {
+INLINE __m512 unpack_packed(const uint8_t *g, size_t nb, size_t i, __m512i q[8], b4_kind kind, __m512i book) {
     const __m512i m = _mm512_set1_epi8(0x0f);
     const uint8_t *b = g + i * 256;
     UNROLL
     for (int j = 0; j < 4; j++) {
         const __m512i u = _mm512_load_si512((const void *)(b + 64 * j));
-        q[j] = _mm512_and_si512(u, m);
-        q[4 + j] = _mm512_and_si512(_mm512_srli_epi32(u, 4), m);
+        q[j] = b4_bytes(_mm512_and_si512(u, m), kind, book);
+        q[4 + j] = b4_bytes(_mm512_and_si512(_mm512_srli_epi32(u, 4), m), kind, book);
     }
     return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(g + nb * 256 + 32 * i)));
 }
 
 /* T tokens over blocks [k0, k1) of packed group g, into acc[0..T). */
 INLINE void packed_run(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
-                       const tokb *const *tb, __m512 *acc, int T) {
+                       const tokb *const *tb, __m512 *acc, int T, b4_kind kind) {
+    const __m512i book = iq4nl_book();
     for (size_t i = k0; i < k1; i++) {
         /* PF blocks ahead: the rows stream from memory once */
         enum { PF = 8 };
@@ -341,7 +394,7 @@ INLINE void packed_run(const uint8_t *g, size_t nb, size_t k0, size_t k1, const 
         for (int c = 0; c < 4; c++) _mm_prefetch((const char *)pf + 64 * c, _MM_HINT_T0);
         if (i % 2 == 0) _mm_prefetch((const char *)(g + nb * 256 + 32 * (i + PF)), _MM_HINT_T0);
         __m512i q[8];
-        const __m512 d = unpack_packed(g, nb, i, q);
+        const __m512 d = unpack_packed(g, nb, i, q, kind, book);
         const uint8_t *yb[TT];
         const tokb *te[TT];
         UNROLL
@@ -356,11 +409,11 @@ INLINE void packed_run(const uint8_t *g, size_t nb, size_t k0, size_t k1, const 
  * k] for the rows in rmask.
  */
 INLINE void packed_tile(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt, const tokb *const *tb,
-                        float *st, float *y, size_t ldy, __mmask16 rmask, int T) {
+                        float *st, float *y, size_t ldy, __mmask16 rmask, int T, b4_kind kind) {
     __m512 acc[TT];
     UNROLL
     for (int t = 0; t < T; t++) acc[t] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * t);
-    packed_run(g, nb, k0, k1, yt, tb, acc, T);
+    packed_run(g, nb, k0, k1, yt, tb, acc, T, kind);
     UNROLL
     for (int t = 0; t < T; t++) {
         if (k1 < nb) _mm512_store_ps(st + 16 * t, acc[t]);
@@ -368,17 +421,18 @@ INLINE void packed_tile(const uint8_t *g, size_t nb, size_t k0, size_t k1, const
     }
 }
 
-static void packed_tile_any(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
-                            const tokb *const *tb, float *st, float *y, size_t ldy, __mmask16 rmask, int T) {
+INLINE void packed_tile_any(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
+                            const tokb *const *tb, float *st, float *y, size_t ldy, __mmask16 rmask, int T,
+                            b4_kind kind) {
     switch (T) {
-    case 8: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 8); break;
-    case 7: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 7); break;
-    case 6: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 6); break;
-    case 5: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 5); break;
-    case 4: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 4); break;
-    case 3: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 3); break;
-    case 2: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 2); break;
-    default: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 1); break;
+    case 8: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 8, kind); break;
+    case 7: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 7, kind); break;
+    case 6: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 6, kind); break;
+    case 5: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 5, kind); break;
+    case 4: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 4, kind); break;
+    case 3: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 3, kind); break;
+    case 2: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 2, kind); break;
+    default: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 1, kind); break;
     }
 }
 
@@ -390,9 +444,10 @@ static void packed_tile_any(const uint8_t *g, size_t nb, size_t k0, size_t k1, c
  * chunks of KC blocks into the panel (L1) once, and the gemm's tiles of 8
  * tokens run over it.
  */
-void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
+INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                      size_t ldy, b4_kind kind) {
     const uint8_t *wb = w, *xb = xq;
+    const __m512i book = iq4nl_book();
     const size_t nb = n / TKV__QK;
     struct {
         alignas(64) pan16 pan[KC];        /* 18 KiB */
@@ -405,7 +460,7 @@ void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
     for (size_t t0 = 0; t0 < n_tok; t0 += tc) {
         const size_t tn = min_sz(tc, n_tok - t0);
         assert(tn * nb <= TABN);
-        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb);
+        for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb, kind);
         for (size_t r = 0; r < nr; r += ROWS) {
             const uint8_t *g = wb + r / ROWS * gs;
             const __mmask16 rmask = (__mmask16)((1u << min_sz(ROWS, nr - r)) - 1u);
@@ -413,7 +468,7 @@ void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
                 const uint8_t *yt[TT];
                 const tokb *tb[TT];
                 for (size_t t = 0; t < tn; t++) yt[t] = xb + (t0 + t) * xrs, tb[t] = b.tab + t * nb;
-                packed_tile_any(g, nb, 0, nb, yt, tb, NULL, y + t0 * ldy + r, ldy, rmask, (int)tn);
+                packed_tile_any(g, nb, 0, nb, yt, tb, NULL, y + t0 * ldy + r, ldy, rmask, (int)tn, kind);
                 continue;
             }
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
@@ -421,7 +476,7 @@ void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
                 for (size_t i = k0; i < k1; i++) {
                     pan16 *e = &b.pan[i - k0];
                     __m512i q[8];
-                    const __m512 d = unpack_packed(g, nb, i, q);
+                    const __m512 d = unpack_packed(g, nb, i, q, kind, book);
                     for (int j = 0; j < 8; j++) _mm512_store_si512(&e->q[j], q[j]);
                     _mm512_store_ps(&e->d, d);
                 }
@@ -429,6 +484,16 @@ void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
             }
         }
     }
+}
+
+void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    packed_b4(n, w, gs, nr, xq, xrs, n_tok, y, ldy, B4_Q4_0);
+}
+
+void tkv__packed_iq4_nl_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                               float *y, size_t ldy) {
+    packed_b4(n, w, gs, nr, xq, xrs, n_tok, y, ldy, B4_IQ4_NL);
 }
 
 #endif
