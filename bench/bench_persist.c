@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
     }
     const double t_fill = now() - t0;
     tkv_stats st;
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
 
     char tmpl[] = "/tmp/tkv-bench-persist-XXXXXX", seqdir[1100], cachedir[1100];
     const char *dir = dir_arg;

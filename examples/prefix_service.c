@@ -145,7 +145,7 @@ static json_t *summary(service *sv) {
         free(text), free(toks);
     }
     tkv_stats s;
-    tkv_cache_stats(sv->ctx, &s); /* and tkv_cache_check verifies every invariant of the cache: */
+    tkv_cache_stats_ex(sv->ctx, &s, sizeof s); /* and tkv_cache_check verifies every invariant of the cache: */
     return json_pack("{s:{s:o, s:I, s:I, s:s}}", "summary", "sessions", list, "tokens_reused",
                      (json_int_t)s.tokens_reused, "tokens_computed", (json_int_t)s.tokens_computed, "check",
                      tkv_status_str(tkv_cache_check(sv->ctx)));

@@ -304,7 +304,7 @@ class Cache:
     def stats(self):
         """What the cache holds and did (tkv_stats) as a dict."""
         s = ffi.new("tkv_stats *")
-        self._ctx._call(lib.tkv_cache_stats, s)
+        self._ctx._call(lib.tkv_cache_stats_ex, s, ffi.sizeof("tkv_stats"))
         return {name: getattr(s, name) for name, _ in ffi.typeof("tkv_stats").fields}
 
     def check(self):

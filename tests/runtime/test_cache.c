@@ -49,7 +49,7 @@ static void reenter(abort_ctl *a) {
     }
     case 5: r = tkv_seq_sync(ctx, s, 0, t, 3, &n); break;
     case 6: r = tkv_decode(ctx, &b); break;
-    case 7: r = tkv_cache_stats(ctx, &st); break;
+    case 7: r = tkv_cache_stats_ex(ctx, &st, sizeof st); break;
     case 8: r = tkv_cache_check(ctx); break;
     default:
         assert_int_equal(tkv_seq_len(ctx, s), 0);
@@ -126,7 +126,7 @@ static void test_sync_reuse_equals_fresh(void **state) {
     }
     assert_true(reused_total > 200); /* the stems were shared */
     tkv_stats st;
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     /* what knows the tokens costs under 1% of the K/V of a cell of the
        bench-1b shape (22 layers x 4 KV heads x 64 x 2 (K, V) x 2 bytes) */
     const double kv_per_cell_1b = 22.0 * 4 * 64 * 2 * 2;
@@ -151,14 +151,14 @@ static void test_namespaces_and_forks(void **state) {
     assert_int_equal(tkv_cache_match(ctx, 7, t, 20, &len), TKV_OK), assert_int_equal(len, 20);
     assert_int_equal(tkv_cache_match(ctx, 9, t, 20, &len), TKV_OK), assert_int_equal(len, 0);
     tkv_stats st;
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     uint64_t used = st.cells_used;
     assert_int_equal(tkv_seq_sync(ctx, 2, 7, t, 20, &reused), TKV_OK);
     assert_int_equal(reused, 19); /* all but the last token, whose logits are recomputed */
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     assert_int_equal(st.cells_used, used); /* ... into the cell already there */
     assert_int_equal(tkv_seq_fork(ctx, 0, 3), TKV_OK);
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     assert_int_equal(st.cells_used, used);
     assert_int_equal(st.cells_shared, 20); /* sequences 0, 2 and 3 share them */
     assert_int_equal(tkv_seq_len(ctx, 3), 20);
@@ -188,7 +188,7 @@ static void test_eviction_and_pins(void **state) {
     /* token-granular: of b, the 26 tokens needed went, from its end */
     assert_int_equal(tkv_cache_match(ctx, 0, b, 30, &len), TKV_OK), assert_int_equal(len, 4);
     tkv_stats st;
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     assert_true(st.evictions >= 26);
     assert_int_equal(st.cells_pinned, 30);
     /* nothing evictable left but a (pinned) and c (held): full */
@@ -220,18 +220,18 @@ static void test_pins_exact(void **state) {
     assert_int_equal(tkv_seq_sync(ctx, 0, 0, t, 35, &reused), TKV_OK); /* the same sequence, 15 more */
     assert_int_equal(reused, 20);
     check(ctx);
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     assert_int_equal(st.cells_pinned, 20);
     assert_int_equal(tkv_cache_pin(ctx, 0, t, 20, &pinned, &p2), TKV_OK); /* a second caller's pin */
     assert_true(p2 != 0 && p2 != p1);
     assert_int_equal(tkv_cache_unpin(ctx, p1), TKV_OK); /* the first lets go: the second's stays */
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     assert_int_equal(st.cells_pinned, 20);
     assert_int_equal(tkv_cache_unpin(ctx, p1), TKV_ERR_INVALID); /* released already: refused, nothing changes */
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     assert_int_equal(st.cells_pinned, 20);
     assert_int_equal(tkv_cache_unpin(ctx, p2), TKV_OK);
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     assert_int_equal(st.cells_pinned, 0);
     assert_int_equal(tkv_cache_unpin(ctx, 0), TKV_OK); /* no pin: nothing to do */
     check(ctx);
@@ -300,7 +300,7 @@ static void test_failure_under_pressure(void **state) {
         assert_int_equal(tkv_seq_sync(ctx, 0, 0, x, 40, &reused), TKV_OK);
         assert_int_equal(tkv_seq_truncate(ctx, 0, 10), TKV_OK); /* 30 cached, evictable */
         tkv_stats before, after;
-        tkv_cache_stats(ctx, &before);
+        tkv_cache_stats_ex(ctx, &before, sizeof before);
         /* y needs 24 cells: 8 free, so 16 must come from x's tail */
         tkv_pos pos[24];
         tkv_seq seq[24];
@@ -323,7 +323,7 @@ static void test_failure_under_pressure(void **state) {
             assert_int_equal(st, TKV_ERR_NOMEM);
         }
         check(ctx);
-        tkv_cache_stats(ctx, &after);
+        tkv_cache_stats_ex(ctx, &after, sizeof after);
         before.meta_bytes = after.meta_bytes = 0; /* capacity a failed decode reserved is not content */
         assert_memory_equal(&before, &after, sizeof before);
         size_t len;
@@ -452,7 +452,7 @@ static void test_random_operations(void **state) {
             /* eviction: exactly the cells missing, taken from the tail of the least recently used evictable
                leaf; every other evictable leaf stays whole */
             tkv_stats before, after;
-            tkv_cache_stats(ctx, &before);
+            tkv_cache_stats_ex(ctx, &before, sizeof before);
             const uint64_t free_before = before.cells_total - before.cells_used;
             /* tokens the cache holds right after the sequence's end need no cell: the decode keeps those */
             tkv_token whole[MAXT];
@@ -488,7 +488,7 @@ static void test_random_operations(void **state) {
             a.reenter = false;
             if (st == TKV_OK) memcpy(m[s].t + m[s].n, t, sizeof t), m[s].n += 3;
             else assert_int_equal(st, TKV_ERR_FULL);
-            tkv_cache_stats(ctx, &after);
+            tkv_cache_stats_ex(ctx, &after, sizeof after);
             assert_int_equal(after.evictions - before.evictions, st == TKV_OK ? need : 0);
             if (st == TKV_OK && lru && lru_unique && need <= lru->n_tokens) {
                 for (int l = 0; l < n_leaves; l++) {
@@ -540,7 +540,7 @@ static void test_random_operations(void **state) {
         /* pins hold exactly their prefixes: all cached, and no more cells pinned than they cover */
         {
             tkv_stats ps;
-            tkv_cache_stats(ctx, &ps);
+            tkv_cache_stats_ex(ctx, &ps, sizeof ps);
             for (int p = 0; p < n_pins; p++) {
                 size_t len;
                 assert_int_equal(tkv_cache_match(ctx, pins[p].ns, pins[p].t, pins[p].n, &len), TKV_OK);
@@ -562,7 +562,7 @@ static void test_random_operations(void **state) {
         }
     }
     tkv_stats st;
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     assert_true(st.evictions > 100); /* 160 cells: the run lived under pressure */
     assert_true(n_fail > 50);
     assert_true(n_evict_ops > 0);
@@ -735,7 +735,7 @@ static void test_same_request_twice(void **state) {
     tu_greedy(ctx, 0, t, n, 24, tu_n_vocab, NULL);
     assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
     tkv_stats first, second;
-    tkv_cache_stats(ctx, &first);
+    tkv_cache_stats_ex(ctx, &first, sizeof first);
     for (int round = 0; round < 2; round++) {
         size_t reused;
         tu_greedy(ctx, round, again, n, 24, tu_n_vocab, &reused);
@@ -743,7 +743,7 @@ static void test_same_request_twice(void **state) {
         assert_memory_equal(again + n, t + n, 24 * sizeof *t);
         check(ctx);
     }
-    tkv_cache_stats(ctx, &second);
+    tkv_cache_stats_ex(ctx, &second, sizeof second);
     assert_int_equal(second.cells_used, first.cells_used); /* every token was cached already */
     /* sequences 0 and 1 end at the reply's end; at most a boundary where the prompt ends */
     if (second.nodes > first.nodes + 1)
@@ -769,7 +769,7 @@ static void test_cache_walk(void **state) {
     walk_rec w = {.n = 0};
     assert_int_equal(tkv_cache_walk(ctx, record_node, &w), TKV_OK);
     tkv_stats st;
-    tkv_cache_stats(ctx, &st);
+    tkv_cache_stats_ex(ctx, &st, sizeof st);
     uint64_t cells = 0, roots = 0;
     for (size_t i = 0; i < w.n; i++) {
         const tkv_cache_node *nd = &w.nodes[i];

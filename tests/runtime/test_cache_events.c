@@ -280,9 +280,9 @@ static void test_image_round_trip_logits(void **state) {
     const saved_image *s = &img[0];
     /* the last token is computed on the loaded K/V */
     tkv_stats st0, st1;
-    tkv_cache_stats(ctx, &st0);
+    tkv_cache_stats_ex(ctx, &st0, sizeof st0);
     assert_int_equal(tkv_seq_sync(ctx, 2, 5, a, 40, &reused), TKV_OK);
-    tkv_cache_stats(ctx, &st1);
+    tkv_cache_stats_ex(ctx, &st1, sizeof st1);
     assert_int_equal(reused, 39);
     assert_int_equal(st1.tokens_computed - st0.tokens_computed, 1);
     tkv_context *fresh = new_ctx(64, NULL);

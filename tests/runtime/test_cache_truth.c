@@ -160,7 +160,7 @@ static void check_all(tkv_context *ctx, truth *m, uint64_t *evictions, int op) {
     if (m->failure[0]) fail_msg("op %d: event model: %s", op, m->failure);
     if (tkv_cache_check(ctx) != TKV_OK) fail_msg("op %d: %s", op, tkv_last_error(NULL));
     tkv_stats st;
-    assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(ctx, &st, sizeof st), TKV_OK);
     held H;
     held_of(m, -1, NULL, &H);
     size_t shared = 0, pinned = 0;
@@ -253,7 +253,7 @@ static size_t match_len(const tkv_context *ctx, uint64_t ns, const tkv_token *t,
 
 static uint64_t computed(const tkv_context *ctx) {
     tkv_stats st;
-    assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(ctx, &st, sizeof st), TKV_OK);
     return st.tokens_computed;
 }
 

@@ -92,11 +92,11 @@ static void test_same_as_file(void **state) {
 static void assert_refused(tkv_context *b, uint64_t ns, const tkv_token *t, size_t n, size_t from, const uint8_t *img,
                            size_t size, tkv_status want, const char *says) {
     tkv_stats before, after;
-    assert_int_equal(tkv_cache_stats(b, &before), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(b, &before, sizeof before), TKV_OK);
     const size_t had = match(b, ns, t, n);
     assert_int_equal(tkv_cache_import(b, ns, t, n, from, img, size), want);
     if (!strstr(tkv_last_error(b), says)) fail_msg("error '%s' does not say '%s'", tkv_last_error(b), says);
-    assert_int_equal(tkv_cache_stats(b, &after), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(b, &after, sizeof after), TKV_OK);
     assert_int_equal(before.cells_used, after.cells_used);
     assert_int_equal(match(b, ns, t, n), had); /* nothing of the refused block */
     assert_int_equal(tkv_cache_check(b), TKV_OK);

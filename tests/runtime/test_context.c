@@ -165,7 +165,7 @@ static void test_truncate_and_regrow(void **state) {
     assert_int_equal(tkv_seq_len(ctx, 0), 8);
     /* the dropped tokens stay cached, held by no sequence */
     tkv_stats st;
-    assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(ctx, &st, sizeof st), TKV_OK);
     assert_int_equal(ctx->kv->n_free, free_before);
     assert_int_equal(st.cells_evictable, 8);
     size_t len;
@@ -327,7 +327,7 @@ static bool reenter(void *user) {
     tkv_pin pin;
     r->got[k++] = tkv_cache_pin(ctx, 0, r->t, 3, &len, &pin);
     r->got[k++] = tkv_cache_match(ctx, 0, r->t, 3, &len);
-    r->got[k++] = tkv_cache_stats(ctx, &st);
+    r->got[k++] = tkv_cache_stats_ex(ctx, &st, sizeof st);
     r->got[k++] = tkv_cache_check(ctx);
     r->got[k++] = tkv_seq_tokens(ctx, 0, buf, 64, &n);
     r->got[k++] = tkv_get_logits_last(ctx) ? TKV_OK : TKV_ERR_BUSY;
@@ -525,7 +525,7 @@ static void test_context_errors(void **state) {
     char keep[512];
     snprintf(keep, sizeof keep, "%s", tkv_context_error(a));
     assert_int_equal(tkv_seq_truncate(b, 99, 0), TKV_ERR_INVALID);
-    assert_int_equal(tkv_cache_stats(a, &st), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(a, &st, sizeof st), TKV_OK);
     assert_int_equal(tkv_context_create(NULL, NULL, NULL), TKV_ERR_INVALID);
     assert_string_equal(tkv_context_error(a), keep);
     assert_non_null(strstr(tkv_context_error(b), "tkv_seq_truncate"));

@@ -50,7 +50,7 @@ static void generate(tkv_context *ctx, tkv_seq seq, const tkv_token *t, size_t n
 
 static tkv_stats stats(const tkv_context *ctx) {
     tkv_stats st;
-    assert_int_equal(tkv_cache_stats(ctx, &st), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(ctx, &st, sizeof st), TKV_OK);
     return st;
 }
 
@@ -218,7 +218,7 @@ static bool call_back(void *user) {
     tkv_stats st;
     size_t len;
     r->calls++;
-    r->refused += tkv_cache_stats(r->ctx, &st) == TKV_ERR_BUSY;
+    r->refused += tkv_cache_stats_ex(r->ctx, &st, sizeof st) == TKV_ERR_BUSY;
     r->refused += tkv_cache_match(r->ctx, 0, NULL, 0, &len) == TKV_ERR_BUSY;
     r->refused += tkv_cache_check(r->ctx) == TKV_ERR_BUSY;
     return false;
@@ -267,7 +267,7 @@ static void read_node(const tkv_cache_node *nd, void *user) {
     assert_int_equal(n, nd->n_tokens);
     r->tokens += n;
     assert_int_equal(tkv_cache_match(r->ctx, nd->ns, run, n, &len), TKV_OK);
-    assert_int_equal(tkv_cache_stats(r->ctx, &st), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(r->ctx, &st, sizeof st), TKV_OK);
     r->refused += tkv_cache_clear(r->ctx) == TKV_ERR_BUSY; /* it would change the tree under the walk */
     r->refused += tkv_seq_clear(r->ctx, 0) == TKV_ERR_BUSY;
 }

@@ -121,7 +121,7 @@ typedef struct snap {
 
 static void take_snap(const tkv_context *ctx, snap *s) {
     memset(s, 0, sizeof *s);
-    assert_int_equal(tkv_cache_stats(ctx, &s->st), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(ctx, &s->st, sizeof s->st), TKV_OK);
     s->st.meta_bytes = 0; /* capacity reserved by a failed call is not content */
     for (int q = 0; q < 4; q++) assert_int_equal(tkv_seq_tokens(ctx, q, s->t[q], 128, &s->n[q]), TKV_OK);
 }
@@ -199,7 +199,7 @@ static void test_seq_load_shares_and_evicts(void **state) {
     assert_int_equal(tkv_seq_load(b, 1, path), TKV_OK);
     check(b);
     tkv_stats st;
-    tkv_cache_stats(b, &st);
+    tkv_cache_stats_ex(b, &st, sizeof st);
     assert_int_equal(st.cells_used, 40); /* 20 shared, 20 loaded */
     assert_true(st.cells_shared >= 20);
     tkv_context_free(b);
@@ -550,7 +550,7 @@ static void test_cache_roundtrip(void **state) {
     const char *dir = temp_dir();
     tkv_context *a = filled_ctx(512);
     tkv_stats sa;
-    tkv_cache_stats(a, &sa);
+    tkv_cache_stats_ex(a, &sa, sizeof sa);
     assert_int_equal(tkv_cache_save(a, dir, 0), TKV_OK);
     char names[64][64];
     int n_files = list_dir(dir, names, 64, NULL);
@@ -566,7 +566,7 @@ static void test_cache_roundtrip(void **state) {
     assert_string_equal(info.first_skip_reason, "");
     check(b);
     tkv_stats sb;
-    tkv_cache_stats(b, &sb);
+    tkv_cache_stats_ex(b, &sb, sizeof sb);
     assert_int_equal(sb.cells_used, sa.cells_used);
     assert_int_equal(sb.cells_evictable, sb.cells_used); /* nobody holds them */
     for (int i = 0; i < N_LISTS; i++) {
@@ -588,12 +588,12 @@ static void test_cache_roundtrip(void **state) {
     tkv_cache_clear(b);
     assert_int_equal(tkv_cache_load_ex(b, dir, &info), TKV_OK);
     /* loading again: everything is cached already, nothing new */
-    tkv_cache_stats(b, &sb);
+    tkv_cache_stats_ex(b, &sb, sizeof sb);
     assert_int_equal(tkv_cache_load_ex(b, dir, &info), TKV_OK);
     assert_int_equal(info.files_loaded, n_files);
     assert_int_equal(info.tokens_loaded, 0);
     tkv_stats sb2;
-    tkv_cache_stats(b, &sb2);
+    tkv_cache_stats_ex(b, &sb2, sizeof sb2);
     assert_int_equal(sb2.cells_used, sb.cells_used);
     check(b);
     /* saving again, with less, replaces the files of the first save */
@@ -841,7 +841,7 @@ static void test_load_under_pressure(void **state) {
     assert_int_equal(match(b, 0, x, 30), 30);
     assert_int_equal(match(b, 0, y, 25), 0);
     tkv_stats st;
-    tkv_cache_stats(b, &st);
+    tkv_cache_stats_ex(b, &st, sizeof st);
     assert_int_equal(st.cells_pinned, 0);
     assert_int_equal(st.evictions, 25);
     tkv_context_free(b);

@@ -307,8 +307,8 @@ static void test_kill_mid_save(void **state) {
     assert_int_equal(tkv_cache_load_ex(c, dir, &li), TKV_OK);
     assert_int_equal(li.files_skipped, 0);
     tkv_stats sb, sc;
-    tkv_cache_stats(b, &sb);
-    tkv_cache_stats(c, &sc);
+    tkv_cache_stats_ex(b, &sb, sizeof sb);
+    tkv_cache_stats_ex(c, &sc, sizeof sc);
     assert_int_equal(sc.cells_used, sb.cells_used);
     print_message("    %d temporary files seen after kills (kills inside a write)\n", with_tmp);
     tkv_context_free(c);

@@ -106,7 +106,7 @@ static void *hammer(void *arg) {
             break;
         case 7: {
             tkv_stats st;
-            counted(w, rand_r(&w->seed) % 2 ? tkv_cache_stats(w->ctx, &st) : tkv_cache_check(w->ctx), "stats/check");
+            counted(w, rand_r(&w->seed) % 2 ? tkv_cache_stats_ex(w->ctx, &st, sizeof st) : tkv_cache_check(w->ctx), "stats/check");
             break;
         }
         default: { /* pin and release; or clear what nobody holds */
