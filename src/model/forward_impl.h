@@ -87,6 +87,13 @@ void tkv__fwd_matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor
    cache, sized for its conv rows) is padded with zeros in pad (n_embd_kv). */
 void tkv__fwd_store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const float *src, size_t n, float *pad);
 
+/* y += the F32 bias b (n). */
+void tkv__fwd_add_bias(float *y, const tkv__tensor *b, size_t n);
+
+/* The attention block of layer l (forward_attn.c), run by all threads: tmp (n, n_embd) =
+   attention(attn_in) Wo, each token's K/V into its cell. */
+void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *attn_in);
+
 /* The mixers of the recurrent layer kinds (forward_recurrent.c), run by all threads:
    tmp (n, n_embd) from the layer's normed input `in`. */
 void tkv__fwd_conv_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in);
