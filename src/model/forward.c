@@ -46,7 +46,8 @@ void tkv__fwd_free(tkv__fwd *f) {
     if (!f) return;
     float *bufs[] = {f->x,  f->h,      f->q,      f->k,  f->v,  f->att, f->tmp,          f->gate, f->up,
                      f->cs, f->cs_swa, f->bcx, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch,
-                     f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout, f->shg, f->shy, f->mz, f->mc, f->my};
+                     f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout, f->shg, f->shy, f->mz, f->mc, f->my,
+                     f->ones, f->ple, f->plg};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
     tkv__free(f->chosen);
@@ -71,11 +72,17 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->m = m;
     f->n_batch = n_batch;
     f->n_embd = hp->n_embd;
-    f->hd = hp->head_dim;
-    f->n_q = (size_t)hp->n_head * hp->head_dim;
-    f->n_kv = (size_t)hp->n_head_kv * hp->head_dim;
+    /* the widest layer's sizes (gemma4's differ; each layer reads its own from ext.attn) */
+    size_t group = 1;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const tkv__attn_layer *A = &m->ext.attn[l];
+        if (A->hd > f->hd) f->hd = A->hd;
+        if ((size_t)A->n_head_kv * A->hd > f->n_kv) f->n_kv = (size_t)A->n_head_kv * A->hd;
+        if (hp->n_head / A->n_head_kv > group) group = hp->n_head / A->n_head_kv;
+    }
+    f->n_q = (size_t)hp->n_head * f->hd;
     f->n_ff = hp->n_ff;
-    f->n_rot = hp->n_rot;
+    f->n_rot = hp->n_rot > m->ext.n_rot_swa ? hp->n_rot : m->ext.n_rot_swa; /* cs rows' stride */
     f->n_vocab = hp->n_vocab;
     f->n_threads = n_threads;
     const size_t B = n_batch;
@@ -94,10 +101,22 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     if (m->arch->swa_own_rope) f->cs_swa = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     if (m->arch->shortconv) f->bcx = tkv__malloc(B * 3 * f->n_embd * sizeof(float));
     bool extra_ok = true;
+    const size_t pli = m->ext.n_pli, pl_all = pli * hp->n_layer; /* per-layer inputs (gemma4), or 0 */
+    if (pli > widest) widest = pli;
+    if (m->arch->v_norm) {
+        f->ones = tkv__malloc(f->hd * sizeof(float));
+        extra_ok = f->ones != NULL;
+        for (size_t i = 0; f->ones && i < f->hd; i++) f->ones[i] = 1.0f;
+    }
+    if (pli) {
+        f->ple = tkv__malloc(B * pl_all * sizeof(float));
+        f->plg = tkv__malloc(B * pli * sizeof(float));
+        extra_ok = extra_ok && f->ple && f->plg;
+    }
     if (m->arch->q_gate) {
         f->qg = tkv__malloc(B * 2 * f->n_q * sizeof(float));
         f->qgate = tkv__malloc(B * f->n_q * sizeof(float));
-        extra_ok = f->qg && f->qgate;
+        extra_ok = extra_ok && f->qg && f->qgate;
     }
     if (m->arch->shared_expert) {
         f->shg = tkv__malloc(B * sizeof(float));
@@ -153,12 +172,13 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     /* one weight per cell for each (token, head) of a prefill unit and 16
        widened rows, or q/accumulator (F16), or the accumulator and a Q8_0
        cell's K and V rows expanded */
-    f->attn_scratch_per_thread = (size_t)TKV__ATTN_TOKENS * (hp->n_head / hp->n_head_kv) * n_cells + 16 * f->hd;
+    f->attn_scratch_per_thread = (size_t)TKV__ATTN_TOKENS * group * n_cells + 16 * f->hd;
     const size_t kvw = m->ext.kv_width; /* a cache row: n_kv, or wider in a hybrid */
     if (f->attn_scratch_per_thread < f->hd + 2 * kvw) f->attn_scratch_per_thread = f->hd + 2 * kvw;
     size_t window = m->arch->deltanet ? (size_t)(dd->d_conv - 1) * dd->channels : 0; /* a conv window */
     if (m->arch->mamba2 && (size_t)(mm->d_conv - 1) * mm->channels > window) window = (size_t)(mm->d_conv - 1) * mm->channels;
     if (f->attn_scratch_per_thread < window) f->attn_scratch_per_thread = window;
+    if (f->attn_scratch_per_thread < pl_all) f->attn_scratch_per_thread = pl_all; /* a token's per-layer embeddings */
     f->attn_scratch_per_thread += 64;
     f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
@@ -461,6 +481,73 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
     tkv__pool_barrier(P->pool);
 }
 
+/*
+ * All threads, gemma4: each token's per-layer inputs          ple: (n, n_layer, pli)
+ *   p = (rmsnorm(e Wpl / sqrt(n_embd)) * pl_norm + pl_embd[token] sqrt(pli)) / sqrt(2)
+ * slice by slice (pli each), e the scaled embedding in f->x; the steps and
+ * their rounding in the reference's order.
+ */
+static void per_layer_inputs(pass *P, int ith, int nth, acts_tag *tag) {
+    tkv__fwd *f = P->f;
+    const tkv_model *m = f->m;
+    const tkv__weights *w = &m->w;
+    const uint32_t n = P->b->n, n_layer = m->hp.n_layer;
+    const size_t pli = m->ext.n_pli, pl_all = pli * n_layer;
+    float *row = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread; /* (pl_all) a token's pl_embd */
+    tkv__fwd_matmul(P, ith, nth, tag, &w->pl_proj, f->x, n, f->ple);
+    tkv__pool_barrier(P->pool);
+    const float ps = 1.0f / sqrtf((float)f->n_embd), es = sqrtf((float)pli), half = 1.0f / sqrtf(2.0f);
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+    for (size_t t = t0; t < t1; t++) {
+        const tkv__tensor *E = &w->pl_embd;
+        tkv__quant_dequantize_row(E->type, (const uint8_t *)E->data + (size_t)P->b->token[t] * E->row_size, row, pl_all);
+        for (uint32_t l = 0; l < n_layer; l++) {
+            float *p = f->ple + t * pl_all + l * pli;
+            for (size_t i = 0; i < pli; i++) p[i] *= ps;
+            tkv__ops_rmsnorm(p, p, w->pl_norm.data, pli, m->hp.rms_eps);
+            for (size_t i = 0; i < pli; i++) p[i] = (p[i] + row[l * pli + i] * es) * half;
+        }
+    }
+    tkv__pool_barrier(P->pool);
+}
+
+/*
+ * All threads, gemma4, after layer l's FFN: x += post_norm(proj(gelu(x Wgate) * p_l)), p_l the
+ * layer's slice of the per-layer inputs (plg: (n, pli)), then x *= layer_output_scale.
+ */
+static void per_layer_branch(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
+    tkv__fwd *f = P->f;
+    const tkv_model *m = f->m;
+    const tkv__layer *L = &m->w.layers[l];
+    const uint32_t n = P->b->n;
+    const size_t pli = m->ext.n_pli, pl_all = pli * m->hp.n_layer, E = f->n_embd;
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+    tag->src = NULL; /* x is new since its last product */
+    if (pli) {
+        tkv__fwd_matmul(P, ith, nth, tag, &L->inp_gate, f->x, n, f->plg);
+        tkv__pool_barrier(P->pool);
+        for (size_t t = t0; t < t1; t++)
+            tkv__ops_geglu(f->plg + t * pli, f->plg + t * pli, f->ple + t * pl_all + l * pli, pli);
+        tag->src = NULL;
+        tkv__pool_barrier(P->pool);
+        tkv__fwd_matmul(P, ith, nth, tag, &L->proj, f->plg, n, f->tmp);
+        tkv__pool_barrier(P->pool);
+    }
+    const float *sc = L->out_scale.data;
+    for (size_t t = t0; t < t1; t++) {
+        float *x = f->x + t * E, *y = f->tmp + t * E;
+        if (pli) {
+            tkv__ops_rmsnorm(y, y, L->post_norm.data, E, m->hp.rms_eps);
+            for (size_t i = 0; i < E; i++) x[i] += y[i];
+        }
+        if (sc)
+            for (size_t i = 0; i < E; i++) x[i] *= sc[0];
+    }
+    tkv__pool_barrier(P->pool);
+}
+
 static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tkv__fwd *f = P->f;
     const tkv_model *m = f->m;
@@ -527,6 +614,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
     }
     tkv__pool_barrier(P->pool);
+    if (arch->per_layer_input) per_layer_branch(P, ith, nth, l, tag);
 }
 
 static void pass_task(void *arg, int ith, int nth) {
@@ -549,9 +637,10 @@ static void pass_task(void *arg, int ith, int nth) {
         }
         if (f->n_rot) rope_angles(f, f->cs + t * f->n_rot, b->pos[t]);
         if (f->cs_swa && f->n_rot) /* the window layers' own base, unscaled */
-            tkv__ops_rope_cache(f->cs_swa + t * f->n_rot, m->hp.n_rot, b->pos[t], m->ext.rope_base_swa, 1.0f);
+            tkv__ops_rope_cache(f->cs_swa + t * f->n_rot, m->ext.n_rot_swa, b->pos[t], m->ext.rope_base_swa, 1.0f);
     }
     tkv__pool_barrier(P->pool);
+    if (m->ext.n_pli) per_layer_inputs(P, ith, nth, &tag);
 
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         if (ith == 0 && P->abort_cb && P->abort_cb(P->abort_user)) atomic_store(&P->aborted, true);

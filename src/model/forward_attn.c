@@ -13,16 +13,13 @@
 #include <math.h>
 #include <string.h>
 
-/* Layer l attends within the sliding window (arch->swa_period layers). */
-static bool swa_layer(const tkv_model *m, uint32_t l) {
-    const unsigned p = m->arch->swa_period;
-    return m->ext.swa_window && p && l % p != p - 1;
-}
+/* Layer l's attention: its head size, KV heads, rotation, cache layer, window (model.c read_layers). */
+static inline const tkv__attn_layer *shape_of(const tkv_model *m, uint32_t l) { return &m->ext.attn[l]; }
 
 /* The first position a token at `pos` attends to in layer l: a window of W
    sees pos - W + 1 .. pos. */
 static size_t first_cell(const tkv_model *m, uint32_t l, tkv_pos pos) {
-    const size_t w = swa_layer(m, l) ? m->ext.swa_window : 0;
+    const size_t w = shape_of(m, l)->swa ? m->ext.swa_window : 0;
     return w && (size_t)pos + 1 > w ? (size_t)pos + 1 - w : 0;
 }
 
@@ -51,8 +48,10 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
     const tkv__kvrows *kv = P->kv;
     const tkv_hparams *hp = &f->m->hp;
     const tkv__attn_ops *ops = P->attn;
-    const size_t hd = f->hd, koff = hq / (hp->n_head / hp->n_head_kv) * hd;
-    const float *q = f->q + (size_t)t * f->n_q + hq * hd;
+    const tkv__attn_layer *A = shape_of(f->m, layer);
+    const size_t hd = A->hd, n_q = hp->n_head * hd, koff = hq / (hp->n_head / A->n_head_kv) * hd;
+    const uint32_t kl = A->kv_layer;
+    const float *q = f->q + (size_t)t * n_q + hq * hd;
     uint16_t *q16 = scratch, *acc = q16 + hd; /* (hd), (hd) */
     for (size_t i = 0; i < hd; i++) q16[i] = tkv__quant_f32_to_f16(q[i]), acc[i] = 0;
     const uint32_t *cells = P->b->cells[t];
@@ -60,8 +59,8 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
     const float scale = P->f->attn_scale;
     float M = -INFINITY, S = 0;
     for (size_t j = first_cell(f->m, layer, P->b->pos[t]); j < n; j++) {
-        const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
-        const uint16_t *v = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j]) + koff;
+        const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, kl, cells[j]) + koff;
+        const uint16_t *v = (const uint16_t *)tkv__kvrows_v(kv, kl, cells[j]) + koff;
         const float s = capped(f->m, ops->dot(q16, k, hd) * scale);
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
@@ -81,7 +80,7 @@ static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, voi
         if (ms != 1.0f) ops->scale(acc, ms, hd);
         S = S * ms + expf(sink - M2);
     }
-    float *out = f->att + (size_t)t * f->n_q + hq * hd;
+    float *out = f->att + (size_t)t * n_q + hq * hd;
     const float S_inv = S == 0.0f ? 0.0f : 1.0f / S; /* a product, as the reference does: not a division */
     for (size_t i = 0; i < hd; i++) out[i] = tkv__quant_f16_to_f32(acc[i]) * S_inv;
 }
@@ -116,7 +115,9 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
     const tkv__kvrows *kv = P->kv;
     const tkv_hparams *hp = &f->m->hp;
     const tkv__attn_ops *ops = P->attn;
-    const size_t hd = f->hd, group = hp->n_head / hp->n_head_kv, koff = g * hd;
+    const tkv__attn_layer *A = shape_of(f->m, layer);
+    const size_t hd = A->hd, n_q = hp->n_head * hd, group = hp->n_head / A->n_head_kv, koff = g * hd;
+    const uint32_t kl = A->kv_layer; /* the cache layer it reads (another's, if KV-shared) */
     const uint32_t *cells = P->b->cells[t0];
     const float scale = P->f->attn_scale;
     size_t n_max = 0;
@@ -124,8 +125,8 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
         if ((size_t)P->b->pos[t0 + u] + 1 > n_max) n_max = (size_t)P->b->pos[t0 + u] + 1;
     /* (tn, group, n_max) weights: token u's head h at w + (u group + h) n_max; then (16, hd) widened rows */
     float *w = scratch, *wide_rows = scratch + tn * group * n_max;
-#define Q(u, h) (f->q + (size_t)(t0 + (u)) * f->n_q + (g * group + (h)) * hd)
-#define OUT(u, h) (f->att + (size_t)(t0 + (u)) * f->n_q + (g * group + (h)) * hd)
+#define Q(u, h) (f->q + (size_t)(t0 + (u)) * n_q + (g * group + (h)) * hd)
+#define OUT(u, h) (f->att + (size_t)(t0 + (u)) * n_q + (g * group + (h)) * hd)
 #define W(u, h) (w + ((u) * group + (h)) * n_max)
 #define N(u) ((size_t)P->b->pos[t0 + (u)] + 1)
     const bool wide = ops->scores16 && hd % 16 == 0; /* 16 cells at a time */
@@ -133,8 +134,8 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
     const uint16_t *rows[16];
     if (wide)
         for (size_t j = 0; j + 16 <= n_max; j += 16) {
-            for (size_t c = 0; c < 16; c++) rows[c] = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j + c]) + koff;
-            prefetch_rows(kv, layer, cells, j + 16, n_max, koff, hd, false);
+            for (size_t c = 0; c < 16; c++) rows[c] = (const uint16_t *)tkv__kvrows_k(kv, kl, cells[j + c]) + koff;
+            prefetch_rows(kv, kl, cells, j + 16, n_max, koff, hd, false);
             if (direct) { /* one token: its heads read the F16 rows themselves */
                 for (size_t h = 0; h < group; h++) ops->scores16_rows(Q(0, h), rows, hd, scale, W(0, h) + j);
                 continue;
@@ -147,7 +148,7 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
     for (uint32_t u = 0; u < tn; u++) {
         const size_t n = N(u);
         for (size_t j = wide ? n / 16 * 16 : 0; j < n; j++) {
-            const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
+            const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, kl, cells[j]) + koff;
             for (size_t h = 0; h < group; h++) W(u, h)[j] = ops->dot_f32(Q(u, h), k, hd) * scale;
         }
         const size_t j0 = first_cell(f->m, layer, P->b->pos[t0 + u]);
@@ -170,8 +171,8 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
     }
     if (wide) {
         for (size_t j = 0; j < n_max; j += 16) {
-            for (size_t c = 0; c < 16 && j + c < n_max; c++) rows[c] = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j + c]) + koff;
-            prefetch_rows(kv, layer, cells, j + 16, n_max, koff, hd, true);
+            for (size_t c = 0; c < 16 && j + c < n_max; c++) rows[c] = (const uint16_t *)tkv__kvrows_v(kv, kl, cells[j + c]) + koff;
+            prefetch_rows(kv, kl, cells, j + 16, n_max, koff, hd, true);
             if (direct) {
                 const size_t m = n_max - j < 16 ? n_max - j : 16;
                 for (size_t h = 0; h < group; h++) ops->wsum16_rows(OUT(0, h), rows, W(0, h) + j, m, hd);
@@ -186,7 +187,7 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
     } else {
         for (uint32_t u = 0; u < tn; u++)
             for (size_t j = 0; j < N(u); j++) {
-                const uint16_t *v = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j]) + koff;
+                const uint16_t *v = (const uint16_t *)tkv__kvrows_v(kv, kl, cells[j]) + koff;
                 for (size_t h = 0; h < group; h++) ops->mad_f32(OUT(u, h), v, W(u, h)[j], hd);
             }
     }
@@ -216,8 +217,10 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
     const tkv__fwd *f = P->f;
     const tkv__kvrows *kv = P->kv;
     const tkv_hparams *hp = &f->m->hp;
-    const size_t hd = f->hd, koff = hq / (hp->n_head / hp->n_head_kv) * hd;
-    const float *q = f->q + (size_t)t * f->n_q + hq * hd;
+    const tkv__attn_layer *A = shape_of(f->m, layer);
+    const size_t hd = A->hd, n_q = hp->n_head * hd, koff = hq / (hp->n_head / A->n_head_kv) * hd;
+    const uint32_t kl = A->kv_layer;
+    const float *q = f->q + (size_t)t * n_q + hq * hd;
     const uint32_t *cells = P->b->cells[t];
     const size_t n = (size_t)P->b->pos[t] + 1;
     const float scale = P->f->attn_scale;
@@ -225,8 +228,8 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
     memset(acc, 0, hd * sizeof *acc);
     float *row = acc + hd; /* (2, n_embd_kv) a cell's K and V, expanded */
     for (size_t j = first_cell(f->m, layer, P->b->pos[t]); j < n; j++) {
-        const float *k = row_slice(kv, kv->type_k, tkv__kvrows_k(kv, layer, cells[j]), koff, hd, row);
-        const float *v = row_slice(kv, kv->type_v, tkv__kvrows_v(kv, layer, cells[j]), koff, hd, row + kv->n_embd_kv);
+        const float *k = row_slice(kv, kv->type_k, tkv__kvrows_k(kv, kl, cells[j]), koff, hd, row);
+        const float *v = row_slice(kv, kv->type_v, tkv__kvrows_v(kv, kl, cells[j]), koff, hd, row + kv->n_embd_kv);
         double sd = 0;
         for (size_t i = 0; i < hd; i++) sd += (double)q[i] * k[i];
         const float s = capped(f->m, (float)sd * scale);
@@ -247,59 +250,68 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
         for (size_t i = 0; i < hd; i++) acc[i] *= ms;
         S = S * ms + expf(sink - M2);
     }
-    float *out = f->att + (size_t)t * f->n_q + hq * hd;
+    float *out = f->att + (size_t)t * n_q + hq * hd;
     const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
     for (size_t i = 0; i < hd; i++) out[i] = acc[i] * S_inv;
 }
 
-/* The attention block of layer l: tmp (n, n_embd) = attention(attn_in) Wo, K/V into each token's cell. */
+/* The attention block of layer l: tmp (n, n_embd) = attention(attn_in) Wo, K/V into each token's cell
+   (unless the layer reads another's: gemma4's KV-shared layers). */
 void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *attn_in) {
     tkv__fwd *f = P->f;
     const tkv_model *m = f->m;
     const tkv_hparams *hp = &m->hp;
     const tkv__layer *L = &m->w.layers[l];
+    const tkv__attn_layer *A = shape_of(m, l);
     const tkv__fwd_batch *b = P->b;
     const uint32_t n = b->n;
     const tkv__arch *arch = m->arch;
+    /* this layer's widths: q, att (n, n_q); k, v (n, n_kv); heads of hd */
+    const size_t hd = A->hd, n_q = hp->n_head * hd, n_kv = A->n_head_kv * hd;
     size_t t0, t1;
     tkv__split(n, ith, nth, &t0, &t1);
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
 
-    /* q, k, v = h Wq, h Wk, h Wv              (n, n_q), (n, n_kv), (n, n_kv) */
+    /* q, k, v = h Wq, h Wk, h Wv              (n, n_q), (n, n_kv), (n, n_kv)
+       (k alone where V is K; neither where the layer reads another's cache) */
     tkv__fwd_matmul(P, ith, nth, tag, &L->wq, attn_in, n, arch->q_gate ? f->qg : f->q);
-    tkv__fwd_matmul(P, ith, nth, tag, &L->wk, attn_in, n, f->k);
-    tkv__fwd_matmul(P, ith, nth, tag, &L->wv, attn_in, n, f->v);
+    if (A->own_kv) tkv__fwd_matmul(P, ith, nth, tag, &L->wk, attn_in, n, f->k);
+    if (A->own_kv && !A->k_as_v) tkv__fwd_matmul(P, ith, nth, tag, &L->wv, attn_in, n, f->v);
     tkv__pool_barrier(P->pool);
 
-    /* biases, q/k norms, RoPE, and K/V into each token's cell */
+    /* biases, q/k (and v) norms, RoPE, and K/V into each token's cell */
     for (size_t t = t0; t < t1; t++) {
-        float *q = f->q + t * f->n_q, *k = f->k + t * f->n_kv, *v = f->v + t * f->n_kv;
+        float *q = f->q + t * n_q, *k = f->k + t * n_kv, *v = f->v + t * n_kv;
         if (arch->q_gate) /* qg: (n_head, 2, head_dim) -> q and the gate, (n_head, head_dim) each */
             for (size_t h = 0; h < hp->n_head; h++) {
-                memcpy(q + h * f->hd, f->qg + t * 2 * f->n_q + 2 * h * f->hd, f->hd * sizeof *q);
-                memcpy(f->qgate + t * f->n_q + h * f->hd, f->qg + t * 2 * f->n_q + (2 * h + 1) * f->hd,
-                       f->hd * sizeof *q);
+                memcpy(q + h * hd, f->qg + t * 2 * n_q + 2 * h * hd, hd * sizeof *q);
+                memcpy(f->qgate + t * n_q + h * hd, f->qg + t * 2 * n_q + (2 * h + 1) * hd, hd * sizeof *q);
             }
-        if (arch->qkv_bias) tkv__fwd_add_bias(q, &L->bq, f->n_q), tkv__fwd_add_bias(k, &L->bk, f->n_kv), tkv__fwd_add_bias(v, &L->bv, f->n_kv);
+        if (A->k_as_v) memcpy(v, k, n_kv * sizeof *v); /* V is the K projection, before K's norm */
+        if (arch->qkv_bias) tkv__fwd_add_bias(q, &L->bq, n_q), tkv__fwd_add_bias(k, &L->bk, n_kv), tkv__fwd_add_bias(v, &L->bv, n_kv);
         const float *qn = L->q_norm.data, *kn = L->k_norm.data;
         if (arch->qk_norm == TKV__QK_NORM_HEAD) { /* each head of q, then of k: (head_dim) */
-            for (size_t h = 0; h < hp->n_head; h++) tkv__ops_rmsnorm(q + h * f->hd, q + h * f->hd, qn, f->hd, hp->rms_eps);
-            for (size_t h = 0; h < hp->n_head_kv; h++) tkv__ops_rmsnorm(k + h * f->hd, k + h * f->hd, kn, f->hd, hp->rms_eps);
+            for (size_t h = 0; h < hp->n_head; h++) tkv__ops_rmsnorm(q + h * hd, q + h * hd, qn, hd, hp->rms_eps);
+            for (size_t h = 0; h < A->n_head_kv && A->own_kv; h++)
+                tkv__ops_rmsnorm(k + h * hd, k + h * hd, kn, hd, hp->rms_eps);
         } else if (arch->qk_norm == TKV__QK_NORM_WHOLE) { /* (n_q), (n_kv) */
-            tkv__ops_rmsnorm(q, q, qn, f->n_q, hp->rms_eps);
-            tkv__ops_rmsnorm(k, k, kn, f->n_kv, hp->rms_eps);
+            tkv__ops_rmsnorm(q, q, qn, n_q, hp->rms_eps);
+            tkv__ops_rmsnorm(k, k, kn, n_kv, hp->rms_eps);
         }
-        const float *cs = (f->cs_swa && swa_layer(m, l) ? f->cs_swa : f->cs) + t * f->n_rot;
+        if (arch->v_norm && A->own_kv) /* each head of v, no weight: (head_dim) times ones */
+            for (size_t h = 0; h < A->n_head_kv; h++) tkv__ops_rmsnorm(v + h * hd, v + h * hd, f->ones, hd, hp->rms_eps);
+        const float *cs = (f->cs_swa && A->swa ? f->cs_swa : f->cs) + t * f->n_rot;
         if (!arch->no_rope && (!arch->nope_period || (l + 1) % arch->nope_period != 0)) {
-            tkv__ops_rope(q, hp->n_head, f->hd, f->n_rot, cs, arch->rope);
-            tkv__ops_rope(k, hp->n_head_kv, f->hd, f->n_rot, cs, arch->rope);
+            tkv__ops_rope(q, hp->n_head, hd, A->n_rot, cs, arch->rope);
+            if (A->own_kv) tkv__ops_rope(k, A->n_head_kv, hd, A->n_rot, cs, arch->rope);
         }
         if (m->ext.attn_temp_scale != 0) { /* attention temperature: q grows with log(position / n_ctx_orig) */
             const float s = 1 + m->ext.attn_temp_scale * logf(1 + floorf((float)b->pos[t] / (float)hp->n_ctx_orig));
-            for (size_t i = 0; i < f->n_q; i++) q[i] *= s;
+            for (size_t i = 0; i < n_q; i++) q[i] *= s;
         }
-        tkv__fwd_store_row(P->kv, P->kv->type_k, tkv__kvrows_k(P->kv, l, b->cell[t]), k, f->n_kv, scratch);
-        tkv__fwd_store_row(P->kv, P->kv->type_v, tkv__kvrows_v(P->kv, l, b->cell[t]), v, f->n_kv, scratch);
+        if (!A->own_kv) continue; /* the rows at this cell are the source layer's, written before */
+        tkv__fwd_store_row(P->kv, P->kv->type_k, tkv__kvrows_k(P->kv, A->kv_layer, b->cell[t]), k, n_kv, scratch);
+        tkv__fwd_store_row(P->kv, P->kv->type_v, tkv__kvrows_v(P->kv, A->kv_layer, b->cell[t]), v, n_kv, scratch);
     }
     tkv__pool_barrier(P->pool);
 
@@ -310,12 +322,13 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
     if (f16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
         /* (block of TKV__ATTN_TOKENS tokens, K/V head) units; a block splits where the sequence changes */
         const size_t n_blocks = (n + TKV__ATTN_TOKENS - 1) / TKV__ATTN_TOKENS;
-        for (size_t p = (size_t)ith; p < n_blocks * hp->n_head_kv; p += (size_t)nth) {
-            const size_t block_end = (p / hp->n_head_kv + 1) * TKV__ATTN_TOKENS;
+        const size_t nkh = A->n_head_kv;
+        for (size_t p = (size_t)ith; p < n_blocks * nkh; p += (size_t)nth) {
+            const size_t block_end = (p / nkh + 1) * TKV__ATTN_TOKENS;
             const uint32_t t_end = block_end < n ? (uint32_t)block_end : n;
-            for (uint32_t t = (uint32_t)(p / hp->n_head_kv * TKV__ATTN_TOKENS), run; t < t_end; t += run) {
+            for (uint32_t t = (uint32_t)(p / nkh * TKV__ATTN_TOKENS), run; t < t_end; t += run) {
                 for (run = 1; t + run < t_end && b->cells[t + run] == b->cells[t];) run++;
-                attend_f16_batched(P, l, t, run, p % hp->n_head_kv, scratch);
+                attend_f16_batched(P, l, t, run, p % nkh, scratch);
             }
         }
     } else {
@@ -330,8 +343,8 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
     tkv__pool_barrier(P->pool);
     if (arch->q_gate) { /* att = att * sigmoid(gate), once every head of the token is done */
         for (size_t t = t0; t < t1; t++)
-            for (size_t i = 0; i < f->n_q; i++)
-                f->att[t * f->n_q + i] *= 1.0f / (1.0f + expf(-f->qgate[t * f->n_q + i]));
+            for (size_t i = 0; i < n_q; i++)
+                f->att[t * n_q + i] *= 1.0f / (1.0f + expf(-f->qgate[t * n_q + i]));
         tkv__pool_barrier(P->pool);
     }
 
