@@ -98,7 +98,10 @@ static void test_reuse_every_length(void **state) {
     const size_t nv = tkv_vocab_size(model);
     float *want = malloc(nv * sizeof *want);
     fresh(N, want);
+    const char *e = getenv("TKV_GEMMA4_STRIDE"); /* the sanitizers' run: every 4th length and the window's edge */
+    const size_t stride = e && atoi(e) > 0 ? (size_t)atoi(e) : 1;
     for (size_t k = 1; k < N; k++) {
+        if (k % stride && (k < 30 || k > 34)) continue;
         tkv_context *ctx = make(3);
         size_t reused = 0;
         assert_int_equal(tkv_seq_sync(ctx, 0, 0, toks, k, NULL), TKV_OK);
