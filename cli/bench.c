@@ -25,7 +25,7 @@
 
 static const char *const bench_help =
     "usage: tokenkv bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [-ctk T] [-ctv T]\n"
-    "                      [--json] [--reference-order] [--no-repack]\n"
+    "                      [--json] [--reference-order] [--no-repack] [--limits]\n"
     "\n"
     "Measure prompt processing (one batch of -p random tokens) and token generation\n"
     "(-n random tokens one at a time) in tokens per second: mean and standard\n"
@@ -46,6 +46,12 @@ static const char *const bench_help =
     "                          measure what invariance costs\n"
     "  --no-repack             keep the weights in the file's layout (no packed rows:\n"
     "                          tkv_model_params.repack), to measure what packing gives\n"
+    "  --limits                also measure this machine's limits with the same threads\n"
+    "                          (tkv_limits_measure: the rate of reading memory no cache\n"
+    "                          holds, the int8 multiply-add peak of the kernel level) and\n"
+    "                          give generation as a fraction of the read rate (weight\n"
+    "                          bytes read per token x tokens/s) and prefill as a fraction\n"
+    "                          of the int8 peak (multiply-adds per token x tokens/s)\n"
     "  -h, --help              show this help\n";
 
 static bool parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
@@ -62,6 +68,9 @@ typedef struct model_facts {
     uint64_t size;      /* bytes of all tensors */
     uint64_t params;    /* elements of all tensors */
     char type[16];      /* "Q4_K_M", or the dominant tensor type */
+    double read_per_token; /* bytes of weights one token's forward pass reads (see token_cost) */
+    double macs_per_token; /* multiply-adds of one token in the matrix products */
+    bool float_weights;    /* most of those multiply-adds use float weights (no int8 products) */
 } model_facts;
 
 /* Names of the reference's general.file_type numbers that tokenkv can run. */
@@ -82,6 +91,46 @@ static const char *ftype_name(int64_t ft) {
     case 32: return "BF16";
     default: return NULL;
     }
+}
+
+static bool is_float_type(tkv_type t) { return t == TKV_TYPE_F32 || t == TKV_TYPE_F16 || t == TKV_TYPE_BF16; }
+
+/*
+ * What one token costs in weights: every matrix (2 dims or more) is read
+ * once and gives one multiply-add per element, except the token embedding,
+ * a row lookup (unless the output is tied to it, which reads it whole), and
+ * 3-dim expert tensors, of which a token uses n_expert_used of n_expert.
+ * Attention's own work (scores over the cached K/V) is not counted: the
+ * figures are the weights' share, which dominates at short contexts.
+ */
+static void token_cost(const tkv_model *m, model_facts *f) {
+    const char *arch = NULL;
+    size_t len = 0;
+    int64_t n_expert = 0, n_used = 0;
+    if (tkv_model_meta_str(m, "general.architecture", &arch, &len) == TKV_OK) {
+        char key[128];
+        snprintf(key, sizeof key, "%.*s.expert_count", (int)len, arch);
+        if (tkv_model_meta_int(m, key, &n_expert) != TKV_OK) n_expert = 0;
+        snprintf(key, sizeof key, "%.*s.expert_used_count", (int)len, arch);
+        if (tkv_model_meta_int(m, key, &n_used) != TKV_OK) n_used = 0;
+    }
+    tkv_tensor_info out;
+    const bool tied = tkv_model_tensor_find(m, "output.weight", &out) != TKV_OK;
+    double bytes = 0, macs = 0, float_macs = 0;
+    for (size_t i = 0; i < tkv_model_tensor_count(m); i++) {
+        tkv_tensor_info ti;
+        if (tkv_model_tensor_at(m, i, &ti) || ti.n_dims < 2) continue;
+        if (!strcmp(ti.name, "token_embd.weight") && !tied) continue;
+        double share = 1.0;
+        if (ti.n_dims == 3 && n_expert > 0 && n_used > 0 && ti.ne[2] == (uint64_t)n_expert)
+            share = (double)n_used / (double)n_expert;
+        bytes += share * (double)ti.n_bytes;
+        macs += share * (double)ti.n_elems;
+        if (is_float_type(ti.type)) float_macs += share * (double)ti.n_elems;
+    }
+    f->read_per_token = bytes;
+    f->macs_per_token = macs;
+    f->float_weights = float_macs * 2 > macs;
 }
 
 static void describe(const tkv_model *m, const char *path, model_facts *f) {
@@ -105,6 +154,7 @@ static void describe(const tkv_model *m, const char *path, model_facts *f) {
         name = tkv_type_name((tkv_type)best);
     }
     snprintf(f->type, sizeof f->type, "%s", name ? name : "?");
+    token_cost(m, f);
 }
 
 static void human_size(uint64_t bytes, char *buf, size_t cap) {
@@ -208,7 +258,41 @@ static void print_row(const model_facts *f, int threads, const result *r) {
 
 static double round2(double v) { return round(v * 100.0) / 100.0; }
 
-static bool print_json(const model_facts *f, int threads, int reps, const result *r) {
+/* A result against the machine's limits: prefill in multiply-adds against the int8 peak,
+   generation in weight bytes read against the read rate. */
+typedef struct against {
+    double rate;      /* GMAC/s (pp) or GB/s (tg) */
+    double limit;     /* the limit it is held to, same unit */
+    bool comparable;  /* false for prefill of float weights: the int8 peak is not their bound */
+} against;
+
+static against hold_to_limits(const model_facts *f, const tkv_limits *lim, const result *r, bool prompt) {
+    if (prompt)
+        return (against){r->mean * f->macs_per_token / 1e9, lim->int8_gmacs, !f->float_weights};
+    return (against){r->mean * f->read_per_token / 1e9, lim->read_gbs, true};
+}
+
+static void print_limits(const model_facts *f, const tkv_limits *lim, const result *rs, const bool *prompt, int n) {
+    printf("\nlimits (tkv_limits_measure, %d threads, %s): read %.2f GB/s over %.0f MiB, int8 %.1f GMAC/s (%s)\n",
+           lim->n_threads, lim->level, lim->read_gbs, (double)lim->read_bytes / (1024.0 * 1024.0), lim->int8_gmacs,
+           lim->int8_instr);
+    printf("per token: %.2f MB of weights read, %.3f G multiply-adds\n\n", f->read_per_token / 1e6,
+           f->macs_per_token / 1e9);
+    printf("| %8s | %12s | %20s | %17s |\n", "test", "t/s", "rate", "of the limit");
+    printf("| %7s: | %11s: | %19s: | %16s: |\n", "-------", "-----------", "-------------------", "----------------");
+    for (int i = 0; i < n; i++) {
+        const against a = hold_to_limits(f, lim, &rs[i], prompt[i]);
+        char rate[32], frac[32];
+        snprintf(rate, sizeof rate, prompt[i] ? "%.1f GMAC/s" : "%.2f GB/s read", a.rate);
+        if (a.comparable && a.limit > 0) snprintf(frac, sizeof frac, "%.1f%%", 100.0 * a.rate / a.limit);
+        else snprintf(frac, sizeof frac, "- (float weights)");
+        printf("| %8s | %12.2f | %20s | %17s |\n", rs[i].test, rs[i].mean, rate, frac);
+    }
+    fflush(stdout);
+}
+
+static bool print_json(const model_facts *f, int threads, int reps, const result *r, const tkv_limits *lim,
+                       bool prompt) {
     json_t *o = json_object();
     if (!o) return false;
     json_object_set_new(o, "test", json_string(r->test));
@@ -221,6 +305,16 @@ static bool print_json(const model_facts *f, int threads, int reps, const result
     json_object_set_new(o, "type", json_string(f->type));
     json_object_set_new(o, "model_size", json_integer((json_int_t)f->size));
     json_object_set_new(o, "params", json_integer((json_int_t)f->params));
+    if (lim) {
+        const against a = hold_to_limits(f, lim, r, prompt);
+        json_object_set_new(o, prompt ? "gmacs" : "weight_read_gbs", json_real(round2(a.rate)));
+        json_object_set_new(o, prompt ? "int8_peak_gmacs" : "read_gbs", json_real(round2(a.limit)));
+        json_object_set_new(o, "fraction_of_limit",
+                            a.comparable && a.limit > 0 ? json_real(round(a.rate / a.limit * 1e4) / 1e4) : json_null());
+        json_object_set_new(o, "limits_level", json_string(lim->level));
+        json_object_set_new(o, "weight_bytes_per_token", json_integer((json_int_t)f->read_per_token));
+        json_object_set_new(o, "macs_per_token", json_integer((json_int_t)f->macs_per_token));
+    }
     char *s = json_dumps(o, JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
     json_decref(o);
     if (!s) return false;
@@ -233,7 +327,7 @@ static bool print_json(const model_facts *f, int threads, int reps, const result
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     long n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
-    bool json = false, invariant = true, repack = true;
+    bool json = false, invariant = true, repack = true, limits = false;
     tkv_type type_k = TKV_TYPE_F16, type_v = TKV_TYPE_COUNT; /* V: as K */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -251,6 +345,10 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-repack")) {
             repack = false;
+            continue;
+        }
+        if (!strcmp(a, "--limits")) {
+            limits = true;
             continue;
         }
         if (!v) {
@@ -321,21 +419,31 @@ int cmd_bench(int argc, char **argv) {
         cli_fail("bench", "out of memory");
         goto done;
     }
+    tkv_limits lim;
+    if (limits && tkv_limits_measure((int)threads, 0, &lim, sizeof lim) != TKV_OK) {
+        cli_fail("bench", "--limits: %s", tkv_last_error(NULL));
+        goto done;
+    }
     if (!json) print_header();
+    result rs[2];
+    bool prompt[2];
+    int n_results = 0;
     for (int test = 0; test < 2; test++) {
         const size_t n = (size_t)(test == 0 ? n_prompt : n_gen);
         if (n == 0) continue;
-        result r;
-        if (!measure(&b, test == 0, n, (int)reps, &r)) goto done;
+        result *r = &rs[n_results];
+        prompt[n_results++] = test == 0;
+        if (!measure(&b, test == 0, n, (int)reps, r)) goto done;
         if (json) {
-            if (!print_json(&facts, (int)threads, (int)reps, &r)) {
+            if (!print_json(&facts, (int)threads, (int)reps, r, limits ? &lim : NULL, test == 0)) {
                 cli_fail("bench", "out of memory");
                 goto done;
             }
         } else {
-            print_row(&facts, (int)threads, &r);
+            print_row(&facts, (int)threads, r);
         }
     }
+    if (limits && !json) print_limits(&facts, &lim, rs, prompt, n_results);
     rc = 0;
 done:
     free(b.tok);

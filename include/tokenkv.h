@@ -1772,6 +1772,50 @@ TKV_API tkv_status tkv_sampler_set_grammar(tkv_sampler *s, const tkv_grammar *g)
  */
 TKV_API tkv_status tkv_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf);
 
+/* ------------------------------------------------------------------------ */
+/* The machine's limits                                                      */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * What this machine can do at most, measured by tkv_limits_measure with a
+ * context's threads: the bounds that generation and prefill are judged
+ * against.
+ */
+typedef struct tkv_limits {
+    int n_threads;         /**< threads that ran the probes (fewer than asked when the process may use fewer CPUs) */
+    const char *level;     /**< the kernel level probed: "scalar", "avx2" or "avx512" (static storage) */
+    uint64_t read_bytes;   /**< the size of the buffer read */
+    double read_gbs;       /**< 1e9 bytes per second read from a buffer no cache holds, best of the repetitions:
+                                generation, which reads every weight once per token, cannot be faster than
+                                read_gbs / (weight bytes per token) */
+    const char *int8_instr; /**< the instruction int8_gmacs measures, the one the level's integer products use
+                                 ("vpdpbusd zmm", ...) (static storage) */
+    double int8_gmacs;     /**< 1e9 8-bit multiply-adds per second, all threads, nothing waiting: prefill of
+                                a model with integer products costs one per weight per token */
+} tkv_limits;
+
+/**
+ * Measure the machine's limits: read a buffer of buffer_bytes (round it to
+ * several times the last-level cache; 0 = 512 MiB) on n_threads threads,
+ * three times, and run the int8 multiply-add of the active kernel level on
+ * the same threads, three times, about 0.2 s each; the best of each is
+ * kept. The results are rates of this moment: other processes on the same
+ * CPUs lower them. Takes the time of the reads and 0.6 s more; allocates
+ * the buffer for its duration.
+ *
+ * @param n_threads     threads (>= 1; 0 = the default of tkv_context_params).
+ * @param buffer_bytes  the buffer's size (>= 64 KiB, or 0).
+ * @param out           receives the results; it is written out_size bytes
+ *                      at most (sizeof *out as the caller's header has it).
+ * @param out_size      sizeof *out.
+ * @return TKV_OK; TKV_ERR_INVALID (out NULL, out_size smaller than the
+ *         first two fields, n_threads < 0, buffer_bytes under 64 KiB);
+ *         TKV_ERR_NOMEM (the buffer or the threads); out is then untouched.
+ *         tkv_last_error(NULL) explains. Thread-safe: each call has its own
+ *         threads (two at once measure each other).
+ */
+TKV_API tkv_status tkv_limits_measure(int n_threads, size_t buffer_bytes, tkv_limits *out, size_t out_size);
+
 #ifdef __cplusplus
 }
 #endif

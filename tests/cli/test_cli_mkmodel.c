@@ -11,6 +11,7 @@
 #include "tools/gguf_write.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,6 +264,53 @@ static void test_every_type(void **state) {
         remove(out);
     }
     tkv_model_free(src);
+}
+
+/* `bench --limits --json`: the weight bytes and multiply-adds one token costs, from the model's
+   shape (2 layers of n_embd 256, 4 heads of 64 and 2 KV heads, n_ff 512, untied output over the
+   512-token vocabulary; F16, 2 bytes each; the token embedding is a lookup), and each rate as
+   tokens/s times them, held to the measured limit (prefill of float weights to none). */
+static void test_bench_limits(void **state) {
+    (void)state;
+    const char *stories = tu_shared("models/stories260K.gguf");
+    const char *out = tmp_path("limits.gguf");
+    tu_run_result r = runf("mkmodel '%s' --dim 256 --layers 2 --heads 4 --kv-heads 2 --ff 512 --type F16 "
+                           "--vocab-from '%s' --seed 3",
+                           out, stories);
+    if (r.status != 0) fail_msg("mkmodel: exit %d: %s", r.status, r.err);
+    tu_run_free(&r);
+    const double per_layer = 256.0 * 256 * 2 /* q, o */ + 256.0 * 128 * 2 /* k, v */ + 256.0 * 512 * 3 /* ffn */;
+    const double macs = 2 * per_layer + 256.0 * 512 /* output */;
+    r = runf("bench -m '%s' -p 16 -n 4 -r 1 -t 1 --json --limits", out);
+    if (r.status != 0) fail_msg("bench --limits: exit %d: %s", r.status, r.err);
+    const char *line = r.out;
+    for (int t = 0; t < 2; t++) {
+        json_error_t err;
+        json_t *j = json_loadb(line, strcspn(line, "\n"), 0, &err);
+        if (!j) fail_msg("bench --json --limits line %d is not JSON (%s): %s", t, err.text, line);
+        assert_int_equal(json_integer_value(json_object_get(j, "macs_per_token")), (json_int_t)macs);
+        assert_int_equal(json_integer_value(json_object_get(j, "weight_bytes_per_token")), (json_int_t)(2 * macs));
+        const double tps = json_number_value(json_object_get(j, "tokens_per_second"));
+        const double rate = json_number_value(json_object_get(j, t ? "weight_read_gbs" : "gmacs"));
+        const double limit = json_number_value(json_object_get(j, t ? "read_gbs" : "int8_peak_gmacs"));
+        const double want = tps * (t ? 2 * macs : macs) / 1e9;
+        assert_true(limit > 0);
+        assert_true(fabs(rate - want) <= 0.006 + 1e-3 * want); /* both rounded to 2 decimals */
+        json_t *frac = json_object_get(j, "fraction_of_limit");
+        if (t == 0) {
+            assert_true(json_is_null(frac)); /* float weights: the int8 peak is not their bound */
+        } else {
+            /* rate and limit are rounded to 2 decimals, the fraction (to 4) is not made from them */
+            assert_true(fabs(json_number_value(frac) - rate / limit) <= 1e-4 + 0.006 / limit + rate * 0.006 / (limit * limit));
+        }
+        json_decref(j);
+        line = strchr(line, '\n');
+        assert_non_null(line);
+        line++;
+    }
+    assert_string_equal(line, "");
+    tu_run_free(&r);
+    remove(out);
 }
 
 /* The "more bits" layers of a 12-layer mix: 0 (first eighth), 3, 6, 9, 10, 11 (last eighth). */
@@ -678,6 +726,7 @@ int main(void) {
         cmocka_unit_test(test_every_type), cmocka_unit_test(test_mix_rule),
         cmocka_unit_test(test_mix_matches_reference), cmocka_unit_test(test_vocab_copy_types),
         cmocka_unit_test(test_vocab_copy_real), cmocka_unit_test(test_seed), cmocka_unit_test(test_every_arch),
+        cmocka_unit_test(test_bench_limits),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

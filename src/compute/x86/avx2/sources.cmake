@@ -13,6 +13,7 @@ set(TKV_AVX2_SOURCES
   compute/x86/avx2/gemm_iq4_nl.c
   compute/x86/avx2/gemm_iq3.c
   compute/x86/avx2/gemm_iq2.c
+  compute/x86/avx2/probe.c
 )
 if(TKV_X86)
   set_source_files_properties(${TKV_AVX2_SOURCES} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")

@@ -11,6 +11,7 @@ set(TKV_AVX512_SOURCES
   compute/x86/avx512/gemm_float.c
   compute/x86/avx512/gemm_iq4_nl.c
   compute/x86/avx512/gemm_iq3.c
+  compute/x86/avx512/probe.c
 )
 if(TKV_X86)
   set_source_files_properties(${TKV_AVX512_SOURCES} PROPERTIES
