@@ -146,8 +146,11 @@ static void test_hybrid_shapes(void **state) {
     float *scalar = malloc(N_ROWS * N_VOCAB * sizeof(float)), *simd = malloc(N_ROWS * N_VOCAB * sizeof(float));
     tkv_token ids_s[N_GEN], ids[N_GEN];
     const tkv__kernel_level best = tkv__kernel_level_best();
+    const char *size = getenv("TKV_SHAPES_SIZE"); /* small (the sanitizers' run): gemma4's shapes at F16 only */
+    const bool small = size && !strcmp(size, "small");
     for (size_t si = 0; si < sizeof specs / sizeof specs[0]; si++)
         for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+            if (small && ti > 0 && !strcmp(specs[si].arch, "gemma4")) continue;
             tkv__model_spec s = specs[si];
             s.mix = types[ti].mix;
             s.seed = 100 + si * 10 + ti;
