@@ -46,7 +46,7 @@ static const char *const mkmodel_help =
     "                       [--swa-window N] [--vocab-from GGUF] [--chat-template FILE] [--type TYPE]\n"
     "                       [--seed S] [--ctx N]\n"
     "                       [--ssm-state N --ssm-groups G --ssm-heads H --ssm-inner I [--ssm-conv K]\n"
-    "                        [--attn-every N]]\n"
+    "                        [--attn-every N]] [--shared-kv N] [--per-layer N]\n"
     "\n"
     "Write a model with random weights (std 1/sqrt(fan_in), norms 1) and the\n"
     "tokenizer of another GGUF file; the vocabulary size is that file's token count.\n"
@@ -54,8 +54,8 @@ static const char *const mkmodel_help =
     "Q5_K_M give attn_v and ffn_down of some layers Q6_K).\n"
     "\n"
     "  --arch A         architecture (default llama): llama, qwen2, qwen3, qwen3moe,\n"
-    "                   gpt-oss, smollm3, olmo2, phi3, mistral3, gemma2, gemma3, and the\n"
-    "                   hybrids qwen35 (gated delta nets) and granitehybrid (Mamba-2)\n"
+    "                   gpt-oss, smollm3, olmo2, phi3, mistral3, gemma2, gemma3, gemma4, and\n"
+    "                   the hybrids qwen35 (gated delta nets) and granitehybrid (Mamba-2)\n"
     "  --dim D          embedding length (a multiple of --heads unless --head-dim)\n"
     "  --layers L       number of blocks\n"
     "  --heads H        attention heads\n"
@@ -66,14 +66,19 @@ static const char *const mkmodel_help =
     "  --experts-used K MoE architectures: experts each token uses\n"
     "  --expert-ff F    MoE architectures: each expert's feed-forward length\n"
     "  --swa-window N   sliding-window architectures: the window (default the\n"
-    "                   published models': gemma2 4096, gemma3 1024, gpt-oss 128)\n"
+    "                   published models': gemma2 4096, gemma3 1024, gemma4 512, gpt-oss 128)\n"
     "  --ssm-state N    hybrids: qwen35's q/k head size, granitehybrid's state size\n"
     "  --ssm-groups G   hybrids: qwen35's q/k heads, granitehybrid's B/C groups\n"
     "  --ssm-heads H    hybrids: qwen35's v heads, granitehybrid's heads (G divides H)\n"
     "  --ssm-inner I    hybrids: qwen35's v width, granitehybrid's inner size (H divides I)\n"
     "  --ssm-conv K     hybrids: the conv's taps (default 4)\n"
     "  --attn-every N   hybrids: attention on every Nth layer (default qwen35 4,\n"
-    "                   granitehybrid 6), the recurrent kind on the others\n"
+    "                   granitehybrid 6), the recurrent kind on the others; gemma4:\n"
+    "                   full attention on every Nth layer (default 5), a window on the\n"
+    "                   others (heads of --head-dim / 2; full layers: half the KV heads\n"
+    "                   and K as V)\n"
+    "  --shared-kv N    gemma4: the last N layers read earlier layers' K/V (default 0)\n"
+    "  --per-layer N    gemma4: per-layer inputs of N per layer (default 0: none)\n"
     "  --vocab-from F   GGUF file to copy the tokenizer from\n"
     "                   (default ../shared/models/stories260K.gguf)\n"
     "  --chat-template F a Jinja chat template file to store as tokenizer.chat_template\n"
@@ -243,6 +248,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             {"--ssm-state", AT(ssm_state), 1, 4096},   {"--ssm-groups", AT(ssm_groups), 1, 4096},
             {"--ssm-heads", AT(ssm_heads), 1, 4096},   {"--ssm-inner", AT(ssm_inner), 1, 1u << 20},
             {"--ssm-conv", AT(ssm_conv), 2, 16},       {"--attn-every", AT(attn_every), 1, 4096},
+            {"--shared-kv", AT(shared_kv), 0, 4095},   {"--per-layer", AT(per_layer), 0, 1u << 16},
 #undef AT
         };
         bool known = false;

@@ -3,7 +3,9 @@
  * llama-like blocks, and the hybrids: lfm2, whose short-conv layers keep each
  * token's B*x row in its cell's K row, so the cache holds all their state,
  * and qwen35 (delta nets), granitehybrid and nemotron_h (Mamba-2), whose
- * recurrent layers keep a state per sequence that the cache checkpoints.
+ * recurrent layers keep a state per sequence that the cache checkpoints;
+ * and gemma4, whose layers have two shapes and whose last layers read the
+ * K/V of earlier ones (they own no cache rows).
  */
 #include "arch.h"
 
@@ -26,6 +28,10 @@ static const tkv__arch archs[] = {
      .swa_period = 2},
     {.name = "gemma3", .rope = TKV__ROPE_NEOX, .pre_norms = true, .post_norms = true, .gemma = true,
      .qk_norm = TKV__QK_NORM_HEAD, .swa_period = 6, .swa_own_rope = true},
+    /* layers of two shapes (window and full), the last ones sharing earlier layers' K/V, per-layer inputs */
+    {.name = "gemma4", .rope = TKV__ROPE_NEOX, .pre_norms = true, .post_norms = true, .gemma = true,
+     .qk_norm = TKV__QK_NORM_HEAD, .swa_own_rope = true, .layer_shapes = true, .v_norm = true,
+     .per_layer_input = true, .attn_scale = 1.0f},
     /* hybrid: short-conv layers beside attention layers; final norm token_embd_norm, tied output */
     {.name = "lfm2", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .shortconv = true,
      .out_norm = "token_embd_norm.weight"},

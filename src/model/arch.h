@@ -66,9 +66,23 @@ typedef struct tkv__arch {
     bool q_gate;          /* qwen35: attn_q gives each head's q and then as many gate values;
                              the attention output is multiplied by sigmoid(gate) before attn_output */
     const char *out_norm; /* the final norm's tensor name, if not "output_norm.weight" */
+    bool layer_shapes;    /* gemma4: layers differ (tkv__attn_layer): head_count_kv and feed_forward_length
+                             may be arrays, window layers (attention.sliding_window_pattern, a bool array)
+                             have key_length_swa heads rotated over rope.dimension_count_swa dims, a layer
+                             without attn_v takes its K projection as V, and the last
+                             attention.shared_kv_layers layers own no K/V: with n_kv layers that do, a
+                             window layer attends over layer n_kv - 2's cache, a full one over n_kv - 1's
+                             (the reference's rule; a file where those differ in kind is refused) */
+    bool v_norm;          /* gemma4: V is RMS-normed per head, without a weight, before the cache */
+    bool per_layer_input; /* gemma4: each token's per-layer inputs p (n_layer slices of
+                             embedding_length_per_layer_input: per_layer_token_embd, per_layer_model_proj,
+                             per_layer_proj_norm) enter each layer after its FFN as
+                             x += post_norm(proj(gelu(inp_gate x) * p_l)); then x *= layer_output_scale */
+    float attn_scale;     /* the scores' scale where the architecture fixes it (gemma4: 1); 0: the file's
+                             attention.scale (granite) or 1 / sqrt(head_dim) */
 } tkv__arch;
 
-/* Layers a hybrid model can describe one by one (tkv__hp_ext.kind). */
+/* Layers a model may have: tkv__hp_ext describes each (kind, attn). */
 #define TKV__MAX_LAYERS 512
 
 /* What a layer's mixer is (tkv__hp_ext.kind): every layer also has its FFN. */
@@ -79,6 +93,24 @@ typedef enum tkv__layer_kind {
     TKV__LAYER_MAMBA2,     /* Mamba-2's selective scan: a recurrent state per sequence */
     TKV__LAYER_MLP,        /* nemotron_h's MLP-only layers (arch->one_block) */
 } tkv__layer_kind;
+
+/*
+ * What one layer's attention is (tkv__hp_ext.attn), decided at load for
+ * every architecture: the model's head size, KV heads and FFN width on every
+ * layer but where arch->layer_shapes lets them differ. Buffers of the
+ * forward pass are sized for the widest layer; each layer reads its own.
+ */
+typedef struct tkv__attn_layer {
+    uint32_t hd;        /* head size (q, k and v) */
+    uint32_t n_head_kv; /* KV heads; n_head / n_head_kv query heads share one */
+    uint32_t n_rot;     /* dimensions of each head RoPE rotates */
+    uint32_t n_ff;      /* the FFN's width */
+    uint32_t kv_layer;  /* the cache layer (kvrows.h) whose K/V rows it attends over */
+    bool own_kv;        /* it computes K/V and writes them there (false: a KV-shared layer, which
+                           reads what an earlier layer wrote at the same cell) */
+    bool k_as_v;        /* V is the K projection, before K's norm (no attn_v) */
+    bool swa;           /* it attends within ext.swa_window positions */
+} tkv__attn_layer;
 
 /* The architecture called `name`, or NULL when it is not supported. */
 const tkv__arch *tkv__arch_find(const char *name);

@@ -46,7 +46,8 @@ void tkv__fwd_free(tkv__fwd *f) {
     if (!f) return;
     float *bufs[] = {f->x,  f->h,      f->q,      f->k,  f->v,  f->att, f->tmp,          f->gate, f->up,
                      f->cs, f->cs_swa, f->bcx, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch,
-                     f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout, f->shg, f->shy, f->mz, f->mc, f->my};
+                     f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout, f->shg, f->shy, f->mz, f->mc, f->my,
+                     f->ones, f->ple, f->plg};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
     tkv__free(f->chosen);
@@ -71,11 +72,17 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     f->m = m;
     f->n_batch = n_batch;
     f->n_embd = hp->n_embd;
-    f->hd = hp->head_dim;
-    f->n_q = (size_t)hp->n_head * hp->head_dim;
-    f->n_kv = (size_t)hp->n_head_kv * hp->head_dim;
+    /* the widest layer's sizes (gemma4's differ; each layer reads its own from ext.attn) */
+    size_t group = 1;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const tkv__attn_layer *A = &m->ext.attn[l];
+        if (A->hd > f->hd) f->hd = A->hd;
+        if ((size_t)A->n_head_kv * A->hd > f->n_kv) f->n_kv = (size_t)A->n_head_kv * A->hd;
+        if (hp->n_head / A->n_head_kv > group) group = hp->n_head / A->n_head_kv;
+    }
+    f->n_q = (size_t)hp->n_head * f->hd;
     f->n_ff = hp->n_ff;
-    f->n_rot = hp->n_rot;
+    f->n_rot = hp->n_rot > m->ext.n_rot_swa ? hp->n_rot : m->ext.n_rot_swa; /* cs rows' stride */
     f->n_vocab = hp->n_vocab;
     f->n_threads = n_threads;
     const size_t B = n_batch;
@@ -94,10 +101,22 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     if (m->arch->swa_own_rope) f->cs_swa = tkv__malloc(B * (f->n_rot ? f->n_rot : 1) * sizeof(float));
     if (m->arch->shortconv) f->bcx = tkv__malloc(B * 3 * f->n_embd * sizeof(float));
     bool extra_ok = true;
+    const size_t pli = m->ext.n_pli, pl_all = pli * hp->n_layer; /* per-layer inputs (gemma4), or 0 */
+    if (pli > widest) widest = pli;
+    if (m->arch->v_norm) {
+        f->ones = tkv__malloc(f->hd * sizeof(float));
+        extra_ok = f->ones != NULL;
+        for (size_t i = 0; f->ones && i < f->hd; i++) f->ones[i] = 1.0f;
+    }
+    if (pli) {
+        f->ple = tkv__malloc(B * pl_all * sizeof(float));
+        f->plg = tkv__malloc(B * pli * sizeof(float));
+        extra_ok = extra_ok && f->ple && f->plg;
+    }
     if (m->arch->q_gate) {
         f->qg = tkv__malloc(B * 2 * f->n_q * sizeof(float));
         f->qgate = tkv__malloc(B * f->n_q * sizeof(float));
-        extra_ok = f->qg && f->qgate;
+        extra_ok = extra_ok && f->qg && f->qgate;
     }
     if (m->arch->shared_expert) {
         f->shg = tkv__malloc(B * sizeof(float));
@@ -153,12 +172,13 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     /* one weight per cell for each (token, head) of a prefill unit and 16
        widened rows, or q/accumulator (F16), or the accumulator and a Q8_0
        cell's K and V rows expanded */
-    f->attn_scratch_per_thread = (size_t)TKV__ATTN_TOKENS * (hp->n_head / hp->n_head_kv) * n_cells + 16 * f->hd;
+    f->attn_scratch_per_thread = (size_t)TKV__ATTN_TOKENS * group * n_cells + 16 * f->hd;
     const size_t kvw = m->ext.kv_width; /* a cache row: n_kv, or wider in a hybrid */
     if (f->attn_scratch_per_thread < f->hd + 2 * kvw) f->attn_scratch_per_thread = f->hd + 2 * kvw;
     size_t window = m->arch->deltanet ? (size_t)(dd->d_conv - 1) * dd->channels : 0; /* a conv window */
     if (m->arch->mamba2 && (size_t)(mm->d_conv - 1) * mm->channels > window) window = (size_t)(mm->d_conv - 1) * mm->channels;
     if (f->attn_scratch_per_thread < window) f->attn_scratch_per_thread = window;
+    if (f->attn_scratch_per_thread < pl_all) f->attn_scratch_per_thread = pl_all; /* a token's per-layer embeddings */
     f->attn_scratch_per_thread += 64;
     f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
     if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
@@ -252,7 +272,7 @@ static void rope_angles(const tkv__fwd *f, float *cs, tkv_pos pos) {
         for (size_t i = 0; i < hp->n_rot; i++) cs[i] *= x->rope_attn_factor;
 }
 
-static void add_bias(float *y, const tkv__tensor *b, size_t n) {
+void tkv__fwd_add_bias(float *y, const tkv__tensor *b, size_t n) {
     const float *bias = b->data;
     for (size_t i = 0; i < n; i++) {
         float v;
@@ -279,245 +299,6 @@ void tkv__fwd_store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const f
     } else {
         tkv__quant_quantize_block_row(type, src, dst, kv->n_embd_kv);
     }
-}
-
-/* Layer l attends within the sliding window (arch->swa_period layers). */
-static bool swa_layer(const tkv_model *m, uint32_t l) {
-    const unsigned p = m->arch->swa_period;
-    return m->ext.swa_window && p && l % p != p - 1;
-}
-
-/* The first position a token at `pos` attends to in layer l: a window of W
-   sees pos - W + 1 .. pos. */
-static size_t first_cell(const tkv_model *m, uint32_t l, tkv_pos pos) {
-    const size_t w = swa_layer(m, l) ? m->ext.swa_window : 0;
-    return w && (size_t)pos + 1 > w ? (size_t)pos + 1 - w : 0;
-}
-
-/* The attention sink of query head hq (gpt-oss), or -inf: a logit with no value. */
-static inline float sink_of(const tkv_model *m, uint32_t l, size_t hq) {
-    const float *s = m->w.layers[l].sinks.data;
-    return s ? s[hq] : -INFINITY;
-}
-
-/* A score as the model takes it: soft-capped to c tanh(s / c) where it has c. */
-static inline float capped(const tkv_model *m, float s) {
-    return m->ext.attn_softcap > 0 ? m->ext.attn_softcap * tanhf(s / m->ext.attn_softcap) : s;
-}
-
-/*
- * Attention of token t, query head hq, over its sequence's cells 0..pos, in
- * one pass with a running softmax, as the reference's flash attention does
- * on the CPU: for each cell, s = q.k / sqrt(hd); when s is a new maximum M
- * the output so far is rescaled by exp(M_old - M); out += exp(s - M) v;
- * finally out /= the sum of the weights. With an F16 cache, q is rounded to
- * F16 and the output accumulates in F16 (attention.h), like the reference,
- * so the two agree to the bit.
- */
-static void attend_f16(const pass *P, uint32_t layer, uint32_t t, size_t hq, void *scratch) {
-    const tkv__fwd *f = P->f;
-    const tkv__kvrows *kv = P->kv;
-    const tkv_hparams *hp = &f->m->hp;
-    const tkv__attn_ops *ops = P->attn;
-    const size_t hd = f->hd, koff = hq / (hp->n_head / hp->n_head_kv) * hd;
-    const float *q = f->q + (size_t)t * f->n_q + hq * hd;
-    uint16_t *q16 = scratch, *acc = q16 + hd; /* (hd), (hd) */
-    for (size_t i = 0; i < hd; i++) q16[i] = tkv__quant_f32_to_f16(q[i]), acc[i] = 0;
-    const uint32_t *cells = P->b->cells[t];
-    const size_t n = (size_t)P->b->pos[t] + 1;
-    const float scale = P->f->attn_scale;
-    float M = -INFINITY, S = 0;
-    for (size_t j = first_cell(f->m, layer, P->b->pos[t]); j < n; j++) {
-        const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
-        const uint16_t *v = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j]) + koff;
-        const float s = capped(f->m, ops->dot(q16, k, hd) * scale);
-        float ms = 1.0f, vs = 1.0f;
-        if (s > M) {
-            const float M_old = M;
-            M = s;
-            ms = expf(M_old - M);
-            ops->scale(acc, ms, hd);
-        } else {
-            vs = expf(s - M);
-        }
-        ops->mad(acc, v, vs, hd);
-        S = fmaf(S, ms, vs); /* the reference (C++, GCC: -ffp-contract=fast) fuses S*ms + vs */
-    }
-    const float sink = sink_of(f->m, layer, hq);
-    if (sink > -INFINITY) { /* one more logit, with no value: it only adds to the sum */
-        const float M2 = sink > M ? sink : M, ms = expf(M - M2);
-        if (ms != 1.0f) ops->scale(acc, ms, hd);
-        S = S * ms + expf(sink - M2);
-    }
-    float *out = f->att + (size_t)t * f->n_q + hq * hd;
-    const float S_inv = S == 0.0f ? 0.0f : 1.0f / S; /* a product, as the reference does: not a division */
-    for (size_t i = 0; i < hd; i++) out[i] = tkv__quant_f16_to_f32(acc[i]) * S_inv;
-}
-
-/* Ask for the K (or V) rows of cells [j, j + 16) of a cell list while the
-   16 before them are widened: the cells of a sequence that was decoded
-   beside others are strided through the cache, which the hardware
-   prefetcher does not follow far enough ahead. */
-static void prefetch_rows(const tkv__kvrows *kv, uint32_t layer, const uint32_t *cells, size_t j, size_t n_max,
-                          size_t koff, size_t hd, bool v) {
-    for (size_t c = j; c < j + 16 && c < n_max; c++) {
-        const void *row = v ? tkv__kvrows_v(kv, layer, cells[c]) : tkv__kvrows_k(kv, layer, cells[c]);
-        const uint16_t *r = (const uint16_t *)row + koff;
-        for (size_t b = 0; b < hd * sizeof *r; b += 64) __builtin_prefetch((const char *)r + b);
-    }
-}
-
-/*
- * Long batches (prefill): the scores of all cells first, one softmax (SIMD
- * exp), then the weighted sum of V, all in float, as the reference's tiled
- * prefill path does. Not bit-identical to the one-pass F16 form above, and
- * several times faster: per cell it does vector work only, no libm call.
- *
- * One call does tokens t0 .. t0 + tn - 1 of one sequence (one cell list),
- * and of each the query heads that share K/V head g: 16 cells' K (then V)
- * rows are widened to float once and read by every (token, head) that
- * attends to them, instead of converted again by each. Each (token, head)
- * gets the same arithmetic as if it ran alone.
- */
-static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint32_t tn, size_t g, float *scratch) {
-    const tkv__fwd *f = P->f;
-    const tkv__kvrows *kv = P->kv;
-    const tkv_hparams *hp = &f->m->hp;
-    const tkv__attn_ops *ops = P->attn;
-    const size_t hd = f->hd, group = hp->n_head / hp->n_head_kv, koff = g * hd;
-    const uint32_t *cells = P->b->cells[t0];
-    const float scale = P->f->attn_scale;
-    size_t n_max = 0;
-    for (uint32_t u = 0; u < tn; u++)
-        if ((size_t)P->b->pos[t0 + u] + 1 > n_max) n_max = (size_t)P->b->pos[t0 + u] + 1;
-    /* (tn, group, n_max) weights: token u's head h at w + (u group + h) n_max; then (16, hd) widened rows */
-    float *w = scratch, *wide_rows = scratch + tn * group * n_max;
-#define Q(u, h) (f->q + (size_t)(t0 + (u)) * f->n_q + (g * group + (h)) * hd)
-#define OUT(u, h) (f->att + (size_t)(t0 + (u)) * f->n_q + (g * group + (h)) * hd)
-#define W(u, h) (w + ((u) * group + (h)) * n_max)
-#define N(u) ((size_t)P->b->pos[t0 + (u)] + 1)
-    const bool wide = ops->scores16 && hd % 16 == 0; /* 16 cells at a time */
-    const bool direct = wide && tn == 1 && ops->scores16_rows; /* no widened copy: nobody shares it */
-    const uint16_t *rows[16];
-    if (wide)
-        for (size_t j = 0; j + 16 <= n_max; j += 16) {
-            for (size_t c = 0; c < 16; c++) rows[c] = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j + c]) + koff;
-            prefetch_rows(kv, layer, cells, j + 16, n_max, koff, hd, false);
-            if (direct) { /* one token: its heads read the F16 rows themselves */
-                for (size_t h = 0; h < group; h++) ops->scores16_rows(Q(0, h), rows, hd, scale, W(0, h) + j);
-                continue;
-            }
-            ops->widen16(rows, 16, hd, wide_rows);
-            for (uint32_t u = 0; u < tn; u++)
-                if (j + 16 <= N(u))
-                    for (size_t h = 0; h < group; h++) ops->scores16(Q(u, h), wide_rows, hd, scale, W(u, h) + j);
-        }
-    for (uint32_t u = 0; u < tn; u++) {
-        const size_t n = N(u);
-        for (size_t j = wide ? n / 16 * 16 : 0; j < n; j++) {
-            const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, layer, cells[j]) + koff;
-            for (size_t h = 0; h < group; h++) W(u, h)[j] = ops->dot_f32(Q(u, h), k, hd) * scale;
-        }
-        const size_t j0 = first_cell(f->m, layer, P->b->pos[t0 + u]);
-        for (size_t h = 0; h < group; h++) {
-            float *wu = W(u, h);
-            if (f->m->ext.attn_softcap > 0 && n > j0) tkv__ops_softcap(wu + j0, n - j0, f->m->ext.attn_softcap);
-            for (size_t j = 0; j < j0; j++) wu[j] = -INFINITY; /* outside the window */
-            const float sink = sink_of(f->m, layer, g * group + h);
-            if (sink > -INFINITY) { /* softmax with one more logit that has no value */
-                float mx = sink, sum = 0;
-                for (size_t j = 0; j < n; j++) mx = wu[j] > mx ? wu[j] : mx;
-                for (size_t j = 0; j < n; j++) sum += wu[j] = expf(wu[j] - mx);
-                sum += expf(sink - mx);
-                for (size_t j = 0; j < n; j++) wu[j] /= sum;
-            } else {
-                tkv__ops_softmax(wu, n);
-            }
-            memset(OUT(u, h), 0, hd * sizeof(float));
-        }
-    }
-    if (wide) {
-        for (size_t j = 0; j < n_max; j += 16) {
-            for (size_t c = 0; c < 16 && j + c < n_max; c++) rows[c] = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j + c]) + koff;
-            prefetch_rows(kv, layer, cells, j + 16, n_max, koff, hd, true);
-            if (direct) {
-                const size_t m = n_max - j < 16 ? n_max - j : 16;
-                for (size_t h = 0; h < group; h++) ops->wsum16_rows(OUT(0, h), rows, W(0, h) + j, m, hd);
-                continue;
-            }
-            ops->widen16(rows, n_max - j < 16 ? n_max - j : 16, hd, wide_rows);
-            for (uint32_t u = 0; u < tn; u++)
-                if (j < N(u))
-                    for (size_t h = 0; h < group; h++)
-                        ops->wsum16(OUT(u, h), wide_rows, W(u, h) + j, N(u) - j < 16 ? N(u) - j : 16, hd);
-        }
-    } else {
-        for (uint32_t u = 0; u < tn; u++)
-            for (size_t j = 0; j < N(u); j++) {
-                const uint16_t *v = (const uint16_t *)tkv__kvrows_v(kv, layer, cells[j]) + koff;
-                for (size_t h = 0; h < group; h++) ops->mad_f32(OUT(u, h), v, W(u, h)[j], hd);
-            }
-    }
-#undef Q
-#undef OUT
-#undef W
-#undef N
-}
-
-/* The head's slice (hd elements at koff) of a K or V row of `type`, as floats: the row itself for F32,
-   else expanded into buf (the slice's blocks alone when it starts and ends on a block boundary). */
-static const float *row_slice(const tkv__kvrows *kv, tkv_type type, const void *row, size_t koff, size_t hd,
-                              float *buf) {
-    if (type == TKV_TYPE_F32) return (const float *)row + koff;
-    const size_t be = tkv__quant_block_elems(type);
-    if (koff % be == 0 && hd % be == 0) {
-        tkv__quant_dequantize_row(type, (const uint8_t *)row + koff / be * tkv__quant_row_size(type, be), buf, hd);
-        return buf;
-    }
-    tkv__quant_dequantize_row(type, row, buf, kv->n_embd_kv);
-    return buf + koff;
-}
-
-/* The running softmax in float over the rows of a cache whose K or V is not
-   F16 (F32, or block types expanded slice by slice into scratch). */
-static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, float *acc) {
-    const tkv__fwd *f = P->f;
-    const tkv__kvrows *kv = P->kv;
-    const tkv_hparams *hp = &f->m->hp;
-    const size_t hd = f->hd, koff = hq / (hp->n_head / hp->n_head_kv) * hd;
-    const float *q = f->q + (size_t)t * f->n_q + hq * hd;
-    const uint32_t *cells = P->b->cells[t];
-    const size_t n = (size_t)P->b->pos[t] + 1;
-    const float scale = P->f->attn_scale;
-    float M = -INFINITY, S = 0;
-    memset(acc, 0, hd * sizeof *acc);
-    float *row = acc + hd; /* (2, n_embd_kv) a cell's K and V, expanded */
-    for (size_t j = first_cell(f->m, layer, P->b->pos[t]); j < n; j++) {
-        const float *k = row_slice(kv, kv->type_k, tkv__kvrows_k(kv, layer, cells[j]), koff, hd, row);
-        const float *v = row_slice(kv, kv->type_v, tkv__kvrows_v(kv, layer, cells[j]), koff, hd, row + kv->n_embd_kv);
-        double sd = 0;
-        for (size_t i = 0; i < hd; i++) sd += (double)q[i] * k[i];
-        const float s = capped(f->m, (float)sd * scale);
-        float ms = 1.0f, vs = 1.0f;
-        if (s > M) {
-            ms = expf(M - s);
-            M = s;
-            for (size_t i = 0; i < hd; i++) acc[i] *= ms;
-        } else {
-            vs = expf(s - M);
-        }
-        for (size_t i = 0; i < hd; i++) acc[i] = fmaf(v[i], vs, acc[i]);
-        S = fmaf(S, ms, vs); /* the reference (C++, GCC: -ffp-contract=fast) fuses S*ms + vs */
-    }
-    const float sink = sink_of(f->m, layer, hq);
-    if (sink > -INFINITY) {
-        const float M2 = sink > M ? sink : M, ms = expf(M - M2);
-        for (size_t i = 0; i < hd; i++) acc[i] *= ms;
-        S = S * ms + expf(sink - M2);
-    }
-    float *out = f->att + (size_t)t * f->n_q + hq * hd;
-    const float S_inv = S == 0.0f ? 0.0f : 1.0f / S;
-    for (size_t i = 0; i < hd; i++) out[i] = acc[i] * S_inv;
 }
 
 /*
@@ -569,7 +350,7 @@ static void moe_one(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
     uint32_t chosen[TKV__MOE_MAX_EXPERTS];
     float weight[TKV__MOE_MAX_EXPERTS], logits[TKV__MOE_MAX_EXPERTS];
     memcpy(logits, f->router, E * sizeof(float));
-    if (L->router_b.data) add_bias(logits, &L->router_b, E);
+    if (L->router_b.data) tkv__fwd_add_bias(logits, &L->router_b, E);
     if (f->m->arch->oai) tkv__moe_choose_topk_softmax(md, logits, chosen, weight);
     else tkv__moe_choose(md, logits, chosen, weight);
     for (uint32_t a = 1; a < K; a++) /* index order: the batch path's sum order */
@@ -633,7 +414,7 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
     tkv__pool_barrier(P->pool);
     const bool oai = f->m->arch->oai;
     for (size_t t = t0; t < t1; t++) {
-        if (L->router_b.data) add_bias(f->router + t * E, &L->router_b, E);
+        if (L->router_b.data) tkv__fwd_add_bias(f->router + t * E, &L->router_b, E);
         if (oai) tkv__moe_choose_topk_softmax(md, f->router + t * E, f->chosen + t * K, f->chosen_w + t * K);
         else tkv__moe_choose(md, f->router + t * E, f->chosen + t * K, f->chosen_w + t * K);
         memset(y + t * f->n_embd, 0, f->n_embd * sizeof(float));
@@ -671,93 +452,6 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
     }
 }
 
-/* The attention block of layer l: tmp (n, n_embd) = attention(attn_in) Wo, K/V into each token's cell. */
-static void attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *attn_in) {
-    tkv__fwd *f = P->f;
-    const tkv_model *m = f->m;
-    const tkv_hparams *hp = &m->hp;
-    const tkv__layer *L = &m->w.layers[l];
-    const tkv__fwd_batch *b = P->b;
-    const uint32_t n = b->n;
-    const tkv__arch *arch = m->arch;
-    size_t t0, t1;
-    tkv__split(n, ith, nth, &t0, &t1);
-    float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
-
-    /* q, k, v = h Wq, h Wk, h Wv              (n, n_q), (n, n_kv), (n, n_kv) */
-    tkv__fwd_matmul(P, ith, nth, tag, &L->wq, attn_in, n, arch->q_gate ? f->qg : f->q);
-    tkv__fwd_matmul(P, ith, nth, tag, &L->wk, attn_in, n, f->k);
-    tkv__fwd_matmul(P, ith, nth, tag, &L->wv, attn_in, n, f->v);
-    tkv__pool_barrier(P->pool);
-
-    /* biases, q/k norms, RoPE, and K/V into each token's cell */
-    for (size_t t = t0; t < t1; t++) {
-        float *q = f->q + t * f->n_q, *k = f->k + t * f->n_kv, *v = f->v + t * f->n_kv;
-        if (arch->q_gate) /* qg: (n_head, 2, head_dim) -> q and the gate, (n_head, head_dim) each */
-            for (size_t h = 0; h < hp->n_head; h++) {
-                memcpy(q + h * f->hd, f->qg + t * 2 * f->n_q + 2 * h * f->hd, f->hd * sizeof *q);
-                memcpy(f->qgate + t * f->n_q + h * f->hd, f->qg + t * 2 * f->n_q + (2 * h + 1) * f->hd,
-                       f->hd * sizeof *q);
-            }
-        if (arch->qkv_bias) add_bias(q, &L->bq, f->n_q), add_bias(k, &L->bk, f->n_kv), add_bias(v, &L->bv, f->n_kv);
-        const float *qn = L->q_norm.data, *kn = L->k_norm.data;
-        if (arch->qk_norm == TKV__QK_NORM_HEAD) { /* each head of q, then of k: (head_dim) */
-            for (size_t h = 0; h < hp->n_head; h++) tkv__ops_rmsnorm(q + h * f->hd, q + h * f->hd, qn, f->hd, hp->rms_eps);
-            for (size_t h = 0; h < hp->n_head_kv; h++) tkv__ops_rmsnorm(k + h * f->hd, k + h * f->hd, kn, f->hd, hp->rms_eps);
-        } else if (arch->qk_norm == TKV__QK_NORM_WHOLE) { /* (n_q), (n_kv) */
-            tkv__ops_rmsnorm(q, q, qn, f->n_q, hp->rms_eps);
-            tkv__ops_rmsnorm(k, k, kn, f->n_kv, hp->rms_eps);
-        }
-        const float *cs = (f->cs_swa && swa_layer(m, l) ? f->cs_swa : f->cs) + t * f->n_rot;
-        if (!arch->no_rope && (!arch->nope_period || (l + 1) % arch->nope_period != 0)) {
-            tkv__ops_rope(q, hp->n_head, f->hd, f->n_rot, cs, arch->rope);
-            tkv__ops_rope(k, hp->n_head_kv, f->hd, f->n_rot, cs, arch->rope);
-        }
-        if (m->ext.attn_temp_scale != 0) { /* attention temperature: q grows with log(position / n_ctx_orig) */
-            const float s = 1 + m->ext.attn_temp_scale * logf(1 + floorf((float)b->pos[t] / (float)hp->n_ctx_orig));
-            for (size_t i = 0; i < f->n_q; i++) q[i] *= s;
-        }
-        tkv__fwd_store_row(P->kv, P->kv->type_k, tkv__kvrows_k(P->kv, l, b->cell[t]), k, f->n_kv, scratch);
-        tkv__fwd_store_row(P->kv, P->kv->type_v, tkv__kvrows_v(P->kv, l, b->cell[t]), v, f->n_kv, scratch);
-    }
-    tkv__pool_barrier(P->pool);
-
-    /* attention, one (token, head) pair at a time          att: (n, n_q)
-       Pairs are dealt round-robin: a later token attends to more cells, so
-       contiguous ranges would leave the first threads waiting for the last. */
-    const bool f16 = P->kv->type_k == TKV_TYPE_F16 && P->kv->type_v == TKV_TYPE_F16;
-    if (f16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
-        /* (block of TKV__ATTN_TOKENS tokens, K/V head) units; a block splits where the sequence changes */
-        const size_t n_blocks = (n + TKV__ATTN_TOKENS - 1) / TKV__ATTN_TOKENS;
-        for (size_t p = (size_t)ith; p < n_blocks * hp->n_head_kv; p += (size_t)nth) {
-            const size_t block_end = (p / hp->n_head_kv + 1) * TKV__ATTN_TOKENS;
-            const uint32_t t_end = block_end < n ? (uint32_t)block_end : n;
-            for (uint32_t t = (uint32_t)(p / hp->n_head_kv * TKV__ATTN_TOKENS), run; t < t_end; t += run) {
-                for (run = 1; t + run < t_end && b->cells[t + run] == b->cells[t];) run++;
-                attend_f16_batched(P, l, t, run, p % hp->n_head_kv, scratch);
-            }
-        }
-    } else {
-        for (size_t p = (size_t)ith; p < (size_t)n * hp->n_head; p += (size_t)nth) {
-            const uint32_t t = (uint32_t)(p / hp->n_head);
-            const size_t hq = p % hp->n_head;
-            if (!f16) attend_f32(P, l, t, hq, scratch);
-            else attend_f16(P, l, t, hq, scratch);
-        }
-    }
-    tag->src = NULL; /* the barrier below ends the q, k, v products' reads of f->xq */
-    tkv__pool_barrier(P->pool);
-    if (arch->q_gate) { /* att = att * sigmoid(gate), once every head of the token is done */
-        for (size_t t = t0; t < t1; t++)
-            for (size_t i = 0; i < f->n_q; i++)
-                f->att[t * f->n_q + i] *= 1.0f / (1.0f + expf(-f->qgate[t * f->n_q + i]));
-        tkv__pool_barrier(P->pool);
-    }
-
-    /* x = x + att Wo                                       (n, n_embd) */
-    tkv__fwd_matmul(P, ith, nth, tag, &L->wo, f->att, n, f->tmp);
-    tkv__pool_barrier(P->pool);
-}
 
 /* All threads: y (n, n_embd) = (act(in Wgate) * (in Wup)) Wdown, act SiLU (GELU: gemma); gate and up
    (n, n_ff) with n_ff Wgate's rows (the model's FFN, or a shared expert's). */
@@ -787,6 +481,73 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
     tkv__pool_barrier(P->pool);
 }
 
+/*
+ * All threads, gemma4: each token's per-layer inputs          ple: (n, n_layer, pli)
+ *   p = (rmsnorm(e Wpl / sqrt(n_embd)) * pl_norm + pl_embd[token] sqrt(pli)) / sqrt(2)
+ * slice by slice (pli each), e the scaled embedding in f->x; the steps and
+ * their rounding in the reference's order.
+ */
+static void per_layer_inputs(pass *P, int ith, int nth, acts_tag *tag) {
+    tkv__fwd *f = P->f;
+    const tkv_model *m = f->m;
+    const tkv__weights *w = &m->w;
+    const uint32_t n = P->b->n, n_layer = m->hp.n_layer;
+    const size_t pli = m->ext.n_pli, pl_all = pli * n_layer;
+    float *row = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread; /* (pl_all) a token's pl_embd */
+    tkv__fwd_matmul(P, ith, nth, tag, &w->pl_proj, f->x, n, f->ple);
+    tkv__pool_barrier(P->pool);
+    const float ps = 1.0f / sqrtf((float)f->n_embd), es = sqrtf((float)pli), half = 1.0f / sqrtf(2.0f);
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+    for (size_t t = t0; t < t1; t++) {
+        const tkv__tensor *E = &w->pl_embd;
+        tkv__quant_dequantize_row(E->type, (const uint8_t *)E->data + (size_t)P->b->token[t] * E->row_size, row, pl_all);
+        for (uint32_t l = 0; l < n_layer; l++) {
+            float *p = f->ple + t * pl_all + l * pli;
+            for (size_t i = 0; i < pli; i++) p[i] *= ps;
+            tkv__ops_rmsnorm(p, p, w->pl_norm.data, pli, m->hp.rms_eps);
+            for (size_t i = 0; i < pli; i++) p[i] = (p[i] + row[l * pli + i] * es) * half;
+        }
+    }
+    tkv__pool_barrier(P->pool);
+}
+
+/*
+ * All threads, gemma4, after layer l's FFN: x += post_norm(proj(gelu(x Wgate) * p_l)), p_l the
+ * layer's slice of the per-layer inputs (plg: (n, pli)), then x *= layer_output_scale.
+ */
+static void per_layer_branch(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
+    tkv__fwd *f = P->f;
+    const tkv_model *m = f->m;
+    const tkv__layer *L = &m->w.layers[l];
+    const uint32_t n = P->b->n;
+    const size_t pli = m->ext.n_pli, pl_all = pli * m->hp.n_layer, E = f->n_embd;
+    size_t t0, t1;
+    tkv__split(n, ith, nth, &t0, &t1);
+    tag->src = NULL; /* x is new since its last product */
+    if (pli) {
+        tkv__fwd_matmul(P, ith, nth, tag, &L->inp_gate, f->x, n, f->plg);
+        tkv__pool_barrier(P->pool);
+        for (size_t t = t0; t < t1; t++)
+            tkv__ops_geglu(f->plg + t * pli, f->plg + t * pli, f->ple + t * pl_all + l * pli, pli);
+        tag->src = NULL;
+        tkv__pool_barrier(P->pool);
+        tkv__fwd_matmul(P, ith, nth, tag, &L->proj, f->plg, n, f->tmp);
+        tkv__pool_barrier(P->pool);
+    }
+    const float *sc = L->out_scale.data;
+    for (size_t t = t0; t < t1; t++) {
+        float *x = f->x + t * E, *y = f->tmp + t * E;
+        if (pli) {
+            tkv__ops_rmsnorm(y, y, L->post_norm.data, E, m->hp.rms_eps);
+            for (size_t i = 0; i < E; i++) x[i] += y[i];
+        }
+        if (sc)
+            for (size_t i = 0; i < E; i++) x[i] *= sc[0];
+    }
+    tkv__pool_barrier(P->pool);
+}
+
 static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tkv__fwd *f = P->f;
     const tkv_model *m = f->m;
@@ -813,12 +574,12 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     case TKV__LAYER_DELTANET: tkv__fwd_delta_mixer(P, ith, nth, l, tag, attn_in); break;
     case TKV__LAYER_MAMBA2: tkv__fwd_mamba_mixer(P, ith, nth, l, tag, attn_in); break;
     case TKV__LAYER_MLP: tkv__fwd_mlp_mixer(P, ith, nth, l, tag, attn_in); break;
-    case TKV__LAYER_ATTN: attn_mixer(P, ith, nth, l, tag, attn_in); break;
+    case TKV__LAYER_ATTN: tkv__fwd_attn_mixer(P, ith, nth, l, tag, attn_in); break;
     }
     const float rs = m->ext.residual_scale; /* granite: each block's output is scaled before the add */
     for (size_t t = t0; t < t1; t++) {
         float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
-        if (L->bo.data) add_bias(y, &L->bo, f->n_embd);
+        if (L->bo.data) tkv__fwd_add_bias(y, &L->bo, f->n_embd);
         if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_attn_norm.data, f->n_embd, hp->rms_eps);
         if (rs != 1.0f)
             for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
@@ -853,6 +614,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
     }
     tkv__pool_barrier(P->pool);
+    if (arch->per_layer_input) per_layer_branch(P, ith, nth, l, tag);
 }
 
 static void pass_task(void *arg, int ith, int nth) {
@@ -875,9 +637,10 @@ static void pass_task(void *arg, int ith, int nth) {
         }
         if (f->n_rot) rope_angles(f, f->cs + t * f->n_rot, b->pos[t]);
         if (f->cs_swa && f->n_rot) /* the window layers' own base, unscaled */
-            tkv__ops_rope_cache(f->cs_swa + t * f->n_rot, m->hp.n_rot, b->pos[t], m->ext.rope_base_swa, 1.0f);
+            tkv__ops_rope_cache(f->cs_swa + t * f->n_rot, m->ext.n_rot_swa, b->pos[t], m->ext.rope_base_swa, 1.0f);
     }
     tkv__pool_barrier(P->pool);
+    if (m->ext.n_pli) per_layer_inputs(P, ith, nth, &tag);
 
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         if (ith == 0 && P->abort_cb && P->abort_cb(P->abort_user)) atomic_store(&P->aborted, true);

@@ -24,7 +24,8 @@ struct tkv__fwd {
     float *ex, *eg, *eu, *ey;    /* (n_batch, n_embd), (R, n_ff_exp) x2, (R, n_embd): R = max(n_batch,
                                     n_used), one batch's rows of an expert or one token's experts */
     uint32_t n_batch;
-    size_t n_embd, n_q, n_kv, n_ff, hd, n_rot, n_vocab;
+    size_t n_embd, n_q, n_kv, n_ff, hd, n_rot, n_vocab; /* n_q, n_kv, hd: the widest layer's; n_rot:
+                                                           the widest rotation (cs rows' stride) */
     /* activations, one row per token */
     float *x;    /* (n_batch, n_embd) residual stream */
     float *h;    /* (n_batch, n_embd) normed input of a block */
@@ -51,7 +52,11 @@ struct tkv__fwd {
     float *mz;   /* (n_batch, in_proj) z, xBC, dt */
     float *mc;   /* (n_batch, channels) xBC after the conv */
     float *my;   /* (n_batch, d_inner) */
-    float attn_scale; /* the scores' scale: attention.scale, or 1 / sqrt(head_dim) */
+    float attn_scale; /* the scores' scale: the architecture's, attention.scale, or 1 / sqrt(head_dim) */
+    float *ones; /* (hd) 1s: the weight of arch->v_norm's RMS norm, which has none */
+    /* arch->per_layer_input: pli = embedding_length_per_layer_input */
+    float *ple;  /* (n_batch, n_layer, pli) each token's per-layer inputs */
+    float *plg;  /* (n_batch, pli) a layer's gelu(inp_gate x) * its slice */
     int32_t *prev;  /* (n_batch) the batch index of the token before i in its run, or -1 */
     int32_t *last;  /* (n_batch) scratch of index_runs: each run's last token so far */
     uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
@@ -86,6 +91,13 @@ void tkv__fwd_matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor
 /* A K or V row of `type` from n floats; a row wider than n (a hybrid's
    cache, sized for its conv rows) is padded with zeros in pad (n_embd_kv). */
 void tkv__fwd_store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const float *src, size_t n, float *pad);
+
+/* y += the F32 bias b (n). */
+void tkv__fwd_add_bias(float *y, const tkv__tensor *b, size_t n);
+
+/* The attention block of layer l (forward_attn.c), run by all threads: tmp (n, n_embd) =
+   attention(attn_in) Wo, each token's K/V into its cell. */
+void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *attn_in);
 
 /* The mixers of the recurrent layer kinds (forward_recurrent.c), run by all threads:
    tmp (n, n_embd) from the layer's normed input `in`. */

@@ -62,6 +62,46 @@ static tkv_status hp_u32(const tkv__gguf *g, const char *arch, const char *name,
 }
 
 /*
+ * A per-layer value [ARCH.name] (head_count_kv, feed_forward_length): an
+ * array of n_layer 32-bit integers, or with `scalar_ok` one integer for
+ * every layer, into vals (n_layer); each value >= 0.
+ */
+static tkv_status layer_values(const tkv__gguf *g, const char *arch, const char *name, uint32_t n_layer, bool scalar_ok,
+                               uint32_t *vals) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
+    if (n_layer > TKV__MAX_LAYERS)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "%u layers: at most %d are supported", n_layer, TKV__MAX_LAYERS);
+    if (scalar_ok && kv && kv->type != TKV_META_ARRAY) {
+        uint32_t v;
+        tkv_status st = hp_u32(g, arch, name, -1, &v);
+        for (uint32_t l = 0; l < n_layer && !st; l++) vals[l] = v;
+        return st;
+    }
+    if (!kv || kv->type != TKV_META_ARRAY) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': expected an array", key);
+    const size_t sz = tkv__gguf_meta_size(kv->elem_type);
+    if (kv->elem_type != TKV_META_U32 && kv->elem_type != TKV_META_I32)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': expected an array of 32-bit integers", key);
+    if (kv->n != n_layer)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': %llu values for %u layers", key, (ull)kv->n, n_layer);
+    for (uint32_t l = 0; l < n_layer; l++) {
+        uint32_t v;
+        memcpy(&v, kv->arr + l * sz, 4);
+        if ((int32_t)v < 0) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': layer %u has %d", key, l, (int32_t)v);
+        vals[l] = v;
+    }
+    return TKV_OK;
+}
+
+/* The largest of n values. */
+static uint32_t max_of(const uint32_t *v, uint32_t n) {
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
+    return m;
+}
+
+/*
  * A hybrid's per-layer array [ARCH.name] (head_count_kv, feed_forward_length)
  * of n_layer 32-bit integers into vals (may be NULL); *max receives the
  * nonzero value, which must be the same on every layer that has one (0 when
@@ -69,26 +109,16 @@ static tkv_status hp_u32(const tkv__gguf *g, const char *arch, const char *name,
  */
 static tkv_status layer_array(const tkv__gguf *g, const char *arch, const char *name, uint32_t n_layer, uint32_t *max,
                               uint32_t *vals) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, name);
-    const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
-    if (!kv || kv->type != TKV_META_ARRAY) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': expected an array", key);
-    const size_t sz = tkv__gguf_meta_size(kv->elem_type);
-    if (kv->elem_type != TKV_META_U32 && kv->elem_type != TKV_META_I32)
-        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': expected an array of 32-bit integers", key);
-    if (kv->n != n_layer || n_layer > TKV__MAX_LAYERS)
-        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': %llu values for %u layers (at most %d)", key, (ull)kv->n,
-                         n_layer, TKV__MAX_LAYERS);
+    uint32_t v[TKV__MAX_LAYERS];
+    tkv_status st = layer_values(g, arch, name, n_layer, false, v);
+    if (st) return st;
     *max = 0;
     for (uint32_t l = 0; l < n_layer; l++) {
-        uint32_t v;
-        memcpy(&v, kv->arr + l * sz, 4);
-        if ((int32_t)v < 0) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': layer %u has %d", key, l, (int32_t)v);
-        if (v && *max && v != *max)
-            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': layers with %u and %u (one size is supported)", key,
-                             *max, v);
-        if (v) *max = v;
-        if (vals) vals[l] = v;
+        if (v[l] && *max && v[l] != *max)
+            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s.%s': layers with %u and %u (one size is supported)",
+                             arch, name, *max, v[l]);
+        if (v[l]) *max = v[l];
+        if (vals) vals[l] = v[l];
     }
     return TKV_OK;
 }
@@ -133,7 +163,7 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
                          tkv_meta_type_name(akv->type));
     const char *arch = akv->str.s;
     if (!tkv__arch_find(arch)) {
-        char names[128];
+        char names[256]; /* every name: the list is ~160 characters */
         return tkv__fail(TKV_ERR_UNSUPPORTED, "architecture '%.64s' is not supported (%s)", arch,
                          tkv__arch_names(names, sizeof names));
     }
@@ -162,8 +192,13 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     const bool moe = tkv__arch_find(arch)->moe;
     snprintf(key, sizeof key, "%s.feed_forward_length", arch);
     const tkv__gguf_kv *ffkv = tkv__gguf_find(g, key);
+    const bool shapes = tkv__arch_find(arch)->layer_shapes; /* gemma4: per-layer arrays, their widest here */
+    uint32_t per_layer[TKV__MAX_LAYERS];
     if (tkv__arch_find(arch)->one_block && ffkv && ffkv->type == TKV_META_ARRAY) { /* the MLP layers' width */
         if ((st = layer_array(g, arch, "feed_forward_length", hp->n_layer, &hp->n_ff, NULL))) return st;
+    } else if (shapes) {
+        if ((st = layer_values(g, arch, "feed_forward_length", hp->n_layer, true, per_layer))) return st;
+        hp->n_ff = max_of(per_layer, hp->n_layer);
     } else if ((st = hp_u32(g, arch, "feed_forward_length", moe ? 0 : -1, &hp->n_ff))) {
         return st;
     }
@@ -178,6 +213,13 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     const tkv__gguf_kv *hkv = tkv__gguf_find(g, key);
     if ((tkv__arch_find(arch)->shortconv || tkv__arch_find(arch)->mamba2) && hkv && hkv->type == TKV_META_ARRAY) {
         if ((st = kv_heads_array(g, arch, hp->n_layer, &hp->n_head_kv, NULL, TKV__LAYER_ATTN))) return st;
+    } else if (shapes && hkv) {
+        if ((st = layer_values(g, arch, "attention.head_count_kv", hp->n_layer, true, per_layer))) return st;
+        hp->n_head_kv = max_of(per_layer, hp->n_layer);
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            if (!per_layer[l] || hp->n_head % per_layer[l])
+                return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': layer %u has %u KV heads for %u query heads "
+                                 "(expected a divisor)", key, l, per_layer[l], hp->n_head);
     } else if ((st = hp_u32(g, arch, "attention.head_count_kv", hp->n_head, &hp->n_head_kv))) {
         return st;
     }
@@ -356,6 +398,97 @@ static tkv_status read_mamba(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_
     return TKV_OK;
 }
 
+/* gemma4's window layers: attention.sliding_window_pattern, a bool array (true: a window layer). */
+static tkv_status swa_pattern(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ext *x) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", hp->arch);
+    const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
+    if (!kv || kv->type != TKV_META_ARRAY || kv->elem_type != TKV_META_BOOL || kv->n != hp->n_layer)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': expected an array of %u bools (one per layer)", key,
+                         hp->n_layer);
+    for (uint32_t l = 0; l < hp->n_layer; l++) x->attn[l].swa = x->swa_window && kv->arr[l] != 0;
+    return TKV_OK;
+}
+
+/*
+ * gemma4's layers (arch->layer_shapes): KV heads and FFN widths per layer
+ * (an array, or one value), window layers from swa_pattern with heads of
+ * key_length_swa and RoPE over rope.dimension_count_swa dims, K as V where
+ * a layer has no attn_v, and the last attention.shared_kv_layers layers
+ * reading the cache of layer n_kv - 2 (window) or n_kv - 1 (full), n_kv the
+ * layers that own K/V, as the reference does. A shared layer must match its
+ * source's shape: it reads the rows that layer wrote.
+ */
+static tkv_status read_shapes(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ext *x) {
+    const char *a = hp->arch;
+    char key[128];
+    tkv_status st;
+    uint32_t hkv[TKV__MAX_LAYERS], ff[TKV__MAX_LAYERS], hd_swa, v_swa, shared;
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", a);
+    if (!tkv__gguf_find(g, key)) {
+        for (uint32_t l = 0; l < hp->n_layer; l++) hkv[l] = hp->n_head_kv;
+    } else if ((st = layer_values(g, a, "attention.head_count_kv", hp->n_layer, true, hkv))) {
+        return st;
+    }
+    if ((st = layer_values(g, a, "feed_forward_length", hp->n_layer, true, ff))) return st;
+    if ((st = swa_pattern(g, hp, x))) return st;
+    if ((st = hp_u32(g, a, "attention.key_length_swa", hp->head_dim, &hd_swa))) return st;
+    if ((st = hp_u32(g, a, "attention.value_length_swa", hd_swa, &v_swa))) return st;
+    if ((st = hp_u32(g, a, "rope.dimension_count_swa", hd_swa, &x->n_rot_swa))) return st;
+    if ((st = hp_u32(g, a, "attention.shared_kv_layers", 0, &shared))) return st;
+    if ((st = hp_u32(g, a, "embedding_length_per_layer_input", 0, &x->n_pli))) return st; /* 0: none */
+    if (!hd_swa || v_swa != hd_swa || x->n_rot_swa > hd_swa || x->n_rot_swa % 2)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata keys '%s.attention.key_length_swa' %u, 'value_length_swa' %u, "
+                         "'rope.dimension_count_swa' %u: expected equal key and value sizes > 0 and an even rotation "
+                         "of at most the head size", a, hd_swa, v_swa, x->n_rot_swa);
+    if (shared >= hp->n_layer)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.attention.shared_kv_layers' = %u of %u layers: at least "
+                         "one layer must own K/V", a, shared, hp->n_layer);
+    const uint32_t n_kv = hp->n_layer - shared;
+    x->kv_layers = n_kv;
+    x->kv_width = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        tkv__attn_layer *A = &x->attn[l];
+        A->hd = A->swa ? hd_swa : hp->head_dim;
+        A->n_rot = A->swa ? x->n_rot_swa : hp->n_rot;
+        A->n_head_kv = hkv[l], A->n_ff = ff[l];
+        if (!A->n_ff) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.feed_forward_length': layer %u has 0", a, l);
+        if (l < n_kv) {
+            snprintf(key, sizeof key, "blk.%u.attn_v.weight", l);
+            A->k_as_v = !tkv__gguf_tensor_find(g, key);
+            if (A->n_head_kv * A->hd > x->kv_width) x->kv_width = A->n_head_kv * A->hd;
+            continue;
+        }
+        const uint32_t src = A->swa ? n_kv - 2 : n_kv - 1; /* unsigned: n_kv < 2 wraps past l */
+        if (src >= l || x->attn[src].swa != A->swa || x->attn[src].n_head_kv != A->n_head_kv)
+            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s.attention.shared_kv_layers' = %u: layer %u (%s) "
+                             "would read the cache of layer %d, which is not a layer of its kind and KV heads", a,
+                             shared, l, A->swa ? "window" : "full", src >= l ? -1 : (int)src);
+        A->own_kv = false, A->k_as_v = false, A->kv_layer = src;
+    }
+    return TKV_OK;
+}
+
+/*
+ * Each layer's attention (model.h tkv__hp_ext.attn): the model's head size,
+ * KV heads, rotation and FFN width on every layer, its own K/V at cache
+ * layer l, a window where arch->swa_period says (the built-in rule); gemma4
+ * then reads its own (read_shapes).
+ */
+static tkv_status read_layers(const tkv__gguf *g, const tkv_hparams *hp, const tkv__arch *ar, tkv__hp_ext *x) {
+    if (hp->n_layer > TKV__MAX_LAYERS)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "%u layers: at most %d are supported", hp->n_layer, TKV__MAX_LAYERS);
+    const unsigned p = ar->swa_period;
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        x->attn[l] = (tkv__attn_layer){.hd = hp->head_dim, .n_head_kv = hp->n_head_kv, .n_rot = hp->n_rot,
+                                       .n_ff = hp->n_ff, .kv_layer = l, .own_kv = true,
+                                       .swa = x->swa_window && p && l % p != p - 1};
+    x->kv_layers = hp->n_layer;
+    x->n_rot_swa = hp->n_rot;
+    x->kv_width = hp->n_head_kv * hp->head_dim;
+    return ar->layer_shapes ? read_shapes(g, hp, x) : TKV_OK;
+}
+
 /*
  * The hyperparameters some architectures add (model.h tkv__hp_ext), with the
  * same checks as the others: a key of the wrong type fails the load.
@@ -380,7 +513,9 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
         if ((st = hp_float(g, a, "attn_logit_softcapping", 0.0, &x->attn_softcap))) return st;
         if ((st = hp_float(g, a, "final_logit_softcapping", 0.0, &x->final_softcap))) return st;
     }
-    if (ar->swa_period && (st = hp_u32(g, a, "attention.sliding_window", 0, &x->swa_window))) return st;
+    if ((ar->swa_period || ar->layer_shapes) && (st = hp_u32(g, a, "attention.sliding_window", 0, &x->swa_window)))
+        return st;
+    if ((st = read_layers(g, hp, ar, x))) return st;
     if (ar->moe) {
         tkv__moe_dims *md = &x->moe;
         if ((st = hp_u32(g, a, "expert_count", -1, &md->n_expert))) return st;
@@ -397,7 +532,6 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
                              "1..%d experts, 1..experts used, a width of at least 1",
                              a, md->n_expert, md->n_used, md->n_ff, TKV__MOE_MAX_EXPERTS);
     }
-    x->kv_width = hp->n_head_kv * hp->head_dim;
     if (ar->shortconv) {
         uint32_t unused;
         snprintf(key, sizeof key, "%s.attention.head_count_kv", a);
@@ -421,6 +555,7 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
         if ((st = hp_float(g, a, "attention.scale", 0.0, &x->attn_scale))) return st;
         if (x->logit_scale == 0) return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.logit_scale' is 0 (logits are divided by it)", a);
     }
+    if (ar->attn_scale > 0) x->attn_scale = ar->attn_scale;
     if (!strcmp(hp->rope_scaling, "yarn")) {
         float beta_fast, beta_slow, unused;
         if ((st = hp_float(g, a, "rope.scaling.yarn_beta_fast", 32.0, &beta_fast))) return st;
@@ -441,7 +576,7 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
 
 static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const tkv__hp_ext *x) {
     check_ctx c = {g, hp->arch};
-    const tkv__layout lay = {&x->moe, &x->delta, &x->mamba, x->kind};
+    const tkv__layout lay = {&x->moe, &x->delta, &x->mamba, x->kind, x->attn, x->n_pli};
     return tkv__tensors_each(tkv__arch_find(hp->arch), hp, &lay, check_tensor, &c);
 }
 
@@ -458,7 +593,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
             st = tkv__fail(TKV_ERR_FORMAT, "the file has no tensors (a vocabulary-only file): it loads only with vocab_only");
         else
             st = check_tensors(g, &hp, &ext);
-        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &(tkv__layout){&ext.moe, &ext.delta, &ext.mamba, ext.kind}, &w);
+        if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &(tkv__layout){&ext.moe, &ext.delta, &ext.mamba, ext.kind, ext.attn, ext.n_pli}, &w);
         if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g);
         if (st) tkv__weights_free(&w);
     }

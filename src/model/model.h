@@ -26,11 +26,16 @@ typedef struct tkv__hp_ext {
     float attn_temp_scale;   /* [ARCH.attention.temperature_scale]: q *= 1 + s ln(1 + floor(pos /
                                 n_ctx_orig)) after RoPE; 0: none */
     float attn_softcap, final_softcap; /* gemma: c tanh(x / c) on attention scores / logits; 0: none */
-    uint32_t swa_window;     /* [ARCH.attention.sliding_window] for arch->swa_period layers; 0: none */
+    uint32_t swa_window;     /* [ARCH.attention.sliding_window] for the window layers (attn[l].swa); 0: none */
     float rope_base_swa;     /* [ARCH.rope.freq_base_swa] (default 10000): arch->swa_own_rope */
     tkv__moe_dims moe;       /* arch->moe: the experts' sizes; else zeros */
-    uint32_t kv_width;       /* elements of a cache K/V row: n_head_kv head_dim, or with short-conv
-                                layers (which keep each token's B x row there) at least n_embd */
+    uint32_t kv_width;       /* elements of a cache K/V row: n_head_kv head_dim (the widest layer's),
+                                or with short-conv layers (which keep each token's B x row there) at
+                                least n_embd */
+    uint32_t kv_layers;      /* layers of the cache's K/V rows: n_layer, less gemma4's KV-shared ones */
+    uint32_t n_rot_swa;      /* [ARCH.rope.dimension_count_swa]: dims the window layers' RoPE angles
+                                cover (arch->swa_own_rope); else n_rot */
+    uint32_t n_pli;          /* arch->per_layer_input: [ARCH.embedding_length_per_layer_input] */
     uint32_t conv_len;       /* arch->shortconv: [ARCH.shortconv.l_cache], the conv's taps */
     tkv__delta_dims delta;   /* arch->deltanet: the delta net's sizes */
     tkv__mamba_dims mamba;   /* arch->mamba2: Mamba-2's sizes */
@@ -38,6 +43,7 @@ typedef struct tkv__hp_ext {
     float attn_scale;        /* [ARCH.attention.scale] (arch->granite); 0: 1 / sqrt(head_dim) */
     size_t state_floats;     /* a sequence's recurrent state, every recurrent layer's (0: none) */
     uint8_t kind[TKV__MAX_LAYERS]; /* each layer's tkv__layer_kind */
+    tkv__attn_layer attn[TKV__MAX_LAYERS]; /* each layer's attention shape, cache layer and FFN width */
     size_t state_off[TKV__MAX_LAYERS]; /* where a recurrent layer's state starts in a sequence's (floats) */
 } tkv__hp_ext;
 

@@ -24,15 +24,19 @@ enum when {
     SHEXP,    /* arch->shared_expert */
     FFN_NORM, /* arch->pre_norms with a second block (not arch->one_block) */
     ONE_BLOCK, /* arch->one_block */
+    PLE,      /* arch->per_layer_input, in a file that has them (tkv__layout.n_pli > 0) */
+    OUT_SCALE, /* arch->per_layer_input's architecture (gemma4), with or without them */
 };
 
-/* Which layers store a tensor: every layer (its FFN, its norms), or those of one mixer kind. */
+/* Which layers store a tensor: every layer (its FFN, its norms), or those of one mixer kind;
+   OWN_K: attention layers that compute their K (not KV-shared), OWN_V: and their V (not K as V). */
 enum { ANY = -1, ATTN = TKV__LAYER_ATTN, CONV = TKV__LAYER_SHORTCONV, DELTA = TKV__LAYER_DELTANET,
-       MAMBA = TKV__LAYER_MAMBA2, MLP = TKV__LAYER_MLP };
+       MAMBA = TKV__LAYER_MAMBA2, MLP = TKV__LAYER_MLP, OWN_K = 100, OWN_V };
 
 /* The sizes a shape is written in. */
 enum dim { ONE, EMBD, Q, QG, KV, FF, QNORM, KNORM, QKV, FF2, HEADS, EXPERTS, EXP_FF, EMBD3, TAPS,
-           D_CH, D_INNER, D_CONV, D_NV, D_V, SH_FF, M_IN, M_CH, M_CONV, M_NH, M_INNER, M_GS, M_NG };
+           D_CH, D_INNER, D_CONV, D_NV, D_V, SH_FF, M_IN, M_CH, M_CONV, M_NH, M_INNER, M_GS, M_NG,
+           VOCAB, HALF_ROT, PLI, PLI_ALL, N_DIMS };
 
 static const struct role {
     const char *suffix; /* after "blk.N." */
@@ -46,14 +50,14 @@ static const struct role {
 #define L(field) offsetof(tkv__layer, field)
     {"attn_norm.weight", {EMBD}, 1, false, PRE, ANY, L(attn_norm)},
     {"attn_q.weight", {EMBD, QG}, 2, true, UNFUSED, ATTN, L(wq)},
-    {"attn_k.weight", {EMBD, KV}, 2, true, UNFUSED, ATTN, L(wk)},
-    {"attn_v.weight", {EMBD, KV}, 2, true, UNFUSED, ATTN, L(wv)},
+    {"attn_k.weight", {EMBD, KV}, 2, true, UNFUSED, OWN_K, L(wk)},
+    {"attn_v.weight", {EMBD, KV}, 2, true, UNFUSED, OWN_V, L(wv)},
     {"attn_qkv.weight", {EMBD, QKV}, 2, true, FUSED, ATTN, TKV__BIND_VIEWS},
     {"attn_q.bias", {Q}, 1, false, BIAS, ATTN, L(bq)},
-    {"attn_k.bias", {KV}, 1, false, BIAS, ATTN, L(bk)},
-    {"attn_v.bias", {KV}, 1, false, BIAS, ATTN, L(bv)},
+    {"attn_k.bias", {KV}, 1, false, BIAS, OWN_K, L(bk)},
+    {"attn_v.bias", {KV}, 1, false, BIAS, OWN_V, L(bv)},
     {"attn_q_norm.weight", {QNORM}, 1, false, QK_NORM, ATTN, L(q_norm)},
-    {"attn_k_norm.weight", {KNORM}, 1, false, QK_NORM, ATTN, L(k_norm)},
+    {"attn_k_norm.weight", {KNORM}, 1, false, QK_NORM, OWN_K, L(k_norm)},
     {"attn_output.weight", {Q, EMBD}, 2, true, ALL, ATTN, L(wo)},
     {"attn_output.bias", {EMBD}, 1, false, OAI, ATTN, L(bo)},
     {"attn_sinks.weight", {HEADS}, 1, false, OAI, ATTN, L(sinks)},
@@ -98,6 +102,10 @@ static const struct role {
     {"ffn_up_shexp.weight", {EMBD, SH_FF}, 2, true, SHEXP, ANY, L(w_up)},
     {"ffn_down_shexp.weight", {SH_FF, EMBD}, 2, true, SHEXP, ANY, L(w_down)},
     {"post_ffw_norm.weight", {EMBD}, 1, false, POST, ANY, L(post_ffn_norm)},
+    {"inp_gate.weight", {EMBD, PLI}, 2, true, PLE, ANY, L(inp_gate)},
+    {"proj.weight", {PLI, EMBD}, 2, true, PLE, ANY, L(proj)},
+    {"post_norm.weight", {EMBD}, 1, false, PLE, ANY, L(post_norm)},
+    {"layer_output_scale.weight", {ONE}, 1, false, OUT_SCALE, ANY, L(out_scale)},
 #undef L
 };
 
@@ -117,21 +125,31 @@ static bool stored(const tkv__arch *a, enum when w) {
     case SHEXP: return a->shared_expert;
     case FFN_NORM: return a->pre_norms && !a->one_block;
     case ONE_BLOCK: return a->one_block;
+    case PLE: return a->per_layer_input; /* and a file with them: tkv__tensors_each */
+    case OUT_SCALE: return a->per_layer_input;
     }
     return false;
 }
 
+/* Whether layer l, of mixer kind `kind`, stores a tensor of role r's mixer. */
+static bool layer_stores(const struct role *r, int kind, const tkv__attn_layer *A) {
+    switch (r->mixer) {
+    case ANY: return true;
+    case OWN_K: return kind == ATTN && (!A || A->own_kv);
+    case OWN_V: return kind == ATTN && (!A || (A->own_kv && !A->k_as_v));
+    default: return r->mixer == kind;
+    }
+}
+
 tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const tkv__layout *lay, tkv__tensor_fn fn,
                              void *ud) {
-    const uint64_t q = (uint64_t)hp->n_head * hp->head_dim, kv = (uint64_t)hp->n_head_kv * hp->head_dim;
     const bool whole = arch->qk_norm == TKV__QK_NORM_WHOLE;
     const tkv__moe_dims *moe = lay->moe;
     const tkv__delta_dims *dd = lay->delta;
     const tkv__mamba_dims *md = arch->mamba2 ? lay->mamba : NULL;
-    const uint64_t size[] = {
-        [ONE] = 1, [EMBD] = hp->n_embd, [Q] = q, [QG] = arch->q_gate ? 2 * q : q, [KV] = kv, [FF] = hp->n_ff,
-        [QNORM] = whole ? q : hp->head_dim, [KNORM] = whole ? kv : hp->head_dim, [QKV] = q + 2 * kv,
-        [FF2] = 2 * (uint64_t)hp->n_ff, [HEADS] = hp->n_head,
+    const uint32_t pli = arch->per_layer_input ? lay->n_pli : 0;
+    uint64_t size[N_DIMS] = {
+        [ONE] = 1, [EMBD] = hp->n_embd, [HEADS] = hp->n_head,
         [EXPERTS] = arch->moe ? moe->n_expert : 0, [EXP_FF] = arch->moe ? moe->n_ff : 0,
         [EMBD3] = 3 * (uint64_t)hp->n_embd, [TAPS] = 3, /* lfm2's kernel (shortconv.l_cache, checked at load) */
         [D_CH] = dd ? dd->channels : 0, [D_INNER] = dd ? (uint64_t)dd->n_v * dd->d_v : 0,
@@ -140,41 +158,54 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
         [M_IN] = md ? md->in_proj : 0, [M_CH] = md ? md->channels : 0, [M_CONV] = md ? md->d_conv : 0,
         [M_NH] = md ? md->n_head : 0, [M_INNER] = md ? md->d_inner : 0,
         [M_GS] = md ? md->d_inner / (md->n_group ? md->n_group : 1) : 0, [M_NG] = md ? md->n_group : 0,
+        [VOCAB] = hp->n_vocab, [HALF_ROT] = hp->n_rot / 2, [PLI] = pli, [PLI_ALL] = (uint64_t)pli * hp->n_layer,
     };
     tkv_status st;
     tkv__tensor_need t;
 
-    /* the model's own: embeddings, the final norm, the output (absent: tied), RoPE divisors */
+    /* the model's own: embeddings, per-layer inputs, the final norm, the output (absent: tied), RoPE divisors */
+#define W(field) offsetof(tkv__weights, field)
     static const struct {
-        const char *name;
-        bool matrix, optional, vocab_rows; /* vocab_rows: (n_embd, n_vocab), else (n_rot / 2) */
+        const char *name; /* NULL: the arch's final norm */
+        enum dim ne[2];
+        unsigned n_dims;
+        bool matrix, optional;
+        enum when when;
         size_t bind;
     } top[] = {
-        {"token_embd.weight", true, false, true, offsetof(tkv__weights, tok_embd)},
-        {"output_norm.weight", false, false, false, offsetof(tkv__weights, out_norm)},
-        {"output.weight", true, true, true, offsetof(tkv__weights, output)},
-        {"rope_freqs.weight", false, true, false, offsetof(tkv__weights, rope_freqs)},
-        {"rope_factors_short.weight", false, true, false, offsetof(tkv__weights, rope_short)},
-        {"rope_factors_long.weight", false, true, false, offsetof(tkv__weights, rope_long)},
+        {"token_embd.weight", {EMBD, VOCAB}, 2, true, false, ALL, W(tok_embd)},
+        {"per_layer_token_embd.weight", {PLI_ALL, VOCAB}, 2, true, false, PLE, W(pl_embd)},
+        {"per_layer_model_proj.weight", {EMBD, PLI_ALL}, 2, true, false, PLE, W(pl_proj)},
+        {"per_layer_proj_norm.weight", {PLI}, 1, false, false, PLE, W(pl_norm)},
+        {NULL, {EMBD}, 1, false, false, ALL, W(out_norm)},
+        {"output.weight", {EMBD, VOCAB}, 2, true, true, ALL, W(output)},
+        {"rope_freqs.weight", {HALF_ROT}, 1, false, true, ALL, W(rope_freqs)},
+        {"rope_factors_short.weight", {HALF_ROT}, 1, false, true, ALL, W(rope_short)},
+        {"rope_factors_long.weight", {HALF_ROT}, 1, false, true, ALL, W(rope_long)},
     };
+#undef W
     for (size_t i = 0; i < sizeof top / sizeof top[0]; i++) {
+        if (!stored(arch, top[i].when) || (top[i].when == PLE && !pli)) continue;
         memset(&t, 0, sizeof t);
-        const bool norm = top[i].bind == offsetof(tkv__weights, out_norm);
-        snprintf(t.name, sizeof t.name, "%s", norm ? tkv__arch_out_norm(arch) : top[i].name);
-        t.n_dims = top[i].vocab_rows ? 2 : 1;
-        t.ne[0] = top[i].vocab_rows || norm ? hp->n_embd : hp->n_rot / 2;
-        t.ne[1] = top[i].vocab_rows ? hp->n_vocab : 1;
-        t.ne[2] = 1;
+        snprintf(t.name, sizeof t.name, "%s", top[i].name ? top[i].name : tkv__arch_out_norm(arch));
+        t.n_dims = top[i].n_dims;
+        for (int d = 0; d < 3; d++) t.ne[d] = d < (int)top[i].n_dims ? size[top[i].ne[d]] : 1;
         t.matrix = top[i].matrix, t.optional = top[i].optional, t.layer = -1, t.bind = top[i].bind;
         if ((st = fn(&t, ud))) return st;
     }
 
     for (uint32_t l = 0; l < hp->n_layer; l++) {
+        /* this layer's attention and FFN sizes */
+        const tkv__attn_layer *A = lay->attn ? &lay->attn[l] : NULL;
+        const uint64_t hd = A ? A->hd : hp->head_dim, q = (uint64_t)hp->n_head * hd;
+        const uint64_t kv = (A ? A->n_head_kv : hp->n_head_kv) * hd, ff = A ? A->n_ff : hp->n_ff;
+        size[Q] = q, size[QG] = arch->q_gate ? 2 * q : q, size[KV] = kv, size[FF] = ff, size[FF2] = 2 * ff;
+        size[QNORM] = whole ? q : hd, size[KNORM] = whole ? kv : hd, size[QKV] = q + 2 * kv;
         for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
             const struct role *r = &roles[i];
-            if (!stored(arch, r->when)) continue;
+            if (!stored(arch, r->when) || (r->when == PLE && !pli)) continue;
             const int kind = lay->kind ? lay->kind[l] : TKV__LAYER_ATTN;
-            if (r->mixer != ANY && r->mixer != kind) continue;
+            if (!layer_stores(r, kind, A)) continue;
             memset(&t, 0, sizeof t);
             snprintf(t.name, sizeof t.name, "blk.%u.%s", l, r->suffix ? r->suffix : tkv__arch_ffn_norm(arch));
             t.n_dims = r->n_dims;

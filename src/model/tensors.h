@@ -38,6 +38,9 @@ typedef struct tkv__layout {
     const tkv__delta_dims *delta; /* the delta net's sizes (read only for delta-net layers) */
     const tkv__mamba_dims *mamba; /* Mamba-2's sizes (read only for Mamba-2 layers) */
     const uint8_t *kind;          /* (n_layer) each layer's tkv__layer_kind, or NULL: every layer attends */
+    const tkv__attn_layer *attn;  /* (n_layer) each layer's attention shape and FFN width, or NULL: the
+                                     hyperparameters' on every layer, each owning its K and V */
+    uint32_t n_pli;               /* arch->per_layer_input: each layer's slice of the per-layer inputs */
 } tkv__layout;
 
 /*

@@ -85,13 +85,14 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
 /* Every matrix of the weights, in one fixed order; *n receives the count. */
 static size_t matrices(tkv__weights *w, const tkv_hparams *hp, tkv__tensor **out) {
     size_t n = 0;
-    if (out) out[n] = &w->output;
-    n++;
+    if (out) out[n] = &w->output, out[n + 1] = &w->pl_proj;
+    n += 2;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         tkv__layer *L = &w->layers[l];
         tkv__tensor *m[] = {&L->wq,     &L->wk,     &L->wv,     &L->wo,     &L->w_gate,  &L->w_up,
                             &L->w_down, &L->router, &L->exp_gate, &L->exp_up, &L->exp_down, &L->conv_in, &L->conv_out,
-                            &L->dn_qkv, &L->dn_z,   &L->dn_beta, &L->dn_alpha, &L->dn_out, &L->m_in, &L->m_out};
+                            &L->dn_qkv, &L->dn_z,   &L->dn_beta, &L->dn_alpha, &L->dn_out, &L->m_in, &L->m_out,
+                            &L->inp_gate, &L->proj};
         for (size_t i = 0; i < sizeof m / sizeof m[0]; i++, n++)
             if (out) out[n] = m[i];
     }

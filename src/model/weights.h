@@ -74,6 +74,11 @@ typedef struct tkv__layer {
     tkv__tensor m_dt, m_a, m_d; /* (n_head) F32: the step's bias, A = -exp(A_log), the skip D */
     tkv__tensor m_norm;     /* (d_inner) F32: each group's d_inner / n_group weights */
     tkv__tensor m_out;      /* (n_embd rows, d_inner) */
+    /* arch->per_layer_input (gemma4): n_pli = embedding_length_per_layer_input */
+    tkv__tensor inp_gate;   /* (n_pli rows, n_embd) */
+    tkv__tensor proj;       /* (n_embd rows, n_pli) */
+    tkv__tensor post_norm;  /* (n_embd) F32 */
+    tkv__tensor out_scale;  /* (1) F32: the layer's output is multiplied by it */
 } tkv__layer;
 
 typedef struct tkv__weights {
@@ -83,6 +88,10 @@ typedef struct tkv__weights {
     tkv__tensor rope_freqs; /* optional (n_rot/2) F32 divisors of the angles */
     tkv__tensor rope_short, rope_long; /* LongRoPE (phi3): (n_rot/2) F32 divisors for contexts up to
                                           n_ctx_orig and beyond it; else absent */
+    /* arch->per_layer_input (gemma4), else absent */
+    tkv__tensor pl_embd;    /* (n_vocab rows, n_layer n_pli): each token's per-layer embeddings */
+    tkv__tensor pl_proj;    /* (n_layer n_pli rows, n_embd): their projection of the scaled embedding */
+    tkv__tensor pl_norm;    /* (n_pli) F32: the RMS norm of each layer's slice of that projection */
     tkv__layer *layers;     /* (n_layer) */
     void *pack_mem;         /* every tensor's packed rows (one allocation), or NULL */
     size_t pack_bytes;

@@ -106,9 +106,9 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
     ctx->h.magic = TKV__CONTEXT_MAGIC;
     ctx->model = model;
     ctx->params = p;
-    const tkv_hparams *hp = &model->hp;
     const tkv_type type_v = p.kv_type_v == TKV_TYPE_COUNT ? p.kv_type : p.kv_type_v;
-    st = tkv__kv_create(p.n_cells, hp->n_layer, model->ext.kv_width, p.kv_type, type_v, p.n_seq_max, &ctx->kv);
+    /* K/V rows for the layers that own them (gemma4's KV-shared layers read others') */
+    st = tkv__kv_create(p.n_cells, model->ext.kv_layers, model->ext.kv_width, p.kv_type, type_v, p.n_seq_max, &ctx->kv);
     if (!st && model->ext.state_floats) {
         const size_t bytes = model->ext.state_floats * sizeof(float);
         const uint64_t budget = (uint64_t)p.state_cache_mib << 20;

@@ -26,15 +26,35 @@ static const struct arch_keys {
     {"qwen3moe", 1e6f, 0, 0, 0},    {"gpt-oss", 150000.0f, 128, 0, 0}, {"smollm3", 5e6f, 0, 0, 0},
     {"olmo2", 500000.0f, 0, 0, 0},  {"phi3", 10000.0f, 0, 0, 0},     {"mistral3", 1e6f, 0, 0, 0},
     {"gemma2", 10000.0f, 4096, 50.0f, 30.0f}, {"gemma3", 1e6f, 1024, 0, 0},
-    {"qwen35", 1e7f, 0, 0, 0},      {"granitehybrid", 10000.0f, 0, 0, 0},
+    {"qwen35", 1e7f, 0, 0, 0},      {"granitehybrid", 10000.0f, 0, 0, 0}, {"gemma4", 1e6f, 512, 0, 30.0f},
 };
 
-/* The layers' kinds and the recurrent sizes of a hybrid spec (zeros for the others). */
+/* The layers' kinds and the recurrent sizes of a hybrid spec (zeros for the others), and gemma4's
+   layer shapes (attn, read only for arch->layer_shapes). */
 typedef struct hybrid {
     uint8_t kind[TKV__MAX_LAYERS];
     tkv__delta_dims delta;
     tkv__mamba_dims mamba;
+    tkv__attn_layer attn[TKV__MAX_LAYERS];
+    uint32_t n_pli;
 } hybrid;
+
+/* gemma4's layers (model_write.h): window or full by attn_every, the last shared_kv reading layer
+   n_kv - 2's (window) or n_kv - 1's (full) K/V, as the loader does. */
+static void shapes_of(const tkv__model_spec *s, hybrid *h) {
+    const uint32_t every = s->attn_every ? s->attn_every : 5, kvh = s->kv_heads ? s->kv_heads : s->heads;
+    const uint32_t hd = s->head_dim ? s->head_dim : s->dim / s->heads, n_kv = s->layers - s->shared_kv;
+    for (uint32_t l = 0; l < s->layers && l < TKV__MAX_LAYERS; l++) {
+        tkv__attn_layer *A = &h->attn[l];
+        A->swa = (l + 1) % every != 0;
+        A->hd = A->swa ? hd / 2 : hd, A->n_rot = A->hd;
+        A->n_head_kv = A->swa || kvh % 2 ? kvh : kvh / 2;
+        A->own_kv = l < n_kv, A->k_as_v = A->own_kv && !A->swa;
+        A->kv_layer = A->own_kv ? l : A->swa ? n_kv - 2 : n_kv - 1;
+        A->n_ff = A->own_kv ? s->ff : 2 * s->ff;
+    }
+    h->n_pli = s->per_layer;
+}
 
 static void hybrid_of(const tkv__model_spec *s, const tkv__arch *a, hybrid *h) {
     memset(h, 0, sizeof *h);
@@ -54,10 +74,12 @@ static void hybrid_of(const tkv__model_spec *s, const tkv__arch *a, hybrid *h) {
         d->d_inner = s->ssm_inner, d->head_dim = s->ssm_inner / s->ssm_heads;
         d->channels = d->d_inner + 2 * d->n_group * d->d_state, d->in_proj = d->d_inner + d->channels + d->n_head;
     }
+    if (a->layer_shapes) shapes_of(s, h);
 }
 
-static tkv__layout layout_of(const tkv__moe_dims *md, const hybrid *h) {
-    return (tkv__layout){.moe = md, .delta = &h->delta, .mamba = &h->mamba, .kind = h->kind};
+static tkv__layout layout_of(const tkv__moe_dims *md, const hybrid *h, const tkv__arch *a) {
+    return (tkv__layout){.moe = md, .delta = &h->delta, .mamba = &h->mamba, .kind = h->kind,
+                         .attn = a->layer_shapes ? h->attn : NULL, .n_pli = h->n_pli};
 }
 
 static const struct arch_keys *keys_of(const char *arch) {
@@ -165,14 +187,28 @@ tkv_status tkv__model_spec_check(const tkv__model_spec *s, char *why, size_t cap
             s->ssm_heads, s->ssm_groups, s->ssm_inner, TKV__MAX_LAYERS);
     if (a->deltanet && s->ssm_inner / s->ssm_heads > TKV__DELTA_MAX_DV)
         BAD("a delta net's v heads may have at most %d elements (--ssm-inner / --ssm-heads)", TKV__DELTA_MAX_DV);
-    if (!recurrent && (s->ssm_state || s->ssm_groups || s->ssm_heads || s->ssm_inner || s->ssm_conv || s->attn_every))
-        BAD("%s has no recurrent layers (--ssm-* and --attn-every are for qwen35 and granitehybrid)", s->arch);
+    if (!recurrent && (s->ssm_state || s->ssm_groups || s->ssm_heads || s->ssm_inner || s->ssm_conv ||
+                       (s->attn_every && !a->layer_shapes)))
+        BAD("%s has no recurrent layers (--ssm-* and --attn-every are for qwen35, granitehybrid and gemma4)", s->arch);
+    if (!a->layer_shapes && (s->shared_kv || s->per_layer))
+        BAD("%s has no shared K/V layers or per-layer inputs (--shared-kv and --per-layer are for gemma4)", s->arch);
+    if (a->layer_shapes && (hd % 4 || s->shared_kv >= s->layers || s->layers > TKV__MAX_LAYERS))
+        BAD("gemma4: the head size %u must be a multiple of 4 (window layers have half of it), --shared-kv %u "
+            "fewer than the %u layers (at most %d)", hd, s->shared_kv, s->layers, TKV__MAX_LAYERS);
 #undef BAD
     const tkv_hparams hp = hparams_of(s);
     const tkv__moe_dims md = moe_of(s);
     hybrid h;
     hybrid_of(s, a, &h);
-    const tkv__layout lay = layout_of(&md, &h);
+    for (uint32_t l = s->layers - s->shared_kv; a->layer_shapes && l < s->layers; l++) { /* the loader's rule */
+        const tkv__attn_layer *A = &h.attn[l];
+        if (A->kv_layer >= l || h.attn[A->kv_layer].swa != A->swa)
+            return snprintf(why, cap, "gemma4: --shared-kv %u: layer %u (%s) would read layer %d's K/V, not a layer of "
+                            "its kind (with --attn-every %u)", s->shared_kv, l, A->swa ? "window" : "full",
+                            A->kv_layer >= l ? -1 : (int)A->kv_layer, s->attn_every ? s->attn_every : 5),
+                   TKV_ERR_INVALID;
+    }
+    const tkv__layout lay = layout_of(&md, &h, a);
     check_ctx c = {s, why, cap};
     return tkv__tensors_each(a, &hp, &lay, check_rows, &c);
 }
@@ -218,9 +254,12 @@ static tkv_status write_one(const tkv__tensor_need *t, void *ud) {
     const size_t n = (size_t)elements(t);
     c->n_params += n;
     if (!t->matrix) { /* norms 1, biases and sinks 0; a recurrent layer's conv taps random, its decay A < 0,
-                         Mamba-2's skip D 1: the recurrence is alive */
+                         Mamba-2's skip D 1: the recurrence is alive; gemma4's layer output scales 1 */
         const bool conv = ends_with(t->name, "ssm_conv1d.weight");
-        const float v = strstr(t->name, "norm") || ends_with(t->name, "ssm_d") ? 1.0f : 0.0f;
+        const float v = strstr(t->name, "norm") || ends_with(t->name, "ssm_d") ||
+                                ends_with(t->name, "layer_output_scale.weight")
+                            ? 1.0f
+                            : 0.0f;
         if (conv) fill_uniform(&c->rng, c->x, n, t->ne[0]);
         else if (ends_with(t->name, "ssm_a"))
             for (size_t i = 0; i < n; i++) c->x[i] = -expf((float)(next_u64(&c->rng) >> 40) * 0x1p-24f * 2 - 1);
@@ -232,6 +271,36 @@ static tkv_status write_one(const tkv__tensor_need *t, void *ud) {
     fill_uniform(&c->rng, c->x, n, t->ne[0]);
     tkv__quantize_row(type, c->x, c->q, n); /* rows are whole blocks, so the tensor is one long row */
     return tkv__gguf_write_tensor(c->w, t->name, type, t->n_dims, t->ne, c->q);
+}
+
+/* ARCH.<suffix> = an array of n values of elem */
+static tkv_status key_array(tkv__gguf_writer *w, const char *arch, const char *suffix, tkv_meta_type elem,
+                            const void *v, uint32_t n) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    return tkv__gguf_write_array(w, key, elem, v, n);
+}
+
+static tkv_status key_u32(tkv__gguf_writer *w, const char *arch, const char *suffix, uint32_t v);
+static tkv_status key_f32(tkv__gguf_writer *w, const char *arch, const char *suffix, float v);
+
+/* gemma4's per-layer keys: FFN widths, KV heads and the window pattern as arrays, the window layers' sizes,
+   the shared layers and the per-layer inputs. */
+static tkv_status layer_keys(tkv__gguf_writer *w, const char *n, const tkv__model_spec *s, const hybrid *h) {
+    uint32_t ff[TKV__MAX_LAYERS], kv[TKV__MAX_LAYERS];
+    uint8_t swa[TKV__MAX_LAYERS];
+    for (uint32_t l = 0; l < s->layers; l++) ff[l] = h->attn[l].n_ff, kv[l] = h->attn[l].n_head_kv, swa[l] = h->attn[l].swa;
+    const uint32_t hd_swa = (s->head_dim ? s->head_dim : s->dim / s->heads) / 2;
+    tkv_status st = key_array(w, n, "feed_forward_length", TKV_META_I32, ff, s->layers);
+    if (!st) st = key_array(w, n, "attention.head_count_kv", TKV_META_I32, kv, s->layers);
+    if (!st) st = key_array(w, n, "attention.sliding_window_pattern", TKV_META_BOOL, swa, s->layers);
+    if (!st) st = key_u32(w, n, "attention.key_length_swa", hd_swa);
+    if (!st) st = key_u32(w, n, "attention.value_length_swa", hd_swa);
+    if (!st) st = key_u32(w, n, "rope.dimension_count_swa", hd_swa);
+    if (!st) st = key_f32(w, n, "rope.freq_base_swa", 10000.0f);
+    if (!st) st = key_u32(w, n, "attention.shared_kv_layers", s->shared_kv);
+    if (!st && s->per_layer) st = key_u32(w, n, "embedding_length_per_layer_input", s->per_layer);
+    return st;
 }
 
 /* ARCH.<suffix> = v */
@@ -260,11 +329,13 @@ tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint6
     if (!st) st = key_u32(w, n, "context_length", s->ctx);
     if (!st) st = key_u32(w, n, "embedding_length", s->dim);
     if (!st) st = key_u32(w, n, "block_count", s->layers);
-    if (!st) st = key_u32(w, n, "feed_forward_length", s->ff);
-    if (!st) st = key_u32(w, n, "attention.head_count", hp.n_head);
     hybrid h;
     hybrid_of(s, a, &h);
-    if (!st && a->mamba2) { /* one entry per layer: 0 on the Mamba-2 layers */
+    if (!st && !a->layer_shapes) st = key_u32(w, n, "feed_forward_length", s->ff);
+    if (!st) st = key_u32(w, n, "attention.head_count", hp.n_head);
+    if (!st && a->layer_shapes) {
+        st = layer_keys(w, n, s, &h);
+    } else if (!st && a->mamba2) { /* one entry per layer: 0 on the Mamba-2 layers */
         uint32_t *kv = calloc(s->layers, sizeof *kv);
         for (uint32_t l = 0; kv && l < s->layers; l++) kv[l] = h.kind[l] == TKV__LAYER_ATTN ? hp.n_head_kv : 0;
         char key[96];
@@ -295,12 +366,13 @@ tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint6
         snprintf(key, sizeof key, "%s.rope.scaling.finetuned", n);
         st = tkv__gguf_write_scalar(w, key, TKV_META_BOOL, &no);
     }
-    if (!st && s->head_dim) st = key_u32(w, n, "attention.key_length", hp.head_dim);
-    if (!st && s->head_dim) st = key_u32(w, n, "attention.value_length", hp.head_dim);
+    if (!st && (s->head_dim || a->layer_shapes)) st = key_u32(w, n, "attention.key_length", hp.head_dim);
+    if (!st && (s->head_dim || a->layer_shapes)) st = key_u32(w, n, "attention.value_length", hp.head_dim);
     if (!st) st = key_u32(w, n, "rope.dimension_count", hp.n_rot);
     if (!st) st = key_f32(w, n, "rope.freq_base", k->rope_base);
     if (!st) st = key_f32(w, n, "attention.layer_norm_rms_epsilon", 1e-5f);
-    if (!st && a->swa_period) st = key_u32(w, n, "attention.sliding_window", s->swa_window ? s->swa_window : k->swa_window);
+    if (!st && (a->swa_period || a->layer_shapes))
+        st = key_u32(w, n, "attention.sliding_window", s->swa_window ? s->swa_window : k->swa_window);
     if (!st && k->attn_softcap > 0) st = key_f32(w, n, "attn_logit_softcapping", k->attn_softcap);
     if (!st && k->final_softcap > 0) st = key_f32(w, n, "final_logit_softcapping", k->final_softcap);
     if (!st && a->moe) st = key_u32(w, n, "expert_count", s->experts);
@@ -309,7 +381,7 @@ tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint6
     if (st) return st;
 
     uint64_t biggest = 0;
-    const tkv__layout lay = layout_of(&md, &h);
+    const tkv__layout lay = layout_of(&md, &h, a);
     tkv__tensors_each(a, &hp, &lay, largest, &biggest);
     write_ctx c = {s, a, w, s->seed ^ 0x6a09e667f3bcc909ull, 0, malloc(biggest * sizeof(float)),
                    malloc(biggest * sizeof(float))};

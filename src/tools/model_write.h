@@ -37,6 +37,11 @@ typedef struct tkv__model_spec {
        time_step_rank, inner_size, conv_kernel; 0 conv: 4), and attention on layers l with
        (l + 1) % attn_every == 0 (0: qwen35's 4, granitehybrid's 6) */
     uint32_t ssm_state, ssm_groups, ssm_heads, ssm_inner, ssm_conv, attn_every;
+    /* gemma4: full attention on layers l with (l + 1) % attn_every == 0 (0: 5), window layers elsewhere
+       with heads of head_dim / 2 and kv_heads KV heads (full layers: head_dim and half the KV heads, when
+       even, and K as V); its last shared_kv layers read earlier layers' K/V (twice the FFN width), and
+       per_layer per-layer inputs per layer (0: none) */
+    uint32_t shared_kv, per_layer;
     tkv__type_mix mix;
     uint64_t seed;            /* same seed, same weights */
 } tkv__model_spec;

@@ -670,8 +670,59 @@ static void test_every_arch(void **state) {
     }
 }
 
+/* --arch gemma4: window and full layers of their own head sizes and KV heads, K as V on the full ones, the
+   last --shared-kv layers without K/V (twice the FFN), per-layer inputs; it loads and generates, and a
+   sharing the loader could not follow is refused. dim 128, 4 heads of 32 (window: 16), 2 KV heads (full: 1). */
+static void test_gemma4(void **state) {
+    (void)state;
+    const char *vocab = tu_shared("models/stories260K.gguf"), *out = tmp_path("gemma4.gguf");
+    const char *shape = "--arch gemma4 --dim 128 --layers 4 --heads 4 --kv-heads 2 --head-dim 32 --ff 192 "
+                        "--attn-every 2";
+    tu_run_result r = runf("mkmodel '%s' %s --shared-kv 2 --per-layer 16 --swa-window 8 --vocab-from '%s'", out,
+                           shape, vocab);
+    if (r.status != 0) fail_msg("mkmodel --arch gemma4: exit %d: %s", r.status, r.err);
+    tu_run_free(&r);
+    tkv_model *m = load(out, false);
+    assert_shape(m, "blk.0.attn_q.weight", 128, 4 * 16, 1); /* window */
+    assert_shape(m, "blk.0.attn_k.weight", 128, 2 * 16, 1);
+    assert_shape(m, "blk.0.attn_v.weight", 128, 2 * 16, 1);
+    assert_shape(m, "blk.1.attn_q.weight", 128, 4 * 32, 1); /* full: one KV head, K as V */
+    assert_shape(m, "blk.1.attn_k.weight", 128, 1 * 32, 1);
+    assert_false(has_tensor(m, "blk.1.attn_v.weight"));
+    for (int l = 2; l < 4; l++) { /* shared: no K, V or K norm; twice the FFN */
+        char name[64];
+        snprintf(name, sizeof name, "blk.%d.attn_k.weight", l);
+        assert_false(has_tensor(m, name));
+        snprintf(name, sizeof name, "blk.%d.attn_k_norm.weight", l);
+        assert_false(has_tensor(m, name));
+        snprintf(name, sizeof name, "blk.%d.ffn_down.weight", l);
+        assert_shape(m, name, 2 * 192, 128, 1);
+    }
+    assert_shape(m, "per_layer_token_embd.weight", 16 * 4, 512, 1);
+    assert_shape(m, "per_layer_model_proj.weight", 128, 16 * 4, 1);
+    assert_shape(m, "blk.3.inp_gate.weight", 128, 16, 1);
+    assert_shape(m, "blk.3.proj.weight", 16, 128, 1);
+    assert_shape(m, "blk.3.layer_output_scale.weight", 1, 1, 1);
+    int64_t shared = 0;
+    assert_int_equal(tkv_model_meta_int(m, "gemma4.attention.shared_kv_layers", &shared), TKV_OK);
+    assert_int_equal(shared, 2);
+    tkv_model_free(m);
+    r = runf("run -m '%s' -p 'Once upon a time' -n 8 -t 1 --temp 0", out);
+    if (r.status != 0) fail_msg("run the gemma4 model: exit %d: %s", r.status, r.err);
+    tu_run_free(&r);
+    r = runf("mkmodel '%s' %s --shared-kv 1 --vocab-from '%s'", out, shape, vocab); /* layer 3 (full) -> 2 (window) */
+    assert_int_equal(r.status, 2);
+    assert_non_null(strstr(r.err, "--shared-kv 1"));
+    tu_run_free(&r);
+    r = runf("mkmodel '%s' --dim 128 --layers 4 --heads 4 --ff 192 --per-layer 8 --vocab-from '%s'", out, vocab);
+    assert_int_equal(r.status, 2); /* llama has none */
+    assert_non_null(strstr(r.err, "--per-layer"));
+    tu_run_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemma4),
         cmocka_unit_test(test_every_type), cmocka_unit_test(test_mix_rule),
         cmocka_unit_test(test_mix_matches_reference), cmocka_unit_test(test_vocab_copy_types),
         cmocka_unit_test(test_vocab_copy_real), cmocka_unit_test(test_seed), cmocka_unit_test(test_every_arch),

@@ -305,7 +305,7 @@ static void test_parity_types(void **state) {
    continuations equal. */
 static void test_architectures(void **state) {
     (void)state;
-    static const char *const archs[] = {"qwen3", "smollm3", "olmo2", "phi3", "mistral3", "gemma2", "gemma3", "qwen3moe", "gpt-oss", "lfm2", "qwen35", "qwen35moe", "granitehybrid", "nemotron_h"};
+    static const char *const archs[] = {"qwen3", "smollm3", "olmo2", "phi3", "mistral3", "gemma2", "gemma3", "qwen3moe", "gpt-oss", "lfm2", "qwen35", "qwen35moe", "granitehybrid", "nemotron_h", "gemma4"};
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++) {
         char name[64], rel[128];
         snprintf(name, sizeof name, "arch-%s", archs[i]);

@@ -464,6 +464,8 @@ static void test_truth_stories(void **state) { truth_on("models/stories260K.gguf
 static void test_truth_qwen3(void **state) { truth_on("models/arch/qwen3.gguf", state); }
 static void test_truth_gemma2(void **state) { truth_on("models/arch/gemma2.gguf", state); }
 static void test_truth_qwen35(void **state) { truth_on("models/arch/qwen35.gguf", state); }
+/* gemma4: its last layers read the cache rows of earlier ones, and its cache has fewer layers than the model */
+static void test_truth_gemma4(void **state) { truth_on("models/arch/gemma4.gguf", state); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -471,6 +473,7 @@ int main(void) {
         cmocka_unit_test(test_truth_qwen3),
         cmocka_unit_test(test_truth_gemma2),
         cmocka_unit_test(test_truth_qwen35),
+        cmocka_unit_test(test_truth_gemma4),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
 }

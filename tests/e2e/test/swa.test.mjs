@@ -1,24 +1,25 @@
-// Sliding-window attention and the prefix cache: a Gemma 3 conversation's
-// second turn, sent by another client, reuses everything the first turn left
-// in the cache, and every answer equals the answer of a server that reuses
-// nothing (--no-prefix-cache). models/arch/gemma3.gguf attends within 32
-// tokens on five of its six layers, and every prompt here is longer than
-// that, so reuse that kept too little K/V (or masked by cell instead of by
-// position) would change the text.
+// Sliding-window attention and the prefix cache: a Gemma 3 (and Gemma 4)
+// conversation's second turn, sent by another client, reuses everything the
+// first turn left in the cache, and every answer equals the answer of a
+// server that reuses nothing (--no-prefix-cache). models/arch/gemma3.gguf
+// attends within 32 tokens on five of its six layers, gemma4.gguf on three
+// of its five (and its last two layers read the K/V of earlier ones), and
+// every prompt here is longer than that, so reuse that kept too little K/V
+// (or masked by cell instead of by position) would change the text.
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { SHARED, commonPrefix, startServer, stopAndCheck, tail, tokenize } from '../lib/server.mjs';
 
-const MODEL = path.join(SHARED, 'models', 'arch', 'gemma3.gguf');
 const SYSTEM = 'You are a helpful assistant who answers questions about gardens, birds and the weather.';
 const TURNS = ['Which birds visit a garden in winter?', 'And what do they eat when it snows?',
                'How can I help them in spring?'];
-// gemma3.gguf has no chat template: ChatML, as llama-server renders such a model (server/server.c)
+// neither file has a chat template: ChatML, as llama-server renders such a model (server/server.c)
 const render = (messages) => `${messages.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('')}` +
   '<|im_start|>assistant\n';
 
-describe('sliding-window model (gemma3): multi-turn reuse', () => {
+for (const name of ['gemma3', 'gemma4']) describe(`sliding-window model (${name}): multi-turn reuse`, () => {
+  const MODEL = path.join(SHARED, 'models', 'arch', `${name}.gguf`);
   let cached = null;
   let fresh = null;
   before(async () => {
@@ -36,7 +37,7 @@ describe('sliding-window model (gemma3): multi-turn reuse', () => {
       for (let turn = 0; turn < TURNS.length; turn++) {
         messages.push({ role: 'user', content: TURNS[turn] });
         // a different client (and user) for every turn: reuse is across clients
-        const req = { model: 'gemma3', messages, max_tokens: 12, temperature: 0, return_tokens: true,
+        const req = { model: name, messages, max_tokens: 12, temperature: 0, return_tokens: true,
                       user: `client-${turn}` };
         const a = await cached.client().chat.completions.create(req);
         const b = await fresh.client().chat.completions.create(req);
