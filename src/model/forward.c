@@ -351,8 +351,7 @@ static void moe_one(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
     float weight[TKV__MOE_MAX_EXPERTS], logits[TKV__MOE_MAX_EXPERTS];
     memcpy(logits, f->router, E * sizeof(float));
     if (L->router_b.data) tkv__fwd_add_bias(logits, &L->router_b, E);
-    if (f->m->arch->oai) tkv__moe_choose_topk_softmax(md, logits, chosen, weight);
-    else tkv__moe_choose(md, logits, chosen, weight);
+    tkv__moe_choose_by(md, logits, (const float *)L->exp_bias.data, chosen, weight);
     for (uint32_t a = 1; a < K; a++) /* index order: the batch path's sum order */
         for (uint32_t b = a; b > 0 && chosen[b - 1] > chosen[b]; b--) {
             const uint32_t c = chosen[b];
@@ -412,11 +411,10 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
     /* router logits, then each token's experts                 (n, E) */
     tkv__fwd_matmul(P, ith, nth, tag, &L->router, in, n, f->router);
     tkv__pool_barrier(P->pool);
-    const bool oai = f->m->arch->oai;
     for (size_t t = t0; t < t1; t++) {
         if (L->router_b.data) tkv__fwd_add_bias(f->router + t * E, &L->router_b, E);
-        if (oai) tkv__moe_choose_topk_softmax(md, f->router + t * E, f->chosen + t * K, f->chosen_w + t * K);
-        else tkv__moe_choose(md, f->router + t * E, f->chosen + t * K, f->chosen_w + t * K);
+        tkv__moe_choose_by(md, f->router + t * E, (const float *)L->exp_bias.data, f->chosen + t * K,
+                           f->chosen_w + t * K);
         memset(y + t * f->n_embd, 0, f->n_embd * sizeof(float));
     }
     tkv__pool_barrier(P->pool);
@@ -594,7 +592,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
 
     /* x = x + (silu(h Wgate) * (h Wup)) Wdown   gate, up: (n, n_ff) */
     const float *ffn_in = arch->pre_norms ? f->h : f->x;
-    if (arch->moe) {
+    if (arch->moe && l >= f->m->ext.moe.n_dense_lead) {
         moe_ffn(P, ith, nth, L, tag, ffn_in, f->tmp);
         if (L->sh_gate.data) { /* tmp += sigmoid(h . Wshgate) shared_expert(h)   (qwen35moe) */
             tkv__fwd_matmul(P, ith, nth, tag, &L->sh_gate, ffn_in, n, f->shg);

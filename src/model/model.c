@@ -531,6 +531,17 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
             return tkv__fail(TKV_ERR_FORMAT, "metadata keys '%s.expert_*': %u experts, %u used, %u wide: expected "
                              "1..%d experts, 1..experts used, a width of at least 1",
                              a, md->n_expert, md->n_used, md->n_ff, TKV__MOE_MAX_EXPERTS);
+        if ((st = hp_u32(g, a, "leading_dense_block_count", 0, &md->n_dense_lead))) return st;
+        if (md->n_dense_lead >= hp->n_layer || (md->n_dense_lead && !hp->n_ff))
+            return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.leading_dense_block_count' = %u: expected fewer than "
+                             "the %u blocks, and a feed_forward_length for them", a, md->n_dense_lead, hp->n_layer);
+        uint32_t gating = ar->oai ? TKV__GATING_SOFTMAX_WEIGHT : TKV__GATING_SOFTMAX;
+        if ((st = hp_u32(g, a, "expert_gating_func", gating, &gating))) return st;
+        if (gating < TKV__GATING_SOFTMAX || gating > TKV__GATING_SOFTMAX_WEIGHT)
+            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s.expert_gating_func' = %u: expected 1 (softmax), "
+                             "2 (sigmoid) or 3 (softmax over the chosen)", a, gating);
+        md->gating = (tkv__moe_gating)gating;
+        if ((st = hp_float(g, a, "expert_weights_scale", 0.0, &md->w_scale))) return st;
     }
     if (ar->shortconv) {
         uint32_t unused;

@@ -26,6 +26,7 @@ enum when {
     ONE_BLOCK, /* arch->one_block */
     PLE,      /* arch->per_layer_input, in a file that has them (tkv__layout.n_pli > 0) */
     OUT_SCALE, /* arch->per_layer_input's architecture (gemma4), with or without them */
+    EXP_BIAS, /* arch->expert_bias */
 };
 
 /* Which layers store a tensor: every layer (its FFN, its norms), or those of one mixer kind;
@@ -93,6 +94,7 @@ static const struct role {
     {"ffn_gate_exps.weight", {EMBD, EXP_FF, EXPERTS}, 3, true, MOE, ANY, L(exp_gate)},
     {"ffn_up_exps.weight", {EMBD, EXP_FF, EXPERTS}, 3, true, MOE, ANY, L(exp_up)},
     {"ffn_down_exps.weight", {EXP_FF, EMBD, EXPERTS}, 3, true, MOE, ANY, L(exp_down)},
+    {"exp_probs_b.bias", {EXPERTS}, 1, false, EXP_BIAS, ANY, L(exp_bias)},
     {"ffn_gate_inp.bias", {EXPERTS}, 1, false, OAI, ANY, L(router_b)},
     {"ffn_gate_exps.bias", {EXP_FF, EXPERTS}, 2, false, OAI, ANY, L(exp_gate_b)},
     {"ffn_up_exps.bias", {EXP_FF, EXPERTS}, 2, false, OAI, ANY, L(exp_up_b)},
@@ -127,8 +129,21 @@ static bool stored(const tkv__arch *a, enum when w) {
     case ONE_BLOCK: return a->one_block;
     case PLE: return a->per_layer_input; /* and a file with them: tkv__tensors_each */
     case OUT_SCALE: return a->per_layer_input;
+    case EXP_BIAS: return a->expert_bias;
     }
     return false;
+}
+
+/* Whether a layer stores role r's FFN tensors: in a MoE model, the layers before leading_dense_block_count
+   have the dense FFN (ffn_gate, ffn_up, ffn_down) instead of the experts. */
+static bool ffn_stored(const tkv__arch *a, enum when w, bool dense_layer) {
+    if (!dense_layer) return stored(a, w);
+    switch (w) {
+    case DENSE: return !a->fused && !a->one_block;
+    case DENSE_ALL: return !a->one_block;
+    case MOE: case EXP_BIAS: case SHEXP: return false;
+    default: return stored(a, w);
+    }
 }
 
 /* Whether layer l, of mixer kind `kind`, stores a tensor of role r's mixer. */
@@ -201,9 +216,10 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
         const uint64_t kv = (A ? A->n_head_kv : hp->n_head_kv) * hd, ff = A ? A->n_ff : hp->n_ff;
         size[Q] = q, size[QG] = arch->q_gate ? 2 * q : q, size[KV] = kv, size[FF] = ff, size[FF2] = 2 * ff;
         size[QNORM] = whole ? q : hd, size[KNORM] = whole ? kv : hd, size[QKV] = q + 2 * kv;
+        const bool dense_layer = arch->moe && l < moe->n_dense_lead;
         for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
             const struct role *r = &roles[i];
-            if (!stored(arch, r->when) || (r->when == PLE && !pli)) continue;
+            if (!ffn_stored(arch, r->when, dense_layer) || (r->when == PLE && !pli)) continue;
             const int kind = lay->kind ? lay->kind[l] : TKV__LAYER_ATTN;
             if (!layer_stores(r, kind, A)) continue;
             memset(&t, 0, sizeof t);

@@ -50,6 +50,8 @@ typedef struct tkv__layer {
     tkv__tensor bo, sinks;       /* arch->oai: (n_embd) attn_output bias, (n_head) attention sinks */
     tkv__tensor router_b, exp_gate_b, exp_up_b, exp_down_b; /* arch->oai: (n_expert), (n_expert,
                                                                n_ff_exp) x2, (n_expert, n_embd) F32 */
+    tkv__tensor exp_bias;   /* arch->expert_bias: (n_expert) F32, added to the sigmoid gates to choose the
+                               experts (not to weigh them) */
     tkv__tensor sh_gate;    /* arch->shared_expert: (1 row, n_embd) F32, the shared expert's gate; its
                                SwiGLU is w_gate, w_up, w_down (n_ff_shared wide) */
     tkv__tensor wo;         /* (n_embd rows, n_head*hd) */
