@@ -46,7 +46,7 @@ static const char *const mkmodel_help =
     "                       [--swa-window N] [--vocab-from GGUF] [--chat-template FILE] [--type TYPE]\n"
     "                       [--seed S] [--ctx N]\n"
     "                       [--ssm-state N --ssm-groups G --ssm-heads H --ssm-inner I [--ssm-conv K]\n"
-    "                        [--attn-every N]] [--shared-kv N] [--per-layer N]\n"
+    "                        [--attn-every N]] [--shared-kv N] [--per-layer N] [--fused-experts]\n"
     "\n"
     "Write a model with random weights (std 1/sqrt(fan_in), norms 1) and the\n"
     "tokenizer of another GGUF file; the vocabulary size is that file's token count.\n"
@@ -62,7 +62,7 @@ static const char *const mkmodel_help =
     "  --kv-heads K     key/value heads (divides H; default H)\n"
     "  --ff F           feed-forward length\n"
     "  --head-dim N     key/query/value size per head (default D / H)\n"
-    "  --experts N      MoE architectures: experts per layer\n"
+    "  --experts N      MoE architectures (and gemma4, beside its FFN): experts per layer\n"
     "  --experts-used K MoE architectures: experts each token uses\n"
     "  --expert-ff F    MoE architectures: each expert's feed-forward length\n"
     "  --swa-window N   sliding-window architectures: the window (default the\n"
@@ -79,6 +79,7 @@ static const char *const mkmodel_help =
     "                   and K as V)\n"
     "  --shared-kv N    gemma4: the last N layers read earlier layers' K/V (default 0)\n"
     "  --per-layer N    gemma4: per-layer inputs of N per layer (default 0: none)\n"
+    "  --fused-experts  gemma4 with --experts: one ffn_gate_up_exps stack per layer (default: gate and up apart)\n"
     "  --vocab-from F   GGUF file to copy the tokenizer from\n"
     "                   (default ../shared/models/stories260K.gguf)\n"
     "  --chat-template F a Jinja chat template file to store as tokenizer.chat_template\n"
@@ -224,6 +225,10 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             fputs(mkmodel_help, stdout);
             *done = true;
             return 0;
+        }
+        if (!strcmp(a, "--fused-experts")) {
+            o->spec.fused_experts = true;
+            continue;
         }
         if (a[0] != '-') {
             if (o->out) {

@@ -172,7 +172,7 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     char key[128];
     uint32_t n_expert = 0;
     if ((st = hp_u32(g, arch, "expert_count", 0, &n_expert))) return st;
-    if (n_expert > 0 && !tkv__arch_find(arch)->moe)
+    if (n_expert > 0 && !tkv__arch_find(arch)->moe && !tkv__arch_find(arch)->layer_shapes) /* gemma4 may have them */
         return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s.expert_count' = %u: mixture-of-experts models are not supported",
                          arch, n_expert);
 
@@ -516,7 +516,9 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
     if ((ar->swa_period || ar->layer_shapes) && (st = hp_u32(g, a, "attention.sliding_window", 0, &x->swa_window)))
         return st;
     if ((st = read_layers(g, hp, ar, x))) return st;
-    if (ar->moe) {
+    uint32_t n_expert = 0;
+    if ((st = hp_u32(g, a, "expert_count", 0, &n_expert))) return st;
+    if (ar->moe || (ar->layer_shapes && n_expert > 0)) { /* gemma4's experts sit beside its dense FFN */
         tkv__moe_dims *md = &x->moe;
         if ((st = hp_u32(g, a, "expert_count", -1, &md->n_expert))) return st;
         if ((st = hp_u32(g, a, "expert_used_count", -1, &md->n_used))) return st;
@@ -591,6 +593,19 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const
     return tkv__tensors_each(tkv__arch_find(hp->arch), hp, &lay, check_tensor, &c);
 }
 
+/* gemma4's experts: each layer's gate and up are one stack (ffn_gate_up_exps) or two, not both or neither. */
+static tkv_status check_experts(const tkv__weights *w, const tkv_hparams *hp, const tkv__hp_ext *x) {
+    if (!tkv__arch_find(hp->arch)->layer_shapes || !x->moe.n_expert) return TKV_OK;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const tkv__layer *L = &w->layers[l];
+        const bool two = L->exp_gate.data && L->exp_up.data, one = L->exp_gate_up.data != NULL;
+        if (one == two || (!two && (L->exp_gate.data || L->exp_up.data)))
+            return tkv__fail(TKV_ERR_FORMAT, "layer %u's experts: expected blk.%u.ffn_gate_up_exps.weight or both "
+                             "blk.%u.ffn_gate_exps.weight and blk.%u.ffn_up_exps.weight", l, l, l, l);
+    }
+    return TKV_OK;
+}
+
 /* ---- load / free -------------------------------------------------------- */
 
 static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model **out) {
@@ -605,6 +620,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
         else
             st = check_tensors(g, &hp, &ext);
         if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &(tkv__layout){&ext.moe, &ext.delta, &ext.mamba, ext.kind, ext.attn, ext.n_pli}, &w);
+        if (st == TKV_OK) st = check_experts(&w, &hp, &ext);
         if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g);
         if (st) tkv__weights_free(&w);
     }

@@ -173,12 +173,15 @@ tkv_status tkv__model_spec_check(const tkv__model_spec *s, char *why, size_t cap
     if (s->heads % kvh) BAD("%u heads are not a multiple of %u key/value heads", s->heads, kvh);
     const uint32_t hd = s->head_dim ? s->head_dim : s->dim / s->heads;
     if (hd % 2) BAD("the head size %u must be even (RoPE rotates pairs)", hd);
-    if (a->moe && (!s->experts || !s->experts_used || !s->expert_ff))
+    const bool experts = a->moe || (a->layer_shapes && s->experts); /* gemma4: experts beside its FFN */
+    if (experts && (!s->experts || !s->experts_used || !s->expert_ff))
         BAD("%s is a mixture of experts: give the experts, how many are used and their width", s->arch);
+    if (s->fused_experts && !(a->layer_shapes && s->experts))
+        BAD("--fused-experts is for gemma4 with --experts");
     if (a->moe && (s->experts > TKV__MOE_MAX_EXPERTS || s->experts_used > s->experts))
         BAD("%u experts with %u used: at most %d experts, and no more used than there are", s->experts,
             s->experts_used, TKV__MOE_MAX_EXPERTS);
-    if (!a->moe && (s->experts || s->experts_used || s->expert_ff)) BAD("%s has no experts", s->arch);
+    if (!experts && (s->experts || s->experts_used || s->expert_ff)) BAD("%s has no experts", s->arch);
     const bool recurrent = a->deltanet || a->mamba2;
     if (recurrent && (!s->ssm_state || !s->ssm_groups || !s->ssm_heads || !s->ssm_inner))
         BAD("%s has recurrent layers: give --ssm-state, --ssm-groups, --ssm-heads and --ssm-inner", s->arch);
@@ -246,13 +249,35 @@ typedef struct write_ctx {
     uint8_t *q; /* its stored bytes (at most 4 per element) */
 } write_ctx;
 
+/* gemma4's optional tensors: 1 to write (RoPE's divisors, which the reference requires; the experts' gate and
+   up stacks, or the fused one with fused_experts; their down scales), -1 to leave out (the other form, the gate
+   and up scales), 0: not one of them. */
+static int gemma4_optional(const write_ctx *c, const char *name) {
+    const tkv__model_spec *s = c->s;
+    if (!c->arch->layer_shapes) return 0;
+    if (!strcmp(name, "rope_freqs.weight")) return 1;
+    if (ends_with(name, "ffn_gate_up_exps.weight")) return s->fused_experts ? 1 : -1;
+    if (ends_with(name, "ffn_gate_exps.weight") || ends_with(name, "ffn_up_exps.weight")) return s->fused_experts ? -1 : 1;
+    if (ends_with(name, "ffn_down_exps.scale")) return 1;
+    if (ends_with(name, "ffn_gate_exps.scale") || ends_with(name, "ffn_up_exps.scale")) return -1;
+    return 0;
+}
+
 static tkv_status write_one(const tkv__tensor_need *t, void *ud) {
     write_ctx *c = ud;
-    /* no RoPE factors; Gemma ties its output to the embeddings (the reference's gemma2
+    /* no RoPE factors (but gemma4's); Gemma ties its output to the embeddings (the reference's gemma2
        refuses an output.weight) */
-    if (t->optional && (strcmp(t->name, "output.weight") || c->arch->gemma)) return TKV_OK;
+    if (t->optional && !gemma4_optional(c, t->name) && (strcmp(t->name, "output.weight") || c->arch->gemma))
+        return TKV_OK;
+    if (t->optional && gemma4_optional(c, t->name) < 0) return TKV_OK;
     const size_t n = (size_t)elements(t);
     c->n_params += n;
+    if (c->arch->layer_shapes && !strcmp(t->name, "rope_freqs.weight")) {
+        /* gemma4's proportional RoPE on its full layers, as its converter writes it: a quarter of the dims
+           rotate, the others are held (divided by 1e30) */
+        for (size_t i = 0; i < n; i++) c->x[i] = i < n / 4 ? 1.0f : 1e30f;
+        return tkv__gguf_write_tensor(c->w, t->name, TKV_TYPE_F32, t->n_dims, t->ne, c->x);
+    }
     if (!t->matrix) { /* norms 1, biases and sinks 0; a recurrent layer's conv taps random, its decay A < 0,
                          Mamba-2's skip D 1: the recurrence is alive; gemma4's layer output scales 1 */
         const bool conv = ends_with(t->name, "ssm_conv1d.weight");
@@ -261,6 +286,8 @@ static tkv_status write_one(const tkv__tensor_need *t, void *ud) {
                             ? 1.0f
                             : 0.0f;
         if (conv) fill_uniform(&c->rng, c->x, n, t->ne[0]);
+        else if (ends_with(t->name, ".scale")) /* gemma4's router input and expert scales: around 1 */
+            for (size_t i = 0; i < n; i++) c->x[i] = 0.5f + (float)(next_u64(&c->rng) >> 40) * 0x1p-24f;
         else if (ends_with(t->name, "ssm_a"))
             for (size_t i = 0; i < n; i++) c->x[i] = -expf((float)(next_u64(&c->rng) >> 40) * 0x1p-24f * 2 - 1);
         else
@@ -299,7 +326,8 @@ static tkv_status layer_keys(tkv__gguf_writer *w, const char *n, const tkv__mode
     if (!st) st = key_u32(w, n, "rope.dimension_count_swa", hd_swa);
     if (!st) st = key_f32(w, n, "rope.freq_base_swa", 10000.0f);
     if (!st) st = key_u32(w, n, "attention.shared_kv_layers", s->shared_kv);
-    if (!st && s->per_layer) st = key_u32(w, n, "embedding_length_per_layer_input", s->per_layer);
+    /* written when 0 too: the reference requires the key (its converter always writes it) */
+    if (!st) st = key_u32(w, n, "embedding_length_per_layer_input", s->per_layer);
     return st;
 }
 
@@ -375,9 +403,10 @@ tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint6
         st = key_u32(w, n, "attention.sliding_window", s->swa_window ? s->swa_window : k->swa_window);
     if (!st && k->attn_softcap > 0) st = key_f32(w, n, "attn_logit_softcapping", k->attn_softcap);
     if (!st && k->final_softcap > 0) st = key_f32(w, n, "final_logit_softcapping", k->final_softcap);
-    if (!st && a->moe) st = key_u32(w, n, "expert_count", s->experts);
-    if (!st && a->moe) st = key_u32(w, n, "expert_used_count", s->experts_used);
-    if (!st && a->moe) st = key_u32(w, n, "expert_feed_forward_length", s->expert_ff);
+    const bool experts = a->moe || (a->layer_shapes && s->experts);
+    if (!st && experts) st = key_u32(w, n, "expert_count", s->experts);
+    if (!st && experts) st = key_u32(w, n, "expert_used_count", s->experts_used);
+    if (!st && experts) st = key_u32(w, n, "expert_feed_forward_length", s->expert_ff);
     if (st) return st;
 
     uint64_t biggest = 0;
