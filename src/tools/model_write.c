@@ -24,6 +24,9 @@ static const struct arch_keys {
     uint32_t attn_every;              /* hybrids: the default attention period (model_write.h) */
     bool tied;                        /* no output.weight: the published files tie it to token_embd */
     bool no_rope_keys;                /* no rope.* keys (nemotron_h applies no RoPE and its files have none) */
+    float rope_kept;                  /* > 0: rope_freqs.weight (the reference requires it) rotates this share of
+                                         the pairs and divides the others' frequencies by 1e30: gemma4's
+                                         proportional RoPE on its full layers */
 } arch_keys[] = {
 #define K(n, base) .name = n, .rope_base = base
     {K("llama", 10000.0f)},    {K("qwen2", 1e6f)},     {K("qwen3", 1e6f)},      {K("qwen3moe", 1e6f)},
@@ -31,7 +34,7 @@ static const struct arch_keys {
     {K("phi3", 10000.0f)},     {K("mistral3", 1e6f)},
     {K("gemma2", 10000.0f), .swa_window = 4096, .attn_softcap = 50.0f, .final_softcap = 30.0f, .tied = true},
     {K("gemma3", 1e6f), .swa_window = 1024, .tied = true},
-    {K("gemma4", 1e6f), .swa_window = 512, .final_softcap = 30.0f, .attn_every = 5, .tied = true},
+    {K("gemma4", 1e6f), .swa_window = 512, .final_softcap = 30.0f, .attn_every = 5, .tied = true, .rope_kept = 0.25f},
     {K("qwen35", 1e7f), .attn_every = 4},   {K("qwen35moe", 1e7f), .attn_every = 4},
     {K("granitehybrid", 10000.0f), .attn_every = 6},
     {K("lfm2", 1e6f), .attn_every = 3, .tied = true},
@@ -339,7 +342,14 @@ static tkv_status write_one(const tkv__tensor_need *t, void *ud) {
     write_ctx *c = ud;
     /* no RoPE factors; Gemma and LFM2 tie their output to the embeddings (the reference's gemma2
        refuses an output.weight) */
-    if (t->optional && (strcmp(t->name, "output.weight") || keys_of(c->s->arch)->tied)) return TKV_OK;
+    const struct arch_keys *k = keys_of(c->s->arch);
+    if (!strcmp(t->name, "rope_freqs.weight") && k->rope_kept > 0) {
+        const size_t n = (size_t)elements(t), kept = (size_t)(k->rope_kept * (float)n);
+        for (size_t i = 0; i < n; i++) c->x[i] = i < kept ? 1.0f : 1e30f;
+        c->n_params += n;
+        return tkv__gguf_write_tensor(c->w, t->name, TKV_TYPE_F32, t->n_dims, t->ne, c->x);
+    }
+    if (t->optional && (strcmp(t->name, "output.weight") || k->tied)) return TKV_OK;
     const size_t n = (size_t)elements(t);
     c->n_params += n;
     if (!t->matrix) { /* norms 1, biases and sinks 0; a recurrent layer's (or short conv's) conv taps random, its
@@ -388,7 +398,8 @@ static tkv_status layer_keys(tkv__gguf_writer *w, const char *n, const tkv__mode
     if (!st) st = key_u32(w, n, "rope.dimension_count_swa", hd_swa);
     if (!st) st = key_f32(w, n, "rope.freq_base_swa", 10000.0f);
     if (!st) st = key_u32(w, n, "attention.shared_kv_layers", s->shared_kv);
-    if (!st && s->per_layer) st = key_u32(w, n, "embedding_length_per_layer_input", s->per_layer);
+    /* 0 (no per-layer inputs) too: the reference requires the key */
+    if (!st) st = key_u32(w, n, "embedding_length_per_layer_input", s->per_layer);
     return st;
 }
 
@@ -449,8 +460,11 @@ tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint6
     }
     if (!st && a->deltanet) {
         st = key_u32(w, n, "full_attention_interval", s->attn_every ? s->attn_every : k->attn_every);
-        /* the reference reads MRoPE sections; text gives every section the same position */
-        const int32_t sections[4] = {(int32_t)(hp.n_rot / 2), 0, 0, 0};
+        /* the reference's interleaved MRoPE sections, as Qwen3.5's (11, 11, 10 of 32 pairs): t, h and w
+           cover every pair, so text (one position on the three) rotates every pair; a fourth section's
+           pairs would not rotate (model.c refuses them) */
+        const int32_t half = (int32_t)(hp.n_rot / 2);
+        const int32_t sections[4] = {(half + 2) / 3, (half + 1) / 3, half / 3, 0};
         char key[96];
         snprintf(key, sizeof key, "%s.rope.dimension_sections", n);
         if (!st) st = tkv__gguf_write_array(w, key, TKV_META_I32, sections, 4);

@@ -710,6 +710,16 @@ static void test_gemma4(void **state) {
     r = runf("run -m '%s' -p 'Once upon a time' -n 8 -t 1 --temp 0", out);
     if (r.status != 0) fail_msg("run the gemma4 model: exit %d: %s", r.status, r.err);
     tu_run_free(&r);
+    /* without per-layer inputs the key says 0: the reference requires it */
+    r = runf("mkmodel '%s' %s --vocab-from '%s'", out, shape, vocab);
+    assert_int_equal(r.status, 0);
+    tu_run_free(&r);
+    m = load(out, false);
+    int64_t pli = -1;
+    assert_int_equal(tkv_model_meta_int(m, "gemma4.embedding_length_per_layer_input", &pli), TKV_OK);
+    assert_int_equal(pli, 0);
+    assert_false(has_tensor(m, "per_layer_token_embd.weight"));
+    tkv_model_free(m);
     r = runf("mkmodel '%s' %s --shared-kv 1 --vocab-from '%s'", out, shape, vocab); /* layer 3 (full) -> 2 (window) */
     assert_int_equal(r.status, 2);
     assert_non_null(strstr(r.err, "--shared-kv 1"));

@@ -210,7 +210,74 @@ static void test_hybrid_shapes(void **state) {
     assert_int_equal(tu_rmtree(dir), 0);
 }
 
+/* The sections' 4 counts in a GGUF image: after the key's name come its type (array), the element type and
+   the count; NULL when the key is not there. */
+static uint8_t *sections_in(uint8_t *img, size_t size, const char *key) {
+    const size_t k = strlen(key);
+    for (size_t i = 0; i + k + 16 + 16 <= size; i++)
+        if (!memcmp(img + i, key, k)) return img + i + k + 16;
+    return NULL;
+}
+
+/* qwen35's interleaved MRoPE: the reference rotates pair i by the text position only when its sector s = i %
+   (the counts' sum) falls in section t, h or w (s % 3 == 0, 1, 2 and s < 3 x that count); other pairs take a
+   fourth position, 0 for text. mkmodel's sections rotate every pair; a file that leaves a pair to the fourth
+   axis is refused by the key's name (the engine rotates every pair: it would not match the reference). */
+static void test_rope_sections(void **state) {
+    (void)state;
+    char dir[64], path[128];
+    assert_int_equal(tu_mkdtemp(dir, "sections"), 0);
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    for (uint32_t hd = 8; hd <= 128; hd *= 2) { /* n_rot = hd: 4 to 64 pairs */
+        tkv__model_spec s = {.arch = "qwen35", .dim = 128, .layers = 2, .heads = 4, .kv_heads = 1, .head_dim = hd,
+                             .ff = 128, .ctx = 256, .n_vocab = N_VOCAB, .ssm_state = 16, .ssm_groups = 1,
+                             .ssm_heads = 2, .ssm_inner = 32, .attn_every = 2,
+                             .mix = {TKV_TYPE_F32, TKV_TYPE_F32, TKV_TYPE_F32}};
+        write_model(&s, path);
+        tkv_model *m;
+        if (tkv_model_load(path, NULL, &m) != TKV_OK) fail_msg("head %u: %s", hd, tkv_last_error(NULL));
+        int64_t sec[4], sum = 0;
+        for (size_t k = 0; k < 4; k++) {
+            assert_int_equal(tkv_model_meta_arr_int(m, "qwen35.rope.dimension_sections", k, &sec[k]), TKV_OK);
+            sum += sec[k];
+        }
+        tkv_model_free(m);
+        assert_true(sum > 0);
+        for (int64_t i = 0; i < hd / 2; i++) {
+            const int64_t t = i % sum;
+            if (!((t % 3 == 0 && t < 3 * sec[0]) || (t % 3 == 1 && t < 3 * sec[1]) || (t % 3 == 2 && t < 3 * sec[2])))
+                fail_msg("head %u: sections [%lld %lld %lld %lld] leave pair %lld unrotated", hd, (long long)sec[0],
+                         (long long)sec[1], (long long)sec[2], (long long)sec[3], (long long)i);
+        }
+    }
+    /* the file of the last shape (64 pairs) with sections [32, 0, 0, 0]: pairs 1, 2, 4, ... take axis e */
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    const size_t size = (size_t)ftell(f);
+    uint8_t *img = malloc(size); /* (size) the file's bytes */
+    assert_non_null(img);
+    rewind(f);
+    assert_int_equal(fread(img, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+    uint8_t *counts = sections_in(img, size, "qwen35.rope.dimension_sections");
+    assert_non_null(counts);
+    const int32_t one_axis[4] = {32, 0, 0, 0};
+    memcpy(counts, one_axis, sizeof one_axis);
+    f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(img, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+    free(img);
+    tkv_model *m = NULL;
+    assert_int_equal(tkv_model_load(path, NULL, &m), TKV_ERR_UNSUPPORTED);
+    assert_null(m);
+    assert_non_null(strstr(tkv_last_error(NULL), "rope.dimension_sections"));
+    assert_non_null(strstr(tkv_last_error(NULL), "pair 1 of 64"));
+    assert_int_equal(tu_rmtree(dir), 0);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_hybrid_shapes)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_rope_sections), cmocka_unit_test(test_hybrid_shapes)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
