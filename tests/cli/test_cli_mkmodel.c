@@ -703,6 +703,7 @@ static void test_gemma4(void **state) {
     assert_shape(m, "blk.3.inp_gate.weight", 128, 16, 1);
     assert_shape(m, "blk.3.proj.weight", 16, 128, 1);
     assert_shape(m, "blk.3.layer_output_scale.weight", 1, 1, 1);
+    assert_shape(m, "rope_freqs.weight", 16, 1, 1); /* the reference requires it: the full layers' 16 pairs */
     int64_t shared = 0;
     assert_int_equal(tkv_model_meta_int(m, "gemma4.attention.shared_kv_layers", &shared), TKV_OK);
     assert_int_equal(shared, 2);
