@@ -317,6 +317,40 @@ static tkv_status check_tensor(const tkv__tensor_need *n, void *ud) {
 }
 
 /*
+ * Qwen3.5's interleaved multi-axis RoPE (rope.dimension_sections: pairs for
+ * axes t, h, w and a fourth, e). The reference rotates pair i of the n_rot / 2
+ * by axis t, h or w when s = i % (the counts' sum) has s % 3 == 0 and
+ * s < 3 t, s % 3 == 1 and s < 3 h, or s % 3 == 2 and s < 3 w; any other pair
+ * by axis e. For text t, h and w are the token's position and e is 0: such a
+ * pair does not rotate. The engine rotates every pair by the position (NEOX),
+ * so a file whose sections leave a pair to axis e is refused by that name.
+ * No key: every pair rotates.
+ */
+static tkv_status check_sections(const tkv__gguf *g, const tkv_hparams *hp) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", hp->arch);
+    const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
+    if (!kv) return TKV_OK;
+    if (kv->type != TKV_META_ARRAY || (kv->elem_type != TKV_META_I32 && kv->elem_type != TKV_META_U32) || kv->n != 4)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': expected an array of 4 32-bit integers", key);
+    int32_t sec[4]; /* t, h, w, e */
+    int64_t sum = 0;
+    for (int k = 0; k < 4; k++) memcpy(&sec[k], kv->arr + 4 * k, 4), sum += sec[k];
+    for (int k = 0; k < 4; k++)
+        if (sec[k] < 0 || sum == 0)
+            return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': [%d, %d, %d, %d]: expected counts >= 0, not all 0", key,
+                             sec[0], sec[1], sec[2], sec[3]);
+    for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
+        const int64_t s = i % sum;
+        if (!((s % 3 == 0 && s < 3 * sec[0]) || (s % 3 == 1 && s < 3 * sec[1]) || (s % 3 == 2 && s < 3 * sec[2])))
+            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': [%d, %d, %d, %d] leaves rotary pair %u of %u to the "
+                             "fourth axis, which does not rotate text (not supported: every pair rotates here)",
+                             key, sec[0], sec[1], sec[2], sec[3], i, hp->n_rot / 2);
+    }
+    return TKV_OK;
+}
+
+/*
  * A delta-net hybrid's sizes (deltanet.h) and which layers are delta nets:
  * every layer but those with (l + 1) % full_attention_interval == 0. A file
  * that lists them (attention.recurrent_layers) is refused by that name: the
@@ -335,6 +369,7 @@ static tkv_status read_delta(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_
                          "(full_attention_interval is)", key);
     if (hp->n_layer > TKV__MAX_LAYERS)
         return tkv__fail(TKV_ERR_UNSUPPORTED, "%u layers: a hybrid may have at most %d", hp->n_layer, TKV__MAX_LAYERS);
+    if ((st = check_sections(g, hp))) return st;
     if ((st = hp_u32(g, a, "full_attention_interval", 4, &every))) return st;
     if ((st = hp_u32(g, a, "ssm.conv_kernel", -1, &d->d_conv))) return st;
     if ((st = hp_u32(g, a, "ssm.state_size", -1, &d->d_k))) return st;
