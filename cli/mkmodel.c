@@ -47,7 +47,7 @@ static const char *const mkmodel_help =
     "                       [--seed S] [--ctx N]\n"
     "                       [--ssm-state N --ssm-groups G --ssm-heads H --ssm-inner I [--ssm-conv K]\n"
     "                        [--attn-every N | --pattern P]] [--shared-kv N] [--per-layer N]\n"
-    "                       [--fused-experts]\n"
+    "                       [--fused-experts] [--dense-lead N]\n"
     "\n"
     "Write a model with random weights (std 1/sqrt(fan_in), norms 1) and the\n"
     "tokenizer of another GGUF file; the vocabulary size is that file's token count.\n"
@@ -56,8 +56,8 @@ static const char *const mkmodel_help =
     "\n"
     "  --arch A         architecture (default llama): llama, qwen2, qwen3, qwen3moe,\n"
     "                   gpt-oss, smollm3, olmo2, phi3, mistral3, gemma2, gemma3, gemma4, and\n"
-    "                   the hybrids qwen35 and qwen35moe (gated delta nets), lfm2 (short\n"
-    "                   convs), granitehybrid and nemotron_h (Mamba-2)\n"
+    "                   the hybrids qwen35 and qwen35moe (gated delta nets), lfm2 and lfm2moe\n"
+    "                   (short convs), granitehybrid and nemotron_h (Mamba-2)\n"
     "  --dim D          embedding length (a multiple of --heads unless --head-dim)\n"
     "  --layers L       number of blocks\n"
     "  --heads H        attention heads\n"
@@ -86,6 +86,7 @@ static const char *const mkmodel_help =
     "                   (nemotron_h), 'C' short conv (lfm2); e.g. nemotron_h M-*M-*\n"
     "  --shared-kv N    gemma4: the last N layers read earlier layers' K/V (default 0)\n"
     "  --per-layer N    gemma4: per-layer inputs of N per layer (default 0: none)\n"
+    "  --dense-lead N   lfm2moe: the first N layers have a dense FFN (--ff), the others experts\n"
     "  --fused-experts  gemma4 with --experts: one ffn_gate_up_exps stack per layer (default: gate and up apart)\n"
     "  --vocab-from F   GGUF file to copy the tokenizer from\n"
     "                   (default ../shared/models/stories260K.gguf)\n"
@@ -261,6 +262,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             {"--ssm-heads", AT(ssm_heads), 1, 4096},   {"--ssm-inner", AT(ssm_inner), 1, 1u << 20},
             {"--ssm-conv", AT(ssm_conv), 2, 16},       {"--attn-every", AT(attn_every), 1, 4096},
             {"--shared-kv", AT(shared_kv), 0, 4095},   {"--per-layer", AT(per_layer), 0, 1u << 16},
+            {"--dense-lead", AT(dense_lead), 0, 4095},
 #undef AT
         };
         bool known = false;

@@ -24,6 +24,7 @@ static const struct arch_keys {
     uint32_t attn_every;              /* hybrids: the default attention period (model_write.h) */
     bool tied;                        /* no output.weight: the published files tie it to token_embd */
     bool no_rope_keys;                /* no rope.* keys (nemotron_h applies no RoPE and its files have none) */
+    uint32_t gating;                  /* MoE: expert_gating_func (0: the key is not written) */
     float rope_kept;                  /* > 0: rope_freqs.weight (the reference requires it) rotates this share of
                                          the pairs and divides the others' frequencies by 1e30: gemma4's
                                          proportional RoPE on its full layers */
@@ -38,6 +39,7 @@ static const struct arch_keys {
     {K("qwen35", 1e7f), .attn_every = 4},   {K("qwen35moe", 1e7f), .attn_every = 4},
     {K("granitehybrid", 10000.0f), .attn_every = 6},
     {K("lfm2", 1e6f), .attn_every = 3, .tied = true},
+    {K("lfm2moe", 1e6f), .attn_every = 3, .tied = true, .gating = 2},
     {K("nemotron_h", 10000.0f), .attn_every = 3, .no_rope_keys = true},
 #undef K
 };
@@ -162,7 +164,8 @@ static tkv_hparams hparams_of(const tkv__model_spec *s) {
 
 static tkv__moe_dims moe_of(const tkv__model_spec *s) {
     /* n_ff_shared is read only where the architecture has a shared expert */
-    return (tkv__moe_dims){.n_expert = s->experts, .n_used = s->experts_used, .n_ff = s->expert_ff, .n_ff_shared = s->ff};
+    return (tkv__moe_dims){.n_expert = s->experts, .n_used = s->experts_used, .n_ff = s->expert_ff, .n_ff_shared = s->ff,
+                           .n_dense_lead = s->dense_lead};
 }
 
 /* A K type on rows that are not whole super-blocks: the reference's fallback. */
@@ -241,6 +244,8 @@ tkv_status tkv__model_spec_check(const tkv__model_spec *s, char *why, size_t cap
     const bool experts = a->moe || (a->layer_shapes && s->experts); /* gemma4: experts beside its FFN */
     if (experts && (!s->experts || !s->experts_used || !s->expert_ff))
         BAD("%s is a mixture of experts: give the experts, how many are used and their width", s->arch);
+    if (s->dense_lead && (!a->expert_bias || s->dense_lead >= s->layers))
+        BAD("--dense-lead %u: for lfm2moe, fewer than its %u layers", s->dense_lead, s->layers);
     if (s->fused_experts && !(a->layer_shapes && s->experts))
         BAD("--fused-experts is for gemma4 with --experts");
     if (a->moe && (s->experts > TKV__MOE_MAX_EXPERTS || s->experts_used > s->experts))
@@ -377,6 +382,8 @@ static tkv_status write_one(const tkv__tensor_need *t, void *ud) {
                             ? 1.0f
                             : 0.0f;
         if (conv) fill_uniform(&c->rng, c->x, n, t->ne[0]);
+        else if (ends_with(t->name, "exp_probs_b.bias")) /* lfm2moe's choice bias: small, so it changes some choices */
+            for (size_t i = 0; i < n; i++) c->x[i] = ((float)(next_u64(&c->rng) >> 40) * 0x1p-24f - 0.5f) * 0.2f;
         else if (ends_with(t->name, ".scale")) /* gemma4's router input and expert scales: around 1 */
             for (size_t i = 0; i < n; i++) c->x[i] = 0.5f + (float)(next_u64(&c->rng) >> 40) * 0x1p-24f;
         else if (ends_with(t->name, "ssm_a"))
@@ -511,6 +518,8 @@ tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint6
     if (!st && experts) st = key_u32(w, n, "expert_used_count", s->experts_used);
     if (!st && experts) st = key_u32(w, n, "expert_feed_forward_length", s->expert_ff);
     if (!st && a->shared_expert) st = key_u32(w, n, "expert_shared_feed_forward_length", s->ff);
+    if (!st && experts && k->gating) st = key_u32(w, n, "expert_gating_func", k->gating);
+    if (!st && a->expert_bias) st = key_u32(w, n, "leading_dense_block_count", s->dense_lead);
     if (st) return st;
 
     uint64_t biggest = 0;

@@ -48,6 +48,8 @@ typedef struct tkv__model_spec {
        even, and K as V); its last shared_kv layers read earlier layers' K/V (twice the FFN width), and
        per_layer per-layer inputs per layer (0: none) */
     uint32_t shared_kv, per_layer;
+    uint32_t dense_lead;      /* lfm2moe: the first dense_lead layers have a dense FFN (ff wide), the others
+                                 experts (leading_dense_block_count) */
     bool fused_experts;       /* gemma4 with experts: one ffn_gate_up_exps stack instead of ffn_gate_exps and
                                  ffn_up_exps (the reference reads both) */
     tkv__type_mix mix;

@@ -4,8 +4,9 @@
  * writes them: qwen35 (delta nets with 2 and 3 q/k heads, v heads of 64),
  * qwen35moe (delta nets, 8 experts and a shared one), lfm2 (short convs),
  * granitehybrid (Mamba-2 with 1 and 2 groups, heads of 64), nemotron_h
- * (Mamba-2 with 4 groups, MLP layers, MQA) and gemma4 (two layer shapes,
- * shared K/V, with and without per-layer inputs), at F16, Q8_0 and Q4_K_M. At every SIMD level the logits of a 16-token prompt and of 8
+ * (Mamba-2 with 4 groups, MLP layers, MQA), gemma4 (two layer shapes,
+ * shared K/V, with and without per-layer inputs; and with experts beside its
+ * FFN) and lfm2moe (a dense layer, then experts), at F16, Q8_0 and Q4_K_M. At every SIMD level the logits of a 16-token prompt and of 8
  * greedy tokens stay within a bound of the scalar level's, the greedy ids
  * equal but at a near-tie; and at the best level a prompt synced over a
  * cached prefix gives a fresh context's logits to the bit. The bounds follow
@@ -18,7 +19,9 @@
  * qwen35moe's random router has near-ties that the levels' orders of summation
  * flip (one expert for another: 10-35% on that row, at F16 too, for 2 of 5
  * seeds tried), so its spec names a seed whose expert choices hold at every
- * level, as the shipped MoE files' seeds were chosen by router margin.
+ * level, as the shipped MoE files' seeds were chosen by router margin; so
+ * does gemma4's with experts (seeds 1-4 flip a choice somewhere: 6-29% on
+ * one row).
  */
 #include "testutil.h"
 
@@ -55,6 +58,13 @@ static const tkv__model_spec specs[] = {
     /* lfm2: short convs on layers 0, 2, 3 */
     {.arch = "lfm2", .dim = 256, .layers = 4, .heads = 4, .kv_heads = 2, .ff = 512, .ctx = 2048, .n_vocab = N_VOCAB,
      .pattern = "C*CC"},
+    /* gemma4 with experts beside its FFN (8, 2 used), gate and up as one stack; lfm2moe: a dense first layer,
+       then 8 experts (2 used) chosen by sigmoid gates and a choice bias */
+    {.arch = "gemma4", .dim = 256, .layers = 4, .heads = 4, .kv_heads = 2, .head_dim = 64, .ff = 256, .ctx = 2048,
+     .n_vocab = N_VOCAB, .attn_every = 2, .swa_window = 8, .experts = 8, .experts_used = 2, .expert_ff = 128,
+     .fused_experts = true, .seed = 5},
+    {.arch = "lfm2moe", .dim = 256, .layers = 4, .heads = 4, .kv_heads = 2, .ff = 512, .ctx = 2048, .n_vocab = N_VOCAB,
+     .pattern = "C*CC", .experts = 8, .experts_used = 2, .expert_ff = 128, .dense_lead = 1, .seed = 1},
     /* nemotron_h: Mamba-2 with 4 groups, one MQA attention layer, MLP layers */
     {.arch = "nemotron_h", .dim = 256, .layers = 5, .heads = 4, .kv_heads = 1, .ff = 384, .ctx = 2048,
      .n_vocab = N_VOCAB, .ssm_state = 32, .ssm_groups = 4, .ssm_heads = 8, .ssm_inner = 512, .pattern = "M-M*-"},
