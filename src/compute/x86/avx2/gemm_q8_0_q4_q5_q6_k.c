@@ -53,8 +53,8 @@ static inline void p32_finish(p32 *e, __m256i w, float d) {
     _mm256_store_ps(e->d, _mm256_set1_ps(d));
 }
 
-INLINE void p32_q8_0(p32 *e, const uint8_t *row, size_t i) {
-    const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)row + i;
+INLINE void p32_q8_0(p32 *e, const uint8_t *blk) {
+    const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)blk;
     p32_finish(e, LOAD256(b->qs), f16(b->d));
 }
 
@@ -122,7 +122,7 @@ typedef struct q8_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct q8_state {
     q8_bufs *b;
-    size_t nb;
+    size_t nb, bst; /* blocks per row; bytes from a row's block to its next (tile_bstride) */
 } q8_state;
 
 /* Token scales as floats: tile j's at da + nb * start[j], [block][token]. */
@@ -133,7 +133,7 @@ INLINE void q8_table(void *f, const tile_job *job, const tile_chunk *c) {
 
 INLINE void q8_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     q8_state *b = f;
-    for (int k = 0; k < 2; k++) p32_q8_0(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k], i);
+    for (int k = 0; k < 2; k++) p32_q8_0(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst);
 }
 
 INLINE void q8_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -154,6 +154,7 @@ INLINE void gemm32(const tile_job *job) {
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.nb = job->n / TKV__QK;
+    b.bst = tile_bstride(job, sizeof(tkv__block_q8_0));
     const int direct = b.nb <= KC32;
     size_t tc = TAB_BYTES / sizeof(float) / b.nb;
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX;
@@ -167,7 +168,12 @@ INLINE void gemm32(const tile_job *job) {
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy});
+    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0});
+}
+
+void tkv__gemm_q8_0_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                size_t n_tok, float *y, size_t ldy) {
+    gemm32(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs});
 }
 
 /* ==== Q4_K / Q5_K / Q6_K =============================================================== */
@@ -200,9 +206,8 @@ typedef struct tk {
 } tk;
 
 /* Q4_K and Q5_K (five: the fifth bits of qh): d, dmin and scales sit at the same place. */
-NOINLINE void pk_q45_K(pk *e, const uint8_t *row, size_t i, int five) {
-    const size_t bsz = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
-    const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(row + i * bsz);
+NOINLINE void pk_q45_K(pk *e, const uint8_t *blk, int five) {
+    const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)blk;
     const uint8_t *qs = five ? ((const tkv__block_q5_K *)(const void *)b)->qs : b->qs;
     __m256i h = five ? LOAD256(((const tkv__block_q5_K *)(const void *)b)->qh) : _mm256_setzero_si256();
     uint8_t s[16];
@@ -223,9 +228,9 @@ NOINLINE void pk_q45_K(pk *e, const uint8_t *row, size_t i, int five) {
     _mm256_store_ps(e->d, _mm256_set1_ps(f16(b->d)));
 }
 
-NOINLINE void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bsz) {
+NOINLINE void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bst) {
     for (int k = 0; k < 2; k++) {
-        const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bsz);
+        const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bst);
         uint8_t s[16];
         tkv__quant_k4_unpack(b->scales, s);
         const float dmin = f16(b->dmin);
@@ -236,8 +241,8 @@ NOINLINE void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bsz
     }
 }
 
-static void pk_q6_K(pk *e, const uint8_t *row, size_t i) {
-    const tkv__block_q6_K *x = (const tkv__block_q6_K *)(const void *)row + i;
+static void pk_q6_K(pk *e, const uint8_t *blk) {
+    const tkv__block_q6_K *x = (const tkv__block_q6_K *)(const void *)blk;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     for (int h = 0; h < 2; h++) { /* the quants 0..63 in element order, 32 at a time */
         const __m256i l0 = LOAD256(x->ql + 64 * h), l1 = LOAD256(x->ql + 64 * h + 32), qh = LOAD256(x->qh + 32 * h);
@@ -346,7 +351,7 @@ typedef struct k_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct k_state {
     k_bufs *b;
-    size_t nb, bs;
+    size_t nb, bs, bst; /* blocks per row, bytes per block, bytes from a row's block to its next */
     int six, five;
 } k_state;
 
@@ -372,10 +377,10 @@ INLINE void k_table(void *f, const tile_job *job, const tile_chunk *c) {
 INLINE void k_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     k_state *b = f;
     for (int k = 0; k < 2; k++) {
-        if (b->six) pk_q6_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k], i);
-        else pk_q45_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k], i, b->five);
+        if (b->six) pk_q6_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst);
+        else pk_q45_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst, b->five);
     }
-    if (!b->six) pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bs);
+    if (!b->six) pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bst);
 }
 
 INLINE void k_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -398,6 +403,7 @@ INLINE void gemmk(const tile_job *job, int kind) {
     b.five = kind == 5;
     b.nb = job->n / TKV__QK_K;
     b.bs = b.six ? sizeof(tkv__block_q6_K) : b.five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    b.bst = tile_bstride(job, b.bs);
     const int direct = b.nb <= KCK;
     /* see compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c */
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX, tiles = TAB_BYTES / sizeof(tk) / b.nb;
@@ -412,17 +418,28 @@ INLINE void gemmk(const tile_job *job, int kind) {
 
 void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 4);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 4);
 }
 
 void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 5);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5);
 }
 
 void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 6);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 6);
+}
+
+/* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
+void tkv__gemm_q4_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                size_t n_tok, float *y, size_t ldy) {
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 4);
+}
+
+void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                size_t n_tok, float *y, size_t ldy) {
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 6);
 }
 
 #endif
