@@ -3,13 +3,15 @@
  * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q4_K and Q6_K
  * at the avx2 level, bit for bit the level's vec_dots (compute/x86/avx2/kernels.c).
  *
- * One token (generation): a group of 16 rows is read in order, block i of
- * its rows from one span of 16 blocks; the rows go in sub-groups of R (as
- * many as the accumulators that fit the 16 ymm registers: Q8_0 4 rows x 2
- * parities, the K types 4 rows), each over all the blocks, so the token's
- * quants are loaded once per sub-group instead of once per row, and the
- * first sub-group asks for the whole span of the next blocks (the others
- * find it in cache). A ymm holds one row's 8 lanes, with the vec_dot's
+ * One token (generation): a group of 16 rows is read once, in order, block
+ * i of its rows from one span of 16 blocks; the rows' accumulators (more
+ * than the 16 ymm registers hold) live in an L1 array, so the weights
+ * stream once while the token's block stays in registers for 16 rows (the
+ * whole matrix is one sequential stream, which the hardware prefetcher
+ * follows: software prefetches only added instructions). (Rows
+ * in sub-groups of 4 over all the blocks, accumulators in registers, read
+ * the group 4 times, strided: 1.7-2x slower for a 4096 x 4096 matrix.) A
+ * ymm holds one row's 8 lanes, with the vec_dot's
  * integers per lane (exact: any route gives the same value) and its float
  * operations in its order: the block's scale product, convert, fma (Q8_0:
  * even blocks in one accumulator, odd ones in another), the hsum; Q4_K's
@@ -31,18 +33,14 @@
 
 enum {
     G = TKV__PACK_ROWS, /* rows per group */
-    R = 4,              /* rows per sub-group */
-    PF = 4,             /* blocks of the group read ahead */
 };
 
 #define Q8K_QS 4
 #define Q8K_BSUMS 260
 
-/* Ask for block i + PF of the group (bsz bytes per row, 16 rows side by side). */
-static inline void prefetch_block(const uint8_t *g, size_t i, size_t nb, size_t bsz) {
-    if (i + PF >= nb) return;
-    const uint8_t *p = g + (i + PF) * G * bsz;
-    for (size_t o = 0; o < G * bsz; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+/* Word w (0..7) of each 128-bit lane's first 8 words in all 16 words: a vpshufb pattern. */
+static inline __m256i word_pick(int w) {
+    return _mm256_set1_epi16((short)(2 * w | (2 * w + 1) << 8));
 }
 
 /* The vec_dot's horizontal sum: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). */
@@ -55,22 +53,19 @@ static inline float hsum(__m256 v) {
 
 /* ==== Q8_0 ========================================================================== */
 
-/* Rows k0 .. k0 + nk - 1 of a group, one token (its nb Q8_0 blocks at ya). */
-static void q8_rows(const uint8_t *g, size_t nb, size_t k0, int nk, const uint8_t *ya, float *out) {
+/* The first nk rows of a group, one token (its nb Q8_0 blocks at ya). */
+static void q8_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
     enum { BS = sizeof(tkv__block_q8_0) };
-    __m256 acc[2][R];
+    __m256 acc[2][G]; /* [parity][row]: 1 KiB */
     for (int par = 0; par < 2; par++)
-        for (int k = 0; k < R; k++) acc[par][k] = _mm256_setzero_ps();
+        for (int k = 0; k < G; k++) acc[par][k] = _mm256_setzero_ps();
     const __m256i one = _mm256_set1_epi16(1);
     for (size_t i = 0; i < nb; i++) {
-        if (k0 == 0) prefetch_block(g, i, nb, BS);
-        const uint8_t *yb = ya + i * BS, *blk = g + (i * G + k0) * BS;
+        const uint8_t *yb = ya + i * BS, *blk = g + i * G * BS;
         const __m256i yv = LOAD256(yb + 2);
         const float dy = blk_d(yb);
         const int par = (int)(i % 2); /* the vec_dot's acc0 / acc1 (an odd count's last block is even) */
-        UNROLL
-        for (int k = 0; k < R; k++) {
-            if (k >= nk) break;
+        for (int k = 0; k < nk; k++) {
             const uint8_t *a = blk + (size_t)k * BS;
             const __m256i x = LOAD256(a + 2);
             const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(yv, x)), one);
@@ -82,34 +77,33 @@ static void q8_rows(const uint8_t *g, size_t nb, size_t k0, int nk, const uint8_
 
 /* ==== Q4_K / Q6_K ==================================================================== */
 
-/* Rows k0 .. k0 + nk - 1 of a group of Q4_K rows, one token (its nb Q8_K blocks at ya). */
-static void q4k_rows(const uint8_t *g, size_t nb, size_t k0, int nk, const uint8_t *ya, float *out) {
+/* The first nk rows of a group of Q4_K rows, one token (its nb Q8_K blocks at ya). */
+static void q4k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
     enum { BS = sizeof(tkv__block_q4_K), QBS = sizeof(tkv__block_q8_K) };
-    __m256 acc[R];
-    float accm[R];
-    for (int k = 0; k < R; k++) acc[k] = _mm256_setzero_ps(), accm[k] = 0.0f;
+    __m256 acc[G];
+    float accm[G];
+    for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps(), accm[k] = 0.0f;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (size_t i = 0; i < nb; i++) {
-        if (k0 == 0) prefetch_block(g, i, nb, BS);
-        const uint8_t *yb = ya + i * QBS, *blk = g + (i * G + k0) * BS;
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
         float yd;
         memcpy(&yd, yb, sizeof yd);
         const __m128i pairs = _mm_hadd_epi16(LOAD128(yb + Q8K_BSUMS), LOAD128(yb + Q8K_BSUMS + 16));
-        UNROLL
-        for (int k = 0; k < R; k++) {
-            if (k >= nk) break;
+        for (int k = 0; k < nk; k++) {
             const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(blk + (size_t)k * BS);
             uint8_t sm[16];
             tkv__quant_k4_unpack(b->scales, sm);
+            /* the 8 group scales as words in both lanes: set1_epi16(sm[g]) is one vpshufb each */
+            const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)sm)));
             __m256i sumi = _mm256_setzero_si256();
             UNROLL
             for (int c = 0; c < 4; c++) {
                 const __m256i q = LOAD256(b->qs + 32 * c);
                 const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, LOAD256(yb + Q8K_QS + 64 * c)),
-                                                      _mm256_set1_epi16(sm[2 * c]));
+                                                      _mm256_shuffle_epi8(s16, word_pick(2 * c)));
                 const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, LOAD256(yb + Q8K_QS + 64 * c + 32)),
-                                                      _mm256_set1_epi16(sm[2 * c + 1]));
+                                                      _mm256_shuffle_epi8(s16, word_pick(2 * c + 1)));
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
             }
             acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(b->d)), _mm256_cvtepi32_ps(sumi), acc[k]);
@@ -123,22 +117,21 @@ static void q4k_rows(const uint8_t *g, size_t nb, size_t k0, int nk, const uint8
     for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]) - accm[k];
 }
 
-/* Rows k0 .. k0 + nk - 1 of a group of Q6_K rows, one token. */
-static void q6k_rows(const uint8_t *g, size_t nb, size_t k0, int nk, const uint8_t *ya, float *out) {
+/* The first nk rows of a group of Q6_K rows, one token. */
+static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
     enum { BS = sizeof(tkv__block_q6_K), QBS = sizeof(tkv__block_q8_K) };
-    __m256 acc[R];
-    for (int k = 0; k < R; k++) acc[k] = _mm256_setzero_ps();
+    __m256 acc[G];
+    for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     for (size_t i = 0; i < nb; i++) {
-        if (k0 == 0) prefetch_block(g, i, nb, BS);
-        const uint8_t *yb = ya + i * QBS, *blk = g + (i * G + k0) * BS;
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
         float yd;
         memcpy(&yd, yb, sizeof yd);
         const __m256i bsums = LOAD256(yb + Q8K_BSUMS);
-        UNROLL
-        for (int k = 0; k < R; k++) {
-            if (k >= nk) break;
+        for (int k = 0; k < nk; k++) {
             const tkv__block_q6_K *x = (const tkv__block_q6_K *)(const void *)(blk + (size_t)k * BS);
+            /* the 16 scales as words (sign-extended, as set1_epi16 of each makes them) */
+            const __m256i s16 = _mm256_cvtepi8_epi16(LOAD128(x->scales));
             __m256i sumi = _mm256_setzero_si256();
             for (int h = 0; h < 2; h++) {
                 const __m256i ql0 = LOAD256(x->ql + 64 * h), ql1 = LOAD256(x->ql + 64 * h + 32), qh = LOAD256(x->qh + 32 * h);
@@ -153,12 +146,15 @@ static void q6k_rows(const uint8_t *g, size_t nb, size_t k0, int nk, const uint8
                 for (int c = 0; c < 4; c++) {
                     const int gr = 8 * h + 2 * c; /* groups gr (low lane) and gr + 1 (high lane) */
                     const __m256i p16 = _mm256_maddubs_epi16(q[c], LOAD256(yb + Q8K_QS + 128 * h + 32 * c));
-                    const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x->scales[gr + 1]), _mm_set1_epi16(x->scales[gr]));
+                    /* [scales[gr] x 8 | scales[gr + 1] x 8]: dword gr / 2 everywhere, then word 0 of the low lane, 1 of the high */
+                    const __m256i sc = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(gr / 2)),
+                                                           _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                                                            2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
                     sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
                 }
             }
             /* the -32 offset: 32 sum_g scales[g] bsums[g] off */
-            const __m256i corr = _mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(LOAD128(x->scales)));
+            const __m256i corr = _mm256_madd_epi16(bsums, s16);
             sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
             acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x->d)), _mm256_cvtepi32_ps(sumi), acc[k]);
         }
@@ -168,13 +164,11 @@ static void q6k_rows(const uint8_t *g, size_t nb, size_t k0, int nk, const uint8
 
 /* ==== the entries ===================================================================== */
 
-typedef void rows_fn(const uint8_t *g, size_t nb, size_t k0, int nk, const uint8_t *ya, float *out);
+typedef void rows_fn(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out);
 
-/* One token over every group: sub-groups of R rows (the last group's rows past nr not computed). */
+/* One token over every group (the last group's rows past nr not computed). */
 static void one_token(rows_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t nr, const uint8_t *xq, float *y) {
-    for (size_t r = 0; r < nr; r += G)
-        for (size_t k0 = 0; k0 < G && r + k0 < nr; k0 += R)
-            f(w + r / G * gs, nb, k0, (int)min_sz(R, nr - r - k0), xq, y + r + k0);
+    for (size_t r = 0; r < nr; r += G) f(w + r / G * gs, nb, (int)min_sz(G, nr - r), xq, y + r);
 }
 
 void tkv__packed_q8_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
