@@ -18,8 +18,9 @@
  * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order; Q4_K's
  * mins term is the vec_dot's scalar running sum per row.
  *
- * Two tokens and more (decode steps of several sequences, prefill) go to
- * the tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c:
+ * Two tokens run it once per token, each group from cache the second time;
+ * three and more (decode steps of several sequences, prefill) go to the
+ * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c:
  * tile_driver.h reads blocks TKV__PACK_ROWS blocks apart).
  */
 #include "compute/gemm.h"
@@ -38,6 +39,7 @@
 enum {
     G = TKV__PACK_ROWS, /* rows per group */
     PAIRS = G / 2,
+    BY_TOKEN_MAX = 3, /* below this many tokens, the one-token product per token (as at avx2) */
 };
 
 #define Q8K_QS 4
@@ -53,6 +55,15 @@ static inline __m512 group_sums(const __m512 v[PAIRS]) {
 /* Rows past nrow are not written. */
 static inline void store_group(const __m512 v[PAIRS], float *y, size_t nrow) {
     _mm512_mask_storeu_ps(y, (__mmask16)((1u << (nrow < G ? nrow : G)) - 1u), group_sums(v));
+}
+
+typedef void group_fn(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow);
+
+/* Each token over each group in turn (the group in cache for the next). */
+static void by_token(group_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t nr, const uint8_t *xq, size_t xrs,
+                     size_t n_tok, float *y, size_t ldy) {
+    for (size_t r = 0; r < nr; r += G)
+        for (size_t t = 0; t < n_tok; t++) f(w + r / G * gs, nb, xq + t * xrs, y + t * ldy + r, nr - r);
 }
 
 /* ==== Q8_0 ========================================================================== */
@@ -88,12 +99,8 @@ static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out,
 
 void tkv__packed_q8_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy) {
-    if (n_tok != 1) {
-        tkv__gemm_q8_0_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
-        return;
-    }
-    const uint8_t *wb = w;
-    for (size_t r = 0; r < nr; r += G) q8_group(wb + r / G * gs, n / TKV__QK, xq, y + r, nr - r);
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q8_0_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q8_group, n / TKV__QK, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 /* ==== Q4_K / Q6_K ==================================================================== */
@@ -206,22 +213,14 @@ static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
 
 void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy) {
-    if (n_tok != 1) {
-        tkv__gemm_q4_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
-        return;
-    }
-    const uint8_t *wb = w;
-    for (size_t r = 0; r < nr; r += G) q4k_group(wb + r / G * gs, n / TKV__QK_K, xq, y + r, nr - r);
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q4_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q4k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 void tkv__packed_q6_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy) {
-    if (n_tok != 1) {
-        tkv__gemm_q6_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
-        return;
-    }
-    const uint8_t *wb = w;
-    for (size_t r = 0; r < nr; r += G) q6k_group(wb + r / G * gs, n / TKV__QK_K, xq, y + r, nr - r);
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q6_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q6k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 #endif
