@@ -6,7 +6,8 @@
  * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0 and the K types Q4_K to
  * Q6_K), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
  * gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_float.c; the IQ1
- * types' in avx2/dot_iq1.c. Each folder is compiled with its level's -m flags
+ * types' in avx2/dot_iq1.c; the products over Q8_0, Q4_K and Q6_K rows
+ * packed at load (compute/quant/repack.h) in packed_q8_0_k.c. Each folder is compiled with its level's -m flags
  * (its sources.cmake) and reached only through a table the CPU supports.
  * Their shared helpers are in compute/x86/util.h and each level's util.h.
  *
