@@ -90,7 +90,7 @@ INLINE void tile32(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_
         for (int t = 0; t < T; t++) _mm256_store_ps(st + 8 * (k * T + t), acc[k][t]);
 }
 
-static void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
+INLINE void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
                        float *st, int init, int T) {
     switch (T) {
     case 4: tile32(pan, k0, i0, i1, yt, da, st, init, 4); break;
@@ -100,7 +100,7 @@ static void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const ui
 }
 
 /* acc0 + acc1, the horizontal sums, out: 2 rows (nrow valid) x T tokens. */
-static void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) {
+INLINE void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) {
     const float *s1 = st + 16 * T; /* parity 1 */
     __m256 a[8];
     for (int q = 0; q < 8; q++) {
@@ -148,13 +148,15 @@ INLINE void q8_finish(void *f, const float *st, int T, float *y, size_t ldy, siz
     finish32(st, T, y, ldy, nrow);
 }
 
-INLINE void gemm32(const tile_job *job) {
+/* packed: the job's rows are packed (a constant, so the panel's block stride is one too) */
+INLINE void gemm32(const tile_job *job, int packed) {
     q8_bufs bufs;
     q8_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.nb = job->n / TKV__QK;
-    b.bst = tile_bstride(job, sizeof(tkv__block_q8_0));
+    b.bst = (packed ? TKV__PACK_ROWS : 1) * sizeof(tkv__block_q8_0);
+    assert(b.bst == tile_bstride(job, sizeof(tkv__block_q8_0)));
     const int direct = b.nb <= KC32;
     size_t tc = TAB_BYTES / sizeof(float) / b.nb;
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX;
@@ -168,12 +170,12 @@ INLINE void gemm32(const tile_job *job) {
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0});
+    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
 }
 
 void tkv__gemm_q8_0_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                 size_t n_tok, float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs});
+    gemm32(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1);
 }
 
 /* ==== Q4_K / Q5_K / Q6_K =============================================================== */
@@ -330,7 +332,7 @@ NOINLINE void tilek_any(const pk *pan, const pkm *pm, size_t k0, size_t k1, cons
 }
 
 /* The horizontal sums (minus the mins term), out: 2 rows (nrow valid) x T tokens. */
-static void finishk(const float *st, int T, float *y, size_t ldy, size_t nrow, int six) {
+INLINE void finishk(const float *st, int T, float *y, size_t ldy, size_t nrow, int six) {
     __m256 a[8];
     for (int q = 0; q < 8; q++) a[q] = q / 2 < T ? _mm256_load_ps(st + 8 * ((q % 2) * T + q / 2)) : _mm256_setzero_ps();
     __m256 v = reduce8(a);
@@ -393,8 +395,8 @@ INLINE void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size
     finishk(st, T, y, ldy, nrow, ((k_state *)f)->six);
 }
 
-/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels */
-INLINE void gemmk(const tile_job *job, int kind) {
+/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels; packed as gemm32's */
+INLINE void gemmk(const tile_job *job, int kind, int packed) {
     k_bufs bufs;
     k_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
@@ -403,7 +405,8 @@ INLINE void gemmk(const tile_job *job, int kind) {
     b.five = kind == 5;
     b.nb = job->n / TKV__QK_K;
     b.bs = b.six ? sizeof(tkv__block_q6_K) : b.five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
-    b.bst = tile_bstride(job, b.bs);
+    b.bst = (packed ? TKV__PACK_ROWS : 1) * b.bs;
+    assert(b.bst == tile_bstride(job, b.bs));
     const int direct = b.nb <= KCK;
     /* see compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c */
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX, tiles = TAB_BYTES / sizeof(tk) / b.nb;
@@ -418,28 +421,28 @@ INLINE void gemmk(const tile_job *job, int kind) {
 
 void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 4);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 4, 0);
 }
 
 void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5, 0);
 }
 
 void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 6);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 6, 0);
 }
 
 /* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
 void tkv__gemm_q4_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                 size_t n_tok, float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 4);
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 4, 1);
 }
 
 void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                 size_t n_tok, float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 6);
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 6, 1);
 }
 
 #endif

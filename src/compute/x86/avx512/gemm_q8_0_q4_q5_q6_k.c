@@ -115,7 +115,7 @@ INLINE void tile32(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_
         for (int t = 0; t < T; t++) _mm512_store_ps(st + 16 * (p * T + t), acc[p][t]);
 }
 
-static void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
+INLINE void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
                        float *st, int init, int T) {
     switch (T) {
 #if T32 >= 8
@@ -181,13 +181,15 @@ INLINE void q8_finish(void *f, const float *st, int T, float *y, size_t ldy, siz
     finish32(st, T, y, ldy, nrow);
 }
 
-INLINE void gemm32(const tile_job *job) {
+/* packed: the job's rows are packed (a constant, so the panel's block stride is one too) */
+INLINE void gemm32(const tile_job *job, int packed) {
     q8_bufs bufs;
     q8_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.nb = job->n / TKV__QK;
-    b.bst = tile_bstride(job, sizeof(tkv__block_q8_0));
+    b.bst = (packed ? TKV__PACK_ROWS : 1) * sizeof(tkv__block_q8_0);
+    assert(b.bst == tile_bstride(job, sizeof(tkv__block_q8_0)));
     const int direct = b.nb <= KC32;
     size_t tc = TAB_BYTES / sizeof(float) / b.nb; /* tokens whose scales fit the table */
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX32;
@@ -201,12 +203,12 @@ INLINE void gemm32(const tile_job *job) {
 
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0});
+    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
 }
 
 void tkv__gemm_q8_0_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                   size_t n_tok, float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs});
+    gemm32(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1);
 }
 
 /* ==== Q4_K / Q5_K / Q6_K =============================================================== */
@@ -467,8 +469,8 @@ INLINE void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size
     finishk(st, T, y, ldy, nrow, ((k_state *)f)->six);
 }
 
-/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels */
-INLINE void gemmk(const tile_job *job, int kind) {
+/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels; packed as gemm32's */
+INLINE void gemmk(const tile_job *job, int kind, int packed) {
     k_bufs bufs;
     k_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
@@ -477,7 +479,8 @@ INLINE void gemmk(const tile_job *job, int kind) {
     b.five = kind == 5;
     b.nb = job->n / TKV__QK_K;
     b.bs = b.six ? sizeof(tkv__block_q6_K) : b.five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
-    b.bst = tile_bstride(job, b.bs);
+    b.bst = (packed ? TKV__PACK_ROWS : 1) * b.bs;
+    assert(b.bst == tile_bstride(job, b.bs));
     const int direct = b.nb <= KCK;
     /* tokens per chunk: a multiple of TK whose tiles' tables fit (the last,
        shorter chunk may have 2 more tiles than tc / TK); Q6_K has no table */
@@ -493,28 +496,28 @@ INLINE void gemmk(const tile_job *job, int kind) {
 
 void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 4);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 4, 0);
 }
 
 void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5, 0);
 }
 
 void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 6);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 6, 0);
 }
 
 /* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
 void tkv__gemm_q4_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                   size_t n_tok, float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 4);
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 4, 1);
 }
 
 void tkv__gemm_q6_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                   size_t n_tok, float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 6);
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 6, 1);
 }
 
 #endif
