@@ -245,19 +245,12 @@ NOINLINE void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bst
 
 static void pk_q6_K(pk *e, const uint8_t *blk) {
     const tkv__block_q6_K *x = (const tkv__block_q6_K *)(const void *)blk;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-    for (int h = 0; h < 2; h++) { /* the quants 0..63 in element order, 32 at a time */
-        const __m256i l0 = LOAD256(x->ql + 64 * h), l1 = LOAD256(x->ql + 64 * h + 32), qh = LOAD256(x->qh + 32 * h);
-        __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+    __m256i q[8]; /* the quants 0..63 in element order, 32 at a time */
+    q6k_quants(x->ql, x->qh, q);
+    for (int h = 0; h < 2; h++) {
         for (int k = 0; k < 4; k++) {
             const int g = 8 * h + 2 * k; /* groups g (low 128 bits) and g + 1 (high) */
-            _mm256_store_si256((__m256i *)(void *)e->w[4 * h + k], q[k]);
+            _mm256_store_si256((__m256i *)(void *)e->w[4 * h + k], q[4 * h + k]);
             _mm256_store_si256((__m256i *)(void *)e->sc[4 * h + k],
                                _mm256_set_m128i(_mm_set1_epi16(x->scales[g + 1]), _mm_set1_epi16(x->scales[g])));
         }

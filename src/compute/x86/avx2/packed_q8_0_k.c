@@ -128,7 +128,6 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
     enum { BS = sizeof(tkv__block_q6_K), QBS = sizeof(tkv__block_q8_K) };
     __m256 acc[G];
     for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
         float yd;
@@ -138,20 +137,12 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
             const tkv__block_q6_K *x = (const tkv__block_q6_K *)(const void *)(blk + (size_t)k * BS);
             /* the 16 scales as words (sign-extended, as set1_epi16 of each makes them) */
             const __m256i s16 = _mm256_cvtepi8_epi16(LOAD128(x->scales));
-            __m256i sumi = _mm256_setzero_si256();
+            __m256i sumi = _mm256_setzero_si256(), q[8];
+            q6k_quants(x->ql, x->qh, q);
             for (int h = 0; h < 2; h++) {
-                const __m256i ql0 = LOAD256(x->ql + 64 * h), ql1 = LOAD256(x->ql + 64 * h + 32), qh = LOAD256(x->qh + 32 * h);
-                __m256i q[4];
-                q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-                q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
                 for (int c = 0; c < 4; c++) {
                     const int gr = 8 * h + 2 * c; /* groups gr (low lane) and gr + 1 (high lane) */
-                    const __m256i p16 = _mm256_maddubs_epi16(q[c], LOAD256(yb + Q8K_QS + 128 * h + 32 * c));
+                    const __m256i p16 = _mm256_maddubs_epi16(q[4 * h + c], LOAD256(yb + Q8K_QS + 128 * h + 32 * c));
                     /* [scales[gr] x 8 | scales[gr + 1] x 8]: dword gr / 2 everywhere, then word 0 of the low lane, 1 of the high */
                     const __m256i sc = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(gr / 2)),
                                                            _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,

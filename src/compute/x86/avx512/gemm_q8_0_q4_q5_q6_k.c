@@ -282,27 +282,12 @@ static void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bst) 
     }
 }
 
-/* The 256 quants (0..63) of a Q6_K block, in element order, as 8 x 32 bytes. */
-static inline void q6_quants(const tkv__block_q6_K *x, __m256i q[8]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-    for (int h = 0; h < 2; h++) {
-        const __m256i l0 = LOAD256(x->ql + 64 * h), l1 = LOAD256(x->ql + 64 * h + 32), qh = LOAD256(x->qh + 32 * h);
-        q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-    }
-}
-
 NOINLINE void pk_q6_K(pk *e, const uint8_t *ba, const uint8_t *bb) {
     const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)ba;
     const tkv__block_q6_K *b = (const tkv__block_q6_K *)(const void *)bb;
     __m256i qa[8], qb[8];
-    q6_quants(a, qa);
-    q6_quants(b, qb);
+    q6k_quants(a->ql, a->qh, qa);
+    q6k_quants(b->ql, b->qh, qb);
     /* the 16 scales of each row as int16: [a | b] */
     const __m512i sc = halves_epi(_mm256_cvtepi8_epi16(LOAD128(a->scales)), _mm256_cvtepi8_epi16(LOAD128(b->scales)));
     /* chunk s: words 2s (x 8) and 2s + 1 (x 8) of each half */

@@ -163,21 +163,6 @@ static void q4k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
     for (size_t k = 0; k < nrow && k < G; k++) out[k] = o[k] - accm[k];
 }
 
-/* The 256 quants (0..63) of a Q6_K block in element order, 8 x 32 bytes (as the vec_dot builds them). */
-static inline void q6_quants(const tkv__block_q6_K *x, __m256i q[8]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-    for (int h = 0; h < 2; h++) {
-        const __m256i l0 = LOAD256(x->ql + 64 * h), l1 = LOAD256(x->ql + 64 * h + 32), qh = LOAD256(x->qh + 32 * h);
-        q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-    }
-}
-
 /* One group of Q6_K rows, one token. */
 static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
     enum { BS = sizeof(tkv__block_q6_K), QBS = sizeof(tkv__block_q8_K) };
@@ -197,8 +182,8 @@ static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
             /* from -32 (bsums . scales): the q - 32 offset */
             __m512i s = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_madd_epi16(bsums, sc), 5));
             __m256i qa[8], qb[8];
-            q6_quants(a, qa);
-            q6_quants(b, qb);
+            q6k_quants(a->ql, a->qh, qa);
+            q6k_quants(b->ql, b->qh, qb);
             UNROLL
             for (int c = 0; c < 8; c++) {
                 const __m512i scc = _mm512_permutexvar_epi16(_mm512_add_epi16(idx0, _mm512_set1_epi16((short)(2 * c))), sc);
