@@ -691,11 +691,15 @@ static void test_gemm_levels(void **state) {
  * Packed rows (compute/quant/repack.h) through each level's packed entry, bit for bit
  * its vec_dot: 40 rows (two whole groups and a partial one) at every row
  * range that starts a group, 1..17 tokens and batches that cross chunks of
- * tokens, row lengths of one chunk of K and several.
+ * tokens, row lengths of one chunk of K and several (in blocks: 1, 3, 24,
+ * 34, 65, 130 of 32 elements; 1, 2, 3, 8, 9, 17 of 256, odd and even for
+ * Q8_0's two accumulators, one chunk of K and several for the K types').
  */
 static void test_packed_levels(void **state) {
     (void)state;
-    static const size_t lens[][2] = {{32, 0}, {96, 0}, {768, 300}, {1088, 40}, {2080, 0}, {4160, 70}};
+    static const size_t lens32[][2] = {{32, 0}, {96, 0}, {768, 300}, {1088, 40}, {2080, 0}, {4160, 70}};
+    static const size_t lens256[][2] = {{256, 0}, {512, 0}, {768, 300}, {2048, 40}, {2304, 0}, {4352, 70}};
+    _Static_assert(sizeof lens32 == sizeof lens256, "as many lengths per block size");
     static const size_t ranges[][2] = {{0, 1}, {0, 15}, {0, 16}, {0, 17}, {16, 40}, {32, 33}, {16, 20}, {0, 40}};
     int levels = 0;
     for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
@@ -706,7 +710,8 @@ static void test_packed_levels(void **state) {
             assert_true(tkv__pack_supported(t));
             levels++;
             const tkv_type at = tkv__quant_vec_dot_type(t);
-            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const size_t(*lens)[2] = tkv__quant_block_elems(t) == 256 ? lens256 : lens32;
+            for (size_t li = 0; li < sizeof lens32 / sizeof lens32[0]; li++) {
                 const size_t n = lens[li][0], big = lens[li][1], n_rows = 40, ldy = 42;
                 const size_t wrs = tkv__quant_row_size(t, n), xrs = tkv__quant_row_size(at, n);
                 const size_t max_tok = big > 17 ? big : 17;

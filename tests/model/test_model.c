@@ -273,7 +273,8 @@ static void test_bad_paths(void **state) {
 }
 
 /*
- * Packed rows (tkv_model_params.repack) change no bit: a Q4_0 (and an IQ4_NL) model loaded
+ * Packed rows (tkv_model_params.repack) change no bit: a Q4_0 (an IQ4_NL, a Q8_0, a
+ * Q4_K_M: Q4_K and Q6_K matrices, a Q6_K) model loaded
  * with and without them gives the same logits for a prompt decoded in one
  * batch (the tiled product) and for the greedy steps after it (one token at
  * a time), each context with 2 threads (whole groups of rows per thread).
@@ -348,6 +349,22 @@ static void test_repack_same_logits_iq4_nl(void **state) {
     repack_same_logits("models/parity/parity-IQ4_NL.gguf", TKV_TYPE_IQ4_NL);
 }
 
+/* The interleaved layout (compute/quant/repack.h): one token straight from the groups, a batch through the tiled products. */
+static void test_repack_same_logits_q8_0(void **state) {
+    (void)state;
+    repack_same_logits("models/parity/parity-Q8_0.gguf", TKV_TYPE_Q8_0);
+}
+
+static void test_repack_same_logits_q4_k_m(void **state) {
+    (void)state;
+    repack_same_logits("models/parity/parity-Q4_K_M.gguf", TKV_TYPE_Q4_K);
+}
+
+static void test_repack_same_logits_q6_k(void **state) {
+    (void)state;
+    repack_same_logits("models/parity/parity-Q6_K.gguf", TKV_TYPE_Q6_K);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories260k),      cmocka_unit_test(test_llama2_tiny_random),
@@ -355,6 +372,9 @@ int main(void) {
         cmocka_unit_test(test_tiny_models),      cmocka_unit_test(test_bad_paths),
         cmocka_unit_test(test_repack_same_logits),
         cmocka_unit_test(test_repack_same_logits_iq4_nl),
+        cmocka_unit_test(test_repack_same_logits_q8_0),
+        cmocka_unit_test(test_repack_same_logits_q4_k_m),
+        cmocka_unit_test(test_repack_same_logits_q6_k),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

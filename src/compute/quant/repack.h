@@ -2,7 +2,12 @@
  * compute/quant/repack.h — weight rows rearranged at load time into the layout a level's
  * products read fastest ("packed rows"), next to the file's own rows.
  *
- * Today one layout, for Q4_0 and IQ4_NL (one block layout: an fp16 d and
+ * Two layouts, both in groups of TKV__PACK_ROWS = 16 rows (rows past the
+ * matrix's end are zero), the next group tkv__pack_stride() bytes on (a
+ * multiple of 64), each group one sequential stream of the same bytes as
+ * the file's rows in another order.
+ *
+ * Transposed (Q4_0 and IQ4_NL: one block layout, an fp16 d and
  * 16 bytes of nibbles; the products over it are in each level's
  * gemm_q4_0_iq4_nl.c): rows in groups of TKV__PACK_ROWS = 16, so that a
  * zmm's lane k is row k of the group and a block of 16 rows reduces to one
@@ -16,8 +21,14 @@
  *                            d at + 2k
  *
  * and the next group starts tkv__pack_stride() bytes on (288 nb rounded up
- * to 64: every chunk stays on one cache line). The same bytes as the file's
- * rows, in another order; a group is one sequential stream.
+ * to 64: every chunk stays on one cache line).
+ *
+ * Interleaved (Q8_0, Q4_K, Q6_K: the lane-wise products of gemm.h, whose
+ * per-row float lanes leave nothing to gain from a transpose): the file's
+ * blocks as they are, block i of row k of the group at (16 i + k) bs (bs the
+ * type's block bytes), so a product over 16 rows reads block i of all of
+ * them from one span of 16 bs bytes, in order (the products in each level's
+ * packed_q8_0_k.c).
  */
 #ifndef TKV_REPACK_H
 #define TKV_REPACK_H
@@ -29,7 +40,7 @@
 #define TKV__PACK_ROWS 16
 
 /*
- * Whether `type` has a packed layout (Q4_0, IQ4_NL). A level's kernel table says
+ * Whether `type` has a packed layout (Q4_0, IQ4_NL; Q8_0, Q4_K, Q6_K). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);

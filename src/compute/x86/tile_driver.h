@@ -19,6 +19,7 @@
 #define TKV_X86_TILE_DRIVER_H
 
 #include "util.h"
+#include "compute/quant/repack.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -42,7 +43,31 @@ typedef struct tile_job {
     size_t xrs, n_tok;
     float *y; /* out: y[t * ldy + r] */
     size_t ldy;
+    /* 0: the file's rows (wrs apart, blocks bs apart); else packed rows
+       (compute/quant/repack.h, interleaved): groups of TKV__PACK_ROWS rows gs
+       apart from w, row k of a group k bs on, its blocks TKV__PACK_ROWS bs
+       apart (tile_bstride) */
+    size_t gs;
 } tile_job;
+
+/* Bytes from block i of a row to block i + 1: what a panel adds per block. */
+static inline size_t tile_bstride(const tile_job *job, size_t bs) {
+    return job->gs ? TKV__PACK_ROWS * bs : bs;
+}
+
+/* Row r's first block (r < nr). */
+static inline const uint8_t *tile_row(const tile_job *job, size_t r, size_t bs) {
+    return job->gs ? job->w + r / TKV__PACK_ROWS * job->gs + r % TKV__PACK_ROWS * bs : job->w + r * job->wrs;
+}
+
+/* Ask for blocks [i0, i0 + nblk) of nrow rows (see prefetch_rows), bst apart. */
+static inline void tile_prefetch(const uint8_t *const *rows, int nrow, size_t i0, size_t nblk, size_t bs, size_t bst) {
+    if (bst == bs) {
+        prefetch_rows(rows, nrow, i0 * bs, nblk * bs);
+        return;
+    }
+    for (size_t i = i0; i < i0 + nblk; i++) prefetch_rows(rows, nrow, i * bst, bs);
+}
 
 /* The tiles of one chunk of tokens: tile j is tokens t0 + start[j] ... + len[j] - 1. */
 typedef struct tile_chunk {
@@ -77,8 +102,9 @@ typedef struct tile_shape {
 /*
  * The family's arithmetic, called with its own state f:
  * table   the per-token tables of a chunk (scales, sums), once per chunk;
- * panel   block i of the group's rows (rows[0 .. rows - 1]; past the last
- *         row, the last again) into the panel, at slot i - k0;
+ * panel   block i of the group's rows (rows[0 .. rows - 1]: their first
+ *         blocks; past the last row, the last again) into the panel, at slot
+ *         i - k0: block i of a row is tile_bstride() i bytes on;
  * tile    one tile over the panel's blocks;
  * finish  a tile's horizontal sums out to y (nrow rows left from the group's first).
  */
@@ -121,7 +147,7 @@ INLINE void tile_scales(const tile_job *job, const tile_chunk *c, size_t nb, siz
  * chunk of tokens keeps its slot until the last chunk of K.
  */
 INLINE void tile_product(const tile_job *job, const tile_shape *sh, const tile_ops *ops, void *f) {
-    const size_t nb = sh->nb, kc = sh->kc, bs = sh->bs, nr = job->nr, wrs = job->wrs;
+    const size_t nb = sh->nb, kc = sh->kc, bs = sh->bs, nr = job->nr, bst = tile_bstride(job, bs);
     const size_t rows_n = (size_t)sh->rows;
     const int direct = nb <= kc;
     tile_chunk c;
@@ -131,17 +157,17 @@ INLINE void tile_product(const tile_job *job, const tile_shape *sh, const tile_o
         if (ops->table) ops->table(f, job, &c);
         for (size_t r = 0; r < nr; r += rows_n) {
             const uint8_t *rows[TILE_ROWS_MAX]; /* past the end: the last row again (computed, not stored) */
-            for (size_t k = 0; k < rows_n; k++) rows[k] = job->w + min_sz(r + k, nr - 1) * wrs;
+            for (size_t k = 0; k < rows_n; k++) rows[k] = tile_row(job, min_sz(r + k, nr - 1), bs);
             float *const yr = job->y + c.t0 * job->ldy + r;
             for (size_t k0 = 0; k0 < nb; k0 += kc) {
                 const size_t k1 = min_sz(k0 + kc, nb);
                 for (size_t i = k0; i < k1; i++) ops->panel(f, rows, i, k0);
                 if (k1 < nb) {
-                    prefetch_rows(rows, sh->rows, k1 * bs, min_sz(kc, nb - k1) * bs);
+                    tile_prefetch(rows, sh->rows, k1, min_sz(kc, nb - k1), bs, bst);
                 } else if (r + rows_n < nr) {
                     const uint8_t *nx[TILE_ROWS_MAX];
-                    for (size_t k = 0; k < rows_n; k++) nx[k] = job->w + min_sz(r + rows_n + k, nr - 1) * wrs;
-                    prefetch_rows(nx, sh->rows, 0, min_sz(kc, nb) * bs);
+                    for (size_t k = 0; k < rows_n; k++) nx[k] = tile_row(job, min_sz(r + rows_n + k, nr - 1), bs);
+                    tile_prefetch(nx, sh->rows, 0, min_sz(kc, nb), bs, bst);
                 }
                 for (int j = 0; j < c.ntile; j++) {
                     const uint8_t *yt[TILE_T_MAX];

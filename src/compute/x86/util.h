@@ -49,6 +49,27 @@ static inline __m256i nibbles32(const uint8_t *qs) {
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
 }
 
+/*
+ * The 256 quants (0..63) of a Q6_K block in element order, as 8 x 32 bytes,
+ * from its ql (128 bytes: low 4 bits) and qh (64 bytes: high 2 bits): the
+ * bytes every level's Q6_K products multiply (compute/quant/quant.h's layout).
+ */
+static inline void q6k_quants(const uint8_t *ql, const uint8_t *qh, __m256i q[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(ql + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)(qh + 32 * h));
+        q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
+    }
+}
+
 /* The tiles of a chunk of tn tokens: 'big' tokens each, then 4, 2, 1 (no padding). */
 static inline int plan_tiles(size_t tn, int big, size_t *start, int *len) {
     int nt = 0;

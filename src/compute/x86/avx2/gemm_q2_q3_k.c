@@ -195,12 +195,12 @@ INLINE void gemm23(const tile_job *job, int three) {
 
 void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 0);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
 }
 
 void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 1);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 1);
 }
 
 #endif

@@ -53,8 +53,8 @@ static inline void p32_finish(p32 *e, __m256i w, float d) {
     _mm256_store_ps(e->d, _mm256_set1_ps(d));
 }
 
-INLINE void p32_q8_0(p32 *e, const uint8_t *row, size_t i) {
-    const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)row + i;
+INLINE void p32_q8_0(p32 *e, const uint8_t *blk) {
+    const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)blk;
     p32_finish(e, LOAD256(b->qs), f16(b->d));
 }
 
@@ -90,7 +90,7 @@ INLINE void tile32(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_
         for (int t = 0; t < T; t++) _mm256_store_ps(st + 8 * (k * T + t), acc[k][t]);
 }
 
-static void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
+INLINE void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
                        float *st, int init, int T) {
     switch (T) {
     case 4: tile32(pan, k0, i0, i1, yt, da, st, init, 4); break;
@@ -100,7 +100,7 @@ static void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const ui
 }
 
 /* acc0 + acc1, the horizontal sums, out: 2 rows (nrow valid) x T tokens. */
-static void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) {
+INLINE void finish32(const float *st, int T, float *y, size_t ldy, size_t nrow) {
     const float *s1 = st + 16 * T; /* parity 1 */
     __m256 a[8];
     for (int q = 0; q < 8; q++) {
@@ -122,7 +122,7 @@ typedef struct q8_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct q8_state {
     q8_bufs *b;
-    size_t nb;
+    size_t nb, bst; /* blocks per row; bytes from a row's block to its next (tile_bstride) */
 } q8_state;
 
 /* Token scales as floats: tile j's at da + nb * start[j], [block][token]. */
@@ -133,7 +133,7 @@ INLINE void q8_table(void *f, const tile_job *job, const tile_chunk *c) {
 
 INLINE void q8_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     q8_state *b = f;
-    for (int k = 0; k < 2; k++) p32_q8_0(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k], i);
+    for (int k = 0; k < 2; k++) p32_q8_0(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst);
 }
 
 INLINE void q8_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -148,12 +148,15 @@ INLINE void q8_finish(void *f, const float *st, int T, float *y, size_t ldy, siz
     finish32(st, T, y, ldy, nrow);
 }
 
-INLINE void gemm32(const tile_job *job) {
+/* packed: the job's rows are packed (a constant, so the panel's block stride is one too) */
+INLINE void gemm32(const tile_job *job, int packed) {
     q8_bufs bufs;
     q8_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.nb = job->n / TKV__QK;
+    b.bst = (packed ? TKV__PACK_ROWS : 1) * sizeof(tkv__block_q8_0);
+    assert(b.bst == tile_bstride(job, sizeof(tkv__block_q8_0)));
     const int direct = b.nb <= KC32;
     size_t tc = TAB_BYTES / sizeof(float) / b.nb;
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX;
@@ -167,7 +170,12 @@ INLINE void gemm32(const tile_job *job) {
 
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy});
+    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
+}
+
+void tkv__gemm_q8_0_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                size_t n_tok, float *y, size_t ldy) {
+    gemm32(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1);
 }
 
 /* ==== Q4_K / Q5_K / Q6_K =============================================================== */
@@ -200,9 +208,8 @@ typedef struct tk {
 } tk;
 
 /* Q4_K and Q5_K (five: the fifth bits of qh): d, dmin and scales sit at the same place. */
-NOINLINE void pk_q45_K(pk *e, const uint8_t *row, size_t i, int five) {
-    const size_t bsz = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
-    const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(row + i * bsz);
+NOINLINE void pk_q45_K(pk *e, const uint8_t *blk, int five) {
+    const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)blk;
     const uint8_t *qs = five ? ((const tkv__block_q5_K *)(const void *)b)->qs : b->qs;
     __m256i h = five ? LOAD256(((const tkv__block_q5_K *)(const void *)b)->qh) : _mm256_setzero_si256();
     uint8_t s[16];
@@ -223,9 +230,9 @@ NOINLINE void pk_q45_K(pk *e, const uint8_t *row, size_t i, int five) {
     _mm256_store_ps(e->d, _mm256_set1_ps(f16(b->d)));
 }
 
-NOINLINE void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bsz) {
+NOINLINE void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bst) {
     for (int k = 0; k < 2; k++) {
-        const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bsz);
+        const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bst);
         uint8_t s[16];
         tkv__quant_k4_unpack(b->scales, s);
         const float dmin = f16(b->dmin);
@@ -236,21 +243,14 @@ NOINLINE void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bsz
     }
 }
 
-static void pk_q6_K(pk *e, const uint8_t *row, size_t i) {
-    const tkv__block_q6_K *x = (const tkv__block_q6_K *)(const void *)row + i;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-    for (int h = 0; h < 2; h++) { /* the quants 0..63 in element order, 32 at a time */
-        const __m256i l0 = LOAD256(x->ql + 64 * h), l1 = LOAD256(x->ql + 64 * h + 32), qh = LOAD256(x->qh + 32 * h);
-        __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+static void pk_q6_K(pk *e, const uint8_t *blk) {
+    const tkv__block_q6_K *x = (const tkv__block_q6_K *)(const void *)blk;
+    __m256i q[8]; /* the quants 0..63 in element order, 32 at a time */
+    q6k_quants(x->ql, x->qh, q);
+    for (int h = 0; h < 2; h++) {
         for (int k = 0; k < 4; k++) {
             const int g = 8 * h + 2 * k; /* groups g (low 128 bits) and g + 1 (high) */
-            _mm256_store_si256((__m256i *)(void *)e->w[4 * h + k], q[k]);
+            _mm256_store_si256((__m256i *)(void *)e->w[4 * h + k], q[4 * h + k]);
             _mm256_store_si256((__m256i *)(void *)e->sc[4 * h + k],
                                _mm256_set_m128i(_mm_set1_epi16(x->scales[g + 1]), _mm_set1_epi16(x->scales[g])));
         }
@@ -325,7 +325,7 @@ NOINLINE void tilek_any(const pk *pan, const pkm *pm, size_t k0, size_t k1, cons
 }
 
 /* The horizontal sums (minus the mins term), out: 2 rows (nrow valid) x T tokens. */
-static void finishk(const float *st, int T, float *y, size_t ldy, size_t nrow, int six) {
+INLINE void finishk(const float *st, int T, float *y, size_t ldy, size_t nrow, int six) {
     __m256 a[8];
     for (int q = 0; q < 8; q++) a[q] = q / 2 < T ? _mm256_load_ps(st + 8 * ((q % 2) * T + q / 2)) : _mm256_setzero_ps();
     __m256 v = reduce8(a);
@@ -346,7 +346,7 @@ typedef struct k_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct k_state {
     k_bufs *b;
-    size_t nb, bs;
+    size_t nb, bs, bst; /* blocks per row, bytes per block, bytes from a row's block to its next */
     int six, five;
 } k_state;
 
@@ -372,10 +372,10 @@ INLINE void k_table(void *f, const tile_job *job, const tile_chunk *c) {
 INLINE void k_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     k_state *b = f;
     for (int k = 0; k < 2; k++) {
-        if (b->six) pk_q6_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k], i);
-        else pk_q45_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k], i, b->five);
+        if (b->six) pk_q6_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst);
+        else pk_q45_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst, b->five);
     }
-    if (!b->six) pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bs);
+    if (!b->six) pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bst);
 }
 
 INLINE void k_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -388,8 +388,8 @@ INLINE void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size
     finishk(st, T, y, ldy, nrow, ((k_state *)f)->six);
 }
 
-/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels */
-INLINE void gemmk(const tile_job *job, int kind) {
+/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels; packed as gemm32's */
+INLINE void gemmk(const tile_job *job, int kind, int packed) {
     k_bufs bufs;
     k_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
@@ -398,6 +398,8 @@ INLINE void gemmk(const tile_job *job, int kind) {
     b.five = kind == 5;
     b.nb = job->n / TKV__QK_K;
     b.bs = b.six ? sizeof(tkv__block_q6_K) : b.five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    b.bst = (packed ? TKV__PACK_ROWS : 1) * b.bs;
+    assert(b.bst == tile_bstride(job, b.bs));
     const int direct = b.nb <= KCK;
     /* see compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c */
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX, tiles = TAB_BYTES / sizeof(tk) / b.nb;
@@ -412,17 +414,28 @@ INLINE void gemmk(const tile_job *job, int kind) {
 
 void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 4);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 4, 0);
 }
 
 void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 5);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5, 0);
 }
 
 void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 6);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 6, 0);
+}
+
+/* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
+void tkv__gemm_q4_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                size_t n_tok, float *y, size_t ldy) {
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 4, 1);
+}
+
+void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                size_t n_tok, float *y, size_t ldy) {
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 6, 1);
 }
 
 #endif

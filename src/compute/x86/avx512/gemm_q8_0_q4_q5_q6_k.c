@@ -71,9 +71,9 @@ static inline void p32_finish(p32 *e, __m512i w, float da, float db) {
     _mm512_store_ps(e->d, halves_ps(da, db));
 }
 
-INLINE void p32_q8_0(p32 *e, const uint8_t *ra, const uint8_t *rb, size_t i) {
-    const tkv__block_q8_0 *a = (const tkv__block_q8_0 *)(const void *)ra + i;
-    const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)rb + i;
+INLINE void p32_q8_0(p32 *e, const uint8_t *ba, const uint8_t *bb) {
+    const tkv__block_q8_0 *a = (const tkv__block_q8_0 *)(const void *)ba;
+    const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)bb;
     p32_finish(e, halves_epi(LOAD256(a->qs), LOAD256(b->qs)), f16(a->d), f16(b->d));
 }
 
@@ -115,7 +115,7 @@ INLINE void tile32(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_
         for (int t = 0; t < T; t++) _mm512_store_ps(st + 16 * (p * T + t), acc[p][t]);
 }
 
-static void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
+INLINE void tile32_any(const p32 *pan, size_t k0, size_t i0, size_t i1, const uint8_t *const *yt, const float *da,
                        float *st, int init, int T) {
     switch (T) {
 #if T32 >= 8
@@ -154,7 +154,7 @@ typedef struct q8_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct q8_state {
     q8_bufs *b;
-    size_t nb;
+    size_t nb, bst; /* blocks per row; bytes from a row's block to its next (tile_bstride) */
 } q8_state;
 
 /* Token scales as floats: tile j's at da + nb * start[j], [block][token]. */
@@ -165,7 +165,8 @@ INLINE void q8_table(void *f, const tile_job *job, const tile_chunk *c) {
 
 INLINE void q8_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     q8_state *b = f;
-    for (int p = 0; p < RP32; p++) p32_q8_0(&b->b->pan[RP32 * (i - k0) + (size_t)p], rows[2 * p], rows[2 * p + 1], i);
+    for (int p = 0; p < RP32; p++)
+        p32_q8_0(&b->b->pan[RP32 * (i - k0) + (size_t)p], rows[2 * p] + i * b->bst, rows[2 * p + 1] + i * b->bst);
 }
 
 INLINE void q8_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -180,12 +181,15 @@ INLINE void q8_finish(void *f, const float *st, int T, float *y, size_t ldy, siz
     finish32(st, T, y, ldy, nrow);
 }
 
-INLINE void gemm32(const tile_job *job) {
+/* packed: the job's rows are packed (a constant, so the panel's block stride is one too) */
+INLINE void gemm32(const tile_job *job, int packed) {
     q8_bufs bufs;
     q8_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.nb = job->n / TKV__QK;
+    b.bst = (packed ? TKV__PACK_ROWS : 1) * sizeof(tkv__block_q8_0);
+    assert(b.bst == tile_bstride(job, sizeof(tkv__block_q8_0)));
     const int direct = b.nb <= KC32;
     size_t tc = TAB_BYTES / sizeof(float) / b.nb; /* tokens whose scales fit the table */
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX32;
@@ -199,7 +203,12 @@ INLINE void gemm32(const tile_job *job) {
 
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy});
+    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
+}
+
+void tkv__gemm_q8_0_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy) {
+    gemm32(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1);
 }
 
 /* ==== Q4_K / Q5_K / Q6_K =============================================================== */
@@ -232,10 +241,9 @@ typedef struct tk {
 } tk;
 
 /* Q4_K and Q5_K (five: the fifth bits of qh): d, dmin and scales sit at the same place. */
-NOINLINE void pk_q45_K(pk *e, const uint8_t *ra, const uint8_t *rb, size_t i, int five) {
-    const size_t bsz = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
-    const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)(ra + i * bsz);
-    const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(rb + i * bsz);
+NOINLINE void pk_q45_K(pk *e, const uint8_t *ba, const uint8_t *bb, int five) {
+    const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)ba;
+    const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)bb;
     const uint8_t *qsa = five ? ((const tkv__block_q5_K *)(const void *)a)->qs : a->qs;
     const uint8_t *qsb = five ? ((const tkv__block_q5_K *)(const void *)b)->qs : b->qs;
     __m256i ha = five ? LOAD256(((const tkv__block_q5_K *)(const void *)a)->qh) : _mm256_setzero_si256();
@@ -264,9 +272,9 @@ NOINLINE void pk_q45_K(pk *e, const uint8_t *ra, const uint8_t *rb, size_t i, in
     _mm512_store_ps(e->d, halves_ps(f16(a->d), f16(b->d)));
 }
 
-static void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bsz) {
+static void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bst) {
     for (int k = 0; k < 4; k++) {
-        const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bsz);
+        const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bst);
         uint8_t s[16];
         tkv__quant_k4_unpack(a->scales, s);
         for (int g = 0; g < 4; g++) m->mn[g][k] = (int32_t)((uint32_t)s[8 + 2 * g] | (uint32_t)s[9 + 2 * g] << 16);
@@ -274,27 +282,12 @@ static void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bsz) 
     }
 }
 
-/* The 256 quants (0..63) of a Q6_K block, in element order, as 8 x 32 bytes. */
-static inline void q6_quants(const tkv__block_q6_K *x, __m256i q[8]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
-    for (int h = 0; h < 2; h++) {
-        const __m256i l0 = LOAD256(x->ql + 64 * h), l1 = LOAD256(x->ql + 64 * h + 32), qh = LOAD256(x->qh + 32 * h);
-        q[4 * h] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-        q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-        q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-        q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                       _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-    }
-}
-
-NOINLINE void pk_q6_K(pk *e, const uint8_t *ra, const uint8_t *rb, size_t i) {
-    const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)ra + i;
-    const tkv__block_q6_K *b = (const tkv__block_q6_K *)(const void *)rb + i;
+NOINLINE void pk_q6_K(pk *e, const uint8_t *ba, const uint8_t *bb) {
+    const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)ba;
+    const tkv__block_q6_K *b = (const tkv__block_q6_K *)(const void *)bb;
     __m256i qa[8], qb[8];
-    q6_quants(a, qa);
-    q6_quants(b, qb);
+    q6k_quants(a->ql, a->qh, qa);
+    q6k_quants(b->ql, b->qh, qb);
     /* the 16 scales of each row as int16: [a | b] */
     const __m512i sc = halves_epi(_mm256_cvtepi8_epi16(LOAD128(a->scales)), _mm256_cvtepi8_epi16(LOAD128(b->scales)));
     /* chunk s: words 2s (x 8) and 2s + 1 (x 8) of each half */
@@ -416,7 +409,7 @@ typedef struct k_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct k_state {
     k_bufs *b;
-    size_t nb, bs;
+    size_t nb, bs, bst; /* blocks per row, bytes per block, bytes from a row's block to its next */
     int six, five;
 } k_state;
 
@@ -440,13 +433,14 @@ INLINE void k_table(void *f, const tile_job *job, const tile_chunk *c) {
 
 INLINE void k_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     k_state *b = f;
+    const size_t o = i * b->bst;
     if (b->six) {
-        pk_q6_K(&b->b->pan[2 * (i - k0)], rows[0], rows[1], i);
-        pk_q6_K(&b->b->pan[2 * (i - k0) + 1], rows[2], rows[3], i);
+        pk_q6_K(&b->b->pan[2 * (i - k0)], rows[0] + o, rows[1] + o);
+        pk_q6_K(&b->b->pan[2 * (i - k0) + 1], rows[2] + o, rows[3] + o);
     } else {
-        pk_q45_K(&b->b->pan[2 * (i - k0)], rows[0], rows[1], i, b->five);
-        pk_q45_K(&b->b->pan[2 * (i - k0) + 1], rows[2], rows[3], i, b->five);
-        pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bs);
+        pk_q45_K(&b->b->pan[2 * (i - k0)], rows[0] + o, rows[1] + o, b->five);
+        pk_q45_K(&b->b->pan[2 * (i - k0) + 1], rows[2] + o, rows[3] + o, b->five);
+        pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bst);
     }
 }
 
@@ -460,8 +454,8 @@ INLINE void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size
     finishk(st, T, y, ldy, nrow, ((k_state *)f)->six);
 }
 
-/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels */
-INLINE void gemmk(const tile_job *job, int kind) {
+/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels; packed as gemm32's */
+INLINE void gemmk(const tile_job *job, int kind, int packed) {
     k_bufs bufs;
     k_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
@@ -470,6 +464,8 @@ INLINE void gemmk(const tile_job *job, int kind) {
     b.five = kind == 5;
     b.nb = job->n / TKV__QK_K;
     b.bs = b.six ? sizeof(tkv__block_q6_K) : b.five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    b.bst = (packed ? TKV__PACK_ROWS : 1) * b.bs;
+    assert(b.bst == tile_bstride(job, b.bs));
     const int direct = b.nb <= KCK;
     /* tokens per chunk: a multiple of TK whose tiles' tables fit (the last,
        shorter chunk may have 2 more tiles than tc / TK); Q6_K has no table */
@@ -485,17 +481,28 @@ INLINE void gemmk(const tile_job *job, int kind) {
 
 void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 4);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 4, 0);
 }
 
 void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 5);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5, 0);
 }
 
 void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 6);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 6, 0);
+}
+
+/* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
+void tkv__gemm_q4_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy) {
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 4, 1);
+}
+
+void tkv__gemm_q6_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy) {
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 6, 1);
 }
 
 #endif

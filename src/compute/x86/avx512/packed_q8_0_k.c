@@ -1,0 +1,211 @@
+/*
+ * compute/x86/avx512/packed_q8_0_k.c — the products over packed rows (kernels.h's
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q4_K and Q6_K
+ * at the avx512 level, bit for bit the level's vec_dots (compute/x86/avx512/kernels.c).
+ *
+ * One token (generation): each group of 16 rows is read once, in order,
+ * block i of its 16 rows from one span (the whole matrix is one sequential
+ * stream, which the hardware prefetcher follows: software prefetches of the
+ * blocks ahead made a 4096 x 4096 product slower here, 31 GB/s against 40
+ * for Q6_K); a zmm holds a row pair's 8 lanes
+ * each (row 2p in lanes 0-7, 2p + 1 in 8-15), as the tiled products do, so
+ * the token's per-block work (its broadcast quants, Q8_0's correction, its
+ * scale) is done once for 16 rows and every multiply covers two rows. The
+ * integers are the vec_dot's (exact, so any route to them gives the same
+ * value) and the float operations the same in the same order per lane: the
+ * block's scale product, convert, fma into the row's lanes (Q8_0: even
+ * blocks in one accumulator, odd ones in another), then the sums of
+ * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order; Q4_K's
+ * mins term is the vec_dot's scalar running sum per row.
+ *
+ * Two tokens run it once per token, each group from cache the second time;
+ * three and more (decode steps of several sequences, prefill) go to the
+ * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c:
+ * tile_driver.h reads blocks TKV__PACK_ROWS blocks apart).
+ */
+#include "compute/gemm.h"
+#include "util.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
+
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+
+enum {
+    G = TKV__PACK_ROWS, /* rows per group */
+    PAIRS = G / 2,
+    BY_TOKEN_MAX = 3, /* below this many tokens, the one-token product per token (as at avx2) */
+};
+
+#define Q8K_QS 4
+#define Q8K_BSUMS 260
+
+/* The 16 rows' sums (v[p]: row pair p's 8 + 8 lanes) in the vec_dot's order, lane k = row k:
+   reduce16 takes a[q] as rows 2 (q % 2), 2 (q % 2) + 1 of "token" q / 2, which is rows 2q, 2q + 1 here. */
+static inline __m512 group_sums(const __m512 v[PAIRS]) {
+    _Static_assert(PAIRS == 8, "reduce16 sums 8 row pairs");
+    return reduce16(v);
+}
+
+/* Rows past nrow are not written. */
+static inline void store_group(const __m512 v[PAIRS], float *y, size_t nrow) {
+    _mm512_mask_storeu_ps(y, (__mmask16)((1u << (nrow < G ? nrow : G)) - 1u), group_sums(v));
+}
+
+typedef void group_fn(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow);
+
+/* Each token over each group in turn (the group in cache for the next). */
+static void by_token(group_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t nr, const uint8_t *xq, size_t xrs,
+                     size_t n_tok, float *y, size_t ldy) {
+    for (size_t r = 0; r < nr; r += G)
+        for (size_t t = 0; t < n_tok; t++) f(w + r / G * gs, nb, xq + t * xrs, y + t * ldy + r, nr - r);
+}
+
+/* ==== Q8_0 ========================================================================== */
+
+/* One group, one token (y: its nb Q8_0 blocks), into y_out[0 .. nrow). */
+static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    enum { BS = sizeof(tkv__block_q8_0) };
+    __m512 acc[2][PAIRS];
+    for (int par = 0; par < 2; par++)
+        for (int p = 0; p < PAIRS; p++) acc[par][p] = _mm512_setzero_ps();
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * BS, *blk = g + i * G * BS;
+        /* the weights + 128 (unsigned) times the token's quants (signed) by vpdpbusd, from
+           -128 times each 4 quants' sum: sum(w y) exactly, as the vec_dot's */
+        const __m512i yv = BCAST256(yb + 2);
+        const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yv));
+        const float dy = blk_d(yb);
+        const int par = (int)(i % 2); /* the vec_dot's acc0 / acc1 (an odd count's last block is even) */
+        UNROLL
+        for (int p = 0; p < PAIRS; p++) {
+            const uint8_t *a = blk + 2 * p * BS, *b = a + BS;
+            const __m512i w = _mm512_xor_si512(halves_epi(LOAD256(a + 2), LOAD256(b + 2)), bias);
+            const __m512i s = _mm512_dpbusd_epi32(corr, w, yv);
+            const __m512 d = halves_ps(blk_d(a) * dy, blk_d(b) * dy);
+            acc[par][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[par][p]);
+        }
+    }
+    __m512 v[PAIRS];
+    for (int p = 0; p < PAIRS; p++) v[p] = _mm512_add_ps(acc[0][p], acc[1][p]);
+    store_group(v, out, nrow);
+}
+
+void tkv__packed_q8_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q8_0_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q8_group, n / TKV__QK, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+/* ==== Q4_K / Q6_K ==================================================================== */
+
+/* Words 0-15: word g of sc, 16-31: word 16 + g (row a's group scale, row b's). */
+static inline __m512i pick_words(__m512i sc, int g) {
+    const __m512i hi = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
+    return _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)g), hi), sc);
+}
+
+/* One group of Q4_K rows, one token (its nb Q8_K blocks at ya). */
+static void q4k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    enum { BS = sizeof(tkv__block_q4_K), QBS = sizeof(tkv__block_q8_K) };
+    __m512 acc[PAIRS];
+    float accm[G] = {0};
+    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        /* the token's bsums as 8 pairs, for the mins term */
+        const __m128i pairs = _mm_hadd_epi16(LOAD128(yb + Q8K_BSUMS), LOAD128(yb + Q8K_BSUMS + 16));
+        __m512i yv[8];
+        UNROLL
+        for (int c = 0; c < 8; c++) yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
+        UNROLL
+        for (int p = 0; p < PAIRS; p++) {
+            const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)(blk + 2 * p * BS), *b = a + 1;
+            alignas(16) uint8_t sa[16], sb[16];
+            tkv__quant_k4_unpack(a->scales, sa);
+            tkv__quant_k4_unpack(b->scales, sb);
+            /* words 0-7: a's group scales, 16-23: b's */
+            const __m512i sc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(const void *)sa))),
+                                                  _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(const void *)sb)), 1);
+            __m512i s = _mm512_setzero_si512();
+            UNROLL
+            for (int c = 0; c < 4; c++) {
+                const __m512i q = halves_epi(LOAD256(a->qs + 32 * c), LOAD256(b->qs + 32 * c));
+                const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(lo, yv[2 * c]), pick_words(sc, 2 * c));
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(hi, yv[2 * c + 1]), pick_words(sc, 2 * c + 1));
+            }
+            const __m512 d = halves_ps(yd * f16(a->d), yd * f16(b->d));
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+            /* the vec_dot's accm += dmin * (mins . bsums), per row */
+            /* words 0-7: a's mins, 8-15: b's; each half's 4 sums then added up */
+            const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)(sa + 8)),
+                                                                       _mm_loadl_epi64((const __m128i *)(const void *)(sb + 8))));
+            __m256i md = _mm256_madd_epi16(mn, _mm256_broadcastsi128_si256(pairs));
+            md = _mm256_hadd_epi32(md, md);
+            md = _mm256_hadd_epi32(md, md);
+            accm[2 * p] += yd * f16(a->dmin) * (float)_mm256_cvtsi256_si32(md);
+            accm[2 * p + 1] += yd * f16(b->dmin) * (float)_mm_cvtsi128_si32(_mm256_extracti128_si256(md, 1));
+        }
+    }
+    /* hsum(acc) - accm per row */
+    alignas(64) float o[G];
+    _mm512_store_ps(o, group_sums(acc));
+    for (size_t k = 0; k < nrow && k < G; k++) out[k] = o[k] - accm[k];
+}
+
+/* One group of Q6_K rows, one token. */
+static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    enum { BS = sizeof(tkv__block_q6_K), QBS = sizeof(tkv__block_q8_K) };
+    __m512 acc[PAIRS];
+    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    /* chunk s of 32 elements: groups 2s (lanes 0-3 of each half) and 2s + 1 (4-7) */
+    const __m512i idx0 = _mm512_set_epi16(17, 17, 17, 17, 17, 17, 17, 17, 16, 16, 16, 16, 16, 16, 16, 16, /**/
+                                          1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        const __m512i bsums = BCAST256(yb + Q8K_BSUMS);
+        for (int p = 0; p < PAIRS; p++) {
+            const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)(blk + 2 * p * BS), *b = a + 1;
+            const __m512i sc = halves_epi(_mm256_cvtepi8_epi16(LOAD128(a->scales)), _mm256_cvtepi8_epi16(LOAD128(b->scales)));
+            /* from -32 (bsums . scales): the q - 32 offset */
+            __m512i s = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_madd_epi16(bsums, sc), 5));
+            __m256i qa[8], qb[8];
+            q6k_quants(a->ql, a->qh, qa);
+            q6k_quants(b->ql, b->qh, qb);
+            UNROLL
+            for (int c = 0; c < 8; c++) {
+                const __m512i scc = _mm512_permutexvar_epi16(_mm512_add_epi16(idx0, _mm512_set1_epi16((short)(2 * c))), sc);
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(halves_epi(qa[c], qb[c]), BCAST256(yb + Q8K_QS + 32 * c)), scc);
+            }
+            const __m512 d = halves_ps(yd * f16(a->d), yd * f16(b->d));
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+        }
+    }
+    store_group(acc, out, nrow);
+}
+
+void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q4_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q4k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_q6_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q6_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q6k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+#endif
