@@ -836,7 +836,8 @@ typedef struct tkv_context_params {
         every cell holds every layer's K/V, as for a global layer; > 0: the
         window layers keep their rows in a pool of this many rows, at least
         n_seq_max x the model's window (smaller: TKV_ERR_INVALID naming the
-        minimum; a model without window layers: TKV_ERR_UNSUPPORTED). Each
+        minimum; a model without window layers: TKV_ERR_UNSUPPORTED; more
+        than n_cells: n_cells, since a cell holds one row at most). Each
         live sequence keeps the rows of its last window positions; rows
         beyond those stay while the pool has room. A cached prefix is then
         reusable where the rows of the window before its end are held

@@ -62,9 +62,12 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
     if (!st) st = check_type(type_v, n_embd_kv, "V");
     if (st) return st;
     if (!n_cells || !n_seq) return tkv__fail(TKV_ERR_INVALID, "KV cache: n_cells and n_seq_max must be > 0");
-    if (win && (!win->window || (uint64_t)win->n_rows < (uint64_t)n_seq * win->window))
-        return tkv__fail(TKV_ERR_INVALID, "KV cache: a window pool of %u rows for a window of %u and %u sequences "
-                         "(at least %llu)", win->n_rows, win->window, n_seq, (unsigned long long)n_seq * win->window);
+    /* the rows live sequences need: their last W positions' cells, which are at most n_cells */
+    const uint64_t win_min = win ? (uint64_t)n_seq * win->window < n_cells ? (uint64_t)n_seq * win->window : n_cells : 0;
+    if (win && (!win->window || win->n_rows < win_min || win->n_rows > n_cells))
+        return tkv__fail(TKV_ERR_INVALID, "KV cache: a window pool of %u rows for a window of %u, %u sequences and %u "
+                         "cells (%llu to %u)", win->n_rows, win->window, n_seq, n_cells, (unsigned long long)win_min,
+                         n_cells);
     tkv__kvcache *kv = tkv__calloc(1, sizeof *kv);
     if (!kv) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the KV cache");
     kv->rows.type_k = type_k;

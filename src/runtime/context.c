@@ -97,7 +97,9 @@ static tkv_status window_pool(const tkv_model *model, const tkv_context_params *
         return tkv__fail(TKV_ERR_INVALID, "tkv_context_create: swa_rows = %u is under the minimum of %llu "
                          "(n_seq_max %u x the window of %u positions)", p->swa_rows, (unsigned long long)min,
                          p->n_seq_max, W);
-    *wp = (tkv__kvwin_params){.window = W, .n_rows = p->swa_rows, .layer_win = layer_win};
+    /* a cell holds one row at most: rows beyond n_cells would never be used */
+    *wp = (tkv__kvwin_params){.window = W, .n_rows = p->swa_rows < p->n_cells ? p->swa_rows : p->n_cells,
+                              .layer_win = layer_win};
     return TKV_OK;
 }
 

@@ -130,6 +130,22 @@ static void test_params(void **state) {
     assert_true(sb.kv_bytes < sa.kv_bytes);
     tkv_context_free(a);
     tkv_context_free(b);
+    /* more rows than cells: as many as cells (a cell holds one row at most) */
+    tkv_context *c = make(N_CELLS), *d = make(5 * N_CELLS);
+    tkv_stats sc, sd;
+    assert_int_equal(tkv_cache_stats_ex(c, &sc, sizeof sc), TKV_OK);
+    assert_int_equal(tkv_cache_stats_ex(d, &sd, sizeof sd), TKV_OK);
+    assert_int_equal(sc.kv_bytes, sd.kv_bytes);
+    tkv_context_free(c);
+    tkv_context_free(d);
+    /* a model without window layers */
+    tkv_model *plain = NULL;
+    if (tkv_model_load(tu_shared("models/arch/qwen3.gguf"), NULL, &plain) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+    cp.swa_rows = ROWS_MIN;
+    assert_int_equal(tkv_context_create(plain, &cp, &ctx), TKV_ERR_UNSUPPORTED);
+    assert_non_null(strstr(tkv_last_error(NULL), "no sliding-window layers"));
+    assert_null(ctx);
+    tkv_model_free(plain);
 }
 
 /* A conversation longer than W (prompt, an answer a token per decode, the next turn): the next turn reuses
@@ -265,6 +281,44 @@ static void test_abort(void **state) {
     tkv_context_free(ctx);
 }
 
+/* One batch of several sequences, interleaved: each token's logits are a fresh context's; two sequences
+   that hold the same prefix and decode the same token share its cell (the index keeps one) and its rows. */
+static void test_shared_batch(void **state) {
+    (void)state;
+    tkv_token a[N], b[N];
+    list(a, N, 0, 8), list(b, N, 0, 9);
+    tkv_context *ctx = make(ROWS_MIN);
+    assert_int_equal(sync_checked(ctx, 0, a, 70, "a"), 0);
+    assert_int_equal(sync_checked(ctx, 1, b, 50, "b"), 1); /* every list starts with token 1 */
+    assert_int_equal(tkv_seq_fork(ctx, 0, 2), TKV_OK);
+    /* a's next 3 tokens in 0 and in its fork 2 (the same tokens: shared cells), b's next 3 in 1 */
+    tkv_token t[9];
+    tkv_pos pos[9];
+    tkv_seq seq[9];
+    bool want[9];
+    for (int i = 0; i < 3; i++) {
+        t[3 * i] = a[70 + i], pos[3 * i] = 70 + i, seq[3 * i] = 0;
+        t[3 * i + 1] = b[50 + i], pos[3 * i + 1] = 50 + i, seq[3 * i + 1] = 1;
+        t[3 * i + 2] = a[70 + i], pos[3 * i + 2] = 70 + i, seq[3 * i + 2] = 2;
+    }
+    for (int i = 0; i < 9; i++) want[i] = i >= 6;
+    tkv_batch batch = {9, t, pos, seq, want};
+    assert_int_equal(tkv_decode(ctx, &batch), TKV_OK);
+    check(ctx, "the shared batch");
+    static const struct { int row; size_t n; bool is_a; } rows[] = {{6, 73, true}, {7, 53, false}, {8, 73, true}};
+    for (int k = 0; k < 3; k++) {
+        tkv_context *f = make(0);
+        assert_int_equal(tkv_seq_sync(f, 0, 0, rows[k].is_a ? a : b, rows[k].n, NULL), TKV_OK);
+        if (memcmp(tkv_get_logits(ctx, (size_t)rows[k].row), tkv_get_logits_last(f), nv * sizeof(float)))
+            fail_msg("batch row %d: the logits differ from a fresh context's", rows[k].row);
+        tkv_context_free(f);
+    }
+    tkv_stats st;
+    assert_int_equal(tkv_cache_stats_ex(ctx, &st, sizeof st), TKV_OK);
+    assert_int_equal(st.cells_used, 73 + 52); /* 0 and 2 share every cell, 1 shares the first with them */
+    tkv_context_free(ctx);
+}
+
 /* Cache files, images and transfers are refused by name with a pool. */
 static void test_files_refused(void **state) {
     (void)state;
@@ -289,6 +343,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_params),        cmocka_unit_test(test_conversation), cmocka_unit_test(test_divergence),
         cmocka_unit_test(test_fork_truncate), cmocka_unit_test(test_abort),        cmocka_unit_test(test_files_refused),
+        cmocka_unit_test(test_shared_batch),
     };
     static const char *const models[] = {"models/arch/gemma3.gguf", "models/arch/gemma2.gguf",
                                          "models/arch/gpt-oss.gguf", "models/arch/gemma4.gguf"};
