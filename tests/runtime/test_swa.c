@@ -27,8 +27,11 @@ static tkv_model *model;
 static size_t nv;
 static const char *model_rel;
 
+static tkv_type kv_type = TKV_TYPE_F16; /* of every context a test makes */
+
 static tkv_context *make(uint32_t swa_rows) {
     tkv_context_params cp = tkv_context_default_params();
+    cp.kv_type = kv_type;
     cp.n_cells = N_CELLS;
     cp.n_seq_max = N_SEQ;
     cp.n_threads = 2;
@@ -319,6 +322,23 @@ static void test_shared_batch(void **state) {
     tkv_context_free(ctx);
 }
 
+/* A block type (Q8_0 rows, another row size and the float attention path): a conversation past the
+   window and a divergence older than the held rows, against a fresh Q8_0 context without a pool. */
+static void test_q8_0(void **state) {
+    (void)state;
+    kv_type = TKV_TYPE_Q8_0;
+    tkv_token a[N], b[N];
+    list(a, N, 150, 10), list(b, N, 150, 11);
+    tkv_context *ctx = make(ROWS_MIN);
+    assert_int_equal(sync_checked(ctx, 0, a, 200, "history"), 0);
+    for (size_t i = 200; i < 210; i++) decode_one(ctx, 0, a, i);
+    same_as_fresh(ctx, a, 210, "the answer");
+    assert_int_equal(sync_checked(ctx, 0, a, 230, "next turn"), 210);
+    assert_int_equal(sync_checked(ctx, 1, b, 200, "divergence at 150"), expected_floor(230, ROWS_MIN, 150));
+    tkv_context_free(ctx);
+    kv_type = TKV_TYPE_F16;
+}
+
 /* Cache files, images and transfers are refused by name with a pool. */
 static void test_files_refused(void **state) {
     (void)state;
@@ -343,7 +363,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_params),        cmocka_unit_test(test_conversation), cmocka_unit_test(test_divergence),
         cmocka_unit_test(test_fork_truncate), cmocka_unit_test(test_abort),        cmocka_unit_test(test_files_refused),
-        cmocka_unit_test(test_shared_batch),
+        cmocka_unit_test(test_shared_batch),  cmocka_unit_test(test_q8_0),
     };
     static const char *const models[] = {"models/arch/gemma3.gguf", "models/arch/gemma2.gguf",
                                          "models/arch/gpt-oss.gguf", "models/arch/gemma4.gguf"};
