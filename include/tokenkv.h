@@ -834,6 +834,19 @@ typedef struct tkv_context_params {
         that would save more than a quarter of the budget's checkpoints
         spaces them further apart */
     uint32_t state_interval;
+    /** sliding-window models (gemma2, gemma3, gemma4, gpt-oss): 0 (default):
+        every cell holds every layer's K/V, as for a global layer; > 0: the
+        window layers keep their rows in a pool of this many rows, at least
+        n_seq_max x the model's window (smaller: TKV_ERR_INVALID naming the
+        minimum; a model without window layers: TKV_ERR_UNSUPPORTED; more
+        than n_cells: n_cells, since a cell holds one row at most). Each
+        live sequence keeps the rows of its last window positions; rows
+        beyond those stay while the pool has room. A cached prefix is then
+        reusable where the rows of the window before its end are held
+        (tkv_cache_match, tkv_seq_sync's n_reused report exactly that); the
+        cached tokens after that point are decoded again. Cache files,
+        images and transfers are refused (TKV_ERR_UNSUPPORTED). */
+    uint32_t swa_rows;
 } tkv_context_params;
 
 /**

@@ -57,11 +57,17 @@ static tkv_status check_type(tkv_type t, uint32_t n, const char *which) {
 }
 
 tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv, tkv_type type_k, tkv_type type_v,
-                          uint32_t n_seq, tkv__kvcache **out) {
+                          uint32_t n_seq, const tkv__kvwin_params *win, tkv__kvcache **out) {
     tkv_status st = check_type(type_k, n_embd_kv, "K");
     if (!st) st = check_type(type_v, n_embd_kv, "V");
     if (st) return st;
     if (!n_cells || !n_seq) return tkv__fail(TKV_ERR_INVALID, "KV cache: n_cells and n_seq_max must be > 0");
+    /* the rows live sequences need: their last W positions' cells, which are at most n_cells */
+    const uint64_t win_min = win ? (uint64_t)n_seq * win->window < n_cells ? (uint64_t)n_seq * win->window : n_cells : 0;
+    if (win && (!win->window || win->n_rows < win_min || win->n_rows > n_cells))
+        return tkv__fail(TKV_ERR_INVALID, "KV cache: a window pool of %u rows for a window of %u, %u sequences and %u "
+                         "cells (%llu to %u)", win->n_rows, win->window, n_seq, n_cells, (unsigned long long)win_min,
+                         n_cells);
     tkv__kvcache *kv = tkv__calloc(1, sizeof *kv);
     if (!kv) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the KV cache");
     kv->rows.type_k = type_k;
@@ -71,10 +77,17 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
     kv->rows.n_embd_kv = n_embd_kv;
     kv->rows.row_size_k = tkv__quant_row_size(type_k, n_embd_kv);
     kv->rows.row_size_v = tkv__quant_row_size(type_v, n_embd_kv);
-    const size_t bytes_k = (size_t)n_layer * n_cells * kv->rows.row_size_k,
-                 bytes_v = (size_t)n_layer * n_cells * kv->rows.row_size_v, bytes = bytes_k + bytes_v;
-    kv->rows.k = tkv__malloc(bytes_k);
-    kv->rows.v = tkv__malloc(bytes_v);
+    kv->rows.n_full = n_layer;
+    kv->n_seq = n_seq;
+    if (win && (st = tkv__kv_win_create(kv, win))) { /* the window layers' rows leave the per-cell array */
+        tkv__kv_free(kv);
+        return st;
+    }
+    const uint32_t n_full = kv->rows.n_full;
+    const size_t bytes_k = (size_t)n_full * n_cells * kv->rows.row_size_k,
+                 bytes_v = (size_t)n_full * n_cells * kv->rows.row_size_v, bytes = bytes_k + bytes_v;
+    kv->rows.k = tkv__malloc(bytes_k ? bytes_k : 1);
+    kv->rows.v = tkv__malloc(bytes_v ? bytes_v : 1);
     advise_huge_pages(kv->rows.k, bytes_k);
     advise_huge_pages(kv->rows.v, bytes_v);
     kv->token = tkv__malloc(n_cells * sizeof *kv->token);
@@ -115,6 +128,7 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
 void tkv__kv_free(tkv__kvcache *kv) {
     if (!kv) return;
     tkv__kv_states_free(kv);
+    tkv__kv_win_free(kv);
     tkv__pindex_free(kv->ix);
     if (kv->seq)
         for (uint32_t s = 0; s < kv->n_seq; s++) tkv__free(kv->seq[s].cells);
@@ -165,6 +179,7 @@ void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n) {
     for (uint32_t i = n; i-- > 0;) {
         if (cells[i] >= kv->rows.n_cells) continue; /* virtual: nothing to give back */
         if (kv->st) tkv__kv_state_drop_cell(kv, cells[i]); /* its prefix is gone, and so is the state after it */
+        if (kv->win) tkv__kv_win_drop_cell(kv, cells[i]);
         kv->token[cells[i]] = TKV_TOKEN_NULL;
         kv->pos[cells[i]] = -1;
         kv->free[kv->n_free++] = cells[i];
@@ -231,6 +246,7 @@ void tkv__kv_seq_truncate(tkv__kvcache *kv, tkv_seq seq, uint32_t n) {
     tkv__ppos at = tkv__pindex_ancestor(kv->ix, tkv__pindex_seq_end(kv->ix, seq), n);
     tkv__pindex_seq_set(kv->ix, seq, at); /* the dropped tail: its own node */
     s->n = n; /* the list's first n cells are the ancestor's path */
+    tkv__kv_win_mark_short(kv, seq);
 }
 
 tkv_status tkv__kv_seq_fork(tkv__kvcache *kv, tkv_seq src, tkv_seq dst) {
@@ -242,6 +258,7 @@ tkv_status tkv__kv_seq_fork(tkv__kvcache *kv, tkv_seq src, tkv_seq dst) {
     if (s->n) memcpy(d->cells, s->cells, s->n * sizeof *d->cells);
     d->n = s->n;
     d->ns = s->ns;
+    if (kv->win) kv->win->short_seq[dst] = kv->win->short_seq[src];
     tkv__pindex_seq_set(kv->ix, dst, tkv__pindex_seq_end(kv->ix, src));
     return TKV_OK;
 }
@@ -324,10 +341,13 @@ void tkv__kv_stats(const tkv__kvcache *kv, tkv_stats *out) {
     out->cells_shared = 0;
     tkv__pindex_foreach(kv->ix, count_shared, &out->cells_shared);
     out->evictions = kv->evictions;
-    out->kv_bytes = (uint64_t)kv->rows.n_layer * kv->rows.n_cells * (kv->rows.row_size_k + kv->rows.row_size_v);
+    out->kv_bytes = (uint64_t)kv->rows.n_full * kv->rows.n_cells * (kv->rows.row_size_k + kv->rows.row_size_v);
+    if (kv->win) out->kv_bytes += tkv__kv_win_bytes(kv);
     out->meta_bytes = (uint64_t)kv->rows.n_cells * (sizeof *kv->token + sizeof *kv->pos + sizeof *kv->free) +
                       tkv__pindex_bytes(kv->ix);
     for (uint32_t s = 0; s < kv->n_seq; s++) out->meta_bytes += sizeof kv->seq[s] + (uint64_t)kv->seq[s].cap * sizeof(uint32_t);
+    if (kv->win) /* the pool's row owners and free stack, each cell's row, need mark and staged cell */
+        out->meta_bytes += (uint64_t)kv->rows.n_rows * 2 * sizeof(uint32_t) + (uint64_t)kv->rows.n_cells * 3 * sizeof(uint32_t);
     tkv__kv_states_stats(kv, out);
 }
 
@@ -401,6 +421,7 @@ tkv_status tkv__kv_check(const tkv__kvcache *kv) {
                                  p, q->cells[p], c.cells[p]);
     }
     if (!c.st) c.st = tkv__kv_states_check(kv); /* every checkpoint is the state after its cell's token */
+    if (!c.st) c.st = tkv__kv_win_check(kv);    /* every window row belongs to one cell; live sequences have theirs */
 done:
     tkv__free(c.owned);
     tkv__free(c.cells);

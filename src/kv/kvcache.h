@@ -70,6 +70,38 @@ typedef struct tkv__kvtxn {
     tkv__ppos at, old;      /* path: end of the reused prefix; the sequence's old end */
 } tkv__kvtxn;
 
+/*
+ * The window pool (kvwin.c): the rows of the sliding-window layers for the
+ * cells that need them. A token at position p of a window layer attends to
+ * positions p - W + 1 .. p, so a sequence continues from the rows of its
+ * last W - 1 positions; the commit keeps the rows of every live sequence's
+ * last W (W: a repeated prompt decodes its last token again), gives the
+ * batch's other tokens rows while free ones are left, and releases rows no
+ * live sequence needs only when it needs them (a clock over the pool), so
+ * recent prefixes stay reusable while the pool has room. A staged token's
+ * rows lie in the staging area (rows.sk, sv; a virtual cell's in its own
+ * rows) until that commit copies them: a rollback changes no row.
+ */
+typedef struct tkv__kvwin {
+    uint32_t window;    /* W */
+    uint32_t *row_cell; /* (n_rows) the cell that holds pool row r, or UINT32_MAX: free */
+    uint32_t *row_free; /* stack of free pool rows */
+    uint32_t n_row_free;
+    uint32_t hand;      /* the clock: the next row it looks at */
+    uint32_t *need;     /* (n_cells) == epoch: among a live sequence's last W positions (its row stays) */
+    uint32_t epoch;
+    uint32_t *src;      /* (n_cells) batch token i's staged cell (real: staging row i; virtual: its own rows) */
+    uint8_t *short_seq; /* (n_seq) 1: the sequence was cut back past the window rows it holds (a truncate), so
+                           the next decode replays it from its floor (tkv__kv_win_floor) */
+} tkv__kvwin;
+
+/* What tkv__kv_create needs for a window pool. */
+typedef struct tkv__kvwin_params {
+    uint32_t window;         /* W, > 0 */
+    uint32_t n_rows;         /* the pool's rows, at least n_seq x W */
+    const bool *layer_win;   /* (n_layer) the cache layer is a window layer */
+} tkv__kvwin_params;
+
 typedef struct tkv__kvcache {
     /* read only outside kv/kvcache*.c */
     tkv__kvrows rows; /* the K/V rows of every cell (what the forward pass sees) */
@@ -96,14 +128,16 @@ typedef struct tkv__kvcache {
     tkv_token *ev_tokens; /* (n_cells) an event's prefix */
     uint32_t *ev_cells;   /* (n_cells) and its cells */
     tkv__kvstates *st;    /* recurrent-state checkpoints (kvstate.h), or NULL: the model has no recurrent state */
+    tkv__kvwin *win;      /* the window pool, or NULL: every cell has every layer's rows */
 } tkv__kvcache;
 
 /* A cache of n_cells cells for n_seq sequences, K and V rows of n_embd_kv
    elements per layer, of types type_k and type_v (tkv__kv_type_ok; block
-   types need n_embd_kv % 32 == 0). TKV_ERR_UNSUPPORTED, TKV_ERR_INVALID,
-   TKV_ERR_NOMEM. */
+   types need n_embd_kv % 32 == 0). win: the window layers' rows in a pool
+   (kvwin.c), or NULL: every cell has every layer's rows. TKV_ERR_UNSUPPORTED,
+   TKV_ERR_INVALID, TKV_ERR_NOMEM. */
 tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv, tkv_type type_k, tkv_type type_v,
-                          uint32_t n_seq, tkv__kvcache **out);
+                          uint32_t n_seq, const tkv__kvwin_params *win, tkv__kvcache **out);
 
 /* Whether K or V rows may be stored as t: F16, F32, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, IQ4_NL. */
 bool tkv__kv_type_ok(tkv_type t);
@@ -205,6 +239,20 @@ void tkv__kv_states_stats(const tkv__kvcache *kv, tkv_stats *out);
  * either way nothing is staged (the batch's stage still is).
  */
 tkv_status tkv__kv_stage_states(tkv__kvcache *kv, const tkv_batch *b, const uint8_t *snap_kind);
+
+/* ---- the window pool (kvwin.c) --------------------------------------------- */
+
+/* The longest prefix of the path cells[0..n) from which a token can be decoded: the deepest L <= n whose
+   positions L - W + 1 .. L - 1 all hold window rows; n without a pool. */
+uint32_t tkv__kv_win_floor(const tkv__kvcache *kv, const uint32_t *cells, uint32_t n);
+
+/* What a prefix of the path cells[0..n) is reusable to: the smaller of the recurrent-state floor
+   (tkv__kv_state_floor) and the window floor. */
+uint32_t tkv__kv_reuse_floor(const tkv__kvcache *kv, const uint32_t *cells, uint32_t n);
+
+/* Whether seq can be decoded on as it is: its recurrent state after its last token is held, and it is not
+   cut back past its window rows. Otherwise the caller replays it from tkv__kv_reuse_floor. */
+bool tkv__kv_seq_ready(const tkv__kvcache *kv, tkv_seq seq);
 
 /* ---- sequences (kvcache.c) ------------------------------------------------- */
 

@@ -41,4 +41,18 @@ void tkv__kv_states_rollback(tkv__kvcache *kv);
 tkv_status tkv__kv_states_check(const tkv__kvcache *kv);
 void tkv__kv_states_free(tkv__kvcache *kv);
 
+/* The window pool (kvwin.c): create and free; the stage's rows (after the cells: batch token i writes
+   staging row i; TKV_ERR_NOMEM before anything is staged, from reserve); the commit's (after the batch is
+   published, kv->cells holding each token's final cell); the row of a cell that is freed; whether a
+   sequence lacks the rows it continues from; the check; the pool's bytes. */
+tkv_status tkv__kv_win_create(tkv__kvcache *kv, const tkv__kvwin_params *wp);
+void tkv__kv_win_free(tkv__kvcache *kv);
+tkv_status tkv__kv_win_reserve(tkv__kvcache *kv, uint32_t n);
+void tkv__kv_win_stage(tkv__kvcache *kv, uint32_t n);
+void tkv__kv_win_commit(tkv__kvcache *kv, uint32_t n);
+void tkv__kv_win_drop_cell(tkv__kvcache *kv, uint32_t cell);
+void tkv__kv_win_mark_short(tkv__kvcache *kv, tkv_seq seq);
+tkv_status tkv__kv_win_check(const tkv__kvcache *kv);
+uint64_t tkv__kv_win_bytes(const tkv__kvcache *kv);
+
 #endif

@@ -71,6 +71,7 @@ static void land_virtual(tkv__kvcache *kv) {
         uint32_t real;
         tkv__kv_take(kv, 1, &real);
         for (uint32_t l = 0; l < kv->rows.n_layer; l++) {
+            if (kv->win && kv->rows.lmap[l] >= 0) continue; /* the window pool's rows land in tkv__kv_win_commit */
             memcpy(tkv__kv_k(kv, l, real), tkv__kv_k(kv, l, kv->cells[i]), kv->rows.row_size_k);
             memcpy(tkv__kv_v(kv, l, real), tkv__kv_v(kv, l, kv->cells[i]), kv->rows.row_size_v);
         }
@@ -173,11 +174,13 @@ tkv_status tkv__kv_stage_batch(tkv__kvcache *kv, const tkv_batch *b) {
     /* room in every list first: a grown list is still valid (reservation is not publication) */
     for (uint32_t s = 0; s < kv->n_seq; s++)
         if (kv->seq_count[s] && (st = tkv__kv_seq_room(kv, (tkv_seq)s, kv->seq[s].n + kv->seq_count[s]))) return st;
+    if ((st = tkv__kv_win_reserve(kv, (uint32_t)b->n))) return st;
     if ((st = hold_dups(kv, b))) return st;
     if ((st = stage_cells(kv, "tkv_decode", (uint32_t)b->n))) {
         release_dups(kv, b);
         return st;
     }
+    tkv__kv_win_stage(kv, (uint32_t)b->n); /* the window layers' rows go to the staging area */
     /* each token's cell after its sequence's published cells, where attention reads it */
     memset(kv->seq_count, 0, kv->n_seq * sizeof *kv->seq_count);
     for (size_t i = 0; i < b->n; i++) {
@@ -200,6 +203,9 @@ static void commit_batch(tkv__kvcache *kv) {
         tkv__kvseq *s = &kv->seq[sq];
         tkv__ppos to = publish_run(kv, s->ns, tkv__pindex_seq_end(kv->ix, sq), kv->run_tokens, kv->run_cells, k, s->n);
         memcpy(s->cells + s->n, kv->run_cells, k * sizeof *s->cells);
+        k = 0; /* each token's final cell back in kv->cells (the window pool's commit reads them) */
+        for (size_t j = i; j < b->n && k < kv->seq_count[sq]; j++)
+            if (b->seq[j] == sq) kv->cells[j] = kv->run_cells[k++];
         s->n += k;
         tkv__pindex_seq_set(kv->ix, sq, to);
         kv->seq_count[sq] = 0;
@@ -222,6 +228,9 @@ tkv_status tkv__kv_stage_path(tkv__kvcache *kv, const tkv__kvpath *p, uint32_t *
     if (n > kv->rows.n_cells)
         return tkv__fail(TKV_ERR_FULL, "%s: %u tokens exceed the cache's %u cells", name, n, kv->rows.n_cells);
     if (seq >= 0 && (st = tkv__kv_seq_room(kv, seq, n))) return st; /* before anything moves */
+    if (fill && kv->win)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "%s: loading K/V rows is not supported with swa_rows > 0 (a window "
+                         "layer keeps rows only for the positions that need them)", name);
     tkv__ppos at;
     const uint32_t cached = (uint32_t)tkv__pindex_match(kv->ix, ns, tokens, n, false, &at);
     const uint32_t keep = cached < reuse_max ? cached : reuse_max;
@@ -258,6 +267,7 @@ static void commit_path(tkv__kvcache *kv) {
     if (t->n) e = publish_run(kv, t->ns, t->at, t->tokens + t->reused, kv->cells, t->n, t->reused);
     if (t->seq >= 0) {
         tkv__kv_seq_move(kv, t->seq, t->ns, e);
+        tkv__kv_win_mark_short(kv, t->seq);
         if (!t->n) tkv__pindex_hit(kv->ix, tkv__pindex_seq_end(kv->ix, t->seq)); /* an attach: a reuse */
         return;
     }
@@ -275,7 +285,9 @@ static void commit_path(tkv__kvcache *kv) {
 
 void tkv__kv_commit(tkv__kvcache *kv) {
     land_virtual(kv);
-    if (kv->txn.kind == TXN_BATCH) release_dups(kv, kv->txn.b), commit_batch(kv), tkv__kv_states_commit(kv, kv->txn.b);
+    if (kv->txn.kind == TXN_BATCH)
+        release_dups(kv, kv->txn.b), commit_batch(kv), tkv__kv_states_commit(kv, kv->txn.b),
+            tkv__kv_win_commit(kv, kv->txn.n);
     else if (kv->txn.kind == TXN_PATH) commit_path(kv);
     kv->txn.kind = TXN_NONE;
 }

@@ -14,10 +14,11 @@
 static tkv_status cache_match(const tkv_context *ctx, uint64_t ns, const tkv_token *tokens, size_t n, size_t *len) {
     if (!ctx || (!tokens && n) || !len)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_match: NULL argument"));
-    if (ctx->kv->st) { /* a hybrid model: what is reusable ends at the deepest checkpoint */
+    if (ctx->kv->st || ctx->kv->win) { /* a hybrid model: what is reusable ends at the deepest checkpoint; a
+                                          window pool: where the window before it has its rows */
         const size_t room = n < ctx->kv->rows.n_cells ? n : ctx->kv->rows.n_cells; /* no prefix is longer */
         const size_t m = tkv__kv_match_cells(ctx->kv, ns, tokens, room, ctx->path_cells);
-        *len = tkv__kv_state_floor(ctx->kv, ctx->path_cells, (uint32_t)m);
+        *len = tkv__kv_reuse_floor(ctx->kv, ctx->path_cells, (uint32_t)m);
         return TKV_OK;
     }
     *len = tkv__kv_match(ctx->kv, ns, tokens, n);

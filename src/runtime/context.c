@@ -77,6 +77,32 @@ void tkv_context_free(tkv_context *ctx) {
     tkv__free(ctx);
 }
 
+/* The window pool of swa_rows rows (none for 0): which cache layers are window layers (those whose own
+   attention layer is one; a KV-shared layer reads a layer of its own kind), and the minimum. */
+static tkv_status window_pool(const tkv_model *model, const tkv_context_params *p, bool *layer_win,
+                              tkv__kvwin_params *wp) {
+    if (!p->swa_rows) return TKV_OK;
+    const uint32_t n = model->ext.kv_layers, W = model->ext.swa_window;
+    uint32_t n_win = 0;
+    for (uint32_t l = 0; l < n; l++) layer_win[l] = false;
+    for (uint32_t l = 0; l < model->hp.n_layer; l++) {
+        const tkv__attn_layer *A = &model->ext.attn[l];
+        if (A->own_kv && A->kv_layer < n && A->swa) layer_win[A->kv_layer] = true, n_win++;
+    }
+    if (!W || !n_win)
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "tkv_context_create: swa_rows = %u, but the model (%s) has no "
+                         "sliding-window layers", p->swa_rows, model->hp.arch);
+    const uint64_t min = (uint64_t)p->n_seq_max * W;
+    if (p->swa_rows < min)
+        return tkv__fail(TKV_ERR_INVALID, "tkv_context_create: swa_rows = %u is under the minimum of %llu "
+                         "(n_seq_max %u x the window of %u positions)", p->swa_rows, (unsigned long long)min,
+                         p->n_seq_max, W);
+    /* a cell holds one row at most: rows beyond n_cells would never be used */
+    *wp = (tkv__kvwin_params){.window = W, .n_rows = p->swa_rows < p->n_cells ? p->swa_rows : p->n_cells,
+                              .layer_win = layer_win};
+    return TKV_OK;
+}
+
 /* The cache's report, as the caller's callback sees it. */
 static void relay_event(void *user, const tkv__kvevent *e) {
     tkv_context *ctx = user;
@@ -107,8 +133,13 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
     ctx->model = model;
     ctx->params = p;
     const tkv_type type_v = p.kv_type_v == TKV_TYPE_COUNT ? p.kv_type : p.kv_type_v;
+    bool layer_win[TKV__MAX_LAYERS];
+    tkv__kvwin_params wp;
+    st = window_pool(model, &p, layer_win, &wp);
     /* K/V rows for the layers that own them (gemma4's KV-shared layers read others') */
-    st = tkv__kv_create(p.n_cells, model->ext.kv_layers, model->ext.kv_width, p.kv_type, type_v, p.n_seq_max, &ctx->kv);
+    if (!st)
+        st = tkv__kv_create(p.n_cells, model->ext.kv_layers, model->ext.kv_width, p.kv_type, type_v, p.n_seq_max,
+                            p.swa_rows ? &wp : NULL, &ctx->kv);
     if (!st && model->ext.state_floats) {
         const size_t bytes = model->ext.state_floats * sizeof(float);
         const uint64_t budget = (uint64_t)p.state_cache_mib << 20;
@@ -229,15 +260,17 @@ static void mark_checkpoints(tkv_context *ctx, const tkv_batch *b) {
 }
 
 /*
- * A hybrid model's sequence whose state after its last token is not held
- * (truncated to a position without a checkpoint, or loaded from a file):
- * recompute it from the deepest checkpoint on its path, decoding the cached
- * tokens after it again (their cells are kept: they need no new ones). On
- * failure the sequence holds what it held before.
+ * A sequence that cannot be decoded on as it is (tkv__kv_seq_ready): a
+ * hybrid model's whose state after its last token is not held (truncated to
+ * a position without a checkpoint, or loaded from a file), or one cut back
+ * past the window rows it holds (swa_rows): recompute it from its floor
+ * (tkv__kv_reuse_floor), decoding the cached tokens after it again (their
+ * cells are kept: they need no new ones). On failure the sequence holds what
+ * it held before.
  */
 static tkv_status replay_state(tkv_context *ctx, tkv_seq seq) {
     tkv__kvcache *kv = ctx->kv;
-    const uint32_t n = kv->seq[seq].n, from = tkv__kv_state_floor(kv, kv->seq[seq].cells, n);
+    const uint32_t n = kv->seq[seq].n, from = tkv__kv_reuse_floor(kv, kv->seq[seq].cells, n);
     tkv_token *tokens = ctx->seq_tokens; /* (n_cells): free outside saves and loads */
     tkv__kv_seq_tokens(kv, seq, tokens);
     /* back to the checkpoint in the sequence's own namespace (a truncate to 0 would leave it in none, and the
@@ -266,13 +299,12 @@ static tkv_status replay_state(tkv_context *ctx, tkv_seq seq) {
 }
 
 tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b) {
-    if (ctx->kv->st && b && b->seq && b->n) { /* every sequence of the batch starts from a held state */
+    if ((ctx->kv->st || ctx->kv->win) && b && b->seq && b->n) { /* every sequence starts from a held state */
         tkv__kvcache *kv = ctx->kv;
         for (size_t i = 0; i < b->n; i++) {
             const tkv_seq q = b->seq[i];
             if (q < 0 || (uint32_t)q >= kv->n_seq) continue; /* the stage names it */
-            const tkv__kvseq *s = &kv->seq[q];
-            if (!s->n || tkv__kv_state_of(kv, s->cells[s->n - 1])) continue;
+            if (tkv__kv_seq_ready(kv, q)) continue;
             tkv_status st = replay_state(ctx, q);
             if (st) return st;
         }

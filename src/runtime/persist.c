@@ -100,6 +100,10 @@ static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, 
 }
 
 tkv_status tkv__persist_expect(const tkv_context *ctx, tkv__pexpect *e) {
+    if (ctx->kv->win) /* every save, load, image and transfer starts here */
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "cache files, images and transfers are not supported with swa_rows > 0 "
+                         "(a window layer keeps rows only for the positions that need them; file version 4, which "
+                         "would carry them, is not built)");
     if (ctx->fp_known) memcpy(e->fp, ctx->fp, sizeof e->fp);
     else {
         tkv_status st = tkv_model_fingerprint(ctx->model, e->fp);

@@ -113,13 +113,14 @@ static tkv_status attach(tkv_context *ctx, tkv_seq seq, uint64_t ns, const tkv_t
     /* at most n - 1: the last token is left to decode for its logits */
     uint32_t reuse_max = n ? (uint32_t)n - 1 : 0;
     if (!st) ctx->branch_at[seq] = 0;
-    if (!st && ctx->kv->st && reuse_max) {
+    if (!st && (ctx->kv->st || ctx->kv->win) && reuse_max) {
         /* a hybrid model: reusable up to the deepest checkpoint on the common prefix; where that falls short
-           of it, the decode leaves one at the branch point for the next request that diverges there */
+           of it, the decode leaves one at the branch point for the next request that diverges there. A window
+           pool: up to where the window before it still has its rows */
         const uint32_t common = (uint32_t)tkv__kv_match_cells(ctx->kv, ns, tokens, reuse_max, ctx->path_cells);
-        reuse_max = tkv__kv_state_floor(ctx->kv, ctx->path_cells, common);
-        if (reuse_max) tkv__kv_state_touch(ctx->kv, ctx->path_cells[reuse_max - 1]);
-        if (reuse_max < common) ctx->branch_at[seq] = common;
+        reuse_max = tkv__kv_reuse_floor(ctx->kv, ctx->path_cells, common);
+        if (reuse_max && ctx->kv->st) tkv__kv_state_touch(ctx->kv, ctx->path_cells[reuse_max - 1]);
+        if (reuse_max < common && ctx->kv->st) ctx->branch_at[seq] = common;
     }
     const tkv__kvpath path = {.name = fn, .seq = seq, .ns = ns, .tokens = tokens, .n = (uint32_t)n,
                               .reuse_max = reuse_max};
