@@ -1925,10 +1925,13 @@ TKV_API tkv_status tkv_seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token
  * stop strings): i is its row after the first (0 for the token after
  * pending), logits the row it was sampled from (valid until the next
  * decode), and the sampler's last-sample state (tkv_sampler_last_probs) is
- * that token's. Return false to stop: nothing more is sampled. It may clear
- * the sequence (tkv_seq_clear) but must not otherwise change it, except
- * after the last token, which comes when the sequence already holds
- * exactly pending and the accepted drafts.
+ * that token's. Return false to stop: nothing more is sampled. It runs
+ * outside tkv_seq_accept_draft's hold of the context, on its thread, so it
+ * may call the context (tkv_get_logits, tkv_seq_len, tkv_seq_clear...),
+ * but must not decode (the draft's rows would be gone), and must not change
+ * the sequence except to clear it (and return false), or after the last
+ * token, which comes when the sequence already holds exactly pending and
+ * the accepted drafts.
  */
 typedef bool (*tkv_draft_token_fn)(void *user, size_t i, tkv_token token, const float *logits);
 
@@ -1967,7 +1970,10 @@ typedef bool (*tkv_draft_token_fn)(void *user, size_t i, tkv_token token, const 
  * @return TKV_OK; TKV_ERR_INVALID (NULL argument, bad sequence id,
  *         max_out 0, a row without logits, a sequence that does not end
  *         with the draft: the message names it), and then the cache, every
- *         sequence and the sampler are exactly as before.
+ *         sequence and the sampler are exactly as before; TKV_ERR_BUSY when
+ *         the context is in another call (or another thread took it while
+ *         on_token ran, or on_token decoded: TKV_ERR_INVALID), and then the
+ *         n_out tokens handed to on_token stand and nothing more is done.
  */
 TKV_API tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, const tkv_token *draft,
                                         size_t n_draft, tkv_sampler *smp, size_t max_out,

@@ -120,9 +120,11 @@ size_t tkv_draft_budget_next(tkv_draft_budget *b, size_t max, size_t offered, si
 
 /* ---- verification ---------------------------------------------------------- */
 
+/* *held: the public call holds the context, and gives it up while on_token runs (so that on_token may call it);
+   false afterwards when it could not take it back. */
 static tkv_status seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, const tkv_token *draft, size_t n_draft,
                                    tkv_sampler *smp, size_t max_out, tkv_draft_token_fn on_token, void *user,
-                                   tkv_token *out, size_t *n_out) {
+                                   tkv_token *out, size_t *n_out, bool *held) {
     static const char fn[] = "tkv_seq_accept_draft";
     if (!ctx || !smp || !out || !n_out || (!draft && n_draft))
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: NULL argument", fn));
@@ -158,12 +160,25 @@ static tkv_status seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, co
         /* the sequence keeps pending and the accepted drafts; out[n - 1] is the caller's next pending token, not
            decoded yet (as in decoding one token at a time) */
         if (last && L0 + n < ctx->kv->seq[seq].n) tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)(L0 + n));
-        if (on_token && !on_token(user, i, s, logits)) {
+        bool go_on = true;
+        if (on_token) {
+            *n_out = n;
+            tkv__ctx_leave(ctx);
+            go_on = on_token(user, i, s, logits);
+            if (tkv__ctx_enter(ctx, fn)) { /* another thread took it meanwhile: nothing more is done */
+                *held = false;
+                return TKV_ERR_BUSY;
+            }
+        }
+        if (!go_on) {
             /* stopped early: what it holds past the last token returned goes (nothing when on_token cleared it) */
             if (!last && L0 + n < ctx->kv->seq[seq].n) tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)(L0 + n));
             break;
         }
         if (last) break;
+        if (!tkv__ctx_logits(ctx, row + i + 1)) /* on_token decoded: the rows are another batch's */
+            return *n_out = n, tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: on_token decoded a batch; the "
+                                                            "draft's rows are gone", fn));
     }
     *n_out = n;
     return TKV_OK;
@@ -172,8 +187,13 @@ static tkv_status seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, co
 tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, const tkv_token *draft, size_t n_draft,
                                 tkv_sampler *smp, size_t max_out, tkv_draft_token_fn on_token, void *user,
                                 tkv_token *out, size_t *n_out) {
-    TKV__GUARDED(ctx, "tkv_seq_accept_draft",
-                 seq_accept_draft(ctx, seq, row, draft, n_draft, smp, max_out, on_token, user, out, n_out));
+    /* TKV__GUARDED, except that on_token runs outside the call */
+    tkv_status st = tkv__ctx_enter(ctx, "tkv_seq_accept_draft");
+    if (st) return st;
+    bool held = true;
+    st = seq_accept_draft(ctx, seq, row, draft, n_draft, smp, max_out, on_token, user, out, n_out, &held);
+    if (held) tkv__ctx_leave(ctx);
+    return st;
 }
 
 static tkv_status seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pending, const tkv_token *draft,
@@ -205,7 +225,8 @@ static tkv_status seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pend
     tkv_status st = tkv__ctx_decode(ctx, &b);
     if (st) return tkv__ctx_fail(ctx, st); /* transactional: the sequence and the sampler are as they were */
     /* the same verification the server runs over its many-sequence batches */
-    return seq_accept_draft(ctx, seq, 0, draft, k - 1, smp, max_out, NULL, NULL, out, n_out);
+    bool held = true; /* no on_token: the context is never given up */
+    return seq_accept_draft(ctx, seq, 0, draft, k - 1, smp, max_out, NULL, NULL, out, n_out, &held);
 }
 
 tkv_status tkv_seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pending, const tkv_token *draft,
