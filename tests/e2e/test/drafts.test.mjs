@@ -21,8 +21,8 @@ const MODELS = [
 const PROMPTS = ['Once upon a time, there was a little girl named Lily. She', 'Tom and his dog went to the park. Tom',
   'The sun was hot and the little bird', 'Lily said: "I like the red ball." Tom said: "I like the'];
 
-// Eight requests: greedy and seeded, completions and chat, streamed or not, a stop string, logprobs, and some
-// that stop at end-of-generation (no ignore_eos).
+// Nine requests: greedy and seeded, completions and chat, streamed or not, a stop string, logprobs, a grammar, and
+// some that stop at end-of-generation (no ignore_eos).
 function requests(maxTokens, seedBase) {
   const c = (prompt, extra) => ({ kind: 'completion', body: { prompt, max_tokens: maxTokens, ...extra } });
   const chat = (content, extra) => ({ kind: 'chat', body: { messages: [{ role: 'user', content }], max_tokens: maxTokens,
@@ -37,6 +37,7 @@ function requests(maxTokens, seedBase) {
     chat(PROMPTS[1], { temperature: 0, stream: true }),
     chat(PROMPTS[2], { ...seeded(4), repeat_penalty: 1.2 }),
     c(PROMPTS[3], { temperature: 0, ignore_eos: true, stream: true }),
+    c(PROMPTS[2], { ...seeded(5), grammar: 'root ::= ([a-z ]+ ".")+', ignore_eos: true }),
   ];
 }
 
@@ -75,8 +76,8 @@ for (const model of MODELS) describe(`drafts from the cache (${model.name})`, ()
   let off = null;
   let on = null;
   before(async () => {
-    [off, on] = await Promise.all([startServer(['--parallel', '8'], { model: model.file }),
-                                   startServer(['--parallel', '8', '--draft', '8'], { model: model.file })]);
+    [off, on] = await Promise.all([startServer(['--parallel', '9'], { model: model.file }),
+                                   startServer(['--parallel', '9', '--draft', '8'], { model: model.file })]);
   });
   after(async () => {
     for (const s of [off, on]) if (s) await stopAndCheck(s);
@@ -117,7 +118,7 @@ for (const model of MODELS) describe(`drafts from the cache (${model.name})`, ()
     assert.equal(offCounters.drafted, 0, 'no drafts without --draft');
   }));
 
-  it('8 concurrent clients answer as without drafts (drafts right and wrong)', withLogs(async () => {
+  it('9 concurrent clients answer as without drafts (drafts right and wrong)', withLogs(async () => {
     for (const seedBase of [10, 500]) { // 10: the retry's requests (cached answers); 500: other seeds
       const reqs = requests(model.maxTokens, seedBase);
       const want = [];
@@ -148,4 +149,35 @@ for (const model of MODELS) describe(`drafts from the cache (${model.name})`, ()
       assert.equal(r.json.error.param, field, r.body);
     }
   }));
+});
+
+// Past the window: with --context-shift a generation drops older tokens and goes on, without it ends at the
+// window; drafts never reach past it, so the shifts and the end come at the same tokens.
+for (const shift of [true, false]) describe(`drafts at the window's end (${shift ? '--context-shift' : 'no shift'})`, () => {
+  const args = ['-c', '256', '-np', '2', ...(shift ? ['--context-shift'] : [])];
+  let off = null;
+  let on = null;
+  before(async () => {
+    [off, on] = await Promise.all([startServer(args), startServer([...args, '--draft', '16'])]);
+  });
+  after(async () => {
+    for (const s of [off, on]) if (s) await stopAndCheck(s);
+  });
+  it('the same tokens, finish and truncation, greedy and seeded, twice (the second drafted from the cache)', async () => {
+    for (const extra of [{ temperature: 0 }, { temperature: 0.9, seed: 4 }]) {
+      const body = { prompt: PROMPTS[0], n_predict: 300, ignore_eos: true, return_tokens: true, ...extra };
+      const want = await post(off, '/completion', body);
+      assert.equal(want.status, 200, want.body);
+      for (let k = 0; k < 2; k++) {
+        const got = await post(on, '/completion', body);
+        assert.equal(got.status, 200, got.body);
+        assert.deepEqual(got.json.tokens, want.json.tokens, `${JSON.stringify(extra)}, run ${k}`);
+        assert.equal(got.json.stop_type, want.json.stop_type);
+        assert.equal(got.json.truncated, want.json.truncated);
+      }
+      assert.equal(want.json.tokens.length < 300, !shift, 'without a shift the window ends it');
+    }
+    const m = (await get(on, '/metrics')).body;
+    assert.ok(Number(/^tokenkv_draft_accepted_tokens_total (\S+)$/m.exec(m)[1]) > 0, 'drafts accepted');
+  });
 });
