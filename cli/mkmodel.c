@@ -46,7 +46,8 @@ static const char *const mkmodel_help =
     "                       [--swa-window N] [--vocab-from GGUF] [--chat-template FILE] [--type TYPE]\n"
     "                       [--seed S] [--ctx N]\n"
     "                       [--ssm-state N --ssm-groups G --ssm-heads H --ssm-inner I [--ssm-conv K]\n"
-    "                        [--attn-every N]] [--shared-kv N] [--per-layer N]\n"
+    "                        [--attn-every N | --pattern P]] [--shared-kv N] [--per-layer N]\n"
+    "                       [--fused-experts] [--dense-lead N]\n"
     "\n"
     "Write a model with random weights (std 1/sqrt(fan_in), norms 1) and the\n"
     "tokenizer of another GGUF file; the vocabulary size is that file's token count.\n"
@@ -55,30 +56,38 @@ static const char *const mkmodel_help =
     "\n"
     "  --arch A         architecture (default llama): llama, qwen2, qwen3, qwen3moe,\n"
     "                   gpt-oss, smollm3, olmo2, phi3, mistral3, gemma2, gemma3, gemma4, and\n"
-    "                   the hybrids qwen35 (gated delta nets) and granitehybrid (Mamba-2)\n"
+    "                   the hybrids qwen35 and qwen35moe (gated delta nets), lfm2 and lfm2moe\n"
+    "                   (short convs), granitehybrid and nemotron_h (Mamba-2)\n"
     "  --dim D          embedding length (a multiple of --heads unless --head-dim)\n"
     "  --layers L       number of blocks\n"
     "  --heads H        attention heads\n"
     "  --kv-heads K     key/value heads (divides H; default H)\n"
-    "  --ff F           feed-forward length\n"
+    "  --ff F           feed-forward length (qwen35moe: the shared expert's)\n"
     "  --head-dim N     key/query/value size per head (default D / H)\n"
-    "  --experts N      MoE architectures: experts per layer\n"
+    "  --experts N      MoE architectures (and gemma4, beside its FFN): experts per layer\n"
     "  --experts-used K MoE architectures: experts each token uses\n"
     "  --expert-ff F    MoE architectures: each expert's feed-forward length\n"
     "  --swa-window N   sliding-window architectures: the window (default the\n"
     "                   published models': gemma2 4096, gemma3 1024, gemma4 512, gpt-oss 128)\n"
-    "  --ssm-state N    hybrids: qwen35's q/k head size, granitehybrid's state size\n"
-    "  --ssm-groups G   hybrids: qwen35's q/k heads, granitehybrid's B/C groups\n"
-    "  --ssm-heads H    hybrids: qwen35's v heads, granitehybrid's heads (G divides H)\n"
-    "  --ssm-inner I    hybrids: qwen35's v width, granitehybrid's inner size (H divides I)\n"
-    "  --ssm-conv K     hybrids: the conv's taps (default 4)\n"
-    "  --attn-every N   hybrids: attention on every Nth layer (default qwen35 4,\n"
-    "                   granitehybrid 6), the recurrent kind on the others; gemma4:\n"
+    "  --ssm-state N    qwen35*: the q/k and v head size; Mamba-2 (granitehybrid,\n"
+    "                   nemotron_h): the state size\n"
+    "  --ssm-groups G   qwen35*: the q/k heads; Mamba-2: the B/C groups\n"
+    "  --ssm-heads H    qwen35*: the v heads; Mamba-2: the heads (G divides H)\n"
+    "  --ssm-inner I    qwen35*: the v width (N x H); Mamba-2: the inner size (H divides I)\n"
+    "  --ssm-conv K     qwen35*, Mamba-2: the conv's taps (default 4; lfm2 has 3)\n"
+    "  --attn-every N   hybrids: attention on every Nth layer (default qwen35* 4,\n"
+    "                   granitehybrid 6, lfm2 3, nemotron_h 3), the recurrent kind on\n"
+    "                   the others (nemotron_h: Mamba-2 and MLP layers in turn); gemma4:\n"
     "                   full attention on every Nth layer (default 5), a window on the\n"
     "                   others (heads of --head-dim / 2; full layers: half the KV heads\n"
     "                   and K as V)\n"
+    "  --pattern P      lfm2, granitehybrid, nemotron_h: one character per layer in\n"
+    "                   place of --attn-every: '*' attention, 'M' Mamba-2, '-' MLP\n"
+    "                   (nemotron_h), 'C' short conv (lfm2); e.g. nemotron_h M-*M-*\n"
     "  --shared-kv N    gemma4: the last N layers read earlier layers' K/V (default 0)\n"
     "  --per-layer N    gemma4: per-layer inputs of N per layer (default 0: none)\n"
+    "  --dense-lead N   lfm2moe: the first N layers have a dense FFN (--ff), the others experts\n"
+    "  --fused-experts  gemma4 with --experts: one ffn_gate_up_exps stack per layer (default: gate and up apart)\n"
     "  --vocab-from F   GGUF file to copy the tokenizer from\n"
     "                   (default ../shared/models/stories260K.gguf)\n"
     "  --chat-template F a Jinja chat template file to store as tokenizer.chat_template\n"
@@ -225,6 +234,10 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             *done = true;
             return 0;
         }
+        if (!strcmp(a, "--fused-experts")) {
+            o->spec.fused_experts = true;
+            continue;
+        }
         if (a[0] != '-') {
             if (o->out) {
                 fprintf(stderr, "tokenkv mkmodel: one output file only ('%s' and '%s')\n", o->out, a);
@@ -249,6 +262,7 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             {"--ssm-heads", AT(ssm_heads), 1, 4096},   {"--ssm-inner", AT(ssm_inner), 1, 1u << 20},
             {"--ssm-conv", AT(ssm_conv), 2, 16},       {"--attn-every", AT(attn_every), 1, 4096},
             {"--shared-kv", AT(shared_kv), 0, 4095},   {"--per-layer", AT(per_layer), 0, 1u << 16},
+            {"--dense-lead", AT(dense_lead), 0, 4095},
 #undef AT
         };
         bool known = false;
@@ -271,6 +285,8 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             o->vocab_from = val;
         } else if (!strcmp(a, "--arch")) {
             o->spec.arch = val;
+        } else if (!strcmp(a, "--pattern")) {
+            o->spec.pattern = val;
         } else if (!strcmp(a, "--chat-template")) {
             free(o->chat_template);
             size_t len = 0;

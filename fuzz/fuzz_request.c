@@ -3,7 +3,8 @@
  * client: a request body (JSON) into a completion or chat request, the chat
  * templates that render it, and the responses built from any text.
  *
- * The first byte picks the endpoint and the chat template family; the rest
+ * The first byte picks the endpoint, the chat template family and the tool
+ * call syntax the answer is read in; the rest
  * is the body. Whatever the bytes, parsing either succeeds with a prompt of
  * in-range ids that fits the context, or fails with a 4xx and an error body
  * that is valid JSON.
@@ -31,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const uint8_t secret[SRV_NS_SECRET_BYTES] = {1, 2, 3}; /* any key: ids only need to differ */
     const srv_api api = {
         .model = model, .model_id = "fuzz", .max_tokens = 64, .n_ctx = 256, .chat = (srv_chat_kind)((data[0] >> 1) % 7),
-        .ns_secret = secret,
+        .ns_secret = secret, .tools = (srv_tool_format)((data[0] >> 4) % (SRV_TOOLS_SEED_XML + 1)),
     };
     json_error_t je;
     json_t *body = json_loadb((const char *)data + 1, size - 1, 0, &je);

@@ -4,6 +4,7 @@
  */
 #include "request.h"
 
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <math.h>
@@ -51,6 +52,7 @@ void srv_req_unref(srv_req *r) {
     pthread_mutex_destroy(&r->mu);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);
     tkv_grammar_free(r->own_grammar);
+    json_decref(r->tool_defs);
     free(r->bias);
     free(r->echo);
     free(r->conv);

@@ -91,6 +91,8 @@ typedef struct srv_req {
     bool tools;                 /* chat with tools (tool_choice not "none"): the answer is read for calls (tool_calls.h) */
     bool tool_forced;           /* tool_choice "required" or a named function: the grammar forces a call */
     int tool_format;            /* srv_tool_format: the chat template's call syntax */
+    struct json_t *tool_defs;   /* the request's `tools` (a reference, dropped with the request): an XML call's
+                                   parameter values are typed by their schemas */
     bool special_text;          /* control tokens keep their text in the answer (a call syntax's markers) */
     char *echo;                 /* legacy echo: the prompt's text, before the completion's (owned), or NULL */
     char *response_fields;      /* native: llama-server's response_fields, a JSON array of paths (owned), or NULL */

@@ -78,7 +78,7 @@ static void send_content(stream *st, srv_req *r, choice_sent *c, const char *tex
  */
 static void tool_events(stream *st, srv_req *r, choice_sent *c, const char *text, size_t n) {
     srv_tool_parse tp;
-    if (!srv_tools_parse((srv_tool_format)r->tool_format, text, n, r->done, &tp)) return; /* out of memory: later */
+    if (!srv_tools_parse((srv_tool_format)r->tool_format, r->tool_defs, text, n, r->done, &tp)) return; /* out of memory: later */
     send_content(st, r, c, text, tp.content_end);
     for (size_t k = c->sent_calls; k < tp.n_calls; k++) {
         pend(st, srv_api_tool_chunk(&st->S->api, r, k, &tp.calls[k], true, c->first));

@@ -319,7 +319,7 @@ static void split(srv_req *r, size_t n, bool final, srv_think_split *sp, srv_too
     if (r->think) *sp = srv_think_split_text(r->text, n, r->think_open, final);
     const size_t m = sp->c1 - sp->c0;
     *tp = (srv_tool_parse){.content_end = m, .rest = m};
-    if (r->tools && !srv_tools_parse((srv_tool_format)r->tool_format, r->text + sp->c0, m, final, tp))
+    if (r->tools && !srv_tools_parse((srv_tool_format)r->tool_format, r->tool_defs, r->text + sp->c0, m, final, tp))
         *tp = (srv_tool_parse){.content_end = m, .rest = m}; /* out of memory: all text */
 }
 

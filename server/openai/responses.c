@@ -104,7 +104,7 @@ static json_t *choice_json(const srv_api *a, srv_req *r) {
     srv_think_split sp = {0, 0, 0, r->text_len};
     if (r->think) sp = srv_think_split_text(r->text, r->text_len, r->think_open, true);
     srv_tool_parse tp = {.content_end = sp.c1 - sp.c0, .rest = sp.c1 - sp.c0};
-    if (r->tools && !srv_tools_parse((srv_tool_format)r->tool_format, r->text + sp.c0, sp.c1 - sp.c0, true, &tp))
+    if (r->tools && !srv_tools_parse((srv_tool_format)r->tool_format, r->tool_defs, r->text + sp.c0, sp.c1 - sp.c0, true, &tp))
         tp = (srv_tool_parse){.content_end = sp.c1 - sp.c0, .rest = sp.c1 - sp.c0}; /* out of memory: all content */
     const char *reason = srv_api_finish_reason(r, tp.n_calls);
     if (r->chat) {

@@ -35,6 +35,8 @@ static const syntax SYNTAX[] = {
     [SRV_TOOLS_MISTRAL_ARGS] = {{"[TOOL_CALLS]"}, {NULL}},
     [SRV_TOOLS_DEEPSEEK] = {{DS_CALLS_BEGIN, DS_CALL_BEGIN}, {DS_CALL_END, DS_CALLS_END, "```"}},
     [SRV_TOOLS_HARMONY] = {{"to=functions."}, {"<|call|>", "<|end|>"}},
+    [SRV_TOOLS_XML] = {{"<tool_call>"}, {"</tool_call>"}},
+    [SRV_TOOLS_SEED_XML] = {{"<seed:tool_call>"}, {"</seed:tool_call>"}},
 };
 
 static bool contains(const char *s, size_t n, const char *m) {
@@ -50,6 +52,8 @@ srv_tool_format srv_tools_detect(const char *t, size_t n) {
     /* DeepSeek's markers are written with U+2581 between words */
     if (contains(t, n, "tool\xE2\x96\x81" "call")) return SRV_TOOLS_DEEPSEEK;
     if (contains(t, n, "<|channel|>") && contains(t, n, "functions")) return SRV_TOOLS_HARMONY;
+    if (contains(t, n, "<function=") && contains(t, n, "<parameter="))
+        return contains(t, n, "<seed:tool_call>") ? SRV_TOOLS_SEED_XML : SRV_TOOLS_XML;
     if (contains(t, n, "<tool_call>")) return SRV_TOOLS_HERMES;
     if (contains(t, n, "<|python_tag|>") || (contains(t, n, "<|start_header_id|>") && contains(t, n, "\"parameters\"")))
         return SRV_TOOLS_LLAMA3;
@@ -57,7 +61,8 @@ srv_tool_format srv_tools_detect(const char *t, size_t n) {
 }
 
 const char *srv_tools_format_name(srv_tool_format f) {
-    static const char *const names[] = {"generic", "hermes", "llama3", "mistral", "mistral-args", "deepseek", "harmony"};
+    static const char *const names[] = {"generic", "hermes", "llama3",  "mistral", "mistral-args",
+                                        "deepseek", "harmony", "xml", "seed-xml"};
     return (unsigned)f < sizeof names / sizeof names[0] ? names[f] : "generic";
 }
 
@@ -102,6 +107,7 @@ typedef struct parser {
     srv_tool_parse *p;
     size_t cap;
     bool oom;
+    const json_t *tools; /* the request's, for the types of an XML call's values (may be NULL) */
 } parser;
 
 static bool push(parser *ps, const char *name, size_t name_len, char *args) {
@@ -197,6 +203,113 @@ static size_t find_open(srv_tool_format f, const char *t, size_t from, size_t n)
     return best;
 }
 
+/* The type the schema of parameter `param` of function `fn` (in the request's tools) gives its value: "string",
+   "boolean", ... (of a list of types, the one that is not "null"), or NULL when the tools do not say. */
+static const char *param_type(const json_t *tools, const char *fn, size_t fn_len, const char *param) {
+    for (size_t i = 0; i < json_array_size(tools); i++) {
+        const json_t *f = json_object_get(json_array_get(tools, i), "function");
+        const json_t *name = json_object_get(f, "name");
+        if (!json_is_string(name) || json_string_length(name) != fn_len || memcmp(json_string_value(name), fn, fn_len))
+            continue;
+        const json_t *type = json_object_get(json_object_get(json_object_get(json_object_get(f, "parameters"),
+                                                                             "properties"), param), "type");
+        if (json_is_string(type)) return json_string_value(type);
+        const char *one = NULL;
+        for (size_t k = 0; k < json_array_size(type); k++) {
+            const char *ty = json_string_value(json_array_get(type, k));
+            if (!ty || !strcmp(ty, "null")) continue;
+            if (one) return NULL; /* several: the value says which */
+            one = ty;
+        }
+        return one;
+    }
+    return NULL;
+}
+
+static bool text_is(const char *t, size_t n, const char *a, const char *b) {
+    return (n == strlen(a) && !memcmp(t, a, n)) || (n == strlen(b) && !memcmp(t, b, n));
+}
+
+/* An XML call's value t[v, e) as JSON. The newline after the parameter's tag and the one before its closing tag
+   are the syntax's, not the value's. A string parameter's value is its text; any other's is the JSON it spells,
+   or, as the templates print values with Python's str(), True, False or None; else its text. */
+static json_t *xml_value(const parser *ps, const char *fn, size_t fn_len, const char *param, const char *t, size_t v,
+                         size_t e) {
+    if (v < e && t[v] == '\n') v++;
+    if (e > v && t[e - 1] == '\n') e--;
+    const char *type = param_type(ps->tools, fn, fn_len, param);
+    if (type && !strcmp(type, "string")) return json_stringn_nocheck(t + v, e - v);
+    json_t *j = json_loadb(t + v, e - v, JSON_DECODE_ANY, NULL);
+    if (j) return j;
+    if (text_is(t + v, e - v, "True", "true")) return json_true();
+    if (text_is(t + v, e - v, "False", "false")) return json_false();
+    if (text_is(t + v, e - v, "None", "null")) return json_null();
+    return json_stringn_nocheck(t + v, e - v);
+}
+
+/* An XML call at t[*i] (just past its opening marker): <function=N>, then <parameter=P>VALUE</parameter> for
+   each argument, then </function>. A JSON call object in the marker is read as hermes writes it. */
+static one_result xml_call(parser *ps, const char *t, size_t *i, size_t n, bool final) {
+    const one_result short_text = final ? ONE_INVALID : ONE_INCOMPLETE;
+    size_t at = skip_space(t, *i, n);
+    if (at == n || partial_of(t, at, n, "<function=")) return short_text;
+    if (t[at] == '{') {
+        json_t *v = json_at(t, &at, n);
+        if (!v) return short_text;
+        const bool ok = call_object(ps, v, true);
+        json_decref(v);
+        if (!ok) return ONE_INVALID;
+        *i = at;
+        return ONE_CALL;
+    }
+    if (!starts(t, at, n, "<function=")) return ONE_INVALID;
+    const size_t name = at += strlen("<function=");
+    while (at < n && t[at] != '>' && t[at] != '\n' && t[at] != '<') at++;
+    if (at == n) return short_text;
+    const size_t len = at - name;
+    if (t[at] != '>' || !len) return ONE_INVALID;
+    json_t *args = json_object();
+    if (!args) return ps->oom = true, ONE_INVALID;
+    one_result r = ONE_INVALID;
+    for (at++;;) {
+        at = skip_space(t, at, n);
+        if (at == n || partial_of(t, at, n, "</function>") || partial_of(t, at, n, "<parameter=")) {
+            r = short_text;
+            break;
+        }
+        if (starts(t, at, n, "</function>")) {
+            at += strlen("</function>");
+            char *a = json_dumps(args, JSON_COMPACT);
+            if (!a) ps->oom = true;
+            else if (push(ps, t + name, len, a)) r = ONE_CALL, *i = at;
+            break;
+        }
+        if (!starts(t, at, n, "<parameter=")) break;
+        const size_t pn = at += strlen("<parameter=");
+        while (at < n && t[at] != '>' && t[at] != '\n' && t[at] != '<') at++;
+        if (at == n) {
+            r = short_text;
+            break;
+        }
+        if (t[at] != '>' || at == pn || at - pn > 255) break;
+        char param[256];
+        memcpy(param, t + pn, at - pn), param[at - pn] = 0;
+        const size_t v = at + 1, e = find(t, v, n, "</parameter>");
+        if (e == n) {
+            r = short_text;
+            break;
+        }
+        json_t *val = xml_value(ps, t + name, len, param, t, v, e);
+        if (!val || json_object_set_new(args, param, val)) {
+            ps->oom = true;
+            break;
+        }
+        at = e + strlen("</parameter>");
+    }
+    json_decref(args);
+    return r;
+}
+
 /* One call (or, for Mistral's array, several) opening at t[*i]. */
 static one_result parse_one(srv_tool_format f, parser *ps, const char *t, size_t *i, size_t n, bool final) {
     const one_result short_text = final ? ONE_INVALID : ONE_INCOMPLETE;
@@ -266,6 +379,13 @@ static one_result parse_one(srv_tool_format f, parser *ps, const char *t, size_t
         }
         while (len && space(t[name + len - 1])) len--;
         one_result r = args_call(ps, t, &at, n, name, len, final);
+        if (r == ONE_CALL) *i = at;
+        return r;
+    }
+    case SRV_TOOLS_XML:
+    case SRV_TOOLS_SEED_XML: {
+        at += strlen(SYNTAX[f].open[0]);
+        one_result r = xml_call(ps, t, &at, n, final);
         if (r == ONE_CALL) *i = at;
         return r;
     }
@@ -339,10 +459,11 @@ static size_t held_back(srv_tool_format f, const char *t, size_t n) {
     return n - end;
 }
 
-bool srv_tools_parse(srv_tool_format f, const char *t, size_t n, bool final, srv_tool_parse *out) {
+bool srv_tools_parse(srv_tool_format f, const json_t *tools, const char *t, size_t n, bool final,
+                     srv_tool_parse *out) {
     memset(out, 0, sizeof *out);
     out->rest = n;
-    parser ps = {out, 0, false};
+    parser ps = {out, 0, false, tools};
     if (may_be_json(t, n)) {
         if (!final) return true; /* content_end 0: wait for the whole answer */
         if (whole_json(&ps, t, n)) return true;
@@ -517,14 +638,110 @@ static shape shape_of(srv_tool_format f) {
                        DS_CALLS_END, true};
     case SRV_TOOLS_HARMONY:
         return (shape){"<|channel|>commentary to=functions.", " <|constrain|>json<|message|>", "", "", "", "", false};
+    case SRV_TOOLS_XML: /* the arguments are xml_args' */
+        return (shape){"<tool_call>\n<function=", ">\n", "</function>\n</tool_call>", "", "\n", "", true};
+    case SRV_TOOLS_SEED_XML:
+        return (shape){"<seed:tool_call>\n<function=", ">\n", "</function>\n</seed:tool_call>", "", "\n", "", true};
     case SRV_TOOLS_GENERIC:
     default:
         return (shape){"{\"name\": \"", "\", \"arguments\": ", "}", "", "", "", false};
     }
 }
 
-char *srv_tools_grammar(srv_tool_format f, const json_t *tools, const char *only, bool parallel, char *err,
-                        size_t cap) {
+/* Schema s as GBNF rules prefixed `prefix` (its start: prefix "root"); false with err on a schema the converter
+   refuses. */
+static bool schema_rules(buf *b, const json_t *s, const char *prefix, char *err, size_t cap) {
+    char *schema = s ? json_dumps(s, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{\"type\": \"object\"}");
+    char *gbnf = NULL;
+    tkv_status st = schema ? tkv_json_schema_to_gbnf(schema, strlen(schema), &gbnf) : TKV_ERR_NOMEM;
+    free(schema);
+    if (st) {
+        snprintf(err, cap, "%s", st == TKV_ERR_NOMEM ? "out of memory" : tkv_last_error(NULL));
+        return false;
+    }
+    put_renamed(b, gbnf, prefix);
+    tkv_free(gbnf);
+    return true;
+}
+
+/* Whether every element of a (non-empty) array is a string. */
+static bool all_strings(const json_t *a) {
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (!json_is_string(json_array_get(a, i))) return false;
+    return json_array_size(a) > 0;
+}
+
+/* Rule `pre`value: one XML value of schema ps as the templates print it. A string is its text (no "<" when its
+   length is bounded, else no "</"), within minLength/maxLength; an enum or const of strings one of them, bare;
+   anything else the JSON its schema allows. */
+static bool value_rule(buf *b, const json_t *ps, const char *pre, char *err, size_t cap) {
+    const json_t *type = json_object_get(ps, "type"), *en = json_object_get(ps, "enum"), *cn = json_object_get(ps, "const");
+    char line[160];
+    if (all_strings(en) || json_is_string(cn)) {
+        snprintf(line, sizeof line, "\n%svalue ::= ", pre);
+        puts_(b, line);
+        for (size_t i = 0; i < (cn ? 1 : json_array_size(en)); i++) {
+            puts_(b, i ? " | \"" : "\"");
+            put_lit(b, json_string_value(cn ? cn : json_array_get(en, i)));
+            puts_(b, "\"");
+        }
+        puts_(b, "\n");
+        return true;
+    }
+    if (json_is_string(type) && !strcmp(json_string_value(type), "string")) {
+        const json_t *lo = json_object_get(ps, "minLength"), *hi = json_object_get(ps, "maxLength");
+        if (json_is_integer(lo) || json_is_integer(hi)) {
+            const json_int_t m = json_is_integer(lo) && json_integer_value(lo) > 0 ? json_integer_value(lo) : 0;
+            if (json_is_integer(hi))
+                snprintf(line, sizeof line, "\n%svalue ::= [^<]{%lld,%lld}\n", pre, (long long)m,
+                         (long long)(json_integer_value(hi) > m ? json_integer_value(hi) : m));
+            else snprintf(line, sizeof line, "\n%svalue ::= [^<]{%lld,}\n", pre, (long long)m);
+        } else {
+            snprintf(line, sizeof line, "\n%svalue ::= xml-text\n", pre);
+        }
+        puts_(b, line);
+        return true;
+    }
+    if (!schema_rules(b, ps, pre, err, cap)) return false;
+    snprintf(line, sizeof line, "\n%svalue ::= %sroot\n", pre, pre);
+    puts_(b, line);
+    return true;
+}
+
+/* An XML call's arguments as rule `prefix`root: each property of the schema in its order, as
+   <parameter=P>VALUE</parameter> (with the syntax's newlines), the required ones always; a string's VALUE is
+   text without "</", any other's the JSON its schema allows. */
+static bool xml_args(buf *b, srv_tool_format f, const json_t *params, const char *prefix, char *err, size_t cap) {
+    const char *nl = f == SRV_TOOLS_XML ? "\\n" : "";
+    const json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
+    buf root = {0};
+    size_t k = 0;
+    const char *p;
+    const json_t *ps;
+    json_object_foreach((json_t *)props, p, ps) {
+        bool required = false;
+        for (size_t r = 0; r < json_array_size(req); r++)
+            required |= json_is_string(json_array_get(req, r)) && !strcmp(json_string_value(json_array_get(req, r)), p);
+        char pre[48], line[96];
+        snprintf(pre, sizeof pre, "%sp%zu-", prefix, k);
+        if (!value_rule(b, ps, pre, err, cap)) return free(root.s), false;
+        snprintf(line, sizeof line, "\n%sparam ::= \"<parameter=", pre);
+        puts_(b, line), put_lit(b, p), puts_(b, ">"), puts_(b, nl), puts_(b, "\" ");
+        puts_(b, pre), puts_(b, "value");
+        puts_(b, " \""), puts_(b, nl), puts_(b, "</parameter>\\n\"\n");
+        snprintf(line, sizeof line, " %sparam%s", pre, required ? "" : "?");
+        puts_(&root, line);
+        k++;
+    }
+    char line[64];
+    snprintf(line, sizeof line, "%sroot ::= \"\"", prefix);
+    puts_(b, line), put(b, root.s ? root.s : "", root.n), puts_(b, "\n");
+    free(root.s);
+    return true;
+}
+
+char *srv_tools_grammar(srv_tool_format f, const json_t *tools, const char *only, bool parallel, bool think_first,
+                        char *err, size_t cap) {
     const shape sh = shape_of(f);
     buf b = {0}, calls = {0};
     size_t n_alt = 0;
@@ -533,19 +750,13 @@ char *srv_tools_grammar(srv_tool_format f, const json_t *tools, const char *only
         const char *name = json_string_value(json_object_get(fn, "name"));
         if (!name || (only && strcmp(name, only))) continue;
         const json_t *params = json_object_get(fn, "parameters");
-        char *schema = params ? json_dumps(params, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{\"type\": \"object\"}");
-        char *gbnf = NULL;
-        tkv_status st = schema ? tkv_json_schema_to_gbnf(schema, strlen(schema), &gbnf) : TKV_ERR_NOMEM;
-        free(schema);
-        if (st) {
-            snprintf(err, cap, "%s", st == TKV_ERR_NOMEM ? "out of memory" : tkv_last_error(NULL));
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "f%zu-", i);
+        const bool xml = f == SRV_TOOLS_XML || f == SRV_TOOLS_SEED_XML;
+        if (!(xml ? xml_args(&b, f, params, prefix, err, cap) : schema_rules(&b, params, prefix, err, cap))) {
             free(b.s), free(calls.s);
             return NULL;
         }
-        char prefix[32];
-        snprintf(prefix, sizeof prefix, "f%zu-", i);
-        put_renamed(&b, gbnf, prefix);
-        tkv_free(gbnf);
         char line[64];
         snprintf(line, sizeof line, "\ncall%zu ::= \"", i);
         puts_(&b, line);
@@ -562,7 +773,10 @@ char *srv_tools_grammar(srv_tool_format f, const json_t *tools, const char *only
         free(b.s), free(calls.s);
         return NULL;
     }
-    puts_(&b, "call ::= "), put(&b, calls.s ? calls.s : "", calls.n), puts_(&b, "\nroot ::= \"");
+    if (f == SRV_TOOLS_XML || f == SRV_TOOLS_SEED_XML || think_first) puts_(&b, "xml-text ::= ([^<] | \"<\" [^/])*\n");
+    puts_(&b, "call ::= "), put(&b, calls.s ? calls.s : "", calls.n), puts_(&b, "\nroot ::= ");
+    if (think_first) puts_(&b, "xml-text \"</think>\" [ \\n]* ");
+    puts_(&b, "\"");
     put_lit(&b, sh.open);
     puts_(&b, "\" call");
     if (parallel && sh.multi) puts_(&b, " (\""), put_lit(&b, sh.sep), puts_(&b, "\" call){0,3}");

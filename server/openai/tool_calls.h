@@ -13,6 +13,9 @@
  *   deepseek  <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>N
  *             ```json {...} ```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>  (R1; V3.1 writes N<｜tool▁sep｜>{...})
  *   harmony   <|channel|>commentary to=functions.N <|constrain|>json<|message|>{...}<|call|>   (gpt-oss)
+ *   xml       <tool_call>\n<function=N>\n<parameter=P>\nVALUE\n</parameter>\n...</function>\n</tool_call>
+ *             (Qwen3.5/3.6, Qwen3-Coder, Nemotron 3, Step 3.5: a value is text, typed by the parameter's schema)
+ *   seed-xml  the same inside <seed:tool_call>...</seed:tool_call>, values without the newlines (Seed-OSS)
  *   generic   {"name": N, "arguments": {...}} as the whole answer (any template)
  *
  * Every syntax also accepts the generic one: an answer that is, as a whole,
@@ -37,6 +40,8 @@ typedef enum {
     SRV_TOOLS_MISTRAL_ARGS, /* [TOOL_CALLS]N[ARGS]{...} */
     SRV_TOOLS_DEEPSEEK,
     SRV_TOOLS_HARMONY,
+    SRV_TOOLS_XML,      /* <tool_call><function=N><parameter=P>VALUE</parameter>...</function></tool_call> */
+    SRV_TOOLS_SEED_XML, /* the same in <seed:tool_call> */
 } srv_tool_format;
 
 /* The call syntax a chat template's source teaches (NULL: generic). */
@@ -56,7 +61,10 @@ typedef struct srv_tool_parse {
 } srv_tool_parse;
 
 /*
- * Read the calls in the first n bytes of a model's answer. final: no more
+ * Read the calls in the first n bytes of a model's answer. tools: the
+ * request's `tools` (may be NULL): an XML call's value is a string where
+ * its parameter's schema says "string", else the JSON it spells (a string
+ * when it spells none). final: no more
  * text will come; otherwise what may still change (a partial marker, a
  * call not finished yet, whitespace before what may be a call) is left out.
  * For a growing text, content_end only grows, calls are only appended, and
@@ -64,7 +72,8 @@ typedef struct srv_tool_parse {
  * one. A marker followed by text that is not a call becomes content when
  * the text is final. false: out of memory (*out then empty).
  */
-bool srv_tools_parse(srv_tool_format f, const char *text, size_t n, bool final, srv_tool_parse *out);
+bool srv_tools_parse(srv_tool_format f, const json_t *tools, const char *text, size_t n, bool final,
+                     srv_tool_parse *out);
 void srv_tool_parse_free(srv_tool_parse *p);
 
 /*
@@ -72,12 +81,15 @@ void srv_tool_parse_free(srv_tool_parse *p);
  * of `tools` (OpenAI's [{"type": "function", "function": {"name",
  * "parameters"}}]), or only of the function named `only` (non-NULL), whose
  * arguments validate against the function's `parameters` schema; up to 4
- * calls when parallel (and the syntax can hold several). malloc'd; NULL with
+ * calls when parallel (and the syntax can hold several). think_first: the
+ * prompt ends inside a think block (reasoning.h), so the answer may reason
+ * first (text without "</"), then closes the block with "</think>" before
+ * the calls. malloc'd; NULL with
  * *err (a static message or a schema's error, copied into err[cap]) on a
  * schema the converter refuses.
  */
-char *srv_tools_grammar(srv_tool_format f, const json_t *tools, const char *only, bool parallel, char *err,
-                        size_t cap);
+char *srv_tools_grammar(srv_tool_format f, const json_t *tools, const char *only, bool parallel, bool think_first,
+                        char *err, size_t cap);
 
 /*
  * The messages a chat template gets: a copy of the client's in which each

@@ -112,6 +112,7 @@ bool srv_api_parse_tools(const srv_api *a, const json_t *body, srv_req *r, srv_e
     if (none) return true;
     r->tools = true;
     r->tool_format = (int)a->tools;
+    r->tool_defs = json_incref((json_t *)tools);
     r->special_text = a->tools != SRV_TOOLS_GENERIC; /* its markers are often control tokens */
     if (!forced) return true;
     if (r->own_grammar) {
@@ -120,7 +121,7 @@ bool srv_api_parse_tools(const srv_api *a, const json_t *body, srv_req *r, srv_e
         return false;
     }
     char err[256];
-    char *g = srv_tools_grammar(a->tools, tools, only, parallel, err, sizeof err);
+    char *g = srv_tools_grammar(a->tools, tools, only, parallel, r->think_open, err, sizeof err);
     if (!g) {
         srv_err_set(e, strcmp(err, "out of memory") ? 400 : 500, "tools", "invalid_value",
                     "the parameters of a function cannot be enforced: %s", err);

@@ -121,7 +121,7 @@ srv_room srv_policy_make_room(const srv_pslot *slots, size_t n_slots) {
     for (size_t i = 0; i < n_slots; i++) {
         const srv_pslot *sl = &slots[i];
         if (!sl->busy) continue;
-        if (sl->n_gen > 0) {
+        if (srv_pslot_generating(sl)) {
             if (gen < 0 || sl->order > slots[gen].order) gen = (int)i;
         } else if (sl->in_batch) {
             n_prompts++;

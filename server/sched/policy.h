@@ -28,13 +28,18 @@ typedef struct srv_pslot {
     const tkv_token *toks; /* (n_toks) what its sequence must hold: prompt, then generated tokens */
     size_t n_toks;
     size_t n_past;        /* tokens of toks its sequence holds */
-    int n_gen;            /* tokens generated; 0 while its prompt is computed */
+    int n_gen;            /* tokens generated; 0 while its prompt is computed (after a preemption or a shift it
+                             recomputes its list first: srv_pslot_generating) */
     uint64_t ns;          /* cache namespace */
     uint64_t group;       /* the choices of one request share a non-zero group */
     uint64_t client;      /* who sent it: its API key's or its address's hash (fairness) */
     uint64_t order;       /* admission order: the youngest gives way */
     size_t in_batch;      /* its tokens in this step's batch */
 } srv_pslot;
+
+/* Whether the slot's next step is one generated token (its list is computed but for the last token); else it
+   computes a prompt, or the list of a request resuming after a preemption or a shift, in chunks. */
+static inline bool srv_pslot_generating(const srv_pslot *s) { return s->n_gen > 0 && s->n_past + 1 == s->n_toks; }
 
 /* A waiting request as the policy sees it, oldest first. */
 typedef struct srv_pwait {

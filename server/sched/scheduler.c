@@ -398,11 +398,9 @@ static void drop_cancelled(srv_sched *s) {
 
 /* ---- one step --------------------------------------------------------------- */
 
-/* Whether sl's next step is one token of its list: a generating request, and one that resumes after a
-   preemption or a shift (it recomputes the rest of its list a token per step; in chunks, as a prompt, a
-   preempted qwen35moe request answered otherwise now and then under ASan: hybrid.test.mjs "under cache
-   pressure", 1 run in 4; not understood yet, so not done). */
-static bool generating(const slot *sl) { return sl->req && sl->run->n_gen > 0; }
+/* Whether sl's next step is one generated token: a request that resumes after a preemption or a shift first
+   computes the rest of its list in chunks, as a prompt (and the policy sees it so: srv_pslot_generating). */
+static bool generating(const slot *sl) { return sl->req && sl->run->n_gen > 0 && sl->n_past + 1 == sl->run->n_toks; }
 
 /* Put tokens [n_past, n_past + take) of sl's list in the batch at n. */
 static size_t add(srv_sched *s, size_t n, slot *sl, size_t take) {

@@ -1,7 +1,8 @@
 /*
  * arch.c — the supported architectures (see arch.h): llama and the
  * llama-like blocks, and the hybrids: lfm2, whose short-conv layers keep each
- * token's B*x row in its cell's K row, so the cache holds all their state,
+ * token's B*x row in its cell's K row, so the cache holds all their state
+ * (lfm2moe: the same with MoE FFNs),
  * and qwen35 (delta nets), granitehybrid and nemotron_h (Mamba-2), whose
  * recurrent layers keep a state per sequence that the cache checkpoints;
  * and gemma4, whose layers have two shapes and whose last layers read the
@@ -35,6 +36,9 @@ static const tkv__arch archs[] = {
     /* hybrid: short-conv layers beside attention layers; final norm token_embd_norm, tied output */
     {.name = "lfm2", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .shortconv = true,
      .out_norm = "token_embd_norm.weight"},
+    /* lfm2 with MoE FFNs after leading_dense_block_count dense ones: sigmoid gates, a choice bias (LFM2-8B-A1B) */
+    {.name = "lfm2moe", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .shortconv = true,
+     .out_norm = "token_embd_norm.weight", .moe = true, .expert_bias = true},
     /* hybrid: gated delta-net layers beside gated attention; the FFN's input norm is post_attention_norm */
     {.name = "qwen35", .rope = TKV__ROPE_NEOX, .pre_norms = true, .qk_norm = TKV__QK_NORM_HEAD, .deltanet = true,
      .q_gate = true, .ffn_norm = "post_attention_norm.weight"},

@@ -61,6 +61,8 @@ typedef struct tkv__arch {
     bool granite;         /* granitehybrid: embeddings times embedding_scale, each block's output
                              times residual_scale, logits divided by logit_scale, attention.scale */
     bool no_rope;         /* attention applies no RoPE at all */
+    bool expert_bias;     /* lfm2moe: blk.N.exp_probs_b.bias, a bias per expert added to the router's gates
+                             for the choice only (moe.h: expert_gating_func) */
     bool shared_expert;   /* qwen35moe: beside the experts, a shared SwiGLU expert (ffn_{gate,up,down}_shexp,
                              expert_shared_feed_forward_length wide) scaled by sigmoid(ffn_gate_inp_shexp . x) */
     bool q_gate;          /* qwen35: attn_q gives each head's q and then as many gate values;

@@ -47,7 +47,7 @@ void tkv__fwd_free(tkv__fwd *f) {
     float *bufs[] = {f->x,  f->h,      f->q,      f->k,  f->v,  f->att, f->tmp,          f->gate, f->up,
                      f->cs, f->cs_swa, f->bcx, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch,
                      f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout, f->shg, f->shy, f->mz, f->mc, f->my,
-                     f->ones, f->ple, f->plg};
+                     f->ones, f->ple, f->plg, f->gi, f->gr};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
     tkv__free(f->chosen);
@@ -103,10 +103,11 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     bool extra_ok = true;
     const size_t pli = m->ext.n_pli, pl_all = pli * hp->n_layer; /* per-layer inputs (gemma4), or 0 */
     if (pli > widest) widest = pli;
-    if (m->arch->v_norm) {
-        f->ones = tkv__malloc(f->hd * sizeof(float));
+    if (m->arch->v_norm) { /* a head's norm without weight; gemma4's router input, n_embd wide */
+        const size_t n1 = f->hd > f->n_embd ? f->hd : f->n_embd;
+        f->ones = tkv__malloc(n1 * sizeof(float));
         extra_ok = f->ones != NULL;
-        for (size_t i = 0; f->ones && i < f->hd; i++) f->ones[i] = 1.0f;
+        for (size_t i = 0; f->ones && i < n1; i++) f->ones[i] = 1.0f;
     }
     if (pli) {
         f->ple = tkv__malloc(B * pl_all * sizeof(float));
@@ -153,7 +154,7 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     }
     const tkv__moe_dims *md = &m->ext.moe;
     size_t xq_rows = B; /* rows of the widest activation f->xq holds */
-    if (m->arch->moe) {
+    if (md->n_expert) {
         const size_t R = B > md->n_used ? B : md->n_used; /* a batch's tokens, or one token's experts */
         xq_rows = R;
         if (md->n_ff > widest) widest = md->n_ff;
@@ -166,7 +167,13 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
         f->eu = tkv__malloc(R * md->n_ff * sizeof(float));
         f->ey = tkv__malloc(R * f->n_embd * sizeof(float));
     }
-    const bool moe_ok = !m->arch->moe || (f->router && f->chosen && f->chosen_w && f->rows && f->ex && f->eg && f->eu &&
+    if (md->n_expert && m->arch->layer_shapes) { /* gemma4: the experts' output beside the dense FFN's */
+        f->shy = tkv__malloc(B * f->n_embd * sizeof(float));
+        f->gi = tkv__malloc(B * f->n_embd * sizeof(float));
+        f->gr = tkv__malloc(B * f->n_embd * sizeof(float));
+        extra_ok = extra_ok && f->shy && f->gi && f->gr;
+    }
+    const bool moe_ok = !md->n_expert || (f->router && f->chosen && f->chosen_w && f->rows && f->ex && f->eg && f->eu &&
                                            f->ey);
     f->xq = tkv__malloc(xq_rows * widest * sizeof(float)); /* F32 acts are the widest form */
     /* one weight per cell for each (token, head) of a prefill unit and 16
@@ -307,10 +314,18 @@ void tkv__fwd_store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const f
  * to an expert are gathered into one batch, so each expert's weights are
  * read once per pass; experts nobody chose are skipped. All threads.
  */
-/* Expert e's activation of one token: eg = act(eg, eu) (n_ff_exp), SwiGLU,
-   or SwiGLU-OAI on the biased projections (gpt-oss). */
-static void expert_act(const tkv__fwd *f, const tkv__layer *L, uint32_t e, float *eg, const float *eu) {
+/* Expert e's activation of one token: eg = act(eg, eu) (n_ff_exp), SwiGLU (GeGLU: gemma4, after each
+   projection's expert scale, if any), or SwiGLU-OAI on the biased projections (gpt-oss). */
+static void expert_act(const tkv__fwd *f, const tkv__layer *L, uint32_t e, float *eg, float *eu) {
     const size_t n_ff = f->m->ext.moe.n_ff;
+    if (f->m->arch->gemma) {
+        const float gs = L->exp_gate_s.data ? ((const float *)L->exp_gate_s.data)[e] : 1.0f;
+        const float us = L->exp_up_s.data ? ((const float *)L->exp_up_s.data)[e] : 1.0f;
+        for (size_t i = 0; gs != 1.0f && i < n_ff; i++) eg[i] *= gs;
+        for (size_t i = 0; us != 1.0f && i < n_ff; i++) eu[i] *= us;
+        tkv__ops_geglu(eg, eg, eu, n_ff);
+        return;
+    }
     if (!f->m->arch->oai) {
         tkv__ops_swiglu(eg, eg, eu, n_ff);
         return;
@@ -323,14 +338,25 @@ static void expert_act(const tkv__fwd *f, const tkv__layer *L, uint32_t e, float
     }
 }
 
-/* yt[i] += w (ey[i] + expert e's down bias, if any) for i in [i0, i1). */
+/* yt[i] += w (ey[i] + expert e's down bias, if any) for i in [i0, i1); ey times expert e's down scale first,
+   if any (gemma4). */
 static void expert_add(const tkv__fwd *f, const tkv__layer *L, uint32_t e, float w, float *ey, float *yt, size_t i0,
                        size_t i1) {
     if (f->m->arch->oai) {
         const float *db = (const float *)L->exp_down_b.data + (size_t)e * f->n_embd;
         for (size_t i = i0; i < i1; i++) ey[i] += db[i];
     }
+    if (L->exp_down_s.data) {
+        const float s = ((const float *)L->exp_down_s.data)[e];
+        for (size_t i = i0; i < i1; i++) ey[i] *= s;
+    }
     for (size_t i = i0; i < i1; i++) yt[i] += w * ey[i];
+}
+
+/* Expert e's gate (up: its up) rows, n_ff of them, from two stacks or from one stack of both (gemma4). */
+static tkv__tensor expert_rows(const tkv__layer *L, size_t n_ff, uint32_t e, bool up) {
+    if (L->exp_gate_up.data) return tkv__tensor_rows(&L->exp_gate_up, (size_t)e * 2 * n_ff + (up ? n_ff : 0), n_ff);
+    return tkv__tensor_rows(up ? &L->exp_up : &L->exp_gate, (size_t)e * n_ff, n_ff);
 }
 
 /*
@@ -339,20 +365,20 @@ static void expert_add(const tkv__fwd *f, const tkv__layer *L, uint32_t e, float
  * expert, and reads only the chosen experts' rows. The same arithmetic as
  * moe_ffn's batch path, experts summed in index order as there.
  */
-static void moe_one(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y) {
+static void moe_one(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, const float *rin,
+                    float *y) {
     tkv__fwd *f = P->f;
     const tkv__moe_dims *md = &f->m->ext.moe;
     const uint32_t E = md->n_expert, K = md->n_used;
     const size_t F = md->n_ff, D = f->n_embd;
-    tkv__fwd_matmul(P, ith, nth, tag, &L->router, in, 1, f->router); /* (E) */
+    tkv__fwd_matmul(P, ith, nth, tag, &L->router, rin, 1, f->router); /* (E) */
     tkv__pool_barrier(P->pool);
     /* every thread makes the same choice into its own copy: no barrier */
     uint32_t chosen[TKV__MOE_MAX_EXPERTS];
     float weight[TKV__MOE_MAX_EXPERTS], logits[TKV__MOE_MAX_EXPERTS];
     memcpy(logits, f->router, E * sizeof(float));
     if (L->router_b.data) tkv__fwd_add_bias(logits, &L->router_b, E);
-    if (f->m->arch->oai) tkv__moe_choose_topk_softmax(md, logits, chosen, weight);
-    else tkv__moe_choose(md, logits, chosen, weight);
+    tkv__moe_choose_by(md, logits, (const float *)L->exp_bias.data, chosen, weight);
     for (uint32_t a = 1; a < K; a++) /* index order: the batch path's sum order */
         for (uint32_t b = a; b > 0 && chosen[b - 1] > chosen[b]; b--) {
             const uint32_t c = chosen[b];
@@ -361,7 +387,8 @@ static void moe_one(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
             chosen[b - 1] = c, weight[b - 1] = w;
         }
     /* gate and up of every chosen expert: 2 K F rows shared out    eg, eu: (K, F) */
-    acts_for(P, ith, nth, tag, &L->exp_gate, in, 1);
+    tag->src = NULL; /* the router's input may differ from the experts' (gemma4) */
+    acts_for(P, ith, nth, tag, L->exp_gate_up.data ? &L->exp_gate_up : &L->exp_gate, in, 1);
     size_t r0, r1;
     tkv__split(2 * K * F, ith, nth, &r0, &r1);
     for (uint32_t k = 0; k < K; k++)
@@ -369,8 +396,7 @@ static void moe_one(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
             const size_t lo = (2 * (size_t)k + (size_t)half) * F;
             const size_t a = r0 > lo ? r0 - lo : 0, b = r1 < lo + F ? r1 - lo : F;
             if (r1 <= lo || r0 >= lo + F || a >= b) continue;
-            const tkv__tensor *st = half ? &L->exp_up : &L->exp_gate;
-            const tkv__tensor w = tkv__tensor_rows(st, (size_t)chosen[k] * F, F);
+            const tkv__tensor w = expert_rows(L, F, chosen[k], half);
             rows_of(P, &w, a, b, f->xq, 1, (half ? f->eu : f->eg) + k * F, F);
         }
     tkv__pool_barrier(P->pool);
@@ -398,25 +424,28 @@ static void moe_one(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
     tkv__pool_barrier(P->pool);
 }
 
-static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y) {
+/* All threads: y (n, n_embd) = the experts' sum for each token of in (n, n_embd), chosen by the router over rin
+   (in itself, or gemma4's router input). */
+static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, const float *rin,
+                    float *y) {
     tkv__fwd *f = P->f;
     const tkv__moe_dims *md = &f->m->ext.moe;
     const uint32_t n = P->b->n, E = md->n_expert, K = md->n_used;
     size_t t0, t1;
-    if (n == 1 && tkv__quant_vec_dot_type(L->exp_gate.type) == tkv__quant_vec_dot_type(L->exp_up.type) &&
-        L->exp_gate.type == L->exp_up.type) {
-        moe_one(P, ith, nth, L, tag, in, y);
+    if (n == 1 && (L->exp_gate_up.data || (tkv__quant_vec_dot_type(L->exp_gate.type) ==
+                                               tkv__quant_vec_dot_type(L->exp_up.type) &&
+                                           L->exp_gate.type == L->exp_up.type))) {
+        moe_one(P, ith, nth, L, tag, in, rin, y);
         return;
     }
     tkv__split(n, ith, nth, &t0, &t1);
     /* router logits, then each token's experts                 (n, E) */
-    tkv__fwd_matmul(P, ith, nth, tag, &L->router, in, n, f->router);
+    tkv__fwd_matmul(P, ith, nth, tag, &L->router, rin, n, f->router);
     tkv__pool_barrier(P->pool);
-    const bool oai = f->m->arch->oai;
     for (size_t t = t0; t < t1; t++) {
         if (L->router_b.data) tkv__fwd_add_bias(f->router + t * E, &L->router_b, E);
-        if (oai) tkv__moe_choose_topk_softmax(md, f->router + t * E, f->chosen + t * K, f->chosen_w + t * K);
-        else tkv__moe_choose(md, f->router + t * E, f->chosen + t * K, f->chosen_w + t * K);
+        tkv__moe_choose_by(md, f->router + t * E, (const float *)L->exp_bias.data, f->chosen + t * K,
+                           f->chosen_w + t * K);
         memset(y + t * f->n_embd, 0, f->n_embd * sizeof(float));
     }
     tkv__pool_barrier(P->pool);
@@ -433,8 +462,7 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
             memcpy(f->ex + r * f->n_embd, in + (size_t)(f->rows[r] / K) * f->n_embd, f->n_embd * sizeof(float));
         tag->src = NULL;
         tkv__pool_barrier(P->pool);
-        const tkv__tensor gate = tkv__tensor_rows(&L->exp_gate, (size_t)e * md->n_ff, md->n_ff);
-        const tkv__tensor up = tkv__tensor_rows(&L->exp_up, (size_t)e * md->n_ff, md->n_ff);
+        const tkv__tensor gate = expert_rows(L, md->n_ff, e, false), up = expert_rows(L, md->n_ff, e, true);
         const tkv__tensor down = tkv__tensor_rows(&L->exp_down, (size_t)e * f->n_embd, f->n_embd);
         tkv__fwd_matmul(P, ith, nth, tag, &gate, f->ex, ne, f->eg);
         tkv__fwd_matmul(P, ith, nth, tag, &up, f->ex, ne, f->eu);
@@ -478,6 +506,39 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
     tag->src = NULL;
     tkv__pool_barrier(P->pool);
     tkv__fwd_matmul(P, ith, nth, tag, &L->w_down, f->gate, n, y);
+    tkv__pool_barrier(P->pool);
+}
+
+/*
+ * All threads, gemma4 with experts: tmp (n, n_embd) = the dense FFN's output and the experts' side by side,
+ * each normed:
+ *   tmp = post_norm_1(ffn(h)) + post_norm_2(experts(pre_norm_2(x)))   h = ffn_norm(x), x the residual
+ * the experts chosen by the router over rmsnorm(x) / sqrt(n_embd) * router_s (softmax, top k renormalized).
+ */
+static void gemma4_experts_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag) {
+    tkv__fwd *f = P->f;
+    const float eps = f->m->hp.rms_eps, inv = 1.0f / sqrtf((float)f->n_embd);
+    const size_t D = f->n_embd;
+    size_t t0, t1;
+    tkv__split(P->b->n, ith, nth, &t0, &t1);
+    dense_ffn(P, ith, nth, L, tag, f->h, f->tmp);
+    for (size_t t = t0; t < t1; t++) { /* gi: the experts' input, gr: the router's     (n, n_embd) x2 */
+        const float *x = f->x + t * D, *s = L->router_s.data;
+        float *gr = f->gr + t * D;
+        tkv__ops_rmsnorm(f->gi + t * D, x, L->pre_norm_2.data, D, eps);
+        tkv__ops_rmsnorm(gr, x, f->ones, D, eps);
+        for (size_t i = 0; i < D; i++) gr[i] = gr[i] * inv * s[i];
+    }
+    tag->src = NULL;
+    tkv__pool_barrier(P->pool);
+    moe_ffn(P, ith, nth, L, tag, f->gi, f->gr, f->shy);
+    for (size_t t = t0; t < t1; t++) {
+        float *y = f->tmp + t * D, *e = f->shy + t * D;
+        tkv__ops_rmsnorm(y, y, L->post_norm_1.data, D, eps);
+        tkv__ops_rmsnorm(e, e, L->post_norm_2.data, D, eps);
+        for (size_t i = 0; i < D; i++) y[i] += e[i];
+    }
+    tag->src = NULL;
     tkv__pool_barrier(P->pool);
 }
 
@@ -594,8 +655,8 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
 
     /* x = x + (silu(h Wgate) * (h Wup)) Wdown   gate, up: (n, n_ff) */
     const float *ffn_in = arch->pre_norms ? f->h : f->x;
-    if (arch->moe) {
-        moe_ffn(P, ith, nth, L, tag, ffn_in, f->tmp);
+    if (arch->moe && l >= f->m->ext.moe.n_dense_lead) {
+        moe_ffn(P, ith, nth, L, tag, ffn_in, ffn_in, f->tmp);
         if (L->sh_gate.data) { /* tmp += sigmoid(h . Wshgate) shared_expert(h)   (qwen35moe) */
             tkv__fwd_matmul(P, ith, nth, tag, &L->sh_gate, ffn_in, n, f->shg);
             dense_ffn(P, ith, nth, L, tag, ffn_in, f->shy);
@@ -605,6 +666,8 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
             }
             tkv__pool_barrier(P->pool);
         }
+    } else if (L->pre_norm_2.data) {
+        gemma4_experts_ffn(P, ith, nth, L, tag);
     } else {
         dense_ffn(P, ith, nth, L, tag, ffn_in, f->tmp);
     }

@@ -16,7 +16,8 @@ struct tkv__fwd {
     const tkv_model *m;
     const uint8_t *rope_factors; /* (n_rot / 2) F32 divisors of the angles, or NULL */
     float *cs_swa;               /* (n_batch, n_rot) window layers' angles (arch->swa_own_rope), or NULL */
-    /* arch->moe: the router's logits and choices, and one expert's batch */
+    float *gi, *gr;              /* (n_batch, n_embd) x2: gemma4's experts' input and router input */
+    /* experts (arch->moe, gemma4's): the router's logits and choices, and one expert's batch */
     float *router;               /* (n_batch, n_expert) */
     uint32_t *chosen;            /* (n_batch, n_used) experts */
     float *chosen_w;             /* (n_batch, n_used) their weights */

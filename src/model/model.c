@@ -172,7 +172,7 @@ static tkv_status read_hparams(const tkv__gguf *g, tkv_hparams *hp) {
     char key[128];
     uint32_t n_expert = 0;
     if ((st = hp_u32(g, arch, "expert_count", 0, &n_expert))) return st;
-    if (n_expert > 0 && !tkv__arch_find(arch)->moe)
+    if (n_expert > 0 && !tkv__arch_find(arch)->moe && !tkv__arch_find(arch)->layer_shapes) /* gemma4 may have them */
         return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s.expert_count' = %u: mixture-of-experts models are not supported",
                          arch, n_expert);
 
@@ -317,6 +317,40 @@ static tkv_status check_tensor(const tkv__tensor_need *n, void *ud) {
 }
 
 /*
+ * Qwen3.5's interleaved multi-axis RoPE (rope.dimension_sections: pairs for
+ * axes t, h, w and a fourth, e). The reference rotates pair i of the n_rot / 2
+ * by axis t, h or w when s = i % (the counts' sum) has s % 3 == 0 and
+ * s < 3 t, s % 3 == 1 and s < 3 h, or s % 3 == 2 and s < 3 w; any other pair
+ * by axis e. For text t, h and w are the token's position and e is 0: such a
+ * pair does not rotate. The engine rotates every pair by the position (NEOX),
+ * so a file whose sections leave a pair to axis e is refused by that name.
+ * No key: every pair rotates.
+ */
+static tkv_status check_sections(const tkv__gguf *g, const tkv_hparams *hp) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", hp->arch);
+    const tkv__gguf_kv *kv = tkv__gguf_find(g, key);
+    if (!kv) return TKV_OK;
+    if (kv->type != TKV_META_ARRAY || (kv->elem_type != TKV_META_I32 && kv->elem_type != TKV_META_U32) || kv->n != 4)
+        return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': expected an array of 4 32-bit integers", key);
+    int32_t sec[4]; /* t, h, w, e */
+    int64_t sum = 0;
+    for (int k = 0; k < 4; k++) memcpy(&sec[k], kv->arr + 4 * k, 4), sum += sec[k];
+    for (int k = 0; k < 4; k++)
+        if (sec[k] < 0 || sum == 0)
+            return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s': [%d, %d, %d, %d]: expected counts >= 0, not all 0", key,
+                             sec[0], sec[1], sec[2], sec[3]);
+    for (uint32_t i = 0; i < hp->n_rot / 2; i++) {
+        const int64_t s = i % sum;
+        if (!((s % 3 == 0 && s < 3 * sec[0]) || (s % 3 == 1 && s < 3 * sec[1]) || (s % 3 == 2 && s < 3 * sec[2])))
+            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s': [%d, %d, %d, %d] leaves rotary pair %u of %u to the "
+                             "fourth axis, which does not rotate text (not supported: every pair rotates here)",
+                             key, sec[0], sec[1], sec[2], sec[3], i, hp->n_rot / 2);
+    }
+    return TKV_OK;
+}
+
+/*
  * A delta-net hybrid's sizes (deltanet.h) and which layers are delta nets:
  * every layer but those with (l + 1) % full_attention_interval == 0. A file
  * that lists them (attention.recurrent_layers) is refused by that name: the
@@ -335,6 +369,7 @@ static tkv_status read_delta(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_
                          "(full_attention_interval is)", key);
     if (hp->n_layer > TKV__MAX_LAYERS)
         return tkv__fail(TKV_ERR_UNSUPPORTED, "%u layers: a hybrid may have at most %d", hp->n_layer, TKV__MAX_LAYERS);
+    if ((st = check_sections(g, hp))) return st;
     if ((st = hp_u32(g, a, "full_attention_interval", 4, &every))) return st;
     if ((st = hp_u32(g, a, "ssm.conv_kernel", -1, &d->d_conv))) return st;
     if ((st = hp_u32(g, a, "ssm.state_size", -1, &d->d_k))) return st;
@@ -516,7 +551,9 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
     if ((ar->swa_period || ar->layer_shapes) && (st = hp_u32(g, a, "attention.sliding_window", 0, &x->swa_window)))
         return st;
     if ((st = read_layers(g, hp, ar, x))) return st;
-    if (ar->moe) {
+    uint32_t n_expert = 0;
+    if ((st = hp_u32(g, a, "expert_count", 0, &n_expert))) return st;
+    if (ar->moe || (ar->layer_shapes && n_expert > 0)) { /* gemma4's experts sit beside its dense FFN */
         tkv__moe_dims *md = &x->moe;
         if ((st = hp_u32(g, a, "expert_count", -1, &md->n_expert))) return st;
         if ((st = hp_u32(g, a, "expert_used_count", -1, &md->n_used))) return st;
@@ -531,6 +568,17 @@ static tkv_status read_ext(const tkv__gguf *g, const tkv_hparams *hp, tkv__hp_ex
             return tkv__fail(TKV_ERR_FORMAT, "metadata keys '%s.expert_*': %u experts, %u used, %u wide: expected "
                              "1..%d experts, 1..experts used, a width of at least 1",
                              a, md->n_expert, md->n_used, md->n_ff, TKV__MOE_MAX_EXPERTS);
+        if ((st = hp_u32(g, a, "leading_dense_block_count", 0, &md->n_dense_lead))) return st;
+        if (md->n_dense_lead >= hp->n_layer || (md->n_dense_lead && !hp->n_ff))
+            return tkv__fail(TKV_ERR_FORMAT, "metadata key '%s.leading_dense_block_count' = %u: expected fewer than "
+                             "the %u blocks, and a feed_forward_length for them", a, md->n_dense_lead, hp->n_layer);
+        uint32_t gating = ar->oai ? TKV__GATING_SOFTMAX_WEIGHT : TKV__GATING_SOFTMAX;
+        if ((st = hp_u32(g, a, "expert_gating_func", gating, &gating))) return st;
+        if (gating < TKV__GATING_SOFTMAX || gating > TKV__GATING_SOFTMAX_WEIGHT)
+            return tkv__fail(TKV_ERR_UNSUPPORTED, "metadata key '%s.expert_gating_func' = %u: expected 1 (softmax), "
+                             "2 (sigmoid) or 3 (softmax over the chosen)", a, gating);
+        md->gating = (tkv__moe_gating)gating;
+        if ((st = hp_float(g, a, "expert_weights_scale", 0.0, &md->w_scale))) return st;
     }
     if (ar->shortconv) {
         uint32_t unused;
@@ -580,6 +628,19 @@ static tkv_status check_tensors(const tkv__gguf *g, const tkv_hparams *hp, const
     return tkv__tensors_each(tkv__arch_find(hp->arch), hp, &lay, check_tensor, &c);
 }
 
+/* gemma4's experts: each layer's gate and up are one stack (ffn_gate_up_exps) or two, not both or neither. */
+static tkv_status check_experts(const tkv__weights *w, const tkv_hparams *hp, const tkv__hp_ext *x) {
+    if (!tkv__arch_find(hp->arch)->layer_shapes || !x->moe.n_expert) return TKV_OK;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const tkv__layer *L = &w->layers[l];
+        const bool two = L->exp_gate.data && L->exp_up.data, one = L->exp_gate_up.data != NULL;
+        if (one == two || (!two && (L->exp_gate.data || L->exp_up.data)))
+            return tkv__fail(TKV_ERR_FORMAT, "layer %u's experts: expected blk.%u.ffn_gate_up_exps.weight or both "
+                             "blk.%u.ffn_gate_exps.weight and blk.%u.ffn_up_exps.weight", l, l, l, l);
+    }
+    return TKV_OK;
+}
+
 /* ---- load / free -------------------------------------------------------- */
 
 static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model **out) {
@@ -594,6 +655,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
         else
             st = check_tensors(g, &hp, &ext);
         if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &(tkv__layout){&ext.moe, &ext.delta, &ext.mamba, ext.kind, ext.attn, ext.n_pli}, &w);
+        if (st == TKV_OK) st = check_experts(&w, &hp, &ext);
         if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g);
         if (st) tkv__weights_free(&w);
     }

@@ -26,6 +26,9 @@ enum when {
     ONE_BLOCK, /* arch->one_block */
     PLE,      /* arch->per_layer_input, in a file that has them (tkv__layout.n_pli > 0) */
     OUT_SCALE, /* arch->per_layer_input's architecture (gemma4), with or without them */
+    EXP_BIAS, /* arch->expert_bias */
+    G4MOE,    /* gemma4 with experts (expert_count > 0): beside its dense FFN */
+    G4MOE_OPT, /* ... and optional: the experts' gate and up are two stacks or one, their scales */
 };
 
 /* Which layers store a tensor: every layer (its FFN, its norms), or those of one mixer kind;
@@ -34,7 +37,7 @@ enum { ANY = -1, ATTN = TKV__LAYER_ATTN, CONV = TKV__LAYER_SHORTCONV, DELTA = TK
        MAMBA = TKV__LAYER_MAMBA2, MLP = TKV__LAYER_MLP, OWN_K = 100, OWN_V };
 
 /* The sizes a shape is written in. */
-enum dim { ONE, EMBD, Q, QG, KV, FF, QNORM, KNORM, QKV, FF2, HEADS, EXPERTS, EXP_FF, EMBD3, TAPS,
+enum dim { ONE, EMBD, Q, QG, KV, FF, QNORM, KNORM, QKV, FF2, HEADS, EXPERTS, EXP_FF, EXP_FF2, EMBD3, TAPS,
            D_CH, D_INNER, D_CONV, D_NV, D_V, SH_FF, M_IN, M_CH, M_CONV, M_NH, M_INNER, M_GS, M_NG,
            VOCAB, HALF_ROT, PLI, PLI_ALL, N_DIMS };
 
@@ -93,6 +96,7 @@ static const struct role {
     {"ffn_gate_exps.weight", {EMBD, EXP_FF, EXPERTS}, 3, true, MOE, ANY, L(exp_gate)},
     {"ffn_up_exps.weight", {EMBD, EXP_FF, EXPERTS}, 3, true, MOE, ANY, L(exp_up)},
     {"ffn_down_exps.weight", {EXP_FF, EMBD, EXPERTS}, 3, true, MOE, ANY, L(exp_down)},
+    {"exp_probs_b.bias", {EXPERTS}, 1, false, EXP_BIAS, ANY, L(exp_bias)},
     {"ffn_gate_inp.bias", {EXPERTS}, 1, false, OAI, ANY, L(router_b)},
     {"ffn_gate_exps.bias", {EXP_FF, EXPERTS}, 2, false, OAI, ANY, L(exp_gate_b)},
     {"ffn_up_exps.bias", {EXP_FF, EXPERTS}, 2, false, OAI, ANY, L(exp_up_b)},
@@ -102,6 +106,18 @@ static const struct role {
     {"ffn_up_shexp.weight", {EMBD, SH_FF}, 2, true, SHEXP, ANY, L(w_up)},
     {"ffn_down_shexp.weight", {SH_FF, EMBD}, 2, true, SHEXP, ANY, L(w_down)},
     {"post_ffw_norm.weight", {EMBD}, 1, false, POST, ANY, L(post_ffn_norm)},
+    {"ffn_gate_inp.weight", {EMBD, EXPERTS}, 2, true, G4MOE, ANY, L(router)},
+    {"ffn_gate_inp.scale", {EMBD}, 1, false, G4MOE, ANY, L(router_s)},
+    {"pre_ffw_norm_2.weight", {EMBD}, 1, false, G4MOE, ANY, L(pre_norm_2)},
+    {"post_ffw_norm_1.weight", {EMBD}, 1, false, G4MOE, ANY, L(post_norm_1)},
+    {"post_ffw_norm_2.weight", {EMBD}, 1, false, G4MOE, ANY, L(post_norm_2)},
+    {"ffn_gate_up_exps.weight", {EMBD, EXP_FF2, EXPERTS}, 3, true, G4MOE_OPT, ANY, L(exp_gate_up)},
+    {"ffn_gate_exps.weight", {EMBD, EXP_FF, EXPERTS}, 3, true, G4MOE_OPT, ANY, L(exp_gate)},
+    {"ffn_up_exps.weight", {EMBD, EXP_FF, EXPERTS}, 3, true, G4MOE_OPT, ANY, L(exp_up)},
+    {"ffn_down_exps.weight", {EXP_FF, EMBD, EXPERTS}, 3, true, G4MOE, ANY, L(exp_down)},
+    {"ffn_gate_exps.scale", {EXPERTS}, 1, false, G4MOE_OPT, ANY, L(exp_gate_s)},
+    {"ffn_up_exps.scale", {EXPERTS}, 1, false, G4MOE_OPT, ANY, L(exp_up_s)},
+    {"ffn_down_exps.scale", {EXPERTS}, 1, false, G4MOE_OPT, ANY, L(exp_down_s)},
     {"inp_gate.weight", {EMBD, PLI}, 2, true, PLE, ANY, L(inp_gate)},
     {"proj.weight", {PLI, EMBD}, 2, true, PLE, ANY, L(proj)},
     {"post_norm.weight", {EMBD}, 1, false, PLE, ANY, L(post_norm)},
@@ -127,8 +143,22 @@ static bool stored(const tkv__arch *a, enum when w) {
     case ONE_BLOCK: return a->one_block;
     case PLE: return a->per_layer_input; /* and a file with them: tkv__tensors_each */
     case OUT_SCALE: return a->per_layer_input;
+    case EXP_BIAS: return a->expert_bias;
+    case G4MOE: case G4MOE_OPT: return a->layer_shapes; /* and a file with experts: tkv__tensors_each */
     }
     return false;
+}
+
+/* Whether a layer stores role r's FFN tensors: in a MoE model, the layers before leading_dense_block_count
+   have the dense FFN (ffn_gate, ffn_up, ffn_down) instead of the experts. */
+static bool ffn_stored(const tkv__arch *a, enum when w, bool dense_layer) {
+    if (!dense_layer) return stored(a, w);
+    switch (w) {
+    case DENSE: return !a->fused && !a->one_block;
+    case DENSE_ALL: return !a->one_block;
+    case MOE: case EXP_BIAS: case SHEXP: return false;
+    default: return stored(a, w);
+    }
 }
 
 /* Whether layer l, of mixer kind `kind`, stores a tensor of role r's mixer. */
@@ -145,12 +175,15 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
                              void *ud) {
     const bool whole = arch->qk_norm == TKV__QK_NORM_WHOLE;
     const tkv__moe_dims *moe = lay->moe;
+    const bool g4moe = arch->layer_shapes && moe && moe->n_expert > 0; /* gemma4's experts beside its FFN */
+    const bool experts = arch->moe || g4moe;
     const tkv__delta_dims *dd = lay->delta;
     const tkv__mamba_dims *md = arch->mamba2 ? lay->mamba : NULL;
     const uint32_t pli = arch->per_layer_input ? lay->n_pli : 0;
     uint64_t size[N_DIMS] = {
         [ONE] = 1, [EMBD] = hp->n_embd, [HEADS] = hp->n_head,
-        [EXPERTS] = arch->moe ? moe->n_expert : 0, [EXP_FF] = arch->moe ? moe->n_ff : 0,
+        [EXPERTS] = experts ? moe->n_expert : 0, [EXP_FF] = experts ? moe->n_ff : 0,
+        [EXP_FF2] = experts ? 2 * (uint64_t)moe->n_ff : 0,
         [EMBD3] = 3 * (uint64_t)hp->n_embd, [TAPS] = 3, /* lfm2's kernel (shortconv.l_cache, checked at load) */
         [D_CH] = dd ? dd->channels : 0, [D_INNER] = dd ? (uint64_t)dd->n_v * dd->d_v : 0,
         [D_CONV] = dd ? dd->d_conv : 0, [D_NV] = dd ? dd->n_v : 0, [D_V] = dd ? dd->d_v : 0,
@@ -201,16 +234,18 @@ tkv_status tkv__tensors_each(const tkv__arch *arch, const tkv_hparams *hp, const
         const uint64_t kv = (A ? A->n_head_kv : hp->n_head_kv) * hd, ff = A ? A->n_ff : hp->n_ff;
         size[Q] = q, size[QG] = arch->q_gate ? 2 * q : q, size[KV] = kv, size[FF] = ff, size[FF2] = 2 * ff;
         size[QNORM] = whole ? q : hd, size[KNORM] = whole ? kv : hd, size[QKV] = q + 2 * kv;
+        const bool dense_layer = arch->moe && l < moe->n_dense_lead;
         for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
             const struct role *r = &roles[i];
-            if (!stored(arch, r->when) || (r->when == PLE && !pli)) continue;
+            if (!ffn_stored(arch, r->when, dense_layer) || (r->when == PLE && !pli)) continue;
+            if ((r->when == G4MOE || r->when == G4MOE_OPT) && !g4moe) continue;
             const int kind = lay->kind ? lay->kind[l] : TKV__LAYER_ATTN;
             if (!layer_stores(r, kind, A)) continue;
             memset(&t, 0, sizeof t);
             snprintf(t.name, sizeof t.name, "blk.%u.%s", l, r->suffix ? r->suffix : tkv__arch_ffn_norm(arch));
             t.n_dims = r->n_dims;
             for (int d = 0; d < 3; d++) t.ne[d] = d < (int)r->n_dims ? size[r->ne[d]] : 1;
-            t.matrix = r->matrix, t.layer = (int)l, t.bind = r->bind;
+            t.matrix = r->matrix, t.layer = (int)l, t.bind = r->bind, t.optional = r->when == G4MOE_OPT;
             if ((st = fn(&t, ud))) return st;
         }
     }

@@ -34,7 +34,7 @@ typedef tkv_status (*tkv__tensor_fn)(const tkv__tensor_need *t, void *ud);
 
 /* What tensor shapes depend on beyond tkv_hparams. */
 typedef struct tkv__layout {
-    const tkv__moe_dims *moe;     /* the expert sizes (read only when arch->moe) */
+    const tkv__moe_dims *moe;     /* the expert sizes (read when arch->moe, or gemma4's when it has experts) */
     const tkv__delta_dims *delta; /* the delta net's sizes (read only for delta-net layers) */
     const tkv__mamba_dims *mamba; /* Mamba-2's sizes (read only for Mamba-2 layers) */
     const uint8_t *kind;          /* (n_layer) each layer's tkv__layer_kind, or NULL: every layer attends */

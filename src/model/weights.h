@@ -50,6 +50,15 @@ typedef struct tkv__layer {
     tkv__tensor bo, sinks;       /* arch->oai: (n_embd) attn_output bias, (n_head) attention sinks */
     tkv__tensor router_b, exp_gate_b, exp_up_b, exp_down_b; /* arch->oai: (n_expert), (n_expert,
                                                                n_ff_exp) x2, (n_expert, n_embd) F32 */
+    tkv__tensor exp_gate_up; /* gemma4 MoE, instead of exp_gate and exp_up: (n_expert 2 n_ff_exp rows, n_embd),
+                                expert e's gate rows e 2 n_ff_exp .., then its up rows */
+    tkv__tensor exp_gate_s, exp_up_s, exp_down_s; /* gemma4 MoE, optional: (n_expert) F32, each expert's
+                                                     gate / up / down output times its scale */
+    tkv__tensor router_s;   /* gemma4 MoE: (n_embd) F32, the router's input rmsnorm(x) / sqrt(n_embd) times it */
+    tkv__tensor pre_norm_2, post_norm_1, post_norm_2; /* gemma4 MoE: (n_embd) F32, the experts' input norm, the
+                                                        dense FFN's and the experts' output norms */
+    tkv__tensor exp_bias;   /* arch->expert_bias: (n_expert) F32, added to the sigmoid gates to choose the
+                               experts (not to weigh them) */
     tkv__tensor sh_gate;    /* arch->shared_expert: (1 row, n_embd) F32, the shared expert's gate; its
                                SwiGLU is w_gate, w_up, w_down (n_ff_shared wide) */
     tkv__tensor wo;         /* (n_embd rows, n_head*hd) */

@@ -31,17 +31,27 @@ typedef struct tkv__model_spec {
     const char *arch;         /* general.architecture: one the loader supports */
     uint32_t dim, layers, heads, kv_heads, ff, ctx, n_vocab;
     uint32_t head_dim;        /* 0: dim / heads */
-    uint32_t experts, experts_used, expert_ff; /* MoE architectures; 0: not given */
+    uint32_t experts, experts_used, expert_ff; /* MoE architectures; 0: not given (qwen35moe: ff is the
+                                                  shared expert's width) */
     uint32_t swa_window;      /* sliding-window architectures; 0: the architecture's default */
-    /* recurrent hybrids (qwen35: delta nets; granitehybrid: Mamba-2): the ssm.* sizes (state_size, group_count,
-       time_step_rank, inner_size, conv_kernel; 0 conv: 4), and attention on layers l with
-       (l + 1) % attn_every == 0 (0: qwen35's 4, granitehybrid's 6) */
+    /* recurrent hybrids (qwen35, qwen35moe: delta nets, v heads as wide as ssm_state; granitehybrid,
+       nemotron_h: Mamba-2): the ssm.* sizes (state_size, group_count, time_step_rank, inner_size,
+       conv_kernel; 0 conv: 4). Every hybrid (lfm2's short convs too) attends on layers l with
+       (l + 1) % attn_every == 0 (0: qwen35's 4, qwen35moe's 4, granitehybrid's 6, lfm2's 3,
+       nemotron_h's 3), its other kind elsewhere (nemotron_h: Mamba-2 and MLP layers in turn) */
     uint32_t ssm_state, ssm_groups, ssm_heads, ssm_inner, ssm_conv, attn_every;
+    /* lfm2, granitehybrid, nemotron_h: one character per layer in place of attn_every's rule
+       ('*' attention, 'M' Mamba-2, '-' nemotron_h's MLP, 'C' lfm2's short conv), or NULL */
+    const char *pattern;
     /* gemma4: full attention on layers l with (l + 1) % attn_every == 0 (0: 5), window layers elsewhere
        with heads of head_dim / 2 and kv_heads KV heads (full layers: head_dim and half the KV heads, when
        even, and K as V); its last shared_kv layers read earlier layers' K/V (twice the FFN width), and
        per_layer per-layer inputs per layer (0: none) */
     uint32_t shared_kv, per_layer;
+    uint32_t dense_lead;      /* lfm2moe: the first dense_lead layers have a dense FFN (ff wide), the others
+                                 experts (leading_dense_block_count) */
+    bool fused_experts;       /* gemma4 with experts: one ffn_gate_up_exps stack instead of ffn_gate_exps and
+                                 ffn_up_exps (the reference reads both) */
     tkv__type_mix mix;
     uint64_t seed;            /* same seed, same weights */
 } tkv__model_spec;

@@ -703,6 +703,7 @@ static void test_gemma4(void **state) {
     assert_shape(m, "blk.3.inp_gate.weight", 128, 16, 1);
     assert_shape(m, "blk.3.proj.weight", 16, 128, 1);
     assert_shape(m, "blk.3.layer_output_scale.weight", 1, 1, 1);
+    assert_shape(m, "rope_freqs.weight", 16, 1, 1); /* the reference requires it: the full layers' 16 pairs */
     int64_t shared = 0;
     assert_int_equal(tkv_model_meta_int(m, "gemma4.attention.shared_kv_layers", &shared), TKV_OK);
     assert_int_equal(shared, 2);
@@ -710,6 +711,16 @@ static void test_gemma4(void **state) {
     r = runf("run -m '%s' -p 'Once upon a time' -n 8 -t 1 --temp 0", out);
     if (r.status != 0) fail_msg("run the gemma4 model: exit %d: %s", r.status, r.err);
     tu_run_free(&r);
+    /* without per-layer inputs the key says 0: the reference requires it */
+    r = runf("mkmodel '%s' %s --vocab-from '%s'", out, shape, vocab);
+    assert_int_equal(r.status, 0);
+    tu_run_free(&r);
+    m = load(out, false);
+    int64_t pli = -1;
+    assert_int_equal(tkv_model_meta_int(m, "gemma4.embedding_length_per_layer_input", &pli), TKV_OK);
+    assert_int_equal(pli, 0);
+    assert_false(has_tensor(m, "per_layer_token_embd.weight"));
+    tkv_model_free(m);
     r = runf("mkmodel '%s' %s --shared-kv 1 --vocab-from '%s'", out, shape, vocab); /* layer 3 (full) -> 2 (window) */
     assert_int_equal(r.status, 2);
     assert_non_null(strstr(r.err, "--shared-kv 1"));
@@ -720,8 +731,101 @@ static void test_gemma4(void **state) {
     tu_run_free(&r);
 }
 
+/* --arch of the recurrent hybrids: each file has the keys and tensors of the shipped one of its architecture
+   (../shared/models/arch/README.md: layer kinds from head_count_kv / feed_forward_length arrays, the delta nets'
+   and Mamba-2's tensors, qwen35moe's shared expert, lfm2's short convs and tied output) with the layers the
+   options ask for, loads and generates; combinations the architecture cannot hold are refused by name. */
+static void test_hybrids(void **state) {
+    (void)state;
+    const char *vocab = tu_shared("models/stories260K.gguf"), *out = tmp_path("hybrid.gguf");
+    static const struct {
+        const char *arch, *opts;
+        const char *has[4], *hasnt[3]; /* tensors it has and has not */
+        const char *key;               /* an array key, and its n values */
+        size_t n;
+        int64_t vals[6];
+    } cases[] = {
+        {"qwen35moe", "--heads 4 --kv-heads 2 --head-dim 32 --ff 64 --experts 4 --experts-used 2 --expert-ff 64 "
+                      "--ssm-state 32 --ssm-groups 2 --ssm-heads 4 --ssm-inner 128 --attn-every 2 --layers 4",
+         {"blk.0.attn_qkv.weight", "blk.0.ffn_gate_inp_shexp.weight", "blk.1.attn_q.weight", "blk.3.ffn_down_shexp.weight"},
+         {"blk.1.attn_qkv.weight", "blk.0.ffn_down.weight", NULL}, NULL, 0, {0}},
+        {"lfm2", "--heads 4 --kv-heads 2 --ff 192 --pattern 'CC*C*' --layers 5",
+         {"token_embd_norm.weight", "blk.0.shortconv.conv.weight", "blk.2.attn_q_norm.weight", "blk.3.shortconv.in_proj.weight"},
+         {"output.weight", "blk.2.shortconv.conv.weight", "blk.0.attn_q.weight"},
+         "lfm2.attention.head_count_kv", 5, {0, 0, 2, 0, 2}},
+        {"nemotron_h", "--heads 4 --kv-heads 2 --ff 256 --ssm-state 16 --ssm-groups 2 --ssm-heads 8 --ssm-inner 256 "
+                       "--layers 6",
+         {"blk.0.ssm_in.weight", "blk.1.ffn_up.weight", "blk.2.attn_q.weight", "blk.3.ssm_d"},
+         {"blk.1.ffn_gate.weight", "blk.2.ffn_down.weight", "blk.0.ffn_norm.weight"},
+         "nemotron_h.feed_forward_length", 6, {0, 256, 0, 0, 256, 0}}, /* M-*M-* */
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        tu_run_result r = runf("mkmodel '%s' --arch %s --dim 128 %s --type Q8_0 --vocab-from '%s'", out, cases[k].arch,
+                               cases[k].opts, vocab);
+        if (r.status != 0) fail_msg("mkmodel --arch %s: exit %d: %s", cases[k].arch, r.status, r.err);
+        tu_run_free(&r);
+        tkv_model *m = load(out, false);
+        for (int i = 0; i < 4; i++)
+            if (!has_tensor(m, cases[k].has[i])) fail_msg("%s: no %s", cases[k].arch, cases[k].has[i]);
+        for (int i = 0; i < 3 && cases[k].hasnt[i]; i++)
+            if (has_tensor(m, cases[k].hasnt[i])) fail_msg("%s: %s is there", cases[k].arch, cases[k].hasnt[i]);
+        for (size_t i = 0; i < cases[k].n; i++) {
+            int64_t v = -1;
+            assert_int_equal(tkv_model_meta_arr_int(m, cases[k].key, i, &v), TKV_OK);
+            if (v != cases[k].vals[i]) fail_msg("%s[%zu] = %lld, expected %lld", cases[k].key, i, (long long)v,
+                                                (long long)cases[k].vals[i]);
+        }
+        tkv_model_free(m);
+        r = runf("run -m '%s' -p 'Once upon a time' -n 8 -t 1 --temp 0", out);
+        if (r.status != 0) fail_msg("run the %s model: exit %d: %s", cases[k].arch, r.status, r.err);
+        tu_run_free(&r);
+    }
+    /* qwen35moe at F16: the converter's key set and F32 shared-expert gate */
+    tu_run_result r = runf("mkmodel '%s' --arch qwen35moe --dim 128 %s --type F16 --vocab-from '%s'", out, cases[0].opts,
+                           vocab);
+    assert_int_equal(r.status, 0);
+    tu_run_free(&r);
+    tkv_model *m = load(out, false);
+    tkv_meta_type t;
+    assert_int_equal(tkv_model_meta_find(m, "qwen35moe.feed_forward_length", &t), TKV_ERR_INVALID);
+    int64_t v = 0;
+    assert_int_equal(tkv_model_meta_int(m, "qwen35moe.expert_shared_feed_forward_length", &v), TKV_OK);
+    assert_int_equal(v, 64);
+    assert_shape(m, "blk.0.ffn_gate_inp_shexp.weight", 128, 1, 1);
+    assert_int_equal(tensor_type(m, "blk.0.ffn_gate_inp_shexp.weight"), TKV_TYPE_F32); /* the converter's, at F32/F16 */
+    assert_shape(m, "blk.0.ssm_out.weight", 128, 128, 1);
+    tkv_model_free(m);
+
+    static const struct {
+        const char *args, *says;
+    } bad[] = {
+        {"--arch lfm2 --heads 4 --ff 64 --layers 3 --pattern 'C*M'", "'M' is not a layer of lfm2"},
+        {"--arch lfm2 --heads 4 --ff 64 --layers 3 --pattern 'C*'", "2 characters for 3 layers"},
+        {"--arch lfm2 --heads 4 --ff 64 --layers 3 --pattern 'CCC'", "no attention layer"},
+        {"--arch lfm2 --heads 4 --ff 64 --layers 3 --pattern 'C*C' --attn-every 2", "give one"},
+        {"--arch lfm2 --heads 4 --ff 64 --layers 3 --head-dim 16", "--head-dim 16"},
+        {"--arch lfm2 --heads 4 --ff 64 --layers 3 --ssm-state 16", "lfm2 has no ssm.*"},
+        {"--arch qwen35 --heads 4 --ff 64 --layers 4 --ssm-state 32 --ssm-groups 2 --ssm-heads 4 --ssm-inner 256",
+         "--ssm-inner 256 must be --ssm-state 32 x --ssm-heads 4"},
+        {"--arch qwen35 --heads 4 --ff 64 --layers 4 --ssm-state 32 --ssm-groups 2 --ssm-heads 4 --ssm-inner 128 "
+         "--pattern 'DD*D'", "--pattern is for lfm2"},
+        {"--arch nemotron_h --heads 4 --ff 64 --layers 3 --ssm-state 16 --ssm-groups 1 --ssm-heads 4 --ssm-inner 128 "
+         "--pattern 'M*M'", "no MLP layer"},
+        {"--arch nemotron_h --heads 4 --ff 64 --layers 3 --ssm-state 16 --ssm-groups 1 --ssm-heads 4 --ssm-inner 128 "
+         "--pattern 'M*C'", "'C' is not a layer of nemotron_h"},
+        {"--arch llama --heads 4 --ff 64 --layers 2 --attn-every 2", "--attn-every is for"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        r = runf("mkmodel '%s' --dim 128 %s --vocab-from '%s'", out, bad[k].args, vocab);
+        if (r.status != 2 || !strstr(r.err, bad[k].says))
+            fail_msg("mkmodel %s: exit %d, expected 2 and '%s': %s", bad[k].args, r.status, bad[k].says, r.err);
+        tu_run_free(&r);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hybrids),
         cmocka_unit_test(test_gemma4),
         cmocka_unit_test(test_every_type), cmocka_unit_test(test_mix_rule),
         cmocka_unit_test(test_mix_matches_reference), cmocka_unit_test(test_vocab_copy_types),

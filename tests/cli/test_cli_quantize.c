@@ -19,7 +19,9 @@
  *
  * Also: errors (an unknown type, an unreadable input, Q2_K_S which the
  * reference refuses without an importance matrix) leave no file behind, and
- * rows that are not whole blocks fall back as the reference does.
+ * rows that are not whole blocks fall back as the reference does; the hybrid
+ * architectures' recurrent tensors stay as the reference's quantizer leaves
+ * them.
  */
 #include "testutil.h"
 
@@ -231,8 +233,97 @@ static void test_fallbacks(void **state) {
     assert_string_equal(tkv__quant_mix_find("q4_k")->name, "Q4_K_M");
 }
 
+/* Whether the reference's quantizer (llama.cpp's tensor_allows_quantization, 81ff7abe5) leaves a hybrid's
+   tensor as it is: 1-D tensors, names not ending in "weight" (ssm_a, ssm_d, biases), norms, the MoE router,
+   the convs' taps, gemma4's per-layer projection. Written from that list, not from the quantizer's. */
+static bool reference_keeps(const tkv_tensor_info *t) {
+    static const char *const kept[] = {"_norm.weight", "ffn_gate_inp.weight", "ssm_conv1d", "shortconv.conv.weight",
+                                       "per_layer_model_proj"};
+    const size_t n = strlen(t->name);
+    if (t->n_dims < 2 || n < 6 || strcmp(t->name + n - 6, "weight")) return true;
+    for (size_t i = 0; i < sizeof kept / sizeof kept[0]; i++)
+        if (strstr(t->name, kept[i])) return true;
+    return false;
+}
+
+static bool float_type(tkv_type t) { return t == TKV_TYPE_F32 || t == TKV_TYPE_F16 || t == TKV_TYPE_BF16; }
+
+/* The hybrids at Q4_K_M and Q8_0 from mkmodel's F16 files: every tensor the reference keeps (the recurrent
+   layers' A, D, dt bias, conv taps and grouped norms, lfm2's short-conv taps, routers, gemma4's per-layer
+   projection) keeps its type and bytes; every other matrix (the shared expert's gate included, which the
+   reference quantizes) is quantized. The files load and generate. */
+static void test_hybrids(void **state) {
+    (void)state;
+    static const struct {
+        const char *arch, *opts;
+    } models[] = {
+        {"qwen35", "--heads 4 --kv-heads 1 --head-dim 64 --ff 512 --ssm-state 64 --ssm-groups 2 --ssm-heads 4 "
+                   "--ssm-inner 256 --attn-every 2 --layers 4"},
+        {"qwen35moe", "--heads 4 --kv-heads 2 --head-dim 64 --ff 256 --experts 4 --experts-used 2 --expert-ff 256 "
+                      "--ssm-state 64 --ssm-groups 2 --ssm-heads 4 --ssm-inner 256 --attn-every 2 --layers 2"},
+        {"lfm2", "--heads 4 --kv-heads 2 --ff 512 --pattern 'C*C' --layers 3"},
+        {"granitehybrid", "--heads 4 --kv-heads 2 --ff 512 --ssm-state 16 --ssm-groups 1 --ssm-heads 8 "
+                          "--ssm-inner 512 --attn-every 2 --layers 2"},
+        {"nemotron_h", "--heads 4 --kv-heads 2 --ff 512 --ssm-state 16 --ssm-groups 2 --ssm-heads 8 --ssm-inner 512 "
+                       "--pattern 'M-*' --layers 3"},
+        {"gemma4", "--heads 4 --kv-heads 2 --head-dim 64 --ff 512 --attn-every 2 --shared-kv 1 --per-layer 32 "
+                   "--layers 3"},
+    };
+    char src[128], out[128], args[1024];
+    snprintf(src, sizeof src, "%s/hybrid-F16.gguf", dir);
+    snprintf(out, sizeof out, "%s/hybrid-q.gguf", dir);
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        snprintf(args, sizeof args, "mkmodel '%s' --arch %s --dim 256 %s --type F16 --vocab-from '%s'", src,
+                 models[k].arch, models[k].opts, tu_shared("models/stories260K.gguf"));
+        tu_run_result r = tu_run(args);
+        if (r.status != 0) fail_msg("%s: %s", args, r.err);
+        tu_run_free(&r);
+        for (int q = 0; q < 2; q++) {
+            const char *type = q ? "Q8_0" : "Q4_K_M";
+            snprintf(args, sizeof args, "quantize '%s' '%s' %s", src, out, type);
+            r = tu_run(args);
+            if (r.status != 0) fail_msg("%s %s: %s", models[k].arch, type, r.err);
+            tu_run_free(&r);
+            tkv_model *in = NULL, *m = NULL;
+            assert_int_equal(tkv_model_load(src, NULL, &in), TKV_OK);
+            if (tkv_model_load(out, NULL, &m) != TKV_OK) fail_msg("%s %s: %s", models[k].arch, type, tkv_last_error(NULL));
+            assert_int_equal(tkv_model_tensor_count(m), tkv_model_tensor_count(in));
+            size_t kept = 0, quantized = 0;
+            for (size_t i = 0; i < tkv_model_tensor_count(in); i++) {
+                tkv_tensor_info a, b;
+                assert_int_equal(tkv_model_tensor_at(in, i, &a), TKV_OK);
+                if (tkv_model_tensor_find(m, a.name, &b) != TKV_OK) fail_msg("%s: %s is gone", models[k].arch, a.name);
+                if (reference_keeps(&a)) {
+                    if (b.type != a.type || b.n_bytes != a.n_bytes || memcmp(a.data, b.data, a.n_bytes))
+                        fail_msg("%s %s: %s became %s (the reference keeps it)", models[k].arch, type, a.name,
+                                 tkv_type_name(b.type));
+                    kept++;
+                } else {
+                    if (float_type(b.type))
+                        fail_msg("%s %s: %s stayed %s (the reference quantizes it)", models[k].arch, type, a.name,
+                                 tkv_type_name(b.type));
+                    quantized++;
+                }
+            }
+            assert_true(kept > 0 && quantized > 0);
+            tkv_model_free(in);
+            tkv_model_free(m);
+            snprintf(args, sizeof args, "run -m '%s' -p 'Once upon a time' -n 4 -t 1 --temp 0", out);
+            r = tu_run(args);
+            if (r.status != 0) fail_msg("run %s %s: %s", models[k].arch, type, r.err);
+            tu_run_free(&r);
+        }
+    }
+    /* the kept set holds what it should: a Mamba-2 layer's A and D, its conv, a delta net's dt bias */
+    tkv_tensor_info t = {.name = "blk.0.ssm_a", .n_dims = 2};
+    assert_true(reference_keeps(&t));
+    t.name = "blk.0.ssm_in.weight";
+    assert_false(reference_keeps(&t));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hybrids),
         cmocka_unit_test(test_parity_types),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_fallbacks),

@@ -223,6 +223,16 @@ static void test_make_room(void **state) {
     /* one holder generating alone: nobody can give way */
     s[3].busy = false;
     expect_room(srv_policy_make_room(s, 4), SRV_ROOM_NONE, -1, 0);
+    /* requests resuming after preemptions recompute their lists in chunks: prompts, though past their prompts
+       (counted as generating, the batch had no prompt and one holder, and the youngest was ended, "length") */
+    memset(s, 0, sizeof s);
+    s[0] = generating_slot(1, 11), s[0].n_toks = 49, s[0].n_gen = 37, s[0].in_batch = 38;
+    s[1] = generating_slot(2, 0), s[1].n_toks = 36, s[1].n_gen = 25, s[1].in_batch = 36;
+    s[2] = generating_slot(3, 0), s[2].n_toks = 21, s[2].n_gen = 14, s[2].in_batch = 21;
+    expect_room(srv_policy_make_room(s, 4), SRV_ROOM_HOLD_PROMPT, 2, -1);
+    /* one resuming request alone in the batch, another holds cells: that one gives way */
+    s[1].in_batch = s[2].in_batch = 0, s[2].n_past = 5;
+    expect_room(srv_policy_make_room(s, 4), SRV_ROOM_PREEMPT, 2, 0);
 }
 
 /* ---- the model: the same rules as filters and sorts over random states ---- */
@@ -370,8 +380,10 @@ static size_t by_youth(const world *x, bool (*pick)(const srv_pslot *), int *out
         }
     return n;
 }
-static bool is_gen(const srv_pslot *s) { return s->n_gen > 0; }
-static bool is_prompt_in_batch(const srv_pslot *s) { return !s->n_gen && s->in_batch; }
+/* generating: past its prompt, with all but the last token of its list held (a request resuming after a
+   preemption recomputes its list first: as a prompt) */
+static bool is_gen(const srv_pslot *s) { return s->n_gen > 0 && s->n_past + 1 == s->n_toks; }
+static bool is_prompt_in_batch(const srv_pslot *s) { return !is_gen(s) && s->in_batch; }
 static bool holds(const srv_pslot *s) { return s->n_past > 0; }
 static bool is_any(const srv_pslot *s) { return s->busy; }
 

@@ -76,6 +76,27 @@ static const tcase CASES[] = {
     {SRV_TOOLS_GENERIC, "{\"name\": \"f\", \"arguments\": 3}", "{\"name\": \"f\", \"arguments\": 3}", {NULL}},
     {SRV_TOOLS_GENERIC, "Plain text { with braces }", "Plain text { with braces }", {NULL}},
     {SRV_TOOLS_HERMES, "{\"name\": \"f\", \"arguments\": {}}", "", {"f {}"}}, /* every syntax reads the generic one */
+    /* xml: values are text; without a schema, the JSON they spell (Python's True/False/None too) */
+    {SRV_TOOLS_XML,
+     "I will look it up.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+     "</parameter>\n</function>\n</tool_call>",
+     "I will look it up.",
+     {"get_weather {\"city\":\"Paris\",\"days\":3}"}},
+    {SRV_TOOLS_XML,
+     "<tool_call>\n<function=a>\n</function>\n</tool_call>\n<tool_call>\n<function=b>\n<parameter=x>\n[1, 2]\n</parameter>\n"
+     "<parameter=ok>\nTrue\n</parameter>\n<parameter=none>\nNone\n</parameter>\n<parameter=text>\ntwo\nlines <b>\n"
+     "</parameter>\n</function>\n</tool_call>",
+     "",
+     {"a {}", "b {\"x\":[1,2],\"ok\":true,\"none\":null,\"text\":\"two\\nlines <b>\"}"}},
+    {SRV_TOOLS_XML, "<tool_call>\n{\"name\": \"j\", \"arguments\": {\"k\": 1}}\n</tool_call>", "", {"j {\"k\":1}"}},
+    {SRV_TOOLS_XML, "<tool_call>\n<function=cut>\n<parameter=city>\nPar", "<tool_call>\n<function=cut>\n<parameter=city>\nPar",
+     {NULL}},
+    {SRV_TOOLS_XML, "<tool_call>\n<oops>\n</tool_call>", "<tool_call>\n<oops>\n</tool_call>", {NULL}},
+    {SRV_TOOLS_SEED_XML,
+     "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Oslo</parameter>\n<parameter=n>2</parameter>\n</function>\n"
+     "</seed:tool_call>",
+     "",
+     {"get_weather {\"city\":\"Oslo\",\"n\":2}"}},
 };
 
 static char *content_of(const char *t, size_t n, const srv_tool_parse *p) {
@@ -90,7 +111,7 @@ static char *content_of(const char *t, size_t n, const srv_tool_parse *p) {
 static void check_case(const tcase *c) {
     const size_t n = strlen(c->text);
     srv_tool_parse p;
-    assert_true(srv_tools_parse(c->f, c->text, n, true, &p));
+    assert_true(srv_tools_parse(c->f, NULL, c->text, n, true, &p));
     char *content = content_of(c->text, n, &p);
     if (strcmp(content, c->content))
         fail_msg("%s: \"%s\": content \"%s\", expected \"%s\"", srv_tools_format_name(c->f), c->text, content,
@@ -116,11 +137,11 @@ static void test_cases(void **state) {
 /* Every prefix, parsed as a stream would: content and calls only grow, within the final ones. */
 static void check_prefixes(srv_tool_format f, const char *t, size_t n) {
     srv_tool_parse fin;
-    assert_true(srv_tools_parse(f, t, n, true, &fin));
+    assert_true(srv_tools_parse(f, NULL, t, n, true, &fin));
     size_t last_content = 0, last_calls = 0;
     for (size_t k = 0; k <= n; k++) {
         srv_tool_parse p;
-        assert_true(srv_tools_parse(f, t, k, false, &p));
+        assert_true(srv_tools_parse(f, NULL, t, k, false, &p));
         if (p.content_end < last_content || p.n_calls < last_calls || p.content_end > fin.content_end ||
             p.n_calls > fin.n_calls)
             fail_msg("%s: \"%.*s\" (prefix %zu of \"%s\"): content %zu calls %zu after %zu / %zu; final %zu / %zu",
@@ -144,7 +165,9 @@ static void test_stream_prefixes(void **state) {
                                          "{\"name\": \"g\", \"parameters\": {\"a\": 1}}", "[TOOL_CALLS]", "[ARGS]", "h",
                                          "{}", "[", "]", " ", "\n", "word", ";", "<|python_tag|>", CB, B1, "function",
                                          SEP, E1, "```json\n", "to=functions.k", "<|message|>", "<|call|>",
-                                         "<|channel|>", "<|start|>assistant", "<", "{", "}"};
+                                         "<|channel|>", "<|start|>assistant", "<", "{", "}", "<function=f>",
+                                         "</function>", "<parameter=p>", "</parameter>", "<seed:tool_call>",
+                                         "</seed:tool_call>", "<param", "1"};
     char text[512];
     for (int iter = 0; iter < 3000; iter++) {
         size_t n = 0;
@@ -155,7 +178,7 @@ static void test_stream_prefixes(void **state) {
             n += strlen(p);
         }
         text[n] = 0;
-        check_prefixes((srv_tool_format)tu_rand(SRV_TOOLS_HARMONY + 1), text, n);
+        check_prefixes((srv_tool_format)tu_rand(SRV_TOOLS_SEED_XML + 1), text, n);
     }
 }
 
@@ -176,6 +199,11 @@ static void test_detect(void **state) {
         {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", SRV_TOOLS_DEEPSEEK},
         {"deepseek-ai-DeepSeek-V3.1.jinja", SRV_TOOLS_DEEPSEEK},
         {"openai-gpt-oss-120b.jinja", SRV_TOOLS_HARMONY},
+        {"Qwen3.5-4B.jinja", SRV_TOOLS_XML},
+        {"Qwen3-Coder.jinja", SRV_TOOLS_XML},
+        {"NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", SRV_TOOLS_XML},
+        {"StepFun3.5-Flash.jinja", SRV_TOOLS_XML},
+        {"ByteDance-Seed-OSS.jinja", SRV_TOOLS_SEED_XML},
         {"google-gemma-2-2b-it.jinja", SRV_TOOLS_GENERIC},
         {"microsoft-Phi-3.5-mini-instruct.jinja", SRV_TOOLS_GENERIC},
     };
@@ -205,16 +233,26 @@ static void test_grammar(void **state) {
     static const struct {
         srv_tool_format f;
         const char *call;
+        bool think; /* the prompt ends inside a think block: reasoning, "</think>", then the call */
     } T[] = {
-        {SRV_TOOLS_GENERIC, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"},
-        {SRV_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"},
-        {SRV_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"},
-        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"},
-        {SRV_TOOLS_MISTRAL_ARGS, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}"},
-        {SRV_TOOLS_DEEPSEEK, CB B1 "function" SEP "get_weather\n```json\n{\"city\": \"Paris\"}\n```" E1 CE},
+        {SRV_TOOLS_GENERIC, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}", false},
+        {SRV_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", false},
+        {SRV_TOOLS_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", false},
+        {SRV_TOOLS_MISTRAL, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]", false},
+        {SRV_TOOLS_MISTRAL_ARGS, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}", false},
+        {SRV_TOOLS_DEEPSEEK, CB B1 "function" SEP "get_weather\n```json\n{\"city\": \"Paris\"}\n```" E1 CE, false},
         {SRV_TOOLS_HARMONY, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": "
-                            "\"Paris\"}"},
+                            "\"Paris\"}", false},
+        {SRV_TOOLS_XML, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+                        "</tool_call>", false},
+        {SRV_TOOLS_SEED_XML, "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n</function>\n"
+                             "</seed:tool_call>", false},
+        {SRV_TOOLS_XML, "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+                        "</tool_call>", true},
+        {SRV_TOOLS_HERMES, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+         true},
     };
+    static const char REASONING[] = "The user wants Paris; 3 < 4.</think>\n\n";
     const size_t n_vocab = tkv_vocab_size(m);
     tkv_token byte_token[256];
     for (int b = 0; b < 256; b++) byte_token[b] = -1;
@@ -228,13 +266,13 @@ static void test_grammar(void **state) {
     float *logits = calloc(n_vocab, sizeof *logits);
     for (size_t i = 0; i < sizeof T / sizeof T[0]; i++) {
         char err[256];
-        char *g = srv_tools_grammar(T[i].f, tools, NULL, true, err, sizeof err);
+        char *g = srv_tools_grammar(T[i].f, tools, NULL, true, T[i].think, err, sizeof err);
         if (!g) fail_msg("%s: %s", srv_tools_format_name(T[i].f), err);
         tkv_grammar *gr = NULL;
         if (tkv_grammar_create(m, g, strlen(g), NULL, &gr)) fail_msg("%s: %s\n%s", srv_tools_format_name(T[i].f),
                                                                       tkv_last_error(NULL), g);
         /* the named function only: the other one is out */
-        char *only = srv_tools_grammar(T[i].f, tools, "noop", false, err, sizeof err);
+        char *only = srv_tools_grammar(T[i].f, tools, "noop", false, false, err, sizeof err);
         assert_non_null(only);
         assert_null(strstr(only, "get_weather"));
         free(only);
@@ -242,7 +280,9 @@ static void test_grammar(void **state) {
         /* one token a byte: the tokenizer would join the text to a leading space */
         tkv_token toks[512];
         size_t nt = 0;
-        for (const char *c = T[i].call; *c; c++) {
+        char text[512];
+        snprintf(text, sizeof text, "%s%s", T[i].think ? REASONING : "", T[i].call);
+        for (const char *c = text; *c; c++) {
             assert_true(byte_token[(unsigned char)*c] >= 0);
             toks[nt++] = byte_token[(unsigned char)*c];
         }
@@ -251,8 +291,9 @@ static void test_grammar(void **state) {
         tkv_sampler *s = NULL;
         assert_int_equal(tkv_sampler_create(&sp, n_vocab, &s), TKV_OK);
         assert_int_equal(tkv_sampler_set_grammar(s, gr), TKV_OK);
-        { /* a call never starts with "Z": the grammar refuses it (a draw that is refused does not advance it) */
-            const tkv_token z = byte_token['Z'];
+        { /* a call never starts with "Z": the grammar refuses it (a draw that is refused does not advance it);
+             reasoning may start with anything, the first token is simply taken */
+            const tkv_token z = byte_token[T[i].think ? (unsigned char)text[0] : 'Z'];
             logits[z] = 100;
             logits[toks[0]] = 50;
             const tkv_token got = tkv_sampler_sample(s, logits);
@@ -263,13 +304,12 @@ static void test_grammar(void **state) {
             logits[toks[k]] = 100;
             const tkv_token got = tkv_sampler_sample(s, logits);
             logits[toks[k]] = 0;
-            if (got != toks[k]) fail_msg("%s: token %zu of \"%s\" refused", srv_tools_format_name(T[i].f), k,
-                                         T[i].call);
+            if (got != toks[k]) fail_msg("%s: token %zu of \"%s\" refused", srv_tools_format_name(T[i].f), k, text);
         }
         tkv_sampler_free(s);
         tkv_grammar_free(gr);
         srv_tool_parse p;
-        assert_true(srv_tools_parse(T[i].f, T[i].call, strlen(T[i].call), true, &p));
+        assert_true(srv_tools_parse(T[i].f, tools, T[i].call, strlen(T[i].call), true, &p));
         assert_int_equal(p.n_calls, 1);
         assert_string_equal(p.calls[0].name, "get_weather");
         assert_string_equal(p.calls[0].arguments, "{\"city\":\"Paris\"}");
@@ -279,7 +319,7 @@ static void test_grammar(void **state) {
     json_t *bad = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
                              "\"nonsense\"}}}]", 0, NULL);
     char err[256] = "";
-    char *g = srv_tools_grammar(SRV_TOOLS_HERMES, bad, NULL, false, err, sizeof err);
+    char *g = srv_tools_grammar(SRV_TOOLS_HERMES, bad, NULL, false, false, err, sizeof err);
     assert_null(g);
     assert_true(strlen(err) > 0);
     json_decref(bad);
@@ -319,6 +359,90 @@ static void test_messages(void **state) {
     assert_string_not_equal(id, id2);
 }
 
+/* With the request's tools, an XML value is typed by its parameter's schema: a string stays text even when it
+   spells a number; a boolean, an integer, an object are the JSON they spell. */
+static void test_xml_types(void **state) {
+    (void)state;
+    json_t *tools = json_loads("[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+                               "\"object\", \"properties\": {\"zip\": {\"type\": \"string\"}, \"n\": {\"type\": "
+                               "\"integer\"}, \"on\": {\"type\": \"boolean\"}, \"o\": {\"type\": [\"object\", \"null\"]}, "
+                               "\"s\": {\"type\": [\"string\", \"null\"]}}}}}]", 0, NULL);
+    assert_non_null(tools);
+    const char *t = "<tool_call>\n<function=f>\n<parameter=zip>\n01234\n</parameter>\n<parameter=n>\n7\n</parameter>\n"
+                    "<parameter=on>\nFalse\n</parameter>\n<parameter=o>\n{\"a\": [1]}\n</parameter>\n<parameter=s>\n42\n"
+                    "</parameter>\n</function>\n</tool_call>";
+    srv_tool_parse p;
+    assert_true(srv_tools_parse(SRV_TOOLS_XML, tools, t, strlen(t), true, &p));
+    assert_int_equal(p.n_calls, 1);
+    assert_string_equal(p.calls[0].arguments, "{\"zip\":\"01234\",\"n\":7,\"on\":false,\"o\":{\"a\":[1]},\"s\":\"42\"}");
+    srv_tool_parse_free(&p);
+    /* without them, what the text spells: 01234 is no JSON number, 42 is one */
+    assert_true(srv_tools_parse(SRV_TOOLS_XML, NULL, t, strlen(t), true, &p));
+    assert_string_equal(p.calls[0].arguments, "{\"zip\":\"01234\",\"n\":7,\"on\":false,\"o\":{\"a\":[1]},\"s\":42}");
+    srv_tool_parse_free(&p);
+    json_decref(tools);
+}
+
+/* The calls as the models' own templates print them (../shared/reference/templates.jsonl: the reference's
+   renders of conversations with tool calls, for every template of an XML syntax) read back into the calls the
+   conversation held: names, and arguments equal as JSON (typed by the request's tools). The renders' example
+   call in the system prompt (example_function_name) is left out. */
+static void test_reference_renders(void **state) {
+    (void)state;
+    size_t n = 0;
+    char *all = (char *)tu_read_file(tu_shared("reference/templates.jsonl"), &n);
+    assert_non_null(all);
+    int checked = 0;
+    for (char *line = all, *next; line < all + n; line = next) {
+        next = memchr(line, '\n', (size_t)(all + n - line));
+        next = next ? next + 1 : all + n;
+        json_t *d = json_loadb(line, (size_t)(next - line), 0, NULL);
+        const char *expected = json_string_value(json_object_get(d, "expected"));
+        const char *name = json_string_value(json_object_get(d, "template"));
+        char rel[256];
+        snprintf(rel, sizeof rel, "templates/%s", name ? name : "");
+        size_t tn = 0;
+        uint8_t *src = expected && name ? tu_read_file(tu_shared(rel), &tn) : NULL;
+        const srv_tool_format f = src ? srv_tools_detect((const char *)src, tn) : SRV_TOOLS_GENERIC;
+        free(src);
+        const json_t *in = json_object_get(d, "input"), *tools = json_object_get(in, "tools");
+        json_t *want = json_array(); /* every call of the conversation, in order */
+        const json_t *msgs = json_object_get(in, "messages");
+        for (size_t i = 0; i < json_array_size(msgs); i++) {
+            const json_t *calls = json_object_get(json_array_get(msgs, i), "tool_calls");
+            for (size_t k = 0; k < json_array_size(calls); k++) json_array_append(want, json_array_get(calls, k));
+        }
+        if ((f != SRV_TOOLS_XML && f != SRV_TOOLS_SEED_XML) || !json_array_size(want)) {
+            json_decref(want), json_decref(d);
+            continue;
+        }
+        const char *open = f == SRV_TOOLS_XML ? "<tool_call>" : "<seed:tool_call>";
+        size_t got = 0;
+        for (const char *at = strstr(expected, open); at; at = strstr(at + 1, open)) {
+            srv_tool_parse tp;
+            assert_true(srv_tools_parse(f, tools, at, strlen(at), true, &tp));
+            if (tp.n_calls && strcmp(tp.calls[0].name, "example_function_name")) {
+                const json_t *w = json_object_get(json_array_get(want, got), "function");
+                if (!w) fail_msg("%s: more calls in the render than in the conversation", name);
+                const json_t *wa = json_object_get(w, "arguments");
+                json_t *wargs = json_is_string(wa) ? json_loads(json_string_value(wa), 0, NULL) : json_incref((json_t *)wa);
+                json_t *gargs = json_loads(tp.calls[0].arguments, 0, NULL);
+                if (strcmp(tp.calls[0].name, json_string_value(json_object_get(w, "name"))) || !json_equal(wargs, gargs))
+                    fail_msg("%s: call %zu read back as %s %s", name, got, tp.calls[0].name, tp.calls[0].arguments);
+                json_decref(wargs), json_decref(gargs);
+                got++;
+            }
+            srv_tool_parse_free(&tp);
+        }
+        if (got != json_array_size(want)) fail_msg("%s: %zu of %zu calls read back", name, got, json_array_size(want));
+        checked++;
+        json_decref(want), json_decref(d);
+    }
+    free(all);
+    printf("test_reference_renders: %d renders with calls\n", checked);
+    assert_true(checked >= 8); /* Qwen3.5, Qwen3-Coder, Nemotron 3, Step 3.5, Seed-OSS: two conversations each */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases),
@@ -326,6 +450,8 @@ int main(void) {
         cmocka_unit_test(test_detect),
         cmocka_unit_test_setup_teardown(test_grammar, tu_stories_setup, tu_stories_teardown),
         cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_reference_renders),
+        cmocka_unit_test(test_xml_types),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
