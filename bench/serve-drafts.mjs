@@ -10,7 +10,9 @@
 // C clients at once, R timed requests each, greedy, ignore_eos, non-streamed.
 //
 //   node bench/serve-drafts.mjs --url http://127.0.0.1:8080 [--clients 4] [--rounds 2]
-//        [--prompt-words 120] [--max-tokens 96] [--seed 1] [--workloads retry,copy,none]
+//        [--prompt-words 120] [--max-tokens 96] [--seed 1] [--workloads retry,copy,none] [--route openai|native]
+//
+// --route native sends llama-server's POST /completion (n_predict) instead of /v1/completions.
 //
 // Prints, per workload: generated tokens per second over the timed requests
 // (their completion tokens / the wall time from the first sent to the last
@@ -26,6 +28,7 @@ const promptWords = Number(args['prompt-words'] ?? 120);
 const maxTokens = Number(args['max-tokens'] ?? 96);
 const seed = Number(args.seed ?? 1);
 const workloads = (args.workloads ?? 'retry,copy,none').split(',');
+const native = (args.route ?? 'openai') === 'native';
 
 const WORDS = ('the of and to in is was for on that with as it by at from his her they this be are or had ' +
   'not but which have one were all we when there can an their more so if about out up what some into time ' +
@@ -53,14 +56,17 @@ function prompt(w, c, k) {
 }
 
 async function complete(p) {
-  const res = await fetch(`${url}/v1/completions`, {
+  const body = native ? { prompt: p, n_predict: maxTokens, temperature: 0, ignore_eos: true }
+                      : { model: 'm', prompt: p, max_tokens: maxTokens, temperature: 0, ignore_eos: true };
+  const res = await fetch(`${url}${native ? '/completion' : '/v1/completions'}`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
-    body: JSON.stringify({ model: 'm', prompt: p, max_tokens: maxTokens, temperature: 0, ignore_eos: true }),
+    body: JSON.stringify(body),
   });
   if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
   const j = await res.json();
-  return { tokens: j.usage.completion_tokens, text: j.choices[0].text };
+  return native ? { tokens: j.tokens_predicted, text: j.content }
+                : { tokens: j.usage.completion_tokens, text: j.choices[0].text };
 }
 
 async function counters() {
