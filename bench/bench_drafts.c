@@ -29,41 +29,6 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/*
- * How many drafts to ask for: all of max while drafts are accepted; halved
- * after a step that accepted none, and at zero no drafts for 1, 2, 4 ... 64
- * steps, then a one-token probe: where nothing repeats, a wrong draft costs
- * its rows in the batch, and this keeps that cost to a probe now and then.
- */
-typedef struct draft_budget {
-    size_t max, cap, wait, backoff;
-} draft_budget;
-
-static size_t budget_ask(draft_budget *b) {
-    if (b->wait) {
-        b->wait--;
-        return 0;
-    }
-    return b->cap;
-}
-
-static void budget_update(draft_budget *b, size_t offered, size_t accepted) {
-    if (!offered) return;
-    if (accepted == offered) {
-        b->cap = b->cap * 2 < b->max ? b->cap * 2 : b->max;
-        b->backoff = 1;
-    } else if (accepted == 0) {
-        b->cap /= 2;
-        if (!b->cap) {
-            b->wait = b->backoff;
-            b->backoff = b->backoff < 64 ? 2 * b->backoff : 64;
-            b->cap = 1;
-        }
-    } else {
-        b->cap = accepted + 1;
-    }
-}
-
 typedef struct run {
     double tps;
     size_t n, steps;
@@ -81,15 +46,16 @@ static int generate(tkv_context *ctx, tkv_seq s, const tkv_token *p, size_t n_p,
     const double t0 = now();
     r->n = r->steps = 0;
     tkv_token t = tkv_sampler_sample(smp, tkv_get_logits_last(ctx)), d[TKV_DRAFT_MAX], o[TKV_DRAFT_MAX + 1];
-    draft_budget budget = {draft, draft, 0, 1};
+    tkv_draft_budget budget = {0};
+    size_t offered = 0, accepted = 0; /* the last step's, for the budget */
     while (!tkv_token_is_eog(m, t)) {
         r->gen[r->n++] = t;
         if (r->n == n) break;
         size_t nd = 0, no = 0;
-        const size_t ask = draft ? budget_ask(&budget) : 0;
+        const size_t ask = tkv_draft_budget_next(&budget, draft, offered, accepted);
         if (ask && tkv_seq_draft(ctx, s, &t, 1, d, ask, &nd, 0) != TKV_OK) goto fail;
         if (tkv_seq_decode_draft(ctx, s, t, d, nd, smp, n - r->n, o, &no) != TKV_OK) goto fail;
-        budget_update(&budget, nd < n - r->n - 1 ? nd : n - r->n - 1, no - 1);
+        offered = nd < n - r->n - 1 ? nd : n - r->n - 1, accepted = no - 1;
         r->steps++;
         for (size_t i = 0; i + 1 < no; i++) r->gen[r->n++] = o[i];
         t = o[no - 1];

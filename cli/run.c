@@ -56,41 +56,6 @@ static bool kv_type_arg(const char *opt, const char *v, tkv_type *out) {
     return false;
 }
 
-/*
- * How many drafts to ask for: all of max while drafts are accepted; halved
- * after a step that accepted none, and at zero no drafts for 1, 2, 4 ... 64
- * steps, then a one-token probe: where nothing repeats, a wrong draft costs
- * its rows in the batch, and this keeps that cost to a probe now and then.
- */
-typedef struct draft_budget {
-    size_t max, cap, wait, backoff;
-} draft_budget;
-
-static size_t budget_ask(draft_budget *b) {
-    if (b->wait) {
-        b->wait--;
-        return 0;
-    }
-    return b->cap;
-}
-
-static void budget_update(draft_budget *b, size_t offered, size_t accepted) {
-    if (!offered) return;
-    if (accepted == offered) {
-        b->cap = b->cap * 2 < b->max ? b->cap * 2 : b->max;
-        b->backoff = 1;
-    } else if (accepted == 0) {
-        b->cap /= 2;
-        if (!b->cap) {
-            b->wait = b->backoff;
-            b->backoff = b->backoff < 64 ? 2 * b->backoff : 64;
-            b->cap = 1;
-        }
-    } else {
-        b->cap = accepted + 1;
-    }
-}
-
 /* Record a generated token and print its text (or, with --ids, only record it). */
 static void emit(tkv_token t, tkv_token *gen, size_t *n_gen, tkv_detok *dt, bool ids_only) {
     gen[(*n_gen)++] = t;
@@ -232,12 +197,13 @@ int cmd_run(int argc, char **argv) {
     size_t n_gen = 0, offered = 0, accepted = 0;
     tkv_token t = tkv_sampler_sample(smp, tkv_get_logits_last(ctx));
     tkv_token *drafts = gen + (size_t)n_predict + 1, *outs = drafts + TKV_DRAFT_MAX;
-    draft_budget budget = {(size_t)draft, (size_t)draft, 0, 1};
+    tkv_draft_budget budget = {0};
+    size_t step_offered = 0, step_accepted = 0; /* the last step's, for the budget */
     while (!tkv_token_is_eog(m, t)) {
         emit(t, gen, &n_gen, dt, ids_only);
         if (n_gen == (size_t)n_predict) break;
         size_t n_draft = 0, n_out = 0;
-        const size_t ask = draft > 0 ? budget_ask(&budget) : 0;
+        const size_t ask = tkv_draft_budget_next(&budget, (size_t)draft, step_offered, step_accepted);
         if (ask && tkv_seq_draft(ctx, 0, &t, 1, drafts, ask, &n_draft, 0) != TKV_OK) {
             cli_fail("run", "%s", tkv_last_error(ctx));
             goto done;
@@ -247,8 +213,8 @@ int cmd_run(int argc, char **argv) {
             cli_fail("run", "%s", tkv_last_error(ctx));
             goto done;
         }
-        const size_t step_offered = n_draft < max_out - 1 ? n_draft : max_out - 1;
-        budget_update(&budget, step_offered, n_out - 1);
+        step_offered = n_draft < max_out - 1 ? n_draft : max_out - 1;
+        step_accepted = n_out - 1;
         offered += step_offered;
         accepted += n_out - 1;
         for (size_t i = 0; i + 1 < n_out; i++) emit(outs[i], gen, &n_gen, dt, ids_only); /* never an end token */

@@ -13,6 +13,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "serve_args.h"
 
+#include "tokenkv.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -77,7 +79,7 @@ static bool reasoning_format_fn(srv_opts *o, const char *v, const char *from, FI
 /* Reasons shared by several rows. */
 #define NO_GPU "no GPU or other device here: this server computes on the CPU"
 #define NO_PLACE "threads are placed by the OS; --threads sets how many"
-#define NO_SPEC "speculative decoding is not implemented"
+#define NO_SPEC "speculative decoding with a draft model is not implemented (--draft N: drafts from the cache)"
 #define NO_DL "nothing is downloaded: pass the GGUF file with -m"
 #define NO_LOG "the log is one line per request on stderr"
 #define NO_MM "multimodal input is not implemented"
@@ -229,6 +231,7 @@ static const opt options[] = {
     {{"--slot-prompt-similarity", "-sps"}, NULL, NULL,
      NOOP(A_ONE, "a request finds the longest cached prefix whichever slot computed it")},
     {{"--keep"}, "TOKENKV_KEEP", "LLAMA_ARG_KEEP", SINT(defaults.n_keep, -1, 1 << 24)},
+    {{"--draft", "--draft-max"}, "TOKENKV_DRAFT", NULL, SINT(defaults.draft, 0, TKV_DRAFT_MAX)},
     {{"--warmup", "--no-warmup"}, NULL, NULL, NOOP(A_NONE, "there is no warm-up run")},
     {{"--check-tensors"}, NULL, NULL, NOOP(A_NONE, "tensors are checked for size and type at load, not for values")},
     {{"--perf", "--no-perf"}, NULL, "LLAMA_ARG_PERF", NOOP(A_NONE, "timings are always in /metrics and the log")},
@@ -293,7 +296,7 @@ static const opt options[] = {
     {{"--mmproj", "-mm", "--mmproj-url", "-mmu", "--media-path"}, NULL, NULL, REFUSE(A_ONE, NO_MM)},
     {{"--model-draft", "-md", "--spec-draft-model", "--hf-repo-draft", "-hfd"}, NULL, "LLAMA_ARG_SPEC_DRAFT_MODEL",
      REFUSE(A_ONE, NO_SPEC)},
-    {{"--spec-draft-n-max", "--spec-draft-n-min", "--draft-max", "--draft", "--draft-min"}, NULL, NULL,
+    {{"--spec-draft-n-max", "--spec-draft-n-min", "--draft-min"}, NULL, NULL,
      REFUSE(A_ONE, NO_SPEC)},
     {{"--spec-default"}, NULL, NULL, REFUSE(A_NONE, NO_SPEC)},
     {{"--lookup-cache-static", "-lcs", "--lookup-cache-dynamic", "-lcd"}, NULL, NULL, REFUSE(A_ONE, NO_SPEC)},

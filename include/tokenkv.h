@@ -1934,6 +1934,94 @@ TKV_API tkv_status tkv_seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token
                                         size_t n_draft, tkv_sampler *smp, size_t max_out, tkv_token *out,
                                         size_t *n_out);
 
+/**
+ * Called by tkv_seq_accept_draft after each token it samples, in order, to
+ * handle it as one-token-at-a-time decoding would (its text, its logprobs,
+ * stop strings): i is its row after the first (0 for the token after
+ * pending), logits the row it was sampled from (valid until the next
+ * decode), and the sampler's last-sample state (tkv_sampler_last_probs) is
+ * that token's. Return false to stop: nothing more is sampled. It runs
+ * outside tkv_seq_accept_draft's hold of the context, on its thread, so it
+ * may call the context (tkv_get_logits, tkv_seq_len, tkv_seq_clear...),
+ * but must not decode (the draft's rows would be gone), and must not change
+ * the sequence except to clear it (and return false), or after the last
+ * token, which comes when the sequence already holds exactly pending and
+ * the accepted drafts.
+ */
+typedef bool (*tkv_draft_token_fn)(void *user, size_t i, tkv_token token, const float *logits);
+
+/**
+ * The verification of tkv_seq_decode_draft, on a batch the caller decoded
+ * (the server verifies the drafts of many sequences after one tkv_decode):
+ * the sequence's pending token at batch row `row` and its n_draft drafts at
+ * rows row + 1 .. row + n_draft, each with logits, as the sequence's last
+ * n_draft + 1 tokens. Row `row` is sampled with smp; while the token
+ * sampled equals the next draft token (and is not an end-of-generation
+ * token, and fewer than max_out were sampled) the next row is sampled too.
+ * out receives the tokens sampled (1 .. n_draft + 1, at most max_out) and
+ * on_token, when not NULL, sees each at once. Then the sequence holds
+ * pending and the accepted drafts (out[0 .. n_out - 1)); the rejected
+ * drafts' cells are released (on a hybrid model the recurrent state is
+ * recomputed from the deepest checkpoint at the next decode, unless every
+ * draft was accepted). When on_token stops it early, the sequence holds no
+ * more than pending and the tokens returned before the last.
+ *
+ * Lossless as tkv_seq_decode_draft: in the default arithmetic, a batch's
+ * rows are those one-at-a-time decoding gives, so the tokens, the sampler's
+ * draws and its grammar state are the same as without drafts.
+ *
+ * @param ctx       the context whose last tkv_decode (or
+ *                  tkv_seq_decode_draft) computed the rows.
+ * @param seq       the sequence.
+ * @param row       the batch index of its pending token.
+ * @param draft     the drafts decoded after it (NULL when n_draft is 0).
+ * @param n_draft   their count (<= TKV_DRAFT_MAX).
+ * @param smp       the sampler (tkv_sampler_sample is called once per token returned).
+ * @param max_out   at most this many tokens are returned (>= 1).
+ * @param on_token  called after each token, or NULL; runs on this thread.
+ * @param user      passed to on_token.
+ * @param out       receives the tokens (room for min(max_out, n_draft + 1)).
+ * @param n_out     receives how many.
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument, bad sequence id,
+ *         max_out 0, a row without logits, a sequence that does not end
+ *         with the draft: the message names it), and then the cache, every
+ *         sequence and the sampler are exactly as before; TKV_ERR_BUSY when
+ *         the context is in another call (or another thread took it while
+ *         on_token ran, or on_token decoded: TKV_ERR_INVALID), and then the
+ *         n_out tokens handed to on_token stand and nothing more is done.
+ */
+TKV_API tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, const tkv_token *draft,
+                                        size_t n_draft, tkv_sampler *smp, size_t max_out,
+                                        tkv_draft_token_fn on_token, void *user, tkv_token *out, size_t *n_out);
+
+/**
+ * How many drafts to ask for, step after step: the state of one generating
+ * sequence. Zero it before the first step. Caller-owned; no locking (one
+ * per sequence).
+ */
+typedef struct tkv_draft_budget {
+    size_t max, cap, wait, backoff; /* the limit, the next ask, steps left without drafts, the next pause */
+} tkv_draft_budget;
+
+/**
+ * The number of drafts to ask tkv_seq_draft for at this step, after last
+ * step's outcome: all of max while drafts are accepted; after a partial
+ * acceptance, one more than were accepted; halved after a step that
+ * accepted none, and at zero no drafts for 1, 2, 4 ... 64 steps, then a
+ * one-token probe. Where nothing repeats, a wrong draft costs its rows in
+ * the batch, and this keeps that cost to a probe now and then; where
+ * everything repeats it asks for max.
+ *
+ * @param b         the sequence's budget (zeroed at its first step; a max
+ *                  other than the last call's starts it over).
+ * @param max       the most drafts per step (capped at TKV_DRAFT_MAX; 0: none).
+ * @param offered   drafts decoded at the last step (0 at the first, or when
+ *                  none were: the budget then only counts the step).
+ * @param accepted  how many of them were accepted.
+ * @return the drafts to ask for now (0 .. max); 0 for a NULL b.
+ */
+TKV_API size_t tkv_draft_budget_next(tkv_draft_budget *b, size_t max, size_t offered, size_t accepted);
+
 /* ------------------------------------------------------------------------ */
 /* The machine's limits                                                      */
 /* ------------------------------------------------------------------------ */

@@ -32,7 +32,7 @@ static const int statuses[] = {200, 400, 401, 404, 405, 413, 415, 429, 499, 500,
 struct srv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[N_STATUS + 1];
-    uint64_t prompt, cached, generated, preemptions;
+    uint64_t prompt, cached, generated, preemptions, drafted, draft_accepted;
     hist ttft, tpot, step;
     double step_max;
 };
@@ -60,6 +60,12 @@ void srv_metrics_request(srv_metrics *m, int status) {
 void srv_metrics_tokens(srv_metrics *m, uint64_t prompt, uint64_t cached, uint64_t generated) {
     pthread_mutex_lock(&m->mu);
     m->prompt += prompt, m->cached += cached, m->generated += generated;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_drafts(srv_metrics *m, uint64_t drafted, uint64_t accepted) {
+    pthread_mutex_lock(&m->mu);
+    m->drafted += drafted, m->draft_accepted += accepted;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -186,6 +192,10 @@ char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth,
     srv_prom_metric(&b, "tokenkv_generated_tokens_total", "counter", "Completion tokens generated.", (double)m->generated);
     srv_prom_metric(&b, "tokenkv_preemptions_total", "counter",
                "Requests preempted for want of cache room or for another client's share of the slots (they resume where they were).", (double)m->preemptions);
+    srv_prom_metric(&b, "tokenkv_draft_tokens_total", "counter",
+                    "Draft tokens from the cache verified (--draft, speculative.n_max).", (double)m->drafted);
+    srv_prom_metric(&b, "tokenkv_draft_accepted_tokens_total", "counter",
+                    "Draft tokens accepted: generated without a step of their own.", (double)m->draft_accepted);
     put_hist(&b, "tokenkv_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft,
              ttft_bounds, N_TTFT);
     put_hist(&b, "tokenkv_time_per_output_token_seconds", "Mean time per generated token after the first.", &m->tpot,

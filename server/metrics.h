@@ -44,6 +44,8 @@ void srv_metrics_request(srv_metrics *m, int status);
 void srv_metrics_tokens(srv_metrics *m, uint64_t prompt, uint64_t cached, uint64_t generated);
 /* A request preempted for want of cache room or for another client's share (it resumes later). */
 void srv_metrics_preemption(srv_metrics *m);
+/* Drafts verified in a step, and how many of them were accepted. */
+void srv_metrics_drafts(srv_metrics *m, uint64_t drafted, uint64_t accepted);
 /* Time to first token and the mean time per output token, seconds. */
 void srv_metrics_ttft(srv_metrics *m, double s);
 void srv_metrics_tpot(srv_metrics *m, double s);

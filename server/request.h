@@ -99,6 +99,8 @@ typedef struct srv_req {
     size_t echo_len;
     int n_keep;                 /* context shift: prompt tokens a shift keeps after the BOS (-1: the whole prompt) */
     int n_discard;              /* context shift: tokens a shift drops (0: half of those after the kept ones) */
+    int draft_max, draft_min;   /* drafts from the cache (speculative.n_max, n_min): at most draft_max per step (0:
+                                   none), a shorter draft than draft_min is not verified */
     int index;                  /* the choice's index (n > 1: one request per choice) */
     int n_choices;              /* n, on the first choice's request */
     uint64_t group;             /* n > 1: the same non-zero id on every choice (they share the prompt), else 0 */
@@ -138,6 +140,8 @@ typedef struct srv_req {
     char err_msg[256];
     bool cancelled;             /* the client went away */
     double t_first, t_done;     /* monotonic seconds of the first token and the end */
+    int draft_n, draft_n_accepted; /* drafts verified and accepted (llama-server's timings); written by the
+                                      inference thread before done, read once done */
     int refs;
     /* ---- the scheduler's (inference thread only) ---- */
     srv_disk_state disk_state;  /* the disk tier's lookup of its prompt */

@@ -27,6 +27,8 @@ typedef struct srv_defaults {
                                   --max-tokens is the limit) */
     bool ignore_eos;           /* every request generates past end-of-generation tokens */
     int n_keep;                /* --keep: with --context-shift, the prompt tokens a shift keeps (-1: all of them) */
+    int draft;                 /* --draft: drafts from the cache verified per step at most (0: off); a request's
+                                  speculative.n_max overrides it */
 } srv_defaults;
 
 /* --reasoning: whether chat templates are asked to think (their enable_thinking variable). Unset: the variable is

@@ -691,6 +691,30 @@ static bool parse_shift(const srv_api *a, const json_t *body, srv_req *r, srv_er
     return true;
 }
 
+/*
+ * Drafts from the cache, with llama-server's per-request names: speculative.n_max (the most drafts verified per
+ * step, 0: off; the server's --draft where not given) and speculative.n_min (a shorter draft is not verified; above
+ * n_max it is n_max, as llama-server clamps it). speculative.p_min and speculative.type choose a draft model's
+ * threshold and the kind of drafter, which this server does not have: refused by name.
+ */
+static bool parse_draft(const srv_api *a, const json_t *body, srv_req *r, srv_err *e) {
+    static const char *const refused[] = {"speculative.p_min", "speculative.type"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        const json_t *v = json_object_get(body, refused[i]);
+        if (v && !json_is_null(v)) {
+            srv_err_set(e, 400, refused[i], "unsupported_parameter", "'%s' is not supported by this server: drafts "
+                        "come from the cache (speculative.n_max, speculative.n_min), not from a draft model", refused[i]);
+            return false;
+        }
+    }
+    long long n_max = a->defaults.draft, n_min = 0;
+    if (!srv_field_int(body, "speculative.n_max", 0, TKV_DRAFT_MAX, &n_max, e) ||
+        !srv_field_int(body, "speculative.n_min", 0, TKV_DRAFT_MAX, &n_min, e))
+        return false;
+    r->draft_max = (int)n_max, r->draft_min = (int)(n_min < n_max ? n_min : n_max);
+    return true;
+}
+
 void srv_api_choice(srv_req *first, srv_req *r, size_t i) {
     memcpy(r->id, first->id, sizeof r->id);
     r->created = first->created;
@@ -717,7 +741,7 @@ bool srv_api_parse(const srv_api *a, const json_t *body, bool chat, srv_req *r, 
     make_id(r, chat ? "chatcmpl-" : "cmpl-");
     if (!(chat ? parse_messages(a, body, r, e) : parse_prompt(a, body, r, e))) return false;
     if (!chat && !srv_api_parse_legacy(a, body, r, e)) return false;
-    if (!parse_shift(a, body, r, e)) return false;
+    if (!parse_shift(a, body, r, e) || !parse_draft(a, body, r, e)) return false;
     if (r->n_prompt >= a->n_ctx) {
         srv_err_set(e, 400, chat ? "messages" : "prompt", "context_length_exceeded",
                     "the prompt (%zu tokens) exceeds the available context size (%u tokens, prompt and completion)",

@@ -172,11 +172,18 @@ json_t *srv_api_timings(srv_req *const *reqs, size_t n) {
     /* prompt time runs from arrival to the first token (queueing included), generation from there to the end */
     const double prompt_ms = 1e3 * (r->t_first - r->t_arrival), gen_ms = 1e3 * (t_done - r->t_first);
     const size_t prompt_n = r->n_prompt - r->n_cached;
-    return json_pack("{s:I,s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "cache_n", (json_int_t)r->n_cached, "prompt_n",
+    json_t *t = json_pack("{s:I,s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f}", "cache_n", (json_int_t)r->n_cached, "prompt_n",
                      (json_int_t)prompt_n, "prompt_ms", prompt_ms, "prompt_per_token_ms", per(prompt_ms, (double)prompt_n),
                      "prompt_per_second", per(1e3 * (double)prompt_n, prompt_ms), "predicted_n", predicted,
                      "predicted_ms", gen_ms, "predicted_per_token_ms", per(gen_ms, predicted), "predicted_per_second",
                      per(1e3 * predicted, gen_ms));
+    int draft_n = 0, accepted = 0;
+    for (size_t i = 0; i < n; i++) draft_n += reqs[i]->draft_n, accepted += reqs[i]->draft_n_accepted;
+    if (t && draft_n > 0) { /* llama-server's, only when something was drafted */
+        json_object_set_new(t, "draft_n", json_integer(draft_n));
+        json_object_set_new(t, "draft_n_accepted", json_integer(accepted));
+    }
+    return t;
 }
 
 json_t *srv_api_prompt_text(const srv_api *a, const srv_req *r) {

@@ -31,7 +31,8 @@ char *srv_api_chunk(const srv_api *a, srv_req *r, srv_chunk_kind kind, const cha
 char *srv_api_progress_event(const srv_api *a, const srv_req *r, size_t i);
 
 /* llama-server's "timings" of a request's choices (the prompt of the first, the completions together):
-   cache_n, prompt_n (the prompt tokens computed), predicted_n, and their milliseconds and rates. The caller
+   cache_n, prompt_n (the prompt tokens computed), predicted_n, and their milliseconds and rates; draft_n and
+   draft_n_accepted when the completions verified drafts. The caller
    holds no lock (the counts are final once the requests are done). */
 json_t *srv_api_timings(srv_req *const *reqs, size_t n);
 

@@ -26,6 +26,15 @@
  * (a re-roped tail would carry attention to the dropped tokens and poison
  * the prefix index for whoever asks for that list).
  *
+ * With drafts (--draft N, a request's speculative.n_max), a generating request whose sequence holds all of its list
+ * but the pending token asks the cache for the tokens likely to follow (tkv_seq_draft: what followed this text in
+ * the prefix tree, or in the text itself) and puts up to its budget of them (tkv_draft_budget_next) after its
+ * pending token in the step's batch, each with logits; after the decode, tkv_seq_accept_draft samples its rows in
+ * order with the request's sampler and hands each token to on_token as a one-token step would, until a token
+ * differs from the draft: the same tokens, text, logprobs and stops as without drafts, several per step. Drafts go
+ * in after every generating request's pending token and before prompt chunks, at most a budget each; when the
+ * cache is full they are dropped before anyone is preempted.
+ *
  * Which request is admitted, held back or preempted is policy.c's, a pure
  * function of views this file fills (slot_views, choose); this file does
  * the lookups and the actions.
@@ -50,6 +59,8 @@ typedef struct srv_run {
     uint64_t resume_after; /* requests ended when it was preempted: it waits for one more */
     tkv_sampler *smp;
     tkv_detok *dt;
+    tkv_draft_budget budget; /* how many drafts to ask for (tkv_draft_budget_next) */
+    size_t offered, accepted; /* the last drafted step's drafts and how many were accepted, for the budget */
 } srv_run;
 
 typedef struct slot {
@@ -61,6 +72,9 @@ typedef struct slot {
     int logits_at;   /* batch index of this step's logits, -1: none */
     size_t in_batch; /* tokens in this step's batch */
     bool wait_step;  /* left out of this step: no room */
+    tkv_token draft[TKV_DRAFT_MAX]; /* (n_draft) this step's drafts, after the pending token */
+    size_t n_draft;  /* drafts proposed for this step */
+    size_t drafted;  /* of them in this step's batch (after its pending token, each with logits) */
 } slot;
 
 struct srv_sched {
@@ -404,14 +418,55 @@ static size_t add(srv_sched *s, size_t n, slot *sl, size_t take) {
     return n;
 }
 
-/* Fill the batch: the next token of every generating request, then prompt
-   chunks in admission order while the batch has room. Returns its size. */
-static size_t build(srv_sched *s) {
+/* sl's drafts for this step (sl->draft, sl->n_draft): a generating request with drafting on whose sequence holds
+   its list but the pending token asks the cache for up to its budget, within what it may still generate after
+   this step's token and the positions before its window's end (so that no token but the step's last one can shift
+   or end it for want of room). Once per step: the budget counts steps. */
+static void propose(srv_sched *s, slot *sl) {
+    sl->n_draft = 0;
+    const srv_req *r = sl->req;
+    srv_run *run = sl->run;
+    if (!generating(sl) || r->draft_max <= 0 || sl->n_past + 1 != run->n_toks) return;
+    size_t ask = tkv_draft_budget_next(&run->budget, (size_t)r->draft_max, run->offered, run->accepted);
+    run->offered = run->accepted = 0;
+    const size_t left = (size_t)(r->max_tokens - run->n_gen); /* >= 1: it would have ended otherwise */
+    const size_t limit = s->o.shift_window ? s->o.shift_window : s->o.n_ctx;
+    const size_t room = limit > sl->n_past + 2 ? limit - sl->n_past - 2 : 0;
+    if (ask > left - 1) ask = left - 1;
+    if (ask > room) ask = room;
     size_t n = 0;
-    for (int i = 0; i < s->o.parallel; i++) s->slots[i].logits_at = -1, s->slots[i].in_batch = 0;
+    if (ask && tkv_seq_draft(s->ctx, sl->seq, &run->toks[sl->n_past], 1, sl->draft, ask, &n, 0) == TKV_OK &&
+        n >= (size_t)r->draft_min)
+        sl->n_draft = n;
+}
+
+/* Put sl's drafts, at most `take` of them, in the batch at n, right after its pending token (at n - 1). */
+static size_t add_drafts(srv_sched *s, size_t n, slot *sl, size_t take) {
+    for (size_t k = 0; k < take; k++, n++) {
+        s->b_tok[n] = sl->draft[k];
+        s->b_pos[n] = (tkv_pos)(sl->n_past + 1 + k);
+        s->b_seq[n] = sl->seq;
+        s->b_logits[n] = true; /* each draft's row is sampled if the one before it is accepted */
+    }
+    sl->drafted = take;
+    sl->in_batch += take;
+    return n;
+}
+
+/* Fill the batch: the next token of every generating request, each followed by its drafts while the batch has
+   room for every request's token, then prompt chunks in admission order while the batch has room. Returns its
+   size. */
+static size_t build(srv_sched *s) {
+    size_t n = 0, n_gen = 0;
+    for (int i = 0; i < s->o.parallel; i++) s->slots[i].logits_at = -1, s->slots[i].in_batch = 0, s->slots[i].drafted = 0;
+    for (int i = 0; i < s->o.parallel; i++) n_gen += generating(&s->slots[i]) && !s->slots[i].wait_step;
+    size_t spare = s->n_batch > n_gen ? s->n_batch - n_gen : 0; /* room for drafts */
     for (int i = 0; i < s->o.parallel; i++) {
         slot *sl = &s->slots[i];
-        if (generating(sl) && !sl->wait_step) n = add(s, n, sl, 1);
+        if (!generating(sl) || sl->wait_step) continue;
+        n = add(s, n, sl, 1);
+        const size_t take = sl->n_draft < spare ? sl->n_draft : spare;
+        if (take) n = add_drafts(s, n, sl, take), spare -= take;
     }
     while (n < s->n_batch) {
         slot *first = NULL; /* the oldest prefilling slot not yet in the batch */
@@ -498,16 +553,64 @@ static void make_room(srv_sched *s) {
     else if (room.kind == SRV_ROOM_NONE || !preempt(s, &s->slots[room.slot])) out_of_room(s, &s->slots[room.stuck]);
 }
 
+/* Drafts are never worth a preemption: when the batch does not fit, they go first. True when there were any. */
+static bool drop_drafts(srv_sched *s) {
+    bool any = false;
+    for (int i = 0; i < s->o.parallel; i++) any |= s->slots[i].drafted > 0, s->slots[i].n_draft = 0;
+    return any;
+}
+
+typedef struct verifying {
+    srv_sched *s;
+    slot *sl;
+    const srv_req *r; /* the request, to see whether it ended */
+    size_t n_past;    /* the sequence's tokens before the pending one */
+} verifying;
+
+/* tkv_draft_token_fn: token i of a drafted step, handled as the i-th one-token step would handle it. */
+static bool verified(void *user, size_t i, tkv_token tok, const float *logits) {
+    verifying *v = user;
+    slot *sl = v->sl;
+    if (i == 0) sl->req->draft_n += (int)sl->drafted;
+    else sl->req->draft_n_accepted++, sl->run->accepted++; /* the token before it was its draft */
+    sl->n_past = v->n_past + 1 + i; /* pending and the drafts accepted before this token */
+    on_token(v->s, sl, tok, logits);
+    return sl->req == v->r && sl->n_past == v->n_past + 1 + i; /* not ended, not shifted */
+}
+
+/* After the decode: sl's pending token and drafts are verified, its tokens handled in order. */
+static void verify(srv_sched *s, slot *sl) {
+    srv_run *run = sl->run;
+    verifying v = {s, sl, sl->req, sl->n_past};
+    run->offered = sl->drafted, run->accepted = 0;
+    const size_t drafted = sl->drafted, left = (size_t)(sl->req->max_tokens - run->n_gen);
+    tkv_token out[TKV_DRAFT_MAX + 1];
+    size_t n_out = 0;
+    const tkv_status st = tkv_seq_accept_draft(s->ctx, sl->seq, (size_t)sl->logits_at, sl->draft, drafted, run->smp,
+                                               left, verified, &v, out, &n_out);
+    if (st) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "draft verification failed: %s", tkv_last_error(s->ctx));
+        fail(s, sl, SRV_FAIL_INTERNAL, msg);
+        return;
+    }
+    if (s->metrics) srv_metrics_drafts(s->metrics, drafted, n_out ? n_out - 1 : 0);
+}
+
 /* One decode step; false when there was nothing to decode. */
 static bool step(srv_sched *s) {
-    for (int i = 0; i < s->o.parallel; i++) s->slots[i].wait_step = false;
+    for (int i = 0; i < s->o.parallel; i++) {
+        s->slots[i].wait_step = false;
+        s->slots[i].n_draft = 0;
+        if (s->slots[i].req) propose(s, &s->slots[i]);
+    }
     size_t n = build(s);
     tkv_status st = TKV_ERR_FULL;
     while (n) {
         tkv_batch b = {n, s->b_tok, s->b_pos, s->b_seq, s->b_logits};
         st = tkv_decode(s->ctx, &b);
         if (st != TKV_ERR_FULL) break;
-        make_room(s);
+        if (!drop_drafts(s)) make_room(s);
         n = build(s);
     }
     if (!n) return false;
@@ -521,6 +624,10 @@ static bool step(srv_sched *s) {
     for (int i = 0; i < s->o.parallel; i++) {
         slot *sl = &s->slots[i];
         if (!sl->req || !sl->in_batch) continue;
+        if (sl->drafted) {
+            verify(s, sl);
+            continue;
+        }
         sl->n_past += sl->in_batch;
         if (!sl->run->n_gen) srv_req_progress(sl->req, sl->n_past);
         if (sl->logits_at < 0) continue;

@@ -86,6 +86,116 @@ tkv_status tkv_seq_draft(tkv_context *ctx, tkv_seq seq, const tkv_token *pending
     TKV__GUARDED(ctx, "tkv_seq_draft", seq_draft(ctx, seq, pending, n_pending, out, cap, n, sources));
 }
 
+/* ---- the draft budget ------------------------------------------------------ */
+
+size_t tkv_draft_budget_next(tkv_draft_budget *b, size_t max, size_t offered, size_t accepted) {
+    if (!b) return 0;
+    if (max > TKV_DRAFT_MAX) max = TKV_DRAFT_MAX;
+    if (b->max != max) { /* the first step, or a new limit: start over at the whole of it */
+        *b = (tkv_draft_budget){.max = max, .cap = max, .wait = 0, .backoff = 1};
+        offered = 0;
+    }
+    if (offered) { /* last step's outcome */
+        if (accepted >= offered) {
+            b->cap = b->cap * 2 < b->max ? b->cap * 2 : b->max;
+            b->backoff = 1;
+        } else if (accepted == 0) {
+            b->cap /= 2;
+            if (!b->cap) { /* nothing repeats here: no drafts for backoff steps, then a one-token probe */
+                b->wait = b->backoff;
+                b->backoff = b->backoff < TKV_DRAFT_MAX ? 2 * b->backoff : TKV_DRAFT_MAX;
+                b->cap = 1;
+            }
+        } else {
+            b->cap = accepted + 1;
+        }
+    }
+    if (!b->max) return 0;
+    if (b->wait) {
+        b->wait--;
+        return 0;
+    }
+    return b->cap;
+}
+
+/* ---- verification ---------------------------------------------------------- */
+
+/* *held: the public call holds the context, and gives it up while on_token runs (so that on_token may call it);
+   false afterwards when it could not take it back. */
+static tkv_status seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, const tkv_token *draft, size_t n_draft,
+                                   tkv_sampler *smp, size_t max_out, tkv_draft_token_fn on_token, void *user,
+                                   tkv_token *out, size_t *n_out, bool *held) {
+    static const char fn[] = "tkv_seq_accept_draft";
+    if (!ctx || !smp || !out || !n_out || (!draft && n_draft))
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: NULL argument", fn));
+    *n_out = 0;
+    if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: sequence %d is out of range", fn, (int)seq));
+    if (!max_out) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: max_out is 0", fn));
+    if (n_draft > TKV_DRAFT_MAX)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: %zu draft tokens are more than TKV_DRAFT_MAX (%d)",
+                                            fn, n_draft, TKV_DRAFT_MAX));
+    const uint32_t L1 = ctx->kv->seq[seq].n; /* pending and the drafts included */
+    if (L1 < n_draft + 1)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: sequence %d holds %u tokens, fewer than the pending "
+                                            "token and %zu drafts", fn, (int)seq, L1, n_draft));
+    for (size_t i = 0; i <= n_draft; i++)
+        if (!tkv__ctx_logits(ctx, row + i))
+            return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: row %zu of the last decode has no logits (the "
+                                                "pending token and each draft need them)", fn, row + i));
+    if (n_draft) { /* the drafts are the sequence's last tokens, in order */
+        tkv__kv_seq_tokens(ctx->kv, seq, ctx->seq_tokens); /* (n_cells) scratch: L1 <= n_cells */
+        if (memcmp(ctx->seq_tokens + (L1 - n_draft), draft, n_draft * sizeof *draft))
+            return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: the draft is not what sequence %d ends with",
+                                                fn, (int)seq));
+    }
+    const uint32_t L0 = L1 - (uint32_t)n_draft - 1; /* before pending */
+    size_t n = 0;
+    for (size_t i = 0; i <= n_draft; i++) {
+        const float *logits = tkv__ctx_logits(ctx, row + i);
+        const tkv_token s = tkv_sampler_sample(smp, logits);
+        out[n++] = s;
+        /* the next row was computed after draft[i]: it counts only if the sampler chose that same token */
+        const bool last = i == n_draft || n == max_out || s != draft[i] || tkv_token_is_eog(ctx->model, s);
+        /* the sequence keeps pending and the accepted drafts; out[n - 1] is the caller's next pending token, not
+           decoded yet (as in decoding one token at a time) */
+        if (last && L0 + n < ctx->kv->seq[seq].n) tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)(L0 + n));
+        bool go_on = true;
+        if (on_token) {
+            *n_out = n;
+            tkv__ctx_leave(ctx);
+            go_on = on_token(user, i, s, logits);
+            if (tkv__ctx_enter(ctx, fn)) { /* another thread took it meanwhile: nothing more is done */
+                *held = false;
+                return TKV_ERR_BUSY;
+            }
+        }
+        if (!go_on) {
+            /* stopped early: what it holds past the last token returned goes (nothing when on_token cleared it) */
+            if (!last && L0 + n < ctx->kv->seq[seq].n) tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)(L0 + n));
+            break;
+        }
+        if (last) break;
+        if (!tkv__ctx_logits(ctx, row + i + 1)) /* on_token decoded: the rows are another batch's */
+            return *n_out = n, tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: on_token decoded a batch; the "
+                                                            "draft's rows are gone", fn));
+    }
+    *n_out = n;
+    return TKV_OK;
+}
+
+tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, const tkv_token *draft, size_t n_draft,
+                                tkv_sampler *smp, size_t max_out, tkv_draft_token_fn on_token, void *user,
+                                tkv_token *out, size_t *n_out) {
+    /* TKV__GUARDED, except that on_token runs outside the call */
+    tkv_status st = tkv__ctx_enter(ctx, "tkv_seq_accept_draft");
+    if (st) return st;
+    bool held = true;
+    st = seq_accept_draft(ctx, seq, row, draft, n_draft, smp, max_out, on_token, user, out, n_out, &held);
+    if (held) tkv__ctx_leave(ctx);
+    return st;
+}
+
 static tkv_status seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pending, const tkv_token *draft,
                                    size_t n_draft, tkv_sampler *smp, size_t max_out, tkv_token *out, size_t *n_out) {
     static const char fn[] = "tkv_seq_decode_draft";
@@ -114,18 +224,9 @@ static tkv_status seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pend
     const tkv_batch b = {k, tok, pos, sq, want};
     tkv_status st = tkv__ctx_decode(ctx, &b);
     if (st) return tkv__ctx_fail(ctx, st); /* transactional: the sequence and the sampler are as they were */
-    size_t n = 0;
-    for (size_t i = 0; i < k; i++) {
-        const tkv_token s = tkv_sampler_sample(smp, tkv__ctx_logits(ctx, i));
-        out[n++] = s;
-        /* the next row was computed after draft[i]: it counts only if the sampler chose that same token */
-        if (i + 1 == k || s != draft[i] || tkv_token_is_eog(ctx->model, s)) break;
-    }
-    /* the sequence keeps pending and the accepted drafts; the last token returned is the caller's next
-       pending one, not decoded yet (as in decoding one token at a time) */
-    if (L + n < L + k) tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)(L + n));
-    *n_out = n;
-    return TKV_OK;
+    /* the same verification the server runs over its many-sequence batches */
+    bool held = true; /* no on_token: the context is never given up */
+    return seq_accept_draft(ctx, seq, 0, draft, k - 1, smp, max_out, NULL, NULL, out, n_out, &held);
 }
 
 tkv_status tkv_seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pending, const tkv_token *draft,

@@ -1,0 +1,102 @@
+// serve-drafts.mjs — generation speed of a server on three workloads where
+// drafts from the cache can pay or cost (tokenkv serve --draft N against
+// --draft 0, or llama-server with and without --spec-type ngram-*):
+//   retry  each client sends its request twice; the second (timed) finds
+//          its whole answer in the cache (tokenkv's prefix tree)
+//   copy   the prompt is a passage, a newline and the passage's first
+//          words: an answer that copies the rest of the passage can take
+//          it from the prompt (n-gram drafts)
+//   none   a distinct random prompt per request, nothing to copy
+// C clients at once, R timed requests each, greedy, ignore_eos, non-streamed.
+//
+//   node bench/serve-drafts.mjs --url http://127.0.0.1:8080 [--clients 4] [--rounds 2]
+//        [--prompt-words 120] [--max-tokens 96] [--seed 1] [--workloads retry,copy,none] [--route openai|native]
+//
+// --route native sends llama-server's POST /completion (n_predict) instead of /v1/completions.
+//
+// Prints, per workload: generated tokens per second over the timed requests
+// (their completion tokens / the wall time from the first sent to the last
+// answered), and, from /metrics where the server has them, tokenkv's
+// drafted and accepted token counters over that time.
+
+const args = Object.fromEntries(
+  process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
+const url = args.url ?? 'http://127.0.0.1:8080';
+const nClients = Number(args.clients ?? 4);
+const rounds = Number(args.rounds ?? 2);
+const promptWords = Number(args['prompt-words'] ?? 120);
+const maxTokens = Number(args['max-tokens'] ?? 96);
+const seed = Number(args.seed ?? 1);
+const workloads = (args.workloads ?? 'retry,copy,none').split(',');
+const native = (args.route ?? 'openai') === 'native';
+
+const WORDS = ('the of and to in is was for on that with as it by at from his her they this be are or had ' +
+  'not but which have one were all we when there can an their more so if about out up what some into time ' +
+  'has two like other then them these than many first way been who now people my made over did down only ' +
+  'after called water long little very just where most know get through back much before go good new').split(' ');
+
+function rng(s) { // xorshift32: the same prompts for every server
+  let x = (s * 2654435761) >>> 0 || 1;
+  return () => ((x ^= x << 13, x ^= x >>> 17, x ^= x << 5) >>> 0) / 4294967296;
+}
+
+function words(key, n) {
+  const r = rng(key);
+  return Array.from({ length: n }, () => WORDS[Math.floor(r() * WORDS.length)]).join(' ');
+}
+
+// The prompt of request (workload, client, round).
+function prompt(w, c, k) {
+  const key = seed * 1000003 + c * 1009 + k * 17 + (w === 'copy' ? 7 : w === 'none' ? 13 : 0);
+  if (w === 'copy') {
+    const passage = words(key, promptWords);
+    return `${passage}\n${passage.split(' ').slice(0, 12).join(' ')}`;
+  }
+  return words(key, promptWords);
+}
+
+async function complete(p) {
+  const body = native ? { prompt: p, n_predict: maxTokens, temperature: 0, ignore_eos: true }
+                      : { model: 'm', prompt: p, max_tokens: maxTokens, temperature: 0, ignore_eos: true };
+  const res = await fetch(`${url}${native ? '/completion' : '/v1/completions'}`, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+  const j = await res.json();
+  return native ? { tokens: j.tokens_predicted, text: j.content }
+                : { tokens: j.usage.completion_tokens, text: j.choices[0].text };
+}
+
+async function counters() {
+  try {
+    const m = await (await fetch(`${url}/metrics`)).text();
+    const v = (name) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(m)?.[1] ?? NaN);
+    return { drafted: v('tokenkv_draft_tokens_total'), accepted: v('tokenkv_draft_accepted_tokens_total') };
+  } catch {
+    return { drafted: NaN, accepted: NaN };
+  }
+}
+
+await complete('warm up'); // not counted
+const rows = [];
+for (const w of workloads) {
+  if (w === 'retry') // the first sends, not timed: the answers go into the cache
+    await Promise.all(Array.from({ length: nClients }, async (_, c) => {
+      for (let k = 0; k < rounds; k++) await complete(prompt(w, c, k));
+    }));
+  const c0 = await counters();
+  const t0 = performance.now();
+  const done = await Promise.all(Array.from({ length: nClients }, async (_, c) => {
+    let tokens = 0;
+    for (let k = 0; k < rounds; k++) tokens += (await complete(prompt(w, c, k))).tokens;
+    return tokens;
+  }));
+  const s = (performance.now() - t0) / 1000;
+  const c1 = await counters();
+  const tokens = done.reduce((a, b) => a + b, 0);
+  rows.push({ workload: w, clients: nClients, tokens, seconds: +s.toFixed(3), tok_s: +(tokens / s).toFixed(1),
+              drafted: c1.drafted - c0.drafted, accepted: c1.accepted - c0.accepted });
+}
+console.log(JSON.stringify(rows));
