@@ -54,8 +54,16 @@ const QUESTIONS = [
   'Tell me a story about a small boat.', 'Who found the toy?', 'What did they eat?',
 ];
 
-async function post(path, body) {
-  const r = await fetch(url + path, {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)});
+// A request that reads nothing but its answer (/tokenize): tried again when the socket closes under it (a kept-alive
+// connection the server closed as the client reused it: llama-server's, on a loaded machine).
+async function post(path, body, tries = 3) {
+  let r;
+  try {
+    r = await fetch(url + path, {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)});
+  } catch (e) {
+    if (tries > 1 && e.cause?.code === 'UND_ERR_SOCKET') return post(path, body, tries - 1);
+    throw e;
+  }
   if (!r.ok) throw new Error(`${path}: HTTP ${r.status}: ${await r.text()}`);
   return r.json();
 }
