@@ -2,6 +2,7 @@
 //
 //   node bench/serve-workload.mjs --url http://127.0.0.1:8080 [--workload reference|mixed]
 //        [--clients 4] [--turns 3] [--max-tokens 32] [--out results.json] [--native] [--llama-server]
+//        [--no-cache-prompt]
 //
 // Clients share one system prompt and hold multi-turn conversations: each
 // turn's prompt is the previous prompt, the previous answer and a new
@@ -20,8 +21,15 @@
 // llama-server answers, whose streamed /v1/completions carry neither usage
 // nor token ids. --llama-server is --native against a llama-server; run
 // tokenkv with --native beside it to compare like with like.
+//
+// Prompt tokens computed: the timings' prompt_n where the server gives it
+// (llama-server's and tokenkv's native events), else prompt_tokens less
+// cached_tokens. --no-cache-prompt sends cache_prompt: false (native): a
+// llama-server that reuses nothing, the twin of tokenkv's --no-prefix-cache.
+// After the run, a server that answers GET /v1/cache (tokenkv) has its
+// checkpoint figures recorded in the summary.
 
-const FLAGS = ['native', 'llama-server'];
+const FLAGS = ['native', 'llama-server', 'no-cache-prompt'];
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => (!a.startsWith('--') ? acc
     : FLAGS.includes(a.slice(2)) ? [...acc, [a.slice(2), true]] : [...acc, [a.slice(2), all[i + 1]]]), []));
@@ -31,6 +39,7 @@ const workload = args.workload ?? 'reference';
 const nClients = Number(args.clients ?? 4);
 const nTurns = Number(args.turns ?? 3);
 const maxTokens = Number(args['max-tokens'] ?? 32);
+const cachePrompt = !args['no-cache-prompt'];
 
 const SYSTEM =
   'You are a kind storyteller for small children. Your stories are short and happy. ' +
@@ -45,8 +54,16 @@ const QUESTIONS = [
   'Tell me a story about a small boat.', 'Who found the toy?', 'What did they eat?',
 ];
 
-async function post(path, body) {
-  const r = await fetch(url + path, {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)});
+// A request that reads nothing but its answer (/tokenize): tried again when the socket closes under it (a kept-alive
+// connection the server closed as the client reused it: llama-server's, on a loaded machine).
+async function post(path, body, tries = 3) {
+  let r;
+  try {
+    r = await fetch(url + path, {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(body)});
+  } catch (e) {
+    if (tries > 1 && e.cause?.code === 'UND_ERR_SOCKET') return post(path, body, tries - 1);
+    throw e;
+  }
   if (!r.ok) throw new Error(`${path}: HTTP ${r.status}: ${await r.text()}`);
   return r.json();
 }
@@ -58,7 +75,7 @@ async function complete(prompt, cancelAfter) {
   const ctl = new AbortController();
   const t0 = performance.now();
   const body = native
-    ? {prompt, n_predict: maxTokens, temperature: 0, stream: true, return_tokens: true, cache_prompt: true}
+    ? {prompt, n_predict: maxTokens, temperature: 0, stream: true, return_tokens: true, cache_prompt: cachePrompt}
     : {prompt, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: {include_usage: true},
        return_tokens: true};
   const r = await fetch(url + (native ? '/completion' : '/v1/completions'), {
@@ -78,7 +95,7 @@ async function complete(prompt, cancelAfter) {
         const data = ev.slice(6);
         if (data === '[DONE]') continue;
         const j = JSON.parse(data);
-        if (j.usage) usage = j.usage;
+        if (j.usage) usage = {...j.usage, computed: j.timings?.prompt_n};
         if (native) { // one event per token; the last (stop) has the counts, and with tokenkv every id
           if (j.content) {
             if (ttft === null) ttft = performance.now() - t0;
@@ -89,7 +106,7 @@ async function complete(prompt, cancelAfter) {
           else {
             if (j.tokens?.length) tokens = j.tokens;
             usage = {prompt_tokens: j.tokens_evaluated, completion_tokens: j.tokens_predicted,
-                     prompt_tokens_details: {cached_tokens: j.timings?.cache_n}};
+                     prompt_tokens_details: {cached_tokens: j.timings?.cache_n}, computed: j.timings?.prompt_n};
           }
         }
         for (const c of j.choices ?? []) {
@@ -158,7 +175,9 @@ async function client(c) {
     const r = await complete(prompt);
     cache.push(toks.concat(r.tokens ?? []).slice(0, -1));
     prompts[t] = {prompt, answer: r.text};
-    records.push({...rec, cancelled: false, ttft_ms: r.ttft, ms: r.ms, cached: r.usage?.prompt_tokens_details?.cached_tokens ?? 0,
+    const cached = r.usage?.prompt_tokens_details?.cached_tokens ?? 0;
+    records.push({...rec, cancelled: false, ttft_ms: r.ttft, ms: r.ms, cached,
+                  computed: r.usage?.computed ?? (r.usage?.prompt_tokens ?? rec.prompt_tokens) - cached,
                   usage_prompt: r.usage?.prompt_tokens, completion_tokens: r.usage?.completion_tokens ?? 0, text: r.text});
   }
 }
@@ -176,6 +195,7 @@ const sum = (f) => done.reduce((a, r) => a + f(r), 0);
 const summary = {
   workload, api: native ? 'native' : 'openai', clients: nClients, requests: done.length, cancelled: records.length - done.length,
   prompt_tokens: sum((r) => r.prompt_tokens), cached_tokens: sum((r) => r.cached), ideal_tokens: sum((r) => r.ideal),
+  computed_tokens: sum((r) => r.computed),
   completion_tokens: sum((r) => r.completion_tokens), wall_s: wall,
   ttft_p50_ms: pct(done.map((r) => r.ttft_ms), 50), ttft_p99_ms: pct(done.map((r) => r.ttft_ms), 99),
 };
@@ -183,6 +203,10 @@ summary.cached_share = summary.cached_tokens / summary.prompt_tokens;
 summary.ideal_share = summary.ideal_tokens / summary.prompt_tokens;
 summary.tokens_per_s = summary.completion_tokens / wall;
 summary.mismatched_usage = done.filter((r) => r.usage_prompt !== r.prompt_tokens).length;
+try { // tokenkv's cache figures (checkpoints of a hybrid); other servers have no /v1/cache
+  const c = await fetch(url + '/v1/cache');
+  if (c.ok) summary.cache = await c.json();
+} catch { /* none */ }
 const out = {summary, records};
 if (args.out) (await import('node:fs')).writeFileSync(args.out, JSON.stringify(out, null, 1));
 console.log(JSON.stringify(summary));

@@ -9,6 +9,7 @@
  * in-range ids that fits the context, or fails with a 4xx and an error body
  * that is valid JSON.
  */
+#include "openai/body.h"
 #include "openai/parse.h"
 #include "openai/responses.h"
 
@@ -35,11 +36,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         .ns_secret = secret, .tools = (srv_tool_format)((data[0] >> 4) % (SRV_TOOLS_SEED_XML + 1)),
     };
     json_error_t je;
-    json_t *body = json_loadb((const char *)data + 1, size - 1, 0, &je);
-    srv_req *r = srv_req_new();
-    if (!r) abort();
     srv_err e;
     memset(&e, 0, sizeof e);
+    json_t *body = srv_body_parse((const char *)data + 1, size - 1, &e); /* as the server reads it: NULs in texts */
+    if (!body && (e.status != 400 || !e.message[0])) abort();
+    memset(&e, 0, sizeof e);
+    srv_req *r = srv_req_new();
+    if (!r) abort();
     if (body && srv_api_parse(&api, body, chat, r, &e)) {
         if (!r->n_prompt || r->n_prompt >= api.n_ctx || r->max_tokens < 1 || r->max_tokens > api.max_tokens) abort();
         for (size_t i = 0; i < r->n_prompt; i++)

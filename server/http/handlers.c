@@ -6,6 +6,7 @@
  */
 #include "exchange.h"
 #include "openai/anthropic.h"
+#include "openai/body.h"
 #include "openai/native_completion.h"
 #include "openai/parse.h"
 #include "openai/responses.h"
@@ -38,14 +39,7 @@ static bool gen_ready(srv_req *const *reqs, size_t n) {
 
 /* ---- routes -------------------------------------------------------------------- */
 
-static json_t *parse_body(conn *cs, srv_err *e) {
-    json_error_t je;
-    json_t *body = json_loadb(cs->body ? cs->body : "", cs->n, 0, &je);
-    if (!body)
-        srv_err_set(e, 400, NULL, "invalid_json", "invalid JSON in the request body: %s (line %d, column %d)", je.text,
-                    je.line, je.column);
-    return body;
-}
+static json_t *parse_body(conn *cs, srv_err *e) { return srv_body_parse(cs->body, cs->n, e); }
 
 /* What a generation route speaks: OpenAI's completions or chat, llama-server's native /completion, or
    Anthropic's messages. */

@@ -157,10 +157,17 @@ static void strip(const char **s, size_t *n) {
     *s += a, *n = e - a;
 }
 
-static void put_stripped(buf *b, const char *s) {
-    size_t n = strlen(s);
-    strip(&s, &n);
-    put_n(b, s, n);
+/* A message's text: n bytes at s, which may hold NULs (U+0000 a client sent back). */
+typedef struct {
+    const char *s;
+    size_t n;
+} text;
+
+static void put_text(buf *b, text t) { put_n(b, t.s, t.n); }
+
+static void put_stripped(buf *b, text t) {
+    strip(&t.s, &t.n);
+    put_n(b, t.s, t.n);
 }
 
 /* ---- renderers ---------------------------------------------------------- */
@@ -184,14 +191,18 @@ static void fail(const job *j, const char *fmt, ...) {
     va_end(ap);
 }
 
-static const char *content(const job *j, size_t i) { return j->msgs[i].content ? j->msgs[i].content : ""; }
+static text content(const job *j, size_t i) {
+    const srv_chat_msg *m = &j->msgs[i];
+    if (!m->content) return (text){"", 0};
+    return (text){m->content, m->content_len ? m->content_len : strlen(m->content)};
+}
 
 static const char *const role_lower[] = {"system", "user", "assistant"};
 static const char *const role_title[] = {"System", "User", "Assistant"};
 
 static void render_plain(const job *j, buf *b) {
     for (size_t i = 0; i < j->n; i++) {
-        put(b, role_title[j->roles[i]]), put(b, ": "), put(b, content(j, i)), put(b, "\n");
+        put(b, role_title[j->roles[i]]), put(b, ": "), put_text(b, content(j, i)), put(b, "\n");
     }
     put(b, "Assistant:");
 }
@@ -199,7 +210,7 @@ static void render_plain(const job *j, buf *b) {
 static void render_chatml(const job *j, buf *b) {
     for (size_t i = 0; i < j->n; i++) {
         put(b, "<|im_start|>"), put(b, role_lower[j->roles[i]]), put(b, "\n");
-        put(b, content(j, i)), put(b, "<|im_end|>\n");
+        put_text(b, content(j, i)), put(b, "<|im_end|>\n");
     }
     put(b, "<|im_start|>assistant\n");
 }
@@ -216,7 +227,7 @@ static void render_llama3(const job *j, buf *b) {
 static void render_tagged(const job *j, buf *b, const char *end) {
     for (size_t i = 0; i < j->n; i++) {
         put(b, "<|"), put(b, role_lower[j->roles[i]]), put(b, "|>\n");
-        put(b, content(j, i)), put(b, end), put(b, "\n");
+        put_text(b, content(j, i)), put(b, end), put(b, "\n");
     }
     put(b, "<|assistant|>\n");
 }
@@ -268,9 +279,9 @@ static bool render_llama2(const job *j, buf *b) {
              * whole: only its end can lose whitespace, and an all-blank U
              * lets the strip reach into the "\n\n" after <</SYS>> */
             buf t = {0};
-            put(&t, "<<SYS>>\n"), put(&t, content(j, 0)), put(&t, "\n<</SYS>>\n\n"), put(&t, content(j, i));
+            put(&t, "<<SYS>>\n"), put_text(&t, content(j, 0)), put(&t, "\n<</SYS>>\n\n"), put_text(&t, content(j, i));
             if (t.oom) b->oom = true;
-            else put_stripped(b, t.p);
+            else put_stripped(b, (text){t.p, t.len});
             free(t.p);
         } else {
             put_stripped(b, content(j, i));
@@ -285,18 +296,18 @@ static bool render_mistral(const job *j, buf *b) {
     if (!check_turns(j, "mistral", &f)) return false;
     for (size_t i = f; i < j->n; i++) {
         if (j->roles[i] == R_ASSISTANT) {
-            put(b, content(j, i)), put(b, j->eos);
+            put_text(b, content(j, i)), put(b, j->eos);
             continue;
         }
         put(b, "[INST] ");
-        if (i == f && f == 1) put(b, content(j, 0)), put(b, "\n\n");
-        put(b, content(j, i)), put(b, " [/INST]");
+        if (i == f && f == 1) put_text(b, content(j, 0)), put(b, "\n\n");
+        put_text(b, content(j, i)), put(b, " [/INST]");
     }
     return true;
 }
 
 bool srv_chat_render(srv_chat_kind k, const srv_chat_msg *msgs, size_t n, const char *bos, const char *eos,
-                     char **out, char *err, size_t errcap) {
+                     char **out, size_t *out_len, char *err, size_t errcap) {
     job j = {msgs, NULL, n, bos ? bos : "", eos ? eos : "", err, errcap};
     if (err && errcap) err[0] = '\0';
     if (!out) {
@@ -359,5 +370,6 @@ bool srv_chat_render(srv_chat_kind k, const srv_chat_msg *msgs, size_t n, const 
         return false;
     }
     *out = b.p;
+    if (out_len) *out_len = b.len;
     return true;
 }

@@ -87,11 +87,14 @@ const char *srv_chat_name(srv_chat_kind k);
 
 /*
  * One message. role: "system", "developer" (= system), "user" or
- * "assistant", exactly. content: the text; NULL counts as "".
+ * "assistant", exactly. content: the text; NULL counts as "". content_len:
+ * its length in bytes, which counts any NUL (U+0000) inside it; 0 means
+ * strlen(content).
  */
 typedef struct {
     const char *role;
     const char *content;
+    size_t content_len;
 } srv_chat_msg;
 
 /*
@@ -99,7 +102,9 @@ typedef struct {
  * prompt. bos/eos: the model's BOS/EOS token texts (NULL -> ""), printed as
  * described above.
  *
- * On success: *out receives a malloc'd NUL-terminated string (free() it).
+ * On success: *out receives a malloc'd NUL-terminated string (free() it),
+ * and *out_len (if out_len is not NULL) its length, which counts the NULs a
+ * content holds.
  * On failure: returns false, *out = NULL, and err (errcap bytes, may be
  * NULL/0) receives a message naming the offending message, for: no messages;
  * an unknown role; llama2/mistral conversations that do not alternate
@@ -108,6 +113,6 @@ typedef struct {
  * turn); out of memory; an invalid kind.
  */
 bool srv_chat_render(srv_chat_kind k, const srv_chat_msg *msgs, size_t n, const char *bos, const char *eos,
-                     char **out, char *err, size_t errcap);
+                     char **out, size_t *out_len, char *err, size_t errcap);
 
 #endif

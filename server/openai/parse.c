@@ -144,17 +144,19 @@ static bool parse_prompt(const srv_api *a, const json_t *body, srv_req *r, srv_e
 }
 
 /* The text of a message's content: a string, null, or an array of
-   {"type": "text", "text": ...} parts, concatenated. *owned is set when the
-   result was allocated. */
-static const char *content_text(const json_t *c, size_t i, char **owned, srv_err *e) {
+   {"type": "text", "text": ...} parts, concatenated; *len bytes, which may
+   hold NULs (an earlier answer sent back). *owned is set when the result was
+   allocated. */
+static const char *content_text(const json_t *c, size_t i, char **owned, size_t *len, srv_err *e) {
     *owned = NULL;
+    *len = 0;
     if (!c || json_is_null(c)) return "";
-    if (json_is_string(c)) return json_string_value(c);
+    if (json_is_string(c)) return *len = json_string_length(c), json_string_value(c);
     if (!json_is_array(c)) {
         srv_err_set(e, 400, "messages", "invalid_type", "messages[%zu].content must be a string or an array of text parts", i);
         return NULL;
     }
-    size_t len = 0;
+    size_t n = 0;
     for (size_t k = 0; k < json_array_size(c); k++) {
         const json_t *part = json_array_get(c, k), *type = json_object_get(part, "type"),
                      *text = json_object_get(part, "text");
@@ -163,9 +165,9 @@ static const char *content_text(const json_t *c, size_t i, char **owned, srv_err
                         "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": \"...\"} parts are supported", i, k);
             return NULL;
         }
-        len += json_string_length(text);
+        n += json_string_length(text);
     }
-    char *s = malloc(len + 1);
+    char *s = malloc(n + 1);
     if (!s) {
         srv_err_set(e, 500, NULL, NULL, "out of memory");
         return NULL;
@@ -177,6 +179,7 @@ static const char *content_text(const json_t *c, size_t i, char **owned, srv_err
         at += json_string_length(text);
     }
     s[at] = 0;
+    *len = at;
     return *owned = s;
 }
 
@@ -274,7 +277,7 @@ char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, boo
             break;
         }
         msgs[i].role = json_string_value(role);
-        msgs[i].content = content_text(json_object_get(msg, "content"), i, &owned[i], e);
+        msgs[i].content = content_text(json_object_get(msg, "content"), i, &owned[i], &msgs[i].content_len, e);
         ok = msgs[i].content != NULL;
     }
     char *text = NULL, err[256];
@@ -282,7 +285,7 @@ char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, boo
     /* assistant prefill, as llama-server (and vLLM's continue_final_message): a final assistant message with text
        is the start of the answer, which continues it, instead of a closed turn */
     const bool cont = json_is_true(cfm);
-    const bool prefill = ok && n > 1 && !strcmp(msgs[n - 1].role, "assistant") && *msgs[n - 1].content &&
+    const bool prefill = ok && n > 1 && !strcmp(msgs[n - 1].role, "assistant") && msgs[n - 1].content_len &&
                          !json_array_size(json_object_get(json_array_get(m, n - 1), "tool_calls")) &&
                          (cont || (!json_is_false(agp) && !a->no_prefill));
     if (ok && cfm && !json_is_null(cfm) && !json_is_boolean(cfm)) {
@@ -323,15 +326,15 @@ char *srv_api_chat_prompt(const srv_api *a, const json_t *body, size_t *len, boo
         tkv_token bos = tkv_token_bos(a->model), eos = tkv_token_eos(a->model);
         const char *bos_t = bos == TKV_TOKEN_NULL ? "" : tkv_token_text(a->model, bos);
         const char *eos_t = eos == TKV_TOKEN_NULL ? "" : tkv_token_text(a->model, eos);
-        if (srv_chat_render(a->chat, msgs, n_render, bos_t, eos_t, &text, err, sizeof err)) *len = strlen(text);
-        else srv_err_set(e, 400, "messages", "invalid_value", "%s", err);
+        if (!srv_chat_render(a->chat, msgs, n_render, bos_t, eos_t, &text, len, err, sizeof err))
+            srv_err_set(e, 400, "messages", "invalid_value", "%s", err);
     }
     if (text && prefill) {
-        const size_t k = strlen(msgs[n - 1].content);
+        const size_t k = msgs[n - 1].content_len;
         char *t = realloc(text, *len + k + 1);
         if (t) {
-            memcpy(t + *len, msgs[n - 1].content, k + 1);
-            *len += k;
+            memcpy(t + *len, msgs[n - 1].content, k);
+            t[*len += k] = 0;
         } else {
             free(text);
             srv_err_set(e, 500, NULL, NULL, "out of memory");

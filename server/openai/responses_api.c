@@ -114,7 +114,7 @@ bool srv_api_parse_responses(const srv_api *a, const json_t *body, srv_req *r, s
     if (prev && !json_is_null(prev)) {
         const uint64_t ns = json_is_string(salt) ? srv_api_namespace(a, json_string_value(salt), json_string_length(salt)) : 0;
         char *kept = json_is_string(prev) ? srv_resp_store_get(json_string_value(prev), ns) : NULL;
-        conv = kept ? json_loads(kept, 0, NULL) : NULL;
+        conv = kept ? json_loads(kept, JSON_ALLOW_NUL, NULL) : NULL; /* an answer may hold U+0000 */
         free(kept);
         if (!json_is_array(conv)) {
             json_decref(conv);

@@ -154,16 +154,16 @@ static void test_names(void **state) {
 /* ---- rendering ----------------------------------------------------------- */
 
 static const srv_chat_msg CONVO[] = {
-    {"system", "You are terse."},
-    {"user", "Hi"},
-    {"assistant", "Hello!"},
-    {"user", "How are you?"},
+    {"system", "You are terse.", 0},
+    {"user", "Hi", 0},
+    {"assistant", "Hello!", 0},
+    {"user", "How are you?", 0},
 };
 
 /* Render and compare; BOS "<s>", EOS "</s>" (Llama/Mistral SentencePiece). */
 static void expect(srv_chat_kind k, const srv_chat_msg *m, size_t n, const char *want) {
     char *out = NULL, err[256] = "x";
-    bool ok = srv_chat_render(k, m, n, "<s>", "</s>", &out, err, sizeof err);
+    bool ok = srv_chat_render(k, m, n, "<s>", "</s>", &out, NULL, err, sizeof err);
     if (!ok) fail_msg("%s: %s", srv_chat_name(k), err);
     assert_string_equal(err, "");
     assert_non_null(out);
@@ -205,16 +205,16 @@ static void test_render_without_system(void **state) {
     expect(SRV_CHAT_CHATML, m, 1, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     expect(SRV_CHAT_PLAIN, m, 1, "User: Hi\nAssistant:");
     /* "developer" is a system message and prints as one; NULL content is "" */
-    const srv_chat_msg dev[] = {{"developer", "Be brief."}, {"user", NULL}};
+    const srv_chat_msg dev[] = {{"developer", "Be brief.", 0}, {"user", NULL, 0}};
     expect(SRV_CHAT_CHATML, dev, 2,
            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n");
     expect(SRV_CHAT_LLAMA2, dev, 2, "[INST] <<SYS>>\nBe brief.\n<</SYS>> [/INST]");
     /* families that render system anywhere keep a late one in place */
-    const srv_chat_msg late[] = {{"user", "a"}, {"system", "b"}};
+    const srv_chat_msg late[] = {{"user", "a", 0}, {"system", "b", 0}};
     expect(SRV_CHAT_PHI3, late, 2, "<|user|>\na<|end|>\n<|system|>\nb<|end|>\n<|assistant|>\n");
     /* BOS/EOS may be absent */
     char *out = NULL;
-    assert_true(srv_chat_render(SRV_CHAT_LLAMA2, m, 3, NULL, NULL, &out, NULL, 0));
+    assert_true(srv_chat_render(SRV_CHAT_LLAMA2, m, 3, NULL, NULL, &out, NULL, NULL, 0));
     assert_string_equal(out, "[INST] Hi [/INST] Hello! [INST] How are you? [/INST]");
     free(out);
 }
@@ -224,10 +224,10 @@ static void test_render_without_system(void **state) {
 static void test_render_strip(void **state) {
     (void)state;
     const srv_chat_msg m[] = {
-        {"system", "  sys  "},
-        {"user", " \t\xc2\xa0Hi there\n\r"},  /* U+00A0 no-break space */
-        {"assistant", "\xe3\x80\x80ok\x1f "}, /* U+3000, then unit separator */
-        {"user", "caf\xc3\xa9\xe2\x80\x8b \x80 "}, /* U+200B is not a space; a stray 0x80 stays */
+        {"system", "  sys  ", 0},
+        {"user", " \t\xc2\xa0Hi there\n\r", 0},  /* U+00A0 no-break space */
+        {"assistant", "\xe3\x80\x80ok\x1f ", 0}, /* U+3000, then unit separator */
+        {"user", "caf\xc3\xa9\xe2\x80\x8b \x80 ", 0}, /* U+200B is not a space; a stray 0x80 stays */
     };
     expect(SRV_CHAT_LLAMA2, m, 4,
            "[INST] <<SYS>>\n  sys  \n<</SYS>>\n\n \t\xc2\xa0Hi there [/INST] ok </s>"
@@ -240,9 +240,9 @@ static void test_render_strip(void **state) {
            "<|start_header_id|>assistant<|end_header_id|>\n\n");
     expect(SRV_CHAT_CHATML, m + 1, 1, "<|im_start|>user\n \t\xc2\xa0Hi there\n\r<|im_end|>\n<|im_start|>assistant\n");
     /* an all-blank user turn lets Llama-2's strip reach the <</SYS>> block */
-    const srv_chat_msg blank[] = {{"system", "S"}, {"user", " \n "}};
+    const srv_chat_msg blank[] = {{"system", "S", 0}, {"user", " \n ", 0}};
     expect(SRV_CHAT_LLAMA2, blank, 2, "[INST] <<SYS>>\nS\n<</SYS>> [/INST]");
-    const srv_chat_msg spaces[] = {{"user", "   "}};
+    const srv_chat_msg spaces[] = {{"user", "   ", 0}};
     expect(SRV_CHAT_LLAMA3, spaces, 1,
            "<|start_header_id|>user<|end_header_id|>\n\n<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
 }
@@ -250,7 +250,7 @@ static void test_render_strip(void **state) {
 /* Render must fail with a message containing `want`, and leave *out NULL. */
 static void expect_error(srv_chat_kind k, const srv_chat_msg *m, size_t n, const char *want) {
     char *out = (char *)"sentinel", err[256] = "";
-    assert_false(srv_chat_render(k, m, n, "<s>", "</s>", &out, err, sizeof err));
+    assert_false(srv_chat_render(k, m, n, "<s>", "</s>", &out, NULL, err, sizeof err));
     assert_null(out);
     if (!strstr(err, want)) fail_msg("%s: error \"%s\" lacks \"%s\"", srv_chat_name(k), err, want);
 }
@@ -260,22 +260,22 @@ static void test_render_errors(void **state) {
     for (int k = 0; k < 7; k++) {
         expect_error((srv_chat_kind)k, CONVO, 0, "at least one message");
         expect_error((srv_chat_kind)k, NULL, 3, "at least one message");
-        const srv_chat_msg bad[] = {{"user", "x"}, {"tool", "y"}};
+        const srv_chat_msg bad[] = {{"user", "x", 0}, {"tool", "y", 0}};
         expect_error((srv_chat_kind)k, bad, 2, "messages[1]: unknown role \"tool\"");
-        const srv_chat_msg upper[] = {{"User", "x"}};
+        const srv_chat_msg upper[] = {{"User", "x", 0}};
         expect_error((srv_chat_kind)k, upper, 1, "messages[0]: unknown role \"User\"");
-        const srv_chat_msg none[] = {{NULL, "x"}};
+        const srv_chat_msg none[] = {{NULL, "x", 0}};
         expect_error((srv_chat_kind)k, none, 1, "messages[0]: missing role");
     }
     expect_error((srv_chat_kind)42, CONVO, 4, "unknown chat template kind");
 
     /* Llama-2 and Mistral require user/assistant alternation */
-    const srv_chat_msg two_users[] = {{"system", "s"}, {"user", "a"}, {"user", "b"}};
-    const srv_chat_msg starts_assistant[] = {{"assistant", "a"}, {"user", "b"}};
-    const srv_chat_msg late_system[] = {{"user", "a"}, {"assistant", "b"}, {"system", "c"}, {"user", "d"}};
-    const srv_chat_msg ends_assistant[] = {{"user", "a"}, {"assistant", "b"}};
-    const srv_chat_msg only_system[] = {{"system", "s"}};
-    const srv_chat_msg two_systems[] = {{"system", "s"}, {"system", "t"}, {"user", "u"}};
+    const srv_chat_msg two_users[] = {{"system", "s", 0}, {"user", "a", 0}, {"user", "b", 0}};
+    const srv_chat_msg starts_assistant[] = {{"assistant", "a", 0}, {"user", "b", 0}};
+    const srv_chat_msg late_system[] = {{"user", "a", 0}, {"assistant", "b", 0}, {"system", "c", 0}, {"user", "d", 0}};
+    const srv_chat_msg ends_assistant[] = {{"user", "a", 0}, {"assistant", "b", 0}};
+    const srv_chat_msg only_system[] = {{"system", "s", 0}};
+    const srv_chat_msg two_systems[] = {{"system", "s", 0}, {"system", "t", 0}, {"user", "u", 0}};
     srv_chat_kind strict[] = {SRV_CHAT_LLAMA2, SRV_CHAT_MISTRAL};
     for (int i = 0; i < 2; i++) {
         expect_error(strict[i], two_users, 3, "messages[2]: roles must alternate user/assistant");
@@ -291,17 +291,17 @@ static void test_render_errors(void **state) {
 
     /* err may be absent or tiny; out must be given */
     char *out = NULL, tiny[8];
-    assert_false(srv_chat_render(SRV_CHAT_CHATML, CONVO, 0, NULL, NULL, &out, NULL, 0));
-    assert_false(srv_chat_render(SRV_CHAT_CHATML, CONVO, 0, NULL, NULL, &out, tiny, sizeof tiny));
+    assert_false(srv_chat_render(SRV_CHAT_CHATML, CONVO, 0, NULL, NULL, &out, NULL, NULL, 0));
+    assert_false(srv_chat_render(SRV_CHAT_CHATML, CONVO, 0, NULL, NULL, &out, NULL, tiny, sizeof tiny));
     assert_int_equal(strlen(tiny), sizeof tiny - 1);
-    assert_false(srv_chat_render(SRV_CHAT_CHATML, CONVO, 4, NULL, NULL, NULL, tiny, sizeof tiny));
+    assert_false(srv_chat_render(SRV_CHAT_CHATML, CONVO, 4, NULL, NULL, NULL, NULL, tiny, sizeof tiny));
     /* a huge role string is cut short in the message */
     char role[1000];
     memset(role, 'r', sizeof role - 1);
     role[sizeof role - 1] = '\0';
-    const srv_chat_msg huge[] = {{role, "x"}};
+    const srv_chat_msg huge[] = {{role, "x", 0}};
     char err[256];
-    assert_false(srv_chat_render(SRV_CHAT_CHATML, huge, 1, NULL, NULL, &out, err, sizeof err));
+    assert_false(srv_chat_render(SRV_CHAT_CHATML, huge, 1, NULL, NULL, &out, NULL, err, sizeof err));
     assert_true(strlen(err) < 120);
 }
 
@@ -311,26 +311,64 @@ static void test_alloc_failure(void **state) {
     (void)state;
     static char longtext[20000];
     memset(longtext, 'w', sizeof longtext - 1);
-    const srv_chat_msg m[] = {{"system", longtext}, {"user", longtext}, {"assistant", "ok"}, {"user", longtext}};
+    const srv_chat_msg m[] = {{"system", longtext, 0}, {"user", longtext, 0}, {"assistant", "ok", 0}, {"user", longtext, 0}};
     for (int k = 0; k < 7; k++) {
         char *out = NULL, err[128];
         alloc_calls = 0;
-        assert_true(srv_chat_render((srv_chat_kind)k, m, 4, "<s>", "</s>", &out, err, sizeof err));
+        assert_true(srv_chat_render((srv_chat_kind)k, m, 4, "<s>", "</s>", &out, NULL, err, sizeof err));
         char *good = out;
         long total = alloc_calls;
         assert_true(total >= 3); /* the buffer grows past its first size */
         for (long f = 0; f < total; f++) {
             alloc_calls = 0, alloc_fail_after = f;
             out = (char *)"sentinel";
-            assert_false(srv_chat_render((srv_chat_kind)k, m, 4, "<s>", "</s>", &out, err, sizeof err));
+            assert_false(srv_chat_render((srv_chat_kind)k, m, 4, "<s>", "</s>", &out, NULL, err, sizeof err));
             alloc_fail_after = -1;
             assert_null(out);
             assert_string_equal(err, "out of memory");
         }
-        assert_true(srv_chat_render((srv_chat_kind)k, m, 4, "<s>", "</s>", &out, err, sizeof err));
+        assert_true(srv_chat_render((srv_chat_kind)k, m, 4, "<s>", "</s>", &out, NULL, err, sizeof err));
         assert_string_equal(out, good);
         free(out), free(good);
     }
+}
+
+/* A content holding NULs (U+0000, an earlier answer sent back) renders by its length: every family gives the
+   text it gives with another non-space byte (0x01) in their place, with NULs there. */
+static void test_render_nul(void **state) {
+    (void)state;
+    const char sys[] = "\0sys\0", user[] = " \0a\0b ", asst[] = "ok\0", last[] = "\0";
+    const char marked[4][8] = {"\1sys\1", " \1a\1b ", "ok\1", "\1"};
+    const srv_chat_msg with_nul[] = {{"system", sys, sizeof sys - 1}, {"user", user, sizeof user - 1},
+                                     {"assistant", asst, sizeof asst - 1}, {"user", last, sizeof last - 1}};
+    srv_chat_msg with_mark[4];
+    for (int i = 0; i < 4; i++) with_mark[i] = (srv_chat_msg){with_nul[i].role, marked[i], 0};
+    for (int k = 0; k < 7; k++) {
+        char *a = NULL, *b = NULL, err[128];
+        size_t na = 0, nb = 0;
+        assert_true(srv_chat_render((srv_chat_kind)k, with_nul, 4, "<s>", "</s>", &a, &na, err, sizeof err));
+        assert_true(srv_chat_render((srv_chat_kind)k, with_mark, 4, "<s>", "</s>", &b, &nb, err, sizeof err));
+        assert_int_equal(nb, strlen(b));
+        assert_int_equal(na, nb);
+        assert_int_equal(a[na], 0);
+        size_t nuls = 0;
+        for (size_t i = 0; i < nb; i++) {
+            nuls += b[i] == 1;
+            if (b[i] == 1) b[i] = 0;
+        }
+        assert_true(nuls >= 3); /* the stripped families drop none: a NUL is not whitespace */
+        assert_memory_equal(a, b, na);
+        free(a), free(b);
+    }
+    /* one by hand */
+    const srv_chat_msg one[] = {{"user", "a\0b", 3}};
+    char *out = NULL;
+    size_t n = 0;
+    assert_true(srv_chat_render(SRV_CHAT_CHATML, one, 1, NULL, NULL, &out, &n, NULL, 0));
+    static const char want[] = "<|im_start|>user\na\0b<|im_end|>\n<|im_start|>assistant\n";
+    assert_int_equal(n, sizeof want - 1);
+    assert_memory_equal(out, want, n);
+    free(out);
 }
 
 int main(void) {
@@ -339,6 +377,7 @@ int main(void) {
         cmocka_unit_test(test_names),           cmocka_unit_test(test_render_families),
         cmocka_unit_test(test_render_without_system), cmocka_unit_test(test_render_strip),
         cmocka_unit_test(test_render_errors),   cmocka_unit_test(test_alloc_failure),
+        cmocka_unit_test(test_render_nul),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,7 +2,7 @@
 // streamed answers agree, the stream has the role first, the finish reason
 // last and, on request, a usage chunk.
 import assert from 'node:assert/strict';
-import { MODEL_ID, commonPrefix, continuation, post, serverSuite, tokenize } from '../lib/server.mjs';
+import { MODEL_ID, assertErrorBody, commonPrefix, continuation, post, serverSuite, tokenize } from '../lib/server.mjs';
 
 const MESSAGES = [
   { role: 'system', content: 'You tell short stories to children.' },
@@ -103,5 +103,56 @@ serverSuite('chat completions', [], (s) => {
     assert.ok(shared > 20 && second.usage.prompt_tokens_details.cached_tokens >= shared,
               `cached ${second.usage.prompt_tokens_details.cached_tokens} of ${renderedIds.length}, shared ${shared}`);
     assert.ok(second.usage.prompt_tokens_details.cached_tokens < renderedIds.length);
+  });
+
+  // A random model can answer with byte 0 (its <0x00> token); the server sends it as \u0000, and a client sends
+  // the conversation back with it in the assistant's turn.
+  s.test('an answer holding a NUL, sent back, gets a normal answer', async (server) => {
+    const pieces = await post(server, '/tokenize', { content: 'a\u0000', add_special: false, with_pieces: true });
+    assert.equal(pieces.status, 200, pieces.body);
+    const nul = pieces.json.tokens.filter((t) => t.piece === '\u0000').map((t) => t.id);
+    assert.equal(nul.length, 1, `one byte token for U+0000: ${pieces.body}`);
+    const first = await post(server, '/v1/chat/completions', {
+      messages: MESSAGES, max_tokens: 4, temperature: 0, logit_bias: { [nul[0]]: 100 },
+    });
+    assert.equal(first.status, 200, first.body);
+    const answer = first.json.choices[0].message.content;
+    assert.ok(answer.includes('\u0000'), `the forced answer holds a NUL: ${JSON.stringify(answer)}`);
+    const messages = [...MESSAGES, { role: 'assistant', content: answer }, { role: 'user', content: 'What happened next?' }];
+    const second = await post(server, '/v1/chat/completions', { messages, max_tokens: 12, temperature: 0 });
+    assert.equal(second.status, 200, second.body);
+    // ChatML with the answer as it was sent, NULs and all: its tokens hold the byte token for each NUL
+    const rendered = `${RENDERED}${answer}<|im_end|>\n<|im_start|>user\nWhat happened next?<|im_end|>\n` +
+      '<|im_start|>assistant\n';
+    const ids = await tokenize(server, rendered);
+    assert.equal(ids.filter((t) => t === nul[0]).length, [...answer].filter((c) => c === '\u0000').length);
+    assert.equal(second.json.usage.prompt_tokens, ids.length);
+    // the answer is the greedy completion of those tokens (a prompt of ids: no text to carry a NUL)
+    const ref = await post(server, '/v1/completions', { prompt: ids, max_tokens: 12, temperature: 0 });
+    assert.equal(ref.status, 200, ref.body);
+    assertAnswer(second.json.choices[0].message.content, ref.json.choices[0].text);
+    assert.equal(second.json.usage.completion_tokens, ref.json.usage.completion_tokens);
+    // the same through a text prompt of /v1/completions, and parts of a content
+    const asText = await post(server, '/v1/completions', { prompt: rendered, max_tokens: 12, temperature: 0 });
+    assert.equal(asText.status, 200, asText.body);
+    assert.equal(asText.json.choices[0].text, ref.json.choices[0].text);
+    const parts = messages.map((m) => ({ role: m.role, content: [{ type: 'text', text: m.content }] }));
+    const third = await post(server, '/v1/chat/completions', { messages: parts, max_tokens: 12, temperature: 0 });
+    assert.equal(third.status, 200, third.body);
+    assert.equal(third.json.choices[0].message.content, second.json.choices[0].message.content);
+  });
+
+  s.test('a NUL where text is read as a C string -> 400 naming the field', async (server) => {
+    const cases = [
+      [{ messages: [{ role: 'us\u0000er', content: 'hi' }] }, 'messages', 'messages[0].role'],
+      [{ messages: MESSAGES, stop: ['a\u0000b'] }, 'stop', 'stop[0]'],
+      [{ messages: MESSAGES, model: 'x\u0000' }, 'model', 'model'],
+    ];
+    for (const [body, param, named] of cases) {
+      const r = await post(server, '/v1/chat/completions', { max_tokens: 4, ...body });
+      assert.equal(r.status, 400, r.body);
+      assertErrorBody(r.json, { param });
+      assert.ok(r.json.error.message.includes(`'${named}' holds a NUL`), r.json.error.message);
+    }
   });
 });

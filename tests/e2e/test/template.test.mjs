@@ -61,6 +61,24 @@ describe('the model\'s chat template (Jinja)', () => {
     assert.equal(chat.choices[0].message.reasoning_content, undefined);
   }));
 
+  // a NUL (an earlier answer holding byte 0, sent back) is a character like any other to the template: the render
+  // with NULs is the render with U+0001 (another non-space control character) in their places, NULs put back
+  it('renders a NUL in a message as any other character', withLog(async () => {
+    for (const r of renders.slice(0, 3)) {
+      const mark = (c) => r.input.messages.map((m) => (typeof m.content === 'string' ? { ...m, content: `${c}${m.content}${c}x` } : m));
+      const [nul, one] = await Promise.all(['\u0000', '\u0001'].map((c) =>
+        post(server, '/apply-template', { messages: mark(c), chat_template_kwargs: r.input.extra })));
+      assert.equal(one.status, 200, one.body);
+      assert.equal(nul.status, 200, nul.body);
+      assert.ok(one.json.prompt.includes('\u0001'));
+      assert.equal(nul.json.prompt, one.json.prompt.replaceAll('\u0001', '\u0000'));
+      const chat = await post(server, '/v1/chat/completions', { messages: mark('\u0000'), max_tokens: 2, temperature: 0,
+                                                                chat_template_kwargs: r.input.extra });
+      assert.equal(chat.status, 200, chat.body);
+      assert.equal(chat.json.usage.prompt_tokens, (await tokenize(server, nul.json.prompt)).length);
+    }
+  }));
+
   it('returns the reasoning apart when the template opens a think block', withLog(async () => {
     const messages = renders[0].input.messages;
     const kwargs = { enable_thinking: true }; // QwQ's template then leaves "<think>\n" open
