@@ -2000,7 +2000,10 @@ TKV_API tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t ro
  * per sequence).
  */
 typedef struct tkv_draft_budget {
-    size_t max, cap, wait, backoff; /* the limit, the next ask, steps left without drafts, the next pause */
+    size_t max;     /**< the limit the budget was started with */
+    size_t cap;     /**< the next ask */
+    size_t wait;    /**< steps left without drafts */
+    size_t backoff; /**< the next pause, in steps */
 } tkv_draft_budget;
 
 /**
