@@ -137,6 +137,7 @@ static const opt options[] = {
     {{"--kv-events-tokens"}, "TOKENKV_KV_EVENTS_TOKENS", NULL, ON(kv_events_tokens)},
     {{"--state-cache"}, "TOKENKV_STATE_CACHE", NULL, UINT(state_cache_mib, 1, 1 << 20)},
     {{"--state-interval"}, "TOKENKV_STATE_INTERVAL", NULL, UINT(state_interval, 0, 1 << 20)},
+    {{"--swa-rows"}, "TOKENKV_SWA_ROWS", NULL, UINT(swa_rows, 0, 1u << 30)},
     {{"--cache-disk"}, "TOKENKV_CACHE_DISK", NULL, STR(cache_disk)},
     {{"--cache-disk-max"}, "TOKENKV_CACHE_DISK_MAX", NULL, UINT(cache_disk_max, 0, 1125899906842624.0)},
 
@@ -216,7 +217,7 @@ static const opt options[] = {
      NOOP(A_ONE, "a few event-driven HTTP threads serve every connection")},
     {{"--ubatch-size", "-ub"}, NULL, "LLAMA_ARG_UBATCH", NOOP(A_ONE, "--batch-size is the only batch size")},
     {{"--swa-full"}, NULL, "LLAMA_ARG_SWA_FULL",
-     NOOP(A_NONE, "sliding-window layers keep what the cache's bookkeeping needs; there is no smaller SWA cache")},
+     NOOP(A_NONE, "sliding-window layers keep every cached position's K/V unless --swa-rows N asks for a pool")},
     {{"--defrag-thold", "-dt"}, NULL, "LLAMA_ARG_DEFRAG_THOLD", NOOP(A_ONE, "the cache needs no defragmentation")},
     {{"--ctx-checkpoints", "-ctxcp", "--swa-checkpoints"}, NULL, "LLAMA_ARG_CTX_CHECKPOINTS",
      NOOP(A_ONE, "cached prefixes are kept by the token-aware cache, not by checkpoints")},

@@ -427,6 +427,16 @@ int srv_main(const srv_opts *o) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* a window pool's rows cannot be saved or sent yet (the cache files carry every layer's rows): refused here
+       rather than at the first save */
+    const char *const moves[] = {o->cache_dir ? "--cache-dir" : NULL, o->kv_store ? "--kv-store" : NULL,
+                                 o->cache_disk ? "--cache-disk" : NULL};
+    for (size_t i = 0; o->swa_rows && i < sizeof moves / sizeof moves[0]; i++)
+        if (moves[i]) {
+            fprintf(stderr, "tokenkv serve: --swa-rows cannot be combined with %s: a window pool's rows are not "
+                            "saved or shared yet\n", moves[i]);
+            return 2;
+        }
     if (o->admin_key && !o->api_key) { /* every route would be open: the admin key would guard nothing */
         fprintf(stderr, "tokenkv serve: --admin-key needs --api-key (or --api-key-file): without an API key every "
                         "route is open\n");
@@ -488,6 +498,7 @@ int srv_main(const srv_opts *o) {
     cp.n_seq_max = (uint32_t)o->parallel;
     cp.state_cache_mib = o->state_cache_mib; /* hybrid models' checkpoints (docs/library.md) */
     cp.state_interval = o->state_interval;
+    cp.swa_rows = o->swa_rows;
     cp.n_batch = o->n_batch;
     if (o->threads > 0) {
         cp.n_threads = o->threads;

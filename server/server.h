@@ -82,6 +82,7 @@ typedef struct srv_opts {
     uint64_t cache_disk_max;   /* its bytes at most; 0: no limit */
     uint32_t state_cache_mib;  /* hybrid models: the recurrent-state checkpoints' budget (MiB) */
     uint32_t state_interval;   /* hybrid models: a checkpoint every this many prompt positions; 0: none */
+    uint32_t swa_rows;         /* sliding-window models: the window layers' row pool (tkv_context_params); 0: none */
     /* llama-server's options (cli/serve_args.c; docs/server.md "Coming from llama-server") */
     srv_defaults defaults;     /* what a request that does not say gets */
     bool no_slots;             /* --no-slots: GET /slots answers 501 */
