@@ -5,6 +5,7 @@
 
 #include "base/alloc.h"
 #include "tools/gguf_write.h"
+#include "tools/model_write.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,4 +288,43 @@ tkv_context *tu_context(const tkv_model *m, uint32_t n_cells, uint32_t n_seq, tk
     tkv_context *ctx = NULL;
     if (tkv_context_create(m, &p, &ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
     return ctx;
+}
+
+void tu_write_spec_model(const tkv__model_spec *s, const char *path) {
+    char why[256];
+    if (tkv__model_spec_check(s, why, sizeof why) != TKV_OK) fail_msg("%s: %s", s->arch, why);
+    tkv__gguf_writer *w = tkv__gguf_writer_new(32);
+    assert_non_null(w);
+    assert_int_equal(tkv__gguf_write_str(w, "general.architecture", s->arch), TKV_OK);
+    uint64_t n_params;
+    assert_int_equal(tkv__model_write(w, s, &n_params), TKV_OK);
+    uint8_t *img;
+    size_t size;
+    assert_int_equal(tkv__gguf_write_finish(w, &img, &size), TKV_OK);
+    tkv__gguf_writer_free(w);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(img, 1, size, f), size);
+    assert_int_equal(fclose(f), 0);
+    tkv__gguf_image_free(img);
+}
+
+/* One token at a time, as tokenkv run does: up to n_gen tokens into gen, stopping before an end of generation. */
+size_t tu_generate(tkv_context *ctx, tkv_seq s, const tkv_token *p, size_t n_p, tkv_sampler *smp,
+                   tkv_token *gen, size_t n_gen) {
+    const tkv_model *m = tkv_context_model(ctx);
+    assert_int_equal(tkv_seq_sync(ctx, s, 0, p, n_p, NULL), TKV_OK);
+    const float *l = tkv_get_logits_last(ctx);
+    size_t n = 0;
+    while (n < n_gen) {
+        const tkv_token t = tkv_sampler_sample(smp, l);
+        if (tkv_token_is_eog(m, t)) break;
+        gen[n++] = t;
+        if (n == n_gen) break;
+        tkv_pos pos = (tkv_pos)(n_p + n - 1);
+        tkv_batch b = {1, &t, &pos, &s, NULL};
+        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+        l = tkv_get_logits(ctx, 0);
+    }
+    return n;
 }

@@ -119,4 +119,14 @@ typedef struct tu_tiny_opts {
 /* A tiny model: n_embd 8, 2 layers, 2 heads, 1 KV head, n_ff 16, F32. */
 void tu_tiny_model(const tu_tiny_opts *o, uint8_t **out, size_t *size);
 
+/* One token at a time, as tokenkv run does: sync tokens p[0..n_p) into sequence s, then sample with smp and
+   decode each token, up to n_gen tokens into gen, stopping before an end of generation. Returns how many. */
+size_t tu_generate(tkv_context *ctx, tkv_seq s, const tkv_token *p, size_t n_p, tkv_sampler *smp, tkv_token *gen,
+                   size_t n_gen);
+
+/* Write the random model of a spec (tools/model_write.h, as `tokenkv mkmodel` writes it) to path; fails the
+   test on a spec the writer refuses (its reason in the message) or on an I/O error. */
+struct tkv__model_spec;
+void tu_write_spec_model(const struct tkv__model_spec *s, const char *path);
+
 #endif

@@ -26,7 +26,6 @@
 #include "testutil.h"
 
 #include "compute/kernels.h"
-#include "tools/gguf_write.h"
 #include "tools/model_write.h"
 
 #include <math.h>
@@ -80,24 +79,6 @@ static const struct {
     {"Q4_K_M", {TKV_TYPE_Q4_K, TKV_TYPE_Q6_K, TKV_TYPE_Q6_K}, 0.08}, /* 3.4% */
 };
 
-static void write_model(const tkv__model_spec *s, const char *path) {
-    char why[256];
-    if (tkv__model_spec_check(s, why, sizeof why) != TKV_OK) fail_msg("%s: %s", s->arch, why);
-    tkv__gguf_writer *w = tkv__gguf_writer_new(32);
-    assert_non_null(w);
-    assert_int_equal(tkv__gguf_write_str(w, "general.architecture", s->arch), TKV_OK);
-    uint64_t n_params;
-    assert_int_equal(tkv__model_write(w, s, &n_params), TKV_OK);
-    uint8_t *img;
-    size_t size;
-    assert_int_equal(tkv__gguf_write_finish(w, &img, &size), TKV_OK);
-    tkv__gguf_writer_free(w);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(img, 1, size, f), size);
-    assert_int_equal(fclose(f), 0);
-    tkv__gguf_image_free(img);
-}
 
 static size_t argmax(const float *x, size_t n) {
     size_t b = 0;
@@ -182,7 +163,7 @@ static void test_hybrid_shapes(void **state) {
             tkv__model_spec s = specs[si];
             s.mix = types[ti].mix;
             s.seed = (specs[si].seed ? specs[si].seed : 100 + si * 10) + ti;
-            write_model(&s, path);
+            tu_write_spec_model(&s, path);
             char what[96];
             snprintf(what, sizeof what, "%s dim %u %s", s.arch, s.dim, types[ti].name);
             for (int l = 0; l <= (int)best; l++) {
@@ -243,7 +224,7 @@ static void test_rope_sections(void **state) {
                              .ff = 128, .ctx = 256, .n_vocab = N_VOCAB, .ssm_state = 16, .ssm_groups = 1,
                              .ssm_heads = 2, .ssm_inner = 32, .attn_every = 2,
                              .mix = {TKV_TYPE_F32, TKV_TYPE_F32, TKV_TYPE_F32}};
-        write_model(&s, path);
+        tu_write_spec_model(&s, path);
         tkv_model *m;
         if (tkv_model_load(path, NULL, &m) != TKV_OK) fail_msg("head %u: %s", hd, tkv_last_error(NULL));
         int64_t sec[4], sum = 0;

@@ -39,7 +39,6 @@
 #include "testutil.h"
 
 #include "base/alloc.h"
-#include "tools/gguf_write.h"
 #include "tools/model_write.h"
 
 #include <stdio.h>
@@ -491,24 +490,10 @@ static void test_truth_gemma3_pool(void **state) {
     const tkv__model_spec spec = {.arch = "gemma3", .dim = 64, .layers = 6, .heads = 2, .kv_heads = 1,
                                   .head_dim = 32, .ff = 64, .ctx = 256, .n_vocab = 64, .swa_window = 8,
                                   .mix = {TKV_TYPE_F16, TKV_TYPE_F16, TKV_TYPE_F16}, .seed = 34};
-    char why[256], dir[64], path[96];
-    if (tkv__model_spec_check(&spec, why, sizeof why) != TKV_OK) fail_msg("%s", why);
+    char dir[64], path[96];
     assert_int_equal(tu_mkdtemp(dir, "swa"), 0);
     snprintf(path, sizeof path, "%s/gemma3-w8.gguf", dir);
-    tkv__gguf_writer *w = tkv__gguf_writer_new(32);
-    assert_non_null(w);
-    assert_int_equal(tkv__gguf_write_str(w, "general.architecture", spec.arch), TKV_OK);
-    uint64_t n_params;
-    assert_int_equal(tkv__model_write(w, &spec, &n_params), TKV_OK);
-    uint8_t *img;
-    size_t size;
-    assert_int_equal(tkv__gguf_write_finish(w, &img, &size), TKV_OK);
-    tkv__gguf_writer_free(w);
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(img, 1, size, f), size);
-    fclose(f);
-    tkv__gguf_image_free(img);
+    tu_write_spec_model(&spec, path);
     truth_with(path, NS * 8, (tkv_token)spec.n_vocab, state); /* a written model has no tokenizer */
     tu_rmtree(dir);
 }

@@ -37,25 +37,6 @@ static size_t prompt(const tkv_model *m, const char *text, tkv_token *t, size_t 
     return n;
 }
 
-/* One token at a time, as tokenkv run does: up to n_gen tokens into gen, stopping before an end of generation. */
-static size_t generate_plain(tkv_context *ctx, tkv_seq s, const tkv_token *p, size_t n_p, tkv_sampler *smp,
-                             tkv_token *gen, size_t n_gen) {
-    const tkv_model *m = tkv_context_model(ctx);
-    assert_int_equal(tkv_seq_sync(ctx, s, 0, p, n_p, NULL), TKV_OK);
-    const float *l = tkv_get_logits_last(ctx);
-    size_t n = 0;
-    while (n < n_gen) {
-        const tkv_token t = tkv_sampler_sample(smp, l);
-        if (tkv_token_is_eog(m, t)) break;
-        gen[n++] = t;
-        if (n == n_gen) break;
-        tkv_pos pos = (tkv_pos)(n_p + n - 1);
-        tkv_batch b = {1, &t, &pos, &s, NULL};
-        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
-        l = tkv_get_logits(ctx, 0);
-    }
-    return n;
-}
 
 /* The same with drafts of up to `cap` tokens from `sources`; *offered counts the drafts decoded, *accepted
    those taken. */
@@ -108,7 +89,7 @@ static void test_tree_draft_is_the_earlier_answer(void **state) {
     tkv_token p[64], gen[N_GEN], d[64];
     const size_t n_p = prompt(tu_model, "Once upon a time, a little girl", p, 64);
     tkv_sampler *smp = sampler(0, 0, 1);
-    const size_t n = generate_plain(ctx, 0, p, n_p, smp, gen, N_GEN);
+    const size_t n = tu_generate(ctx, 0, p, n_p, smp, gen, N_GEN);
     assert_true(n > 20);
     /* another sequence on the same prompt: the tree holds gen[0..n-1) after it */
     assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, n_p, NULL), TKV_OK);
@@ -189,14 +170,14 @@ static void lossless_on(const tkv_model *m, const char *text, size_t n_gen) {
     for (size_t c = 0; c < sizeof cfg / sizeof *cfg; c++) {
         tkv_context *a = tu_context(m, 512, 2, TKV_TYPE_F16);
         tkv_sampler *s0 = sampler_for(m, cfg[c].temp, cfg[c].seed, cfg[c].penalty);
-        const size_t nb = generate_plain(a, 0, p, n_p, s0, base, n_gen);
+        const size_t nb = tu_generate(a, 0, p, n_p, s0, base, n_gen);
         tkv_sampler_free(s0);
         tkv_context_free(a);
 
         /* a retry: the tree holds this very answer */
         tkv_context *b = tu_context(m, 512, 2, TKV_TYPE_F16);
         tkv_sampler *s1 = sampler_for(m, cfg[c].temp, cfg[c].seed, cfg[c].penalty);
-        assert_int_equal(generate_plain(b, 0, p, n_p, s1, other, n_gen), nb);
+        assert_int_equal(tu_generate(b, 0, p, n_p, s1, other, n_gen), nb);
         tkv_sampler_free(s1);
         assert_int_equal(tkv_seq_clear(b, 0), TKV_OK);
         tkv_sampler *s2 = sampler_for(m, cfg[c].temp, cfg[c].seed, cfg[c].penalty);
@@ -213,7 +194,7 @@ static void lossless_on(const tkv_model *m, const char *text, size_t n_gen) {
         /* the tree holds another seed's answer: drafts mostly wrong, the output the same */
         tkv_context *d = tu_context(m, 512, 2, TKV_TYPE_F16);
         tkv_sampler *s3 = sampler_for(m, cfg[c].temp > 0 ? cfg[c].temp : 0.9f, cfg[c].seed + 100, cfg[c].penalty);
-        (void)generate_plain(d, 0, p, n_p, s3, other, n_gen);
+        (void)tu_generate(d, 0, p, n_p, s3, other, n_gen);
         tkv_sampler_free(s3);
         tkv_sampler *s4 = sampler_for(m, cfg[c].temp, cfg[c].seed, cfg[c].penalty);
         const size_t nh = generate_drafted(d, 1, p, n_p, s4, got, n_gen, 8, 0, &offered, &accepted);

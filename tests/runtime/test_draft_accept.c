@@ -63,20 +63,7 @@ static size_t one_at_a_time(const tkv_model *m, const tkv_token *p, size_t n_p, 
                             size_t n_gen) {
     tkv_context *ctx = context(m, 256, 1);
     tkv_sampler *smp = sampler_for(m, which);
-    assert_int_equal(tkv_seq_sync(ctx, 0, 0, p, n_p, NULL), TKV_OK);
-    const float *l = tkv_get_logits_last(ctx);
-    size_t n = 0;
-    while (n < n_gen) {
-        const tkv_token t = tkv_sampler_sample(smp, l);
-        if (tkv_token_is_eog(m, t)) break;
-        gen[n++] = t;
-        if (n == n_gen) break;
-        tkv_pos pos = (tkv_pos)(n_p + n - 1);
-        tkv_seq s = 0;
-        tkv_batch b = {1, &t, &pos, &s, NULL};
-        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
-        l = tkv_get_logits(ctx, 0);
-    }
+    const size_t n = tu_generate(ctx, 0, p, n_p, smp, gen, n_gen);
     tkv_sampler_free(smp);
     tkv_context_free(ctx);
     return n;
@@ -198,18 +185,28 @@ static void test_batched_hybrid(void **state) {
     tkv_model_free(m);
 }
 
+/* The start of a single-sequence case: text's tokens into p (room for 64), n_gen tokens of sampler `which`
+   one at a time into base (all of them: no end of generation before), and a context (n_seq sequences) whose
+   sequence 0 holds the prompt, with *smp having sampled base[0] from it. Returns the prompt's length. */
+static size_t begin(const char *text, int which, size_t n_gen, uint32_t n_seq, tkv_token *p, tkv_token *base,
+                    tkv_context **ctx, tkv_sampler **smp) {
+    const size_t n_p = prompt(tu_model, text, p, 64);
+    assert_int_equal(one_at_a_time(tu_model, p, n_p, which, base, n_gen), n_gen);
+    *ctx = context(tu_model, 256, n_seq);
+    *smp = sampler_for(tu_model, which);
+    assert_int_equal(tkv_seq_sync(*ctx, 0, 0, p, n_p, NULL), TKV_OK);
+    assert_int_equal(tkv_sampler_sample(*smp, tkv_get_logits_last(*ctx)), base[0]);
+    return n_p;
+}
+
 /* A callback that stops after two tokens of a right draft: two tokens, and the sequence holds pending and the
    first of them only. */
 static void test_callback_stops(void **state) {
     (void)state;
     tkv_token p[64], base[16];
-    const size_t n_p = prompt(tu_model, "Once upon a time, there was a dog. The dog", p, 64);
-    const size_t nb = one_at_a_time(tu_model, p, n_p, 0, base, 10);
-    assert_int_equal(nb, 10);
-    tkv_context *ctx = context(tu_model, 256, 1);
-    tkv_sampler *smp = sampler_for(tu_model, 0);
-    assert_int_equal(tkv_seq_sync(ctx, 0, 0, p, n_p, NULL), TKV_OK);
-    assert_int_equal(tkv_sampler_sample(smp, tkv_get_logits_last(ctx)), base[0]);
+    tkv_context *ctx;
+    tkv_sampler *smp;
+    const size_t n_p = begin("Once upon a time, there was a dog. The dog", 0, 10, 1, p, base, &ctx, &smp);
     tkv_token tok[6], out[6];
     tkv_pos pos[6];
     tkv_seq sq[6] = {0};
@@ -231,13 +228,9 @@ static void test_callback_stops(void **state) {
 static void test_bad_arguments_change_nothing(void **state) {
     (void)state;
     tkv_token p[64], base[16];
-    const size_t n_p = prompt(tu_model, "Lily and Tom went to the", p, 64);
-    const size_t nb = one_at_a_time(tu_model, p, n_p, 1, base, 8);
-    assert_int_equal(nb, 8);
-    tkv_context *ctx = context(tu_model, 256, 2);
-    tkv_sampler *smp = sampler_for(tu_model, 1);
-    assert_int_equal(tkv_seq_sync(ctx, 0, 0, p, n_p, NULL), TKV_OK);
-    assert_int_equal(tkv_sampler_sample(smp, tkv_get_logits_last(ctx)), base[0]);
+    tkv_context *ctx;
+    tkv_sampler *smp;
+    const size_t n_p = begin("Lily and Tom went to the", 1, 8, 2, p, base, &ctx, &smp);
     tkv_token tok[4] = {base[0], base[1], base[2], base[3]}, out[8], wrong[2] = {base[2] + 1, base[3]};
     tkv_pos pos[4];
     tkv_seq sq[4] = {0};
