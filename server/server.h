@@ -63,6 +63,7 @@ typedef struct srv_opts {
     int request_timeout;       /* seconds to deliver a request's headers and body, counted from the accept or the
                                   end of the previous response (so also an idle keep-alive's limit); 0: none */
     bool no_prefix_cache;
+    bool draft_always;         /* --draft-always: every draft within the budget, not only those worth their rows */
     bool no_webui;             /* no web page at / */
     bool no_repack;            /* keep the weights in the file's layout (tkv_model_params.repack) */
     bool reference_order;      /* tkv_context_params.batch_invariant false: the reference's arithmetic */

@@ -32,14 +32,17 @@
  * pending token in the step's batch, each with logits; after the decode, tkv_seq_accept_draft samples its rows in
  * order with the request's sampler and hands each token to on_token as a one-token step would, until a token
  * differs from the draft: the same tokens, text, logprobs and stops as without drafts, several per step. Drafts go
- * in after every generating request's pending token and before prompt chunks, at most a budget each; when the
- * cache is full they are dropped before anyone is preempted.
+ * in after every generating request's pending token and before prompt chunks, at most a budget each, and only
+ * those worth their rows (choose_drafts, draftcost.h: what a row adds to the step's time, learned from the steps
+ * decoded, against the tokens a draft is expected to add); when the cache is full they are dropped before anyone
+ * is preempted.
  *
  * Which request is admitted, held back or preempted is policy.c's, a pure
  * function of views this file fills (slot_views, choose); this file does
  * the lookups and the actions.
  */
 #include "scheduler.h"
+#include "draftcost.h"
 #include "policy.h"
 #include "tiers/disk_tier.h"
 #include "tiers/redis_store.h"
@@ -61,6 +64,8 @@ typedef struct srv_run {
     tkv_detok *dt;
     tkv_draft_budget budget; /* how many drafts to ask for (tkv_draft_budget_next) */
     size_t offered, accepted; /* the last drafted step's drafts and how many were accepted, for the budget */
+    double d_acc[2], d_rej[2]; /* by source (draft_src): drafts accepted, and drafted steps that ended on a
+                                  rejected one, both fading (draft_chance) */
 } srv_run;
 
 typedef struct slot {
@@ -75,7 +80,16 @@ typedef struct slot {
     tkv_token draft[TKV_DRAFT_MAX]; /* (n_draft) this step's drafts, after the pending token */
     size_t n_draft;  /* drafts proposed for this step */
     size_t drafted;  /* of them in this step's batch (after its pending token, each with logits) */
+    int draft_src;   /* where they come from: DRAFT_TREE, DRAFT_TEXT */
 } slot;
+
+/* Where a step's drafts come from, and how likely such a draft is to be accepted before the request has drafted
+   (per draft, once the one before it was). What followed the same tokens in the prefix tree is what the model
+   answered before: at temperature 0 the same again, since decoding is batch-invariant; an n-gram of the text is a
+   guess (bench/RESULTS.md, drafts in the server: 26-33% of such drafts were accepted on text that does not repeat,
+   every tree draft on a retry). */
+enum { DRAFT_TREE, DRAFT_TEXT };
+static const double draft_prior[2] = {[DRAFT_TREE] = 0.9, [DRAFT_TEXT] = 0.3};
 
 struct srv_sched {
     tkv_context *ctx;
@@ -99,6 +113,8 @@ struct srv_sched {
     slot *slots;        /* (parallel) */
     srv_pslot *pslots;  /* (parallel) the slots as the policy sees them */
     srv_pwait *pwait;   /* (max_queue) the waiting list as the policy sees it */
+    srv_draftcand *cand; /* (parallel) the slots' drafts as choose_drafts weighs them */
+    srv_stepcost cost;  /* what a step costs by its rows, from the steps decoded */
     uint64_t admitted, ended, unique_ns;
     /* the step's batch, n_batch tokens */
     tkv_token *b_tok;
@@ -434,10 +450,15 @@ static void propose(srv_sched *s, slot *sl) {
     const size_t room = limit > sl->n_past + 2 ? limit - sl->n_past - 2 : 0;
     if (ask > left - 1) ask = left - 1;
     if (ask > room) ask = room;
-    size_t n = 0;
-    if (ask && tkv_seq_draft(s->ctx, sl->seq, &run->toks[sl->n_past], 1, sl->draft, ask, &n, 0) == TKV_OK &&
-        n >= (size_t)r->draft_min)
-        sl->n_draft = n;
+    if (!ask) return;
+    static const unsigned source[2] = {[DRAFT_TREE] = TKV_DRAFT_CACHE, [DRAFT_TEXT] = TKV_DRAFT_NGRAM};
+    for (int k = DRAFT_TREE; k <= DRAFT_TEXT; k++) { /* the tree first, as tkv_seq_draft itself would */
+        size_t n = 0;
+        if (tkv_seq_draft(s->ctx, sl->seq, &run->toks[sl->n_past], 1, sl->draft, ask, &n, source[k]) != TKV_OK) return;
+        if (!n) continue;
+        if (n >= (size_t)r->draft_min) sl->n_draft = n, sl->draft_src = k;
+        return;
+    }
 }
 
 /* Put sl's drafts, at most `take` of them, in the batch at n, right after its pending token (at n - 1). */
@@ -451,6 +472,43 @@ static size_t add_drafts(srv_sched *s, size_t n, slot *sl, size_t take) {
     sl->drafted = take;
     sl->in_batch += take;
     return n;
+}
+
+/* The chance that one of a request's drafts from source k is accepted once the one before it was: a geometric
+   count's estimate from its drafted steps (accepted drafts over accepted drafts and rejections), with two drafts'
+   worth of the source's prior, so that a request's first drafts are weighed at the prior and its own record soon
+   outweighs it. */
+static double draft_chance(const srv_run *run, int k) {
+    return (run->d_acc[k] + 2 * draft_prior[k]) / (run->d_acc[k] + run->d_rej[k] + 2);
+}
+
+/* Keep of this step's proposed drafts those worth their rows (draftcost.h): the step without them holds every
+   generating request's pending token and the prompt chunks that fit, and a draft goes in when the tokens it is
+   expected to add outweigh what its row adds to the step's time, as measured on the steps decoded so far. A
+   request left without drafts this step forgets a little of its record, so that it is tried again in a while. */
+static void choose_drafts(srv_sched *s) {
+    size_t gen = 0, prompt = 0, proposed = 0;
+    for (int i = 0; i < s->o.parallel; i++) {
+        const slot *sl = &s->slots[i];
+        if (!sl->req) continue;
+        if (generating(sl)) gen++;
+        else prompt += sl->run->n_toks - sl->n_past;
+        proposed += sl->n_draft;
+    }
+    if (proposed && !s->o.draft_always) {
+        const size_t rows = gen + (prompt < s->n_batch - gen ? prompt : s->n_batch - gen);
+        for (int i = 0; i < s->o.parallel; i++) {
+            const slot *sl = &s->slots[i];
+            s->cand[i] = (srv_draftcand){.n = sl->n_draft, .p = sl->n_draft ? draft_chance(sl->run, sl->draft_src) : 0};
+        }
+        srv_draft_choose(&s->cost, rows, gen, s->n_batch - rows, s->cand, (size_t)s->o.parallel);
+        for (int i = 0; i < s->o.parallel; i++) s->slots[i].n_draft = s->cand[i].take;
+    }
+    for (int i = 0; i < s->o.parallel; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->req && generating(sl) && !sl->n_draft && sl->req->draft_max > 0)
+            for (int k = DRAFT_TREE; k <= DRAFT_TEXT; k++) sl->run->d_acc[k] *= 0.99, sl->run->d_rej[k] *= 0.99;
+    }
 }
 
 /* Fill the batch: the next token of every generating request, each followed by its drafts while the batch has
@@ -571,8 +629,15 @@ typedef struct verifying {
 static bool verified(void *user, size_t i, tkv_token tok, const float *logits) {
     verifying *v = user;
     slot *sl = v->sl;
-    if (i == 0) sl->req->draft_n += (int)sl->drafted;
-    else sl->req->draft_n_accepted++, sl->run->accepted++; /* the token before it was its draft */
+    srv_run *run = sl->run;
+    const int k = sl->draft_src;
+    if (i == 0) { /* the record fades by a tenth per drafted step; a rejection until every draft is accepted */
+        sl->req->draft_n += (int)sl->drafted;
+        run->d_acc[k] *= 0.9, run->d_rej[k] = 0.9 * run->d_rej[k] + 1;
+    } else { /* the token before it was its draft */
+        sl->req->draft_n_accepted++, run->accepted++, run->d_acc[k]++;
+        if (i == sl->drafted) run->d_rej[k]--;
+    }
     sl->n_past = v->n_past + 1 + i; /* pending and the drafts accepted before this token */
     on_token(v->s, sl, tok, logits);
     return sl->req == v->r && sl->n_past == v->n_past + 1 + i; /* not ended, not shifted */
@@ -604,14 +669,18 @@ static bool step(srv_sched *s) {
         s->slots[i].n_draft = 0;
         if (s->slots[i].req) propose(s, &s->slots[i]);
     }
+    choose_drafts(s);
     size_t n = build(s);
     tkv_status st = TKV_ERR_FULL;
+    const double t0 = srv_now();
+    bool retried = false;
     while (n) {
         tkv_batch b = {n, s->b_tok, s->b_pos, s->b_seq, s->b_logits};
         st = tkv_decode(s->ctx, &b);
         if (st != TKV_ERR_FULL) break;
         if (!drop_drafts(s)) make_room(s);
         n = build(s);
+        retried = true;
     }
     if (!n) return false;
     if (st) { /* not a capacity problem: the requests in this batch cannot go on */
@@ -636,6 +705,9 @@ static bool step(srv_sched *s) {
         const float *logits = tkv_get_logits(s->ctx, (size_t)sl->logits_at);
         on_token(s, sl, tkv_sampler_sample(sl->run->smp, logits), logits);
     }
+    /* the step's cost by its rows, decode and sampling, for the next steps' drafts (a step that had to make
+       room first is not a fair figure) */
+    if (!retried) srv_stepcost_add(&s->cost, n, srv_now() - t0);
     return true;
 }
 
@@ -716,11 +788,12 @@ srv_sched *srv_sched_start(tkv_context *ctx, const srv_sched_opts *o, srv_metric
     s->slots = calloc((size_t)o->parallel, sizeof *s->slots);
     s->pslots = calloc((size_t)o->parallel, sizeof *s->pslots);
     s->pwait = calloc(o->max_queue ? o->max_queue : 1, sizeof *s->pwait);
+    s->cand = calloc((size_t)o->parallel, sizeof *s->cand);
     s->b_tok = malloc(s->n_batch * sizeof *s->b_tok);
     s->b_pos = malloc(s->n_batch * sizeof *s->b_pos);
     s->b_seq = malloc(s->n_batch * sizeof *s->b_seq);
     s->b_logits = malloc(s->n_batch * sizeof *s->b_logits);
-    if (!s->wait || !s->skipped || !s->slots || !s->pslots || !s->pwait || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits) goto fail;
+    if (!s->wait || !s->skipped || !s->slots || !s->pslots || !s->pwait || !s->cand || !s->b_tok || !s->b_pos || !s->b_seq || !s->b_logits) goto fail;
     for (int i = 0; i < o->parallel; i++) s->slots[i].seq = i;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->wake, NULL);
@@ -730,7 +803,7 @@ srv_sched *srv_sched_start(tkv_context *ctx, const srv_sched_opts *o, srv_metric
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->call_done);
 fail:
-    free(s->wait), free(s->skipped), free(s->slots), free(s->pslots), free(s->pwait);
+    free(s->wait), free(s->skipped), free(s->slots), free(s->pslots), free(s->pwait), free(s->cand);
     free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_logits);
     free(s);
     return NULL;
@@ -850,7 +923,7 @@ void srv_sched_free(srv_sched *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->wake);
     pthread_cond_destroy(&s->call_done);
-    free(s->wait), free(s->skipped), free(s->slots), free(s->pslots), free(s->pwait);
+    free(s->wait), free(s->skipped), free(s->slots), free(s->pslots), free(s->pwait), free(s->cand);
     free(s->b_tok), free(s->b_pos), free(s->b_seq), free(s->b_logits);
     free(s);
 }

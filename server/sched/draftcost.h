@@ -1,0 +1,73 @@
+/*
+ * draftcost.h — how many draft rows a step should carry, from what its rows
+ * cost on this machine and how likely each draft is to be accepted.
+ *
+ * A draft is one more row in the step's batch. While the step is bound by
+ * reading the weights (one sequence, or a few, on a large model) a row costs
+ * almost nothing and any draft that may be accepted pays; once the step is
+ * bound by arithmetic (several sequences on two cores) a row costs about
+ * what one more token of any sequence costs, so a draft pays only when it is
+ * nearly sure to be accepted, and a wrong one slows every sequence in the
+ * batch. Neither the model's size nor the machine's load is known in
+ * advance, so the step's cost by row count is learned from the steps
+ * decoded (srv_stepcost), and the drafts of a step are chosen to maximise
+ * the tokens it is expected to produce per second (srv_draft_choose).
+ *
+ * Pure functions, no threads: the scheduler (scheduler.c) owns one
+ * srv_stepcost and calls these on its thread; tests/server/test_draftcost.c
+ * holds them to a brute-force search over every choice.
+ */
+#ifndef TKV_SRV_SCHED_DRAFTCOST_H
+#define TKV_SRV_SCHED_DRAFTCOST_H
+
+#include <stddef.h>
+
+/* Steps of up to this many rows are measured; a step that would be larger carries no drafts. */
+#define SRV_STEPCOST_ROWS 64
+
+/* A size not measured for this many steps is measured again (its figure is forgotten): a figure taken in a
+   moment of load would otherwise keep the step from ever trying that size again. */
+#define SRV_STEPCOST_FORGET 1024
+
+/* Seconds per step by its rows: a moving average of the steps measured, with the step count at which each size
+   was last measured. Zero it to start. */
+typedef struct srv_stepcost {
+    double t[SRV_STEPCOST_ROWS + 1];      /* 0: that size not measured yet */
+    unsigned long at[SRV_STEPCOST_ROWS + 1];
+    unsigned long steps;                  /* steps recorded */
+} srv_stepcost;
+
+/* Record a step of `rows` rows that took `seconds` (rows 0 or beyond SRV_STEPCOST_ROWS, or seconds <= 0: only
+   counted). The first measurement of a size (or the first after it was forgotten) is taken as it is; later ones
+   move the average by a quarter, so a machine whose load changes is followed within a few steps. */
+void srv_stepcost_add(srv_stepcost *c, size_t rows, double seconds);
+
+/* What a step of `rows` rows is expected to cost. Each size's own figure is its average when measured within the
+   last SRV_STEPCOST_FORGET steps; else a straight line between the nearest sizes measured below and above it;
+   else, above the largest size measured, what that size cost (an optimistic guess that the first step of the new
+   size corrects). The cost is the least own figure of this size and every larger one: a larger step does not
+   cost less, so a smaller size measured higher than a larger one was measured in a moment of load, and a larger
+   size measured lower is tried, and so measured again, rather than avoided. 0 when no size of `rows` or fewer
+   is known, and beyond SRV_STEPCOST_ROWS. */
+double srv_stepcost_of(const srv_stepcost *c, size_t rows);
+
+/* A sequence's drafts as the choice sees them. */
+typedef struct srv_draftcand {
+    size_t n;     /* drafts proposed (each needs the ones before it) */
+    double p;     /* the chance that one draft is accepted once the one before it was: draft k (0-based) is
+                     accepted with probability p^(k+1) */
+    size_t take;  /* out: how many of them the step carries (0 .. n) */
+} srv_draftcand;
+
+/*
+ * Choose the drafts a step carries: `rows` rows are in it already (every generating sequence's pending token,
+ * and the prompt chunks), `tokens` of which produce a token (the generating ones); c[i] proposes c[i].n drafts.
+ * Sets every c[i].take so that the expected tokens per second, (tokens + the accepted drafts expected) /
+ * srv_stepcost_of(rows + the drafts), is the largest over every choice (a sequence's drafts taken in order, at
+ * most `room` in all); among equal choices the one with fewer rows. Returns the drafts taken in all.
+ * Nothing is taken when tokens is 0, when the step with one more row would pass SRV_STEPCOST_ROWS, or when no
+ * step of `rows` rows or fewer has been measured (the step is then decoded plain and measured).
+ */
+size_t srv_draft_choose(const srv_stepcost *cost, size_t rows, size_t tokens, size_t room, srv_draftcand *c, size_t n);
+
+#endif

@@ -1,0 +1,177 @@
+/*
+ * test_draftcost.c — the step's cost by rows and the choice of drafts (server/sched/draftcost.h), against a
+ * hand-computed model of the cost table and a brute-force search over every choice of drafts.
+ */
+#include "testutil.h"
+
+#include "sched/draftcost.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void close_to(double got, double want) {
+    if (!(fabs(got - want) <= 1e-12 * (fabs(want) + 1)))
+        fail_msg("got %.15g, want %.15g", got, want);
+}
+
+/* First figure as measured, then averages moving by a quarter; nothing for sizes out of range. */
+static void test_stepcost_average(void **state) {
+    (void)state;
+    srv_stepcost c = {0};
+    close_to(srv_stepcost_of(&c, 3), 0);
+    srv_stepcost_add(&c, 3, 0.010);
+    close_to(srv_stepcost_of(&c, 3), 0.010);
+    srv_stepcost_add(&c, 3, 0.030);
+    close_to(srv_stepcost_of(&c, 3), 0.010 + (0.030 - 0.010) / 4);
+    srv_stepcost_add(&c, 0, 1.0);                     /* ignored */
+    srv_stepcost_add(&c, SRV_STEPCOST_ROWS + 1, 1.0); /* ignored */
+    srv_stepcost_add(&c, 5, -1.0);                    /* ignored */
+    close_to(srv_stepcost_of(&c, 0), 0);
+    close_to(srv_stepcost_of(&c, SRV_STEPCOST_ROWS + 1), 0);
+    close_to(srv_stepcost_of(&c, 2), 0); /* nothing measured at or below 2 */
+    close_to(srv_stepcost_of(&c, 5), 0.015); /* above the largest measured: its figure */
+    close_to(srv_stepcost_of(&c, SRV_STEPCOST_ROWS), 0.015);
+}
+
+/* Between measured sizes a straight line, and no size costs more than a larger one: a smaller size measured
+   higher (a moment of load) is taken at the larger one's figure. */
+static void test_stepcost_interpolates(void **state) {
+    (void)state;
+    srv_stepcost c = {0};
+    srv_stepcost_add(&c, 2, 0.004);
+    srv_stepcost_add(&c, 6, 0.012);
+    srv_stepcost_add(&c, 10, 0.008);
+    close_to(srv_stepcost_of(&c, 3), 0.006); /* the line from 2 to 6 */
+    close_to(srv_stepcost_of(&c, 4), 0.008); /* the line says 0.010 at 5, but 10 rows cost 0.008 */
+    close_to(srv_stepcost_of(&c, 6), 0.008);
+    close_to(srv_stepcost_of(&c, 8), 0.008);
+    close_to(srv_stepcost_of(&c, 10), 0.008);
+    close_to(srv_stepcost_of(&c, 11), 0.008);
+    close_to(srv_stepcost_of(&c, 1), 0);
+    srv_stepcost_add(&c, 12, 0.020);
+    close_to(srv_stepcost_of(&c, 11), 0.014); /* the line from 10 to 12 */
+    for (size_t r = 2; r < SRV_STEPCOST_ROWS; r++)
+        assert_true(srv_stepcost_of(&c, r) <= srv_stepcost_of(&c, r + 1));
+}
+
+/* A figure not measured again within SRV_STEPCOST_FORGET steps is forgotten: the size is guessed again, and its
+   next measurement is taken as it is. */
+static void test_stepcost_forgets(void **state) {
+    (void)state;
+    srv_stepcost c = {0};
+    srv_stepcost_add(&c, 1, 0.002);
+    srv_stepcost_add(&c, 4, 0.100); /* a moment of load */
+    for (int i = 0; i < SRV_STEPCOST_FORGET; i++) srv_stepcost_add(&c, 1, 0.002);
+    close_to(srv_stepcost_of(&c, 4), 0.100); /* measured SRV_STEPCOST_FORGET steps ago: still known */
+    srv_stepcost_add(&c, 1, 0.002);
+    close_to(srv_stepcost_of(&c, 4), 0.002); /* forgotten: the largest size below it */
+    srv_stepcost_add(&c, 4, 0.003);
+    close_to(srv_stepcost_of(&c, 4), 0.003); /* taken as measured, not averaged with the old figure */
+}
+
+/* The model: expected tokens of a choice, and the best choice by trying every one. */
+static double expected(size_t tokens, const srv_draftcand *c, const size_t *take, size_t n) {
+    double e = (double)tokens;
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < take[i]; k++) e += pow(c[i].p, (double)(k + 1));
+    return e;
+}
+
+typedef struct best {
+    double rate;
+    size_t rows; /* drafts taken */
+} best;
+
+static void search(const srv_stepcost *cost, size_t rows, size_t tokens, size_t room, const srv_draftcand *c, size_t n,
+                   size_t i, size_t *take, size_t k, best *b) {
+    if (i == n) {
+        if (rows + k > SRV_STEPCOST_ROWS || k > room) return;
+        const double t = srv_stepcost_of(cost, rows + k);
+        if (!(t > 0)) return;
+        const double rate = expected(tokens, c, take, n) / t;
+        if (rate > b->rate * (1 + 1e-9) || (rate >= b->rate * (1 - 1e-9) && k < b->rows)) b->rate = rate, b->rows = k;
+        return;
+    }
+    for (take[i] = 0; take[i] <= c[i].n; take[i]++) search(cost, rows, tokens, room, c, n, i + 1, take, k + take[i], b);
+}
+
+static double urand(void) { return (double)rand() / RAND_MAX; }
+
+/* Random cost tables (bound by reading, by arithmetic, or noisy), random candidates: the choice's rate is the
+   best any choice reaches, with no more drafts than the fewest that reach it. */
+static void test_choose_is_best(void **state) {
+    (void)state;
+    const char *env = getenv("TKV_DRAFTCOST_SEED"); /* a failure names its seed; this repeats it */
+    const unsigned seed = env && *env ? (unsigned)strtoul(env, NULL, 0) : (unsigned)time(NULL);
+    srand(seed);
+    for (int trial = 0; trial < 3000; trial++) {
+        srv_stepcost cost = {0};
+        const double mem = 0.001 + urand() * 0.01, per_row = urand() * 0.004, noise = trial % 3 == 2 ? 0.3 : 0;
+        for (size_t r = 1; r <= SRV_STEPCOST_ROWS; r++)
+            if (rand() % 3) {
+                const double t = fmax(mem, per_row * (double)r) + 0.0002;
+                srv_stepcost_add(&cost, r, t * (1 + noise * (urand() - 0.5)));
+            }
+        srv_draftcand c[5];
+        const size_t n = 1 + (size_t)rand() % 5;
+        for (size_t i = 0; i < n; i++) {
+            c[i].n = (size_t)rand() % 5;
+            const int kind = rand() % 4;
+            c[i].p = kind == 0 ? 0.0 : kind == 1 ? 1.0 : urand();
+            c[i].take = 99;
+        }
+        const size_t tokens = (size_t)rand() % 6, rows = tokens + (size_t)rand() % 8 + (trial % 50 == 0 ? 60 : 0);
+        const size_t room = (size_t)rand() % 24;
+        const size_t got = srv_draft_choose(&cost, rows, tokens, room, c, n);
+        size_t take[5], sum = 0;
+        for (size_t i = 0; i < n; i++) {
+            assert_true(c[i].take <= c[i].n);
+            take[i] = c[i].take, sum += c[i].take;
+        }
+        assert_int_equal(got, sum);
+        if (!tokens || rows >= SRV_STEPCOST_ROWS || !(srv_stepcost_of(&cost, rows) > 0)) {
+            if (got) fail_msg("seed %u trial %d: drafts taken where none may be", seed, trial);
+            continue;
+        }
+        best b = {expected(tokens, c, (size_t[5]){0}, n) / srv_stepcost_of(&cost, rows), 0};
+        size_t scratch[5];
+        search(&cost, rows, tokens, room, c, n, 0, scratch, 0, &b);
+        const double rate = expected(tokens, c, take, n) / srv_stepcost_of(&cost, rows + sum);
+        if (!(rate >= b.rate * (1 - 1e-9)) || sum != b.rows)
+            fail_msg("seed %u (TKV_DRAFTCOST_SEED) trial %d: chose %zu drafts at %.9g tokens/s; the best is %zu at %.9g", seed, trial, sum,
+                     rate, b.rows, b.rate);
+    }
+}
+
+/* The two regimes the choice is for. A step bound by reading the weights (the same cost for 1 to 16 rows):
+   every draft that may be accepted rides along. A step bound by arithmetic (4 sequences, each row a fifth of the
+   step): a draft accepted one time in four is not worth its row, and a retry's sure drafts are. */
+static void test_choose_regimes(void **state) {
+    (void)state;
+    srv_stepcost mem = {0}, alu = {0};
+    for (size_t r = 1; r <= 16; r++) srv_stepcost_add(&mem, r, 0.010);
+    for (size_t r = 1; r <= SRV_STEPCOST_ROWS; r++) srv_stepcost_add(&alu, r, 0.002 + 0.002 * (double)r);
+    srv_draftcand c[1] = {{.n = 8, .p = 0.25}};
+    assert_int_equal(srv_draft_choose(&mem, 1, 1, 32, c, 1), 8);
+    assert_int_equal(srv_draft_choose(&mem, 1, 1, 5, c, 1), 5); /* within the batch's room */
+    srv_draftcand four[4] = {{.n = 8, .p = 0.25}, {.n = 8, .p = 0.25}, {.n = 8, .p = 0.25}, {.n = 8, .p = 0.25}};
+    assert_int_equal(srv_draft_choose(&alu, 4, 4, 32, four, 4), 0);
+    for (int i = 0; i < 4; i++) four[i].p = 1;
+    assert_int_equal(srv_draft_choose(&alu, 4, 4, 32, four, 4), 32); /* the step's fixed part shared by more */
+    for (int i = 0; i < 4; i++) assert_int_equal(four[i].take, 8);
+    srv_draftcand none[1] = {{.n = 8, .p = 0}};
+    assert_int_equal(srv_draft_choose(&mem, 1, 1, 32, none, 1), 0);
+    assert_int_equal(srv_draft_choose(&mem, 1, 0, 32, c, 1), 0); /* no generating row: nothing to draft for */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stepcost_average),     cmocka_unit_test(test_stepcost_interpolates),
+        cmocka_unit_test(test_stepcost_forgets),     cmocka_unit_test(test_choose_is_best),
+        cmocka_unit_test(test_choose_regimes),
+    };
+    return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
+}
