@@ -220,6 +220,16 @@ static void acts_for(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor
     *tag = (acts_tag){x, vdt};
 }
 
+/* This thread's rows [t0, t1) of x (n rows of w->ne0) quantized for w's product, as acts_for would quantize them:
+   called by every thread in the phase that wrote those rows, before the phase's closing barrier, so that the
+   product (the next to read x) finds them ready and does without a barrier of its own. Only in a phase that
+   follows a product's closing barrier (nothing reads f->xq any more). */
+static void acts_early(pass *P, acts_tag *tag, const tkv__tensor *w, const float *x, size_t t0, size_t t1) {
+    const size_t rs = tkv__ops_act_row_size(w->type, w->ne0);
+    if (t1 > t0) tkv__ops_quantize_acts(w->type, x + t0 * w->ne0, t1 - t0, w->ne0, P->f->xq + t0 * rs);
+    *tag = (acts_tag){x, tkv__quant_vec_dot_type(w->type)};
+}
+
 /* Rows [r0, r1) of y (n rows, ldy apart) = x W^T, x quantized at xq. */
 static void rows_of(const pass *P, const tkv__tensor *w, size_t r0, size_t r1, const void *xq, uint32_t n, float *y,
                     size_t ldy) {
@@ -492,9 +502,12 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
     tkv__fwd_matmul(P, ith, nth, tag, &L->w_gate, in, n, f->gate);
     tkv__fwd_matmul(P, ith, nth, tag, &L->w_up, in, n, f->up);
     tkv__pool_barrier(P->pool);
-    /* the activation, token by token; a single token's (generation) shared out in runs of 16 elements
-       (the SIMD width: each element goes through the same code whatever the thread count) */
-    const size_t per = n == 1 ? ((ff + 15) / 16 + (size_t)nth - 1) / (size_t)nth * 16 : ff;
+    /* the activation, token by token, each thread quantizing what it wrote for the down product (acts_early);
+       a single token's (generation) shared out in runs of whole activation blocks of Wdown, at least 16
+       elements (the SIMD width: each element goes through the same code whatever the thread count) */
+    const tkv__tensor *D = &L->w_down;
+    const size_t blk = tkv__quant_block_elems(tkv__quant_vec_dot_type(D->type)), unit = blk > 16 ? blk : 16;
+    const size_t per = n == 1 ? ((ff + unit - 1) / unit + (size_t)nth - 1) / (size_t)nth * unit : ff;
     const size_t e0 = n == 1 ? (size_t)ith * per : 0, e1 = n == 1 ? e0 + per : ff;
     for (size_t t = n == 1 ? 0 : t0; t < (n == 1 ? 1 : t1); t++) {
         const size_t a = e0 < ff ? e0 : ff, z = e1 < ff ? e1 : ff;
@@ -503,9 +516,15 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
         if (f->m->arch->gemma) tkv__ops_geglu(g, g, u, z - a);
         else tkv__ops_swiglu(g, g, u, z - a);
     }
-    tag->src = NULL;
+    if (n == 1) { /* this thread's blocks of the one row */
+        const size_t a = e0 < ff ? e0 : ff, z = e1 < ff ? e1 : ff;
+        if (z > a) tkv__ops_quantize_acts(D->type, f->gate + a, 1, z - a, f->xq + tkv__ops_act_row_size(D->type, a));
+        *tag = (acts_tag){f->gate, tkv__quant_vec_dot_type(D->type)};
+    } else {
+        acts_early(P, tag, D, f->gate, t0, t1);
+    }
     tkv__pool_barrier(P->pool);
-    tkv__fwd_matmul(P, ith, nth, tag, &L->w_down, f->gate, n, y);
+    tkv__fwd_matmul(P, ith, nth, tag, D, f->gate, n, y);
     tkv__pool_barrier(P->pool);
 }
 
@@ -609,7 +628,9 @@ static void per_layer_branch(pass *P, int ith, int nth, uint32_t l, acts_tag *ta
     tkv__pool_barrier(P->pool);
 }
 
-static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
+/* One layer, all threads. False when the abort flag (set by thread 0 before the call) stopped it: every thread
+   reads the flag after the same barrier, so all of them stop at the same layer. */
+static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tkv__fwd *f = P->f;
     const tkv_model *m = f->m;
     const tkv_hparams *hp = &m->hp;
@@ -627,8 +648,11 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     if (arch->pre_norms)
         for (size_t t = t0; t < t1; t++)
             tkv__ops_rmsnorm(f->h + t * f->n_embd, f->x + t * f->n_embd, attn_norm, f->n_embd, hp->rms_eps);
-    tag->src = NULL;
+    /* attention's first product is Wq's, over attn_in: its activations now, by the same tokens */
+    if ((tkv__layer_kind)m->ext.kind[l] == TKV__LAYER_ATTN) acts_early(P, tag, &L->wq, attn_in, t0, t1);
+    else tag->src = NULL;
     tkv__pool_barrier(P->pool);
+    if (atomic_load(&P->aborted)) return false;
 
     switch ((tkv__layer_kind)m->ext.kind[l]) {
     case TKV__LAYER_SHORTCONV: tkv__fwd_conv_mixer(P, ith, nth, l, tag, attn_in); break;
@@ -638,6 +662,8 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     case TKV__LAYER_ATTN: tkv__fwd_attn_mixer(P, ith, nth, l, tag, attn_in); break;
     }
     const float rs = m->ext.residual_scale; /* granite: each block's output is scaled before the add */
+    const float *ffn_in = arch->pre_norms ? f->h : f->x;
+    const bool moe = arch->moe && l >= f->m->ext.moe.n_dense_lead;
     for (size_t t = t0; t < t1; t++) {
         float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
         if (L->bo.data) tkv__fwd_add_bias(y, &L->bo, f->n_embd);
@@ -649,13 +675,14 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         /* h = rmsnorm(x) * ffn_norm */
         if (arch->pre_norms && !arch->one_block) tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
     }
-    tag->src = NULL;
+    /* the dense FFN's first product is Wgate's, over ffn_in: its activations now, by the same tokens */
+    if (!arch->one_block && !moe && !L->pre_norm_2.data) acts_early(P, tag, &L->w_gate, ffn_in, t0, t1);
+    else tag->src = NULL;
     tkv__pool_barrier(P->pool);
-    if (arch->one_block) return; /* nemotron_h: the layer was its mixer */
+    if (arch->one_block) return true; /* nemotron_h: the layer was its mixer */
 
     /* x = x + (silu(h Wgate) * (h Wup)) Wdown   gate, up: (n, n_ff) */
-    const float *ffn_in = arch->pre_norms ? f->h : f->x;
-    if (arch->moe && l >= f->m->ext.moe.n_dense_lead) {
+    if (moe) {
         moe_ffn(P, ith, nth, L, tag, ffn_in, ffn_in, f->tmp);
         if (L->sh_gate.data) { /* tmp += sigmoid(h . Wshgate) shared_expert(h)   (qwen35moe) */
             tkv__fwd_matmul(P, ith, nth, tag, &L->sh_gate, ffn_in, n, f->shg);
@@ -678,6 +705,7 @@ static void layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     }
     tkv__pool_barrier(P->pool);
     if (arch->per_layer_input) per_layer_branch(P, ith, nth, l, tag);
+    return true;
 }
 
 static void pass_task(void *arg, int ith, int nth) {
@@ -705,11 +733,9 @@ static void pass_task(void *arg, int ith, int nth) {
     tkv__pool_barrier(P->pool);
     if (m->ext.n_pli) per_layer_inputs(P, ith, nth, &tag);
 
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) { /* every layer ends on a barrier */
         if (ith == 0 && P->abort_cb && P->abort_cb(P->abort_user)) atomic_store(&P->aborted, true);
-        tkv__pool_barrier(P->pool);
-        if (atomic_load(&P->aborted)) return;
-        layer_pass(P, ith, nth, l, &tag);
+        if (!layer_pass(P, ith, nth, l, &tag)) return;
     }
 
     /* logits = (rmsnorm(x) * output_norm) Wout, for the tokens asked   (n_out, n_vocab) */
