@@ -161,7 +161,7 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
         f->router = tkv__malloc(B * md->n_expert * sizeof(float));
         f->chosen = tkv__malloc(B * md->n_used * sizeof(uint32_t));
         f->chosen_w = tkv__malloc(B * md->n_used * sizeof(float));
-        f->rows = tkv__malloc(B * sizeof(uint32_t));
+        f->rows = tkv__malloc(((size_t)B * md->n_used + md->n_expert + 1) * sizeof(uint32_t));
         f->ex = tkv__malloc(B * f->n_embd * sizeof(float));
         f->eg = tkv__malloc(R * md->n_ff * sizeof(float));
         f->eu = tkv__malloc(R * md->n_ff * sizeof(float));
@@ -459,17 +459,26 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
         memset(y + t * f->n_embd, 0, f->n_embd * sizeof(float));
     }
     tkv__pool_barrier(P->pool);
+    uint32_t *first = f->rows + (size_t)f->n_batch * K; /* (E + 1) */
+    if (ith == 0) { /* the choices grouped by expert, tokens in order, for every thread to read */
+        uint32_t at = 0;
+        for (uint32_t e = 0; e < E; e++) {
+            first[e] = at;
+            for (uint32_t t = 0; t < n; t++)
+                for (uint32_t k = 0; k < K; k++)
+                    if (f->chosen[t * K + k] == e) f->rows[at++] = t * K + k;
+        }
+        first[E] = at;
+    }
+    tkv__pool_barrier(P->pool);
     for (uint32_t e = 0; e < E; e++) {
-        /* the tokens that chose e, in order (every thread finds the same list) */
-        uint32_t ne = 0;
-        for (uint32_t t = 0; t < n; t++)
-            for (uint32_t k = 0; k < K; k++)
-                if (f->chosen[t * K + k] == e) f->rows[ne++] = t * K + k;
+        const uint32_t *rows = f->rows + first[e]; /* the tokens that chose e */
+        const uint32_t ne = first[e + 1] - first[e];
         if (!ne) continue;
         size_t r0, r1;
         tkv__split(ne, ith, nth, &r0, &r1);
         for (size_t r = r0; r < r1; r++)
-            memcpy(f->ex + r * f->n_embd, in + (size_t)(f->rows[r] / K) * f->n_embd, f->n_embd * sizeof(float));
+            memcpy(f->ex + r * f->n_embd, in + (size_t)(rows[r] / K) * f->n_embd, f->n_embd * sizeof(float));
         tag->src = NULL;
         tkv__pool_barrier(P->pool);
         const tkv__tensor gate = expert_rows(L, md->n_ff, e, false), up = expert_rows(L, md->n_ff, e, true);
@@ -484,7 +493,7 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
         tkv__pool_barrier(P->pool);
         /* y[t] += w ey: a token appears once per expert, so threads never share a row */
         for (size_t r = r0; r < r1; r++)
-            expert_add(f, L, e, f->chosen_w[f->rows[r]], f->ey + r * f->n_embd, y + (size_t)(f->rows[r] / K) * f->n_embd,
+            expert_add(f, L, e, f->chosen_w[rows[r]], f->ey + r * f->n_embd, y + (size_t)(rows[r] / K) * f->n_embd,
                        0, f->n_embd);
         tkv__pool_barrier(P->pool);
     }
@@ -703,7 +712,10 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_ffn_norm.data, f->n_embd, hp->rms_eps);
         for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
     }
-    tkv__pool_barrier(P->pool);
+    /* The next layer begins with its norm (and its first product's activations) over this thread's own tokens
+       of x, which this thread just wrote: no barrier until that phase's own. The per-layer branch and the
+       output norm read other threads' tokens. */
+    if (arch->per_layer_input || l + 1 == hp->n_layer) tkv__pool_barrier(P->pool);
     if (arch->per_layer_input) per_layer_branch(P, ith, nth, l, tag);
     return true;
 }
@@ -733,7 +745,7 @@ static void pass_task(void *arg, int ith, int nth) {
     tkv__pool_barrier(P->pool);
     if (m->ext.n_pli) per_layer_inputs(P, ith, nth, &tag);
 
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) { /* every layer ends on a barrier */
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) { /* thread 0 sets the flag, layer_pass reads it after a barrier */
         if (ith == 0 && P->abort_cb && P->abort_cb(P->abort_user)) atomic_store(&P->aborted, true);
         if (!layer_pass(P, ith, nth, l, &tag)) return;
     }

@@ -21,7 +21,8 @@ struct tkv__fwd {
     float *router;               /* (n_batch, n_expert) */
     uint32_t *chosen;            /* (n_batch, n_used) experts */
     float *chosen_w;             /* (n_batch, n_used) their weights */
-    uint32_t *rows;              /* (n_batch) tokens routed to the expert at hand, and their slot */
+    uint32_t *rows;              /* (n_batch n_used + n_expert + 1) every choice (token t, slot k: t n_used + k)
+                                    grouped by expert, tokens in order, then each expert's first index */
     float *ex, *eg, *eu, *ey;    /* (n_batch, n_embd), (R, n_ff_exp) x2, (R, n_embd): R = max(n_batch,
                                     n_used), one batch's rows of an expert or one token's experts */
     uint32_t n_batch;
