@@ -164,7 +164,7 @@ void tkv__gemm_iq1_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const 
 void tkv__gemm_iq1_m_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 
-/* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K and Q6_K products over packed rows
+/* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K, Q5_K and Q6_K products over packed rows
    (compute/quant/repack.h, groups gs apart), and compute/x86/avx2/packed_q8_0_k.c: the packed entries
    (kernels.h's `packed`: one token read straight from the groups, more through these) */
 void tkv__gemm_q8_0_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -175,11 +175,15 @@ void tkv__gemm_q4_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, c
                                 float *y, size_t ldy);
 void tkv__packed_q4_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+void tkv__gemm_q5_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                                float *y, size_t ldy);
+void tkv__packed_q5_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
 void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                 float *y, size_t ldy);
 void tkv__packed_q6_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-/* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K and Q6_K products over packed rows
+/* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K, Q5_K and Q6_K products over packed rows
    (compute/quant/repack.h, groups gs apart), and compute/x86/avx512/packed_q8_0_k.c: the packed entries
    (kernels.h's `packed`: one token read straight from the groups, more through these) */
 void tkv__gemm_q8_0_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -189,6 +193,10 @@ void tkv__packed_q8_0_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
 void tkv__gemm_q4_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                   float *y, size_t ldy);
 void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+void tkv__gemm_q5_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                                  float *y, size_t ldy);
+void tkv__packed_q5_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 void tkv__gemm_q6_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                   float *y, size_t ldy);

@@ -1,6 +1,6 @@
 /*
  * compute/x86/avx512/packed_q8_0_k.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q4_K and Q6_K
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q4_K, Q5_K and Q6_K
  * at the avx512 level, bit for bit the level's vec_dots (compute/x86/avx512/kernels.c).
  *
  * One token (generation): each group of 16 rows is read once, in order,
@@ -111,15 +111,16 @@ static inline __m512i pick_words(__m512i sc, int g) {
     return _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)g), hi), sc);
 }
 
-/* One group of Q4_K rows, one token (its nb Q8_K blocks at ya). */
-static void q4k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
-    enum { BS = sizeof(tkv__block_q4_K), QBS = sizeof(tkv__block_q8_K) };
+/* One group of Q4_K (five: Q5_K) rows, one token (its nb Q8_K blocks at ya). */
+INLINE void q45k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow, int five) {
+    enum { QBS = sizeof(tkv__block_q8_K) };
+    const size_t bs = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
     __m512 acc[PAIRS];
     float accm[G] = {0};
     for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
     for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
         float yd;
         memcpy(&yd, yb, sizeof yd);
         /* the token's bsums as 8 pairs, for the mins term */
@@ -129,7 +130,12 @@ static void q4k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
         for (int c = 0; c < 8; c++) yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
         UNROLL
         for (int p = 0; p < PAIRS; p++) {
-            const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)(blk + 2 * p * BS), *b = a + 1;
+            /* d, dmin and scales sit at the same place in Q5_K */
+            const uint8_t *ra = blk + 2 * p * bs, *rb = ra + bs;
+            const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)ra, *b = (const tkv__block_q4_K *)(const void *)rb;
+            const tkv__block_q5_K *a5 = (const tkv__block_q5_K *)(const void *)ra, *b5 = (const tkv__block_q5_K *)(const void *)rb;
+            const uint8_t *qa = five ? a5->qs : a->qs, *qb = five ? b5->qs : b->qs;
+            __m512i h = five ? halves_epi(LOAD256(a5->qh), LOAD256(b5->qh)) : _mm512_setzero_si512();
             alignas(16) uint8_t sa[16], sb[16];
             tkv__quant_k4_unpack(a->scales, sa);
             tkv__quant_k4_unpack(b->scales, sb);
@@ -139,8 +145,13 @@ static void q4k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
             __m512i s = _mm512_setzero_si512();
             UNROLL
             for (int c = 0; c < 4; c++) {
-                const __m512i q = halves_epi(LOAD256(a->qs + 32 * c), LOAD256(b->qs + 32 * c));
-                const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                const __m512i q = halves_epi(LOAD256(qa + 32 * c), LOAD256(qb + 32 * c));
+                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                if (five) { /* bits 2c and 2c + 1 of qh[l]: bit 4 of elements 64c + l and 64c + 32 + l */
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(h, one), 4));
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 1), one), 4));
+                    h = _mm512_srli_epi16(h, 2);
+                }
                 s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(lo, yv[2 * c]), pick_words(sc, 2 * c));
                 s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(hi, yv[2 * c + 1]), pick_words(sc, 2 * c + 1));
             }
@@ -161,6 +172,14 @@ static void q4k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
     alignas(64) float o[G];
     _mm512_store_ps(o, group_sums(acc));
     for (size_t k = 0; k < nrow && k < G; k++) out[k] = o[k] - accm[k];
+}
+
+static void q4k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    q45k_group(g, nb, ya, out, nrow, 0);
+}
+
+static void q5k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    q45k_group(g, nb, ya, out, nrow, 1);
 }
 
 /* One group of Q6_K rows, one token. */
@@ -200,6 +219,12 @@ void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
                              float *y, size_t ldy) {
     if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q4_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
     else by_token(q4k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_q5_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q5_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q5k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 void tkv__packed_q6_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
