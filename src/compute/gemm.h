@@ -183,6 +183,13 @@ void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, c
                                 float *y, size_t ldy);
 void tkv__packed_q6_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+/* compute/x86/avx2/kernels.c's IQ4_XS vec_dot (the avx512 table's too) and the two levels' IQ4_XS
+   products over packed rows (packed_q8_0_k.c: every batch per token, neither level has a tiled one) */
+float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a);
+void tkv__packed_iq4_xs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+void tkv__packed_iq4_xs_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                               size_t n_tok, float *y, size_t ldy);
 /* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K, Q5_K and Q6_K products over packed rows
    (compute/quant/repack.h, groups gs apart), and compute/x86/avx512/packed_q8_0_k.c: the packed entries
    (kernels.h's `packed`: one token read straight from the groups, more through these) */

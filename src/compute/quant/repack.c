@@ -21,6 +21,7 @@ typedef enum pack_kind {
 static const pack_kind kinds[TKV_TYPE_COUNT] = {
     [TKV_TYPE_Q4_0] = PACK_TRANSPOSED,   [TKV_TYPE_IQ4_NL] = PACK_TRANSPOSED, [TKV_TYPE_Q8_0] = PACK_INTERLEAVED,
     [TKV_TYPE_Q4_K] = PACK_INTERLEAVED, [TKV_TYPE_Q5_K] = PACK_INTERLEAVED, [TKV_TYPE_Q6_K] = PACK_INTERLEAVED,
+    [TKV_TYPE_IQ4_XS] = PACK_INTERLEAVED,
 };
 
 static pack_kind kind_of(tkv_type type) {

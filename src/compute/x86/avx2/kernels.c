@@ -196,7 +196,7 @@ static float dot_mxfp4(size_t n, const void *w, const void *a) {
  * 8-lane integer sum per super-block; then, as the reference does, one fma
  * of its float scale per super-block and lane.
  */
-static float dot_iq4_xs(size_t n, const void *w, const void *a) {
+float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq4_xs *x = w;
     const tkv__block_q8_K *y = a;
     const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
@@ -748,7 +748,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q5_0] = dot_q5_0,
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx2,
             [TKV_TYPE_MXFP4] = dot_mxfp4,
-            [TKV_TYPE_IQ4_XS] = dot_iq4_xs,
+            [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_avx2,
             [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2,
             [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
             [TKV_TYPE_TQ1_0] = dot_tq1_0,
@@ -794,6 +794,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx2, /* compute/x86/avx2/packed_q8_0_k.c */
             [TKV_TYPE_Q4_K] = tkv__packed_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__packed_q5_K_avx2,
+            [TKV_TYPE_IQ4_XS] = tkv__packed_iq4_xs_avx2,
             [TKV_TYPE_Q6_K] = tkv__packed_q6_K_avx2,
         },
     .lanes =

@@ -177,6 +177,36 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
     for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
 }
 
+/* ==== IQ4_XS ======================================================================== */
+
+/* The first nk rows of a group of IQ4_XS rows, one token (its nb Q8_K blocks at ya). */
+static void iq4xs_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
+    enum { BS = sizeof(tkv__block_iq4_xs), QBS = sizeof(tkv__block_q8_K) };
+    __m256 acc[G];
+    for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
+    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        for (int k = 0; k < nk; k++) {
+            const tkv__block_iq4_xs *x = (const tkv__block_iq4_xs *)(const void *)(blk + (size_t)k * BS);
+            /* the 8 sub-block scales as words in both lanes: set1_epi16 of each is one vpshufb */
+            const __m256i s16 = _mm256_broadcastsi128_si256(iq4xs_scales(x));
+            __m256i sumi = _mm256_setzero_si256();
+            UNROLL
+            for (int b = 0; b < 8; b++) {
+                const __m256i q = _mm256_shuffle_epi8(book, nibbles32(x->qs + 16 * b));
+                const __m256i yq = LOAD256(yb + Q8K_QS + 32 * b);
+                const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pairs, _mm256_shuffle_epi8(s16, word_pick(b))));
+            }
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(f16(x->d) * yd), _mm256_cvtepi32_ps(sumi), acc[k]);
+        }
+    }
+    for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
+}
+
 /* ==== the entries ===================================================================== */
 
 typedef void rows_fn(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out);
@@ -210,6 +240,14 @@ void tkv__packed_q6_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const 
                            float *y, size_t ldy) {
     if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q6_K_packed_avx2(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
     else by_token(q6k_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+/* Every batch per token: the level has no tiled IQ4_XS product (over the
+   file's rows a batch runs the vec_dot per row and token), and per token
+   the group comes from cache after the first. */
+void tkv__packed_iq4_xs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    by_token(iq4xs_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 #endif

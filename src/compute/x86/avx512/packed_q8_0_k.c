@@ -233,4 +233,52 @@ void tkv__packed_q6_K_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
     else by_token(q6k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
+/* ==== IQ4_XS ======================================================================== */
+
+/*
+ * One group of IQ4_XS rows, one token. Per sub-block and row pair the
+ * vec_dot's products (|q| by maddubs with the token's quants signed as q),
+ * then its scale by vpdpwssd: the same 8 integer lanes per row.
+ */
+static void iq4xs_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    enum { BS = sizeof(tkv__block_iq4_xs), QBS = sizeof(tkv__block_q8_K) };
+    __m512 acc[PAIRS];
+    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    const __m512i book = _mm512_broadcast_i32x4(LOAD128(tkv__iq4nl_values)), m4 = _mm512_set1_epi8(0x0f);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        __m512i yv[8];
+        UNROLL
+        for (int c = 0; c < 8; c++) yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
+        for (int p = 0; p < PAIRS; p++) {
+            const tkv__block_iq4_xs *a = (const tkv__block_iq4_xs *)(const void *)(blk + 2 * p * BS), *b = a + 1;
+            /* words 0-7: a's sub-block scales, 16-23: b's */
+            const __m512i sc = halves_epi(_mm256_zextsi128_si256(iq4xs_scales(a)), _mm256_zextsi128_si256(iq4xs_scales(b)));
+            __m512i s = _mm512_setzero_si512();
+            UNROLL
+            for (int c = 0; c < 8; c++) {
+                /* [a's 16 bytes, twice | b's, twice]; the low nibbles in 128-bit lanes 0 and 2, the high in 1 and 3 */
+                const __m512i raw = halves_epi(_mm256_broadcastsi128_si256(LOAD128(a->qs + 16 * c)),
+                                               _mm256_broadcastsi128_si256(LOAD128(b->qs + 16 * c)));
+                const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(raw, 0xff00ff00u, raw, 4), m4);
+                const __m512i q = _mm512_shuffle_epi8(book, nib);
+                /* the codebook has no 0, so vpsignb's token quants are these */
+                const __m512i ys = _mm512_mask_sub_epi8(yv[c], _mm512_movepi8_mask(q), _mm512_setzero_si512(), yv[c]);
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(_mm512_abs_epi8(q), ys), pick_words(sc, c));
+            }
+            const __m512 d = halves_ps(f16(a->d) * yd, f16(b->d) * yd);
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+        }
+    }
+    store_group(acc, out, nrow);
+}
+
+/* Every batch per token, as at avx2 (no tiled IQ4_XS product). */
+void tkv__packed_iq4_xs_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                               float *y, size_t ldy) {
+    by_token(iq4xs_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
 #endif
