@@ -183,6 +183,24 @@ void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, c
                                 float *y, size_t ldy);
 void tkv__packed_q6_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+/* compute/x86/avx2/gemm_q2_q3_k.c and compute/x86/avx512/gemm_q2_q3_k.c: the tiled Q2_K and Q3_K products
+   over packed rows, and the two levels' packed entries (packed_q8_0_k.c: one and two tokens from the groups) */
+void tkv__gemm_q2_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                                float *y, size_t ldy);
+void tkv__gemm_q3_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                                float *y, size_t ldy);
+void tkv__packed_q2_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__packed_q3_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q2_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy);
+void tkv__gemm_q3_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy);
+void tkv__packed_q2_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+void tkv__packed_q3_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
 /* compute/x86/avx2/kernels.c's IQ4_XS vec_dot (the avx512 table's too) and the two levels' IQ4_XS
    products over packed rows (packed_q8_0_k.c: every batch per token, neither level has a tiled one) */
 float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a);

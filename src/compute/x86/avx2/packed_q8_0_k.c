@@ -23,6 +23,7 @@
  */
 #include "compute/gemm.h"
 #include "util.h"
+#include "compute/x86/q2_q3_k.h"
 #include "compute/quant/quant.h"
 #include "compute/quant/repack.h"
 
@@ -177,6 +178,43 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
     for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
 }
 
+/* ==== Q2_K / Q3_K ==================================================================== */
+
+/* The first nk rows of a group of Q2_K (three: Q3_K) rows, one token: per block the vec_dot's fmas (Q2_K's mins first). */
+INLINE void q23k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out, int three) {
+    enum { QBS = sizeof(tkv__block_q8_K) };
+    const size_t bs = three ? sizeof(tkv__block_q3_K) : sizeof(tkv__block_q2_K);
+    __m256 acc[G];
+    for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        const __m256i bsums = LOAD256(yb + Q8K_BSUMS);
+        for (int k = 0; k < nk; k++) {
+            const uint8_t *x = blk + (size_t)k * bs;
+            if (three) {
+                const tkv__block_q3_K *x3 = (const tkv__block_q3_K *)(const void *)x;
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x3->d)), _mm256_cvtepi32_ps(tkv__q3k_lanes(x3, yb + Q8K_QS)), acc[k]);
+            } else {
+                const tkv__block_q2_K *x2 = (const tkv__block_q2_K *)(const void *)x;
+                const __m256i prod = _mm256_madd_epi16(tkv__q2k_mins(x), bsums);
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(-yd * f16(x2->dmin)), _mm256_cvtepi32_ps(prod), acc[k]);
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x2->d)), _mm256_cvtepi32_ps(tkv__q2k_lanes(x2, yb + Q8K_QS)), acc[k]);
+            }
+        }
+    }
+    for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
+}
+
+static void q2k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
+    q23k_rows(g, nb, nk, ya, out, 0);
+}
+
+static void q3k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
+    q23k_rows(g, nb, nk, ya, out, 1);
+}
+
 /* ==== IQ4_XS ======================================================================== */
 
 /* The first nk rows of a group of IQ4_XS rows, one token (its nb Q8_K blocks at ya). */
@@ -240,6 +278,18 @@ void tkv__packed_q6_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const 
                            float *y, size_t ldy) {
     if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q6_K_packed_avx2(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
     else by_token(q6k_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_q2_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q2_K_packed_avx2(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q2k_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_q3_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q3_K_packed_avx2(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q3k_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 /* Every batch per token: the level has no tiled IQ4_XS product (over the

@@ -355,6 +355,8 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q4_K] = tkv__packed_q4_K_avx512,
             [TKV_TYPE_Q5_K] = tkv__packed_q5_K_avx512,
             [TKV_TYPE_IQ4_XS] = tkv__packed_iq4_xs_avx512,
+            [TKV_TYPE_Q2_K] = tkv__packed_q2_K_avx512,
+            [TKV_TYPE_Q3_K] = tkv__packed_q3_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__packed_q6_K_avx512,
         },
     .lanes =

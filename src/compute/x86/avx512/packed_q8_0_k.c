@@ -25,6 +25,7 @@
  */
 #include "compute/gemm.h"
 #include "util.h"
+#include "compute/x86/q2_q3_k.h"
 #include "compute/quant/quant.h"
 #include "compute/quant/repack.h"
 
@@ -182,14 +183,22 @@ static void q5k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
     q45k_group(g, nb, ya, out, nrow, 1);
 }
 
+/*
+ * Words [2c x 8 | 2c + 1 x 8 | 16 + 2c x 8 | 17 + 2c x 8] of sc (row a's 16
+ * group scales at words 0-15, row b's at 16-31): the scales of chunk c's
+ * groups 2c (lanes 0-3 of each row) and 2c + 1 (lanes 4-7).
+ */
+static inline __m512i group_pairs(__m512i sc, int c) {
+    const __m512i idx0 = _mm512_set_epi16(17, 17, 17, 17, 17, 17, 17, 17, 16, 16, 16, 16, 16, 16, 16, 16, /**/
+                                          1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_epi16(_mm512_add_epi16(idx0, _mm512_set1_epi16((short)(2 * c))), sc);
+}
+
 /* One group of Q6_K rows, one token. */
 static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
     enum { BS = sizeof(tkv__block_q6_K), QBS = sizeof(tkv__block_q8_K) };
     __m512 acc[PAIRS];
     for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
-    /* chunk s of 32 elements: groups 2s (lanes 0-3 of each half) and 2s + 1 (4-7) */
-    const __m512i idx0 = _mm512_set_epi16(17, 17, 17, 17, 17, 17, 17, 17, 16, 16, 16, 16, 16, 16, 16, 16, /**/
-                                          1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
         float yd;
@@ -205,8 +214,8 @@ static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
             q6k_quants(b->ql, b->qh, qb);
             UNROLL
             for (int c = 0; c < 8; c++) {
-                const __m512i scc = _mm512_permutexvar_epi16(_mm512_add_epi16(idx0, _mm512_set1_epi16((short)(2 * c))), sc);
-                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(halves_epi(qa[c], qb[c]), BCAST256(yb + Q8K_QS + 32 * c)), scc);
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(halves_epi(qa[c], qb[c]), BCAST256(yb + Q8K_QS + 32 * c)),
+                                        group_pairs(sc, c));
             }
             const __m512 d = halves_ps(yd * f16(a->d), yd * f16(b->d));
             acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
@@ -231,6 +240,91 @@ void tkv__packed_q6_K_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
                              float *y, size_t ldy) {
     if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q6_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
     else by_token(q6k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+/* ==== Q2_K / Q3_K ==================================================================== */
+
+/*
+ * One group of Q2_K (three: Q3_K) rows, one token: per quarter-chunk and row
+ * pair the vec_dot's pairs (compute/x86/q2_q3_k.h's lanes: Q3_K's |q| by the
+ * token's quants signed as q), then the sub-blocks' scales by vpdpwssd; per
+ * block its fmas in its order (Q2_K's mins first).
+ */
+INLINE void q23k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow, int three) {
+    enum { QBS = sizeof(tkv__block_q8_K) };
+    const size_t bs = three ? sizeof(tkv__block_q3_K) : sizeof(tkv__block_q2_K);
+    __m512 acc[PAIRS];
+    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        __m512i yv[8];
+        UNROLL
+        for (int c = 0; c < 8; c++) yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
+        const __m512i bsums = BCAST256(yb + Q8K_BSUMS);
+        for (int p = 0; p < PAIRS; p++) {
+            const uint8_t *ra = blk + 2 * p * bs, *rb = ra + bs;
+            const tkv__block_q2_K *a2 = (const tkv__block_q2_K *)(const void *)ra, *b2 = (const tkv__block_q2_K *)(const void *)rb;
+            const tkv__block_q3_K *a3 = (const tkv__block_q3_K *)(const void *)ra, *b3 = (const tkv__block_q3_K *)(const void *)rb;
+            __m512i sc, hm = _mm512_setzero_si512();
+            float da, db;
+            if (three) {
+                sc = halves_epi(tkv__q3k_scales16(a3->scales), tkv__q3k_scales16(b3->scales));
+                hm = halves_epi(LOAD256(a3->hmask), LOAD256(b3->hmask));
+                da = f16(a3->d), db = f16(b3->d);
+            } else {
+                const __m128i m4 = _mm_set1_epi8(0x0f);
+                sc = halves_epi(_mm256_cvtepu8_epi16(_mm_and_si128(LOAD128(a2->scales), m4)),
+                                _mm256_cvtepu8_epi16(_mm_and_si128(LOAD128(b2->scales), m4)));
+                const __m512i prod = _mm512_madd_epi16(halves_epi(tkv__q2k_mins(ra), tkv__q2k_mins(rb)), bsums);
+                acc[p] = _mm512_fmadd_ps(halves_ps(-yd * f16(a2->dmin), -yd * f16(b2->dmin)), _mm512_cvtepi32_ps(prod), acc[p]);
+                da = f16(a2->d), db = f16(b2->d);
+            }
+            const uint8_t *qa = three ? a3->qs : a2->qs, *qb = three ? b3->qs : b2->qs;
+            __m512i s = _mm512_setzero_si512();
+            UNROLL
+            for (int c = 0; c < 2; c++) {
+                const __m512i bits = halves_epi(LOAD256(qa + 32 * c), LOAD256(qb + 32 * c));
+                UNROLL
+                for (int j = 0; j < 4; j++) {
+                    const int gq = 4 * c + j; /* elements 32 gq .. 32 gq + 31: sub-blocks 2 gq, 2 gq + 1 */
+                    __m512i q = _mm512_and_si512(_mm512_srli_epi16(bits, 2 * j), m3), pairs;
+                    if (three) { /* q - 4 where the hmask bit is clear; a 0 q's product is 0 either way */
+                        q = _mm512_mask_sub_epi8(q, _mm512_testn_epi8_mask(hm, _mm512_set1_epi8((char)(1 << gq))), q, four);
+                        const __m512i ys = _mm512_mask_sub_epi8(yv[gq], _mm512_movepi8_mask(q), _mm512_setzero_si512(), yv[gq]);
+                        pairs = _mm512_maddubs_epi16(_mm512_abs_epi8(q), ys);
+                    } else {
+                        pairs = _mm512_maddubs_epi16(q, yv[gq]);
+                    }
+                    s = _mm512_dpwssd_epi32(s, pairs, group_pairs(sc, gq));
+                }
+            }
+            acc[p] = _mm512_fmadd_ps(halves_ps(yd * da, yd * db), _mm512_cvtepi32_ps(s), acc[p]);
+        }
+    }
+    store_group(acc, out, nrow);
+}
+
+static void q2k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    q23k_group(g, nb, ya, out, nrow, 0);
+}
+
+static void q3k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    q23k_group(g, nb, ya, out, nrow, 1);
+}
+
+void tkv__packed_q2_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q2_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q2k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_q3_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q3_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q3k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 /* ==== IQ4_XS ======================================================================== */
