@@ -351,7 +351,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
         {
             [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx512,
             [TKV_TYPE_IQ4_NL] = tkv__packed_iq4_nl_avx512,
-            [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx512, /* compute/x86/avx512/packed_q8_0_k.c */
+            [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx512, /* compute/x86/avx512/packed_interleaved.c */
             [TKV_TYPE_Q4_K] = tkv__packed_q4_K_avx512,
             [TKV_TYPE_Q5_K] = tkv__packed_q5_K_avx512,
             [TKV_TYPE_IQ4_XS] = tkv__packed_iq4_xs_avx512,

@@ -1,6 +1,6 @@
 /*
- * compute/x86/avx512/packed_q8_0_k.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q4_K, Q5_K and Q6_K
+ * compute/x86/avx512/packed_interleaved.c — the products over packed rows (kernels.h's
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q2_K to Q6_K and IQ4_XS
  * at the avx512 level, bit for bit the level's vec_dots (compute/x86/avx512/kernels.c).
  *
  * One token (generation): each group of 16 rows is read once, in order,
@@ -16,12 +16,15 @@
  * block's scale product, convert, fma into the row's lanes (Q8_0: even
  * blocks in one accumulator, odd ones in another), then the sums of
  * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order; Q4_K's
- * mins term is the vec_dot's scalar running sum per row.
+ * and Q5_K's mins term is the vec_dot's scalar running sum per row, Q2_K's
+ * its fma before the block's. Q2_K, Q3_K and IQ4_XS follow the vec_dots
+ * this level keeps from avx2.
  *
  * Two tokens run it once per token, each group from cache the second time;
  * three and more (decode steps of several sequences, prefill) go to the
- * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c:
- * tile_driver.h reads blocks TKV__PACK_ROWS blocks apart).
+ * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c,
+ * gemm_q2_q3_k.c: tile_driver.h reads blocks TKV__PACK_ROWS blocks apart);
+ * IQ4_XS, with no tiled product, runs every batch per token.
  */
 #include "compute/gemm.h"
 #include "util.h"
