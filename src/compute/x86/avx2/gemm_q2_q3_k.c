@@ -123,7 +123,7 @@ INLINE void tile(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, 
         for (int t = 0; t < T; t++) _mm256_store_ps(st + 8 * (k * T + t), acc[k][t]);
 }
 
-static void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, float *st, int init, int T,
+INLINE void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, float *st, int init, int T,
                      int three) {
     if (three) {
         switch (T) {

@@ -144,7 +144,7 @@ INLINE void tile(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, 
         for (int t = 0; t < T; t++) _mm512_store_ps(st + 16 * (p * T + t), acc[p][t]);
 }
 
-static void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, const tq *tab, float *st, int init,
+INLINE void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, const tq *tab, float *st, int init,
                      int T, int three) {
     if (three) {
         switch (T) {
