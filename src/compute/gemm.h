@@ -6,8 +6,8 @@
  * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0 and the K types Q4_K to
  * Q6_K), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
  * gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_float.c; the IQ1
- * types' in avx2/dot_iq1.c; the products over Q8_0, Q4_K and Q6_K rows
- * packed at load (compute/quant/repack.h) in packed_q8_0_k.c. Each folder is compiled with its level's -m flags
+ * types' in avx2/dot_iq1.c; the products over Q8_0, Q2_K to Q6_K and
+ * IQ4_XS rows packed at load (compute/quant/repack.h) in packed_interleaved.c. Each folder is compiled with its level's -m flags
  * (its sources.cmake) and reached only through a table the CPU supports.
  * Their shared helpers are in compute/x86/util.h and each level's util.h.
  *
@@ -164,8 +164,8 @@ void tkv__gemm_iq1_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const 
 void tkv__gemm_iq1_m_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 
-/* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K and Q6_K products over packed rows
-   (compute/quant/repack.h, groups gs apart), and compute/x86/avx2/packed_q8_0_k.c: the packed entries
+/* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K, Q5_K and Q6_K products over packed rows
+   (compute/quant/repack.h, groups gs apart), and compute/x86/avx2/packed_interleaved.c: the packed entries
    (kernels.h's `packed`: one token read straight from the groups, more through these) */
 void tkv__gemm_q8_0_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                 float *y, size_t ldy);
@@ -175,12 +175,41 @@ void tkv__gemm_q4_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, c
                                 float *y, size_t ldy);
 void tkv__packed_q4_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+void tkv__gemm_q5_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                                float *y, size_t ldy);
+void tkv__packed_q5_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
 void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                 float *y, size_t ldy);
 void tkv__packed_q6_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-/* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K and Q6_K products over packed rows
-   (compute/quant/repack.h, groups gs apart), and compute/x86/avx512/packed_q8_0_k.c: the packed entries
+/* compute/x86/avx2/gemm_q2_q3_k.c and compute/x86/avx512/gemm_q2_q3_k.c: the tiled Q2_K and Q3_K products
+   over packed rows, and the two levels' packed entries (packed_interleaved.c: one and two tokens from the groups) */
+void tkv__gemm_q2_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                                float *y, size_t ldy);
+void tkv__gemm_q3_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                                float *y, size_t ldy);
+void tkv__packed_q2_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__packed_q3_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q2_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy);
+void tkv__gemm_q3_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy);
+void tkv__packed_q2_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+void tkv__packed_q3_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+/* compute/x86/avx2/kernels.c's IQ4_XS vec_dot (the avx512 table's too) and the two levels' IQ4_XS
+   products over packed rows (packed_interleaved.c: every batch per token, neither level has a tiled one) */
+float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a);
+void tkv__packed_iq4_xs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+void tkv__packed_iq4_xs_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                               size_t n_tok, float *y, size_t ldy);
+/* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K, Q5_K and Q6_K products over packed rows
+   (compute/quant/repack.h, groups gs apart), and compute/x86/avx512/packed_interleaved.c: the packed entries
    (kernels.h's `packed`: one token read straight from the groups, more through these) */
 void tkv__gemm_q8_0_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                   float *y, size_t ldy);
@@ -189,6 +218,10 @@ void tkv__packed_q8_0_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
 void tkv__gemm_q4_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                   float *y, size_t ldy);
 void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
+void tkv__gemm_q5_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                                  float *y, size_t ldy);
+void tkv__packed_q5_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 void tkv__gemm_q6_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                   float *y, size_t ldy);

@@ -274,7 +274,7 @@ static void test_bad_paths(void **state) {
 
 /*
  * Packed rows (tkv_model_params.repack) change no bit: a Q4_0 (an IQ4_NL, a Q8_0, a
- * Q4_K_M: Q4_K and Q6_K matrices, a Q6_K) model loaded
+ * Q4_K_M: Q4_K and Q6_K matrices, a Q6_K, a Q5_K_S, an IQ4_XS, a Q2_K, a Q3_K_S) model loaded
  * with and without them gives the same logits for a prompt decoded in one
  * batch (the tiled product) and for the greedy steps after it (one token at
  * a time), each context with 2 threads (whole groups of rows per thread).
@@ -365,6 +365,26 @@ static void test_repack_same_logits_q6_k(void **state) {
     repack_same_logits("models/parity/parity-Q6_K.gguf", TKV_TYPE_Q6_K);
 }
 
+static void test_repack_same_logits_q5_k_s(void **state) {
+    (void)state;
+    repack_same_logits("models/parity/parity-Q5_K_S.gguf", TKV_TYPE_Q5_K);
+}
+
+static void test_repack_same_logits_iq4_xs(void **state) {
+    (void)state;
+    repack_same_logits("models/parity/parity-IQ4_XS.gguf", TKV_TYPE_IQ4_XS);
+}
+
+static void test_repack_same_logits_q2_k(void **state) {
+    (void)state;
+    repack_same_logits("models/parity/parity-Q2_K.gguf", TKV_TYPE_Q2_K);
+}
+
+static void test_repack_same_logits_q3_k_s(void **state) {
+    (void)state;
+    repack_same_logits("models/parity/parity-Q3_K_S.gguf", TKV_TYPE_Q3_K);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stories260k),      cmocka_unit_test(test_llama2_tiny_random),
@@ -375,6 +395,10 @@ int main(void) {
         cmocka_unit_test(test_repack_same_logits_q8_0),
         cmocka_unit_test(test_repack_same_logits_q4_k_m),
         cmocka_unit_test(test_repack_same_logits_q6_k),
+        cmocka_unit_test(test_repack_same_logits_q5_k_s),
+        cmocka_unit_test(test_repack_same_logits_iq4_xs),
+        cmocka_unit_test(test_repack_same_logits_q2_k),
+        cmocka_unit_test(test_repack_same_logits_q3_k_s),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

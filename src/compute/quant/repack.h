@@ -23,12 +23,12 @@
  * and the next group starts tkv__pack_stride() bytes on (288 nb rounded up
  * to 64: every chunk stays on one cache line).
  *
- * Interleaved (Q8_0, Q4_K, Q6_K: the lane-wise products of gemm.h, whose
+ * Interleaved (Q8_0, Q2_K to Q6_K, IQ4_XS: the lane-wise products of gemm.h, whose
  * per-row float lanes leave nothing to gain from a transpose): the file's
  * blocks as they are, block i of row k of the group at (16 i + k) bs (bs the
  * type's block bytes), so a product over 16 rows reads block i of all of
  * them from one span of 16 bs bytes, in order (the products in each level's
- * packed_q8_0_k.c).
+ * packed_interleaved.c).
  */
 #ifndef TKV_REPACK_H
 #define TKV_REPACK_H
@@ -40,7 +40,7 @@
 #define TKV__PACK_ROWS 16
 
 /*
- * Whether `type` has a packed layout (Q4_0, IQ4_NL; Q8_0, Q4_K, Q6_K). A level's kernel table says
+ * Whether `type` has a packed layout (Q4_0, IQ4_NL; Q8_0, Q2_K to Q6_K, IQ4_XS). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);

@@ -6,6 +6,10 @@
  * integers per lane are the same, and the tiles save that multiply per
  * (row, token), which is paid here once per row and block.
  *
+ * The vec_dot's own integer lanes of one block (tkv__q2k_lanes,
+ * tkv__q3k_lanes) are here too, for the vec_dot and the one-token products
+ * over packed rows.
+ *
  * Included only by files compiled with at least -mavx2.
  */
 #ifndef TKV_GEMM_Q23K_H
@@ -14,6 +18,7 @@
 #include "compute/quant/quant.h"
 
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__x86_64__) && defined(__AVX2__)
 #include <immintrin.h>
@@ -69,6 +74,78 @@ static inline __m256i tkv__q2k_mins(const uint8_t *blk) {
     const tkv__block_q2_K *x = (const tkv__block_q2_K *)(const void *)blk;
     const __m128i s = _mm_loadu_si128((const __m128i *)(const void *)x->scales);
     return _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0f)));
+}
+
+/*
+ * The vec_dot's scale multipliers for quarter-chunk g (0..7) from the
+ * block's 16 sub-block scales as words (s16: sub-block b at word b): sub-block
+ * 2g's scale in the low 128 bits, 2g + 1's in the high (vpmaddwd with the
+ * chunk's pairs: lanes 0-3 take the first 16 elements, 4-7 the next).
+ */
+static inline __m256i tkv__q23k_pair(__m256i s16, int g) {
+    const __m256i w01 = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, /**/
+                                         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(g)), w01);
+}
+
+/*
+ * The 8 integer lanes of a Q2_K block's products with a Q8_K block's quants
+ * yq (compute/x86/avx2/kernels.c's vec_dot and the products over packed rows
+ * of both levels): per quarter-chunk g (elements 32 g .. 32 g + 31: bits 2j
+ * of qs[32 c ..], g = 4 c + j) vpmaddubsw's pairs, times their sub-block's
+ * scale by vpmaddwd (lanes 0-3 sub-block 2 g, 4-7 2 g + 1), added.
+ */
+static inline __m256i tkv__q2k_lanes(const tkv__block_q2_K *x, const void *yq_) {
+    const uint8_t *yq = yq_;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)x->scales),
+                                                           _mm_set1_epi8(0x0f)));
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 2; c++) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * c));
+        for (int j = 0; j < 4; j++) {
+            const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3);
+            const __m256i pairs = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(const void *)(yq + 128 * c + 32 * j)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(tkv__q23k_pair(s16, 4 * c + j), pairs));
+        }
+    }
+    return sumi;
+}
+
+/*
+ * tkv__q3_K_scales's 16 sub-block scales (-32..31) as words, sub-block b at
+ * word b: the low nibbles of scales[0..7], then their high nibbles; the two
+ * high bits of b from scales[8 + b % 4], bits 2 (b / 4) up (one variable
+ * shift per 4 sub-blocks).
+ */
+static inline __m256i tkv__q3k_scales16(const uint8_t s12[12]) {
+    uint32_t h;
+    memcpy(&h, s12 + 8, sizeof h);
+    const __m128i v = _mm_loadl_epi64((const __m128i *)(const void *)s12), m4 = _mm_set1_epi8(0x0f);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    const __m128i hi = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+    return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32)));
+}
+
+/* The same for a Q3_K block: q = low bits - 4 where the element's hmask bit is clear, by |q| and signed yq. */
+static inline __m256i tkv__q3k_lanes(const tkv__block_q3_K *x, const void *yq_) {
+    const uint8_t *yq = yq_;
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    const __m256i s16 = tkv__q3k_scales16(x->scales);
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)(const void *)x->hmask);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 2; c++) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * c));
+        for (int j = 0; j < 4; j++) {
+            const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * c + j)));
+            const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
+            const __m256i q = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3), _mm256_and_si256(clear, four));
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(yq + 128 * c + 32 * j));
+            const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(tkv__q23k_pair(s16, 4 * c + j), pairs));
+        }
+    }
+    return sumi;
 }
 
 #endif

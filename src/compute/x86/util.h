@@ -1,14 +1,17 @@
 /*
  * compute/x86/util.h — the small helpers that the tiled products of both SIMD
  * levels share (gemm_*_avx2.c, gemm_*_avx512.c, through compute/x86/avx2/util.h and
- * compute/x86/avx512/util.h): fp16 scales, nibble unpacking, prefetches, the load
- * macros. Nothing here depends on the register width of a level.
+ * compute/x86/avx512/util.h): fp16 scales, nibble unpacking, the K types' and
+ * IQ4_XS's quants and scales, prefetches, the load macros. Nothing here
+ * depends on the register width of a level.
  *
  * Included only by files compiled with at least -mavx2 -mfma -mf16c (see
  * kernels.cmake); without those flags it declares nothing.
  */
 #ifndef TKV_GEMM_X86_UTIL_H
 #define TKV_GEMM_X86_UTIL_H
+
+#include "compute/quant/quant.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -68,6 +71,26 @@ static inline void q6k_quants(const uint8_t *ql, const uint8_t *qh, __m256i q[8]
         q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                        _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
     }
+}
+
+/*
+ * The 8 sub-block scales of an IQ4_XS block as int16, tkv__iq4_xs_scale's
+ * values (-32..31) in sub-block order: the low 4 bits from scales_l's
+ * nibbles, the high 2 from scales_h (bits 2b, 2b + 1 moved to bits 14, 15
+ * of word b by a multiply, then down to 4, 5).
+ */
+static inline __m128i iq4xs_scales(const tkv__block_iq4_xs *x) {
+    uint16_t h;
+    uint32_t l;
+    memcpy(&h, &x->scales_h, sizeof h);
+    memcpy(&l, x->scales_l, sizeof l);
+    const __m128i lv = _mm_cvtsi32_si128((int)l), m4 = _mm_set1_epi8(0x0f);
+    /* bytes 2j, 2j + 1: scales_l[j]'s low and high nibble (sub-blocks 2j, 2j + 1) */
+    const __m128i lo = _mm_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_and_si128(lv, m4), _mm_and_si128(_mm_srli_epi16(lv, 4), m4)));
+    const __m128i up = _mm_mullo_epi16(_mm_set1_epi16((short)h),
+                                       _mm_setr_epi16(1 << 14, 1 << 12, 1 << 10, 1 << 8, 1 << 6, 1 << 4, 1 << 2, 1));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(up, 10), _mm_set1_epi16(0x30));
+    return _mm_sub_epi16(_mm_or_si128(lo, hi), _mm_set1_epi16(32));
 }
 
 /* The tiles of a chunk of tn tokens: 'big' tokens each, then 4, 2, 1 (no padding). */

@@ -46,8 +46,7 @@ typedef struct pq {
     int16_t mn[16];   /* Q2_K: the 16 mins */
 } pq;
 
-static void pq_fill(pq *e, const uint8_t *row, size_t i, int three) {
-    const uint8_t *blk = row + i * (three ? Q3B : Q2B);
+static void pq_fill(pq *e, const uint8_t *blk, int three) {
     __m256i q[8];
     if (three) { /* (4 - v) sc = -q sc, v = q + 4 */
         tkv__q23k_scaled(blk, 1, _mm256_setr_epi16(4, 3, 2, 1, 0, -1, -2, -3, 4, 3, 2, 1, 0, -1, -2, -3), 0, q);
@@ -124,7 +123,7 @@ INLINE void tile(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, 
         for (int t = 0; t < T; t++) _mm256_store_ps(st + 8 * (k * T + t), acc[k][t]);
 }
 
-static void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, float *st, int init, int T,
+INLINE void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, float *st, int init, int T,
                      int three) {
     if (three) {
         switch (T) {
@@ -159,12 +158,13 @@ typedef struct q23_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct q23_state {
     q23_bufs *b;
+    size_t bst; /* bytes from a row's block to its next (tile_bstride) */
     int three;
 } q23_state;
 
 INLINE void q23_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     q23_state *s = f;
-    for (int k = 0; k < 2; k++) pq_fill(&s->b->pan[2 * (i - k0) + (size_t)k], rows[k], i, s->three);
+    for (int k = 0; k < 2; k++) pq_fill(&s->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * s->bst, s->three);
 }
 
 INLINE void q23_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -178,11 +178,13 @@ INLINE void q23_finish(void *f, const float *st, int T, float *y, size_t ldy, si
     finish(st, T, y, ldy, nrow);
 }
 
-INLINE void gemm23(const tile_job *job, int three) {
+/* packed: the job's rows are packed (compute/quant/repack.h; a constant, so the panel's block stride is one too) */
+INLINE void gemm23(const tile_job *job, int three, int packed) {
     q23_bufs bufs;
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    q23_state s = {.b = &bufs, .three = three};
+    q23_state s = {.b = &bufs, .bst = (packed ? TKV__PACK_ROWS : 1) * (size_t)(three ? Q3B : Q2B), .three = three};
+    assert(s.bst == tile_bstride(job, three ? Q3B : Q2B));
     const size_t nb = job->n / TKV__QK_K;
     const int direct = nb <= KC;
     const size_t tc = direct ? TILE_TC_DIRECT : TC_MAXK;
@@ -195,12 +197,23 @@ INLINE void gemm23(const tile_job *job, int three) {
 
 void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0, 0);
 }
 
 void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 1);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 1, 0);
+}
+
+/* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
+void tkv__gemm_q2_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                size_t n_tok, float *y, size_t ldy) {
+    gemm23(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 0, 1);
+}
+
+void tkv__gemm_q3_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                size_t n_tok, float *y, size_t ldy) {
+    gemm23(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1, 1);
 }
 
 #endif

@@ -433,6 +433,11 @@ void tkv__gemm_q4_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, c
     gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 4, 1);
 }
 
+void tkv__gemm_q5_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                size_t n_tok, float *y, size_t ldy) {
+    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 5, 1);
+}
+
 void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                 size_t n_tok, float *y, size_t ldy) {
     gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 6, 1);

@@ -15,6 +15,7 @@
 #include "compute/quant/quant.h"
 #include "compute/quant/grids.h"
 #include "compute/quant/iq.h"
+#include "compute/x86/q2_q3_k.h"
 
 #include <math.h>
 #include <stdalign.h>
@@ -196,7 +197,7 @@ static float dot_mxfp4(size_t n, const void *w, const void *a) {
  * 8-lane integer sum per super-block; then, as the reference does, one fma
  * of its float scale per super-block and lane.
  */
-static float dot_iq4_xs(size_t n, const void *w, const void *a) {
+float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq4_xs *x = w;
     const tkv__block_q8_K *y = a;
     const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
@@ -224,35 +225,18 @@ static float dot_iq4_xs(size_t n, const void *w, const void *a) {
  * mins' products with the activation's sums of 16 (lane k: sub-blocks 2k
  * and 2k + 1), then one of d_a d with those integers; Q3_K the latter only.
  * The avx512 table keeps both; its tiled products (compute/x86/avx512/gemm_q2_q3_k.c)
- * give the same bits.
+ * give the same bits. The lanes are compute/x86/q2_q3_k.h's, shared with the
+ * products over packed rows.
  */
-static inline __m256i k_scale_pairs(int sa, int sb) {
-    return _mm256_set_m128i(_mm_set1_epi16((short)sb), _mm_set1_epi16((short)sa));
-}
-
 float tkv__dot_q2_K_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_q2_K *x = w;
     const tkv__block_q8_K *y = a;
-    const __m256i m3 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const float d = y[i].d * f16(x[i].d), dmin = -y[i].d * f16(x[i].dmin);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(LOAD128(x[i].scales), 4),
-                                                                _mm_set1_epi8(0x0f)));
-        const __m256i prod = _mm256_madd_epi16(mins, LOAD256(Q8K_BSUMS(&y[i])));
+        const __m256i prod = _mm256_madd_epi16(tkv__q2k_mins((const uint8_t *)&x[i]), LOAD256(Q8K_BSUMS(&y[i])));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 2; c++) {
-            const __m256i bits = LOAD256(x[i].qs + 32 * c);
-            for (int j = 0; j < 4; j++) {
-                const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3);
-                const __m256i pairs = _mm256_maddubs_epi16(q, LOAD256(y[i].qs + 128 * c + 32 * j));
-                const int sub = 8 * c + 2 * j;
-                const __m256i sc = k_scale_pairs(x[i].scales[sub] & 0x0f, x[i].scales[sub + 1] & 0x0f);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, pairs));
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(tkv__q2k_lanes(&x[i], y[i].qs)), acc);
     }
     return hsum_f32(acc);
 }
@@ -260,29 +244,10 @@ float tkv__dot_q2_K_avx2(size_t n, const void *w, const void *a) {
 float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_q3_K *x = w;
     const tkv__block_q8_K *y = a;
-    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const float d = y[i].d * f16(x[i].d);
-        int8_t sc[16];
-        tkv__q3_K_scales(x[i].scales, sc);
-        const __m256i hm = LOAD256(x[i].hmask);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 2; c++) {
-            const __m256i bits = LOAD256(x[i].qs + 32 * c);
-            for (int j = 0; j < 4; j++) {
-                /* q = low bits - 4 where the element's hmask bit is clear */
-                const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * c + j)));
-                const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
-                const __m256i q = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3),
-                                                  _mm256_and_si256(clear, four));
-                const __m256i yq = LOAD256(y[i].qs + 128 * c + 32 * j);
-                const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
-                const int sub = 8 * c + 2 * j;
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(k_scale_pairs(sc[sub], sc[sub + 1]), pairs));
-            }
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(tkv__q3k_lanes(&x[i], y[i].qs)), acc);
     }
     return hsum_f32(acc);
 }
@@ -748,7 +713,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q5_0] = dot_q5_0,
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx2,
             [TKV_TYPE_MXFP4] = dot_mxfp4,
-            [TKV_TYPE_IQ4_XS] = dot_iq4_xs,
+            [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_avx2,
             [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2,
             [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
             [TKV_TYPE_TQ1_0] = dot_tq1_0,
@@ -791,8 +756,12 @@ const tkv__kernels tkv__kernel_avx2_part = {
         {
             [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx2,
             [TKV_TYPE_IQ4_NL] = tkv__packed_iq4_nl_avx2,
-            [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx2, /* compute/x86/avx2/packed_q8_0_k.c */
+            [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx2, /* compute/x86/avx2/packed_interleaved.c */
             [TKV_TYPE_Q4_K] = tkv__packed_q4_K_avx2,
+            [TKV_TYPE_Q5_K] = tkv__packed_q5_K_avx2,
+            [TKV_TYPE_IQ4_XS] = tkv__packed_iq4_xs_avx2,
+            [TKV_TYPE_Q2_K] = tkv__packed_q2_K_avx2,
+            [TKV_TYPE_Q3_K] = tkv__packed_q3_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__packed_q6_K_avx2,
         },
     .lanes =

@@ -57,9 +57,7 @@ typedef struct tq {
  * in the loop: given as prefetch_rows' nrow, gcc allocates gemm23's registers
  * otherwise and Q2_K's prefill is 2-3% slower (measured).
  */
-static void pq_fill(pq *e, const uint8_t *ra, const uint8_t *rb, size_t i, int three) {
-    const size_t bs = three ? Q3B : Q2B;
-    const uint8_t *a = ra + i * bs, *b = rb + i * bs;
+static void pq_fill(pq *e, const uint8_t *a, const uint8_t *b, int three) {
     /* Q2_K: q sc; Q3_K: (v - 4) sc + 124 = q sc + 124 */
     const __m256i mul = three ? _mm256_setr_epi16(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3)
                               : _mm256_setr_epi16(0, 1, 2, 3, 0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0);
@@ -146,7 +144,7 @@ INLINE void tile(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, 
         for (int t = 0; t < T; t++) _mm512_store_ps(st + 16 * (p * T + t), acc[p][t]);
 }
 
-static void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, const tq *tab, float *st, int init,
+INLINE void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, const tq *tab, float *st, int init,
                      int T, int three) {
     if (three) {
         switch (T) {
@@ -182,7 +180,7 @@ typedef struct q23_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct q23_state {
     q23_bufs *b;
-    size_t nb;
+    size_t nb, bst; /* blocks per row; bytes from a row's block to its next (tile_bstride) */
     int three;
 } q23_state;
 
@@ -200,8 +198,9 @@ INLINE void q23_table(void *f, const tile_job *job, const tile_chunk *c) {
 
 INLINE void q23_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     q23_state *s = f;
-    pq_fill(&s->b->pan[2 * (i - k0)], rows[0], rows[1], i, s->three);
-    pq_fill(&s->b->pan[2 * (i - k0) + 1], rows[2], rows[3], i, s->three);
+    const size_t o = i * s->bst;
+    pq_fill(&s->b->pan[2 * (i - k0)], rows[0] + o, rows[1] + o, s->three);
+    pq_fill(&s->b->pan[2 * (i - k0) + 1], rows[2] + o, rows[3] + o, s->three);
 }
 
 INLINE void q23_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -215,11 +214,14 @@ INLINE void q23_finish(void *f, const float *st, int T, float *y, size_t ldy, si
     finish(st, T, y, ldy, nrow);
 }
 
-INLINE void gemm23(const tile_job *job, int three) {
+/* packed: the job's rows are packed (compute/quant/repack.h; a constant, so the panel's block stride is one too) */
+INLINE void gemm23(const tile_job *job, int three, int packed) {
     q23_bufs bufs;
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    q23_state s = {.b = &bufs, .nb = job->n / TKV__QK_K, .three = three};
+    q23_state s = {.b = &bufs, .nb = job->n / TKV__QK_K, .bst = (packed ? TKV__PACK_ROWS : 1) * (size_t)(three ? Q3B : Q2B),
+                   .three = three};
+    assert(s.bst == tile_bstride(job, three ? Q3B : Q2B));
     const size_t nb = s.nb;
     const int direct = nb <= KC;
     /* tokens per chunk: Q3_K's tiles' tables must fit (the last, shorter
@@ -236,12 +238,23 @@ INLINE void gemm23(const tile_job *job, int three) {
 
 void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0, 0);
 }
 
 void tkv__gemm_q3_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 1);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 1, 0);
+}
+
+/* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
+void tkv__gemm_q2_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy) {
+    gemm23(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 0, 1);
+}
+
+void tkv__gemm_q3_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy) {
+    gemm23(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1, 1);
 }
 
 #endif

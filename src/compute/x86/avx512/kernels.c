@@ -315,6 +315,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_K] = dot_q5_K,
             [TKV_TYPE_Q6_K] = dot_q6_K,
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx2, /* block-reduced as Q4_0 (gemm_q4_0_iq4_nl.c) */
+            [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_avx2, /* compute/x86/avx2/kernels.c's, with this level's packed product */
             [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* compute/x86/avx2/dot_iq3.c's: the tiled products follow it */
             [TKV_TYPE_IQ3_S] = tkv__kernel_dot_iq3_s_avx2,
             [TKV_TYPE_IQ2_XXS] = tkv__dot_iq2_xxs_avx2, /* compute/x86/avx2/kernels.c's, with compute/x86/avx2/gemm_iq2.c's products */
@@ -350,8 +351,12 @@ const tkv__kernels tkv__kernel_avx512_part = {
         {
             [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx512,
             [TKV_TYPE_IQ4_NL] = tkv__packed_iq4_nl_avx512,
-            [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx512, /* compute/x86/avx512/packed_q8_0_k.c */
+            [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx512, /* compute/x86/avx512/packed_interleaved.c */
             [TKV_TYPE_Q4_K] = tkv__packed_q4_K_avx512,
+            [TKV_TYPE_Q5_K] = tkv__packed_q5_K_avx512,
+            [TKV_TYPE_IQ4_XS] = tkv__packed_iq4_xs_avx512,
+            [TKV_TYPE_Q2_K] = tkv__packed_q2_K_avx512,
+            [TKV_TYPE_Q3_K] = tkv__packed_q3_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__packed_q6_K_avx512,
         },
     .lanes =

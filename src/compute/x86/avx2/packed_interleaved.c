@@ -1,6 +1,6 @@
 /*
- * compute/x86/avx2/packed_q8_0_k.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q4_K and Q6_K
+ * compute/x86/avx2/packed_interleaved.c — the products over packed rows (kernels.h's
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q2_K to Q6_K and IQ4_XS
  * at the avx2 level, bit for bit the level's vec_dots (compute/x86/avx2/kernels.c).
  *
  * One token (generation): a group of 16 rows is read once, in order, block
@@ -15,14 +15,18 @@
  * integers per lane (exact: any route gives the same value) and its float
  * operations in its order: the block's scale product, convert, fma (Q8_0:
  * even blocks in one accumulator, odd ones in another), the hsum; Q4_K's
- * mins term the vec_dot's scalar running sum.
+ * and Q5_K's mins term the vec_dot's scalar running sum, Q2_K's its fma
+ * before the block's (the lanes of compute/x86/q2_q3_k.h, the vec_dot's own).
  *
  * Two tokens run it once per token, each group from cache the second time;
  * three and more go to the tiled products over the same packed rows
- * (gemm_q8_0_q4_q5_q6_k.c: tile_driver.h reads blocks TKV__PACK_ROWS apart).
+ * (gemm_q8_0_q4_q5_q6_k.c, gemm_q2_q3_k.c: tile_driver.h reads blocks
+ * TKV__PACK_ROWS apart); IQ4_XS, with no tiled product, runs every batch
+ * per token.
  */
 #include "compute/gemm.h"
 #include "util.h"
+#include "compute/x86/q2_q3_k.h"
 #include "compute/quant/quant.h"
 #include "compute/quant/repack.h"
 
@@ -83,20 +87,25 @@ static void q8_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, floa
 
 /* ==== Q4_K / Q6_K ==================================================================== */
 
-/* The first nk rows of a group of Q4_K rows, one token (its nb Q8_K blocks at ya). */
-static void q4k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
-    enum { BS = sizeof(tkv__block_q4_K), QBS = sizeof(tkv__block_q8_K) };
+/* The first nk rows of a group of Q4_K (five: Q5_K) rows, one token (its nb Q8_K blocks at ya). */
+INLINE void q45k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out, int five) {
+    enum { QBS = sizeof(tkv__block_q8_K) };
+    const size_t bs = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
     __m256 acc[G];
     float accm[G];
     for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps(), accm[k] = 0.0f;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
         float yd;
         memcpy(&yd, yb, sizeof yd);
         const __m128i pairs = _mm_hadd_epi16(LOAD128(yb + Q8K_BSUMS), LOAD128(yb + Q8K_BSUMS + 16));
         for (int k = 0; k < nk; k++) {
-            const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(blk + (size_t)k * BS);
+            /* d, dmin and scales sit at the same place in Q5_K */
+            const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(blk + (size_t)k * bs);
+            const tkv__block_q5_K *b5 = (const tkv__block_q5_K *)(const void *)b;
+            const uint8_t *qs = five ? b5->qs : b->qs;
+            __m256i h = five ? LOAD256(b5->qh) : _mm256_setzero_si256();
             uint8_t sm[16];
             tkv__quant_k4_unpack(b->scales, sm);
             /* the 8 group scales as words in both lanes: set1_epi16(sm[g]) is one vpshufb each */
@@ -104,8 +113,13 @@ static void q4k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
             __m256i sumi = _mm256_setzero_si256();
             UNROLL
             for (int c = 0; c < 4; c++) {
-                const __m256i q = LOAD256(b->qs + 32 * c);
-                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const __m256i q = LOAD256(qs + 32 * c);
+                __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (five) { /* bits 2c and 2c + 1 of qh[l]: bit 4 of elements 64c + l and 64c + 32 + l */
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
+                    h = _mm256_srli_epi16(h, 2);
+                }
                 const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, LOAD256(yb + Q8K_QS + 64 * c)),
                                                       _mm256_shuffle_epi8(s16, word_pick(2 * c)));
                 const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, LOAD256(yb + Q8K_QS + 64 * c + 32)),
@@ -121,6 +135,14 @@ static void q4k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
         }
     }
     for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]) - accm[k];
+}
+
+static void q4k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
+    q45k_rows(g, nb, nk, ya, out, 0);
+}
+
+static void q5k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
+    q45k_rows(g, nb, nk, ya, out, 1);
 }
 
 /* The first nk rows of a group of Q6_K rows, one token. */
@@ -159,6 +181,73 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
     for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
 }
 
+/* ==== Q2_K / Q3_K ==================================================================== */
+
+/* The first nk rows of a group of Q2_K (three: Q3_K) rows, one token: per block the vec_dot's fmas (Q2_K's mins first). */
+INLINE void q23k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out, int three) {
+    enum { QBS = sizeof(tkv__block_q8_K) };
+    const size_t bs = three ? sizeof(tkv__block_q3_K) : sizeof(tkv__block_q2_K);
+    __m256 acc[G];
+    for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        const __m256i bsums = LOAD256(yb + Q8K_BSUMS);
+        for (int k = 0; k < nk; k++) {
+            const uint8_t *x = blk + (size_t)k * bs;
+            if (three) {
+                const tkv__block_q3_K *x3 = (const tkv__block_q3_K *)(const void *)x;
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x3->d)), _mm256_cvtepi32_ps(tkv__q3k_lanes(x3, yb + Q8K_QS)), acc[k]);
+            } else {
+                const tkv__block_q2_K *x2 = (const tkv__block_q2_K *)(const void *)x;
+                const __m256i prod = _mm256_madd_epi16(tkv__q2k_mins(x), bsums);
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(-yd * f16(x2->dmin)), _mm256_cvtepi32_ps(prod), acc[k]);
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x2->d)), _mm256_cvtepi32_ps(tkv__q2k_lanes(x2, yb + Q8K_QS)), acc[k]);
+            }
+        }
+    }
+    for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
+}
+
+static void q2k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
+    q23k_rows(g, nb, nk, ya, out, 0);
+}
+
+static void q3k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
+    q23k_rows(g, nb, nk, ya, out, 1);
+}
+
+/* ==== IQ4_XS ======================================================================== */
+
+/* The first nk rows of a group of IQ4_XS rows, one token (its nb Q8_K blocks at ya). */
+static void iq4xs_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
+    enum { BS = sizeof(tkv__block_iq4_xs), QBS = sizeof(tkv__block_q8_K) };
+    __m256 acc[G];
+    for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
+    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        for (int k = 0; k < nk; k++) {
+            const tkv__block_iq4_xs *x = (const tkv__block_iq4_xs *)(const void *)(blk + (size_t)k * BS);
+            /* the 8 sub-block scales as words in both lanes: set1_epi16 of each is one vpshufb */
+            const __m256i s16 = _mm256_broadcastsi128_si256(iq4xs_scales(x));
+            __m256i sumi = _mm256_setzero_si256();
+            UNROLL
+            for (int b = 0; b < 8; b++) {
+                const __m256i q = _mm256_shuffle_epi8(book, nibbles32(x->qs + 16 * b));
+                const __m256i yq = LOAD256(yb + Q8K_QS + 32 * b);
+                const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pairs, _mm256_shuffle_epi8(s16, word_pick(b))));
+            }
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(f16(x->d) * yd), _mm256_cvtepi32_ps(sumi), acc[k]);
+        }
+    }
+    for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
+}
+
 /* ==== the entries ===================================================================== */
 
 typedef void rows_fn(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out);
@@ -182,10 +271,36 @@ void tkv__packed_q4_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const 
     else by_token(q4k_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
+void tkv__packed_q5_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q5_K_packed_avx2(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q5k_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
 void tkv__packed_q6_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
     if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q6_K_packed_avx2(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
     else by_token(q6k_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_q2_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q2_K_packed_avx2(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q2k_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_q3_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q3_K_packed_avx2(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q3k_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+/* Every batch per token: the level has no tiled IQ4_XS product (over the
+   file's rows a batch runs the vec_dot per row and token), and per token
+   the group comes from cache after the first. */
+void tkv__packed_iq4_xs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    by_token(iq4xs_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 #endif

@@ -1,0 +1,381 @@
+/*
+ * compute/x86/avx512/packed_interleaved.c — the products over packed rows (kernels.h's
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q2_K to Q6_K and IQ4_XS
+ * at the avx512 level, bit for bit the level's vec_dots (compute/x86/avx512/kernels.c).
+ *
+ * One token (generation): each group of 16 rows is read once, in order,
+ * block i of its 16 rows from one span (the whole matrix is one sequential
+ * stream, which the hardware prefetcher follows: software prefetches of the
+ * blocks ahead made a 4096 x 4096 product slower here, 31 GB/s against 40
+ * for Q6_K); a zmm holds a row pair's 8 lanes
+ * each (row 2p in lanes 0-7, 2p + 1 in 8-15), as the tiled products do, so
+ * the token's per-block work (its broadcast quants, Q8_0's correction, its
+ * scale) is done once for 16 rows and every multiply covers two rows. The
+ * integers are the vec_dot's (exact, so any route to them gives the same
+ * value) and the float operations the same in the same order per lane: the
+ * block's scale product, convert, fma into the row's lanes (Q8_0: even
+ * blocks in one accumulator, odd ones in another), then the sums of
+ * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order; Q4_K's
+ * and Q5_K's mins term is the vec_dot's scalar running sum per row, Q2_K's
+ * its fma before the block's. Q2_K, Q3_K and IQ4_XS follow the vec_dots
+ * this level keeps from avx2.
+ *
+ * Two tokens run it once per token, each group from cache the second time;
+ * three and more (decode steps of several sequences, prefill) go to the
+ * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c,
+ * gemm_q2_q3_k.c: tile_driver.h reads blocks TKV__PACK_ROWS blocks apart);
+ * IQ4_XS, with no tiled product, runs every batch per token.
+ */
+#include "compute/gemm.h"
+#include "util.h"
+#include "compute/x86/q2_q3_k.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
+
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+
+enum {
+    G = TKV__PACK_ROWS, /* rows per group */
+    PAIRS = G / 2,
+    BY_TOKEN_MAX = 3, /* below this many tokens, the one-token product per token (as at avx2) */
+};
+
+#define Q8K_QS 4
+#define Q8K_BSUMS 260
+
+/* The 16 rows' sums (v[p]: row pair p's 8 + 8 lanes) in the vec_dot's order, lane k = row k:
+   reduce16 takes a[q] as rows 2 (q % 2), 2 (q % 2) + 1 of "token" q / 2, which is rows 2q, 2q + 1 here. */
+static inline __m512 group_sums(const __m512 v[PAIRS]) {
+    _Static_assert(PAIRS == 8, "reduce16 sums 8 row pairs");
+    return reduce16(v);
+}
+
+/* Rows past nrow are not written. */
+static inline void store_group(const __m512 v[PAIRS], float *y, size_t nrow) {
+    _mm512_mask_storeu_ps(y, (__mmask16)((1u << (nrow < G ? nrow : G)) - 1u), group_sums(v));
+}
+
+typedef void group_fn(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow);
+
+/* Each token over each group in turn (the group in cache for the next). */
+static void by_token(group_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t nr, const uint8_t *xq, size_t xrs,
+                     size_t n_tok, float *y, size_t ldy) {
+    for (size_t r = 0; r < nr; r += G)
+        for (size_t t = 0; t < n_tok; t++) f(w + r / G * gs, nb, xq + t * xrs, y + t * ldy + r, nr - r);
+}
+
+/* ==== Q8_0 ========================================================================== */
+
+/* One group, one token (y: its nb Q8_0 blocks), into y_out[0 .. nrow). */
+static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    enum { BS = sizeof(tkv__block_q8_0) };
+    __m512 acc[2][PAIRS];
+    for (int par = 0; par < 2; par++)
+        for (int p = 0; p < PAIRS; p++) acc[par][p] = _mm512_setzero_ps();
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * BS, *blk = g + i * G * BS;
+        /* the weights + 128 (unsigned) times the token's quants (signed) by vpdpbusd, from
+           -128 times each 4 quants' sum: sum(w y) exactly, as the vec_dot's */
+        const __m512i yv = BCAST256(yb + 2);
+        const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yv));
+        const float dy = blk_d(yb);
+        const int par = (int)(i % 2); /* the vec_dot's acc0 / acc1 (an odd count's last block is even) */
+        UNROLL
+        for (int p = 0; p < PAIRS; p++) {
+            const uint8_t *a = blk + 2 * p * BS, *b = a + BS;
+            const __m512i w = _mm512_xor_si512(halves_epi(LOAD256(a + 2), LOAD256(b + 2)), bias);
+            const __m512i s = _mm512_dpbusd_epi32(corr, w, yv);
+            const __m512 d = halves_ps(blk_d(a) * dy, blk_d(b) * dy);
+            acc[par][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[par][p]);
+        }
+    }
+    __m512 v[PAIRS];
+    for (int p = 0; p < PAIRS; p++) v[p] = _mm512_add_ps(acc[0][p], acc[1][p]);
+    store_group(v, out, nrow);
+}
+
+void tkv__packed_q8_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q8_0_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q8_group, n / TKV__QK, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+/* ==== Q4_K / Q6_K ==================================================================== */
+
+/* Words 0-15: word g of sc, 16-31: word 16 + g (row a's group scale, row b's). */
+static inline __m512i pick_words(__m512i sc, int g) {
+    const __m512i hi = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
+    return _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)g), hi), sc);
+}
+
+/* One group of Q4_K (five: Q5_K) rows, one token (its nb Q8_K blocks at ya). */
+INLINE void q45k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow, int five) {
+    enum { QBS = sizeof(tkv__block_q8_K) };
+    const size_t bs = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    __m512 acc[PAIRS];
+    float accm[G] = {0};
+    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        /* the token's bsums as 8 pairs, for the mins term */
+        const __m128i pairs = _mm_hadd_epi16(LOAD128(yb + Q8K_BSUMS), LOAD128(yb + Q8K_BSUMS + 16));
+        __m512i yv[8];
+        UNROLL
+        for (int c = 0; c < 8; c++) yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
+        UNROLL
+        for (int p = 0; p < PAIRS; p++) {
+            /* d, dmin and scales sit at the same place in Q5_K */
+            const uint8_t *ra = blk + 2 * p * bs, *rb = ra + bs;
+            const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)ra, *b = (const tkv__block_q4_K *)(const void *)rb;
+            const tkv__block_q5_K *a5 = (const tkv__block_q5_K *)(const void *)ra, *b5 = (const tkv__block_q5_K *)(const void *)rb;
+            const uint8_t *qa = five ? a5->qs : a->qs, *qb = five ? b5->qs : b->qs;
+            __m512i h = five ? halves_epi(LOAD256(a5->qh), LOAD256(b5->qh)) : _mm512_setzero_si512();
+            alignas(16) uint8_t sa[16], sb[16];
+            tkv__quant_k4_unpack(a->scales, sa);
+            tkv__quant_k4_unpack(b->scales, sb);
+            /* words 0-7: a's group scales, 16-23: b's */
+            const __m512i sc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(const void *)sa))),
+                                                  _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(const void *)sb)), 1);
+            __m512i s = _mm512_setzero_si512();
+            UNROLL
+            for (int c = 0; c < 4; c++) {
+                const __m512i q = halves_epi(LOAD256(qa + 32 * c), LOAD256(qb + 32 * c));
+                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+                if (five) { /* bits 2c and 2c + 1 of qh[l]: bit 4 of elements 64c + l and 64c + 32 + l */
+                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(h, one), 4));
+                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 1), one), 4));
+                    h = _mm512_srli_epi16(h, 2);
+                }
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(lo, yv[2 * c]), pick_words(sc, 2 * c));
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(hi, yv[2 * c + 1]), pick_words(sc, 2 * c + 1));
+            }
+            const __m512 d = halves_ps(yd * f16(a->d), yd * f16(b->d));
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+            /* the vec_dot's accm += dmin * (mins . bsums), per row */
+            /* words 0-7: a's mins, 8-15: b's; each half's 4 sums then added up */
+            const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)(sa + 8)),
+                                                                       _mm_loadl_epi64((const __m128i *)(const void *)(sb + 8))));
+            __m256i md = _mm256_madd_epi16(mn, _mm256_broadcastsi128_si256(pairs));
+            md = _mm256_hadd_epi32(md, md);
+            md = _mm256_hadd_epi32(md, md);
+            accm[2 * p] += yd * f16(a->dmin) * (float)_mm256_cvtsi256_si32(md);
+            accm[2 * p + 1] += yd * f16(b->dmin) * (float)_mm_cvtsi128_si32(_mm256_extracti128_si256(md, 1));
+        }
+    }
+    /* hsum(acc) - accm per row */
+    alignas(64) float o[G];
+    _mm512_store_ps(o, group_sums(acc));
+    for (size_t k = 0; k < nrow && k < G; k++) out[k] = o[k] - accm[k];
+}
+
+static void q4k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    q45k_group(g, nb, ya, out, nrow, 0);
+}
+
+static void q5k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    q45k_group(g, nb, ya, out, nrow, 1);
+}
+
+/*
+ * Words [2c x 8 | 2c + 1 x 8 | 16 + 2c x 8 | 17 + 2c x 8] of sc (row a's 16
+ * group scales at words 0-15, row b's at 16-31): the scales of chunk c's
+ * groups 2c (lanes 0-3 of each row) and 2c + 1 (lanes 4-7).
+ */
+static inline __m512i group_pairs(__m512i sc, int c) {
+    const __m512i idx0 = _mm512_set_epi16(17, 17, 17, 17, 17, 17, 17, 17, 16, 16, 16, 16, 16, 16, 16, 16, /**/
+                                          1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_permutexvar_epi16(_mm512_add_epi16(idx0, _mm512_set1_epi16((short)(2 * c))), sc);
+}
+
+/* One group of Q6_K rows, one token. */
+static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    enum { BS = sizeof(tkv__block_q6_K), QBS = sizeof(tkv__block_q8_K) };
+    __m512 acc[PAIRS];
+    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        const __m512i bsums = BCAST256(yb + Q8K_BSUMS);
+        for (int p = 0; p < PAIRS; p++) {
+            const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)(blk + 2 * p * BS), *b = a + 1;
+            const __m512i sc = halves_epi(_mm256_cvtepi8_epi16(LOAD128(a->scales)), _mm256_cvtepi8_epi16(LOAD128(b->scales)));
+            /* from -32 (bsums . scales): the q - 32 offset */
+            __m512i s = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_madd_epi16(bsums, sc), 5));
+            __m256i qa[8], qb[8];
+            q6k_quants(a->ql, a->qh, qa);
+            q6k_quants(b->ql, b->qh, qb);
+            UNROLL
+            for (int c = 0; c < 8; c++) {
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(halves_epi(qa[c], qb[c]), BCAST256(yb + Q8K_QS + 32 * c)),
+                                        group_pairs(sc, c));
+            }
+            const __m512 d = halves_ps(yd * f16(a->d), yd * f16(b->d));
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+        }
+    }
+    store_group(acc, out, nrow);
+}
+
+void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q4_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q4k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_q5_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q5_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q5k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_q6_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q6_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q6k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+/* ==== Q2_K / Q3_K ==================================================================== */
+
+/*
+ * One group of Q2_K (three: Q3_K) rows, one token: per quarter-chunk and row
+ * pair the vec_dot's pairs (compute/x86/q2_q3_k.h's lanes: Q3_K's |q| by the
+ * token's quants signed as q), then the sub-blocks' scales by vpdpwssd; per
+ * block its fmas in its order (Q2_K's mins first).
+ */
+INLINE void q23k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow, int three) {
+    enum { QBS = sizeof(tkv__block_q8_K) };
+    const size_t bs = three ? sizeof(tkv__block_q3_K) : sizeof(tkv__block_q2_K);
+    __m512 acc[PAIRS];
+    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        __m512i yv[8];
+        UNROLL
+        for (int c = 0; c < 8; c++) yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
+        const __m512i bsums = BCAST256(yb + Q8K_BSUMS);
+        for (int p = 0; p < PAIRS; p++) {
+            const uint8_t *ra = blk + 2 * p * bs, *rb = ra + bs;
+            const tkv__block_q2_K *a2 = (const tkv__block_q2_K *)(const void *)ra, *b2 = (const tkv__block_q2_K *)(const void *)rb;
+            const tkv__block_q3_K *a3 = (const tkv__block_q3_K *)(const void *)ra, *b3 = (const tkv__block_q3_K *)(const void *)rb;
+            __m512i sc, hm = _mm512_setzero_si512();
+            float da, db;
+            if (three) {
+                sc = halves_epi(tkv__q3k_scales16(a3->scales), tkv__q3k_scales16(b3->scales));
+                hm = halves_epi(LOAD256(a3->hmask), LOAD256(b3->hmask));
+                da = f16(a3->d), db = f16(b3->d);
+            } else {
+                const __m128i m4 = _mm_set1_epi8(0x0f);
+                sc = halves_epi(_mm256_cvtepu8_epi16(_mm_and_si128(LOAD128(a2->scales), m4)),
+                                _mm256_cvtepu8_epi16(_mm_and_si128(LOAD128(b2->scales), m4)));
+                const __m512i prod = _mm512_madd_epi16(halves_epi(tkv__q2k_mins(ra), tkv__q2k_mins(rb)), bsums);
+                acc[p] = _mm512_fmadd_ps(halves_ps(-yd * f16(a2->dmin), -yd * f16(b2->dmin)), _mm512_cvtepi32_ps(prod), acc[p]);
+                da = f16(a2->d), db = f16(b2->d);
+            }
+            const uint8_t *qa = three ? a3->qs : a2->qs, *qb = three ? b3->qs : b2->qs;
+            __m512i s = _mm512_setzero_si512();
+            UNROLL
+            for (int c = 0; c < 2; c++) {
+                const __m512i bits = halves_epi(LOAD256(qa + 32 * c), LOAD256(qb + 32 * c));
+                UNROLL
+                for (int j = 0; j < 4; j++) {
+                    const int gq = 4 * c + j; /* elements 32 gq .. 32 gq + 31: sub-blocks 2 gq, 2 gq + 1 */
+                    __m512i q = _mm512_and_si512(_mm512_srli_epi16(bits, 2 * j), m3), pairs;
+                    if (three) { /* q - 4 where the hmask bit is clear; a 0 q's product is 0 either way */
+                        q = _mm512_mask_sub_epi8(q, _mm512_testn_epi8_mask(hm, _mm512_set1_epi8((char)(1 << gq))), q, four);
+                        const __m512i ys = _mm512_mask_sub_epi8(yv[gq], _mm512_movepi8_mask(q), _mm512_setzero_si512(), yv[gq]);
+                        pairs = _mm512_maddubs_epi16(_mm512_abs_epi8(q), ys);
+                    } else {
+                        pairs = _mm512_maddubs_epi16(q, yv[gq]);
+                    }
+                    s = _mm512_dpwssd_epi32(s, pairs, group_pairs(sc, gq));
+                }
+            }
+            acc[p] = _mm512_fmadd_ps(halves_ps(yd * da, yd * db), _mm512_cvtepi32_ps(s), acc[p]);
+        }
+    }
+    store_group(acc, out, nrow);
+}
+
+static void q2k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    q23k_group(g, nb, ya, out, nrow, 0);
+}
+
+static void q3k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    q23k_group(g, nb, ya, out, nrow, 1);
+}
+
+void tkv__packed_q2_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q2_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q2k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_q3_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q3_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+    else by_token(q3k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+/* ==== IQ4_XS ======================================================================== */
+
+/*
+ * One group of IQ4_XS rows, one token. Per sub-block and row pair the
+ * vec_dot's products (|q| by maddubs with the token's quants signed as q),
+ * then its scale by vpdpwssd: the same 8 integer lanes per row.
+ */
+static void iq4xs_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    enum { BS = sizeof(tkv__block_iq4_xs), QBS = sizeof(tkv__block_q8_K) };
+    __m512 acc[PAIRS];
+    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    const __m512i book = _mm512_broadcast_i32x4(LOAD128(tkv__iq4nl_values)), m4 = _mm512_set1_epi8(0x0f);
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        float yd;
+        memcpy(&yd, yb, sizeof yd);
+        __m512i yv[8];
+        UNROLL
+        for (int c = 0; c < 8; c++) yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
+        for (int p = 0; p < PAIRS; p++) {
+            const tkv__block_iq4_xs *a = (const tkv__block_iq4_xs *)(const void *)(blk + 2 * p * BS), *b = a + 1;
+            /* words 0-7: a's sub-block scales, 16-23: b's */
+            const __m512i sc = halves_epi(_mm256_zextsi128_si256(iq4xs_scales(a)), _mm256_zextsi128_si256(iq4xs_scales(b)));
+            __m512i s = _mm512_setzero_si512();
+            UNROLL
+            for (int c = 0; c < 8; c++) {
+                /* [a's 16 bytes, twice | b's, twice]; the low nibbles in 128-bit lanes 0 and 2, the high in 1 and 3 */
+                const __m512i raw = halves_epi(_mm256_broadcastsi128_si256(LOAD128(a->qs + 16 * c)),
+                                               _mm256_broadcastsi128_si256(LOAD128(b->qs + 16 * c)));
+                const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(raw, 0xff00ff00u, raw, 4), m4);
+                const __m512i q = _mm512_shuffle_epi8(book, nib);
+                /* the codebook has no 0, so vpsignb's token quants are these */
+                const __m512i ys = _mm512_mask_sub_epi8(yv[c], _mm512_movepi8_mask(q), _mm512_setzero_si512(), yv[c]);
+                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(_mm512_abs_epi8(q), ys), pick_words(sc, c));
+            }
+            const __m512 d = halves_ps(f16(a->d) * yd, f16(b->d) * yd);
+            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+        }
+    }
+    store_group(acc, out, nrow);
+}
+
+/* Every batch per token, as at avx2 (no tiled IQ4_XS product). */
+void tkv__packed_iq4_xs_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                               float *y, size_t ldy) {
+    by_token(iq4xs_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+#endif
