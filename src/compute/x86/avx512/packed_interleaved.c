@@ -101,11 +101,16 @@ static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out,
     store_group(v, out, nrow);
 }
 
-void tkv__packed_q8_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
-    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q8_0_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
-    else by_token(q8_group, n / TKV__QK, w, gs, nr, xq, xrs, n_tok, y, ldy);
-}
+/* A type's packed entry: 3+ tokens through the tiled product over the packed rows, fewer one token at a time
+   (by_token). Written once here; the entries below name their kernels. */
+#define PACKED_ENTRY(name, tiled, one, block_elems)                                                              \
+    void name(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,  \
+              size_t ldy) {                                                                                    \
+        if (n_tok >= BY_TOKEN_MAX) tiled(n, w, gs, nr, xq, xrs, n_tok, y, ldy);                               \
+        else by_token(one, n / (block_elems), w, gs, nr, xq, xrs, n_tok, y, ldy);                              \
+    }
+
+PACKED_ENTRY(tkv__packed_q8_0_avx512, tkv__gemm_q8_0_packed_avx512, q8_group, TKV__QK)
 
 /* ==== Q4_K / Q6_K ==================================================================== */
 
@@ -227,23 +232,11 @@ static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
     store_group(acc, out, nrow);
 }
 
-void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
-    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q4_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
-    else by_token(q4k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
-}
+PACKED_ENTRY(tkv__packed_q4_K_avx512, tkv__gemm_q4_K_packed_avx512, q4k_group, TKV__QK_K)
 
-void tkv__packed_q5_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
-    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q5_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
-    else by_token(q5k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
-}
+PACKED_ENTRY(tkv__packed_q5_K_avx512, tkv__gemm_q5_K_packed_avx512, q5k_group, TKV__QK_K)
 
-void tkv__packed_q6_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
-    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q6_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
-    else by_token(q6k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
-}
+PACKED_ENTRY(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, TKV__QK_K)
 
 /* ==== Q2_K / Q3_K ==================================================================== */
 
@@ -318,17 +311,9 @@ static void q3k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
     q23k_group(g, nb, ya, out, nrow, 1);
 }
 
-void tkv__packed_q2_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
-    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q2_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
-    else by_token(q2k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
-}
+PACKED_ENTRY(tkv__packed_q2_K_avx512, tkv__gemm_q2_K_packed_avx512, q2k_group, TKV__QK_K)
 
-void tkv__packed_q3_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
-    if (n_tok >= BY_TOKEN_MAX) tkv__gemm_q3_K_packed_avx512(n, w, gs, nr, xq, xrs, n_tok, y, ldy);
-    else by_token(q3k_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
-}
+PACKED_ENTRY(tkv__packed_q3_K_avx512, tkv__gemm_q3_K_packed_avx512, q3k_group, TKV__QK_K)
 
 /* ==== IQ4_XS ======================================================================== */
 
