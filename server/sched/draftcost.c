@@ -5,27 +5,38 @@
 
 #include <math.h>
 
-/* Whether size r has a figure measured within the last SRV_STEPCOST_FORGET steps. */
-static int fresh(const srv_stepcost *c, size_t r) { return c->t[r] > 0 && c->steps - c->at[r] <= SRV_STEPCOST_FORGET; }
+/* Whether size r has a figure: two or more measurements, the last within SRV_STEPCOST_FORGET steps. */
+static int fresh(const srv_stepcost *c, size_t r) { return c->n[r] >= 2 && c->steps - c->at[r] <= SRV_STEPCOST_FORGET; }
+
+/* Size r's figure (fresh(c, r)): the least of its last measurements. */
+static double figure(const srv_stepcost *c, size_t r) {
+    const unsigned k = c->n[r] < SRV_STEPCOST_KEEP ? c->n[r] : SRV_STEPCOST_KEEP;
+    double least = c->t[r][0];
+    for (unsigned i = 1; i < k; i++)
+        if (c->t[r][i] < least) least = c->t[r][i];
+    return least;
+}
 
 void srv_stepcost_add(srv_stepcost *c, size_t rows, double seconds) {
     c->steps++;
     if (!rows || rows > SRV_STEPCOST_ROWS || !(seconds > 0)) return;
-    double *t = &c->t[rows];
-    *t = fresh(c, rows) ? *t + (seconds - *t) / 4 : seconds;
+    if (c->n[rows] && c->steps - c->at[rows] > SRV_STEPCOST_FORGET) c->n[rows] = 0; /* forgotten: start again */
+    c->t[rows][c->n[rows] % SRV_STEPCOST_KEEP] = seconds;
+    c->n[rows]++;
     c->at[rows] = c->steps;
 }
 
 /* The figure of size `rows` alone: its own when fresh; else a straight line between the nearest fresh sizes below
    and above it; else (above the largest) the largest's; 0 when no fresh size is at or below it. */
 static double own(const srv_stepcost *c, size_t rows) {
-    if (fresh(c, rows)) return c->t[rows];
+    if (fresh(c, rows)) return figure(c, rows);
     size_t lo = rows, hi = rows;
     while (lo > 0 && !fresh(c, lo)) lo--;
     while (hi <= SRV_STEPCOST_ROWS && !fresh(c, hi)) hi++;
     if (!lo) return 0;
-    if (hi > SRV_STEPCOST_ROWS) return c->t[lo];
-    return c->t[lo] + (c->t[hi] - c->t[lo]) * (double)(rows - lo) / (double)(hi - lo);
+    const double tl = figure(c, lo);
+    if (hi > SRV_STEPCOST_ROWS) return tl;
+    return tl + (figure(c, hi) - tl) * (double)(rows - lo) / (double)(hi - lo);
 }
 
 double srv_stepcost_of(const srv_stepcost *c, size_t rows) {

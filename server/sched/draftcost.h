@@ -29,21 +29,26 @@
    moment of load would otherwise keep the step from ever trying that size again. */
 #define SRV_STEPCOST_FORGET 1024
 
-/* Seconds per step by its rows: a moving average of the steps measured, with the step count at which each size
-   was last measured. Zero it to start. */
+/* A size's figure is the least of its last SRV_STEPCOST_KEEP measurements, used from the second one on: a step's
+   time only grows with what else the machine does, and the first step of a size can carry one-time costs, so a
+   single figure taken then would keep that size from being tried again until forgotten. */
+#define SRV_STEPCOST_KEEP 4
+
+/* Seconds per step by its rows: each size's last measurements, how many were taken since it was last forgotten,
+   and the step count at which it was last measured. Zero it to start. */
 typedef struct srv_stepcost {
-    double t[SRV_STEPCOST_ROWS + 1];      /* 0: that size not measured yet */
+    double t[SRV_STEPCOST_ROWS + 1][SRV_STEPCOST_KEEP];
+    unsigned n[SRV_STEPCOST_ROWS + 1];      /* measurements of the size (t holds the last KEEP of them) */
     unsigned long at[SRV_STEPCOST_ROWS + 1];
-    unsigned long steps;                  /* steps recorded */
+    unsigned long steps;                    /* steps recorded */
 } srv_stepcost;
 
 /* Record a step of `rows` rows that took `seconds` (rows 0 or beyond SRV_STEPCOST_ROWS, or seconds <= 0: only
-   counted). The first measurement of a size (or the first after it was forgotten) is taken as it is; later ones
-   move the average by a quarter, so a machine whose load changes is followed within a few steps. */
+   counted). A size last measured more than SRV_STEPCOST_FORGET steps ago starts again from this measurement. */
 void srv_stepcost_add(srv_stepcost *c, size_t rows, double seconds);
 
-/* What a step of `rows` rows is expected to cost. Each size's own figure is its average when measured within the
-   last SRV_STEPCOST_FORGET steps; else a straight line between the nearest sizes measured below and above it;
+/* What a step of `rows` rows is expected to cost. Each size's own figure is the least of its last measurements
+   when it has two or more within the last SRV_STEPCOST_FORGET steps; else a straight line between the nearest sizes measured below and above it;
    else, above the largest size measured, what that size cost (an optimistic guess that the first step of the new
    size corrects). The cost is the least own figure of this size and every larger one: a larger step does not
    cost less, so a smaller size measured higher than a larger one was measured in a moment of load, and a larger

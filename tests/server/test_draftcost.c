@@ -17,23 +17,38 @@ static void close_to(double got, double want) {
         fail_msg("got %.15g, want %.15g", got, want);
 }
 
-/* First figure as measured, then averages moving by a quarter; nothing for sizes out of range. */
-static void test_stepcost_average(void **state) {
+/* Add the same figure twice: a size is used from its second measurement. */
+static void add2(srv_stepcost *c, size_t rows, double seconds) {
+    srv_stepcost_add(c, rows, seconds);
+    srv_stepcost_add(c, rows, seconds);
+}
+
+/* A size's figure is the least of its last SRV_STEPCOST_KEEP measurements, from the second one on; nothing for
+   sizes out of range. */
+static void test_stepcost_least(void **state) {
     (void)state;
+    _Static_assert(SRV_STEPCOST_KEEP == 4, "the figures below keep 4");
     srv_stepcost c = {0};
+    close_to(srv_stepcost_of(&c, 3), 0);
+    srv_stepcost_add(&c, 3, 0.030); /* one measurement: a first step's one-time costs, maybe */
     close_to(srv_stepcost_of(&c, 3), 0);
     srv_stepcost_add(&c, 3, 0.010);
     close_to(srv_stepcost_of(&c, 3), 0.010);
-    srv_stepcost_add(&c, 3, 0.030);
-    close_to(srv_stepcost_of(&c, 3), 0.010 + (0.030 - 0.010) / 4);
+    srv_stepcost_add(&c, 3, 0.012);
+    srv_stepcost_add(&c, 3, 0.009);
+    close_to(srv_stepcost_of(&c, 3), 0.009);
+    for (int i = 0; i < 3; i++) srv_stepcost_add(&c, 3, 0.020); /* the machine got busier */
+    close_to(srv_stepcost_of(&c, 3), 0.009);                   /* 0.009 is still among the last 4 */
+    srv_stepcost_add(&c, 3, 0.020);
+    close_to(srv_stepcost_of(&c, 3), 0.020);
     srv_stepcost_add(&c, 0, 1.0);                     /* ignored */
     srv_stepcost_add(&c, SRV_STEPCOST_ROWS + 1, 1.0); /* ignored */
     srv_stepcost_add(&c, 5, -1.0);                    /* ignored */
     close_to(srv_stepcost_of(&c, 0), 0);
     close_to(srv_stepcost_of(&c, SRV_STEPCOST_ROWS + 1), 0);
     close_to(srv_stepcost_of(&c, 2), 0); /* nothing measured at or below 2 */
-    close_to(srv_stepcost_of(&c, 5), 0.015); /* above the largest measured: its figure */
-    close_to(srv_stepcost_of(&c, SRV_STEPCOST_ROWS), 0.015);
+    close_to(srv_stepcost_of(&c, 5), 0.020); /* above the largest measured: its figure */
+    close_to(srv_stepcost_of(&c, SRV_STEPCOST_ROWS), 0.020);
 }
 
 /* Between measured sizes a straight line, and no size costs more than a larger one: a smaller size measured
@@ -41,9 +56,9 @@ static void test_stepcost_average(void **state) {
 static void test_stepcost_interpolates(void **state) {
     (void)state;
     srv_stepcost c = {0};
-    srv_stepcost_add(&c, 2, 0.004);
-    srv_stepcost_add(&c, 6, 0.012);
-    srv_stepcost_add(&c, 10, 0.008);
+    add2(&c, 2, 0.004);
+    add2(&c, 6, 0.012);
+    add2(&c, 10, 0.008);
     close_to(srv_stepcost_of(&c, 3), 0.006); /* the line from 2 to 6 */
     close_to(srv_stepcost_of(&c, 4), 0.008); /* the line says 0.010 at 5, but 10 rows cost 0.008 */
     close_to(srv_stepcost_of(&c, 6), 0.008);
@@ -51,25 +66,32 @@ static void test_stepcost_interpolates(void **state) {
     close_to(srv_stepcost_of(&c, 10), 0.008);
     close_to(srv_stepcost_of(&c, 11), 0.008);
     close_to(srv_stepcost_of(&c, 1), 0);
+    srv_stepcost_add(&c, 12, 0.001); /* a single measurement is not a figure yet */
+    close_to(srv_stepcost_of(&c, 11), 0.008);
     srv_stepcost_add(&c, 12, 0.020);
+    srv_stepcost_add(&c, 12, 0.020); /* 0.001 stays the least: one too low is taken, and tried again */
+    close_to(srv_stepcost_of(&c, 11), 0.001);
+    for (int i = 0; i < SRV_STEPCOST_KEEP; i++) srv_stepcost_add(&c, 12, 0.020);
     close_to(srv_stepcost_of(&c, 11), 0.014); /* the line from 10 to 12 */
     for (size_t r = 2; r < SRV_STEPCOST_ROWS; r++)
         assert_true(srv_stepcost_of(&c, r) <= srv_stepcost_of(&c, r + 1));
 }
 
 /* A figure not measured again within SRV_STEPCOST_FORGET steps is forgotten: the size is guessed again, and its
-   next measurement is taken as it is. */
+   next measurements start afresh. */
 static void test_stepcost_forgets(void **state) {
     (void)state;
     srv_stepcost c = {0};
-    srv_stepcost_add(&c, 1, 0.002);
-    srv_stepcost_add(&c, 4, 0.100); /* a moment of load */
+    add2(&c, 1, 0.002);
+    add2(&c, 4, 0.100); /* a moment of load */
     for (int i = 0; i < SRV_STEPCOST_FORGET; i++) srv_stepcost_add(&c, 1, 0.002);
     close_to(srv_stepcost_of(&c, 4), 0.100); /* measured SRV_STEPCOST_FORGET steps ago: still known */
     srv_stepcost_add(&c, 1, 0.002);
     close_to(srv_stepcost_of(&c, 4), 0.002); /* forgotten: the largest size below it */
     srv_stepcost_add(&c, 4, 0.003);
-    close_to(srv_stepcost_of(&c, 4), 0.003); /* taken as measured, not averaged with the old figure */
+    close_to(srv_stepcost_of(&c, 4), 0.002); /* one new measurement: still guessed */
+    srv_stepcost_add(&c, 4, 0.004);
+    close_to(srv_stepcost_of(&c, 4), 0.003); /* the old 0.100 is not among its figures */
 }
 
 /* The model: expected tokens of a choice, and the best choice by trying every one. */
@@ -113,7 +135,7 @@ static void test_choose_is_best(void **state) {
         for (size_t r = 1; r <= SRV_STEPCOST_ROWS; r++)
             if (rand() % 3) {
                 const double t = fmax(mem, per_row * (double)r) + 0.0002;
-                srv_stepcost_add(&cost, r, t * (1 + noise * (urand() - 0.5)));
+                for (int k = 0; k < 2; k++) srv_stepcost_add(&cost, r, t * (1 + noise * (urand() - 0.5)));
             }
         srv_draftcand c[5];
         const size_t n = 1 + (size_t)rand() % 5;
@@ -152,8 +174,8 @@ static void test_choose_is_best(void **state) {
 static void test_choose_regimes(void **state) {
     (void)state;
     srv_stepcost mem = {0}, alu = {0};
-    for (size_t r = 1; r <= 16; r++) srv_stepcost_add(&mem, r, 0.010);
-    for (size_t r = 1; r <= SRV_STEPCOST_ROWS; r++) srv_stepcost_add(&alu, r, 0.002 + 0.002 * (double)r);
+    for (size_t r = 1; r <= 16; r++) add2(&mem, r, 0.010);
+    for (size_t r = 1; r <= SRV_STEPCOST_ROWS; r++) add2(&alu, r, 0.002 + 0.002 * (double)r);
     srv_draftcand c[1] = {{.n = 8, .p = 0.25}};
     assert_int_equal(srv_draft_choose(&mem, 1, 1, 32, c, 1), 8);
     assert_int_equal(srv_draft_choose(&mem, 1, 1, 5, c, 1), 5); /* within the batch's room */
@@ -169,7 +191,7 @@ static void test_choose_regimes(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_stepcost_average),     cmocka_unit_test(test_stepcost_interpolates),
+        cmocka_unit_test(test_stepcost_least),       cmocka_unit_test(test_stepcost_interpolates),
         cmocka_unit_test(test_stepcost_forgets),     cmocka_unit_test(test_choose_is_best),
         cmocka_unit_test(test_choose_regimes),
     };
