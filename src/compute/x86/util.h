@@ -116,5 +116,15 @@ static inline void prefetch_rows(const uint8_t *const *rows, int nrow, size_t of
         for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
 }
 
+/* A packed product's entry (packed_interleaved.c at each level): 3+ tokens through the tiled product over the
+   packed rows, fewer one token at a time through the level's by_token and one-token kernel `one`; the level's
+   file defines BY_TOKEN_MAX and by_token. */
+#define PACKED_ENTRY(name, tiled, one, block_elems)                                                              \
+    void name(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,  \
+              size_t ldy) {                                                                                    \
+        if (n_tok >= BY_TOKEN_MAX) tiled(n, w, gs, nr, xq, xrs, n_tok, y, ldy);                               \
+        else by_token(one, n / (block_elems), w, gs, nr, xq, xrs, n_tok, y, ldy);                              \
+    }
+
 #endif
 #endif

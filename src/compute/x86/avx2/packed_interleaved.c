@@ -259,15 +259,6 @@ static void by_token(rows_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t 
         for (size_t t = 0; t < n_tok; t++) f(w + r / G * gs, nb, (int)min_sz(G, nr - r), xq + t * xrs, y + t * ldy + r);
 }
 
-/* A type's packed entry: 3+ tokens through the tiled product over the packed rows, fewer one token at a time
-   (by_token). Written once here; the entries below name their kernels. */
-#define PACKED_ENTRY(name, tiled, one, block_elems)                                                              \
-    void name(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,  \
-              size_t ldy) {                                                                                    \
-        if (n_tok >= BY_TOKEN_MAX) tiled(n, w, gs, nr, xq, xrs, n_tok, y, ldy);                               \
-        else by_token(one, n / (block_elems), w, gs, nr, xq, xrs, n_tok, y, ldy);                              \
-    }
-
 PACKED_ENTRY(tkv__packed_q8_0_avx2, tkv__gemm_q8_0_packed_avx2, q8_rows, TKV__QK)
 
 PACKED_ENTRY(tkv__packed_q4_K_avx2, tkv__gemm_q4_K_packed_avx2, q4k_rows, TKV__QK_K)

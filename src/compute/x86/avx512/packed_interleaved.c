@@ -101,15 +101,6 @@ static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out,
     store_group(v, out, nrow);
 }
 
-/* A type's packed entry: 3+ tokens through the tiled product over the packed rows, fewer one token at a time
-   (by_token). Written once here; the entries below name their kernels. */
-#define PACKED_ENTRY(name, tiled, one, block_elems)                                                              \
-    void name(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,  \
-              size_t ldy) {                                                                                    \
-        if (n_tok >= BY_TOKEN_MAX) tiled(n, w, gs, nr, xq, xrs, n_tok, y, ldy);                               \
-        else by_token(one, n / (block_elems), w, gs, nr, xq, xrs, n_tok, y, ldy);                              \
-    }
-
 PACKED_ENTRY(tkv__packed_q8_0_avx512, tkv__gemm_q8_0_packed_avx512, q8_group, TKV__QK)
 
 /* ==== Q4_K / Q6_K ==================================================================== */
