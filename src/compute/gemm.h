@@ -3,10 +3,10 @@
  * several tokens, for prefill and decode steps of several sequences: the
  * tkv__gemm_fn entries of the kernel tables (kernels.h), one file per family
  * and level, named by its types, in the level's folder compute/x86/avx2/ or
- * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0 and the K types Q4_K to
- * Q6_K), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
+ * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0, Q5_K and Q6_K),
+ * gemm_q4_k.c (Q4_K, block-reduced, over its transposed layout), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
  * gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_float.c; the IQ1
- * types' in avx2/dot_iq1.c; the products over Q8_0, Q2_K to Q6_K and
+ * types' in avx2/dot_iq1.c; the products over Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and
  * IQ4_XS rows packed at load (compute/quant/repack.h) in packed_interleaved.c. Each folder is compiled with its level's -m flags
  * (its sources.cmake) and reached only through a table the CPU supports.
  * Their shared helpers are in compute/x86/util.h and each level's util.h.
@@ -30,7 +30,7 @@
  *     fma'd with the block's scale product into 8 float lanes (Q8_0: two
  *     accumulators, even and odd blocks), then the lanes added as
  *     ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)). Per type on top of that:
- *     Q4_K and Q5_K subtract a scalar sum of dmin * (mins . bsums); Q4_1
+ *     Q5_K subtracts a scalar sum of dmin * (mins . bsums); Q4_1
  *     and Q5_1 add, after the lanes, a float running sum of m_w * s_a over
  *     the blocks in order (each product rounded, then added); Q2_K fmas its
  *     -dmin * (mins . bsums) lanes into the same 8 float lanes, before the
@@ -83,6 +83,7 @@ void tkv__gemv_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, con
                              float *y, size_t ldy);
 void tkv__packed_iq4_nl_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                float *y, size_t ldy);
+/* compute/x86/avx512/gemm_q4_k.c (with tkv__packed_q4_K_avx512 below) */
 void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -164,15 +165,13 @@ void tkv__gemm_iq1_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const 
 void tkv__gemm_iq1_m_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 
-/* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K, Q5_K and Q6_K products over packed rows
+/* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q5_K and Q6_K products over packed rows
    (compute/quant/repack.h, groups gs apart), and compute/x86/avx2/packed_interleaved.c: the packed entries
    (kernels.h's `packed`: one token read straight from the groups, more through these) */
 void tkv__gemm_q8_0_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                 float *y, size_t ldy);
 void tkv__packed_q8_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-void tkv__gemm_q4_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                                float *y, size_t ldy);
 void tkv__packed_q4_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__gemm_q5_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -208,15 +207,13 @@ void tkv__packed_iq4_xs_avx2(size_t n, const void *w, size_t gs, size_t nr, cons
                              float *y, size_t ldy);
 void tkv__packed_iq4_xs_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                size_t n_tok, float *y, size_t ldy);
-/* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q4_K, Q5_K and Q6_K products over packed rows
+/* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q5_K and Q6_K products over packed rows
    (compute/quant/repack.h, groups gs apart), and compute/x86/avx512/packed_interleaved.c: the packed entries
    (kernels.h's `packed`: one token read straight from the groups, more through these) */
 void tkv__gemm_q8_0_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                   float *y, size_t ldy);
 void tkv__packed_q8_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
-void tkv__gemm_q4_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                                  float *y, size_t ldy);
 void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 void tkv__gemm_q5_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,

@@ -240,9 +240,9 @@ static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_B
  * over the dequantized values. T = n / block for the quantized types
  * (T = n for float rows); we allow twice that.
  */
-/* The 4-bit types of 32-element blocks, summed block-reduced at every level. */
-static int b4_type(tkv_type t) {
-    return t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4;
+/* The types summed block-reduced at every level (compute/quant/quant.h). */
+static int block_reduced(tkv_type t) {
+    return t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4 || t == TKV_TYPE_Q4_K;
 }
 
 static void check_dot(tkv_type t, size_t n, const tkv__kernels *simd) {
@@ -267,9 +267,9 @@ static void check_dot(tkv_type t, size_t n, const tkv__kernels *simd) {
         const double tol = 4.0 * (double)(terms + 4) * 0x1p-24 * mag + 1e-30;
         const double want = sc->vec_dot[t](n, w, a);
         const double got = simd->vec_dot[t](n, w, a);
-        /* Q4_0's, IQ4_NL's and MXFP4's order is the block-reduced one at every level
-           (compute/quant/quant.h): the same exact block sums and the same fma chain, so the same bits */
-        if (b4_type(t) && (float)got != (float)want)
+        /* Q4_0's, IQ4_NL's, MXFP4's and Q4_K's order is the block-reduced one at every level
+           (compute/quant/quant.h): the same exact block sums and the same fma chains, so the same bits */
+        if (block_reduced(t) && (float)got != (float)want)
             fail_msg("%s n=%zu %s: %.9g, scalar %.9g: not bit for bit", tkv_type_name(t), n, simd->name, got, want);
         if (!(fabs(got - want) <= tol))
             fail_msg("%s n=%zu %s: %.9g, scalar %.9g, |diff| %.3g > %.3g", tkv_type_name(t), n, simd->name, got, want,
@@ -450,20 +450,73 @@ static float b4_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a
 }
 
 /*
+ * Q4_K in the reference's order for its repacked rows (ggml-cpu's x86
+ * gemv/gemm over 8-row interleaved Q4_K blocks): per superblock of 256 the
+ * exact integer sums, the scales' sum_g sc_g sum(q a) and the mins'
+ * sum_g mn_g sum(a) over group g's 32 elements, then
+ * acc = fmaf(sums, d_w * d_a, acc) and accm = fmaf(summ, dmin_w * d_a, accm)
+ * from +0, superblocks in order; the result acc - accm. Written here from
+ * the formats alone: the weight block is fp16 d, fp16 dmin, 12 bytes of
+ * 6-bit scales and mins (bytes 0-3: scales 0-3 low 6 bits, their top 2
+ * bits the high bits of scales 4-7; bytes 4-7 likewise for mins 0-3 and
+ * mins 4-7; bytes 8-11: low nibble scale 4 + j's low 4 bits, high nibble
+ * min 4 + j's), then 128 bytes whose byte 32c + l holds element 64c + l in
+ * its low nibble and 64c + 32 + l in its high one; the activation block a
+ * float d and 256 int8 quants (its 16 bsums are not read: the sums are
+ * taken from the quants).
+ */
+static float q4k_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
+    float acc = 0.0f, accm = 0.0f;
+    for (size_t i = 0; i < n / 256; i++) {
+        const uint8_t *blk = w + 144 * i, *sc12 = blk + 4, *qs = blk + 16, *ab = a + 292 * i;
+        uint16_t dw, dmw;
+        float da;
+        memcpy(&dw, blk, 2);
+        memcpy(&dmw, blk + 2, 2);
+        memcpy(&da, ab, 4);
+        const int8_t *aq = (const int8_t *)(ab + 4);
+        int sumi = 0, summ = 0;
+        for (int g = 0; g < 8; g++) {
+            const int sc = g < 4 ? sc12[g] & 63 : (sc12[g + 4] & 15) | ((sc12[g - 4] >> 6) << 4);
+            const int mn = g < 4 ? sc12[g + 4] & 63 : (sc12[g + 4] >> 4) | ((sc12[g] >> 6) << 4);
+            int sq = 0, sa = 0;
+            for (int l = 0; l < 32; l++) {
+                const int e = 64 * (g / 2) + 32 * (g % 2) + l, byte = qs[32 * (g / 2) + l];
+                sq += (g % 2 ? byte >> 4 : byte & 15) * aq[e];
+                sa += aq[e];
+            }
+            sumi += sc * sq;
+            summ += mn * sa;
+        }
+        acc = fmaf((float)sumi, tkv__quant_f16_to_f32(dw) * da, acc);
+        accm = fmaf((float)summ, tkv__quant_f16_to_f32(dmw) * da, accm);
+    }
+    return acc - accm;
+}
+
+static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a) {
+    return t == TKV_TYPE_Q4_K ? q4k_dot_ref(n, w, a) : b4_dot_ref(t, n, w, a);
+}
+
+/*
  * Every level's vec_dot, gemm, gemv and packed product (where it has one)
- * of Q4_0, IQ4_NL and MXFP4 rows of 1 to 16 blocks against that model, bit
- * for bit (from 2 blocks on, the lane-wise order IQ4_NL and MXFP4 had before
- * is an ulp off in most outputs): 19 rows (a whole packed group and a
- * partial one), 1 to 9 tokens and 37.
+ * of Q4_0, IQ4_NL and MXFP4 rows of 1 to 16 blocks and Q4_K rows of 1 to 33
+ * against those models, bit for bit (from 2 blocks on, the lane-wise order
+ * IQ4_NL, MXFP4 and Q4_K had before is an ulp off in most outputs): 19 rows
+ * (a whole packed group and a partial one), 1 to 9 tokens and 37.
  */
 static void test_b4_reference_order(void **state) {
     (void)state;
-    const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4};
+    const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q4_K};
     const size_t n_rows = 19, ldy = 19, tok_counts[] = {1, 2, 3, 4, 5, 8, 9, 37};
-    for (size_t ti = 0; ti < 3; ti++) {
-        const tkv_type t = types[ti];
-        for (size_t nb = 1; nb <= 16; nb++) {
-            const size_t n = 32 * nb, wrs = tkv__quant_row_size(t, n), xrs = tkv__quant_row_size(TKV_TYPE_Q8_0, n);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const tkv_type t = types[ti], at = tkv__quant_vec_dot_type(t), be = tkv__quant_block_elems(t);
+        /* Q4_K: past 16 superblocks the product over the file's rows carries its sums across panels */
+        static const size_t k_counts[] = {1, 2, 3, 5, 8, 17, 33};
+        const size_t n_counts = be > 32 ? sizeof k_counts / sizeof k_counts[0] : 16;
+        for (size_t ci0 = 0; ci0 < n_counts; ci0++) {
+            const size_t nb = be > 32 ? k_counts[ci0] : ci0 + 1;
+            const size_t n = be * nb, wrs = tkv__quant_row_size(t, n), xrs = tkv__quant_row_size(at, n);
             uint8_t *w = malloc(n_rows * wrs), *xq = malloc(37 * xrs);
             uint8_t *pk = aligned_alloc(64, (tkv__pack_bytes(t, n, n_rows) + 64) / 64 * 64);
             float *x = malloc(n * sizeof(float)), *y = malloc(37 * ldy * sizeof(float));
@@ -472,8 +525,9 @@ static void test_b4_reference_order(void **state) {
             for (size_t r = 0; r < n_rows; r++) rnd_weights(t, w + r * wrs, n);
             for (size_t tok = 0; tok < 37; tok++) {
                 rnd_acts(x, n);
-                tkv__quant_quantize_row(TKV_TYPE_Q8_0, x, xq + tok * xrs, n);
-                for (size_t r = 0; r < n_rows; r++) want[tok * n_rows + r] = b4_dot_ref(t, n, w + r * wrs, xq + tok * xrs);
+                tkv__quant_quantize_row(at, x, xq + tok * xrs, n);
+                for (size_t r = 0; r < n_rows; r++)
+                    want[tok * n_rows + r] = reduced_dot_ref(t, n, w + r * wrs, xq + tok * xrs);
             }
             if (tkv__pack_supported(t)) tkv__pack_rows(t, w, n, n_rows, pk);
             for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
@@ -561,7 +615,7 @@ static void test_vec_dot_extremes(void **state) {
                 weight_offsets(t, w, n, off);
                 double mag = 0; /* |a_i| <= 1 */
                 for (size_t i = 0; i < n; i++) mag += fabs(wf[i]) + 2 * fabs(off[i]);
-                if (b4_type(t) && memcmp(&got, &want, sizeof got) != 0)
+                if (block_reduced(t) && memcmp(&got, &want, sizeof got) != 0)
                     fail_msg("%s pattern %02x %s: %.9g, scalar %.9g: not bit for bit", tkv_type_name(t), fill,
                              simd->name, got, want);
                 if (!(fabsf(got - want) <= 1e-5 * mag + 1e-30))

@@ -665,7 +665,7 @@ float tkv__quant_vec_dot_q5_1(size_t n, const void *w, const void *a) {
     return s;
 }
 
-/* Shared by Q4_K and Q5_K: the per-block formula of compute/quant/quant.h. */
+/* Q5_K (five) and the lane-wise formula of compute/quant/quant.h. */
 static float dot_k(size_t n, const void *w, const void *a, int five) {
     const uint8_t *p = w;
     const tkv__block_q8_K *y = a;
@@ -697,8 +697,27 @@ static float dot_k(size_t n, const void *w, const void *a, int five) {
     return s;
 }
 
+/* Q4_K in the block-reduced order of compute/quant/quant.h (the reference's repacked rows): per block the
+   exact sums, then one fma into the scales' sum and one into the mins'. */
 float tkv__quant_vec_dot_q4_K(size_t n, const void *w, const void *a) {
-    return dot_k(n, w, a, 0);
+    const tkv__block_q4_K *x = w;
+    const tkv__block_q8_K *y = a;
+    uint8_t q[256], sm[16];
+    float s = 0.0f, m = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        tkv__quant_k4_unpack(x[i].scales, sm);
+        k_unpack(x[i].qs, NULL, q);
+        int32_t sumi = 0, summ = 0;
+        for (int g = 0; g < 8; g++) {
+            int32_t sg = 0;
+            for (int l = 0; l < 32; l++) sg += q[32 * g + l] * y[i].qs[32 * g + l];
+            sumi += sm[g] * sg;
+            summ += sm[8 + g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
+        }
+        s = fmaf((float)sumi, tkv__quant_f16_to_f32(x[i].d) * y[i].d, s);
+        m = fmaf((float)summ, tkv__quant_f16_to_f32(x[i].dmin) * y[i].d, m);
+    }
+    return s - m;
 }
 
 float tkv__quant_vec_dot_q5_K(size_t n, const void *w, const void *a) {

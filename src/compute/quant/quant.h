@@ -470,7 +470,13 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *                   multiple of 8: every model's), for one token and many.
  *   Q5_0/Q8_0:      sumi * d_w * d_a
  *   Q4_1/Q5_1:      sumi * d_w * d_a + m_w * s_a
- *   Q4_K/Q5_K:      d_a * d_w * sum_g(sc_g * sumi_g) - d_a * dmin_w * sum_g(mn_g * bsum_g)
+ *   Q4_K:           block-reduced as Q4_0, two running sums from +0:
+ *                   s = fmaf((float)sum_g(sc_g * sumi_g), d_w * d_a, s),
+ *                   m = fmaf((float)sum_g(mn_g * bsum_g), dmin_w * d_a, m),
+ *                   the result s - m; bit for bit at every level, and the
+ *                   reference's x86 order over its repacked rows (which it
+ *                   uses for every Q4_K matrix of 8k rows).
+ *   Q5_K:           d_a * d_w * sum_g(sc_g * sumi_g) - d_a * dmin_w * sum_g(mn_g * bsum_g)
  *   Q6_K:           d_a * d_w * sum_g(scales_g * sumi_g)      (q - 32 folded in)
  *   IQ4_XS:         d_w * d_a * sum_b((ls_b - 32) * sumi_b)
  *   Q2_K:           d_a * d_w * sum_b(sc_b * sumi_b) - d_a * dmin_w * sum_b(mn_b * bsum_b)

@@ -1,6 +1,6 @@
 /*
  * compute/x86/avx2/packed_interleaved.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q2_K to Q6_K and IQ4_XS
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and IQ4_XS
  * at the avx2 level, bit for bit the level's vec_dots (compute/x86/avx2/kernels.c).
  *
  * One token (generation): a group of 16 rows is read once, in order, block
@@ -14,8 +14,8 @@
  * ymm holds one row's 8 lanes, with the vec_dot's
  * integers per lane (exact: any route gives the same value) and its float
  * operations in its order: the block's scale product, convert, fma (Q8_0:
- * even blocks in one accumulator, odd ones in another), the hsum; Q4_K's
- * and Q5_K's mins term the vec_dot's scalar running sum, Q2_K's its fma
+ * even blocks in one accumulator, odd ones in another), the hsum; Q5_K's
+ * mins term the vec_dot's scalar running sum, Q2_K's its fma
  * before the block's (the lanes of compute/x86/q2_q3_k.h, the vec_dot's own).
  *
  * Two tokens run it once per token, each group from cache the second time;
@@ -137,10 +137,6 @@ INLINE void q45k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, fl
     for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]) - accm[k];
 }
 
-static void q4k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
-    q45k_rows(g, nb, nk, ya, out, 0);
-}
-
 static void q5k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
     q45k_rows(g, nb, nk, ya, out, 1);
 }
@@ -260,8 +256,6 @@ static void by_token(rows_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t 
 }
 
 PACKED_ENTRY(tkv__packed_q8_0_avx2, tkv__gemm_q8_0_packed_avx2, q8_rows, TKV__QK)
-
-PACKED_ENTRY(tkv__packed_q4_K_avx2, tkv__gemm_q4_K_packed_avx2, q4k_rows, TKV__QK_K)
 
 PACKED_ENTRY(tkv__packed_q5_K_avx2, tkv__gemm_q5_K_packed_avx2, q5k_rows, TKV__QK_K)
 

@@ -1,7 +1,8 @@
 /*
  * compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c — tiled products for prefill (see gemm.h), AVX-512 F/BW/VL
- * + VNNI: Q8_0, Q4_K, Q5_K and Q6_K weights (Q4_0's block-reduced order has its own file,
- * gemm_q4_0_iq4_nl.c). Bit-identical to the vec_dots
+ * + VNNI: Q8_0, Q5_K and Q6_K weights (Q4_0's and Q4_K's block-reduced order have their own files,
+ * gemm_q4_0_iq4_nl.c, gemm_q4_k.c; the Q4_K panels below serve Q5_K, whose
+ * fifth bits they add). Bit-identical to the vec_dots
  * of compute/x86/avx512/kernels.c (which equal those of compute/x86/avx2/kernels.c for these types).
  *
  * Register layout: a zmm holds two (row, token) pairs of 8 lanes, rows 2p
@@ -479,11 +480,6 @@ INLINE void gemmk(const tile_job *job, int kind, int packed) {
     tile_product(job, &sh, &ops, &b);
 }
 
-void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 4, 0);
-}
-
 void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
     gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5, 0);
@@ -495,11 +491,6 @@ void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
 }
 
 /* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
-void tkv__gemm_q4_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
-                                  size_t n_tok, float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 4, 1);
-}
-
 void tkv__gemm_q5_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                   size_t n_tok, float *y, size_t ldy) {
     gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 5, 1);

@@ -1,6 +1,6 @@
 /*
  * compute/x86/avx512/packed_interleaved.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q2_K to Q6_K and IQ4_XS
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and IQ4_XS
  * at the avx512 level, bit for bit the level's vec_dots (compute/x86/avx512/kernels.c).
  *
  * One token (generation): each group of 16 rows is read once, in order,
@@ -15,8 +15,8 @@
  * value) and the float operations the same in the same order per lane: the
  * block's scale product, convert, fma into the row's lanes (Q8_0: even
  * blocks in one accumulator, odd ones in another), then the sums of
- * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order; Q4_K's
- * and Q5_K's mins term is the vec_dot's scalar running sum per row, Q2_K's
+ * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order; Q5_K's
+ * mins term is the vec_dot's scalar running sum per row, Q2_K's
  * its fma before the block's. Q2_K, Q3_K and IQ4_XS follow the vec_dots
  * this level keeps from avx2.
  *
@@ -174,10 +174,6 @@ INLINE void q45k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *ou
     for (size_t k = 0; k < nrow && k < G; k++) out[k] = o[k] - accm[k];
 }
 
-static void q4k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
-    q45k_group(g, nb, ya, out, nrow, 0);
-}
-
 static void q5k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
     q45k_group(g, nb, ya, out, nrow, 1);
 }
@@ -222,8 +218,6 @@ static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
     }
     store_group(acc, out, nrow);
 }
-
-PACKED_ENTRY(tkv__packed_q4_K_avx512, tkv__gemm_q4_K_packed_avx512, q4k_group, TKV__QK_K)
 
 PACKED_ENTRY(tkv__packed_q5_K_avx512, tkv__gemm_q5_K_packed_avx512, q5k_group, TKV__QK_K)
 

@@ -1,0 +1,227 @@
+/*
+ * compute/x86/avx512/gemm_q4_k.c — Q4_K products at the avx512 level (AVX-512
+ * F/BW/VL + VNNI) over the transposed layout of compute/quant/repack.h, in
+ * the block-reduced order of compute/quant/quant.h, so they equal the
+ * level's vec_dot (and the scalar one) bit for bit: the product over packed
+ * rows (generation reads every row once, in one sequential stream per
+ * group), and the tiled product over the file's rows, which builds the same
+ * layout for a chunk of K on its stack first.
+ *
+ * Lane k of a zmm is row k of a group of 16, so a superblock reduces to one
+ * integer per lane with no horizontal sums. Per 64-byte chunk of quants
+ * (4 bytes of each of 16 rows): one and, one shift and one and give the
+ * low nibbles (group 2c) and the high ones (group 2c + 1); per token one
+ * vpdpbusd each, the token's 4 activation bytes broadcast from memory
+ * (nibbles are unsigned, activations signed: vpdpbusd's operand order, with
+ * no saturation). Per group of 32 and token: the group's sum times the
+ * row's scale (vpmulld by 16 unpacked scales); per superblock and token: the
+ * mins term in four vpdpwssd (a row's two mins times the token's two group
+ * sums), then two conversions, two scale products and two fmas for all 16
+ * rows. Against the lane-wise order this replaced (a row pair per zmm,
+ * vpmaddubsw then vpdpwssd by the group scale, permutes to pick the scales,
+ * a per-row float mins sum): about half the instructions per weight.
+ *
+ * Tokens run in tiles of up to 4 over a group; with fewer than 4 a token's
+ * sums are split over independent chains (integer sums are exact, so the
+ * split changes no bit) so vpdpbusd's latency is hidden.
+ */
+#include "compute/gemm.h"
+#include "util.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
+
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+
+enum {
+    ROWS = TKV__PACK_ROWS,    /* rows per group: a zmm's lanes */
+    SB = TKV__Q4K_PACK_BLOCK, /* bytes of a group's superblock */
+    QBS = sizeof(tkv__block_q8_K),
+    TT = 4,       /* tokens per tile */
+    KC = 16,      /* superblocks per panel of the file-rows product (37 KiB) */
+    TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
+    Y_QS = 4,     /* offset of a Q8_K block's quants */
+    Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
+};
+
+/* A token's 8 group sums (bsums of 32 elements) as 4 word pairs: dword h = (sum 2h, sum 2h + 1). */
+static inline __m128i group_pairs(const uint8_t *yb) {
+    /* each sum of 32 quants of -127..127 fits a word */
+    return _mm_hadd_epi16(LOAD128(yb + Y_BSUMS), LOAD128(yb + Y_BSUMS + 16));
+}
+
+static inline __m512i bcast32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/*
+ * Superblocks [0, cnt) of one group at pk (SB bytes apart) for T tokens:
+ * yb[t] is token t's Q8_K block of the first one. acc[t] and accm[t] carry
+ * the scales' and the mins' running sums of the 16 rows.
+ */
+INLINE void q4k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, __m512 *accm, int T) {
+    enum { CMAX = 4 };
+    const int C = T >= 4 ? 1 : T >= 2 ? 2 : 4;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *b = pk + i * SB, *yb[TT];
+        __m512i sumi[TT], summ[TT];
+        UNROLL
+        for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm512_setzero_si512(), summ[t] = sumi[t];
+        UNROLL
+        for (int c = 0; c < 4; c++) {
+            __m512i slo[TT][CMAX], shi[TT][CMAX];
+            UNROLL
+            for (int t = 0; t < T; t++)
+                for (int u = 0; u < C; u++) slo[t][u] = _mm512_setzero_si512(), shi[t][u] = slo[t][u];
+            UNROLL
+            for (int j = 0; j < 8; j++) {
+                const __m512i q = _mm512_load_si512((const void *)(b + 64 * (8 * c + j)));
+                const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi32(q, 4), m4);
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                    const uint8_t *a = yb[t] + Y_QS + 64 * c + 4 * j;
+                    slo[t][j % C] = _mm512_dpbusd_epi32(slo[t][j % C], lo, bcast32(a));
+                    shi[t][j % C] = _mm512_dpbusd_epi32(shi[t][j % C], hi, bcast32(a + 32));
+                }
+            }
+            const __m512i sclo = _mm512_cvtepu8_epi32(LOAD128(b + TKV__Q4K_PACK_SCALES + 16 * (2 * c)));
+            const __m512i schi = _mm512_cvtepu8_epi32(LOAD128(b + TKV__Q4K_PACK_SCALES + 16 * (2 * c + 1)));
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                for (int u = 1; u < C; u++) {
+                    slo[t][0] = _mm512_add_epi32(slo[t][0], slo[t][u]);
+                    shi[t][0] = _mm512_add_epi32(shi[t][0], shi[t][u]);
+                }
+                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(slo[t][0], sclo),
+                                                                     _mm512_mullo_epi32(shi[t][0], schi)));
+            }
+        }
+        alignas(16) int32_t pairs[TT][4];
+        UNROLL
+        for (int t = 0; t < T; t++) _mm_store_si128((__m128i *)(void *)pairs[t], group_pairs(yb[t]));
+        UNROLL
+        for (int h = 0; h < 4; h++) {
+            const __m512i mn = _mm512_cvtepu8_epi16(LOAD256(b + TKV__Q4K_PACK_MINS + 32 * h));
+            UNROLL
+            for (int t = 0; t < T; t++) summ[t] = _mm512_dpwssd_epi32(summ[t], mn, _mm512_set1_epi32(pairs[t][h]));
+        }
+        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + TKV__Q4K_PACK_D));
+        const __m512 dm = _mm512_cvtph_ps(LOADA256(b + TKV__Q4K_PACK_DMIN));
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            float yd;
+            memcpy(&yd, yb[t], sizeof yd);
+            const __m512 d = _mm512_set1_ps(yd);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, d), acc[t]);
+            accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ[t]), _mm512_mul_ps(dm, d), accm[t]);
+        }
+    }
+}
+
+/*
+ * One group (pk: its superblock k0; cnt superblocks) for the T tokens at
+ * yt[t] (their rows; block k0 of each is read first): the running sums from
+ * the stash st (2 T zmm; zero when first), back to it, or when last to y[t
+ * ldy + k] for the rows in rmask.
+ */
+INLINE void q4k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
+                     float *y, size_t ldy, __mmask16 rmask, int T) {
+    __m512 acc[TT], accm[TT];
+    const uint8_t *yb[TT];
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        yb[t] = yt[t] + k0 * QBS;
+        acc[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t);
+        accm[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t + 16);
+    }
+    q4k_run(pk, cnt, yb, acc, accm, T);
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        if (last) {
+            _mm512_mask_storeu_ps(y + (size_t)t * ldy, rmask, _mm512_sub_ps(acc[t], accm[t]));
+        } else {
+            _mm512_store_ps(st + 32 * t, acc[t]);
+            _mm512_store_ps(st + 32 * t + 16, accm[t]);
+        }
+    }
+}
+
+/*
+ * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
+ * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1; stash st (2 zmm a token).
+ */
+static void q4k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
+                       float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask) {
+    for (size_t u = 0; u < tn;) {
+        const int T = (int)min_sz(TT, tn - u);
+        const uint8_t *yt[TT];
+        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
+        switch (T) {
+        case 4: q4k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4); break;
+        case 3: q4k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3); break;
+        case 2: q4k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2); break;
+        default: q4k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1); break;
+        }
+        u += (size_t)T;
+    }
+}
+
+static inline __mmask16 row_mask(size_t r, size_t nr) {
+    return (__mmask16)((1u << min_sz(ROWS, nr - r)) - 1u);
+}
+
+/*
+ * Over packed rows (kernels.h's `packed`): w is the first group, gs the
+ * stride between groups. Each group is read once per chunk of TC tokens,
+ * whole (a group of a 8192-long row is 74 KiB: L2), its tiles one after
+ * another.
+ */
+void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK_K;
+    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
+        const size_t tn = min_sz(TC, n_tok - t0);
+        for (size_t r = 0; r < nr; r += ROWS)
+            q4k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr));
+    }
+}
+
+/*
+ * Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of
+ * KC superblocks transposed into a panel on the stack (the packed layout),
+ * then every token's tiles over it, their sums carried in a stash.
+ */
+void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK_K;
+    struct {
+        alignas(64) uint8_t pan[KC * SB]; /* 37 KiB */
+        alignas(64) float st[TC * 32];    /* 8 KiB */
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
+        const size_t tn = min_sz(TC, n_tok - t0);
+        for (size_t r = 0; r < nr; r += ROWS) {
+            const void *rows[ROWS];
+            for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
+            for (size_t k0 = 0; k0 < nb; k0 += KC) {
+                const size_t cnt = min_sz(KC, nb - k0);
+                tkv__pack_q4_K_blocks(rows, k0, k0 + cnt, b.pan);
+                q4k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, row_mask(r, nr));
+            }
+        }
+    }
+}
+
+#endif
