@@ -118,7 +118,7 @@ INLINE void q45k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *ou
     __m512 acc[PAIRS];
     float accm[G] = {0};
     for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
         float yd;
@@ -135,7 +135,7 @@ INLINE void q45k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *ou
             const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)ra, *b = (const tkv__block_q4_K *)(const void *)rb;
             const tkv__block_q5_K *a5 = (const tkv__block_q5_K *)(const void *)ra, *b5 = (const tkv__block_q5_K *)(const void *)rb;
             const uint8_t *qa = five ? a5->qs : a->qs, *qb = five ? b5->qs : b->qs;
-            __m512i h = five ? halves_epi(LOAD256(a5->qh), LOAD256(b5->qh)) : _mm512_setzero_si512();
+            const __m512i h = five ? halves_epi(LOAD256(a5->qh), LOAD256(b5->qh)) : _mm512_setzero_si512();
             alignas(16) uint8_t sa[16], sb[16];
             tkv__quant_k4_unpack(a->scales, sa);
             tkv__quant_k4_unpack(b->scales, sb);
@@ -148,9 +148,9 @@ INLINE void q45k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *ou
                 const __m512i q = halves_epi(LOAD256(qa + 32 * c), LOAD256(qb + 32 * c));
                 __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
                 if (five) { /* bits 2c and 2c + 1 of qh[l]: bit 4 of elements 64c + l and 64c + 32 + l */
-                    lo = _mm512_or_si512(lo, _mm512_slli_epi16(_mm512_and_si512(h, one), 4));
-                    hi = _mm512_or_si512(hi, _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 1), one), 4));
-                    h = _mm512_srli_epi16(h, 2);
+                    const __m512i b16 = _mm512_set1_epi8(16);
+                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << (2 * c)))), lo, b16);
+                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(2 << (2 * c)))), hi, b16);
                 }
                 s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(lo, yv[2 * c]), pick_words(sc, 2 * c));
                 s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(hi, yv[2 * c + 1]), pick_words(sc, 2 * c + 1));
