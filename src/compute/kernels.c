@@ -50,6 +50,7 @@ static void overlay(tkv__kernels *t, const tkv__kernels *part, const tkv__attn_o
             t->packed[i] = part->packed[i];
             t->lanes[i] = part->lanes[i], t->lanes_kn[i] = part->lanes_kn[i];
         }
+        if (part->vec_dot_ref[i]) t->vec_dot_ref[i] = part->vec_dot_ref[i], t->gemm_ref[i] = part->gemm_ref[i];
         if (part->quantize[i]) t->quantize[i] = part->quantize[i];
     }
     if (part->rmsnorm) t->rmsnorm = part->rmsnorm;

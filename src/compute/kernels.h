@@ -123,6 +123,15 @@ typedef struct tkv__kernels {
        Rows must be a multiple of lanes_kn long. Not bit-equal to vec_dot. */
     tkv__gemm_fn lanes[TKV_TYPE_COUNT];
     unsigned lanes_kn[TKV_TYPE_COUNT];
+    /* indexed by weight type, NULL where the default order is already the
+       reference's: a type's product in the reference implementation's
+       x86 order where the default differs (Q5_K: its lane-wise vec_dot,
+       compute/quant/quant.h), for contexts that compute as the reference
+       does (tkv_context_params.batch_invariant false). gemm_ref is bit for
+       bit vec_dot_ref (NULL: the product loops over vec_dot_ref); both read
+       the file's rows. */
+    tkv__vec_dot_fn vec_dot_ref[TKV_TYPE_COUNT];
+    tkv__gemm_fn gemm_ref[TKV_TYPE_COUNT];
     /* indexed by activation type (F32, F16, BF16, Q8_0, Q8_1, Q8_K); else NULL */
     tkv__quantize_fn quantize[TKV_TYPE_COUNT];
     tkv__rmsnorm_fn rmsnorm;

@@ -177,3 +177,22 @@ void tkv__ops_matmul_lanes(tkv_type wtype, const void *w, size_t n, size_t r0, s
     const size_t wrs = tkv__quant_row_size(wtype, n), xrs = tkv__ops_act_row_size(wtype, n);
     if (r1 > r0) k->lanes[wtype](n, (const uint8_t *)w + r0 * wrs, wrs, r1 - r0, xq, xrs, n_tok, y + r0, ldy);
 }
+
+bool tkv__ops_ref_ok(tkv_type wtype) {
+    return wtype < TKV_TYPE_COUNT && tkv__kernel_get()->vec_dot_ref[wtype];
+}
+
+void tkv__ops_matmul_ref(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
+                         float *y, size_t ldy) {
+    const tkv__kernels *k = tkv__kernel_get();
+    const tkv__vec_dot_fn dot = k->vec_dot_ref[wtype];
+    assert(dot && r0 <= r1 && r1 <= ldy);
+    const size_t wrs = tkv__quant_row_size(wtype, n), xrs = tkv__ops_act_row_size(wtype, n);
+    const uint8_t *wb = w, *xb = xq;
+    if (n_tok >= GEMM_MIN_TOK && k->gemm_ref[wtype] && n > 0 && n <= TKV__GEMM_MAX_N) {
+        if (r1 > r0) k->gemm_ref[wtype](n, wb + r0 * wrs, wrs, r1 - r0, xb, xrs, n_tok, y + r0, ldy);
+        return;
+    }
+    for (size_t t = 0; t < n_tok; t++)
+        for (size_t r = r0; r < r1; r++) y[t * ldy + r] = dot(n, wb + r * wrs, xb + t * xrs);
+}

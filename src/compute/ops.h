@@ -145,4 +145,20 @@ void tkv__ops_matmul_packed(tkv_type wtype, const void *packed, size_t n, size_t
 void tkv__ops_matmul_lanes(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
                            float *y, size_t ldy);
 
+/*
+ * Whether the active level has a product of this quantized weight type in
+ * the reference's x86 order where the default order differs (Q5_K: kernels.h's
+ * vec_dot_ref). False for every other type.
+ */
+bool tkv__ops_ref_ok(tkv_type wtype);
+
+/*
+ * As tkv__ops_matmul over the file's rows w, in that reference order (the
+ * level's gemm_ref from GEMM_MIN_TOK tokens on, else its vec_dot_ref per row
+ * and token; the same bits either way). Only where tkv__ops_ref_ok; for
+ * contexts that compute as the reference does.
+ */
+void tkv__ops_matmul_ref(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
+                         float *y, size_t ldy);
+
 #endif

@@ -237,6 +237,8 @@ static void rows_of(const pass *P, const tkv__tensor *w, size_t r0, size_t r1, c
        does; always, when results must not depend on the batch */
     const bool lanes = (n >= 2 || P->b->attn_float) && tkv__ops_lanes_ok(w->type, w->ne0, w->ne1);
     if (lanes) tkv__ops_matmul_lanes(w->type, w->data, w->ne0, r0, r1, xq, n, y, ldy);
+    /* quantized weights whose default order is not the reference's (Q5_K): its order, when asked for */
+    else if (!P->b->attn_float && tkv__ops_ref_ok(w->type)) tkv__ops_matmul_ref(w->type, w->data, w->ne0, r0, r1, xq, n, y, ldy);
     else if (w->packed && r0 % TKV__PACK_ROWS == 0 && tkv__ops_packed_ok(w->type))
         tkv__ops_matmul_packed(w->type, w->packed, w->ne0, r0, r1, xq, n, y, ldy);
     else if (r1 > r0) tkv__ops_matmul(w->type, w->data, w->ne0, r0, r1, xq, n, y, ldy);

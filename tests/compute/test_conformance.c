@@ -41,7 +41,7 @@
  *     error is at most about (T + 4) u M, M = sum of |terms| <= sum over
  *     elements of (|w| + 2 |offset|) |a| (offset: the additive part of a
  *     weight, m or dmin * min), u = 2^-24; we allow 4 (T + 4) u M.
- *     Q4_0, IQ4_NL, MXFP4 and Q4_K are block-reduced at every level: the same bits.
+ *     Q4_0, IQ4_NL, MXFP4, Q4_K and Q5_K are block-reduced at every level: the same bits.
  *   - scalar vec_dot vs the double dot of the dequantized rows: the same
  *     bound plus 1e-6 M (Q8_1's s is an fp16 rounding of d * sum(q)).
  *   - gemm, gemv, packed, matmul: bit for bit the level's vec_dot (the
@@ -408,7 +408,7 @@ static void check_shape(tkv_type t, const shape *s) {
                 const size_t e = tok * nr + r;
                 V[e] = k->vec_dot[t](n, w + r * wrs, xq + tok * xrs);
                 const int same_bits =
-                    t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4 || t == TKV_TYPE_Q4_K;
+                    t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4 || t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K;
                 if (same_bits ? memcmp(&V[e], &S[e], 4) != 0 : !(fabs((double)V[e] - S[e]) <= tol[e]))
                     REPORT("%s vec_dot %s n=%zu row %zu token %zu: %.9g, scalar %.9g (|diff| %.3g, allowed %.3g)\n",
                            k->name, tkv_type_name(t), n, r, tok, V[e], S[e], fabs((double)V[e] - S[e]),

@@ -242,7 +242,7 @@ static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_B
  */
 /* The types summed block-reduced at every level (compute/quant/quant.h). */
 static int block_reduced(tkv_type t) {
-    return t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4 || t == TKV_TYPE_Q4_K;
+    return t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4 || t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K;
 }
 
 static void check_dot(tkv_type t, size_t n, const tkv__kernels *simd) {
@@ -450,8 +450,9 @@ static float b4_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a
 }
 
 /*
- * Q4_K in the reference's order for its repacked rows (ggml-cpu's x86
- * gemv/gemm over 8-row interleaved Q4_K blocks): per superblock of 256 the
+ * Q4_K and Q5_K in the reference's order for its repacked rows (ggml-cpu's
+ * x86 gemv/gemm over 8-row interleaved Q4_K blocks; its ARM ones for Q5_K,
+ * in the same order): per superblock of 256 the
  * exact integer sums, the scales' sum_g sc_g sum(q a) and the mins'
  * sum_g mn_g sum(a) over group g's 32 elements, then
  * acc = fmaf(sums, d_w * d_a, acc) and accm = fmaf(summ, dmin_w * d_a, accm)
@@ -460,15 +461,18 @@ static float b4_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a
  * 6-bit scales and mins (bytes 0-3: scales 0-3 low 6 bits, their top 2
  * bits the high bits of scales 4-7; bytes 4-7 likewise for mins 0-3 and
  * mins 4-7; bytes 8-11: low nibble scale 4 + j's low 4 bits, high nibble
- * min 4 + j's), then 128 bytes whose byte 32c + l holds element 64c + l in
- * its low nibble and 64c + 32 + l in its high one; the activation block a
+ * min 4 + j's), then (Q5_K) 32 bytes of fifth bits, bit 2c of byte l for
+ * element 64c + l and bit 2c + 1 for 64c + 32 + l, then 128 bytes whose
+ * byte 32c + l holds element 64c + l in its low nibble and 64c + 32 + l in
+ * its high one; the activation block a
  * float d and 256 int8 quants (its 16 bsums are not read: the sums are
  * taken from the quants).
  */
-static float q4k_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
+static float k45_dot_ref(size_t n, const uint8_t *w, const uint8_t *a, int five) {
     float acc = 0.0f, accm = 0.0f;
     for (size_t i = 0; i < n / 256; i++) {
-        const uint8_t *blk = w + 144 * i, *sc12 = blk + 4, *qs = blk + 16, *ab = a + 292 * i;
+        const uint8_t *blk = w + (five ? 176 : 144) * i, *sc12 = blk + 4, *qh = blk + 16, *qs = blk + (five ? 48 : 16);
+        const uint8_t *ab = a + 292 * i;
         uint16_t dw, dmw;
         float da;
         memcpy(&dw, blk, 2);
@@ -482,7 +486,8 @@ static float q4k_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
             int sq = 0, sa = 0;
             for (int l = 0; l < 32; l++) {
                 const int e = 64 * (g / 2) + 32 * (g % 2) + l, byte = qs[32 * (g / 2) + l];
-                sq += (g % 2 ? byte >> 4 : byte & 15) * aq[e];
+                const int high = five ? (qh[l] >> g) & 1 : 0; /* bit 2c (+ 1 for the high nibbles), g = 2c (+ 1) */
+                sq += ((g % 2 ? byte >> 4 : byte & 15) + 16 * high) * aq[e];
                 sa += aq[e];
             }
             sumi += sc * sq;
@@ -495,19 +500,19 @@ static float q4k_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
 }
 
 static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a) {
-    return t == TKV_TYPE_Q4_K ? q4k_dot_ref(n, w, a) : b4_dot_ref(t, n, w, a);
+    return t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K ? k45_dot_ref(n, w, a, t == TKV_TYPE_Q5_K) : b4_dot_ref(t, n, w, a);
 }
 
 /*
  * Every level's vec_dot, gemm, gemv and packed product (where it has one)
- * of Q4_0, IQ4_NL and MXFP4 rows of 1 to 16 blocks and Q4_K rows of 1 to 33
+ * of Q4_0, IQ4_NL and MXFP4 rows of 1 to 16 blocks and Q4_K and Q5_K rows of 1 to 33
  * against those models, bit for bit (from 2 blocks on, the lane-wise order
  * IQ4_NL, MXFP4 and Q4_K had before is an ulp off in most outputs): 19 rows
  * (a whole packed group and a partial one), 1 to 9 tokens and 37.
  */
 static void test_b4_reference_order(void **state) {
     (void)state;
-    const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q4_K};
+    const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K};
     const size_t n_rows = 19, ldy = 19, tok_counts[] = {1, 2, 3, 4, 5, 8, 9, 37};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const tkv_type t = types[ti], at = tkv__quant_vec_dot_type(t), be = tkv__quant_block_elems(t);
@@ -569,6 +574,70 @@ static void test_b4_reference_order(void **state) {
             free(w), free(xq), free(pk), free(x), free(y), free(want);
         }
     }
+}
+
+/*
+ * The reference-order entries (kernels.h's vec_dot_ref, gemm_ref: Q5_K
+ * summed lane-wise, as the reference's x86 vec_dot): at every level that
+ * has them, the gemm bit for bit its level's vec_dot_ref (1 to 9 tokens and
+ * 37, 19 rows, 1 to 17 superblocks), and each vec_dot_ref within the
+ * float-order bound of test_dot's against the scalar one and against a
+ * double-precision dot of the dequantized rows.
+ */
+static void test_ref_entries(void **state) {
+    (void)state;
+    const tkv__kernels *sc = tkv__kernel_table(TKV__KERNEL_SCALAR);
+    int seen = 0;
+    for (int ti = 0; ti < TKV_TYPE_COUNT; ti++) {
+        const tkv_type t = (tkv_type)ti;
+        if (!sc->vec_dot_ref[t]) continue;
+        seen++;
+        const tkv_type at = tkv__quant_vec_dot_type(t);
+        const size_t n_rows = 19, ldy = 19, tok_counts[] = {1, 2, 3, 4, 5, 9, 37}, nbs[] = {1, 3, 17};
+        for (size_t bi = 0; bi < 3; bi++) {
+            const size_t n = tkv__quant_block_elems(t) * nbs[bi], wrs = tkv__quant_row_size(t, n),
+                         xrs = tkv__quant_row_size(at, n);
+            uint8_t *w = malloc(n_rows * wrs), *xq = malloc(37 * xrs);
+            float *x = malloc(n * sizeof(float)), *y = malloc(37 * ldy * sizeof(float)), *wf = malloc(n * sizeof(float)),
+                  *af = malloc(n * sizeof(float));
+            assert_true(w && xq && x && y && wf && af);
+            for (size_t r = 0; r < n_rows; r++) rnd_weights(t, w + r * wrs, n);
+            for (size_t tok = 0; tok < 37; tok++) {
+                rnd_acts(x, n);
+                tkv__quant_quantize_row(at, x, xq + tok * xrs, n);
+            }
+            for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
+                const tkv__kernels *k = tkv__kernel_table((tkv__kernel_level)l);
+                if (!k) continue;
+                assert_non_null(k->vec_dot_ref[t]);
+                for (size_t r = 0; r < n_rows; r += 5) {
+                    tkv__quant_dequantize_row(t, w + r * wrs, wf, n);
+                    tkv__quant_dequantize_row(at, xq, af, n);
+                    double mag = 0, ref = 0;
+                    for (size_t i = 0; i < n; i++) mag += fabs(wf[i]) * fabs(af[i]), ref += (double)wf[i] * af[i];
+                    const double tol = 4.0 * (double)(nbs[bi] + 4) * 0x1p-24 * mag * 8 + 1e-30;
+                    const double got = k->vec_dot_ref[t](n, w + r * wrs, xq), want = sc->vec_dot_ref[t](n, w + r * wrs, xq);
+                    if (!(fabs(got - want) <= tol) || !(fabs(got - ref) <= tol + 1e-6 * mag))
+                        fail_msg("%s vec_dot_ref %s n=%zu row %zu: %.9g, scalar %.9g, dequantized %.9g", k->name,
+                                 tkv_type_name(t), n, r, got, want, ref);
+                }
+                if (!k->gemm_ref[t]) continue;
+                for (size_t ci = 0; ci < sizeof tok_counts / sizeof tok_counts[0]; ci++) {
+                    const size_t n_tok = tok_counts[ci];
+                    k->gemm_ref[t](n, w, wrs, n_rows, xq, xrs, n_tok, y, ldy);
+                    for (size_t tok = 0; tok < n_tok; tok++)
+                        for (size_t r = 0; r < n_rows; r++) {
+                            const float got = y[tok * ldy + r], want = k->vec_dot_ref[t](n, w + r * wrs, xq + tok * xrs);
+                            if (memcmp(&got, &want, sizeof got) != 0)
+                                fail_msg("%s gemm_ref %s n=%zu tokens=%zu row %zu token %zu: %.9g, vec_dot_ref %.9g",
+                                         k->name, tkv_type_name(t), n, n_tok, r, tok, (double)got, (double)want);
+                        }
+                }
+            }
+            free(w), free(xq), free(x), free(y), free(wf), free(af);
+        }
+    }
+    assert_int_equal(seen, 1); /* Q5_K */
 }
 
 /* Extreme quants: every weight quant at its most negative/positive, activations at +-127. */
@@ -996,6 +1065,7 @@ int main(void) {
         cmocka_unit_test(test_vec_dot_extremes),
         cmocka_unit_test(test_tq_reference_lanes),
         cmocka_unit_test(test_b4_reference_order),
+        cmocka_unit_test(test_ref_entries),
         cmocka_unit_test(test_gemm_levels),
         cmocka_unit_test(test_gemm_extremes),
         cmocka_unit_test(test_packed_levels),

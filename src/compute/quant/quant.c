@@ -665,7 +665,7 @@ float tkv__quant_vec_dot_q5_1(size_t n, const void *w, const void *a) {
     return s;
 }
 
-/* Q5_K (five) and the lane-wise formula of compute/quant/quant.h. */
+/* Q5_K's lane-wise formula of compute/quant/quant.h (the reference's x86 vec_dot; five = 1 only). */
 static float dot_k(size_t n, const void *w, const void *a, int five) {
     const uint8_t *p = w;
     const tkv__block_q8_K *y = a;
@@ -697,16 +697,20 @@ static float dot_k(size_t n, const void *w, const void *a, int five) {
     return s;
 }
 
-/* Q4_K in the block-reduced order of compute/quant/quant.h (the reference's repacked rows): per block the
-   exact sums, then one fma into the scales' sum and one into the mins'. */
-float tkv__quant_vec_dot_q4_K(size_t n, const void *w, const void *a) {
-    const tkv__block_q4_K *x = w;
+/* Q4_K and Q5_K in the block-reduced order of compute/quant/quant.h (the reference's repacked rows): per
+   block the exact sums, then one fma into the scales' sum and one into the mins'. */
+static float dot_k_reduced(size_t n, const void *w, const void *a, int five) {
+    const uint8_t *p = w;
     const tkv__block_q8_K *y = a;
+    const size_t bsize = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
     uint8_t q[256], sm[16];
     float s = 0.0f, m = 0.0f;
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        tkv__quant_k4_unpack(x[i].scales, sm);
-        k_unpack(x[i].qs, NULL, q);
+    for (size_t i = 0; i < n / TKV__QK_K; i++, p += bsize) {
+        /* d, dmin and scales sit at the same place in both */
+        const tkv__block_q4_K *b = (const tkv__block_q4_K *)p;
+        tkv__quant_k4_unpack(b->scales, sm);
+        if (five) k_unpack(((const tkv__block_q5_K *)p)->qs, ((const tkv__block_q5_K *)p)->qh, q);
+        else k_unpack(b->qs, NULL, q);
         int32_t sumi = 0, summ = 0;
         for (int g = 0; g < 8; g++) {
             int32_t sg = 0;
@@ -714,13 +718,21 @@ float tkv__quant_vec_dot_q4_K(size_t n, const void *w, const void *a) {
             sumi += sm[g] * sg;
             summ += sm[8 + g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
         }
-        s = fmaf((float)sumi, tkv__quant_f16_to_f32(x[i].d) * y[i].d, s);
-        m = fmaf((float)summ, tkv__quant_f16_to_f32(x[i].dmin) * y[i].d, m);
+        s = fmaf((float)sumi, tkv__quant_f16_to_f32(b->d) * y[i].d, s);
+        m = fmaf((float)summ, tkv__quant_f16_to_f32(b->dmin) * y[i].d, m);
     }
     return s - m;
 }
 
+float tkv__quant_vec_dot_q4_K(size_t n, const void *w, const void *a) {
+    return dot_k_reduced(n, w, a, 0);
+}
+
 float tkv__quant_vec_dot_q5_K(size_t n, const void *w, const void *a) {
+    return dot_k_reduced(n, w, a, 1);
+}
+
+float tkv__quant_vec_dot_q5_K_lanes(size_t n, const void *w, const void *a) {
     return dot_k(n, w, a, 1);
 }
 

@@ -470,13 +470,16 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *                   multiple of 8: every model's), for one token and many.
  *   Q5_0/Q8_0:      sumi * d_w * d_a
  *   Q4_1/Q5_1:      sumi * d_w * d_a + m_w * s_a
- *   Q4_K:           block-reduced as Q4_0, two running sums from +0:
+ *   Q4_K/Q5_K:      block-reduced as Q4_0, two running sums from +0:
  *                   s = fmaf((float)sum_g(sc_g * sumi_g), d_w * d_a, s),
  *                   m = fmaf((float)sum_g(mn_g * bsum_g), dmin_w * d_a, m),
- *                   the result s - m; bit for bit at every level, and the
- *                   reference's x86 order over its repacked rows (which it
- *                   uses for every Q4_K matrix of 8k rows).
- *   Q5_K:           d_a * d_w * sum_g(sc_g * sumi_g) - d_a * dmin_w * sum_g(mn_g * bsum_g)
+ *                   the result s - m; bit for bit at every level; the
+ *                   reference's x86 order over its repacked Q4_K rows
+ *                   (which it uses for every Q4_K matrix of 8k rows) and
+ *                   its ARM order for Q5_K. Its x86 build sums Q5_K
+ *                   lane-wise: tkv__quant_vec_dot_q5_K_lanes (kernels.h's
+ *                   vec_dot_ref), d_a * d_w * sum_g(sc_g * sumi_g) -
+ *                   d_a * dmin_w * sum_g(mn_g * bsum_g).
  *   Q6_K:           d_a * d_w * sum_g(scales_g * sumi_g)      (q - 32 folded in)
  *   IQ4_XS:         d_w * d_a * sum_b((ls_b - 32) * sumi_b)
  *   Q2_K:           d_a * d_w * sum_b(sc_b * sumi_b) - d_a * dmin_w * sum_b(mn_b * bsum_b)
@@ -500,6 +503,7 @@ float tkv__quant_vec_dot_q5_0(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q5_1(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q4_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q5_K(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_q5_K_lanes(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q6_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a);

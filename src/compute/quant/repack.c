@@ -16,12 +16,12 @@ typedef enum pack_kind {
     PACK_NONE = 0,
     PACK_TRANSPOSED,  /* Q4_0's 4-byte chunks per row and lane */
     PACK_INTERLEAVED, /* the file's blocks, block i of the group's 16 rows side by side */
-    PACK_Q4K,         /* Q4_K's transposed superblocks */
+    PACK_K45,         /* Q4_K's and Q5_K's transposed superblocks */
 } pack_kind;
 
 static const pack_kind kinds[TKV_TYPE_COUNT] = {
     [TKV_TYPE_Q4_0] = PACK_TRANSPOSED,   [TKV_TYPE_IQ4_NL] = PACK_TRANSPOSED, [TKV_TYPE_Q8_0] = PACK_INTERLEAVED,
-    [TKV_TYPE_Q4_K] = PACK_Q4K, [TKV_TYPE_Q5_K] = PACK_INTERLEAVED, [TKV_TYPE_Q6_K] = PACK_INTERLEAVED,
+    [TKV_TYPE_Q4_K] = PACK_K45, [TKV_TYPE_Q5_K] = PACK_K45, [TKV_TYPE_Q6_K] = PACK_INTERLEAVED,
     [TKV_TYPE_IQ4_XS] = PACK_INTERLEAVED, [TKV_TYPE_Q2_K] = PACK_INTERLEAVED, [TKV_TYPE_Q3_K] = PACK_INTERLEAVED,
 };
 
@@ -39,7 +39,7 @@ size_t tkv__pack_stride(tkv_type type, size_t n) {
     if (k == PACK_NONE) return 0;
     const size_t be = tkv__quant_block_elems(type), nb = n / be;
     const size_t bytes = k == PACK_TRANSPOSED ? nb * (Q4_0_BLOCK + Q4_0_SCALES)
-                         : k == PACK_Q4K      ? nb * TKV__Q4K_PACK_BLOCK
+                         : k == PACK_K45      ? nb * TKV__K45_PACK_BLOCK(type == TKV_TYPE_Q5_K)
                                               : nb * TKV__PACK_ROWS * tkv__quant_row_size(type, be);
     return (bytes + 63) / 64 * 64;
 }
@@ -56,11 +56,11 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
     const uint8_t *src = w;
     uint8_t *dst = out;
     memset(dst, 0, tkv__pack_bytes(type, n, nr));
-    if (kind == PACK_Q4K) {
+    if (kind == PACK_K45) {
         for (size_t r = 0; r < nr; r += TKV__PACK_ROWS) {
             const void *rows[TKV__PACK_ROWS];
             for (size_t k = 0; k < TKV__PACK_ROWS; k++) rows[k] = r + k < nr ? src + (r + k) * rs : NULL;
-            tkv__pack_q4_K_blocks(rows, 0, nb, dst + r / TKV__PACK_ROWS * stride);
+            tkv__pack_k45_blocks(rows, type == TKV_TYPE_Q5_K, 0, nb, dst + r / TKV__PACK_ROWS * stride);
         }
         return;
     }
@@ -80,25 +80,34 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
     }
 }
 
-void tkv__pack_q4_K_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {
-    _Static_assert(TKV__Q4K_PACK_DMIN + 2 * TKV__PACK_ROWS == TKV__Q4K_PACK_BLOCK && TKV__Q4K_PACK_BLOCK % 64 == 0,
-                   "the Q4_K superblock of a group fills whole cache lines");
+void tkv__pack_k45_blocks(const void *const rows[TKV__PACK_ROWS], int five, size_t i0, size_t i1, void *out) {
+    _Static_assert(TKV__K45_PACK_BLOCK(0) % 64 == 0 && TKV__K45_PACK_BLOCK(1) % 64 == 0,
+                   "a superblock of a group fills whole cache lines");
+    _Static_assert(sizeof(tkv__block_q5_K) == sizeof(tkv__block_q4_K) + 32, "Q5_K is Q4_K with qh before qs");
+    const size_t bs = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K), S = TKV__K45_PACK_SCALES(five);
     uint8_t *o = out;
-    for (size_t i = i0; i < i1; i++, o += TKV__Q4K_PACK_BLOCK) {
-        memset(o, 0, TKV__Q4K_PACK_BLOCK);
+    for (size_t i = i0; i < i1; i++, o += TKV__K45_PACK_BLOCK(five)) {
+        memset(o, 0, TKV__K45_PACK_BLOCK(five));
         for (size_t k = 0; k < TKV__PACK_ROWS; k++) {
             if (!rows[k]) continue;
-            const tkv__block_q4_K *b = (const tkv__block_q4_K *)rows[k] + i;
+            /* d, dmin and scales sit at the same place in both; Q5_K's qs after its qh */
+            const uint8_t *blk = (const uint8_t *)rows[k] + i * bs;
+            const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)blk;
+            const uint8_t *qs = five ? ((const tkv__block_q5_K *)(const void *)blk)->qs : b->qs;
             uint8_t sm[16];
             tkv__quant_k4_unpack(b->scales, sm);
             for (size_t c = 0; c < 4; c++)
-                for (size_t j = 0; j < 8; j++) memcpy(o + 64 * (8 * c + j) + 4 * k, b->qs + 32 * c + 4 * j, 4);
-            for (size_t g = 0; g < 8; g++) {
-                o[TKV__Q4K_PACK_SCALES + 16 * g + k] = sm[g];
-                o[TKV__Q4K_PACK_MINS + 32 * (g / 2) + 2 * k + g % 2] = sm[8 + g];
+                for (size_t j = 0; j < 8; j++) memcpy(o + 64 * (8 * c + j) + 4 * k, qs + 32 * c + 4 * j, 4);
+            if (five) {
+                const uint8_t *qh = ((const tkv__block_q5_K *)(const void *)blk)->qh;
+                for (size_t j = 0; j < 8; j++) memcpy(o + TKV__K45_PACK_QH + 64 * j + 4 * k, qh + 4 * j, 4);
             }
-            memcpy(o + TKV__Q4K_PACK_D + 2 * k, &b->d, 2);
-            memcpy(o + TKV__Q4K_PACK_DMIN + 2 * k, &b->dmin, 2);
+            for (size_t g = 0; g < 8; g++) {
+                o[S + 16 * g + k] = sm[g];
+                o[S + 128 + 32 * (g / 2) + 2 * k + g % 2] = sm[8 + g];
+            }
+            memcpy(o + S + 256 + 2 * k, &b->d, 2);
+            memcpy(o + S + 288 + 2 * k, &b->dmin, 2);
         }
     }
 }

@@ -23,22 +23,27 @@
  * and the next group starts tkv__pack_stride() bytes on (288 nb rounded up
  * to 64: every chunk stays on one cache line).
  *
- * Transposed Q4_K (the block-reduced products of each level's gemm_q4_k.c):
- * superblock i of the group at TKV__Q4K_PACK_BLOCK i, each TKV__Q4K_PACK_BLOCK
- * = 2368 bytes (37 cache lines):
+ * Transposed Q4_K and Q5_K (the block-reduced products of each level's
+ * gemm_q4_k.c): superblock i of the group at tkv__pack_k45_block(type) i,
+ * 2368 bytes for Q4_K (37 cache lines), 2880 for Q5_K (45):
  *
  *   [0, 2048)     quants: chunk 8c + j (c < 4, j < 8) at 64 (8c + j), bytes
  *                 4k .. 4k + 3 = row k's qs[32c + 4j .. 32c + 4j + 3] (the low
  *                 nibbles multiply activations 64c + 4j.., group 2c; the high
  *                 ones 64c + 32 + 4j.., group 2c + 1)
- *   [2048, 2176)  scales: byte 16g + k = row k's 6-bit scale of group g
- *   [2176, 2304)  mins: byte 32h + 2k + e = row k's 6-bit min of group 2h + e
- *                 (a word pair per row: one vpmaddwd with a token's group sums)
- *   [2304, 2336)  row k's fp16 d at + 2k;  [2336, 2368) its fp16 dmin at + 2k
+ *   Q5_K only: [2048, 2560) fifth bits: chunk j (j < 8) at 2048 + 64j, bytes
+ *                 4k .. 4k + 3 = row k's qh[4j .. 4j + 3] (bit 2c of each the
+ *                 fifth bit of its low-nibble element of chunk 8c + j, bit
+ *                 2c + 1 of the high one's)
+ *   then (at S = 2048, Q5_K 2560):
+ *   [S, S + 128)        scales: byte 16g + k = row k's 6-bit scale of group g
+ *   [S + 128, S + 256)  mins: byte 32h + 2k + e = row k's 6-bit min of group 2h + e
+ *                       (a word pair per row: one vpmaddwd with a token's group sums)
+ *   [S + 256, S + 288)  row k's fp16 d at + 2k;  [S + 288, S + 320) its fp16 dmin at + 2k
  *
- * (2.8% more bytes than the file's 144 a row: the scales unpacked to bytes).
+ * (Q4_K 2.8%, Q5_K 2.3% more bytes than the file's: the scales unpacked to bytes).
  *
- * Interleaved (Q8_0, Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS: the lane-wise products of gemm.h, whose
+ * Interleaved (Q8_0, Q2_K, Q3_K, Q6_K, IQ4_XS: the lane-wise products of gemm.h, whose
  * per-row float lanes leave nothing to gain from a transpose): the file's
  * blocks as they are, block i of row k of the group at (16 i + k) bs (bs the
  * type's block bytes), so a product over 16 rows reads block i of all of
@@ -55,7 +60,7 @@
 #define TKV__PACK_ROWS 16
 
 /*
- * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q4_K; Q8_0, Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS). A level's kernel table says
+ * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q4_K, Q5_K; Q8_0, Q2_K, Q3_K, Q6_K, IQ4_XS). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);
@@ -75,16 +80,21 @@ size_t tkv__pack_bytes(tkv_type type, size_t n, size_t nr);
  */
 void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out);
 
-/* Bytes of one Q4_K superblock of a packed group (above). */
-#define TKV__Q4K_PACK_BLOCK 2368
-enum { TKV__Q4K_PACK_SCALES = 2048, TKV__Q4K_PACK_MINS = 2176, TKV__Q4K_PACK_D = 2304, TKV__Q4K_PACK_DMIN = 2336 };
+/* Offsets in one Q4_K (five = 0) or Q5_K (five = 1) superblock of a packed group (above). */
+#define TKV__K45_PACK_QH 2048
+#define TKV__K45_PACK_SCALES(five) ((five) ? 2560 : 2048)
+#define TKV__K45_PACK_MINS(five) (TKV__K45_PACK_SCALES(five) + 128)
+#define TKV__K45_PACK_D(five) (TKV__K45_PACK_SCALES(five) + 256)
+#define TKV__K45_PACK_DMIN(five) (TKV__K45_PACK_SCALES(five) + 288)
+#define TKV__K45_PACK_BLOCK(five) (TKV__K45_PACK_SCALES(five) + 320)
 
 /*
- * Superblocks [i0, i1) of 16 Q4_K rows (rows[k]: row k's blocks; NULL: a
- * row of zeros) in the transposed layout above, superblock i at out +
- * (i - i0) TKV__Q4K_PACK_BLOCK: what tkv__pack_rows writes for a group, and
- * what the products over the file's rows build a panel of on the stack.
+ * Superblocks [i0, i1) of 16 Q4_K (five = 0) or Q5_K (five = 1) rows
+ * (rows[k]: row k's blocks; NULL: a row of zeros) in the transposed layout
+ * above, superblock i at out + (i - i0) TKV__K45_PACK_BLOCK(five): what
+ * tkv__pack_rows writes for a group, and what the products over the file's
+ * rows build a panel of on the stack.
  */
-void tkv__pack_q4_K_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+void tkv__pack_k45_blocks(const void *const rows[TKV__PACK_ROWS], int five, size_t i0, size_t i1, void *out);
 
 #endif

@@ -413,7 +413,8 @@ INLINE void gemmk(const tile_job *job, int kind, int packed) {
     tile_product(job, &sh, &ops, &b);
 }
 
-void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+/* Q5_K in the reference's lane-wise order (kernels.h's gemm_ref) */
+void tkv__gemm_q5_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
     gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5, 0);
 }
@@ -424,11 +425,6 @@ void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 }
 
 /* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
-void tkv__gemm_q5_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
-                                size_t n_tok, float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 5, 1);
-}
-
 void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                 size_t n_tok, float *y, size_t ldy) {
     gemmk(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 6, 1);

@@ -85,61 +85,7 @@ static void q8_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, floa
     for (int k = 0; k < nk; k++) out[k] = hsum(_mm256_add_ps(acc[0][k], acc[1][k]));
 }
 
-/* ==== Q4_K / Q6_K ==================================================================== */
-
-/* The first nk rows of a group of Q4_K (five: Q5_K) rows, one token (its nb Q8_K blocks at ya). */
-INLINE void q45k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out, int five) {
-    enum { QBS = sizeof(tkv__block_q8_K) };
-    const size_t bs = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
-    __m256 acc[G];
-    float accm[G];
-    for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps(), accm[k] = 0.0f;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
-        float yd;
-        memcpy(&yd, yb, sizeof yd);
-        const __m128i pairs = _mm_hadd_epi16(LOAD128(yb + Q8K_BSUMS), LOAD128(yb + Q8K_BSUMS + 16));
-        for (int k = 0; k < nk; k++) {
-            /* d, dmin and scales sit at the same place in Q5_K */
-            const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(blk + (size_t)k * bs);
-            const tkv__block_q5_K *b5 = (const tkv__block_q5_K *)(const void *)b;
-            const uint8_t *qs = five ? b5->qs : b->qs;
-            __m256i h = five ? LOAD256(b5->qh) : _mm256_setzero_si256();
-            uint8_t sm[16];
-            tkv__quant_k4_unpack(b->scales, sm);
-            /* the 8 group scales as words in both lanes: set1_epi16(sm[g]) is one vpshufb each */
-            const __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)sm)));
-            __m256i sumi = _mm256_setzero_si256();
-            UNROLL
-            for (int c = 0; c < 4; c++) {
-                const __m256i q = LOAD256(qs + 32 * c);
-                __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                if (five) { /* bits 2c and 2c + 1 of qh[l]: bit 4 of elements 64c + l and 64c + 32 + l */
-                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
-                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
-                    h = _mm256_srli_epi16(h, 2);
-                }
-                const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, LOAD256(yb + Q8K_QS + 64 * c)),
-                                                      _mm256_shuffle_epi8(s16, word_pick(2 * c)));
-                const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, LOAD256(yb + Q8K_QS + 64 * c + 32)),
-                                                      _mm256_shuffle_epi8(s16, word_pick(2 * c + 1)));
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
-            }
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(b->d)), _mm256_cvtepi32_ps(sumi), acc[k]);
-            /* the mins term: sum over groups of mins[g] (bsums[2g] + bsums[2g + 1]), exact */
-            __m128i s = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(sm + 8))), pairs);
-            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-            s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-            accm[k] += yd * f16(b->dmin) * (float)_mm_cvtsi128_si32(s);
-        }
-    }
-    for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]) - accm[k];
-}
-
-static void q5k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
-    q45k_rows(g, nb, nk, ya, out, 1);
-}
+/* ==== Q6_K ========================================================================== */
 
 /* The first nk rows of a group of Q6_K rows, one token. */
 static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
@@ -256,8 +202,6 @@ static void by_token(rows_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t 
 }
 
 PACKED_ENTRY(tkv__packed_q8_0_avx2, tkv__gemm_q8_0_packed_avx2, q8_rows, TKV__QK)
-
-PACKED_ENTRY(tkv__packed_q5_K_avx2, tkv__gemm_q5_K_packed_avx2, q5k_rows, TKV__QK_K)
 
 PACKED_ENTRY(tkv__packed_q6_K_avx2, tkv__gemm_q6_K_packed_avx2, q6k_rows, TKV__QK_K)
 

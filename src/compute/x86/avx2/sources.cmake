@@ -7,7 +7,7 @@ set(TKV_AVX2_SOURCES
   compute/x86/avx2/dot_iq2.c
   compute/x86/avx2/dot_iq3.c
   compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c
-  compute/x86/avx2/gemm_q4_k.c
+  compute/x86/avx2/gemm_q4_q5_k.c
   compute/x86/avx2/packed_interleaved.c
   compute/x86/avx2/gemm_q4_0_iq4_nl.c
   compute/x86/avx2/gemm_q4_1_q5.c

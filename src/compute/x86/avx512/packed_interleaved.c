@@ -103,79 +103,12 @@ static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out,
 
 PACKED_ENTRY(tkv__packed_q8_0_avx512, tkv__gemm_q8_0_packed_avx512, q8_group, TKV__QK)
 
-/* ==== Q4_K / Q6_K ==================================================================== */
+/* ==== Q6_K ========================================================================== */
 
 /* Words 0-15: word g of sc, 16-31: word 16 + g (row a's group scale, row b's). */
 static inline __m512i pick_words(__m512i sc, int g) {
     const __m512i hi = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
     return _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)g), hi), sc);
-}
-
-/* One group of Q4_K (five: Q5_K) rows, one token (its nb Q8_K blocks at ya). */
-INLINE void q45k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow, int five) {
-    enum { QBS = sizeof(tkv__block_q8_K) };
-    const size_t bs = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
-    __m512 acc[PAIRS];
-    float accm[G] = {0};
-    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
-        float yd;
-        memcpy(&yd, yb, sizeof yd);
-        /* the token's bsums as 8 pairs, for the mins term */
-        const __m128i pairs = _mm_hadd_epi16(LOAD128(yb + Q8K_BSUMS), LOAD128(yb + Q8K_BSUMS + 16));
-        __m512i yv[8];
-        UNROLL
-        for (int c = 0; c < 8; c++) yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
-        UNROLL
-        for (int p = 0; p < PAIRS; p++) {
-            /* d, dmin and scales sit at the same place in Q5_K */
-            const uint8_t *ra = blk + 2 * p * bs, *rb = ra + bs;
-            const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)ra, *b = (const tkv__block_q4_K *)(const void *)rb;
-            const tkv__block_q5_K *a5 = (const tkv__block_q5_K *)(const void *)ra, *b5 = (const tkv__block_q5_K *)(const void *)rb;
-            const uint8_t *qa = five ? a5->qs : a->qs, *qb = five ? b5->qs : b->qs;
-            const __m512i h = five ? halves_epi(LOAD256(a5->qh), LOAD256(b5->qh)) : _mm512_setzero_si512();
-            alignas(16) uint8_t sa[16], sb[16];
-            tkv__quant_k4_unpack(a->scales, sa);
-            tkv__quant_k4_unpack(b->scales, sb);
-            /* words 0-7: a's group scales, 16-23: b's */
-            const __m512i sc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(const void *)sa))),
-                                                  _mm256_cvtepu8_epi16(_mm_load_si128((const __m128i *)(const void *)sb)), 1);
-            __m512i s = _mm512_setzero_si512();
-            UNROLL
-            for (int c = 0; c < 4; c++) {
-                const __m512i q = halves_epi(LOAD256(qa + 32 * c), LOAD256(qb + 32 * c));
-                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
-                if (five) { /* bits 2c and 2c + 1 of qh[l]: bit 4 of elements 64c + l and 64c + 32 + l */
-                    const __m512i b16 = _mm512_set1_epi8(16);
-                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << (2 * c)))), lo, b16);
-                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(2 << (2 * c)))), hi, b16);
-                }
-                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(lo, yv[2 * c]), pick_words(sc, 2 * c));
-                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(hi, yv[2 * c + 1]), pick_words(sc, 2 * c + 1));
-            }
-            const __m512 d = halves_ps(yd * f16(a->d), yd * f16(b->d));
-            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
-            /* the vec_dot's accm += dmin * (mins . bsums), per row */
-            /* words 0-7: a's mins, 8-15: b's; each half's 4 sums then added up */
-            const __m256i mn = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)(sa + 8)),
-                                                                       _mm_loadl_epi64((const __m128i *)(const void *)(sb + 8))));
-            __m256i md = _mm256_madd_epi16(mn, _mm256_broadcastsi128_si256(pairs));
-            md = _mm256_hadd_epi32(md, md);
-            md = _mm256_hadd_epi32(md, md);
-            accm[2 * p] += yd * f16(a->dmin) * (float)_mm256_cvtsi256_si32(md);
-            accm[2 * p + 1] += yd * f16(b->dmin) * (float)_mm_cvtsi128_si32(_mm256_extracti128_si256(md, 1));
-        }
-    }
-    /* hsum(acc) - accm per row */
-    alignas(64) float o[G];
-    _mm512_store_ps(o, group_sums(acc));
-    for (size_t k = 0; k < nrow && k < G; k++) out[k] = o[k] - accm[k];
-}
-
-static void q5k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
-    q45k_group(g, nb, ya, out, nrow, 1);
 }
 
 /*
@@ -218,8 +151,6 @@ static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
     }
     store_group(acc, out, nrow);
 }
-
-PACKED_ENTRY(tkv__packed_q5_K_avx512, tkv__gemm_q5_K_packed_avx512, q5k_group, TKV__QK_K)
 
 PACKED_ENTRY(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, TKV__QK_K)
 

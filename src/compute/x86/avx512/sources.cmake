@@ -6,7 +6,7 @@ set(TKV_AVX512_SOURCES
   compute/x86/avx512/recurrent.c
   compute/x86/avx512/attention.c
   compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c
-  compute/x86/avx512/gemm_q4_k.c
+  compute/x86/avx512/gemm_q4_q5_k.c
   compute/x86/avx512/packed_interleaved.c
   compute/x86/avx512/gemm_q4_0_iq4_nl.c
   compute/x86/avx512/gemm_q4_1_q5.c

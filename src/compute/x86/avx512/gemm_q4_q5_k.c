@@ -1,5 +1,5 @@
 /*
- * compute/x86/avx512/gemm_q4_k.c — Q4_K products at the avx512 level (AVX-512
+ * compute/x86/avx512/gemm_q4_q5_k.c — Q4_K and Q5_K products at the avx512 level (AVX-512
  * F/BW/VL + VNNI) over the transposed layout of compute/quant/repack.h, in
  * the block-reduced order of compute/quant/quant.h, so they equal the
  * level's vec_dot (and the scalar one) bit for bit: the product over packed
@@ -20,6 +20,8 @@
  * rows. Against the lane-wise order this replaced (a row pair per zmm,
  * vpmaddubsw then vpdpwssd by the group scale, permutes to pick the scales,
  * a per-row float mins sum): about half the instructions per weight.
+ * Q5_K adds each chunk's fifth bits: a byte test per nibble half and a
+ * masked add of 16 (values 0..31 stay unsigned bytes for vpdpbusd).
  *
  * Tokens run in tiles of up to 4 over a group; with fewer than 4 a token's
  * sums are split over independent chains (integer sums are exact, so the
@@ -40,10 +42,9 @@
 
 enum {
     ROWS = TKV__PACK_ROWS,    /* rows per group: a zmm's lanes */
-    SB = TKV__Q4K_PACK_BLOCK, /* bytes of a group's superblock */
     QBS = sizeof(tkv__block_q8_K),
     TT = 4,       /* tokens per tile */
-    KC = 16,      /* superblocks per panel of the file-rows product (37 KiB) */
+    KC = 16,      /* superblocks per panel of the file-rows product (Q4_K 37 KiB, Q5_K 45 KiB) */
     TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
     Y_QS = 4,     /* offset of a Q8_K block's quants */
     Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
@@ -66,10 +67,12 @@ static inline __m512i bcast32(const uint8_t *p) {
  * yb[t] is token t's Q8_K block of the first one. acc[t] and accm[t] carry
  * the scales' and the mins' running sums of the 16 rows.
  */
-INLINE void q4k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, __m512 *accm, int T) {
+INLINE void k45_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, __m512 *accm, int T,
+                    int five) {
     enum { CMAX = 4 };
     const int C = T >= 4 ? 1 : T >= 2 ? 2 : 4;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five);
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(16);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
         __m512i sumi[TT], summ[TT];
@@ -84,7 +87,12 @@ INLINE void q4k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
             UNROLL
             for (int j = 0; j < 8; j++) {
                 const __m512i q = _mm512_load_si512((const void *)(b + 64 * (8 * c + j)));
-                const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi32(q, 4), m4);
+                __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi32(q, 4), m4);
+                if (five) {
+                    const __m512i h = _mm512_load_si512((const void *)(b + TKV__K45_PACK_QH + 64 * j));
+                    lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << (2 * c)))), lo, b16);
+                    hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(2 << (2 * c)))), hi, b16);
+                }
                 UNROLL
                 for (int t = 0; t < T; t++) {
                     const uint8_t *a = yb[t] + Y_QS + 64 * c + 4 * j;
@@ -92,8 +100,8 @@ INLINE void q4k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
                     shi[t][j % C] = _mm512_dpbusd_epi32(shi[t][j % C], hi, bcast32(a + 32));
                 }
             }
-            const __m512i sclo = _mm512_cvtepu8_epi32(LOAD128(b + TKV__Q4K_PACK_SCALES + 16 * (2 * c)));
-            const __m512i schi = _mm512_cvtepu8_epi32(LOAD128(b + TKV__Q4K_PACK_SCALES + 16 * (2 * c + 1)));
+            const __m512i sclo = _mm512_cvtepu8_epi32(LOAD128(b + S + 16 * (2 * c)));
+            const __m512i schi = _mm512_cvtepu8_epi32(LOAD128(b + S + 16 * (2 * c + 1)));
             UNROLL
             for (int t = 0; t < T; t++) {
                 for (int u = 1; u < C; u++) {
@@ -109,12 +117,12 @@ INLINE void q4k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
         for (int t = 0; t < T; t++) _mm_store_si128((__m128i *)(void *)pairs[t], group_pairs(yb[t]));
         UNROLL
         for (int h = 0; h < 4; h++) {
-            const __m512i mn = _mm512_cvtepu8_epi16(LOAD256(b + TKV__Q4K_PACK_MINS + 32 * h));
+            const __m512i mn = _mm512_cvtepu8_epi16(LOAD256(b + S + 128 + 32 * h));
             UNROLL
             for (int t = 0; t < T; t++) summ[t] = _mm512_dpwssd_epi32(summ[t], mn, _mm512_set1_epi32(pairs[t][h]));
         }
-        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + TKV__Q4K_PACK_D));
-        const __m512 dm = _mm512_cvtph_ps(LOADA256(b + TKV__Q4K_PACK_DMIN));
+        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + S + 256));
+        const __m512 dm = _mm512_cvtph_ps(LOADA256(b + S + 288));
         UNROLL
         for (int t = 0; t < T; t++) {
             float yd;
@@ -132,8 +140,8 @@ INLINE void q4k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
  * the stash st (2 T zmm; zero when first), back to it, or when last to y[t
  * ldy + k] for the rows in rmask.
  */
-INLINE void q4k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
-                     float *y, size_t ldy, __mmask16 rmask, int T) {
+INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
+                     float *y, size_t ldy, __mmask16 rmask, int T, int five) {
     __m512 acc[TT], accm[TT];
     const uint8_t *yb[TT];
     UNROLL
@@ -142,7 +150,7 @@ INLINE void q4k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
         acc[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t);
         accm[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t + 16);
     }
-    q4k_run(pk, cnt, yb, acc, accm, T);
+    k45_run(pk, cnt, yb, acc, accm, T, five);
     UNROLL
     for (int t = 0; t < T; t++) {
         if (last) {
@@ -158,18 +166,18 @@ INLINE void q4k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
  * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
  * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1; stash st (2 zmm a token).
  */
-static void q4k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                       float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask) {
+INLINE void k45_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
+                       float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int five) {
     for (size_t u = 0; u < tn;) {
         const int T = (int)min_sz(TT, tn - u);
         const uint8_t *yt[TT];
         for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
         float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
         switch (T) {
-        case 4: q4k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4); break;
-        case 3: q4k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3); break;
-        case 2: q4k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2); break;
-        default: q4k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1); break;
+        case 4: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, five); break;
+        case 3: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, five); break;
+        case 2: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, five); break;
+        default: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, five); break;
         }
         u += (size_t)T;
     }
@@ -182,17 +190,17 @@ static inline __mmask16 row_mask(size_t r, size_t nr) {
 /*
  * Over packed rows (kernels.h's `packed`): w is the first group, gs the
  * stride between groups. Each group is read once per chunk of TC tokens,
- * whole (a group of a 8192-long row is 74 KiB: L2), its tiles one after
- * another.
+ * whole (a Q4_K group of a 8192-long row is 74 KiB: L2), its tiles one
+ * after another.
  */
-void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
+INLINE void packed_k45(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                       size_t ldy, int five) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK_K;
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
         const size_t tn = min_sz(TC, n_tok - t0);
         for (size_t r = 0; r < nr; r += ROWS)
-            q4k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr));
+            k45_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr), five);
     }
 }
 
@@ -201,13 +209,13 @@ void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
  * KC superblocks transposed into a panel on the stack (the packed layout),
  * then every token's tiles over it, their sums carried in a stash.
  */
-void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
+INLINE void gemm_k45(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                     size_t ldy, int five) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK_K;
     struct {
-        alignas(64) uint8_t pan[KC * SB]; /* 37 KiB */
-        alignas(64) float st[TC * 32];    /* 8 KiB */
+        alignas(64) uint8_t pan[KC * TKV__K45_PACK_BLOCK(1)]; /* 45 KiB */
+        alignas(64) float st[TC * 32];                        /* 8 KiB */
     } b;
     _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
@@ -217,11 +225,32 @@ void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
             for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t cnt = min_sz(KC, nb - k0);
-                tkv__pack_q4_K_blocks(rows, k0, k0 + cnt, b.pan);
-                q4k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, row_mask(r, nr));
+                tkv__pack_k45_blocks(rows, five, k0, k0 + cnt, b.pan);
+                k45_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, row_mask(r, nr),
+                           five);
             }
         }
     }
+}
+
+void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    packed_k45(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 0);
+}
+
+void tkv__packed_q5_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    packed_k45(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 1);
+}
+
+void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemm_k45(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
+}
+
+void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemm_k45(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
 }
 
 #endif

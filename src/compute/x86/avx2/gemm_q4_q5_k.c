@@ -1,10 +1,10 @@
 /*
- * compute/x86/avx2/gemm_q4_k.c — Q4_K products at the avx2 level over the
+ * compute/x86/avx2/gemm_q4_q5_k.c — Q4_K and Q5_K products at the avx2 level over the
  * transposed layout of compute/quant/repack.h, in the block-reduced order
  * of compute/quant/quant.h, bit for bit the level's vec_dot (and the scalar
  * one): the product over packed rows and the tiled product over the file's
  * rows (which builds the same layout for a chunk of K on its stack). The
- * avx512 level's gemm_q4_k.c says why the layout.
+ * avx512 level's gemm_q4_q5_k.c says why the layout.
  *
  * A ymm's lane k is row 8h + k of the group's half h. Per 32 bytes of
  * quants (4 of each of 8 rows) and token: vpmaddubsw of the low nibbles and
@@ -12,8 +12,10 @@
  * over the group's 8 chunks (at most 8 x 2 x 15 x 127 = 30480: no
  * overflow), then one vpmaddwd by the rows' scale (a word pair of it per
  * row) makes the group's int32; the mins term is one vpmaddwd per two
- * groups. Tokens run in tiles of up to 2 (16 ymm registers), each half of
- * the group in turn.
+ * groups. Q5_K's fifth bits are or'ed in as 16 (values 0..31), and its
+ * word sums are taken to int32 every 4 chunks (4 x 2 x 31 x 127 = 31496).
+ * Tokens run in tiles of up to 2 (16 ymm registers), each half of the
+ * group in turn.
  */
 #include "compute/gemm.h"
 #include "util.h"
@@ -29,10 +31,9 @@
 
 enum {
     ROWS = TKV__PACK_ROWS,    /* rows per group: two ymm's lanes */
-    SB = TKV__Q4K_PACK_BLOCK, /* bytes of a group's superblock */
     QBS = sizeof(tkv__block_q8_K),
     TT = 2,       /* tokens per tile */
-    KC = 16,      /* superblocks per panel of the file-rows product (37 KiB) */
+    KC = 16,      /* superblocks per panel of the file-rows product (Q4_K 37 KiB, Q5_K 45 KiB) */
     TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
     Y_QS = 4,     /* offset of a Q8_K block's quants */
     Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
@@ -61,9 +62,10 @@ static inline __m256i word_pairs(const uint8_t *p) {
  * bytes apart) for T tokens: yb0[t] is token t's Q8_K block of the first.
  * acc[t] and accm[t] carry the scales' and the mins' running sums.
  */
-INLINE void q4k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm,
-                    int T) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
+INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm,
+                    int T, int five) {
+    const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
         __m256i sumi[TT], summ[TT];
@@ -71,39 +73,48 @@ INLINE void q4k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
         for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm256_setzero_si256(), summ[t] = sumi[t];
         UNROLL
         for (int c = 0; c < 4; c++) {
+            const __m256i sclo = word_pairs(b + S + 16 * (2 * c) + 8 * hf);
+            const __m256i schi = word_pairs(b + S + 16 * (2 * c + 1) + 8 * hf);
             __m256i slo[TT], shi[TT];
             UNROLL
             for (int t = 0; t < T; t++) slo[t] = _mm256_setzero_si256(), shi[t] = slo[t];
             UNROLL
             for (int j = 0; j < 8; j++) {
                 const __m256i q = LOADA256(b + 64 * (8 * c + j) + 32 * hf);
-                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (five) { /* bit 2c of the chunk's qh bytes: the low nibbles' fifth bit; 2c + 1: the high ones' */
+                    const __m256i h = LOADA256(b + TKV__K45_PACK_QH + 64 * j + 32 * hf);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c), one), 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c + 1), one), 4));
+                }
                 UNROLL
                 for (int t = 0; t < T; t++) {
                     const uint8_t *a = yb[t] + Y_QS + 64 * c + 4 * j;
                     slo[t] = _mm256_add_epi16(slo[t], _mm256_maddubs_epi16(lo, bcast32(a)));
                     shi[t] = _mm256_add_epi16(shi[t], _mm256_maddubs_epi16(hi, bcast32(a + 32)));
                 }
+                if (j == 7 || (five && j == 3)) { /* the word sums to int32, times the rows' group scales */
+                    UNROLL
+                    for (int t = 0; t < T; t++) {
+                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(slo[t], sclo),
+                                                                             _mm256_madd_epi16(shi[t], schi)));
+                        slo[t] = _mm256_setzero_si256(), shi[t] = slo[t];
+                    }
+                }
             }
-            const __m256i sclo = word_pairs(b + TKV__Q4K_PACK_SCALES + 16 * (2 * c) + 8 * hf);
-            const __m256i schi = word_pairs(b + TKV__Q4K_PACK_SCALES + 16 * (2 * c + 1) + 8 * hf);
-            UNROLL
-            for (int t = 0; t < T; t++)
-                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(slo[t], sclo),
-                                                                     _mm256_madd_epi16(shi[t], schi)));
         }
         alignas(16) int32_t pairs[TT][4];
         UNROLL
         for (int t = 0; t < T; t++) _mm_store_si128((__m128i *)(void *)pairs[t], group_pairs(yb[t]));
         UNROLL
         for (int h = 0; h < 4; h++) {
-            const __m256i mn = _mm256_cvtepu8_epi16(LOAD128(b + TKV__Q4K_PACK_MINS + 32 * h + 16 * hf));
+            const __m256i mn = _mm256_cvtepu8_epi16(LOAD128(b + S + 128 + 32 * h + 16 * hf));
             UNROLL
             for (int t = 0; t < T; t++)
                 summ[t] = _mm256_add_epi32(summ[t], _mm256_madd_epi16(mn, _mm256_set1_epi32(pairs[t][h])));
         }
-        const __m256 dw = _mm256_cvtph_ps(LOAD128(b + TKV__Q4K_PACK_D + 16 * hf));
-        const __m256 dm = _mm256_cvtph_ps(LOAD128(b + TKV__Q4K_PACK_DMIN + 16 * hf));
+        const __m256 dw = _mm256_cvtph_ps(LOAD128(b + S + 256 + 16 * hf));
+        const __m256 dm = _mm256_cvtph_ps(LOAD128(b + S + 288 + 16 * hf));
         UNROLL
         for (int t = 0; t < T; t++) {
             float yd;
@@ -132,8 +143,8 @@ static inline void store_rows(float *y, __m256 v, size_t nrow) {
  * running sums from the stash st (32 floats a token; zero when first), back
  * to it, or when last to y[t ldy + k] for the group's first nrow rows.
  */
-INLINE void q4k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
-                     float *y, size_t ldy, size_t nrow, int T) {
+INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
+                     float *y, size_t ldy, size_t nrow, int T, int five) {
     const uint8_t *yb[TT];
     UNROLL
     for (int t = 0; t < T; t++) yb[t] = yt[t] + k0 * QBS;
@@ -145,7 +156,7 @@ INLINE void q4k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
             acc[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf);
             accm[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf + 8);
         }
-        q4k_run(pk, cnt, hf, yb, acc, accm, T);
+        k45_run(pk, cnt, hf, yb, acc, accm, T, five);
         UNROLL
         for (int t = 0; t < T; t++) {
             if (last) {
@@ -162,28 +173,28 @@ INLINE void q4k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
  * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
  * [k0, k0 + cnt) at pk, in tiles of 2, 1; stash st (32 floats a token).
  */
-static void q4k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                       float *st, int first, int last, float *y, size_t ldy, size_t nrow) {
+INLINE void k45_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
+                       float *st, int first, int last, float *y, size_t ldy, size_t nrow, int five) {
     for (size_t u = 0; u < tn;) {
         const int T = (int)min_sz(TT, tn - u);
         const uint8_t *yt[TT];
         for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
         float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
-        if (T == 2) q4k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2);
-        else q4k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1);
+        if (T == 2) k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, five);
+        else k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, five);
         u += (size_t)T;
     }
 }
 
 /* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups. */
-void tkv__packed_q4_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
+INLINE void packed_k45(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                       size_t ldy, int five) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK_K;
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
         const size_t tn = min_sz(TC, n_tok - t0);
         for (size_t r = 0; r < nr; r += ROWS)
-            q4k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r));
+            k45_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r), five);
     }
 }
 
@@ -192,13 +203,13 @@ void tkv__packed_q4_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const 
  * KC superblocks transposed into a panel on the stack (the packed layout),
  * then every token's tiles over it, their sums carried in a stash.
  */
-void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy) {
+INLINE void gemm_k45(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                     size_t ldy, int five) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK_K;
     struct {
-        alignas(64) uint8_t pan[KC * SB]; /* 37 KiB */
-        alignas(64) float st[TC * 32];    /* 8 KiB */
+        alignas(64) uint8_t pan[KC * TKV__K45_PACK_BLOCK(1)]; /* 45 KiB */
+        alignas(64) float st[TC * 32];                        /* 8 KiB */
     } b;
     _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
@@ -208,12 +219,32 @@ void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
             for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t cnt = min_sz(KC, nb - k0);
-                tkv__pack_q4_K_blocks(rows, k0, k0 + cnt, b.pan);
-                q4k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
-                           min_sz(ROWS, nr - r));
+                tkv__pack_k45_blocks(rows, five, k0, k0 + cnt, b.pan);
+                k45_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
+                           min_sz(ROWS, nr - r), five);
             }
         }
     }
+}
+
+void tkv__packed_q4_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    packed_k45(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 0);
+}
+
+void tkv__packed_q5_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    packed_k45(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 1);
+}
+
+void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemm_k45(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
+}
+
+void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemm_k45(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
 }
 
 #endif
