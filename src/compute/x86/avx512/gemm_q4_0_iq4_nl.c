@@ -387,8 +387,8 @@ INLINE void packed_run(const uint8_t *g, size_t nb, size_t k0, size_t k1, const 
                        const tokb *const *tb, __m512 *acc, int T, b4_kind kind) {
     const __m512i book = iq4nl_book();
     for (size_t i = k0; i < k1; i++) {
-        /* PF blocks ahead: the rows stream from memory once */
-        enum { PF = 8 };
+        /* PF blocks ahead (util.h's PREFETCH_AHEAD): the rows stream from memory once */
+        enum { PF = PREFETCH_AHEAD / 256 };
         const uint8_t *pf = g + (i + PF) * 256;
         UNROLL
         for (int c = 0; c < 4; c++) _mm_prefetch((const char *)pf + 64 * c, _MM_HINT_T0);

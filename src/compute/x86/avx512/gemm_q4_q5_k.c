@@ -71,7 +71,7 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
                     int five) {
     enum { CMAX = 4 };
     const int C = T >= 4 ? 1 : T >= 2 ? 2 : 4;
-    const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five);
+    const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five), PF = PREFETCH_AHEAD / SB + 1;
     const __m512i m4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(16);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
@@ -86,6 +86,11 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
                 for (int u = 0; u < C; u++) slo[t][u] = _mm512_setzero_si512(), shi[t][u] = slo[t][u];
             UNROLL
             for (int j = 0; j < 8; j++) {
+                if (T <= 2) { /* util.h's PREFETCH_AHEAD: the quant lines PF superblocks on, the chunks of c = 0 and 1 the rest */
+                    _mm_prefetch((const char *)b + PF * SB + 64 * (8 * c + j), _MM_HINT_T0);
+                    if (c == 0 && 2048 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2048 + 64 * j, _MM_HINT_T0);
+                    if (c == 1 && 2560 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2560 + 64 * j, _MM_HINT_T0);
+                }
                 const __m512i q = _mm512_load_si512((const void *)(b + 64 * (8 * c + j)));
                 __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi32(q, 4), m4);
                 if (five) {

@@ -81,6 +81,7 @@ static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out,
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * BS, *blk = g + i * G * BS;
+        if (i % 4 == 0) prefetch_span(blk + (PREFETCH_AHEAD / (G * BS)) * G * BS, 4 * G * BS);
         /* the weights + 128 (unsigned) times the token's quants (signed) by vpdpbusd, from
            -128 times each 4 quants' sum: sum(w y) exactly, as the vec_dot's */
         const __m512i yv = BCAST256(yb + 2);
@@ -129,6 +130,7 @@ static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
     for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
         float yd;
         memcpy(&yd, yb, sizeof yd);
         const __m512i bsums = BCAST256(yb + Q8K_BSUMS);
@@ -170,6 +172,7 @@ INLINE void q23k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *ou
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
+        prefetch_span(blk + (PREFETCH_AHEAD / (G * bs) + 1) * G * bs, G * bs);
         float yd;
         memcpy(&yd, yb, sizeof yd);
         __m512i yv[8];
@@ -245,6 +248,7 @@ static void iq4xs_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *o
     const __m512i book = _mm512_broadcast_i32x4(LOAD128(tkv__iq4nl_values)), m4 = _mm512_set1_epi8(0x0f);
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
         float yd;
         memcpy(&yd, yb, sizeof yd);
         __m512i yv[8];
