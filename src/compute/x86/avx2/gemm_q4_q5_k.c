@@ -63,7 +63,7 @@ static inline __m256i word_pairs(const uint8_t *p) {
  * acc[t] and accm[t] carry the scales' and the mins' running sums.
  */
 INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm,
-                    int T, int five) {
+                    int T, int five, int pf) {
     const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five), PF = PREFETCH_AHEAD / SB + 1;
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     for (size_t i = 0; i < cnt; i++) {
@@ -80,7 +80,7 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
             for (int t = 0; t < T; t++) slo[t] = _mm256_setzero_si256(), shi[t] = slo[t];
             UNROLL
             for (int j = 0; j < 8; j++) {
-                if (hf == 0) { /* util.h's PREFETCH_AHEAD: the quant lines PF superblocks on, with c = 0 and 1 the rest */
+                if (pf && hf == 0) { /* util.h's PREFETCH_AHEAD: the quant lines PF superblocks on, with c = 0 and 1 the rest */
                     _mm_prefetch((const char *)b + PF * SB + 64 * (8 * c + j), _MM_HINT_T0);
                     if (c == 0 && 2048 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2048 + 64 * j, _MM_HINT_T0);
                     if (c == 1 && 2560 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2560 + 64 * j, _MM_HINT_T0);
@@ -149,7 +149,7 @@ static inline void store_rows(float *y, __m256 v, size_t nrow) {
  * to it, or when last to y[t ldy + k] for the group's first nrow rows.
  */
 INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
-                     float *y, size_t ldy, size_t nrow, int T, int five) {
+                     float *y, size_t ldy, size_t nrow, int T, int five, int pf) {
     const uint8_t *yb[TT];
     UNROLL
     for (int t = 0; t < T; t++) yb[t] = yt[t] + k0 * QBS;
@@ -161,7 +161,7 @@ INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
             acc[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf);
             accm[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf + 8);
         }
-        k45_run(pk, cnt, hf, yb, acc, accm, T, five);
+        k45_run(pk, cnt, hf, yb, acc, accm, T, five, pf);
         UNROLL
         for (int t = 0; t < T; t++) {
             if (last) {
@@ -179,14 +179,15 @@ INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
  * [k0, k0 + cnt) at pk, in tiles of 2, 1; stash st (32 floats a token).
  */
 INLINE void k45_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                       float *st, int first, int last, float *y, size_t ldy, size_t nrow, int five) {
+                       float *st, int first, int last, float *y, size_t ldy, size_t nrow, int five, int stream) {
     for (size_t u = 0; u < tn;) {
         const int T = (int)min_sz(TT, tn - u);
         const uint8_t *yt[TT];
         for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
         float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
-        if (T == 2) k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, five);
-        else k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, five);
+        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
+        if (T == 2) k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, five, pf);
+        else k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, five, pf);
         u += (size_t)T;
     }
 }
@@ -199,7 +200,7 @@ INLINE void packed_k45(size_t n, const void *w, size_t gs, size_t nr, const void
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
         const size_t tn = min_sz(TC, n_tok - t0);
         for (size_t r = 0; r < nr; r += ROWS)
-            k45_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r), five);
+            k45_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r), five, 1);
     }
 }
 
@@ -226,7 +227,7 @@ INLINE void gemm_k45(size_t n, const void *w, size_t wrs, size_t nr, const void 
                 const size_t cnt = min_sz(KC, nb - k0);
                 tkv__pack_k45_blocks(rows, five, k0, k0 + cnt, b.pan);
                 k45_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
-                           min_sz(ROWS, nr - r), five);
+                           min_sz(ROWS, nr - r), five, 0);
             }
         }
     }

@@ -68,7 +68,7 @@ static inline __m512i bcast32(const uint8_t *p) {
  * the scales' and the mins' running sums of the 16 rows.
  */
 INLINE void k45_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, __m512 *accm, int T,
-                    int five) {
+                    int five, int pf) {
     enum { CMAX = 4 };
     const int C = T >= 4 ? 1 : T >= 2 ? 2 : 4;
     const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five), PF = PREFETCH_AHEAD / SB + 1;
@@ -86,7 +86,7 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
                 for (int u = 0; u < C; u++) slo[t][u] = _mm512_setzero_si512(), shi[t][u] = slo[t][u];
             UNROLL
             for (int j = 0; j < 8; j++) {
-                if (T <= 2) { /* util.h's PREFETCH_AHEAD: the quant lines PF superblocks on, the chunks of c = 0 and 1 the rest */
+                if (pf) { /* util.h's PREFETCH_AHEAD: the quant lines PF superblocks on, the chunks of c = 0 and 1 the rest */
                     _mm_prefetch((const char *)b + PF * SB + 64 * (8 * c + j), _MM_HINT_T0);
                     if (c == 0 && 2048 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2048 + 64 * j, _MM_HINT_T0);
                     if (c == 1 && 2560 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2560 + 64 * j, _MM_HINT_T0);
@@ -146,7 +146,7 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
  * ldy + k] for the rows in rmask.
  */
 INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
-                     float *y, size_t ldy, __mmask16 rmask, int T, int five) {
+                     float *y, size_t ldy, __mmask16 rmask, int T, int five, int pf) {
     __m512 acc[TT], accm[TT];
     const uint8_t *yb[TT];
     UNROLL
@@ -155,7 +155,7 @@ INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
         acc[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t);
         accm[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t + 16);
     }
-    k45_run(pk, cnt, yb, acc, accm, T, five);
+    k45_run(pk, cnt, yb, acc, accm, T, five, pf);
     UNROLL
     for (int t = 0; t < T; t++) {
         if (last) {
@@ -172,17 +172,18 @@ INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
  * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1; stash st (2 zmm a token).
  */
 INLINE void k45_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                       float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int five) {
+                       float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int five, int stream) {
     for (size_t u = 0; u < tn;) {
         const int T = (int)min_sz(TT, tn - u);
         const uint8_t *yt[TT];
         for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
         float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
+        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
         switch (T) {
-        case 4: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, five); break;
-        case 3: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, five); break;
-        case 2: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, five); break;
-        default: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, five); break;
+        case 4: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, five, pf); break;
+        case 3: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, five, pf); break;
+        case 2: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, five, pf); break;
+        default: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, five, pf); break;
         }
         u += (size_t)T;
     }
@@ -205,7 +206,7 @@ INLINE void packed_k45(size_t n, const void *w, size_t gs, size_t nr, const void
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
         const size_t tn = min_sz(TC, n_tok - t0);
         for (size_t r = 0; r < nr; r += ROWS)
-            k45_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr), five);
+            k45_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr), five, 1);
     }
 }
 
@@ -232,7 +233,7 @@ INLINE void gemm_k45(size_t n, const void *w, size_t wrs, size_t nr, const void 
                 const size_t cnt = min_sz(KC, nb - k0);
                 tkv__pack_k45_blocks(rows, five, k0, k0 + cnt, b.pan);
                 k45_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, row_mask(r, nr),
-                           five);
+                           five, 0);
             }
         }
     }
