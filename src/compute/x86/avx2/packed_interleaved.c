@@ -72,6 +72,7 @@ static void q8_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, floa
     const __m256i one = _mm256_set1_epi16(1);
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * BS, *blk = g + i * G * BS;
+        if (i % 4 == 0) prefetch_span(blk + (PREFETCH_AHEAD / (G * BS)) * G * BS, 4 * G * BS);
         const __m256i yv = LOAD256(yb + 2);
         const float dy = blk_d(yb);
         const int par = (int)(i % 2); /* the vec_dot's acc0 / acc1 (an odd count's last block is even) */
@@ -94,6 +95,7 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
     for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
         float yd;
         memcpy(&yd, yb, sizeof yd);
         const __m256i bsums = LOAD256(yb + Q8K_BSUMS);
@@ -133,6 +135,7 @@ INLINE void q23k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, fl
     for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
+        prefetch_span(blk + (PREFETCH_AHEAD / (G * bs) + 1) * G * bs, G * bs);
         float yd;
         memcpy(&yd, yb, sizeof yd);
         const __m256i bsums = LOAD256(yb + Q8K_BSUMS);
@@ -170,6 +173,7 @@ static void iq4xs_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, f
     const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
         float yd;
         memcpy(&yd, yb, sizeof yd);
         for (int k = 0; k < nk; k++) {
