@@ -7,6 +7,10 @@
 //          words: an answer that copies the rest of the passage can take
 //          it from the prompt (n-gram drafts)
 //   none   a distinct random prompt per request, nothing to copy
+//   story  for a trained model (../shared/models/stories260K.gguf): the
+//          prompt is the model's own greedy story (made untimed from an
+//          opening line), a newline and the opening again, so an answer
+//          that retells the story copies it from the prompt
 // C clients at once, R timed requests each, greedy, ignore_eos, non-streamed.
 //
 //   node bench/serve-drafts.mjs --url http://127.0.0.1:8080 [--clients 4] [--rounds 2]
@@ -40,6 +44,17 @@ function rng(s) { // xorshift32: the same prompts for every server
   return () => ((x ^= x << 13, x ^= x >>> 17, x ^= x << 5) >>> 0) / 4294967296;
 }
 
+const NAMES = 'Lily Tom Ben Sue Max Anna Tim Mia Sam Lucy Jack Kate Bob Amy Joe Sara'.split(' ');
+const THINGS = 'dog ball cat tree park cake boat bird toy box car doll kite sun flower book'.split(' ');
+
+// The opening line of story (client, round).
+function opening(c, k) {
+  const r = rng(seed * 7919 + c * 131 + k * 17 + 3);
+  const name = NAMES[Math.floor(r() * NAMES.length)], thing = THINGS[Math.floor(r() * THINGS.length)];
+  return `Once upon a time, there was a little girl named ${name}. She liked to play with her ${thing}.`;
+}
+const stories = new Map(); // "c,k" -> the opening and the model's greedy continuation of it
+
 function words(key, n) {
   const r = rng(key);
   return Array.from({ length: n }, () => WORDS[Math.floor(r() * WORDS.length)]).join(' ');
@@ -47,6 +62,7 @@ function words(key, n) {
 
 // The prompt of request (workload, client, round).
 function prompt(w, c, k) {
+  if (w === 'story') return `${stories.get(`${c},${k}`)}\n${opening(c, k)}`;
   const key = seed * 1000003 + c * 1009 + k * 17 + (w === 'copy' ? 7 : w === 'none' ? 13 : 0);
   if (w === 'copy') {
     const passage = words(key, promptWords);
@@ -82,6 +98,10 @@ async function counters() {
 await complete('warm up'); // not counted
 const rows = [];
 for (const w of workloads) {
+  if (w === 'story') // untimed: the model writes each story from its opening
+    await Promise.all(Array.from({ length: nClients }, async (_, c) => {
+      for (let k = 0; k < rounds; k++) stories.set(`${c},${k}`, opening(c, k) + (await complete(opening(c, k))).text);
+    }));
   if (w === 'retry') // the first sends, not timed: the answers go into the cache
     await Promise.all(Array.from({ length: nClients }, async (_, c) => {
       for (let k = 0; k < rounds; k++) await complete(prompt(w, c, k));
