@@ -332,6 +332,44 @@ static float dot_tq1_0(size_t n, const void *w, const void *a) {
 }
 
 /*
+ * TQ1_0 rows against a batch: each block's base-3 digits, which cost
+ * several times the block's products with one token, unpacked once for
+ * TQ_TOK tokens, in tiles of TQ_ROWS rows (their blocks stay in L1 while
+ * the tokens pass). Each entry adds its blocks' tq_block in order and ends
+ * in hsum_f32, as dot_tq1_0 does: bit for bit. On the 125M layer's
+ * products (512 tokens, one thread) 58 -> 135 GFLOP/s; the same loop for
+ * TQ2_0, whose unpacking is two instructions a vector, ran at 140 against
+ * its dot's 155, so TQ2_0 keeps the dot.
+ */
+#define TQ_TOK 16
+#define TQ_ROWS 16
+
+static void gemm_tq1_0(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                       float *y, size_t ldy) {
+    const size_t nb = n / TKV__QK_K;
+    for (size_t r0 = 0; r0 < nr; r0 += TQ_ROWS) {
+        const size_t re = nr - r0 < TQ_ROWS ? nr : r0 + TQ_ROWS;
+        for (size_t t0 = 0; t0 < n_tok; t0 += TQ_TOK) {
+            const size_t nt = n_tok - t0 < TQ_TOK ? n_tok - t0 : TQ_TOK;
+            const tkv__block_q8_K *ya[TQ_TOK];
+            for (size_t t = 0; t < nt; t++) ya[t] = (const tkv__block_q8_K *)(const void *)((const uint8_t *)xq + (t0 + t) * xrs);
+            for (size_t r = r0; r < re; r++) {
+                const tkv__block_tq1_0 *x = (const tkv__block_tq1_0 *)(const void *)((const uint8_t *)w + r * wrs);
+                __m256 acc[TQ_TOK];
+                for (size_t t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+                for (size_t i = 0; i < nb; i++) {
+                    __m256i q[8];
+                    tq1_quants(&x[i], q);
+                    const float d = f16(x[i].d);
+                    for (size_t t = 0; t < nt; t++) acc[t] = tq_block(acc[t], q, &ya[t][i], d);
+                }
+                for (size_t t = 0; t < nt; t++) y[(t0 + t) * ldy + r] = hsum_f32(acc[t]);
+            }
+        }
+    }
+}
+
+/*
  * IQ2_XXS, IQ2_XS, IQ2_S (all three in compute/x86/avx2/dot_iq2.c), in the
  * reference's lanes: per sub-block of 32 the
  * four codebook entries as 32 unsigned bytes, the signs moved onto the
@@ -751,6 +789,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_IQ2_XXS] = tkv__gemm_iq2_xxs_avx2, /* compute/x86/avx2/gemm_iq2.c */
             [TKV_TYPE_IQ2_XS] = tkv__gemm_iq2_xs_avx2,
             [TKV_TYPE_IQ2_S] = tkv__gemm_iq2_s_avx2,
+            [TKV_TYPE_TQ1_0] = gemm_tq1_0,
         },
     .packed =
         {
