@@ -196,13 +196,14 @@ static void test_lanes_order_avx512(void **state) {
 /* Larger shapes, past the edges of the tiles' blocking (compute/x86/avx512/gemm_float.c):
    a thread's range of more than a block of 128 rows ending in a partial
    tile, token counts past a multiple of the 6-token tile, the longest row
-   whose tokens are widened once (2048) and a longer one (other tiles). */
+   whose tokens are widened once (2048) and longer ones (other tiles). */
 static void lanes_shapes(tkv__kernel_level level) {
     if (tkv__kernel_force_level(level) != 0) TU_SKIP();
     static const struct {
         size_t n, rows, split, n_tok;
-    } shapes[] = {{2048, 264, 131, 13}, {784, 140, 3, 11}, {2064, 12, 5, 7}, {2048, 8, 4, 2}};
-    enum { MAXR = 264, MAXT = 13, MAXN = 2064 };
+    } shapes[] = {{2048, 264, 131, 13}, {784, 140, 3, 11}, {2064, 12, 5, 7},
+                  {2048, 8, 4, 2},       {4096, 8, 5, 7},   {4112, 8, 3, 5}};
+    enum { MAXR = 264, MAXT = 13, MAXN = 4112 };
     uint8_t *w = malloc(MAXR * 4 * MAXN), *xq = malloc(MAXT * 4 * MAXN + 1);
     float *y = malloc(MAXT * MAXR * sizeof(float));
     assert_non_null(w), assert_non_null(xq), assert_non_null(y);

@@ -142,7 +142,8 @@ float tkv__dot_bf16_ref_avx512(size_t n, const void *w, const void *a) {
  *
  * F32 tokens are copied to xbuf the same way (aligned, and one path). Rows
  * longer than XMAX (the tokens would not fit xbuf) take LANES_WIDE's tiles,
- * which widen both operands. On the 125M layer's products (512 tokens, one
+ * which widen both operands (tiles of as few tokens as fit xbuf at 4096
+ * elements, 3, ran slower than those: 133 GFLOP/s against 145). On the 125M layer's products (512 tokens, one
  * thread, this file's first AVX-512 machine) F16 went from 150 to 180
  * GFLOP/s, BF16 likewise, F32 from 65 to 150, against tiles of 4 rows x 3
  * tokens that widened both; converting panels of rows and tokens into L1
