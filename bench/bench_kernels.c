@@ -18,6 +18,7 @@
  * (quantize the input once per distinct input, then each product):
  *   125m: n_embd 768, 4 KV heads of 64, n_ff 2048 (q, k, v, o, gate, up, down)
  *   1b:   n_embd 2048, 4 KV heads of 64, n_ff 5632 (TinyLlama's shape)
+ * (float weights: the lanes products, as a prefill takes them for 2+ tokens),
  * and prints each shape's GFLOP/s (2 * weights * tokens / time of the layer's
  * products, activation quantization included), best of ITERS layers.
  */
@@ -149,7 +150,11 @@ static int run_prefill(const tkv_type *types, int n_types, size_t n_tok, int ite
                         const int in = sh->input[k];
                         if (k == 0 || in != sh->input[k - 1])
                             tkv__ops_quantize_acts(t, x[s][in], n_tok, sh->cols[k], xq[s][in]);
-                        tkv__ops_matmul(t, w[s][k], sh->cols[k], 0, sh->rows[k], xq[s][in], n_tok, y, sh->rows[k]);
+                        /* float weights take the lanes products for 2+ tokens, as the forward pass does */
+                        if (n_tok >= 2 && tkv__ops_lanes_ok(t, sh->cols[k], sh->rows[k]))
+                            tkv__ops_matmul_lanes(t, w[s][k], sh->cols[k], 0, sh->rows[k], xq[s][in], n_tok, y, sh->rows[k]);
+                        else
+                            tkv__ops_matmul(t, w[s][k], sh->cols[k], 0, sh->rows[k], xq[s][in], n_tok, y, sh->rows[k]);
                     }
                     const double dt = now() - t0;
                     if (dt < best) best = dt;

@@ -124,6 +124,11 @@ void tkv__gemm_iq3_xxs_avx2(size_t n, const void *w, size_t wrs, size_t nr, cons
 void tkv__gemm_iq3_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 
+/* TQ1_0's dot (compute/x86/avx2/kernels.c), and its product at the avx512 level (compute/x86/avx512/gemm_tq1.c) */
+float tkv__dot_tq1_0_avx2(size_t n, const void *w, const void *a);
+void tkv__gemm_tq1_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy);
+
 /* compute/x86/avx2/gemm_iq2.c: IQ2_XXS, IQ2_XS and IQ2_S, bit for bit compute/x86/avx2/kernels.c's vec_dots (which the avx512
    table keeps, with these products) */
 float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a);

@@ -193,6 +193,53 @@ static void test_lanes_order_avx512(void **state) {
     lanes_order(TKV__KERNEL_AVX512);
 }
 
+/* Larger shapes, past the edges of the tiles' blocking (compute/x86/avx512/gemm_float.c):
+   a thread's range of more than a block of 128 rows ending in a partial
+   tile, token counts past a multiple of the 6-token tile, the longest row
+   whose tokens are widened once (2048) and longer ones (other tiles). */
+static void lanes_shapes(tkv__kernel_level level) {
+    if (tkv__kernel_force_level(level) != 0) TU_SKIP();
+    static const struct {
+        size_t n, rows, split, n_tok;
+    } shapes[] = {{2048, 264, 131, 13}, {784, 140, 3, 11}, {2064, 12, 5, 7},
+                  {2048, 8, 4, 2},       {4096, 8, 5, 7},   {4112, 8, 3, 5}};
+    enum { MAXR = 264, MAXT = 13, MAXN = 4112 };
+    uint8_t *w = malloc(MAXR * 4 * MAXN), *xq = malloc(MAXT * 4 * MAXN + 1);
+    float *y = malloc(MAXT * MAXR * sizeof(float));
+    assert_non_null(w), assert_non_null(xq), assert_non_null(y);
+    for (size_t ti = 0; ti < 3; ti++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const tkv_type t = float_types[ti];
+            const size_t n = shapes[si].n, rows = shapes[si].rows, n_tok = shapes[si].n_tok;
+            const size_t rs = tkv__quant_row_size(t, n);
+            assert_true(tkv__ops_lanes_ok(t, n, rows));
+            fill(t, w, rows * n);
+            fill(t, xq + 1, n_tok * n);
+            tkv__ops_matmul_lanes(t, w, n, 0, shapes[si].split, xq + 1, n_tok, y, rows);
+            tkv__ops_matmul_lanes(t, w, n, shapes[si].split, rows, xq + 1, n_tok, y, rows);
+            for (size_t tk = 0; tk < n_tok; tk++)
+                for (size_t r = 0; r < rows; r++) {
+                    const float got = y[tk * rows + r], want = model_lanes(t, w + r * rs, xq + 1 + tk * rs, n);
+                    if (memcmp(&got, &want, 4) != 0)
+                        fail_msg("%s, type %d n %zu rows %zu tokens %zu: entry (%zu, %zu) %.9g, reference order %.9g",
+                                 tkv__kernel_level_name(level), (int)t, n, rows, n_tok, r, tk, got, want);
+                }
+        }
+    free(w);
+    free(xq);
+    free(y);
+}
+
+static void test_lanes_shapes_avx2(void **state) {
+    (void)state;
+    lanes_shapes(TKV__KERNEL_AVX2);
+}
+
+static void test_lanes_shapes_avx512(void **state) {
+    (void)state;
+    lanes_shapes(TKV__KERNEL_AVX512);
+}
+
 /* The two levels give the same bits for the same rows, whatever the tile
    shapes and register widths: on an AVX-512 CPU, a run at the avx2 level
    gets the float products of the reference (that run on AVX-512). */
@@ -261,6 +308,8 @@ int main(void) {
         cmocka_unit_test_teardown(test_vec_dot_order_avx512, teardown),
         cmocka_unit_test_teardown(test_lanes_order_avx2, teardown),
         cmocka_unit_test_teardown(test_lanes_order_avx512, teardown),
+        cmocka_unit_test_teardown(test_lanes_shapes_avx2, teardown),
+        cmocka_unit_test_teardown(test_lanes_shapes_avx512, teardown),
         cmocka_unit_test_teardown(test_levels_agree, teardown),
         cmocka_unit_test_teardown(test_lanes_levels, teardown),
         cmocka_unit_test(test_rope_pairs_levels),

@@ -699,7 +699,8 @@ static void test_vec_dot_extremes(void **state) {
 static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
                                      TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K,
                                      TKV_TYPE_IQ4_NL, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M, TKV_TYPE_IQ2_XXS,
-                                     TKV_TYPE_IQ2_XS, TKV_TYPE_IQ2_S, TKV_TYPE_IQ3_XXS, TKV_TYPE_IQ3_S};
+                                     TKV_TYPE_IQ2_XS, TKV_TYPE_IQ2_S, TKV_TYPE_IQ3_XXS, TKV_TYPE_IQ3_S,
+                                     TKV_TYPE_TQ1_0};
 
 /*
  * One product through a level's gemm entry (or, with pk, its packed entry
@@ -784,7 +785,8 @@ static void test_gemm_levels(void **state) {
      * then chunks of up to 32 tokens (avx512; 64 for avx2), or of up to 256
      * when K fits one chunk; the K types: chunks of 8 blocks, tables of
      * 256 / blocks tiles of 4 tokens; IQ3_XXS and IQ3_S: chunks of 16
-     * super-blocks (avx512) or 32 (avx2), of 64 tokens. Long batches
+     * super-blocks (avx512) or 32 (avx2), of 64 tokens; TQ1_0: tiles of 16
+     * rows x 16 tokens (1..17 of each below). Long batches
      * (second number) cross chunks of tokens in both modes.
      */
     static const size_t lens32[][2] = {{32, 0},    {64, 0},   {96, 0},   {768, 300}, {1024, 0},

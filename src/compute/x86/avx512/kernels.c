@@ -358,6 +358,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* compute/x86/avx2/dot_iq3.c's: the tiled products follow it */
             [TKV_TYPE_IQ3_S] = tkv__kernel_dot_iq3_s_avx2,
             [TKV_TYPE_IQ2_XXS] = tkv__dot_iq2_xxs_avx2, /* compute/x86/avx2/kernels.c's, with compute/x86/avx2/gemm_iq2.c's products */
+            [TKV_TYPE_TQ1_0] = tkv__dot_tq1_0_avx2, /* with compute/x86/avx512/gemm_tq1.c's product */
             [TKV_TYPE_IQ2_XS] = tkv__dot_iq2_xs_avx2,
             [TKV_TYPE_IQ2_S] = tkv__dot_iq2_s_avx2,
         },
@@ -378,6 +379,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_IQ3_XXS] = tkv__gemm_iq3_xxs_avx512, /* compute/x86/avx512/gemm_iq3.c */
             [TKV_TYPE_IQ3_S] = tkv__gemm_iq3_s_avx512,
             [TKV_TYPE_IQ2_XXS] = tkv__gemm_iq2_xxs_avx2,
+            [TKV_TYPE_TQ1_0] = tkv__gemm_tq1_0_avx512,
             [TKV_TYPE_IQ2_XS] = tkv__gemm_iq2_xs_avx2,
             [TKV_TYPE_IQ2_S] = tkv__gemm_iq2_s_avx2,
         },
