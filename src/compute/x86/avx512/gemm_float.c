@@ -208,7 +208,9 @@ DEFINE_TILE(tile_bf16, ld_bf16, 2)
             const uint8_t *wr[RT];                                                                                    \
             for (size_t r = 0; r < RT; r++) wr[r] = wb + (r0 + (r < nr ? r : nr - 1)) * wrs + k0 * (es);              \
             float *yt = y + t0 * ldy + r0;                                                                            \
-            __m512 *sr = st + (r0 - rb) * TT;                                                                         \
+            /* the stash serves rows of 2+ chunks (blocks of RBS rows); a one-chunk row's blocks of RB would          \
+               point past it */                                                                                       \
+            __m512 *sr = first && last ? st : st + (r0 - rb) * TT;                                                    \
             switch (nt) {                                                                                             \
             case 6: TILE(kc, wr, xbuf, sr, first, last, yt, ldy, nr, 6); break;                                       \
             case 5: TILE(kc, wr, xbuf, sr, first, last, yt, ldy, nr, 5); break;                                       \
