@@ -862,7 +862,7 @@ static tkv__jv strftime_now(tkv__jctx *c, tkv__jv fmt) {
 size_t tkv__jrange(tkv__jctx *c, const tkv__jargs *a, int64_t *start_out, int64_t *step_out) {
     {
         if (a->n_kw || a->n < 1 || a->n > 3) tkv__jraise(c, TKV_ERR_INVALID, "range expected 1 to 3 arguments");
-        int64_t v[3];
+        int64_t v[3] = {0, 0, 0}; /* a->n is 1..3 (checked above); zeros keep -O1 from warning */
         for (size_t i = 0; i < a->n; i++) {
             if (a->v[i].type == TKV__JV_UNDEF) tkv__jundef_fail(c, a->v[i]);
             if (a->v[i].type != TKV__JV_INT && a->v[i].type != TKV__JV_BOOL)
