@@ -126,6 +126,9 @@ void tkv__gemm_iq3_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const 
 
 /* TQ1_0's dot (compute/x86/avx2/kernels.c), and its product at the avx512 level (compute/x86/avx512/gemm_tq1.c) */
 float tkv__dot_tq1_0_avx2(size_t n, const void *w, const void *a);
+/* compute/x86/avx2/kernels.c: the block-reduced Q4_K and Q5_K vec_dots, the avx512 level's too */
+float tkv__dot_q4_K_avx2(size_t n, const void *w, const void *a);
+float tkv__dot_q5_K_avx2(size_t n, const void *w, const void *a);
 void tkv__gemm_tq1_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                             float *y, size_t ldy);
 

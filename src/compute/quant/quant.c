@@ -665,34 +665,33 @@ float tkv__quant_vec_dot_q5_1(size_t n, const void *w, const void *a) {
     return s;
 }
 
+/* One Q4_K (five: Q5_K) block p against y: the exact sum of its group sums times their scales (*sumi) and of
+   its mins times y's group sums (*summ). d, dmin and the scales sit at the same place in both types. */
+static void k45_block_sums(const uint8_t *p, const tkv__block_q8_K *y, int five, int32_t *sumi, int32_t *summ) {
+    uint8_t q[256], sm[16];
+    tkv__quant_k4_unpack(((const tkv__block_q4_K *)p)->scales, sm);
+    if (five) k_unpack(((const tkv__block_q5_K *)p)->qs, ((const tkv__block_q5_K *)p)->qh, q);
+    else k_unpack(((const tkv__block_q4_K *)p)->qs, NULL, q);
+    *sumi = 0, *summ = 0;
+    for (int g = 0; g < 8; g++) {
+        int32_t sg = 0;
+        for (int l = 0; l < 32; l++) sg += q[32 * g + l] * y->qs[32 * g + l];
+        *sumi += sm[g] * sg;
+        *summ += sm[8 + g] * (y->bsums[2 * g] + y->bsums[2 * g + 1]);
+    }
+}
+
 /* Q5_K's lane-wise formula of compute/quant/quant.h (the reference's x86 vec_dot; five = 1 only). */
 static float dot_k(size_t n, const void *w, const void *a, int five) {
     const uint8_t *p = w;
     const tkv__block_q8_K *y = a;
     const size_t bsize = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
-    uint8_t q[256], sm[16];
     float s = 0.0f;
     for (size_t i = 0; i < n / TKV__QK_K; i++, p += bsize) {
-        float d, dmin;
-        if (five) {
-            const tkv__block_q5_K *b = (const tkv__block_q5_K *)p;
-            d = tkv__quant_f16_to_f32(b->d), dmin = tkv__quant_f16_to_f32(b->dmin);
-            tkv__quant_k4_unpack(b->scales, sm);
-            k_unpack(b->qs, b->qh, q);
-        } else {
-            const tkv__block_q4_K *b = (const tkv__block_q4_K *)p;
-            d = tkv__quant_f16_to_f32(b->d), dmin = tkv__quant_f16_to_f32(b->dmin);
-            tkv__quant_k4_unpack(b->scales, sm);
-            k_unpack(b->qs, NULL, q);
-        }
-        int32_t sumi = 0, summ = 0;
-        for (int g = 0; g < 8; g++) {
-            int32_t sg = 0;
-            for (int l = 0; l < 32; l++) sg += q[32 * g + l] * y[i].qs[32 * g + l];
-            sumi += sm[g] * sg;
-            summ += sm[8 + g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
-        }
-        s += (y[i].d * d) * (float)sumi - (y[i].d * dmin) * (float)summ;
+        const tkv__block_q4_K *b = (const tkv__block_q4_K *)p;
+        int32_t sumi, summ;
+        k45_block_sums(p, &y[i], five, &sumi, &summ);
+        s += (y[i].d * tkv__quant_f16_to_f32(b->d)) * (float)sumi - (y[i].d * tkv__quant_f16_to_f32(b->dmin)) * (float)summ;
     }
     return s;
 }
@@ -703,21 +702,11 @@ static float dot_k_reduced(size_t n, const void *w, const void *a, int five) {
     const uint8_t *p = w;
     const tkv__block_q8_K *y = a;
     const size_t bsize = five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
-    uint8_t q[256], sm[16];
     float s = 0.0f, m = 0.0f;
     for (size_t i = 0; i < n / TKV__QK_K; i++, p += bsize) {
-        /* d, dmin and scales sit at the same place in both */
         const tkv__block_q4_K *b = (const tkv__block_q4_K *)p;
-        tkv__quant_k4_unpack(b->scales, sm);
-        if (five) k_unpack(((const tkv__block_q5_K *)p)->qs, ((const tkv__block_q5_K *)p)->qh, q);
-        else k_unpack(b->qs, NULL, q);
-        int32_t sumi = 0, summ = 0;
-        for (int g = 0; g < 8; g++) {
-            int32_t sg = 0;
-            for (int l = 0; l < 32; l++) sg += q[32 * g + l] * y[i].qs[32 * g + l];
-            sumi += sm[g] * sg;
-            summ += sm[8 + g] * (y[i].bsums[2 * g] + y[i].bsums[2 * g + 1]);
-        }
+        int32_t sumi, summ;
+        k45_block_sums(p, &y[i], five, &sumi, &summ);
         s = fmaf((float)sumi, tkv__quant_f16_to_f32(b->d) * y[i].d, s);
         m = fmaf((float)summ, tkv__quant_f16_to_f32(b->dmin) * y[i].d, m);
     }

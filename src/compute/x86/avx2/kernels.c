@@ -408,65 +408,51 @@ static inline int k_mins_dot(const uint8_t mins[8], const tkv__block_q8_K *y) {
     return _mm_cvtsi128_si32(s);
 }
 
-/* Shared by Q4_K and Q5_K (qh NULL for Q4_K). */
-static inline float dot_k(size_t n, const uint8_t *p, size_t bsize, const tkv__block_q8_K *y, int five) {
+/* One Q4_K (five: Q5_K) block's group sums times their scales (sm[0..7]), 8 int32 lanes; exact. */
+static inline __m256i k45_block_sumi(const uint8_t *p, const uint8_t sm[16], const tkv__block_q8_K *y, int five) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const uint8_t *qs = five ? ((const tkv__block_q5_K *)p)->qs : ((const tkv__block_q4_K *)p)->qs;
+    __m256i h = five ? LOAD256(((const tkv__block_q5_K *)p)->qh) : _mm256_setzero_si256();
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = LOAD256(qs + 32 * c);
+        __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (five) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
+            h = _mm256_srli_epi16(h, 2);
+        }
+        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, LOAD256(y->qs + 64 * c)), _mm256_set1_epi16(sm[2 * c]));
+        const __m256i phi =
+            _mm256_madd_epi16(_mm256_maddubs_epi16(hi, LOAD256(y->qs + 64 * c + 32)), _mm256_set1_epi16(sm[2 * c + 1]));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+    }
+    return sumi;
+}
+
+/* Q5_K lane-wise (the reference's x86 vec_dot): the block's lanes fma'd into 8 float lanes, the mins a scalar sum. */
+static inline float dot_k(size_t n, const uint8_t *p, size_t bsize, const tkv__block_q8_K *y, int five) {
     __m256 acc = _mm256_setzero_ps();
     float accm = 0.0f;
     uint8_t sm[16];
     for (size_t i = 0; i < n / TKV__QK_K; i++, p += bsize) {
         const tkv__block_q4_K *b4 = (const tkv__block_q4_K *)p; /* d, dmin, scales: same place in Q5_K */
-        const uint8_t *qs = five ? ((const tkv__block_q5_K *)p)->qs : b4->qs;
         const float d = y[i].d * f16(b4->d), dmin = y[i].d * f16(b4->dmin);
         tkv__quant_k4_unpack(b4->scales, sm);
-        __m256i h = five ? LOAD256(((const tkv__block_q5_K *)p)->qh) : _mm256_setzero_si256();
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = LOAD256(qs + 32 * c);
-            __m256i lo = _mm256_and_si256(q, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (five) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
-                h = _mm256_srli_epi16(h, 2);
-            }
-            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, LOAD256(y[i].qs + 64 * c)),
-                                                  _mm256_set1_epi16(sm[2 * c]));
-            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, LOAD256(y[i].qs + 64 * c + 32)),
-                                                  _mm256_set1_epi16(sm[2 * c + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(k45_block_sumi(p, sm, &y[i], five)), acc);
         accm += dmin * (float)k_mins_dot(sm + 8, &y[i]);
     }
     return hsum_f32(acc) - accm;
 }
 
-/* Q4_K and Q5_K, block-reduced (compute/quant/quant.h): the block's exact sums as dot_k makes them, then two fmas. */
+/* Q4_K and Q5_K, block-reduced (compute/quant/quant.h): the block's exact sums, then two fmas. */
 static inline float dot_k_reduced(size_t n, const uint8_t *p, size_t bsize, const tkv__block_q8_K *y, int five) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     float s = 0.0f, m = 0.0f;
     uint8_t sm[16];
     for (size_t i = 0; i < n / TKV__QK_K; i++, p += bsize) {
-        const tkv__block_q4_K *b4 = (const tkv__block_q4_K *)p; /* d, dmin, scales: same place in Q5_K */
-        const uint8_t *qs = five ? ((const tkv__block_q5_K *)p)->qs : b4->qs;
+        const tkv__block_q4_K *b4 = (const tkv__block_q4_K *)p;
         tkv__quant_k4_unpack(b4->scales, sm);
-        __m256i h = five ? LOAD256(((const tkv__block_q5_K *)p)->qh) : _mm256_setzero_si256();
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = LOAD256(qs + 32 * c);
-            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (five) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
-                h = _mm256_srli_epi16(h, 2);
-            }
-            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, LOAD256(y[i].qs + 64 * c)),
-                                                  _mm256_set1_epi16(sm[2 * c]));
-            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, LOAD256(y[i].qs + 64 * c + 32)),
-                                                  _mm256_set1_epi16(sm[2 * c + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
-        }
+        const __m256i sumi = k45_block_sumi(p, sm, &y[i], five);
         __m128i hs = _mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256(sumi, 1));
         hs = _mm_add_epi32(hs, _mm_shuffle_epi32(hs, 0x4e));
         hs = _mm_add_epi32(hs, _mm_shuffle_epi32(hs, 0xb1));
@@ -476,11 +462,12 @@ static inline float dot_k_reduced(size_t n, const uint8_t *p, size_t bsize, cons
     return s - m;
 }
 
-static float dot_q4_K(size_t n, const void *w, const void *a) {
+/* also the avx512 level's (compute/gemm.h): block-reduced sums leave no lanes for zmm to widen */
+float tkv__dot_q4_K_avx2(size_t n, const void *w, const void *a) {
     return dot_k_reduced(n, w, sizeof(tkv__block_q4_K), a, 0);
 }
 
-static float dot_q5_K(size_t n, const void *w, const void *a) {
+float tkv__dot_q5_K_avx2(size_t n, const void *w, const void *a) {
     return dot_k_reduced(n, w, sizeof(tkv__block_q5_K), a, 1);
 }
 
@@ -774,8 +761,8 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* compute/x86/avx2/dot_iq3.c */
             [TKV_TYPE_IQ3_S] = tkv__kernel_dot_iq3_s_avx2,
             [TKV_TYPE_Q5_1] = dot_q5_1,
-            [TKV_TYPE_Q4_K] = dot_q4_K,
-            [TKV_TYPE_Q5_K] = dot_q5_K,
+            [TKV_TYPE_Q4_K] = tkv__dot_q4_K_avx2,
+            [TKV_TYPE_Q5_K] = tkv__dot_q5_K_avx2,
             [TKV_TYPE_Q6_K] = dot_q6_K,
         },
     /* tiled products (compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c), bit for bit these vec_dots */

@@ -171,48 +171,6 @@ static inline float dot_k(size_t n, const uint8_t *p, size_t bsize, const tkv__b
     return hsum256(acc) - accm;
 }
 
-/* Q4_K and Q5_K, block-reduced (compute/quant/quant.h): the block's exact sums as dot_k makes them, then two fmas. */
-static inline float dot_k_reduced(size_t n, const uint8_t *p, size_t bsize, const tkv__block_q8_K *y, int five) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
-    float s = 0.0f, m = 0.0f;
-    uint8_t sm[16];
-    for (size_t i = 0; i < n / TKV__QK_K; i++, p += bsize) {
-        const tkv__block_q4_K *b4 = (const tkv__block_q4_K *)p; /* d, dmin, scales: same place in Q5_K */
-        const uint8_t *qs = five ? ((const tkv__block_q5_K *)p)->qs : b4->qs;
-        tkv__quant_k4_unpack(b4->scales, sm);
-        __m256i h = five ? LOAD256(((const tkv__block_q5_K *)p)->qh) : _mm256_setzero_si256();
-        __m256i sumi = _mm256_setzero_si256();
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = LOAD256(qs + 32 * c);
-            __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (five) {
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
-                h = _mm256_srli_epi16(h, 2);
-            }
-            const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, LOAD256(y[i].qs + 64 * c)),
-                                                  _mm256_set1_epi16(sm[2 * c]));
-            const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, LOAD256(y[i].qs + 64 * c + 32)),
-                                                  _mm256_set1_epi16(sm[2 * c + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
-        }
-        __m128i hs = _mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256(sumi, 1));
-        hs = _mm_add_epi32(hs, _mm_shuffle_epi32(hs, 0x4e));
-        hs = _mm_add_epi32(hs, _mm_shuffle_epi32(hs, 0xb1));
-        s = fmaf((float)_mm_cvtsi128_si32(hs), f16(b4->d) * y[i].d, s);
-        m = fmaf((float)k_mins_dot(sm + 8, &y[i]), f16(b4->dmin) * y[i].d, m);
-    }
-    return s - m;
-}
-
-static float dot_q4_K(size_t n, const void *w, const void *a) {
-    return dot_k_reduced(n, w, sizeof(tkv__block_q4_K), a, 0);
-}
-
-static float dot_q5_K(size_t n, const void *w, const void *a) {
-    return dot_k_reduced(n, w, sizeof(tkv__block_q5_K), a, 1);
-}
-
 /* Q5_K in the reference's lane-wise order (kernels.h's vec_dot_ref). */
 static float dot_q5_K_lanes(size_t n, const void *w, const void *a) {
     return dot_k(n, w, sizeof(tkv__block_q5_K), a, 1);
@@ -350,8 +308,8 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_1] = dot_q5_1,
             [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2, /* compute/x86/avx2/kernels.c's: the tiled products need no other */
             [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
-            [TKV_TYPE_Q4_K] = dot_q4_K,
-            [TKV_TYPE_Q5_K] = dot_q5_K,
+            [TKV_TYPE_Q4_K] = tkv__dot_q4_K_avx2, /* with gemm_q4_q5_k.c's products */
+            [TKV_TYPE_Q5_K] = tkv__dot_q5_K_avx2,
             [TKV_TYPE_Q6_K] = dot_q6_K,
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx2, /* block-reduced as Q4_0 (gemm_q4_0_iq4_nl.c) */
             [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_avx2, /* compute/x86/avx2/kernels.c's, with this level's packed product */
