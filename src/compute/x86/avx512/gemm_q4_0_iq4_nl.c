@@ -383,16 +383,19 @@ INLINE __m512 unpack_packed(const uint8_t *g, size_t nb, size_t i, __m512i q[8],
 }
 
 /* T tokens over blocks [k0, k1) of packed group g, into acc[0..T). */
-INLINE void packed_run(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
+INLINE void packed_run(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
                        const tokb *const *tb, __m512 *acc, int T, b4_kind kind) {
     const __m512i book = iq4nl_book();
     for (size_t i = k0; i < k1; i++) {
         /* PF blocks ahead (util.h's PREFETCH_AHEAD): the rows stream from memory once */
         enum { PF = PREFETCH_AHEAD / 256 };
-        const uint8_t *pf = g + (i + PF) * 256;
+        const size_t ia = i + PF;
+        const uint8_t *pg = ia < nb ? g : g + gs;
+        const size_t ib = ia < nb ? ia : ia - nb;
+        const uint8_t *pf = pg + ib * 256;
         UNROLL
         for (int c = 0; c < 4; c++) _mm_prefetch((const char *)pf + 64 * c, _MM_HINT_T0);
-        if (i % 2 == 0) _mm_prefetch((const char *)(g + nb * 256 + 32 * (i + PF)), _MM_HINT_T0);
+        if (i % 2 == 0) _mm_prefetch((const char *)(pg + nb * 256 + 32 * ib), _MM_HINT_T0);
         __m512i q[8];
         const __m512 d = unpack_packed(g, nb, i, q, kind, book);
         const uint8_t *yb[TT];
@@ -408,12 +411,12 @@ INLINE void packed_run(const uint8_t *g, size_t nb, size_t k0, size_t k1, const 
  * st (zero when k0 = 0), back to it, or after the last block to y[t * ldy +
  * k] for the rows in rmask.
  */
-INLINE void packed_tile(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt, const tokb *const *tb,
+INLINE void packed_tile(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt, const tokb *const *tb,
                         float *st, float *y, size_t ldy, __mmask16 rmask, int T, b4_kind kind) {
     __m512 acc[TT];
     UNROLL
     for (int t = 0; t < T; t++) acc[t] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * t);
-    packed_run(g, nb, k0, k1, yt, tb, acc, T, kind);
+    packed_run(g, gs, nb, k0, k1, yt, tb, acc, T, kind);
     UNROLL
     for (int t = 0; t < T; t++) {
         if (k1 < nb) _mm512_store_ps(st + 16 * t, acc[t]);
@@ -421,18 +424,18 @@ INLINE void packed_tile(const uint8_t *g, size_t nb, size_t k0, size_t k1, const
     }
 }
 
-INLINE void packed_tile_any(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
+INLINE void packed_tile_any(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
                             const tokb *const *tb, float *st, float *y, size_t ldy, __mmask16 rmask, int T,
                             b4_kind kind) {
     switch (T) {
-    case 8: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 8, kind); break;
-    case 7: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 7, kind); break;
-    case 6: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 6, kind); break;
-    case 5: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 5, kind); break;
-    case 4: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 4, kind); break;
-    case 3: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 3, kind); break;
-    case 2: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 2, kind); break;
-    default: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 1, kind); break;
+    case 8: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 8, kind); break;
+    case 7: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 7, kind); break;
+    case 6: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 6, kind); break;
+    case 5: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 5, kind); break;
+    case 4: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 4, kind); break;
+    case 3: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 3, kind); break;
+    case 2: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 2, kind); break;
+    default: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 1, kind); break;
     }
 }
 
@@ -468,7 +471,7 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
                 const uint8_t *yt[TT];
                 const tokb *tb[TT];
                 for (size_t t = 0; t < tn; t++) yt[t] = xb + (t0 + t) * xrs, tb[t] = b.tab + t * nb;
-                packed_tile_any(g, nb, 0, nb, yt, tb, NULL, y + t0 * ldy + r, ldy, rmask, (int)tn, kind);
+                packed_tile_any(g, gs, nb, 0, nb, yt, tb, NULL, y + t0 * ldy + r, ldy, rmask, (int)tn, kind);
                 continue;
             }
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
