@@ -152,7 +152,7 @@ static int run_prefill(const tkv_type *types, int n_types, size_t n_tok, int ite
                             tkv__ops_quantize_acts(t, x[s][in], n_tok, sh->cols[k], xq[s][in]);
                         /* float weights take the lanes products for 2+ tokens, as the forward pass does */
                         if (n_tok >= 2 && tkv__ops_lanes_ok(t, sh->cols[k], sh->rows[k]))
-                            tkv__ops_matmul_lanes(t, w[s][k], sh->cols[k], 0, sh->rows[k], xq[s][in], n_tok, y, sh->rows[k]);
+                            tkv__ops_matmul_lanes(TKV__LANES_DEFAULT, t, w[s][k], sh->cols[k], 0, sh->rows[k], xq[s][in], n_tok, y, sh->rows[k]);
                         else
                             tkv__ops_matmul(t, w[s][k], sh->cols[k], 0, sh->rows[k], xq[s][in], n_tok, y, sh->rows[k]);
                     }

@@ -808,7 +808,10 @@ typedef struct tkv_context_params {
         one order of summation whatever the batch, so logits do not depend
         on batch composition or on how much of a prompt came from the cache:
         a request that reuses a cached prefix gets the answer a fresh
-        context gives, to the bit. Its cost is within noise (bench/RESULTS.md).
+        context gives, to the bit. Its cost is within noise (bench/RESULTS.md);
+        BF16 weights sum in the order of the CPU's BF16 dot product
+        (vdpbf16ps, the same bits from fused multiply-adds on a CPU without
+        it), which is faster than the reference's order where it exists.
         false: computed exactly as the reference implementation does (for
         comparing logits with it to the bit), so a token's logits depend
         slightly on how its prompt was split into passes: passes of 32 or

@@ -41,6 +41,18 @@
  * the same value is the same value) and do the same float operations in
  * the same order, only for many (row, token) pairs at once.
  *
+ * Float weights (gemm_float.c) have no vec_dot contract across batches:
+ * the reference's two orders (its vec_dot for one token, "lanes" for
+ * more; that file's header) and, for BF16, the default "pairs" order of
+ * gemm_bf16_pairs.c: one 16-lane accumulator per (row, token) over steps
+ * of 32 elements, lane j adding the exact product of element 2j + 1 and
+ * then of 2j (each sum rounded, subnormal inputs and sums flushed to zero),
+ * the lanes reduced by halves: the arithmetic of AVX512_BF16's vdpbf16ps,
+ * so a CPU with it takes 32 multiply-adds an instruction, and others the
+ * same bits from two fused multiply-adds under DAZ and FTZ. It serves the
+ * batch-invariant contexts for any number of tokens (kernels.h's lanes);
+ * the reference's order stays as lanes_ref.
+ *
  * How the work is laid out (both levels; Q4_0's files say how theirs differ):
  *   - weights are unpacked once per call into a "panel" per group of rows and
  *     chunk of K, on the stack: quants as bytes ready for the multiply, the
@@ -249,6 +261,22 @@ void tkv__lanes_f16_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
                            float *y, size_t ldy);
 void tkv__lanes_bf16_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                             float *y, size_t ldy);
+/*
+ * BF16 rows in the pairs order (compute/x86/avx512/gemm_bf16_pairs.c): the default, batch-invariant
+ * products of BF16 weights, vdpbf16ps's arithmetic (32 elements a step, lane j the product of element 2j + 1
+ * then of 2j, subnormals flushed), for 1 token or more; n a multiple of 16. _dp runs vdpbf16ps (only on a CPU
+ * with AVX512_BF16: tkv__kernel_cpu_bf16_dot), _emu two fused multiply-adds a step under DAZ and FTZ, the same
+ * bits; the plain name takes the first where the CPU has it.
+ */
+void tkv__lanes_bf16_pairs_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy);
+void tkv__lanes_bf16_pairs_dp_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                                     size_t n_tok, float *y, size_t ldy);
+void tkv__lanes_bf16_pairs_emu_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                                      size_t n_tok, float *y, size_t ldy);
+/* The pairs order at the avx2 level (compute/x86/avx2/gemm_bf16_pairs.c), bit for bit the avx512 level's. */
+void tkv__lanes_bf16_pairs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                                size_t n_tok, float *y, size_t ldy);
 /* The same functions at the avx2 level (compute/x86/avx2/gemm_float.c), bit for bit these. */
 float tkv__dot_f32_ref_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_f16_ref_avx2(size_t n, const void *w, const void *a);

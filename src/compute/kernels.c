@@ -22,6 +22,7 @@ static tkv__kernels tables[TKV__KERNEL_LEVELS]; /* complete tables */
 static int supported[TKV__KERNEL_LEVELS];
 static tkv__kernel_level best_level;
 static _Atomic int active_level;
+static int cpu_bf16_dot; /* AVX512_BF16, on a CPU of the avx512 level */
 
 /* Copy the non-NULL entries of `part` over `t`. */
 static void overlay_attn(tkv__attn_ops *t, const tkv__attn_ops *part) {
@@ -48,7 +49,7 @@ static void overlay(tkv__kernels *t, const tkv__kernels *part, const tkv__attn_o
         if (part->vec_dot[i]) {
             t->vec_dot[i] = part->vec_dot[i], t->gemm[i] = part->gemm[i], t->gemv[i] = part->gemv[i];
             t->packed[i] = part->packed[i];
-            t->lanes[i] = part->lanes[i], t->lanes_kn[i] = part->lanes_kn[i];
+            t->lanes[i] = part->lanes[i], t->lanes_kn[i] = part->lanes_kn[i], t->lanes_ref[i] = part->lanes_ref[i];
         }
         if (part->vec_dot_ref[i]) t->vec_dot_ref[i] = part->vec_dot_ref[i], t->gemm_ref[i] = part->gemm_ref[i];
         if (part->quantize[i]) t->quantize[i] = part->quantize[i];
@@ -90,8 +91,9 @@ static tkv__kernel_level detect_x86(void) {
     if (!avx2) return TKV__KERNEL_SCALAR;
     const int avx512f = (b >> 16) & 1, avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
     const int zmm_state = (xcr0 & 0xe6) == 0xe6; /* plus opmask, ZMM0-15 upper halves, ZMM16-31 */
-    if (avx512f && avx512bw && avx512vl && vnni && zmm_state) return TKV__KERNEL_AVX512;
-    return TKV__KERNEL_AVX2;
+    if (!(avx512f && avx512bw && avx512vl && vnni && zmm_state)) return TKV__KERNEL_AVX2;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) cpu_bf16_dot = (a >> 5) & 1;
+    return TKV__KERNEL_AVX512;
 }
 #endif
 
@@ -102,6 +104,7 @@ static tkv__kernel_level detect(void) {
 #endif
     /* a build for another architecture (or without the -m flags) leaves SIMD parts empty */
     if (l >= TKV__KERNEL_AVX512 && !tkv__kernel_avx512_part.name) l = TKV__KERNEL_AVX2;
+    if (l < TKV__KERNEL_AVX512) cpu_bf16_dot = 0;
     if (l >= TKV__KERNEL_AVX2 && !tkv__kernel_avx2_part.name) l = TKV__KERNEL_SCALAR;
     return l;
 }
@@ -142,6 +145,11 @@ tkv__kernel_level tkv__kernel_level_active(void) {
 tkv__kernel_level tkv__kernel_level_best(void) {
     pthread_once(&init_once, init);
     return best_level;
+}
+
+int tkv__kernel_cpu_bf16_dot(void) {
+    pthread_once(&init_once, init);
+    return cpu_bf16_dot;
 }
 
 const tkv__kernels *tkv__kernel_table(tkv__kernel_level level) {

@@ -117,12 +117,18 @@ typedef struct tkv__kernels {
        groups (tkv__pack_stride); rows of the last group past nr are not
        written. n at most TKV__GEMM_MAX_N */
     tkv__gemm_fn packed[TKV_TYPE_COUNT];
-    /* indexed by weight type, F32/F16/BF16 only: the "lanes" products, the
-       reference's order for batches of 2+ tokens (one accumulator of
-       lanes_kn elements per entry, see gemm.h); NULL where a level has none.
-       Rows must be a multiple of lanes_kn long. Not bit-equal to vec_dot. */
+    /* indexed by weight type, F32/F16/BF16 only: the "lanes" products, one
+       accumulator of lanes_kn elements per entry (see gemm.h): the default
+       order of float products, for any number of tokens, and the
+       reference's order for batches of 2+ tokens where lanes_ref is NULL;
+       NULL where a level has none. Rows must be a multiple of lanes_kn
+       long. Not bit-equal to vec_dot. */
     tkv__gemm_fn lanes[TKV_TYPE_COUNT];
     unsigned lanes_kn[TKV_TYPE_COUNT];
+    /* indexed by weight type, NULL where lanes is the reference's order: the
+       reference's order for batches of 2+ tokens where the default differs
+       (BF16: lanes is the pairs order of vdpbf16ps, gemm.h), same rows */
+    tkv__gemm_fn lanes_ref[TKV_TYPE_COUNT];
     /* indexed by weight type, NULL where the default order is already the
        reference's: a type's product in the reference implementation's
        x86 order where the default differs (Q5_K: its lane-wise vec_dot,
@@ -161,6 +167,10 @@ tkv__kernel_level tkv__kernel_level_active(void);
 
 /* Best level this CPU (and OS) supports (capped by TKV_KERNELS), whatever is active. */
 tkv__kernel_level tkv__kernel_level_best(void);
+
+/* Whether this CPU has AVX512_BF16's dot product (vdpbf16ps) and the avx512 level: what the BF16 pairs
+   products (gemm.h) run where it has it. Any thread. */
+int tkv__kernel_cpu_bf16_dot(void);
 
 /*
  * The complete table of a level, or NULL when this CPU does not support it

@@ -170,12 +170,13 @@ bool tkv__ops_lanes_ok(tkv_type wtype, size_t n, size_t n_rows) {
     return k->lanes[wtype] && n > 0 && n % k->lanes_kn[wtype] == 0 && n_rows % 4 == 0;
 }
 
-void tkv__ops_matmul_lanes(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
-                           float *y, size_t ldy) {
+void tkv__ops_matmul_lanes(tkv__lanes_order order, tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1,
+                           const void *xq, size_t n_tok, float *y, size_t ldy) {
     const tkv__kernels *k = tkv__kernel_get();
     assert(k->lanes[wtype] && r0 <= r1 && r1 <= ldy);
+    const tkv__gemm_fn f = order == TKV__LANES_REFERENCE && k->lanes_ref[wtype] ? k->lanes_ref[wtype] : k->lanes[wtype];
     const size_t wrs = tkv__quant_row_size(wtype, n), xrs = tkv__ops_act_row_size(wtype, n);
-    if (r1 > r0) k->lanes[wtype](n, (const uint8_t *)w + r0 * wrs, wrs, r1 - r0, xq, xrs, n_tok, y + r0, ldy);
+    if (r1 > r0) f(n, (const uint8_t *)w + r0 * wrs, wrs, r1 - r0, xq, xrs, n_tok, y + r0, ldy);
 }
 
 bool tkv__ops_ref_ok(tkv_type wtype) {

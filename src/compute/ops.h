@@ -135,15 +135,21 @@ bool tkv__ops_packed_ok(tkv_type wtype);
 void tkv__ops_matmul_packed(tkv_type wtype, const void *packed, size_t n, size_t r0, size_t r1, const void *xq,
                             size_t n_tok, float *y, size_t ldy);
 
+/* Which of a float type's lanes products (kernels.h): the default order, or the reference's for batches. */
+typedef enum tkv__lanes_order {
+    TKV__LANES_DEFAULT,   /* kernels.h's lanes: batch-invariant, any number of tokens */
+    TKV__LANES_REFERENCE, /* lanes_ref where the level has one (BF16), else lanes */
+} tkv__lanes_order;
+
 /*
- * As tkv__ops_matmul, in the lanes order (kernels.h), which differs from the
+ * As tkv__ops_matmul, in a lanes order (kernels.h), which differs from the
  * vec_dot's in the last bits. Only where tkv__ops_lanes_ok. The reference
- * takes this order for batches of 2 or more tokens and its vec_dot for one;
- * the forward pass does the same, or takes this one always when asked for
- * results that do not depend on the batch.
+ * takes its lanes order for batches of 2 or more tokens and its vec_dot for
+ * one; the forward pass does the same, or takes the default lanes order
+ * always when asked for results that do not depend on the batch.
  */
-void tkv__ops_matmul_lanes(tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1, const void *xq, size_t n_tok,
-                           float *y, size_t ldy);
+void tkv__ops_matmul_lanes(tkv__lanes_order order, tkv_type wtype, const void *w, size_t n, size_t r0, size_t r1,
+                           const void *xq, size_t n_tok, float *y, size_t ldy);
 
 /*
  * Whether the active level has a product of this quantized weight type in

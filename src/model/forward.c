@@ -234,9 +234,12 @@ static void acts_early(pass *P, acts_tag *tag, const tkv__tensor *w, const float
 static void rows_of(const pass *P, const tkv__tensor *w, size_t r0, size_t r1, const void *xq, uint32_t n, float *y,
                     size_t ldy) {
     /* float weights: the reference's prefill order for 2+ tokens, as it
-       does; always, when results must not depend on the batch */
+       does; the default lanes order always, when results must not depend on
+       the batch (BF16: the pairs order of vdpbf16ps, gemm.h) */
     const bool lanes = (n >= 2 || P->b->attn_float) && tkv__ops_lanes_ok(w->type, w->ne0, w->ne1);
-    if (lanes) tkv__ops_matmul_lanes(w->type, w->data, w->ne0, r0, r1, xq, n, y, ldy);
+    if (lanes)
+        tkv__ops_matmul_lanes(P->b->attn_float ? TKV__LANES_DEFAULT : TKV__LANES_REFERENCE, w->type, w->data, w->ne0,
+                              r0, r1, xq, n, y, ldy);
     /* quantized weights whose default order is not the reference's (Q5_K): its order, when asked for */
     else if (!P->b->attn_float && tkv__ops_ref_ok(w->type)) tkv__ops_matmul_ref(w->type, w->data, w->ne0, r0, r1, xq, n, y, ldy);
     else if (w->packed && r0 % TKV__PACK_ROWS == 0 && tkv__ops_packed_ok(w->type))

@@ -160,8 +160,8 @@ static void lanes_order(tkv__kernel_level level) {
                     fill(t, xq + 1, n_tok * n); /* at an odd address */
                     for (size_t i = 0; i < n_tok * LDY; i++) y[i] = -7.0f;
                     /* two disjoint row ranges, as two threads run them */
-                    tkv__ops_matmul_lanes(t, w, n, 0, rows / 2 + 1, xq + 1, n_tok, y, LDY);
-                    tkv__ops_matmul_lanes(t, w, n, rows / 2 + 1, rows, xq + 1, n_tok, y, LDY);
+                    tkv__ops_matmul_lanes(TKV__LANES_REFERENCE, t, w, n, 0, rows / 2 + 1, xq + 1, n_tok, y, LDY);
+                    tkv__ops_matmul_lanes(TKV__LANES_REFERENCE, t, w, n, rows / 2 + 1, rows, xq + 1, n_tok, y, LDY);
                     for (size_t tk = 0; tk < n_tok; tk++)
                         for (size_t r = 0; r < LDY; r++) {
                             const float got = y[tk * LDY + r];
@@ -215,8 +215,8 @@ static void lanes_shapes(tkv__kernel_level level) {
             assert_true(tkv__ops_lanes_ok(t, n, rows));
             fill(t, w, rows * n);
             fill(t, xq + 1, n_tok * n);
-            tkv__ops_matmul_lanes(t, w, n, 0, shapes[si].split, xq + 1, n_tok, y, rows);
-            tkv__ops_matmul_lanes(t, w, n, shapes[si].split, rows, xq + 1, n_tok, y, rows);
+            tkv__ops_matmul_lanes(TKV__LANES_REFERENCE, t, w, n, 0, shapes[si].split, xq + 1, n_tok, y, rows);
+            tkv__ops_matmul_lanes(TKV__LANES_REFERENCE, t, w, n, shapes[si].split, rows, xq + 1, n_tok, y, rows);
             for (size_t tk = 0; tk < n_tok; tk++)
                 for (size_t r = 0; r < rows; r++) {
                     const float got = y[tk * rows + r], want = model_lanes(t, w + r * rs, xq + 1 + tk * rs, n);

@@ -804,8 +804,9 @@ const tkv__kernels tkv__kernel_avx2_part = {
         {
             [TKV_TYPE_F32] = tkv__lanes_f32_avx2,
             [TKV_TYPE_F16] = tkv__lanes_f16_avx2,
-            [TKV_TYPE_BF16] = tkv__lanes_bf16_avx2,
+            [TKV_TYPE_BF16] = tkv__lanes_bf16_pairs_avx2, /* gemm_bf16_pairs.c */
         },
+    .lanes_ref = {[TKV_TYPE_BF16] = tkv__lanes_bf16_avx2},
     .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes},
     .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx2},

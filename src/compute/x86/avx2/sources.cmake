@@ -13,6 +13,7 @@ set(TKV_AVX2_SOURCES
   compute/x86/avx2/gemm_q4_1_q5.c
   compute/x86/avx2/gemm_q2_q3_k.c
   compute/x86/avx2/gemm_float.c
+  compute/x86/avx2/gemm_bf16_pairs.c
   compute/x86/avx2/gemm_iq3.c
   compute/x86/avx2/gemm_iq2.c
   compute/x86/avx2/probe.c

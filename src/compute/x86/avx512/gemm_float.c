@@ -25,9 +25,11 @@
  *     as the reference does).
  *
  * BF16 rows: the reference's parity files were made without the AVX512_BF16
- * instructions (vdpbf16ps rounds after each pair of products, and its results
- * did not match them; the fused multiply-adds of converted values match to
- * the bit), so these use AVX-512 F only, on every CPU.
+ * instructions (vdpbf16ps rounds after each product of a pair, in another
+ * order, and its results did not match them; the fused multiply-adds of
+ * converted values match to the bit), so these, the reference's order, use
+ * AVX-512 F only, on every CPU. The default order of BF16 products is
+ * vdpbf16ps's own (gemm_bf16_pairs.c), where these serve as lanes_ref.
  *
  * reduce16: lanes l + 8 and l, then l + 4 and l, then l + 2 and l, then 1
  * and 0 (the order _mm512_reduce_add_ps has in the reference's compiler),

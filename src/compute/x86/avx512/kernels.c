@@ -362,9 +362,10 @@ const tkv__kernels tkv__kernel_avx512_part = {
         {
             [TKV_TYPE_F32] = tkv__lanes_f32_avx512,
             [TKV_TYPE_F16] = tkv__lanes_f16_avx512,
-            [TKV_TYPE_BF16] = tkv__lanes_bf16_avx512,
+            [TKV_TYPE_BF16] = tkv__lanes_bf16_pairs_avx512, /* gemm_bf16_pairs.c */
         },
     .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
+    .lanes_ref = {[TKV_TYPE_BF16] = tkv__lanes_bf16_avx512},
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes},
     .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx512},
     .silu = silu,
@@ -378,7 +379,5 @@ const tkv__kernels tkv__kernel_avx512_part = {
 #else /* not an x86-64 build with AVX-512 flags: an empty part, never selected */
 
 const tkv__kernels tkv__kernel_avx512_part = {.level = TKV__KERNEL_AVX512, .name = NULL};
-void tkv__lanes_bf16_variant(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy);
 
 #endif
