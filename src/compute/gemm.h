@@ -4,7 +4,7 @@
  * tkv__gemm_fn entries of the kernel tables (kernels.h), one file per family
  * and level, named by its types, in the level's folder compute/x86/avx2/ or
  * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0, Q5_K and Q6_K),
- * gemm_q4_k.c (Q4_K, block-reduced, over its transposed layout), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
+ * gemm_q4_q5_k.c (Q4_K and Q5_K, block-reduced, over their transposed layout), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
  * gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_float.c; the IQ1
  * types' in avx2/dot_iq1.c; the products over Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and
  * IQ4_XS rows packed at load (compute/quant/repack.h) in packed_interleaved.c. Each folder is compiled with its level's -m flags
@@ -95,7 +95,7 @@ void tkv__gemv_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, con
                              float *y, size_t ldy);
 void tkv__packed_iq4_nl_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                float *y, size_t ldy);
-/* compute/x86/avx512/gemm_q4_k.c (with tkv__packed_q4_K_avx512 below) */
+/* compute/x86/avx512/gemm_q4_q5_k.c (with tkv__packed_q4_K_avx512 below) */
 void tkv__gemm_q4_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__gemm_q5_K_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,

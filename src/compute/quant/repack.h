@@ -24,7 +24,7 @@
  * to 64: every chunk stays on one cache line).
  *
  * Transposed Q4_K and Q5_K (the block-reduced products of each level's
- * gemm_q4_k.c): superblock i of the group at tkv__pack_k45_block(type) i,
+ * gemm_q4_q5_k.c): superblock i of the group at tkv__pack_k45_block(type) i,
  * 2368 bytes for Q4_K (37 cache lines), 2880 for Q5_K (45):
  *
  *   [0, 2048)     quants: chunk 8c + j (c < 4, j < 8) at 64 (8c + j), bytes

@@ -1,8 +1,8 @@
 /*
  * compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c — tiled products for prefill (see gemm.h), AVX2 + FMA + F16C:
- * Q8_0, Q5_K and Q6_K weights (Q4_0's and Q4_K's block-reduced order have their own files,
- * gemm_q4_0_iq4_nl.c, gemm_q4_k.c; the Q4_K panels below serve Q5_K, whose
- * fifth bits they add), bit-identical to the vec_dots of
+ * Q8_0, Q6_K and Q5_K weights, Q5_K in the reference's lane-wise order (kernels.h's gemm_ref;
+ * the block-reduced orders of Q4_0, Q4_K and Q5_K have their own files, gemm_q4_0_iq4_nl.c and
+ * gemm_q4_q5_k.c), bit-identical to the vec_dots of
  * compute/x86/avx2/kernels.c.
  *
  * Register layout: a ymm holds one (row, token) pair's 8 lanes; 16 registers
@@ -14,9 +14,9 @@
  * by 1, then scale product, convert, fma: 6 instructions for 32
  * multiply-adds (the vec_dot's loads, fp16 conversions and broadcasts are
  * gone: the panel and the token table hold floats).
- * Q4_K / Q5_K / Q6_K tile: 2 rows x 4 tokens; per 32 elements and pair:
+ * Q5_K / Q6_K tile: 2 rows x 4 tokens; per 32 elements and pair:
  * vpmaddubsw, vpmaddwd by the group scales, add (Q6_K starts each block from
- * -32 * (bsums . scales), one vpmaddwd); Q4_K's and Q5_K's mins term is one 8-lane
+ * -32 * (bsums . scales), one vpmaddwd); Q5_K's mins term is one 8-lane
  * vector per tile, lane 4k + u = row k, token u.
  */
 #include "compute/gemm.h"
@@ -179,7 +179,7 @@ void tkv__gemm_q8_0_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, c
     gemm32(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1);
 }
 
-/* ==== Q4_K / Q5_K / Q6_K =============================================================== */
+/* ==== Q5_K / Q6_K =============================================================== */
 
 #define TK 4  /* tokens per tile */
 #define KCK 8 /* blocks per chunk of K */
@@ -189,41 +189,40 @@ void tkv__gemm_q8_0_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, c
 /* One block of one row, unpacked (576 bytes). */
 typedef struct pk {
     uint8_t w[8][32];  /* per 32 elements: the quants (0..15 / 0..63) */
-    int16_t sc[8][16]; /* their vpmaddwd multipliers: Q4_K the group scale x 16;
+    int16_t sc[8][16]; /* their vpmaddwd multipliers: Q5_K the group scale x 16;
                           Q6_K two groups of 16: scale x 8, next scale x 8 */
     float d[8];        /* the row's d, 8 times */
     int16_t scm[16];   /* Q6_K: -32 x the 16 group scales */
 } pk;
 
-/* Q4_K / Q5_K, one block of 2 rows: the mins term's multipliers, lane 4k + u (row k). */
+/* Q5_K, one block of 2 rows: the mins term's multipliers, lane 4k + u (row k). */
 typedef struct pkm {
     int32_t mn[4][8]; /* [group pair g]: mins 2g (low 16 bits) and 2g + 1 (high) of the lane's row */
     float dmin[8];
 } pkm;
 
-/* Q4_K, one block of a tile's 4 token slots. */
+/* Q5_K, one block of a tile's 4 token slots. */
 typedef struct tk {
     int32_t bs[4][4]; /* [group pair g][token]: added bsums of groups 2g (low 16 bits) and 2g + 1 */
     float da[4];      /* per token */
     float pad[4];
 } tk;
 
-/* Q4_K and Q5_K (five: the fifth bits of qh): d, dmin and scales sit at the same place. */
-NOINLINE void pk_q45_K(pk *e, const uint8_t *blk, int five) {
-    const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)blk;
-    const uint8_t *qs = five ? ((const tkv__block_q5_K *)(const void *)b)->qs : b->qs;
-    __m256i h = five ? LOAD256(((const tkv__block_q5_K *)(const void *)b)->qh) : _mm256_setzero_si256();
+/* Q5_K (its d, dmin and scales sit where Q4_K's do: the mins panel reads them as Q4_K blocks). */
+NOINLINE void pk_q5_K(pk *e, const uint8_t *blk) {
+    const tkv__block_q5_K *b = (const tkv__block_q5_K *)(const void *)blk;
+    const uint8_t *qs = b->qs;
+    __m256i h = LOAD256(b->qh);
     uint8_t s[16];
     tkv__quant_k4_unpack(b->scales, s);
     const __m256i m = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
     for (int c = 0; c < 4; c++) { /* chunk c: group 2c in the low nibbles, 2c + 1 in the high */
         const __m256i q = LOAD256(qs + 32 * c);
         __m256i lo = _mm256_and_si256(q, m), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m);
-        if (five) { /* bits 2c and 2c + 1 of qh[l] are bit 4 of elements 64c + l and 64c + 32 + l */
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
-            h = _mm256_srli_epi16(h, 2);
-        }
+        /* bits 2c and 2c + 1 of qh[l] are bit 4 of elements 64c + l and 64c + 32 + l */
+        lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(h, one), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4));
+        h = _mm256_srli_epi16(h, 2);
         _mm256_store_si256((__m256i *)(void *)e->w[2 * c], lo);
         _mm256_store_si256((__m256i *)(void *)e->w[2 * c + 1], hi);
     }
@@ -262,7 +261,7 @@ static void pk_q6_K(pk *e, const uint8_t *blk) {
 
 /*
  * The tile: 2 rows x T tokens over blocks k0..k1-1 (row k of block i at
- * pan[2 (i - k0) + k], Q4_K mins pm[i - k0], token table tab[i]). st: 2 T
+ * pan[2 (i - k0) + k], Q5_K mins pm[i - k0], token table tab[i]). st: 2 T
  * accumulators [row][token], then the mins vector (8 floats each).
  */
 INLINE void tilek(const pk *pan, const pkm *pm, size_t k0, size_t k1, const uint8_t *const *yt, const tk *tab,
@@ -336,7 +335,7 @@ INLINE void finishk(const float *st, int T, float *y, size_t ldy, size_t nrow, i
 
 enum { STTK = 9 * 8 /* stash floats per tile: 2 x 4 accumulators + the mins vector */ };
 
-/* A Q4_K / Q5_K / Q6_K product's buffers (47 KiB, on the stack). */
+/* A Q5_K / Q6_K product's buffers (47 KiB, on the stack). */
 typedef struct k_bufs {
     alignas(64) pk pan[2 * KCK];                    /* 9 KiB */
     alignas(64) pkm pm[KCK];                        /* 1.3 KiB */
@@ -348,10 +347,10 @@ typedef struct k_bufs {
 typedef struct k_state {
     k_bufs *b;
     size_t nb, bs, bst; /* blocks per row, bytes per block, bytes from a row's block to its next */
-    int six, five;
+    int six; /* Q6_K, else Q5_K */
 } k_state;
 
-/* Q4_K / Q5_K: tile j's table at tab + j nb; slots past the tile's tokens repeat its last. */
+/* Q5_K: tile j's table at tab + j nb; slots past the tile's tokens repeat its last. */
 INLINE void k_table(void *f, const tile_job *job, const tile_chunk *c) {
     k_state *b = f;
     const size_t nb = b->nb;
@@ -374,7 +373,7 @@ INLINE void k_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     k_state *b = f;
     for (int k = 0; k < 2; k++) {
         if (b->six) pk_q6_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst);
-        else pk_q45_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst, b->five);
+        else pk_q5_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst);
     }
     if (!b->six) pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bst);
 }
@@ -389,16 +388,15 @@ INLINE void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size
     finishk(st, T, y, ldy, nrow, ((k_state *)f)->six);
 }
 
-/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels; packed as gemm32's */
+/* kind: 5 or 6 (Q5_K, Q6_K); packed as gemm32's */
 INLINE void gemmk(const tile_job *job, int kind, int packed) {
     k_bufs bufs;
     k_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.six = kind == 6;
-    b.five = kind == 5;
     b.nb = job->n / TKV__QK_K;
-    b.bs = b.six ? sizeof(tkv__block_q6_K) : b.five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    b.bs = b.six ? sizeof(tkv__block_q6_K) : sizeof(tkv__block_q5_K);
     b.bst = (packed ? TKV__PACK_ROWS : 1) * b.bs;
     assert(b.bst == tile_bstride(job, b.bs));
     const int direct = b.nb <= KCK;

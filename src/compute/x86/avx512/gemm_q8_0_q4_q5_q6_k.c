@@ -1,8 +1,8 @@
 /*
  * compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c — tiled products for prefill (see gemm.h), AVX-512 F/BW/VL
- * + VNNI: Q8_0, Q5_K and Q6_K weights (Q4_0's and Q4_K's block-reduced order have their own files,
- * gemm_q4_0_iq4_nl.c, gemm_q4_k.c; the Q4_K panels below serve Q5_K, whose
- * fifth bits they add). Bit-identical to the vec_dots
+ * + VNNI: Q8_0, Q6_K and Q5_K weights, Q5_K in the reference's lane-wise order (kernels.h's gemm_ref;
+ * the block-reduced orders of Q4_0, Q4_K and Q5_K have their own files, gemm_q4_0_iq4_nl.c and
+ * gemm_q4_q5_k.c). Bit-identical to the vec_dots
  * of compute/x86/avx512/kernels.c (which equal those of compute/x86/avx2/kernels.c for these types).
  *
  * Register layout: a zmm holds two (row, token) pairs of 8 lanes, rows 2p
@@ -20,11 +20,11 @@
  *   float work (convert, scale product, fma) comes every 32 elements, and
  *   the loop runs at the two 512-bit ports' limit (measured: dropping the
  *   scale product alone makes it 21% faster).
- * Q4_K / Q5_K / Q6_K tile: 4 rows x 4 tokens, 8 accumulators + 8 block sums.
+ * Q5_K / Q6_K tile: 4 rows x 4 tokens, 8 accumulators + 8 block sums.
  *   Per 32 elements, row pair and token: vpmaddubsw (quants unsigned,
  *   activations signed) then vpdpwssd by the group scales, as the vec_dot.
  *   Q6_K starts each block's lanes from -32 * (bsums . scales) by one
- *   vpmaddwd (scales times -32 in the panel); Q4_K's and Q5_K's mins term is a
+ *   vpmaddwd (scales times -32 in the panel); Q5_K's mins term is a
  *   16-lane vector per tile: lane 4u + k = token u, row k.
  */
 #include "compute/gemm.h"
@@ -212,7 +212,7 @@ void tkv__gemm_q8_0_packed_avx512(size_t n, const void *w, size_t gs, size_t nr,
     gemm32(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1);
 }
 
-/* ==== Q4_K / Q5_K / Q6_K =============================================================== */
+/* ==== Q5_K / Q6_K =============================================================== */
 
 #define TK 4   /* tokens per tile (the mins vector: 4 tokens x 4 rows) */
 #define KCK 8  /* blocks per chunk of K */
@@ -222,33 +222,31 @@ void tkv__gemm_q8_0_packed_avx512(size_t n, const void *w, size_t gs, size_t nr,
 /* One block of one row pair, unpacked (1152 bytes). */
 typedef struct pk {
     uint8_t w[8][64];  /* per 32 elements: row a's quants (0..15 / 0..63), then row b's */
-    int16_t sc[8][32]; /* their vpdpwssd multipliers: Q4_K the group scale x 16 per row;
+    int16_t sc[8][32]; /* their vpdpwssd multipliers: Q5_K the group scale x 16 per row;
                           Q6_K two groups of 16: scale x 8, next scale x 8 per row */
     float d[16];       /* row a's d x 8, row b's x 8 */
     int16_t scm[32];   /* Q6_K: -32 x the 16 group scales, row a then row b */
 } pk;
 
-/* Q4_K / Q5_K, one block of the 4 rows: the mins term's multipliers. */
+/* Q5_K, one block of the 4 rows: the mins term's multipliers. */
 typedef struct pkm {
     int32_t mn[4][4]; /* [group pair g][row]: mins 2g (low 16 bits) and 2g + 1 (high) */
     float dmin[4];    /* per row */
     float pad[12];
 } pkm;
 
-/* Q4_K, one block of a tile's 4 token slots (the tile's token table). */
+/* Q5_K, one block of a tile's 4 token slots (the tile's token table). */
 typedef struct tk {
     int16_t bs[4][8]; /* [token][group]: bsums of the group's two halves, added */
     float da[4];      /* per token: d */
 } tk;
 
-/* Q4_K and Q5_K (five: the fifth bits of qh): d, dmin and scales sit at the same place. */
-NOINLINE void pk_q45_K(pk *e, const uint8_t *ba, const uint8_t *bb, int five) {
-    const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)ba;
-    const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)bb;
-    const uint8_t *qsa = five ? ((const tkv__block_q5_K *)(const void *)a)->qs : a->qs;
-    const uint8_t *qsb = five ? ((const tkv__block_q5_K *)(const void *)b)->qs : b->qs;
-    __m256i ha = five ? LOAD256(((const tkv__block_q5_K *)(const void *)a)->qh) : _mm256_setzero_si256();
-    __m256i hb = five ? LOAD256(((const tkv__block_q5_K *)(const void *)b)->qh) : _mm256_setzero_si256();
+/* Q5_K (its d, dmin and scales sit where Q4_K's do: the mins panel reads them as Q4_K blocks). */
+NOINLINE void pk_q5_K(pk *e, const uint8_t *ba, const uint8_t *bb) {
+    const tkv__block_q5_K *a = (const tkv__block_q5_K *)(const void *)ba;
+    const tkv__block_q5_K *b = (const tkv__block_q5_K *)(const void *)bb;
+    const uint8_t *qsa = a->qs, *qsb = b->qs;
+    __m256i ha = LOAD256(a->qh), hb = LOAD256(b->qh);
     uint8_t sa[16], sb[16];
     tkv__quant_k4_unpack(a->scales, sa);
     tkv__quant_k4_unpack(b->scales, sb);
@@ -257,14 +255,13 @@ NOINLINE void pk_q45_K(pk *e, const uint8_t *ba, const uint8_t *bb, int five) {
         const __m256i qa = LOAD256(qsa + 32 * c), qb = LOAD256(qsb + 32 * c);
         __m256i la = _mm256_and_si256(qa, m), lb = _mm256_and_si256(qb, m);
         __m256i ua = _mm256_and_si256(_mm256_srli_epi16(qa, 4), m), ub = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m);
-        if (five) { /* bits 2c and 2c + 1 of qh[l] are bit 4 of elements 64c + l and 64c + 32 + l */
-            la = _mm256_or_si256(la, _mm256_slli_epi16(_mm256_and_si256(ha, one), 4));
-            lb = _mm256_or_si256(lb, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
-            ua = _mm256_or_si256(ua, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(ha, 1), one), 4));
-            ub = _mm256_or_si256(ub, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
-            ha = _mm256_srli_epi16(ha, 2);
-            hb = _mm256_srli_epi16(hb, 2);
-        }
+        /* bits 2c and 2c + 1 of qh[l] are bit 4 of elements 64c + l and 64c + 32 + l */
+        la = _mm256_or_si256(la, _mm256_slli_epi16(_mm256_and_si256(ha, one), 4));
+        lb = _mm256_or_si256(lb, _mm256_slli_epi16(_mm256_and_si256(hb, one), 4));
+        ua = _mm256_or_si256(ua, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(ha, 1), one), 4));
+        ub = _mm256_or_si256(ub, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 1), one), 4));
+        ha = _mm256_srli_epi16(ha, 2);
+        hb = _mm256_srli_epi16(hb, 2);
         _mm512_store_si512(e->w[2 * c], halves_epi(la, lb));
         _mm512_store_si512(e->w[2 * c + 1], halves_epi(ua, ub));
     }
@@ -304,7 +301,7 @@ NOINLINE void pk_q6_K(pk *e, const uint8_t *ba, const uint8_t *bb) {
 
 /*
  * The tile: 4 rows (2 pairs) x T tokens over blocks k0..k1-1 (panel entry
- * pan[2 (i - k0)], Q4_K mins pm[i - k0], token table tab[i]). st: 2 T
+ * pan[2 (i - k0)], Q5_K mins pm[i - k0], token table tab[i]). st: 2 T
  * accumulators, then the mins vector (16 floats each).
  */
 INLINE void tilek(const pk *pan, const pkm *pm, size_t k0, size_t k1, const uint8_t *const *yt, const tk *tab,
@@ -399,7 +396,7 @@ INLINE void finishk(const float *st, int T, float *y, size_t ldy, size_t nrow, i
 
 enum { STTK = 9 * 16 /* stash floats per tile: 2 x 4 accumulators + the mins vector */ };
 
-/* A Q4_K / Q5_K / Q6_K product's buffers (61 KiB, on the stack). */
+/* A Q5_K / Q6_K product's buffers (61 KiB, on the stack). */
 typedef struct k_bufs {
     alignas(64) pk pan[2 * KCK];                     /* 18 KiB */
     alignas(64) pkm pm[KCK];                         /* 1 KiB */
@@ -411,10 +408,10 @@ typedef struct k_bufs {
 typedef struct k_state {
     k_bufs *b;
     size_t nb, bs, bst; /* blocks per row, bytes per block, bytes from a row's block to its next */
-    int six, five;
+    int six; /* Q6_K, else Q5_K */
 } k_state;
 
-/* Q4_K / Q5_K: tile j's table at tab + j nb; slots past the tile's tokens repeat its last. */
+/* Q5_K: tile j's table at tab + j nb; slots past the tile's tokens repeat its last. */
 INLINE void k_table(void *f, const tile_job *job, const tile_chunk *c) {
     k_state *b = f;
     const size_t nb = b->nb;
@@ -439,8 +436,8 @@ INLINE void k_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
         pk_q6_K(&b->b->pan[2 * (i - k0)], rows[0] + o, rows[1] + o);
         pk_q6_K(&b->b->pan[2 * (i - k0) + 1], rows[2] + o, rows[3] + o);
     } else {
-        pk_q45_K(&b->b->pan[2 * (i - k0)], rows[0] + o, rows[1] + o, b->five);
-        pk_q45_K(&b->b->pan[2 * (i - k0) + 1], rows[2] + o, rows[3] + o, b->five);
+        pk_q5_K(&b->b->pan[2 * (i - k0)], rows[0] + o, rows[1] + o);
+        pk_q5_K(&b->b->pan[2 * (i - k0) + 1], rows[2] + o, rows[3] + o);
         pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bst);
     }
 }
@@ -455,16 +452,15 @@ INLINE void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size
     finishk(st, T, y, ldy, nrow, ((k_state *)f)->six);
 }
 
-/* kind: 4, 5 or 6 (Q4_K, Q5_K, Q6_K); Q4_K and Q5_K differ only in their panels; packed as gemm32's */
+/* kind: 5 or 6 (Q5_K, Q6_K); packed as gemm32's */
 INLINE void gemmk(const tile_job *job, int kind, int packed) {
     k_bufs bufs;
     k_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.six = kind == 6;
-    b.five = kind == 5;
     b.nb = job->n / TKV__QK_K;
-    b.bs = b.six ? sizeof(tkv__block_q6_K) : b.five ? sizeof(tkv__block_q5_K) : sizeof(tkv__block_q4_K);
+    b.bs = b.six ? sizeof(tkv__block_q6_K) : sizeof(tkv__block_q5_K);
     b.bst = (packed ? TKV__PACK_ROWS : 1) * b.bs;
     assert(b.bst == tile_bstride(job, b.bs));
     const int direct = b.nb <= KCK;
