@@ -6,7 +6,7 @@
  * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0, Q5_K and Q6_K),
  * gemm_q4_q5_k.c (Q4_K and Q5_K, block-reduced, over their transposed layout), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
  * gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_float.c; the IQ1
- * types' in avx2/dot_iq1.c; the products over Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and
+ * types' in avx2/dot_iq1.c (their dots in compute/x86/iq1.h); the products over Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and
  * IQ4_XS rows packed at load (compute/quant/repack.h) in packed_interleaved.c. Each folder is compiled with its level's -m flags
  * (its sources.cmake) and reached only through a table the CPU supports.
  * Their shared helpers are in compute/x86/util.h and each level's util.h.
@@ -35,7 +35,7 @@
  *     the blocks in order (each product rounded, then added); Q2_K fmas its
  *     -dmin * (mins . bsums) lanes into the same 8 float lanes, before the
  *     block's scale fma; the IQ2 types multiply the sum by 0.125f, IQ3_XXS
- *     by 0.25f; IQ1_S and IQ1_M keep compute/x86/avx2/dot_iq1.c's own sums (its
+ *     by 0.25f; IQ1_S and IQ1_M keep compute/x86/iq1.h's own sums (its
  *     comments).
  * The tiled kernels compute the same integers (any exact integer route to
  * the same value is the same value) and do the same float operations in
@@ -183,7 +183,10 @@ void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 void tkv__gemm_q5_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 
-/* compute/x86/avx2/dot_iq1.c: IQ1_S and IQ1_M, bit for bit its dots (the avx512 table inherits both) */
+/* compute/x86/avx512/dot_iq1.c: compute/x86/iq1.h's IQ1_S and IQ1_M dots built at the avx512 level (the avx2 ones' bits) */
+float tkv__dot_iq1_s_avx512(size_t n, const void *w, const void *a);
+float tkv__dot_iq1_m_avx512(size_t n, const void *w, const void *a);
+/* compute/x86/avx2/dot_iq1.c: IQ1_S and IQ1_M, bit for bit its dots (the avx512 table keeps these products) */
 void tkv__gemm_iq1_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 void tkv__gemm_iq1_m_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,

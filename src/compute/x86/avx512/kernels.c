@@ -319,6 +319,8 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_TQ1_0] = tkv__dot_tq1_0_avx2, /* with compute/x86/avx512/gemm_tq1.c's product */
             [TKV_TYPE_IQ2_XS] = tkv__dot_iq2_xs_avx2,
             [TKV_TYPE_IQ2_S] = tkv__dot_iq2_s_avx2,
+            [TKV_TYPE_IQ1_S] = tkv__dot_iq1_s_avx512, /* compute/x86/iq1.h's, built here (dot_iq1.c) */
+            [TKV_TYPE_IQ1_M] = tkv__dot_iq1_m_avx512,
         },
     /* tiled products (compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c), bit for bit these vec_dots */
     .gemm =
@@ -340,6 +342,8 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_TQ1_0] = tkv__gemm_tq1_0_avx512,
             [TKV_TYPE_IQ2_XS] = tkv__gemm_iq2_xs_avx2,
             [TKV_TYPE_IQ2_S] = tkv__gemm_iq2_s_avx2,
+            [TKV_TYPE_IQ1_S] = tkv__gemm_iq1_s_avx2, /* bit for bit the dots above: the same C */
+            [TKV_TYPE_IQ1_M] = tkv__gemm_iq1_m_avx2,
         },
     .gemv =
         {
