@@ -34,6 +34,16 @@ static inline float f16(uint16_t h) {
     return _cvtsh_ss(h);
 }
 
+/* 16 float lanes (lo: 0-7, hi: 8-15) summed by halves: lanes l + 8 and l, then l + 4 and l, then l + 2 and l,
+   then 1 and 0 (the order of _mm512_reduce_add_ps in the reference's compiler; the float products'
+   reduction, gemm_float.c and gemm_bf16_pairs.c at both levels) */
+static inline float sum16_halves(__m256 lo, __m256 hi) {
+    const __m256 s8 = _mm256_add_ps(hi, lo);
+    const __m128 s4 = _mm_add_ps(_mm256_extractf128_ps(s8, 1), _mm256_castps256_ps128(s8));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
 static inline size_t min_sz(size_t a, size_t b) {
     return a < b ? a : b;
 }

@@ -11,6 +11,7 @@
  * stash, each chunk of tokens split once into odd and even floats (xbuf).
  */
 #include "compute/gemm.h"
+#include "compute/x86/util.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,22 +20,12 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
-#define INLINE static inline __attribute__((always_inline))
-
 enum {
     TT = 6,    /* tokens of a tile */
     RB = 64,   /* rows per block: the stash, 24 KiB */
     KC = 1024, /* elements per chunk: xbuf, 6 tokens' chunk as floats, 24 KiB */
     CSR_DAZ_FTZ = 0x8040,
 };
-
-/* lanes l + 8 and l (hi and lo), then l + 4, l + 2, l + 1 */
-static inline float reduce16(__m256 lo, __m256 hi) {
-    const __m256 s8 = _mm256_add_ps(hi, lo);
-    const __m128 s4 = _mm_add_ps(_mm256_extractf128_ps(s8, 1), _mm256_castps256_ps128(s8));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
 
 /* 16 BF16 values at p (half h of a step), zeros where the row has ended. */
 INLINE __m256i ld16(const uint8_t *p, bool none) {
@@ -76,7 +67,7 @@ static void one_token(size_t n, const uint8_t *wb, size_t wrs, size_t n_rows, co
                 acc[h] = _mm256_fmadd_ps(even_of(wv), even_of(xv), _mm256_fmadd_ps(odd_of(wv), odd_of(xv), acc[h]));
             }
         _mm_setcsr(csr); /* the lanes' sum keeps its subnormals */
-        y[r] = reduce16(acc[0], acc[1]);
+        y[r] = sum16_halves(acc[0], acc[1]);
     }
 }
 
@@ -122,7 +113,7 @@ void tkv__lanes_bf16_pairs_avx2(size_t n, const void *w, size_t wrs, size_t n_ro
             for (size_t r = rb; r < re; r++)
                 for (size_t t = 0; t < nt; t++) {
                     const __m256 *e = st + (r - rb) * TT * 2 + 2 * t;
-                    y[(t0 + t) * ldy + r] = reduce16(e[0], e[1]);
+                    y[(t0 + t) * ldy + r] = sum16_halves(e[0], e[1]);
                 }
         }
     }

@@ -20,6 +20,7 @@
  */
 #include "compute/gemm.h"
 #include "compute/quant/quant.h"
+#include "compute/x86/util.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -38,12 +39,7 @@ static inline v16 v16_fma(v16 a, v16 b, v16 c) {
 static inline v16 v16_add(v16 a, v16 b) { return (v16){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
 
 /* lanes l + 8 and l, then l + 4 and l, then l + 2 and l, then 1 and 0 */
-static inline float reduce16(v16 v) {
-    const __m256 s8 = _mm256_add_ps(v.hi, v.lo);
-    const __m128 s4 = _mm_add_ps(_mm256_extractf128_ps(s8, 1), _mm256_castps256_ps128(s8));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
+static inline float reduce16(v16 v) { return sum16_halves(v.lo, v.hi); }
 
 #define LD128(p) _mm_loadu_si128((const __m128i *)(const void *)(p))
 static inline v16 ld_f32(const uint8_t *p) { return (v16){_mm256_loadu_ps((const float *)(const void *)p), _mm256_loadu_ps((const float *)(const void *)(p + 32))}; }

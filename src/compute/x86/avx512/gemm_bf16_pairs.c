@@ -8,7 +8,7 @@
  * each add rounded to nearest even with the product exact (two BF16 values multiply exactly in float); an
  * input that is subnormal (a weight, a token's value, the running lane) reads as zero and a subnormal sum
  * becomes zero of its sign; a row's last partial step reads zeros past its end (rows are a multiple of 16
- * long); then the 16 lanes by halves (gemm_float.c's reduce16), with subnormals kept. One vdpbf16ps per step
+ * long); then the 16 lanes by halves (compute/x86/util.h's sum16_halves), with subnormals kept. One vdpbf16ps per step
  * computes exactly that (on this file's first machine, an AMD EPYC: 4.8 million random lanes, subnormal and
  * underflowing cases among them, equal to the bit); a CPU without it computes the same with two fused
  * multiply-adds a step under MXCSR's DAZ and FTZ (equal to the bit as well), which this file does too.
@@ -21,6 +21,7 @@
  */
 #include "compute/gemm.h"
 #include "compute/kernels.h"
+#include "compute/x86/util.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,8 +30,6 @@
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX2__)
 #include <immintrin.h>
-
-#define INLINE static inline __attribute__((always_inline))
 
 enum {
     RT = 4,    /* rows of a tile: 4 x 6 accumulators, 4 weights and a token in 29 of the 32 registers */
@@ -41,12 +40,7 @@ enum {
 };
 
 static inline float reduce16(__m512 v) {
-    const __m256 lo = _mm512_castps512_ps256(v);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    const __m256 s8 = _mm256_add_ps(hi, lo);
-    const __m128 s4 = _mm_add_ps(_mm256_extractf128_ps(s8, 1), _mm256_castps256_ps128(s8));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+    return sum16_halves(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
 /* 32 BF16 values at p, the row's last (partial: 16 values) step zero past them. */
@@ -150,9 +144,9 @@ static void one_token_emu(size_t n, const uint8_t *wb, size_t wrs, size_t n_rows
     }
 }
 
-__attribute__((target("avx512bf16"))) static void lanes_dp(size_t n, const void *w, size_t wrs, size_t n_rows,
-                                                           const void *xq, size_t xrs, size_t n_tok, float *y,
-                                                           size_t ldy) {
+__attribute__((target("avx512bf16"))) void tkv__lanes_bf16_pairs_dp_avx512(size_t n, const void *w, size_t wrs,
+                                                                          size_t n_rows, const void *xq, size_t xrs,
+                                                                          size_t n_tok, float *y, size_t ldy) {
     const uint8_t *wb = w, *xb = xq;
     if (n_tok == 1) {
         one_token_dp(n, wb, wrs, n_rows, xb, y);
@@ -210,14 +204,9 @@ void tkv__lanes_bf16_pairs_emu_avx512(size_t n, const void *w, size_t wrs, size_
     }
 }
 
-void tkv__lanes_bf16_pairs_dp_avx512(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs,
-                                     size_t n_tok, float *y, size_t ldy) {
-    lanes_dp(n, w, wrs, n_rows, xq, xrs, n_tok, y, ldy);
-}
-
 void tkv__lanes_bf16_pairs_avx512(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs,
                                   size_t n_tok, float *y, size_t ldy) {
-    if (tkv__kernel_cpu_bf16_dot()) lanes_dp(n, w, wrs, n_rows, xq, xrs, n_tok, y, ldy);
+    if (tkv__kernel_cpu_bf16_dot()) tkv__lanes_bf16_pairs_dp_avx512(n, w, wrs, n_rows, xq, xrs, n_tok, y, ldy);
     else tkv__lanes_bf16_pairs_emu_avx512(n, w, wrs, n_rows, xq, xrs, n_tok, y, ldy);
 }
 

@@ -40,6 +40,7 @@
  */
 #include "compute/gemm.h"
 #include "compute/quant/quant.h"
+#include "compute/x86/util.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -49,12 +50,7 @@
 #include <immintrin.h>
 
 static inline float reduce16(__m512 v) {
-    const __m256 lo = _mm512_castps512_ps256(v);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    const __m256 s8 = _mm256_add_ps(hi, lo);
-    const __m128 s4 = _mm_add_ps(_mm256_extractf128_ps(s8, 1), _mm256_castps256_ps128(s8));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+    return sum16_halves(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
 }
 
 static inline __m512 ld_f32(const uint8_t *p) { return _mm512_loadu_ps(p); }
