@@ -44,7 +44,7 @@ static const char *const mkmodel_help =
     "usage: tokenkv mkmodel OUT.gguf --dim D --layers L --heads H --kv-heads K --ff F\n"
     "                       [--arch A] [--head-dim N] [--experts N --experts-used K --expert-ff F]\n"
     "                       [--swa-window N] [--vocab-from GGUF] [--chat-template FILE] [--type TYPE]\n"
-    "                       [--seed S] [--ctx N]\n"
+    "                       [--seed S] [--ctx N] [--weights random|induction]\n"
     "                       [--ssm-state N --ssm-groups G --ssm-heads H --ssm-inner I [--ssm-conv K]\n"
     "                        [--attn-every N | --pattern P]] [--shared-kv N] [--per-layer N]\n"
     "                       [--fused-experts] [--dense-lead N]\n"
@@ -97,6 +97,11 @@ static const char *const mkmodel_help =
     "                   (D, F, heads x head size, expert F) to be a multiple of 32\n"
     "  --seed S         random seed (default 0): same seed, same file\n"
     "  --ctx N          context_length to record (default 2048)\n"
+    "  --weights W      random (default), or induction: llama weights built to copy\n"
+    "                   (layer 0 finds the two previous tokens, layer 1 the position\n"
+    "                   after their earlier occurrence, whose token it predicts; the\n"
+    "                   other layers zero), so greedy answers continue spans of their\n"
+    "                   prompt; needs --head-dim 128, 2+ KV heads, --dim >= 640\n"
     "  -h, --help       show this help\n";
 
 /* ---- the type mixes ------------------------------------------------------------ */
@@ -298,6 +303,15 @@ static int parse_args(int argc, char **argv, opts *o, bool *done) {
             }
         } else if (!strcmp(a, "--seed")) {
             if (!parse_u64(a, val, 0, UINT64_MAX, &o->seed)) return 2;
+        } else if (!strcmp(a, "--weights")) {
+            if (!strcmp(val, "random")) {
+                o->spec.weights = TKV__WEIGHTS_RANDOM;
+            } else if (!strcmp(val, "induction")) {
+                o->spec.weights = TKV__WEIGHTS_INDUCTION;
+            } else {
+                fprintf(stderr, "tokenkv mkmodel: --weights: '%s' is neither 'random' nor 'induction'\n", val);
+                return 2;
+            }
         } else if (!strcmp(a, "--type")) {
             o->mix = NULL;
             for (size_t k = 0; k < sizeof mixes / sizeof mixes[0]; k++)

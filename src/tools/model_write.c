@@ -4,6 +4,7 @@
  */
 #include "model_write.h"
 
+#include "model_induction.h"
 #include "quantize.h"
 #include "model/arch.h"
 #include "model/tensors.h"
@@ -288,6 +289,10 @@ tkv_status tkv__model_spec_check(const tkv__model_spec *s, char *why, size_t cap
         BAD("gemma4: the head size %u must be a multiple of 4 (window layers have half of it), --shared-kv %u "
             "fewer than the %u layers (at most %d)", hd, s->shared_kv, s->layers, TKV__MAX_LAYERS);
 #undef BAD
+    if (s->weights == TKV__WEIGHTS_INDUCTION) {
+        const tkv_status st = tkv__induction_check(s, why, cap);
+        if (st) return st;
+    }
     const tkv_hparams hp = hparams_of(s);
     const tkv__moe_dims md = moe_of(s);
     hybrid h;
@@ -393,7 +398,8 @@ static tkv_status write_one(const tkv__tensor_need *t, void *ud) {
         return tkv__gguf_write_tensor(c->w, t->name, TKV_TYPE_F32, t->n_dims, t->ne, c->x);
     }
     const tkv_type type = matrix_type(c->s, t);
-    fill_uniform(&c->rng, c->x, n, t->ne[0]);
+    if (c->s->weights == TKV__WEIGHTS_INDUCTION) tkv__induction_fill(c->s, t, c->x);
+    else fill_uniform(&c->rng, c->x, n, t->ne[0]);
     tkv__quantize_row(type, c->x, c->q, n); /* rows are whole blocks, so the tensor is one long row */
     return tkv__gguf_write_tensor(c->w, t->name, type, t->n_dims, t->ne, c->q);
 }
@@ -507,7 +513,8 @@ tkv_status tkv__model_write(tkv__gguf_writer *w, const tkv__model_spec *s, uint6
     if (!st && key_len) st = key_u32(w, n, "attention.key_length", hp.head_dim);
     if (!st && key_len) st = key_u32(w, n, "attention.value_length", hp.head_dim);
     if (!st && !k->no_rope_keys) st = key_u32(w, n, "rope.dimension_count", hp.n_rot);
-    if (!st && !k->no_rope_keys) st = key_f32(w, n, "rope.freq_base", k->rope_base);
+    if (!st && !k->no_rope_keys)
+        st = key_f32(w, n, "rope.freq_base", s->weights == TKV__WEIGHTS_INDUCTION ? TKV__INDUCTION_ROPE_BASE : k->rope_base);
     if (!st) st = key_f32(w, n, "attention.layer_norm_rms_epsilon", 1e-5f);
     if (!st && (a->swa_period || a->layer_shapes))
         st = key_u32(w, n, "attention.sliding_window", s->swa_window ? s->swa_window : k->swa_window);

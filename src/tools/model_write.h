@@ -9,7 +9,9 @@
  * 1/sqrt(fan_in) (fan_in = the row length), so each product keeps the scale
  * of its input through any number of layers; norms are 1, biases and
  * attention sinks 0. The values do not matter for speed, only the shapes and
- * types do.
+ * types do. One other kind of values: a llama model built to copy its
+ * context (model_induction.h), for workloads that need answers that repeat
+ * their prompt.
  */
 #ifndef TKV_MODEL_WRITE_H
 #define TKV_MODEL_WRITE_H
@@ -26,6 +28,10 @@ typedef struct tkv__type_mix {
     tkv_type output; /* output.weight */
     tkv_type more;   /* attn_v and ffn_down(_exps) of the layers that "use more bits" */
 } tkv__type_mix;
+
+/* What a model's values are: random (the default: only the shapes and types matter for speed), or the
+   circuit of model_induction.h, whose greedy answers copy spans of their context. */
+typedef enum tkv__weight_kind { TKV__WEIGHTS_RANDOM, TKV__WEIGHTS_INDUCTION } tkv__weight_kind;
 
 typedef struct tkv__model_spec {
     const char *arch;         /* general.architecture: one the loader supports */
@@ -53,6 +59,7 @@ typedef struct tkv__model_spec {
     bool fused_experts;       /* gemma4 with experts: one ffn_gate_up_exps stack instead of ffn_gate_exps and
                                  ffn_up_exps (the reference reads both) */
     tkv__type_mix mix;
+    tkv__weight_kind weights; /* TKV__WEIGHTS_RANDOM (0) or an induction model (llama only) */
     uint64_t seed;            /* same seed, same weights */
 } tkv__model_spec;
 
@@ -62,7 +69,8 @@ typedef struct tkv__model_spec {
  * line of at most cap bytes) naming the problem: an unsupported
  * architecture (with the supported ones), shapes that do not divide, a MoE
  * architecture without experts (or experts on a dense one), row lengths a
- * block type cannot hold.
+ * block type cannot hold, an induction model on a shape that cannot hold
+ * its circuit.
  */
 tkv_status tkv__model_spec_check(const tkv__model_spec *s, char *why, size_t cap);
 

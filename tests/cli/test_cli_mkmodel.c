@@ -573,6 +573,8 @@ static void test_errors(void **state) {
     expect_status(2, "mkmodel '%s' %s --dim 12x %s", out, shape, vocab);
     expect_status(2, "mkmodel '%s' %s --frobnicate 1 %s", out, shape, vocab);
     expect_status(2, "mkmodel '%s' %s --seed", out, shape);
+    expect_status(2, "mkmodel '%s' %s --weights copy %s", out, shape, vocab);        /* not a kind */
+    expect_status(2, "mkmodel '%s' %s --weights induction %s", out, shape, vocab);   /* heads of 32 */
     expect_status(2, "mkmodel '%s' %s --arch falcon %s", out, shape, vocab);         /* unsupported */
     expect_status(2, "mkmodel '%s' %s --arch qwen3moe %s", out, shape, vocab);       /* experts missing */
     expect_status(2, "mkmodel '%s' %s --experts 4 --experts-used 2 --expert-ff 32 %s", out, shape, vocab);
