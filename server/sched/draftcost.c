@@ -90,3 +90,15 @@ size_t srv_draft_choose(const srv_stepcost *cost, size_t rows, size_t tokens, si
     }
     return best_k;
 }
+
+bool srv_probe_next(srv_probe *p, size_t taken, bool room) {
+    const unsigned wait = p->wait ? p->wait : SRV_PROBE_FIRST;
+    if (taken) {
+        p->declined = 0, p->wait = SRV_PROBE_FIRST;
+        return false;
+    }
+    if (p->declined < wait) p->declined++;
+    if (p->declined < wait || !room) return false;
+    p->declined = 0, p->wait = wait * 2 < SRV_PROBE_LAST ? wait * 2 : SRV_PROBE_LAST;
+    return true;
+}

@@ -20,6 +20,7 @@
 #ifndef TKV_SRV_SCHED_DRAFTCOST_H
 #define TKV_SRV_SCHED_DRAFTCOST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Steps of up to this many rows are measured; a step that would be larger carries no drafts. */
@@ -74,5 +75,23 @@ typedef struct srv_draftcand {
  * step of `rows` rows or fewer has been measured (the step is then decoded plain and measured).
  */
 size_t srv_draft_choose(const srv_stepcost *cost, size_t rows, size_t tokens, size_t room, srv_draftcand *c, size_t n);
+
+/* A request whose drafts the choice leaves out step after step carries one of them after SRV_PROBE_FIRST such steps,
+   then after twice as many each time, up to SRV_PROBE_LAST, until the choice takes its drafts again: a draft's
+   chance is learned only from drafts decoded, so a chance guessed too low (an n-gram of text that the model copies)
+   would otherwise never be corrected. A probe costs one row in that many steps. */
+#define SRV_PROBE_FIRST 4
+#define SRV_PROBE_LAST 64
+
+/* One request's probing: steps left out since its last probe, and how many make the next (0: SRV_PROBE_FIRST).
+   Zero it to start. */
+typedef struct srv_probe {
+    unsigned declined, wait;
+} srv_probe;
+
+/* Record a step at which the request proposed drafts and the choice took `taken` of them; `room`: whether the step
+   has a row to spare. Returns whether the step carries one draft anyway (a probe): never when taken > 0 (which
+   starts probing over) or without room (the probe waits for a step with room). */
+bool srv_probe_next(srv_probe *p, size_t taken, bool room);
 
 #endif

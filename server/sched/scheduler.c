@@ -66,6 +66,7 @@ typedef struct srv_run {
     size_t offered, accepted; /* the last drafted step's drafts and how many were accepted, for the budget */
     double d_acc[2], d_rej[2]; /* by source (draft_src): drafts accepted, and drafted steps that ended on a
                                   rejected one, both fading (draft_chance) */
+    srv_probe probe;       /* when a step whose drafts the cost rule leaves out carries one anyway */
 } srv_run;
 
 typedef struct slot {
@@ -115,6 +116,8 @@ struct srv_sched {
     srv_pwait *pwait;   /* (max_queue) the waiting list as the policy sees it */
     srv_draftcand *cand; /* (parallel) the slots' drafts as choose_drafts weighs them */
     srv_stepcost cost;  /* what a step costs by its rows, from the steps decoded */
+    double g_acc[2], g_rej[2]; /* every request's drafts by source, as srv_run's d_acc and d_rej, fading more
+                                  slowly: the prior of a new request's chance (draft_chance) */
     uint64_t admitted, ended, unique_ns;
     /* the step's batch, n_batch tokens */
     tkv_token *b_tok;
@@ -476,16 +479,21 @@ static size_t add_drafts(srv_sched *s, size_t n, slot *sl, size_t take) {
 
 /* The chance that one of a request's drafts from source k is accepted once the one before it was: a geometric
    count's estimate from its drafted steps (accepted drafts over accepted drafts and rejections), with two drafts'
-   worth of the source's prior, so that a request's first drafts are weighed at the prior and its own record soon
-   outweighs it. */
-static double draft_chance(const srv_run *run, int k) {
-    return (run->d_acc[k] + 2 * draft_prior[k]) / (run->d_acc[k] + run->d_rej[k] + 2);
+   worth of a prior, so that a request's first drafts are weighed at the prior and its own record soon outweighs
+   it. The prior is the same estimate over the server's recent drafted steps of every request, itself starting
+   from the source's fixed guess: requests alike (a workload that copies, or one that does not) need not each
+   learn it again. */
+static double draft_chance(const srv_sched *s, const srv_run *run, int k) {
+    const double prior = (s->g_acc[k] + 2 * draft_prior[k]) / (s->g_acc[k] + s->g_rej[k] + 2);
+    return (run->d_acc[k] + 2 * prior) / (run->d_acc[k] + run->d_rej[k] + 2);
 }
 
 /* Keep of this step's proposed drafts those worth their rows (draftcost.h): the step without them holds every
    generating request's pending token and the prompt chunks that fit, and a draft goes in when the tokens it is
-   expected to add outweigh what its row adds to the step's time, as measured on the steps decoded so far. A
-   request left without drafts this step forgets a little of its record, so that it is tried again in a while. */
+   expected to add outweigh what its row adds to the step's time, as measured on the steps decoded so far; a request
+   whose drafts are left out step after step carries one now and then (srv_probe_next), so that a chance guessed
+   too low is corrected. A request left without drafts this step forgets a little of its record, so that it is
+   weighed at the prior again in a while. */
 static void choose_drafts(srv_sched *s) {
     size_t gen = 0, prompt = 0, proposed = 0;
     for (int i = 0; i < s->o.parallel; i++) {
@@ -499,10 +507,16 @@ static void choose_drafts(srv_sched *s) {
         const size_t rows = gen + (prompt < s->n_batch - gen ? prompt : s->n_batch - gen);
         for (int i = 0; i < s->o.parallel; i++) {
             const slot *sl = &s->slots[i];
-            s->cand[i] = (srv_draftcand){.n = sl->n_draft, .p = sl->n_draft ? draft_chance(sl->run, sl->draft_src) : 0};
+            s->cand[i] = (srv_draftcand){.n = sl->n_draft, .p = sl->n_draft ? draft_chance(s, sl->run, sl->draft_src) : 0};
         }
-        srv_draft_choose(&s->cost, rows, gen, s->n_batch - rows, s->cand, (size_t)s->o.parallel);
-        for (int i = 0; i < s->o.parallel; i++) s->slots[i].n_draft = s->cand[i].take;
+        size_t taken = srv_draft_choose(&s->cost, rows, gen, s->n_batch - rows, s->cand, (size_t)s->o.parallel);
+        for (int i = 0; i < s->o.parallel; i++) {
+            slot *sl = &s->slots[i];
+            if (!sl->n_draft) continue;
+            const bool room = rows + taken + 1 <= s->n_batch && rows + taken + 1 <= SRV_STEPCOST_ROWS;
+            if (srv_probe_next(&sl->run->probe, s->cand[i].take, room)) s->cand[i].take = 1, taken++; /* draftcost.h */
+            sl->n_draft = s->cand[i].take;
+        }
     }
     for (int i = 0; i < s->o.parallel; i++) {
         slot *sl = &s->slots[i];
@@ -634,9 +648,10 @@ static bool verified(void *user, size_t i, tkv_token tok, const float *logits) {
     if (i == 0) { /* the record fades by a tenth per drafted step; a rejection until every draft is accepted */
         sl->req->draft_n += (int)sl->drafted;
         run->d_acc[k] *= 0.9, run->d_rej[k] = 0.9 * run->d_rej[k] + 1;
+        v->s->g_acc[k] *= 0.98, v->s->g_rej[k] = 0.98 * v->s->g_rej[k] + 1; /* the server's: the last ~50 steps */
     } else { /* the token before it was its draft */
-        sl->req->draft_n_accepted++, run->accepted++, run->d_acc[k]++;
-        if (i == sl->drafted) run->d_rej[k]--;
+        sl->req->draft_n_accepted++, run->accepted++, run->d_acc[k]++, v->s->g_acc[k]++;
+        if (i == sl->drafted) run->d_rej[k]--, v->s->g_rej[k]--;
     }
     sl->n_past = v->n_past + 1 + i; /* pending and the drafts accepted before this token */
     on_token(v->s, sl, tok, logits);

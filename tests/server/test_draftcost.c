@@ -189,11 +189,49 @@ static void test_choose_regimes(void **state) {
     assert_int_equal(srv_draft_choose(&mem, 1, 0, 32, c, 1), 0); /* no generating row: nothing to draft for */
 }
 
+/* Probes (draftcost.h): left out at every step, a request probes after 4 steps, then 8, 16, 32 and every 64 after
+   that; drafts taken start the count over; a step without room holds the probe to the next step with room, and the
+   waits after it go on doubling from there. */
+static void test_probe_schedule(void **state) {
+    (void)state;
+    srv_probe p = {0};
+    static const unsigned want[] = {4, 12, 28, 60, 124, 188, 252};
+    size_t k = 0;
+    for (unsigned step = 1; step <= 252; step++)
+        if (srv_probe_next(&p, 0, true)) {
+            assert_true(k < sizeof want / sizeof want[0]);
+            assert_int_equal(step, want[k++]);
+        }
+    assert_int_equal(k, sizeof want / sizeof want[0]);
+
+    /* drafts taken at step 3 of a fresh request: never a probe then, and the next one 4 left-out steps later */
+    p = (srv_probe){0};
+    assert_false(srv_probe_next(&p, 0, true));
+    assert_false(srv_probe_next(&p, 0, true));
+    assert_false(srv_probe_next(&p, 2, true));
+    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, true));
+    assert_true(srv_probe_next(&p, 0, true));
+    /* and after a few probes, drafts taken bring the wait back to 4 */
+    for (int i = 0; i < 7; i++) assert_false(srv_probe_next(&p, 0, true));
+    assert_true(srv_probe_next(&p, 0, true)); /* the second, 8 after the first */
+    assert_false(srv_probe_next(&p, 1, true));
+    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, true));
+    assert_true(srv_probe_next(&p, 0, true));
+
+    /* no room at the probe's step and the two after it: it comes at the first step with room */
+    p = (srv_probe){0};
+    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, true));
+    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, false));
+    assert_true(srv_probe_next(&p, 0, true));
+    for (int i = 0; i < 7; i++) assert_false(srv_probe_next(&p, 0, true));
+    assert_true(srv_probe_next(&p, 0, true)); /* then 8 steps on */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stepcost_least),       cmocka_unit_test(test_stepcost_interpolates),
         cmocka_unit_test(test_stepcost_forgets),     cmocka_unit_test(test_choose_is_best),
-        cmocka_unit_test(test_choose_regimes),
+        cmocka_unit_test(test_choose_regimes),       cmocka_unit_test(test_probe_schedule),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -191,3 +191,39 @@ for (const shift of [true, false]) describe(`drafts at the window's end (${shift
     assert.ok(Number(/^tokenkv_draft_accepted_tokens_total (\S+)$/m.exec(m)[1]) > 0, 'drafts accepted');
   });
 });
+
+// A model that copies its prompt (`tokenkv mkmodel --weights induction`), served with drafts chosen by cost: the
+// n-gram drafts of a copied passage start at a low guessed chance, and the steps that leave them out carry one now
+// and then (a probe), so the chance is learned and the drafts are taken; the answers are the plain server's.
+describe('drafts chosen by cost on a model that copies', () => {
+  let dir = null;
+  let off = null;
+  let costed = null;
+  before(async () => {
+    const { execFileSync } = await import('node:child_process');
+    const { mkdtempSync } = await import('node:fs');
+    const os = await import('node:os');
+    const { BIN } = await import('../lib/server.mjs');
+    dir = mkdtempSync(path.join(os.tmpdir(), 'tkv-induction-'));
+    const file = path.join(dir, 'induction.gguf');
+    execFileSync(BIN, ['mkmodel', file, '--dim', '640', '--layers', '2', '--heads', '2', '--kv-heads', '2',
+      '--head-dim', '128', '--ff', '64', '--weights', 'induction', '--vocab-from', MODEL], { stdio: 'ignore' });
+    [off, costed] = await Promise.all([startServer(['--draft', '0'], { model: file }),
+                                       startServer(['--draft', '8'], { model: file })]);
+  });
+  after(async () => {
+    for (const s of [off, costed]) if (s) await stopAndCheck(s);
+    if (dir) (await import('node:fs')).rmSync(dir, { recursive: true, force: true });
+  });
+  it('copies a passage as the plain server does, with drafts accepted', async () => {
+    const passage = 'the cat sat on a red mat while seven small dogs ran past the old mill and a boy sang to the moon';
+    const body = { prompt: `${passage}\n${passage.split(' ').slice(0, 4).join(' ')}`, n_predict: 64, temperature: 0,
+                   ignore_eos: true };
+    const want = await post(off, '/completion', body);
+    assert.equal(want.status, 200, want.body);
+    const got = await post(costed, '/completion', body);
+    assert.equal(got.status, 200, got.body);
+    assert.equal(got.json.content, want.json.content);
+    assert.ok(got.json.timings.draft_n_accepted > 0, JSON.stringify(got.json.timings));
+  });
+});
