@@ -146,8 +146,15 @@ if (missing) {
         const r = [...document.querySelectorAll('[data-testid=reply]')].pop();
         return r && r.textContent.length > 0;
       }, null, { timeout: 30000 });
-      assert.equal(await page.isEnabled('[data-testid=stop]'), true);
-      await page.click('[data-testid=stop]');
+      // checked and clicked in one turn of the page's event loop: page.click waits for the button to stay still
+      // over two frames while the streamed text moves it, and a fast machine finishes the reply meanwhile
+      const clicked = await page.evaluate(() => {
+        const stop = document.querySelector('[data-testid=stop]');
+        if (stop.disabled) return false;
+        stop.click();
+        return true;
+      });
+      assert.equal(clicked, true, 'the stop button is enabled while the reply streams');
       await settled(page);
       assert.equal(await page.isEnabled('[data-testid=stop]'), false);
       assert.equal(await page.locator('.msg.assistant').last().getAttribute('class'), 'msg assistant stopped');
