@@ -88,6 +88,8 @@ void tkv__ops_rope(float *x, size_t n_head, size_t head_dim, size_t n_rot, const
     }
 }
 
+void tkv__ops_to_f16(const float *x, void *y, size_t n) { tkv__kernel_get()->quantize[TKV_TYPE_F16](x, y, n); }
+
 /* ---- matrix products ---------------------------------------------------------- */
 
 size_t tkv__ops_act_row_size(tkv_type wtype, size_t n) {

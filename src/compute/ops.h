@@ -94,6 +94,13 @@ size_t tkv__ops_act_row_size(tkv_type wtype, size_t n);
 void tkv__ops_quantize_acts(tkv_type wtype, const float *x, size_t n_tok, size_t n, void *xq);
 
 /*
+ * n floats to F16 (round to nearest even) into y (2n bytes, any alignment):
+ * the active level's conversion (F16C where the CPU has it), the same bits
+ * as tkv__quant_f32_to_f16 at every level (test_kernels).
+ */
+void tkv__ops_to_f16(const float *x, void *y, size_t n);
+
+/*
  * y[t * ldy + r] = dot(W row r, activation row t) for r in [r0, r1) and
  * t in [0, n_tok): rows r0..r1-1 of y = x W^T for a batch of tokens.
  * w:  (n_rows, n) weights of type wtype, rows of tkv__quant_row_size(wtype, n)

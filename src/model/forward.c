@@ -314,8 +314,7 @@ void tkv__fwd_store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const f
     if (type == TKV_TYPE_F32) {
         memcpy(dst, src, kv->n_embd_kv * sizeof(float));
     } else if (type == TKV_TYPE_F16) {
-        uint16_t *d = dst;
-        for (size_t i = 0; i < kv->n_embd_kv; i++) d[i] = tkv__quant_f32_to_f16(src[i]);
+        tkv__ops_to_f16(src, dst, kv->n_embd_kv);
     } else if (type == TKV_TYPE_Q8_0) { /* the activation quantizer: what the reference stores */
         tkv__quant_quantize_row(TKV_TYPE_Q8_0, src, dst, kv->n_embd_kv);
     } else {
