@@ -90,11 +90,6 @@ static bool named(const tkv__tensor_need *t, const char *tail) {
 void tkv__induction_fill(const tkv__model_spec *s, const tkv__tensor_need *t, float *x) {
     const size_t n = (size_t)(t->ne[0] * t->ne[1] * t->ne[2]);
     memset(x, 0, n * sizeof *x);
-    if (!t->matrix) { /* norms 1; biases (none in llama) 0 */
-        if (strstr(t->name, "norm"))
-            for (size_t i = 0; i < n; i++) x[i] = 1.0f;
-        return;
-    }
     const uint32_t kvh = s->kv_heads ? s->kv_heads : s->heads, group = s->heads / kvh;
     /* RMS norm's factor on each layer's input: |x|^2 is 3 (T, B, U) before layer 1, 5 after it (P1, P2) */
     const float n0 = sqrtf((float)s->dim / 3.0f), n1 = sqrtf((float)s->dim / 5.0f);

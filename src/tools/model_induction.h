@@ -46,10 +46,11 @@
 tkv_status tkv__induction_check(const tkv__model_spec *s, char *why, size_t cap);
 
 /*
- * The float values of tensor t of the induction model of spec s into x
- * (t's elements, row-major: row r of a matrix at x + r * ne[0]). Norms are
- * 1, every other tensor the circuit does not use is zero. s must have
- * passed tkv__induction_check. No allocation; deterministic in s->seed.
+ * The float values of matrix t of the induction model of spec s into x
+ * (t's elements, row-major: row r at x + r * ne[0]); a matrix the circuit
+ * does not use is zero. The other tensors (norms 1) are model_write.c's
+ * as for random weights. s must have passed tkv__induction_check. No
+ * allocation; deterministic in s->seed.
  */
 void tkv__induction_fill(const tkv__model_spec *s, const tkv__tensor_need *t, float *x);
 

@@ -12,9 +12,12 @@
 // their rows from the step's measured cost, as `tokenkv serve --draft N` does by default, and must answer the
 // same whatever it chooses.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { MODEL, SHARED, get, post, startServer, stopAndCheck, tail } from '../lib/server.mjs';
+import { BIN, MODEL, SHARED, get, post, startServer, stopAndCheck, tail } from '../lib/server.mjs';
 
 const MODELS = [
   { name: 'stories260K', file: MODEL, maxTokens: 48 },
@@ -200,10 +203,6 @@ describe('drafts chosen by cost on a model that copies', () => {
   let off = null;
   let costed = null;
   before(async () => {
-    const { execFileSync } = await import('node:child_process');
-    const { mkdtempSync } = await import('node:fs');
-    const os = await import('node:os');
-    const { BIN } = await import('../lib/server.mjs');
     dir = mkdtempSync(path.join(os.tmpdir(), 'tkv-induction-'));
     const file = path.join(dir, 'induction.gguf');
     execFileSync(BIN, ['mkmodel', file, '--dim', '640', '--layers', '2', '--heads', '2', '--kv-heads', '2',
@@ -213,7 +212,7 @@ describe('drafts chosen by cost on a model that copies', () => {
   });
   after(async () => {
     for (const s of [off, costed]) if (s) await stopAndCheck(s);
-    if (dir) (await import('node:fs')).rmSync(dir, { recursive: true, force: true });
+    if (dir) rmSync(dir, { recursive: true, force: true });
   });
   it('copies a passage as the plain server does, with drafts accepted', async () => {
     const passage = 'the cat sat on a red mat while seven small dogs ran past the old mill and a boy sang to the moon';
