@@ -94,17 +94,24 @@ describe('16 concurrent clients', () => {
   });
 
   it('under cache pressure, preempted requests resume and answer what they answer alone', async () => {
-    // 4 requests of ~16 prompt tokens and 30 generated each need ~190 cells;
-    // the server has 64: prompts wait, the youngest generating request is
-    // preempted and resumes from what is still cached
+    // 4 requests of ~11-16 prompt tokens and 30 generated each need ~170 cells; the server has 64: prompts wait,
+    // the youngest generating request is preempted and resumes from what is still cached. Four clients overlap
+    // only as the machine schedules them (on a fast one each may end before the next arrives), so the pressure
+    // that must happen comes from one request with n = 4 sampled choices: its four sequences start in one step
+    // and share only the prompt (greedy choices would share every cell: the same tokens at the same positions)
     const prompts = OTHERS.slice(0, 4);
     const ask30 = (client, prompt) =>
       client.completions.create({ model: MODEL_ID, prompt, max_tokens: 30, temperature: 0 });
+    const four = (client) => client.completions.create({ model: MODEL_ID, prompt: prompts[0], max_tokens: 30,
+                                                         temperature: 1, seed: 7, n: 4 });
     const alone = [];
+    let fourAlone;
     await withServer([], async (server) => {
       const client = server.client({ maxRetries: 0 });
       for (const p of prompts) alone.push(await ask30(client, p));
+      fourAlone = await four(client);
     });
+    assert.equal(new Set(fourAlone.choices.map((c) => c.text)).size, 4, 'four sampled choices differ');
     await withServer(['--parallel', '4', '--ctx', '64'], async (server) => {
       const client = server.client({ maxRetries: 0 });
       const together = await Promise.all(prompts.map((p) => ask30(client, p)));
@@ -112,6 +119,9 @@ describe('16 concurrent clients', () => {
         assert.equal(r.choices[0].text, alone[i].choices[0].text, `prompt ${i}: ${JSON.stringify(prompts[i])}`);
         assert.equal(r.usage.completion_tokens, alone[i].usage.completion_tokens);
       });
+      const pressed = await four(client);
+      assert.deepEqual(pressed.choices.map((c) => c.text), fourAlone.choices.map((c) => c.text));
+      assert.equal(pressed.usage.completion_tokens, fourAlone.usage.completion_tokens);
       const cache = await get(server, '/v1/cache?check=1');
       assert.equal(cache.json.check, 'ok');
       assert.deepEqual(cache.json.sequences, []);
