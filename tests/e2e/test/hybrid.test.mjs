@@ -188,10 +188,16 @@ for (const name of MODELS) describe(`delta-net hybrid (${name}) under load`, () 
   it('under cache pressure, preempted requests resume from a checkpoint and answer what they answer alone',
      withLogs(async () => {
     // 4 requests of ~15 prompt tokens and 40 generated each need ~220 cells; with 96 the youngest generating
-    // request gives way, and resumes from the deepest checkpoint of what is still cached
+    // request gives way, and resumes from the deepest checkpoint of what is still cached. The four overlap only
+    // as the machine schedules them, so the pressure that must happen comes from one request with n = 4 sampled
+    // choices: four sequences that start in one step and share only the prompt
     const reqs = OTHERS.map((p) => completion(p, { max_tokens: 40 })).concat([completion('The cat sat on', { max_tokens: 40 })]);
+    const four = { model: 'qwen35', prompt: 'The cat sat on', max_tokens: 40, ignore_eos: true, temperature: 1, seed: 7, n: 4 };
+    const texts = (r) => r.choices.map((c) => c.text);
     const alone = [];
     for (const req of reqs) alone.push(await send(solo, req));
+    const fourAlone = texts(await solo.client({ maxRetries: 0 }).completions.create(four));
+    assert.equal(new Set(fourAlone).size, 4, 'four sampled choices differ');
     const small = await startServer(['--parallel', '4', '--ctx', '96'], { model: MODEL });
     try {
       const together = await Promise.all(reqs.map((req) => send(small, req)));
@@ -201,6 +207,7 @@ for (const name of MODELS) describe(`delta-net hybrid (${name}) under load`, () 
         assert.equal(r.usage.completion_tokens, 40, `request ${i}: finished ${r.finish}`);
         assert.equal(r.text, alone[i].text, `request ${i}: ${JSON.stringify(reqs[i].body.prompt)}`);
       });
+      assert.deepEqual(texts(await small.client({ maxRetries: 0 }).completions.create(four)), fourAlone);
       const cache = (await get(small, '/v1/cache?check=1')).json;
       assert.equal(cache.check, 'ok');
       assert.deepEqual(cache.sequences, []);
