@@ -7,6 +7,12 @@
 //          words: an answer that copies the rest of the passage can take
 //          it from the prompt (n-gram drafts)
 //   none   a distinct random prompt per request, nothing to copy
+//   mixed  as none, with each request's length drawn from max-tokens/2 to
+//          3 max-tokens/2 (the same for every server): answers of one
+//          length keep closed-loop clients in lock step, so that their
+//          prompts arrive in one step, until drafts end some answers a step
+//          early; with lengths that vary, as a service's do, neither server
+//          runs in lock step
 //   story  for a trained model (../shared/models/stories260K.gguf): the
 //          prompt is the model's own greedy story (made untimed from an
 //          opening line), a newline and the opening again, so an answer
@@ -63,7 +69,7 @@ function words(key, n) {
 // The prompt of request (workload, client, round).
 function prompt(w, c, k) {
   if (w === 'story') return `${stories.get(`${c},${k}`)}\n${opening(c, k)}`;
-  const key = seed * 1000003 + c * 1009 + k * 17 + (w === 'copy' ? 7 : w === 'none' ? 13 : 0);
+  const key = seed * 1000003 + c * 1009 + k * 17 + (w === 'copy' ? 7 : w === 'none' || w === 'mixed' ? 13 : 0);
   if (w === 'copy') {
     const passage = words(key, promptWords);
     return `${passage}\n${passage.split(' ').slice(0, 12).join(' ')}`;
@@ -71,9 +77,16 @@ function prompt(w, c, k) {
   return words(key, promptWords);
 }
 
-async function complete(p) {
-  const body = native ? { prompt: p, n_predict: maxTokens, temperature: 0, ignore_eos: true }
-                      : { model: 'm', prompt: p, max_tokens: maxTokens, temperature: 0, ignore_eos: true };
+// The length of request (workload, client, round).
+function length(w, c, k) {
+  if (w !== 'mixed') return maxTokens;
+  const r = rng(seed * 104729 + c * 1013 + k * 31 + 5);
+  return Math.round(maxTokens / 2 + r() * maxTokens);
+}
+
+async function complete(p, n = maxTokens) {
+  const body = native ? { prompt: p, n_predict: n, temperature: 0, ignore_eos: true }
+                      : { model: 'm', prompt: p, max_tokens: n, temperature: 0, ignore_eos: true };
   const res = await fetch(`${url}${native ? '/completion' : '/v1/completions'}`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
@@ -110,7 +123,7 @@ for (const w of workloads) {
   const t0 = performance.now();
   const done = await Promise.all(Array.from({ length: nClients }, async (_, c) => {
     let tokens = 0;
-    for (let k = 0; k < rounds; k++) tokens += (await complete(prompt(w, c, k))).tokens;
+    for (let k = 0; k < rounds; k++) tokens += (await complete(prompt(w, c, k), length(w, c, k))).tokens;
     return tokens;
   }));
   const s = (performance.now() - t0) / 1000;
