@@ -69,7 +69,7 @@ function words(key, n) {
 // The prompt of request (workload, client, round).
 function prompt(w, c, k) {
   if (w === 'story') return `${stories.get(`${c},${k}`)}\n${opening(c, k)}`;
-  const key = seed * 1000003 + c * 1009 + k * 17 + (w === 'copy' ? 7 : w === 'none' || w === 'mixed' ? 13 : 0);
+  const key = seed * 1000003 + c * 1009 + k * 17 + ({ copy: 7, none: 13, mixed: 19 }[w] ?? 0);
   if (w === 'copy') {
     const passage = words(key, promptWords);
     return `${passage}\n${passage.split(' ').slice(0, 12).join(' ')}`;
