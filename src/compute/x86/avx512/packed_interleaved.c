@@ -123,6 +123,33 @@ static inline __m512i group_pairs(__m512i sc, int c) {
     return _mm512_permutexvar_epi16(_mm512_add_epi16(idx0, _mm512_set1_epi16((short)(2 * c))), sc);
 }
 
+/* [32 bytes at a | 32 bytes at b]: two loads, one insert */
+static inline __m512i load_halves(const uint8_t *a, const uint8_t *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(LOAD256(a)), LOAD256(b), 1);
+}
+
+/*
+ * The 6-bit quants of two Q6_K blocks, row a's in the low halves and row b's
+ * in the high ones: q[c] = [a's chunk c | b's chunk c], util.h's q6k_quants
+ * of each row side by side, so the unpacking runs once for the row pair.
+ */
+static inline void q6k_quants_pair(const tkv__block_q6_K *a, const tkv__block_q6_K *b, __m512i q[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
+    UNROLL
+    for (int h = 0; h < 2; h++) {
+        const __m512i l0 = load_halves(a->ql + 64 * h, b->ql + 64 * h);
+        const __m512i l1 = load_halves(a->ql + 64 * h + 32, b->ql + 64 * h + 32);
+        const __m512i hb = load_halves(a->qh + 32 * h, b->qh + 32 * h);
+        q[4 * h] = _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2), 4));
+        q[4 * h + 1] = _mm512_or_si512(_mm512_and_si512(l1, m4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2), m2), 4));
+        q[4 * h + 2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 4), m2), 4));
+        q[4 * h + 3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 6), m2), 4));
+    }
+}
+
 /* One group of Q6_K rows, one token. */
 static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
     enum { BS = sizeof(tkv__block_q6_K), QBS = sizeof(tkv__block_q8_K) };
@@ -134,19 +161,19 @@ static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
         float yd;
         memcpy(&yd, yb, sizeof yd);
         const __m512i bsums = BCAST256(yb + Q8K_BSUMS);
+        /* the token's 8 chunks of 32 quants, in both halves: the same for the 8 row pairs */
+        __m512i y[8];
+        UNROLL
+        for (int c = 0; c < 8; c++) y[c] = BCAST256(yb + Q8K_QS + 32 * c);
         for (int p = 0; p < PAIRS; p++) {
             const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)(blk + 2 * p * BS), *b = a + 1;
             const __m512i sc = halves_epi(_mm256_cvtepi8_epi16(LOAD128(a->scales)), _mm256_cvtepi8_epi16(LOAD128(b->scales)));
             /* from -32 (bsums . scales): the q - 32 offset */
             __m512i s = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_madd_epi16(bsums, sc), 5));
-            __m256i qa[8], qb[8];
-            q6k_quants(a->ql, a->qh, qa);
-            q6k_quants(b->ql, b->qh, qb);
+            __m512i q[8];
+            q6k_quants_pair(a, b, q);
             UNROLL
-            for (int c = 0; c < 8; c++) {
-                s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(halves_epi(qa[c], qb[c]), BCAST256(yb + Q8K_QS + 32 * c)),
-                                        group_pairs(sc, c));
-            }
+            for (int c = 0; c < 8; c++) s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[c], y[c]), group_pairs(sc, c));
             const __m512 d = halves_ps(yd * f16(a->d), yd * f16(b->d));
             acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
         }
