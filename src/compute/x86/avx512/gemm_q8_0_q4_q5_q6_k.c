@@ -283,16 +283,15 @@ static void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bst) 
 NOINLINE void pk_q6_K(pk *e, const uint8_t *ba, const uint8_t *bb) {
     const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)ba;
     const tkv__block_q6_K *b = (const tkv__block_q6_K *)(const void *)bb;
-    __m256i qa[8], qb[8];
-    q6k_quants(a->ql, a->qh, qa);
-    q6k_quants(b->ql, b->qh, qb);
+    __m512i q[8];
+    q6k_quants_pair(a, b, q);
     /* the 16 scales of each row as int16: [a | b] */
     const __m512i sc = halves_epi(_mm256_cvtepi8_epi16(LOAD128(a->scales)), _mm256_cvtepi8_epi16(LOAD128(b->scales)));
     /* chunk s: words 2s (x 8) and 2s + 1 (x 8) of each half */
     const __m512i idx0 = _mm512_set_epi16(17, 17, 17, 17, 17, 17, 17, 17, 16, 16, 16, 16, 16, 16, 16, 16, /**/
                                           1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int s = 0; s < 8; s++) {
-        _mm512_store_si512(e->w[s], halves_epi(qa[s], qb[s]));
+        _mm512_store_si512(e->w[s], q[s]);
         _mm512_store_si512(e->sc[s], _mm512_permutexvar_epi16(_mm512_add_epi16(idx0, _mm512_set1_epi16((short)(2 * s))), sc));
     }
     _mm512_store_si512(e->scm, _mm512_mullo_epi16(sc, _mm512_set1_epi16(-32)));

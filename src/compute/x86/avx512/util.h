@@ -55,6 +55,33 @@ static inline __m512 reduce16(const __m512 a[8]) {
     return _mm512_permutexvar_ps(idx, r);
 }
 
+/* [32 bytes at a | 32 bytes at b]: two loads, one insert */
+static inline __m512i load_halves(const uint8_t *a, const uint8_t *b) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(LOAD256(a)), LOAD256(b), 1);
+}
+
+/*
+ * The 6-bit quants of two Q6_K blocks, row a's in the low halves and row b's
+ * in the high ones: q[c] = [a's chunk c | b's chunk c], compute/x86/util.h's
+ * q6k_quants of each row side by side, so the unpacking runs once for the
+ * row pair (the one-token product and the tiled one's panel).
+ */
+static inline void q6k_quants_pair(const tkv__block_q6_K *a, const tkv__block_q6_K *b, __m512i q[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        const __m512i l0 = load_halves(a->ql + 64 * h, b->ql + 64 * h);
+        const __m512i l1 = load_halves(a->ql + 64 * h + 32, b->ql + 64 * h + 32);
+        const __m512i hb = load_halves(a->qh + 32 * h, b->qh + 32 * h);
+        q[4 * h] = _mm512_or_si512(_mm512_and_si512(l0, m4), _mm512_slli_epi16(_mm512_and_si512(hb, m2), 4));
+        q[4 * h + 1] = _mm512_or_si512(_mm512_and_si512(l1, m4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2), m2), 4));
+        q[4 * h + 2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l0, 4), m4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 4), m2), 4));
+        q[4 * h + 3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l1, 4), m4),
+                                       _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 6), m2), 4));
+    }
+}
+
 /* Store lanes 4u + k (k < nrow, u < ntok) of v to y[u * ldy + k]. */
 static inline void store_tile(float *y, size_t ldy, __m512 v, int nrow, int ntok) {
     const __mmask8 m = (__mmask8)((1u << nrow) - 1u);
