@@ -160,9 +160,10 @@ PACKED_ENTRY(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, T
 
 /*
  * One group of Q2_K (three: Q3_K) rows, one token: per quarter-chunk and row
- * pair the vec_dot's pairs (compute/x86/q2_q3_k.h's lanes: Q3_K's |q| by the
- * token's quants signed as q), then the sub-blocks' scales by vpdpwssd; per
- * block its fmas in its order (Q2_K's mins first).
+ * pair the vec_dot's pairs (compute/x86/q2_q3_k.h's lanes; Q3_K's, which the
+ * vec_dot forms as |q| by the token's quants signed as q, as (q + 4) y less
+ * 4 y: the same words, two instructions fewer), then the sub-blocks' scales
+ * by vpdpwssd; per block its fmas in its order (Q2_K's mins first).
  */
 INLINE void q23k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow, int three) {
     enum { QBS = sizeof(tkv__block_q8_K) };
@@ -175,9 +176,13 @@ INLINE void q23k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *ou
         prefetch_span(blk + (PREFETCH_AHEAD / (G * bs) + 1) * G * bs, G * bs);
         float yd;
         memcpy(&yd, yb, sizeof yd);
-        __m512i yv[8];
+        __m512i yv[8], y4[8];
         UNROLL
-        for (int c = 0; c < 8; c++) yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
+        for (int c = 0; c < 8; c++) {
+            yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
+            /* Q3_K: 4 (y_2m + y_2m+1) per word, what q + 4 adds to a pair's q y (below) */
+            if (three) y4[c] = _mm512_maddubs_epi16(four, yv[c]);
+        }
         const __m512i bsums = BCAST256(yb + Q8K_BSUMS);
         for (int p = 0; p < PAIRS; p++) {
             const uint8_t *ra = blk + 2 * p * bs, *rb = ra + bs;
@@ -206,10 +211,12 @@ INLINE void q23k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *ou
                 for (int j = 0; j < 4; j++) {
                     const int gq = 4 * c + j; /* elements 32 gq .. 32 gq + 31: sub-blocks 2 gq, 2 gq + 1 */
                     __m512i q = _mm512_and_si512(_mm512_srli_epi16(bits, 2 * j), m3), pairs;
-                    if (three) { /* q - 4 where the hmask bit is clear; a 0 q's product is 0 either way */
-                        q = _mm512_mask_sub_epi8(q, _mm512_testn_epi8_mask(hm, _mm512_set1_epi8((char)(1 << gq))), q, four);
-                        const __m512i ys = _mm512_mask_sub_epi8(yv[gq], _mm512_movepi8_mask(q), _mm512_setzero_si512(), yv[gq]);
-                        pairs = _mm512_maddubs_epi16(_mm512_abs_epi8(q), ys);
+                    if (three) {
+                        /* q + 4 (0..7: the low bits, + 4 where the hmask bit is set) by the token's quants, less
+                           4 y per element: the vec_dot's q y pairs (|q| by y signed as q) exactly, as the words
+                           stay within 7 x 127 x 2 */
+                        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, _mm512_set1_epi8((char)(1 << gq))), q, four);
+                        pairs = _mm512_sub_epi16(_mm512_maddubs_epi16(q, yv[gq]), y4[gq]);
                     } else {
                         pairs = _mm512_maddubs_epi16(q, yv[gq]);
                     }
