@@ -86,14 +86,19 @@ static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out,
            -128 times each 4 quants' sum: sum(w y) exactly, as the vec_dot's */
         const __m512i yv = BCAST256(yb + 2);
         const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yv));
-        const float dy = blk_d(yb);
+        const __m512 dy = _mm512_set1_ps(blk_d(yb));
         const int par = (int)(i % 2); /* the vec_dot's acc0 / acc1 (an odd count's last block is even) */
         UNROLL
         for (int p = 0; p < PAIRS; p++) {
             const uint8_t *a = blk + 2 * p * BS, *b = a + BS;
-            const __m512i w = _mm512_xor_si512(halves_epi(LOAD256(a + 2), LOAD256(b + 2)), bias);
+            const __m512i w = _mm512_xor_si512(load_halves(a + 2, b + 2), bias);
             const __m512i s = _mm512_dpbusd_epi32(corr, w, yv);
-            const __m512 d = halves_ps(blk_d(a) * dy, blk_d(b) * dy);
+            /* [d_a x 8 | d_b x 8] from the two fp16 scales in one conversion, times the token's d: the vec_dot's
+               products, each a float multiply */
+            uint16_t ha, hb;
+            memcpy(&ha, a, 2), memcpy(&hb, b, 2);
+            const __m256i hd = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)ha)), _mm_set1_epi16((short)hb), 1);
+            const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(hd), dy);
             acc[par][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[par][p]);
         }
     }
