@@ -93,12 +93,8 @@ static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out,
             const uint8_t *a = blk + 2 * p * BS, *b = a + BS;
             const __m512i w = _mm512_xor_si512(load_halves(a + 2, b + 2), bias);
             const __m512i s = _mm512_dpbusd_epi32(corr, w, yv);
-            /* [d_a x 8 | d_b x 8] from the two fp16 scales in one conversion, times the token's d: the vec_dot's
-               products, each a float multiply */
-            uint16_t ha, hb;
-            memcpy(&ha, a, 2), memcpy(&hb, b, 2);
-            const __m256i hd = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)ha)), _mm_set1_epi16((short)hb), 1);
-            const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(hd), dy);
+            /* the vec_dot's products of the scales, each a float multiply */
+            const __m512 d = _mm512_mul_ps(halves_f16(a, b), dy);
             acc[par][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[par][p]);
         }
     }
@@ -152,7 +148,7 @@ static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out
             q6k_quants_pair(a, b, q);
             UNROLL
             for (int c = 0; c < 8; c++) s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[c], y[c]), group_pairs(sc, c));
-            const __m512 d = halves_ps(yd * f16(a->d), yd * f16(b->d));
+            const __m512 d = _mm512_mul_ps(halves_f16(&a->d, &b->d), _mm512_set1_ps(yd));
             acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
         }
     }
@@ -194,18 +190,19 @@ INLINE void q23k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *ou
             const tkv__block_q2_K *a2 = (const tkv__block_q2_K *)(const void *)ra, *b2 = (const tkv__block_q2_K *)(const void *)rb;
             const tkv__block_q3_K *a3 = (const tkv__block_q3_K *)(const void *)ra, *b3 = (const tkv__block_q3_K *)(const void *)rb;
             __m512i sc, hm = _mm512_setzero_si512();
-            float da, db;
+            __m512 dd; /* [d_a x 8 | d_b x 8] */
             if (three) {
                 sc = halves_epi(tkv__q3k_scales16(a3->scales), tkv__q3k_scales16(b3->scales));
                 hm = halves_epi(LOAD256(a3->hmask), LOAD256(b3->hmask));
-                da = f16(a3->d), db = f16(b3->d);
+                dd = halves_f16(&a3->d, &b3->d);
             } else {
                 const __m128i m4 = _mm_set1_epi8(0x0f);
                 sc = halves_epi(_mm256_cvtepu8_epi16(_mm_and_si128(LOAD128(a2->scales), m4)),
                                 _mm256_cvtepu8_epi16(_mm_and_si128(LOAD128(b2->scales), m4)));
                 const __m512i prod = _mm512_madd_epi16(halves_epi(tkv__q2k_mins(ra), tkv__q2k_mins(rb)), bsums);
-                acc[p] = _mm512_fmadd_ps(halves_ps(-yd * f16(a2->dmin), -yd * f16(b2->dmin)), _mm512_cvtepi32_ps(prod), acc[p]);
-                da = f16(a2->d), db = f16(b2->d);
+                acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(halves_f16(&a2->dmin, &b2->dmin), _mm512_set1_ps(-yd)),
+                                         _mm512_cvtepi32_ps(prod), acc[p]);
+                dd = halves_f16(&a2->d, &b2->d);
             }
             const uint8_t *qa = three ? a3->qs : a2->qs, *qb = three ? b3->qs : b2->qs;
             __m512i s = _mm512_setzero_si512();
@@ -228,7 +225,7 @@ INLINE void q23k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *ou
                     s = _mm512_dpwssd_epi32(s, pairs, group_pairs(sc, gq));
                 }
             }
-            acc[p] = _mm512_fmadd_ps(halves_ps(yd * da, yd * db), _mm512_cvtepi32_ps(s), acc[p]);
+            acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dd, _mm512_set1_ps(yd)), _mm512_cvtepi32_ps(s), acc[p]);
         }
     }
     store_group(acc, out, nrow);
@@ -294,7 +291,7 @@ static void iq4xs_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *o
                     _mm512_add_epi32(_mm512_set_epi32(8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_set1_epi32(c)), sc);
                 s = _mm512_add_epi32(s, _mm512_mullo_epi32(t, scc));
             }
-            const __m512 d = halves_ps(f16(a->d) * yd, f16(b->d) * yd);
+            const __m512 d = _mm512_mul_ps(halves_f16(&a->d, &b->d), _mm512_set1_ps(yd));
             acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
         }
     }

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
@@ -53,6 +54,14 @@ static inline __m512 reduce16(const __m512 a[8]) {
     /* lane 4k + m holds a[2m + k / 2]'s half k % 2: token m, row k */
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     return _mm512_permutexvar_ps(idx, r);
+}
+
+/* [fp16 at a, as a float, x 8 | fp16 at b x 8]: one conversion for a row pair's two scales (each float the one
+   the scalar conversion gives) */
+static inline __m512 halves_f16(const void *a, const void *b) {
+    uint16_t ha, hb;
+    memcpy(&ha, a, sizeof ha), memcpy(&hb, b, sizeof hb);
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)ha)), _mm_set1_epi16((short)hb), 1));
 }
 
 /* [32 bytes at a | 32 bytes at b]: two loads, one insert */
