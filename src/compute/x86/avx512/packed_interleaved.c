@@ -107,12 +107,6 @@ PACKED_ENTRY(tkv__packed_q8_0_avx512, tkv__gemm_q8_0_packed_avx512, q8_group, TK
 
 /* ==== Q6_K ========================================================================== */
 
-/* Words 0-15: word g of sc, 16-31: word 16 + g (row a's group scale, row b's). */
-static inline __m512i pick_words(__m512i sc, int g) {
-    const __m512i hi = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(16), 1);
-    return _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_set1_epi16((short)g), hi), sc);
-}
-
 /*
  * Words [2c x 8 | 2c + 1 x 8 | 16 + 2c x 8 | 17 + 2c x 8] of sc (row a's 16
  * group scales at words 0-15, row b's at 16-31): the scales of chunk c's
