@@ -127,8 +127,18 @@ static inline __m256i tkv__q3k_scales16(const uint8_t s12[12]) {
     return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32)));
 }
 
-/* The same for a Q3_K block: q = low bits - 4 where the element's hmask bit is clear, by |q| and signed yq. */
-static inline __m256i tkv__q3k_lanes(const tkv__block_q3_K *x, const void *yq_) {
+/* 4 (y_2m + y_2m+1) in each word m of quarter-chunk g's activations (g < 8): what tkv__q3k_lanes_y4's q + 4 adds to
+   the chunk's pairs. A token's, computed once for every row it meets. */
+static inline void tkv__q3k_y4(const void *yq_, __m256i y4[8]) {
+    const uint8_t *yq = yq_;
+    for (int g = 0; g < 8; g++)
+        y4[g] = _mm256_maddubs_epi16(_mm256_set1_epi8(4), _mm256_loadu_si256((const __m256i *)(const void *)(yq + 32 * g)));
+}
+
+/* The same lanes for a Q3_K block from q + 4 (0..7: the low bits, + 4 where the element's hmask bit is set) by yq,
+   less y4 (tkv__q3k_y4 of yq): the vec_dot's pairs, |q| by yq signed as q, as the same words (they stay within
+   7 x 127 x 2), in fewer instructions. */
+static inline __m256i tkv__q3k_lanes_y4(const tkv__block_q3_K *x, const void *yq_, const __m256i y4[8]) {
     const uint8_t *yq = yq_;
     const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     const __m256i s16 = tkv__q3k_scales16(x->scales);
@@ -137,15 +147,24 @@ static inline __m256i tkv__q3k_lanes(const tkv__block_q3_K *x, const void *yq_) 
     for (int c = 0; c < 2; c++) {
         const __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * c));
         for (int j = 0; j < 4; j++) {
-            const __m256i bit = _mm256_set1_epi8((char)(1 << (4 * c + j)));
-            const __m256i clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
-            const __m256i q = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3), _mm256_and_si256(clear, four));
-            const __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(yq + 128 * c + 32 * j));
-            const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(tkv__q23k_pair(s16, 4 * c + j), pairs));
+            const int g = 4 * c + j;
+            /* hmask bit g of each byte to bit 2 (a shift within the byte's own bits: by at most 5 right, 2 left) */
+            const __m256i h = g >= 2 ? _mm256_srli_epi16(hm, g - 2) : _mm256_slli_epi16(hm, 2 - g);
+            const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3), _mm256_and_si256(h, four));
+            const __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(yq + 32 * g));
+            const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, y), y4[g]);
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(tkv__q23k_pair(s16, g), pairs));
         }
     }
     return sumi;
+}
+
+/* The same for a Q3_K block: q = low bits - 4 where the element's hmask bit is clear, by |q| and signed yq (the
+   vec_dot's pairs, as tkv__q3k_lanes_y4 forms them). */
+static inline __m256i tkv__q3k_lanes(const tkv__block_q3_K *x, const void *yq) {
+    __m256i y4[8];
+    tkv__q3k_y4(yq, y4);
+    return tkv__q3k_lanes_y4(x, yq, y4);
 }
 
 #endif

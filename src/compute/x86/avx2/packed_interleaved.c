@@ -103,16 +103,21 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
             const tkv__block_q6_K *x = (const tkv__block_q6_K *)(const void *)(blk + (size_t)k * BS);
             /* the 16 scales as words (sign-extended, as set1_epi16 of each makes them) */
             const __m256i s16 = _mm256_cvtepi8_epi16(LOAD128(x->scales));
+            /* scales 0-7 in both lanes, and 8-15: each chunk's pair of scales is then one in-lane shuffle */
+            const __m256i half[2] = {_mm256_permute4x64_epi64(s16, 0x44), _mm256_permute4x64_epi64(s16, 0xee)};
             __m256i sumi = _mm256_setzero_si256(), q[8];
             q6k_quants(x->ql, x->qh, q);
             for (int h = 0; h < 2; h++) {
+                UNROLL
                 for (int c = 0; c < 4; c++) {
-                    const int gr = 8 * h + 2 * c; /* groups gr (low lane) and gr + 1 (high lane) */
+                    /* groups 8h + 2c (low lane) and 8h + 2c + 1 (high lane) */
                     const __m256i p16 = _mm256_maddubs_epi16(q[4 * h + c], LOAD256(yb + Q8K_QS + 128 * h + 32 * c));
-                    /* [scales[gr] x 8 | scales[gr + 1] x 8]: dword gr / 2 everywhere, then word 0 of the low lane, 1 of the high */
-                    const __m256i sc = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(gr / 2)),
-                                                           _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
-                                                                            2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3));
+                    /* [scales[8h + 2c] x 8 | scales[8h + 2c + 1] x 8]: word 2c of the low lane, 2c + 1 of the high */
+                    const char lo0 = (char)(4 * c), lo1 = (char)(4 * c + 1), hi0 = (char)(4 * c + 2), hi1 = (char)(4 * c + 3);
+                    const __m256i sc = _mm256_shuffle_epi8(half[h], _mm256_setr_epi8(lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1,
+                                                                                      lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1,
+                                                                                      hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1,
+                                                                                      hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1));
                     sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
                 }
             }
@@ -139,11 +144,14 @@ INLINE void q23k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, fl
         float yd;
         memcpy(&yd, yb, sizeof yd);
         const __m256i bsums = LOAD256(yb + Q8K_BSUMS);
+        __m256i y4[8]; /* Q3_K: the token's, for every row of the group */
+        if (three) tkv__q3k_y4(yb + Q8K_QS, y4);
         for (int k = 0; k < nk; k++) {
             const uint8_t *x = blk + (size_t)k * bs;
             if (three) {
                 const tkv__block_q3_K *x3 = (const tkv__block_q3_K *)(const void *)x;
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x3->d)), _mm256_cvtepi32_ps(tkv__q3k_lanes(x3, yb + Q8K_QS)), acc[k]);
+                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x3->d)),
+                                         _mm256_cvtepi32_ps(tkv__q3k_lanes_y4(x3, yb + Q8K_QS, y4)), acc[k]);
             } else {
                 const tkv__block_q2_K *x2 = (const tkv__block_q2_K *)(const void *)x;
                 const __m256i prod = _mm256_madd_epi16(tkv__q2k_mins(x), bsums);
