@@ -81,11 +81,19 @@ static inline __m256i tkv__q2k_mins(const uint8_t *blk) {
  * block's 16 sub-block scales as words (s16: sub-block b at word b): sub-block
  * 2g's scale in the low 128 bits, 2g + 1's in the high (vpmaddwd with the
  * chunk's pairs: lanes 0-3 take the first 16 elements, 4-7 the next).
+ * tkv__q23k_halves first puts words 0-7 in both lanes of h[0] and 8-15 in
+ * both of h[1] (once per block), so each chunk's multipliers are one in-lane
+ * shuffle.
  */
-static inline __m256i tkv__q23k_pair(__m256i s16, int g) {
-    const __m256i w01 = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, /**/
-                                         2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
-    return _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(s16, _mm256_set1_epi32(g)), w01);
+static inline void tkv__q23k_halves(__m256i s16, __m256i h[2]) {
+    h[0] = _mm256_permute4x64_epi64(s16, 0x44);
+    h[1] = _mm256_permute4x64_epi64(s16, 0xee);
+}
+
+static inline __m256i tkv__q23k_pair(const __m256i h[2], int g) {
+    const char a = (char)(4 * (g % 4)), b = (char)(4 * (g % 4) + 1), c = (char)(4 * (g % 4) + 2), d = (char)(4 * (g % 4) + 3);
+    return _mm256_shuffle_epi8(h[g / 4], _mm256_setr_epi8(a, b, a, b, a, b, a, b, a, b, a, b, a, b, a, b, /**/
+                                                          c, d, c, d, c, d, c, d, c, d, c, d, c, d, c, d));
 }
 
 /*
@@ -98,15 +106,16 @@ static inline __m256i tkv__q23k_pair(__m256i s16, int g) {
 static inline __m256i tkv__q2k_lanes(const tkv__block_q2_K *x, const void *yq_) {
     const uint8_t *yq = yq_;
     const __m256i m3 = _mm256_set1_epi8(3);
-    const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)x->scales),
-                                                           _mm_set1_epi8(0x0f)));
+    __m256i h[2];
+    tkv__q23k_halves(_mm256_cvtepu8_epi16(_mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)x->scales),
+                                                        _mm_set1_epi8(0x0f))), h);
     __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 2; c++) {
         const __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * c));
         for (int j = 0; j < 4; j++) {
             const __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3);
             const __m256i pairs = _mm256_maddubs_epi16(q, _mm256_loadu_si256((const __m256i *)(const void *)(yq + 128 * c + 32 * j)));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(tkv__q23k_pair(s16, 4 * c + j), pairs));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(tkv__q23k_pair(h, 4 * c + j), pairs));
         }
     }
     return sumi;
@@ -141,7 +150,8 @@ static inline void tkv__q3k_y4(const void *yq_, __m256i y4[8]) {
 static inline __m256i tkv__q3k_lanes_y4(const tkv__block_q3_K *x, const void *yq_, const __m256i y4[8]) {
     const uint8_t *yq = yq_;
     const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
-    const __m256i s16 = tkv__q3k_scales16(x->scales);
+    __m256i hs[2];
+    tkv__q23k_halves(tkv__q3k_scales16(x->scales), hs);
     const __m256i hm = _mm256_loadu_si256((const __m256i *)(const void *)x->hmask);
     __m256i sumi = _mm256_setzero_si256();
     for (int c = 0; c < 2; c++) {
@@ -153,7 +163,7 @@ static inline __m256i tkv__q3k_lanes_y4(const tkv__block_q3_K *x, const void *yq
             const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * j), m3), _mm256_and_si256(h, four));
             const __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(yq + 32 * g));
             const __m256i pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(u, y), y4[g]);
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(tkv__q23k_pair(s16, g), pairs));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(tkv__q23k_pair(hs, g), pairs));
         }
     }
     return sumi;
