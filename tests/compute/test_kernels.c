@@ -698,7 +698,7 @@ static void test_vec_dot_extremes(void **state) {
 
 static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
                                      TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q6_K,
-                                     TKV_TYPE_IQ4_NL, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M, TKV_TYPE_IQ2_XXS,
+                                     TKV_TYPE_IQ4_NL, TKV_TYPE_IQ4_XS, TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M, TKV_TYPE_IQ2_XXS,
                                      TKV_TYPE_IQ2_XS, TKV_TYPE_IQ2_S, TKV_TYPE_IQ3_XXS, TKV_TYPE_IQ3_S,
                                      TKV_TYPE_TQ1_0};
 

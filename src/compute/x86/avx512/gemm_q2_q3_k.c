@@ -161,13 +161,6 @@ INLINE void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *
     }
 }
 
-/* The horizontal sums, out: 4 rows (nrow valid) x T tokens. */
-static void finish(const float *st, int T, float *y, size_t ldy, size_t nrow) {
-    __m512 a[8];
-    for (int q = 0; q < 8; q++) a[q] = q / 2 < T ? _mm512_load_ps(st + 16 * ((q % 2) * T + q / 2)) : _mm512_setzero_ps();
-    store_tile(y, ldy, reduce16(a), (int)min_sz(4, nrow), T);
-}
-
 enum { STT = 2 * TK * 16 /* stash floats per tile */ };
 
 /* A Q2_K / Q3_K product's buffers (on the stack). */
@@ -211,7 +204,7 @@ INLINE void q23_tile(void *f, const tile_chunk *c, const tile_step *s) {
 
 INLINE void q23_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
     (void)f;
-    finish(st, T, y, ldy, nrow);
+    store_pairs4(st, T, y, ldy, nrow);
 }
 
 /* packed: the job's rows are packed (compute/quant/repack.h; a constant, so the panel's block stride is one too) */

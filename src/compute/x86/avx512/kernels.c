@@ -336,6 +336,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,
             [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx512,
+            [TKV_TYPE_IQ4_XS] = tkv__gemm_iq4_xs_avx512, /* compute/x86/avx512/gemm_iq4_xs.c */
             [TKV_TYPE_IQ3_XXS] = tkv__gemm_iq3_xxs_avx512, /* compute/x86/avx512/gemm_iq3.c */
             [TKV_TYPE_IQ3_S] = tkv__gemm_iq3_s_avx512,
             [TKV_TYPE_IQ2_XXS] = tkv__gemm_iq2_xxs_avx2,

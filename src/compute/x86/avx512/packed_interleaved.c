@@ -23,8 +23,8 @@
  * Two tokens run it once per token, each group from cache the second time;
  * three and more (decode steps of several sequences, prefill) go to the
  * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c,
- * gemm_q2_q3_k.c: tile_driver.h reads blocks TKV__PACK_ROWS blocks apart);
- * IQ4_XS, with no tiled product, runs every batch per token.
+ * gemm_q2_q3_k.c, gemm_iq4_xs.c: tile_driver.h reads blocks TKV__PACK_ROWS
+ * blocks apart).
  */
 #include "compute/gemm.h"
 #include "util.h"
@@ -292,10 +292,6 @@ static void iq4xs_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *o
     store_group(acc, out, nrow);
 }
 
-/* Every batch per token, as at avx2 (no tiled IQ4_XS product). */
-void tkv__packed_iq4_xs_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                               float *y, size_t ldy) {
-    by_token(iq4xs_group, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
-}
+PACKED_ENTRY(tkv__packed_iq4_xs_avx512, tkv__gemm_iq4_xs_packed_avx512, iq4xs_group, TKV__QK_K)
 
 #endif

@@ -100,5 +100,16 @@ static inline void store_tile(float *y, size_t ldy, __m512 v, int nrow, int ntok
     if (ntok > 3) _mm_mask_storeu_ps(y + 3 * ldy, m, _mm512_extractf32x4_ps(v, 3));
 }
 
+/*
+ * A 4-row tile's finish: its stash st holds 2 row pairs x T tokens of 16
+ * float lanes, [pair][token]; their sums (reduce16's order) out to the T
+ * tokens' rows, nrow of the 4 written.
+ */
+static inline void store_pairs4(const float *st, int T, float *y, size_t ldy, size_t nrow) {
+    __m512 a[8];
+    for (int q = 0; q < 8; q++) a[q] = q / 2 < T ? _mm512_load_ps(st + 16 * ((q % 2) * T + q / 2)) : _mm512_setzero_ps();
+    store_tile(y, ldy, reduce16(a), (int)min_sz(4, nrow), T);
+}
+
 #endif
 #endif
