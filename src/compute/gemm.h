@@ -5,7 +5,7 @@
  * and level, named by its types, in the level's folder compute/x86/avx2/ or
  * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0, Q5_K and Q6_K),
  * gemm_q4_q5_k.c (Q4_K and Q5_K, block-reduced, over their transposed layout), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k.c,
- * gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_iq4_xs.c (avx512 only), gemm_float.c; the IQ1
+ * gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_iq4_xs.c, gemm_float.c; the IQ1
  * types' in avx2/dot_iq1.c (their dots in compute/x86/iq1.h); the products over Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and
  * IQ4_XS rows packed at load (compute/quant/repack.h) in packed_interleaved.c. Each folder is compiled with its level's -m flags
  * (its sources.cmake) and reached only through a table the CPU supports.
@@ -226,13 +226,17 @@ void tkv__packed_q2_K_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
 void tkv__packed_q3_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 /* compute/x86/avx2/kernels.c's IQ4_XS vec_dot (the avx512 table's too), the two levels' IQ4_XS
-   products over packed rows (packed_interleaved.c: one token from the groups; at avx2 every batch per token),
-   and the avx512 level's tiled product (compute/x86/avx512/gemm_iq4_xs.c) over file rows and packed rows */
+   products over packed rows (packed_interleaved.c: one and two tokens from the groups), and their tiled
+   products (each level's gemm_iq4_xs.c) over file rows and packed rows */
 float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a);
 void tkv__packed_iq4_xs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 void tkv__packed_iq4_xs_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                size_t n_tok, float *y, size_t ldy);
+void tkv__gemm_iq4_xs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_iq4_xs_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                                  size_t n_tok, float *y, size_t ldy);
 void tkv__gemm_iq4_xs_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 void tkv__gemm_iq4_xs_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,

@@ -779,6 +779,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,
             [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx2,
+            [TKV_TYPE_IQ4_XS] = tkv__gemm_iq4_xs_avx2, /* compute/x86/avx2/gemm_iq4_xs.c */
             [TKV_TYPE_IQ1_S] = tkv__gemm_iq1_s_avx2, /* compute/x86/avx2/dot_iq1.c */
             [TKV_TYPE_IQ1_M] = tkv__gemm_iq1_m_avx2,
             [TKV_TYPE_IQ3_XXS] = tkv__gemm_iq3_xxs_avx2, /* compute/x86/avx2/gemm_iq3.c */

@@ -20,9 +20,8 @@
  *
  * Two tokens run it once per token, each group from cache the second time;
  * three and more go to the tiled products over the same packed rows
- * (gemm_q8_0_q4_q5_q6_k.c, gemm_q2_q3_k.c: tile_driver.h reads blocks
- * TKV__PACK_ROWS apart); IQ4_XS, with no tiled product, runs every batch
- * per token.
+ * (gemm_q8_0_q4_q5_q6_k.c, gemm_q2_q3_k.c, gemm_iq4_xs.c: tile_driver.h
+ * reads blocks TKV__PACK_ROWS apart).
  */
 #include "compute/gemm.h"
 #include "util.h"
@@ -221,12 +220,6 @@ PACKED_ENTRY(tkv__packed_q2_K_avx2, tkv__gemm_q2_K_packed_avx2, q2k_rows, TKV__Q
 
 PACKED_ENTRY(tkv__packed_q3_K_avx2, tkv__gemm_q3_K_packed_avx2, q3k_rows, TKV__QK_K)
 
-/* Every batch per token: the level has no tiled IQ4_XS product (over the
-   file's rows a batch runs the vec_dot per row and token), and per token
-   the group comes from cache after the first. */
-void tkv__packed_iq4_xs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
-    by_token(iq4xs_rows, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy);
-}
+PACKED_ENTRY(tkv__packed_iq4_xs_avx2, tkv__gemm_iq4_xs_packed_avx2, iq4xs_rows, TKV__QK_K)
 
 #endif
