@@ -197,6 +197,18 @@ static inline __m256i iq1_m_ls16(const tkv__block_iq1_m *x) {
     return _mm256_permute4x64_epi64(_mm256_packus_epi16(l, l), 0x88);
 }
 
+/* The 32 grid indices of an IQ1_M super-block: qs[g] | (3 low bits of group g's qh nibble) << 8. */
+static inline void iq1_m_indices(const tkv__block_iq1_m *x, const __m128i qh, uint16_t idx[32]) {
+    const __m128i m7 = _mm_set1_epi8(7);
+    const __m128i lo = _mm_and_si128(qh, m7), hi = _mm_and_si128(_mm_srli_epi16(qh, 4), m7);
+    const __m256i q0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)x->qs));
+    const __m256i q1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x->qs + 16)));
+    _mm256_store_si256((__m256i *)(void *)idx,
+                       _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(lo, hi)), 8)));
+    _mm256_store_si256((__m256i *)(void *)(idx + 16),
+                       _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(lo, hi)), 8)));
+}
+
 static inline float iq1_m_dot(size_t n, const void *w, const void *a) {
     const tkv__block_iq1_m *x = w;
     const tkv__block_q8_K *y = a;
@@ -211,14 +223,7 @@ static inline float iq1_m_dot(size_t n, const void *w, const void *a) {
     _Alignas(32) uint16_t idx[32];
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const __m128i qh = _mm_loadu_si128((const __m128i *)(const void *)x[i].qh);
-        const __m128i m7 = _mm_set1_epi8(7);
-        const __m128i lo = _mm_and_si128(qh, m7), hi = _mm_and_si128(_mm_srli_epi16(qh, 4), m7);
-        const __m256i q0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)x[i].qs));
-        const __m256i q1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x[i].qs + 16)));
-        _mm256_store_si256((__m256i *)(void *)idx,
-                           _mm256_or_si256(q0, _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(lo, hi)), 8)));
-        _mm256_store_si256((__m256i *)(void *)(idx + 16),
-                           _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(lo, hi)), 8)));
+        iq1_m_indices(&x[i], qh, idx);
         /* bit j: group 2j's shift sign (qh byte j bit 3); bit 16 + j: group 2j + 1's (bit 7) */
         const uint32_t sg = (uint32_t)_mm_movemask_epi8(_mm_slli_epi16(qh, 4)) |
                             (uint32_t)_mm_movemask_epi8(qh) << 16;
