@@ -20,8 +20,11 @@
  * its fma before the block's. Q2_K, Q3_K and IQ4_XS follow the vec_dots
  * this level keeps from avx2.
  *
- * Two tokens run it once per token, each group from cache the second time;
- * three and more (decode steps of several sequences, prefill) go to the
+ * Two tokens (a decode step of two sequences, or of one with a draft) run
+ * the same product for both at once: each row pair unpacked once, each
+ * token's operations the one-token product's (PACKED_ENTRY2); Q4_K and Q5_K
+ * (gemm_q4_q5_k.c) read any batch from the packed rows directly. Three and
+ * more (decode steps of several sequences, prefill) go to the
  * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c,
  * gemm_q2_q3_k.c, gemm_iq4_xs.c: tile_driver.h reads blocks TKV__PACK_ROWS
  * blocks apart).
@@ -70,40 +73,84 @@ static void by_token(group_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t
         for (size_t t = 0; t < n_tok; t++) f(w + r / G * gs, nb, xq + t * xrs, y + t * ldy + r, nr - r);
 }
 
+typedef void group2_fn(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow);
+
+/* Two tokens over each group at once (f unpacks a row pair once for both). */
+static void two_tokens(group2_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t nr, const uint8_t *xq, size_t xrs,
+                       float *y, size_t ldy) {
+    const uint8_t *ya[2] = {xq, xq + xrs};
+    for (size_t r = 0; r < nr; r += G) {
+        float *out[2] = {y + r, y + ldy + r};
+        f(w + r / G * gs, nb, ya, out, nr - r);
+    }
+}
+
+/* A packed entry whose types have a two-token group product two: 1 token by one, 2 by two, 3 and more the
+   tiled product over the packed rows. */
+#define PACKED_ENTRY2(name, tiled, one, two, block_elems)                                                        \
+    void name(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,  \
+              size_t ldy) {                                                                                    \
+        if (n_tok >= BY_TOKEN_MAX) tiled(n, w, gs, nr, xq, xrs, n_tok, y, ldy);                               \
+        else if (n_tok == 2) two_tokens(two, n / (block_elems), w, gs, nr, xq, xrs, y, ldy);                   \
+        else by_token(one, n / (block_elems), w, gs, nr, xq, xrs, n_tok, y, ldy);                              \
+    }
+
 /* ==== Q8_0 ========================================================================== */
 
-/* One group, one token (y: its nb Q8_0 blocks), into y_out[0 .. nrow). */
-static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+/*
+ * One group, T tokens (1 or 2: ya[t], their nb Q8_0 blocks, into out[t][0 .. nrow)): a row pair's weights
+ * and scales are loaded and converted once for the T tokens; each token's operations are the one-token
+ * product's, in its order.
+ */
+INLINE void q8_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow, int T) {
     enum { BS = sizeof(tkv__block_q8_0) };
-    __m512 acc[2][PAIRS];
-    for (int par = 0; par < 2; par++)
-        for (int p = 0; p < PAIRS; p++) acc[par][p] = _mm512_setzero_ps();
+    __m512 acc[2][2][PAIRS]; /* [token][parity][pair] */
+    for (int t = 0; t < T; t++)
+        for (int par = 0; par < 2; par++)
+            for (int p = 0; p < PAIRS; p++) acc[t][par][p] = _mm512_setzero_ps();
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * BS, *blk = g + i * G * BS;
+        const uint8_t *blk = g + i * G * BS;
         if (i % 4 == 0) prefetch_span(blk + (PREFETCH_AHEAD / (G * BS)) * G * BS, 4 * G * BS);
         /* the weights + 128 (unsigned) times the token's quants (signed) by vpdpbusd, from
            -128 times each 4 quants' sum: sum(w y) exactly, as the vec_dot's */
-        const __m512i yv = BCAST256(yb + 2);
-        const __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yv));
-        const __m512 dy = _mm512_set1_ps(blk_d(yb));
+        __m512i yv[2], corr[2];
+        __m512 dy[2];
+        for (int t = 0; t < T; t++) {
+            const uint8_t *yb = ya[t] + i * BS;
+            yv[t] = BCAST256(yb + 2);
+            corr[t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yv[t]));
+            dy[t] = _mm512_set1_ps(blk_d(yb));
+        }
         const int par = (int)(i % 2); /* the vec_dot's acc0 / acc1 (an odd count's last block is even) */
         UNROLL
         for (int p = 0; p < PAIRS; p++) {
             const uint8_t *a = blk + 2 * p * BS, *b = a + BS;
             const __m512i w = _mm512_xor_si512(load_halves(a + 2, b + 2), bias);
-            const __m512i s = _mm512_dpbusd_epi32(corr, w, yv);
-            /* the vec_dot's products of the scales, each a float multiply */
-            const __m512 d = _mm512_mul_ps(halves_f16(a, b), dy);
-            acc[par][p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[par][p]);
+            const __m512 dw = halves_f16(a, b);
+            for (int t = 0; t < T; t++) {
+                const __m512i s = _mm512_dpbusd_epi32(corr[t], w, yv[t]);
+                /* the vec_dot's products of the scales, each a float multiply */
+                acc[t][par][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy[t]), _mm512_cvtepi32_ps(s), acc[t][par][p]);
+            }
         }
     }
-    __m512 v[PAIRS];
-    for (int p = 0; p < PAIRS; p++) v[p] = _mm512_add_ps(acc[0][p], acc[1][p]);
-    store_group(v, out, nrow);
+    for (int t = 0; t < T; t++) {
+        __m512 v[PAIRS];
+        for (int p = 0; p < PAIRS; p++) v[p] = _mm512_add_ps(acc[t][0][p], acc[t][1][p]);
+        store_group(v, out[t], nrow);
+    }
 }
 
-PACKED_ENTRY(tkv__packed_q8_0_avx512, tkv__gemm_q8_0_packed_avx512, q8_group, TKV__QK)
+static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    q8_rows(g, nb, &ya, &out, nrow, 1);
+}
+
+static void q8_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow) {
+    q8_rows(g, nb, ya, out, nrow, 2);
+}
+
+PACKED_ENTRY2(tkv__packed_q8_0_avx512, tkv__gemm_q8_0_packed_avx512, q8_group, q8_group2, TKV__QK)
 
 /* ==== Q6_K ========================================================================== */
 
@@ -118,38 +165,68 @@ static inline __m512i group_pairs(__m512i sc, int c) {
     return _mm512_permutexvar_epi16(_mm512_add_epi16(idx0, _mm512_set1_epi16((short)(2 * c))), sc);
 }
 
-/* One group of Q6_K rows, one token. */
-static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+/*
+ * One group of Q6_K rows, T tokens (1 or 2: ya[t], out[t]). A row pair's
+ * quants are unpacked once for the T tokens (the unpacking is about half of
+ * a token's instructions); each token's sums are the one-token product's
+ * (the same operations in the same order), so T = 2 gives the bits of two
+ * one-token calls. The token's chunks are broadcast from memory per use:
+ * 2 x 8 accumulators, the 8 unpacked chunks and the scales fill the
+ * registers.
+ */
+INLINE void q6k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow, int T) {
     enum { BS = sizeof(tkv__block_q6_K), QBS = sizeof(tkv__block_q8_K) };
-    __m512 acc[PAIRS];
-    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    __m512 acc[2][PAIRS];
+    for (int t = 0; t < T; t++)
+        for (int p = 0; p < PAIRS; p++) acc[t][p] = _mm512_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        const uint8_t *blk = g + i * G * BS, *yb[2];
         prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
-        float yd;
-        memcpy(&yd, yb, sizeof yd);
-        const __m512i bsums = BCAST256(yb + Q8K_BSUMS);
-        /* the token's 8 chunks of 32 quants, in both halves: the same for the 8 row pairs */
+        __m512i bsums[2];
+        __m512 yd[2];
+        /* one token: its 8 chunks of 32 quants in both halves, kept in registers for the 8 row pairs */
         __m512i y[8];
-        UNROLL
-        for (int c = 0; c < 8; c++) y[c] = BCAST256(yb + Q8K_QS + 32 * c);
+        for (int t = 0; t < T; t++) {
+            yb[t] = ya[t] + i * QBS;
+            float d;
+            memcpy(&d, yb[t], sizeof d);
+            yd[t] = _mm512_set1_ps(d);
+            bsums[t] = BCAST256(yb[t] + Q8K_BSUMS);
+        }
+        if (T == 1) {
+            UNROLL
+            for (int c = 0; c < 8; c++) y[c] = BCAST256(yb[0] + Q8K_QS + 32 * c);
+        }
         for (int p = 0; p < PAIRS; p++) {
             const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)(blk + 2 * p * BS), *b = a + 1;
             const __m512i sc = halves_epi(_mm256_cvtepi8_epi16(LOAD128(a->scales)), _mm256_cvtepi8_epi16(LOAD128(b->scales)));
-            /* from -32 (bsums . scales): the q - 32 offset */
-            __m512i s = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_madd_epi16(bsums, sc), 5));
+            const __m512 dw = halves_f16(&a->d, &b->d);
             __m512i q[8];
             q6k_quants_pair(a, b, q);
-            UNROLL
-            for (int c = 0; c < 8; c++) s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[c], y[c]), group_pairs(sc, c));
-            const __m512 d = _mm512_mul_ps(halves_f16(&a->d, &b->d), _mm512_set1_ps(yd));
-            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+            for (int t = 0; t < T; t++) {
+                /* from -32 (bsums . scales): the q - 32 offset */
+                __m512i s = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_madd_epi16(bsums[t], sc), 5));
+                UNROLL
+                for (int c = 0; c < 8; c++) {
+                    const __m512i yc = T == 1 ? y[c] : BCAST256(yb[t] + Q8K_QS + 32 * c);
+                    s = _mm512_dpwssd_epi32(s, _mm512_maddubs_epi16(q[c], yc), group_pairs(sc, c));
+                }
+                acc[t][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, yd[t]), _mm512_cvtepi32_ps(s), acc[t][p]);
+            }
         }
     }
-    store_group(acc, out, nrow);
+    for (int t = 0; t < T; t++) store_group(acc[t], out[t], nrow);
 }
 
-PACKED_ENTRY(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, TKV__QK_K)
+static void q6k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    q6k_rows(g, nb, &ya, &out, nrow, 1);
+}
+
+static void q6k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow) {
+    q6k_rows(g, nb, ya, out, nrow, 2);
+}
+
+PACKED_ENTRY2(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, q6k_group2, TKV__QK_K)
 
 /* ==== Q2_K / Q3_K ==================================================================== */
 
@@ -160,25 +237,30 @@ PACKED_ENTRY(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, T
  * 4 y: the same words, two instructions fewer), then the sub-blocks' scales
  * by vpdpwssd; per block its fmas in its order (Q2_K's mins first).
  */
-INLINE void q23k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow, int three) {
+INLINE void q23k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow, int three,
+                      int T) {
     enum { QBS = sizeof(tkv__block_q8_K) };
     const size_t bs = three ? sizeof(tkv__block_q3_K) : sizeof(tkv__block_q2_K);
-    __m512 acc[PAIRS];
-    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    __m512 acc[2][PAIRS];
+    for (int t = 0; t < T; t++)
+        for (int p = 0; p < PAIRS; p++) acc[t][p] = _mm512_setzero_ps();
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
+        const uint8_t *blk = g + i * G * bs;
         prefetch_span(blk + (PREFETCH_AHEAD / (G * bs) + 1) * G * bs, G * bs);
-        float yd;
-        memcpy(&yd, yb, sizeof yd);
-        __m512i yv[8], y4[8];
-        UNROLL
-        for (int c = 0; c < 8; c++) {
-            yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
-            /* Q3_K: 4 (y_2m + y_2m+1) per word, what q + 4 adds to a pair's q y (below) */
-            if (three) y4[c] = _mm512_maddubs_epi16(four, yv[c]);
+        float yd[2];
+        __m512i yv[2][8], y4[2][8], bsums[2];
+        for (int t = 0; t < T; t++) {
+            const uint8_t *yb = ya[t] + i * QBS;
+            memcpy(&yd[t], yb, sizeof yd[t]);
+            UNROLL
+            for (int c = 0; c < 8; c++) {
+                yv[t][c] = BCAST256(yb + Q8K_QS + 32 * c);
+                /* Q3_K: 4 (y_2m + y_2m+1) per word, what q + 4 adds to a pair's q y (below) */
+                if (three) y4[t][c] = _mm512_maddubs_epi16(four, yv[t][c]);
+            }
+            bsums[t] = BCAST256(yb + Q8K_BSUMS);
         }
-        const __m512i bsums = BCAST256(yb + Q8K_BSUMS);
         for (int p = 0; p < PAIRS; p++) {
             const uint8_t *ra = blk + 2 * p * bs, *rb = ra + bs;
             const tkv__block_q2_K *a2 = (const tkv__block_q2_K *)(const void *)ra, *b2 = (const tkv__block_q2_K *)(const void *)rb;
@@ -193,105 +275,136 @@ INLINE void q23k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *ou
                 const __m128i m4 = _mm_set1_epi8(0x0f);
                 sc = halves_epi(_mm256_cvtepu8_epi16(_mm_and_si128(LOAD128(a2->scales), m4)),
                                 _mm256_cvtepu8_epi16(_mm_and_si128(LOAD128(b2->scales), m4)));
-                const __m512i prod = _mm512_madd_epi16(halves_epi(tkv__q2k_mins(ra), tkv__q2k_mins(rb)), bsums);
-                acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(halves_f16(&a2->dmin, &b2->dmin), _mm512_set1_ps(-yd)),
-                                         _mm512_cvtepi32_ps(prod), acc[p]);
+                const __m512i mins = halves_epi(tkv__q2k_mins(ra), tkv__q2k_mins(rb));
+                const __m512 dmin = halves_f16(&a2->dmin, &b2->dmin);
+                for (int t = 0; t < T; t++)
+                    acc[t][p] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(-yd[t])),
+                                                _mm512_cvtepi32_ps(_mm512_madd_epi16(mins, bsums[t])), acc[t][p]);
                 dd = halves_f16(&a2->d, &b2->d);
             }
+            /* quarter-chunk gq = 4 c + j: elements 32 gq .. 32 gq + 31, sub-blocks 2 gq and 2 gq + 1 */
             const uint8_t *qa = three ? a3->qs : a2->qs, *qb = three ? b3->qs : b2->qs;
-            __m512i s = _mm512_setzero_si512();
+            __m512i q[8];
             UNROLL
             for (int c = 0; c < 2; c++) {
                 const __m512i bits = halves_epi(LOAD256(qa + 32 * c), LOAD256(qb + 32 * c));
                 UNROLL
                 for (int j = 0; j < 4; j++) {
-                    const int gq = 4 * c + j; /* elements 32 gq .. 32 gq + 31: sub-blocks 2 gq, 2 gq + 1 */
-                    __m512i q = _mm512_and_si512(_mm512_srli_epi16(bits, 2 * j), m3), pairs;
-                    if (three) {
-                        /* q + 4 (0..7: the low bits, + 4 where the hmask bit is set) by the token's quants, less
-                           4 y per element: the vec_dot's q y pairs (|q| by y signed as q) exactly, as the words
-                           stay within 7 x 127 x 2 */
-                        q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(hm, _mm512_set1_epi8((char)(1 << gq))), q, four);
-                        pairs = _mm512_sub_epi16(_mm512_maddubs_epi16(q, yv[gq]), y4[gq]);
-                    } else {
-                        pairs = _mm512_maddubs_epi16(q, yv[gq]);
-                    }
-                    s = _mm512_dpwssd_epi32(s, pairs, group_pairs(sc, gq));
+                    const int gq = 4 * c + j;
+                    q[gq] = _mm512_and_si512(_mm512_srli_epi16(bits, 2 * j), m3);
+                    /* Q3_K: q + 4 (0..7: the low bits, + 4 where the hmask bit is set) by the token's quants,
+                       less 4 y per element below: the vec_dot's q y pairs (|q| by y signed as q) exactly, as
+                       the words stay within 7 x 127 x 2 */
+                    if (three)
+                        q[gq] = _mm512_mask_add_epi8(q[gq], _mm512_test_epi8_mask(hm, _mm512_set1_epi8((char)(1 << gq))),
+                                                     q[gq], four);
                 }
             }
-            acc[p] = _mm512_fmadd_ps(_mm512_mul_ps(dd, _mm512_set1_ps(yd)), _mm512_cvtepi32_ps(s), acc[p]);
+            for (int t = 0; t < T; t++) {
+                __m512i s = _mm512_setzero_si512();
+                UNROLL
+                for (int gq = 0; gq < 8; gq++) {
+                    __m512i pairs = _mm512_maddubs_epi16(q[gq], yv[t][gq]);
+                    if (three) pairs = _mm512_sub_epi16(pairs, y4[t][gq]);
+                    s = _mm512_dpwssd_epi32(s, pairs, group_pairs(sc, gq));
+                }
+                acc[t][p] = _mm512_fmadd_ps(_mm512_mul_ps(dd, _mm512_set1_ps(yd[t])), _mm512_cvtepi32_ps(s), acc[t][p]);
+            }
         }
     }
-    store_group(acc, out, nrow);
+    for (int t = 0; t < T; t++) store_group(acc[t], out[t], nrow);
 }
 
 static void q2k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
-    q23k_group(g, nb, ya, out, nrow, 0);
+    q23k_rows(g, nb, &ya, &out, nrow, 0, 1);
 }
 
 static void q3k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
-    q23k_group(g, nb, ya, out, nrow, 1);
+    q23k_rows(g, nb, &ya, &out, nrow, 1, 1);
 }
 
-PACKED_ENTRY(tkv__packed_q2_K_avx512, tkv__gemm_q2_K_packed_avx512, q2k_group, TKV__QK_K)
+static void q2k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow) {
+    q23k_rows(g, nb, ya, out, nrow, 0, 2);
+}
 
-PACKED_ENTRY(tkv__packed_q3_K_avx512, tkv__gemm_q3_K_packed_avx512, q3k_group, TKV__QK_K)
+static void q3k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow) {
+    q23k_rows(g, nb, ya, out, nrow, 1, 2);
+}
+
+PACKED_ENTRY2(tkv__packed_q2_K_avx512, tkv__gemm_q2_K_packed_avx512, q2k_group, q2k_group2, TKV__QK_K)
+
+PACKED_ENTRY2(tkv__packed_q3_K_avx512, tkv__gemm_q3_K_packed_avx512, q3k_group, q3k_group2, TKV__QK_K)
 
 /* ==== IQ4_XS ======================================================================== */
 
 /*
- * One group of IQ4_XS rows, one token. Per sub-block and row pair each
+ * One group of IQ4_XS rows, T tokens (1 or 2; a row pair's nibbles, codebook
+ * values and scales unpacked once for both). Per sub-block and row pair each
  * lane's 4 products q y by vpdpbusd (the codebook + 128 by the token's
  * quants, from -128 x their sums), times the sub-block's scale: the vec_dot's
  * 8 integer lanes per row (its |q| by y signed as q in words, then vpdpwssd
  * with the scale), two instructions fewer per sub-block.
  */
-static void iq4xs_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+INLINE void iq4xs_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow, int T) {
     enum { BS = sizeof(tkv__block_iq4_xs), QBS = sizeof(tkv__block_q8_K) };
-    __m512 acc[PAIRS];
-    for (int p = 0; p < PAIRS; p++) acc[p] = _mm512_setzero_ps();
+    __m512 acc[2][PAIRS];
+    for (int t = 0; t < T; t++)
+        for (int p = 0; p < PAIRS; p++) acc[t][p] = _mm512_setzero_ps();
     /* the codebook + 128 (1..241, unsigned): vpdpbusd's left operand */
     const __m512i book = _mm512_xor_si512(_mm512_broadcast_i32x4(LOAD128(tkv__iq4nl_values)), _mm512_set1_epi8((char)0x80));
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        const uint8_t *blk = g + i * G * BS;
         prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
-        float yd;
-        memcpy(&yd, yb, sizeof yd);
-        /* the token's sub-block c in both halves, and -128 x the sum of each 4 of its quants (what the + 128
+        float yd[2];
+        /* each token's sub-block c in both halves, and -128 x the sum of each 4 of its quants (what the + 128
            adds to a lane of vpdpbusd) */
-        __m512i yv[8], neg[8];
-        UNROLL
-        for (int c = 0; c < 8; c++) {
-            yv[c] = BCAST256(yb + Q8K_QS + 32 * c);
-            neg[c] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), yv[c]));
+        __m512i yv[2][8], neg[2][8];
+        for (int t = 0; t < T; t++) {
+            const uint8_t *yb = ya[t] + i * QBS;
+            memcpy(&yd[t], yb, sizeof yd[t]);
+            UNROLL
+            for (int c = 0; c < 8; c++) {
+                yv[t][c] = BCAST256(yb + Q8K_QS + 32 * c);
+                neg[t][c] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), yv[t][c]));
+            }
         }
         for (int p = 0; p < PAIRS; p++) {
             const tkv__block_iq4_xs *a = (const tkv__block_iq4_xs *)(const void *)(blk + 2 * p * BS), *b = a + 1;
             /* dwords 0-7: a's sub-block scales, 8-15: b's */
             const __m512i sc = halves_epi(_mm256_cvtepi16_epi32(iq4xs_scales(a)), _mm256_cvtepi16_epi32(iq4xs_scales(b)));
-            __m512i s = _mm512_setzero_si512();
+            __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
             UNROLL
             for (int c = 0; c < 8; c++) {
                 /* [a's 16 bytes, twice | b's, twice]; the low nibbles in 128-bit lanes 0 and 2, the high in 1 and 3 */
                 const __m512i raw = halves_epi(_mm256_broadcastsi128_si256(LOAD128(a->qs + 16 * c)),
                                                _mm256_broadcastsi128_si256(LOAD128(b->qs + 16 * c)));
                 const __m512i nib = _mm512_and_si512(_mm512_mask_srli_epi16(raw, 0xff00ff00u, raw, 4), m4);
-                /* each lane's 4 q y exactly (the vec_dot's two words of |q| by y signed as q, added), then its
-                   sub-block's scale: the vec_dot's vpdpwssd lanes */
-                const __m512i t = _mm512_dpbusd_epi32(neg[c], _mm512_shuffle_epi8(book, nib), yv[c]);
+                const __m512i q = _mm512_shuffle_epi8(book, nib);
                 const __m512i scc = _mm512_permutexvar_epi32(
                     _mm512_add_epi32(_mm512_set_epi32(8, 8, 8, 8, 8, 8, 8, 8, 0, 0, 0, 0, 0, 0, 0, 0), _mm512_set1_epi32(c)), sc);
-                s = _mm512_add_epi32(s, _mm512_mullo_epi32(t, scc));
+                /* each lane's 4 q y exactly (the vec_dot's two words of |q| by y signed as q, added), then its
+                   sub-block's scale: the vec_dot's vpdpwssd lanes */
+                for (int t = 0; t < T; t++)
+                    s[t] = _mm512_add_epi32(s[t], _mm512_mullo_epi32(_mm512_dpbusd_epi32(neg[t][c], q, yv[t][c]), scc));
             }
-            const __m512 d = _mm512_mul_ps(halves_f16(&a->d, &b->d), _mm512_set1_ps(yd));
-            acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[p]);
+            const __m512 dw = halves_f16(&a->d, &b->d);
+            for (int t = 0; t < T; t++)
+                acc[t][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(yd[t])), _mm512_cvtepi32_ps(s[t]), acc[t][p]);
         }
     }
-    store_group(acc, out, nrow);
+    for (int t = 0; t < T; t++) store_group(acc[t], out[t], nrow);
 }
 
-PACKED_ENTRY(tkv__packed_iq4_xs_avx512, tkv__gemm_iq4_xs_packed_avx512, iq4xs_group, TKV__QK_K)
+static void iq4xs_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
+    iq4xs_rows(g, nb, &ya, &out, nrow, 1);
+}
+
+static void iq4xs_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow) {
+    iq4xs_rows(g, nb, ya, out, nrow, 2);
+}
+
+PACKED_ENTRY2(tkv__packed_iq4_xs_avx512, tkv__gemm_iq4_xs_packed_avx512, iq4xs_group, iq4xs_group2, TKV__QK_K)
 
 #endif
