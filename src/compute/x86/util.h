@@ -113,8 +113,14 @@ static inline __m128i iq4xs_scales(const tkv__block_iq4_xs *x) {
  */
 #define PREFETCH_AHEAD 8192
 
-/* Ask for bytes [0, len) at p, a line at a time (prefetches never fault: p may be past the group's end). */
-static inline void prefetch_span(const uint8_t *p, size_t len) {
+/*
+ * Ask for bytes [0, len) at p, a line at a time (prefetches never fault: p may be past the group's end).
+ * Always inlined, as prefetch_rows: a prefetch changes no memory, so gcc (12) finds a function of nothing
+ * but prefetches const and deletes its calls where it does not inline it first, which it did in every
+ * always_inline caller (the one-token Q2_K and Q3_K products ran without prefetches from the day they
+ * became INLINE until this was seen in their disassembly).
+ */
+INLINE void prefetch_span(const uint8_t *p, size_t len) {
     for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
@@ -136,7 +142,7 @@ static inline int plan_tiles(size_t tn, int big, size_t *start, int *len) {
  * each of nrow rows) while this panel's tiles run: a panel reads only a few
  * cache lines per row, too few for the hardware prefetcher to get ahead.
  */
-static inline void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size_t len) {
+INLINE void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size_t len) {
     for (int k = 0; k < nrow; k++)
         for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
 }
