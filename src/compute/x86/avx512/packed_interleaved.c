@@ -20,11 +20,11 @@
  * its fma before the block's. Q2_K, Q3_K and IQ4_XS follow the vec_dots
  * this level keeps from avx2.
  *
- * Two tokens (a decode step of two sequences, or of one with a draft) run
- * the same product for both at once: each row pair unpacked once, each
- * token's operations the one-token product's (PACKED_ENTRY2); Q4_K and Q5_K
- * (gemm_q4_q5_k.c) read any batch from the packed rows directly. Three and
- * more (decode steps of several sequences, prefill) go to the
+ * Decode steps of a few tokens (a few sequences, or one with drafts) run
+ * the same product two tokens at a time: each row pair unpacked once for
+ * both, each token's operations the one-token product's (PACKED_ENTRY2 and
+ * its per-type bound); Q4_K and Q5_K (gemm_q4_q5_k.c) read any batch from
+ * the packed rows directly. More tokens (prefill, bigger steps) go to the
  * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c,
  * gemm_q2_q3_k.c, gemm_iq4_xs.c: tile_driver.h reads blocks TKV__PACK_ROWS
  * blocks apart).
@@ -46,7 +46,6 @@
 enum {
     G = TKV__PACK_ROWS, /* rows per group */
     PAIRS = G / 2,
-    BY_TOKEN_MAX = 3, /* below this many tokens, the one-token product per token (as at avx2) */
 };
 
 #define Q8K_QS 4
@@ -66,33 +65,39 @@ static inline void store_group(const __m512 v[PAIRS], float *y, size_t nrow) {
 
 typedef void group_fn(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow);
 
-/* Each token over each group in turn (the group in cache for the next). */
-static void by_token(group_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t nr, const uint8_t *xq, size_t xrs,
-                     size_t n_tok, float *y, size_t ldy) {
-    for (size_t r = 0; r < nr; r += G)
-        for (size_t t = 0; t < n_tok; t++) f(w + r / G * gs, nb, xq + t * xrs, y + t * ldy + r, nr - r);
-}
-
 typedef void group2_fn(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow);
 
-/* Two tokens over each group at once (f unpacks a row pair once for both). */
-static void two_tokens(group2_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t nr, const uint8_t *xq, size_t xrs,
-                       float *y, size_t ldy) {
-    const uint8_t *ya[2] = {xq, xq + xrs};
+/*
+ * Tokens two at a time over each group (two unpacks a row pair once for both), the last of an odd count by
+ * one; each group's passes follow one another, so the group comes from cache after the first.
+ */
+static void by_pairs(group_fn *one, group2_fn *two, size_t nb, const uint8_t *w, size_t gs, size_t nr,
+                     const uint8_t *xq, size_t xrs, size_t n_tok, float *y, size_t ldy) {
     for (size_t r = 0; r < nr; r += G) {
-        float *out[2] = {y + r, y + ldy + r};
-        f(w + r / G * gs, nb, ya, out, nr - r);
+        const uint8_t *g = w + r / G * gs;
+        size_t t = 0;
+        for (; t + 2 <= n_tok; t += 2) {
+            const uint8_t *ya[2] = {xq + t * xrs, xq + (t + 1) * xrs};
+            float *out[2] = {y + t * ldy + r, y + (t + 1) * ldy + r};
+            two(g, nb, ya, out, nr - r);
+        }
+        if (t < n_tok) one(g, nb, xq + t * xrs, y + t * ldy + r, nr - r);
     }
 }
 
-/* A packed entry whose types have a two-token group product two: 1 token by one, 2 by two, 3 and more the
-   tiled product over the packed rows. */
-#define PACKED_ENTRY2(name, tiled, one, two, block_elems)                                                        \
+/*
+ * A packed entry whose type has a two-token group product two: up to pairs_max tokens by pairs (and one),
+ * more through the tiled product over the packed rows, which builds a panel of unpacked weights per call
+ * and pays for it only over more tokens. Each type's pairs_max is where the two cross on one thread
+ * (bench_kernels -n N -r R -t T, packed rows, at 768 x 32000, 2048 x 2048 and 5632 x 2048: by pairs
+ * Q6_K 3 tokens 0.99 against 1.38 ms at the first shape, even at 4 tokens, behind from 5; Q8_0 ahead to 6,
+ * even at 8; Q2_K ahead to 8 (0.70 against 0.84 ms at the third); Q3_K and IQ4_XS ahead to 4, behind from 5).
+ */
+#define PACKED_ENTRY2(name, tiled, one, two, block_elems, pairs_max)                                             \
     void name(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,  \
               size_t ldy) {                                                                                    \
-        if (n_tok >= BY_TOKEN_MAX) tiled(n, w, gs, nr, xq, xrs, n_tok, y, ldy);                               \
-        else if (n_tok == 2) two_tokens(two, n / (block_elems), w, gs, nr, xq, xrs, y, ldy);                   \
-        else by_token(one, n / (block_elems), w, gs, nr, xq, xrs, n_tok, y, ldy);                              \
+        if (n_tok > (pairs_max)) tiled(n, w, gs, nr, xq, xrs, n_tok, y, ldy);                                  \
+        else by_pairs(one, two, n / (block_elems), w, gs, nr, xq, xrs, n_tok, y, ldy);                         \
     }
 
 /* ==== Q8_0 ========================================================================== */
@@ -150,7 +155,7 @@ static void q8_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, flo
     q8_rows(g, nb, ya, out, nrow, 2);
 }
 
-PACKED_ENTRY2(tkv__packed_q8_0_avx512, tkv__gemm_q8_0_packed_avx512, q8_group, q8_group2, TKV__QK)
+PACKED_ENTRY2(tkv__packed_q8_0_avx512, tkv__gemm_q8_0_packed_avx512, q8_group, q8_group2, TKV__QK, 6)
 
 /* ==== Q6_K ========================================================================== */
 
@@ -226,7 +231,7 @@ static void q6k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, fl
     q6k_rows(g, nb, ya, out, nrow, 2);
 }
 
-PACKED_ENTRY2(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, q6k_group2, TKV__QK_K)
+PACKED_ENTRY2(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, q6k_group2, TKV__QK_K, 4)
 
 /* ==== Q2_K / Q3_K ==================================================================== */
 
@@ -331,9 +336,9 @@ static void q3k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, fl
     q23k_rows(g, nb, ya, out, nrow, 1, 2);
 }
 
-PACKED_ENTRY2(tkv__packed_q2_K_avx512, tkv__gemm_q2_K_packed_avx512, q2k_group, q2k_group2, TKV__QK_K)
+PACKED_ENTRY2(tkv__packed_q2_K_avx512, tkv__gemm_q2_K_packed_avx512, q2k_group, q2k_group2, TKV__QK_K, 8)
 
-PACKED_ENTRY2(tkv__packed_q3_K_avx512, tkv__gemm_q3_K_packed_avx512, q3k_group, q3k_group2, TKV__QK_K)
+PACKED_ENTRY2(tkv__packed_q3_K_avx512, tkv__gemm_q3_K_packed_avx512, q3k_group, q3k_group2, TKV__QK_K, 4)
 
 /* ==== IQ4_XS ======================================================================== */
 
@@ -405,6 +410,6 @@ static void iq4xs_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, 
     iq4xs_rows(g, nb, ya, out, nrow, 2);
 }
 
-PACKED_ENTRY2(tkv__packed_iq4_xs_avx512, tkv__gemm_iq4_xs_packed_avx512, iq4xs_group, iq4xs_group2, TKV__QK_K)
+PACKED_ENTRY2(tkv__packed_iq4_xs_avx512, tkv__gemm_iq4_xs_packed_avx512, iq4xs_group, iq4xs_group2, TKV__QK_K, 4)
 
 #endif
