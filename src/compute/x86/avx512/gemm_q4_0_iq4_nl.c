@@ -229,7 +229,7 @@ static void panel_tiles(const pan16 *pan, size_t k0, size_t k1, size_t nb, const
 }
 
 /* Ask for the weights the next panel will unpack while this one's tiles run. */
-INLINE void prefetch_ixs(const uint8_t *base, const uint32_t *ixs, size_t off, size_t len) {
+static inline void prefetch_ixs(const uint8_t *base, const uint32_t *ixs, size_t off, size_t len) {
     for (int k = 0; k < ROWS; k++)
         for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)base + ixs[k] + off + o, _MM_HINT_T0);
 }
