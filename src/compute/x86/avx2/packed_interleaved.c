@@ -102,21 +102,18 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
             const tkv__block_q6_K *x = (const tkv__block_q6_K *)(const void *)(blk + (size_t)k * BS);
             /* the 16 scales as words (sign-extended, as set1_epi16 of each makes them) */
             const __m256i s16 = _mm256_cvtepi8_epi16(LOAD128(x->scales));
-            /* scales 0-7 in both lanes, and 8-15: each chunk's pair of scales is then one in-lane shuffle */
-            const __m256i half[2] = {_mm256_permute4x64_epi64(s16, 0x44), _mm256_permute4x64_epi64(s16, 0xee)};
+            /* scales 0-7 in both lanes, and 8-15: each chunk's pair of scales is then one in-lane shuffle
+               (compute/x86/q2_q3_k.h's, whose 16 sub-block scales sit as these 16 groups' do) */
+            __m256i half[2];
+            tkv__q23k_halves(s16, half);
             __m256i sumi = _mm256_setzero_si256(), q[8];
             q6k_quants(x->ql, x->qh, q);
             for (int h = 0; h < 2; h++) {
                 UNROLL
                 for (int c = 0; c < 4; c++) {
-                    /* groups 8h + 2c (low lane) and 8h + 2c + 1 (high lane) */
+                    /* groups 8h + 2c (low lane) and 8h + 2c + 1 (high lane): [scales[8h + 2c] x 8 | scales[8h + 2c + 1] x 8] */
                     const __m256i p16 = _mm256_maddubs_epi16(q[4 * h + c], LOAD256(yb + Q8K_QS + 128 * h + 32 * c));
-                    /* [scales[8h + 2c] x 8 | scales[8h + 2c + 1] x 8]: word 2c of the low lane, 2c + 1 of the high */
-                    const char lo0 = (char)(4 * c), lo1 = (char)(4 * c + 1), hi0 = (char)(4 * c + 2), hi1 = (char)(4 * c + 3);
-                    const __m256i sc = _mm256_shuffle_epi8(half[h], _mm256_setr_epi8(lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1,
-                                                                                      lo0, lo1, lo0, lo1, lo0, lo1, lo0, lo1,
-                                                                                      hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1,
-                                                                                      hi0, hi1, hi0, hi1, hi0, hi1, hi0, hi1));
+                    const __m256i sc = tkv__q23k_pair(half, 4 * h + c);
                     sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
                 }
             }
