@@ -147,9 +147,9 @@ INLINE void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size
         for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
 }
 
-/* A packed product's entry (packed_interleaved.c at each level): 3+ tokens through the tiled product over the
-   packed rows, fewer one token at a time through the level's by_token and one-token kernel `one`; the level's
-   file defines BY_TOKEN_MAX and by_token. */
+/* A packed product's entry (compute/x86/avx2/packed_interleaved.c; the avx512 level's file has PACKED_ENTRY2, with
+   two-token products): BY_TOKEN_MAX+ tokens through the tiled product over the packed rows, fewer one token at a
+   time through the level's by_token and one-token kernel `one`; the level's file defines BY_TOKEN_MAX and by_token. */
 #define PACKED_ENTRY(name, tiled, one, block_elems)                                                              \
     void name(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,  \
               size_t ldy) {                                                                                    \
