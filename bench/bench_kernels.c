@@ -12,6 +12,10 @@
  *   GFLOP/s  2 * rows * cols * tokens / time
  *   GB/s     weight bytes read / time
  * Activation quantization is timed separately (once per token row).
+ * With -T THREADS the packed rows also run on that many threads of the
+ * library's pool, in products of -c ROWS rows each (default: all of them),
+ * each split among the threads and closed by a barrier, as a model's
+ * layers run them: "(packed rows, T threads)".
  *
  * --prefill times the products of one transformer layer of two model shapes
  * against a prompt of TOKENS (default 512) tokens, as a prefill runs them
@@ -26,6 +30,7 @@
 #include "compute/ops.h"
 #include "compute/quant/quant.h"
 #include "compute/quant/repack.h"
+#include "compute/threadpool.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,14 +178,35 @@ static int run_prefill(const tkv_type *types, int n_types, size_t n_tok, int ite
     return 0;
 }
 
+/* The packed product of -T / -c: products of `call` rows, one after another, each shared out in whole groups. */
+typedef struct mm_task {
+    tkv__pool *pool;
+    tkv_type t;
+    const void *pk, *xq;
+    size_t n, rows, call, n_tok;
+    float *y;
+} mm_task;
+
+static void mm_run(void *arg, int ith, int nth) {
+    const mm_task *m = arg;
+    for (size_t c0 = 0; c0 < m->rows; c0 += m->call) {
+        const size_t c1 = c0 + m->call < m->rows ? c0 + m->call : m->rows;
+        size_t g0, g1;
+        tkv__split((c1 - c0 + TKV__PACK_ROWS - 1) / TKV__PACK_ROWS, ith, nth, &g0, &g1);
+        const size_t r0 = c0 + g0 * TKV__PACK_ROWS, r1 = c0 + g1 * TKV__PACK_ROWS < c1 ? c0 + g1 * TKV__PACK_ROWS : c1;
+        if (r1 > r0) tkv__ops_matmul_packed(m->t, m->pk, m->n, r0, r1, m->xq, m->n_tok, m->y, m->rows);
+        tkv__pool_barrier(m->pool);
+    }
+}
+
 static void usage(void) {
-    fprintf(stderr, "usage: bench_kernels [-n COLS] [-r ROWS] [-t TOKENS] [-i ITERS] [-l scalar|avx2|avx512] [TYPE...]\n"
+    fprintf(stderr, "usage: bench_kernels [-n COLS] [-r ROWS] [-t TOKENS] [-i ITERS] [-l scalar|avx2|avx512] [-T THREADS [-c ROWS]] [TYPE...]\n"
                     "       bench_kernels --prefill [-t TOKENS] [-i ITERS] [-l scalar|avx2|avx512] [TYPE...]\n");
 }
 
 int main(int argc, char **argv) {
-    size_t n = 4096, rows = 4096, n_tok = 0;
-    int iters = 5, only_level = -1, prefill = 0;
+    size_t n = 4096, rows = 4096, n_tok = 0, call = 0;
+    int iters = 5, only_level = -1, prefill = 0, threads = 0;
     tkv_type types[16];
     int n_types = 0;
     for (int i = 1; i < argc; i++) {
@@ -188,6 +214,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) rows = (size_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "-t") && i + 1 < argc) n_tok = (size_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "-i") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-T") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-c") && i + 1 < argc) call = (size_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--prefill")) prefill = 1;
         else if (!strcmp(argv[i], "-l") && i + 1 < argc) {
             const char *l = argv[++i];
@@ -211,7 +239,10 @@ int main(int argc, char **argv) {
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) types[n_types++] = all[k];
     }
     if (!n_tok) n_tok = prefill ? 512 : 1;
-    if (n % 256 || !rows || iters < 1) return usage(), 2;
+    if (!call) call = rows;
+    if (n % 256 || !rows || iters < 1 || threads < 0 || call % TKV__PACK_ROWS) return usage(), 2;
+    tkv__pool *pool = NULL;
+    if (threads && tkv__pool_create(threads, &pool) != TKV_OK) return fprintf(stderr, "no thread pool\n"), 1;
     if (prefill) return run_prefill(types, n_types, n_tok, iters, only_level);
 
     printf("matmul %zu x %zu, %zu token(s), best of %d, 1 thread; best level on this CPU: %s\n", rows, n, n_tok,
@@ -257,6 +288,19 @@ int main(int argc, char **argv) {
                 printf("%-5s %-7s %10.3f %9.2f %9.2f   (packed rows)\n", tkv_type_name(t),
                        tkv__kernel_level_name((tkv__kernel_level)l), bp * 1e3,
                        2.0 * (double)rows * (double)n * (double)n_tok / bp * 1e-9, (double)wbytes / bp * 1e-9);
+                if (pool) {
+                    mm_task m = {pool, t, pk, xq, n, rows, call, n_tok, y};
+                    bp = 1e30;
+                    for (int it = 0; it < iters; it++) {
+                        const double t0 = now();
+                        tkv__pool_run(pool, mm_run, &m);
+                        if (now() - t0 < bp) bp = now() - t0;
+                    }
+                    printf("%-5s %-7s %10.3f %9.2f %9.2f   (packed rows, %d threads, %zu rows a product)\n",
+                           tkv_type_name(t), tkv__kernel_level_name((tkv__kernel_level)l), bp * 1e3,
+                           2.0 * (double)rows * (double)n * (double)n_tok / bp * 1e-9, (double)wbytes / bp * 1e-9,
+                           threads, call);
+                }
                 free(pk);
             }
         }
@@ -265,5 +309,6 @@ int main(int argc, char **argv) {
     }
     free(x);
     free(y);
+    tkv__pool_free(pool);
     return 0;
 }
