@@ -27,7 +27,8 @@ void srv_stepcost_add(srv_stepcost *c, size_t rows, double seconds) {
 }
 
 /* The figure of size `rows` alone: its own when fresh; else a straight line between the nearest fresh sizes below
-   and above it; else (above the largest) the largest's; 0 when no fresh size is at or below it. */
+   and above it; else (above the largest) the line through the two largest, never falling (the largest's figure when
+   it is the only one); 0 when no fresh size is at or below it. */
 static double own(const srv_stepcost *c, size_t rows) {
     if (fresh(c, rows)) return figure(c, rows);
     size_t lo = rows, hi = rows;
@@ -35,8 +36,12 @@ static double own(const srv_stepcost *c, size_t rows) {
     while (hi <= SRV_STEPCOST_ROWS && !fresh(c, hi)) hi++;
     if (!lo) return 0;
     const double tl = figure(c, lo);
-    if (hi > SRV_STEPCOST_ROWS) return tl;
-    return tl + (figure(c, hi) - tl) * (double)(rows - lo) / (double)(hi - lo);
+    if (hi <= SRV_STEPCOST_ROWS) return tl + (figure(c, hi) - tl) * (double)(rows - lo) / (double)(hi - lo);
+    size_t below = lo - 1;
+    while (below > 0 && !fresh(c, below)) below--;
+    if (!below) return tl;
+    const double slope = (tl - figure(c, below)) / (double)(lo - below);
+    return slope > 0 ? tl + slope * (double)(rows - lo) : tl;
 }
 
 double srv_stepcost_of(const srv_stepcost *c, size_t rows) {
@@ -72,7 +77,7 @@ size_t srv_draft_choose(const srv_stepcost *cost, size_t rows, size_t tokens, si
     /* For a given number of drafts the best choice is the likeliest ones, which take each sequence's in
        order (a draft is never likelier than the one before it): add them one by one and keep the count whose
        tokens per second are the highest. */
-    double expect = (double)tokens, best_rate = expect / t0;
+    double expect = (double)tokens, best_rate = expect / t0 * (1 + SRV_DRAFT_MARGIN);
     size_t best_k = 0;
     for (size_t k = 1; k <= most; k++) {
         double v;

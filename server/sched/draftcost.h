@@ -50,12 +50,22 @@ void srv_stepcost_add(srv_stepcost *c, size_t rows, double seconds);
 
 /* What a step of `rows` rows is expected to cost. Each size's own figure is the least of its last measurements
    when it has two or more within the last SRV_STEPCOST_FORGET steps; else a straight line between the nearest sizes measured below and above it;
-   else, above the largest size measured, what that size cost (an optimistic guess that the first step of the new
-   size corrects). The cost is the least own figure of this size and every larger one: a larger step does not
+   else, above the largest size measured, the line through the two largest sizes measured, or flat where that line
+   falls or only one size is measured (a guess that the first step of the new size corrects: flat while the steps
+   are bound by reading the weights, where a row costs almost nothing, rising by what a row has cost where they are
+   bound by arithmetic; the largest's figure alone would take a step of 4 sequences and 12 drafts for the price of
+   4 and 1, bench/RESULTS.md). The cost is the least own figure of this size and every larger one: a larger step does not
    cost less, so a smaller size measured higher than a larger one was measured in a moment of load, and a larger
    size measured lower is tried, and so measured again, rather than avoided. 0 when no size of `rows` or fewer
    is known, and beyond SRV_STEPCOST_ROWS. */
 double srv_stepcost_of(const srv_stepcost *c, size_t rows);
+
+/* Drafts go into a step only when its expected tokens per second beat the step without them by this much. The
+   figures underestimate what a draft row costs (the least of a few measurements: a step of 4 sequences and one
+   draft was expected at +12% and took +17%, bench/RESULTS.md), and a draft that ends an answer a step early costs
+   outside its step too (closed-loop clients that finished together send their next prompts apart, read in more and
+   smaller steps); a draft whose expected gain is within them is as likely to lose as to win. */
+#define SRV_DRAFT_MARGIN 0.05
 
 /* A sequence's drafts as the choice sees them. */
 typedef struct srv_draftcand {
@@ -70,7 +80,8 @@ typedef struct srv_draftcand {
  * and the prompt chunks), `tokens` of which produce a token (the generating ones); c[i] proposes c[i].n drafts.
  * Sets every c[i].take so that the expected tokens per second, (tokens + the accepted drafts expected) /
  * srv_stepcost_of(rows + the drafts), is the largest over every choice (a sequence's drafts taken in order, at
- * most `room` in all); among equal choices the one with fewer rows. Returns the drafts taken in all.
+ * most `room` in all), the step without drafts counted SRV_DRAFT_MARGIN faster than it is; among equal choices
+ * the one with fewer rows. Returns the drafts taken in all.
  * Nothing is taken when tokens is 0, when the step with one more row would pass SRV_STEPCOST_ROWS, or when no
  * step of `rows` rows or fewer has been measured (the step is then decoded plain and measured).
  */
