@@ -387,8 +387,8 @@ INLINE void packed_run(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t
                        const tokb *const *tb, __m512 *acc, int T, b4_kind kind) {
     const __m512i book = iq4nl_book();
     for (size_t i = k0; i < k1; i++) {
-        /* PF blocks ahead (util.h's PREFETCH_AHEAD): the rows stream from memory once */
-        enum { PF = PREFETCH_AHEAD / 256 };
+        /* PF blocks ahead into L1, PREFETCH_FAR bytes into L2 (util.h): the rows stream from memory once */
+        enum { PF = PREFETCH_NEAR / 256 };
         const size_t ia = i + PF;
         const uint8_t *pg = ia < nb ? g : g + gs;
         const size_t ib = ia < nb ? ia : ia - nb;
@@ -396,6 +396,7 @@ INLINE void packed_run(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t
         UNROLL
         for (int c = 0; c < 4; c++) _mm_prefetch((const char *)pf + 64 * c, _MM_HINT_T0);
         if (i % 2 == 0) _mm_prefetch((const char *)(pg + nb * 256 + 32 * ib), _MM_HINT_T0);
+        prefetch_far(g + i * gs / nb, 288); /* the group's bytes (gs), in order, as if spread over its blocks */
         __m512i q[8];
         const __m512 d = unpack_packed(g, nb, i, q, kind, book);
         const uint8_t *yb[TT];
