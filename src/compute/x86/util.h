@@ -146,6 +146,22 @@ INLINE void prefetch_far(const uint8_t *p, size_t len) {
     for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)p + PREFETCH_FAR + o, _MM_HINT_T1);
 }
 
+/*
+ * The prefetches for block i of a transposed Q4_0 / IQ4_NL group g (compute/quant/repack.h: nb blocks a row, the
+ * next group gs bytes on): its quants PREFETCH_NEAR on (in the next group past the last block) and every other
+ * block their scales' line into L1; PREFETCH_FAR on into L2, the group's bytes taken in order as if spread over its
+ * blocks (288 each).
+ */
+INLINE void prefetch_b4_block(const uint8_t *g, size_t gs, size_t nb, size_t i) {
+    enum { PF = PREFETCH_NEAR / 256 };
+    const size_t ia = i + PF;
+    const uint8_t *pg = ia < nb ? g : g + gs;
+    const size_t ib = ia < nb ? ia : ia - nb;
+    prefetch_span(pg + ib * 256, 256);
+    if (i % 2 == 0) _mm_prefetch((const char *)(pg + nb * 256 + 32 * ib), _MM_HINT_T0);
+    prefetch_far(g + i * gs / nb, 288);
+}
+
 /* The tiles of a chunk of tn tokens: 'big' tokens each, then 4, 2, 1 (no padding). */
 static inline int plan_tiles(size_t tn, int big, size_t *start, int *len) {
     int nt = 0;

@@ -279,7 +279,10 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
             const int nrow = (int)min_sz(ROWS, nr - r);
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t k1 = min_sz(k0 + KC, nb);
-                for (size_t i = k0; i < k1; i++) unpack_packed8(&b.pan[i - k0], g, nb, i, h, kind);
+                for (size_t i = k0; i < k1; i++) {
+                    if (h == 0) prefetch_b4_block(g, gs, nb, i); /* util.h: the first half's pass reads the group from memory */
+                    unpack_packed8(&b.pan[i - k0], g, nb, i, h, kind);
+                }
                 panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, nrow, kind);
             }
         }

@@ -387,16 +387,7 @@ INLINE void packed_run(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t
                        const tokb *const *tb, __m512 *acc, int T, b4_kind kind) {
     const __m512i book = iq4nl_book();
     for (size_t i = k0; i < k1; i++) {
-        /* PF blocks ahead into L1, PREFETCH_FAR bytes into L2 (util.h): the rows stream from memory once */
-        enum { PF = PREFETCH_NEAR / 256 };
-        const size_t ia = i + PF;
-        const uint8_t *pg = ia < nb ? g : g + gs;
-        const size_t ib = ia < nb ? ia : ia - nb;
-        const uint8_t *pf = pg + ib * 256;
-        UNROLL
-        for (int c = 0; c < 4; c++) _mm_prefetch((const char *)pf + 64 * c, _MM_HINT_T0);
-        if (i % 2 == 0) _mm_prefetch((const char *)(pg + nb * 256 + 32 * ib), _MM_HINT_T0);
-        prefetch_far(g + i * gs / nb, 288); /* the group's bytes (gs), in order, as if spread over its blocks */
+        prefetch_b4_block(g, gs, nb, i); /* util.h: the rows stream from memory once */
         __m512i q[8];
         const __m512 d = unpack_packed(g, nb, i, q, kind, book);
         const uint8_t *yb[TT];
