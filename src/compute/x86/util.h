@@ -120,8 +120,9 @@ static inline __m128i iq4xs_scales(const tkv__block_iq4_xs *x) {
  * stays short) and PREFETCH_FAR into L2 (prefetch_far), which keeps more
  * lines on their way from memory than the L1 requests can. Two threads,
  * products of 2048 rows from memory (bench_kernels -n 2048 -r 262144 -T 2
- * -c 2048, 4 interleaved runs): Q4_0 37.7 -> 47.4 GB/s; llama1b Q4_0
- * generation 59.4 -> 66.1 t/s (bench/RESULTS.md). The others keep
+ * -c 2048, 4 interleaved runs): Q4_0 37.7 -> 47.4 GB/s at avx512, 18.5 ->
+ * 23.0 at avx2 (which had no software prefetch); llama1b Q4_0 generation
+ * 59.4 -> 66.1 t/s (bench/RESULTS.md). The others keep
  * PREFETCH_AHEAD alone: Q4_K's product gained 9% alone but nothing in the
  * Q4_K_M model, Q5_K's nothing, and the interleaved products (Q8_0, Q2_K,
  * Q3_K, IQ4_XS), bound by their arithmetic, lost 3-7% with it.
