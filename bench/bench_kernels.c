@@ -239,11 +239,14 @@ int main(int argc, char **argv) {
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) types[n_types++] = all[k];
     }
     if (!n_tok) n_tok = prefill ? 512 : 1;
+    if (n % 256 || !rows || iters < 1 || threads < 0) return usage(), 2;
+    if ((prefill && threads) || (call && !threads))
+        return fprintf(stderr, "bench_kernels: -T goes with the matmul mode only, -c with -T\n"), 2;
+    if (prefill) return run_prefill(types, n_types, n_tok, iters, only_level);
     if (!call) call = rows;
-    if (n % 256 || !rows || iters < 1 || threads < 0 || call % TKV__PACK_ROWS) return usage(), 2;
+    if (call % TKV__PACK_ROWS) return fprintf(stderr, "bench_kernels: -c must be a multiple of %d\n", TKV__PACK_ROWS), 2;
     tkv__pool *pool = NULL;
     if (threads && tkv__pool_create(threads, &pool) != TKV_OK) return fprintf(stderr, "no thread pool\n"), 1;
-    if (prefill) return run_prefill(types, n_types, n_tok, iters, only_level);
 
     printf("matmul %zu x %zu, %zu token(s), best of %d, 1 thread; best level on this CPU: %s\n", rows, n, n_tok,
            iters, tkv__kernel_level_name(tkv__kernel_level_best()));

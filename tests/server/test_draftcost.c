@@ -251,8 +251,9 @@ static void test_probe_schedule(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stepcost_least),       cmocka_unit_test(test_stepcost_interpolates),
-        cmocka_unit_test(test_stepcost_forgets),     cmocka_unit_test(test_stepcost_extrapolates),     cmocka_unit_test(test_choose_is_best),
-        cmocka_unit_test(test_choose_regimes),       cmocka_unit_test(test_probe_schedule),
+        cmocka_unit_test(test_stepcost_forgets),     cmocka_unit_test(test_stepcost_extrapolates),
+        cmocka_unit_test(test_choose_is_best),       cmocka_unit_test(test_choose_regimes),
+        cmocka_unit_test(test_probe_schedule),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
 }
