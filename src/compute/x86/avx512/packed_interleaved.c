@@ -236,6 +236,22 @@ PACKED_ENTRY2(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, 
 /* ==== Q2_K / Q3_K ==================================================================== */
 
 /*
+ * Two Q3_K blocks' sub-block scales as words [a's 16 | b's 16]: tkv__q3k_scales16 of each (compute/x86/q2_q3_k.h),
+ * both rows at once in the 128-bit lanes of one ymm.
+ */
+static inline __m512i q3k_scales_pair(const uint8_t *sa, const uint8_t *sb) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)sa)),
+                                              _mm_loadl_epi64((const __m128i *)(const void *)sb), 1);
+    const __m256i lo = _mm256_unpacklo_epi64(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+    uint32_t ha, hb;
+    memcpy(&ha, sa + 8, sizeof ha), memcpy(&hb, sb + 8, sizeof hb);
+    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32((int)ha)), _mm_set1_epi32((int)hb), 1);
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(h, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)), _mm256_set1_epi8(3));
+    return _mm512_cvtepi8_epi16(_mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32)));
+}
+
+/*
  * One group of Q2_K (three: Q3_K) rows, one token: per quarter-chunk and row
  * pair the vec_dot's pairs (compute/x86/q2_q3_k.h's lanes; Q3_K's, which the
  * vec_dot forms as |q| by the token's quants signed as q, as (q + 4) y less
@@ -271,21 +287,32 @@ INLINE void q23k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, flo
             const tkv__block_q2_K *a2 = (const tkv__block_q2_K *)(const void *)ra, *b2 = (const tkv__block_q2_K *)(const void *)rb;
             const tkv__block_q3_K *a3 = (const tkv__block_q3_K *)(const void *)ra, *b3 = (const tkv__block_q3_K *)(const void *)rb;
             __m512i sc, hm = _mm512_setzero_si512();
-            __m512 dd; /* [d_a x 8 | d_b x 8] */
+            __m512 dy[2]; /* [d_a x 8 | d_b x 8] times each token's scale */
             if (three) {
-                sc = halves_epi(tkv__q3k_scales16(a3->scales), tkv__q3k_scales16(b3->scales));
+                sc = q3k_scales_pair(a3->scales, b3->scales);
                 hm = halves_epi(LOAD256(a3->hmask), LOAD256(b3->hmask));
-                dd = halves_f16(&a3->d, &b3->d);
+                const __m512 dd = halves_f16(&a3->d, &b3->d);
+                for (int t = 0; t < T; t++) dy[t] = _mm512_mul_ps(dd, _mm512_set1_ps(yd[t]));
             } else {
-                const __m128i m4 = _mm_set1_epi8(0x0f);
-                sc = halves_epi(_mm256_cvtepu8_epi16(_mm_and_si128(LOAD128(a2->scales), m4)),
-                                _mm256_cvtepu8_epi16(_mm_and_si128(LOAD128(b2->scales), m4)));
-                const __m512i mins = halves_epi(tkv__q2k_mins(ra), tkv__q2k_mins(rb));
-                const __m512 dmin = halves_f16(&a2->dmin, &b2->dmin);
-                for (int t = 0; t < T; t++)
-                    acc[t][p] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(-yd[t])),
+                /* a's 16 scale bytes | b's: the scales (low nibbles) and mins (high) as words [a 16 | b 16] */
+                const __m256i m4 = _mm256_set1_epi8(0x0f);
+                const __m256i sb = _mm256_inserti128_si256(_mm256_castsi128_si256(LOAD128(a2->scales)), LOAD128(b2->scales), 1);
+                sc = _mm512_cvtepu8_epi16(_mm256_and_si256(sb, m4));
+                const __m512i mins = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(sb, 4), m4));
+                /* [d_a, dmin_a, d_b, dmin_b]: d and dmin are adjacent, one conversion for the four (the per-pair
+                   work is a third of the one-token product's instructions) */
+                uint32_t da, db;
+                memcpy(&da, &a2->d, sizeof da), memcpy(&db, &b2->d, sizeof db);
+                const __m128 dm = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)da), (int)db, 1));
+                const __m512i id = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+                const __m512i im = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
+                for (int t = 0; t < T; t++) {
+                    /* d yd and dmin (-yd), each the one multiply the vec_dot does */
+                    const __m512 f = _mm512_castps128_ps512(_mm_mul_ps(dm, _mm_setr_ps(yd[t], -yd[t], yd[t], -yd[t])));
+                    acc[t][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(im, f),
                                                 _mm512_cvtepi32_ps(_mm512_madd_epi16(mins, bsums[t])), acc[t][p]);
-                dd = halves_f16(&a2->d, &b2->d);
+                    dy[t] = _mm512_permutexvar_ps(id, f);
+                }
             }
             /* quarter-chunk gq = 4 c + j: elements 32 gq .. 32 gq + 31, sub-blocks 2 gq and 2 gq + 1 */
             const uint8_t *qa = three ? a3->qs : a2->qs, *qb = three ? b3->qs : b2->qs;
@@ -313,7 +340,7 @@ INLINE void q23k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, flo
                     if (three) pairs = _mm512_sub_epi16(pairs, y4[t][gq]);
                     s = _mm512_dpwssd_epi32(s, pairs, group_pairs(sc, gq));
                 }
-                acc[t][p] = _mm512_fmadd_ps(_mm512_mul_ps(dd, _mm512_set1_ps(yd[t])), _mm512_cvtepi32_ps(s), acc[t][p]);
+                acc[t][p] = _mm512_fmadd_ps(dy[t], _mm512_cvtepi32_ps(s), acc[t][p]);
             }
         }
     }
