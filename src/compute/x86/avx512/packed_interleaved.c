@@ -370,6 +370,27 @@ PACKED_ENTRY2(tkv__packed_q3_K_avx512, tkv__gemm_q3_K_packed_avx512, q3k_group, 
 /* ==== IQ4_XS ======================================================================== */
 
 /*
+ * Two IQ4_XS blocks' sub-block scales as dwords [a's 8 | b's 8]: compute/x86/util.h's iq4xs_scales of each, both
+ * rows at once in the 128-bit lanes of one ymm (the per-pair work is a fifth of the product's instructions).
+ */
+static inline __m512i iq4xs_scales_pair(const tkv__block_iq4_xs *a, const tkv__block_iq4_xs *b) {
+    uint16_t ha, hb;
+    uint32_t la, lb;
+    memcpy(&ha, &a->scales_h, sizeof ha), memcpy(&hb, &b->scales_h, sizeof hb);
+    memcpy(&la, a->scales_l, sizeof la), memcpy(&lb, b->scales_l, sizeof lb);
+    const __m256i lv = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_cvtsi32_si128((int)la)), _mm_cvtsi32_si128((int)lb), 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    /* per lane, bytes 2j, 2j + 1: scales_l[j]'s low and high nibble, then as words */
+    const __m256i lo = _mm256_unpacklo_epi8(_mm256_and_si256(lv, m4), _mm256_and_si256(_mm256_srli_epi16(lv, 4), m4));
+    const __m256i lo16 = _mm256_unpacklo_epi8(lo, _mm256_setzero_si256());
+    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)ha)), _mm_set1_epi16((short)hb), 1);
+    const __m256i up = _mm256_mullo_epi16(h, _mm256_setr_epi16(1 << 14, 1 << 12, 1 << 10, 1 << 8, 1 << 6, 1 << 4, 1 << 2, 1, /**/
+                                                               1 << 14, 1 << 12, 1 << 10, 1 << 8, 1 << 6, 1 << 4, 1 << 2, 1));
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(up, 10), _mm256_set1_epi16(0x30));
+    return _mm512_cvtepi16_epi32(_mm256_sub_epi16(_mm256_or_si256(lo16, hi), _mm256_set1_epi16(32)));
+}
+
+/*
  * One group of IQ4_XS rows, T tokens (1 or 2; a row pair's nibbles, codebook
  * values and scales unpacked once for both). Per sub-block and row pair each
  * lane's 4 products q y by vpdpbusd (the codebook + 128 by the token's
@@ -405,7 +426,7 @@ INLINE void iq4xs_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, fl
         for (int p = 0; p < PAIRS; p++) {
             const tkv__block_iq4_xs *a = (const tkv__block_iq4_xs *)(const void *)(blk + 2 * p * BS), *b = a + 1;
             /* dwords 0-7: a's sub-block scales, 8-15: b's */
-            const __m512i sc = halves_epi(_mm256_cvtepi16_epi32(iq4xs_scales(a)), _mm256_cvtepi16_epi32(iq4xs_scales(b)));
+            const __m512i sc = iq4xs_scales_pair(a, b);
             __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
             UNROLL
             for (int c = 0; c < 8; c++) {
