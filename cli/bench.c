@@ -8,6 +8,14 @@
  *   tgN  N random tokens decoded one at a time into an empty sequence:
  *        N / total time.
  *
+ * With -d D (llama-bench's -d), each test runs after D tokens of context
+ * ("pp512 @ d4096"): D random tokens decoded once, untimed, in batches of the
+ * context's n_batch; each run then adds its tokens at positions D on and is
+ * truncated back to D after (tkv_seq_truncate; where the model cannot
+ * truncate, a hybrid whose recurrent state has no checkpoint there, the
+ * context is decoded again, untimed). Attention then reads D more cached
+ * tokens per layer and token, which is what the test measures.
+ *
  * Each test runs once to warm up (caches, page faults of the mapped
  * weights, the thread pool) and then R times; the figure is the mean of the
  * R throughputs and their sample standard deviation. Fresh random tokens on
@@ -24,7 +32,7 @@
 #include <time.h>
 
 static const char *const bench_help =
-    "usage: tokenkv bench -m MODEL [-p N] [-n N] [-t THREADS] [-r REPS] [-ctk T] [-ctv T]\n"
+    "usage: tokenkv bench -m MODEL [-p N] [-n N] [-d N] [-t THREADS] [-r REPS] [-ctk T] [-ctv T]\n"
     "                      [--json] [--reference-order] [--no-repack] [--limits]\n"
     "\n"
     "Measure prompt processing (one batch of -p random tokens) and token generation\n"
@@ -35,6 +43,8 @@ static const char *const bench_help =
     "  -m, --model MODEL       a GGUF model\n"
     "  -p, --n-prompt N        prompt tokens, 0 = skip the test (default 512)\n"
     "  -n, --n-gen N           generated tokens, 0 = skip the test (default 128)\n"
+    "  -d, --n-depth N         tokens of context before each test (untimed, as llama-bench's\n"
+    "                          -d: the tests read as ppP @ dN, tgN @ dN; default 0)\n"
     "  -t, --threads N         threads (default: the physical cores this process may use,\n"
     "                          within its cgroup quota)\n"
     "  -r, --repetitions N     measured runs per test (default 3)\n"
@@ -51,7 +61,8 @@ static const char *const bench_help =
     "                          holds, the int8 multiply-add peak of the kernel level) and\n"
     "                          give generation as a fraction of the read rate (weight\n"
     "                          bytes read per token x tokens/s) and prefill as a fraction\n"
-    "                          of the int8 peak (multiply-adds per token x tokens/s)\n"
+    "                          of the int8 peak (multiply-adds per token x tokens/s); with -d,\n"
+    "                          the weights' alone (attention's reads of the context are not counted)\n"
     "  -h, --help              show this help\n";
 
 static bool parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
@@ -174,10 +185,13 @@ static void human_params(uint64_t n, char *buf, size_t cap) {
 typedef struct bench {
     tkv_context *ctx;
     uint32_t n_vocab;
+    uint32_t n_batch; /* the context's: the depth goes in batches of it */
     uint64_t rng;
-    tkv_token *tok; /* (max(p, 1)) */
-    tkv_pos *pos;   /* (max(p, 1)) */
-    tkv_seq *seq;   /* (max(p, 1)), all 0 */
+    size_t depth;     /* tokens of context before each run */
+    bool deep;        /* the depth is decoded and sequence 0 holds it */
+    tkv_token *tok;   /* (max(p, n_batch, 1)) */
+    tkv_pos *pos;     /* (max(p, n_batch, 1)) */
+    tkv_seq *seq;     /* (max(p, n_batch, 1)), all 0 */
 } bench;
 
 static tkv_token random_token(bench *b) {
@@ -185,10 +199,27 @@ static tkv_token random_token(bench *b) {
     return (tkv_token)((b->rng >> 33) % b->n_vocab);
 }
 
+/* Sequence 0 holding exactly the depth's tokens (decoded once, then truncated back to after each run); false on
+   failure. */
+static bool at_depth(bench *b) {
+    if (b->deep && tkv_seq_truncate(b->ctx, 0, (tkv_pos)b->depth) == TKV_OK) return true;
+    b->deep = false;
+    if (tkv_seq_clear(b->ctx, 0) != TKV_OK) return false;
+    for (size_t at = 0; at < b->depth;) {
+        const size_t n = b->depth - at < b->n_batch ? b->depth - at : b->n_batch;
+        for (size_t i = 0; i < n; i++) b->tok[i] = random_token(b), b->pos[i] = (tkv_pos)(at + i);
+        tkv_batch batch = {n, b->tok, b->pos, b->seq, NULL};
+        if (tkv_decode(b->ctx, &batch) != TKV_OK) return false;
+        at += n;
+    }
+    b->deep = true;
+    return true;
+}
+
 /* One prompt-processing run: seconds of one tkv_decode of p tokens, < 0 on failure. */
 static double run_pp(bench *b, size_t p) {
-    if (tkv_seq_clear(b->ctx, 0) != TKV_OK) return -1;
-    for (size_t i = 0; i < p; i++) b->tok[i] = random_token(b), b->pos[i] = (tkv_pos)i;
+    if (!at_depth(b)) return -1;
+    for (size_t i = 0; i < p; i++) b->tok[i] = random_token(b), b->pos[i] = (tkv_pos)(b->depth + i);
     tkv_batch batch = {p, b->tok, b->pos, b->seq, NULL};
     double t0 = cli_now();
     if (tkv_decode(b->ctx, &batch) != TKV_OK) return -1;
@@ -197,11 +228,11 @@ static double run_pp(bench *b, size_t p) {
 
 /* One generation run: seconds of n single-token decodes, < 0 on failure. */
 static double run_tg(bench *b, size_t n) {
-    if (tkv_seq_clear(b->ctx, 0) != TKV_OK) return -1;
+    if (!at_depth(b)) return -1;
     double t0 = cli_now();
     for (size_t i = 0; i < n; i++) {
         tkv_token t = random_token(b);
-        tkv_pos p = (tkv_pos)i;
+        tkv_pos p = (tkv_pos)(b->depth + i);
         tkv_seq s = 0;
         tkv_batch one = {1, &t, &p, &s, NULL};
         if (tkv_decode(b->ctx, &one) != TKV_OK) return -1;
@@ -210,14 +241,15 @@ static double run_tg(bench *b, size_t n) {
 }
 
 typedef struct result {
-    char test[32];
+    char test[48];
     size_t n_tokens;
     double mean, stddev; /* tokens per second */
 } result;
 
 /* Warm-up plus reps runs of one test; false (message printed) on failure. */
 static bool measure(bench *b, bool prompt, size_t n, int reps, result *r) {
-    snprintf(r->test, sizeof r->test, "%s%zu", prompt ? "pp" : "tg", n);
+    if (b->depth) snprintf(r->test, sizeof r->test, "%s%zu @ d%zu", prompt ? "pp" : "tg", n, b->depth);
+    else snprintf(r->test, sizeof r->test, "%s%zu", prompt ? "pp" : "tg", n);
     r->n_tokens = n;
     double sum = 0, sum2 = 0;
     for (int i = -1; i < reps; i++) {
@@ -240,10 +272,10 @@ static bool measure(bench *b, bool prompt, size_t n, int reps, result *r) {
 /* ---- output ------------------------------------------------------------------------------ */
 
 static void print_header(void) {
-    printf("| %-30s | %10s | %10s | %-8s | %7s | %8s | %20s |\n", "model", "size", "params", "type", "threads", "test",
+    printf("| %-30s | %10s | %10s | %-8s | %7s | %15s | %20s |\n", "model", "size", "params", "type", "threads", "test",
            "t/s");
     printf("| %s | %s: | %s: | %s | %s: | %s: | %s: |\n", "------------------------------", "---------",
-           "---------", "--------", "------", "-------", "-------------------");
+           "---------", "--------", "------", "--------------", "-------------------");
 }
 
 static void print_row(const model_facts *f, int threads, const result *r) {
@@ -252,7 +284,7 @@ static void print_row(const model_facts *f, int threads, const result *r) {
     human_params(f->params, params, sizeof params);
     snprintf(tps, sizeof tps, "%.2f ± %.2f", r->mean, r->stddev);
     /* "±" is two bytes in UTF-8: widen the field by one so the columns line up */
-    printf("| %-30s | %10s | %10s | %-8s | %7d | %8s | %21s |\n", f->file, size, params, f->type, threads, r->test, tps);
+    printf("| %-30s | %10s | %10s | %-8s | %7d | %15s | %21s |\n", f->file, size, params, f->type, threads, r->test, tps);
     fflush(stdout);
 }
 
@@ -278,27 +310,28 @@ static void print_limits(const model_facts *f, const tkv_limits *lim, const resu
            lim->int8_instr);
     printf("per token: %.2f MB of weights read, %.3f G multiply-adds\n\n", f->read_per_token / 1e6,
            f->macs_per_token / 1e9);
-    printf("| %8s | %12s | %20s | %17s |\n", "test", "t/s", "rate", "of the limit");
-    printf("| %7s: | %11s: | %19s: | %16s: |\n", "-------", "-----------", "-------------------", "----------------");
+    printf("| %15s | %12s | %20s | %17s |\n", "test", "t/s", "rate", "of the limit");
+    printf("| %14s: | %11s: | %19s: | %16s: |\n", "--------------", "-----------", "-------------------", "----------------");
     for (int i = 0; i < n; i++) {
         const against a = hold_to_limits(f, lim, &rs[i], prompt[i]);
         char rate[32], frac[32];
         snprintf(rate, sizeof rate, prompt[i] ? "%.1f GMAC/s" : "%.2f GB/s read", a.rate);
         if (a.comparable && a.limit > 0) snprintf(frac, sizeof frac, "%.1f%%", 100.0 * a.rate / a.limit);
         else snprintf(frac, sizeof frac, "- (float weights)");
-        printf("| %8s | %12.2f | %20s | %17s |\n", rs[i].test, rs[i].mean, rate, frac);
+        printf("| %15s | %12.2f | %20s | %17s |\n", rs[i].test, rs[i].mean, rate, frac);
     }
     fflush(stdout);
 }
 
-static bool print_json(const model_facts *f, int threads, int reps, const result *r, const tkv_limits *lim,
-                       bool prompt) {
+static bool print_json(const model_facts *f, int threads, int reps, size_t depth, const result *r,
+                       const tkv_limits *lim, bool prompt) {
     json_t *o = json_object();
     if (!o) return false;
     json_object_set_new(o, "test", json_string(r->test));
     json_object_set_new(o, "tokens_per_second", json_real(round2(r->mean)));
     json_object_set_new(o, "stddev", json_real(round2(r->stddev)));
     json_object_set_new(o, "n_tokens", json_integer((json_int_t)r->n_tokens));
+    json_object_set_new(o, "n_depth", json_integer((json_int_t)depth));
     json_object_set_new(o, "repetitions", json_integer(reps));
     json_object_set_new(o, "threads", json_integer(threads));
     json_object_set_new(o, "model", json_string(f->file));
@@ -326,7 +359,7 @@ static bool print_json(const model_facts *f, int threads, int reps, const result
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
-    long n_prompt = 512, n_gen = 128, threads = 0, reps = 3;
+    long n_prompt = 512, n_gen = 128, n_depth = 0, threads = 0, reps = 3;
     bool json = false, invariant = true, repack = true, limits = false;
     tkv_type type_k = TKV_TYPE_F16, type_v = TKV_TYPE_COUNT; /* V: as K */
     for (int i = 1; i < argc; i++) {
@@ -360,6 +393,7 @@ int cmd_bench(int argc, char **argv) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model_path = v;
         else if (!strcmp(a, "-p") || !strcmp(a, "--n-prompt")) ok = parse_int(a, v, 0, 1 << 20, &n_prompt);
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-gen")) ok = parse_int(a, v, 0, 1 << 20, &n_gen);
+        else if (!strcmp(a, "-d") || !strcmp(a, "--n-depth")) ok = parse_int(a, v, 0, 1 << 20, &n_depth);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = parse_int(a, v, 1, 1024, &threads);
         else if (!strcmp(a, "-r") || !strcmp(a, "--repetitions")) ok = parse_int(a, v, 1, 1000, &reps);
         else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
@@ -398,7 +432,7 @@ int cmd_bench(int argc, char **argv) {
     model_facts facts;
     describe(m, model_path, &facts);
     tkv_context_params cp = tkv_context_default_params();
-    cp.n_cells = (uint32_t)(n_prompt + n_gen); /* one sequence at a time needs max(p, n); p + n leaves room */
+    cp.n_cells = (uint32_t)(n_depth + n_prompt + n_gen); /* one sequence at a time needs d + max(p, n); + p + n leaves room */
     cp.n_seq_max = 1;
     cp.batch_invariant = invariant;
     cp.kv_type = type_k;
@@ -410,8 +444,11 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     b.n_vocab = hp.n_vocab;
+    b.n_batch = cp.n_batch ? cp.n_batch : 1;
+    b.depth = (size_t)n_depth;
     b.rng = 0x853c49e6748fea9bull;
-    const size_t cap = n_prompt > 0 ? (size_t)n_prompt : 1;
+    size_t cap = n_prompt > 0 ? (size_t)n_prompt : 1;
+    if (n_depth > 0 && cap < b.n_batch) cap = b.n_batch;
     b.tok = malloc(cap * sizeof *b.tok);
     b.pos = malloc(cap * sizeof *b.pos);
     b.seq = calloc(cap, sizeof *b.seq);
@@ -435,7 +472,7 @@ int cmd_bench(int argc, char **argv) {
         prompt[n_results++] = test == 0;
         if (!measure(&b, test == 0, n, (int)reps, r)) goto done;
         if (json) {
-            if (!print_json(&facts, (int)threads, (int)reps, r, limits ? &lim : NULL, test == 0)) {
+            if (!print_json(&facts, (int)threads, (int)reps, b.depth, r, limits ? &lim : NULL, test == 0)) {
                 cli_fail("bench", "out of memory");
                 goto done;
             }

@@ -266,6 +266,50 @@ static void test_every_type(void **state) {
     tkv_model_free(src);
 }
 
+/* `bench -d D` (llama-bench's depth): each test after D tokens of context, named "ppP @ dD" / "tgN @ dD" with
+   n_depth in the JSON; on a plain model and on hybrids (lfm2's convolutions, qwen35's delta rule), whose
+   context goes back to D tokens by truncation or by decoding it again. */
+static void test_bench_depth(void **state) {
+    (void)state;
+    const char *models[] = {"models/stories260K.gguf", "models/arch/lfm2.gguf", "models/arch/qwen35.gguf"};
+    for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
+        tu_run_result r = runf("bench -m '%s' -p 8 -n 3 -d 40 -r 2 -t 1 --json", tu_shared(models[k]));
+        if (r.status != 0) fail_msg("bench -d on %s: exit %d: %s", models[k], r.status, r.err);
+        const char *line = r.out;
+        const char *tests[] = {"pp8 @ d40", "tg3 @ d40"};
+        for (int t = 0; t < 2; t++) {
+            json_error_t err;
+            json_t *j = json_loadb(line, strcspn(line, "\n"), 0, &err);
+            if (!j) fail_msg("bench -d --json line %d is not JSON (%s): %s", t, err.text, line);
+            assert_string_equal(json_string_value(json_object_get(j, "test")), tests[t]);
+            assert_int_equal(json_integer_value(json_object_get(j, "n_depth")), 40);
+            assert_int_equal(json_integer_value(json_object_get(j, "n_tokens")), t ? 3 : 8);
+            assert_true(json_number_value(json_object_get(j, "tokens_per_second")) > 0);
+            json_decref(j);
+            line = strchr(line, '\n');
+            assert_non_null(line);
+            line++;
+        }
+        assert_string_equal(line, "");
+        tu_run_free(&r);
+    }
+    /* the table names the depth too; without -d the JSON says 0 */
+    tu_run_result r = runf("bench -m '%s' -p 4 -n 2 -d 16 -r 1 -t 1", tu_shared("models/stories260K.gguf"));
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "pp4 @ d16"));
+    assert_non_null(strstr(r.out, "tg2 @ d16"));
+    tu_run_free(&r);
+    r = runf("bench -m '%s' -p 4 -n 0 -r 1 -t 1 --json", tu_shared("models/stories260K.gguf"));
+    assert_int_equal(r.status, 0);
+    json_error_t err;
+    json_t *j = json_loadb(r.out, strcspn(r.out, "\n"), 0, &err);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "test")), "pp4");
+    assert_int_equal(json_integer_value(json_object_get(j, "n_depth")), 0);
+    json_decref(j);
+    tu_run_free(&r);
+}
+
 /* `bench --limits --json`: the weight bytes and multiply-adds one token costs, from the model's
    shape (2 layers of n_embd 256, 4 heads of 64 and 2 KV heads, n_ff 512, untied output over the
    512-token vocabulary; F16, 2 bytes each; the token embedding is a lookup), and each rate as
@@ -592,6 +636,8 @@ static void test_errors(void **state) {
     expect_status(2, "bench");
     expect_status(2, "bench -m '%s' -p x", v);
     expect_status(2, "bench -m '%s' -r 0", v);
+    expect_status(2, "bench -m '%s' -d x", v);
+    expect_status(2, "bench -m '%s' -d -1", v);
     expect_status(2, "bench -m '%s' -p 0 -n 0", v);
     expect_status(2, "bench -m '%s' --frobnicate", v);
     expect_status(1, "bench -m /nonexistent.gguf -p 4 -n 1");
@@ -833,6 +879,7 @@ int main(void) {
         cmocka_unit_test(test_mix_matches_reference), cmocka_unit_test(test_vocab_copy_types),
         cmocka_unit_test(test_vocab_copy_real), cmocka_unit_test(test_seed), cmocka_unit_test(test_every_arch),
         cmocka_unit_test(test_bench_limits),
+        cmocka_unit_test(test_bench_depth),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
