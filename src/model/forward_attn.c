@@ -197,6 +197,75 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
 #undef N
 }
 
+/*
+ * One token's attention (a decode step) over K/V heads g0 .. g1 - 1 at once:
+ * attend_f16_batched's arithmetic for tn = 1 on each of their query heads
+ * (scores16_rows, the same softmax, wsum16_rows; the same bits), with the
+ * heads' slices of each 16 cells' rows read together: a cache row holds every
+ * K/V head side by side, so one head at a time read a quarter of each row's
+ * lines (4 K/V heads) and came back for the rest after its pass over all the
+ * cells had pushed them out of L2. Needs the 16-row forms and hd % 16 == 0;
+ * (g1 - g0) * group * (pos + 1) weights fit the scratch for g1 - g0 <=
+ * TKV__ATTN_TOKENS.
+ */
+static void attend_one_heads(const pass *P, uint32_t layer, uint32_t t, size_t g0, size_t g1, float *w) {
+    const tkv__fwd *f = P->f;
+    const tkv__kvrows *kv = P->kv;
+    const tkv_hparams *hp = &f->m->hp;
+    const tkv__attn_ops *ops = P->attn;
+    const tkv__attn_layer *A = shape_of(f->m, layer);
+    const size_t hd = A->hd, n_q = hp->n_head * hd, group = hp->n_head / A->n_head_kv;
+    const uint32_t kl = A->kv_layer;
+    const uint32_t *cells = P->b->cells[t];
+    const float scale = P->f->attn_scale;
+    const size_t n = (size_t)P->b->pos[t] + 1, span = (g1 - g0) * hd;
+#define Q(g, h) (f->q + (size_t)t * n_q + ((g) * group + (h)) * hd)
+#define OUT(g, h) (f->att + (size_t)t * n_q + ((g) * group + (h)) * hd)
+#define W(g, h) (w + (((g) - g0) * group + (h)) * n)
+    const uint16_t *rows[16];
+    for (size_t j = 0; j + 16 <= n; j += 16) {
+        prefetch_rows(kv, kl, cells, j + 16, n, g0 * hd, span, false);
+        for (size_t g = g0; g < g1; g++) {
+            for (size_t c = 0; c < 16; c++) rows[c] = (const uint16_t *)tkv__kvrows_k(kv, kl, cells[j + c]) + g * hd;
+            for (size_t h = 0; h < group; h++) ops->scores16_rows(Q(g, h), rows, hd, scale, W(g, h) + j);
+        }
+    }
+    const size_t j0 = first_cell(f->m, layer, P->b->pos[t]);
+    for (size_t g = g0; g < g1; g++) {
+        for (size_t j = n / 16 * 16; j < n; j++) {
+            const uint16_t *k = (const uint16_t *)tkv__kvrows_k(kv, kl, cells[j]) + g * hd;
+            for (size_t h = 0; h < group; h++) W(g, h)[j] = ops->dot_f32(Q(g, h), k, hd) * scale;
+        }
+        for (size_t h = 0; h < group; h++) {
+            float *wu = W(g, h);
+            if (f->m->ext.attn_softcap > 0 && n > j0) tkv__ops_softcap(wu + j0, n - j0, f->m->ext.attn_softcap);
+            for (size_t j = 0; j < j0; j++) wu[j] = -INFINITY; /* outside the window */
+            const float sink = sink_of(f->m, layer, g * group + h);
+            if (sink > -INFINITY) { /* softmax with one more logit that has no value */
+                float mx = sink, sum = 0;
+                for (size_t j = 0; j < n; j++) mx = wu[j] > mx ? wu[j] : mx;
+                for (size_t j = 0; j < n; j++) sum += wu[j] = expf(wu[j] - mx);
+                sum += expf(sink - mx);
+                for (size_t j = 0; j < n; j++) wu[j] /= sum;
+            } else {
+                tkv__ops_softmax(wu, n);
+            }
+            memset(OUT(g, h), 0, hd * sizeof(float));
+        }
+    }
+    for (size_t j = 0; j < n; j += 16) {
+        const size_t m = n - j < 16 ? n - j : 16;
+        prefetch_rows(kv, kl, cells, j + 16, n, g0 * hd, span, true);
+        for (size_t g = g0; g < g1; g++) {
+            for (size_t c = 0; c < m; c++) rows[c] = (const uint16_t *)tkv__kvrows_v(kv, kl, cells[j + c]) + g * hd;
+            for (size_t h = 0; h < group; h++) ops->wsum16_rows(OUT(g, h), rows, W(g, h) + j, m, hd);
+        }
+    }
+#undef Q
+#undef OUT
+#undef W
+}
+
 /* The head's slice (hd elements at koff) of a K or V row of `type`, as floats: the row itself for F32,
    else expanded into buf (the slice's blocks alone when it starts and ends on a block boundary). */
 static const float *row_slice(const tkv__kvrows *kv, tkv_type type, const void *row, size_t koff, size_t hd,
@@ -319,7 +388,14 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
        Pairs are dealt round-robin: a later token attends to more cells, so
        contiguous ranges would leave the first threads waiting for the last. */
     const bool f16 = P->kv->type_k == TKV_TYPE_F16 && P->kv->type_v == TKV_TYPE_F16;
-    if (f16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
+    if (f16 && b->attn_float && n == 1 && P->attn->scores16 && P->attn->scores16_rows && hd % 16 == 0) {
+        /* one token: its K/V heads in runs of as many as a thread's share (at most TKV__ATTN_TOKENS: the
+           scratch), each run's rows read together (attend_one_heads) */
+        const size_t nkh = A->n_head_kv, per = (nkh + (size_t)nth - 1) / (size_t)nth;
+        const size_t run = per < TKV__ATTN_TOKENS ? per : TKV__ATTN_TOKENS;
+        for (size_t g = (size_t)ith * run; g < nkh; g += (size_t)nth * run)
+            attend_one_heads(P, l, 0, g, g + run < nkh ? g + run : nkh, scratch);
+    } else if (f16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
         /* (block of TKV__ATTN_TOKENS tokens, K/V head) units; a block splits where the sequence changes */
         const size_t n_blocks = (n + TKV__ATTN_TOKENS - 1) / TKV__ATTN_TOKENS;
         const size_t nkh = A->n_head_kv;
