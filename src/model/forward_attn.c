@@ -396,15 +396,17 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
         for (size_t g = (size_t)ith * run; g < nkh; g += (size_t)nth * run)
             attend_one_heads(P, l, 0, g, g + run < nkh ? g + run : nkh, scratch);
     } else if (f16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
-        /* (block of TKV__ATTN_TOKENS tokens, K/V head) units; a block splits where the sequence changes */
+        /* (block of TKV__ATTN_TOKENS tokens, K/V head) units, head by head: a thread's units of one head read
+           that head's K/V slices again and again (one head's fit L2 at 2k cells, two did not: bench-125m pp256 @
+           d2048 +5% in 2 of 3 pairs); a block splits where the sequence changes */
         const size_t n_blocks = (n + TKV__ATTN_TOKENS - 1) / TKV__ATTN_TOKENS;
         const size_t nkh = A->n_head_kv;
         for (size_t p = (size_t)ith; p < n_blocks * nkh; p += (size_t)nth) {
-            const size_t block_end = (p / nkh + 1) * TKV__ATTN_TOKENS;
+            const size_t block = p % n_blocks, head = p / n_blocks, block_end = (block + 1) * TKV__ATTN_TOKENS;
             const uint32_t t_end = block_end < n ? (uint32_t)block_end : n;
-            for (uint32_t t = (uint32_t)(p / nkh * TKV__ATTN_TOKENS), run; t < t_end; t += run) {
+            for (uint32_t t = (uint32_t)(block * TKV__ATTN_TOKENS), run; t < t_end; t += run) {
                 for (run = 1; t + run < t_end && b->cells[t + run] == b->cells[t];) run++;
-                attend_f16_batched(P, l, t, run, p % nkh, scratch);
+                attend_f16_batched(P, l, t, run, head, scratch);
             }
         }
     } else {
