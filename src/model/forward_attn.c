@@ -98,6 +98,24 @@ static void prefetch_rows(const tkv__kvrows *kv, uint32_t layer, const uint32_t 
     }
 }
 
+/* The float path's weights from one (token, query head hq)'s scores over its n cells, in place: soft-capped
+   where the model caps, -inf before the window's first cell j0, then the softmax (with the head's sink, where it
+   has one, as one more logit that has no value). */
+static void scores_to_weights(const tkv_model *m, uint32_t layer, size_t hq, float *wu, size_t n, size_t j0) {
+    if (m->ext.attn_softcap > 0 && n > j0) tkv__ops_softcap(wu + j0, n - j0, m->ext.attn_softcap);
+    for (size_t j = 0; j < j0; j++) wu[j] = -INFINITY; /* outside the window */
+    const float sink = sink_of(m, layer, hq);
+    if (sink > -INFINITY) {
+        float mx = sink, sum = 0;
+        for (size_t j = 0; j < n; j++) mx = wu[j] > mx ? wu[j] : mx;
+        for (size_t j = 0; j < n; j++) sum += wu[j] = expf(wu[j] - mx);
+        sum += expf(sink - mx);
+        for (size_t j = 0; j < n; j++) wu[j] /= sum;
+    } else {
+        tkv__ops_softmax(wu, n);
+    }
+}
+
 /*
  * Long batches (prefill): the scores of all cells first, one softmax (SIMD
  * exp), then the weighted sum of V, all in float, as the reference's tiled
@@ -153,19 +171,7 @@ static void attend_f16_batched(const pass *P, uint32_t layer, uint32_t t0, uint3
         }
         const size_t j0 = first_cell(f->m, layer, P->b->pos[t0 + u]);
         for (size_t h = 0; h < group; h++) {
-            float *wu = W(u, h);
-            if (f->m->ext.attn_softcap > 0 && n > j0) tkv__ops_softcap(wu + j0, n - j0, f->m->ext.attn_softcap);
-            for (size_t j = 0; j < j0; j++) wu[j] = -INFINITY; /* outside the window */
-            const float sink = sink_of(f->m, layer, g * group + h);
-            if (sink > -INFINITY) { /* softmax with one more logit that has no value */
-                float mx = sink, sum = 0;
-                for (size_t j = 0; j < n; j++) mx = wu[j] > mx ? wu[j] : mx;
-                for (size_t j = 0; j < n; j++) sum += wu[j] = expf(wu[j] - mx);
-                sum += expf(sink - mx);
-                for (size_t j = 0; j < n; j++) wu[j] /= sum;
-            } else {
-                tkv__ops_softmax(wu, n);
-            }
+            scores_to_weights(f->m, layer, g * group + h, W(u, h), n, j0);
             memset(OUT(u, h), 0, hd * sizeof(float));
         }
     }
@@ -237,19 +243,7 @@ static void attend_one_heads(const pass *P, uint32_t layer, uint32_t t, size_t g
             for (size_t h = 0; h < group; h++) W(g, h)[j] = ops->dot_f32(Q(g, h), k, hd) * scale;
         }
         for (size_t h = 0; h < group; h++) {
-            float *wu = W(g, h);
-            if (f->m->ext.attn_softcap > 0 && n > j0) tkv__ops_softcap(wu + j0, n - j0, f->m->ext.attn_softcap);
-            for (size_t j = 0; j < j0; j++) wu[j] = -INFINITY; /* outside the window */
-            const float sink = sink_of(f->m, layer, g * group + h);
-            if (sink > -INFINITY) { /* softmax with one more logit that has no value */
-                float mx = sink, sum = 0;
-                for (size_t j = 0; j < n; j++) mx = wu[j] > mx ? wu[j] : mx;
-                for (size_t j = 0; j < n; j++) sum += wu[j] = expf(wu[j] - mx);
-                sum += expf(sink - mx);
-                for (size_t j = 0; j < n; j++) wu[j] /= sum;
-            } else {
-                tkv__ops_softmax(wu, n);
-            }
+            scores_to_weights(f->m, layer, g * group + h, W(g, h), n, j0);
             memset(OUT(g, h), 0, hd * sizeof(float));
         }
     }
