@@ -198,6 +198,20 @@ static void assert_layout(const tkv_model *m, const char *mix, uint32_t dim, uin
 
 /* ---- tests ---------------------------------------------------------------------------- */
 
+/* `bench --json`'s output: exactly n lines, each a JSON object (parsed into j[0 .. n), the caller's to free). */
+static void bench_json_lines(const char *out, json_t **j, int n) {
+    const char *line = out;
+    for (int t = 0; t < n; t++) {
+        json_error_t err;
+        j[t] = json_loadb(line, strcspn(line, "\n"), 0, &err);
+        if (!j[t]) fail_msg("bench --json line %d is not JSON (%s): %s", t, err.text, line);
+        line = strchr(line, '\n');
+        assert_non_null(line);
+        line++;
+    }
+    assert_string_equal(line, "");
+}
+
 static const char *const all_types[] = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K_M", "Q5_K_M", "Q6_K"};
 
 /* A tiny model of every type: loads, matches the source's tokenizer, runs, benchmarks. */
@@ -240,12 +254,11 @@ static void test_every_type(void **state) {
 
         r = runf("bench -m '%s' -p 16 -n 4 -r 1 -t 1 --json", out);
         if (r.status != 0) fail_msg("bench on %s: exit %d: %s", all_types[k], r.status, r.err);
-        const char *line = r.out;
         const char *tests[] = {"pp16", "tg4"};
+        json_t *js[2];
+        bench_json_lines(r.out, js, 2);
         for (int t = 0; t < 2; t++) {
-            json_error_t err;
-            json_t *j = json_loadb(line, strcspn(line, "\n"), 0, &err);
-            if (!j) fail_msg("bench --json line %d is not JSON (%s): %s", t, err.text, line);
+            json_t *j = js[t];
             assert_string_equal(json_string_value(json_object_get(j, "test")), tests[t]);
             assert_true(json_number_value(json_object_get(j, "tokens_per_second")) > 0);
             assert_true(json_number_value(json_object_get(j, "stddev")) >= 0);
@@ -255,11 +268,7 @@ static void test_every_type(void **state) {
             assert_string_equal(json_string_value(json_object_get(j, "model")), "tiny.gguf");
             assert_string_equal(json_string_value(json_object_get(j, "type")), all_types[k]);
             json_decref(j);
-            line = strchr(line, '\n');
-            assert_non_null(line);
-            line++;
         }
-        assert_string_equal(line, "");
         tu_run_free(&r);
         remove(out);
     }
@@ -275,22 +284,17 @@ static void test_bench_depth(void **state) {
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {
         tu_run_result r = runf("bench -m '%s' -p 8 -n 3 -d 40 -r 2 -t 1 --json", tu_shared(models[k]));
         if (r.status != 0) fail_msg("bench -d on %s: exit %d: %s", models[k], r.status, r.err);
-        const char *line = r.out;
         const char *tests[] = {"pp8 @ d40", "tg3 @ d40"};
+        json_t *js[2];
+        bench_json_lines(r.out, js, 2);
         for (int t = 0; t < 2; t++) {
-            json_error_t err;
-            json_t *j = json_loadb(line, strcspn(line, "\n"), 0, &err);
-            if (!j) fail_msg("bench -d --json line %d is not JSON (%s): %s", t, err.text, line);
+            json_t *j = js[t];
             assert_string_equal(json_string_value(json_object_get(j, "test")), tests[t]);
             assert_int_equal(json_integer_value(json_object_get(j, "n_depth")), 40);
             assert_int_equal(json_integer_value(json_object_get(j, "n_tokens")), t ? 3 : 8);
             assert_true(json_number_value(json_object_get(j, "tokens_per_second")) > 0);
             json_decref(j);
-            line = strchr(line, '\n');
-            assert_non_null(line);
-            line++;
         }
-        assert_string_equal(line, "");
         tu_run_free(&r);
     }
     /* the table names the depth too; without -d the JSON says 0 */
@@ -301,9 +305,8 @@ static void test_bench_depth(void **state) {
     tu_run_free(&r);
     r = runf("bench -m '%s' -p 4 -n 0 -r 1 -t 1 --json", tu_shared("models/stories260K.gguf"));
     assert_int_equal(r.status, 0);
-    json_error_t err;
-    json_t *j = json_loadb(r.out, strcspn(r.out, "\n"), 0, &err);
-    assert_non_null(j);
+    json_t *j;
+    bench_json_lines(r.out, &j, 1);
     assert_string_equal(json_string_value(json_object_get(j, "test")), "pp4");
     assert_int_equal(json_integer_value(json_object_get(j, "n_depth")), 0);
     json_decref(j);
@@ -327,11 +330,10 @@ static void test_bench_limits(void **state) {
     const double macs = 2 * per_layer + 256.0 * 512 /* output */;
     r = runf("bench -m '%s' -p 16 -n 4 -r 1 -t 1 --json --limits", out);
     if (r.status != 0) fail_msg("bench --limits: exit %d: %s", r.status, r.err);
-    const char *line = r.out;
+    json_t *js[2];
+    bench_json_lines(r.out, js, 2);
     for (int t = 0; t < 2; t++) {
-        json_error_t err;
-        json_t *j = json_loadb(line, strcspn(line, "\n"), 0, &err);
-        if (!j) fail_msg("bench --json --limits line %d is not JSON (%s): %s", t, err.text, line);
+        json_t *j = js[t];
         assert_int_equal(json_integer_value(json_object_get(j, "macs_per_token")), (json_int_t)macs);
         assert_int_equal(json_integer_value(json_object_get(j, "weight_bytes_per_token")), (json_int_t)(2 * macs));
         const double tps = json_number_value(json_object_get(j, "tokens_per_second"));
@@ -348,11 +350,7 @@ static void test_bench_limits(void **state) {
             assert_true(fabs(json_number_value(frac) - rate / limit) <= 1e-4 + 0.006 / limit + rate * 0.006 / (limit * limit));
         }
         json_decref(j);
-        line = strchr(line, '\n');
-        assert_non_null(line);
-        line++;
     }
-    assert_string_equal(line, "");
     tu_run_free(&r);
     remove(out);
 }
