@@ -189,9 +189,9 @@ typedef struct bench {
     uint64_t rng;
     size_t depth;     /* tokens of context before each run */
     bool deep;        /* the depth is decoded and sequence 0 holds it */
-    tkv_token *tok;   /* (max(p, n_batch, 1)) */
-    tkv_pos *pos;     /* (max(p, n_batch, 1)) */
-    tkv_seq *seq;     /* (max(p, n_batch, 1)), all 0 */
+    tkv_token *tok;   /* (max(p, 1), at least n_batch with a depth) */
+    tkv_pos *pos;     /* (as tok) */
+    tkv_seq *seq;     /* (as tok), all 0 */
 } bench;
 
 static tkv_token random_token(bench *b) {
