@@ -90,8 +90,9 @@ static tkv__kernel_level detect_x86(void) {
     const int avx2 = (b >> 5) & 1;
     if (!avx2) return TKV__KERNEL_SCALAR;
     const int avx512f = (b >> 16) & 1, avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
+    const int bmi2 = (b >> 8) & 1; /* every AVX-512 CPU has it; the level's IQ1_M dot uses pdep */
     const int zmm_state = (xcr0 & 0xe6) == 0xe6; /* plus opmask, ZMM0-15 upper halves, ZMM16-31 */
-    if (!(avx512f && avx512bw && avx512vl && vnni && zmm_state)) return TKV__KERNEL_AVX2;
+    if (!(avx512f && avx512bw && avx512vl && vnni && bmi2 && zmm_state)) return TKV__KERNEL_AVX2;
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) cpu_bf16_dot = (a >> 5) & 1;
     return TKV__KERNEL_AVX512;
 }

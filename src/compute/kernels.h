@@ -4,7 +4,7 @@
  * x86-64 binary runs everywhere and uses AVX2 or AVX-512 where it can.
  *
  * Levels: scalar (the oracle, any CPU), avx2 (AVX2 + FMA + F16C) and avx512
- * (AVX-512 F/BW/VL/VNNI on top of avx2). A level's table starts from the
+ * (AVX-512 F/BW/VL/VNNI and BMI2 on top of avx2). A level's table starts from the
  * level below and overrides the entries it has its own versions of, so every
  * entry of every table is set. SIMD code lives in its own files, compiled
  * with their -m flags, and is only ever called through a table whose level

@@ -7,10 +7,39 @@
 #include "compute/gemm.h"
 #include "compute/x86/iq1.h"
 
-#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX2__)
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX2__) && \
+    defined(__BMI2__)
 
 float tkv__dot_iq1_s_avx512(size_t n, const void *w, const void *a) {
     return iq1_s_dot(n, w, a);
+}
+
+/*
+ * Four grid points from four 11-bit indices, index k in bits 16k.. of a: the
+ * loads' addresses come from general registers, not from vector lanes.
+ */
+static inline __m256i grid4_of(uint64_t a) {
+    const uint64_t *g = tkv__iq1s_grid;
+    return _mm256_set_epi64x((long long)g[a >> 48], (long long)g[(a >> 32) & 0xffff], (long long)g[(a >> 16) & 0xffff],
+                             (long long)g[a & 0xffff]);
+}
+
+/*
+ * The 8 grid points of IQ1_M groups 8p .. 8p + 7 (qs: their 8 low index
+ * bytes, qh: their 4 bytes of nibbles, low nibble first), each index
+ * qs[g] | (nibble & 7) << 8 put together by pdep in a general register, as
+ * the reference's AVX2 dot does. The indices came from a vector unpack and 32
+ * vpextrw a superblock before: the same points, the product 20% faster
+ * (bench_kernels, bench/RESULTS.md), the extraction off the vector ports.
+ */
+static inline __m512i iq1_m_grid8(const uint8_t *qs, const uint8_t *qh) {
+    uint64_t q;
+    uint32_t h;
+    memcpy(&q, qs, sizeof q);
+    memcpy(&h, qh, sizeof h);
+    const uint64_t lo = _pdep_u64(q, 0x00ff00ff00ff00ffULL) | _pdep_u64(h & 0x7777u, 0x0f000f000f000f00ULL);
+    const uint64_t hi = _pdep_u64(q >> 32, 0x00ff00ff00ff00ffULL) | _pdep_u64((h >> 16) & 0x7777u, 0x0f000f000f000f00ULL);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(grid4_of(lo)), grid4_of(hi), 1);
 }
 
 /*
@@ -19,7 +48,7 @@ float tkv__dot_iq1_s_avx512(size_t n, const void *w, const void *a) {
  * and the halves are added once per super-block, so every lane's integer is
  * iq1_m_dot's (exact sums in another order) and the float work the same.
  * Per pair of sub-blocks:
- *   - the 8 grid points from scalar loads as iq1_m_dot's (a gather of 8, or
+ *   - the 8 grid points from scalar loads (iq1_m_grid8; a gather of 8, or
  *     two of 4, measured 10-20% slower here);
  *   - no sign moves: with g + 1 (0..2) as vpmaddubsw's unsigned operand the
  *     words are g q + q; the scaled q pairs, needed for the shift's part
@@ -42,8 +71,6 @@ float tkv__dot_iq1_m_avx512(size_t n, const void *w, const void *a) {
     __m256 acc = _mm256_setzero_ps(), accd = _mm256_setzero_ps();
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const __m128i qh = _mm_loadu_si128((const __m128i *)(const void *)x[i].qh);
-        _Alignas(32) uint16_t idx[32];
-        iq1_m_indices(&x[i], qh, idx);
         /* bit j: group 2j's shift sign (qh byte j bit 3); bit 16 + j: group 2j + 1's (bit 7) */
         const uint32_t sg = (uint32_t)_mm_movemask_epi8(_mm_slli_epi16(qh, 4)) | (uint32_t)_mm_movemask_epi8(qh) << 16;
         const __m512i sgv = _mm512_set1_epi32((int)sg);
@@ -51,7 +78,7 @@ float tkv__dot_iq1_m_avx512(size_t n, const void *w, const void *a) {
         __m512i sumr = _mm512_setzero_si512(), sumq = sumr, sumn = sumr;
         _Pragma("GCC unroll 4")
         for (int p = 0; p < 4; p++) {
-            const __m512i g = _mm512_inserti64x4(_mm512_castsi256_si512(grid4(idx + 8 * p)), grid4(idx + 8 * p + 4), 1);
+            const __m512i g = iq1_m_grid8(x[i].qs + 8 * p, x[i].qh + 4 * p);
             const __m512i q = _mm512_loadu_si512((const void *)(y[i].qs + 64 * p));
             const __m512i ls = _mm512_shuffle_epi8(ls16, _mm512_add_epi8(ctl, _mm512_set1_epi8((char)(4 * p))));
             sumr = _mm512_add_epi32(sumr, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_add_epi8(g, ones), q), ls));

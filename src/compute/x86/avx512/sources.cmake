@@ -1,4 +1,4 @@
-# The AVX-512 level (F, BW, VL and VNNI, over AVX2): every file of this
+# The AVX-512 level (F, BW, VL and VNNI, over AVX2, with BMI2): every file of this
 # folder, compiled for it. Types without a product of their own here use
 # the AVX2 level's (kernels.c's table says which).
 set(TKV_AVX512_SOURCES
@@ -21,7 +21,7 @@ set(TKV_AVX512_SOURCES
 )
 if(TKV_X86)
   set_source_files_properties(${TKV_AVX512_SOURCES} PROPERTIES
-  COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c")
+  COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c;-mbmi2")
 endif()
 # the recurrent steps sum in the scalar twin's order: no multiply and add may be fused
 set_property(SOURCE compute/x86/avx512/recurrent.c APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=off")
