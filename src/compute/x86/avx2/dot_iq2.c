@@ -7,13 +7,15 @@
  * some forty scalar instructions per 32 elements pulling the grid and sign
  * indices out of the 16-bit words, looking signs up byte by byte and
  * building the scale vector. Here each block's 32 words are split in two
- * vector passes: the 9-bit grid indices to a small array (the codebook
- * reads stay scalar loads: AVX2 gathers are no faster), the 7-bit sign
- * indices to bytes whose eighth bit is their parity (tkv__iq_signs'
- * rule, so the same sign bytes as that table), and the eight scale bytes
- * to 2 ls + 1 once, one vpshufb per sub-block then placing its two int16
- * halves. IQ2_S stores its sign bytes; its 10-bit indices are put
- * together in two vector passes the same way.
+ * vector passes: the 7-bit sign indices to bytes whose eighth bit is their
+ * parity (tkv__iq_signs' rule, so the same sign bytes as that table), and
+ * the eight scale bytes to 2 ls + 1 once, one vpshufb per sub-block then
+ * placing its two int16 halves. The grid indices (bytes for IQ2_XXS, 9 bits
+ * of a word for IQ2_XS) are read from the block in general registers and
+ * the codebook with scalar loads (AVX2 gathers are no faster; indices put in
+ * a vector first cost a vpextrw each, 14-16% of the dot). IQ2_S stores its
+ * sign bytes; its 10-bit indices are put together in two vector passes (in
+ * registers, three operations an index, measured no faster).
  */
 #include "compute/gemm.h"
 #include "compute/quant/quant.h"
@@ -74,14 +76,37 @@ static inline __m256i with_parity(__m256i sb) {
     return _mm256_or_si256(sb, p);
 }
 
-/* One block's 8 lanes, in the lanes compute/x86/avx2/kernels.c's IQ2 comment states: grid indices gi, sign words sw. */
-static inline __m256i block_lanes(const uint64_t *grid, const uint16_t *gi, const uint32_t *sw, __m256i ls,
-                                  const int8_t *yq) {
+enum iq2_kind { IQ2_XXS, IQ2_XS, IQ2_S };
+
+/*
+ * The four grid points of sub-block b of a block of the kind, their indices
+ * taken from the block's bytes in general registers: put together in vectors
+ * and read back lane by lane (vpextrw), they cost 32 extractions a block on
+ * the vector ports the products need.
+ */
+static inline __m256i grid4_at(enum iq2_kind kind, const uint64_t *grid, const void *blk, const uint16_t *gi, int b) {
+    unsigned ix[4];
+    if (kind == IQ2_XXS) { /* sub-block b's first 4 bytes */
+        const uint8_t *q = (const uint8_t *)((const tkv__block_iq2_xxs *)blk)->qs + 8 * b;
+        for (int l = 0; l < 4; l++) ix[l] = q[l];
+    } else if (kind == IQ2_XS) { /* the low 9 bits of groups 4b .. 4b + 3 */
+        uint64_t v;
+        memcpy(&v, ((const tkv__block_iq2_xs *)blk)->qs + 4 * b, sizeof v);
+        for (int l = 0; l < 4; l++) ix[l] = (unsigned)(v >> 16 * l) & 511;
+    } else { /* IQ2_S: put together in vectors (gi) by the caller, which measured as fast as in registers here */
+        for (int l = 0; l < 4; l++) ix[l] = gi[4 * b + l];
+    }
+    return _mm256_set_epi64x((long long)grid[ix[3]], (long long)grid[ix[2]], (long long)grid[ix[1]],
+                             (long long)grid[ix[0]]);
+}
+
+/* One block's 8 lanes, in the lanes compute/x86/avx2/kernels.c's IQ2 comment states: the block blk of the kind
+   (IQ2_S: its grid indices gi), sign words sw. */
+static inline __m256i block_lanes(enum iq2_kind kind, const uint64_t *grid, const void *blk, const uint16_t *gi,
+                                  const uint32_t *sw, __m256i ls, const int8_t *yq) {
     __m256i sumi0 = _mm256_setzero_si256(), sumi1 = _mm256_setzero_si256();
     for (int b = 0; b < 8; b++) {
-        const uint16_t *g = gi + 4 * b;
-        const __m256i q = _mm256_set_epi64x((long long)grid[g[3]], (long long)grid[g[2]], (long long)grid[g[1]],
-                                            (long long)grid[g[0]]);
+        const __m256i q = grid4_at(kind, grid, blk, gi, b);
         const __m256i neg = bit_mask32(sw + b);
         const __m256i sa = _mm256_sub_epi8(_mm256_xor_si256(LOAD256(yq + 32 * b), neg), neg);
         const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(q, sa), sub_scales(ls, b));
@@ -116,7 +141,7 @@ float tkv__dot_iq2_s_avx2(size_t n, const void *w, const void *a) {
             const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x[i].qs + 16 * half)));
             _mm256_store_si256((__m256i *)(void *)(gi + 16 * half), _mm256_or_si256(lo, hi));
         }
-        const __m256i sumi = block_lanes(tkv__iq2s_grid, gi, sw, scales16(x[i].scales), y[i].qs);
+        const __m256i sumi = block_lanes(IQ2_S, tkv__iq2s_grid, &x[i], gi, sw, scales16(x[i].scales), y[i].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return 0.125f * hsum_f32(acc);
@@ -125,20 +150,16 @@ float tkv__dot_iq2_s_avx2(size_t n, const void *w, const void *a) {
 float tkv__dot_iq2_xs_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq2_xs *x = w;
     const tkv__block_q8_K *y = a;
-    const __m256i m511 = _mm256_set1_epi16(511);
     __m256 acc = _mm256_setzero_ps();
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const uint8_t *qs = (const uint8_t *)x[i].qs;
         const __m256i q0 = LOAD256(qs), q1 = LOAD256(qs + 32);
-        alignas(32) uint16_t gi[32];
         alignas(32) uint32_t sw[8]; /* sub-block b's four sign bytes */
-        _mm256_store_si256((__m256i *)(void *)gi, _mm256_and_si256(q0, m511));
-        _mm256_store_si256((__m256i *)(void *)(gi + 16), _mm256_and_si256(q1, m511));
         /* packus interleaves the 128-bit lanes: groups 0-7, 16-23 | 8-15, 24-31; the permute restores order */
         const __m256i sb = _mm256_permute4x64_epi64(
             _mm256_packus_epi16(_mm256_srli_epi16(q0, 9), _mm256_srli_epi16(q1, 9)), 0xd8);
         _mm256_store_si256((__m256i *)(void *)sw, with_parity(sb));
-        const __m256i sumi = block_lanes(tkv__iq2xs_grid, gi, sw, scales16(x[i].scales), y[i].qs);
+        const __m256i sumi = block_lanes(IQ2_XS, tkv__iq2xs_grid, &x[i], NULL, sw, scales16(x[i].scales), y[i].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return 0.125f * hsum_f32(acc);
@@ -158,12 +179,8 @@ float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a) {
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const uint8_t *qs = (const uint8_t *)x[i].qs;
         const __m256 q0 = _mm256_castsi256_ps(LOAD256(qs)), q1 = _mm256_castsi256_ps(LOAD256(qs + 32));
-        const __m256i g = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(q0, q1, 0x88)), 0xd8);
         const __m256i h = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(q0, q1, 0xdd)), 0xd8);
-        alignas(32) uint16_t gi[32];
         alignas(32) uint32_t sw[8];
-        _mm256_store_si256((__m256i *)(void *)gi, _mm256_cvtepu8_epi16(_mm256_castsi256_si128(g)));
-        _mm256_store_si256((__m256i *)(void *)(gi + 16), _mm256_cvtepu8_epi16(_mm256_extracti128_si256(g, 1)));
         /* sign index k (bits 7k..7k+6) to byte k: shifted left by k */
         __m256i sb = _mm256_and_si256(h, m7f);
         sb = _mm256_or_si256(sb, _mm256_and_si256(_mm256_slli_epi32(h, 1), _mm256_slli_epi32(m7f, 8)));
@@ -175,7 +192,7 @@ float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a) {
         ls = _mm256_add_epi32(_mm256_add_epi32(ls, ls), _mm256_set1_epi32(1));
         ls = _mm256_or_si256(ls, _mm256_slli_epi32(ls, 8));
         ls = _mm256_permute4x64_epi64(_mm256_packus_epi32(ls, ls), 0x88);
-        const __m256i sumi = block_lanes(tkv__iq2xxs_grid, gi, sw, ls, y[i].qs);
+        const __m256i sumi = block_lanes(IQ2_XXS, tkv__iq2xxs_grid, &x[i], NULL, sw, ls, y[i].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return 0.125f * hsum_f32(acc);
