@@ -21,6 +21,7 @@
 #include "compute/quant/quant.h"
 #include "compute/quant/grids.h"
 #include "compute/quant/iq.h"
+#include "compute/x86/iq_signs.h"
 
 #include <stdalign.h>
 #include <stdint.h>
@@ -62,18 +63,6 @@ static inline __m256i sub_scales(__m256i ls, int b) {
     const __m256i ctl0 = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, /**/
                                           1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128);
     return _mm256_shuffle_epi8(ls, _mm256_add_epi8(ctl0, _mm256_set1_epi8((char)(2 * b))));
-}
-
-/* 7-bit sign indices (one a byte) to their sign bytes: bit 7 set when the index has odd parity, as
-   tkv__iq_signs holds them. */
-static inline __m256i with_parity(__m256i sb) {
-    const __m256i m15 = _mm256_set1_epi8(15);
-    /* parity of a nibble, as 0x80 */
-    const __m256i par = _mm256_setr_epi8(0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0, /**/
-                                         0, -128, -128, 0, -128, 0, 0, -128, -128, 0, 0, -128, 0, -128, -128, 0);
-    const __m256i p = _mm256_xor_si256(_mm256_shuffle_epi8(par, _mm256_and_si256(sb, m15)),
-                                       _mm256_shuffle_epi8(par, _mm256_and_si256(_mm256_srli_epi16(sb, 4), m15)));
-    return _mm256_or_si256(sb, p);
 }
 
 enum iq2_kind { IQ2_XXS, IQ2_XS, IQ2_S };
@@ -158,7 +147,7 @@ float tkv__dot_iq2_xs_avx2(size_t n, const void *w, const void *a) {
         /* packus interleaves the 128-bit lanes: groups 0-7, 16-23 | 8-15, 24-31; the permute restores order */
         const __m256i sb = _mm256_permute4x64_epi64(
             _mm256_packus_epi16(_mm256_srli_epi16(q0, 9), _mm256_srli_epi16(q1, 9)), 0xd8);
-        _mm256_store_si256((__m256i *)(void *)sw, with_parity(sb));
+        _mm256_store_si256((__m256i *)(void *)sw, iq_with_parity(sb));
         const __m256i sumi = block_lanes(IQ2_XS, tkv__iq2xs_grid, &x[i], NULL, sw, scales16(x[i].scales), y[i].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -174,19 +163,13 @@ float tkv__dot_iq2_xs_avx2(size_t n, const void *w, const void *a) {
 float tkv__dot_iq2_xxs_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq2_xxs *x = w;
     const tkv__block_q8_K *y = a;
-    const __m256i m7f = _mm256_set1_epi32(0x7f);
     __m256 acc = _mm256_setzero_ps();
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const uint8_t *qs = (const uint8_t *)x[i].qs;
         const __m256 q0 = _mm256_castsi256_ps(LOAD256(qs)), q1 = _mm256_castsi256_ps(LOAD256(qs + 32));
         const __m256i h = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(q0, q1, 0xdd)), 0xd8);
         alignas(32) uint32_t sw[8];
-        /* sign index k (bits 7k..7k+6) to byte k: shifted left by k */
-        __m256i sb = _mm256_and_si256(h, m7f);
-        sb = _mm256_or_si256(sb, _mm256_and_si256(_mm256_slli_epi32(h, 1), _mm256_slli_epi32(m7f, 8)));
-        sb = _mm256_or_si256(sb, _mm256_and_si256(_mm256_slli_epi32(h, 2), _mm256_slli_epi32(m7f, 16)));
-        sb = _mm256_or_si256(sb, _mm256_and_si256(_mm256_slli_epi32(h, 3), _mm256_slli_epi32(m7f, 24)));
-        _mm256_store_si256((__m256i *)(void *)sw, with_parity(sb));
+        _mm256_store_si256((__m256i *)(void *)sw, iq_word_signs(h));
         /* 2 ls + 1 of sub-block b in bytes 2b and 2b + 1 of both lanes, the layout block_lanes reads */
         __m256i ls = _mm256_srli_epi32(h, 28);
         ls = _mm256_add_epi32(_mm256_add_epi32(ls, ls), _mm256_set1_epi32(1));

@@ -15,6 +15,7 @@
 #include "compute/quant/quant.h"
 #include "compute/quant/grids.h"
 #include "compute/quant/iq.h"
+#include "compute/x86/iq_signs.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -55,6 +56,9 @@ float tkv__kernel_dot_iq3_xxs_avx2(size_t n, const void *w, const void *a) {
     __m256 acc = _mm256_setzero_ps();
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const uint8_t *qs = x[i].qs;
+        /* the 8 sub-blocks' sign bits at once (a table lookup per group was most of the scalar work) */
+        _Alignas(32) uint32_t sw[8];
+        _mm256_store_si256((__m256i *)(void *)sw, iq_word_signs(LOAD256(qs + 64)));
         __m256i sumi = _mm256_setzero_si256();
         for (int b = 0; b < 8; b++) {
             const uint8_t *ix = qs + 8 * b;
@@ -62,14 +66,7 @@ float tkv__kernel_dot_iq3_xxs_avx2(size_t n, const void *w, const void *a) {
                 (int)tkv__iq3xxs_grid[ix[0]], (int)tkv__iq3xxs_grid[ix[1]], (int)tkv__iq3xxs_grid[ix[2]],
                 (int)tkv__iq3xxs_grid[ix[3]], (int)tkv__iq3xxs_grid[ix[4]], (int)tkv__iq3xxs_grid[ix[5]],
                 (int)tkv__iq3xxs_grid[ix[6]], (int)tkv__iq3xxs_grid[ix[7]]);
-            uint32_t word;
-            memcpy(&word, qs + 64 + 4 * b, 4);
-            /* four 7-bit patterns, each completed to 8 signs by the table */
-            const uint32_t sign_bits = (uint32_t)tkv__iq_signs[word & 127] |
-                                       (uint32_t)tkv__iq_signs[(word >> 7) & 127] << 8 |
-                                       (uint32_t)tkv__iq_signs[(word >> 14) & 127] << 16 |
-                                       (uint32_t)tkv__iq_signs[(word >> 21) & 127] << 24;
-            sumi = _mm256_add_epi32(sumi, sub_block(g, y[i].qs + 32 * b, sign_bits, (int)(word >> 28)));
+            sumi = _mm256_add_epi32(sumi, sub_block(g, y[i].qs + 32 * b, sw[b], (int)(qs[64 + 4 * b + 3] >> 4)));
         }
         const float d = _cvtsh_ss(x[i].d) * y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
