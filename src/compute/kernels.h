@@ -131,11 +131,13 @@ typedef struct tkv__kernels {
     tkv__gemm_fn lanes_ref[TKV_TYPE_COUNT];
     /* indexed by weight type, NULL where the default order is already the
        reference's: a type's product in the reference implementation's
-       x86 order where the default differs (Q5_K: its lane-wise vec_dot,
-       compute/quant/quant.h), for contexts that compute as the reference
-       does (tkv_context_params.batch_invariant false). gemm_ref is bit for
-       bit vec_dot_ref (NULL: the product loops over vec_dot_ref); both read
-       the file's rows. */
+       x86 order where the default differs (Q5_K: its lane-wise vec_dot;
+       Q2_K: its lane-wise vec_dot at the scalar and avx2 levels, the
+       default block-reduced order at the avx512 level, where the reference
+       repacks Q2_K rows; compute/quant/quant.h), for contexts that compute
+       as the reference does (tkv_context_params.batch_invariant false).
+       gemm_ref is bit for bit vec_dot_ref (NULL: the product loops over
+       vec_dot_ref); both read the file's rows. */
     tkv__vec_dot_fn vec_dot_ref[TKV_TYPE_COUNT];
     tkv__gemm_fn gemm_ref[TKV_TYPE_COUNT];
     /* indexed by activation type (F32, F16, BF16, Q8_0, Q8_1, Q8_K); else NULL */

@@ -242,7 +242,8 @@ static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_B
  */
 /* The types summed block-reduced at every level (compute/quant/quant.h). */
 static int block_reduced(tkv_type t) {
-    return t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4 || t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K;
+    return t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4 || t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K ||
+           t == TKV_TYPE_Q2_K;
 }
 
 static void check_dot(tkv_type t, size_t n, const tkv__kernels *simd) {
@@ -499,20 +500,58 @@ static float k45_dot_ref(size_t n, const uint8_t *w, const uint8_t *a, int five)
     return acc - accm;
 }
 
+/*
+ * Q2_K in the reference's order for its repacked rows (ggml-cpu's x86 gemv/gemm
+ * over 8-row interleaved Q2_K blocks, which it takes on CPUs with AVX-512):
+ * as Q4_K's above over 16 sub-blocks of 16, the scales' sum_b sc_b sum(q a)
+ * and the mins' sum_b mn_b sum(a). Written here from the format alone: the
+ * weight block is 16 bytes of scales (sub-block b: scale in the low nibble of
+ * byte b, min in the high one), 64 bytes whose byte 32h + l holds element
+ * 128h + 32s + l in bits 2s, 2s + 1 (s < 4), then fp16 d and fp16 dmin.
+ */
+static float q2k_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
+    float acc = 0.0f, accm = 0.0f;
+    for (size_t i = 0; i < n / 256; i++) {
+        const uint8_t *blk = w + 84 * i, *sc = blk, *qs = blk + 16;
+        const uint8_t *ab = a + 292 * i;
+        uint16_t dw, dmw;
+        float da;
+        memcpy(&dw, blk + 80, 2);
+        memcpy(&dmw, blk + 82, 2);
+        memcpy(&da, ab, 4);
+        const int8_t *aq = (const int8_t *)(ab + 4);
+        int sumi = 0, summ = 0;
+        for (int b = 0; b < 16; b++) {
+            int sq = 0, sa = 0;
+            for (int l = 0; l < 16; l++) {
+                const int e = 16 * b + l, q = (qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32))) & 3;
+                sq += q * aq[e];
+                sa += aq[e];
+            }
+            sumi += (sc[b] & 15) * sq;
+            summ += (sc[b] >> 4) * sa;
+        }
+        acc = fmaf((float)sumi, tkv__quant_f16_to_f32(dw) * da, acc);
+        accm = fmaf((float)summ, tkv__quant_f16_to_f32(dmw) * da, accm);
+    }
+    return acc - accm;
+}
+
 static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a) {
+    if (t == TKV_TYPE_Q2_K) return q2k_dot_ref(n, w, a);
     return t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K ? k45_dot_ref(n, w, a, t == TKV_TYPE_Q5_K) : b4_dot_ref(t, n, w, a);
 }
 
 /*
  * Every level's vec_dot, gemm, gemv and packed product (where it has one)
- * of Q4_0, IQ4_NL and MXFP4 rows of 1 to 16 blocks and Q4_K and Q5_K rows of 1 to 33
+ * of Q4_0, IQ4_NL and MXFP4 rows of 1 to 16 blocks and Q4_K, Q5_K and Q2_K rows of 1 to 33
  * against those models, bit for bit (from 2 blocks on, the lane-wise order
  * IQ4_NL, MXFP4 and Q4_K had before is an ulp off in most outputs): 19 rows
  * (a whole packed group and a partial one), 1 to 9 tokens and 37.
  */
 static void test_b4_reference_order(void **state) {
     (void)state;
-    const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K};
+    const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q2_K};
     const size_t n_rows = 19, ldy = 19, tok_counts[] = {1, 2, 3, 4, 5, 8, 9, 37};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const tkv_type t = types[ti], at = tkv__quant_vec_dot_type(t), be = tkv__quant_block_elems(t);
@@ -577,8 +616,8 @@ static void test_b4_reference_order(void **state) {
 }
 
 /*
- * The reference-order entries (kernels.h's vec_dot_ref, gemm_ref: Q5_K
- * summed lane-wise, as the reference's x86 vec_dot): at every level that
+ * The reference-order entries (kernels.h's vec_dot_ref, gemm_ref: Q5_K and
+ * Q2_K summed lane-wise, as the reference's plain x86 vec_dots): at every level that
  * has them, the gemm bit for bit its level's vec_dot_ref (1 to 9 tokens and
  * 37, 19 rows, 1 to 17 superblocks), and each vec_dot_ref within the
  * float-order bound of test_dot's against the scalar one and against a
@@ -637,7 +676,7 @@ static void test_ref_entries(void **state) {
             free(w), free(xq), free(x), free(y), free(wf), free(af);
         }
     }
-    assert_int_equal(seen, 1); /* Q5_K */
+    assert_int_equal(seen, 2); /* Q5_K, Q2_K */
 }
 
 /* Extreme quants: every weight quant at its most negative/positive, activations at +-127. */

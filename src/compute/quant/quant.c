@@ -564,14 +564,35 @@ float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a) {
     return s;
 }
 
+/* One Q2_K block against y: the exact sum of its sub-block sums times their scales (*sumi) and of its mins times
+   y's sums of 16 (*summ). */
+static void q2k_block_sums(const tkv__block_q2_K *x, const tkv__block_q8_K *y, int32_t *sumi, int32_t *summ) {
+    *sumi = 0, *summ = 0;
+    for (int e = 0; e < 256; e++) *sumi += (x->scales[e / 16] & 0x0f) * k_low2(x->qs, e) * y->qs[e];
+    for (int b = 0; b < 16; b++) *summ += (x->scales[b] >> 4) * y->bsums[b];
+}
+
+/* Block-reduced, as Q4_K (compute/quant/quant.h): the reference's x86 order over its repacked Q2_K rows. */
 float tkv__quant_vec_dot_q2_K(size_t n, const void *w, const void *a) {
+    const tkv__block_q2_K *x = w;
+    const tkv__block_q8_K *y = a;
+    float s = 0.0f, m = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        int32_t sumi, summ;
+        q2k_block_sums(&x[i], &y[i], &sumi, &summ);
+        s = fmaf((float)sumi, tkv__quant_f16_to_f32(x[i].d) * y[i].d, s);
+        m = fmaf((float)summ, tkv__quant_f16_to_f32(x[i].dmin) * y[i].d, m);
+    }
+    return s - m;
+}
+
+float tkv__quant_vec_dot_q2_K_lanes(size_t n, const void *w, const void *a) {
     const tkv__block_q2_K *x = w;
     const tkv__block_q8_K *y = a;
     float s = 0.0f;
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        int sumi = 0, summ = 0;
-        for (int e = 0; e < 256; e++) sumi += (x[i].scales[e / 16] & 0x0f) * k_low2(x[i].qs, e) * y[i].qs[e];
-        for (int b = 0; b < 16; b++) summ += (x[i].scales[b] >> 4) * y[i].bsums[b];
+        int32_t sumi, summ;
+        q2k_block_sums(&x[i], &y[i], &sumi, &summ);
         const float d = y[i].d * tkv__quant_f16_to_f32(x[i].d), dmin = y[i].d * tkv__quant_f16_to_f32(x[i].dmin);
         s += d * (float)sumi - dmin * (float)summ;
     }

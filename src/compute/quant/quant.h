@@ -482,7 +482,12 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *                   d_a * dmin_w * sum_g(mn_g * bsum_g).
  *   Q6_K:           d_a * d_w * sum_g(scales_g * sumi_g)      (q - 32 folded in)
  *   IQ4_XS:         d_w * d_a * sum_b((ls_b - 32) * sumi_b)
- *   Q2_K:           d_a * d_w * sum_b(sc_b * sumi_b) - d_a * dmin_w * sum_b(mn_b * bsum_b)
+ *   Q2_K:           block-reduced as Q4_K (sc_b and mn_b over its 16
+ *                   sub-blocks of 16): the reference's x86 order over its
+ *                   repacked Q2_K rows (on CPUs with AVX-512, every matrix
+ *                   of 8k rows). Its plain x86 vec_dot sums lane-wise:
+ *                   tkv__quant_vec_dot_q2_K_lanes (kernels.h's vec_dot_ref),
+ *                   d_a * d_w * sum_b(sc_b * sumi_b) - d_a * dmin_w * sum_b(mn_b * bsum_b)
  *   Q3_K:           d_a * d_w * sum_b((sc_b - 32) * sumi_b)
  *   TQ1_0/TQ2_0:    d_a * d_w * (sum(q * a) - sum(a))
  *   IQ2_*:          d_w * d_a * sum_g((2 ls_g + 1) * sumi_g), times 1/8 once per row
@@ -509,6 +514,7 @@ float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_mxfp4(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q2_K(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_q2_K_lanes(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q3_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_tq1_0(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_tq2_0(size_t n, const void *w, const void *a);

@@ -43,7 +43,20 @@
  *
  * (Q4_K 2.8%, Q5_K 2.3% more bytes than the file's: the scales unpacked to bytes).
  *
- * Interleaved (Q8_0, Q2_K, Q3_K, Q6_K, IQ4_XS: the lane-wise products of gemm.h, whose
+ * Transposed Q2_K (the block-reduced products of each level's gemm_q2_k.c):
+ * superblock i of the group at TKV__Q2K_PACK_BLOCK i = 1344 i (21 cache
+ * lines, the file's bytes):
+ *
+ *   [0, 1024)     quants: chunk j (j < 16) at 64 j, bytes 4k .. 4k + 3 = row
+ *                 k's qs[4j .. 4j + 3] (bits 2s of each: element 128 (j / 8) +
+ *                 32 s + 4 (j % 8) + 0..3, sub-block 8 (j / 8) + 2 s + (j % 8) / 4)
+ *   [1024, 1280)  scales and mins as the file's bytes (scale low nibble, min
+ *                 high): byte 32h + 2k + e = row k's byte of sub-block 2h + e
+ *                 (a word pair per row once widened: one vpmaddwd or
+ *                 vpdpwssd with a token's two sums of 16)
+ *   [1280, 1312)  row k's fp16 d at + 2k;  [1312, 1344) its fp16 dmin at + 2k
+ *
+ * Interleaved (Q8_0, Q3_K, Q6_K, IQ4_XS: the lane-wise products of gemm.h, whose
  * per-row float lanes leave nothing to gain from a transpose): the file's
  * blocks as they are, block i of row k of the group at (16 i + k) bs (bs the
  * type's block bytes), so a product over 16 rows reads block i of all of
@@ -60,7 +73,7 @@
 #define TKV__PACK_ROWS 16
 
 /*
- * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q4_K, Q5_K; Q8_0, Q2_K, Q3_K, Q6_K, IQ4_XS). A level's kernel table says
+ * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q4_K, Q5_K, Q2_K; Q8_0, Q3_K, Q6_K, IQ4_XS). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);
@@ -96,5 +109,15 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
  * rows build a panel of on the stack.
  */
 void tkv__pack_k45_blocks(const void *const rows[TKV__PACK_ROWS], int five, size_t i0, size_t i1, void *out);
+
+/* Offsets in one Q2_K superblock of a packed group (above). */
+#define TKV__Q2K_PACK_SCALES 1024
+#define TKV__Q2K_PACK_D 1280
+#define TKV__Q2K_PACK_DMIN 1312
+#define TKV__Q2K_PACK_BLOCK 1344
+
+/* Superblocks [i0, i1) of 16 Q2_K rows (rows[k]: row k's blocks; NULL: a row of zeros) in the transposed layout
+   above, superblock i at out + (i - i0) TKV__Q2K_PACK_BLOCK: as tkv__pack_k45_blocks. */
+void tkv__pack_q2k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
 
 #endif

@@ -195,8 +195,9 @@ INLINE void gemm23(const tile_job *job, int three, int packed) {
     tile_product(job, &sh, &ops, &s);
 }
 
-void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy) {
+/* Q2_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_k.c's) */
+void tkv__gemm_q2_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                               float *y, size_t ldy) {
     gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0, 0);
 }
 
@@ -206,11 +207,6 @@ void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 }
 
 /* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
-void tkv__gemm_q2_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
-                                size_t n_tok, float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 0, 1);
-}
-
 void tkv__gemm_q3_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                 size_t n_tok, float *y, size_t ldy) {
     gemm23(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1, 1);

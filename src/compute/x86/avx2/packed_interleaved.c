@@ -126,45 +126,27 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
     for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
 }
 
-/* ==== Q2_K / Q3_K ==================================================================== */
+/* ==== Q3_K ========================================================================== */
 
-/* The first nk rows of a group of Q2_K (three: Q3_K) rows, one token: per block the vec_dot's fmas (Q2_K's mins first). */
-INLINE void q23k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out, int three) {
-    enum { QBS = sizeof(tkv__block_q8_K) };
-    const size_t bs = three ? sizeof(tkv__block_q3_K) : sizeof(tkv__block_q2_K);
+/* The first nk rows of a group of Q3_K rows, one token: per block the vec_dot's fma. */
+static void q3k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
+    enum { QBS = sizeof(tkv__block_q8_K), BS = sizeof(tkv__block_q3_K) };
     __m256 acc[G];
     for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * bs;
-        prefetch_span(blk + (PREFETCH_AHEAD / (G * bs) + 1) * G * bs, G * bs);
+        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
+        prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
         float yd;
         memcpy(&yd, yb, sizeof yd);
-        const __m256i bsums = LOAD256(yb + Q8K_BSUMS);
-        __m256i y4[8]; /* Q3_K: the token's, for every row of the group */
-        if (three) tkv__q3k_y4(yb + Q8K_QS, y4);
+        __m256i y4[8]; /* the token's, for every row of the group */
+        tkv__q3k_y4(yb + Q8K_QS, y4);
         for (int k = 0; k < nk; k++) {
-            const uint8_t *x = blk + (size_t)k * bs;
-            if (three) {
-                const tkv__block_q3_K *x3 = (const tkv__block_q3_K *)(const void *)x;
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x3->d)),
-                                         _mm256_cvtepi32_ps(tkv__q3k_lanes_y4(x3, yb + Q8K_QS, y4)), acc[k]);
-            } else {
-                const tkv__block_q2_K *x2 = (const tkv__block_q2_K *)(const void *)x;
-                const __m256i prod = _mm256_madd_epi16(tkv__q2k_mins(x), bsums);
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(-yd * f16(x2->dmin)), _mm256_cvtepi32_ps(prod), acc[k]);
-                acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x2->d)), _mm256_cvtepi32_ps(tkv__q2k_lanes(x2, yb + Q8K_QS)), acc[k]);
-            }
+            const tkv__block_q3_K *x3 = (const tkv__block_q3_K *)(const void *)(blk + (size_t)k * BS);
+            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x3->d)),
+                                     _mm256_cvtepi32_ps(tkv__q3k_lanes_y4(x3, yb + Q8K_QS, y4)), acc[k]);
         }
     }
     for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
-}
-
-static void q2k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
-    q23k_rows(g, nb, nk, ya, out, 0);
-}
-
-static void q3k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
-    q23k_rows(g, nb, nk, ya, out, 1);
 }
 
 /* ==== IQ4_XS ======================================================================== */
@@ -212,8 +194,6 @@ static void by_token(rows_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t 
 PACKED_ENTRY(tkv__packed_q8_0_avx2, tkv__gemm_q8_0_packed_avx2, q8_rows, TKV__QK)
 
 PACKED_ENTRY(tkv__packed_q6_K_avx2, tkv__gemm_q6_K_packed_avx2, q6k_rows, TKV__QK_K)
-
-PACKED_ENTRY(tkv__packed_q2_K_avx2, tkv__gemm_q2_K_packed_avx2, q2k_rows, TKV__QK_K)
 
 PACKED_ENTRY(tkv__packed_q3_K_avx2, tkv__gemm_q3_K_packed_avx2, q3k_rows, TKV__QK_K)
 

@@ -306,7 +306,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q4_1] = dot_q4_1,
             [TKV_TYPE_Q5_0] = dot_q5_0,
             [TKV_TYPE_Q5_1] = dot_q5_1,
-            [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2, /* compute/x86/avx2/kernels.c's: the tiled products need no other */
+            [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2, /* compute/x86/avx2/kernels.c's, block-reduced: gemm_q2_k.c's bits */
             [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
             [TKV_TYPE_Q4_K] = tkv__dot_q4_K_avx2, /* with gemm_q4_q5_k.c's products */
             [TKV_TYPE_Q5_K] = tkv__dot_q5_K_avx2,
@@ -330,7 +330,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q4_1] = tkv__gemm_q4_1_avx512, /* compute/x86/avx512/gemm_q4_1_q5.c */
             [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx512,
             [TKV_TYPE_Q5_1] = tkv__gemm_q5_1_avx512,
-            [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512, /* compute/x86/avx512/gemm_q2_q3_k.c */
+            [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512, /* compute/x86/avx512/gemm_q2_k.c */
             [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx512,
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx512,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
@@ -371,8 +371,10 @@ const tkv__kernels tkv__kernel_avx512_part = {
         },
     .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
     .lanes_ref = {[TKV_TYPE_BF16] = tkv__lanes_bf16_avx512},
-    .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes},
-    .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx512},
+    /* Q2_K: the reference's order on CPUs with AVX-512 is the block-reduced one over its repacked rows (the avx2
+       level's entries are its plain lane-wise order, as it computes without AVX-512) */
+    .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2},
+    .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx512, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512},
     .silu = silu,
     .softcap = softcap,
     .swiglu = swiglu,

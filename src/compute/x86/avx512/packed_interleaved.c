@@ -347,23 +347,14 @@ INLINE void q23k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, flo
     for (int t = 0; t < T; t++) store_group(acc[t], out[t], nrow);
 }
 
-static void q2k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
-    q23k_rows(g, nb, &ya, &out, nrow, 0, 1);
-}
-
 static void q3k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
     q23k_rows(g, nb, &ya, &out, nrow, 1, 1);
-}
-
-static void q2k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow) {
-    q23k_rows(g, nb, ya, out, nrow, 0, 2);
 }
 
 static void q3k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow) {
     q23k_rows(g, nb, ya, out, nrow, 1, 2);
 }
 
-PACKED_ENTRY2(tkv__packed_q2_K_avx512, tkv__gemm_q2_K_packed_avx512, q2k_group, q2k_group2, TKV__QK_K, 8)
 
 PACKED_ENTRY2(tkv__packed_q3_K_avx512, tkv__gemm_q3_K_packed_avx512, q3k_group, q3k_group2, TKV__QK_K, 4)
 

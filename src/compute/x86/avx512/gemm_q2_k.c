@@ -1,0 +1,230 @@
+/*
+ * compute/x86/avx512/gemm_q2_k.c — Q2_K products at the avx512 level (AVX-512 F/BW/VL + VNNI)
+ * over the transposed layout of compute/quant/repack.h, in the block-reduced order of
+ * compute/quant/quant.h (Q4_K's, the reference's over its repacked Q2_K rows), so they equal the
+ * level's vec_dot (and the scalar one) bit for bit: the product over packed rows (generation
+ * reads every row once, in one sequential stream per group), and the tiled product over the
+ * file's rows, which builds the same layout for a chunk of K on its stack first.
+ *
+ * Lane k of a zmm is row k of a group of 16, so a superblock reduces to one
+ * integer per lane with no horizontal sums, as gemm_q4_q5_k.c's Q4_K. Per
+ * 64-byte chunk of quants (4 bytes of each of 16 rows, 16 elements a row):
+ * an and, and three shifts and ands, give the 2-bit values of its four
+ * sub-blocks; per token one vpdpbusd each with the token's 4 activation
+ * bytes broadcast (the values unsigned, the activations signed). Four chunks
+ * make a sub-block's sum of 16; per pair of sub-blocks and token the two
+ * sums as a row's word pair times its pair of scales (one vpdpwssd: vpmulld
+ * per sub-block halved the tiles' speed); per superblock and token the mins'
+ * term in eight vpdpwssd (a row's two mins times the token's two sums of
+ * 16), then two conversions, two scale products and two fmas for all 16
+ * rows. The lane-wise product this replaces (a row pair per zmm, scales
+ * picked by permutes, the mins' fma per row and block) took about 2.4 times
+ * the instructions per weight.
+ *
+ * Tokens run in tiles of up to 4 over a group.
+ */
+#include "compute/gemm.h"
+#include "util.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
+
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+
+enum {
+    ROWS = TKV__PACK_ROWS,    /* rows per group: a zmm's lanes */
+    SB = TKV__Q2K_PACK_BLOCK, /* bytes of a group's superblock */
+    QBS = sizeof(tkv__block_q8_K),
+    TT = 4,       /* tokens per tile */
+    KC = 16,      /* superblocks per panel of the file-rows product (21 KiB) */
+    TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
+    Y_QS = 4,     /* offset of a Q8_K block's quants */
+    Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
+};
+
+static inline __m512i bcast32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* The scale and min bytes of sub-blocks 2h and 2h + 1 of the 16 rows as words: word 2k + e is row k's byte of
+   sub-block 2h + e (repack.h). */
+static inline __m512i scale_words(const uint8_t *b, int h) {
+    return _mm512_cvtepu8_epi16(LOAD256(b + TKV__Q2K_PACK_SCALES + 32 * h));
+}
+
+/*
+ * Superblocks [0, cnt) of one group at pk for T tokens: yb0[t] is token t's
+ * Q8_K block of the first one. acc[t] and accm[t] carry the scales' and the
+ * mins' running sums of the 16 rows.
+ */
+INLINE void q2k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, __m512 *accm, int T, int pf) {
+    const size_t PF = PREFETCH_AHEAD / SB + 1;
+    /* a chunk's values taken SA at a time, so that the tile's 2 T SA sums (8) and its running sums stay in the 32
+       registers: all 4 for one token, 2 for two, 1 for more (the chunk's line read again from L1) */
+    const int SA = T >= 3 ? 1 : T == 2 ? 2 : 4;
+    const __m512i m3 = _mm512_set1_epi8(3), m15 = _mm512_set1_epi16(15);
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *b = pk + i * SB, *yb[TT];
+        __m512i sumi[TT], summ[TT];
+        UNROLL
+        for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm512_setzero_si512(), summ[t] = sumi[t];
+        UNROLL
+        for (int p = 0; p < 2; p++) { /* half p: chunks 8p .. 8p + 7, sub-blocks 8p .. 8p + 7 */
+            UNROLL
+            for (int s0 = 0; s0 < 4; s0 += SA) { /* each chunk's values s0 .. s0 + SA - 1 */
+                /* value s of chunks 8p .. 8p + 3 is sub-block 8p + 2s, of chunks 8p + 4 .. 8p + 7 sub-block 8p + 2s + 1 */
+                __m512i se[TT][4], so[TT][4];
+                UNROLL
+                for (int t = 0; t < T; t++)
+                    for (int s = 0; s < SA; s++) se[t][s] = _mm512_setzero_si512(), so[t][s] = se[t][s];
+                UNROLL
+                for (int jj = 0; jj < 8; jj++) {
+                    const int j = 8 * p + jj;
+                    if (pf && s0 == 0) { /* util.h's PREFETCH_AHEAD: chunk j's line PF superblocks on, the scales' with it */
+                        _mm_prefetch((const char *)b + PF * SB + 64 * j, _MM_HINT_T0);
+                        if (j < 5) _mm_prefetch((const char *)b + PF * SB + 1024 + 64 * j, _MM_HINT_T0);
+                    }
+                    const __m512i q = _mm512_load_si512((const void *)(b + 64 * j));
+                    __m512i v[4];
+                    UNROLL
+                    for (int s = 0; s < SA; s++) v[s] = _mm512_and_si512(s0 + s ? _mm512_srli_epi32(q, 2 * (s0 + s)) : q, m3);
+                    UNROLL
+                    for (int t = 0; t < T; t++) {
+                        const uint8_t *a = yb[t] + Y_QS + 128 * p + 4 * jj;
+                        UNROLL
+                        for (int s = 0; s < SA; s++) {
+                            if (jj < 4) se[t][s] = _mm512_dpbusd_epi32(se[t][s], v[s], bcast32(a + 32 * (s0 + s)));
+                            else so[t][s] = _mm512_dpbusd_epi32(so[t][s], v[s], bcast32(a + 32 * (s0 + s)));
+                        }
+                    }
+                }
+                /* both sums of 16 fit a word (16 x 3 x 127): a row's pair of them by its pair of scales, one vpdpwssd */
+                UNROLL
+                for (int s = 0; s < SA; s++) {
+                    const __m512i sc = _mm512_and_si512(scale_words(b, 4 * p + s0 + s), m15);
+                    UNROLL
+                    for (int t = 0; t < T; t++)
+                        sumi[t] = _mm512_dpwssd_epi32(
+                            sumi[t], _mm512_mask_blend_epi16(0xAAAAAAAAu, se[t][s], _mm512_slli_epi32(so[t][s], 16)), sc);
+                }
+            }
+        }
+        UNROLL
+        for (int h = 0; h < 8; h++) {
+            const __m512i mn = _mm512_srli_epi16(scale_words(b, h), 4);
+            UNROLL
+            for (int t = 0; t < T; t++) summ[t] = _mm512_dpwssd_epi32(summ[t], mn, bcast32(yb[t] + Y_BSUMS + 4 * h));
+        }
+        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + TKV__Q2K_PACK_D));
+        const __m512 dm = _mm512_cvtph_ps(LOADA256(b + TKV__Q2K_PACK_DMIN));
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            float yd;
+            memcpy(&yd, yb[t], sizeof yd);
+            const __m512 d = _mm512_set1_ps(yd);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, d), acc[t]);
+            accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ[t]), _mm512_mul_ps(dm, d), accm[t]);
+        }
+    }
+}
+
+/*
+ * One group (pk: its superblock k0; cnt superblocks) for the T tokens at
+ * yt[t] (their rows; block k0 of each is read first): the running sums from
+ * the stash st (2 T zmm; zero when first), back to it, or when last to y[t
+ * ldy + k] for the rows in rmask.
+ */
+INLINE void q2k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
+                     float *y, size_t ldy, __mmask16 rmask, int T, int pf) {
+    __m512 acc[TT], accm[TT];
+    const uint8_t *yb[TT];
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        yb[t] = yt[t] + k0 * QBS;
+        acc[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t);
+        accm[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t + 16);
+    }
+    q2k_run(pk, cnt, yb, acc, accm, T, pf);
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        if (last) {
+            _mm512_mask_storeu_ps(y + (size_t)t * ldy, rmask, _mm512_sub_ps(acc[t], accm[t]));
+        } else {
+            _mm512_store_ps(st + 32 * t, acc[t]);
+            _mm512_store_ps(st + 32 * t + 16, accm[t]);
+        }
+    }
+}
+
+/*
+ * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
+ * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1; stash st (2 zmm a token).
+ */
+INLINE void q2k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
+                       float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int stream) {
+    for (size_t u = 0; u < tn;) {
+        const int T = (int)min_sz(TT, tn - u);
+        const uint8_t *yt[TT];
+        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
+        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
+        switch (T) {
+        case 4: q2k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, pf); break;
+        case 3: q2k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, pf); break;
+        case 2: q2k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, pf); break;
+        default: q2k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, pf); break;
+        }
+        u += (size_t)T;
+    }
+}
+
+static inline __mmask16 row_mask(size_t r, size_t nr) {
+    return (__mmask16)((1u << min_sz(ROWS, nr - r)) - 1u);
+}
+
+/* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups; each group is
+   read once per chunk of TC tokens, whole (a group of a 8192-long row is 42 KiB: L2), its tiles one after another. */
+void tkv__packed_q2_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK_K;
+    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
+        const size_t tn = min_sz(TC, n_tok - t0);
+        for (size_t r = 0; r < nr; r += ROWS)
+            q2k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr), 1);
+    }
+}
+
+/* Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of KC superblocks transposed into a panel
+   on the stack (the packed layout), then every token's tiles over it, their sums carried in a stash. */
+void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK_K;
+    struct {
+        alignas(64) uint8_t pan[KC * SB]; /* 21 KiB */
+        alignas(64) float st[TC * 32];    /* 8 KiB */
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
+        const size_t tn = min_sz(TC, n_tok - t0);
+        for (size_t r = 0; r < nr; r += ROWS) {
+            const void *rows[ROWS];
+            for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
+            for (size_t k0 = 0; k0 < nb; k0 += KC) {
+                const size_t cnt = min_sz(KC, nb - k0);
+                tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.pan);
+                q2k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, row_mask(r, nr), 0);
+            }
+        }
+    }
+}
+
+#endif
