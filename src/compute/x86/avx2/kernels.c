@@ -226,7 +226,7 @@ float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a) {
  * dmin with the mins' products with the activation's sums of 16 (lane k:
  * sub-blocks 2k and 2k + 1), then one of d_a d with those integers (Q2_K's
  * vec_dot_ref, its tiled twin gemm_q2_q3_k.c's); Q3_K the latter only, its
- * tiled products (each level's gemm_q2_q3_k.c) the same bits. The lanes are
+ * tiled products (avx2's gemm_q2_q3_k.c, avx512's gemm_q3_k.c) the same bits. The lanes are
  * compute/x86/q2_q3_k.h's. Q2_K's default, block-reduced order takes the
  * same integers summed whole (tkv__dot_q2_K_avx2), bit for bit gemm_q2_k.c.
  */

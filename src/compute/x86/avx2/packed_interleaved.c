@@ -1,6 +1,6 @@
 /*
  * compute/x86/avx2/packed_interleaved.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and IQ4_XS
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q3_K, Q6_K and IQ4_XS
  * at the avx2 level, bit for bit the level's vec_dots (compute/x86/avx2/kernels.c).
  *
  * One token (generation): a group of 16 rows is read once, in order, block
@@ -14,9 +14,8 @@
  * ymm holds one row's 8 lanes, with the vec_dot's
  * integers per lane (exact: any route gives the same value) and its float
  * operations in its order: the block's scale product, convert, fma (Q8_0:
- * even blocks in one accumulator, odd ones in another), the hsum; Q5_K's
- * mins term the vec_dot's scalar running sum, Q2_K's its fma
- * before the block's (the lanes of compute/x86/q2_q3_k.h, the vec_dot's own).
+ * even blocks in one accumulator, odd ones in another), the hsum (Q3_K's
+ * lanes compute/x86/q2_q3_k.h's, the vec_dot's own).
  *
  * Two tokens run it once per token, each group from cache the second time;
  * three and more go to the tiled products over the same packed rows

@@ -1,6 +1,6 @@
 /*
  * compute/x86/avx512/packed_interleaved.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and IQ4_XS
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q3_K, Q6_K and IQ4_XS
  * at the avx512 level, bit for bit the level's vec_dots (compute/x86/avx512/kernels.c).
  *
  * One token (generation): each group of 16 rows is read once, in order,
@@ -15,18 +15,16 @@
  * value) and the float operations the same in the same order per lane: the
  * block's scale product, convert, fma into the row's lanes (Q8_0: even
  * blocks in one accumulator, odd ones in another), then the sums of
- * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order; Q5_K's
- * mins term is the vec_dot's scalar running sum per row, Q2_K's
- * its fma before the block's. Q2_K, Q3_K and IQ4_XS follow the vec_dots
- * this level keeps from avx2.
+ * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order. Q3_K
+ * and IQ4_XS follow the vec_dots this level keeps from avx2.
  *
  * Decode steps of a few tokens (a few sequences, or one with drafts) run
  * the same product two tokens at a time: each row pair unpacked once for
  * both, each token's operations the one-token product's (PACKED_ENTRY2 and
- * its per-type bound); Q4_K and Q5_K (gemm_q4_q5_k.c) read any batch from
- * the packed rows directly. More tokens (prefill, bigger steps) go to the
+ * its per-type bound); Q4_K, Q5_K and Q2_K (gemm_q4_q5_k.c, gemm_q2_k.c) read
+ * any batch from their transposed packed rows directly. More tokens (prefill, bigger steps) go to the
  * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c,
- * gemm_q2_q3_k.c, gemm_iq4_xs.c: tile_driver.h reads blocks TKV__PACK_ROWS
+ * gemm_q3_k.c, gemm_iq4_xs.c: tile_driver.h reads blocks TKV__PACK_ROWS
  * blocks apart).
  */
 #include "compute/gemm.h"
@@ -233,7 +231,7 @@ static void q6k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, fl
 
 PACKED_ENTRY2(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, q6k_group2, TKV__QK_K, 4)
 
-/* ==== Q2_K / Q3_K ==================================================================== */
+/* ==== Q3_K ========================================================================== */
 
 /*
  * Two Q3_K blocks' sub-block scales as words [a's 16 | b's 16]: tkv__q3k_scales16 of each (compute/x86/q2_q3_k.h),
@@ -252,95 +250,62 @@ static inline __m512i q3k_scales_pair(const uint8_t *sa, const uint8_t *sb) {
 }
 
 /*
- * One group of Q2_K (three: Q3_K) rows, one token: per quarter-chunk and row
- * pair the vec_dot's pairs (compute/x86/q2_q3_k.h's lanes; Q3_K's, which the
- * vec_dot forms as |q| by the token's quants signed as q, as (q + 4) y less
- * 4 y: the same words, two instructions fewer), then the sub-blocks' scales
- * by vpdpwssd; per block its fmas in its order (Q2_K's mins first).
+ * One group of Q3_K rows, T tokens: per quarter-chunk and row pair the
+ * vec_dot's pairs (compute/x86/q2_q3_k.h's lanes, which the vec_dot forms
+ * as |q| by the token's quants signed as q, as (q + 4) y less 4 y: the same
+ * words, two instructions fewer), then the sub-blocks' scales by vpdpwssd;
+ * per block its fma.
  */
-INLINE void q23k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow, int three,
-                      int T) {
-    enum { QBS = sizeof(tkv__block_q8_K) };
-    const size_t bs = three ? sizeof(tkv__block_q3_K) : sizeof(tkv__block_q2_K);
+INLINE void q3k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow, int T) {
+    enum { QBS = sizeof(tkv__block_q8_K), BS = sizeof(tkv__block_q3_K) };
     __m512 acc[2][PAIRS];
     for (int t = 0; t < T; t++)
         for (int p = 0; p < PAIRS; p++) acc[t][p] = _mm512_setzero_ps();
     const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
     for (size_t i = 0; i < nb; i++) {
-        const uint8_t *blk = g + i * G * bs;
-        prefetch_span(blk + (PREFETCH_AHEAD / (G * bs) + 1) * G * bs, G * bs);
+        const uint8_t *blk = g + i * G * BS;
+        prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
         float yd[2];
-        __m512i yv[2][8], y4[2][8], bsums[2];
+        __m512i yv[2][8], y4[2][8];
         for (int t = 0; t < T; t++) {
             const uint8_t *yb = ya[t] + i * QBS;
             memcpy(&yd[t], yb, sizeof yd[t]);
             UNROLL
             for (int c = 0; c < 8; c++) {
                 yv[t][c] = BCAST256(yb + Q8K_QS + 32 * c);
-                /* Q3_K: 4 (y_2m + y_2m+1) per word, what q + 4 adds to a pair's q y (below) */
-                if (three) y4[t][c] = _mm512_maddubs_epi16(four, yv[t][c]);
+                y4[t][c] = _mm512_maddubs_epi16(four, yv[t][c]); /* 4 (y_2m + y_2m+1) per word: what q + 4 adds */
             }
-            bsums[t] = BCAST256(yb + Q8K_BSUMS);
         }
         for (int p = 0; p < PAIRS; p++) {
-            const uint8_t *ra = blk + 2 * p * bs, *rb = ra + bs;
-            const tkv__block_q2_K *a2 = (const tkv__block_q2_K *)(const void *)ra, *b2 = (const tkv__block_q2_K *)(const void *)rb;
-            const tkv__block_q3_K *a3 = (const tkv__block_q3_K *)(const void *)ra, *b3 = (const tkv__block_q3_K *)(const void *)rb;
-            __m512i sc, hm = _mm512_setzero_si512();
-            __m512 dy[2]; /* [d_a x 8 | d_b x 8] times each token's scale */
-            if (three) {
-                sc = q3k_scales_pair(a3->scales, b3->scales);
-                hm = halves_epi(LOAD256(a3->hmask), LOAD256(b3->hmask));
-                const __m512 dd = halves_f16(&a3->d, &b3->d);
-                for (int t = 0; t < T; t++) dy[t] = _mm512_mul_ps(dd, _mm512_set1_ps(yd[t]));
-            } else {
-                /* a's 16 scale bytes | b's: the scales (low nibbles) and mins (high) as words [a 16 | b 16] */
-                const __m256i m4 = _mm256_set1_epi8(0x0f);
-                const __m256i sb = _mm256_inserti128_si256(_mm256_castsi128_si256(LOAD128(a2->scales)), LOAD128(b2->scales), 1);
-                sc = _mm512_cvtepu8_epi16(_mm256_and_si256(sb, m4));
-                const __m512i mins = _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(sb, 4), m4));
-                /* [d_a, dmin_a, d_b, dmin_b]: d and dmin are adjacent, one conversion for the four (the per-pair
-                   work is a third of the one-token product's instructions) */
-                uint32_t da, db;
-                memcpy(&da, &a2->d, sizeof da), memcpy(&db, &b2->d, sizeof db);
-                const __m128 dm = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)da), (int)db, 1));
-                const __m512i id = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-                const __m512i im = _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3);
-                for (int t = 0; t < T; t++) {
-                    /* d yd and dmin (-yd), each the one multiply the vec_dot does */
-                    const __m512 f = _mm512_castps128_ps512(_mm_mul_ps(dm, _mm_setr_ps(yd[t], -yd[t], yd[t], -yd[t])));
-                    acc[t][p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(im, f),
-                                                _mm512_cvtepi32_ps(_mm512_madd_epi16(mins, bsums[t])), acc[t][p]);
-                    dy[t] = _mm512_permutexvar_ps(id, f);
-                }
-            }
+            const tkv__block_q3_K *a3 = (const tkv__block_q3_K *)(const void *)(blk + 2 * p * BS), *b3 = a3 + 1;
+            const __m512i sc = q3k_scales_pair(a3->scales, b3->scales);
+            const __m512i hm = halves_epi(LOAD256(a3->hmask), LOAD256(b3->hmask));
+            const __m512 dd = halves_f16(&a3->d, &b3->d);
             /* quarter-chunk gq = 4 c + j: elements 32 gq .. 32 gq + 31, sub-blocks 2 gq and 2 gq + 1 */
-            const uint8_t *qa = three ? a3->qs : a2->qs, *qb = three ? b3->qs : b2->qs;
             __m512i q[8];
             UNROLL
             for (int c = 0; c < 2; c++) {
-                const __m512i bits = halves_epi(LOAD256(qa + 32 * c), LOAD256(qb + 32 * c));
+                const __m512i bits = halves_epi(LOAD256(a3->qs + 32 * c), LOAD256(b3->qs + 32 * c));
                 UNROLL
                 for (int j = 0; j < 4; j++) {
                     const int gq = 4 * c + j;
+                    /* q + 4 (0..7: the low bits, + 4 where the hmask bit is set) by the token's quants, less 4 y
+                       per element below: the vec_dot's q y pairs (|q| by y signed as q) exactly, as the words
+                       stay within 7 x 127 x 2 */
                     q[gq] = _mm512_and_si512(_mm512_srli_epi16(bits, 2 * j), m3);
-                    /* Q3_K: q + 4 (0..7: the low bits, + 4 where the hmask bit is set) by the token's quants,
-                       less 4 y per element below: the vec_dot's q y pairs (|q| by y signed as q) exactly, as
-                       the words stay within 7 x 127 x 2 */
-                    if (three)
-                        q[gq] = _mm512_mask_add_epi8(q[gq], _mm512_test_epi8_mask(hm, _mm512_set1_epi8((char)(1 << gq))),
-                                                     q[gq], four);
+                    q[gq] = _mm512_mask_add_epi8(q[gq], _mm512_test_epi8_mask(hm, _mm512_set1_epi8((char)(1 << gq))), q[gq],
+                                                 four);
                 }
             }
             for (int t = 0; t < T; t++) {
                 __m512i s = _mm512_setzero_si512();
                 UNROLL
                 for (int gq = 0; gq < 8; gq++) {
-                    __m512i pairs = _mm512_maddubs_epi16(q[gq], yv[t][gq]);
-                    if (three) pairs = _mm512_sub_epi16(pairs, y4[t][gq]);
+                    const __m512i pairs = _mm512_sub_epi16(_mm512_maddubs_epi16(q[gq], yv[t][gq]), y4[t][gq]);
                     s = _mm512_dpwssd_epi32(s, pairs, group_pairs(sc, gq));
                 }
-                acc[t][p] = _mm512_fmadd_ps(dy[t], _mm512_cvtepi32_ps(s), acc[t][p]);
+                /* [d_a x 8 | d_b x 8] times the token's scale, then the block's one fma */
+                acc[t][p] = _mm512_fmadd_ps(_mm512_mul_ps(dd, _mm512_set1_ps(yd[t])), _mm512_cvtepi32_ps(s), acc[t][p]);
             }
         }
     }
@@ -348,13 +313,12 @@ INLINE void q23k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, flo
 }
 
 static void q3k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
-    q23k_rows(g, nb, &ya, &out, nrow, 1, 1);
+    q3k_rows(g, nb, &ya, &out, nrow, 1);
 }
 
 static void q3k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow) {
-    q23k_rows(g, nb, ya, out, nrow, 1, 2);
+    q3k_rows(g, nb, ya, out, nrow, 2);
 }
-
 
 PACKED_ENTRY2(tkv__packed_q3_K_avx512, tkv__gemm_q3_K_packed_avx512, q3k_group, q3k_group2, TKV__QK_K, 4)
 
