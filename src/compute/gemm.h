@@ -75,12 +75,13 @@
    keeps: their block-reduced order needs nothing wider. */
 float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_iq4_nl_avx2(size_t n, const void *w, const void *a);
-/* Its Q2_K and Q3_K vec_dots, which the avx512 table keeps too: Q2_K's block-reduced (each level's
-   gemm_q2_k.c follows it) and lane-wise (the reference's plain order: kernels.h's vec_dot_ref; each level's
-   gemm_q2_q3_k.c follows it, and Q3_K's vec_dot, which the avx512 level's gemm_q3_k.c follows too). */
+/* Its Q2_K and Q3_K vec_dots, which the avx512 table keeps too: block-reduced (each level's gemm_q2_k.c
+   follows them) and lane-wise (the reference's plain order: kernels.h's vec_dot_ref; avx2's gemm_q2_q3_k.c and
+   avx512's gemm_q3_k.c follow them). */
 float tkv__dot_q2_K_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_q2_K_lanes_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a);
+float tkv__dot_q3_K_lanes_avx2(size_t n, const void *w, const void *a);
 
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
@@ -116,23 +117,31 @@ void tkv__gemm_q5_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
 void tkv__gemm_q5_1_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 
-/* compute/x86/avx512/gemm_q3_k.c and compute/x86/avx2/gemm_q2_q3_k.c: Q3_K, and (avx2) Q2_K in the reference's
+/* compute/x86/avx512/gemm_q3_k.c and compute/x86/avx2/gemm_q2_q3_k.c: Q3_K and (avx2) Q2_K in the reference's
    lane-wise order (kernels.h's gemm_ref) */
-void tkv__gemm_q3_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy);
+void tkv__gemm_q3_K_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                                 size_t n_tok, float *y, size_t ldy);
 void tkv__gemm_q2_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                float *y, size_t ldy);
-void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy);
-/* compute/x86/avx512/gemm_q2_k.c and compute/x86/avx2/gemm_q2_k.c: Q2_K block-reduced over its transposed layout
-   (compute/quant/repack.h), over the file's rows and over packed rows */
+void tkv__gemm_q3_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                               float *y, size_t ldy);
+/* compute/x86/avx512/gemm_q2_k.c and compute/x86/avx2/gemm_q2_k.c: Q2_K and Q3_K block-reduced over their
+   transposed layouts (compute/quant/repack.h), over the file's rows and over packed rows */
 void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__packed_q2_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
+void tkv__gemm_q3_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__packed_q3_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
 void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__packed_q2_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__packed_q3_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 
 
@@ -220,16 +229,6 @@ void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, c
                                 float *y, size_t ldy);
 void tkv__packed_q6_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-/* compute/x86/avx2/gemm_q2_q3_k.c and compute/x86/avx512/gemm_q3_k.c: the tiled Q3_K products over packed
-   rows, and the two levels' packed entries (packed_interleaved.c: one and two tokens from the groups) */
-void tkv__gemm_q3_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                                float *y, size_t ldy);
-void tkv__packed_q3_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy);
-void tkv__gemm_q3_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
-                                  size_t n_tok, float *y, size_t ldy);
-void tkv__packed_q3_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy);
 /* compute/x86/avx2/kernels.c's IQ4_XS vec_dot (the avx512 table's too), the two levels' IQ4_XS
    products over packed rows (packed_interleaved.c: one and two tokens from the groups), and their tiled
    products (each level's gemm_iq4_xs.c) over file rows and packed rows */

@@ -243,7 +243,7 @@ static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_B
 /* The types summed block-reduced at every level (compute/quant/quant.h). */
 static int block_reduced(tkv_type t) {
     return t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4 || t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K ||
-           t == TKV_TYPE_Q2_K;
+           t == TKV_TYPE_Q2_K || t == TKV_TYPE_Q3_K;
 }
 
 static void check_dot(tkv_type t, size_t n, const tkv__kernels *simd) {
@@ -537,21 +537,59 @@ static float q2k_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
     return acc - accm;
 }
 
+/*
+ * Q3_K in tokenkv's block-reduced order (compute/quant/quant.h; the reference
+ * sums it lane-wise): per superblock the exact sum_b (sc_b - 32) sum(q a),
+ * then acc = fmaf(sum, d_w * d_a, acc) from +0. Written here from the format
+ * alone: 32 bytes of high bits (element 128h + 32s + l: bit 4h + s of byte
+ * l; q is the two low bits, less 4 where that bit is clear), 64 bytes of low
+ * bits as Q2_K's, 12 bytes of 6-bit scales (sub-block b: low 4 bits the
+ * nibble b / 8 of byte b % 8, high 2 bits bits 2 (b / 4) of byte 8 + b % 4),
+ * then fp16 d.
+ */
+static float q3k_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
+    float acc = 0.0f;
+    for (size_t i = 0; i < n / 256; i++) {
+        const uint8_t *blk = w + 110 * i, *hm = blk, *qs = blk + 32, *sc = blk + 96;
+        const uint8_t *ab = a + 292 * i;
+        uint16_t dw;
+        float da;
+        memcpy(&dw, blk + 108, 2);
+        memcpy(&da, ab, 4);
+        const int8_t *aq = (const int8_t *)(ab + 4);
+        int sumi = 0;
+        for (int b = 0; b < 16; b++) {
+            const int scale = (((sc[b % 8] >> (4 * (b / 8))) & 15) | (((sc[8 + b % 4] >> (2 * (b / 4))) & 3) << 4)) - 32;
+            int sq = 0;
+            for (int l = 0; l < 16; l++) {
+                const int e = 16 * b + l, h = e / 128, sh = e % 128 / 32, pos = e % 32;
+                const int q = ((qs[32 * h + pos] >> (2 * sh)) & 3) - ((hm[pos] >> (4 * h + sh)) & 1 ? 0 : 4);
+                sq += q * aq[e];
+            }
+            sumi += scale * sq;
+        }
+        acc = fmaf((float)sumi, tkv__quant_f16_to_f32(dw) * da, acc);
+    }
+    return acc;
+}
+
 static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a) {
     if (t == TKV_TYPE_Q2_K) return q2k_dot_ref(n, w, a);
+    if (t == TKV_TYPE_Q3_K) return q3k_dot_ref(n, w, a);
     return t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K ? k45_dot_ref(n, w, a, t == TKV_TYPE_Q5_K) : b4_dot_ref(t, n, w, a);
 }
 
 /*
  * Every level's vec_dot, gemm, gemv and packed product (where it has one)
- * of Q4_0, IQ4_NL and MXFP4 rows of 1 to 16 blocks and Q4_K, Q5_K and Q2_K rows of 1 to 33
+ * of Q4_0, IQ4_NL and MXFP4 rows of 1 to 16 blocks and Q4_K, Q5_K, Q2_K and Q3_K rows of 1 to 33
  * against those models, bit for bit (from 2 blocks on, the lane-wise order
  * IQ4_NL, MXFP4 and Q4_K had before is an ulp off in most outputs): 19 rows
  * (a whole packed group and a partial one), 1 to 9 tokens and 37.
  */
 static void test_b4_reference_order(void **state) {
     (void)state;
-    const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q4_K, TKV_TYPE_Q5_K, TKV_TYPE_Q2_K};
+    const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q4_K,
+                              TKV_TYPE_Q5_K, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K};
     const size_t n_rows = 19, ldy = 19, tok_counts[] = {1, 2, 3, 4, 5, 8, 9, 37};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const tkv_type t = types[ti], at = tkv__quant_vec_dot_type(t), be = tkv__quant_block_elems(t);
@@ -616,8 +654,9 @@ static void test_b4_reference_order(void **state) {
 }
 
 /*
- * The reference-order entries (kernels.h's vec_dot_ref, gemm_ref: Q5_K and
- * Q2_K summed lane-wise, as the reference's plain x86 vec_dots): at every level that
+ * The reference-order entries (kernels.h's vec_dot_ref, gemm_ref: Q5_K, Q2_K
+ * and Q3_K summed lane-wise, as the reference's plain x86 vec_dots; Q2_K's at
+ * avx512 block-reduced, as it repacks there): at every level that
  * has them, the gemm bit for bit its level's vec_dot_ref (1 to 9 tokens and
  * 37, 19 rows, 1 to 17 superblocks), and each vec_dot_ref within the
  * float-order bound of test_dot's against the scalar one and against a
@@ -676,7 +715,7 @@ static void test_ref_entries(void **state) {
             free(w), free(xq), free(x), free(y), free(wf), free(af);
         }
     }
-    assert_int_equal(seen, 2); /* Q5_K, Q2_K */
+    assert_int_equal(seen, 3); /* Q5_K, Q2_K, Q3_K */
 }
 
 /* Extreme quants: every weight quant at its most negative/positive, activations at +-127. */

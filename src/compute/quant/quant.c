@@ -599,17 +599,31 @@ float tkv__quant_vec_dot_q2_K_lanes(size_t n, const void *w, const void *a) {
     return s;
 }
 
+/* One Q3_K block against y: the exact sum of its sub-block sums times their scales. */
+static int32_t q3k_block_sum(const tkv__block_q3_K *x, const tkv__block_q8_K *y) {
+    int8_t sc[16];
+    tkv__q3_K_scales(x->scales, sc);
+    int32_t sumi = 0;
+    for (int e = 0; e < 256; e++) sumi += sc[e / 16] * q3_K_quant(x, e) * y->qs[e];
+    return sumi;
+}
+
+/* Block-reduced (compute/quant/quant.h): per block the exact sum, then one fma into the running sum. */
 float tkv__quant_vec_dot_q3_K(size_t n, const void *w, const void *a) {
     const tkv__block_q3_K *x = w;
     const tkv__block_q8_K *y = a;
     float s = 0.0f;
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        int8_t sc[16];
-        tkv__q3_K_scales(x[i].scales, sc);
-        int sumi = 0;
-        for (int e = 0; e < 256; e++) sumi += sc[e / 16] * q3_K_quant(&x[i], e) * y[i].qs[e];
-        s += y[i].d * tkv__quant_f16_to_f32(x[i].d) * (float)sumi;
-    }
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        s = fmaf((float)q3k_block_sum(&x[i], &y[i]), tkv__quant_f16_to_f32(x[i].d) * y[i].d, s);
+    return s;
+}
+
+float tkv__quant_vec_dot_q3_K_lanes(size_t n, const void *w, const void *a) {
+    const tkv__block_q3_K *x = w;
+    const tkv__block_q8_K *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        s += y[i].d * tkv__quant_f16_to_f32(x[i].d) * (float)q3k_block_sum(&x[i], &y[i]);
     return s;
 }
 

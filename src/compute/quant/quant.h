@@ -488,7 +488,12 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *                   of 8k rows). Its plain x86 vec_dot sums lane-wise:
  *                   tkv__quant_vec_dot_q2_K_lanes (kernels.h's vec_dot_ref),
  *                   d_a * d_w * sum_b(sc_b * sumi_b) - d_a * dmin_w * sum_b(mn_b * bsum_b)
- *   Q3_K:           d_a * d_w * sum_b((sc_b - 32) * sumi_b)
+ *   Q3_K:           block-reduced, one running sum from +0:
+ *                   s = fmaf((float)sum_b((sc_b - 32) * sumi_b), d_w * d_a, s);
+ *                   bit for bit at every level. The reference sums it
+ *                   lane-wise (it never repacks Q3_K on x86):
+ *                   tkv__quant_vec_dot_q3_K_lanes (kernels.h's vec_dot_ref),
+ *                   d_a * d_w * sum_b((sc_b - 32) * sumi_b)
  *   TQ1_0/TQ2_0:    d_a * d_w * (sum(q * a) - sum(a))
  *   IQ2_*:          d_w * d_a * sum_g((2 ls_g + 1) * sumi_g), times 1/8 once per row
  *   IQ3_XXS/IQ3_S:  d_w * d_a * sum_b((2 ls_b + 1) * sumi_b)   (IQ3_XXS: times 0.25 at the end)
@@ -516,6 +521,7 @@ float tkv__quant_vec_dot_mxfp4(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q2_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q2_K_lanes(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q3_K(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_q3_K_lanes(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_tq1_0(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_tq2_0(size_t n, const void *w, const void *a);
 

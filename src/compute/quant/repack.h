@@ -56,7 +56,19 @@
  *                 vpdpwssd with a token's two sums of 16)
  *   [1280, 1312)  row k's fp16 d at + 2k;  [1312, 1344) its fp16 dmin at + 2k
  *
- * Interleaved (Q8_0, Q3_K, Q6_K, IQ4_XS: the lane-wise products of gemm.h, whose
+ * Transposed Q3_K (the block-reduced products of each level's gemm_q2_k.c):
+ * superblock i of the group at TKV__Q3K_PACK_BLOCK i = 1856 i (29 cache
+ * lines: 5.5% over the file's bytes, the scales unpacked to bytes):
+ *
+ *   [0, 1024)     quants: as Q2_K's (the two low bits of each element)
+ *   [1024, 1536)  high bits: chunk u (u < 8) at 1024 + 64u, bytes 4k .. 4k + 3
+ *                 = row k's hmask[4u .. 4u + 3] (bit 4h + s of each: element
+ *                 128h + 32s + 4u + 0..3's, for quant chunk 8h + u)
+ *   [1536, 1792)  scales: byte 32h + 2k + e = row k's sc - 32 (a signed byte)
+ *                 of sub-block 2h + e
+ *   [1792, 1824)  row k's fp16 d at + 2k; then 32 bytes of zeros
+ *
+ * Interleaved (Q8_0, Q6_K, IQ4_XS: the lane-wise products of gemm.h, whose
  * per-row float lanes leave nothing to gain from a transpose): the file's
  * blocks as they are, block i of row k of the group at (16 i + k) bs (bs the
  * type's block bytes), so a product over 16 rows reads block i of all of
@@ -73,7 +85,7 @@
 #define TKV__PACK_ROWS 16
 
 /*
- * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q4_K, Q5_K, Q2_K; Q8_0, Q3_K, Q6_K, IQ4_XS). A level's kernel table says
+ * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q4_K, Q5_K, Q2_K, Q3_K; Q8_0, Q6_K, IQ4_XS). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);
@@ -119,5 +131,14 @@ void tkv__pack_k45_blocks(const void *const rows[TKV__PACK_ROWS], int five, size
 /* Superblocks [i0, i1) of 16 Q2_K rows (rows[k]: row k's blocks; NULL: a row of zeros) in the transposed layout
    above, superblock i at out + (i - i0) TKV__Q2K_PACK_BLOCK: as tkv__pack_k45_blocks. */
 void tkv__pack_q2k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+
+/* Offsets in one Q3_K superblock of a packed group (above). */
+#define TKV__Q3K_PACK_HMASK 1024
+#define TKV__Q3K_PACK_SCALES 1536
+#define TKV__Q3K_PACK_D 1792
+#define TKV__Q3K_PACK_BLOCK 1856
+
+/* The same for 16 Q3_K rows, superblock i at out + (i - i0) TKV__Q3K_PACK_BLOCK. */
+void tkv__pack_q3k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
 
 #endif

@@ -28,10 +28,9 @@
 
 enum {
     ROWS = TKV__PACK_ROWS,    /* rows per group: two ymm's lanes */
-    SB = TKV__Q2K_PACK_BLOCK, /* bytes of a group's superblock */
     QBS = sizeof(tkv__block_q8_K),
     TT = 2,       /* tokens per tile */
-    KC = 16,      /* superblocks per panel of the file-rows product (21 KiB) */
+    KC = 16,      /* superblocks per panel of the file-rows product (Q2_K 21 KiB, Q3_K 29 KiB) */
     TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
     Y_QS = 4,     /* offset of a Q8_K block's quants */
     Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
@@ -43,30 +42,42 @@ static inline __m256i bcast32(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* The scale and min bytes of sub-blocks 2h and 2h + 1 of rows 8 hf .. 8 hf + 7 (byte 2k + e: row 8 hf + k,
-   sub-block 2h + e; repack.h), in both 128-bit lanes. */
-static inline __m256i scale_bytes(const uint8_t *b, int h, int hf) {
-    return _mm256_broadcastsi128_si256(LOAD128(b + TKV__Q2K_PACK_SCALES + 32 * h + 16 * hf));
+/* Bytes of a group's superblock, and where its scale bytes start. */
+#define SBYTES(three) ((three) ? TKV__Q3K_PACK_BLOCK : TKV__Q2K_PACK_BLOCK)
+#define SCALES(three) ((three) ? TKV__Q3K_PACK_SCALES : TKV__Q2K_PACK_SCALES)
+
+/* The scale bytes of sub-blocks 2h and 2h + 1 of rows 8 hf .. 8 hf + 7 (byte 2k + e: row 8 hf + k, sub-block
+   2h + e; repack.h), in both 128-bit lanes. */
+static inline __m256i scale_bytes(const uint8_t *b, int h, int hf, int three) {
+    return _mm256_broadcastsi128_si256(LOAD128(b + SCALES(three) + 32 * h + 16 * hf));
 }
 
-/* Sub-block 2h + e's scale of each of the 8 rows in both words of its dword, from scale_bytes. */
-static inline __m256i scale_pairs(__m256i sb, int e) {
+/* Sub-block 2h + e's scale of each of the 8 rows in both words of its dword, from scale_bytes: Q2_K's low nibble,
+   Q3_K's signed byte (put in each word's high byte, then shifted down with its sign). */
+static inline __m256i scale_pairs(__m256i sb, int e, int three) {
     /* dword k of either lane: byte 2k + e of the 16 (lane 1: k + 4), twice */
     const __m256i ctl = _mm256_setr_epi8(0, -1, 0, -1, 2, -1, 2, -1, 4, -1, 4, -1, 6, -1, 6, -1, /**/
                                          8, -1, 8, -1, 10, -1, 10, -1, 12, -1, 12, -1, 14, -1, 14, -1);
+    if (three) {
+        const __m256i hi = _mm256_slli_epi16(_mm256_add_epi8(ctl, _mm256_set1_epi16((short)e)), 8);
+        return _mm256_srai_epi16(_mm256_shuffle_epi8(sb, _mm256_or_si256(hi, _mm256_set1_epi16(0x00ff))), 8);
+    }
     return _mm256_and_si256(_mm256_shuffle_epi8(sb, _mm256_add_epi8(ctl, _mm256_set1_epi16((short)e))),
                             _mm256_set1_epi16(0x0f));
 }
 
 /*
- * Superblocks [0, cnt) of half hf (rows 8 hf ..) of one group at pk for T
- * tokens: yb0[t] is token t's Q8_K block of the first. acc[t] and accm[t]
- * carry the scales' and the mins' running sums.
+ * Superblocks [0, cnt) of half hf (rows 8 hf ..) of one group of Q2_K
+ * (three: Q3_K) rows at pk for T tokens: yb0[t] is token t's Q8_K block of
+ * the first. acc[t] and accm[t] carry the scales' and (Q2_K) the mins'
+ * running sums. Q3_K's values are the low bits plus 4 where the high bit is
+ * set (0..7: 4 x 2 x 7 x 127 in a word), and 4 times the scales by the
+ * token's sums of 16 come off the superblock's integer (avx512's gemm_q2_k.c).
  */
-INLINE void q2k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm, int T,
-                    int pf) {
-    const size_t PF = PREFETCH_AHEAD / SB + 1;
-    const __m256i m3 = _mm256_set1_epi8(3);
+INLINE void q23k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm, int T,
+                     int three, int pf) {
+    const size_t SB = SBYTES(three), PF = PREFETCH_AHEAD / SB + 1;
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
         __m256i sumi[TT], summ[TT];
@@ -81,14 +92,22 @@ INLINE void q2k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
             UNROLL
             for (int jj = 0; jj < 4; jj++) {
                 const int j = 4 * m + jj;
-                if (pf && hf == 0) { /* util.h's PREFETCH_AHEAD: the line of chunk j PF superblocks on, the scales' with it */
+                if (pf && hf == 0) { /* util.h's PREFETCH_AHEAD: the line of chunk j PF superblocks on, the rest with it */
                     _mm_prefetch((const char *)b + PF * SB + 64 * j, _MM_HINT_T0);
-                    if (j < 5) _mm_prefetch((const char *)b + PF * SB + 1024 + 64 * j, _MM_HINT_T0);
+                    if (1024 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 1024 + 64 * j, _MM_HINT_T0);
                 }
                 const __m256i q = LOADA256(b + 64 * j + 32 * hf);
-                const __m256i v[4] = {_mm256_and_si256(q, m3), _mm256_and_si256(_mm256_srli_epi16(q, 2), m3),
-                                      _mm256_and_si256(_mm256_srli_epi16(q, 4), m3),
-                                      _mm256_and_si256(_mm256_srli_epi16(q, 6), m3)};
+                __m256i v[4] = {_mm256_and_si256(q, m3), _mm256_and_si256(_mm256_srli_epi16(q, 2), m3),
+                                _mm256_and_si256(_mm256_srli_epi16(q, 4), m3), _mm256_and_si256(_mm256_srli_epi16(q, 6), m3)};
+                if (three) { /* bit 4 (m / 2) + s of the element's hmask byte, moved to bit 2 */
+                    const __m256i hm = LOADA256(b + TKV__Q3K_PACK_HMASK + 64 * (j % 8) + 32 * hf);
+                    UNROLL
+                    for (int s = 0; s < 4; s++) {
+                        const int bit = 4 * (m / 2) + s;
+                        const __m256i h = bit >= 2 ? _mm256_srli_epi16(hm, bit - 2) : _mm256_slli_epi16(hm, 2 - bit);
+                        v[s] = _mm256_or_si256(v[s], _mm256_and_si256(h, four));
+                    }
+                }
                 UNROLL
                 for (int t = 0; t < T; t++) {
                     const uint8_t *a = yb[t] + Y_QS + 128 * (m / 2) + 4 * (j % 8);
@@ -99,26 +118,33 @@ INLINE void q2k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
             }
             UNROLL
             for (int s = 0; s < 4; s++) { /* sub-block 8 (m / 2) + 2 s + m % 2: pair 4 (m / 2) + s, byte m % 2 */
-                const __m256i sc = scale_pairs(scale_bytes(b, 4 * (m / 2) + s, hf), m % 2);
+                const __m256i sc = scale_pairs(scale_bytes(b, 4 * (m / 2) + s, hf, three), m % 2, three);
                 UNROLL
                 for (int t = 0; t < T; t++) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s4[t][s], sc));
             }
         }
+        /* Q2_K: the mins by the token's sums of 16; Q3_K: the scales by them, 4 times that off the sums */
         UNROLL
         for (int h = 0; h < 8; h++) {
-            const __m256i mn = _mm256_srli_epi16(_mm256_cvtepu8_epi16(LOAD128(b + TKV__Q2K_PACK_SCALES + 32 * h + 16 * hf)), 4);
+            const __m128i sb = LOAD128(b + SCALES(three) + 32 * h + 16 * hf);
+            const __m256i mn = three ? _mm256_cvtepi8_epi16(sb) : _mm256_srli_epi16(_mm256_cvtepu8_epi16(sb), 4);
             UNROLL
             for (int t = 0; t < T; t++) summ[t] = _mm256_add_epi32(summ[t], _mm256_madd_epi16(mn, bcast32(yb[t] + Y_BSUMS + 4 * h)));
         }
-        const __m256 dw = _mm256_cvtph_ps(LOAD128(b + TKV__Q2K_PACK_D + 16 * hf));
-        const __m256 dm = _mm256_cvtph_ps(LOAD128(b + TKV__Q2K_PACK_DMIN + 16 * hf));
+        const __m256 dw = _mm256_cvtph_ps(LOAD128(b + (three ? TKV__Q3K_PACK_D : TKV__Q2K_PACK_D) + 16 * hf));
+        const __m256 dm = three ? dw : _mm256_cvtph_ps(LOAD128(b + TKV__Q2K_PACK_DMIN + 16 * hf));
         UNROLL
         for (int t = 0; t < T; t++) {
             float yd;
             memcpy(&yd, yb[t], sizeof yd);
             const __m256 d = _mm256_set1_ps(yd);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(dw, d), acc[t]);
-            accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ[t]), _mm256_mul_ps(dm, d), accm[t]);
+            if (three) {
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], _mm256_slli_epi32(summ[t], 2))),
+                                         _mm256_mul_ps(dw, d), acc[t]);
+            } else {
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(dw, d), acc[t]);
+                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ[t]), _mm256_mul_ps(dm, d), accm[t]);
+            }
         }
     }
 }
@@ -140,8 +166,8 @@ static inline void store_rows(float *y, __m256 v, size_t nrow) {
  * running sums from the stash st (32 floats a token; zero when first), back
  * to it, or when last to y[t ldy + k] for the group's first nrow rows.
  */
-INLINE void q2k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
-                     float *y, size_t ldy, size_t nrow, int T, int pf) {
+INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
+                      float *y, size_t ldy, size_t nrow, int T, int three, int pf) {
     const uint8_t *yb[TT];
     UNROLL
     for (int t = 0; t < T; t++) yb[t] = yt[t] + k0 * QBS;
@@ -153,7 +179,7 @@ INLINE void q2k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
             acc[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf);
             accm[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf + 8);
         }
-        q2k_run(pk, cnt, hf, yb, acc, accm, T, pf);
+        q23k_run(pk, cnt, hf, yb, acc, accm, T, three, pf); /* Q3_K's accm stays +0: acc - accm is acc */
         UNROLL
         for (int t = 0; t < T; t++) {
             if (last) {
@@ -168,41 +194,41 @@ INLINE void q2k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
 
 /* Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks [k0, k0 + cnt) at pk, in tiles of 2, 1;
    stash st (32 floats a token). */
-INLINE void q2k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                       float *st, int first, int last, float *y, size_t ldy, size_t nrow, int stream) {
+INLINE void q23k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
+                        float *st, int first, int last, float *y, size_t ldy, size_t nrow, int three, int stream) {
     for (size_t u = 0; u < tn;) {
         const int T = (int)min_sz(TT, tn - u);
         const uint8_t *yt[TT];
         for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
         float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
         const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
-        if (T == 2) q2k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, pf);
-        else q2k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, pf);
+        if (T == 2) q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, three, pf);
+        else q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, three, pf);
         u += (size_t)T;
     }
 }
 
 /* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups. */
-void tkv__packed_q2_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
+INLINE void packed23(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                     size_t ldy, int three) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK_K;
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
         const size_t tn = min_sz(TC, n_tok - t0);
         for (size_t r = 0; r < nr; r += ROWS)
-            q2k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r), 1);
+            q23k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r), three, 1);
     }
 }
 
 /* Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of KC superblocks transposed into a panel
    on the stack (the packed layout), then every token's tiles over it, their sums carried in a stash. */
-void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy) {
+INLINE void gemm23(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                   size_t ldy, int three) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK_K;
     struct {
-        alignas(64) uint8_t pan[KC * SB]; /* 21 KiB */
-        alignas(64) float st[TC * 32];    /* 8 KiB */
+        alignas(64) uint8_t pan[KC * TKV__Q3K_PACK_BLOCK]; /* 29 KiB */
+        alignas(64) float st[TC * 32];                     /* 8 KiB */
     } b;
     _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
@@ -212,12 +238,33 @@ void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
             for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t cnt = min_sz(KC, nb - k0);
-                tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.pan);
-                q2k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
-                           min_sz(ROWS, nr - r), 0);
+                if (three) tkv__pack_q3k_blocks(rows, k0, k0 + cnt, b.pan);
+                else tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.pan);
+                q23k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
+                            min_sz(ROWS, nr - r), three, 0);
             }
         }
     }
+}
+
+void tkv__packed_q2_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    packed23(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 0);
+}
+
+void tkv__packed_q3_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    packed23(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 1);
+}
+
+void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
+}
+
+void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
 }
 
 #endif

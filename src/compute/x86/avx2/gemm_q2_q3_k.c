@@ -1,7 +1,8 @@
 /*
- * compute/x86/avx2/gemm_q2_q3_k.c — tiled products of Q2_K and Q3_K weights for prefill
- * (see gemm.h), AVX2 + FMA + F16C, bit for bit compute/x86/avx2/kernels.c's
- * tkv__dot_q2_K_avx2 and tkv__dot_q3_K_avx2: the same 8 integer lanes per
+ * compute/x86/avx2/gemm_q2_q3_k.c — tiled products of Q2_K and Q3_K weights in the
+ * reference's lane-wise order (kernels.h's gemm_ref; the default, block-reduced order is
+ * gemm_q2_k.c's), AVX2 + FMA + F16C, bit for bit compute/x86/avx2/kernels.c's
+ * tkv__dot_q2_K_lanes_avx2 and tkv__dot_q3_K_lanes_avx2: the same 8 integer lanes per
  * (row, token) and block, the same fmas in the same order.
  *
  * Tile: 2 rows x 4 tokens, a ymm accumulator per (row, token), as
@@ -178,12 +179,11 @@ INLINE void q23_finish(void *f, const float *st, int T, float *y, size_t ldy, si
     finish(st, T, y, ldy, nrow);
 }
 
-/* packed: the job's rows are packed (compute/quant/repack.h; a constant, so the panel's block stride is one too) */
-INLINE void gemm23(const tile_job *job, int three, int packed) {
+INLINE void gemm23(const tile_job *job, int three) {
     q23_bufs bufs;
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    q23_state s = {.b = &bufs, .bst = (packed ? TKV__PACK_ROWS : 1) * (size_t)(three ? Q3B : Q2B), .three = three};
+    q23_state s = {.b = &bufs, .bst = three ? Q3B : Q2B, .three = three};
     assert(s.bst == tile_bstride(job, three ? Q3B : Q2B));
     const size_t nb = job->n / TKV__QK_K;
     const int direct = nb <= KC;
@@ -198,18 +198,13 @@ INLINE void gemm23(const tile_job *job, int three, int packed) {
 /* Q2_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_k.c's) */
 void tkv__gemm_q2_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0, 0);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
 }
 
-void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 1, 0);
-}
-
-/* The same products over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
-void tkv__gemm_q3_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
-                                size_t n_tok, float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1, 1);
+/* Q3_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_k.c's) */
+void tkv__gemm_q3_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                               float *y, size_t ldy) {
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 1);
 }
 
 #endif

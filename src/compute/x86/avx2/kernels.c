@@ -224,11 +224,12 @@ float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a) {
  * second); all eight quarter-chunks add into one integer per lane. Then, as
  * the reference's plain x86 dots do per super-block: Q2_K one fma of -d_a
  * dmin with the mins' products with the activation's sums of 16 (lane k:
- * sub-blocks 2k and 2k + 1), then one of d_a d with those integers (Q2_K's
- * vec_dot_ref, its tiled twin gemm_q2_q3_k.c's); Q3_K the latter only, its
- * tiled products (avx2's gemm_q2_q3_k.c, avx512's gemm_q3_k.c) the same bits. The lanes are
- * compute/x86/q2_q3_k.h's. Q2_K's default, block-reduced order takes the
- * same integers summed whole (tkv__dot_q2_K_avx2), bit for bit gemm_q2_k.c.
+ * sub-blocks 2k and 2k + 1), then one of d_a d with those integers; Q3_K the
+ * latter only. Those are the vec_dot_ref entries (their tiled twins avx2's
+ * gemm_q2_q3_k.c, avx512's gemm_q3_k.c). The lanes are
+ * compute/x86/q2_q3_k.h's. The default, block-reduced order takes the same
+ * integers summed whole (tkv__dot_q2_K_avx2, tkv__dot_q3_K_avx2), bit for
+ * bit each level's gemm_q2_k.c.
  */
 float tkv__dot_q2_K_lanes_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_q2_K *x = w;
@@ -257,7 +258,7 @@ float tkv__dot_q2_K_avx2(size_t n, const void *w, const void *a) {
     return s - m;
 }
 
-float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a) {
+float tkv__dot_q3_K_lanes_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_q3_K *x = w;
     const tkv__block_q8_K *y = a;
     __m256 acc = _mm256_setzero_ps();
@@ -266,6 +267,16 @@ float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a) {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(tkv__q3k_lanes(&x[i], y[i].qs)), acc);
     }
     return hsum_f32(acc);
+}
+
+/* Q3_K block-reduced (compute/quant/quant.h): per block the exact sum, then one fma into the running sum. */
+float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a) {
+    const tkv__block_q3_K *x = w;
+    const tkv__block_q8_K *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        s = fmaf((float)hsum_i32(tkv__q3k_lanes(&x[i], y[i].qs)), f16(x[i].d) * y[i].d, s);
+    return s;
 }
 
 /*
@@ -789,7 +800,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx2,
             [TKV_TYPE_Q5_1] = tkv__gemm_q5_1_avx2,
             [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx2, /* compute/x86/avx2/gemm_q2_k.c */
-            [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx2,
+            [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx2, /* compute/x86/avx2/gemm_q2_k.c */
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,
@@ -824,8 +835,10 @@ const tkv__kernels tkv__kernel_avx2_part = {
         },
     .lanes_ref = {[TKV_TYPE_BF16] = tkv__lanes_bf16_avx2},
     .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
-    .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_lanes_avx2},
-    .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx2, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_lanes_avx2},
+    .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_lanes_avx2,
+                    [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2},
+    .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx2, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_lanes_avx2,
+                 [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx2},
     .quantize =
         {
             [TKV_TYPE_F16] = quant_f16,

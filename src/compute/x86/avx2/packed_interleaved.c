@@ -1,6 +1,6 @@
 /*
  * compute/x86/avx2/packed_interleaved.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q3_K, Q6_K and IQ4_XS
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q6_K and IQ4_XS
  * at the avx2 level, bit for bit the level's vec_dots (compute/x86/avx2/kernels.c).
  *
  * One token (generation): a group of 16 rows is read once, in order, block
@@ -14,12 +14,11 @@
  * ymm holds one row's 8 lanes, with the vec_dot's
  * integers per lane (exact: any route gives the same value) and its float
  * operations in its order: the block's scale product, convert, fma (Q8_0:
- * even blocks in one accumulator, odd ones in another), the hsum (Q3_K's
- * lanes compute/x86/q2_q3_k.h's, the vec_dot's own).
+ * even blocks in one accumulator, odd ones in another), the hsum.
  *
  * Two tokens run it once per token, each group from cache the second time;
  * three and more go to the tiled products over the same packed rows
- * (gemm_q8_0_q4_q5_q6_k.c, gemm_q2_q3_k.c, gemm_iq4_xs.c: tile_driver.h
+ * (gemm_q8_0_q4_q5_q6_k.c, gemm_iq4_xs.c: tile_driver.h
  * reads blocks TKV__PACK_ROWS apart).
  */
 #include "compute/gemm.h"
@@ -125,29 +124,6 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
     for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
 }
 
-/* ==== Q3_K ========================================================================== */
-
-/* The first nk rows of a group of Q3_K rows, one token: per block the vec_dot's fma. */
-static void q3k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
-    enum { QBS = sizeof(tkv__block_q8_K), BS = sizeof(tkv__block_q3_K) };
-    __m256 acc[G];
-    for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
-        prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
-        float yd;
-        memcpy(&yd, yb, sizeof yd);
-        __m256i y4[8]; /* the token's, for every row of the group */
-        tkv__q3k_y4(yb + Q8K_QS, y4);
-        for (int k = 0; k < nk; k++) {
-            const tkv__block_q3_K *x3 = (const tkv__block_q3_K *)(const void *)(blk + (size_t)k * BS);
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(yd * f16(x3->d)),
-                                     _mm256_cvtepi32_ps(tkv__q3k_lanes_y4(x3, yb + Q8K_QS, y4)), acc[k]);
-        }
-    }
-    for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
-}
-
 /* ==== IQ4_XS ======================================================================== */
 
 /* The first nk rows of a group of IQ4_XS rows, one token (its nb Q8_K blocks at ya). */
@@ -193,8 +169,6 @@ static void by_token(rows_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t 
 PACKED_ENTRY(tkv__packed_q8_0_avx2, tkv__gemm_q8_0_packed_avx2, q8_rows, TKV__QK)
 
 PACKED_ENTRY(tkv__packed_q6_K_avx2, tkv__gemm_q6_K_packed_avx2, q6k_rows, TKV__QK_K)
-
-PACKED_ENTRY(tkv__packed_q3_K_avx2, tkv__gemm_q3_K_packed_avx2, q3k_rows, TKV__QK_K)
 
 PACKED_ENTRY(tkv__packed_iq4_xs_avx2, tkv__gemm_iq4_xs_packed_avx2, iq4xs_rows, TKV__QK_K)
 

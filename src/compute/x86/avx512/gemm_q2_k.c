@@ -38,10 +38,9 @@
 
 enum {
     ROWS = TKV__PACK_ROWS,    /* rows per group: a zmm's lanes */
-    SB = TKV__Q2K_PACK_BLOCK, /* bytes of a group's superblock */
     QBS = sizeof(tkv__block_q8_K),
     TT = 4,       /* tokens per tile */
-    KC = 16,      /* superblocks per panel of the file-rows product (21 KiB) */
+    KC = 16,      /* superblocks per panel of the file-rows product (Q2_K 21 KiB, Q3_K 29 KiB) */
     TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
     Y_QS = 4,     /* offset of a Q8_K block's quants */
     Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
@@ -53,23 +52,34 @@ static inline __m512i bcast32(const uint8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-/* The scale and min bytes of sub-blocks 2h and 2h + 1 of the 16 rows as words: word 2k + e is row k's byte of
-   sub-block 2h + e (repack.h). */
-static inline __m512i scale_words(const uint8_t *b, int h) {
+/* Bytes of a group's superblock. */
+#define SBYTES(three) ((three) ? TKV__Q3K_PACK_BLOCK : TKV__Q2K_PACK_BLOCK)
+
+/* The scale bytes of sub-blocks 2h and 2h + 1 of the 16 rows as words: word 2k + e is row k's byte of sub-block
+   2h + e (repack.h; Q2_K's scale and min nibbles, Q3_K's signed sc - 32). */
+static inline __m512i scale_words(const uint8_t *b, int h, int three) {
+    if (three) return _mm512_cvtepi8_epi16(LOAD256(b + TKV__Q3K_PACK_SCALES + 32 * h));
     return _mm512_cvtepu8_epi16(LOAD256(b + TKV__Q2K_PACK_SCALES + 32 * h));
 }
 
 /*
- * Superblocks [0, cnt) of one group at pk for T tokens: yb0[t] is token t's
- * Q8_K block of the first one. acc[t] and accm[t] carry the scales' and the
- * mins' running sums of the 16 rows.
+ * Superblocks [0, cnt) of one group of Q2_K (three: Q3_K) rows at pk for T
+ * tokens: yb0[t] is token t's Q8_K block of the first one. acc[t] and
+ * accm[t] carry the scales' and (Q2_K) the mins' running sums of the 16 rows.
+ *
+ * Q3_K's values are the low bits plus 4 where the high bit is set (0..7,
+ * unsigned for vpdpbusd: a byte test and a masked add per value), so each
+ * sub-block's sum is 4 times its activations' sum too high: the scales times
+ * the token's sums of 16 (eight vpdpwssd, as Q2_K's mins) times 4 come off
+ * the superblock's integer.
  */
-INLINE void q2k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, __m512 *accm, int T, int pf) {
-    const size_t PF = PREFETCH_AHEAD / SB + 1;
+INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, __m512 *accm, int T,
+                     int three, int pf) {
+    const size_t SB = SBYTES(three), PF = PREFETCH_AHEAD / SB + 1;
     /* a chunk's values taken SA at a time, so that the tile's 2 T SA sums (8) and its running sums stay in the 32
        registers: all 4 for one token, 2 for two, 1 for more (the chunk's line read again from L1) */
     const int SA = T >= 3 ? 1 : T == 2 ? 2 : 4;
-    const __m512i m3 = _mm512_set1_epi8(3), m15 = _mm512_set1_epi16(15);
+    const __m512i m3 = _mm512_set1_epi8(3), m15 = _mm512_set1_epi16(15), four = _mm512_set1_epi8(4);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
         __m512i sumi[TT], summ[TT];
@@ -87,14 +97,21 @@ INLINE void q2k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
                 UNROLL
                 for (int jj = 0; jj < 8; jj++) {
                     const int j = 8 * p + jj;
-                    if (pf && s0 == 0) { /* util.h's PREFETCH_AHEAD: chunk j's line PF superblocks on, the scales' with it */
+                    if (pf && s0 == 0) { /* util.h's PREFETCH_AHEAD: chunk j's line PF superblocks on, the rest with it */
                         _mm_prefetch((const char *)b + PF * SB + 64 * j, _MM_HINT_T0);
-                        if (j < 5) _mm_prefetch((const char *)b + PF * SB + 1024 + 64 * j, _MM_HINT_T0);
+                        if (1024 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 1024 + 64 * j, _MM_HINT_T0);
                     }
                     const __m512i q = _mm512_load_si512((const void *)(b + 64 * j));
                     __m512i v[4];
                     UNROLL
-                    for (int s = 0; s < SA; s++) v[s] = _mm512_and_si512(s0 + s ? _mm512_srli_epi32(q, 2 * (s0 + s)) : q, m3);
+                    for (int s = 0; s < SA; s++) {
+                        v[s] = _mm512_and_si512(s0 + s ? _mm512_srli_epi32(q, 2 * (s0 + s)) : q, m3);
+                        if (three) { /* + 4 where bit 4p + s of the element's hmask byte is set */
+                            const __m512i hm = _mm512_load_si512((const void *)(b + TKV__Q3K_PACK_HMASK + 64 * jj));
+                            const __mmask64 hi = _mm512_test_epi8_mask(hm, _mm512_set1_epi8((char)(1 << (4 * p + s0 + s))));
+                            v[s] = _mm512_mask_add_epi8(v[s], hi, v[s], four);
+                        }
+                    }
                     UNROLL
                     for (int t = 0; t < T; t++) {
                         const uint8_t *a = yb[t] + Y_QS + 128 * p + 4 * jj;
@@ -105,10 +122,11 @@ INLINE void q2k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
                         }
                     }
                 }
-                /* both sums of 16 fit a word (16 x 3 x 127): a row's pair of them by its pair of scales, one vpdpwssd */
+                /* both sums of 16 fit a word (16 x 7 x 127): a row's pair of them by its pair of scales, one vpdpwssd */
                 UNROLL
                 for (int s = 0; s < SA; s++) {
-                    const __m512i sc = _mm512_and_si512(scale_words(b, 4 * p + s0 + s), m15);
+                    const __m512i w = scale_words(b, 4 * p + s0 + s, three);
+                    const __m512i sc = three ? w : _mm512_and_si512(w, m15);
                     UNROLL
                     for (int t = 0; t < T; t++)
                         sumi[t] = _mm512_dpwssd_epi32(
@@ -116,21 +134,28 @@ INLINE void q2k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
                 }
             }
         }
+        /* Q2_K: the mins by the token's sums of 16; Q3_K: the scales by them, 4 times that off the sums */
         UNROLL
         for (int h = 0; h < 8; h++) {
-            const __m512i mn = _mm512_srli_epi16(scale_words(b, h), 4);
+            const __m512i w = scale_words(b, h, three);
+            const __m512i mn = three ? w : _mm512_srli_epi16(w, 4);
             UNROLL
             for (int t = 0; t < T; t++) summ[t] = _mm512_dpwssd_epi32(summ[t], mn, bcast32(yb[t] + Y_BSUMS + 4 * h));
         }
-        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + TKV__Q2K_PACK_D));
-        const __m512 dm = _mm512_cvtph_ps(LOADA256(b + TKV__Q2K_PACK_DMIN));
+        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + (three ? TKV__Q3K_PACK_D : TKV__Q2K_PACK_D)));
+        const __m512 dm = three ? dw : _mm512_cvtph_ps(LOADA256(b + TKV__Q2K_PACK_DMIN));
         UNROLL
         for (int t = 0; t < T; t++) {
             float yd;
             memcpy(&yd, yb[t], sizeof yd);
             const __m512 d = _mm512_set1_ps(yd);
-            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, d), acc[t]);
-            accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ[t]), _mm512_mul_ps(dm, d), accm[t]);
+            if (three) {
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[t], _mm512_slli_epi32(summ[t], 2))),
+                                         _mm512_mul_ps(dw, d), acc[t]);
+            } else {
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, d), acc[t]);
+                accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ[t]), _mm512_mul_ps(dm, d), accm[t]);
+            }
         }
     }
 }
@@ -141,8 +166,8 @@ INLINE void q2k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
  * the stash st (2 T zmm; zero when first), back to it, or when last to y[t
  * ldy + k] for the rows in rmask.
  */
-INLINE void q2k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
-                     float *y, size_t ldy, __mmask16 rmask, int T, int pf) {
+INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
+                      float *y, size_t ldy, __mmask16 rmask, int T, int three, int pf) {
     __m512 acc[TT], accm[TT];
     const uint8_t *yb[TT];
     UNROLL
@@ -151,7 +176,7 @@ INLINE void q2k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
         acc[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t);
         accm[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t + 16);
     }
-    q2k_run(pk, cnt, yb, acc, accm, T, pf);
+    q23k_run(pk, cnt, yb, acc, accm, T, three, pf); /* Q3_K's accm stays +0: acc - accm is acc */
     UNROLL
     for (int t = 0; t < T; t++) {
         if (last) {
@@ -167,8 +192,8 @@ INLINE void q2k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
  * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
  * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1; stash st (2 zmm a token).
  */
-INLINE void q2k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                       float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int stream) {
+INLINE void q23k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
+                        float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int three, int stream) {
     for (size_t u = 0; u < tn;) {
         const int T = (int)min_sz(TT, tn - u);
         const uint8_t *yt[TT];
@@ -176,10 +201,10 @@ INLINE void q2k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *
         float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
         const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
         switch (T) {
-        case 4: q2k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, pf); break;
-        case 3: q2k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, pf); break;
-        case 2: q2k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, pf); break;
-        default: q2k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, pf); break;
+        case 4: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, three, pf); break;
+        case 3: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, three, pf); break;
+        case 2: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, three, pf); break;
+        default: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, three, pf); break;
         }
         u += (size_t)T;
     }
@@ -190,27 +215,28 @@ static inline __mmask16 row_mask(size_t r, size_t nr) {
 }
 
 /* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups; each group is
-   read once per chunk of TC tokens, whole (a group of a 8192-long row is 42 KiB: L2), its tiles one after another. */
-void tkv__packed_q2_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
+   read once per chunk of TC tokens, whole (a Q2_K group of a 8192-long row is 42 KiB: L2), its tiles one after
+   another. */
+INLINE void packed23(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                     size_t ldy, int three) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK_K;
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
         const size_t tn = min_sz(TC, n_tok - t0);
         for (size_t r = 0; r < nr; r += ROWS)
-            q2k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr), 1);
+            q23k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr), three, 1);
     }
 }
 
 /* Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of KC superblocks transposed into a panel
    on the stack (the packed layout), then every token's tiles over it, their sums carried in a stash. */
-void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
+INLINE void gemm23(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                   size_t ldy, int three) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK_K;
     struct {
-        alignas(64) uint8_t pan[KC * SB]; /* 21 KiB */
-        alignas(64) float st[TC * 32];    /* 8 KiB */
+        alignas(64) uint8_t pan[KC * TKV__Q3K_PACK_BLOCK]; /* 29 KiB */
+        alignas(64) float st[TC * 32];                     /* 8 KiB */
     } b;
     _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
@@ -220,11 +246,33 @@ void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
             for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t cnt = min_sz(KC, nb - k0);
-                tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.pan);
-                q2k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, row_mask(r, nr), 0);
+                if (three) tkv__pack_q3k_blocks(rows, k0, k0 + cnt, b.pan);
+                else tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.pan);
+                q23k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, row_mask(r, nr),
+                            three, 0);
             }
         }
     }
+}
+
+void tkv__packed_q2_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    packed23(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 0);
+}
+
+void tkv__packed_q3_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    packed23(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 1);
+}
+
+void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
+}
+
+void tkv__gemm_q3_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
 }
 
 #endif

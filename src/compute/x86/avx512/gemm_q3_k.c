@@ -1,10 +1,9 @@
 /*
- * compute/x86/avx512/gemm_q3_k.c — tiled products of Q3_K weights for prefill (see
- * gemm.h), AVX-512 F/BW/VL + VNNI, bit for bit the vec_dot this level keeps
- * from avx2 (compute/x86/avx2/kernels.c's tkv__dot_q3_K_avx2): the same 8
- * integer lanes per (row, token) and block, the same fmas in the same order.
- * (Q2_K's lane-wise tiles, the same code with its mins, are the avx2
- * level's reference order only; this level's Q2_K is gemm_q2_k.c's.)
+ * compute/x86/avx512/gemm_q3_k.c — the tiled product of Q3_K weights in the reference's
+ * lane-wise order (kernels.h's gemm_ref; the default, block-reduced order is gemm_q2_k.c's),
+ * AVX-512 F/BW/VL + VNNI, bit for bit the vec_dot_ref this level keeps from avx2
+ * (compute/x86/avx2/kernels.c's tkv__dot_q3_K_lanes_avx2): the same 8 integer lanes per (row,
+ * token) and block, the same fmas in the same order.
  *
  * Register layout as compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c's: a zmm holds rows 2p (lanes 0-7) and
  * 2p + 1 (lanes 8-15) of one token. Tile: 4 rows (2 pairs) x 4 tokens.
@@ -171,12 +170,11 @@ INLINE void q3_finish(void *f, const float *st, int T, float *y, size_t ldy, siz
     store_pairs4(st, T, y, ldy, nrow);
 }
 
-/* packed: the job's rows are packed (compute/quant/repack.h; a constant, so the panel's block stride is one too) */
-INLINE void gemm3(const tile_job *job, int packed) {
+INLINE void gemm3(const tile_job *job) {
     q3_bufs bufs;
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    q3_state s = {.b = &bufs, .nb = job->n / TKV__QK_K, .bst = (packed ? TKV__PACK_ROWS : 1) * (size_t)Q3B};
+    q3_state s = {.b = &bufs, .nb = job->n / TKV__QK_K, .bst = Q3B};
     assert(s.bst == tile_bstride(job, Q3B));
     const size_t nb = s.nb;
     const int direct = nb <= KC;
@@ -191,15 +189,10 @@ INLINE void gemm3(const tile_job *job, int packed) {
     tile_product(job, &sh, &ops, &s);
 }
 
-void tkv__gemm_q3_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
-    gemm3(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
-}
-
-/* The same product over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
-void tkv__gemm_q3_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
-                                  size_t n_tok, float *y, size_t ldy) {
-    gemm3(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1);
+/* Q3_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_k.c's) */
+void tkv__gemm_q3_K_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                                 size_t n_tok, float *y, size_t ldy) {
+    gemm3(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0});
 }
 
 #endif

@@ -331,7 +331,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx512,
             [TKV_TYPE_Q5_1] = tkv__gemm_q5_1_avx512,
             [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512, /* compute/x86/avx512/gemm_q2_k.c */
-            [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx512,
+            [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx512, /* compute/x86/avx512/gemm_q2_k.c */
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx512,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,
@@ -373,8 +373,10 @@ const tkv__kernels tkv__kernel_avx512_part = {
     .lanes_ref = {[TKV_TYPE_BF16] = tkv__lanes_bf16_avx512},
     /* Q2_K: the reference's order on CPUs with AVX-512 is the block-reduced one over its repacked rows (the avx2
        level's entries are its plain lane-wise order, as it computes without AVX-512) */
-    .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2},
-    .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx512, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512},
+    .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2,
+                    [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2},
+    .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx512, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512,
+                 [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx512},
     .silu = silu,
     .softcap = softcap,
     .swiglu = swiglu,

@@ -1,6 +1,6 @@
 /*
  * compute/x86/avx512/packed_interleaved.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q3_K, Q6_K and IQ4_XS
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q6_K and IQ4_XS
  * at the avx512 level, bit for bit the level's vec_dots (compute/x86/avx512/kernels.c).
  *
  * One token (generation): each group of 16 rows is read once, in order,
@@ -15,21 +15,20 @@
  * value) and the float operations the same in the same order per lane: the
  * block's scale product, convert, fma into the row's lanes (Q8_0: even
  * blocks in one accumulator, odd ones in another), then the sums of
- * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order. Q3_K
- * and IQ4_XS follow the vec_dots this level keeps from avx2.
+ * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order. IQ4_XS
+ * follows the vec_dot this level keeps from avx2.
  *
  * Decode steps of a few tokens (a few sequences, or one with drafts) run
  * the same product two tokens at a time: each row pair unpacked once for
  * both, each token's operations the one-token product's (PACKED_ENTRY2 and
- * its per-type bound); Q4_K, Q5_K and Q2_K (gemm_q4_q5_k.c, gemm_q2_k.c) read
- * any batch from their transposed packed rows directly. More tokens (prefill, bigger steps) go to the
+ * its per-type bound); Q4_K, Q5_K, Q2_K and Q3_K (gemm_q4_q5_k.c, gemm_q2_k.c)
+ * read any batch from their transposed packed rows directly. More tokens (prefill, bigger steps) go to the
  * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c,
- * gemm_q3_k.c, gemm_iq4_xs.c: tile_driver.h reads blocks TKV__PACK_ROWS
+ * gemm_iq4_xs.c: tile_driver.h reads blocks TKV__PACK_ROWS
  * blocks apart).
  */
 #include "compute/gemm.h"
 #include "util.h"
-#include "compute/x86/q2_q3_k.h"
 #include "compute/quant/quant.h"
 #include "compute/quant/repack.h"
 
@@ -89,7 +88,7 @@ static void by_pairs(group_fn *one, group2_fn *two, size_t nb, const uint8_t *w,
  * and pays for it only over more tokens. Each type's pairs_max is where the two cross on one thread
  * (bench_kernels -n N -r R -t T, packed rows, at 768 x 32000, 2048 x 2048 and 5632 x 2048: by pairs
  * Q6_K 3 tokens 0.99 against 1.38 ms at the first shape, even at 4 tokens, behind from 5; Q8_0 ahead to 6,
- * even at 8; Q2_K ahead to 8 (0.70 against 0.84 ms at the third); Q3_K and IQ4_XS ahead to 4, behind from 5).
+ * even at 8; IQ4_XS ahead to 4, behind from 5).
  */
 #define PACKED_ENTRY2(name, tiled, one, two, block_elems, pairs_max)                                             \
     void name(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,  \
@@ -230,97 +229,6 @@ static void q6k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, fl
 }
 
 PACKED_ENTRY2(tkv__packed_q6_K_avx512, tkv__gemm_q6_K_packed_avx512, q6k_group, q6k_group2, TKV__QK_K, 4)
-
-/* ==== Q3_K ========================================================================== */
-
-/*
- * Two Q3_K blocks' sub-block scales as words [a's 16 | b's 16]: tkv__q3k_scales16 of each (compute/x86/q2_q3_k.h),
- * both rows at once in the 128-bit lanes of one ymm.
- */
-static inline __m512i q3k_scales_pair(const uint8_t *sa, const uint8_t *sb) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    const __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)sa)),
-                                              _mm_loadl_epi64((const __m128i *)(const void *)sb), 1);
-    const __m256i lo = _mm256_unpacklo_epi64(_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-    uint32_t ha, hb;
-    memcpy(&ha, sa + 8, sizeof ha), memcpy(&hb, sb + 8, sizeof hb);
-    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32((int)ha)), _mm_set1_epi32((int)hb), 1);
-    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(h, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)), _mm256_set1_epi8(3));
-    return _mm512_cvtepi8_epi16(_mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32)));
-}
-
-/*
- * One group of Q3_K rows, T tokens: per quarter-chunk and row pair the
- * vec_dot's pairs (compute/x86/q2_q3_k.h's lanes, which the vec_dot forms
- * as |q| by the token's quants signed as q, as (q + 4) y less 4 y: the same
- * words, two instructions fewer), then the sub-blocks' scales by vpdpwssd;
- * per block its fma.
- */
-INLINE void q3k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow, int T) {
-    enum { QBS = sizeof(tkv__block_q8_K), BS = sizeof(tkv__block_q3_K) };
-    __m512 acc[2][PAIRS];
-    for (int t = 0; t < T; t++)
-        for (int p = 0; p < PAIRS; p++) acc[t][p] = _mm512_setzero_ps();
-    const __m512i m3 = _mm512_set1_epi8(3), four = _mm512_set1_epi8(4);
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *blk = g + i * G * BS;
-        prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
-        float yd[2];
-        __m512i yv[2][8], y4[2][8];
-        for (int t = 0; t < T; t++) {
-            const uint8_t *yb = ya[t] + i * QBS;
-            memcpy(&yd[t], yb, sizeof yd[t]);
-            UNROLL
-            for (int c = 0; c < 8; c++) {
-                yv[t][c] = BCAST256(yb + Q8K_QS + 32 * c);
-                y4[t][c] = _mm512_maddubs_epi16(four, yv[t][c]); /* 4 (y_2m + y_2m+1) per word: what q + 4 adds */
-            }
-        }
-        for (int p = 0; p < PAIRS; p++) {
-            const tkv__block_q3_K *a3 = (const tkv__block_q3_K *)(const void *)(blk + 2 * p * BS), *b3 = a3 + 1;
-            const __m512i sc = q3k_scales_pair(a3->scales, b3->scales);
-            const __m512i hm = halves_epi(LOAD256(a3->hmask), LOAD256(b3->hmask));
-            const __m512 dd = halves_f16(&a3->d, &b3->d);
-            /* quarter-chunk gq = 4 c + j: elements 32 gq .. 32 gq + 31, sub-blocks 2 gq and 2 gq + 1 */
-            __m512i q[8];
-            UNROLL
-            for (int c = 0; c < 2; c++) {
-                const __m512i bits = halves_epi(LOAD256(a3->qs + 32 * c), LOAD256(b3->qs + 32 * c));
-                UNROLL
-                for (int j = 0; j < 4; j++) {
-                    const int gq = 4 * c + j;
-                    /* q + 4 (0..7: the low bits, + 4 where the hmask bit is set) by the token's quants, less 4 y
-                       per element below: the vec_dot's q y pairs (|q| by y signed as q) exactly, as the words
-                       stay within 7 x 127 x 2 */
-                    q[gq] = _mm512_and_si512(_mm512_srli_epi16(bits, 2 * j), m3);
-                    q[gq] = _mm512_mask_add_epi8(q[gq], _mm512_test_epi8_mask(hm, _mm512_set1_epi8((char)(1 << gq))), q[gq],
-                                                 four);
-                }
-            }
-            for (int t = 0; t < T; t++) {
-                __m512i s = _mm512_setzero_si512();
-                UNROLL
-                for (int gq = 0; gq < 8; gq++) {
-                    const __m512i pairs = _mm512_sub_epi16(_mm512_maddubs_epi16(q[gq], yv[t][gq]), y4[t][gq]);
-                    s = _mm512_dpwssd_epi32(s, pairs, group_pairs(sc, gq));
-                }
-                /* [d_a x 8 | d_b x 8] times the token's scale, then the block's one fma */
-                acc[t][p] = _mm512_fmadd_ps(_mm512_mul_ps(dd, _mm512_set1_ps(yd[t])), _mm512_cvtepi32_ps(s), acc[t][p]);
-            }
-        }
-    }
-    for (int t = 0; t < T; t++) store_group(acc[t], out[t], nrow);
-}
-
-static void q3k_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
-    q3k_rows(g, nb, &ya, &out, nrow, 1);
-}
-
-static void q3k_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow) {
-    q3k_rows(g, nb, ya, out, nrow, 2);
-}
-
-PACKED_ENTRY2(tkv__packed_q3_K_avx512, tkv__gemm_q3_K_packed_avx512, q3k_group, q3k_group2, TKV__QK_K, 4)
 
 /* ==== IQ4_XS ======================================================================== */
 
