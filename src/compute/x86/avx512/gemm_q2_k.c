@@ -52,14 +52,44 @@ static inline __m512i bcast32(const uint8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-/* Bytes of a group's superblock. */
-#define SBYTES(three) ((three) ? TKV__Q3K_PACK_BLOCK : TKV__Q2K_PACK_BLOCK)
+/*
+ * A superblock expanded for products of many tokens (ex): value s of quant
+ * chunk j (Q3_K's with its high bit: 0..7) as 64 bytes at 64 (4j + s), then
+ * the packed superblock's tail from its scales on (scales, d and Q2_K's
+ * dmin, at the same offsets from it as in repack.h's layouts). Unpacking the
+ * values once per panel instead of once per tile of 4 tokens made Q3_K's
+ * prefill 1.5 times as fast (its high bits take two more operations a value).
+ */
+enum { EX_VALUES = 4096, EX_BLOCK = EX_VALUES + 320 /* 69 cache lines */, KCX = 8 /* superblocks per expanded panel */ };
+
+/* Bytes of a group's superblock, and the offset of its scales (d 256 bytes on, Q2_K's dmin 288). */
+#define SBYTES(three, ex) ((ex) ? EX_BLOCK : (three) ? TKV__Q3K_PACK_BLOCK : TKV__Q2K_PACK_BLOCK)
+#define TAIL(three, ex) ((ex) ? EX_VALUES : (three) ? TKV__Q3K_PACK_SCALES : TKV__Q2K_PACK_SCALES)
 
 /* The scale bytes of sub-blocks 2h and 2h + 1 of the 16 rows as words: word 2k + e is row k's byte of sub-block
    2h + e (repack.h; Q2_K's scale and min nibbles, Q3_K's signed sc - 32). */
-static inline __m512i scale_words(const uint8_t *b, int h, int three) {
-    if (three) return _mm512_cvtepi8_epi16(LOAD256(b + TKV__Q3K_PACK_SCALES + 32 * h));
-    return _mm512_cvtepu8_epi16(LOAD256(b + TKV__Q2K_PACK_SCALES + 32 * h));
+static inline __m512i scale_words(const uint8_t *b, int h, int three, int ex) {
+    if (three) return _mm512_cvtepi8_epi16(LOAD256(b + TAIL(three, ex) + 32 * h));
+    return _mm512_cvtepu8_epi16(LOAD256(b + TAIL(three, ex) + 32 * h));
+}
+
+/* Value s of quant chunk j of the packed superblock b (Q3_K: + 4 where bit 4 (j / 8) + s of its hmask byte is set). */
+static inline __m512i chunk_value(const uint8_t *b, int j, int s, int three) {
+    const __m512i q = _mm512_load_si512((const void *)(b + 64 * j));
+    __m512i v = _mm512_and_si512(s ? _mm512_srli_epi32(q, 2 * s) : q, _mm512_set1_epi8(3));
+    if (three) {
+        const __m512i hm = _mm512_load_si512((const void *)(b + TKV__Q3K_PACK_HMASK + 64 * (j % 8)));
+        const __mmask64 hi = _mm512_test_epi8_mask(hm, _mm512_set1_epi8((char)(1 << (4 * (j / 8) + s))));
+        v = _mm512_mask_add_epi8(v, hi, v, _mm512_set1_epi8(4));
+    }
+    return v;
+}
+
+/* The packed superblock b expanded into e (EX_BLOCK bytes, 64-byte aligned). */
+static void expand23(const uint8_t *b, uint8_t *e, int three) {
+    for (int j = 0; j < 16; j++)
+        for (int s = 0; s < 4; s++) _mm512_store_si512((void *)(e + 64 * (4 * j + s)), chunk_value(b, j, s, three));
+    memcpy(e + EX_VALUES, b + TAIL(three, 0), (three ? TKV__Q3K_PACK_D : TKV__Q2K_PACK_DMIN) + 32 - TAIL(three, 0));
 }
 
 /*
@@ -74,12 +104,12 @@ static inline __m512i scale_words(const uint8_t *b, int h, int three) {
  * the superblock's integer.
  */
 INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, __m512 *accm, int T,
-                     int three, int pf) {
-    const size_t SB = SBYTES(three), PF = PREFETCH_AHEAD / SB + 1;
+                     int three, int ex, int pf) {
+    const size_t SB = SBYTES(three, ex), PF = PREFETCH_AHEAD / SB + 1;
     /* a chunk's values taken SA at a time, so that the tile's 2 T SA sums (8) and its running sums stay in the 32
        registers: all 4 for one token, 2 for two, 1 for more (the chunk's line read again from L1) */
     const int SA = T >= 3 ? 1 : T == 2 ? 2 : 4;
-    const __m512i m3 = _mm512_set1_epi8(3), m15 = _mm512_set1_epi16(15), four = _mm512_set1_epi8(4);
+    const __m512i m15 = _mm512_set1_epi16(15);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
         __m512i sumi[TT], summ[TT];
@@ -101,17 +131,10 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, _
                         _mm_prefetch((const char *)b + PF * SB + 64 * j, _MM_HINT_T0);
                         if (1024 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 1024 + 64 * j, _MM_HINT_T0);
                     }
-                    const __m512i q = _mm512_load_si512((const void *)(b + 64 * j));
                     __m512i v[4];
                     UNROLL
-                    for (int s = 0; s < SA; s++) {
-                        v[s] = _mm512_and_si512(s0 + s ? _mm512_srli_epi32(q, 2 * (s0 + s)) : q, m3);
-                        if (three) { /* + 4 where bit 4p + s of the element's hmask byte is set */
-                            const __m512i hm = _mm512_load_si512((const void *)(b + TKV__Q3K_PACK_HMASK + 64 * jj));
-                            const __mmask64 hi = _mm512_test_epi8_mask(hm, _mm512_set1_epi8((char)(1 << (4 * p + s0 + s))));
-                            v[s] = _mm512_mask_add_epi8(v[s], hi, v[s], four);
-                        }
-                    }
+                    for (int s = 0; s < SA; s++)
+                        v[s] = ex ? _mm512_load_si512((const void *)(b + 64 * (4 * j + s0 + s))) : chunk_value(b, j, s0 + s, three);
                     UNROLL
                     for (int t = 0; t < T; t++) {
                         const uint8_t *a = yb[t] + Y_QS + 128 * p + 4 * jj;
@@ -125,7 +148,7 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, _
                 /* both sums of 16 fit a word (16 x 7 x 127): a row's pair of them by its pair of scales, one vpdpwssd */
                 UNROLL
                 for (int s = 0; s < SA; s++) {
-                    const __m512i w = scale_words(b, 4 * p + s0 + s, three);
+                    const __m512i w = scale_words(b, 4 * p + s0 + s, three, ex);
                     const __m512i sc = three ? w : _mm512_and_si512(w, m15);
                     UNROLL
                     for (int t = 0; t < T; t++)
@@ -137,13 +160,13 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, _
         /* Q2_K: the mins by the token's sums of 16; Q3_K: the scales by them, 4 times that off the sums */
         UNROLL
         for (int h = 0; h < 8; h++) {
-            const __m512i w = scale_words(b, h, three);
+            const __m512i w = scale_words(b, h, three, ex);
             const __m512i mn = three ? w : _mm512_srli_epi16(w, 4);
             UNROLL
             for (int t = 0; t < T; t++) summ[t] = _mm512_dpwssd_epi32(summ[t], mn, bcast32(yb[t] + Y_BSUMS + 4 * h));
         }
-        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + (three ? TKV__Q3K_PACK_D : TKV__Q2K_PACK_D)));
-        const __m512 dm = three ? dw : _mm512_cvtph_ps(LOADA256(b + TKV__Q2K_PACK_DMIN));
+        const __m512 dw = _mm512_cvtph_ps(LOAD256(b + TAIL(three, ex) + 256));
+        const __m512 dm = three ? dw : _mm512_cvtph_ps(LOAD256(b + TAIL(three, ex) + 288));
         UNROLL
         for (int t = 0; t < T; t++) {
             float yd;
@@ -167,7 +190,7 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, _
  * ldy + k] for the rows in rmask.
  */
 INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
-                      float *y, size_t ldy, __mmask16 rmask, int T, int three, int pf) {
+                      float *y, size_t ldy, __mmask16 rmask, int T, int three, int ex, int pf) {
     __m512 acc[TT], accm[TT];
     const uint8_t *yb[TT];
     UNROLL
@@ -176,7 +199,7 @@ INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *c
         acc[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t);
         accm[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t + 16);
     }
-    q23k_run(pk, cnt, yb, acc, accm, T, three, pf); /* Q3_K's accm stays +0: acc - accm is acc */
+    q23k_run(pk, cnt, yb, acc, accm, T, three, ex, pf); /* Q3_K's accm stays +0: acc - accm is acc */
     UNROLL
     for (int t = 0; t < T; t++) {
         if (last) {
@@ -193,7 +216,8 @@ INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *c
  * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1; stash st (2 zmm a token).
  */
 INLINE void q23k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                        float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int three, int stream) {
+                        float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int three, int ex,
+                        int stream) {
     for (size_t u = 0; u < tn;) {
         const int T = (int)min_sz(TT, tn - u);
         const uint8_t *yt[TT];
@@ -201,10 +225,10 @@ INLINE void q23k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t 
         float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
         const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
         switch (T) {
-        case 4: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, three, pf); break;
-        case 3: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, three, pf); break;
-        case 2: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, three, pf); break;
-        default: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, three, pf); break;
+        case 4: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, three, ex, pf); break;
+        case 3: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, three, ex, pf); break;
+        case 2: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, three, ex, pf); break;
+        default: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, three, ex, pf); break;
         }
         u += (size_t)T;
     }
@@ -214,29 +238,72 @@ static inline __mmask16 row_mask(size_t r, size_t nr) {
     return (__mmask16)((1u << min_sz(ROWS, nr - r)) - 1u);
 }
 
+/* A product's buffers for many tokens (on the stack): an expanded panel, the packed superblock it is made from
+   when the rows are the file's, and the tiles' stash. */
+typedef struct ex_bufs {
+    alignas(64) uint8_t pan[KCX * EX_BLOCK];        /* 35 KiB */
+    alignas(64) uint8_t one[TKV__Q3K_PACK_BLOCK];   /* 2 KiB */
+    alignas(64) float st[TC * 32];                  /* 8 KiB */
+} ex_bufs;
+
+/*
+ * Tokens [t0, t0 + tn) over one group through expanded panels of KCX
+ * superblocks: made from the packed group at pk, or (rows not NULL) from
+ * the file's rows, one superblock packed at a time.
+ */
+INLINE void group_ex(const uint8_t *pk, const void *const *rows, size_t nb, const uint8_t *xb, size_t xrs, size_t t0,
+                     size_t tn, float *y, size_t ldy, __mmask16 rmask, int three, ex_bufs *b) {
+    for (size_t k0 = 0; k0 < nb; k0 += KCX) {
+        const size_t cnt = min_sz(KCX, nb - k0);
+        for (size_t i = 0; i < cnt; i++) {
+            const uint8_t *src = pk + (k0 + i) * SBYTES(three, 0);
+            if (rows) {
+                if (three) tkv__pack_q3k_blocks(rows, k0 + i, k0 + i + 1, b->one);
+                else tkv__pack_q2k_blocks(rows, k0 + i, k0 + i + 1, b->one);
+                src = b->one;
+            }
+            expand23(src, b->pan + i * EX_BLOCK, three);
+        }
+        q23k_tokens(b->pan, k0, cnt, xb, xrs, t0, tn, b->st, k0 == 0, k0 + cnt == nb, y, ldy, rmask, three, 1, 0);
+    }
+}
+
+/* Tokens from which a chunk's products go through expanded panels (two tiles and more). */
+enum { EX_MIN_TOK = 2 * TT };
+
 /* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups; each group is
    read once per chunk of TC tokens, whole (a Q2_K group of a 8192-long row is 42 KiB: L2), its tiles one after
-   another. */
+   another, straight from the packed rows for a few tokens (decode steps), through expanded panels for more. */
 INLINE void packed23(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
                      size_t ldy, int three) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK_K;
+    ex_bufs b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
         const size_t tn = min_sz(TC, n_tok - t0);
-        for (size_t r = 0; r < nr; r += ROWS)
-            q23k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr), three, 1);
+        for (size_t r = 0; r < nr; r += ROWS) {
+            if (tn >= EX_MIN_TOK)
+                group_ex(wb + r / ROWS * gs, NULL, nb, xb, xrs, t0, tn, y + r, ldy, row_mask(r, nr), three, &b);
+            else
+                q23k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr), three, 0,
+                            1);
+        }
     }
 }
 
-/* Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of KC superblocks transposed into a panel
-   on the stack (the packed layout), then every token's tiles over it, their sums carried in a stash. */
+/* Over the file's rows (wrs bytes apart): per group of 16 rows, its superblocks packed into the layout above, then
+   as over packed rows (a few tokens: KC superblocks at a time on the stack, their sums carried in a stash). */
 INLINE void gemm23(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
                    size_t ldy, int three) {
     const uint8_t *wb = w, *xb = xq;
     const size_t nb = n / TKV__QK_K;
-    struct {
-        alignas(64) uint8_t pan[KC * TKV__Q3K_PACK_BLOCK]; /* 29 KiB */
-        alignas(64) float st[TC * 32];                     /* 8 KiB */
+    union {
+        ex_bufs ex;
+        struct {
+            alignas(64) uint8_t pan[KC * TKV__Q3K_PACK_BLOCK]; /* 29 KiB */
+            alignas(64) float st[TC * 32];                     /* 8 KiB */
+        } few;
     } b;
     _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
@@ -244,12 +311,16 @@ INLINE void gemm23(size_t n, const void *w, size_t wrs, size_t nr, const void *x
         for (size_t r = 0; r < nr; r += ROWS) {
             const void *rows[ROWS];
             for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
+            if (tn >= EX_MIN_TOK) {
+                group_ex(NULL, rows, nb, xb, xrs, t0, tn, y + r, ldy, row_mask(r, nr), three, &b.ex);
+                continue;
+            }
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t cnt = min_sz(KC, nb - k0);
-                if (three) tkv__pack_q3k_blocks(rows, k0, k0 + cnt, b.pan);
-                else tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.pan);
-                q23k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, row_mask(r, nr),
-                            three, 0);
+                if (three) tkv__pack_q3k_blocks(rows, k0, k0 + cnt, b.few.pan);
+                else tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.few.pan);
+                q23k_tokens(b.few.pan, k0, cnt, xb, xrs, t0, tn, b.few.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
+                            row_mask(r, nr), three, 0, 0);
             }
         }
     }
