@@ -4,9 +4,9 @@
  * tkv__gemm_fn entries of the kernel tables (kernels.h), one file per family
  * and level, named by its types, in the level's folder compute/x86/avx2/ or
  * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0, Q5_K and Q6_K),
- * gemm_q4_q5_k.c (Q4_K and Q5_K, block-reduced, over their transposed layout), gemm_q2_k.c (Q2_K, the same way),
- * gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q3_k.c (avx512) and gemm_q2_q3_k.c (avx2: Q3_K, Q2_K's lane-wise
- * reference order),
+ * gemm_q4_q5_k.c (Q4_K and Q5_K, block-reduced, over their transposed layout), gemm_q2_q3_k.c (Q2_K and Q3_K, the
+ * same way), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k_lanes.c and gemm_q3_k_lanes.c (the
+ * reference's lane-wise orders of Q2_K, at avx2, and Q3_K),
  * gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_iq4_xs.c, gemm_float.c; the IQ1
  * types' in avx2/dot_iq1.c (their dots in compute/x86/iq1.h); the products over Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and
  * IQ4_XS rows packed at load (compute/quant/repack.h) in packed_interleaved.c. Each folder is compiled with its level's -m flags
@@ -75,9 +75,9 @@
    keeps: their block-reduced order needs nothing wider. */
 float tkv__dot_q4_0_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_iq4_nl_avx2(size_t n, const void *w, const void *a);
-/* Its Q2_K and Q3_K vec_dots, which the avx512 table keeps too: block-reduced (each level's gemm_q2_k.c
-   follows them) and lane-wise (the reference's plain order: kernels.h's vec_dot_ref; avx2's gemm_q2_q3_k.c and
-   avx512's gemm_q3_k.c follow them). */
+/* Its Q2_K and Q3_K vec_dots, which the avx512 table keeps too: block-reduced (each level's gemm_q2_q3_k.c
+   follows them) and lane-wise (the reference's plain order: kernels.h's vec_dot_ref; avx2's gemm_q2_q3_k_lanes.c and
+   avx512's gemm_q3_k_lanes.c follow them). */
 float tkv__dot_q2_K_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_q2_K_lanes_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a);
@@ -117,7 +117,7 @@ void tkv__gemm_q5_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
 void tkv__gemm_q5_1_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 
-/* compute/x86/avx512/gemm_q3_k.c and compute/x86/avx2/gemm_q2_q3_k.c: Q3_K and (avx2) Q2_K in the reference's
+/* compute/x86/avx512/gemm_q3_k_lanes.c and compute/x86/avx2/gemm_q2_q3_k_lanes.c: Q3_K and (avx2) Q2_K in the reference's
    lane-wise order (kernels.h's gemm_ref) */
 void tkv__gemm_q3_K_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
                                  size_t n_tok, float *y, size_t ldy);
@@ -125,7 +125,7 @@ void tkv__gemm_q2_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, c
                                float *y, size_t ldy);
 void tkv__gemm_q3_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                float *y, size_t ldy);
-/* compute/x86/avx512/gemm_q2_k.c and compute/x86/avx2/gemm_q2_k.c: Q2_K and Q3_K block-reduced over their
+/* compute/x86/avx512/gemm_q2_q3_k.c and compute/x86/avx2/gemm_q2_q3_k.c: Q2_K and Q3_K block-reduced over their
    transposed layouts (compute/quant/repack.h), over the file's rows and over packed rows */
 void tkv__gemm_q2_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);

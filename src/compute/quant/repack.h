@@ -43,7 +43,7 @@
  *
  * (Q4_K 2.8%, Q5_K 2.3% more bytes than the file's: the scales unpacked to bytes).
  *
- * Transposed Q2_K (the block-reduced products of each level's gemm_q2_k.c):
+ * Transposed Q2_K (the block-reduced products of each level's gemm_q2_q3_k.c):
  * superblock i of the group at TKV__Q2K_PACK_BLOCK i = 1344 i (21 cache
  * lines, the file's bytes):
  *
@@ -56,7 +56,7 @@
  *                 vpdpwssd with a token's two sums of 16)
  *   [1280, 1312)  row k's fp16 d at + 2k;  [1312, 1344) its fp16 dmin at + 2k
  *
- * Transposed Q3_K (the block-reduced products of each level's gemm_q2_k.c):
+ * Transposed Q3_K (the block-reduced products of each level's gemm_q2_q3_k.c):
  * superblock i of the group at TKV__Q3K_PACK_BLOCK i = 1856 i (29 cache
  * lines: 5.5% over the file's bytes, the scales unpacked to bytes):
  *

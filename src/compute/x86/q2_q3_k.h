@@ -1,6 +1,6 @@
 /*
  * compute/x86/q2_q3_k.h — Q2_K and Q3_K weights as their tiled products
- * (compute/x86/avx2/gemm_q2_q3_k.c, compute/x86/avx512/gemm_q3_k.c) multiply them: each quant already
+ * (compute/x86/avx2/gemm_q2_q3_k_lanes.c, compute/x86/avx512/gemm_q3_k_lanes.c) multiply them: each quant already
  * times its sub-block's scale, one byte per element. The vec_dot
  * (compute/x86/avx2/kernels.c) multiplies pairs of products by the scale instead; the
  * integers per lane are the same, and the tiles save that multiply per

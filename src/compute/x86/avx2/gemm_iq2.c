@@ -16,7 +16,7 @@
  * sum in the vec_dot's order.
  *
  * Tile: 2 rows x 4 tokens, a ymm accumulator per (row, token), as
- * compute/x86/avx2/gemm_q2_q3_k.c's.
+ * compute/x86/avx2/gemm_q2_q3_k_lanes.c's.
  */
 #include "compute/gemm.h"
 #include "util.h"

@@ -1,30 +1,24 @@
 /*
- * compute/x86/avx2/gemm_q2_q3_k.c — tiled products of Q2_K and Q3_K weights in the
- * reference's lane-wise order (kernels.h's gemm_ref; the default, block-reduced order is
- * gemm_q2_k.c's), AVX2 + FMA + F16C, bit for bit compute/x86/avx2/kernels.c's
- * tkv__dot_q2_K_lanes_avx2 and tkv__dot_q3_K_lanes_avx2: the same 8 integer lanes per
- * (row, token) and block, the same fmas in the same order.
+ * compute/x86/avx2/gemm_q2_q3_k.c — Q2_K and Q3_K products at the avx2 level over the transposed layouts of
+ * compute/quant/repack.h, in the block-reduced order of compute/quant/quant.h, bit for bit the
+ * level's vec_dot (and the scalar one): the product over packed rows and the tiled product over
+ * the file's rows (which builds the same layout for a chunk of K on its stack). The avx512
+ * level's gemm_q2_q3_k.c says why the layout.
  *
- * Tile: 2 rows x 4 tokens, a ymm accumulator per (row, token), as
- * compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c's. The panel holds each element's quant times its scale
- * (compute/x86/q2_q3_k.h), so per 32 elements the vec_dot's scale vpmaddwd is gone:
- *   - Q2_K: q sc in 0..45, so vpmaddubsw's pairs stay under 2^15 even with
- *     two quarter-chunks added as int16: per 64 elements two vpmaddubsw,
- *     an add, one vpmaddwd by 1 and one add;
- *   - Q3_K: q sc in -124..128 does not fit a signed byte, -q sc does; its
- *     magnitude (up to 128) is vpmaddubsw's unsigned operand, its sign goes
- *     onto the activations (vpsignb), and the vpmaddwd by -1 restores the
- *     sign: four instructions per 32 elements.
- * Then, per block, as the vec_dot: Q2_K first the fma of -d_a dmin with the
- * lanes of mins . bsums, then for both the fma of d_a d with the lanes.
+ * A ymm's lane k is row 8h + k of the group's half h. Per 32 bytes of
+ * quants (4 of each of 8 rows) and token: vpmaddubsw of each of the four
+ * 2-bit values by the token's 4 activation bytes, added up as words over
+ * the sub-block's 4 chunks (at most 4 x 2 x 7 x 127 = 7112), then one
+ * vpmaddwd by the rows' scale (the scale in both words of a row's dword)
+ * makes the sub-block's int32; the mins' term is one vpmaddwd per two
+ * sub-blocks. Tokens run in tiles of up to 2 (16 ymm registers), each half
+ * of the group in turn.
  */
 #include "compute/gemm.h"
 #include "util.h"
-#include "compute/x86/tile_driver.h"
-#include "compute/x86/q2_q3_k.h"
 #include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
 
-#include <assert.h>
 #include <stdalign.h>
 #include <stdint.h>
 #include <string.h>
@@ -32,179 +26,245 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
-#define TK 4          /* tokens per tile */
-#define KC 8          /* blocks per chunk of K */
-#define TC_MAXK 64    /* tokens per chunk when K is cut (the stash holds them all); TILE_TC_DIRECT when it is not */
+enum {
+    ROWS = TKV__PACK_ROWS,    /* rows per group: two ymm's lanes */
+    QBS = sizeof(tkv__block_q8_K),
+    TT = 2,       /* tokens per tile */
+    KC = 16,      /* superblocks per panel of the file-rows product (Q2_K 21 KiB, Q3_K 29 KiB) */
+    TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
+    Y_QS = 4,     /* offset of a Q8_K block's quants */
+    Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
+};
 
-enum { Q2B = sizeof(tkv__block_q2_K), Q3B = sizeof(tkv__block_q3_K), AB = sizeof(tkv__block_q8_K) };
-
-/* One block of one row (608 bytes). */
-typedef struct pq {
-    uint8_t w[8][32]; /* per quarter-chunk: Q2_K q sc; Q3_K -q sc (signed) */
-    uint8_t a[8][32]; /* Q3_K: |q sc| */
-    float d[8];       /* the row's d, 8 times */
-    float dmin[8];    /* Q2_K: its dmin, 8 times */
-    int16_t mn[16];   /* Q2_K: the 16 mins */
-} pq;
-
-static void pq_fill(pq *e, const uint8_t *blk, int three) {
-    __m256i q[8];
-    if (three) { /* (4 - v) sc = -q sc, v = q + 4 */
-        tkv__q23k_scaled(blk, 1, _mm256_setr_epi16(4, 3, 2, 1, 0, -1, -2, -3, 4, 3, 2, 1, 0, -1, -2, -3), 0, q);
-        for (int g = 0; g < 8; g++) {
-            _mm256_store_si256((__m256i *)(void *)e->w[g], q[g]);
-            _mm256_store_si256((__m256i *)(void *)e->a[g], _mm256_abs_epi8(q[g])); /* |-128| = 128 unsigned */
-        }
-        _mm256_store_ps(e->d, _mm256_set1_ps(f16(((const tkv__block_q3_K *)(const void *)blk)->d)));
-    } else {
-        tkv__q23k_scaled(blk, 0, _mm256_setr_epi16(0, 1, 2, 3, 0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0), 0, q);
-        for (int g = 0; g < 8; g++) _mm256_store_si256((__m256i *)(void *)e->w[g], q[g]);
-        const tkv__block_q2_K *x = (const tkv__block_q2_K *)(const void *)blk;
-        _mm256_store_ps(e->d, _mm256_set1_ps(f16(x->d)));
-        _mm256_store_ps(e->dmin, _mm256_set1_ps(f16(x->dmin)));
-        _mm256_store_si256((__m256i *)(void *)e->mn, tkv__q2k_mins(blk));
-    }
+static inline __m256i bcast32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
 }
 
-/* A block's 8 integer lanes for one row and token (yq: the token's 256 quants). */
-INLINE __m256i lanes(const pq *e, const uint8_t *yq, int three) {
-    __m256i s = _mm256_setzero_si256();
+/* Bytes of a group's superblock, and where its scale bytes start. */
+#define SBYTES(three) ((three) ? TKV__Q3K_PACK_BLOCK : TKV__Q2K_PACK_BLOCK)
+#define SCALES(three) ((three) ? TKV__Q3K_PACK_SCALES : TKV__Q2K_PACK_SCALES)
+
+/* The scale bytes of sub-blocks 2h and 2h + 1 of rows 8 hf .. 8 hf + 7 (byte 2k + e: row 8 hf + k, sub-block
+   2h + e; repack.h), in both 128-bit lanes. */
+static inline __m256i scale_bytes(const uint8_t *b, int h, int hf, int three) {
+    return _mm256_broadcastsi128_si256(LOAD128(b + SCALES(three) + 32 * h + 16 * hf));
+}
+
+/* Sub-block 2h + e's scale of each of the 8 rows in both words of its dword, from scale_bytes: Q2_K's low nibble,
+   Q3_K's signed byte (put in each word's high byte, then shifted down with its sign). */
+static inline __m256i scale_pairs(__m256i sb, int e, int three) {
+    /* dword k of either lane: byte 2k + e of the 16 (lane 1: k + 4), twice */
+    const __m256i ctl = _mm256_setr_epi8(0, -1, 0, -1, 2, -1, 2, -1, 4, -1, 4, -1, 6, -1, 6, -1, /**/
+                                         8, -1, 8, -1, 10, -1, 10, -1, 12, -1, 12, -1, 14, -1, 14, -1);
     if (three) {
-        const __m256i neg = _mm256_set1_epi16(-1);
-        UNROLL
-        for (int g = 0; g < 8; g++) {
-            const __m256i ys = _mm256_sign_epi8(LOAD256(yq + 32 * g), LOADA256(e->w[g]));
-            s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(LOADA256(e->a[g]), ys), neg));
-        }
-    } else {
-        const __m256i one = _mm256_set1_epi16(1);
-        UNROLL
-        for (int g = 0; g < 8; g += 2) {
-            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(LOADA256(e->w[g]), LOAD256(yq + 32 * g)),
-                                               _mm256_maddubs_epi16(LOADA256(e->w[g + 1]), LOAD256(yq + 32 * g + 32)));
-            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, one));
-        }
+        const __m256i hi = _mm256_slli_epi16(_mm256_add_epi8(ctl, _mm256_set1_epi16((short)e)), 8);
+        return _mm256_srai_epi16(_mm256_shuffle_epi8(sb, _mm256_or_si256(hi, _mm256_set1_epi16(0x00ff))), 8);
     }
-    return s;
+    return _mm256_and_si256(_mm256_shuffle_epi8(sb, _mm256_add_epi8(ctl, _mm256_set1_epi16((short)e))),
+                            _mm256_set1_epi16(0x0f));
 }
 
 /*
- * The tile: 2 rows x T tokens over blocks k0..k1-1 (row k of block i at
- * pan[2 (i - k0) + k]). st: the 2 T accumulators [row][token], 8 floats each.
+ * Superblocks [0, cnt) of half hf (rows 8 hf ..) of one group of Q2_K
+ * (three: Q3_K) rows at pk for T tokens: yb0[t] is token t's Q8_K block of
+ * the first. acc[t] and accm[t] carry the scales' and (Q2_K) the mins'
+ * running sums. Q3_K's values are the low bits plus 4 where the high bit is
+ * set (0..7: 4 x 2 x 7 x 127 in a word), and 4 times the scales by the
+ * token's sums of 16 come off the superblock's integer (avx512's gemm_q2_q3_k.c).
  */
-INLINE void tile(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, float *st, int init, int T, int three) {
-    __m256 acc[2][TK];
-    UNROLL
-    for (int k = 0; k < 2; k++)
+INLINE void q23k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm, int T,
+                     int three, int pf) {
+    const size_t SB = SBYTES(three), PF = PREFETCH_AHEAD / SB + 1;
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *b = pk + i * SB, *yb[TT];
+        __m256i sumi[TT], summ[TT];
         UNROLL
-        for (int t = 0; t < T; t++) acc[k][t] = init ? _mm256_setzero_ps() : _mm256_load_ps(st + 8 * (k * T + t));
-    for (size_t i = k0; i < k1; i++) {
-        const pq *e = pan + 2 * (i - k0);
+        for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm256_setzero_si256(), summ[t] = sumi[t];
+        UNROLL
+        for (int m = 0; m < 4; m++) { /* chunks 4m .. 4m + 3: half m / 2, sub-blocks 8 (m / 2) + 2 s + m % 2 */
+            __m256i s4[TT][4];
+            UNROLL
+            for (int t = 0; t < T; t++)
+                for (int s = 0; s < 4; s++) s4[t][s] = _mm256_setzero_si256();
+            UNROLL
+            for (int jj = 0; jj < 4; jj++) {
+                const int j = 4 * m + jj;
+                if (pf && hf == 0) { /* util.h's PREFETCH_AHEAD: the line of chunk j PF superblocks on, the rest with it */
+                    _mm_prefetch((const char *)b + PF * SB + 64 * j, _MM_HINT_T0);
+                    if (1024 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 1024 + 64 * j, _MM_HINT_T0);
+                }
+                const __m256i q = LOADA256(b + 64 * j + 32 * hf);
+                __m256i v[4] = {_mm256_and_si256(q, m3), _mm256_and_si256(_mm256_srli_epi16(q, 2), m3),
+                                _mm256_and_si256(_mm256_srli_epi16(q, 4), m3), _mm256_and_si256(_mm256_srli_epi16(q, 6), m3)};
+                if (three) { /* bit 4 (m / 2) + s of the element's hmask byte, moved to bit 2 */
+                    const __m256i hm = LOADA256(b + TKV__Q3K_PACK_HMASK + 64 * (j % 8) + 32 * hf);
+                    UNROLL
+                    for (int s = 0; s < 4; s++) {
+                        const int bit = 4 * (m / 2) + s;
+                        const __m256i h = bit >= 2 ? _mm256_srli_epi16(hm, bit - 2) : _mm256_slli_epi16(hm, 2 - bit);
+                        v[s] = _mm256_or_si256(v[s], _mm256_and_si256(h, four));
+                    }
+                }
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                    const uint8_t *a = yb[t] + Y_QS + 128 * (m / 2) + 4 * (j % 8);
+                    UNROLL
+                    for (int s = 0; s < 4; s++)
+                        s4[t][s] = _mm256_add_epi16(s4[t][s], _mm256_maddubs_epi16(v[s], bcast32(a + 32 * s)));
+                }
+            }
+            UNROLL
+            for (int s = 0; s < 4; s++) { /* sub-block 8 (m / 2) + 2 s + m % 2: pair 4 (m / 2) + s, byte m % 2 */
+                const __m256i sc = scale_pairs(scale_bytes(b, 4 * (m / 2) + s, hf, three), m % 2, three);
+                UNROLL
+                for (int t = 0; t < T; t++) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s4[t][s], sc));
+            }
+        }
+        /* Q2_K: the mins by the token's sums of 16; Q3_K: the scales by them, 4 times that off the sums */
+        UNROLL
+        for (int h = 0; h < 8; h++) {
+            const __m128i sb = LOAD128(b + SCALES(three) + 32 * h + 16 * hf);
+            const __m256i mn = three ? _mm256_cvtepi8_epi16(sb) : _mm256_srli_epi16(_mm256_cvtepu8_epi16(sb), 4);
+            UNROLL
+            for (int t = 0; t < T; t++) summ[t] = _mm256_add_epi32(summ[t], _mm256_madd_epi16(mn, bcast32(yb[t] + Y_BSUMS + 4 * h)));
+        }
+        const __m256 dw = _mm256_cvtph_ps(LOAD128(b + (three ? TKV__Q3K_PACK_D : TKV__Q2K_PACK_D) + 16 * hf));
+        const __m256 dm = three ? dw : _mm256_cvtph_ps(LOAD128(b + TKV__Q2K_PACK_DMIN + 16 * hf));
         UNROLL
         for (int t = 0; t < T; t++) {
-            const uint8_t *yb = yt[t] + i * AB;
             float yd;
-            memcpy(&yd, yb, sizeof yd);
-            const __m256 dt = _mm256_set1_ps(yd);
-            UNROLL
-            for (int k = 0; k < 2; k++) {
-                if (!three) {
-                    const __m256i m = _mm256_madd_epi16(LOADA256(e[k].mn), LOAD256(yb + Q23K_Q8K_BSUMS));
-                    acc[k][t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(e[k].dmin), _mm256_set1_ps(-yd)),
-                                                _mm256_cvtepi32_ps(m), acc[k][t]);
-                }
-                const __m256i s = lanes(&e[k], yb + Q23K_Q8K_QS, three);
-                acc[k][t] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(e[k].d), dt), _mm256_cvtepi32_ps(s), acc[k][t]);
+            memcpy(&yd, yb[t], sizeof yd);
+            const __m256 d = _mm256_set1_ps(yd);
+            if (three) {
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], _mm256_slli_epi32(summ[t], 2))),
+                                         _mm256_mul_ps(dw, d), acc[t]);
+            } else {
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(dw, d), acc[t]);
+                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ[t]), _mm256_mul_ps(dm, d), accm[t]);
             }
         }
     }
-    UNROLL
-    for (int k = 0; k < 2; k++)
-        UNROLL
-        for (int t = 0; t < T; t++) _mm256_store_ps(st + 8 * (k * T + t), acc[k][t]);
 }
 
-INLINE void tile_any(const pq *pan, size_t k0, size_t k1, const uint8_t *const *yt, float *st, int init, int T,
-                     int three) {
-    if (three) {
-        switch (T) {
-        case 4: tile(pan, k0, k1, yt, st, init, 4, 1); break;
-        case 2: tile(pan, k0, k1, yt, st, init, 2, 1); break;
-        default: tile(pan, k0, k1, yt, st, init, 1, 1); break;
+/* The first nrow (0..8) of v's lanes to y. */
+static inline void store_rows(float *y, __m256 v, size_t nrow) {
+    if (nrow >= 8) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    alignas(32) float o[8];
+    _mm256_store_ps(o, v);
+    for (size_t k = 0; k < nrow; k++) y[k] = o[k];
+}
+
+/*
+ * One group (pk: its superblock k0; cnt superblocks) for the T tokens at
+ * yt[t] (their rows; block k0 of each is read first), both halves: the
+ * running sums from the stash st (32 floats a token; zero when first), back
+ * to it, or when last to y[t ldy + k] for the group's first nrow rows.
+ */
+INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
+                      float *y, size_t ldy, size_t nrow, int T, int three, int pf) {
+    const uint8_t *yb[TT];
+    UNROLL
+    for (int t = 0; t < T; t++) yb[t] = yt[t] + k0 * QBS;
+    for (int hf = 0; hf < 2; hf++) {
+        if ((size_t)hf * 8 >= nrow) break;
+        __m256 acc[TT], accm[TT];
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            acc[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf);
+            accm[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf + 8);
         }
-    } else {
-        switch (T) {
-        case 4: tile(pan, k0, k1, yt, st, init, 4, 0); break;
-        case 2: tile(pan, k0, k1, yt, st, init, 2, 0); break;
-        default: tile(pan, k0, k1, yt, st, init, 1, 0); break;
+        q23k_run(pk, cnt, hf, yb, acc, accm, T, three, pf); /* Q3_K's accm stays +0: acc - accm is acc */
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            if (last) {
+                store_rows(y + (size_t)t * ldy + 8 * hf, _mm256_sub_ps(acc[t], accm[t]), nrow - 8 * (size_t)hf);
+            } else {
+                _mm256_store_ps(st + 32 * t + 16 * hf, acc[t]);
+                _mm256_store_ps(st + 32 * t + 16 * hf + 8, accm[t]);
+            }
         }
     }
 }
 
-/* The horizontal sums, out: 2 rows (nrow valid) x T tokens. */
-static void finish(const float *st, int T, float *y, size_t ldy, size_t nrow) {
-    __m256 a[8];
-    for (int q = 0; q < 8; q++) a[q] = q / 2 < T ? _mm256_load_ps(st + 8 * ((q % 2) * T + q / 2)) : _mm256_setzero_ps();
-    store_tile(y, ldy, reduce8(a), (int)min_sz(2, nrow), T);
+/* Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks [k0, k0 + cnt) at pk, in tiles of 2, 1;
+   stash st (32 floats a token). */
+INLINE void q23k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
+                        float *st, int first, int last, float *y, size_t ldy, size_t nrow, int three, int stream) {
+    for (size_t u = 0; u < tn;) {
+        const int T = (int)min_sz(TT, tn - u);
+        const uint8_t *yt[TT];
+        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
+        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
+        if (T == 2) q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, three, pf);
+        else q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, three, pf);
+        u += (size_t)T;
+    }
 }
 
-enum { STT = 2 * TK * 8 /* stash floats per tile */ };
-
-/* A Q2_K / Q3_K product's buffers (on the stack). */
-typedef struct q23_bufs {
-    alignas(64) pq pan[2 * KC];                     /* 9.5 KiB */
-    alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 4.5 KiB */
-} q23_bufs;
-
-/* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
-typedef struct q23_state {
-    q23_bufs *b;
-    size_t bst; /* bytes from a row's block to its next (tile_bstride) */
-    int three;
-} q23_state;
-
-INLINE void q23_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
-    q23_state *s = f;
-    for (int k = 0; k < 2; k++) pq_fill(&s->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * s->bst, s->three);
+/* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups. */
+INLINE void packed23(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                     size_t ldy, int three) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK_K;
+    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
+        const size_t tn = min_sz(TC, n_tok - t0);
+        for (size_t r = 0; r < nr; r += ROWS)
+            q23k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r), three, 1);
+    }
 }
 
-INLINE void q23_tile(void *f, const tile_chunk *c, const tile_step *s) {
-    q23_state *q = f;
-    (void)c;
-    tile_any(q->b->pan, s->k0, s->k1, s->yt, s->st, s->k0 == 0, s->T, q->three);
+/* Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of KC superblocks transposed into a panel
+   on the stack (the packed layout), then every token's tiles over it, their sums carried in a stash. */
+INLINE void gemm23(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
+                   size_t ldy, int three) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK_K;
+    struct {
+        alignas(64) uint8_t pan[KC * TKV__Q3K_PACK_BLOCK]; /* 29 KiB */
+        alignas(64) float st[TC * 32];                     /* 8 KiB */
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
+        const size_t tn = min_sz(TC, n_tok - t0);
+        for (size_t r = 0; r < nr; r += ROWS) {
+            const void *rows[ROWS];
+            for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
+            for (size_t k0 = 0; k0 < nb; k0 += KC) {
+                const size_t cnt = min_sz(KC, nb - k0);
+                if (three) tkv__pack_q3k_blocks(rows, k0, k0 + cnt, b.pan);
+                else tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.pan);
+                q23k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
+                            min_sz(ROWS, nr - r), three, 0);
+            }
+        }
+    }
 }
 
-INLINE void q23_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
-    (void)f;
-    finish(st, T, y, ldy, nrow);
+void tkv__packed_q2_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    packed23(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 0);
 }
 
-INLINE void gemm23(const tile_job *job, int three) {
-    q23_bufs bufs;
-    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
-                   "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    q23_state s = {.b = &bufs, .bst = three ? Q3B : Q2B, .three = three};
-    assert(s.bst == tile_bstride(job, three ? Q3B : Q2B));
-    const size_t nb = job->n / TKV__QK_K;
-    const int direct = nb <= KC;
-    const size_t tc = direct ? TILE_TC_DIRECT : TC_MAXK;
-    assert(direct || (tc / TK + 2) * STT <= sizeof bufs.st / sizeof bufs.st[0]);
-    const tile_shape sh = {.nb = nb, .bs = three ? Q3B : Q2B, .kc = KC, .tc = tc, .rows = 2, .big = TK,
-                           .st = bufs.st, .stt = STT, .by_token = 0};
-    const tile_ops ops = {.table = NULL, .panel = q23_panel, .tile = q23_tile, .finish = q23_finish};
-    tile_product(job, &sh, &ops, &s);
+void tkv__packed_q3_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    packed23(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 1);
 }
 
-/* Q2_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_k.c's) */
-void tkv__gemm_q2_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                               float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
+void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
 }
 
-/* Q3_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_k.c's) */
-void tkv__gemm_q3_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                               float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 1);
+void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
 }
 
 #endif

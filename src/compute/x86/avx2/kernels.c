@@ -226,10 +226,10 @@ float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a) {
  * dmin with the mins' products with the activation's sums of 16 (lane k:
  * sub-blocks 2k and 2k + 1), then one of d_a d with those integers; Q3_K the
  * latter only. Those are the vec_dot_ref entries (their tiled twins avx2's
- * gemm_q2_q3_k.c, avx512's gemm_q3_k.c). The lanes are
+ * gemm_q2_q3_k_lanes.c, avx512's gemm_q3_k_lanes.c). The lanes are
  * compute/x86/q2_q3_k.h's. The default, block-reduced order takes the same
  * integers summed whole (tkv__dot_q2_K_avx2, tkv__dot_q3_K_avx2), bit for
- * bit each level's gemm_q2_k.c.
+ * bit each level's gemm_q2_q3_k.c.
  */
 float tkv__dot_q2_K_lanes_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_q2_K *x = w;
@@ -799,8 +799,8 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_1] = tkv__gemm_q4_1_avx2, /* compute/x86/avx2/gemm_q4_1_q5.c */
             [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx2,
             [TKV_TYPE_Q5_1] = tkv__gemm_q5_1_avx2,
-            [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx2, /* compute/x86/avx2/gemm_q2_k.c */
-            [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx2, /* compute/x86/avx2/gemm_q2_k.c */
+            [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx2, /* compute/x86/avx2/gemm_q2_q3_k.c */
+            [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx2, /* compute/x86/avx2/gemm_q2_q3_k.c */
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,

@@ -21,7 +21,7 @@
  * Decode steps of a few tokens (a few sequences, or one with drafts) run
  * the same product two tokens at a time: each row pair unpacked once for
  * both, each token's operations the one-token product's (PACKED_ENTRY2 and
- * its per-type bound); Q4_K, Q5_K, Q2_K and Q3_K (gemm_q4_q5_k.c, gemm_q2_k.c)
+ * its per-type bound); Q4_K, Q5_K, Q2_K and Q3_K (gemm_q4_q5_k.c, gemm_q2_q3_k.c)
  * read any batch from their transposed packed rows directly. More tokens (prefill, bigger steps) go to the
  * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c,
  * gemm_iq4_xs.c: tile_driver.h reads blocks TKV__PACK_ROWS

@@ -1,7 +1,7 @@
 /*
- * compute/x86/avx512/gemm_q2_k.c — Q2_K products at the avx512 level (AVX-512 F/BW/VL + VNNI)
+ * compute/x86/avx512/gemm_q2_q3_k.c — Q2_K and Q3_K products at the avx512 level (AVX-512 F/BW/VL + VNNI)
  * over the transposed layout of compute/quant/repack.h, in the block-reduced order of
- * compute/quant/quant.h (Q4_K's, the reference's over its repacked Q2_K rows), so they equal the
+ * compute/quant/quant.h (Q4_K's; for Q2_K the reference's over its repacked rows), so they equal the
  * level's vec_dot (and the scalar one) bit for bit: the product over packed rows (generation
  * reads every row once, in one sequential stream per group), and the tiled product over the
  * file's rows, which builds the same layout for a chunk of K on its stack first.

@@ -1,6 +1,6 @@
 /*
- * compute/x86/avx512/gemm_q3_k.c — the tiled product of Q3_K weights in the reference's
- * lane-wise order (kernels.h's gemm_ref; the default, block-reduced order is gemm_q2_k.c's),
+ * compute/x86/avx512/gemm_q3_k_lanes.c — the tiled product of Q3_K weights in the reference's
+ * lane-wise order (kernels.h's gemm_ref; the default, block-reduced order is gemm_q2_q3_k.c's),
  * AVX-512 F/BW/VL + VNNI, bit for bit the vec_dot_ref this level keeps from avx2
  * (compute/x86/avx2/kernels.c's tkv__dot_q3_K_lanes_avx2): the same 8 integer lanes per (row,
  * token) and block, the same fmas in the same order.
@@ -189,7 +189,7 @@ INLINE void gemm3(const tile_job *job) {
     tile_product(job, &sh, &ops, &s);
 }
 
-/* Q3_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_k.c's) */
+/* Q3_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_q3_k.c's) */
 void tkv__gemm_q3_K_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
                                  size_t n_tok, float *y, size_t ldy) {
     gemm3(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0});
