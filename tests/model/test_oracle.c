@@ -51,11 +51,17 @@
  * sanitizer build's subset). Held: pooled within POOLED_SLACK, and per pair
  * within the noise measured, PAIR_MEAN_SLACK and PAIR_WORST_SLACK: a default
  * that lost precision (an F16 accumulation, a coarser order) would move
- * every pair, and the pooled bound, by more.
+ * every pair, and the pooled bound, by more. Where the modes' products also
+ * sum in different orders (Q5_K, Q3_K: block-reduced against the
+ * reference's lanes, each an exact integer per block and a few roundings),
+ * the same rounding steps move more rows: after Q3_K took the block-reduced
+ * order, Q3_K_S shipped measured 1.04 in mean and 1.27 in worst row (one
+ * row: 3.29% against 2.58%), its three generated shapes 0.97-1.00 in mean
+ * and 0.92-1.10 in worst row, Q3_K_M 0.99 / 1.05; hence 1.30.
  */
 #define POOLED_SLACK 1.01
 #define PAIR_MEAN_SLACK 1.06
-#define PAIR_WORST_SLACK 1.25
+#define PAIR_WORST_SLACK 1.30
 
 static bool small_run;
 static double pooled_def, pooled_ref; /* sums of the rounding-bound pairs' means, per test */
