@@ -36,12 +36,6 @@ enum {
     Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
 };
 
-static inline __m256i bcast32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
 /* Bytes of a group's superblock, and where its scale bytes start. */
 #define SBYTES(three) ((three) ? TKV__Q3K_PACK_BLOCK : TKV__Q2K_PACK_BLOCK)
 #define SCALES(three) ((three) ? TKV__Q3K_PACK_SCALES : TKV__Q2K_PACK_SCALES)
@@ -149,17 +143,6 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const
     }
 }
 
-/* The first nrow (0..8) of v's lanes to y. */
-static inline void store_rows(float *y, __m256 v, size_t nrow) {
-    if (nrow >= 8) {
-        _mm256_storeu_ps(y, v);
-        return;
-    }
-    alignas(32) float o[8];
-    _mm256_store_ps(o, v);
-    for (size_t k = 0; k < nrow; k++) y[k] = o[k];
-}
-
 /*
  * One group (pk: its superblock k0; cnt superblocks) for the T tokens at
  * yt[t] (their rows; block k0 of each is read first), both halves: the
@@ -174,21 +157,9 @@ INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *c
     for (int hf = 0; hf < 2; hf++) {
         if ((size_t)hf * 8 >= nrow) break;
         __m256 acc[TT], accm[TT];
-        UNROLL
-        for (int t = 0; t < T; t++) {
-            acc[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf);
-            accm[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf + 8);
-        }
+        sums_start(st, first, T, hf, acc, accm);
         q23k_run(pk, cnt, hf, yb, acc, accm, T, three, pf); /* Q3_K's accm stays +0: acc - accm is acc */
-        UNROLL
-        for (int t = 0; t < T; t++) {
-            if (last) {
-                store_rows(y + (size_t)t * ldy + 8 * hf, _mm256_sub_ps(acc[t], accm[t]), nrow - 8 * (size_t)hf);
-            } else {
-                _mm256_store_ps(st + 32 * t + 16 * hf, acc[t]);
-                _mm256_store_ps(st + 32 * t + 16 * hf + 8, accm[t]);
-            }
-        }
+        sums_end(st, last, T, hf, acc, accm, y, ldy, nrow);
     }
 }
 

@@ -47,5 +47,52 @@ static inline void store_tile(float *y, size_t ldy, __m256 v, int nrow, int ntok
     }
 }
 
+/*
+ * The transposed K-quant products' group tiles (gemm_q4_q5_k.c, gemm_q2_q3_k.c): a ymm lane per row of one
+ * half of a group of 16, two running sums a token and half (the scales' acc and the mins' accm; a type without
+ * mins leaves accm +0, so acc - accm is acc), carried between chunks of superblocks in a stash of 32 floats a
+ * token (half hf's acc at 16 hf, its accm 8 on).
+ */
+
+/* A token's 4 activation bytes at p in every dword lane. */
+static inline __m256i bcast32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* The first nrow (0..8) of v's lanes to y. */
+static inline void store_rows(float *y, __m256 v, size_t nrow) {
+    if (nrow >= 8) {
+        _mm256_storeu_ps(y, v);
+        return;
+    }
+    alignas(32) float o[8];
+    _mm256_store_ps(o, v);
+    for (size_t k = 0; k < nrow; k++) y[k] = o[k];
+}
+
+/* Half hf of a tile's T tokens' running sums: zero when first, else from the stash st. */
+static inline void sums_start(const float *st, int first, int T, int hf, __m256 *acc, __m256 *accm) {
+    for (int t = 0; t < T; t++) {
+        acc[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf);
+        accm[t] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + 32 * t + 16 * hf + 8);
+    }
+}
+
+/* ... and their end: when last, acc - accm to y[t ldy + 8 hf + k] for the group's first nrow rows; else back to
+   the stash. */
+static inline void sums_end(float *st, int last, int T, int hf, const __m256 *acc, const __m256 *accm, float *y,
+                            size_t ldy, size_t nrow) {
+    for (int t = 0; t < T; t++) {
+        if (last) {
+            store_rows(y + (size_t)t * ldy + 8 * hf, _mm256_sub_ps(acc[t], accm[t]), nrow - 8 * (size_t)hf);
+        } else {
+            _mm256_store_ps(st + 32 * t + 16 * hf, acc[t]);
+            _mm256_store_ps(st + 32 * t + 16 * hf + 8, accm[t]);
+        }
+    }
+}
+
 #endif
 #endif

@@ -46,12 +46,6 @@ enum {
     Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
 };
 
-static inline __m512i bcast32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
-
 /*
  * A superblock expanded for products of many tokens (ex): value s of quant
  * chunk j (Q3_K's with its high bit: 0..7) as 64 bytes at 64 (4j + s), then
@@ -194,21 +188,10 @@ INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *c
     __m512 acc[TT], accm[TT];
     const uint8_t *yb[TT];
     UNROLL
-    for (int t = 0; t < T; t++) {
-        yb[t] = yt[t] + k0 * QBS;
-        acc[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t);
-        accm[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t + 16);
-    }
+    for (int t = 0; t < T; t++) yb[t] = yt[t] + k0 * QBS;
+    sums_start(st, first, T, acc, accm);
     q23k_run(pk, cnt, yb, acc, accm, T, three, ex, pf); /* Q3_K's accm stays +0: acc - accm is acc */
-    UNROLL
-    for (int t = 0; t < T; t++) {
-        if (last) {
-            _mm512_mask_storeu_ps(y + (size_t)t * ldy, rmask, _mm512_sub_ps(acc[t], accm[t]));
-        } else {
-            _mm512_store_ps(st + 32 * t, acc[t]);
-            _mm512_store_ps(st + 32 * t + 16, accm[t]);
-        }
-    }
+    sums_end(st, last, T, acc, accm, y, ldy, rmask);
 }
 
 /*
@@ -232,10 +215,6 @@ INLINE void q23k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t 
         }
         u += (size_t)T;
     }
-}
-
-static inline __mmask16 row_mask(size_t r, size_t nr) {
-    return (__mmask16)((1u << min_sz(ROWS, nr - r)) - 1u);
 }
 
 /* A product's buffers for many tokens (on the stack): an expanded panel, the packed superblock it is made from
@@ -284,9 +263,9 @@ INLINE void packed23(size_t n, const void *w, size_t gs, size_t nr, const void *
         const size_t tn = min_sz(TC, n_tok - t0);
         for (size_t r = 0; r < nr; r += ROWS) {
             if (tn >= EX_MIN_TOK)
-                group_ex(wb + r / ROWS * gs, NULL, nb, xb, xrs, t0, tn, y + r, ldy, row_mask(r, nr), three, &b);
+                group_ex(wb + r / ROWS * gs, NULL, nb, xb, xrs, t0, tn, y + r, ldy, group_rows(r, nr), three, &b);
             else
-                q23k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr), three, 0,
+                q23k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, group_rows(r, nr), three, 0,
                             1);
         }
     }
@@ -312,7 +291,7 @@ INLINE void gemm23(size_t n, const void *w, size_t wrs, size_t nr, const void *x
             const void *rows[ROWS];
             for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
             if (tn >= EX_MIN_TOK) {
-                group_ex(NULL, rows, nb, xb, xrs, t0, tn, y + r, ldy, row_mask(r, nr), three, &b.ex);
+                group_ex(NULL, rows, nb, xb, xrs, t0, tn, y + r, ldy, group_rows(r, nr), three, &b.ex);
                 continue;
             }
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
@@ -320,7 +299,7 @@ INLINE void gemm23(size_t n, const void *w, size_t wrs, size_t nr, const void *x
                 if (three) tkv__pack_q3k_blocks(rows, k0, k0 + cnt, b.few.pan);
                 else tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.few.pan);
                 q23k_tokens(b.few.pan, k0, cnt, xb, xrs, t0, tn, b.few.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
-                            row_mask(r, nr), three, 0, 0);
+                            group_rows(r, nr), three, 0, 0);
             }
         }
     }

@@ -56,12 +56,6 @@ static inline __m128i group_pairs(const uint8_t *yb) {
     return _mm_hadd_epi16(LOAD128(yb + Y_BSUMS), LOAD128(yb + Y_BSUMS + 16));
 }
 
-static inline __m512i bcast32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
-
 /*
  * Superblocks [0, cnt) of one group at pk (SB bytes apart) for T tokens:
  * yb[t] is token t's Q8_K block of the first one. acc[t] and accm[t] carry
@@ -150,21 +144,10 @@ INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
     __m512 acc[TT], accm[TT];
     const uint8_t *yb[TT];
     UNROLL
-    for (int t = 0; t < T; t++) {
-        yb[t] = yt[t] + k0 * QBS;
-        acc[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t);
-        accm[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t + 16);
-    }
+    for (int t = 0; t < T; t++) yb[t] = yt[t] + k0 * QBS;
+    sums_start(st, first, T, acc, accm);
     k45_run(pk, cnt, yb, acc, accm, T, five, pf);
-    UNROLL
-    for (int t = 0; t < T; t++) {
-        if (last) {
-            _mm512_mask_storeu_ps(y + (size_t)t * ldy, rmask, _mm512_sub_ps(acc[t], accm[t]));
-        } else {
-            _mm512_store_ps(st + 32 * t, acc[t]);
-            _mm512_store_ps(st + 32 * t + 16, accm[t]);
-        }
-    }
+    sums_end(st, last, T, acc, accm, y, ldy, rmask);
 }
 
 /*
@@ -189,10 +172,6 @@ INLINE void k45_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *
     }
 }
 
-static inline __mmask16 row_mask(size_t r, size_t nr) {
-    return (__mmask16)((1u << min_sz(ROWS, nr - r)) - 1u);
-}
-
 /*
  * Over packed rows (kernels.h's `packed`): w is the first group, gs the
  * stride between groups. Each group is read once per chunk of TC tokens,
@@ -206,7 +185,7 @@ INLINE void packed_k45(size_t n, const void *w, size_t gs, size_t nr, const void
     for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
         const size_t tn = min_sz(TC, n_tok - t0);
         for (size_t r = 0; r < nr; r += ROWS)
-            k45_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, row_mask(r, nr), five, 1);
+            k45_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, group_rows(r, nr), five, 1);
     }
 }
 
@@ -232,7 +211,7 @@ INLINE void gemm_k45(size_t n, const void *w, size_t wrs, size_t nr, const void 
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t cnt = min_sz(KC, nb - k0);
                 tkv__pack_k45_blocks(rows, five, k0, k0 + cnt, b.pan);
-                k45_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, row_mask(r, nr),
+                k45_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, group_rows(r, nr),
                            five, 0);
             }
         }

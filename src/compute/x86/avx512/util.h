@@ -111,5 +111,44 @@ static inline void store_pairs4(const float *st, int T, float *y, size_t ldy, si
     store_tile(y, ldy, reduce16(a), (int)min_sz(4, nrow), T);
 }
 
+/*
+ * The transposed K-quant products' group tiles (gemm_q4_q5_k.c, gemm_q2_q3_k.c): a zmm lane per row of a
+ * group of 16, two running sums a token (the scales' acc and the mins' accm; a type without mins leaves accm
+ * +0, so acc - accm is acc), carried between chunks of superblocks in a stash of 2 zmm a token.
+ */
+
+/* A token's 4 activation bytes at p in every dword lane. */
+static inline __m512i bcast32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* The rows of a group starting at row r of nr, as a lane mask. */
+static inline __mmask16 group_rows(size_t r, size_t nr) {
+    return (__mmask16)((1u << min_sz(16, nr - r)) - 1u);
+}
+
+/* A tile's T tokens' running sums: zero when first, else from the stash st. */
+static inline void sums_start(const float *st, int first, int T, __m512 *acc, __m512 *accm) {
+    for (int t = 0; t < T; t++) {
+        acc[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t);
+        accm[t] = first ? _mm512_setzero_ps() : _mm512_load_ps(st + 32 * t + 16);
+    }
+}
+
+/* ... and their end: when last, acc - accm to y[t ldy + k] for the rows in rmask; else back to the stash. */
+static inline void sums_end(float *st, int last, int T, const __m512 *acc, const __m512 *accm, float *y, size_t ldy,
+                            __mmask16 rmask) {
+    for (int t = 0; t < T; t++) {
+        if (last) {
+            _mm512_mask_storeu_ps(y + (size_t)t * ldy, rmask, _mm512_sub_ps(acc[t], accm[t]));
+        } else {
+            _mm512_store_ps(st + 32 * t, acc[t]);
+            _mm512_store_ps(st + 32 * t + 16, accm[t]);
+        }
+    }
+}
+
 #endif
 #endif
