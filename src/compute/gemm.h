@@ -3,25 +3,27 @@
  * several tokens, for prefill and decode steps of several sequences: the
  * tkv__gemm_fn entries of the kernel tables (kernels.h), one file per family
  * and level, named by its types, in the level's folder compute/x86/avx2/ or
- * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q8_0, Q5_K and Q6_K),
+ * compute/x86/avx512/: gemm_q8_0_q4_q5_q6_k.c (Q6_K, and the reference's lane-wise Q8_0 and Q5_K),
  * gemm_q4_q5_k.c (Q4_K and Q5_K, block-reduced, over their transposed layout), gemm_q2_q3_k.c (Q2_K and Q3_K, the
- * same way), gemm_q4_0_iq4_nl.c, gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1), gemm_q2_q3_k_lanes.c and gemm_q3_k_lanes.c (the
- * reference's lane-wise orders of Q2_K, at avx2, and Q3_K),
+ * same way), gemm_q4_0_iq4_nl.c (Q4_0, IQ4_NL and Q8_0, block-reduced), gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1),
+ * gemm_q2_q3_k_lanes.c and gemm_q3_k_lanes.c (the reference's lane-wise orders of Q2_K, at avx2, and Q3_K),
  * gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_iq4_xs.c, gemm_float.c; the IQ1
- * types' in avx2/dot_iq1.c (their dots in compute/x86/iq1.h); the products over Q8_0, Q2_K, Q3_K, Q5_K, Q6_K and
- * IQ4_XS rows packed at load (compute/quant/repack.h) in packed_interleaved.c. Each folder is compiled with its level's -m flags
+ * types' in avx2/dot_iq1.c (their dots in compute/x86/iq1.h); the one-token products over Q6_K and IQ4_XS rows
+ * packed at load (compute/quant/repack.h) in packed_interleaved.c. Each folder is compiled with its level's -m flags
  * (its sources.cmake) and reached only through a table the CPU supports.
  * Their shared helpers are in compute/x86/util.h and each level's util.h.
  *
  * Contract (kernels.h): y[t * ldy + r] equals the same level's vec_dot of
  * weight row r and token t, bit for bit. Two orders of summation:
- *   - Q4_0 and IQ4_NL (every level, scalar included; compute/quant/quant.h):
+ *   - Q4_0, IQ4_NL and Q8_0 (every level, scalar included; compute/quant/quant.h):
  *     block-reduced. Per block b, the exact integer s_b = sum((q - 8) * y)
- *     (IQ4_NL: sum(values[q] * y)) and the float d_b = fp16(d_w) * fp16(d_a)
+ *     (IQ4_NL: sum(values[q] * y); Q8_0: sum(q * y)) and the float d_b = fp16(d_w) * fp16(d_a)
  *     (one rounded product); then, from acc = +0.0f,
  *     acc = fmaf((float)s_b, d_b, acc) for b = 0, 1, ... in order; the
  *     result is acc. This is the reference's own order over its repacked
- *     (8-row interleaved) rows on x86, for one token and many. One float
+ *     (8-row interleaved) rows on x86, for one token and many (Q8_0, which
+ *     it does not repack on x86, it sums lane-wise: kernels.h's
+ *     vec_dot_ref and gemm_ref keep that). One float
  *     accumulator and one fma per block, so the tiled kernels (each level's
  *     gemm_q4_0_iq4_nl.c) and the products over packed rows
  *     (compute/quant/repack.h) hold a row per lane and reduce a block with
@@ -29,8 +31,8 @@
  *   - The others (avx2 and avx512 alike): lane-wise. Per (row, token), 8
  *     int32 lanes per block (lane j sums products of elements 4j..4j+3 of
  *     each 32-element group, times group scales), converted to float and
- *     fma'd with the block's scale product into 8 float lanes (Q8_0: two
- *     accumulators, even and odd blocks), then the lanes added as
+ *     fma'd with the block's scale product into 8 float lanes (the
+ *     reference order of Q8_0: two accumulators, even and odd blocks), then the lanes added as
  *     ((v0+v4) + (v2+v6)) + ((v1+v5) + (v3+v7)). Per type on top of that:
  *     Q5_K subtracts a scalar sum of dmin * (mins . bsums); Q4_1
  *     and Q5_1 add, after the lanes, a float running sum of m_w * s_a over
@@ -83,8 +85,16 @@ float tkv__dot_q2_K_lanes_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_q3_K_avx2(size_t n, const void *w, const void *a);
 float tkv__dot_q3_K_lanes_avx2(size_t n, const void *w, const void *a);
 
+/* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: Q8_0 in the reference's lane-wise order (kernels.h's gemm_ref) */
+void tkv__gemm_q8_0_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                                 size_t n_tok, float *y, size_t ldy);
+/* compute/x86/avx512/gemm_q4_0_iq4_nl.c: Q8_0's block-reduced gemm, gemv and packed products */
 void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
+void tkv__gemv_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+void tkv__packed_q8_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy);
 /* compute/x86/avx512/gemm_q4_0_iq4_nl.c: Q4_0's and IQ4_NL's gemm, gemv and packed products (kernels.h's
    tkv__gemm_fn) */
 void tkv__gemm_q4_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -178,9 +188,16 @@ void tkv__gemm_iq2_xs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const
 void tkv__gemm_iq2_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 
+/* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: Q8_0 in the reference's lane-wise order (kernels.h's gemm_ref) */
+void tkv__gemm_q8_0_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                               size_t n_tok, float *y, size_t ldy);
+/* compute/x86/avx2/kernels.c's block-reduced Q8_0 vec_dot (the avx512 table's too), and compute/x86/avx2/gemm_q4_0_iq4_nl.c:
+   the block-reduced Q4_0, IQ4_NL and Q8_0 products over the file's rows and over packed rows */
+float tkv__dot_q8_0_avx2(size_t n, const void *w, const void *a);
 void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
-/* compute/x86/avx2/gemm_q4_0_iq4_nl.c */
+void tkv__packed_q8_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
 void tkv__gemm_q4_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -214,13 +231,9 @@ void tkv__gemm_iq1_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const 
 void tkv__gemm_iq1_m_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 
-/* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q5_K and Q6_K products over packed rows
-   (compute/quant/repack.h, groups gs apart), and compute/x86/avx2/packed_interleaved.c: the packed entries
-   (kernels.h's `packed`: one token read straight from the groups, more through these) */
-void tkv__gemm_q8_0_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                                float *y, size_t ldy);
-void tkv__packed_q8_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy);
+/* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: its tiled Q6_K product over packed rows (compute/quant/repack.h,
+   groups gs apart), and compute/x86/avx2/packed_interleaved.c: the packed entries (kernels.h's `packed`: one
+   token read straight from the groups, more through these); Q4_K's and Q5_K's in gemm_q4_q5_k.c */
 void tkv__packed_q4_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__packed_q5_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -245,13 +258,9 @@ void tkv__gemm_iq4_xs_avx512(size_t n, const void *w, size_t wrs, size_t nr, con
                              float *y, size_t ldy);
 void tkv__gemm_iq4_xs_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
                                     size_t n_tok, float *y, size_t ldy);
-/* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: its tiled Q8_0, Q5_K and Q6_K products over packed rows
-   (compute/quant/repack.h, groups gs apart), and compute/x86/avx512/packed_interleaved.c: the packed entries
-   (kernels.h's `packed`: one token read straight from the groups, more through these) */
-void tkv__gemm_q8_0_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                                  float *y, size_t ldy);
-void tkv__packed_q8_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy);
+/* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: its tiled Q6_K product over packed rows (compute/quant/repack.h,
+   groups gs apart), and compute/x86/avx512/packed_interleaved.c: the packed entries (kernels.h's `packed`: one
+   token read straight from the groups, more through these); Q4_K's and Q5_K's in gemm_q4_q5_k.c */
 void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 void tkv__packed_q5_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,

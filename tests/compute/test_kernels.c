@@ -419,22 +419,24 @@ static void test_tq_reference_lanes(void **state) {
 /*
  * Q4_0, IQ4_NL and MXFP4 in the reference's order for its repacked rows
  * (ggml-cpu's x86 gemv/gemm over 8-row interleaved blocks, the same per
- * output for one token and for groups of four): per block the exact integer
- * sum of the 32 weight values times the activation quants, then
- * acc = fmaf((float)sum, d_w * fp16(d_a), acc) from +0, blocks in order.
- * Written here from the block formats alone: a scale (Q4_0, IQ4_NL: an
- * fp16 d; MXFP4: an exponent byte e, d = 2^(e - 128), the E2M1 values being
- * doubled), then 16 bytes whose low nibbles are elements 0..15 and high
- * nibbles 16..31; Q4_0's value is the nibble less 8, the others' their
- * GGUF codebook entry.
+ * output for one token and for groups of four), and Q8_0 in the same
+ * block-reduced order (tokenkv's default: compute/quant/quant.h): per block
+ * the exact integer sum of the 32 weight values times the activation
+ * quants, then acc = fmaf((float)sum, d_w * fp16(d_a), acc) from +0,
+ * blocks in order. Written here from the block formats alone: a scale
+ * (Q4_0, IQ4_NL, Q8_0: an fp16 d; MXFP4: an exponent byte e, d = 2^(e -
+ * 128), the E2M1 values being doubled), then 16 bytes whose low nibbles are
+ * elements 0..15 and high nibbles 16..31 (Q8_0: 32 signed bytes, element e
+ * at byte e); Q4_0's value is the nibble less 8, the others' their GGUF
+ * codebook entry.
  */
 static float b4_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a) {
     static const int iq4nl_book[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
     static const int mxfp4_book[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-    const size_t bs = t == TKV_TYPE_MXFP4 ? 17 : 18;
+    const size_t bs = t == TKV_TYPE_MXFP4 ? 17 : t == TKV_TYPE_Q8_0 ? 34 : 18;
     float acc = 0.0f;
     for (size_t i = 0; i < n / 32; i++) {
-        const uint8_t *blk = w + bs * i, *qs = blk + bs - 16, *ab = a + 34 * i;
+        const uint8_t *blk = w + bs * i, *qs = blk + (t == TKV_TYPE_MXFP4 ? 1 : 2), *ab = a + 34 * i;
         uint16_t dw, da;
         memcpy(&dw, blk, 2);
         memcpy(&da, ab, 2);
@@ -442,7 +444,10 @@ static float b4_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a
         int s = 0;
         for (int e = 0; e < 32; e++) {
             const int nib = e < 16 ? qs[e] & 0x0f : qs[e - 16] >> 4;
-            const int v = t == TKV_TYPE_Q4_0 ? nib - 8 : t == TKV_TYPE_IQ4_NL ? iq4nl_book[nib] : mxfp4_book[nib];
+            const int v = t == TKV_TYPE_Q8_0   ? (int8_t)qs[e]
+                          : t == TKV_TYPE_Q4_0 ? nib - 8
+                          : t == TKV_TYPE_IQ4_NL ? iq4nl_book[nib]
+                                                 : mxfp4_book[nib];
             s += v * (int8_t)ab[2 + e];
         }
         acc = fmaf((float)s, d * tkv__quant_f16_to_f32(da), acc);
@@ -581,14 +586,14 @@ static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8
 
 /*
  * Every level's vec_dot, gemm, gemv and packed product (where it has one)
- * of Q4_0, IQ4_NL and MXFP4 rows of 1 to 16 blocks and Q4_K, Q5_K, Q2_K and Q3_K rows of 1 to 33
+ * of Q4_0, IQ4_NL, MXFP4 and Q8_0 rows of 1 to 16 blocks and Q4_K, Q5_K, Q2_K and Q3_K rows of 1 to 33
  * against those models, bit for bit (from 2 blocks on, the lane-wise order
  * IQ4_NL, MXFP4 and Q4_K had before is an ulp off in most outputs): 19 rows
  * (a whole packed group and a partial one), 1 to 9 tokens and 37.
  */
 static void test_b4_reference_order(void **state) {
     (void)state;
-    const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q4_K,
+    const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q8_0, TKV_TYPE_Q4_K,
                               TKV_TYPE_Q5_K, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K};
     const size_t n_rows = 19, ldy = 19, tok_counts[] = {1, 2, 3, 4, 5, 8, 9, 37};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -654,9 +659,9 @@ static void test_b4_reference_order(void **state) {
 }
 
 /*
- * The reference-order entries (kernels.h's vec_dot_ref, gemm_ref: Q5_K, Q2_K
- * and Q3_K summed lane-wise, as the reference's plain x86 vec_dots; Q2_K's at
- * avx512 block-reduced, as it repacks there): at every level that
+ * The reference-order entries (kernels.h's vec_dot_ref, gemm_ref: Q5_K, Q2_K,
+ * Q3_K and Q8_0 summed lane-wise, as the reference's plain x86 vec_dots; Q2_K's at
+ * avx512 block-reduced, as it repacks there; the scalar Q8_0 as its plain C): at every level that
  * has them, the gemm bit for bit its level's vec_dot_ref (1 to 9 tokens and
  * 37, 19 rows, 1 to 17 superblocks), and each vec_dot_ref within the
  * float-order bound of test_dot's against the scalar one and against a
@@ -715,7 +720,7 @@ static void test_ref_entries(void **state) {
             free(w), free(xq), free(x), free(y), free(wf), free(af);
         }
     }
-    assert_int_equal(seen, 3); /* Q5_K, Q2_K, Q3_K */
+    assert_int_equal(seen, 4); /* Q5_K, Q2_K, Q3_K, Q8_0 */
 }
 
 /* Extreme quants: every weight quant at its most negative/positive, activations at +-127. */

@@ -511,15 +511,28 @@ float tkv__quant_vec_dot_bf16(size_t n, const void *w, const void *a) {
     return vec_dot_float(TKV_TYPE_BF16, n, w, a);
 }
 
+/* Block i of a Q8_0 row's exact integer sum of products with block i of y (Q8_0 activations). */
+static int q8_0_block_sum(const tkv__block_q8_0 *x, const tkv__block_q8_0 *y) {
+    int sumi = 0;
+    for (int j = 0; j < 32; j++) sumi += x->qs[j] * y->qs[j];
+    return sumi;
+}
+
 float tkv__quant_vec_dot_q8_0(size_t n, const void *w, const void *a) {
-    const tkv__block_q8_0 *x = w;
-    const tkv__block_q8_0 *y = a;
+    const tkv__block_q8_0 *x = w, *y = a;
     float s = 0.0f;
-    for (size_t i = 0; i < n / TKV__QK; i++) {
-        int sumi = 0;
-        for (int j = 0; j < 32; j++) sumi += x[i].qs[j] * y[i].qs[j];
-        s += (float)sumi * (tkv__quant_f16_to_f32(x[i].d) * tkv__quant_f16_to_f32(y[i].d));
-    }
+    /* the block-reduced order every level keeps (compute/quant/quant.h), as Q4_0's */
+    for (size_t i = 0; i < n / TKV__QK; i++)
+        s = fmaf((float)q8_0_block_sum(&x[i], &y[i]), tkv__quant_f16_to_f32(x[i].d) * tkv__quant_f16_to_f32(y[i].d), s);
+    return s;
+}
+
+float tkv__quant_vec_dot_q8_0_ref(size_t n, const void *w, const void *a) {
+    const tkv__block_q8_0 *x = w, *y = a;
+    float s = 0.0f;
+    /* the reference's plain C loop: each block's product rounded, then added (ISO C: no fused multiply-add) */
+    for (size_t i = 0; i < n / TKV__QK; i++)
+        s += (float)q8_0_block_sum(&x[i], &y[i]) * (tkv__quant_f16_to_f32(x[i].d) * tkv__quant_f16_to_f32(y[i].d));
     return s;
 }
 

@@ -468,7 +468,12 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *                   invariance). The reference's x86 backend sums all three
  *                   so over its repacked rows (any row count that is a
  *                   multiple of 8: every model's), for one token and many.
- *   Q5_0/Q8_0:      sumi * d_w * d_a
+ *   Q8_0:           block-reduced as Q4_0 (sumi = sum(q * y)), bit for bit
+ *                   at every level: tokenkv's own order (the reference's x86
+ *                   build repacks no Q8_0 rows; its plain C sums
+ *                   s += sumi * (d_w * d_a), tkv__quant_vec_dot_q8_0_ref,
+ *                   and its SIMD vec_dot lane-wise: kernels.h's vec_dot_ref)
+ *   Q5_0:           sumi * d_w * d_a
  *   Q4_1/Q5_1:      sumi * d_w * d_a + m_w * s_a
  *   Q4_K/Q5_K:      block-reduced as Q4_0, two running sums from +0:
  *                   s = fmaf((float)sum_g(sc_g * sumi_g), d_w * d_a, s),
@@ -507,6 +512,7 @@ float tkv__quant_vec_dot_f32(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_f16(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_bf16(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q8_0(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_q8_0_ref(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q4_0(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q4_1(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q5_0(size_t n, const void *w, const void *a);

@@ -15,6 +15,7 @@ enum { Q4_0_CHUNK = 64, Q4_0_BLOCK = 16 * 16, Q4_0_SCALES = 16 * 2 };
 typedef enum pack_kind {
     PACK_NONE = 0,
     PACK_TRANSPOSED,  /* Q4_0's 4-byte chunks per row and lane */
+    PACK_Q8_0,        /* the same for Q8_0, in pairs of blocks with their scales */
     PACK_INTERLEAVED, /* the file's blocks, block i of the group's 16 rows side by side */
     PACK_K45,         /* Q4_K's and Q5_K's transposed superblocks */
     PACK_Q2K,         /* Q2_K's transposed superblocks */
@@ -22,7 +23,7 @@ typedef enum pack_kind {
 } pack_kind;
 
 static const pack_kind kinds[TKV_TYPE_COUNT] = {
-    [TKV_TYPE_Q4_0] = PACK_TRANSPOSED,   [TKV_TYPE_IQ4_NL] = PACK_TRANSPOSED, [TKV_TYPE_Q8_0] = PACK_INTERLEAVED,
+    [TKV_TYPE_Q4_0] = PACK_TRANSPOSED,   [TKV_TYPE_IQ4_NL] = PACK_TRANSPOSED, [TKV_TYPE_Q8_0] = PACK_Q8_0,
     [TKV_TYPE_Q4_K] = PACK_K45, [TKV_TYPE_Q5_K] = PACK_K45, [TKV_TYPE_Q6_K] = PACK_INTERLEAVED,
     [TKV_TYPE_IQ4_XS] = PACK_INTERLEAVED, [TKV_TYPE_Q2_K] = PACK_Q2K, [TKV_TYPE_Q3_K] = PACK_Q3K,
 };
@@ -41,6 +42,7 @@ size_t tkv__pack_stride(tkv_type type, size_t n) {
     if (k == PACK_NONE) return 0;
     const size_t be = tkv__quant_block_elems(type), nb = n / be;
     const size_t bytes = k == PACK_TRANSPOSED ? nb * (Q4_0_BLOCK + Q4_0_SCALES)
+                         : k == PACK_Q8_0     ? (nb + 1) / 2 * TKV__Q8_0_PACK_PAIR
                          : k == PACK_K45      ? nb * TKV__K45_PACK_BLOCK(type == TKV_TYPE_Q5_K)
                          : k == PACK_Q2K      ? nb * TKV__Q2K_PACK_BLOCK
                          : k == PACK_Q3K      ? nb * TKV__Q3K_PACK_BLOCK
@@ -77,6 +79,14 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
         const uint8_t *row = src + r * rs;
         if (kind == PACK_INTERLEAVED) {
             for (size_t i = 0; i < nb; i++) memcpy(g + (i * TKV__PACK_ROWS + k) * bs, row + i * bs, bs);
+            continue;
+        }
+        if (kind == PACK_Q8_0) {
+            const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)row;
+            for (size_t i = 0; i < nb; i++) {
+                for (size_t j = 0; j < 8; j++) memcpy(g + tkv__q8_0_pack_quants(i) + 64 * j + 4 * k, b[i].qs + 4 * j, 4);
+                memcpy(g + tkv__q8_0_pack_scales(i) + 2 * k, &b[i].d, 2);
+            }
             continue;
         }
         const tkv__block_q4_0 *b = (const tkv__block_q4_0 *)(const void *)row;

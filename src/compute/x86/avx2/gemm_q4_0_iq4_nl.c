@@ -1,5 +1,5 @@
 /*
- * compute/x86/avx2/gemm_q4_0_iq4_nl.c — the tiled Q4_0 and IQ4_NL products (prefill, and
+ * compute/x86/avx2/gemm_q4_0_iq4_nl.c — the tiled Q4_0, IQ4_NL and Q8_0 products (prefill, and
  * over packed rows) at the avx2 level (AVX2 + FMA + F16C), in the
  * block-reduced order of compute/quant/quant.h: bit for bit the
  * dot_b4_reduced of compute/x86/avx2/kernels.c.
@@ -20,11 +20,14 @@
  * int16 pairs, so the panel keeps |w| (q) and w (for the signs), a step
  * gives each token's bytes w's signs (vpsignb), multiplies them by |w|
  * (pairs of at most 2 x 127 x 127: no saturation) and widens to int32 at
- * once (vpmaddwd): exact, with no correction.
+ * once (vpmaddwd): exact, with no correction. Q8_0 (32 signed bytes a
+ * block, read as two halves of 16 transposed as the nibbles are) takes the
+ * same step.
  */
 #include "compute/gemm.h"
 #include "util.h"
 #include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
 
 #include <assert.h>
 #include <stdalign.h>
@@ -48,17 +51,23 @@ enum {
 typedef enum b4_kind {
     B4_Q4_0,   /* q - 8 */
     B4_IQ4_NL, /* tkv__iq4nl_values[q] */
+    B4_Q8_0,   /* the byte itself (a block of 32 bytes, not nibbles) */
 } b4_kind;
+
+/* Bytes of a block of one row. */
+static inline size_t b4_block(b4_kind kind) {
+    return kind == B4_Q8_0 ? AB : QB;
+}
 
 /* One block of 8 rows, transposed (544 bytes; Q4_0 reads 288 of them). */
 typedef struct pan8 {
     __m256i q[8]; /* step j: lane k = row k's 4 weights for activation bytes 4j..4j+3: Q4_0's
-                     nibbles (0..15), IQ4_NL's |values| */
-    __m256i w[8]; /* IQ4_NL: the signed values of q's bytes */
+                     nibbles (0..15), IQ4_NL's and Q8_0's |values| */
+    __m256i w[8]; /* IQ4_NL, Q8_0: the signed values of q's bytes */
     __m256 d;     /* lane k: row k's scale */
 } pan8;
 
-/* Per token and block: -8 * sum of the 32 activation quants (IQ4_NL: 0), and the scale. */
+/* Per token and block: -8 * sum of the 32 activation quants (IQ4_NL, Q8_0: 0), and the scale. */
 typedef struct tokb {
     int32_t corr;
     float d;
@@ -79,31 +88,45 @@ static void tok_fill(tokb *tab, const uint8_t *row, size_t nb, b4_kind kind) {
     }
 }
 
-/* Nibbles (0..15 per byte) into step j of e as `kind` keeps them. */
-INLINE void put_step(pan8 *e, int j, __m256i q, b4_kind kind) {
-    if (kind == B4_Q4_0) {
-        _mm256_store_si256(&e->q[j], q);
-        return;
-    }
-    const __m256i w = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values)), q);
+/* Signed weight bytes w into step j of e: |w| (as unsigned: |-128| is 128) and w. */
+INLINE void put_signed(pan8 *e, int j, __m256i w) {
     _mm256_store_si256(&e->q[j], _mm256_abs_epi8(w));
     _mm256_store_si256(&e->w[j], w);
 }
 
-/* Block i (byte offset off) of rows[0..7], transposed into e. */
-INLINE void unpack8(pan8 *e, const uint8_t *const *rows, size_t off, b4_kind kind) {
+/* Nibbles (0..15 per byte) into step j of e as `kind` keeps them. */
+INLINE void put_step(pan8 *e, int j, __m256i q, b4_kind kind) {
+    if (kind == B4_Q4_0) _mm256_store_si256(&e->q[j], q);
+    else put_signed(e, j, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values)), q));
+}
+
+/* Bytes [off, off + 16) of rows[0..7], transposed: u[j] lane k = row k's dword j of them. */
+INLINE void transpose8(const uint8_t *const *rows, size_t off, __m256i u[4]) {
     __m256i z[4]; /* z[g]: rows g and 4 + g, one per 128-bit lane */
     for (int g = 0; g < 4; g++)
-        z[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(LOAD128(rows[g] + off + 2)), LOAD128(rows[4 + g] + off + 2), 1);
+        z[g] = _mm256_inserti128_si256(_mm256_castsi128_si256(LOAD128(rows[g] + off)), LOAD128(rows[4 + g] + off), 1);
     /* 4 x 4 transposes of dwords within each 128-bit lane: u[j] lane 4l + g = row 4l + g's dword j */
     const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
     const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
-    const __m256i u[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2), _mm256_unpacklo_epi64(t1, t3),
-                          _mm256_unpackhi_epi64(t1, t3)};
-    const __m256i m = _mm256_set1_epi8(0x0f);
-    for (int j = 0; j < 4; j++) {
-        put_step(e, j, _mm256_and_si256(u[j], m), kind);
-        put_step(e, 4 + j, _mm256_and_si256(_mm256_srli_epi32(u[j], 4), m), kind);
+    u[0] = _mm256_unpacklo_epi64(t0, t2), u[1] = _mm256_unpackhi_epi64(t0, t2);
+    u[2] = _mm256_unpacklo_epi64(t1, t3), u[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* Block i (byte offset off) of rows[0..7], transposed into e. */
+INLINE void unpack8(pan8 *e, const uint8_t *const *rows, size_t off, b4_kind kind) {
+    __m256i u[4];
+    if (kind == B4_Q8_0) { /* bytes 16h + 4j .. of a row: step 4h + j */
+        for (int h = 0; h < 2; h++) {
+            transpose8(rows, off + 2 + 16 * (size_t)h, u);
+            for (int j = 0; j < 4; j++) put_signed(e, 4 * h + j, u[j]);
+        }
+    } else {
+        transpose8(rows, off + 2, u);
+        const __m256i m = _mm256_set1_epi8(0x0f);
+        for (int j = 0; j < 4; j++) {
+            put_step(e, j, _mm256_and_si256(u[j], m), kind);
+            put_step(e, 4 + j, _mm256_and_si256(_mm256_srli_epi32(u[j], 4), m), kind);
+        }
     }
     uint16_t h[8];
     for (int k = 0; k < 8; k++) memcpy(&h[k], rows[k] + off, 2);
@@ -219,7 +242,7 @@ INLINE void gemm_b4(size_t n, const void *w, size_t wrs, size_t nr, const void *
             const int nrow = (int)min_sz(ROWS, nr - r);
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t k1 = min_sz(k0 + KC, nb);
-                for (size_t i = k0; i < k1; i++) unpack8(&b.pan[i - k0], rows, i * QB, kind);
+                for (size_t i = k0; i < k1; i++) unpack8(&b.pan[i - k0], rows, i * b4_block(kind), kind);
                 panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, nrow, kind);
             }
         }
@@ -236,12 +259,24 @@ void tkv__gemm_iq4_nl_avx2(size_t n, const void *w, size_t wrs, size_t nr, const
     gemm_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_IQ4_NL);
 }
 
+void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemm_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_Q8_0);
+}
+
 /* ==== packed rows (compute/quant/repack.h) ========================================================= */
 
 /* Block i of half h (rows 8h .. 8h + 7) of a packed group into e: the
    steps unpack16 would make, read from the group's chunks with no
    transposes (a half is bytes 32h .. 32h + 31 of each chunk). */
 INLINE void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h, b4_kind kind) {
+    if (kind == B4_Q8_0) { /* Q8_0's 8 chunks are its 8 steps */
+        const uint8_t *b = g + tkv__q8_0_pack_quants(i) + 32 * h;
+        for (int j = 0; j < 8; j++) put_signed(e, j, _mm256_load_si256((const __m256i *)(const void *)(b + 64 * j)));
+        _mm256_store_ps((float *)&e->d,
+                        _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + tkv__q8_0_pack_scales(i) + 16 * h))));
+        return;
+    }
     const __m256i m = _mm256_set1_epi8(0x0f);
     const uint8_t *b = g + i * 256 + 32 * h;
     for (int j = 0; j < 4; j++) {
@@ -280,7 +315,9 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t k1 = min_sz(k0 + KC, nb);
                 for (size_t i = k0; i < k1; i++) {
-                    if (h == 0) prefetch_b4_block(g, gs, nb, i); /* util.h: the first half's pass reads the group from memory */
+                    /* util.h: the first half's pass reads the group from memory (Q8_0's group is one stream: the
+                       hardware prefetcher's alone) */
+                    if (h == 0 && kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i);
                     unpack_packed8(&b.pan[i - k0], g, nb, i, h, kind);
                 }
                 panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, nrow, kind);
@@ -297,6 +334,11 @@ void tkv__packed_q4_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const 
 void tkv__packed_iq4_nl_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy) {
     packed_b4(n, w, gs, nr, xq, xrs, n_tok, y, ldy, B4_IQ4_NL);
+}
+
+void tkv__packed_q8_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    packed_b4(n, w, gs, nr, xq, xrs, n_tok, y, ldy, B4_Q8_0);
 }
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c — tiled products for prefill (see gemm.h), AVX2 + FMA + F16C:
- * Q8_0, Q6_K and Q5_K weights, Q5_K in the reference's lane-wise order (kernels.h's gemm_ref;
- * the block-reduced orders of Q4_0, Q4_K and Q5_K have their own files, gemm_q4_0_iq4_nl.c and
- * gemm_q4_q5_k.c), bit-identical to the vec_dots of
+ * Q8_0, Q6_K and Q5_K weights, Q8_0 and Q5_K in the reference's lane-wise orders (kernels.h's
+ * gemm_ref; the block-reduced orders of Q4_0, Q8_0, Q4_K and Q5_K have their own files,
+ * gemm_q4_0_iq4_nl.c and gemm_q4_q5_k.c), bit-identical to the vec_dots (Q8_0: vec_dot_ref) of
  * compute/x86/avx2/kernels.c.
  *
  * Register layout: a ymm holds one (row, token) pair's 8 lanes; 16 registers
@@ -149,14 +149,13 @@ INLINE void q8_finish(void *f, const float *st, int T, float *y, size_t ldy, siz
     finish32(st, T, y, ldy, nrow);
 }
 
-/* packed: the job's rows are packed (a constant, so the panel's block stride is one too) */
-INLINE void gemm32(const tile_job *job, int packed) {
+INLINE void gemm32(const tile_job *job) {
     q8_bufs bufs;
     q8_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.nb = job->n / TKV__QK;
-    b.bst = (packed ? TKV__PACK_ROWS : 1) * sizeof(tkv__block_q8_0);
+    b.bst = sizeof(tkv__block_q8_0);
     assert(b.bst == tile_bstride(job, sizeof(tkv__block_q8_0)));
     const int direct = b.nb <= KC32;
     size_t tc = TAB_BYTES / sizeof(float) / b.nb;
@@ -169,14 +168,9 @@ INLINE void gemm32(const tile_job *job, int packed) {
     tile_product(job, &sh, &ops, &b);
 }
 
-void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
-}
-
-void tkv__gemm_q8_0_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
-                                size_t n_tok, float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1);
+void tkv__gemm_q8_0_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                               size_t n_tok, float *y, size_t ldy) {
+    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0});
 }
 
 /* ==== Q5_K / Q6_K =============================================================== */

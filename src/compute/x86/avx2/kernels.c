@@ -98,6 +98,8 @@ static inline __m256i fifth_bits32(const uint8_t *qh) {
 
 /* ---- dot products: 32-element blocks ------------------------------------------ */
 
+/* Q8_0 in the reference's lane-wise order (kernels.h's vec_dot_ref; the default is block-reduced:
+   compute/x86/avx2/kernels.c's tkv__dot_q8_0_avx2) */
 static float dot_q8_0(size_t n, const void *w, const void *a) {
     const tkv__block_q8_0 *x = w;
     const tkv__block_q8_0 *y = a;
@@ -126,16 +128,19 @@ static inline __m256i block_sums8(const __m256i p[8]) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
 }
 
-/* What a 4-bit block is: Q4_0 (q - 8), IQ4_NL (its codebook), both after an
-   fp16 d; MXFP4 (the E2M1 values doubled) after an E8M0 exponent byte. */
+/* What a 32-element block is: Q4_0 (q - 8), IQ4_NL (its codebook), both after an
+   fp16 d; MXFP4 (the E2M1 values doubled) after an E8M0 exponent byte; Q8_0 (32
+   signed bytes after an fp16 d). */
 typedef enum b4_kind {
     B4_Q4_0,
     B4_IQ4_NL,
     B4_MXFP4,
+    B4_Q8_0,
 } b4_kind;
 
-/* A block's 32 weights as signed bytes, from its 16 bytes of nibbles. */
+/* A block's 32 weights as signed bytes, from its 16 bytes of nibbles (Q8_0: its 32 bytes). */
 static inline __m256i b4_weights(const uint8_t *qs, b4_kind kind) {
+    if (kind == B4_Q8_0) return LOAD256(qs);
     if (kind == B4_Q4_0) return _mm256_sub_epi8(nibbles32(qs), _mm256_set1_epi8(8));
     const int8_t *book = kind == B4_IQ4_NL ? tkv__iq4nl_values : tkv__mxfp4_values;
     return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(LOAD128(book)), nibbles32(qs));
@@ -150,7 +155,7 @@ static inline float b4_scale(const uint8_t *blk, b4_kind kind) {
 }
 
 /*
- * Q4_0, IQ4_NL and MXFP4 in the block-reduced order (compute/quant/quant.h):
+ * Q4_0, IQ4_NL, MXFP4 and Q8_0 in the block-reduced order (compute/quant/quant.h):
  * each block's exact integer sum, then one fma per block with the product
  * of the two scales into a single float, blocks in order: the reference's
  * order over its repacked rows. The integer sums of eight blocks are formed
@@ -161,8 +166,10 @@ static inline float b4_scale(const uint8_t *blk, b4_kind kind) {
 static inline float dot_b4_reduced(size_t n, const void *w, const void *a, b4_kind kind) {
     const uint8_t *x = w;
     const tkv__block_q8_0 *y = a;
-    const size_t nb = n / TKV__QK, bs = kind == B4_MXFP4 ? sizeof(tkv__block_mxfp4) : sizeof(tkv__block_q4_0);
-    const size_t qo = bs - 16; /* the nibbles follow the scale */
+    const size_t nb = n / TKV__QK, bs = kind == B4_MXFP4  ? sizeof(tkv__block_mxfp4)
+                                        : kind == B4_Q8_0 ? sizeof(tkv__block_q8_0)
+                                                          : sizeof(tkv__block_q4_0);
+    const size_t qo = kind == B4_MXFP4 ? 1 : 2; /* the quants follow the scale */
     float acc = 0.0f;
     size_t i = 0;
     for (; i + 8 <= nb; i += 8) {
@@ -190,6 +197,10 @@ float tkv__dot_iq4_nl_avx2(size_t n, const void *w, const void *a) {
 
 static float dot_mxfp4(size_t n, const void *w, const void *a) {
     return dot_b4_reduced(n, w, a, B4_MXFP4);
+}
+
+float tkv__dot_q8_0_avx2(size_t n, const void *w, const void *a) {
+    return dot_b4_reduced(n, w, a, B4_Q8_0);
 }
 
 /*
@@ -768,7 +779,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_F32] = tkv__dot_f32_ref_avx2,
             [TKV_TYPE_F16] = tkv__dot_f16_ref_avx2,
             [TKV_TYPE_BF16] = tkv__dot_bf16_ref_avx2,
-            [TKV_TYPE_Q8_0] = dot_q8_0,
+            [TKV_TYPE_Q8_0] = tkv__dot_q8_0_avx2, /* block-reduced, as Q4_0 (gemm_q4_0_iq4_nl.c) */
             [TKV_TYPE_Q4_0] = tkv__dot_q4_0_avx2,
             [TKV_TYPE_Q4_1] = dot_q4_1,
             [TKV_TYPE_Q5_0] = dot_q5_0,
@@ -794,7 +805,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
     /* tiled products (compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c), bit for bit these vec_dots */
     .gemm =
         {
-            [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx2,
+            [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx2, /* compute/x86/avx2/gemm_q4_0_iq4_nl.c */
             [TKV_TYPE_Q4_0] = tkv__gemm_q4_0_avx2,
             [TKV_TYPE_Q4_1] = tkv__gemm_q4_1_avx2, /* compute/x86/avx2/gemm_q4_1_q5.c */
             [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx2,
@@ -819,7 +830,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
         {
             [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx2,
             [TKV_TYPE_IQ4_NL] = tkv__packed_iq4_nl_avx2,
-            [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx2, /* compute/x86/avx2/packed_interleaved.c */
+            [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx2, /* compute/x86/avx2/gemm_q4_0_iq4_nl.c */
             [TKV_TYPE_Q4_K] = tkv__packed_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__packed_q5_K_avx2,
             [TKV_TYPE_IQ4_XS] = tkv__packed_iq4_xs_avx2,
@@ -836,9 +847,9 @@ const tkv__kernels tkv__kernel_avx2_part = {
     .lanes_ref = {[TKV_TYPE_BF16] = tkv__lanes_bf16_avx2},
     .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_lanes_avx2,
-                    [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2},
+                    [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = dot_q8_0},
     .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx2, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_lanes_avx2,
-                 [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx2},
+                 [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_lanes_avx2},
     .quantize =
         {
             [TKV_TYPE_F16] = quant_f16,

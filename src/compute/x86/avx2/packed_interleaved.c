@@ -1,6 +1,6 @@
 /*
  * compute/x86/avx2/packed_interleaved.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q6_K and IQ4_XS
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q6_K and IQ4_XS
  * at the avx2 level, bit for bit the level's vec_dots (compute/x86/avx2/kernels.c).
  *
  * One token (generation): a group of 16 rows is read once, in order, block
@@ -13,12 +13,12 @@
  * the group 4 times, strided: 1.7-2x slower for a 4096 x 4096 matrix.) A
  * ymm holds one row's 8 lanes, with the vec_dot's
  * integers per lane (exact: any route gives the same value) and its float
- * operations in its order: the block's scale product, convert, fma (Q8_0:
- * even blocks in one accumulator, odd ones in another), the hsum.
+ * operations in its order: the block's scale product, convert, fma, the
+ * hsum.
  *
  * Two tokens run it once per token, each group from cache the second time;
  * three and more go to the tiled products over the same packed rows
- * (gemm_q8_0_q4_q5_q6_k.c, gemm_iq4_xs.c: tile_driver.h
+ * (gemm_q8_0_q4_q5_q6_k.c's Q6_K, gemm_iq4_xs.c: tile_driver.h
  * reads blocks TKV__PACK_ROWS apart).
  */
 #include "compute/gemm.h"
@@ -38,7 +38,7 @@ enum {
     /* below this many tokens, the one-token product per token (each group
        from cache after the first): for 2 tokens it runs fewer instructions
        than the tiled product, which unpacks the weights per call (callgrind,
-       avx2, 64 x 4096: Q8_0 -11%, Q4_K -12%), from 3 on more */
+       avx2, 64 x 4096: Q8_0 -11%, Q4_K -12%, when they were lane-wise), from 3 on more */
     BY_TOKEN_MAX = 3,
 };
 
@@ -56,31 +56,6 @@ static inline float hsum(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-/* ==== Q8_0 ========================================================================== */
-
-/* The first nk rows of a group, one token (its nb Q8_0 blocks at ya). */
-static void q8_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
-    enum { BS = sizeof(tkv__block_q8_0) };
-    __m256 acc[2][G]; /* [parity][row]: 1 KiB */
-    for (int par = 0; par < 2; par++)
-        for (int k = 0; k < G; k++) acc[par][k] = _mm256_setzero_ps();
-    const __m256i one = _mm256_set1_epi16(1);
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * BS, *blk = g + i * G * BS;
-        if (i % 4 == 0) prefetch_span(blk + (PREFETCH_AHEAD / (G * BS)) * G * BS, 4 * G * BS);
-        const __m256i yv = LOAD256(yb + 2);
-        const float dy = blk_d(yb);
-        const int par = (int)(i % 2); /* the vec_dot's acc0 / acc1 (an odd count's last block is even) */
-        for (int k = 0; k < nk; k++) {
-            const uint8_t *a = blk + (size_t)k * BS;
-            const __m256i x = LOAD256(a + 2);
-            const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(yv, x)), one);
-            acc[par][k] = _mm256_fmadd_ps(_mm256_set1_ps(blk_d(a) * dy), _mm256_cvtepi32_ps(s), acc[par][k]);
-        }
-    }
-    for (int k = 0; k < nk; k++) out[k] = hsum(_mm256_add_ps(acc[0][k], acc[1][k]));
 }
 
 /* ==== Q6_K ========================================================================== */
@@ -165,8 +140,6 @@ static void by_token(rows_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t 
     for (size_t r = 0; r < nr; r += G)
         for (size_t t = 0; t < n_tok; t++) f(w + r / G * gs, nb, (int)min_sz(G, nr - r), xq + t * xrs, y + t * ldy + r);
 }
-
-PACKED_ENTRY(tkv__packed_q8_0_avx2, tkv__gemm_q8_0_packed_avx2, q8_rows, TKV__QK)
 
 PACKED_ENTRY(tkv__packed_q6_K_avx2, tkv__gemm_q6_K_packed_avx2, q6k_rows, TKV__QK_K)
 

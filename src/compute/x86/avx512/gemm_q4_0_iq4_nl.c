@@ -1,16 +1,20 @@
 /*
- * compute/x86/avx512/gemm_q4_0_iq4_nl.c — Q4_0 and IQ4_NL products at the avx512 level
+ * compute/x86/avx512/gemm_q4_0_iq4_nl.c — Q4_0, IQ4_NL and Q8_0 products at the avx512 level
  * (AVX-512 F/BW/VL + VNNI): the gemv (1 to 8 tokens), the tiled gemm
  * (prefill) and the product over packed rows, in the block-reduced order of
  * compute/quant/quant.h, so all equal the level's vec_dot (the avx2
  * dot_b4_reduced, which this level keeps) bit for bit.
  *
- * The two types share a block layout (fp16 d, 16 bytes of nibbles) and all
- * of this code but two things (b4_kind): the unsigned byte a nibble becomes
- * (Q4_0: the nibble itself, 0..15; IQ4_NL: its codebook value + 128, 1..241,
- * a byte shuffle) and so each token's correction (-8 or -128 times the sum
- * of its block's quants); vpdpbusd multiplies unsigned by signed bytes into
- * int32 with no saturation, so either sum is exact.
+ * The two 4-bit types share a block layout (fp16 d, 16 bytes of nibbles)
+ * and all of this code but two things (b4_kind): the unsigned byte a nibble
+ * becomes (Q4_0: the nibble itself, 0..15; IQ4_NL: its codebook value + 128,
+ * 1..241, a byte shuffle) and so each token's correction (-8 or -128 times
+ * the sum of its block's quants); vpdpbusd multiplies unsigned by signed
+ * bytes into int32 with no saturation, so either sum is exact. Q8_0 (fp16
+ * d, 32 signed bytes) takes IQ4_NL's + 128 (one xor) and correction, its
+ * two halves of 16 bytes transposed as the nibbles are; over packed rows a
+ * block of 16 rows is 8 aligned loads, 8 xors and a vpdpbusd per step and
+ * token.
  *
  * Layout: lane k of a zmm is row r + k (16 rows), so a block reduces to one
  * int32 per lane with no horizontal sum. Each block of 16 rows is
@@ -31,6 +35,7 @@
 #include "compute/gemm.h"
 #include "util.h"
 #include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
 
 #include <assert.h>
 #include <stdalign.h>
@@ -61,7 +66,13 @@ typedef struct pan16 {
 typedef enum b4_kind {
     B4_Q4_0,   /* q - 8 */
     B4_IQ4_NL, /* tkv__iq4nl_values[q] */
+    B4_Q8_0,   /* the byte itself (a block of 32 bytes, not nibbles) */
 } b4_kind;
+
+/* Bytes of a block of one row. */
+static inline size_t b4_block(b4_kind kind) {
+    return kind == B4_Q8_0 ? AB : QB;
+}
 
 /* The unsigned weight byte of each nibble is the value plus this (the
    tokens' corrections take it back off). */
@@ -100,30 +111,45 @@ static void tok_fill(tokb *tab, const uint8_t *row, size_t nb, b4_kind kind) {
     }
 }
 
+/* Bytes [at, at + 16) of the rows base + ixs[k] (k < 16), transposed: u[j] lane k = row k's dword j of them. */
+INLINE void transpose16(const uint8_t *base, const uint32_t *ixs, size_t at, __m512i u[4]) {
+    __m512i z[4]; /* z[g]: rows g, 4 + g, 8 + g, 12 + g, one per 128-bit lane */
+    UNROLL
+    for (int g = 0; g < 4; g++) {
+        __m512i v = _mm512_castsi128_si512(LOAD128(base + ixs[g] + at));
+        v = _mm512_inserti32x4(v, LOAD128(base + ixs[4 + g] + at), 1);
+        v = _mm512_inserti32x4(v, LOAD128(base + ixs[8 + g] + at), 2);
+        z[g] = _mm512_inserti32x4(v, LOAD128(base + ixs[12 + g] + at), 3);
+    }
+    /* 4 x 4 transposes of dwords within each 128-bit lane: u[j] lane 4l + g = row 4l + g's dword j */
+    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    u[0] = _mm512_unpacklo_epi64(t0, t2), u[1] = _mm512_unpackhi_epi64(t0, t2);
+    u[2] = _mm512_unpacklo_epi64(t1, t3), u[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
 /*
  * Block at byte offset off of the rows base + ix[k] (k < 16), transposed:
  * q[0..7] (the weight bytes of `kind`) and the scales (returned).
  */
 INLINE __m512 unpack16(const uint8_t *base, __m512i ix, const uint32_t *ixs, size_t off, __m512i q[8], b4_kind kind,
                        __m512i book) {
-    __m512i z[4]; /* z[g]: rows g, 4 + g, 8 + g, 12 + g, one per 128-bit lane */
-    UNROLL
-    for (int g = 0; g < 4; g++) {
-        __m512i v = _mm512_castsi128_si512(LOAD128(base + ixs[g] + off + 2));
-        v = _mm512_inserti32x4(v, LOAD128(base + ixs[4 + g] + off + 2), 1);
-        v = _mm512_inserti32x4(v, LOAD128(base + ixs[8 + g] + off + 2), 2);
-        z[g] = _mm512_inserti32x4(v, LOAD128(base + ixs[12 + g] + off + 2), 3);
-    }
-    /* 4 x 4 transposes of dwords within each 128-bit lane: u[j] lane 4l + g = row 4l + g's dword j */
-    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-    const __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
-                          _mm512_unpackhi_epi64(t1, t3)};
-    const __m512i m = _mm512_set1_epi8(0x0f);
-    UNROLL
-    for (int j = 0; j < 4; j++) {
-        q[j] = b4_bytes(_mm512_and_si512(u[j], m), kind, book);
-        q[4 + j] = b4_bytes(_mm512_and_si512(_mm512_srli_epi32(u[j], 4), m), kind, book);
+    __m512i u[4];
+    if (kind == B4_Q8_0) { /* bytes 16h + 4j .. of a row: step 4h + j, + 128 */
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            transpose16(base, ixs, off + 2 + 16 * (size_t)h, u);
+            UNROLL
+            for (int j = 0; j < 4; j++) q[4 * h + j] = _mm512_xor_si512(u[j], _mm512_set1_epi8((char)0x80));
+        }
+    } else {
+        transpose16(base, ixs, off + 2, u);
+        const __m512i m = _mm512_set1_epi8(0x0f);
+        UNROLL
+        for (int j = 0; j < 4; j++) {
+            q[j] = b4_bytes(_mm512_and_si512(u[j], m), kind, book);
+            q[4 + j] = b4_bytes(_mm512_and_si512(_mm512_srli_epi32(u[j], 4), m), kind, book);
+        }
     }
     /* each lane's 4 bytes at the block's start: the fp16 scale, then 2 quant bytes */
     const __m512i g = _mm512_i32gather_epi32(ix, (const void *)(base + off), 1);
@@ -238,7 +264,7 @@ INLINE void gemm_b4(size_t n, const void *w, size_t wrs, size_t nr, const void *
                     size_t ldy, b4_kind kind) {
     const uint8_t *wb = w, *xb = xq;
     const __m512i book = iq4nl_book();
-    const size_t nb = n / TKV__QK;
+    const size_t nb = n / TKV__QK, bs = b4_block(kind);
     struct {
         alignas(64) pan16 pan[KC];        /* 18 KiB */
         alignas(64) float st[TCMAX * 16]; /* 16 KiB */
@@ -261,15 +287,15 @@ INLINE void gemm_b4(size_t n, const void *w, size_t wrs, size_t nr, const void *
                 for (size_t i = k0; i < k1; i++) {
                     pan16 *e = &b.pan[i - k0];
                     __m512i q[8];
-                    const __m512 d = unpack16(base, ix, ixs, i * QB, q, kind, book);
+                    const __m512 d = unpack16(base, ix, ixs, i * bs, q, kind, book);
                     for (int j = 0; j < 8; j++) _mm512_store_si512(&e->q[j], q[j]);
                     _mm512_store_ps(&e->d, d);
                 }
                 if (k1 < nb) {
-                    prefetch_ixs(base, ixs, k1 * QB, min_sz(KC, nb - k1) * QB);
+                    prefetch_ixs(base, ixs, k1 * bs, min_sz(KC, nb - k1) * bs);
                 } else if (r + ROWS < nr) {
                     row_offsets(r + ROWS, nr, wrs, nxs);
-                    prefetch_ixs(base + ROWS * wrs, nxs, 0, min_sz(KC, nb) * QB);
+                    prefetch_ixs(base + ROWS * wrs, nxs, 0, min_sz(KC, nb) * bs);
                 }
                 panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, rmask);
             }
@@ -287,12 +313,18 @@ void tkv__gemm_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, con
     gemm_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_IQ4_NL);
 }
 
+void tkv__gemm_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemm_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_Q8_0);
+}
+
 /* ==== the gemv ====================================================================== */
 
 /* Rows [0, nr) x T tokens, each block transposed in registers once for all T. */
 INLINE void gemv_pass(size_t nb, const uint8_t *wb, size_t wrs, size_t nr, const uint8_t *const *yt,
                       const tokb *const *tb, float *y, size_t ldy, int T, b4_kind kind) {
     const __m512i book = iq4nl_book();
+    const size_t bs = b4_block(kind);
     for (size_t r = 0; r < nr; r += ROWS) {
         const uint8_t *base = wb + r * wrs;
         alignas(64) uint32_t ixs[ROWS], nxs[ROWS];
@@ -306,11 +338,15 @@ INLINE void gemv_pass(size_t nb, const uint8_t *wb, size_t wrs, size_t nr, const
         for (size_t i = 0; i < nb; i++) {
             /* 16 short streams at once are more than the hardware prefetcher
                follows from memory: ask for the rows two groups on, at this
-               block's offset, every 3 blocks (54 bytes: no line skipped) */
-            if (more && i % 3 == 0)
-                for (int k = 0; k < ROWS; k++) _mm_prefetch((const char *)base + 2 * ROWS * wrs + nxs[k] + i * QB, _MM_HINT_T0);
+               block's offset, every 3 blocks (54 bytes: no line skipped; Q8_0 every block, and its next line) */
+            if (more && (kind == B4_Q8_0 || i % 3 == 0))
+                for (int k = 0; k < ROWS; k++) {
+                    _mm_prefetch((const char *)base + 2 * ROWS * wrs + nxs[k] + i * bs, _MM_HINT_T0);
+                    if (kind == B4_Q8_0)
+                        _mm_prefetch((const char *)base + 2 * ROWS * wrs + nxs[k] + i * bs + 63, _MM_HINT_T0);
+                }
             __m512i q[8];
-            const __m512 d = unpack16(base, ix, ixs, i * QB, q, kind, book);
+            const __m512 d = unpack16(base, ix, ixs, i * bs, q, kind, book);
             const uint8_t *yb[TT];
             const tokb *te[TT];
             UNROLL
@@ -362,6 +398,11 @@ void tkv__gemv_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, con
     gemv_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_IQ4_NL);
 }
 
+void tkv__gemv_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    gemv_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_Q8_0);
+}
+
 /* ==== packed rows (compute/quant/repack.h) ========================================================= */
 
 /*
@@ -371,6 +412,12 @@ void tkv__gemv_iq4_nl_avx512(size_t n, const void *w, size_t wrs, size_t nr, con
  * instead of 16 rows' loads and transposes; returns the 16 scales.
  */
 INLINE __m512 unpack_packed(const uint8_t *g, size_t nb, size_t i, __m512i q[8], b4_kind kind, __m512i book) {
+    if (kind == B4_Q8_0) { /* Q8_0's 8 chunks are its 8 steps, + 128 */
+        const uint8_t *b = g + tkv__q8_0_pack_quants(i);
+        UNROLL
+        for (int j = 0; j < 8; j++) q[j] = _mm512_xor_si512(_mm512_load_si512((const void *)(b + 64 * j)), _mm512_set1_epi8((char)0x80));
+        return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(g + tkv__q8_0_pack_scales(i))));
+    }
     const __m512i m = _mm512_set1_epi8(0x0f);
     const uint8_t *b = g + i * 256;
     UNROLL
@@ -387,7 +434,9 @@ INLINE void packed_run(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t
                        const tokb *const *tb, __m512 *acc, int T, b4_kind kind) {
     const __m512i book = iq4nl_book();
     for (size_t i = k0; i < k1; i++) {
-        prefetch_b4_block(g, gs, nb, i); /* util.h: the rows stream from memory once */
+        /* util.h: the rows stream from memory once. A Q8_0 group is one stream, which the hardware prefetcher
+           follows alone: asking for its lines ahead made it slower (bench/RESULTS.md) */
+        if (kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i);
         __m512i q[8];
         const __m512 d = unpack_packed(g, nb, i, q, kind, book);
         const uint8_t *yb[TT];
@@ -489,6 +538,11 @@ void tkv__packed_q4_0_avx512(size_t n, const void *w, size_t gs, size_t nr, cons
 void tkv__packed_iq4_nl_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                float *y, size_t ldy) {
     packed_b4(n, w, gs, nr, xq, xrs, n_tok, y, ldy, B4_IQ4_NL);
+}
+
+void tkv__packed_q8_0_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    packed_b4(n, w, gs, nr, xq, xrs, n_tok, y, ldy, B4_Q8_0);
 }
 
 #endif

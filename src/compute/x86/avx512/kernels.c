@@ -67,6 +67,8 @@ static inline int k_mins_dot(const uint8_t mins[8], const tkv__block_q8_K *y) {
     return _mm_cvtsi128_si32(s);
 }
 
+/* Q8_0 in the reference's lane-wise order (kernels.h's vec_dot_ref; the default is block-reduced:
+   compute/x86/avx2/kernels.c's tkv__dot_q8_0_avx2) */
 static float dot_q8_0(size_t n, const void *w, const void *a) {
     const tkv__block_q8_0 *x = w;
     const tkv__block_q8_0 *y = a;
@@ -301,7 +303,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_F32] = tkv__dot_f32_ref_avx512,
             [TKV_TYPE_F16] = tkv__dot_f16_ref_avx512,
             [TKV_TYPE_BF16] = tkv__dot_bf16_ref_avx512,
-            [TKV_TYPE_Q8_0] = dot_q8_0,
+            [TKV_TYPE_Q8_0] = tkv__dot_q8_0_avx2, /* block-reduced, as Q4_0 (gemm_q4_0_iq4_nl.c) */
             [TKV_TYPE_Q4_0] = tkv__dot_q4_0_avx2,
             [TKV_TYPE_Q4_1] = dot_q4_1,
             [TKV_TYPE_Q5_0] = dot_q5_0,
@@ -325,7 +327,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
     /* tiled products (compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c), bit for bit these vec_dots */
     .gemm =
         {
-            [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx512,
+            [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx512, /* compute/x86/avx512/gemm_q4_0_iq4_nl.c */
             [TKV_TYPE_Q4_0] = tkv__gemm_q4_0_avx512,
             [TKV_TYPE_Q4_1] = tkv__gemm_q4_1_avx512, /* compute/x86/avx512/gemm_q4_1_q5.c */
             [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx512,
@@ -350,12 +352,13 @@ const tkv__kernels tkv__kernel_avx512_part = {
         {
             [TKV_TYPE_Q4_0] = tkv__gemv_q4_0_avx512,
             [TKV_TYPE_IQ4_NL] = tkv__gemv_iq4_nl_avx512,
+            [TKV_TYPE_Q8_0] = tkv__gemv_q8_0_avx512,
         },
     .packed =
         {
             [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx512,
             [TKV_TYPE_IQ4_NL] = tkv__packed_iq4_nl_avx512,
-            [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx512, /* compute/x86/avx512/packed_interleaved.c */
+            [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx512, /* compute/x86/avx512/gemm_q4_0_iq4_nl.c */
             [TKV_TYPE_Q4_K] = tkv__packed_q4_K_avx512,
             [TKV_TYPE_Q5_K] = tkv__packed_q5_K_avx512,
             [TKV_TYPE_IQ4_XS] = tkv__packed_iq4_xs_avx512,
@@ -374,9 +377,9 @@ const tkv__kernels tkv__kernel_avx512_part = {
     /* Q2_K: the reference's order on CPUs with AVX-512 is the block-reduced one over its repacked rows (the avx2
        level's entries are its plain lane-wise order, as it computes without AVX-512) */
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2,
-                    [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2},
+                    [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = dot_q8_0},
     .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx512, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512,
-                 [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx512},
+                 [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx512, [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_lanes_avx512},
     .silu = silu,
     .softcap = softcap,
     .swiglu = swiglu,

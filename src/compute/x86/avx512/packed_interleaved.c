@@ -1,6 +1,6 @@
 /*
  * compute/x86/avx512/packed_interleaved.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q8_0, Q6_K and IQ4_XS
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q6_K and IQ4_XS
  * at the avx512 level, bit for bit the level's vec_dots (compute/x86/avx512/kernels.c).
  *
  * One token (generation): each group of 16 rows is read once, in order,
@@ -9,19 +9,18 @@
  * blocks ahead made a 4096 x 4096 product slower here, 31 GB/s against 40
  * for Q6_K); a zmm holds a row pair's 8 lanes
  * each (row 2p in lanes 0-7, 2p + 1 in 8-15), as the tiled products do, so
- * the token's per-block work (its broadcast quants, Q8_0's correction, its
+ * the token's per-block work (its broadcast quants, its
  * scale) is done once for 16 rows and every multiply covers two rows. The
  * integers are the vec_dot's (exact, so any route to them gives the same
  * value) and the float operations the same in the same order per lane: the
- * block's scale product, convert, fma into the row's lanes (Q8_0: even
- * blocks in one accumulator, odd ones in another), then the sums of
+ * block's scale product, convert, fma into the row's lanes, then the sums of
  * compute/x86/avx512/util.h's reduce16, the vec_dot's hsum order. IQ4_XS
  * follows the vec_dot this level keeps from avx2.
  *
  * Decode steps of a few tokens (a few sequences, or one with drafts) run
  * the same product two tokens at a time: each row pair unpacked once for
  * both, each token's operations the one-token product's (PACKED_ENTRY2 and
- * its per-type bound); Q4_K, Q5_K, Q2_K and Q3_K (gemm_q4_q5_k.c, gemm_q2_q3_k.c)
+ * its per-type bound); Q4_0, IQ4_NL, Q8_0, Q4_K, Q5_K, Q2_K and Q3_K (gemm_q4_0_iq4_nl.c, gemm_q4_q5_k.c, gemm_q2_q3_k.c)
  * read any batch from their transposed packed rows directly. More tokens (prefill, bigger steps) go to the
  * tiled products over the same packed rows (gemm_q8_0_q4_q5_q6_k.c,
  * gemm_iq4_xs.c: tile_driver.h reads blocks TKV__PACK_ROWS
@@ -87,8 +86,8 @@ static void by_pairs(group_fn *one, group2_fn *two, size_t nb, const uint8_t *w,
  * more through the tiled product over the packed rows, which builds a panel of unpacked weights per call
  * and pays for it only over more tokens. Each type's pairs_max is where the two cross on one thread
  * (bench_kernels -n N -r R -t T, packed rows, at 768 x 32000, 2048 x 2048 and 5632 x 2048: by pairs
- * Q6_K 3 tokens 0.99 against 1.38 ms at the first shape, even at 4 tokens, behind from 5; Q8_0 ahead to 6,
- * even at 8; IQ4_XS ahead to 4, behind from 5).
+ * Q6_K 3 tokens 0.99 against 1.38 ms at the first shape, even at 4 tokens, behind from 5; IQ4_XS ahead to 4,
+ * behind from 5).
  */
 #define PACKED_ENTRY2(name, tiled, one, two, block_elems, pairs_max)                                             \
     void name(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,  \
@@ -96,63 +95,6 @@ static void by_pairs(group_fn *one, group2_fn *two, size_t nb, const uint8_t *w,
         if (n_tok > (pairs_max)) tiled(n, w, gs, nr, xq, xrs, n_tok, y, ldy);                                  \
         else by_pairs(one, two, n / (block_elems), w, gs, nr, xq, xrs, n_tok, y, ldy);                         \
     }
-
-/* ==== Q8_0 ========================================================================== */
-
-/*
- * One group, T tokens (1 or 2: ya[t], their nb Q8_0 blocks, into out[t][0 .. nrow)): a row pair's weights
- * and scales are loaded and converted once for the T tokens; each token's operations are the one-token
- * product's, in its order.
- */
-INLINE void q8_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow, int T) {
-    enum { BS = sizeof(tkv__block_q8_0) };
-    __m512 acc[2][2][PAIRS]; /* [token][parity][pair] */
-    for (int t = 0; t < T; t++)
-        for (int par = 0; par < 2; par++)
-            for (int p = 0; p < PAIRS; p++) acc[t][par][p] = _mm512_setzero_ps();
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *blk = g + i * G * BS;
-        if (i % 4 == 0) prefetch_span(blk + (PREFETCH_AHEAD / (G * BS)) * G * BS, 4 * G * BS);
-        /* the weights + 128 (unsigned) times the token's quants (signed) by vpdpbusd, from
-           -128 times each 4 quants' sum: sum(w y) exactly, as the vec_dot's */
-        __m512i yv[2], corr[2];
-        __m512 dy[2];
-        for (int t = 0; t < T; t++) {
-            const uint8_t *yb = ya[t] + i * BS;
-            yv[t] = BCAST256(yb + 2);
-            corr[t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, yv[t]));
-            dy[t] = _mm512_set1_ps(blk_d(yb));
-        }
-        const int par = (int)(i % 2); /* the vec_dot's acc0 / acc1 (an odd count's last block is even) */
-        UNROLL
-        for (int p = 0; p < PAIRS; p++) {
-            const uint8_t *a = blk + 2 * p * BS, *b = a + BS;
-            const __m512i w = _mm512_xor_si512(load_halves(a + 2, b + 2), bias);
-            const __m512 dw = halves_f16(a, b);
-            for (int t = 0; t < T; t++) {
-                const __m512i s = _mm512_dpbusd_epi32(corr[t], w, yv[t]);
-                /* the vec_dot's products of the scales, each a float multiply */
-                acc[t][par][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dy[t]), _mm512_cvtepi32_ps(s), acc[t][par][p]);
-            }
-        }
-    }
-    for (int t = 0; t < T; t++) {
-        __m512 v[PAIRS];
-        for (int p = 0; p < PAIRS; p++) v[p] = _mm512_add_ps(acc[t][0][p], acc[t][1][p]);
-        store_group(v, out[t], nrow);
-    }
-}
-
-static void q8_group(const uint8_t *g, size_t nb, const uint8_t *ya, float *out, size_t nrow) {
-    q8_rows(g, nb, &ya, &out, nrow, 1);
-}
-
-static void q8_group2(const uint8_t *g, size_t nb, const uint8_t *const *ya, float *const *out, size_t nrow) {
-    q8_rows(g, nb, ya, out, nrow, 2);
-}
-
-PACKED_ENTRY2(tkv__packed_q8_0_avx512, tkv__gemm_q8_0_packed_avx512, q8_group, q8_group2, TKV__QK, 6)
 
 /* ==== Q6_K ========================================================================== */
 
