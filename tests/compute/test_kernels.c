@@ -898,17 +898,18 @@ static void test_gemm_levels(void **state) {
 /*
  * Packed rows (compute/quant/repack.h) through each level's packed entry, bit for bit
  * its vec_dot: 40 rows (two whole groups and a partial one) at every row
- * range that starts a group, 1..17 tokens and batches that cross chunks of
+ * range that starts a group (a last group of 1, 4, 8, 9 and 15 rows: the
+ * avx2 level's halves of 8), 1..17 tokens and batches that cross chunks of
  * tokens, row lengths of one chunk of K and several (in blocks: 1, 3, 24,
  * 34, 65, 130 of 32 elements; 1, 2, 3, 8, 9, 17 of 256, odd and even for
- * Q8_0's two accumulators, one chunk of K and several for the K types').
+ * Q8_0's pairs of blocks, one chunk of K and several for the K types').
  */
 static void test_packed_levels(void **state) {
     (void)state;
     static const size_t lens32[][2] = {{32, 0}, {96, 0}, {768, 300}, {1088, 40}, {2080, 0}, {4160, 70}};
     static const size_t lens256[][2] = {{256, 0}, {512, 0}, {768, 300}, {2048, 40}, {2304, 0}, {4352, 70}};
     _Static_assert(sizeof lens32 == sizeof lens256, "as many lengths per block size");
-    static const size_t ranges[][2] = {{0, 1}, {0, 15}, {0, 16}, {0, 17}, {16, 40}, {32, 33}, {16, 20}, {0, 40}};
+    static const size_t ranges[][2] = {{0, 1}, {0, 15}, {0, 16}, {0, 17}, {0, 25}, {16, 40}, {32, 33}, {16, 20}, {0, 40}};
     int levels = 0;
     for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
         const tkv__kernels *k = tkv__kernel_table((tkv__kernel_level)l);

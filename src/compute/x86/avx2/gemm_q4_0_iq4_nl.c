@@ -287,11 +287,45 @@ INLINE void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h
     _mm256_store_ps((float *)&e->d, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + nb * 256 + 32 * i + 16 * h))));
 }
 
+/* A half's tile accumulators to y: token t's first nrow (1..8) rows at y + t ldy. */
+INLINE void store_half(const __m256 *acc, int T, float *y, size_t ldy, int nrow) {
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        alignas(32) float o[8];
+        _mm256_store_ps(o, acc[t]);
+        memcpy(y + (size_t)t * ldy, o, (size_t)nrow * sizeof(float));
+    }
+}
+
 /*
- * The product over packed rows (kernels.h, `packed`): each group of 16 rows
- * as two halves of 8, each half's chunk of KC blocks unpacked into the
- * panel once and the tiles of up to 4 tokens run over it, as the gemm does
- * over transposed rows; a generation step reads each group once, in order.
+ * A few tokens (T <= TT: generation, small decode steps) over one whole group of 16
+ * rows (rows 16 g .. of y, nrow of them), block by block, both halves of
+ * each block unpacked in turn into two L1 panels and tiled: the group is
+ * read once, as one stream (a pass per half re-read it, and its bursts
+ * left the memory idle while the tiles ran: Q8_0 half the read rate).
+ */
+INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *const *yt, const tokb *const *tb,
+                       float *y, size_t ldy, int nrow, int T, b4_kind kind) {
+    __m256 acc[2][TT];
+    UNROLL
+    for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
+    for (size_t i = 0; i < nb; i++) {
+        if (kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i); /* as packed_b4 */
+        alignas(64) pan8 e[2];
+        unpack_packed8(&e[0], g, nb, i, 0, kind);
+        unpack_packed8(&e[1], g, nb, i, 1, kind);
+        tile(&e[0], i, i + 1, yt, tb, acc[0], T, kind);
+        tile(&e[1], i, i + 1, yt, tb, acc[1], T, kind);
+    }
+    store_half(acc[0], T, y, ldy, nrow < ROWS ? nrow : ROWS);
+    if (nrow > ROWS) store_half(acc[1], T, y + ROWS, ldy, nrow - ROWS);
+}
+
+/*
+ * The product over packed rows (kernels.h, `packed`): a few tokens by
+ * packed_few; more with each group of 16 rows as two halves of 8, each
+ * half's chunk of KC blocks unpacked into the panel once and the tiles of
+ * up to 4 tokens run over it, as the gemm does over transposed rows.
  */
 INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
                       size_t ldy, b4_kind kind) {
@@ -308,6 +342,25 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
         const size_t tn = min_sz(tc, n_tok - t0);
         assert(tn * nb <= TABN);
         for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb, kind);
+        /* the crossing, in cache on one thread (bench_kernels -n 2048 -r 1024 -l avx2): the 4-bit kinds 9% slower
+           at 4 tokens by packed_few, even at 3; Q8_0 ahead at 4 (its panel path unpacks more per block) */
+        if (tn <= (kind == B4_Q8_0 ? 4u : 3u)) {
+            const uint8_t *yt[TT];
+            const tokb *tb[TT];
+            for (size_t t = 0; t < tn; t++) yt[t] = xb + (t0 + t) * xrs, tb[t] = b.tab + t * nb;
+            for (size_t r = 0; r < nr; r += 2 * ROWS) {
+                const uint8_t *g = wb + r / (2 * ROWS) * gs;
+                float *yo = y + t0 * ldy + r;
+                const int nrow = (int)min_sz(2 * ROWS, nr - r);
+                switch (tn) {
+                case 4: packed_few(g, gs, nb, yt, tb, yo, ldy, nrow, 4, kind); break;
+                case 3: packed_few(g, gs, nb, yt, tb, yo, ldy, nrow, 3, kind); break;
+                case 2: packed_few(g, gs, nb, yt, tb, yo, ldy, nrow, 2, kind); break;
+                default: packed_few(g, gs, nb, yt, tb, yo, ldy, nrow, 1, kind); break;
+                }
+            }
+            continue;
+        }
         for (size_t r = 0; r < nr; r += ROWS) {
             const uint8_t *g = wb + r / (2 * ROWS) * gs;
             const int h = (int)(r / ROWS % 2);
