@@ -24,8 +24,10 @@
  * to 64: every chunk stays on one cache line).
  *
  * Transposed Q8_0 (the same products): the same chunks, 8 a block (32
- * bytes a row), with the scales inline so that a group is one stream (the
- * quants-then-scales order above read 10-20% slower from memory here):
+ * bytes a row), with the scales inline so that a group is one stream,
+ * which the hardware prefetcher follows alone (the order above, with
+ * software prefetches, read 39-44 GB/s from memory on two threads here;
+ * one stream without them, 58-81: bench/RESULTS.md):
  * blocks in pairs of TKV__Q8_0_PACK_PAIR = 1088 bytes (17 cache lines),
  * block i's quants at tkv__q8_0_pack_quants(i) (chunk j at + 64 j, bytes
  * 4k .. 4k + 3 = row k's qs[4j .. 4j + 3]) and its scales at
