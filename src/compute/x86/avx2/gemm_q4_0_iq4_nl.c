@@ -297,25 +297,84 @@ INLINE void store_half(const __m256 *acc, int T, float *y, size_t ldy, int nrow)
     }
 }
 
+/* Steps j and 4 + j of half h (rows 8h .. 8h + 7) of packed block i, in registers: q[k] the unsigned bytes
+   vpmaddubsw multiplies, w[k] (IQ4_NL, Q8_0) the signed values whose signs the tokens' bytes take, as
+   unpack_packed8 stores them (Q4_0, IQ4_NL: both steps from one 32-byte load, low and high nibbles). */
+INLINE void steps_pair(const uint8_t *g, size_t i, int h, int j, b4_kind kind, __m256i book, __m256i q[2],
+                       __m256i w[2]) {
+    if (kind == B4_Q8_0) {
+        const uint8_t *b = g + tkv__q8_0_pack_quants(i) + 32 * h;
+        w[0] = LOADA256(b + 64 * j), w[1] = LOADA256(b + 64 * (4 + j));
+        q[0] = _mm256_abs_epi8(w[0]), q[1] = _mm256_abs_epi8(w[1]);
+        return;
+    }
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    const __m256i u = LOADA256(g + i * 256 + 32 * h + 64 * j);
+    q[0] = _mm256_and_si256(u, m), q[1] = _mm256_and_si256(_mm256_srli_epi32(u, 4), m);
+    if (kind == B4_IQ4_NL)
+        for (int k = 0; k < 2; k++) w[k] = _mm256_shuffle_epi8(book, q[k]), q[k] = _mm256_abs_epi8(w[k]);
+}
+
+/* The 8 rows' scales of half h of packed block i. */
+INLINE __m256 half_scales(const uint8_t *g, size_t nb, size_t i, int h, b4_kind kind) {
+    const size_t off = kind == B4_Q8_0 ? tkv__q8_0_pack_scales(i) : nb * 256 + 32 * i;
+    return _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + off + 16 * h)));
+}
+
+/* One step of tile() for one token whose 4 activation bytes are v, into its block sum s. */
+INLINE __m256i step_token(__m256i s, __m256i q, __m256i w, int32_t v, b4_kind kind) {
+    if (kind == B4_Q4_0) return _mm256_add_epi16(s, _mm256_maddubs_epi16(q, _mm256_set1_epi32(v)));
+    const __m256i ys = _mm256_sign_epi8(_mm256_set1_epi32(v), w);
+    return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(q, ys), _mm256_set1_epi16(1)));
+}
+
 /*
  * A few tokens (T <= TT: generation, small decode steps) over one whole group of 16
- * rows (rows 16 g .. of y, nrow of them), block by block, both halves of
- * each block unpacked in turn into two L1 panels and tiled: the group is
- * read once, as one stream (a pass per half re-read it, and its bursts
- * left the memory idle while the tiles ran: Q8_0 half the read rate).
+ * rows (rows 16 g .. of y, nrow of them), block by block: the group is read
+ * once, as one stream, and each step's weights go from their load to the
+ * tokens' products in registers, with each token's 4 activation bytes
+ * broadcast once for both halves. tile()'s arithmetic, integer sums taken
+ * in another order (exact), so bit for bit the panel's result; through a
+ * panel in L1 instead, a step was stored and loaded again, and on cores
+ * that split a ymm store in two (Zen 1) those stores bound the product.
  */
 INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *const *yt, const tokb *const *tb,
                        float *y, size_t ldy, int nrow, int T, b4_kind kind) {
+    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values)), one = _mm256_set1_epi16(1);
     __m256 acc[2][TT];
     UNROLL
     for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
         if (kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i); /* as packed_b4 */
-        alignas(64) pan8 e[2];
-        unpack_packed8(&e[0], g, nb, i, 0, kind);
-        unpack_packed8(&e[1], g, nb, i, 1, kind);
-        tile(&e[0], i, i + 1, yt, tb, acc[0], T, kind);
-        tile(&e[1], i, i + 1, yt, tb, acc[1], T, kind);
+        __m256i s[2][TT];
+        UNROLL
+        for (int t = 0; t < T; t++) s[0][t] = s[1][t] = _mm256_setzero_si256();
+        UNROLL
+        for (int j = 0; j < 4; j++) {
+            __m256i q[2][2], w[2][2];
+            steps_pair(g, i, 0, j, kind, book, q[0], w[0]);
+            steps_pair(g, i, 1, j, kind, book, q[1], w[1]);
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                int32_t v[2]; /* the token's bytes for step j (low nibbles) and 4 + j (high) */
+                memcpy(&v[0], yt[t] + i * AB + 2 + 4 * j, 4);
+                memcpy(&v[1], yt[t] + i * AB + 2 + 16 + 4 * j, 4);
+                UNROLL
+                for (int h = 0; h < 2; h++)
+                    for (int k = 0; k < 2; k++) s[h][t] = step_token(s[h][t], q[h][k], w[h][k], v[k], kind);
+            }
+        }
+        UNROLL
+        for (int h = 0; h < 2; h++) {
+            const __m256 dw = half_scales(g, nb, i, h, kind);
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                const __m256i si = kind == B4_Q4_0 ? _mm256_add_epi32(_mm256_madd_epi16(s[h][t], one),
+                                                                      _mm256_set1_epi32(tb[t][i].corr))
+                                                   : s[h][t];
+                acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(dw, _mm256_set1_ps(tb[t][i].d)), acc[h][t]);
+            }
+        }
     }
     store_half(acc[0], T, y, ldy, nrow < ROWS ? nrow : ROWS);
     if (nrow > ROWS) store_half(acc[1], T, y + ROWS, ldy, nrow - ROWS);
@@ -342,9 +401,9 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
         const size_t tn = min_sz(tc, n_tok - t0);
         assert(tn * nb <= TABN);
         for (size_t t = 0; t < tn; t++) tok_fill(b.tab + t * nb, xb + (t0 + t) * xrs, nb, kind);
-        /* the crossing, in cache on one thread (bench_kernels -n 2048 -r 1024 -l avx2): the 4-bit kinds 9% slower
-           at 4 tokens by packed_few, even at 3; Q8_0 ahead at 4 (its panel path unpacks more per block) */
-        if (tn <= (kind == B4_Q8_0 ? 4u : 3u)) {
+        /* up to 4 tokens by packed_few (in registers, it beats the panel at every count it holds: Zen 1, in cache,
+           one thread, bench_kernels -n 2048 -r 1024 -l avx2 -t 4: Q4_0 0.43 -> 0.37 ms, IQ4_NL 0.71 -> 0.53-0.63) */
+        if (tn <= 4u) {
             const uint8_t *yt[TT];
             const tokb *tb[TT];
             for (size_t t = 0; t < tn; t++) yt[t] = xb + (t0 + t) * xrs, tb[t] = b.tab + t * nb;
