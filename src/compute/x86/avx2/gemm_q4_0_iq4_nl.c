@@ -345,7 +345,16 @@ INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *co
     UNROLL
     for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
-        if (kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i); /* as packed_b4 */
+        if (kind != B4_Q8_0) {
+            prefetch_b4_block(g, gs, nb, i); /* as packed_b4 */
+        } else if (i % 2 == 0) {
+            /* a Q8_0 group is one stream, but a core this level runs on alone (Zen 1) does not keep enough of it
+               on its way: both distances per pair of blocks, Q8_0 from memory on two threads 12.2 -> 17 GB/s
+               (the avx512 level, on Zen 5, was slower with them) */
+            const uint8_t *p = g + tkv__q8_0_pack_quants(i);
+            prefetch_span(p + PREFETCH_NEAR, TKV__Q8_0_PACK_PAIR);
+            prefetch_far(p, TKV__Q8_0_PACK_PAIR);
+        }
         __m256i s[2][TT];
         UNROLL
         for (int t = 0; t < T; t++) s[0][t] = s[1][t] = _mm256_setzero_si256();
