@@ -52,16 +52,93 @@ static inline __m256i word_pairs(const uint8_t *p) {
 }
 
 /*
+ * Superblocks [0, cnt) of half hf (rows 8 hf ..) of one group at pk (SB
+ * bytes apart) for T tokens: yb0[t] is token t's Q8_K block of the first.
+ * acc[t] and accm[t] carry the scales' and the mins' running sums.
+ */
+INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm,
+                    int T, int five, int pf) {
+    const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five), PF = PREFETCH_AHEAD / SB + 1;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *b = pk + i * SB, *yb[TT];
+        __m256i sumi[TT], summ[TT];
+        UNROLL
+        for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm256_setzero_si256(), summ[t] = sumi[t];
+        UNROLL
+        for (int c = 0; c < 4; c++) {
+            const __m256i sclo = word_pairs(b + S + 16 * (2 * c) + 8 * hf);
+            const __m256i schi = word_pairs(b + S + 16 * (2 * c + 1) + 8 * hf);
+            __m256i slo[TT], shi[TT];
+            UNROLL
+            for (int t = 0; t < T; t++) slo[t] = _mm256_setzero_si256(), shi[t] = slo[t];
+            UNROLL
+            for (int j = 0; j < 8; j++) {
+                if (pf && hf == 0) { /* util.h's PREFETCH_AHEAD: the quant lines PF superblocks on, with c = 0 and 1 the rest */
+                    _mm_prefetch((const char *)b + PF * SB + 64 * (8 * c + j), _MM_HINT_T0);
+                    if (c == 0 && 2048 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2048 + 64 * j, _MM_HINT_T0);
+                    if (c == 1 && 2560 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2560 + 64 * j, _MM_HINT_T0);
+                }
+                const __m256i q = LOADA256(b + 64 * (8 * c + j) + 32 * hf);
+                __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (five) { /* bit 2c of the chunk's qh bytes: the low nibbles' fifth bit; 2c + 1: the high ones' */
+                    const __m256i h = LOADA256(b + TKV__K45_PACK_QH + 64 * j + 32 * hf);
+                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c), one), 4));
+                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c + 1), one), 4));
+                }
+                UNROLL
+                for (int t = 0; t < T; t++) {
+                    const uint8_t *a = yb[t] + Y_QS + 64 * c + 4 * j;
+                    slo[t] = _mm256_add_epi16(slo[t], _mm256_maddubs_epi16(lo, bcast32(a)));
+                    shi[t] = _mm256_add_epi16(shi[t], _mm256_maddubs_epi16(hi, bcast32(a + 32)));
+                }
+                if (j == 7 || (five && j == 3)) { /* the word sums to int32, times the rows' group scales */
+                    UNROLL
+                    for (int t = 0; t < T; t++) {
+                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(slo[t], sclo),
+                                                                             _mm256_madd_epi16(shi[t], schi)));
+                        slo[t] = _mm256_setzero_si256(), shi[t] = slo[t];
+                    }
+                }
+            }
+        }
+        alignas(16) int32_t pairs[TT][4];
+        UNROLL
+        for (int t = 0; t < T; t++) _mm_store_si128((__m128i *)(void *)pairs[t], group_pairs(yb[t]));
+        UNROLL
+        for (int h = 0; h < 4; h++) {
+            const __m256i mn = _mm256_cvtepu8_epi16(LOAD128(b + S + 128 + 32 * h + 16 * hf));
+            UNROLL
+            for (int t = 0; t < T; t++)
+                summ[t] = _mm256_add_epi32(summ[t], _mm256_madd_epi16(mn, _mm256_set1_epi32(pairs[t][h])));
+        }
+        const __m256 dw = _mm256_cvtph_ps(LOAD128(b + S + 256 + 16 * hf));
+        const __m256 dm = _mm256_cvtph_ps(LOAD128(b + S + 288 + 16 * hf));
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            float yd;
+            memcpy(&yd, yb[t], sizeof yd);
+            const __m256 d = _mm256_set1_ps(yd);
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(dw, d), acc[t]);
+            accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ[t]), _mm256_mul_ps(dm, d), accm[t]);
+        }
+    }
+}
+
+/*
  * Superblocks [0, cnt) of one group at pk (SB bytes apart) for NH halves
  * from hf0 (rows 8 hf0 ..) and T tokens, NH x T at most 2: yb0[t] is token
  * t's Q8_K block of the first. acc[u] and accm[u] (u = h T + t: half
- * hf0 + h, token t) carry the scales' and the mins' running sums. One
- * token takes both halves in one pass, so that each chunk's 64 bytes are
- * used as they arrive (a pass per half read the group from memory in the
- * first and computed from cache in the second: Zen 1, Q4_K from memory on
- * two threads 12.4 -> 15.6 GB/s).
+ * hf0 + h, token t) carry the scales' and the mins' running sums. The tiles
+ * take it for one token over both halves in one pass, so that each chunk's
+ * 64 bytes are used as they arrive (k45_run's pass per half read the group
+ * from memory in the first and computed from cache in the second: Zen 1,
+ * Q4_K from memory on two threads 12.4 -> 15.6-16.7 GB/s). k45_run stays
+ * for a half at a time: this function with NH = 1 compiled to slower tiles
+ * of 2 tokens (a 128-token product 58 -> 67 ms), and a version written for
+ * one token alone to a slower pass (11 GB/s; cause not found).
  */
-INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf0, int NH, const uint8_t *const *yb0, __m256 *acc,
+INLINE void k45_run_halves(const uint8_t *pk, size_t cnt, int hf0, int NH, const uint8_t *const *yb0, __m256 *acc,
                     __m256 *accm, int T, int five, int pf) {
     enum { U = 2 }; /* units (half, token) at most */
     const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five), PF = PREFETCH_AHEAD / SB + 1;
@@ -167,10 +244,10 @@ INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
     UNROLL
     for (int t = 0; t < T; t++) yb[t] = yt[t] + k0 * QBS;
     if (T == 1 && nrow > 8 && !five) { /* Q5_K's two halves at once spill (in cache 8.4 -> 5.9 GB/s), and gain
-                                             nothing from memory */
+                                          nothing from memory */
         __m256 acc[2], accm[2];
         for (int hf = 0; hf < 2; hf++) sums_start(st, first, 1, hf, &acc[hf], &accm[hf]);
-        k45_run(pk, cnt, 0, 2, yb, acc, accm, 1, five, pf);
+        k45_run_halves(pk, cnt, 0, 2, yb, acc, accm, 1, five, pf);
         for (int hf = 0; hf < 2; hf++) sums_end(st, last, 1, hf, &acc[hf], &accm[hf], y, ldy, nrow);
         return;
     }
@@ -178,7 +255,7 @@ INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
         if ((size_t)hf * 8 >= nrow) break;
         __m256 acc[TT], accm[TT];
         sums_start(st, first, T, hf, acc, accm);
-        k45_run(pk, cnt, hf, 1, yb, acc, accm, T, five, pf);
+        k45_run(pk, cnt, hf, yb, acc, accm, T, five, pf);
         sums_end(st, last, T, hf, acc, accm, y, ldy, nrow);
     }
 }
