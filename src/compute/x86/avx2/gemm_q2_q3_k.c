@@ -11,8 +11,10 @@
  * the sub-block's 4 chunks (at most 4 x 2 x 7 x 127 = 7112), then one
  * vpmaddwd by the rows' scale (the scale in both words of a row's dword)
  * makes the sub-block's int32; the mins' term is one vpmaddwd per two
- * sub-blocks. Tokens run in tiles of up to 2 (16 ymm registers), each half
- * of the group in turn.
+ * sub-blocks. Tokens run in tiles of up to 4 (their accumulators spill
+ * from the 16 ymm registers, but each chunk's unpacking serves more
+ * tokens: Zen 1, a layer's prefill products, Q3_K +10%), each half of the
+ * group in turn.
  */
 #include "compute/gemm.h"
 #include "util.h"
@@ -29,7 +31,7 @@
 enum {
     ROWS = TKV__PACK_ROWS,    /* rows per group: two ymm's lanes */
     QBS = sizeof(tkv__block_q8_K),
-    TT = 2,       /* tokens per tile */
+    TT = 4,       /* tokens per tile */
     KC = 16,      /* superblocks per panel of the file-rows product (Q2_K 21 KiB, Q3_K 29 KiB) */
     TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
     Y_QS = 4,     /* offset of a Q8_K block's quants */
@@ -173,7 +175,9 @@ INLINE void q23k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t 
         for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
         float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
         const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
-        if (T == 2) q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, three, pf);
+        if (T == 4) q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 4, three, pf);
+        else if (T == 3) q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 3, three, pf);
+        else if (T == 2) q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, three, pf);
         else q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, three, pf);
         u += (size_t)T;
     }
