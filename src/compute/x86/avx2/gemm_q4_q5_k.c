@@ -16,7 +16,7 @@
  * word sums are taken to int32 every 4 chunks (4 x 2 x 31 x 127 = 31496).
  * Tokens run in tiles of up to 2 (16 ymm registers; Q5_K 4, whose
  * unpacking is worth more tokens than the registers it spills), each half
- * of the group in turn; one token of Q4_K takes both halves in one pass.
+ * of the group in turn; one token takes both halves in one pass.
  */
 #include "compute/gemm.h"
 #include "util.h"
@@ -52,6 +52,12 @@ static inline __m256i word_pairs(const uint8_t *p) {
     return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
 }
 
+/* Bit k (0..7) of each byte of h moved to bit 4, the rest zero: a Q5_K value's fifth bit, as 16. */
+static inline __m256i fifth_bit(__m256i h, int k) {
+    const __m256i v = k < 4 ? _mm256_slli_epi16(h, 4 - k) : k > 4 ? _mm256_srli_epi16(h, k - 4) : h;
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
 /*
  * Superblocks [0, cnt) of half hf (rows 8 hf ..) of one group at pk (SB
  * bytes apart) for T tokens: yb0[t] is token t's Q8_K block of the first.
@@ -60,7 +66,7 @@ static inline __m256i word_pairs(const uint8_t *p) {
 INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm,
                     int T, int five, int pf) {
     const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five), PF = PREFETCH_AHEAD / SB + 1;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
         __m256i sumi[TT], summ[TT];
@@ -84,8 +90,8 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
                 __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 if (five) { /* bit 2c of the chunk's qh bytes: the low nibbles' fifth bit; 2c + 1: the high ones' */
                     const __m256i h = LOADA256(b + TKV__K45_PACK_QH + 64 * j + 32 * hf);
-                    lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c), one), 4));
-                    hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * c + 1), one), 4));
+                    lo = _mm256_or_si256(lo, fifth_bit(h, 2 * c));
+                    hi = _mm256_or_si256(hi, fifth_bit(h, 2 * c + 1));
                 }
                 UNROLL
                 for (int t = 0; t < T; t++) {
@@ -134,7 +140,9 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
  * take it for one token over both halves in one pass, so that each chunk's
  * 64 bytes are used as they arrive (k45_run's pass per half read the group
  * from memory in the first and computed from cache in the second: Zen 1,
- * Q4_K from memory on two threads 12.4 -> 15.6-16.7 GB/s). k45_run stays
+ * from memory on two threads, Q4_K 12.4 -> 15.6-16.7 GB/s, Q5_K 11.7 ->
+ * 13.8 with its fifth bits by fifth_bit, though 7% slower in cache, where
+ * both halves' values spill). k45_run stays
  * for a half at a time: this function with NH = 1 compiled to slower tiles
  * of 2 tokens (a 128-token product 58 -> 67 ms), and a version written for
  * one token alone to a slower pass (11 GB/s; cause not found).
@@ -143,7 +151,7 @@ INLINE void k45_run_halves(const uint8_t *pk, size_t cnt, int hf0, int NH, const
                     __m256 *accm, int T, int five, int pf) {
     enum { U = 2 }; /* units (half, token) at most */
     const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five), PF = PREFETCH_AHEAD / SB + 1;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     const int NU = NH * T;
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
@@ -172,8 +180,8 @@ INLINE void k45_run_halves(const uint8_t *pk, size_t cnt, int hf0, int NH, const
                     lo[h] = _mm256_and_si256(q, m4), hi[h] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                     if (five) { /* bit 2c of the chunk's qh bytes: the low nibbles' fifth bit; 2c + 1: the high ones' */
                         const __m256i hb = LOADA256(b + TKV__K45_PACK_QH + 64 * j + 32 * hf);
-                        lo[h] = _mm256_or_si256(lo[h], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c), one), 4));
-                        hi[h] = _mm256_or_si256(hi[h], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * c + 1), one), 4));
+                        lo[h] = _mm256_or_si256(lo[h], fifth_bit(hb, 2 * c));
+                        hi[h] = _mm256_or_si256(hi[h], fifth_bit(hb, 2 * c + 1));
                     }
                 }
                 UNROLL
@@ -235,7 +243,7 @@ INLINE void k45_run_halves(const uint8_t *pk, size_t cnt, int hf0, int NH, const
 /*
  * One group (pk: its superblock k0; cnt superblocks) for the T tokens at
  * yt[t] (their rows; block k0 of each is read first), both halves (one
- * token of Q4_K: in one pass): the running sums from the stash st (32 floats a
+ * token: in one pass): the running sums from the stash st (32 floats a
  * token; zero when first), back to it, or when last to y[t ldy + k] for the
  * group's first nrow rows.
  */
@@ -244,8 +252,7 @@ INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
     const uint8_t *yb[TT];
     UNROLL
     for (int t = 0; t < T; t++) yb[t] = yt[t] + k0 * QBS;
-    if (T == 1 && nrow > 8 && !five) { /* Q5_K's two halves at once spill (in cache 8.4 -> 5.9 GB/s), and gain
-                                          nothing from memory */
+    if (T == 1 && nrow > 8) { /* one token: both halves in one pass */
         __m256 acc[2], accm[2];
         for (int hf = 0; hf < 2; hf++) sums_start(st, first, 1, hf, &acc[hf], &accm[hf]);
         k45_run_halves(pk, cnt, 0, 2, yb, acc, accm, 1, five, pf);
