@@ -58,6 +58,31 @@ static inline __m256i fifth_bit(__m256i h, int k) {
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
+/* The end of superblock b for half hf and T tokens: the mins by the tokens' group sums into summ, then both
+   integer sums times the scales into the running sums acc and accm. */
+INLINE void k45_close(const uint8_t *b, size_t S, int hf, const uint8_t *const *yb, const __m256i *sumi, __m256i *summ,
+                      __m256 *acc, __m256 *accm, int T) {
+    alignas(16) int32_t pairs[TT][4];
+    UNROLL
+    for (int t = 0; t < T; t++) _mm_store_si128((__m128i *)(void *)pairs[t], group_pairs(yb[t]));
+    UNROLL
+    for (int h = 0; h < 4; h++) {
+        const __m256i mn = _mm256_cvtepu8_epi16(LOAD128(b + S + 128 + 32 * h + 16 * hf));
+        UNROLL
+        for (int t = 0; t < T; t++) summ[t] = _mm256_add_epi32(summ[t], _mm256_madd_epi16(mn, _mm256_set1_epi32(pairs[t][h])));
+    }
+    const __m256 dw = _mm256_cvtph_ps(LOAD128(b + S + 256 + 16 * hf));
+    const __m256 dm = _mm256_cvtph_ps(LOAD128(b + S + 288 + 16 * hf));
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        float yd;
+        memcpy(&yd, yb[t], sizeof yd);
+        const __m256 d = _mm256_set1_ps(yd);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(dw, d), acc[t]);
+        accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ[t]), _mm256_mul_ps(dm, d), accm[t]);
+    }
+}
+
 /*
  * Superblocks [0, cnt) of half hf (rows 8 hf ..) of one group at pk (SB
  * bytes apart) for T tokens: yb0[t] is token t's Q8_K block of the first.
@@ -109,26 +134,7 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
                 }
             }
         }
-        alignas(16) int32_t pairs[TT][4];
-        UNROLL
-        for (int t = 0; t < T; t++) _mm_store_si128((__m128i *)(void *)pairs[t], group_pairs(yb[t]));
-        UNROLL
-        for (int h = 0; h < 4; h++) {
-            const __m256i mn = _mm256_cvtepu8_epi16(LOAD128(b + S + 128 + 32 * h + 16 * hf));
-            UNROLL
-            for (int t = 0; t < T; t++)
-                summ[t] = _mm256_add_epi32(summ[t], _mm256_madd_epi16(mn, _mm256_set1_epi32(pairs[t][h])));
-        }
-        const __m256 dw = _mm256_cvtph_ps(LOAD128(b + S + 256 + 16 * hf));
-        const __m256 dm = _mm256_cvtph_ps(LOAD128(b + S + 288 + 16 * hf));
-        UNROLL
-        for (int t = 0; t < T; t++) {
-            float yd;
-            memcpy(&yd, yb[t], sizeof yd);
-            const __m256 d = _mm256_set1_ps(yd);
-            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(dw, d), acc[t]);
-            accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ[t]), _mm256_mul_ps(dm, d), accm[t]);
-        }
+        k45_close(b, S, hf, yb, sumi, summ, acc, accm, T);
     }
 }
 
@@ -212,31 +218,8 @@ INLINE void k45_run_halves(const uint8_t *pk, size_t cnt, int hf0, int NH, const
                 }
             }
         }
-        alignas(16) int32_t pairs[TT][4];
         UNROLL
-        for (int t = 0; t < T; t++) _mm_store_si128((__m128i *)(void *)pairs[t], group_pairs(yb[t]));
-        UNROLL
-        for (int h = 0; h < NH; h++) {
-            const int hf = hf0 + h;
-            UNROLL
-            for (int g = 0; g < 4; g++) {
-                const __m256i mn = _mm256_cvtepu8_epi16(LOAD128(b + S + 128 + 32 * g + 16 * hf));
-                UNROLL
-                for (int t = 0; t < T; t++)
-                    summ[h * T + t] = _mm256_add_epi32(summ[h * T + t], _mm256_madd_epi16(mn, _mm256_set1_epi32(pairs[t][g])));
-            }
-            const __m256 dw = _mm256_cvtph_ps(LOAD128(b + S + 256 + 16 * hf));
-            const __m256 dm = _mm256_cvtph_ps(LOAD128(b + S + 288 + 16 * hf));
-            UNROLL
-            for (int t = 0; t < T; t++) {
-                const int u = h * T + t;
-                float yd;
-                memcpy(&yd, yb[t], sizeof yd);
-                const __m256 d = _mm256_set1_ps(yd);
-                acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[u]), _mm256_mul_ps(dw, d), acc[u]);
-                accm[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ[u]), _mm256_mul_ps(dm, d), accm[u]);
-            }
-        }
+        for (int h = 0; h < NH; h++) k45_close(b, S, hf0 + h, yb, &sumi[h * T], &summ[h * T], &acc[h * T], &accm[h * T], T);
     }
 }
 
