@@ -133,6 +133,13 @@ INLINE void unpack8(pan8 *e, const uint8_t *const *rows, size_t off, b4_kind kin
     _mm256_store_ps((float *)&e->d, _mm256_cvtph_ps(LOAD128(h)));
 }
 
+/* One step of a tile for one token whose 4 activation bytes are v, into its block sum s. */
+INLINE __m256i step_token(__m256i s, __m256i q, __m256i w, int32_t v, b4_kind kind) {
+    if (kind == B4_Q4_0) return _mm256_add_epi16(s, _mm256_maddubs_epi16(q, _mm256_set1_epi32(v)));
+    const __m256i ys = _mm256_sign_epi8(_mm256_set1_epi32(v), w);
+    return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(q, ys), _mm256_set1_epi16(1)));
+}
+
 /*
  * The tile: 8 rows x T tokens over panel blocks [k0, k1). yt: the T token
  * rows; tb: their tables (nb entries each); acc: in and out.
@@ -152,12 +159,7 @@ INLINE void tile(const pan8 *pan, size_t k0, size_t k1, const uint8_t *const *yt
             for (int t = 0; t < T; t++) {
                 int32_t v;
                 memcpy(&v, yt[t] + i * AB + 2 + 4 * j, 4);
-                if (kind == B4_Q4_0) {
-                    s[t] = _mm256_add_epi16(s[t], _mm256_maddubs_epi16(q, _mm256_set1_epi32(v)));
-                } else {
-                    const __m256i ys = _mm256_sign_epi8(_mm256_set1_epi32(v), _mm256_load_si256(&e->w[j]));
-                    s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ys), one));
-                }
+                s[t] = step_token(s[t], q, kind == B4_Q4_0 ? q : _mm256_load_si256(&e->w[j]), v, kind);
             }
         }
         UNROLL
@@ -266,6 +268,12 @@ void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 
 /* ==== packed rows (compute/quant/repack.h) ========================================================= */
 
+/* The 8 rows' scales of half h of packed block i. */
+INLINE __m256 half_scales(const uint8_t *g, size_t nb, size_t i, int h, b4_kind kind) {
+    const size_t off = kind == B4_Q8_0 ? tkv__q8_0_pack_scales(i) : nb * 256 + 32 * i;
+    return _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + off + 16 * h)));
+}
+
 /* Block i of half h (rows 8h .. 8h + 7) of a packed group into e: the
    steps unpack16 would make, read from the group's chunks with no
    transposes (a half is bytes 32h .. 32h + 31 of each chunk). */
@@ -273,8 +281,7 @@ INLINE void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h
     if (kind == B4_Q8_0) { /* Q8_0's 8 chunks are its 8 steps */
         const uint8_t *b = g + tkv__q8_0_pack_quants(i) + 32 * h;
         for (int j = 0; j < 8; j++) put_signed(e, j, _mm256_load_si256((const __m256i *)(const void *)(b + 64 * j)));
-        _mm256_store_ps((float *)&e->d,
-                        _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + tkv__q8_0_pack_scales(i) + 16 * h))));
+        _mm256_store_ps((float *)&e->d, half_scales(g, nb, i, h, kind));
         return;
     }
     const __m256i m = _mm256_set1_epi8(0x0f);
@@ -284,7 +291,7 @@ INLINE void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h
         put_step(e, j, _mm256_and_si256(u, m), kind);
         put_step(e, 4 + j, _mm256_and_si256(_mm256_srli_epi32(u, 4), m), kind);
     }
-    _mm256_store_ps((float *)&e->d, _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + nb * 256 + 32 * i + 16 * h))));
+    _mm256_store_ps((float *)&e->d, half_scales(g, nb, i, h, kind));
 }
 
 /* A half's tile accumulators to y: token t's first nrow (1..8) rows at y + t ldy. */
@@ -313,19 +320,6 @@ INLINE void steps_pair(const uint8_t *g, size_t i, int h, int j, b4_kind kind, _
     q[0] = _mm256_and_si256(u, m), q[1] = _mm256_and_si256(_mm256_srli_epi32(u, 4), m);
     if (kind == B4_IQ4_NL)
         for (int k = 0; k < 2; k++) w[k] = _mm256_shuffle_epi8(book, q[k]), q[k] = _mm256_abs_epi8(w[k]);
-}
-
-/* The 8 rows' scales of half h of packed block i. */
-INLINE __m256 half_scales(const uint8_t *g, size_t nb, size_t i, int h, b4_kind kind) {
-    const size_t off = kind == B4_Q8_0 ? tkv__q8_0_pack_scales(i) : nb * 256 + 32 * i;
-    return _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + off + 16 * h)));
-}
-
-/* One step of tile() for one token whose 4 activation bytes are v, into its block sum s. */
-INLINE __m256i step_token(__m256i s, __m256i q, __m256i w, int32_t v, b4_kind kind) {
-    if (kind == B4_Q4_0) return _mm256_add_epi16(s, _mm256_maddubs_epi16(q, _mm256_set1_epi32(v)));
-    const __m256i ys = _mm256_sign_epi8(_mm256_set1_epi32(v), w);
-    return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(q, ys), _mm256_set1_epi16(1)));
 }
 
 /*

@@ -148,13 +148,13 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
  * from memory in the first and computed from cache in the second: Zen 1,
  * from memory on two threads, Q4_K 12.4 -> 15.6-16.7 GB/s, Q5_K 11.7 ->
  * 13.8 with its fifth bits by fifth_bit, though 7% slower in cache, where
- * both halves' values spill). k45_run stays
- * for a half at a time: this function with NH = 1 compiled to slower tiles
- * of 2 tokens (a 128-token product 58 -> 67 ms), and a version written for
- * one token alone to a slower pass (11 GB/s; cause not found).
+ * both halves' values spill). k45_run stays for a half at a time: this
+ * function with NH = 1 compiled to slower tiles of 2 tokens (a 128-token
+ * product 58 -> 67 ms), and a version written for one token alone to a
+ * slower pass (11 GB/s; cause not found).
  */
 INLINE void k45_run_halves(const uint8_t *pk, size_t cnt, int hf0, int NH, const uint8_t *const *yb0, __m256 *acc,
-                    __m256 *accm, int T, int five, int pf) {
+                           __m256 *accm, int T, int five, int pf) {
     enum { U = 2 }; /* units (half, token) at most */
     const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five), PF = PREFETCH_AHEAD / SB + 1;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
