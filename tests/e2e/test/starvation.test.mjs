@@ -20,6 +20,12 @@ const UPLOAD_BYTES = 1 << 20;
 const PER_ADDRESS = 50; // under the default --max-connections-per-client (64)
 const ANSWER_MS = 1000;
 const RSS_LIMIT = 100 << 20;
+// Under ASan (TKV_SANITIZED, set by e2e.cmake) the server's resident memory holds ASan's shadow and the freed
+// blocks it quarantines: 35 MB idle against the release build's 10 MB. There the bound is on what the uploads
+// add, the room the release build has under RSS_LIMIT from its idle size; the release build's run of this test
+// checks the whole.
+const SANITIZED = !!process.env.TKV_SANITIZED;
+const RSS_GROWTH_LIMIT = 64 << 20;
 
 // Open files this process may have (node raises its soft limit to the hard one at start).
 function openFileLimit() {
@@ -149,12 +155,13 @@ async function waitForFiles(pid, n) {
 // headers came, and counted as lost 401s).
 const UPLOAD_BODY = Buffer.alloc(UPLOAD_BYTES, 0x20);
 
-// One upload without the key: headers, then 1 MB of body; resolves the status line.
+// One upload without the key: headers, then 1 MB of body; resolves the status line (or what ended the
+// connection without one: the error's code, or 'closed').
 function upload(port, localAddress) {
   return new Promise((resolve) => {
     const sock = net.connect({ port, host: '127.0.0.1', localAddress });
     let got = '';
-    sock.on('error', () => resolve(got.split('\r\n')[0] || 'error'));
+    sock.on('error', (e) => resolve(got.split('\r\n')[0] || `error ${e.code}`));
     sock.on('data', (d) => { got += d; });
     sock.on('close', () => resolve(got.split('\r\n')[0] || 'closed'));
     sock.on('connect', () => {
@@ -169,6 +176,7 @@ serverSuite('starvation: unauthenticated uploads', ['--api-key', 'sesame'], (s) 
   s.test(`${UPLOADS} unauthenticated 1 MB uploads at once keep the server under 100 MB`, async (server, t) => {
     if (skip) return t.skip(skip);
     const before = rss(server.pid);
+    const t0 = Date.now();
     let peak = before;
     const sampler = setInterval(() => { peak = Math.max(peak, rss(server.pid)); }, 20);
     let statuses;
@@ -180,8 +188,12 @@ serverSuite('starvation: unauthenticated uploads', ['--api-key', 'sesame'], (s) 
     peak = Math.max(peak, rss(server.pid));
     const counts = {};
     for (const st of statuses) counts[st] = (counts[st] || 0) + 1;
+    const mb = (b) => `${(b / 1048576).toFixed(1)} MB`;
+    // printed before the checks, so that a failure shows both
+    console.log(`# ${JSON.stringify(counts)}; RSS ${mb(before)} before, ${mb(peak)} at the peak` +
+                `${SANITIZED ? ' (ASan)' : ''}; ${Date.now() - t0} ms`);
     assert.equal(counts['HTTP/1.1 401 Unauthorized'], UPLOADS, JSON.stringify(counts));
-    console.log(`# RSS ${(before / 1048576).toFixed(1)} MB before, ${(peak / 1048576).toFixed(1)} MB at the peak`);
-    assert.ok(peak < RSS_LIMIT, `RSS peaked at ${(peak / 1048576).toFixed(1)} MB`);
+    if (SANITIZED) assert.ok(peak - before < RSS_GROWTH_LIMIT, `RSS grew by ${mb(peak - before)} under ASan`);
+    else assert.ok(peak < RSS_LIMIT, `RSS peaked at ${mb(peak)}`);
   });
 });
