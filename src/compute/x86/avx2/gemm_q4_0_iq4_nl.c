@@ -341,13 +341,6 @@ INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *co
     for (size_t i = 0; i < nb; i++) {
         if (kind != B4_Q8_0) {
             prefetch_b4_block(g, gs, nb, i); /* as packed_b4 */
-        } else if (i % 2 == 0) {
-            /* a Q8_0 group is one stream, but a core this level runs on alone (Zen 1) does not keep enough of it
-               on its way: both distances per pair of blocks, Q8_0 from memory on two threads 12.2 -> 17 GB/s
-               (the avx512 level, on Zen 5, was slower with them) */
-            const uint8_t *p = g + tkv__q8_0_pack_quants(i);
-            prefetch_span(p + PREFETCH_NEAR, TKV__Q8_0_PACK_PAIR);
-            prefetch_far(p, TKV__Q8_0_PACK_PAIR);
         }
         __m256i s[2][TT];
         UNROLL
@@ -355,6 +348,17 @@ INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *co
         UNROLL
         for (int j = 0; j < 4; j++) {
             __m256i q[2][2], w[2][2];
+            if (kind == B4_Q8_0) {
+                /* a Q8_0 group is one stream, but a core this level runs on alone (Zen 1) does not keep enough
+                   of it on its way: both distances, the pair's 17 lines spread over its 8 steps (from memory,
+                   bench_kernels -n 2048 -r 131072, one thread: 8.4-9.0 GB/s with the pair's lines asked at
+                   once, 10.4-10.7 by halves, 12.2-12.6 a line or two a step; the avx512 level, on Zen 5, was
+                   slower with them) */
+                const size_t slot = (i % 2) * 4 + (size_t)j, L0 = slot * 17 / 8, L1 = (slot + 1) * 17 / 8;
+                const uint8_t *p = g + tkv__q8_0_pack_quants(i - i % 2) + 64 * L0;
+                prefetch_span(p + PREFETCH_NEAR, 64 * (L1 - L0));
+                prefetch_far(p, 64 * (L1 - L0));
+            }
             steps_pair(g, i, 0, j, kind, book, q[0], w[0]);
             steps_pair(g, i, 1, j, kind, book, q[1], w[1]);
             UNROLL
