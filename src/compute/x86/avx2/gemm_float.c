@@ -114,18 +114,20 @@ float tkv__dot_bf16_ref_avx2(size_t n, const void *w, const void *a) {
 /* ---- lanes: one accumulator per entry ------------------------------------------------ */
 
 /*
- * BF16 and F32 as at the avx512 level (its comment says why): the tokens
- * of a tile are widened once, whole rows, into xbuf, and only the weights
- * in the tile. Tiles of RT rows x TT tokens: the RT x TT accumulators of two
+ * All three as at the avx512 level (its comment says why): the tokens of a
+ * tile are widened once, whole rows, into xbuf, and only the weights in
+ * the tile. Tiles of RT rows x TT tokens: the RT x TT accumulators of two
  * halves, the widened weights and a token's halves fill the 16 ymm
- * registers. F16 keeps tiles of 2 rows x 2 tokens that widen both operands
- * (LANES_WIDE): its 8-lane widening is one cheap instruction, and the
- * widened tokens' loads cost more than it saved. Measured at this level on
- * the avx512 machine (the 125M layer's products, 512 tokens, one thread):
- * BF16 62 -> 88 GFLOP/s, F32 40 -> 79, F16 93 with 2 x 2 tiles against 84
- * with these. Rows longer than XMAX take LANES_WIDE too. The tile shape
- * changes no sum: each entry is one accumulator over its whole row, in
- * element order.
+ * registers. Measured at this level on the avx512 machine (the 125M
+ * layer's products, 512 tokens, one thread): BF16 62 -> 88 GFLOP/s, F32
+ * 40 -> 79. F16 there was faster in tiles of 2 rows x 2 tokens that widen
+ * both operands (LANES_WIDE: 93 against 84), but the cores that run this
+ * level are those without AVX-512, and on one of them (Zen 1, whose 8-lane
+ * widening is two operations) these tiles are twice as fast: 12.1-12.5 ->
+ * 26.7-27.1 GFLOP/s (bench_kernels --prefill -t 256, the 125m
+ * layer on one thread; 1b: 12.2-12.5 -> 20.3-20.7). Rows longer than XMAX
+ * take LANES_WIDE. The tile shape changes no sum: each entry is one
+ * accumulator over its whole row, in element order.
  */
 #define RT 1
 #define TT 6
@@ -156,6 +158,7 @@ static inline v16 ldx(const float *p) { return (v16){_mm256_load_ps(p), _mm256_l
 
 DEFINE_TILE(tile_f32, ld_f32, 4)
 DEFINE_TILE(tile_bf16, ld_bf16, 2)
+DEFINE_TILE(tile_f16, ld_f16, 2)
 
 /* Tiles of 2 rows x 2 tokens that widen both operands. */
 #define LANES_WIDE(LD, es)                                                                                            \
@@ -228,8 +231,7 @@ void tkv__lanes_f32_avx2(size_t n, const void *w, size_t wrs, size_t n_rows, con
 
 void tkv__lanes_f16_avx2(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    const uint8_t *wb = w, *xb = xq;
-    LANES_WIDE(ld_f16, 2);
+    LANES_LOOP(ld_f16, 2, tile_f16)
 }
 
 void tkv__lanes_bf16_avx2(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs, size_t n_tok,
