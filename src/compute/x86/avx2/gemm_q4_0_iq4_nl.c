@@ -354,7 +354,8 @@ INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *co
                    bench_kernels -n 2048 -r 131072, one thread: 8.4-9.0 GB/s with the pair's lines asked at
                    once, 10.4-10.7 by halves, 12.2-12.6 a line or two a step; the avx512 level, on Zen 5, was
                    slower with them) */
-                const size_t slot = (i % 2) * 4 + (size_t)j, L0 = slot * 17 / 8, L1 = (slot + 1) * 17 / 8;
+                enum { LINES = TKV__Q8_0_PACK_PAIR / 64 }; /* a pair's, over its 2 x 4 steps */
+                const size_t slot = (i % 2) * 4 + (size_t)j, L0 = slot * LINES / 8, L1 = (slot + 1) * LINES / 8;
                 const uint8_t *p = g + tkv__q8_0_pack_quants(i - i % 2) + 64 * L0;
                 prefetch_span(p + PREFETCH_NEAR, 64 * (L1 - L0));
                 prefetch_far(p, 64 * (L1 - L0));
