@@ -141,19 +141,24 @@ if (missing) {
       await page.click('#new-chat');
       assert.equal(await page.locator('[data-testid=reply]').count(), 0);
       await page.fill('#max-tokens', String(LONG_TOKENS));
-      await sendMessage(page, LONG);
-      await page.waitForFunction(() => {
-        const r = [...document.querySelectorAll('[data-testid=reply]')].pop();
-        return r && r.textContent.length > 0;
-      }, null, { timeout: 30000 });
-      // checked and clicked in one turn of the page's event loop: page.click waits for the button to stay still
-      // over two frames while the streamed text moves it, and a fast machine finishes the reply meanwhile
-      const clicked = await page.evaluate(() => {
-        const stop = document.querySelector('[data-testid=stop]');
-        if (stop.disabled) return false;
-        stop.click();
-        return true;
+      // the stop button is clicked by the page itself, in the microtask that follows the first text of the reply:
+      // a check from here takes a round trip to the browser, and on a busy machine the 2000 tokens of
+      // stories260K streamed to their end within it (a CI failure); the page shows a text only while busy
+      await page.evaluate(() => {
+        window.stopClicked = null;
+        const observer = new MutationObserver(() => {
+          const r = [...document.querySelectorAll('[data-testid=reply]')].pop();
+          if (!r || r.textContent.length === 0) return;
+          observer.disconnect();
+          const stop = document.querySelector('[data-testid=stop]');
+          window.stopClicked = !stop.disabled;
+          if (!stop.disabled) stop.click();
+        });
+        observer.observe(document.getElementById('messages'), { childList: true, subtree: true, characterData: true });
       });
+      await sendMessage(page, LONG);
+      await page.waitForFunction(() => window.stopClicked !== null, null, { timeout: 30000 });
+      const clicked = await page.evaluate(() => window.stopClicked);
       assert.equal(clicked, true, 'the stop button is enabled while the reply streams');
       await settled(page);
       assert.equal(await page.isEnabled('[data-testid=stop]'), false);
