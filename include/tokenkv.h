@@ -111,8 +111,8 @@ typedef struct tkv_model_params {
     /**
      * Rearrange, at load, the matrices whose products this CPU runs faster
      * in another layout (today: Q4_0, IQ4_NL, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
-     * Q6_K and IQ4_XS on CPUs with AVX2 or AVX-512 VNNI, in groups of 16
-     * rows), into one allocation of their size (each matrix rounded up to
+     * Q6_K and IQ4_XS on CPUs with AVX2 or AVX-512 VNNI, and Q5_0 on those
+     * with AVX2 alone, in groups of 16 rows), into one allocation of their size (each matrix rounded up to
      * whole groups): faster prompt processing (Q4_0, IQ4_NL, Q8_0, Q4_K, Q2_K), generation
      * and batched steps, the same results bit for bit. The copy takes the
      * place of the mapped file's pages of those weights, which the load

@@ -28,6 +28,9 @@
  *     gemm_q4_0_iq4_nl.c) and the products over packed rows
  *     (compute/quant/repack.h) hold a row per lane and reduce a block with
  *     no horizontal sum.
+ *   - Q5_0 at the avx2 level: block-reduced as Q4_0 (s_b = sum((q - 16) * y)),
+ *     over its packed rows too (gemm_q4_0_iq4_nl.c); the reference's
+ *     lane-wise order, below, is its vec_dot_ref and the avx512 level's default.
  *   - The others (avx2 and avx512 alike): lane-wise. Per (row, token), 8
  *     int32 lanes per block (lane j sums products of elements 4j..4j+3 of
  *     each 32-element group, times group scales), converted to float and
@@ -206,6 +209,12 @@ void tkv__gemm_iq4_nl_avx2(size_t n, const void *w, size_t wrs, size_t nr, const
                            float *y, size_t ldy);
 void tkv__packed_iq4_nl_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
+/* ... and Q5_0's, the avx2 level's alone (the avx512 one keeps its lane-wise Q5_0, with no packed rows) */
+float tkv__dot_q5_0_avx2(size_t n, const void *w, const void *a);
+void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__packed_q5_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
 void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__gemm_q5_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -214,11 +223,12 @@ void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
                          float *y, size_t ldy);
 void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
-/* compute/x86/avx2/gemm_q4_1_q5.c: Q4_1, Q5_0 and Q5_1 */
+/* compute/x86/avx2/gemm_q4_1_q5.c: Q4_1, Q5_1 and Q5_0 in the reference's lane-wise order (Q5_0's is the level's
+   gemm_ref: its default is block-reduced, above) */
 void tkv__gemm_q4_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
-void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy);
+void tkv__gemm_q5_0_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                               size_t n_tok, float *y, size_t ldy);
 void tkv__gemm_q5_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 

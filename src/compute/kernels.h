@@ -132,7 +132,9 @@ typedef struct tkv__kernels {
     /* indexed by weight type, NULL where the default order is already the
        reference's: a type's product in the reference implementation's
        x86 order where the default differs (Q5_K, Q3_K, Q8_0: its lane-wise vec_dots,
-       the scalar level's Q8_0 its plain C loop;
+       the scalar level's Q8_0 its plain C loop; Q5_0: the avx2 level's
+       default is block-reduced, its reference the lane-wise vec_dot, the
+       scalar one the plain C loop (the scalar default);
        Q2_K: its lane-wise vec_dot at the scalar and avx2 levels, the
        default block-reduced order at the avx512 level, where the reference
        repacks Q2_K rows; compute/quant/quant.h), for contexts that compute

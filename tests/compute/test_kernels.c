@@ -428,15 +428,19 @@ static void test_tq_reference_lanes(void **state) {
  * 128), the E2M1 values being doubled), then 16 bytes whose low nibbles are
  * elements 0..15 and high nibbles 16..31 (Q8_0: 32 signed bytes, element e
  * at byte e); Q4_0's value is the nibble less 8, the others' their GGUF
- * codebook entry.
+ * codebook entry. Q5_0 (the avx2 level's order alone): an fp16 d, 4 bytes
+ * whose bit e is element e's fifth bit, then Q4_0's 16 bytes of nibbles; its
+ * value (nibble + 16 fifth bit) less 16.
  */
 static float b4_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a) {
     static const int iq4nl_book[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
     static const int mxfp4_book[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-    const size_t bs = t == TKV_TYPE_MXFP4 ? 17 : t == TKV_TYPE_Q8_0 ? 34 : 18;
+    const size_t bs = t == TKV_TYPE_MXFP4 ? 17 : t == TKV_TYPE_Q8_0 ? 34 : t == TKV_TYPE_Q5_0 ? 22 : 18;
     float acc = 0.0f;
     for (size_t i = 0; i < n / 32; i++) {
-        const uint8_t *blk = w + bs * i, *qs = blk + (t == TKV_TYPE_MXFP4 ? 1 : 2), *ab = a + 34 * i;
+        const uint8_t *blk = w + bs * i, *ab = a + 34 * i;
+        const uint8_t *qs = blk + (t == TKV_TYPE_MXFP4 ? 1 : t == TKV_TYPE_Q5_0 ? 6 : 2);
+        const uint32_t qh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 | (uint32_t)blk[5] << 24;
         uint16_t dw, da;
         memcpy(&dw, blk, 2);
         memcpy(&da, ab, 2);
@@ -446,6 +450,7 @@ static float b4_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a
             const int nib = e < 16 ? qs[e] & 0x0f : qs[e - 16] >> 4;
             const int v = t == TKV_TYPE_Q8_0   ? (int8_t)qs[e]
                           : t == TKV_TYPE_Q4_0 ? nib - 8
+                          : t == TKV_TYPE_Q5_0 ? (nib | (int)((qh >> e) & 1) << 4) - 16
                           : t == TKV_TYPE_IQ4_NL ? iq4nl_book[nib]
                                                  : mxfp4_book[nib];
             s += v * (int8_t)ab[2 + e];
@@ -586,7 +591,8 @@ static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8
 
 /*
  * Every level's vec_dot, gemm, gemv and packed product (where it has one)
- * of Q4_0, IQ4_NL, MXFP4 and Q8_0 rows of 1 to 16 blocks and Q4_K, Q5_K, Q2_K and Q3_K rows of 1 to 33
+ * of Q4_0, IQ4_NL, MXFP4 and Q8_0 rows of 1 to 16 blocks (and Q5_0's at the avx2 level, the one whose order
+ * it is) and Q4_K, Q5_K, Q2_K and Q3_K rows of 1 to 33
  * against those models, bit for bit (from 2 blocks on, the lane-wise order
  * IQ4_NL, MXFP4 and Q4_K had before is an ulp off in most outputs): 19 rows
  * (a whole packed group and a partial one), 1 to 9 tokens and 37.
@@ -594,7 +600,7 @@ static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8
 static void test_b4_reference_order(void **state) {
     (void)state;
     const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q8_0, TKV_TYPE_Q4_K,
-                              TKV_TYPE_Q5_K, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K};
+                              TKV_TYPE_Q5_K, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_Q5_0};
     const size_t n_rows = 19, ldy = 19, tok_counts[] = {1, 2, 3, 4, 5, 8, 9, 37};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const tkv_type t = types[ti], at = tkv__quant_vec_dot_type(t), be = tkv__quant_block_elems(t);
@@ -619,7 +625,7 @@ static void test_b4_reference_order(void **state) {
             if (tkv__pack_supported(t)) tkv__pack_rows(t, w, n, n_rows, pk);
             for (int l = 0; l < TKV__KERNEL_LEVELS; l++) {
                 const tkv__kernels *k = tkv__kernel_table((tkv__kernel_level)l);
-                if (!k) continue;
+                if (!k || (t == TKV_TYPE_Q5_0 && l != TKV__KERNEL_AVX2)) continue; /* Q5_0's order: avx2's alone */
                 for (size_t r = 0; r < n_rows; r++)
                     for (size_t tok = 0; tok < 37; tok += 6) {
                         const float got = k->vec_dot[t](n, w + r * wrs, xq + tok * xrs), ref = want[tok * n_rows + r];
@@ -660,8 +666,8 @@ static void test_b4_reference_order(void **state) {
 
 /*
  * The reference-order entries (kernels.h's vec_dot_ref, gemm_ref: Q5_K, Q2_K,
- * Q3_K and Q8_0 summed lane-wise, as the reference's plain x86 vec_dots; Q2_K's at
- * avx512 block-reduced, as it repacks there; the scalar Q8_0 as its plain C): at every level that
+ * Q3_K, Q8_0 and Q5_0 summed lane-wise, as the reference's plain x86 vec_dots; Q2_K's at
+ * avx512 block-reduced, as it repacks there; the scalar Q8_0 and Q5_0 as its plain C): at every level that
  * has them, the gemm bit for bit its level's vec_dot_ref (1 to 9 tokens and
  * 37, 19 rows, 1 to 17 superblocks), and each vec_dot_ref within the
  * float-order bound of test_dot's against the scalar one and against a
@@ -720,7 +726,7 @@ static void test_ref_entries(void **state) {
             free(w), free(xq), free(x), free(y), free(wf), free(af);
         }
     }
-    assert_int_equal(seen, 4); /* Q5_K, Q2_K, Q3_K, Q8_0 */
+    assert_int_equal(seen, 5); /* Q5_K, Q2_K, Q3_K, Q8_0, Q5_0 */
 }
 
 /* Extreme quants: every weight quant at its most negative/positive, activations at +-127. */
@@ -948,7 +954,7 @@ static void test_packed_levels(void **state) {
     if (!levels) TU_SKIP();
 }
 
-/* Extreme quants in the tiled products: weights at their limits, activations at +-127. */
+/* Extreme quants in the tiled products and those over packed rows: weights at their limits, activations at +-127. */
 static void test_gemm_extremes(void **state) {
     (void)state;
     const size_t n = 2304, n_rows = 6, n_tok = 7, ldy = 8;
@@ -1000,6 +1006,14 @@ static void test_gemm_extremes(void **state) {
                 tkv__quant_quantize_row(at, x, xq + tok * xrs, n);
             }
             check_gemm_range(k, t, n, w, xq, n_tok, 0, n_rows, ldy, y);
+            if (k->packed[t]) { /* over packed rows: 4 tokens (in registers) and 7 (through panels) */
+                uint8_t *pk = aligned_alloc(64, (tkv__pack_bytes(t, n, n_rows) + 63) / 64 * 64);
+                assert_non_null(pk);
+                tkv__pack_rows(t, w, n, n_rows, pk);
+                check_product_range(k, t, n, w, pk, xq, 4, 0, n_rows, ldy, y);
+                check_product_range(k, t, n, w, pk, xq, n_tok, 0, n_rows, ldy, y);
+                free(pk);
+            }
             free(w);
             free(xq);
             free(x);

@@ -473,7 +473,13 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *                   build repacks no Q8_0 rows; its plain C sums
  *                   s += sumi * (d_w * d_a), tkv__quant_vec_dot_q8_0_ref,
  *                   and its SIMD vec_dot lane-wise: kernels.h's vec_dot_ref)
- *   Q5_0:           sumi * d_w * d_a
+ *   Q5_0:           s += sumi * (d_w * d_a), the reference's plain C (the
+ *                   scalar level's default and vec_dot_ref); the avx512
+ *                   level sums lane-wise, as the reference's x86 vec_dot
+ *                   (every level's vec_dot_ref above scalar); the avx2
+ *                   level block-reduced as Q4_0 (sumi = sum((q - 16) * y)),
+ *                   over its packed rows (compute/quant/repack.h), its own
+ *                   order: the reference repacks no Q5_0 rows
  *   Q4_1/Q5_1:      sumi * d_w * d_a + m_w * s_a
  *   Q4_K/Q5_K:      block-reduced as Q4_0, two running sums from +0:
  *                   s = fmaf((float)sum_g(sc_g * sumi_g), d_w * d_a, s),

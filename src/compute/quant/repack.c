@@ -16,6 +16,7 @@ typedef enum pack_kind {
     PACK_NONE = 0,
     PACK_TRANSPOSED,  /* Q4_0's 4-byte chunks per row and lane */
     PACK_Q8_0,        /* the same for Q8_0, in pairs of blocks with their scales */
+    PACK_Q5_0,        /* the same for Q5_0, its fifth bits and scales after each block */
     PACK_INTERLEAVED, /* the file's blocks, block i of the group's 16 rows side by side */
     PACK_K45,         /* Q4_K's and Q5_K's transposed superblocks */
     PACK_Q2K,         /* Q2_K's transposed superblocks */
@@ -24,12 +25,21 @@ typedef enum pack_kind {
 
 static const pack_kind kinds[TKV_TYPE_COUNT] = {
     [TKV_TYPE_Q4_0] = PACK_TRANSPOSED,   [TKV_TYPE_IQ4_NL] = PACK_TRANSPOSED, [TKV_TYPE_Q8_0] = PACK_Q8_0,
+    [TKV_TYPE_Q5_0] = PACK_Q5_0,
     [TKV_TYPE_Q4_K] = PACK_K45, [TKV_TYPE_Q5_K] = PACK_K45, [TKV_TYPE_Q6_K] = PACK_INTERLEAVED,
     [TKV_TYPE_IQ4_XS] = PACK_INTERLEAVED, [TKV_TYPE_Q2_K] = PACK_Q2K, [TKV_TYPE_Q3_K] = PACK_Q3K,
 };
 
 static pack_kind kind_of(tkv_type type) {
     return (unsigned)type < TKV_TYPE_COUNT ? kinds[type] : PACK_NONE;
+}
+
+/* A Q5_0 block's fifth bits (bit e: element e's) with element 4s + b's at bit 8b + s (repack.h). */
+static uint32_t q5_0_fifth_by_step(const uint8_t qh[4]) {
+    uint32_t h, out = 0;
+    memcpy(&h, qh, 4);
+    for (unsigned e = 0; e < 32; e++) out |= ((h >> e) & 1u) << (8 * (e % 4) + e / 4);
+    return out;
 }
 
 int tkv__pack_supported(tkv_type type) {
@@ -43,6 +53,7 @@ size_t tkv__pack_stride(tkv_type type, size_t n) {
     const size_t be = tkv__quant_block_elems(type), nb = n / be;
     const size_t bytes = k == PACK_TRANSPOSED ? nb * (Q4_0_BLOCK + Q4_0_SCALES)
                          : k == PACK_Q8_0     ? (nb + 1) / 2 * TKV__Q8_0_PACK_PAIR
+                         : k == PACK_Q5_0     ? nb * TKV__Q5_0_PACK_BLOCK
                          : k == PACK_K45      ? nb * TKV__K45_PACK_BLOCK(type == TKV_TYPE_Q5_K)
                          : k == PACK_Q2K      ? nb * TKV__Q2K_PACK_BLOCK
                          : k == PACK_Q3K      ? nb * TKV__Q3K_PACK_BLOCK
@@ -86,6 +97,17 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
             for (size_t i = 0; i < nb; i++) {
                 for (size_t j = 0; j < 8; j++) memcpy(g + tkv__q8_0_pack_quants(i) + 64 * j + 4 * k, b[i].qs + 4 * j, 4);
                 memcpy(g + tkv__q8_0_pack_scales(i) + 2 * k, &b[i].d, 2);
+            }
+            continue;
+        }
+        if (kind == PACK_Q5_0) {
+            const tkv__block_q5_0 *b = (const tkv__block_q5_0 *)(const void *)row;
+            for (size_t i = 0; i < nb; i++) {
+                uint8_t *o = g + i * TKV__Q5_0_PACK_BLOCK;
+                for (size_t j = 0; j < 4; j++) memcpy(o + j * Q4_0_CHUNK + 4 * k, b[i].qs + 4 * j, 4);
+                const uint32_t fifth = q5_0_fifth_by_step(b[i].qh);
+                memcpy(o + TKV__Q5_0_PACK_FIFTH + 4 * k, &fifth, 4);
+                memcpy(o + TKV__Q5_0_PACK_SCALES + 2 * k, &b[i].d, 2);
             }
             continue;
         }

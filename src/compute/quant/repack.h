@@ -79,6 +79,17 @@
  *                 of sub-block 2h + e
  *   [1792, 1824)  row k's fp16 d at + 2k; then 32 bytes of zeros
  *
+ * Transposed Q5_0 (the avx2 level's block-reduced products, in its
+ * gemm_q4_0_iq4_nl.c): one stream, block i of the group at
+ * TKV__Q5_0_PACK_BLOCK i = 352 i (11 x 32 bytes: the file's bytes),
+ *
+ *   [0, 256)      quants: as Q4_0's block (chunk j at 64 j, bytes 4k .. 4k + 3
+ *                 = row k's qs[4j .. 4j + 3])
+ *   [256, 320)    fifth bits: row k's 32 at + 4k, bit 8b + s of them the fifth
+ *                 bit of its element 4s + b (s the product's step: bit s of
+ *                 every byte, which one shift brings to bit 4 for all rows)
+ *   [320, 352)    row k's fp16 d at + 2k
+ *
  * Interleaved (Q6_K, IQ4_XS: the lane-wise products of gemm.h, whose
  * per-row float lanes leave nothing to gain from a transpose): the file's
  * blocks as they are, block i of row k of the group at (16 i + k) bs (bs the
@@ -96,7 +107,7 @@
 #define TKV__PACK_ROWS 16
 
 /*
- * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q8_0, Q4_K, Q5_K, Q2_K, Q3_K; Q6_K, IQ4_XS). A level's kernel table says
+ * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q8_0, Q5_0, Q4_K, Q5_K, Q2_K, Q3_K; Q6_K, IQ4_XS). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);
@@ -142,6 +153,11 @@ static inline size_t tkv__q8_0_pack_quants(size_t i) {
 static inline size_t tkv__q8_0_pack_scales(size_t i) {
     return i / 2 * TKV__Q8_0_PACK_PAIR + 1024 + i % 2 * 32;
 }
+
+/* Offsets in one Q5_0 block of a packed group (above). */
+#define TKV__Q5_0_PACK_FIFTH 256
+#define TKV__Q5_0_PACK_SCALES 320
+#define TKV__Q5_0_PACK_BLOCK 352
 
 /* Offsets in one Q2_K superblock of a packed group (above). */
 #define TKV__Q2K_PACK_SCALES 1024

@@ -23,6 +23,13 @@
  * once (vpmaddwd): exact, with no correction. Q8_0 (32 signed bytes a
  * block, read as two halves of 16 transposed as the nibbles are) takes the
  * same step.
+ *
+ * Q5_0 (this level's alone: compute/quant/quant.h) is Q4_0 with a fifth
+ * bit: steps of unsigned 0..31 and a -16 * sum(y) correction, its word sums
+ * taken to int32 every 4 steps (4 x 2 x 31 x 127 = 31496: no overflow).
+ * Its packed rows keep the fifth bits in the steps' order (repack.h), so
+ * one shift and one and give a step's; from the file's rows, a byte
+ * shuffle, an and and a compare.
  */
 #include "compute/gemm.h"
 #include "util.h"
@@ -31,6 +38,7 @@
 
 #include <assert.h>
 #include <stdalign.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -52,29 +60,38 @@ typedef enum b4_kind {
     B4_Q4_0,   /* q - 8 */
     B4_IQ4_NL, /* tkv__iq4nl_values[q] */
     B4_Q8_0,   /* the byte itself (a block of 32 bytes, not nibbles) */
+    B4_Q5_0,   /* (q | fifth bit << 4) - 16 */
 } b4_kind;
+
+enum { Q5B = sizeof(tkv__block_q5_0), Q5_QH = offsetof(tkv__block_q5_0, qh), Q5_QS = offsetof(tkv__block_q5_0, qs) };
 
 /* Bytes of a block of one row. */
 static inline size_t b4_block(b4_kind kind) {
-    return kind == B4_Q8_0 ? AB : QB;
+    return kind == B4_Q8_0 ? AB : kind == B4_Q5_0 ? Q5B : QB;
+}
+
+/* Whether the panel's steps hold unsigned values (Q4_0's nibbles, Q5_0's 5 bits) with the tokens' correction,
+   rather than |w| and w. */
+static inline int b4_unsigned(b4_kind kind) {
+    return kind == B4_Q4_0 || kind == B4_Q5_0;
 }
 
 /* One block of 8 rows, transposed (544 bytes; Q4_0 reads 288 of them). */
 typedef struct pan8 {
     __m256i q[8]; /* step j: lane k = row k's 4 weights for activation bytes 4j..4j+3: Q4_0's
-                     nibbles (0..15), IQ4_NL's and Q8_0's |values| */
+                     nibbles (0..15), Q5_0's 0..31, IQ4_NL's and Q8_0's |values| */
     __m256i w[8]; /* IQ4_NL, Q8_0: the signed values of q's bytes */
     __m256 d;     /* lane k: row k's scale */
 } pan8;
 
-/* Per token and block: -8 * sum of the 32 activation quants (IQ4_NL, Q8_0: 0), and the scale. */
+/* Per token and block: -8 * sum of the 32 activation quants (Q5_0: -16 *; IQ4_NL, Q8_0: 0), and the scale. */
 typedef struct tokb {
     int32_t corr;
     float d;
 } tokb;
 
 static void tok_fill(tokb *tab, const uint8_t *row, size_t nb, b4_kind kind) {
-    const __m256i eight = _mm256_set1_epi8(kind == B4_Q4_0 ? 8 : 0), one = _mm256_set1_epi16(1);
+    const __m256i eight = _mm256_set1_epi8(kind == B4_Q4_0 ? 8 : kind == B4_Q5_0 ? 16 : 0), one = _mm256_set1_epi16(1);
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *b = row + i * AB;
         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(eight, LOAD256(b + 2)), one);
@@ -94,9 +111,9 @@ INLINE void put_signed(pan8 *e, int j, __m256i w) {
     _mm256_store_si256(&e->w[j], w);
 }
 
-/* Nibbles (0..15 per byte) into step j of e as `kind` keeps them. */
+/* Nibbles (0..15 per byte; Q5_0: 0..31) into step j of e as `kind` keeps them. */
 INLINE void put_step(pan8 *e, int j, __m256i q, b4_kind kind) {
-    if (kind == B4_Q4_0) _mm256_store_si256(&e->q[j], q);
+    if (b4_unsigned(kind)) _mm256_store_si256(&e->q[j], q);
     else put_signed(e, j, _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values)), q));
 }
 
@@ -112,6 +129,21 @@ INLINE void transpose8(const uint8_t *const *rows, size_t off, __m256i u[4]) {
     u[2] = _mm256_unpacklo_epi64(t1, t3), u[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
+/* Lane k: 16 in byte b where bit 4s + b of dword k of qh (8 rows' Q5_0 fifth bits, the file's order) is set: step
+   s's fifth bits. */
+INLINE __m256i fifth_of_step(__m256i qh, int s) {
+    const char c = (char)(s / 2);
+    const __m256i pick = _mm256_setr_epi8(c, c, c, c, (char)(4 + c), (char)(4 + c), (char)(4 + c), (char)(4 + c),
+                                          (char)(8 + c), (char)(8 + c), (char)(8 + c), (char)(8 + c), (char)(12 + c),
+                                          (char)(12 + c), (char)(12 + c), (char)(12 + c), c, c, c, c, (char)(4 + c),
+                                          (char)(4 + c), (char)(4 + c), (char)(4 + c), (char)(8 + c), (char)(8 + c),
+                                          (char)(8 + c), (char)(8 + c), (char)(12 + c), (char)(12 + c), (char)(12 + c),
+                                          (char)(12 + c));
+    const __m256i bit = _mm256_set1_epi32((int)(0x08040201u << (4 * (s % 2))));
+    const __m256i v = _mm256_and_si256(_mm256_shuffle_epi8(qh, pick), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(v, bit), _mm256_set1_epi8(0x10));
+}
+
 /* Block i (byte offset off) of rows[0..7], transposed into e. */
 INLINE void unpack8(pan8 *e, const uint8_t *const *rows, size_t off, b4_kind kind) {
     __m256i u[4];
@@ -119,6 +151,16 @@ INLINE void unpack8(pan8 *e, const uint8_t *const *rows, size_t off, b4_kind kin
         for (int h = 0; h < 2; h++) {
             transpose8(rows, off + 2 + 16 * (size_t)h, u);
             for (int j = 0; j < 4; j++) put_signed(e, 4 * h + j, u[j]);
+        }
+    } else if (kind == B4_Q5_0) {
+        transpose8(rows, off + Q5_QS, u);
+        int32_t h[8];
+        for (int k = 0; k < 8; k++) memcpy(&h[k], rows[k] + off + Q5_QH, 4);
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)h), m = _mm256_set1_epi8(0x0f);
+        for (int j = 0; j < 4; j++) {
+            put_step(e, j, _mm256_or_si256(_mm256_and_si256(u[j], m), fifth_of_step(qh, j)), kind);
+            put_step(e, 4 + j, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u[j], 4), m), fifth_of_step(qh, 4 + j)),
+                     kind);
         }
     } else {
         transpose8(rows, off + 2, u);
@@ -135,9 +177,16 @@ INLINE void unpack8(pan8 *e, const uint8_t *const *rows, size_t off, b4_kind kin
 
 /* One step of a tile for one token whose 4 activation bytes are v, into its block sum s. */
 INLINE __m256i step_token(__m256i s, __m256i q, __m256i w, int32_t v, b4_kind kind) {
-    if (kind == B4_Q4_0) return _mm256_add_epi16(s, _mm256_maddubs_epi16(q, _mm256_set1_epi32(v)));
+    if (b4_unsigned(kind)) return _mm256_add_epi16(s, _mm256_maddubs_epi16(q, _mm256_set1_epi32(v)));
     const __m256i ys = _mm256_sign_epi8(_mm256_set1_epi32(v), w);
     return _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(q, ys), _mm256_set1_epi16(1)));
+}
+
+/* An unsigned kind's block sums: its word sums s (and Q5_0's first 4 steps' int32 mid) with the token's correction. */
+INLINE __m256i unsigned_sum(__m256i s, __m256i mid, int32_t corr, b4_kind kind) {
+    __m256i si = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+    if (kind == B4_Q5_0) si = _mm256_add_epi32(si, mid);
+    return _mm256_add_epi32(si, _mm256_set1_epi32(corr));
 }
 
 /*
@@ -149,9 +198,9 @@ INLINE void tile(const pan8 *pan, size_t k0, size_t k1, const uint8_t *const *yt
     const __m256i one = _mm256_set1_epi16(1);
     for (size_t i = k0; i < k1; i++) {
         const pan8 *e = pan + (i - k0);
-        __m256i s[TT]; /* Q4_0: int16 pairs; IQ4_NL: int32 */
+        __m256i s[TT], mid[TT]; /* Q4_0, Q5_0: int16 pairs (Q5_0's first 4 steps' in mid, as int32); IQ4_NL: int32 */
         UNROLL
-        for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256();
+        for (int t = 0; t < T; t++) s[t] = _mm256_setzero_si256(), mid[t] = s[t];
         UNROLL
         for (int j = 0; j < 8; j++) {
             const __m256i q = _mm256_load_si256(&e->q[j]);
@@ -159,14 +208,13 @@ INLINE void tile(const pan8 *pan, size_t k0, size_t k1, const uint8_t *const *yt
             for (int t = 0; t < T; t++) {
                 int32_t v;
                 memcpy(&v, yt[t] + i * AB + 2 + 4 * j, 4);
-                s[t] = step_token(s[t], q, kind == B4_Q4_0 ? q : _mm256_load_si256(&e->w[j]), v, kind);
+                s[t] = step_token(s[t], q, b4_unsigned(kind) ? q : _mm256_load_si256(&e->w[j]), v, kind);
+                if (kind == B4_Q5_0 && j == 3) mid[t] = _mm256_madd_epi16(s[t], one), s[t] = _mm256_setzero_si256();
             }
         }
         UNROLL
         for (int t = 0; t < T; t++) {
-            const __m256i si = kind == B4_Q4_0
-                                   ? _mm256_add_epi32(_mm256_madd_epi16(s[t], one), _mm256_set1_epi32(tb[t][i].corr))
-                                   : s[t];
+            const __m256i si = b4_unsigned(kind) ? unsigned_sum(s[t], mid[t], tb[t][i].corr, kind) : s[t];
             const __m256 d = _mm256_mul_ps(_mm256_load_ps((const float *)&e->d), _mm256_set1_ps(tb[t][i].d));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), d, acc[t]);
         }
@@ -266,11 +314,18 @@ void tkv__gemm_q8_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
     gemm_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_Q8_0);
 }
 
+void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy) {
+    gemm_b4(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, B4_Q5_0);
+}
+
 /* ==== packed rows (compute/quant/repack.h) ========================================================= */
 
 /* The 8 rows' scales of half h of packed block i. */
 INLINE __m256 half_scales(const uint8_t *g, size_t nb, size_t i, int h, b4_kind kind) {
-    const size_t off = kind == B4_Q8_0 ? tkv__q8_0_pack_scales(i) : nb * 256 + 32 * i;
+    const size_t off = kind == B4_Q8_0   ? tkv__q8_0_pack_scales(i)
+                       : kind == B4_Q5_0 ? i * TKV__Q5_0_PACK_BLOCK + TKV__Q5_0_PACK_SCALES
+                                         : nb * 256 + 32 * i;
     return _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + off + 16 * h)));
 }
 
@@ -285,13 +340,24 @@ INLINE void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h
         return;
     }
     const __m256i m = _mm256_set1_epi8(0x0f);
-    const uint8_t *b = g + i * 256 + 32 * h;
+    const uint8_t *b = g + i * (kind == B4_Q5_0 ? TKV__Q5_0_PACK_BLOCK : 256) + 32 * h;
+    const __m256i fifth = kind == B4_Q5_0 ? LOADA256(b + TKV__Q5_0_PACK_FIFTH) : _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) {
         const __m256i u = _mm256_load_si256((const __m256i *)(const void *)(b + 64 * j));
-        put_step(e, j, _mm256_and_si256(u, m), kind);
-        put_step(e, 4 + j, _mm256_and_si256(_mm256_srli_epi32(u, 4), m), kind);
+        __m256i lo = _mm256_and_si256(u, m), hi = _mm256_and_si256(_mm256_srli_epi32(u, 4), m);
+        if (kind == B4_Q5_0) lo = _mm256_or_si256(lo, fifth_bit(fifth, j)), hi = _mm256_or_si256(hi, fifth_bit(fifth, 4 + j));
+        put_step(e, j, lo, kind);
+        put_step(e, 4 + j, hi, kind);
     }
     _mm256_store_ps((float *)&e->d, half_scales(g, nb, i, h, kind));
+}
+
+/* The prefetches for block i of a packed Q5_0 group g, one stream: its bytes PREFETCH_NEAR on into L1 and
+   PREFETCH_FAR on into L2 (prefetch_far), as Q4_0's (prefetch_b4_block). */
+INLINE void prefetch_q5_0_block(const uint8_t *g, size_t i) {
+    const uint8_t *b = g + i * TKV__Q5_0_PACK_BLOCK;
+    prefetch_span(b + PREFETCH_NEAR, TKV__Q5_0_PACK_BLOCK);
+    prefetch_far(b, TKV__Q5_0_PACK_BLOCK);
 }
 
 /* A half's tile accumulators to y: token t's first nrow (1..8) rows at y + t ldy. */
@@ -306,9 +372,10 @@ INLINE void store_half(const __m256 *acc, int T, float *y, size_t ldy, int nrow)
 
 /* Steps j and 4 + j of half h (rows 8h .. 8h + 7) of packed block i, in registers: q[k] the unsigned bytes
    vpmaddubsw multiplies, w[k] (IQ4_NL, Q8_0) the signed values whose signs the tokens' bytes take, as
-   unpack_packed8 stores them (Q4_0, IQ4_NL: both steps from one 32-byte load, low and high nibbles). */
-INLINE void steps_pair(const uint8_t *g, size_t i, int h, int j, b4_kind kind, __m256i book, __m256i q[2],
-                       __m256i w[2]) {
+   unpack_packed8 stores them (Q4_0, IQ4_NL, Q5_0: both steps from one 32-byte load, low and high nibbles; Q5_0's
+   fifth bits from the half's 32 bytes of them, `fifth`). */
+INLINE void steps_pair(const uint8_t *g, size_t i, int h, int j, b4_kind kind, __m256i book, __m256i fifth,
+                       __m256i q[2], __m256i w[2]) {
     if (kind == B4_Q8_0) {
         const uint8_t *b = g + tkv__q8_0_pack_quants(i) + 32 * h;
         w[0] = LOADA256(b + 64 * j), w[1] = LOADA256(b + 64 * (4 + j));
@@ -316,8 +383,10 @@ INLINE void steps_pair(const uint8_t *g, size_t i, int h, int j, b4_kind kind, _
         return;
     }
     const __m256i m = _mm256_set1_epi8(0x0f);
-    const __m256i u = LOADA256(g + i * 256 + 32 * h + 64 * j);
+    const __m256i u = LOADA256(g + i * (kind == B4_Q5_0 ? TKV__Q5_0_PACK_BLOCK : 256) + 32 * h + 64 * j);
     q[0] = _mm256_and_si256(u, m), q[1] = _mm256_and_si256(_mm256_srli_epi32(u, 4), m);
+    if (kind == B4_Q5_0)
+        q[0] = _mm256_or_si256(q[0], fifth_bit(fifth, j)), q[1] = _mm256_or_si256(q[1], fifth_bit(fifth, 4 + j));
     if (kind == B4_IQ4_NL)
         for (int k = 0; k < 2; k++) w[k] = _mm256_shuffle_epi8(book, q[k]), q[k] = _mm256_abs_epi8(w[k]);
 }
@@ -339,12 +408,15 @@ INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *co
     UNROLL
     for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
-        if (kind != B4_Q8_0) {
-            prefetch_b4_block(g, gs, nb, i); /* as packed_b4 */
-        }
-        __m256i s[2][TT];
+        if (kind == B4_Q5_0) prefetch_q5_0_block(g, i);
+        else if (kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i); /* as packed_b4 */
+        __m256i s[2][TT], mid[2][TT], fifth[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         UNROLL
-        for (int t = 0; t < T; t++) s[0][t] = s[1][t] = _mm256_setzero_si256();
+        for (int t = 0; t < T; t++) s[0][t] = s[1][t] = mid[0][t] = mid[1][t] = _mm256_setzero_si256();
+        if (kind == B4_Q5_0) {
+            const uint8_t *f = g + i * TKV__Q5_0_PACK_BLOCK + TKV__Q5_0_PACK_FIFTH;
+            fifth[0] = LOADA256(f), fifth[1] = LOADA256(f + 32);
+        }
         UNROLL
         for (int j = 0; j < 4; j++) {
             __m256i q[2][2], w[2][2];
@@ -360,16 +432,19 @@ INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *co
                 prefetch_span(p + PREFETCH_NEAR, 64 * (L1 - L0));
                 prefetch_far(p, 64 * (L1 - L0));
             }
-            steps_pair(g, i, 0, j, kind, book, q[0], w[0]);
-            steps_pair(g, i, 1, j, kind, book, q[1], w[1]);
+            steps_pair(g, i, 0, j, kind, book, fifth[0], q[0], w[0]);
+            steps_pair(g, i, 1, j, kind, book, fifth[1], q[1], w[1]);
             UNROLL
             for (int t = 0; t < T; t++) {
                 int32_t v[2]; /* the token's bytes for step j (low nibbles) and 4 + j (high) */
                 memcpy(&v[0], yt[t] + i * AB + 2 + 4 * j, 4);
                 memcpy(&v[1], yt[t] + i * AB + 2 + 16 + 4 * j, 4);
                 UNROLL
-                for (int h = 0; h < 2; h++)
+                for (int h = 0; h < 2; h++) {
                     for (int k = 0; k < 2; k++) s[h][t] = step_token(s[h][t], q[h][k], w[h][k], v[k], kind);
+                    if (kind == B4_Q5_0 && j == 1) /* 4 steps: their word sums to int32 (the header) */
+                        mid[h][t] = _mm256_madd_epi16(s[h][t], one), s[h][t] = _mm256_setzero_si256();
+                }
             }
         }
         UNROLL
@@ -377,9 +452,7 @@ INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *co
             const __m256 dw = half_scales(g, nb, i, h, kind);
             UNROLL
             for (int t = 0; t < T; t++) {
-                const __m256i si = kind == B4_Q4_0 ? _mm256_add_epi32(_mm256_madd_epi16(s[h][t], one),
-                                                                      _mm256_set1_epi32(tb[t][i].corr))
-                                                   : s[h][t];
+                const __m256i si = b4_unsigned(kind) ? unsigned_sum(s[h][t], mid[h][t], tb[t][i].corr, kind) : s[h][t];
                 acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(dw, _mm256_set1_ps(tb[t][i].d)), acc[h][t]);
             }
         }
@@ -437,7 +510,8 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
                 for (size_t i = k0; i < k1; i++) {
                     /* util.h: the first half's pass reads the group from memory (Q8_0's group is one stream: the
                        hardware prefetcher's alone) */
-                    if (h == 0 && kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i);
+                    if (h == 0 && kind == B4_Q5_0) prefetch_q5_0_block(g, i);
+                    else if (h == 0 && kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i);
                     unpack_packed8(&b.pan[i - k0], g, nb, i, h, kind);
                 }
                 panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, nrow, kind);
@@ -459,6 +533,11 @@ void tkv__packed_iq4_nl_avx2(size_t n, const void *w, size_t gs, size_t nr, cons
 void tkv__packed_q8_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
     packed_b4(n, w, gs, nr, xq, xrs, n_tok, y, ldy, B4_Q8_0);
+}
+
+void tkv__packed_q5_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    packed_b4(n, w, gs, nr, xq, xrs, n_tok, y, ldy, B4_Q5_0);
 }
 
 #endif

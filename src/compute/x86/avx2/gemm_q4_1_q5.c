@@ -1,7 +1,8 @@
 /*
  * compute/x86/avx2/gemm_q4_1_q5.c — tiled products for prefill (see gemm.h), AVX2 + FMA +
  * F16C, for Q4_1, Q5_0 and Q5_1: bit-identical to the vec_dots of
- * compute/x86/avx2/kernels.c, which keep the lane-wise order with ONE float
+ * compute/x86/avx2/kernels.c (Q5_0's vec_dot_ref: its default order is
+ * block-reduced, gemm_q4_0_iq4_nl.c), which keep the lane-wise order with ONE float
  * accumulator (no even/odd split as Q8_0's) and, for Q4_1 and Q5_1, a
  * scalar running sum summ += m_w * s_a (block order, each product rounded
  * before the add), added after the horizontal sum: hsum(acc) + summ.
@@ -239,8 +240,8 @@ void tkv__gemm_q4_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
     gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, K4_1);
 }
 
-void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy) {
+void tkv__gemm_q5_0_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
+                               size_t n_tok, float *y, size_t ldy) {
     gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, K5_0);
 }
 

@@ -52,12 +52,6 @@ static inline __m256i word_pairs(const uint8_t *p) {
     return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
 }
 
-/* Bit k (0..7) of each byte of h moved to bit 4, the rest zero: a Q5_K value's fifth bit, as 16. */
-static inline __m256i fifth_bit(__m256i h, int k) {
-    const __m256i v = k < 4 ? _mm256_slli_epi16(h, 4 - k) : k > 4 ? _mm256_srli_epi16(h, k - 4) : h;
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
 /* The end of superblock b for half hf and T tokens: the mins by the tokens' group sums into summ, then both
    integer sums times the scales into the running sums acc and accm. */
 INLINE void k45_close(const uint8_t *b, size_t S, int hf, const uint8_t *const *yb, const __m256i *sumi, __m256i *summ,

@@ -130,20 +130,31 @@ static inline __m256i block_sums8(const __m256i p[8]) {
 
 /* What a 32-element block is: Q4_0 (q - 8), IQ4_NL (its codebook), both after an
    fp16 d; MXFP4 (the E2M1 values doubled) after an E8M0 exponent byte; Q8_0 (32
-   signed bytes after an fp16 d). */
+   signed bytes after an fp16 d); Q5_0 ((q | fifth bit << 4) - 16, after an fp16 d
+   and the fifth bits). */
 typedef enum b4_kind {
     B4_Q4_0,
     B4_IQ4_NL,
     B4_MXFP4,
     B4_Q8_0,
+    B4_Q5_0,
 } b4_kind;
 
-/* A block's 32 weights as signed bytes, from its 16 bytes of nibbles (Q8_0: its 32 bytes). */
-static inline __m256i b4_weights(const uint8_t *qs, b4_kind kind) {
-    if (kind == B4_Q8_0) return LOAD256(qs);
-    if (kind == B4_Q4_0) return _mm256_sub_epi8(nibbles32(qs), _mm256_set1_epi8(8));
+/* Bytes of a block. */
+static const size_t b4_bytes[] = {[B4_Q4_0] = sizeof(tkv__block_q4_0), [B4_IQ4_NL] = sizeof(tkv__block_iq4_nl),
+                                  [B4_MXFP4] = sizeof(tkv__block_mxfp4), [B4_Q8_0] = sizeof(tkv__block_q8_0),
+                                  [B4_Q5_0] = sizeof(tkv__block_q5_0)};
+
+/* A block's 32 weights as signed bytes. */
+static inline __m256i b4_weights(const uint8_t *blk, b4_kind kind) {
+    if (kind == B4_Q8_0) return LOAD256(blk + 2);
+    if (kind == B4_Q4_0) return _mm256_sub_epi8(nibbles32(blk + 2), _mm256_set1_epi8(8));
+    if (kind == B4_Q5_0) {
+        const tkv__block_q5_0 *b = (const tkv__block_q5_0 *)(const void *)blk;
+        return _mm256_sub_epi8(_mm256_or_si256(nibbles32(b->qs), fifth_bits32(b->qh)), _mm256_set1_epi8(16));
+    }
     const int8_t *book = kind == B4_IQ4_NL ? tkv__iq4nl_values : tkv__mxfp4_values;
-    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(LOAD128(book)), nibbles32(qs));
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(LOAD128(book)), nibbles32(blk + (kind == B4_MXFP4 ? 1 : 2)));
 }
 
 /* A block's scale as a float. */
@@ -155,7 +166,7 @@ static inline float b4_scale(const uint8_t *blk, b4_kind kind) {
 }
 
 /*
- * Q4_0, IQ4_NL, MXFP4 and Q8_0 in the block-reduced order (compute/quant/quant.h):
+ * Q4_0, IQ4_NL, MXFP4, Q8_0 and Q5_0 in the block-reduced order (compute/quant/quant.h):
  * each block's exact integer sum, then one fma per block with the product
  * of the two scales into a single float, blocks in order: the reference's
  * order over its repacked rows. The integer sums of eight blocks are formed
@@ -166,21 +177,18 @@ static inline float b4_scale(const uint8_t *blk, b4_kind kind) {
 static inline float dot_b4_reduced(size_t n, const void *w, const void *a, b4_kind kind) {
     const uint8_t *x = w;
     const tkv__block_q8_0 *y = a;
-    const size_t nb = n / TKV__QK, bs = kind == B4_MXFP4  ? sizeof(tkv__block_mxfp4)
-                                        : kind == B4_Q8_0 ? sizeof(tkv__block_q8_0)
-                                                          : sizeof(tkv__block_q4_0);
-    const size_t qo = kind == B4_MXFP4 ? 1 : 2; /* the quants follow the scale */
+    const size_t nb = n / TKV__QK, bs = b4_bytes[kind];
     float acc = 0.0f;
     size_t i = 0;
     for (; i + 8 <= nb; i += 8) {
         __m256i p[8];
-        for (int k = 0; k < 8; k++) p[k] = dot_i8(b4_weights(x + (i + k) * bs + qo, kind), LOAD256(y[i + k].qs));
+        for (int k = 0; k < 8; k++) p[k] = dot_i8(b4_weights(x + (i + k) * bs, kind), LOAD256(y[i + k].qs));
         alignas(32) float s[8];
         _mm256_store_ps(s, _mm256_cvtepi32_ps(block_sums8(p)));
         for (int k = 0; k < 8; k++) acc = fmaf(s[k], b4_scale(x + (i + k) * bs, kind) * f16(y[i + k].d), acc);
     }
     for (; i < nb; i++) {
-        const int s = hsum_i32(dot_i8(b4_weights(x + i * bs + qo, kind), LOAD256(y[i].qs)));
+        const int s = hsum_i32(dot_i8(b4_weights(x + i * bs, kind), LOAD256(y[i].qs)));
         acc = fmaf((float)s, b4_scale(x + i * bs, kind) * f16(y[i].d), acc);
     }
     return acc;
@@ -197,6 +205,12 @@ float tkv__dot_iq4_nl_avx2(size_t n, const void *w, const void *a) {
 
 static float dot_mxfp4(size_t n, const void *w, const void *a) {
     return dot_b4_reduced(n, w, a, B4_MXFP4);
+}
+
+/* This level's Q5_0 (compute/quant/quant.h: block-reduced, over its packed rows in gemm_q4_0_iq4_nl.c); the
+   reference's lane-wise order is dot_q5_0 (kernels.h's vec_dot_ref), which the avx512 level keeps as its own. */
+float tkv__dot_q5_0_avx2(size_t n, const void *w, const void *a) {
+    return dot_b4_reduced(n, w, a, B4_Q5_0);
 }
 
 float tkv__dot_q8_0_avx2(size_t n, const void *w, const void *a) {
@@ -782,7 +796,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q8_0] = tkv__dot_q8_0_avx2, /* block-reduced, as Q4_0 (gemm_q4_0_iq4_nl.c) */
             [TKV_TYPE_Q4_0] = tkv__dot_q4_0_avx2,
             [TKV_TYPE_Q4_1] = dot_q4_1,
-            [TKV_TYPE_Q5_0] = dot_q5_0,
+            [TKV_TYPE_Q5_0] = tkv__dot_q5_0_avx2, /* block-reduced, as Q4_0 (gemm_q4_0_iq4_nl.c) */
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx2,
             [TKV_TYPE_MXFP4] = dot_mxfp4,
             [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_avx2,
@@ -808,7 +822,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_avx2, /* compute/x86/avx2/gemm_q4_0_iq4_nl.c */
             [TKV_TYPE_Q4_0] = tkv__gemm_q4_0_avx2,
             [TKV_TYPE_Q4_1] = tkv__gemm_q4_1_avx2, /* compute/x86/avx2/gemm_q4_1_q5.c */
-            [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx2,
+            [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx2, /* compute/x86/avx2/gemm_q4_0_iq4_nl.c */
             [TKV_TYPE_Q5_1] = tkv__gemm_q5_1_avx2,
             [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx2, /* compute/x86/avx2/gemm_q2_q3_k.c */
             [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx2, /* compute/x86/avx2/gemm_q2_q3_k.c */
@@ -831,6 +845,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q4_0] = tkv__packed_q4_0_avx2,
             [TKV_TYPE_IQ4_NL] = tkv__packed_iq4_nl_avx2,
             [TKV_TYPE_Q8_0] = tkv__packed_q8_0_avx2, /* compute/x86/avx2/gemm_q4_0_iq4_nl.c */
+            [TKV_TYPE_Q5_0] = tkv__packed_q5_0_avx2,
             [TKV_TYPE_Q4_K] = tkv__packed_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__packed_q5_K_avx2,
             [TKV_TYPE_IQ4_XS] = tkv__packed_iq4_xs_avx2,
@@ -847,9 +862,11 @@ const tkv__kernels tkv__kernel_avx2_part = {
     .lanes_ref = {[TKV_TYPE_BF16] = tkv__lanes_bf16_avx2},
     .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_lanes_avx2,
-                    [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = dot_q8_0},
+                    [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = dot_q8_0,
+                    [TKV_TYPE_Q5_0] = dot_q5_0},
     .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx2, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_lanes_avx2,
-                 [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_lanes_avx2},
+                 [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_lanes_avx2,
+                 [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_lanes_avx2},
     .quantize =
         {
             [TKV_TYPE_F16] = quant_f16,

@@ -61,6 +61,13 @@ static inline __m256i bcast32(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* Bit k (0..7) of each byte of h moved to bit 4, the rest zero: a fifth bit as 16 (Q5_K's packed qh, Q5_0's packed
+   fifth bits: compute/quant/repack.h). */
+static inline __m256i fifth_bit(__m256i h, int k) {
+    const __m256i v = k < 4 ? _mm256_slli_epi16(h, 4 - k) : k > 4 ? _mm256_srli_epi16(h, k - 4) : h;
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
 /* The first nrow (0..8) of v's lanes to y. */
 static inline void store_rows(float *y, __m256 v, size_t nrow) {
     if (nrow >= 8) {

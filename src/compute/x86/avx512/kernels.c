@@ -306,7 +306,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q8_0] = tkv__dot_q8_0_avx2, /* block-reduced, as Q4_0 (gemm_q4_0_iq4_nl.c) */
             [TKV_TYPE_Q4_0] = tkv__dot_q4_0_avx2,
             [TKV_TYPE_Q4_1] = dot_q4_1,
-            [TKV_TYPE_Q5_0] = dot_q5_0,
+            [TKV_TYPE_Q5_0] = dot_q5_0, /* lane-wise, the reference's order (the avx2 level's is block-reduced) */
             [TKV_TYPE_Q5_1] = dot_q5_1,
             [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2, /* compute/x86/avx2/kernels.c's, block-reduced: gemm_q2_q3_k.c's bits */
             [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
@@ -377,9 +377,11 @@ const tkv__kernels tkv__kernel_avx512_part = {
     /* Q2_K: the reference's order on CPUs with AVX-512 is the block-reduced one over its repacked rows (the avx2
        level's entries are its plain lane-wise order, as it computes without AVX-512) */
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2,
-                    [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = dot_q8_0},
+                    [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = dot_q8_0,
+                    [TKV_TYPE_Q5_0] = dot_q5_0},
     .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx512, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512,
-                 [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx512, [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_lanes_avx512},
+                 [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx512, [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_lanes_avx512,
+                 [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx512},
     .silu = silu,
     .softcap = softcap,
     .swiglu = swiglu,
