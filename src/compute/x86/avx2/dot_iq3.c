@@ -82,12 +82,17 @@ float tkv__kernel_dot_iq3_s_avx2(size_t n, const void *w, const void *a) {
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         __m256i sumi = _mm256_setzero_si256();
         for (int b = 0; b < 8; b++) {
-            /* the 8 grid indices in lanes (bit k of qh[b] moved to bit 8 of lane k), then one gather:
-               the scalar index arithmetic was most of the time (IQ3_XXS's 8-bit indices gain nothing
-               from a gather on Zen 4: it was slower there) */
+            /* the 8 grid indices in lanes (bit k of qh[b] moved to bit 8 of lane k), stored, then 8 loads: the
+               scalar index arithmetic was most of the time, and a gather (vpgatherdd) was slower than the
+               loads on Zen 1, where it is microcoded (bench_kernels -n 2048 -r 1024 -t 1 -l avx2 IQ3_S:
+               1.17 -> 1.49-1.53 GB/s), as it was for IQ3_XXS's 8-bit indices on Zen 4 */
             const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(x[i].qs + 8 * b)));
             const __m256i hi = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(x[i].qh[b]), shift), bit8);
-            const __m256i g = _mm256_i32gather_epi32((const int *)tkv__iq3s_grid, _mm256_or_si256(lo, hi), 4);
+            _Alignas(32) uint32_t ix[8];
+            _mm256_store_si256((__m256i *)(void *)ix, _mm256_or_si256(lo, hi));
+            const __m256i g = _mm256_setr_epi32((int)tkv__iq3s_grid[ix[0]], (int)tkv__iq3s_grid[ix[1]], (int)tkv__iq3s_grid[ix[2]],
+                                                (int)tkv__iq3s_grid[ix[3]], (int)tkv__iq3s_grid[ix[4]], (int)tkv__iq3s_grid[ix[5]],
+                                                (int)tkv__iq3s_grid[ix[6]], (int)tkv__iq3s_grid[ix[7]]);
             uint32_t sign_bits;
             memcpy(&sign_bits, x[i].signs + 4 * b, 4);
             const int ls = (x[i].scales[b / 2] >> (4 * (b % 2))) & 0x0f;
