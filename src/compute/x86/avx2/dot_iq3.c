@@ -77,22 +77,35 @@ float tkv__kernel_dot_iq3_xxs_avx2(size_t n, const void *w, const void *a) {
 float tkv__kernel_dot_iq3_s_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq3_s *x = w;
     const tkv__block_q8_K *y = a;
-    const __m256i shift = _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1), bit8 = _mm256_set1_epi32(0x100);
+    /* a pair of sub-blocks' 16 indices as words, sub-block 2p in the low lane: each word its sub-block's qh byte
+       (from a word holding qh[2p] and qh[2p + 1]), times 2^(8 - k) for its k-th index, so that bit k is bit 8 */
+    const __m256i spread = _mm256_setr_epi8(0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 0, -1, 1, -1, 1, -1, 1, -1, 1,
+                                            -1, 1, -1, 1, -1, 1, -1, 1, -1);
+    const __m256i pow = _mm256_setr_epi16(256, 128, 64, 32, 16, 8, 4, 2, 256, 128, 64, 32, 16, 8, 4, 2);
+    const __m256i bit8 = _mm256_set1_epi16(0x100);
     __m256 acc = _mm256_setzero_ps();
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
+        /* the superblock's 64 grid indices at once, stored, then 8 loads a sub-block: the scalar index arithmetic
+           was most of the time, and a gather (vpgatherdd) per sub-block was slower than these loads on Zen 1,
+           where it is microcoded (bench_kernels -n 2048 -r 1024 -t 1 -l avx2 IQ3_S: 1.17 GB/s gathered, 1.49-1.53
+           with each sub-block's indices stored, 1.98 with all 64 at once), as for IQ3_XXS's 8-bit indices on
+           Zen 4 */
+        _Alignas(32) uint16_t ix[64];
+        for (int p = 0; p < 4; p++) {
+            uint16_t pair;
+            memcpy(&pair, x[i].qh + 2 * p, 2);
+            const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x[i].qs + 16 * p)));
+            const __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi16((short)pair), spread);
+            const __m256i hi = _mm256_and_si256(_mm256_mullo_epi16(hb, pow), bit8);
+            _mm256_store_si256((__m256i *)(void *)(ix + 16 * p), _mm256_or_si256(lo, hi));
+        }
         __m256i sumi = _mm256_setzero_si256();
         for (int b = 0; b < 8; b++) {
-            /* the 8 grid indices in lanes (bit k of qh[b] moved to bit 8 of lane k), stored, then 8 loads: the
-               scalar index arithmetic was most of the time, and a gather (vpgatherdd) was slower than the
-               loads on Zen 1, where it is microcoded (bench_kernels -n 2048 -r 1024 -t 1 -l avx2 IQ3_S:
-               1.17 -> 1.49-1.53 GB/s), as it was for IQ3_XXS's 8-bit indices on Zen 4 */
-            const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(x[i].qs + 8 * b)));
-            const __m256i hi = _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(x[i].qh[b]), shift), bit8);
-            _Alignas(32) uint32_t ix[8];
-            _mm256_store_si256((__m256i *)(void *)ix, _mm256_or_si256(lo, hi));
-            const __m256i g = _mm256_setr_epi32((int)tkv__iq3s_grid[ix[0]], (int)tkv__iq3s_grid[ix[1]], (int)tkv__iq3s_grid[ix[2]],
-                                                (int)tkv__iq3s_grid[ix[3]], (int)tkv__iq3s_grid[ix[4]], (int)tkv__iq3s_grid[ix[5]],
-                                                (int)tkv__iq3s_grid[ix[6]], (int)tkv__iq3s_grid[ix[7]]);
+            const uint16_t *k = ix + 8 * b;
+            const __m256i g = _mm256_setr_epi32((int)tkv__iq3s_grid[k[0]], (int)tkv__iq3s_grid[k[1]],
+                                                (int)tkv__iq3s_grid[k[2]], (int)tkv__iq3s_grid[k[3]],
+                                                (int)tkv__iq3s_grid[k[4]], (int)tkv__iq3s_grid[k[5]],
+                                                (int)tkv__iq3s_grid[k[6]], (int)tkv__iq3s_grid[k[7]]);
             uint32_t sign_bits;
             memcpy(&sign_bits, x[i].signs + 4 * b, 4);
             const int ls = (x[i].scales[b / 2] >> (4 * (b % 2))) & 0x0f;
