@@ -210,7 +210,6 @@ void tkv__gemm_iq4_nl_avx2(size_t n, const void *w, size_t wrs, size_t nr, const
 void tkv__packed_iq4_nl_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 /* ... and Q5_0's, the avx2 level's alone (the avx512 one keeps its lane-wise Q5_0, with no packed rows) */
-float tkv__dot_q5_0_avx2(size_t n, const void *w, const void *a);
 void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 void tkv__packed_q5_0_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,

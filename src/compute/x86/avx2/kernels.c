@@ -209,7 +209,7 @@ static float dot_mxfp4(size_t n, const void *w, const void *a) {
 
 /* This level's Q5_0 (compute/quant/quant.h: block-reduced, over its packed rows in gemm_q4_0_iq4_nl.c); the
    reference's lane-wise order is dot_q5_0 (kernels.h's vec_dot_ref), which the avx512 level keeps as its own. */
-float tkv__dot_q5_0_avx2(size_t n, const void *w, const void *a) {
+static float dot_q5_0_reduced(size_t n, const void *w, const void *a) {
     return dot_b4_reduced(n, w, a, B4_Q5_0);
 }
 
@@ -796,7 +796,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q8_0] = tkv__dot_q8_0_avx2, /* block-reduced, as Q4_0 (gemm_q4_0_iq4_nl.c) */
             [TKV_TYPE_Q4_0] = tkv__dot_q4_0_avx2,
             [TKV_TYPE_Q4_1] = dot_q4_1,
-            [TKV_TYPE_Q5_0] = tkv__dot_q5_0_avx2, /* block-reduced, as Q4_0 (gemm_q4_0_iq4_nl.c) */
+            [TKV_TYPE_Q5_0] = dot_q5_0_reduced, /* block-reduced, as Q4_0 (gemm_q4_0_iq4_nl.c) */
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx2,
             [TKV_TYPE_MXFP4] = dot_mxfp4,
             [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_avx2,
