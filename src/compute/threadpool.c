@@ -22,11 +22,13 @@
  * running). Over windows of 4 ms of the CPU time it wanted, a worker that
  * waited for a CPU more than a fifth of it, in two windows in a row (a
  * burst, such as a process starting, is not contention), declares it: spinning
- * goes off for the pool and, past three tenths, tasks run on as many
- * threads as the CPU share the window saw (active x (1 - delay fraction),
- * at least 1). Both come back
- * after a back-off (20 ms, doubling to 1 s while the probes keep finding
- * contention). Windows are judged only while spinning: a sleeping thread's
+ * goes off for the pool, and comes back after a back-off (20 ms, doubling to
+ * 1 s while the probes keep finding contention). When they find it again
+ * right after a back-off and past three tenths, tasks also run on as many
+ * threads as the CPU share the window saw (active x (1 - delay fraction), at
+ * least 1) until the next back-off ends: a task's width holds to its end,
+ * and a whole decode step is one task, so a burst of a few milliseconds
+ * must not narrow a step of hundreds. Windows are judged only while spinning: a sleeping thread's
  * wake-up latency is run-queue delay too, and would look like contention.
  * Where schedstat cannot be read, the pool spins and uses the static count.
  */
@@ -193,9 +195,15 @@ static void check_contention(worker *w) {
         w->strikes = 0;
         /* past three tenths (another busy process on two CPUs), also run on the
            share of the CPUs the window saw, in whole threads; below it (a
-           client process beside a server) narrowing loses more than it gains */
+           client process beside a server) narrowing loses more than it gains.
+           Only when the contention outlasted a back-off (no calm window since the
+           last one): a task keeps the width it started with to its end, and a
+           decode step is one task of up to hundreds of milliseconds, so narrowing
+           on a burst (a client handling an answer) would run a whole step on one
+           thread for a few milliseconds of contention */
         const int active = atomic_load_explicit(&p->active, memory_order_relaxed);
-        long long share = waited * 1000 > wanted * NARROW_PERMILLE ? (long long)active * ran / wanted : active;
+        const bool lasting = backoff > BACKOFF_MIN_NS;
+        long long share = lasting && waited * 1000 > wanted * NARROW_PERMILLE ? (long long)active * ran / wanted : active;
         atomic_store_explicit(&p->shrunk, share < 1 ? 1 : (int)share, memory_order_relaxed);
         atomic_store_explicit(&p->spin_off_until, now + backoff, memory_order_relaxed);
         atomic_store_explicit(&p->backoff, backoff * 2 < BACKOFF_MAX_NS ? backoff * 2 : BACKOFF_MAX_NS,
