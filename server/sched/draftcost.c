@@ -96,6 +96,11 @@ size_t srv_draft_choose(const srv_stepcost *cost, size_t rows, size_t tokens, si
     return best_k;
 }
 
+bool srv_draft_can_pay(const srv_stepcost *cost, size_t rows, size_t tokens, size_t room, size_t n) {
+    srv_draftcand sure = {.n = n, .p = 1};
+    return srv_draft_choose(cost, rows, tokens, room, &sure, 1) > 0;
+}
+
 bool srv_probe_next(srv_probe *p, size_t taken, bool room) {
     const unsigned wait = p->wait ? p->wait : SRV_PROBE_FIRST;
     if (taken) {

@@ -87,10 +87,17 @@ typedef struct srv_draftcand {
  */
 size_t srv_draft_choose(const srv_stepcost *cost, size_t rows, size_t tokens, size_t room, srv_draftcand *c, size_t n);
 
+/* Whether a step of `rows` rows, `tokens` of them generating, would carry n drafts that are sure to be accepted (at
+   most `room` of them): srv_draft_choose for one sequence whose chance is 1. Where it would not, no chance learned
+   changes the choice, and a probe (below) is a row that buys nothing: four sequences on two cores, where a row
+   costs a quarter of the step (bench/RESULTS.md). */
+bool srv_draft_can_pay(const srv_stepcost *cost, size_t rows, size_t tokens, size_t room, size_t n);
+
 /* A request whose drafts the choice leaves out step after step carries one of them after SRV_PROBE_FIRST such steps,
    then after twice as many each time, up to SRV_PROBE_LAST, until the choice takes its drafts again: a draft's
    chance is learned only from drafts decoded, so a chance guessed too low (an n-gram of text that the model copies)
-   would otherwise never be corrected. A probe costs one row in that many steps. */
+   would otherwise never be corrected. A probe costs one row in that many steps; it waits for a step where the
+   request's drafts, were they sure, would pay (srv_draft_can_pay). */
 #define SRV_PROBE_FIRST 4
 #define SRV_PROBE_LAST 64
 
@@ -101,8 +108,8 @@ typedef struct srv_probe {
 } srv_probe;
 
 /* Record a step at which the request proposed drafts and the choice took `taken` of them; `room`: whether the step
-   has a row to spare. Returns whether the step carries one draft anyway (a probe): never when taken > 0 (which
-   starts probing over) or without room (the probe waits for a step with room). */
+   has a row to spare that sure drafts would pay for. Returns whether the step carries one draft anyway (a probe):
+   never when taken > 0 (which starts probing over) or without room (the probe waits for a step with room). */
 bool srv_probe_next(srv_probe *p, size_t taken, bool room);
 
 #endif

@@ -210,6 +210,36 @@ static void test_choose_regimes(void **state) {
     assert_int_equal(srv_draft_choose(&mem, 1, 0, 32, c, 1), 0); /* no generating row: nothing to draft for */
 }
 
+/* Where a probe may go (srv_draft_can_pay): where sure drafts would be taken. Bound by reading, one sure draft
+   pays; bound by arithmetic at 4 sequences, one sure draft is worth no more than its row (5 tokens for 5 rows' time)
+   and is not probed for, while 8 sure ones share the step's fixed part and are; on random tables, whether some count
+   of sure drafts beats the plain step by the margin. */
+static void test_can_pay(void **state) {
+    (void)state;
+    srv_stepcost mem = {0}, alu = {0};
+    for (size_t r = 1; r <= 16; r++) add2(&mem, r, 0.010);
+    for (size_t r = 1; r <= SRV_STEPCOST_ROWS; r++) add2(&alu, r, 0.002 + 0.002 * (double)r);
+    assert_true(srv_draft_can_pay(&mem, 1, 1, 32, 1));
+    assert_false(srv_draft_can_pay(&mem, 1, 1, 0, 1));  /* no room */
+    assert_false(srv_draft_can_pay(&mem, 1, 1, 32, 0)); /* nothing proposed */
+    assert_false(srv_draft_can_pay(&mem, 1, 0, 32, 1)); /* no generating row */
+    assert_false(srv_draft_can_pay(&alu, 4, 4, 32, 1));
+    assert_true(srv_draft_can_pay(&alu, 4, 4, 32, 8));
+    srand(7);
+    for (int trial = 0; trial < 500; trial++) {
+        srv_stepcost cost = {0};
+        const double fixed = urand() * 0.01, per_row = urand() * 0.004;
+        for (size_t r = 1; r <= SRV_STEPCOST_ROWS; r++) add2(&cost, r, fixed + per_row * (double)r + 0.0001);
+        const size_t tokens = 1 + (size_t)rand() % 6, rows = tokens + (size_t)rand() % 8, n = (size_t)rand() % 9;
+        /* the model: any count of sure drafts beats the plain step by the margin */
+        bool pays = false;
+        for (size_t k = 1; k <= n && rows + k <= SRV_STEPCOST_ROWS; k++)
+            pays |= (double)(tokens + k) / srv_stepcost_of(&cost, rows + k) >
+                    (double)tokens / srv_stepcost_of(&cost, rows) * (1 + SRV_DRAFT_MARGIN) * (1 + 1e-9);
+        assert_int_equal(srv_draft_can_pay(&cost, rows, tokens, 32, n), pays);
+    }
+}
+
 /* Probes (draftcost.h): left out at every step, a request probes after 4 steps, then 8, 16, 32 and every 64 after
    that; drafts taken start the count over; a step without room holds the probe to the next step with room, and the
    waits after it go on doubling from there. */
@@ -253,7 +283,7 @@ int main(void) {
         cmocka_unit_test(test_stepcost_least),       cmocka_unit_test(test_stepcost_interpolates),
         cmocka_unit_test(test_stepcost_forgets),     cmocka_unit_test(test_stepcost_extrapolates),
         cmocka_unit_test(test_choose_is_best),       cmocka_unit_test(test_choose_regimes),
-        cmocka_unit_test(test_probe_schedule),
+        cmocka_unit_test(test_can_pay), cmocka_unit_test(test_probe_schedule),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
 }
