@@ -202,15 +202,20 @@ static void check_contention(worker *w) {
            on a burst (a client handling an answer) would run a whole step on one
            thread for a few milliseconds of contention */
         const int active = atomic_load_explicit(&p->active, memory_order_relaxed);
-        const bool lasting = backoff > BACKOFF_MIN_NS;
-        long long share = lasting && waited * 1000 > wanted * NARROW_PERMILLE ? (long long)active * ran / wanted : active;
-        atomic_store_explicit(&p->shrunk, share < 1 ? 1 : (int)share, memory_order_relaxed);
+        atomic_store_explicit(&p->shrunk, tkv__pool_narrow_to(active, waited, wanted, backoff > BACKOFF_MIN_NS),
+                              memory_order_relaxed);
         atomic_store_explicit(&p->spin_off_until, now + backoff, memory_order_relaxed);
         atomic_store_explicit(&p->backoff, backoff * 2 < BACKOFF_MAX_NS ? backoff * 2 : BACKOFF_MAX_NS,
                               memory_order_relaxed);
         w->epoch0 = atomic_fetch_add_explicit(&p->spin_epoch, 1, memory_order_relaxed) + 1;
         w->spin0 = false;
     }
+}
+
+int tkv__pool_narrow_to(int active, long long waited, long long wanted, bool lasting) {
+    if (!lasting || wanted <= 0 || waited * 1000 <= wanted * NARROW_PERMILLE) return active < 1 ? 1 : active;
+    const long long share = (long long)active * (wanted - waited) / wanted; /* the CPU time it got */
+    return share < 1 ? 1 : (int)share;
 }
 
 static void *worker_main(void *varg) {

@@ -32,6 +32,12 @@ int tkv__pool_size(const tkv__pool *p);
    caller's thread runs ith 0. Not re-entrant: one task at a time per pool. */
 void tkv__pool_run(tkv__pool *p, tkv__task_fn fn, void *arg);
 
+/* The contention rule's decision on a worker's window of `wanted` ns of CPU time it wanted, `waited` of them
+   runnable but not running, judged contended twice in a row (threadpool.c's top comment): how many of the
+   `active` threads run tasks until the back-off ends. `lasting`: the contention outlasted the last back-off (no
+   calm window since), else it may be a burst and only spinning stops (all `active`). Pure; at least 1. */
+int tkv__pool_narrow_to(int active, long long waited, long long wanted, bool lasting);
+
 /* Inside a task: wait until every thread running it has reached it. */
 void tkv__pool_barrier(tkv__pool *p);
 

@@ -157,6 +157,29 @@ static void test_mask_shrinks_and_grows(void **state) {
     assert_int_equal(atomic_load(&r.j.mismatches), 0);
 }
 
+/* The narrowing rule (tkv__pool_narrow_to): a burst only stops spinning; contention that outlasted a back-off
+   past three tenths of the window runs tasks on the share of the threads the window got, in whole threads, at least
+   one. The expectation in float64, from the rule's words. */
+static void test_narrow_rule(void **state) {
+    (void)state;
+    const long long wanted = 4000000;
+    for (int active = 1; active <= 8; active++)
+        for (long long waited = 0; waited <= wanted; waited += wanted / 40) {
+            assert_int_equal(tkv__pool_narrow_to(active, waited, wanted, false), active); /* a burst */
+            const double frac = (double)waited / (double)wanted;
+            int want = active;
+            if (frac > 0.3 + 1e-12) {
+                want = (int)((double)active * (1 - frac) + 1e-9);
+                if (want < 1) want = 1;
+            }
+            assert_int_equal(tkv__pool_narrow_to(active, waited, wanted, true), want);
+        }
+    /* the drafting server's bursts: 2 threads, a window half waited: narrowed only when it lasted */
+    assert_int_equal(tkv__pool_narrow_to(2, 2058771, 2096251 + 2058771, false), 2);
+    assert_int_equal(tkv__pool_narrow_to(2, 2058771, 2096251 + 2058771, true), 1);
+    assert_int_equal(tkv__pool_narrow_to(2, 0, 0, true), 2); /* nothing wanted: nothing to judge */
+}
+
 /* Pools come and go (a context each): threads are joined, nothing leaks
    (ASan), and a pool that could not be made reports NOMEM, leaving nothing. */
 static void test_create_free_and_nomem(void **state) {
@@ -178,7 +201,7 @@ int main(void) {
         cmocka_unit_test(test_shares_and_barriers),
         cmocka_unit_test(test_late_thread_wakes_sleepers),
         cmocka_unit_test(test_mask_shrinks_and_grows),
-        cmocka_unit_test(test_create_free_and_nomem),
+        cmocka_unit_test(test_narrow_rule), cmocka_unit_test(test_create_free_and_nomem),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
 }
