@@ -101,14 +101,14 @@ bool srv_draft_can_pay(const srv_stepcost *cost, size_t rows, size_t tokens, siz
     return srv_draft_choose(cost, rows, tokens, room, &sure, 1) > 0;
 }
 
-bool srv_probe_next(srv_probe *p, size_t taken, bool room) {
-    const unsigned wait = p->wait ? p->wait : SRV_PROBE_FIRST;
+bool srv_probe_next(srv_probe *p, size_t taken, bool room, bool pays) {
+    const unsigned wait = p->wait ? p->wait : SRV_PROBE_FIRST, need = pays ? wait : SRV_PROBE_LAST;
     if (taken) {
         p->declined = 0, p->wait = SRV_PROBE_FIRST;
         return false;
     }
-    if (p->declined < wait) p->declined++;
-    if (p->declined < wait || !room) return false;
+    if (p->declined < SRV_PROBE_LAST) p->declined++;
+    if (p->declined < need || !room) return false;
     p->declined = 0, p->wait = wait * 2 < SRV_PROBE_LAST ? wait * 2 : SRV_PROBE_LAST;
     return true;
 }

@@ -89,15 +89,17 @@ size_t srv_draft_choose(const srv_stepcost *cost, size_t rows, size_t tokens, si
 
 /* Whether a step of `rows` rows, `tokens` of them generating, would carry n drafts that are sure to be accepted (at
    most `room` of them): srv_draft_choose for one sequence whose chance is 1. Where it would not, no chance learned
-   changes the choice, and a probe (below) is a row that buys nothing: four sequences on two cores, where a row
+   changes the choice, and a probe (below) is a row that buys little: four sequences on two cores, where a row
    costs a quarter of the step (bench/RESULTS.md). */
 bool srv_draft_can_pay(const srv_stepcost *cost, size_t rows, size_t tokens, size_t room, size_t n);
 
 /* A request whose drafts the choice leaves out step after step carries one of them after SRV_PROBE_FIRST such steps,
    then after twice as many each time, up to SRV_PROBE_LAST, until the choice takes its drafts again: a draft's
    chance is learned only from drafts decoded, so a chance guessed too low (an n-gram of text that the model copies)
-   would otherwise never be corrected. A probe costs one row in that many steps; it waits for a step where the
-   request's drafts, were they sure, would pay (srv_draft_can_pay). */
+   would otherwise never be corrected. A probe costs one row in that many steps. Where the request's drafts would not
+   pay even were they sure (srv_draft_can_pay), it comes only after SRV_PROBE_LAST such steps: no chance learned
+   changes that choice, but the table it rests on may hold a figure taken in a moment of load, or a guess for a size
+   not measured, which only a step of that size corrects. */
 #define SRV_PROBE_FIRST 4
 #define SRV_PROBE_LAST 64
 
@@ -108,8 +110,9 @@ typedef struct srv_probe {
 } srv_probe;
 
 /* Record a step at which the request proposed drafts and the choice took `taken` of them; `room`: whether the step
-   has a row to spare that sure drafts would pay for. Returns whether the step carries one draft anyway (a probe):
-   never when taken > 0 (which starts probing over) or without room (the probe waits for a step with room). */
-bool srv_probe_next(srv_probe *p, size_t taken, bool room);
+   has a row to spare; `pays`: whether sure drafts would pay in it. Returns whether the step carries one draft anyway
+   (a probe): never when taken > 0 (which starts probing over) or without room (the probe waits for a step with
+   room), and where they would not pay, only after SRV_PROBE_LAST steps. */
+bool srv_probe_next(srv_probe *p, size_t taken, bool room, bool pays);
 
 #endif

@@ -249,7 +249,7 @@ static void test_probe_schedule(void **state) {
     static const unsigned want[] = {4, 12, 28, 60, 124, 188, 252};
     size_t k = 0;
     for (unsigned step = 1; step <= 252; step++)
-        if (srv_probe_next(&p, 0, true)) {
+        if (srv_probe_next(&p, 0, true, true)) {
             assert_true(k < sizeof want / sizeof want[0]);
             assert_int_equal(step, want[k++]);
         }
@@ -257,25 +257,37 @@ static void test_probe_schedule(void **state) {
 
     /* drafts taken at step 3 of a fresh request: never a probe then, and the next one 4 left-out steps later */
     p = (srv_probe){0};
-    assert_false(srv_probe_next(&p, 0, true));
-    assert_false(srv_probe_next(&p, 0, true));
-    assert_false(srv_probe_next(&p, 2, true));
-    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, true));
-    assert_true(srv_probe_next(&p, 0, true));
+    assert_false(srv_probe_next(&p, 0, true, true));
+    assert_false(srv_probe_next(&p, 0, true, true));
+    assert_false(srv_probe_next(&p, 2, true, true));
+    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, true, true));
+    assert_true(srv_probe_next(&p, 0, true, true));
     /* and after a few probes, drafts taken bring the wait back to 4 */
-    for (int i = 0; i < 7; i++) assert_false(srv_probe_next(&p, 0, true));
-    assert_true(srv_probe_next(&p, 0, true)); /* the second, 8 after the first */
-    assert_false(srv_probe_next(&p, 1, true));
-    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, true));
-    assert_true(srv_probe_next(&p, 0, true));
+    for (int i = 0; i < 7; i++) assert_false(srv_probe_next(&p, 0, true, true));
+    assert_true(srv_probe_next(&p, 0, true, true)); /* the second, 8 after the first */
+    assert_false(srv_probe_next(&p, 1, true, true));
+    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, true, true));
+    assert_true(srv_probe_next(&p, 0, true, true));
 
     /* no room at the probe's step and the two after it: it comes at the first step with room */
     p = (srv_probe){0};
-    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, true));
-    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, false));
-    assert_true(srv_probe_next(&p, 0, true));
-    for (int i = 0; i < 7; i++) assert_false(srv_probe_next(&p, 0, true));
-    assert_true(srv_probe_next(&p, 0, true)); /* then 8 steps on */
+    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, true, true));
+    for (int i = 0; i < 3; i++) assert_false(srv_probe_next(&p, 0, false, true));
+    assert_true(srv_probe_next(&p, 0, true, true));
+    for (int i = 0; i < 7; i++) assert_false(srv_probe_next(&p, 0, true, true));
+    assert_true(srv_probe_next(&p, 0, true, true)); /* then 8 steps on */
+
+    /* where sure drafts would not pay, a probe only every SRV_PROBE_LAST steps, whatever the schedule (each one a
+       probe that doubles the wait: 4, 8, 16, then 32); where they would again, the schedule goes on from there */
+    _Static_assert(SRV_PROBE_FIRST == 4 && SRV_PROBE_LAST == 64, "the waits below");
+    srv_probe q = {0};
+    for (int round = 0; round < 3; round++) {
+        for (int i = 1; i < SRV_PROBE_LAST; i++) assert_false(srv_probe_next(&q, 0, true, false));
+        assert_true(srv_probe_next(&q, 0, true, false));
+    }
+    for (int i = 1; i < 32; i++) assert_false(srv_probe_next(&q, 0, true, true));
+    assert_false(srv_probe_next(&q, 0, false, true)); /* the 32nd step, without room */
+    assert_true(srv_probe_next(&q, 0, true, true));
 }
 
 int main(void) {
