@@ -514,7 +514,8 @@ static void choose_drafts(srv_sched *s) {
             slot *sl = &s->slots[i];
             if (!sl->n_draft) continue;
             const bool room = rows + taken + 1 <= s->n_batch && rows + taken + 1 <= SRV_STEPCOST_ROWS;
-            const bool pays = room && srv_draft_can_pay(&s->cost, rows + taken, gen, s->n_batch - rows - taken, sl->n_draft);
+            const bool pays = room && !s->cand[i].take && /* taken drafts end the probing anyway */
+                              srv_draft_can_pay(&s->cost, rows + taken, gen, s->n_batch - rows - taken, sl->n_draft);
             if (srv_probe_next(&sl->run->probe, s->cand[i].take, room, pays)) s->cand[i].take = 1, taken++; /* draftcost.h */
             sl->n_draft = s->cand[i].take;
         }

@@ -28,8 +28,9 @@
  * threads as the CPU share the window saw (active x (1 - delay fraction), at
  * least 1) until the next back-off ends: a task's width holds to its end,
  * and a whole decode step is one task, so a burst of a few milliseconds
- * must not narrow a step of hundreds. Windows are judged only while spinning: a sleeping thread's
- * wake-up latency is run-queue delay too, and would look like contention.
+ * must not narrow a step of hundreds (tkv__pool_narrow_to). Windows are
+ * judged only while spinning: a sleeping thread's wake-up latency is
+ * run-queue delay too, and would look like contention.
  * Where schedstat cannot be read, the pool spins and uses the static count.
  */
 #define _GNU_SOURCE /* syscall, sched_getaffinity */
@@ -193,14 +194,7 @@ static void check_contention(worker *w) {
         if (backoff != BACKOFF_MIN_NS) atomic_store_explicit(&p->backoff, BACKOFF_MIN_NS, memory_order_relaxed);
     } else if (++w->strikes >= STRIKES) { /* contention that lasts, not a burst */
         w->strikes = 0;
-        /* past three tenths (another busy process on two CPUs), also run on the
-           share of the CPUs the window saw, in whole threads; below it (a
-           client process beside a server) narrowing loses more than it gains.
-           Only when the contention outlasted a back-off (no calm window since the
-           last one): a task keeps the width it started with to its end, and a
-           decode step is one task of up to hundreds of milliseconds, so narrowing
-           on a burst (a client handling an answer) would run a whole step on one
-           thread for a few milliseconds of contention */
+        /* a back-off above the least means no calm window since the last one: the contention outlasted it */
         const int active = atomic_load_explicit(&p->active, memory_order_relaxed);
         atomic_store_explicit(&p->shrunk, tkv__pool_narrow_to(active, waited, wanted, backoff > BACKOFF_MIN_NS),
                               memory_order_relaxed);
@@ -212,6 +206,10 @@ static void check_contention(worker *w) {
     }
 }
 
+/* Past three tenths (another busy process on two CPUs) tasks run on the share of the CPUs the window saw, in
+   whole threads; below it (a client process beside a server) narrowing loses more than it gains. Only contention
+   that outlasted a back-off narrows: a decode step is one task of up to hundreds of milliseconds, and narrowing on a
+   burst (a client handling an answer) ran whole steps on one thread (bench/RESULTS.md, Zen 1 drafts). */
 int tkv__pool_narrow_to(int active, long long waited, long long wanted, bool lasting) {
     if (!lasting || wanted <= 0 || waited * 1000 <= wanted * NARROW_PERMILLE) return active < 1 ? 1 : active;
     const long long share = (long long)active * (wanted - waited) / wanted; /* the CPU time it got */
