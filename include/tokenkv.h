@@ -1998,6 +1998,40 @@ TKV_API tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t ro
                                         tkv_draft_token_fn on_token, void *user, tkv_token *out, size_t *n_out);
 
 /**
+ * Take the tokens argmax decoding is known to produce next from the cache,
+ * without computing them. A token is known when the cache recorded that it
+ * was the argmax of the logits of the position before it: tokens that
+ * tkv_seq_decode_draft or tkv_seq_accept_draft chose with an argmax sampler
+ * (temperature <= 0, no penalty, logit bias or grammar) in a batch_invariant
+ * context, whose logits depend on the prefix alone. Where the cache holds
+ * pending after the sequence's end and known tokens after it, out receives
+ * them (n_out, at most max_out; the first end-of-generation token is the
+ * last), the sequence takes the cells of pending and of every token returned
+ * but the last, which is the next pending token (as after a decode), and smp
+ * records each as if it had sampled it. The tokens are those decoding one at
+ * a time with smp would give, so an answer found this way is the same answer.
+ *
+ * Returns TKV_OK with n_out 0 and changes nothing when no token is known:
+ * smp is not an argmax sampler, the context is not batch_invariant, pending
+ * or its next token is not cached there, or the model keeps recurrent state
+ * or window rows (hybrids, --swa-rows). Known tokens come without logits:
+ * tkv_sampler_last_probs has nothing to report for them.
+ *
+ * @param ctx      the context.
+ * @param seq      the sequence (pending goes at its end).
+ * @param pending  the token sampled last, not decoded.
+ * @param smp      the sampler the request decodes with.
+ * @param max_out  at most this many tokens (>= 1).
+ * @param out      receives them (room for max_out).
+ * @param n_out    receives how many (0: none known; decode pending as usual).
+ * @return TKV_OK; TKV_ERR_INVALID (NULL argument, bad sequence id, max_out
+ *         0); TKV_ERR_NOMEM (the sequence's list could not grow); TKV_ERR_BUSY
+ *         (another call holds the context). On an error nothing changed.
+ */
+TKV_API tkv_status tkv_seq_follow_known(tkv_context *ctx, tkv_seq seq, tkv_token pending, tkv_sampler *smp,
+                                        size_t max_out, tkv_token *out, size_t *n_out);
+
+/**
  * How many drafts to ask for, step after step: the state of one generating
  * sequence. Zero it before the first step. Caller-owned; no locking (one
  * per sequence).

@@ -37,6 +37,11 @@ typedef struct tkv__kvseq {
     uint32_t cap;    /* room in cells[] (staged cells go after n) */
     uint32_t *cells; /* (cap) cell per position */
     uint64_t ns;     /* namespace of the sequence's prefixes */
+    uint32_t cut;    /* changes whenever the sequence changes other than by a batch appending to it */
+    /* a known token expected (tkv__kv_known_note): known_tok at known_pos, while cut is still known_cut */
+    bool known_on;
+    tkv_token known_tok;
+    uint32_t known_pos, known_cut;
 } tkv__kvseq;
 
 /*
@@ -129,6 +134,8 @@ typedef struct tkv__kvcache {
     uint32_t *ev_cells;   /* (n_cells) and its cells */
     tkv__kvstates *st;    /* recurrent-state checkpoints (kvstate.h), or NULL: the model has no recurrent state */
     tkv__kvwin *win;      /* the window pool, or NULL: every cell has every layer's rows */
+    uint8_t *known;       /* (n_cells) 1: the cell's token is the argmax of the logits of the position before it on
+                             its path (kvknown.c); 0 for a free cell */
 } tkv__kvcache;
 
 /* A cache of n_cells cells for n_seq sequences, K and V rows of n_embd_kv
@@ -253,6 +260,31 @@ uint32_t tkv__kv_reuse_floor(const tkv__kvcache *kv, const uint32_t *cells, uint
 /* Whether seq can be decoded on as it is: its recurrent state after its last token is held, and it is not
    cut back past its window rows. Otherwise the caller replays it from tkv__kv_reuse_floor. */
 bool tkv__kv_seq_ready(const tkv__kvcache *kv, tkv_seq seq);
+
+/* ---- known tokens (kvknown.c) ----------------------------------------------- */
+
+/*
+ * A known token is one whose cell records that it is the argmax of the logits computed for the position before it.
+ * In an arithmetic where a token's logits depend on its prefix alone (batch_invariant), that is a fact about the
+ * prefix: argmax decoding that reaches the prefix again produces the same token, and can take it, and its cell,
+ * from the tree instead of computing it (a retry, a regenerate at temperature 0, an agent repeating a step).
+ */
+
+/* seq's token at position pos (>= 1) is tok, the argmax of the logits its caller computed for position pos - 1 of
+   the sequence as it is now. Where the sequence holds tok at pos, its cell is marked known now; where pos is the
+   sequence's length, the cell a batch appends there with tok will be, unless the sequence changes otherwise first
+   (a truncate, a fork into it, a path). Otherwise nothing is marked. */
+void tkv__kv_known_note(tkv__kvcache *kv, tkv_seq seq, uint32_t pos, tkv_token tok);
+
+/* The known tokens that follow seq's tokens and then `pending` in the tree, at most cap of them, into out: what
+   argmax decoding would produce next. 0 when pending is not cached after the sequence's end, or the model keeps
+   recurrent state or window rows (a sequence could not take cells without them). Changes nothing. */
+size_t tkv__kv_known_after(const tkv__kvcache *kv, tkv_seq seq, tkv_token pending, tkv_token *out, size_t cap);
+
+/* Extend seq by tokens[0..n), which the tree holds after its end: the sequence takes their cells, nothing is
+   computed (tkv__kv_known_after's pending and its tokens but the last). TKV_ERR_INVALID (they are not cached
+   there), TKV_ERR_UNSUPPORTED (recurrent state or window rows), TKV_ERR_NOMEM: nothing changed. */
+tkv_status tkv__kv_seq_adopt(tkv__kvcache *kv, tkv_seq seq, const tkv_token *tokens, uint32_t n);
 
 /* ---- sequences (kvcache.c) ------------------------------------------------- */
 

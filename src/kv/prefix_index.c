@@ -343,6 +343,28 @@ size_t tkv__pindex_continuation(const tkv__pindex *ix, uint64_t ns, tkv__ppos at
     return n;
 }
 
+size_t tkv__pindex_follow_marked(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, const uint8_t *marked, tkv_token *out,
+                                 size_t cap) {
+    uint32_t P = at.node != NONE ? at.node : root_find(ix, ns);
+    if (P == NONE) return 0;
+    uint32_t o = at.node != NONE ? at.off : 0;
+    uint32_t cc = o < ix->node[P].n ? cell_at(ix, P, o) : NONE; /* the cell after position o */
+    size_t n = 0;
+    while (n < cap) {
+        if (o < ix->node[P].n) {
+            if (!marked[cc]) break;
+            out[n++] = ix->tok[cc];
+            o++, cc = ix->next[cc];
+            continue;
+        }
+        uint32_t c = ix->node[P].first_child;
+        while (c != NONE && !marked[ix->node[c].first_cell]) c = ix->node[c].next_sibling;
+        if (c == NONE) break;
+        P = c, o = 0, cc = ix->node[c].first_cell;
+    }
+    return n;
+}
+
 /* ---- insertion ------------------------------------------------------------ */
 
 /* The cell at offset `off` of node id's run. */

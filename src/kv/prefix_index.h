@@ -127,6 +127,16 @@ size_t tkv__pindex_follow(const tkv__pindex *ix, uint64_t ns, tkv__ppos from, co
 size_t tkv__pindex_continuation(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, tkv_token *out, size_t cap);
 
 /*
+ * The tokens after `at` (in namespace ns; empty: its root) whose cells are
+ * marked (marked[cell] nonzero), one position at a time: the rest of at's
+ * run while its cells are marked, and at a node's end the child whose first
+ * cell is marked (the first such child; the cache marks at most one). At
+ * most cap tokens into out; returns how many. Changes nothing.
+ */
+size_t tkv__pindex_follow_marked(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, const uint8_t *marked, tkv_token *out,
+                                 size_t cap);
+
+/*
  * Free `want` cells, or as many as are evictable: from the least recently
  * used unreferenced, unpinned leaf first, and of it only the tail that is
  * still needed (token-granular: the prefix it ends stays cached); whole

@@ -66,6 +66,7 @@ void tkv_context_free(tkv_context *ctx) {
     tkv__free(ctx->sync_logits);
     tkv__free(ctx->logits);
     tkv__free(ctx->logits_row);
+    tkv__free(ctx->row_cell);
     tkv__free(ctx->cell_lists);
     tkv__free(ctx->out);
     tkv__free(ctx->seq_tokens);
@@ -159,6 +160,7 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
         ctx->cell_lists = tkv__malloc(p.n_batch * sizeof *ctx->cell_lists);
         ctx->out = tkv__malloc(p.n_cells * sizeof *ctx->out);
         ctx->logits_row = tkv__malloc(p.n_cells * sizeof *ctx->logits_row);
+        ctx->row_cell = tkv__malloc(p.n_cells * sizeof *ctx->row_cell);
         ctx->seq_tokens = tkv__malloc(p.n_cells * sizeof *ctx->seq_tokens);
         ctx->sync_pos = tkv__malloc(p.n_batch * sizeof *ctx->sync_pos);
         ctx->sync_seq = tkv__malloc(p.n_batch * sizeof *ctx->sync_seq);
@@ -167,7 +169,7 @@ tkv_status tkv_context_create(const tkv_model *model, const tkv_context_params *
         ctx->seq_seen = tkv__calloc(p.n_seq_max, sizeof *ctx->seq_seen);
         ctx->path_cells = tkv__malloc(p.n_cells * sizeof *ctx->path_cells);
         ctx->branch_at = tkv__calloc(p.n_seq_max, sizeof *ctx->branch_at);
-        if (!ctx->snap_kind || !ctx->seq_seen || !ctx->branch_at || !ctx->path_cells ||!ctx->cell_lists || !ctx->out || !ctx->logits_row || !ctx->seq_tokens || !ctx->sync_pos || !ctx->sync_seq ||
+        if (!ctx->snap_kind || !ctx->seq_seen || !ctx->branch_at || !ctx->path_cells ||!ctx->cell_lists || !ctx->out || !ctx->logits_row || !ctx->row_cell || !ctx->seq_tokens || !ctx->sync_pos || !ctx->sync_seq ||
             !ctx->sync_logits)
             st = tkv__fail(TKV_ERR_NOMEM, "out of memory for the context");
     }
@@ -215,6 +217,8 @@ static const float *logits_of(const tkv_context *ctx, size_t i) {
 }
 
 const float *tkv__ctx_logits(const tkv_context *ctx, size_t i) { return logits_of(ctx, i); }
+
+uint32_t tkv__ctx_row_cell(const tkv_context *ctx, size_t i) { return i < ctx->last_n ? ctx->row_cell[i] : UINT32_MAX; }
 
 uintptr_t tkv__thread_tag(void) {
     static _Thread_local char tag; /* its address: one per live thread */
@@ -372,6 +376,7 @@ tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b) {
         return tkv__ctx_fail(ctx, st);
     }
     tkv__kv_commit(kv);
+    memcpy(ctx->row_cell, kv->cells, b->n * sizeof *ctx->row_cell); /* each token's final cell */
     if (kv->st) /* a branch point reached is done with */
         for (size_t i = 0; i < b->n; i++)
             if ((uint32_t)b->pos[i] + 1 >= ctx->branch_at[b->seq[i]]) ctx->branch_at[b->seq[i]] = 0;

@@ -26,6 +26,7 @@ struct tkv_context {
     uint32_t **cell_lists;  /* (n_batch) each chunk token's sequence cells */
     uint32_t *out;          /* (n_cells) batch indices that want logits */
     int32_t *logits_row;    /* (n_cells) batch index -> logits row, -1: none */
+    uint32_t *row_cell;     /* (n_cells) batch index -> the cell its token is in (the last decode's) */
     tkv_token *seq_tokens;  /* (n_cells) a token list read from the cache (saving) or a file (loading) */
     tkv_pos *sync_pos;      /* (n_batch) tkv_seq_sync's batches */
     tkv_seq *sync_seq;      /* (n_batch) */
@@ -139,6 +140,9 @@ static inline tkv_status tkv__ctx_enter_read(const tkv_context *ctx, const char 
    index i as tkv__ctx_decode numbered it); NULL when token i asked for none. */
 const float *tkv__ctx_logits(const tkv_context *ctx, size_t i);
 
+/* The cell that holds batch index i's token of the last decode (as tkv__ctx_logits numbers it), or UINT32_MAX: it
+   tells a row's sequence and position apart from another's with the same tokens. */
+uint32_t tkv__ctx_row_cell(const tkv_context *ctx, size_t i);
 /* tkv_decode inside a call that holds ctx (tkv_seq_sync's passes). */
 tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b);
 

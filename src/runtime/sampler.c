@@ -18,6 +18,7 @@
 #include "base/error.h"
 #include "base/params.h"
 #include "grammar.h"
+#include "sampler.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -351,6 +352,20 @@ static tkv_token choose_in_grammar(tkv_sampler *s, const float *logits) {
     chosen = choose(s, logits, s->allowed);
     tkv__grammar_token(s->g, s->gm, chosen, true, &ok);
     return chosen;
+}
+
+bool tkv__sampler_argmax(const tkv_sampler *s) {
+    if (!(s->p.temperature <= 0) || s->g || s->count || s->p.presence_penalty != 0 || s->p.frequency_penalty != 0) return false;
+    if (s->p.repeat_penalty != 1.0f && s->p.repeat_last_n != 0) return false;
+    for (size_t b = 0; b < s->p.n_logit_bias; b++)
+        if (s->bias[b].bias != 0) return false;
+    return true;
+}
+
+void tkv__sampler_took(tkv_sampler *s, tkv_token tok) {
+    if (s->count && tok >= 0 && (size_t)tok < s->n_vocab) s->count[tok]++;
+    tkv_sampler_accept(s, tok);
+    s->last_kind = LAST_NONE;
 }
 
 tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits) {
