@@ -234,6 +234,7 @@ static const opt options[] = {
     {{"--keep"}, "TOKENKV_KEEP", "LLAMA_ARG_KEEP", SINT(defaults.n_keep, -1, 1 << 24)},
     {{"--draft", "--draft-max"}, "TOKENKV_DRAFT", NULL, SINT(defaults.draft, 0, TKV_DRAFT_MAX)},
     {{"--draft-always"}, "TOKENKV_DRAFT_ALWAYS", NULL, ON(draft_always)},
+    {{"--no-draft-known"}, "TOKENKV_NO_DRAFT_KNOWN", NULL, ON(no_draft_known)},
     {{"--warmup", "--no-warmup"}, NULL, NULL, NOOP(A_NONE, "there is no warm-up run")},
     {{"--check-tensors"}, NULL, NULL, NOOP(A_NONE, "tensors are checked for size and type at load, not for values")},
     {{"--perf", "--no-perf"}, NULL, "LLAMA_ARG_PERF", NOOP(A_NONE, "timings are always in /metrics and the log")},

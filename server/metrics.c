@@ -32,7 +32,7 @@ static const int statuses[] = {200, 400, 401, 404, 405, 413, 415, 429, 499, 500,
 struct srv_metrics {
     pthread_mutex_t mu;
     uint64_t requests[N_STATUS + 1];
-    uint64_t prompt, cached, generated, preemptions, drafted, draft_accepted;
+    uint64_t prompt, cached, generated, preemptions, drafted, draft_accepted, known;
     hist ttft, tpot, step;
     double step_max;
 };
@@ -66,6 +66,12 @@ void srv_metrics_tokens(srv_metrics *m, uint64_t prompt, uint64_t cached, uint64
 void srv_metrics_drafts(srv_metrics *m, uint64_t drafted, uint64_t accepted) {
     pthread_mutex_lock(&m->mu);
     m->drafted += drafted, m->draft_accepted += accepted;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void srv_metrics_known(srv_metrics *m, uint64_t n) {
+    pthread_mutex_lock(&m->mu);
+    m->known += n;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -196,6 +202,9 @@ char *srv_metrics_render(srv_metrics *m, const tkv_stats *c, size_t queue_depth,
                     "Draft tokens from the cache verified (--draft, speculative.n_max).", (double)m->drafted);
     srv_prom_metric(&b, "tokenkv_draft_accepted_tokens_total", "counter",
                     "Draft tokens accepted: generated without a step of their own.", (double)m->draft_accepted);
+    srv_prom_metric(&b, "tokenkv_draft_known_tokens_total", "counter",
+                    "Tokens a greedy request took from the cache without computing them: what argmax decoding chose "
+                    "after the same text before (--draft, --no-draft-known).", (double)m->known);
     put_hist(&b, "tokenkv_time_to_first_token_seconds", "From arrival to the first generated token.", &m->ttft,
              ttft_bounds, N_TTFT);
     put_hist(&b, "tokenkv_time_per_output_token_seconds", "Mean time per generated token after the first.", &m->tpot,

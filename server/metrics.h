@@ -46,6 +46,8 @@ void srv_metrics_tokens(srv_metrics *m, uint64_t prompt, uint64_t cached, uint64
 void srv_metrics_preemption(srv_metrics *m);
 /* Drafts verified in a step, and how many of them were accepted. */
 void srv_metrics_drafts(srv_metrics *m, uint64_t drafted, uint64_t accepted);
+/* Known tokens taken from the cache without a step (tkv_seq_follow_known). */
+void srv_metrics_known(srv_metrics *m, uint64_t n);
 /* Time to first token and the mean time per output token, seconds. */
 void srv_metrics_ttft(srv_metrics *m, double s);
 void srv_metrics_tpot(srv_metrics *m, double s);

@@ -580,7 +580,7 @@ int srv_main(const srv_opts *o) {
     srv_sched_opts so = {.parallel = o->parallel, .max_queue = o->max_queue, .n_ctx = S.api.n_ctx,
                          .shift_window = S.api.shift_window,
                          .n_batch = o->n_batch, .no_prefix_cache = o->no_prefix_cache, .store = S.store,
-                         .draft_always = o->draft_always,
+                         .draft_always = o->draft_always, .no_known = o->no_draft_known,
                          .disk = S.disk};
     S.sched = S.metrics ? srv_sched_start(ctx, &so, S.metrics) : NULL;
     srv_store_attach(S.store, srv_sched_sink(S.sched));

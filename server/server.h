@@ -64,6 +64,7 @@ typedef struct srv_opts {
                                   end of the previous response (so also an idle keep-alive's limit); 0: none */
     bool no_prefix_cache;
     bool draft_always;         /* --draft-always: every draft within the budget, not only those worth their rows */
+    bool no_draft_known;       /* --no-draft-known: drafting requests compute every token (tkv_seq_follow_known off) */
     bool no_webui;             /* no web page at / */
     bool no_repack;            /* keep the weights in the file's layout (tkv_model_params.repack) */
     bool reference_order;      /* tkv_context_params.batch_invariant false: the reference's arithmetic */

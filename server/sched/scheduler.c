@@ -437,6 +437,13 @@ static size_t add(srv_sched *s, size_t n, slot *sl, size_t take) {
     return n;
 }
 
+/* The limit on positions before which a generating request's tokens never shift or end it for want of room: its
+   drafts, or known tokens, after the pending one at n_past number at most this many. */
+static size_t room_after(const srv_sched *s, const slot *sl) {
+    const size_t limit = s->o.shift_window ? s->o.shift_window : s->o.n_ctx;
+    return limit > sl->n_past + 2 ? limit - sl->n_past - 2 : 0;
+}
+
 /* sl's drafts for this step (sl->draft, sl->n_draft): a generating request with drafting on whose sequence holds
    its list but the pending token asks the cache for up to its budget, within what it may still generate after
    this step's token and the positions before its window's end (so that no token but the step's last one can shift
@@ -449,8 +456,7 @@ static void propose(srv_sched *s, slot *sl) {
     size_t ask = tkv_draft_budget_next(&run->budget, (size_t)r->draft_max, run->offered, run->accepted);
     run->offered = run->accepted = 0;
     const size_t left = (size_t)(r->max_tokens - run->n_gen); /* >= 1: it would have ended otherwise */
-    const size_t limit = s->o.shift_window ? s->o.shift_window : s->o.n_ctx;
-    const size_t room = limit > sl->n_past + 2 ? limit - sl->n_past - 2 : 0;
+    const size_t room = room_after(s, sl);
     if (ask > left - 1) ask = left - 1;
     if (ask > room) ask = room;
     if (!ask) return;
@@ -679,11 +685,42 @@ static void verify(srv_sched *s, slot *sl) {
     if (s->metrics) srv_metrics_drafts(s->metrics, drafted, n_out ? n_out - 1 : 0);
 }
 
+/* A drafting greedy request takes the tokens its sampler is known to choose next from the tree (tkv_seq_follow_known:
+   what argmax decoding chose after the same text before), handled as a drafted step's would be, with no step of
+   its own; its pending token is then the last of them. Requests that list logprobs compute every token (known
+   tokens come without logits). */
+static void follow_known(srv_sched *s, slot *sl) {
+    enum { KNOWN_MAX = 256 }; /* per call: a longer chain goes on at the next */
+    const srv_req *r = sl->req;
+    srv_run *run = sl->run;
+    if (s->o.no_known || !generating(sl) || r->draft_max <= 0 || r->logprobs >= 0) return;
+    size_t cap = (size_t)(r->max_tokens - run->n_gen), room = room_after(s, sl) + 1;
+    if (cap > room) cap = room;
+    if (cap > KNOWN_MAX) cap = KNOWN_MAX;
+    if (!cap) return;
+    tkv_token out[KNOWN_MAX];
+    size_t n = 0;
+    if (tkv_seq_follow_known(s->ctx, sl->seq, run->toks[sl->n_past], run->smp, cap, out, &n) != TKV_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "known tokens failed: %s", tkv_last_error(s->ctx));
+        fail(s, sl, SRV_FAIL_INTERNAL, msg);
+        return;
+    }
+    if (s->metrics && n) srv_metrics_known(s->metrics, n);
+    const size_t n_past = sl->n_past;
+    for (size_t i = 0; i < n; i++) {
+        sl->n_past = n_past + 1 + i; /* pending and the known tokens before this one */
+        on_token(s, sl, out[i], NULL);
+        if (sl->req != r || sl->n_past != n_past + 1 + i) return; /* ended, or shifted */
+    }
+}
+
 /* One decode step; false when there was nothing to decode. */
 static bool step(srv_sched *s) {
     for (int i = 0; i < s->o.parallel; i++) {
         s->slots[i].wait_step = false;
         s->slots[i].n_draft = 0;
+        if (s->slots[i].req) follow_known(s, &s->slots[i]);
         if (s->slots[i].req) propose(s, &s->slots[i]);
     }
     choose_drafts(s);
@@ -719,8 +756,18 @@ static bool step(srv_sched *s) {
         if (sl->logits_at < 0) continue;
         if (!sl->run->n_gen && s->o.store) /* the prompt is computed: its new blocks go to the shared store */
             srv_store_put(s->o.store, s->ctx, sl->run->ns, sl->run->toks, sl->req->n_prompt, sl->req->n_cached);
-        const float *logits = tkv_get_logits(s->ctx, (size_t)sl->logits_at);
-        on_token(s, sl, tkv_sampler_sample(sl->run->smp, logits), logits);
+        /* sampled as a step without drafts is verified, so that an argmax choice is recorded in its cell (known
+           tokens: follow_known) */
+        tkv_token tok;
+        size_t n_tok = 0;
+        if (tkv_seq_accept_draft(s->ctx, sl->seq, (size_t)sl->logits_at, NULL, 0, sl->run->smp, 1, NULL, NULL, &tok,
+                                 &n_tok) != TKV_OK) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "sampling failed: %s", tkv_last_error(s->ctx));
+            fail(s, sl, SRV_FAIL_INTERNAL, msg);
+            continue;
+        }
+        on_token(s, sl, tok, tkv_get_logits(s->ctx, (size_t)sl->logits_at));
     }
     /* the step's cost by its rows, decode and sampling, for the next steps' drafts (a step that had to make
        room first is not a fair figure) */

@@ -28,6 +28,7 @@ typedef struct srv_sched_opts {
     uint32_t n_batch;     /* tokens per step (the context's n_batch) */
     bool no_prefix_cache; /* every request in its own namespace: nothing is reused */
     bool draft_always;    /* every draft within its budget goes in, not only those worth their rows (draftcost.h) */
+    bool no_known;        /* drafting requests do not take known tokens from the tree (tkv_seq_follow_known) */
     struct srv_store *store; /* the shared prefix store (redis_store.h), or NULL */
     struct srv_disk *disk; /* --cache-disk: prefixes evicted from RAM come back from it; NULL: none */
 } srv_sched_opts;

@@ -7,7 +7,9 @@
 // again: the second time every answer is in the prefix tree) and for 8
 // concurrent clients, on a llama (stories260K) and a delta-net hybrid (qwen35,
 // whose rejected drafts are recomputed from a checkpoint of its state). The
-// retry is where drafts pay: /metrics and the timings show them accepted. These servers carry every draft
+// retry is where drafts pay: /metrics and the timings show them accepted. A greedy retry on the llama takes its
+// answer's tokens from the tree as known tokens (tkv_seq_follow_known: what argmax decoding chose after the same
+// text), without a step; one that lists logprobs, or runs on the hybrid, verifies them. These servers carry every draft
 // (--draft-always), so that what is verified does not depend on timing; a third server chooses the drafts worth
 // their rows from the step's measured cost, as `tokenkv serve --draft N` does by default, and must answer the
 // same whatever it chooses.
@@ -75,7 +77,8 @@ async function send(server, req) {
 async function draftCounters(server) {
   const m = (await get(server, '/metrics')).body;
   const metric = (name) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(m)?.[1]);
-  return { drafted: metric('tokenkv_draft_tokens_total'), accepted: metric('tokenkv_draft_accepted_tokens_total') };
+  return { drafted: metric('tokenkv_draft_tokens_total'), accepted: metric('tokenkv_draft_accepted_tokens_total'),
+           known: metric('tokenkv_draft_known_tokens_total') };
 }
 
 for (const model of MODELS) describe(`drafts from the cache (${model.name})`, () => {
@@ -118,13 +121,19 @@ for (const model of MODELS) describe(`drafts from the cache (${model.name})`, ()
       same(await send(on, r), want[i], `retry, request ${i}`);
       const c2 = await draftCounters(on);
       assert.ok(c2.accepted - c1.accepted <= c2.drafted - c1.drafted, 'accepted <= drafted');
-      // a retry of an answer of more than one token finds all of it in the prefix tree
-      if (want[i].n > 2) assert.ok(c2.accepted > c1.accepted, `retry, request ${i}: drafts accepted`);
+      // a retry of an answer of more than one token finds all of it in the prefix tree: a greedy one without
+      // logprobs on a model without recurrent state takes it as known tokens (all but the first, sampled from the
+      // prompt's row, and at most the last); any other verifies it as drafts and accepts them
+      const greedy = r.body.temperature === 0 && !r.body.logprobs && model.name !== 'qwen35';
+      if (want[i].n > 2 && greedy) assert.ok(c2.known - c1.known >= want[i].n - 2, `retry, request ${i}: known tokens`);
+      else if (want[i].n > 2) assert.ok(c2.accepted > c1.accepted, `retry, request ${i}: drafts accepted`);
+      if (!greedy) assert.equal(c2.known, c1.known, `request ${i}: no known tokens`);
     }
     const c3 = await draftCounters(on);
     assert.ok(c3.accepted > c0.accepted && c3.drafted >= c3.accepted);
     const offCounters = await draftCounters(off);
     assert.equal(offCounters.drafted, 0, 'no drafts without --draft');
+    assert.equal(offCounters.known, 0, 'no known tokens without --draft');
   }));
 
   it('9 concurrent clients answer as without drafts (drafts right and wrong)', withLogs(async () => {
@@ -142,7 +151,8 @@ for (const model of MODELS) describe(`drafts from the cache (${model.name})`, ()
   }));
 
   it('llama-server\'s per-request fields and timings', withLogs(async () => {
-    const body = { prompt: PROMPTS[0], n_predict: model.maxTokens, temperature: 0, ignore_eos: true };
+    // seeded: a greedy retry would take known tokens instead of drafts
+    const body = { prompt: PROMPTS[0], n_predict: model.maxTokens, temperature: 0.8, seed: 77, ignore_eos: true };
     const a = await post(on, '/completion', body);
     assert.equal(a.status, 200, a.body);
     const b = await post(on, '/completion', body); // a retry: drafted
@@ -224,5 +234,27 @@ describe('drafts chosen by cost on a model that copies', () => {
     assert.equal(got.status, 200, got.body);
     assert.equal(got.json.content, want.json.content);
     assert.ok(got.json.timings.draft_n_accepted > 0, JSON.stringify(got.json.timings));
+  });
+});
+
+// --no-draft-known: a greedy retry verifies its answer as drafts instead of taking it as known tokens; the same answer.
+describe('drafts without known tokens (--no-draft-known)', () => {
+  let off = null;
+  let on = null;
+  before(async () => {
+    [off, on] = await Promise.all([startServer([]), startServer(['--draft', '8', '--draft-always', '--no-draft-known'])]);
+  });
+  after(async () => {
+    for (const s of [off, on]) if (s) await stopAndCheck(s);
+  });
+  it('a greedy retry drafts, takes no known token and answers as without drafts', async () => {
+    const body = { prompt: PROMPTS[1], n_predict: 40, temperature: 0, ignore_eos: true, return_tokens: true };
+    const want = await post(off, '/completion', body);
+    assert.equal(want.status, 200, want.body);
+    const c0 = await draftCounters(on);
+    for (let k = 0; k < 2; k++) assert.deepEqual((await post(on, '/completion', body)).json.tokens, want.json.tokens);
+    const c1 = await draftCounters(on);
+    assert.equal(c1.known, c0.known, 'no known tokens');
+    assert.ok(c1.accepted - c0.accepted >= 30, `the retry's drafts are accepted: ${JSON.stringify([c0, c1])}`);
   });
 });
