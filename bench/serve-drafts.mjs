@@ -27,7 +27,7 @@
 // Prints, per workload: generated tokens per second over the timed requests
 // (their completion tokens / the wall time from the first sent to the last
 // answered), and, from /metrics where the server has them, tokenkv's
-// drafted and accepted token counters over that time.
+// drafted, accepted and known token counters over that time.
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
@@ -102,9 +102,10 @@ async function counters() {
   try {
     const m = await (await fetch(`${url}/metrics`)).text();
     const v = (name) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(m)?.[1] ?? NaN);
-    return { drafted: v('tokenkv_draft_tokens_total'), accepted: v('tokenkv_draft_accepted_tokens_total') };
+    return { drafted: v('tokenkv_draft_tokens_total'), accepted: v('tokenkv_draft_accepted_tokens_total'),
+             known: v('tokenkv_draft_known_tokens_total') };
   } catch {
-    return { drafted: NaN, accepted: NaN };
+    return { drafted: NaN, accepted: NaN, known: NaN };
   }
 }
 
@@ -130,6 +131,6 @@ for (const w of workloads) {
   const c1 = await counters();
   const tokens = done.reduce((a, b) => a + b, 0);
   rows.push({ workload: w, clients: nClients, tokens, seconds: +s.toFixed(3), tok_s: +(tokens / s).toFixed(1),
-              drafted: c1.drafted - c0.drafted, accepted: c1.accepted - c0.accepted });
+              drafted: c1.drafted - c0.drafted, accepted: c1.accepted - c0.accepted, known: c1.known - c0.known });
 }
 console.log(JSON.stringify(rows));
