@@ -1999,23 +1999,27 @@ TKV_API tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t ro
 
 /**
  * Take the tokens argmax decoding is known to produce next from the cache,
- * without computing them. A token is known when the cache recorded that it
- * was the argmax of the logits of the position before it: tokens that
- * tkv_seq_decode_draft or tkv_seq_accept_draft chose with an argmax sampler
- * (temperature <= 0, no penalty, logit bias or grammar) in a batch_invariant
- * context, whose logits depend on the prefix alone. Where the cache holds
- * pending after the sequence's end and known tokens after it, out receives
- * them (n_out, at most max_out; the first end-of-generation token is the
- * last), the sequence takes the cells of pending and of every token returned
- * but the last, which is the next pending token (as after a decode), and smp
- * records each as if it had sampled it. The tokens are those decoding one at
- * a time with smp would give, so an answer found this way is the same answer.
+ * without computing them. A cell records the argmax of the logits computed
+ * for its token when tkv_seq_decode_draft or tkv_seq_accept_draft sampled
+ * that row with an argmax sampler (temperature <= 0, no penalty, logit bias
+ * or grammar) in a batch_invariant context, whose logits depend on the
+ * prefix alone. Where the cache holds pending after the sequence's end and
+ * its cell records the next token, that token is known; while the known
+ * token is cached after it and its cell records one, that one is known too.
+ * out receives them (n_out, at most max_out; the first end-of-generation
+ * token is the last), the sequence takes the cells of pending and of every
+ * token returned but the last, which is the next pending token (as after a
+ * decode), and smp records each as if it had sampled it. The tokens are
+ * those decoding one at a time with smp would give, so an answer found this
+ * way is the same answer. On a hybrid model decoding goes on from a saved
+ * recurrent state: only as many are taken as reach the deepest checkpoint
+ * on the way (a generation leaves one where it ended).
  *
  * Returns TKV_OK with n_out 0 and changes nothing when no token is known:
- * smp is not an argmax sampler, the context is not batch_invariant, pending
- * or its next token is not cached there, or the model keeps recurrent state
- * or window rows (hybrids, --swa-rows). Known tokens come without logits:
- * tkv_sampler_last_probs has nothing to report for them.
+ * smp is not an argmax sampler, the context is not batch_invariant, nothing
+ * is recorded after pending, no checkpoint lies on the way (hybrids), or the
+ * model keeps window rows in a pool (swa_rows). Known tokens come without
+ * logits: tkv_sampler_last_probs has nothing to report for them.
  *
  * @param ctx      the context.
  * @param seq      the sequence (pending goes at its end).

@@ -100,19 +100,20 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
     kv->seq_count = tkv__calloc(n_seq, sizeof *kv->seq_count);
     kv->seq_dup = tkv__calloc(n_seq, sizeof *kv->seq_dup);
     kv->dup = tkv__calloc(n_cells, 1);
-    kv->known = tkv__calloc(n_cells, 1);
+    kv->argmax = tkv__malloc(n_cells * sizeof *kv->argmax);
     kv->run_tokens = tkv__malloc(n_cells * sizeof *kv->run_tokens);
     kv->run_cells = tkv__malloc(n_cells * sizeof *kv->run_cells);
     kv->ev_tokens = tkv__malloc(n_cells * sizeof *kv->ev_tokens);
     kv->ev_cells = tkv__malloc(n_cells * sizeof *kv->ev_cells);
     if (!kv->ev_tokens || !kv->ev_cells || !kv->rows.k || !kv->rows.v || !kv->token || !kv->pos || !kv->free || !kv->seq || !kv->cells || !kv->spare ||
-        !kv->seq_count || !kv->seq_dup || !kv->dup || !kv->known || !kv->run_tokens || !kv->run_cells) {
+        !kv->seq_count || !kv->seq_dup || !kv->dup || !kv->argmax || !kv->run_tokens || !kv->run_cells) {
         tkv__kv_free(kv);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for a KV cache of %u cells (%zu bytes)", n_cells, bytes);
     }
     for (uint32_t i = 0; i < n_cells; i++) {
         kv->token[i] = TKV_TOKEN_NULL;
         kv->pos[i] = -1;
+        kv->argmax[i] = TKV_TOKEN_NULL;
         kv->free[i] = n_cells - 1 - i; /* low cells first */
     }
     kv->n_free = n_cells;
@@ -146,7 +147,7 @@ void tkv__kv_free(tkv__kvcache *kv) {
     tkv__free(kv->seq_count);
     tkv__free(kv->seq_dup);
     tkv__free(kv->dup);
-    tkv__free(kv->known);
+    tkv__free(kv->argmax);
     tkv__free(kv->run_tokens);
     tkv__free(kv->run_cells);
     tkv__free(kv->ev_tokens);
@@ -184,7 +185,7 @@ void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n) {
         if (kv->win) tkv__kv_win_drop_cell(kv, cells[i]);
         kv->token[cells[i]] = TKV_TOKEN_NULL;
         kv->pos[cells[i]] = -1;
-        kv->known[cells[i]] = 0;
+        kv->argmax[cells[i]] = TKV_TOKEN_NULL; /* its prefix is gone, and what its logits chose */
         kv->free[kv->n_free++] = cells[i];
     }
 }
@@ -236,7 +237,6 @@ void tkv__kv_seq_move(tkv__kvcache *kv, tkv_seq seq, uint64_t ns, tkv__ppos at) 
     tkv__pindex_path(kv->ix, at, s->cells, NULL);
     s->n = tkv__pindex_len(kv->ix, at);
     s->ns = ns;
-    s->cut++;
 }
 
 /* ---- sequences ------------------------------------------------------------ */
@@ -250,7 +250,6 @@ void tkv__kv_seq_truncate(tkv__kvcache *kv, tkv_seq seq, uint32_t n) {
     tkv__ppos at = tkv__pindex_ancestor(kv->ix, tkv__pindex_seq_end(kv->ix, seq), n);
     tkv__pindex_seq_set(kv->ix, seq, at); /* the dropped tail: its own node */
     s->n = n; /* the list's first n cells are the ancestor's path */
-    s->cut++;
     tkv__kv_win_mark_short(kv, seq);
 }
 
@@ -263,7 +262,6 @@ tkv_status tkv__kv_seq_fork(tkv__kvcache *kv, tkv_seq src, tkv_seq dst) {
     if (s->n) memcpy(d->cells, s->cells, s->n * sizeof *d->cells);
     d->n = s->n;
     d->ns = s->ns;
-    d->cut++;
     if (kv->win) kv->win->short_seq[dst] = kv->win->short_seq[src];
     tkv__pindex_seq_set(kv->ix, dst, tkv__pindex_seq_end(kv->ix, src));
     return TKV_OK;
@@ -380,8 +378,6 @@ static void check_node_cells(const tkv__pindex *ix, uint32_t id, void *user) {
         else if (kv->token[cell] == TKV_TOKEN_NULL || kv->pos[cell] != (tkv_pos)(nd->depth + k))
             c->st = tkv__fail(TKV_ERR_FORMAT, "cache check: cell %u holds token %d at position %d, its node says %u",
                               cell, (int)kv->token[cell], (int)kv->pos[cell], nd->depth + k);
-        else if (kv->known[cell] && nd->depth + k == 0) /* a known token follows logits: position 0 has none */
-            c->st = tkv__fail(TKV_ERR_FORMAT, "cache check: cell %u at position 0 is marked known", cell);
         c->owned[cell] = 1;
     }
 }
@@ -404,7 +400,7 @@ tkv_status tkv__kv_check(const tkv__kvcache *kv) {
     for (uint32_t i = 0; i < kv->n_free && !c.st; i++) {
         uint32_t cell = kv->free[i];
         if (cell >= n_cells || c.owned[cell] || kv->token[cell] != TKV_TOKEN_NULL || kv->pos[cell] != -1 ||
-            kv->known[cell])
+            kv->argmax[cell] != TKV_TOKEN_NULL)
             c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: free cell %u is in use", cell);
         else
             c.owned[cell] = 2;

@@ -37,11 +37,6 @@ typedef struct tkv__kvseq {
     uint32_t cap;    /* room in cells[] (staged cells go after n) */
     uint32_t *cells; /* (cap) cell per position */
     uint64_t ns;     /* namespace of the sequence's prefixes */
-    uint32_t cut;    /* changes whenever the sequence changes other than by a batch appending to it */
-    /* a known token expected (tkv__kv_known_note): known_tok at known_pos, while cut is still known_cut */
-    bool known_on;
-    tkv_token known_tok;
-    uint32_t known_pos, known_cut;
 } tkv__kvseq;
 
 /*
@@ -134,8 +129,8 @@ typedef struct tkv__kvcache {
     uint32_t *ev_cells;   /* (n_cells) and its cells */
     tkv__kvstates *st;    /* recurrent-state checkpoints (kvstate.h), or NULL: the model has no recurrent state */
     tkv__kvwin *win;      /* the window pool, or NULL: every cell has every layer's rows */
-    uint8_t *known;       /* (n_cells) 1: the cell's token is the argmax of the logits of the position before it on
-                             its path (kvknown.c); 0 for a free cell */
+    tkv_token *argmax;    /* (n_cells) the argmax of the logits computed for the cell's token (the token after it
+                             on its path, kvknown.c), or TKV_TOKEN_NULL: not known (always for a free cell) */
 } tkv__kvcache;
 
 /* A cache of n_cells cells for n_seq sequences, K and V rows of n_embd_kv
@@ -264,26 +259,25 @@ bool tkv__kv_seq_ready(const tkv__kvcache *kv, tkv_seq seq);
 /* ---- known tokens (kvknown.c) ----------------------------------------------- */
 
 /*
- * A known token is one whose cell records that it is the argmax of the logits computed for the position before it.
- * In an arithmetic where a token's logits depend on its prefix alone (batch_invariant), that is a fact about the
- * prefix: argmax decoding that reaches the prefix again produces the same token, and can take it, and its cell,
- * from the tree instead of computing it (a retry, a regenerate at temperature 0, an agent repeating a step).
+ * A cell may record the argmax of the logits computed for its token: in an arithmetic where those depend on the
+ * prefix alone (batch_invariant), a fact about the prefix the cell ends. Argmax decoding that reaches the prefix
+ * again chooses the same token, and can take it, and the cells of the tokens after it that the tree holds, without
+ * computing them: a retry, a regenerate at temperature 0, an agent repeating a step.
  */
 
-/* seq's token at position pos (>= 1) is tok, the argmax of the logits its caller computed for position pos - 1 of
-   the sequence as it is now. Where the sequence holds tok at pos, its cell is marked known now; where pos is the
-   sequence's length, the cell a batch appends there with tok will be, unless the sequence changes otherwise first
-   (a truncate, a fork into it, a path). Otherwise nothing is marked. */
-void tkv__kv_known_note(tkv__kvcache *kv, tkv_seq seq, uint32_t pos, tkv_token tok);
+/* The logits computed for the token in `cell`, as its path in the tree stands, chose tok as their argmax. */
+void tkv__kv_known_note(tkv__kvcache *kv, uint32_t cell, tkv_token tok);
 
-/* The known tokens that follow seq's tokens and then `pending` in the tree, at most cap of them, into out: what
-   argmax decoding would produce next. 0 when pending is not cached after the sequence's end, or the model keeps
-   recurrent state or window rows (a sequence could not take cells without them). Changes nothing. */
-size_t tkv__kv_known_after(const tkv__kvcache *kv, tkv_seq seq, tkv_token pending, tkv_token *out, size_t cap);
+/* The known tokens after seq's tokens and then `pending`, at most cap of them, into out: pending's recorded argmax,
+   then, while that token is cached after it, the argmax recorded there, and so on. cells (room for cap) receives
+   the cells of pending and of out[0 .. n - 1). Returns n; 0 when pending is not cached after the sequence's end or
+   nothing is known after it. Changes nothing. */
+size_t tkv__kv_known_after(const tkv__kvcache *kv, tkv_seq seq, tkv_token pending, tkv_token *out, uint32_t *cells,
+                           size_t cap);
 
 /* Extend seq by tokens[0..n), which the tree holds after its end: the sequence takes their cells, nothing is
-   computed (tkv__kv_known_after's pending and its tokens but the last). TKV_ERR_INVALID (they are not cached
-   there), TKV_ERR_UNSUPPORTED (recurrent state or window rows), TKV_ERR_NOMEM: nothing changed. */
+   computed. On a hybrid model the state after the last of them must be saved (tkv__kv_state_floor). TKV_ERR_INVALID
+   (not cached there, no saved state), TKV_ERR_UNSUPPORTED (window rows), TKV_ERR_NOMEM: nothing changed. */
 tkv_status tkv__kv_seq_adopt(tkv__kvcache *kv, tkv_seq seq, const tkv_token *tokens, uint32_t n);
 
 /* ---- sequences (kvcache.c) ------------------------------------------------- */

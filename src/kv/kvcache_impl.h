@@ -33,10 +33,6 @@ tkv_status tkv__kv_reserve_virtual(tkv__kvcache *kv, uint32_t n);
    seq holds exactly its tokens. */
 void tkv__kv_seq_move(tkv__kvcache *kv, tkv_seq seq, uint64_t ns, tkv__ppos at);
 
-/* After a batch's commit: mark the cells of the known tokens its sequences expected (tkv__kv_known_note), and
-   end every expectation of a sequence in it. */
-void tkv__kv_known_commit(tkv__kvcache *kv, const tkv_batch *b);
-
 /* Checkpoints (kvstate.c): the one of a cell that is freed; the staged decode's saved (after its batch
    is published) or dropped; the check; the end. */
 void tkv__kv_state_drop_cell(tkv__kvcache *kv, uint32_t cell);

@@ -286,7 +286,7 @@ static void commit_path(tkv__kvcache *kv) {
 void tkv__kv_commit(tkv__kvcache *kv) {
     land_virtual(kv);
     if (kv->txn.kind == TXN_BATCH)
-        release_dups(kv, kv->txn.b), commit_batch(kv), tkv__kv_known_commit(kv, kv->txn.b),
+        release_dups(kv, kv->txn.b), commit_batch(kv),
             tkv__kv_states_commit(kv, kv->txn.b), tkv__kv_win_commit(kv, kv->txn.n);
     else if (kv->txn.kind == TXN_PATH) commit_path(kv);
     kv->txn.kind = TXN_NONE;

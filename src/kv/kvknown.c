@@ -1,53 +1,35 @@
 /*
- * kvknown.c — known tokens: cells that record that their token is the
- * argmax of the logits of the position before them (kvcache.h says when
- * that is a fact about the prefix), and sequences that follow them through
- * the tree without computing them.
+ * kvknown.c — known tokens: cells that record the argmax of the logits
+ * computed for their token (kvcache.h says when that is a fact about the
+ * prefix the cell ends), and sequences that follow those records through
+ * the tree without computing the tokens.
  *
- * A mark is set only where the caller vouches for it (tkv__kv_known_note,
- * from the sampler that chose the token), on the cell the sequence holds at
- * that position: a token chosen for a position the sequence has not
- * decoded yet (the next pending token) waits as the sequence's expectation
- * until a batch appends it, and dies with any other change of the
- * sequence, so a mark never lands on a prefix other than the one whose
- * logits chose it. A freed cell loses its mark (tkv__kv_give_back), and
- * tkv__kv_check holds free cells to that.
+ * A record belongs to its cell, whose prefix never changes while the cell
+ * holds its token: it is written only by the caller that sampled the cell's
+ * own logits row (tkv__kv_known_note), and a freed cell loses it
+ * (tkv__kv_give_back; tkv__kv_check holds free cells to that).
  */
 #include "kvcache_impl.h"
 
 #include "base/error.h"
 
-void tkv__kv_known_note(tkv__kvcache *kv, tkv_seq seq, uint32_t pos, tkv_token tok) {
-    tkv__kvseq *s = &kv->seq[seq];
-    if (pos == 0 || pos > s->n) return;
-    if (pos < s->n) {
-        if (kv->token[s->cells[pos]] == tok) kv->known[s->cells[pos]] = 1;
-        return;
-    }
-    s->known_on = true, s->known_tok = tok, s->known_pos = pos, s->known_cut = s->cut;
+void tkv__kv_known_note(tkv__kvcache *kv, uint32_t cell, tkv_token tok) {
+    if (cell < kv->rows.n_cells && kv->token[cell] != TKV_TOKEN_NULL) kv->argmax[cell] = tok;
 }
 
-void tkv__kv_known_commit(tkv__kvcache *kv, const tkv_batch *b) {
-    for (size_t j = 0; j < b->n; j++) {
-        const tkv__kvseq *s = &kv->seq[b->seq[j]];
-        if (s->known_on && s->known_cut == s->cut && (uint32_t)b->pos[j] == s->known_pos && b->token[j] == s->known_tok)
-            kv->known[s->cells[s->known_pos]] = 1;
-    }
-    for (size_t j = 0; j < b->n; j++) kv->seq[b->seq[j]].known_on = false;
-}
-
-size_t tkv__kv_known_after(const tkv__kvcache *kv, tkv_seq seq, tkv_token pending, tkv_token *out, size_t cap) {
-    if (kv->st || kv->win || !cap) return 0;
+size_t tkv__kv_known_after(const tkv__kvcache *kv, tkv_seq seq, tkv_token pending, tkv_token *out, uint32_t *cells,
+                           size_t cap) {
+    if (!cap) return 0;
     const tkv__kvseq *s = &kv->seq[seq];
-    tkv__ppos at;
-    if (tkv__pindex_follow(kv->ix, s->ns, tkv__pindex_seq_end(kv->ix, seq), &pending, 1, &at) != 1) return 0;
-    return tkv__pindex_follow_marked(kv->ix, s->ns, at, kv->known, out, cap);
+    return tkv__pindex_follow_chain(kv->ix, s->ns, tkv__pindex_seq_end(kv->ix, seq), pending, kv->argmax, out, cells,
+                                    cap);
 }
 
 tkv_status tkv__kv_seq_adopt(tkv__kvcache *kv, tkv_seq seq, const tkv_token *tokens, uint32_t n) {
-    if (kv->st || kv->win)
-        return tkv__fail(TKV_ERR_UNSUPPORTED, "sequence %d cannot take cached cells without computing them: the model "
-                         "keeps recurrent state or window rows", (int)seq);
+    if (kv->win) /* the pool's rows of the positions taken would have to be kept for the sequence: not done */
+        return tkv__fail(TKV_ERR_UNSUPPORTED, "sequence %d cannot take cached cells without computing them: the "
+                         "model keeps window rows in a pool (swa_rows)", (int)seq);
+    if (kv->txn.kind) return tkv__fail(TKV_ERR_INVALID, "sequence %d: a transaction is staged", (int)seq);
     tkv__kvseq *s = &kv->seq[seq];
     tkv__ppos to;
     if (tkv__pindex_follow(kv->ix, s->ns, tkv__pindex_seq_end(kv->ix, seq), tokens, n, &to) != n)
@@ -55,9 +37,17 @@ tkv_status tkv__kv_seq_adopt(tkv__kvcache *kv, tkv_seq seq, const tkv_token *tok
     if (!n) return TKV_OK;
     tkv_status st = tkv__kv_seq_room(kv, seq, s->n + n);
     if (st) return st;
+    const uint32_t last = (uint32_t)(s->n + n);
+    if (kv->st) { /* decoding goes on from the state after the last token taken: it must be saved */
+        uint32_t *path = kv->run_cells; /* (n_cells) scratch outside transactions */
+        tkv__pindex_path(kv->ix, to, path, NULL);
+        if (!tkv__kv_state_of(kv, path[last - 1]))
+            return tkv__fail(TKV_ERR_INVALID, "sequence %d: no state is saved after the %u tokens to take", (int)seq, n);
+    }
     to = tkv__pindex_seq_set(kv->ix, seq, to); /* positions below may be renamed: use the one returned */
     tkv__pindex_path(kv->ix, to, s->cells, NULL);
-    s->n += n;
+    s->n = last;
     tkv__pindex_touch(kv->ix, to);
+    if (kv->st) tkv__kv_state_touch(kv, s->cells[last - 1]);
     return TKV_OK;
 }

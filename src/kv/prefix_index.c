@@ -343,24 +343,29 @@ size_t tkv__pindex_continuation(const tkv__pindex *ix, uint64_t ns, tkv__ppos at
     return n;
 }
 
-size_t tkv__pindex_follow_marked(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, const uint8_t *marked, tkv_token *out,
-                                 size_t cap) {
+size_t tkv__pindex_follow_chain(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, tkv_token first, const tkv_token *chosen,
+                                tkv_token *out, uint32_t *cells, size_t cap) {
     uint32_t P = at.node != NONE ? at.node : root_find(ix, ns);
     if (P == NONE) return 0;
-    uint32_t o = at.node != NONE ? at.off : 0;
-    uint32_t cc = o < ix->node[P].n ? cell_at(ix, P, o) : NONE; /* the cell after position o */
+    uint32_t o = at.node != NONE ? at.off : 0;                  /* tokens of node P before the position */
+    uint32_t cc = o < ix->node[P].n ? cell_at(ix, P, o) : NONE; /* the cell after it in P's run */
+    tkv_token t = first;
     size_t n = 0;
-    while (n < cap) {
+    for (;;) {
+        /* the cell of t after the position, and the position moved past it */
+        uint32_t cell;
         if (o < ix->node[P].n) {
-            if (!marked[cc]) break;
-            out[n++] = ix->tok[cc];
-            o++, cc = ix->next[cc];
-            continue;
+            if (ix->tok[cc] != t) break;
+            cell = cc, o++, cc = ix->next[cc];
+        } else {
+            const uint32_t c = child_get(ix, P, t);
+            if (c == NONE) break;
+            cell = ix->node[c].first_cell, P = c, o = 1, cc = ix->next[cell];
         }
-        uint32_t c = ix->node[P].first_child;
-        while (c != NONE && !marked[ix->node[c].first_cell]) c = ix->node[c].next_sibling;
-        if (c == NONE) break;
-        P = c, o = 0, cc = ix->node[c].first_cell;
+        cells[n] = cell;
+        if (chosen[cell] == TKV_TOKEN_NULL) break;
+        t = out[n++] = chosen[cell];
+        if (n == cap) break;
     }
     return n;
 }

@@ -151,21 +151,21 @@ static tkv_status seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, co
                                                 fn, (int)seq));
     }
     const uint32_t L0 = L1 - (uint32_t)n_draft - 1; /* before pending */
-    /* argmax choices in the batch-invariant arithmetic are facts about their prefixes: their cells say so */
+    /* argmax choices in the batch-invariant arithmetic are facts about their prefixes: their cells record them */
     const bool known = ctx->params.batch_invariant && tkv__sampler_argmax(smp);
     size_t n = 0;
     for (size_t i = 0; i <= n_draft; i++) {
         const float *logits = tkv__ctx_logits(ctx, row + i);
         const tkv_token s = tkv_sampler_sample(smp, logits);
-        /* the row was computed for this sequence's position L0 + i (its cell), not another's with the same tokens */
-        const bool note = known && tkv__ctx_row_cell(ctx, row + i) == ctx->kv->seq[seq].cells[L0 + i];
+        /* recorded in the cell the row was computed for, when that is this sequence's at L0 + i (not another's) */
+        const uint32_t cell = ctx->kv->seq[seq].cells[L0 + i];
+        if (known && tkv__ctx_row_cell(ctx, row + i) == cell) tkv__kv_known_note(ctx->kv, cell, s);
         out[n++] = s;
         /* the next row was computed after draft[i]: it counts only if the sampler chose that same token */
         const bool last = i == n_draft || n == max_out || s != draft[i] || tkv_token_is_eog(ctx->model, s);
         /* the sequence keeps pending and the accepted drafts; out[n - 1] is the caller's next pending token, not
            decoded yet (as in decoding one token at a time) */
         if (last && L0 + n < ctx->kv->seq[seq].n) tkv__kv_seq_truncate(ctx->kv, seq, (uint32_t)(L0 + n));
-        if (note) tkv__kv_known_note(ctx->kv, seq, (uint32_t)(L0 + n), s); /* s goes at position L0 + n */
         bool go_on = true;
         if (on_token) {
             *n_out = n;
@@ -251,16 +251,27 @@ static tkv_status seq_follow_known(tkv_context *ctx, tkv_seq seq, tkv_token pend
     if (seq < 0 || (uint32_t)seq >= ctx->kv->n_seq)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: sequence %d is out of range", fn, (int)seq));
     if (!max_out) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: max_out is 0", fn));
-    if (!ctx->params.batch_invariant || !tkv__sampler_argmax(smp)) return TKV_OK;
-    size_t n = tkv__kv_known_after(ctx->kv, seq, pending, out, max_out);
+    tkv__kvcache *kv = ctx->kv;
+    /* (a context that is not batch_invariant records nothing: seq_accept_draft) */
+    if (!tkv__sampler_argmax(smp) || kv->win || !tkv__kv_seq_ready(kv, seq)) return TKV_OK;
+    /* the path: the sequence's cells, then those of pending and the known tokens (ctx->path_cells, n_cells) */
+    const uint32_t L = kv->seq[seq].n;
+    uint32_t *path = ctx->path_cells;
+    const size_t room = kv->rows.n_cells - L; /* the chain's cells are not the sequence's */
+    size_t n = tkv__kv_known_after(kv, seq, pending, out, path + L, max_out < room ? max_out : room);
     for (size_t i = 0; i < n; i++)
         if (tkv_token_is_eog(ctx->model, out[i])) n = i + 1; /* decoding one at a time would stop there */
+    if (n && kv->st) { /* a hybrid goes on from a saved state: as far as the deepest one on the chain */
+        memcpy(path, kv->seq[seq].cells, L * sizeof *path);
+        const uint32_t floor = tkv__kv_state_floor(kv, path, (uint32_t)(L + n));
+        n = floor > L ? floor - L : 0;
+    }
     if (!n) return TKV_OK;
     /* the sequence takes pending's cell and those of the known tokens but the last, the next pending token */
-    tkv_token *path = ctx->seq_tokens; /* (n_cells) scratch: n cached tokens follow the sequence's end */
-    path[0] = pending;
-    memcpy(path + 1, out, (n - 1) * sizeof *out);
-    tkv_status st = tkv__kv_seq_adopt(ctx->kv, seq, path, (uint32_t)n);
+    tkv_token *taken = ctx->seq_tokens; /* (n_cells) scratch: n cached tokens follow the sequence's end */
+    taken[0] = pending;
+    memcpy(taken + 1, out, (n - 1) * sizeof *out);
+    tkv_status st = tkv__kv_seq_adopt(kv, seq, taken, (uint32_t)n);
     if (st) return tkv__ctx_fail(ctx, st);
     for (size_t i = 0; i < n; i++) tkv__sampler_took(smp, out[i]);
     *n_out = n;

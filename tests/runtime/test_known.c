@@ -5,16 +5,16 @@
  *  - what another sequence takes after the same prompt is exactly what an
  *    earlier greedy run generated one step at a time, and each token is the
  *    argmax (written here, lowest id on ties) of the logits a second context
- *    computes for its prefix from the start;
+ *    computes for its prefix from the start, on a llama and on a delta-net
+ *    hybrid (which goes on from its saved state);
  *  - the sequence then holds what decoding would leave, and decoding on from
- *    it gives the earlier run's next token;
+ *    it gives the earlier run's next tokens;
  *  - nothing is known to a sampler that is not an argmax (seeded, a logit
  *    bias, a repetition or presence penalty), after a seeded run, in a
- *    context that is not batch_invariant, on a hybrid, or once the cells
- *    are evicted and reused;
- *  - a token chosen for the next position is not recorded on another prefix
- *    when the sequence changes before it is decoded (a truncate), nor for a
- *    sequence from another sequence's row;
+ *    context that is not batch_invariant, or once the cells are evicted and
+ *    reused;
+ *  - a row's choice is recorded only for the sequence the row was computed
+ *    for, and tokens decoded without sampling their rows record nothing;
  *  - bad arguments are refused and change nothing.
  */
 #include "testutil.h"
@@ -93,17 +93,17 @@ static void test_known_tokens_are_the_argmax(void **state) {
     tkv_sampler *smp = greedy(tu_model);
     const size_t n = generate(ctx, 0, p, n_p, smp, gen, N_GEN);
     assert_true(n > 20);
-    /* the run decoded gen[0 .. D) (the last one it sampled may be pending) */
+    /* the run decoded gen[0 .. D), each row sampled (the last token it sampled may be pending) */
     const size_t D = (size_t)tkv_seq_len(ctx, 0) - n_p;
-    assert_true(D + 2 >= n && D <= n);
-    /* another sequence after the same prompt: gen[1 .. D) are known (gen[0] came from the prompt's logits, which
-       nothing recorded) */
+    assert_true(D + 1 >= n && D <= n);
+    /* another sequence after the same prompt: after gen[0] (sampled from the prompt's logits, which nothing
+       recorded) the D tokens chosen after gen[0 .. D) are known */
     tkv_sampler *smp1 = greedy(tu_model);
     assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, n_p, NULL), TKV_OK);
     size_t k = 0;
     assert_int_equal(tkv_seq_follow_known(ctx, 1, gen[0], smp1, 64, out, &k), TKV_OK);
-    assert_int_equal(k, D - 1);
-    assert_memory_equal(out, gen + 1, k * sizeof *out);
+    assert_int_equal(k, D);
+    assert_memory_equal(out, gen + 1, (k < n - 1 ? k : n - 1) * sizeof *out);
     /* the sequence holds the prompt, gen[0] and the known tokens but the last, the next pending one */
     tkv_token held[128];
     size_t len = 0;
@@ -199,9 +199,10 @@ static void test_nothing_known_without_invariance(void **state) {
     tkv_context_free(ctx);
 }
 
-/* A token chosen for position L is recorded when a batch appends it there, unless the sequence changed first: a
-   truncate and another token at L - 1 make another prefix, whose argmax it need not be. */
-static void test_a_changed_sequence_records_nothing(void **state) {
+/* A choice is recorded in the cell whose logits made it: tokens decoded by tkv_decode, whose rows nobody sampled
+   through the draft calls, record nothing, even where a token after them was chosen for another prefix (t1, chosen
+   after t0, decoded after x, whose own argmax is not t1). */
+static void test_unsampled_rows_record_nothing(void **state) {
     (void)state;
     tkv_context *ctx = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
     tkv_token p[64];
@@ -232,13 +233,13 @@ static void test_a_changed_sequence_records_nothing(void **state) {
     const tkv_batch b = {2, (tkv_token *)tok, (tkv_pos *)at, (tkv_seq *)sq, NULL};
     assert_int_equal(tkv_decode(ctx, &b), TKV_OK); /* t1 lands at n_p + 1, after x */
     assert_int_equal(known_after(ctx, 1, p, n_p, x, smp), 0);
-    /* and where the sequence did not change, it is recorded: t1 after t0 */
+    /* t0's row, sampled: t1 after t0; then t1's: t2 after t1 */
     assert_int_equal(tkv_seq_truncate(ctx, 0, (tkv_pos)n_p), TKV_OK);
     assert_int_equal(tkv_seq_decode_draft(ctx, 0, t0, NULL, 0, smp, 1, &t1, &n_out), TKV_OK);
     const tkv_token next = t1;
     tkv_token t2;
     assert_int_equal(tkv_seq_decode_draft(ctx, 0, next, NULL, 0, smp, 1, &t2, &n_out), TKV_OK);
-    assert_int_equal(known_after(ctx, 1, p, n_p, t0, smp), 1);
+    assert_int_equal(known_after(ctx, 1, p, n_p, t0, smp), 2);
     assert_int_equal(tkv_cache_check(ctx), TKV_OK);
     tkv_sampler_free(smp);
     tkv_context_free(ctx);
@@ -277,23 +278,65 @@ static void test_another_rows_choice_records_nothing(void **state) {
     assert_int_equal(tkv_seq_accept_draft(ctx, 0, 0, NULL, 0, smp, 1, NULL, NULL, &y, &n_out), TKV_OK);
     assert_int_equal(y, own);
     assert_int_equal(tkv_seq_decode_draft(ctx, 0, y, NULL, 0, smp, 1, &z, &n_out), TKV_OK);
-    assert_int_equal(known_after(ctx, 2, p, n_p - 1, p[n_p - 1], smp), 1);
+    assert_int_equal(known_after(ctx, 2, p, n_p - 1, p[n_p - 1], smp), 2); /* own, then z */
     assert_int_equal(tkv_cache_check(ctx), TKV_OK);
     tkv_sampler_free(smp);
     tkv_context_free(ctx);
 }
 
-static void test_nothing_known_on_a_hybrid(void **state) {
+/* A delta-net hybrid: the sequence takes the known tokens as far as the state its run left where it ended, and
+   decoding on from that state gives the run's tokens. */
+static void test_known_on_a_hybrid(void **state) {
     (void)state;
     tkv_model *m = NULL;
     assert_int_equal(tkv_model_load(tu_shared("models/arch/qwen35.gguf"), NULL, &m), TKV_OK);
+    const size_t nv = tkv_vocab_size(m);
     tkv_context *ctx = tu_context(m, 256, 2, TKV_TYPE_F16);
-    tkv_token p[8] = {1, 5, 9, 14, 3, 7, 2, 11}, gen[16];
-    tkv_sampler *smp = greedy(m);
-    assert_true(generate(ctx, 0, p, 8, smp, gen, 16) > 4);
-    assert_int_equal(known_after(ctx, 1, p, 8, gen[0], smp), 0); /* a sequence cannot take cells without state */
+    tkv_token p[8] = {1, 5, 9, 14, 3, 7, 2, 11}, gen[24], out[32];
+    tkv_sampler *smp = greedy(m), *smp1 = greedy(m);
+    const size_t n = generate(ctx, 0, p, 8, smp, gen, 24);
+    assert_true(n > 8);
+    const size_t D = (size_t)tkv_seq_len(ctx, 0) - 8;
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, 8, NULL), TKV_OK);
+    size_t k = 0;
+    assert_int_equal(tkv_seq_follow_known(ctx, 1, gen[0], smp1, 32, out, &k), TKV_OK);
+    assert_int_equal(k, D); /* the run's end keeps the state after gen[D - 1] */
+    assert_memory_equal(out, gen + 1, (k < n - 1 ? k : n - 1) * sizeof *out);
+    assert_int_equal(tkv_seq_len(ctx, 1), (tkv_pos)(8 + k));
+    tkv_token t = out[k - 1];
+    for (size_t i = k + 1; i < n; i++) { /* decoding on, one token at a time, from the state taken */
+        size_t n_out = 0;
+        assert_int_equal(tkv_seq_decode_draft(ctx, 1, t, NULL, 0, smp1, 1, &t, &n_out), TKV_OK);
+        assert_int_equal(t, gen[i]);
+    }
     assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+    /* fewer at a time: as far as a saved state within them (none, or fewer than asked, where none lies at the
+       cap), and decoding on from there gives the run's next token */
+    for (size_t cap = 1; cap < D; cap++) {
+        assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, 8, NULL), TKV_OK);
+        assert_int_equal(tkv_seq_follow_known(ctx, 1, gen[0], smp1, cap, out, &k), TKV_OK);
+        assert_true(k <= cap);
+        assert_memory_equal(out, gen + 1, k * sizeof *out);
+        assert_int_equal(tkv_seq_len(ctx, 1), (tkv_pos)(8 + k));
+        size_t n_out = 0;
+        assert_int_equal(tkv_seq_decode_draft(ctx, 1, k ? out[k - 1] : gen[0], NULL, 0, smp1, 1, &t, &n_out), TKV_OK);
+        assert_int_equal(t, gen[k + 1]);
+    }
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+    /* the oracle: each known token is the argmax of its prefix's logits in a second context */
+    tkv_context *fresh = tu_context(m, 256, 1, TKV_TYPE_F16);
+    tkv_token list[40];
+    memcpy(list, p, sizeof p);
+    memcpy(list + 8, gen, n * sizeof *gen);
+    for (size_t i = 1; i < n; i++) {
+        assert_int_equal(tkv_seq_clear(fresh, 0), TKV_OK);
+        assert_int_equal(tkv_cache_clear(fresh), TKV_OK);
+        assert_int_equal(tkv_seq_sync(fresh, 0, 0, list, 8 + i, NULL), TKV_OK);
+        assert_int_equal(argmax(tkv_get_logits_last(fresh), nv), gen[i]);
+    }
+    tkv_context_free(fresh);
     tkv_sampler_free(smp);
+    tkv_sampler_free(smp1);
     tkv_context_free(ctx);
     tkv_model_free(m);
 }
@@ -327,9 +370,9 @@ int main(void) {
         cmocka_unit_test(test_known_tokens_are_the_argmax),
         cmocka_unit_test(test_nothing_known_to_other_samplers),
         cmocka_unit_test(test_nothing_known_without_invariance),
-        cmocka_unit_test(test_a_changed_sequence_records_nothing),
+        cmocka_unit_test(test_unsampled_rows_record_nothing),
         cmocka_unit_test(test_another_rows_choice_records_nothing),
-        cmocka_unit_test(test_nothing_known_on_a_hybrid),
+        cmocka_unit_test(test_known_on_a_hybrid),
         cmocka_unit_test(test_bad_arguments),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown));
