@@ -26,8 +26,12 @@
 //
 // Prints, per workload: generated tokens per second over the timed requests
 // (their completion tokens / the wall time from the first sent to the last
-// answered), and, from /metrics where the server has them, tokenkv's
-// drafted, accepted and known token counters over that time.
+// answered), a digest of the answers' texts (the same answers give the same
+// digest, whatever the server did to produce them), and, from /metrics where
+// the server has them, tokenkv's drafted, accepted and known token counters
+// over that time.
+
+import { createHash } from 'node:crypto';
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
@@ -122,15 +126,21 @@ for (const w of workloads) {
     }));
   const c0 = await counters();
   const t0 = performance.now();
+  const texts = [];
   const done = await Promise.all(Array.from({ length: nClients }, async (_, c) => {
     let tokens = 0;
-    for (let k = 0; k < rounds; k++) tokens += (await complete(prompt(w, c, k), length(w, c, k))).tokens;
+    for (let k = 0; k < rounds; k++) {
+      const a = await complete(prompt(w, c, k), length(w, c, k));
+      tokens += a.tokens;
+      texts[c * rounds + k] = a.text;
+    }
     return tokens;
   }));
   const s = (performance.now() - t0) / 1000;
   const c1 = await counters();
   const tokens = done.reduce((a, b) => a + b, 0);
-  rows.push({ workload: w, clients: nClients, tokens, seconds: +s.toFixed(3), tok_s: +(tokens / s).toFixed(1),
+  const digest = createHash('sha256').update(JSON.stringify(texts)).digest('hex').slice(0, 12);
+  rows.push({ workload: w, clients: nClients, tokens, seconds: +s.toFixed(3), tok_s: +(tokens / s).toFixed(1), digest,
               drafted: c1.drafted - c0.drafted, accepted: c1.accepted - c0.accepted, known: c1.known - c0.known });
 }
 console.log(JSON.stringify(rows));

@@ -175,6 +175,13 @@ static void fail(srv_sched *s, slot *sl, srv_fail why, const char *msg) {
     release(s, sl);
 }
 
+/* sl's request fails because the context refused `what`: its message says why. */
+static void fail_call(srv_sched *s, slot *sl, const char *what) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s failed: %s", what, tkv_last_error(s->ctx));
+    fail(s, sl, SRV_FAIL_INTERNAL, msg);
+}
+
 /* Give the slot back and queue the request again, first in line; it goes on
    once another request has ended. False when the queue is full. */
 /* Preempt sl's request: back to the head of the waiting list, its cells cached, to resume where it was. for_room:
@@ -677,9 +684,7 @@ static void verify(srv_sched *s, slot *sl) {
     const tkv_status st = tkv_seq_accept_draft(s->ctx, sl->seq, (size_t)sl->logits_at, sl->draft, drafted, run->smp,
                                                left, verified, &v, out, &n_out);
     if (st) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "draft verification failed: %s", tkv_last_error(s->ctx));
-        fail(s, sl, SRV_FAIL_INTERNAL, msg);
+        fail_call(s, sl, "draft verification");
         return;
     }
     if (s->metrics) srv_metrics_drafts(s->metrics, drafted, n_out ? n_out - 1 : 0);
@@ -701,9 +706,7 @@ static void follow_known(srv_sched *s, slot *sl) {
     tkv_token out[KNOWN_MAX];
     size_t n = 0;
     if (tkv_seq_follow_known(s->ctx, sl->seq, run->toks[sl->n_past], run->smp, cap, out, &n) != TKV_OK) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "known tokens failed: %s", tkv_last_error(s->ctx));
-        fail(s, sl, SRV_FAIL_INTERNAL, msg);
+        fail_call(s, sl, "taking known tokens");
         return;
     }
     if (s->metrics && n) srv_metrics_known(s->metrics, n);
@@ -762,9 +765,7 @@ static bool step(srv_sched *s) {
         size_t n_tok = 0;
         if (tkv_seq_accept_draft(s->ctx, sl->seq, (size_t)sl->logits_at, NULL, 0, sl->run->smp, 1, NULL, NULL, &tok,
                                  &n_tok) != TKV_OK) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "sampling failed: %s", tkv_last_error(s->ctx));
-            fail(s, sl, SRV_FAIL_INTERNAL, msg);
+            fail_call(s, sl, "sampling");
             continue;
         }
         on_token(s, sl, tok, tkv_get_logits(s->ctx, (size_t)sl->logits_at));
