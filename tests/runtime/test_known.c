@@ -73,6 +73,23 @@ static tkv_token argmax(const float *l, size_t n) {
     return (tkv_token)best;
 }
 
+/* The oracle for a run: each gen[i] (i >= 1) is the argmax of the logits a second context of m computes for p and
+   gen[0 .. i) from the start (its cache cleared each time: nothing reused). */
+static void assert_argmaxes(const tkv_model *m, const tkv_token *p, size_t n_p, const tkv_token *gen, size_t n) {
+    tkv_context *fresh = tu_context(m, 512, 1, TKV_TYPE_F16);
+    tkv_token list[128];
+    assert_true(n_p + n <= 128);
+    memcpy(list, p, n_p * sizeof *p);
+    memcpy(list + n_p, gen, n * sizeof *gen);
+    for (size_t i = 1; i < n; i++) {
+        assert_int_equal(tkv_seq_clear(fresh, 0), TKV_OK);
+        assert_int_equal(tkv_cache_clear(fresh), TKV_OK);
+        assert_int_equal(tkv_seq_sync(fresh, 0, 0, list, n_p + i, NULL), TKV_OK);
+        assert_int_equal(argmax(tkv_get_logits_last(fresh), tkv_vocab_size(m)), gen[i]);
+    }
+    tkv_context_free(fresh);
+}
+
 /* How many known tokens follow p and pending for smp, on sequence s synced to p; the sequence is cleared after. */
 static size_t known_after(tkv_context *ctx, tkv_seq s, const tkv_token *p, size_t n_p, tkv_token pending,
                           tkv_sampler *smp) {
@@ -126,17 +143,7 @@ static void test_known_tokens_are_the_argmax(void **state) {
     assert_int_equal(tkv_seq_len(ctx, 1), (tkv_pos)(n_p + 3));
 
     /* each known token is the argmax of its prefix's logits, computed from the start in another context */
-    tkv_context *fresh = tu_context(tu_model, 512, 1, TKV_TYPE_F16);
-    tkv_token list[128];
-    memcpy(list, p, n_p * sizeof *p);
-    memcpy(list + n_p, gen, n * sizeof *gen);
-    for (size_t i = 1; i < n; i++) { /* gen[i] after p and gen[0 .. i) */
-        assert_int_equal(tkv_cache_clear(fresh), TKV_OK);
-        assert_int_equal(tkv_seq_clear(fresh, 0), TKV_OK);
-        assert_int_equal(tkv_seq_sync(fresh, 0, 0, list, n_p + i, NULL), TKV_OK);
-        assert_int_equal(argmax(tkv_get_logits_last(fresh), tu_n_vocab), gen[i]);
-    }
-    tkv_context_free(fresh);
+    assert_argmaxes(tu_model, p, n_p, gen, n);
     tkv_sampler_free(smp);
     tkv_sampler_free(smp1);
     tkv_context_free(ctx);
@@ -290,7 +297,6 @@ static void test_known_on_a_hybrid(void **state) {
     (void)state;
     tkv_model *m = NULL;
     assert_int_equal(tkv_model_load(tu_shared("models/arch/qwen35.gguf"), NULL, &m), TKV_OK);
-    const size_t nv = tkv_vocab_size(m);
     tkv_context *ctx = tu_context(m, 256, 2, TKV_TYPE_F16);
     tkv_token p[8] = {1, 5, 9, 14, 3, 7, 2, 11}, gen[24], out[32];
     tkv_sampler *smp = greedy(m), *smp1 = greedy(m);
@@ -324,17 +330,7 @@ static void test_known_on_a_hybrid(void **state) {
     }
     assert_int_equal(tkv_cache_check(ctx), TKV_OK);
     /* the oracle: each known token is the argmax of its prefix's logits in a second context */
-    tkv_context *fresh = tu_context(m, 256, 1, TKV_TYPE_F16);
-    tkv_token list[40];
-    memcpy(list, p, sizeof p);
-    memcpy(list + 8, gen, n * sizeof *gen);
-    for (size_t i = 1; i < n; i++) {
-        assert_int_equal(tkv_seq_clear(fresh, 0), TKV_OK);
-        assert_int_equal(tkv_cache_clear(fresh), TKV_OK);
-        assert_int_equal(tkv_seq_sync(fresh, 0, 0, list, 8 + i, NULL), TKV_OK);
-        assert_int_equal(argmax(tkv_get_logits_last(fresh), nv), gen[i]);
-    }
-    tkv_context_free(fresh);
+    assert_argmaxes(m, p, 8, gen, n);
     tkv_sampler_free(smp);
     tkv_sampler_free(smp1);
     tkv_context_free(ctx);
