@@ -692,13 +692,15 @@ static void verify(srv_sched *s, slot *sl) {
 
 /* A drafting greedy request takes the tokens its sampler is known to choose next from the tree (tkv_seq_follow_known:
    what argmax decoding chose after the same text before), handled as a drafted step's would be, with no step of
-   its own; its pending token is then the last of them. Requests that list logprobs compute every token (known
-   tokens come without logits). */
+   its own; its pending token is then the last of them. So does one whose prompt is cached but its last token (a
+   retry): its first token is known too, and the prompt's last row is not computed again. Requests that list
+   logprobs compute every token (known tokens come without logits). */
 static void follow_known(srv_sched *s, slot *sl) {
     enum { KNOWN_MAX = 256 }; /* per call: a longer chain goes on at the next */
     const srv_req *r = sl->req;
     srv_run *run = sl->run;
-    if (s->o.no_known || !generating(sl) || r->draft_max <= 0 || r->logprobs >= 0) return;
+    /* the sequence holds the list but its last token: a generating request's pending one, or a prompt's last */
+    if (s->o.no_known || sl->n_past + 1 != run->n_toks || r->draft_max <= 0 || r->logprobs >= 0) return;
     size_t cap = (size_t)(r->max_tokens - run->n_gen), room = room_after(s, sl) + 1;
     if (cap > room) cap = room;
     if (cap > KNOWN_MAX) cap = KNOWN_MAX;
@@ -709,7 +711,12 @@ static void follow_known(srv_sched *s, slot *sl) {
         fail_call(s, sl, "taking known tokens");
         return;
     }
-    if (s->metrics && n) srv_metrics_known(s->metrics, n);
+    if (!n) return;
+    if (s->metrics) srv_metrics_known(s->metrics, n);
+    /* the prompt's last row is known, not computed: all of the prompt came from the cache (cached_tokens counts
+       what arrival found, all but that last token, which the scheduler alone sets) */
+    if (!run->n_gen && r->n_cached + 1 == run->n_toks)
+        srv_req_set_cached(sl->req, run->n_toks), srv_req_progress(sl->req, run->n_toks);
     const size_t n_past = sl->n_past;
     for (size_t i = 0; i < n; i++) {
         sl->n_past = n_past + 1 + i; /* pending and the known tokens before this one */
