@@ -16,6 +16,11 @@
  * verified row is sampled by the caller's sampler in order, exactly as one
  * token at a time would sample it, so the tokens (and the sampler's
  * random draws and grammar state) are the same with drafts as without.
+ *
+ * The same invariance makes an argmax choice a fact about its prefix: the
+ * verification records it in the row's cell (kv/kvknown.c), and a greedy
+ * sequence that reaches the prefix again takes it without a pass
+ * (tkv_seq_follow_known).
  */
 #include "context.h"
 
@@ -157,9 +162,12 @@ static tkv_status seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, co
     for (size_t i = 0; i <= n_draft; i++) {
         const float *logits = tkv__ctx_logits(ctx, row + i);
         const tkv_token s = tkv_sampler_sample(smp, logits);
-        /* recorded in the cell the row was computed for, when that is this sequence's at L0 + i (not another's) */
-        const uint32_t cell = ctx->kv->seq[seq].cells[L0 + i];
-        if (known && tkv__ctx_row_cell(ctx, row + i) == cell) tkv__kv_known_note(ctx->kv, cell, s);
+        /* recorded in the cell the row was computed for, when that is this sequence's at L0 + i (not another's;
+           on_token may have cut the sequence short meanwhile) */
+        if (known && L0 + i < ctx->kv->seq[seq].n) {
+            const uint32_t cell = ctx->kv->seq[seq].cells[L0 + i];
+            if (tkv__ctx_row_cell(ctx, row + i) == cell) tkv__kv_known_note(ctx->kv, cell, s);
+        }
         out[n++] = s;
         /* the next row was computed after draft[i]: it counts only if the sampler chose that same token */
         const bool last = i == n_draft || n == max_out || s != draft[i] || tkv_token_is_eog(ctx->model, s);
