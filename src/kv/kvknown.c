@@ -38,16 +38,14 @@ tkv_status tkv__kv_seq_adopt(tkv__kvcache *kv, tkv_seq seq, const tkv_token *tok
     tkv_status st = tkv__kv_seq_room(kv, seq, s->n + n);
     if (st) return st;
     const uint32_t last = (uint32_t)(s->n + n);
-    if (kv->st) { /* decoding goes on from the state after the last token taken: it must be saved */
-        uint32_t *path = kv->run_cells; /* (n_cells) scratch outside transactions */
-        tkv__pindex_path(kv->ix, to, path, NULL);
-        if (!tkv__kv_state_of(kv, path[last - 1]))
-            return tkv__fail(TKV_ERR_INVALID, "sequence %d: no state is saved after the %u tokens to take", (int)seq, n);
-    }
-    to = tkv__pindex_seq_set(kv->ix, seq, to); /* positions below may be renamed: use the one returned */
+    /* the list past s->n is room, not the sequence: the path's cells go there first (its first s->n are the
+       sequence's own), so that a refusal below leaves the sequence as it was */
     tkv__pindex_path(kv->ix, to, s->cells, NULL);
+    if (kv->st && !tkv__kv_state_of(kv, s->cells[last - 1])) /* decoding goes on from the state after them */
+        return tkv__fail(TKV_ERR_INVALID, "sequence %d: no state is saved after the %u tokens to take", (int)seq, n);
+    tkv__pindex_seq_set(kv->ix, seq, to); /* renames positions, never cells: the list stands */
     s->n = last;
-    tkv__pindex_touch(kv->ix, to);
+    tkv__pindex_touch(kv->ix, tkv__pindex_seq_end(kv->ix, seq));
     if (kv->st) tkv__kv_state_touch(kv, s->cells[last - 1]);
     return TKV_OK;
 }
