@@ -122,10 +122,12 @@ static inline __m128i iq4xs_scales(const tkv__block_iq4_xs *x) {
  * products of 2048 rows from memory (bench_kernels -n 2048 -r 262144 -T 2
  * -c 2048, 4 interleaved runs): Q4_0 37.7 -> 47.4 GB/s at avx512, 18.5 ->
  * 23.0 at avx2 (which had no software prefetch); llama1b Q4_0 generation
- * 59.4 -> 66.1 t/s (bench/RESULTS.md). The others keep
- * PREFETCH_AHEAD alone: Q4_K's product gained 9% alone but nothing in the
- * Q4_K_M model, Q5_K's nothing, and the interleaved products (Q8_0, Q2_K,
- * Q3_K, IQ4_XS), bound by their arithmetic, lost 3-7% with it.
+ * 59.4 -> 66.1 t/s (bench/RESULTS.md); the avx2 level's Q4_K asks at
+ * both too (its k45_prefetch: Zen 1, llama1b Q4_K_M 25.0 -> 27.0 t/s).
+ * The others keep PREFETCH_AHEAD alone (an earlier try of Q4_K's gained 9%
+ * alone but nothing in the Q4_K_M model): Q5_K's gained nothing, and the
+ * interleaved products (Q8_0, Q2_K, Q3_K, IQ4_XS), bound by their
+ * arithmetic, lost 3-7% with it.
  */
 #define PREFETCH_NEAR 4096
 #define PREFETCH_FAR 32768

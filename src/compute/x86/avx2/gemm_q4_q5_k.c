@@ -78,13 +78,34 @@ INLINE void k45_close(const uint8_t *b, size_t S, int hf, const uint8_t *const *
 }
 
 /*
+ * The prefetches at step (c, j) of superblock b (SB bytes, Q4_K 2304, Q5_K
+ * 2816): its chunk's line, and with c = 0 and 1 the lines past 2048, so that
+ * the 32 steps cover every line; each into L1 a superblock past
+ * PREFETCH_AHEAD on, and for Q4_K (far) into L2 PREFETCH_FAR on, as Q4_0's
+ * (util.h): the far ones keep more lines on their way from memory than the
+ * fill buffers alone (Zen 1, llama1b Q4_K_M generation 25.0 -> 27.0 t/s).
+ * Q5_K's product, bound by its arithmetic, gained nothing from them
+ * (llama1b Q5_K_M 19.0 -> 18.7 t/s).
+ */
+INLINE void k45_prefetch(const uint8_t *b, size_t SB, int c, int j, int far_too) {
+    const char *near = (const char *)b + (PREFETCH_AHEAD / SB + 1) * SB, *far = (const char *)b + PREFETCH_FAR;
+    const size_t o = 64 * (size_t)(8 * c + j), x = (c == 0 ? 2048 : 2560) + 64 * (size_t)j;
+    _mm_prefetch(near + o, _MM_HINT_T0);
+    if (far_too) _mm_prefetch(far + o, _MM_HINT_T1);
+    if (c < 2 && x < SB) {
+        _mm_prefetch(near + x, _MM_HINT_T0);
+        if (far_too) _mm_prefetch(far + x, _MM_HINT_T1);
+    }
+}
+
+/*
  * Superblocks [0, cnt) of half hf (rows 8 hf ..) of one group at pk (SB
  * bytes apart) for T tokens: yb0[t] is token t's Q8_K block of the first.
  * acc[t] and accm[t] carry the scales' and the mins' running sums.
  */
 INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm,
                     int T, int five, int pf) {
-    const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five), PF = PREFETCH_AHEAD / SB + 1;
+    const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
@@ -100,11 +121,7 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
             for (int t = 0; t < T; t++) slo[t] = _mm256_setzero_si256(), shi[t] = slo[t];
             UNROLL
             for (int j = 0; j < 8; j++) {
-                if (pf && hf == 0) { /* util.h's PREFETCH_AHEAD: the quant lines PF superblocks on, with c = 0 and 1 the rest */
-                    _mm_prefetch((const char *)b + PF * SB + 64 * (8 * c + j), _MM_HINT_T0);
-                    if (c == 0 && 2048 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2048 + 64 * j, _MM_HINT_T0);
-                    if (c == 1 && 2560 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2560 + 64 * j, _MM_HINT_T0);
-                }
+                if (pf && hf == 0) k45_prefetch(b, SB, c, j, !five);
                 const __m256i q = LOADA256(b + 64 * (8 * c + j) + 32 * hf);
                 __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 if (five) { /* bit 2c of the chunk's qh bytes: the low nibbles' fifth bit; 2c + 1: the high ones' */
@@ -150,7 +167,7 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
 INLINE void k45_run_halves(const uint8_t *pk, size_t cnt, int hf0, int NH, const uint8_t *const *yb0, __m256 *acc,
                            __m256 *accm, int T, int five, int pf) {
     enum { U = 2 }; /* units (half, token) at most */
-    const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five), PF = PREFETCH_AHEAD / SB + 1;
+    const size_t SB = TKV__K45_PACK_BLOCK(five), S = TKV__K45_PACK_SCALES(five);
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const int NU = NH * T;
     for (size_t i = 0; i < cnt; i++) {
@@ -167,11 +184,7 @@ INLINE void k45_run_halves(const uint8_t *pk, size_t cnt, int hf0, int NH, const
             for (int u = 0; u < NU; u++) slo[u] = _mm256_setzero_si256(), shi[u] = slo[u];
             UNROLL
             for (int j = 0; j < 8; j++) {
-                if (pf && hf0 == 0) { /* util.h's PREFETCH_AHEAD: the quant lines PF superblocks on, with c = 0 and 1 the rest */
-                    _mm_prefetch((const char *)b + PF * SB + 64 * (8 * c + j), _MM_HINT_T0);
-                    if (c == 0 && 2048 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2048 + 64 * j, _MM_HINT_T0);
-                    if (c == 1 && 2560 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 2560 + 64 * j, _MM_HINT_T0);
-                }
+                if (pf && hf0 == 0) k45_prefetch(b, SB, c, j, !five);
                 __m256i lo[2], hi[2];
                 UNROLL
                 for (int h = 0; h < NH; h++) {
