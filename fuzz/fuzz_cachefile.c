@@ -19,8 +19,10 @@
  *   bit 6     instead, tkv_cache_import it as the prefix template (bit 2)
  *             holds (a shared store's way: the key promises the tokens);
  *   bit 7     all of it against a context over the delta-net hybrid qwen35
- *             instead, whose valid file (bit 2 ignored) carries recurrent-state
- *             checkpoints (format version 3).
+ *             instead, whose valid files carry recurrent-state checkpoints:
+ *             bit 2 clear, a prompt's (format version 3); set, the prompt
+ *             and 4 greedy tokens, whose choices the file records as known
+ *             tokens too (format version 4).
  */
 #include "base/error.h"
 #include "runtime/persist.h"
@@ -39,8 +41,9 @@ static const tkv_token toks[12] = {1, 403, 407, 261, 378, 29, 356, 395, 434, 8, 
 static const size_t tmpl_n[2] = {8, 12}, tmpl_from[2] = {0, 8};
 static tkv_context *ctx, *hctx; /* stories260K; qwen35 (checkpoints) */
 static tkv_model *hmodel;
-static uint8_t *tmpl[3]; /* the two files of ctx; hctx's sequence */
-static size_t tmpl_size[3];
+static uint8_t *tmpl[4]; /* the two files of ctx; hctx's sequence, without and with known tokens */
+static size_t tmpl_size[4];
+static tkv_token htoks[16]; /* the tokens of hctx's second file */
 
 static void die(const char *what) {
     fprintf(stderr, "fuzz_cachefile: %s: %s\n", what, tkv_last_error(ctx));
@@ -111,8 +114,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (tkv_seq_save(hctx, 0, path)) die("hybrid save");
     tmpl[2] = slurp(path, &tmpl_size[2]);
     unlink(path);
-    rmdir(dir);
     if (tmpl_size[2] < 12 || tmpl[2][8] != 3) die("the hybrid's file is not version 3");
+    /* 4 greedy steps on: each step records the choice its row made */
+    tkv_sampler_params sp = tkv_sampler_default_params();
+    sp.temperature = 0;
+    tkv_sampler *smp = NULL;
+    if (tkv_sampler_create(&sp, tkv_vocab_size(hmodel), &smp)) die("sampler");
+    tkv_token t = tkv_sampler_sample(smp, tkv_get_logits_last(hctx)), out[1];
+    for (int i = 0; i < 4; i++) {
+        size_t n_out = 0;
+        if (tkv_seq_decode_draft(hctx, 0, t, NULL, 0, smp, 1, out, &n_out) || n_out != 1) die("hybrid step");
+        t = out[0];
+    }
+    tkv_sampler_free(smp);
+    size_t n_h = 0;
+    if (tkv_seq_tokens(hctx, 0, htoks, 16, &n_h) || n_h != 16) die("hybrid tokens");
+    if (tkv_seq_save(hctx, 0, path)) die("hybrid save");
+    tmpl[3] = slurp(path, &tmpl_size[3]);
+    unlink(path);
+    if (tmpl_size[3] < 12 || tmpl[3][8] != 4) die("the hybrid's second file is not version 4");
+    rmdir(dir);
     tkv_seq_clear(hctx, 0);
     tkv_cache_clear(hctx);
     return 0;
@@ -131,7 +152,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         buf = malloc(n ? n : 1);
         if (n) memcpy(buf, in, n);
     } else {
-        const unsigned k = ctl & 128 ? 2 : (ctl >> 2) & 1;
+        const unsigned k = (ctl & 128 ? 2 : 0) + ((ctl >> 2) & 1);
         n = tmpl_size[k];
         buf = malloc(n);
         memcpy(buf, tmpl[k], n);
@@ -149,8 +170,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tkv__clear_error();
     const bool hybrid = ctl & 128;
     tkv_context *c = hybrid ? hctx : ctx;
-    const unsigned k = hybrid ? 0 : (ctl >> 2) & 1; /* the hybrid's file is a sequence, as template 0 */
-    tkv_status st = ctl & 64 ? tkv_cache_import(c, 5, toks, hybrid ? 12 : tmpl_n[k], tmpl_from[k], buf, n)
+    const unsigned k = (ctl >> 2) & 1;
+    /* the hybrid's files are sequences (K/V from 0): 12 tokens, or htoks' 16 */
+    const tkv_token *it = hybrid && k ? htoks : toks;
+    const size_t it_n = hybrid ? (k ? 16 : 12) : tmpl_n[k], it_from = hybrid ? 0 : tmpl_from[k];
+    tkv_status st = ctl & 64 ? tkv_cache_import(c, 5, it, it_n, it_from, buf, n)
                              : tkv__persist_load_image(c, "fuzz", buf, n, seq);
     if (st != TKV_OK && tkv_last_error(NULL)[0] == '\0') die("a failure without a message");
     if (mode == 2 && changed && st == TKV_OK) die("a changed file loaded");

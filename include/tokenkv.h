@@ -2019,7 +2019,10 @@ TKV_API tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t ro
  * smp is not an argmax sampler, the context is not batch_invariant, nothing
  * is recorded after pending, no checkpoint lies on the way (hybrids), or the
  * model keeps window rows in a pool (swa_rows). Known tokens come without
- * logits: tkv_sampler_last_probs has nothing to report for them.
+ * logits: tkv_sampler_last_probs has nothing to report for them. Cache
+ * files and images carry the records (tkv_seq_save, tkv_cache_save,
+ * tkv_cache_export); a context takes a loaded record only where the file's
+ * arithmetic (the library build and kernel level that chose it) is its own.
  *
  * @param ctx      the context.
  * @param seq      the sequence (pending goes at its end).

@@ -47,6 +47,19 @@
  * from which the header check derives n_states (state_floats is the
  * model's). A file without checkpoints is written as version 2, byte for
  * byte what earlier builds wrote.
+ * Version 4 (a prefix with known tokens: the argmax of the logits computed
+ * for a position's token, kv/kvknown.c, recorded by an arithmetic whose
+ * identity the file carries, runtime/arith_id.c) says its counts instead:
+ *   block 2 + 2 n_layer: u32 n_states, u32 state_floats, u32 n_known,
+ *     u32 0, u64 arith (the identity), checksum;
+ *   block 3 + 2 n_layer: n_states checkpoint records as version 3's (none
+ *     is allowed), checksum;
+ *   block 4 + 2 n_layer: n_known records, each u32 position (increasing, in
+ *     kv_from..n_tokens-1) and i32 token (< n_vocab), checksum;
+ * so its size is the version 2 size + 48 + n_states (4 + 4 state_floats) +
+ * 8 n_known. The header check alone cannot derive the counts; the whole
+ * image's parse checks them and the exact size. Only a file with known
+ * tokens is written as version 4.
  * Version 1 files (bytes 80..87 zero, V of K's type and size) are read too.
  *
  * Reading checks all of it before anything is used: size, magic, version,
@@ -97,20 +110,37 @@ enum { H_CHECKSUM = 88, H_BYTES = TKV__CACHEFILE_HEADER_BYTES };
 static uint64_t k_block_bytes(const tkv__phdr *h) { return (uint64_t)(h->n_tokens - h->kv_from) * h->row_size; }
 static uint64_t v_block_bytes(const tkv__phdr *h) { return (uint64_t)(h->n_tokens - h->kv_from) * h->row_size_v; }
 
-/* Bytes of one checkpoint record, and of the version 2 part of a file. */
+/* Bytes of one checkpoint record, of one known token's, and of the version 2 part of a file. */
 static uint64_t state_record_bytes(const tkv__phdr *h) { return 4 + 4ull * h->state_floats; }
+enum { KNOWN_RECORD = 8, V4_COUNTS = 24, V4_EXTRA = V4_COUNTS + 8 + 8 + 8 /* the counts and three checksums */ };
 static uint64_t base_size(const tkv__phdr *h) {
     return H_BYTES + 8ull * h->n_tokens + 8 + (uint64_t)h->n_layer * (k_block_bytes(h) + v_block_bytes(h) + 16);
 }
 
+/* The version a file with h's contents is written as. */
+static uint32_t version_of(const tkv__phdr *h) { return h->n_known ? 4u : h->n_states ? 3u : 2u; }
+
 uint64_t tkv__cachefile_file_size(const tkv__phdr *h) {
-    return base_size(h) + (h->n_states ? 24 + h->n_states * state_record_bytes(h) : 0);
+    const uint64_t states = h->n_states * state_record_bytes(h);
+    switch (version_of(h)) {
+    case 4: return base_size(h) + V4_EXTRA + states + (uint64_t)h->n_known * KNOWN_RECORD;
+    case 3: return base_size(h) + 24 + states;
+    default: return base_size(h);
+    }
 }
 
-void tkv__cachefile_count_states(const tkv__kvcache *kv, tkv__phdr *h, const uint32_t *cells) {
-    h->n_states = 0;
+void tkv__cachefile_count_extras(const tkv__kvcache *kv, tkv__phdr *h, const uint32_t *cells) {
+    h->n_states = 0, h->n_known = 0;
     h->state_floats = kv->st ? (uint32_t)kv->st->floats : 0;
-    for (uint32_t i = 0; kv->st && i < h->n_tokens - h->kv_from; i++) h->n_states += tkv__kv_state_of(kv, cells[i]) != NULL;
+    for (uint32_t i = 0; i < h->n_tokens - h->kv_from; i++) {
+        if (kv->st) h->n_states += tkv__kv_state_of(kv, cells[i]) != NULL;
+        if (h->arith) h->n_known += kv->argmax[cells[i]] != TKV_TOKEN_NULL;
+    }
+}
+
+void tkv__cachefile_known(const tkv__prec *r, uint32_t i, uint32_t *pos, tkv_token *tok) {
+    *pos = get32(r->known + (uint64_t)i * KNOWN_RECORD);
+    *tok = (tkv_token)get32(r->known + (uint64_t)i * KNOWN_RECORD + 4);
 }
 
 void tkv__cachefile_state(const tkv__prec *r, uint32_t i, uint32_t *pos, float *out) {
@@ -125,7 +155,7 @@ void tkv__cachefile_state(const tkv__prec *r, uint32_t i, uint32_t *pos, float *
 static void encode_header(const tkv__phdr *h, uint8_t p[H_BYTES]) {
     memset(p, 0, H_BYTES);
     memcpy(p, magic, sizeof magic);
-    put32(p + 8, h->n_states ? 3u : 2u);
+    put32(p + 8, version_of(h));
     put32(p + 12, H_BYTES);
     put64(p + 16, h->fp[0]);
     put64(p + 24, h->fp[1]);
@@ -210,8 +240,14 @@ tkv_status tkv__cachefile_check_header(const char *name, const uint8_t *p, uint6
         return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': K/V from position %u of a %u-token prefix", name, h->kv_from,
                          h->n_tokens);
     /* the fields are bounded by the context's own sizes now: no overflow */
-    h->n_states = 0;
+    h->n_states = 0, h->n_known = 0, h->arith = 0;
     h->state_floats = e->state_floats;
+    if (version == 4) { /* the counts are in the image: tkv__cachefile_parse checks them and the exact size */
+        if (file_size < base_size(h) + V4_EXTRA)
+            return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': truncated (%llu bytes, its K/V and counts need %llu)",
+                             name, (unsigned long long)file_size, (unsigned long long)(base_size(h) + V4_EXTRA));
+        return TKV_OK;
+    }
     if (version == 3) { /* the checkpoints: as many as the size holds after the version 2 part */
         if (!e->state_floats)
             return tkv__fail(TKV_ERR_INVALID, "cache file '%s': holds recurrent states, and this model has none", name);
@@ -237,6 +273,35 @@ tkv_status tkv__cachefile_check_header(const char *name, const uint8_t *p, uint6
 }
 
 tkv_token tkv__cachefile_token(const tkv__prec *rec, uint32_t i) { return (tkv_token)get32(rec->tokens + 4ull * i); }
+
+/* A version 4 image's counts block at ext (block b) into h, checked against the context e and the image's size. */
+static tkv_status v4_counts(const char *name, const uint8_t *ext, uint32_t b, size_t size, const tkv__pexpect *e,
+                            tkv__phdr *h) {
+    if (get64(ext + V4_COUNTS) != XXH3_64bits_withSeed(ext, V4_COUNTS, b))
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block %u (counts) checksum mismatch (the file is corrupt)",
+                         name, b);
+    const uint32_t n_states = get32(ext), floats = get32(ext + 4), n_known = get32(ext + 8), m = h->n_tokens - h->kv_from;
+    if (get32(ext + 12) != 0)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': reserved count %u is not 0", name, get32(ext + 12));
+    if (n_states && !e->state_floats)
+        return tkv__fail(TKV_ERR_INVALID, "cache file '%s': holds recurrent states, and this model has none", name);
+    if (n_states && floats != e->state_floats)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': checkpoints of %u floats, the model's state has %u", name,
+                         floats, e->state_floats);
+    if (n_states > m || n_known > m)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': %u checkpoints and %u known tokens for %u positions", name,
+                         n_states, n_known, m);
+    h->arith = get64(ext + 16);
+    if (!n_known || !h->arith)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': version 4 with %u known tokens of arithmetic %016llx (it "
+                         "holds some, of one)", name, n_known, (unsigned long long)h->arith);
+    h->n_states = n_states, h->n_known = n_known;
+    const uint64_t want = tkv__cachefile_file_size(h);
+    if (size != want)
+        return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': %llu bytes, but its counts say %llu", name,
+                         (unsigned long long)size, (unsigned long long)want);
+    return TKV_OK;
+}
 
 tkv_status tkv__cachefile_parse(const char *name, const uint8_t *data, size_t size, const tkv__pexpect *e,
                               tkv__prec *rec) {
@@ -265,25 +330,48 @@ tkv_status tkv__cachefile_parse(const char *name, const uint8_t *data, size_t si
             return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block %u (layer %u %c) checksum mismatch (the file is corrupt)",
                              name, 2 + b, b / 2, b % 2 ? 'V' : 'K');
     }
-    rec->states = NULL;
-    if (h.n_states) { /* blocks 2 + 2 n_layer (the counts) and 3 + 2 n_layer (the records) */
-        const uint32_t b = 2 + 2 * h.n_layer;
-        const uint8_t *cnt = kv + h.n_layer * (bk + bv + 16), *recs = cnt + 16;
-        const uint64_t rb = state_record_bytes(&h), all = h.n_states * rb;
+    rec->states = NULL, rec->known = NULL;
+    const uint32_t b = 2 + 2 * h.n_layer; /* the first block after the K/V */
+    const uint8_t *ext = kv + h.n_layer * (bk + bv + 16), *recs = NULL;
+    if (get32(data + 8) == 4) { /* blocks b (the counts), b + 1 (the checkpoints), b + 2 (the known tokens) */
+        if ((st = v4_counts(name, ext, b, size, e, &h))) return st;
+        recs = ext + V4_COUNTS + 8;
+        const uint64_t all = h.n_states * state_record_bytes(&h), kall = (uint64_t)h.n_known * KNOWN_RECORD;
+        const uint8_t *kn = recs + all + 8;
+        if (get64(recs + all) != XXH3_64bits_withSeed(recs, all, b + 1) ||
+            get64(kn + kall) != XXH3_64bits_withSeed(kn, kall, b + 2))
+            return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block %u or %u (checkpoints, known tokens) checksum "
+                             "mismatch (the file is corrupt)", name, b + 1, b + 2);
+        for (uint32_t i = 0; i < h.n_known; i++) {
+            const uint32_t pos = get32(kn + i * KNOWN_RECORD), prev = i ? get32(kn + (i - 1) * KNOWN_RECORD) : 0;
+            const int32_t t = (int32_t)get32(kn + i * KNOWN_RECORD + 4);
+            if (pos < h.kv_from || pos >= h.n_tokens || (i && pos <= prev))
+                return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': known token %u at position %u (positions %u..%u, "
+                                 "increasing)", name, i, pos, h.kv_from, h.n_tokens - 1);
+            if (t < 0 || (uint32_t)t >= e->n_vocab)
+                return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': known token %u: id %d is out of range (vocabulary "
+                                 "of %u)", name, i, (int)t, e->n_vocab);
+        }
+        rec->known = kn;
+    } else if (h.n_states) { /* version 3: blocks b (the counts) and b + 1 (the records) */
+        const uint8_t *cnt = ext;
+        recs = cnt + 16;
+        const uint64_t all = h.n_states * state_record_bytes(&h);
         if (get64(cnt + 8) != XXH3_64bits_withSeed(cnt, 8, b) || get64(recs + all) != XXH3_64bits_withSeed(recs, all, b + 1))
             return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': block %u or %u (checkpoints) checksum mismatch (the file is "
                              "corrupt)", name, b, b + 1);
         if (get32(cnt) != h.n_states || get32(cnt + 4) != h.state_floats)
             return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': %u checkpoints of %u floats, but its size says %u of %u",
                              name, get32(cnt), get32(cnt + 4), h.n_states, h.state_floats);
-        for (uint32_t i = 0; i < h.n_states; i++) {
-            const uint32_t pos = get32(recs + i * rb), prev = i ? get32(recs + (i - 1) * rb) : 0;
-            if (pos < h.kv_from || pos >= h.n_tokens || (i && pos <= prev))
-                return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': checkpoint %u at position %u (positions %u..%u, "
-                                 "increasing)", name, i, pos, h.kv_from, h.n_tokens - 1);
-        }
-        rec->states = recs;
     }
+    const uint64_t rb = state_record_bytes(&h);
+    for (uint32_t i = 0; i < h.n_states; i++) {
+        const uint32_t pos = get32(recs + i * rb), prev = i ? get32(recs + (i - 1) * rb) : 0;
+        if (pos < h.kv_from || pos >= h.n_tokens || (i && pos <= prev))
+            return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': checkpoint %u at position %u (positions %u..%u, "
+                             "increasing)", name, i, pos, h.kv_from, h.n_tokens - 1);
+    }
+    if (h.n_states) rec->states = recs;
     rec->h = h;
     rec->tokens = tok;
     rec->kv = kv;
@@ -304,10 +392,18 @@ void tkv__cachefile_reseal(uint8_t *data, size_t size) {
         __builtin_mul_overflow(layer, (uint64_t)h.n_layer, &kv_all) ||
         __builtin_add_overflow(kv_all, H_BYTES + 8ull * h.n_tokens + 8, &total) || total > size)
         return;
-    /* version 3: the counts block after the K/V says how many checkpoints of how many floats follow */
-    uint64_t n_st = 0, rec = 0;
-    if (total != size) {
-        if (size - total < 24 || get32(data + 8) != 3) return;
+    /* versions 3 and 4: the counts block after the K/V says how many checkpoints of how many floats follow (and
+       version 4's, how many known tokens after them) */
+    const uint32_t version = get32(data + 8);
+    uint64_t n_st = 0, rec = 0, n_kn = 0, states = 0, need = 0;
+    if (total != size && version == 4) {
+        if (size - total < V4_EXTRA) return;
+        n_st = get32(data + total), rec = 4 + 4ull * get32(data + total + 4), n_kn = get32(data + total + 8);
+        if (__builtin_mul_overflow(n_st, rec, &states) || __builtin_add_overflow(states, V4_EXTRA + KNOWN_RECORD * n_kn, &need) ||
+            need != size - total)
+            return;
+    } else if (total != size) {
+        if (size - total < 24 || version != 3) return;
         n_st = get32(data + total), rec = 4 + 4ull * get32(data + total + 4);
         if (n_st == 0 || (size - total - 24) / rec != n_st || (size - total - 24) % rec) return;
     }
@@ -320,7 +416,12 @@ void tkv__cachefile_reseal(uint8_t *data, size_t size) {
         const uint64_t blk = b % 2 ? bv : bk;
         put64(p + blk, XXH3_64bits_withSeed(p, (size_t)blk, 2 + b));
     }
-    if (n_st) {
+    if (total != size && version == 4) {
+        uint8_t *cnt = data + total, *recs = cnt + V4_COUNTS + 8, *kn = recs + states + 8;
+        put64(cnt + V4_COUNTS, XXH3_64bits_withSeed(cnt, V4_COUNTS, 2 + 2 * h.n_layer));
+        put64(recs + states, XXH3_64bits_withSeed(recs, (size_t)states, 3 + 2 * h.n_layer));
+        put64(kn + KNOWN_RECORD * n_kn, XXH3_64bits_withSeed(kn, (size_t)(KNOWN_RECORD * n_kn), 4 + 2 * h.n_layer));
+    } else if (n_st) {
         uint8_t *cnt = data + total, *recs = cnt + 16;
         put64(cnt + 8, XXH3_64bits_withSeed(cnt, 8, 2 + 2 * h.n_layer));
         put64(recs + n_st * rec, XXH3_64bits_withSeed(recs, (size_t)(n_st * rec), 3 + 2 * h.n_layer));
@@ -387,12 +488,20 @@ static void write_body(writer *w, const tkv__kvcache *kv, const tkv__phdr *h, co
         for (uint32_t i = 0; i < m; i++) w_put(w, tkv__kv_v(kv, l, cells[i]), kv->rows.row_size_v);
         w_end_block(w);
     }
-    if (!h->n_states) return;
-    /* version 3: the counts, then each checkpoint after its position (h came from tkv__cachefile_count_states) */
+    const uint32_t version = version_of(h);
+    if (version == 2) return;
+    /* the counts (h came from tkv__cachefile_count_extras), then each checkpoint after its position, then (version
+       4) each known token after its position */
     put32(b, h->n_states), w_put(w, b, 4);
     put32(b, h->state_floats), w_put(w, b, 4);
+    if (version == 4) {
+        uint8_t b8[8];
+        put32(b, h->n_known), w_put(w, b, 4);
+        put32(b, 0), w_put(w, b, 4);
+        put64(b8, h->arith), w_put(w, b8, 8);
+    }
     w_end_block(w);
-    for (uint32_t i = 0; i < m; i++) {
+    for (uint32_t i = 0; i < m && h->n_states; i++) {
         const float *st = tkv__kv_state_of(kv, cells[i]);
         if (!st) continue;
         put32(b, h->kv_from + i), w_put(w, b, 4);
@@ -401,6 +510,14 @@ static void write_body(writer *w, const tkv__kvcache *kv, const tkv__phdr *h, co
             memcpy(&v, st + k, 4);
             put32(b, v), w_put(w, b, 4);
         }
+    }
+    w_end_block(w);
+    if (version != 4) return;
+    for (uint32_t i = 0; i < m; i++) {
+        const tkv_token t = kv->argmax[cells[i]];
+        if (t == TKV_TOKEN_NULL) continue;
+        put32(b, h->kv_from + i), w_put(w, b, 4);
+        put32(b, (uint32_t)t), w_put(w, b, 4);
     }
     w_end_block(w);
 }

@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#define TKV__CACHEFILE_VERSION 3u /* 3: with recurrent-state checkpoints; files without any are written as 2 */
+#define TKV__CACHEFILE_VERSION 4u /* 3: with recurrent-state checkpoints; 4: with known tokens; 2: neither */
 #define TKV__CACHEFILE_HEADER_BYTES 96u
 #define TKV__CACHEFILE_EXT ".tkvc"
 
@@ -29,9 +29,12 @@ typedef struct tkv__phdr {
     uint32_t n_tokens;  /* the prefix: positions 0..n_tokens-1 */
     uint32_t kv_from;   /* K/V stored for positions kv_from..n_tokens-1 */
     uint64_t rank;      /* order of the save: 0 = most recently used */
-    /* not in the header bytes: a version 3 file's states block says them (the size implies n_states) */
+    /* not in the header bytes: a version 3 file's states block says them (the size implies n_states), a version 4
+       file's counts block all four (tkv__cachefile_check_header leaves n_states and n_known 0 there) */
     uint32_t n_states;     /* checkpoints held (kv/kvstate.h), at positions kv_from..n_tokens-1 */
     uint32_t state_floats; /* floats of one (the model's state) */
+    uint32_t n_known;      /* known tokens held (kv/kvknown.c): the argmax recorded at positions kv_from..n_tokens-1 */
+    uint64_t arith;        /* the arithmetic that chose them (runtime/arith_id.c); 0: none, and no records written */
 } tkv__phdr;
 
 /* A parsed, fully validated file image (pointers into the image). */
@@ -40,15 +43,20 @@ typedef struct tkv__prec {
     const uint8_t *tokens; /* (n_tokens) int32 little-endian */
     const uint8_t *kv;     /* the first K block (tkv__cachefile_k and _v find each layer's) */
     const uint8_t *states; /* h.n_states records: u32 position, then state_floats f32 (tkv__cachefile_state) */
+    const uint8_t *known;  /* h.n_known records: u32 position, i32 token (tkv__cachefile_known) */
 } tkv__prec;
 
 /* Checkpoint i of a parsed record: its position (the state after that position's token) and floats,
    copied into out (state_floats; any alignment in the file). */
 void tkv__cachefile_state(const tkv__prec *r, uint32_t i, uint32_t *pos, float *out);
 
-/* Set h->n_states and h->state_floats: the checkpoints the cache holds at the cells of positions
-   kv_from..n_tokens-1 (cells[0..n_tokens - kv_from)), which a file written now carries. */
-void tkv__cachefile_count_states(const tkv__kvcache *kv, tkv__phdr *h, const uint32_t *cells);
+/* Known token i of a parsed record: its position and the token its logits chose (< n_vocab). */
+void tkv__cachefile_known(const tkv__prec *r, uint32_t i, uint32_t *pos, tkv_token *tok);
+
+/* Set h->n_states, h->state_floats and h->n_known: the checkpoints and, when h->arith is not 0, the known tokens the
+   cache holds at the cells of positions kv_from..n_tokens-1 (cells[0..n_tokens - kv_from)), which a file written
+   now carries. */
+void tkv__cachefile_count_extras(const tkv__kvcache *kv, tkv__phdr *h, const uint32_t *cells);
 
 /* Layer l's K (V) rows of a parsed record: (n_tokens - kv_from) rows of row_size (row_size_v) bytes. */
 static inline const uint8_t *tkv__cachefile_k(const tkv__prec *r, uint32_t l) {

@@ -37,7 +37,7 @@ static tkv_status cache_export(tkv_context *ctx, uint64_t ns, const tkv_token *t
     uint32_t *cells = tkv__malloc(n_tokens * sizeof *cells);
     if (!cells) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_NOMEM, "tkv_cache_export: out of memory"));
     const size_t cached = tkv__kv_match_cells(ctx->kv, ns, tokens, n_tokens, cells);
-    if (cached == n_tokens) tkv__cachefile_count_states(ctx->kv, &h, cells + kv_from); /* a hybrid's checkpoints */
+    if (cached == n_tokens) tkv__cachefile_count_extras(ctx->kv, &h, cells + kv_from); /* checkpoints, known tokens */
     const uint64_t need = tkv__cachefile_file_size(&h);
     *size = (size_t)need;
     if (cached < n_tokens) st = tkv__fail(TKV_ERR_INVALID, "tkv_cache_export: only %zu of the %zu tokens are cached",

@@ -143,6 +143,11 @@ const float *tkv__ctx_logits(const tkv_context *ctx, size_t i);
 /* The cell that holds batch index i's token of the last decode (as tkv__ctx_logits numbers it), or UINT32_MAX: it
    tells a row's sequence and position apart from another's with the same tokens. */
 uint32_t tkv__ctx_row_cell(const tkv_context *ctx, size_t i);
+/* The identity of ctx's arithmetic (arith_id.c): equal for two contexts whose argmax choices are the same facts
+   about a prefix (the same build, kernel level and batch_invariant); 0 for a context that is not batch_invariant,
+   whose choices are facts about nothing. Cache files carry known tokens under it. */
+uint64_t tkv__arith_id(const tkv_context *ctx);
+
 /* tkv_decode inside a call that holds ctx (tkv_seq_sync's passes). */
 tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b);
 

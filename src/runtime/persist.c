@@ -50,14 +50,13 @@ static void fill_cells(tkv__kvcache *kv, const tkv__prec *r, uint32_t from, uint
 
 /*
  * A hybrid model's file: its checkpoints (at positions below n) become the
- * cache's, at the cells the commit just published, so what was reusable when
- * it was saved is reusable again. Best effort: a checkpoint with no room is
- * left out (that prefix is then reusable only up to an earlier one).
+ * cache's, at the cells the commit just published (cells: position i's is
+ * cells[i]), so what was reusable when it was saved is reusable again. Best
+ * effort: a checkpoint with no room is left out (that prefix is then
+ * reusable only up to an earlier one).
  */
-static void put_states(tkv_context *ctx, const tkv__prec *r, uint32_t n, tkv_seq seq, const tkv_token *tokens) {
+static void put_states(tkv_context *ctx, const tkv__prec *r, uint32_t n, const uint32_t *cells) {
     tkv__kvcache *kv = ctx->kv;
-    const uint32_t *cells = seq >= 0 ? kv->seq[seq].cells : ctx->path_cells;
-    if (seq < 0 && tkv__kv_match_cells(kv, r->h.ns, tokens, n, ctx->path_cells) < n) return;
     float *buf = tkv__malloc(r->h.state_floats * sizeof *buf);
     for (uint32_t i = 0; buf && i < r->h.n_states; i++) {
         uint32_t pos;
@@ -65,6 +64,23 @@ static void put_states(tkv_context *ctx, const tkv__prec *r, uint32_t n, tkv_seq
         if (pos < n) tkv__kv_state_put(kv, cells[pos], buf);
     }
     tkv__free(buf);
+}
+
+/*
+ * A file's known tokens (at positions below n) become the records of their
+ * cells, where the file's arithmetic is ctx's own (runtime/arith_id.c):
+ * another build, kernel level or a context that is not batch_invariant
+ * might choose other tokens, and takes none. A cell that already records
+ * one keeps it (the same choice, by the same arithmetic).
+ */
+static void put_known(tkv_context *ctx, const tkv__prec *r, uint32_t n, const uint32_t *cells) {
+    if (r->h.arith != tkv__arith_id(ctx)) return;
+    for (uint32_t i = 0; i < r->h.n_known; i++) {
+        uint32_t pos;
+        tkv_token tok;
+        tkv__cachefile_known(r, i, &pos, &tok);
+        if (pos < n && ctx->kv->argmax[cells[pos]] == TKV_TOKEN_NULL) tkv__kv_known_note(ctx->kv, cells[pos], tok);
+    }
 }
 
 /*
@@ -91,7 +107,12 @@ static tkv_status apply_n(tkv_context *ctx, const char *name, const tkv__prec *r
     fill_cells(kv, r, cached, n - cached);
     tkv__kv_commit(kv);
     *n_new = n - cached;
-    if (r->h.n_states) put_states(ctx, r, n, seq, tokens);
+    if (!r->h.n_states && !r->h.n_known) return TKV_OK;
+    /* the cells of positions 0..n-1: the sequence's, or the path's the commit published */
+    const uint32_t *cells = seq >= 0 ? kv->seq[seq].cells : ctx->path_cells;
+    if (seq < 0 && tkv__kv_match_cells(kv, r->h.ns, tokens, n, ctx->path_cells) < n) return TKV_OK;
+    if (r->h.n_states) put_states(ctx, r, n, cells);
+    if (r->h.n_known) put_known(ctx, r, n, cells);
     return TKV_OK;
 }
 
@@ -102,8 +123,8 @@ static tkv_status apply(tkv_context *ctx, const char *name, const tkv__prec *r, 
 tkv_status tkv__persist_expect(const tkv_context *ctx, tkv__pexpect *e) {
     if (ctx->kv->win) /* every save, load, image and transfer starts here */
         return tkv__fail(TKV_ERR_UNSUPPORTED, "cache files, images and transfers are not supported with swa_rows > 0 "
-                         "(a window layer keeps rows only for the positions that need them; file version 4, which "
-                         "would carry them, is not built)");
+                         "(a window layer keeps rows only for the positions that need them; a file format that "
+                         "would carry them is not built)");
     if (ctx->fp_known) memcpy(e->fp, ctx->fp, sizeof e->fp);
     else {
         tkv_status st = tkv_model_fingerprint(ctx->model, e->fp);
@@ -151,7 +172,7 @@ tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size_t cap, 
     h.ns = ev->ns;
     h.n_tokens = ev->end;
     h.kv_from = ev->from;
-    tkv__cachefile_count_states(ctx->kv, &h, ev->cells); /* a hybrid's checkpoints go with their cells */
+    tkv__cachefile_count_extras(ctx->kv, &h, ev->cells); /* checkpoints and known tokens go with their cells */
     *size = (size_t)tkv__cachefile_file_size(&h);
     if (cap < *size)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_FULL, "tkv_cache_event_image: %zu bytes needed, room for %zu", *size, cap));
@@ -216,7 +237,8 @@ tkv_status tkv__persist_header(const tkv_context *ctx, tkv__phdr *h) {
     tkv_status st = tkv__persist_expect(ctx, &e);
     if (st) return st;
     *h = (tkv__phdr){.fp = {e.fp[0], e.fp[1]}, .kv_type = e.kv_type, .n_layer = e.n_layer, .n_embd_kv = e.n_embd_kv,
-                     .n_vocab = e.n_vocab, .row_size = e.row_size, .v_type = e.v_type, .row_size_v = e.row_size_v};
+                     .n_vocab = e.n_vocab, .row_size = e.row_size, .v_type = e.v_type, .row_size_v = e.row_size_v,
+                     .arith = tkv__arith_id(ctx)}; /* known tokens go with their cells: tkv__cachefile_count_extras */
     return TKV_OK;
 }
 
@@ -230,7 +252,7 @@ static tkv_status seq_save(tkv_context *ctx, tkv_seq seq, const char *path) {
     if ((st = tkv__persist_header(ctx, &h))) return tkv__ctx_fail(ctx, st);
     h.ns = s->ns;
     h.n_tokens = s->n;
-    tkv__cachefile_count_states(ctx->kv, &h, s->cells);
+    tkv__cachefile_count_extras(ctx->kv, &h, s->cells);
     tkv__kv_seq_tokens(ctx->kv, seq, ctx->seq_tokens);
     char *dir = dir_of(path);
     if (!dir) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_NOMEM, "out of memory saving sequence %d", (int)seq));

@@ -380,7 +380,7 @@ static tkv_status saver_snapshot(tkv_cache_saver *s, tkv_context *ctx) {
         if (tkv__pindex_node(ix, nd->parent)->parent != TKV__PNONE && !taken[nd->parent]) continue; /* useless alone */
         tkv__phdr h = node_header(&h0, nd, s->n_plan);
         tkv__pindex_run(ix, c.v[k].id, cells, NULL);
-        tkv__cachefile_count_states(ctx->kv, &h, cells); /* a hybrid's checkpoints on the node's run */
+        tkv__cachefile_count_extras(ctx->kv, &h, cells); /* checkpoints and known tokens on the node's run */
         const uint64_t size = tkv__cachefile_file_size(&h);
         if (s->max_bytes && total + size > s->max_bytes) continue;
         tkv__pindex_path(ix, (tkv__ppos){c.v[k].id, nd->n}, NULL, ctx->seq_tokens);
@@ -415,7 +415,7 @@ static tkv_status saver_snapshot(tkv_cache_saver *s, tkv_context *ctx) {
         tkv__phdr h = node_header(&h0, nd, k);
         tkv__pindex_path(ix, (tkv__ppos){p->node, nd->n}, NULL, ctx->seq_tokens);
         tkv__pindex_run(ix, p->node, cells, NULL);
-        tkv__cachefile_count_states(ctx->kv, &h, cells); /* as the plan counted them: nothing changed since */
+        tkv__cachefile_count_extras(ctx->kv, &h, cells); /* as the plan counted them: nothing changed since */
         tkv__cachefile_encode(ctx->kv, &h, ctx->seq_tokens, cells, s->buf + p->off);
     }
     s->info.files = s->n_plan;

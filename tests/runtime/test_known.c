@@ -15,11 +15,23 @@
  *    reused;
  *  - a row's choice is recorded only for the sequence the row was computed
  *    for, and tokens decoded without sampling their rows record nothing;
- *  - bad arguments are refused and change nothing.
+ *  - bad arguments are refused and change nothing;
+ *  - a sequence's file, a cache directory and an image carry the records
+ *    (cache file version 4): a fresh context that loads any of them takes
+ *    the tokens the first one chose, on the llama and the hybrid; a context
+ *    of another arithmetic (not batch_invariant, or a file whose identity
+ *    is another's) loads the K/V and takes none; a record out of range, out
+ *    of order or corrupt refuses the file and changes nothing.
  */
 #include "testutil.h"
+#include "kv/cachefile.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
 
 #define N_GEN 40
 
@@ -90,16 +102,23 @@ static void assert_argmaxes(const tkv_model *m, const tkv_token *p, size_t n_p, 
     tkv_context_free(fresh);
 }
 
-/* How many known tokens follow p and pending for smp, on sequence s synced to p; the sequence is cleared after. */
-static size_t known_after(tkv_context *ctx, tkv_seq s, const tkv_token *p, size_t n_p, tkv_token pending,
-                          tkv_sampler *smp) {
+/* The known tokens (at most 64, into out) that follow p and pending for smp, on sequence s synced to p; how many.
+   The sequence is cleared after. */
+static size_t known_list(tkv_context *ctx, tkv_seq s, const tkv_token *p, size_t n_p, tkv_token pending,
+                         tkv_sampler *smp, tkv_token out[64]) {
     assert_int_equal(tkv_seq_sync(ctx, s, 0, p, n_p, NULL), TKV_OK);
-    tkv_token out[64];
     size_t n = 99;
     assert_int_equal(tkv_seq_follow_known(ctx, s, pending, smp, 64, out, &n), TKV_OK);
     if (!n) assert_int_equal(tkv_seq_len(ctx, s), (tkv_pos)n_p); /* nothing known: nothing taken */
     assert_int_equal(tkv_seq_clear(ctx, s), TKV_OK);
     return n;
+}
+
+/* How many known tokens follow p and pending for smp (known_list). */
+static size_t known_after(tkv_context *ctx, tkv_seq s, const tkv_token *p, size_t n_p, tkv_token pending,
+                          tkv_sampler *smp) {
+    tkv_token out[64];
+    return known_list(ctx, s, p, n_p, pending, smp, out);
 }
 
 static void test_known_tokens_are_the_argmax(void **state) {
@@ -361,6 +380,197 @@ static void test_bad_arguments(void **state) {
     tkv_context_free(ctx);
 }
 
+/* ---- known tokens in cache files, directories and images ---------------------------------------------------- */
+
+static uint8_t *slurp(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    const long n = ftell(f);
+    assert_true(n > 0);
+    rewind(f);
+    uint8_t *b = malloc((size_t)n);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *size = (size_t)n;
+    return b;
+}
+
+/* A greedy run of m saved three ways after it ran in its own context: its sequence's file, a cache directory and an
+   image of its whole prefix; what a fresh context takes after the prompt from each. */
+typedef struct saved_run {
+    char dir[64], seq_path[128], cache_dir[128];
+    tkv_token p[64], gen[N_GEN], all[128];
+    size_t n_p, n, D, n_all, img_size;
+    uint8_t *img;
+} saved_run;
+
+static void save_run(const tkv_model *m, const tkv_token *p, size_t n_p, saved_run *r) {
+    tkv_context *ctx = tu_context(m, 512, 2, TKV_TYPE_F16);
+    tkv_sampler *smp = greedy(m);
+    memcpy(r->p, p, n_p * sizeof *p);
+    r->n_p = n_p;
+    r->n = generate(ctx, 0, p, n_p, smp, r->gen, N_GEN);
+    assert_true(r->n > 8);
+    r->D = (size_t)tkv_seq_len(ctx, 0) - n_p;
+    assert_int_equal(tkv_seq_tokens(ctx, 0, r->all, 128, &r->n_all), TKV_OK);
+    assert_int_equal(r->n_all, n_p + r->D);
+    assert_int_equal(tu_mkdtemp(r->dir, "known"), 0);
+    snprintf(r->seq_path, sizeof r->seq_path, "%s/seq.tkvc", r->dir);
+    snprintf(r->cache_dir, sizeof r->cache_dir, "%s/cache", r->dir);
+    assert_int_equal(tkv_seq_save(ctx, 0, r->seq_path), TKV_OK);
+    assert_int_equal(tkv_cache_save(ctx, r->cache_dir, 0), TKV_OK);
+    assert_int_equal(tkv_cache_export(ctx, 0, r->all, r->n_all, 0, NULL, 0, &r->img_size), TKV_ERR_FULL);
+    r->img = malloc(r->img_size);
+    assert_int_equal(tkv_cache_export(ctx, 0, r->all, r->n_all, 0, r->img, r->img_size, &r->img_size), TKV_OK);
+    tkv_sampler_free(smp);
+    tkv_context_free(ctx);
+}
+
+static void drop_run(saved_run *r) {
+    free(r->img);
+    assert_int_equal(tu_rmtree(r->dir), 0);
+}
+
+enum load_way { BY_SEQ_FILE, BY_DIRECTORY, BY_IMAGE, N_WAYS };
+
+static void load_run(tkv_context *c, const saved_run *r, enum load_way way) {
+    switch (way) {
+    case BY_SEQ_FILE: assert_int_equal(tkv_seq_load(c, 0, r->seq_path), TKV_OK); break;
+    case BY_DIRECTORY: assert_int_equal(tkv_cache_load(c, r->cache_dir), TKV_OK); break;
+    default: assert_int_equal(tkv_cache_import(c, 0, r->all, r->n_all, 0, r->img, r->img_size), TKV_OK); break;
+    }
+    size_t len = 0;
+    assert_int_equal(tkv_cache_match(c, 0, r->all, r->n_all, &len), TKV_OK);
+    assert_int_equal(len, r->n_all); /* the K/V came whatever happens to the records */
+}
+
+/* The checks on a fresh context of m that loaded r each way: the tokens the run chose after gen[0], all D of them
+   (the oracle: the run itself, whose choices test_known_tokens_are_the_argmax holds to the argmax). */
+static void assert_run_known_when_loaded(const tkv_model *m, const saved_run *r) {
+    for (int way = 0; way < N_WAYS; way++) {
+        tkv_context *c = tu_context(m, 512, 2, TKV_TYPE_F16);
+        tkv_sampler *smp = greedy(m);
+        load_run(c, r, (enum load_way)way);
+        tkv_token out[64];
+        const size_t k = known_list(c, 1, r->p, r->n_p, r->gen[0], smp, out);
+        assert_int_equal(k, r->D);
+        assert_memory_equal(out, r->gen + 1, (k < r->n - 1 ? k : r->n - 1) * sizeof *out);
+        assert_int_equal(tkv_cache_check(c), TKV_OK);
+        tkv_sampler_free(smp);
+        tkv_context_free(c);
+    }
+}
+
+static void test_known_through_files(void **state) {
+    (void)state;
+    saved_run r;
+    tkv_token p[64];
+    save_run(tu_model, p, prompt(tu_model, "Once upon a time, a little girl", p, 64), &r);
+    /* the files carry D records: version 4 */
+    size_t size;
+    uint8_t *f = slurp(r.seq_path, &size);
+    assert_int_equal(tu_get(f, 8, 4), 4);
+    assert_int_equal(tu_get(r.img, 8, 4), 4);
+    assert_int_equal(tu_get(f, size - 48 - 8 * r.D + 8, 4), r.D); /* the counts block's n_known */
+    free(f);
+    assert_run_known_when_loaded(tu_model, &r);
+    /* a context that is not batch_invariant loads the K/V and takes nothing */
+    tkv_context_params cp = tkv_context_default_params();
+    cp.n_cells = 512, cp.n_seq_max = 2, cp.n_threads = 2, cp.n_batch = 16, cp.batch_invariant = false;
+    tkv_sampler *smp = greedy(tu_model);
+    for (int way = 0; way < N_WAYS; way++) {
+        tkv_context *c = NULL;
+        assert_int_equal(tkv_context_create(tu_model, &cp, &c), TKV_OK);
+        load_run(c, &r, (enum load_way)way);
+        assert_int_equal(known_after(c, 1, r.p, r.n_p, r.gen[0], smp), 0);
+        tkv_context_free(c);
+    }
+    /* nor does a file of another arithmetic (its identity changed, resealed) */
+    uint8_t *w = malloc(r.img_size);
+    memcpy(w, r.img, r.img_size);
+    const size_t arith = r.img_size - 48 - 8 * r.D + 16;
+    tu_put(w, arith, tu_get(w, arith, 8) ^ 1, 8);
+    tkv__cachefile_reseal(w, r.img_size);
+    tkv_context *c = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+    assert_int_equal(tkv_cache_import(c, 0, r.all, r.n_all, 0, w, r.img_size), TKV_OK);
+    assert_int_equal(known_after(c, 1, r.p, r.n_p, r.gen[0], smp), 0);
+    tkv_context_free(c);
+    free(w);
+    tkv_sampler_free(smp);
+    drop_run(&r);
+}
+
+/* A record out of range, out of order, of no arithmetic, or corrupt refuses the image with a message naming it, and
+   the cache is as it was. */
+static void test_known_records_checked(void **state) {
+    (void)state;
+    saved_run r;
+    tkv_token p[64];
+    save_run(tu_model, p, prompt(tu_model, "Tom and his dog went to the park. Tom", p, 64), &r);
+    const size_t sz = r.img_size, rec = sz - 8 - 8 * r.D, counts = sz - 48 - 8 * r.D;
+    struct {
+        size_t at;
+        unsigned bytes;
+        uint64_t value;
+        int reseal; /* 1: every block (tkv__cachefile_reseal); 2: the counts block alone (a layout it cannot make) */
+        tkv_status st;
+        const char *what;
+    } cases[] = {
+        {rec + 4, 4, 512, 1, TKV_ERR_FORMAT, "known token 0: id 512 is out of range"},
+        {rec + 12, 4, (uint32_t)-1, 1, TKV_ERR_FORMAT, "known token 1: id -1 is out of range"},
+        {rec + 8, 4, r.n_p, 1, TKV_ERR_FORMAT, "known token 1 at position"}, /* record 0's position again */
+        {rec, 4, r.n_all, 1, TKV_ERR_FORMAT, "known token 0 at position"},   /* past the prefix */
+        {counts + 16, 8, 0, 1, TKV_ERR_FORMAT, "version 4 with"},            /* records of no arithmetic */
+        {counts + 12, 4, 1, 1, TKV_ERR_FORMAT, "reserved count 1"},
+        {counts + 8, 4, r.n_all + 1, 2, TKV_ERR_FORMAT, "known tokens for"},  /* more records than positions */
+        {counts + 8, 4, r.D - 1, 2, TKV_ERR_FORMAT, "counts say"},             /* fewer than the image holds */
+        {counts, 4, 1, 2, TKV_ERR_INVALID, "holds recurrent states, and this model has none"},
+        {rec + 5, 1, 0x40, 0, TKV_ERR_FORMAT, "(checkpoints, known tokens) checksum mismatch"},
+        {counts + 1, 1, 0x40, 0, TKV_ERR_FORMAT, "(counts) checksum mismatch"},
+    };
+    tkv_context *c = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+    uint8_t *w = malloc(sz);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        memcpy(w, r.img, sz);
+        tu_put(w, cases[k].at, cases[k].bytes == 1 ? w[cases[k].at] ^ cases[k].value : cases[k].value, cases[k].bytes);
+        if (cases[k].reseal == 1) tkv__cachefile_reseal(w, sz);
+        if (cases[k].reseal == 2) /* block 2 + 2 n_layer: stories260K has 5 layers */
+            tu_put(w, counts + 24, XXH3_64bits_withSeed(w + counts, 24, 12), 8);
+        assert_int_equal(tkv_cache_import(c, 0, r.all, r.n_all, 0, w, sz), cases[k].st);
+        if (!strstr(tkv_context_error(c), cases[k].what))
+            fail_msg("case %zu: '%s' does not say '%s'", k, tkv_context_error(c), cases[k].what);
+        size_t len = 99;
+        assert_int_equal(tkv_cache_match(c, 0, r.all, r.n_all, &len), TKV_OK);
+        assert_int_equal(len, 0);
+        assert_int_equal(tkv_cache_check(c), TKV_OK);
+    }
+    /* unchanged, it loads */
+    assert_int_equal(tkv_cache_import(c, 0, r.all, r.n_all, 0, r.img, sz), TKV_OK);
+    free(w);
+    tkv_context_free(c);
+    drop_run(&r);
+}
+
+/* The hybrid's file carries checkpoints and records together (version 4), and a fresh context that loads it takes
+   the run's tokens as far as the state at its end, as the first context did. */
+static void test_known_through_files_on_a_hybrid(void **state) {
+    (void)state;
+    tkv_model *m = NULL;
+    assert_int_equal(tkv_model_load(tu_shared("models/arch/qwen35.gguf"), NULL, &m), TKV_OK);
+    const tkv_token p[8] = {1, 5, 9, 14, 3, 7, 2, 11};
+    saved_run r;
+    save_run(m, p, 8, &r);
+    size_t size;
+    uint8_t *f = slurp(r.seq_path, &size);
+    assert_int_equal(tu_get(f, 8, 4), 4);
+    free(f);
+    assert_run_known_when_loaded(m, &r);
+    drop_run(&r);
+    tkv_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_tokens_are_the_argmax),
@@ -370,6 +580,9 @@ int main(void) {
         cmocka_unit_test(test_another_rows_choice_records_nothing),
         cmocka_unit_test(test_known_on_a_hybrid),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_known_through_files),
+        cmocka_unit_test(test_known_records_checked),
+        cmocka_unit_test(test_known_through_files_on_a_hybrid),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown));
 }

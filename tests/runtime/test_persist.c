@@ -410,7 +410,8 @@ static void test_version_magic_and_fields(void **state) {
         const char *what;
     } cases[] = {
         {0, 1, 'X', TKV_ERR_FORMAT, "bad magic"},
-        {8, 4, 4, TKV_ERR_UNSUPPORTED, "format version 4 is not supported"},
+        {8, 4, 5, TKV_ERR_UNSUPPORTED, "format version 5 is not supported"},
+        {8, 4, 4, TKV_ERR_FORMAT, "its K/V and counts need"}, /* version 4's counts block is missing */
         {8, 4, 3, TKV_ERR_INVALID, "holds recurrent states, and this model has none"}, /* checkpoints: hybrids only */
         {12, 4, 128, TKV_ERR_FORMAT, "header size"},
         {16, 8, 12345, TKV_ERR_INVALID, "model fingerprint differs"},
