@@ -259,3 +259,42 @@ describe('drafts without known tokens (--no-draft-known)', () => {
     assert.ok(c1.accepted - c0.accepted >= 30, `the retry's drafts are accepted: ${JSON.stringify([c0, c1])}`);
   });
 });
+
+// Known tokens outlive a restart: the cells' records go to --cache-dir with their K/V (cache file version 4), so a
+// greedy retry after a graceful restart takes its answer from the cache as before it, and answers as without drafts.
+for (const model of MODELS) describe(`known tokens after a restart (--cache-dir, ${model.name})`, () => {
+  let off = null;
+  let dir = null;
+  before(async () => {
+    off = await startServer([], { model: model.file });
+    dir = mkdtempSync(path.join(os.tmpdir(), 'tkv-known-'));
+  });
+  after(async () => {
+    if (off) await stopAndCheck(off);
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+  it('a greedy retry after the restart takes known tokens and answers as without drafts', async () => {
+    const n = model.maxTokens;
+    const body = { prompt: PROMPTS[2], n_predict: n, temperature: 0, ignore_eos: true, return_tokens: true };
+    const want = await post(off, '/completion', body);
+    assert.equal(want.status, 200, want.body);
+    const args = ['--draft', '8', '--draft-always', '--cache-dir', path.join(dir, 'cache'), '--save-interval', '0'];
+    const first = await startServer(args, { model: model.file });
+    try {
+      assert.deepEqual((await post(first, '/completion', body)).json.tokens, want.json.tokens);
+    } finally {
+      await stopAndCheck(first); // the graceful stop saves the cache
+    }
+    const second = await startServer(args, { model: model.file });
+    try {
+      assert.equal((await draftCounters(second)).known, 0);
+      const r = await post(second, '/completion', body);
+      assert.equal(r.status, 200, r.body);
+      assert.deepEqual(r.json.tokens, want.json.tokens, 'the same answer');
+      const known = (await draftCounters(second)).known;
+      assert.ok(known >= (model.name === 'qwen35' ? 1 : n - 2), `known tokens after the restart: ${known} of ${n}\n${tail(second.log())}`);
+    } finally {
+      await stopAndCheck(second);
+    }
+  });
+});
