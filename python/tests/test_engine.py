@@ -86,7 +86,34 @@ def test_tenants_do_not_share_prefixes(engine):
         c = engine.session("c", tenant="acme")
         await _collect(engine, c, SYSTEM, max_tokens=2)
         return a.last["cached_tokens"], b.last["cached_tokens"], c.last["cached_tokens"]
-    assert asyncio.run(main()) == (0, 0, len(tokenkv.Model(STORIES).tokenize(SYSTEM)) - 1)
+    # c repeats a's greedy request in a's tenant: the prompt but its last token is cached, and its
+    # answer is known after it (that row is not computed again: the whole prompt counts)
+    assert asyncio.run(main()) == (0, 0, len(tokenkv.Model(STORIES).tokenize(SYSTEM)))
+
+
+def test_a_greedy_retry_is_answered_from_the_cache(stories, engine):
+    prompt = f"{SYSTEM} Lily and Tom"
+
+    async def main():
+        first = await _collect(engine, engine.session("a"), prompt, max_tokens=24)
+        steps0 = engine.steps
+        again_session = engine.session("b")
+        again = await _collect(engine, again_session, prompt, max_tokens=24)
+        steps1 = engine.steps
+        shorter = await _collect(engine, engine.session("c"), prompt, max_tokens=5)
+        steps2 = engine.steps
+        seeded = await _collect(engine, engine.session("d"), prompt, max_tokens=8, temperature=0.8, seed=3)
+        return first, again, shorter, seeded, (steps1 - steps0, steps2 - steps1, engine.steps - steps2), \
+            again_session.last
+    first, again, shorter, seeded, steps, last = asyncio.run(main())
+    assert first == _one_at_a_time(stories, prompt, 24)
+    # the retries take the tokens the first run chose, as known tokens: no decode step at all
+    assert again == first and shorter == first[:5]
+    assert steps[:2] == (0, 0)
+    assert last["cached_tokens"] == len(stories.tokenize(prompt))
+    assert last["completion_tokens"] == len(first)
+    # a sampler that draws knows nothing: it decodes
+    assert len(seeded) > 0 and steps[2] > 0
 
 
 def test_cancelling_stops_the_request_and_frees_the_session(stories, engine):

@@ -8,7 +8,12 @@ decode per step (continuous batching, as `tokenkv serve` does), with an asyncio 
             print(tok.text, end="")
 
 Sessions map to sequences of the engine's context and tenants to namespaces,
-so prefixes are shared within a tenant and never across tenants. Closing the
+so prefixes are shared within a tenant and never across tenants. Every row is
+sampled through tkv_seq_accept_draft, so the cache records each greedy
+choice, and a greedy request first takes the tokens greedy decoding chose
+after the same text before (tkv_seq_follow_known, docs/library.md): a retry
+or a regenerate at temperature 0 is answered from the cache without a step,
+the same tokens. Closing the
 iterator (aclosing() does so when the consuming task is cancelled; without it
 Python closes an abandoned async generator only when it is collected) stops
 the request at the next step; a step that holds only cancelled requests is cut short through the
@@ -20,7 +25,7 @@ import queue
 import threading
 import time
 
-from ._core import TokenkvError, error, lib
+from ._core import TokenkvError, error, ffi, lib
 from .context import Context
 from .sampling import Sampler
 
@@ -217,6 +222,13 @@ class Engine:
         req.pending = req.prompt[reused:]
         for t in req.prompt:
             req.sampler.accept(t)
+        if len(req.pending) == 1:  # the prompt is cached but its last token: its answer may be known too
+            known = self._known(req, req.pending[0])
+            if known:
+                req.pending = []
+                req.session.last["cached_tokens"] = len(req.prompt)
+                if not self._hand_all(req, known):
+                    return
         live.append(req)
 
     def _drop_if_cancelled(self, req):
@@ -226,7 +238,47 @@ class Engine:
         self._finish(req, None)
         return True
 
+    def _known(self, req, pending):
+        """The tokens known to follow req's sequence and pending (tkv_seq_follow_known: what greedy
+        decoding chose after the same text before, recorded in the cache), at most those req may
+        still generate; the sequence then holds pending and all of them but the last."""
+        cap = req.max_tokens - req.generated
+        if cap < 1:
+            return []
+        out, n = ffi.new("tkv_token[]", cap), ffi.new("size_t *")
+        try:
+            with req.sampler._lock:
+                self.ctx._call(lib.tkv_seq_follow_known, req.session.seq.id, pending, req.sampler._h.ptr, cap, out, n)
+        except TokenkvError:
+            return []  # nothing changed (out of memory): the request decodes pending as usual
+        return list(out[0:n[0]])
+
+    def _hand(self, req, t):
+        """Hand req its next token t (sampled or known); False when that finished it."""
+        if self.model.is_eog(t):
+            self._finish(req, None)
+            return False
+        req.generated += 1
+        req.session.last["completion_tokens"] = req.generated
+        req.send(Token(t, req.detok.push(t).decode("utf-8", "replace")))
+        if req.generated >= req.max_tokens:
+            self._finish(req, None)  # the last token is not decoded: nobody needs its logits
+            return False
+        req.next_token = t
+        return True
+
+    def _hand_all(self, req, tokens):
+        return all(self._hand(req, t) for t in tokens)
+
     def _step(self, live):
+        for r in live:  # generating greedy requests take what is known first (no step)
+            if r.next_token is not None and r.session.busy:
+                known = self._known(r, r.next_token)
+                if known:
+                    self._hand_all(r, known)
+        live = [r for r in live if r.session.busy]
+        if not live:
+            return
         seqs, toks, want, owners, chunks = [], [], [], [], {}
         budget = self.n_batch
         for r in live:  # generating sessions first: one token each
@@ -268,21 +320,16 @@ class Engine:
         self.steps += 1
         for r, n in chunks.items():  # the prompt chunks decoded
             r.pending = r.pending[n:]
+        out, n = ffi.new("tkv_token[1]"), ffi.new("size_t *")
         for i, r in enumerate(owners):
             if r is None:
                 continue
-            t = r.sampler.sample(self.ctx.logits(i))
+            # sampled through the draft call (no drafts): the cache records a greedy choice
+            with r.sampler._lock:
+                self.ctx._call(lib.tkv_seq_accept_draft, r.session.seq.id, i, ffi.NULL, 0, r.sampler._h.ptr, 1,
+                               ffi.NULL, ffi.NULL, out, n)
             r.next_token = None
-            if self.model.is_eog(t):
-                self._finish(r, None)
-                continue
-            r.generated += 1
-            r.session.last["completion_tokens"] = r.generated
-            r.send(Token(t, r.detok.push(t).decode("utf-8", "replace")))
-            if r.generated >= r.max_tokens:
-                self._finish(r, None)  # the last token is not decoded: nobody needs its logits
-            else:
-                r.next_token = t
+            self._hand(r, out[0])
 
     def _finish(self, req, exc):
         req.session.busy = False
