@@ -2013,12 +2013,14 @@ TKV_API tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t ro
  * those decoding one at a time with smp would give, so an answer found this
  * way is the same answer. On a hybrid model decoding goes on from a saved
  * recurrent state: only as many are taken as reach the deepest checkpoint
- * on the way (a generation leaves one where it ended).
+ * on the way (a generation leaves one where it ended); with window rows in
+ * a pool (swa_rows), only as far as the pool holds the rows of the window
+ * before the next token.
  *
  * Returns TKV_OK with n_out 0 and changes nothing when no token is known:
  * smp is not an argmax sampler, the context is not batch_invariant, nothing
- * is recorded after pending, no checkpoint lies on the way (hybrids), or the
- * model keeps window rows in a pool (swa_rows). Known tokens come without
+ * is recorded after pending, or no checkpoint (hybrids) or held window
+ * (swa_rows) lies on the way. Known tokens come without
  * logits: tkv_sampler_last_probs has nothing to report for them. Cache
  * files and images carry the records (tkv_seq_save, tkv_cache_save,
  * tkv_cache_export); a context takes a loaded record only where the file's

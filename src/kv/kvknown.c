@@ -26,9 +26,6 @@ size_t tkv__kv_known_after(const tkv__kvcache *kv, tkv_seq seq, tkv_token pendin
 }
 
 tkv_status tkv__kv_seq_adopt(tkv__kvcache *kv, tkv_seq seq, const tkv_token *tokens, uint32_t n) {
-    if (kv->win) /* the pool's rows of the positions taken would have to be kept for the sequence: not done */
-        return tkv__fail(TKV_ERR_UNSUPPORTED, "sequence %d cannot take cached cells without computing them: the "
-                         "model keeps window rows in a pool (swa_rows)", (int)seq);
     if (kv->txn.kind) return tkv__fail(TKV_ERR_INVALID, "sequence %d: a transaction is staged", (int)seq);
     tkv__kvseq *s = &kv->seq[seq];
     tkv__ppos to;
@@ -43,9 +40,15 @@ tkv_status tkv__kv_seq_adopt(tkv__kvcache *kv, tkv_seq seq, const tkv_token *tok
     tkv__pindex_path(kv->ix, to, s->cells, NULL);
     if (kv->st && !tkv__kv_state_of(kv, s->cells[last - 1])) /* decoding goes on from the state after them */
         return tkv__fail(TKV_ERR_INVALID, "sequence %d: no state is saved after the %u tokens to take", (int)seq, n);
+    /* ... and attends to the window rows of the W - 1 positions before the next one: the pool holds them (the
+       next commit keeps them, as any live sequence's last W) */
+    if (tkv__kv_win_floor(kv, s->cells, last) != last)
+        return tkv__fail(TKV_ERR_INVALID, "sequence %d: the window rows before the end of the %u tokens to take are "
+                         "not held", (int)seq, n);
     tkv__pindex_seq_set(kv->ix, seq, to); /* renames positions, never cells: the list stands */
     s->n = last;
     tkv__pindex_touch(kv->ix, tkv__pindex_seq_end(kv->ix, seq));
     if (kv->st) tkv__kv_state_touch(kv, s->cells[last - 1]);
+    tkv__kv_win_mark_short(kv, seq); /* not short: its window rows are held */
     return TKV_OK;
 }

@@ -261,7 +261,7 @@ static tkv_status seq_follow_known(tkv_context *ctx, tkv_seq seq, tkv_token pend
     if (!max_out) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: max_out is 0", fn));
     tkv__kvcache *kv = ctx->kv;
     /* (a context that is not batch_invariant records nothing: seq_accept_draft) */
-    if (!tkv__sampler_argmax(smp) || kv->win || !tkv__kv_seq_ready(kv, seq)) return TKV_OK;
+    if (!tkv__sampler_argmax(smp) || !tkv__kv_seq_ready(kv, seq)) return TKV_OK;
     /* the path: the sequence's cells, then those of pending and the known tokens (ctx->path_cells, n_cells) */
     const uint32_t L = kv->seq[seq].n;
     uint32_t *path = ctx->path_cells;
@@ -269,9 +269,11 @@ static tkv_status seq_follow_known(tkv_context *ctx, tkv_seq seq, tkv_token pend
     size_t n = tkv__kv_known_after(kv, seq, pending, out, path + L, max_out < room ? max_out : room);
     for (size_t i = 0; i < n; i++)
         if (tkv_token_is_eog(ctx->model, out[i])) n = i + 1; /* decoding one at a time would stop there */
-    if (n && kv->st) { /* a hybrid goes on from a saved state: as far as the deepest one on the chain */
+    if (n && (kv->st || kv->win)) {
+        /* a hybrid goes on from a saved state, and a window layer attends to the pool's rows of the last W - 1
+           positions: as far as the deepest point of the chain with both */
         memcpy(path, kv->seq[seq].cells, L * sizeof *path);
-        const uint32_t floor = tkv__kv_state_floor(kv, path, (uint32_t)(L + n));
+        const uint32_t floor = tkv__kv_reuse_floor(kv, path, (uint32_t)(L + n));
         n = floor > L ? floor - L : 0;
     }
     if (!n) return TKV_OK;

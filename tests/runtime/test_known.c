@@ -15,6 +15,9 @@
  *    reused;
  *  - a row's choice is recorded only for the sequence the row was computed
  *    for, and tokens decoded without sampling their rows record nothing;
+ *  - with window rows in a pool (gemma3), as far as the pool holds the rows of
+ *    the window before the next token, and decoding on from there gives the
+ *    run's tokens;
  *  - bad arguments are refused and change nothing;
  *  - a sequence's file, a cache directory and an image carry the records
  *    (cache file version 4): a fresh context that loads any of them takes
@@ -380,6 +383,58 @@ static void test_bad_arguments(void **state) {
     tkv_context_free(ctx);
 }
 
+/* Window rows in a pool (swa_rows, gemma3: window 32): a sequence takes the known tokens as far as the pool holds
+   the rows of the window before the next token. While the run's sequence lives its rows are held, and the whole
+   answer is taken; once they are released (the run ended, another sequence's tokens took the rows), no more than
+   the held rows allow, and decoding on from what was taken gives the run's tokens. */
+static void test_known_with_a_window_pool(void **state) {
+    (void)state;
+    tkv_model *m = NULL;
+    assert_int_equal(tkv_model_load(tu_shared("models/arch/gemma3.gguf"), NULL, &m), TKV_OK);
+    tkv_context_params cp = tkv_context_default_params();
+    cp.n_cells = 512, cp.n_seq_max = 2, cp.n_threads = 2, cp.n_batch = 16, cp.swa_rows = 96;
+    tkv_context *ctx = NULL;
+    assert_int_equal(tkv_context_create(m, &cp, &ctx), TKV_OK);
+    const tkv_token p[8] = {1, 5, 9, 14, 3, 7, 2, 11};
+    tkv_token gen[N_GEN], out[64];
+    tkv_sampler *smp = greedy(m), *smp1 = greedy(m);
+    const size_t n = generate(ctx, 0, p, 8, smp, gen, N_GEN);
+    assert_true(n > 32); /* past the window */
+    const size_t D = (size_t)tkv_seq_len(ctx, 0) - 8;
+    size_t k = known_list(ctx, 1, p, 8, gen[0], smp1, out);
+    assert_int_equal(k, D);
+    assert_memory_equal(out, gen + 1, (k < n - 1 ? k : n - 1) * sizeof *out);
+    assert_argmaxes(m, p, 8, gen, n);
+    /* taken, then decoded on: the run's next token */
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, 8, NULL), TKV_OK);
+    assert_int_equal(tkv_seq_follow_known(ctx, 1, gen[0], smp1, 64, out, &k), TKV_OK);
+    assert_int_equal(k, D);
+    tkv_token t;
+    size_t n_out = 0;
+    assert_int_equal(tkv_seq_decode_draft(ctx, 1, out[k - 1], NULL, 0, smp1, 1, &t, &n_out), TKV_OK);
+    if (k + 1 < n) assert_int_equal(t, gen[k + 1]);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+    assert_int_equal(tkv_seq_clear(ctx, 1), TKV_OK);
+    /* the run ends, and another sequence's 120 tokens take the pool's rows */
+    assert_int_equal(tkv_seq_clear(ctx, 0), TKV_OK);
+    tkv_token other[120];
+    for (size_t i = 0; i < 120; i++) other[i] = (tkv_token)(2 + (i * 53 + 17) % 200);
+    assert_int_equal(tkv_seq_sync(ctx, 0, 0, other, 120, NULL), TKV_OK);
+    /* the run's cells stay cached with their records, but not their window rows */
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, 8, NULL), TKV_OK);
+    assert_int_equal(tkv_seq_follow_known(ctx, 1, gen[0], smp1, 64, out, &k), TKV_OK);
+    assert_true(k < D);
+    assert_memory_equal(out, gen + 1, k * sizeof *out);
+    assert_int_equal(tkv_seq_len(ctx, 1), (tkv_pos)(8 + k));
+    assert_int_equal(tkv_seq_decode_draft(ctx, 1, k ? out[k - 1] : gen[0], NULL, 0, smp1, 1, &t, &n_out), TKV_OK);
+    assert_int_equal(t, gen[k + 1]);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+    tkv_sampler_free(smp);
+    tkv_sampler_free(smp1);
+    tkv_context_free(ctx);
+    tkv_model_free(m);
+}
+
 /* ---- known tokens in cache files, directories and images ---------------------------------------------------- */
 
 static uint8_t *slurp(const char *path, size_t *size) {
@@ -579,6 +634,7 @@ int main(void) {
         cmocka_unit_test(test_unsampled_rows_record_nothing),
         cmocka_unit_test(test_another_rows_choice_records_nothing),
         cmocka_unit_test(test_known_on_a_hybrid),
+        cmocka_unit_test(test_known_with_a_window_pool),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_known_through_files),
         cmocka_unit_test(test_known_records_checked),

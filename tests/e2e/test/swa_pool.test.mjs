@@ -69,6 +69,32 @@ describe('a sliding-window model with --swa-rows', () => {
   }));
 });
 
+// Known tokens with the pool: a greedy retry with drafts takes its answer from the cache (as far as the pool holds
+// the window's rows, which a recent answer's are) and answers as the server without the pool.
+describe('known tokens with --swa-rows', () => {
+  let full = null, pool = null;
+  before(async () => {
+    full = await startServer(BASE, { model: MODEL });
+    pool = await startServer([...BASE, '--swa-rows', String(ROWS), '--draft', '8', '--draft-always'], { model: MODEL });
+  });
+  after(async () => {
+    if (full) await stopAndCheck(full);
+    if (pool) await stopAndCheck(pool);
+  });
+  it('a greedy retry past the window takes known tokens and answers as without the pool', async () => {
+    const body = { model: 'm', prompt: STORY, max_tokens: 48, temperature: 0, ignore_eos: true };
+    const want = (await full.client({ maxRetries: 0 }).completions.create(body)).choices[0].text;
+    const known = async () => Number(/^tokenkv_draft_known_tokens_total (\S+)$/m.exec((await get(pool, '/metrics')).body)[1]);
+    for (let k = 0; k < 2; k++) {
+      const r = await pool.client({ maxRetries: 0 }).completions.create(body);
+      assert.equal(r.choices[0].text, want, `request ${k}: the answer`);
+    }
+    const n = await known();
+    assert.ok(n >= 40, `the retry's tokens were known: ${n} of 48\n${tail(pool.log())}`);
+    assert.equal((await get(pool, '/v1/cache?check=1')).json.check, 'ok');
+  });
+});
+
 describe('--swa-rows refused by name', () => {
   const refused = async (args, model, re) => {
     await assert.rejects(startServer(args, { model }), (e) => {
