@@ -10,7 +10,7 @@ import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promise
 import os from 'node:os';
 import path from 'node:path';
 import { it } from 'node:test';
-import { post, startServer, stopAndCheck, tail } from '../lib/server.mjs';
+import { get, post, startServer, stopAndCheck, tail } from '../lib/server.mjs';
 
 const A = 'Once upon a time, there was a little girl named Lily. She loved to play outside in the park '
   + 'with her friends. One day, she saw a big red ball under a tall green tree. She ran to the tree';
@@ -95,6 +95,33 @@ it('evicted prefixes come back from the disk, across a restart; damaged files ar
     await complete(server, A);
     await stopAndCheck(server);
     assert.ok(await dirBytes(dir) <= max, `${await dirBytes(dir)} bytes on disk, limit ${max}`);
+  } catch (e) {
+    e.message = `${e.message}\n--- server ---\n${tail(server.log())}`;
+    throw e;
+  } finally {
+    await server.stop();
+  }
+});
+
+// Known tokens come back with their cells: a greedy request's prompt evicted to the disk is loaded back with the
+// record of what its last row chose (format version 4), so a drafting server's retry takes its first token from
+// the cache, the same text. (The load takes the part of a file that agrees with the prompt: the answer past it
+// stays on the disk, and is decoded again.)
+it('an evicted greedy prompt comes back from the disk with its first token known', async (t) => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'tkv-e2e-disk-known-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const server = await startServer(['--ctx', '128', '-np', '1', '--cache-disk', dir, '--draft', '8', '--draft-always']);
+  const known = async () => Number(/^tokenkv_draft_known_tokens_total (\S+)$/m.exec((await get(server, '/metrics')).body)[1]);
+  try {
+    const first = await complete(server, A);
+    for (const p of OTHERS) await complete(server, p); // they evict A and its answer
+    await settled(dir);
+    const k0 = await known();
+    const back = await complete(server, A);
+    assert.ok(back.cached >= first.prompt - 2, `cached_tokens ${back.cached} of ${first.prompt}: not from the disk`);
+    assert.equal(back.text, first.text);
+    assert.ok(await known() - k0 >= 1, `known tokens after the load: ${await known() - k0}`);
+    await stopAndCheck(server);
   } catch (e) {
     e.message = `${e.message}\n--- server ---\n${tail(server.log())}`;
     throw e;
