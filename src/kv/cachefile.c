@@ -47,17 +47,19 @@
  * from which the header check derives n_states (state_floats is the
  * model's). A file without checkpoints is written as version 2, byte for
  * byte what earlier builds wrote.
- * Version 4 (a prefix with known tokens: the argmax of the logits computed
- * for a position's token, kv/kvknown.c, recorded by an arithmetic whose
- * identity the file carries, runtime/arith_id.c) says its counts instead:
+ * Version 4 (a prefix with known tokens: the token a sampler chose from the
+ * logits computed for a position's token and the key of its state,
+ * kv/kvknown.c, recorded by an arithmetic whose identity the file carries,
+ * runtime/arith_id.c) says its counts instead:
  *   block 2 + 2 n_layer: u32 n_states, u32 state_floats, u32 n_known,
  *     u32 0, u64 arith (the identity), checksum;
  *   block 3 + 2 n_layer: n_states checkpoint records as version 3's (none
  *     is allowed), checksum;
  *   block 4 + 2 n_layer: n_known records, each u32 position (increasing, in
- *     kv_from..n_tokens-1) and i32 token (< n_vocab), checksum;
+ *     kv_from..n_tokens-1), i32 token (< n_vocab) and u64 key (not 0),
+ *     checksum;
  * so its size is the version 2 size + 48 + n_states (4 + 4 state_floats) +
- * 8 n_known. The header check alone cannot derive the counts; the whole
+ * 16 n_known. The header check alone cannot derive the counts; the whole
  * image's parse checks them and the exact size. Only a file with known
  * tokens is written as version 4.
  * Version 1 files (bytes 80..87 zero, V of K's type and size) are read too.
@@ -112,7 +114,7 @@ static uint64_t v_block_bytes(const tkv__phdr *h) { return (uint64_t)(h->n_token
 
 /* Bytes of one checkpoint record, of one known token's, and of the version 2 part of a file. */
 static uint64_t state_record_bytes(const tkv__phdr *h) { return 4 + 4ull * h->state_floats; }
-enum { KNOWN_RECORD = 8, V4_COUNTS = 24, V4_EXTRA = V4_COUNTS + 8 + 8 + 8 /* the counts and three checksums */ };
+enum { KNOWN_RECORD = 16, V4_COUNTS = 24, V4_EXTRA = V4_COUNTS + 8 + 8 + 8 /* the counts and three checksums */ };
 static uint64_t base_size(const tkv__phdr *h) {
     return H_BYTES + 8ull * h->n_tokens + 8 + (uint64_t)h->n_layer * (k_block_bytes(h) + v_block_bytes(h) + 16);
 }
@@ -134,13 +136,14 @@ void tkv__cachefile_count_extras(const tkv__kvcache *kv, tkv__phdr *h, const uin
     h->state_floats = kv->st ? (uint32_t)kv->st->floats : 0;
     for (uint32_t i = 0; i < h->n_tokens - h->kv_from; i++) {
         if (kv->st) h->n_states += tkv__kv_state_of(kv, cells[i]) != NULL;
-        if (h->arith) h->n_known += kv->argmax[cells[i]] != TKV_TOKEN_NULL;
+        if (h->arith) h->n_known += kv->chosen[cells[i]] != TKV_TOKEN_NULL;
     }
 }
 
-void tkv__cachefile_known(const tkv__prec *r, uint32_t i, uint32_t *pos, tkv_token *tok) {
+void tkv__cachefile_known(const tkv__prec *r, uint32_t i, uint32_t *pos, tkv_token *tok, uint64_t *key) {
     *pos = get32(r->known + (uint64_t)i * KNOWN_RECORD);
     *tok = (tkv_token)get32(r->known + (uint64_t)i * KNOWN_RECORD + 4);
+    *key = get64(r->known + (uint64_t)i * KNOWN_RECORD + 8);
 }
 
 void tkv__cachefile_state(const tkv__prec *r, uint32_t i, uint32_t *pos, float *out) {
@@ -351,6 +354,8 @@ tkv_status tkv__cachefile_parse(const char *name, const uint8_t *data, size_t si
             if (t < 0 || (uint32_t)t >= e->n_vocab)
                 return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': known token %u: id %d is out of range (vocabulary "
                                  "of %u)", name, i, (int)t, e->n_vocab);
+            if (get64(kn + i * KNOWN_RECORD + 8) == 0)
+                return tkv__fail(TKV_ERR_FORMAT, "cache file '%s': known token %u has no key", name, i);
         }
         rec->known = kn;
     } else if (h.n_states) { /* version 3: blocks b (the counts) and b + 1 (the records) */
@@ -514,10 +519,12 @@ static void write_body(writer *w, const tkv__kvcache *kv, const tkv__phdr *h, co
     w_end_block(w);
     if (version != 4) return;
     for (uint32_t i = 0; i < m; i++) {
-        const tkv_token t = kv->argmax[cells[i]];
+        const tkv_token t = kv->chosen[cells[i]];
         if (t == TKV_TOKEN_NULL) continue;
+        uint8_t b8[8];
         put32(b, h->kv_from + i), w_put(w, b, 4);
         put32(b, (uint32_t)t), w_put(w, b, 4);
+        put64(b8, kv->chosen_key[cells[i]]), w_put(w, b8, 8);
     }
     w_end_block(w);
 }

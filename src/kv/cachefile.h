@@ -43,15 +43,16 @@ typedef struct tkv__prec {
     const uint8_t *tokens; /* (n_tokens) int32 little-endian */
     const uint8_t *kv;     /* the first K block (tkv__cachefile_k and _v find each layer's) */
     const uint8_t *states; /* h.n_states records: u32 position, then state_floats f32 (tkv__cachefile_state) */
-    const uint8_t *known;  /* h.n_known records: u32 position, i32 token (tkv__cachefile_known) */
+    const uint8_t *known;  /* h.n_known records: u32 position, i32 token, u64 key (tkv__cachefile_known) */
 } tkv__prec;
 
 /* Checkpoint i of a parsed record: its position (the state after that position's token) and floats,
    copied into out (state_floats; any alignment in the file). */
 void tkv__cachefile_state(const tkv__prec *r, uint32_t i, uint32_t *pos, float *out);
 
-/* Known token i of a parsed record: its position and the token its logits chose (< n_vocab). */
-void tkv__cachefile_known(const tkv__prec *r, uint32_t i, uint32_t *pos, tkv_token *tok);
+/* Known token i of a parsed record: its position, the token a sampler chose from its logits (< n_vocab) and the key
+   of that sampler's state (not 0). */
+void tkv__cachefile_known(const tkv__prec *r, uint32_t i, uint32_t *pos, tkv_token *tok, uint64_t *key);
 
 /* Set h->n_states, h->state_floats and h->n_known: the checkpoints and, when h->arith is not 0, the known tokens the
    cache holds at the cells of positions kv_from..n_tokens-1 (cells[0..n_tokens - kv_from)), which a file written

@@ -100,20 +100,22 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
     kv->seq_count = tkv__calloc(n_seq, sizeof *kv->seq_count);
     kv->seq_dup = tkv__calloc(n_seq, sizeof *kv->seq_dup);
     kv->dup = tkv__calloc(n_cells, 1);
-    kv->argmax = tkv__malloc(n_cells * sizeof *kv->argmax);
+    kv->chosen = tkv__malloc(n_cells * sizeof *kv->chosen);
+    kv->chosen_key = tkv__malloc(n_cells * sizeof *kv->chosen_key);
     kv->run_tokens = tkv__malloc(n_cells * sizeof *kv->run_tokens);
     kv->run_cells = tkv__malloc(n_cells * sizeof *kv->run_cells);
     kv->ev_tokens = tkv__malloc(n_cells * sizeof *kv->ev_tokens);
     kv->ev_cells = tkv__malloc(n_cells * sizeof *kv->ev_cells);
     if (!kv->ev_tokens || !kv->ev_cells || !kv->rows.k || !kv->rows.v || !kv->token || !kv->pos || !kv->free || !kv->seq || !kv->cells || !kv->spare ||
-        !kv->seq_count || !kv->seq_dup || !kv->dup || !kv->argmax || !kv->run_tokens || !kv->run_cells) {
+        !kv->seq_count || !kv->seq_dup || !kv->dup || !kv->chosen || !kv->chosen_key || !kv->run_tokens || !kv->run_cells) {
         tkv__kv_free(kv);
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for a KV cache of %u cells (%zu bytes)", n_cells, bytes);
     }
     for (uint32_t i = 0; i < n_cells; i++) {
         kv->token[i] = TKV_TOKEN_NULL;
         kv->pos[i] = -1;
-        kv->argmax[i] = TKV_TOKEN_NULL;
+        kv->chosen[i] = TKV_TOKEN_NULL;
+        kv->chosen_key[i] = 0;
         kv->free[i] = n_cells - 1 - i; /* low cells first */
     }
     kv->n_free = n_cells;
@@ -147,7 +149,8 @@ void tkv__kv_free(tkv__kvcache *kv) {
     tkv__free(kv->seq_count);
     tkv__free(kv->seq_dup);
     tkv__free(kv->dup);
-    tkv__free(kv->argmax);
+    tkv__free(kv->chosen);
+    tkv__free(kv->chosen_key);
     tkv__free(kv->run_tokens);
     tkv__free(kv->run_cells);
     tkv__free(kv->ev_tokens);
@@ -185,7 +188,7 @@ void tkv__kv_give_back(tkv__kvcache *kv, const uint32_t *cells, uint32_t n) {
         if (kv->win) tkv__kv_win_drop_cell(kv, cells[i]);
         kv->token[cells[i]] = TKV_TOKEN_NULL;
         kv->pos[cells[i]] = -1;
-        kv->argmax[cells[i]] = TKV_TOKEN_NULL; /* its prefix is gone, and what its logits chose */
+        kv->chosen[cells[i]] = TKV_TOKEN_NULL; /* its prefix is gone, and what its logits chose */
         kv->free[kv->n_free++] = cells[i];
     }
 }
@@ -400,7 +403,7 @@ tkv_status tkv__kv_check(const tkv__kvcache *kv) {
     for (uint32_t i = 0; i < kv->n_free && !c.st; i++) {
         uint32_t cell = kv->free[i];
         if (cell >= n_cells || c.owned[cell] || kv->token[cell] != TKV_TOKEN_NULL || kv->pos[cell] != -1 ||
-            kv->argmax[cell] != TKV_TOKEN_NULL)
+            kv->chosen[cell] != TKV_TOKEN_NULL)
             c.st = tkv__fail(TKV_ERR_FORMAT, "cache check: free cell %u is in use", cell);
         else
             c.owned[cell] = 2;

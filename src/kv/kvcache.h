@@ -129,8 +129,10 @@ typedef struct tkv__kvcache {
     uint32_t *ev_cells;   /* (n_cells) and its cells */
     tkv__kvstates *st;    /* recurrent-state checkpoints (kvstate.h), or NULL: the model has no recurrent state */
     tkv__kvwin *win;      /* the window pool, or NULL: every cell has every layer's rows */
-    tkv_token *argmax;    /* (n_cells) the argmax of the logits computed for the cell's token (the token after it
-                             on its path, kvknown.c), or TKV_TOKEN_NULL: not known (always for a free cell) */
+    tkv_token *chosen;    /* (n_cells) the token a sampler chose from the logits computed for the cell's token (the
+                             token after it on its path, kvknown.c), or TKV_TOKEN_NULL: not known (always for a free
+                             cell) */
+    uint64_t *chosen_key; /* (n_cells) the key of that sampler's state (runtime/sampler.h): 1 for an argmax */
 } tkv__kvcache;
 
 /* A cache of n_cells cells for n_seq sequences, K and V rows of n_embd_kv
@@ -259,21 +261,28 @@ bool tkv__kv_seq_ready(const tkv__kvcache *kv, tkv_seq seq);
 /* ---- known tokens (kvknown.c) ----------------------------------------------- */
 
 /*
- * A cell may record the argmax of the logits computed for its token: in an arithmetic where those depend on the
- * prefix alone (batch_invariant), a fact about the prefix the cell ends. Argmax decoding that reaches the prefix
- * again chooses the same token, and can take it, and the cells of the tokens after it that the tree holds, without
- * computing them: a retry, a regenerate at temperature 0, an agent repeating a step.
+ * A cell may record the token a sampler chose from the logits computed for its token, with the key of the
+ * sampler's state (runtime/sampler.h: its parameters, generator and the tokens it saw; one key for every argmax):
+ * in an arithmetic where the logits depend on the prefix alone (batch_invariant), a fact about the prefix the cell
+ * ends and that state. A sampler that reaches the prefix again with the same key chooses the same token, and can
+ * take it, and the cells of the tokens after it that the tree holds, without computing them: a retry, a
+ * regenerate at temperature 0 or with the same seed, an agent repeating a step.
  */
 
-/* The logits computed for the token in `cell`, as its path in the tree stands, chose tok as their argmax. */
-void tkv__kv_known_note(tkv__kvcache *kv, uint32_t cell, tkv_token tok);
+/* The logits computed for the token in `cell`, as its path in the tree stands, gave tok to a sampler whose state's
+   key was key. */
+void tkv__kv_known_note(tkv__kvcache *kv, uint32_t cell, uint64_t key, tkv_token tok);
 
-/* The known tokens after seq's tokens and then `pending`, at most cap of them, into out: pending's recorded argmax,
-   then, while that token is cached after it, the argmax recorded there, and so on. cells (room for cap) receives
-   the cells of pending and of out[0 .. n - 1). Returns n; 0 when pending is not cached after the sequence's end or
-   nothing is known after it. Changes nothing. */
-size_t tkv__kv_known_after(const tkv__kvcache *kv, tkv_seq seq, tkv_token pending, tkv_token *out, uint32_t *cells,
-                           size_t cap);
+/* Whether a walker whose state's key is asked for takes tok, recorded under key: true when its state has that key
+   (it then goes on in the state after tok). */
+typedef bool tkv__kv_known_fn(void *user, uint64_t key, tkv_token tok);
+
+/* The known tokens after seq's tokens and then `pending`, at most cap of them, into out: the token recorded at
+   pending's cell when `take` accepts its key, then, while that token is cached after it, the one recorded there,
+   and so on. cells (room for cap) receives the cells of pending and of out[0 .. n - 1). Returns n; 0 when pending
+   is not cached after the sequence's end or nothing is known after it. Changes nothing in the cache. */
+size_t tkv__kv_known_after(const tkv__kvcache *kv, tkv_seq seq, tkv_token pending, tkv__kv_known_fn *take, void *user,
+                           tkv_token *out, uint32_t *cells, size_t cap);
 
 /* Extend seq by tokens[0..n), which the tree holds after its end: the sequence takes their cells, nothing is
    computed. On a hybrid model the state after the last of them must be saved (tkv__kv_state_floor). TKV_ERR_INVALID

@@ -1,8 +1,8 @@
 /*
- * kvknown.c — known tokens: cells that record the argmax of the logits
- * computed for their token (kvcache.h says when that is a fact about the
- * prefix the cell ends), and sequences that follow those records through
- * the tree without computing the tokens.
+ * kvknown.c — known tokens: cells that record the token a sampler chose from
+ * the logits computed for their token, and the key of its state (kvcache.h
+ * says when that is a fact about the prefix the cell ends), and sequences
+ * that follow those records through the tree without computing the tokens.
  *
  * A record belongs to its cell, whose prefix never changes while the cell
  * holds its token: it is written only by the caller that sampled the cell's
@@ -13,16 +13,30 @@
 
 #include "base/error.h"
 
-void tkv__kv_known_note(tkv__kvcache *kv, uint32_t cell, tkv_token tok) {
-    if (cell < kv->rows.n_cells && kv->token[cell] != TKV_TOKEN_NULL) kv->argmax[cell] = tok;
+void tkv__kv_known_note(tkv__kvcache *kv, uint32_t cell, uint64_t key, tkv_token tok) {
+    if (cell < kv->rows.n_cells && kv->token[cell] != TKV_TOKEN_NULL) kv->chosen[cell] = tok, kv->chosen_key[cell] = key;
 }
 
-size_t tkv__kv_known_after(const tkv__kvcache *kv, tkv_seq seq, tkv_token pending, tkv_token *out, uint32_t *cells,
-                           size_t cap) {
+typedef struct walk {
+    const tkv__kvcache *kv;
+    tkv__kv_known_fn *take;
+    void *user;
+} walk;
+
+/* tkv__pindex_next_fn: the cell's recorded token, where the walker takes its key */
+static tkv_token next_known(void *user, uint32_t cell) {
+    const walk *w = user;
+    const tkv_token t = w->kv->chosen[cell];
+    return t != TKV_TOKEN_NULL && w->take(w->user, w->kv->chosen_key[cell], t) ? t : TKV_TOKEN_NULL;
+}
+
+size_t tkv__kv_known_after(const tkv__kvcache *kv, tkv_seq seq, tkv_token pending, tkv__kv_known_fn *take, void *user,
+                           tkv_token *out, uint32_t *cells, size_t cap) {
     if (!cap) return 0;
     const tkv__kvseq *s = &kv->seq[seq];
-    return tkv__pindex_follow_chain(kv->ix, s->ns, tkv__pindex_seq_end(kv->ix, seq), pending, kv->argmax, out, cells,
-                                    cap);
+    walk w = {kv, take, user};
+    return tkv__pindex_follow_chain(kv->ix, s->ns, tkv__pindex_seq_end(kv->ix, seq), pending, next_known, &w, out,
+                                    cells, cap);
 }
 
 tkv_status tkv__kv_seq_adopt(tkv__kvcache *kv, tkv_seq seq, const tkv_token *tokens, uint32_t n) {

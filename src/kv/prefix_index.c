@@ -343,8 +343,8 @@ size_t tkv__pindex_continuation(const tkv__pindex *ix, uint64_t ns, tkv__ppos at
     return n;
 }
 
-size_t tkv__pindex_follow_chain(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, tkv_token first, const tkv_token *chosen,
-                                tkv_token *out, uint32_t *cells, size_t cap) {
+size_t tkv__pindex_follow_chain(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, tkv_token first,
+                                tkv__pindex_next_fn *next, void *user, tkv_token *out, uint32_t *cells, size_t cap) {
     uint32_t P = at.node != NONE ? at.node : root_find(ix, ns);
     if (P == NONE) return 0;
     uint32_t o = at.node != NONE ? at.off : 0;                  /* tokens of node P before the position */
@@ -363,8 +363,9 @@ size_t tkv__pindex_follow_chain(const tkv__pindex *ix, uint64_t ns, tkv__ppos at
             cell = ix->node[c].first_cell, P = c, o = 1, cc = ix->next[cell];
         }
         cells[n] = cell;
-        if (chosen[cell] == TKV_TOKEN_NULL) break;
-        t = out[n++] = chosen[cell];
+        const tkv_token after = next(user, cell);
+        if (after == TKV_TOKEN_NULL) break;
+        t = out[n++] = after;
         if (n == cap) break;
     }
     return n;

@@ -126,19 +126,22 @@ size_t tkv__pindex_follow(const tkv__pindex *ix, uint64_t ns, tkv__ppos from, co
  */
 size_t tkv__pindex_continuation(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, tkv_token *out, size_t cap);
 
+/* The token after the one in `cell` on a chain (tkv__pindex_follow_chain's caller decides), or TKV_TOKEN_NULL. */
+typedef tkv_token tkv__pindex_next_fn(void *user, uint32_t cell);
+
 /*
  * A chain through the tree from `at` (in namespace ns; empty: its root):
- * the token `first` after it, in cell cells[0], then out[0] = chosen[cells[0]]
- * in cells[1], out[1] = chosen[cells[1]], and so on: each cell's chosen[]
- * names the token after it (TKV_TOKEN_NULL: none). It ends after out[n - 1],
- * where out[n - 1] is not cached after its predecessor, or its cell's chosen[] names
- * nothing, or at cap tokens. Returns n, the tokens in out (room for cap);
- * cells[0 .. n) (room for cap) are the cells of `first` and out[0 .. n - 1).
- * 0 when `first` is not cached after `at` or nothing follows it. Changes
- * nothing.
+ * the token `first` after it, in cell cells[0], then out[0] = next(cells[0])
+ * in cells[1], out[1] = next(cells[1]), and so on: next names the token
+ * after a cell (TKV_TOKEN_NULL: none), called once per cell in order. It
+ * ends after out[n - 1], where out[n - 1] is not cached after its
+ * predecessor, or next names nothing, or at cap tokens. Returns n, the
+ * tokens in out (room for cap); cells[0 .. n) (room for cap) are the cells
+ * of `first` and out[0 .. n - 1). 0 when `first` is not cached after `at`
+ * or nothing follows it. Changes nothing.
  */
-size_t tkv__pindex_follow_chain(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, tkv_token first, const tkv_token *chosen,
-                                tkv_token *out, uint32_t *cells, size_t cap);
+size_t tkv__pindex_follow_chain(const tkv__pindex *ix, uint64_t ns, tkv__ppos at, tkv_token first,
+                                tkv__pindex_next_fn *next, void *user, tkv_token *out, uint32_t *cells, size_t cap);
 
 /*
  * Free `want` cells, or as many as are evictable: from the least recently

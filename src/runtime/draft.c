@@ -17,10 +17,12 @@
  * token at a time would sample it, so the tokens (and the sampler's
  * random draws and grammar state) are the same with drafts as without.
  *
- * The same invariance makes an argmax choice a fact about its prefix: the
- * verification records it in the row's cell (kv/kvknown.c), and a greedy
- * sequence that reaches the prefix again takes it without a pass
- * (tkv_seq_follow_known).
+ * The same invariance makes a choice a fact about its prefix and the
+ * sampler's state (its key, sampler.h: one for every argmax; else the
+ * parameters, the generator and the tokens seen): the verification records
+ * it in the row's cell (kv/kvknown.c), and a sequence that reaches the
+ * prefix again with a sampler of the same key takes it without a pass
+ * (tkv_seq_follow_known): a greedy retry, or one with the same seed.
  */
 #include "context.h"
 
@@ -156,17 +158,19 @@ static tkv_status seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, co
                                                 fn, (int)seq));
     }
     const uint32_t L0 = L1 - (uint32_t)n_draft - 1; /* before pending */
-    /* argmax choices in the batch-invariant arithmetic are facts about their prefixes: their cells record them */
-    const bool known = ctx->params.batch_invariant && tkv__sampler_argmax(smp);
+    /* choices in the batch-invariant arithmetic are facts about their prefixes and the sampler's state (its key,
+       taken before each choice): their cells record them */
+    const bool known = ctx->params.batch_invariant;
     size_t n = 0;
     for (size_t i = 0; i <= n_draft; i++) {
         const float *logits = tkv__ctx_logits(ctx, row + i);
+        const uint64_t key = known ? tkv__sampler_key(smp) : TKV__SAMPLER_KEY_NONE;
         const tkv_token s = tkv_sampler_sample(smp, logits);
         /* recorded in the cell the row was computed for, when that is this sequence's at L0 + i (not another's;
            on_token may have cut the sequence short meanwhile) */
-        if (known && L0 + i < ctx->kv->seq[seq].n) {
+        if (key != TKV__SAMPLER_KEY_NONE && L0 + i < ctx->kv->seq[seq].n) {
             const uint32_t cell = ctx->kv->seq[seq].cells[L0 + i];
-            if (tkv__ctx_row_cell(ctx, row + i) == cell) tkv__kv_known_note(ctx->kv, cell, s);
+            if (tkv__ctx_row_cell(ctx, row + i) == cell) tkv__kv_known_note(ctx->kv, cell, key, s);
         }
         out[n++] = s;
         /* the next row was computed after draft[i]: it counts only if the sampler chose that same token */
@@ -251,6 +255,20 @@ tkv_status tkv_seq_decode_draft(tkv_context *ctx, tkv_seq seq, tkv_token pending
 
 /* ---- known tokens ------------------------------------------------------------ */
 
+/* tkv__kv_known_fn over a copy of the sampler's state: a record is taken where its key is the copy's, which then
+   goes on as the sampler would after returning the token */
+typedef struct key_walk {
+    const tkv_sampler *smp;
+    tkv__sampler_sim sim;
+} key_walk;
+
+static bool take_if_same_key(void *user, uint64_t key, tkv_token tok) {
+    key_walk *w = user;
+    if (key != tkv__sampler_sim_key(w->smp, &w->sim)) return false;
+    tkv__sampler_sim_took(w->smp, &w->sim, tok);
+    return true;
+}
+
 static tkv_status seq_follow_known(tkv_context *ctx, tkv_seq seq, tkv_token pending, tkv_sampler *smp, size_t max_out,
                                    tkv_token *out, size_t *n_out) {
     static const char fn[] = "tkv_seq_follow_known";
@@ -261,12 +279,14 @@ static tkv_status seq_follow_known(tkv_context *ctx, tkv_seq seq, tkv_token pend
     if (!max_out) return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "%s: max_out is 0", fn));
     tkv__kvcache *kv = ctx->kv;
     /* (a context that is not batch_invariant records nothing: seq_accept_draft) */
-    if (!tkv__sampler_argmax(smp) || !tkv__kv_seq_ready(kv, seq)) return TKV_OK;
+    if (tkv__sampler_key(smp) == TKV__SAMPLER_KEY_NONE || !tkv__kv_seq_ready(kv, seq)) return TKV_OK;
     /* the path: the sequence's cells, then those of pending and the known tokens (ctx->path_cells, n_cells) */
     const uint32_t L = kv->seq[seq].n;
     uint32_t *path = ctx->path_cells;
     const size_t room = kv->rows.n_cells - L; /* the chain's cells are not the sequence's */
-    size_t n = tkv__kv_known_after(kv, seq, pending, out, path + L, max_out < room ? max_out : room);
+    key_walk w = {.smp = smp};
+    tkv__sampler_sim_start(smp, &w.sim);
+    size_t n = tkv__kv_known_after(kv, seq, pending, take_if_same_key, &w, out, path + L, max_out < room ? max_out : room);
     for (size_t i = 0; i < n; i++)
         if (tkv_token_is_eog(ctx->model, out[i])) n = i + 1; /* decoding one at a time would stop there */
     if (n && (kv->st || kv->win)) {

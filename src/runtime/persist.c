@@ -78,8 +78,9 @@ static void put_known(tkv_context *ctx, const tkv__prec *r, uint32_t n, const ui
     for (uint32_t i = 0; i < r->h.n_known; i++) {
         uint32_t pos;
         tkv_token tok;
-        tkv__cachefile_known(r, i, &pos, &tok);
-        if (pos < n && ctx->kv->argmax[cells[pos]] == TKV_TOKEN_NULL) tkv__kv_known_note(ctx->kv, cells[pos], tok);
+        uint64_t key;
+        tkv__cachefile_known(r, i, &pos, &tok, &key);
+        if (pos < n && ctx->kv->chosen[cells[pos]] == TKV_TOKEN_NULL) tkv__kv_known_note(ctx->kv, cells[pos], key, tok);
     }
 }
 

@@ -11,6 +11,14 @@
  * is kept when the grammar allows it (one token's bytes through the
  * matcher); only otherwise is the allowed set computed (the vocabulary trie
  * walk) and the chain run again over the allowed tokens alone.
+ *
+ * The state a choice depends on besides the logits is the parameters, the
+ * generator's state and the tokens seen (the repetition penalty's window,
+ * the presence and frequency counts): tkv__sampler_key names it, so that a
+ * choice recorded under a key is the choice any sampler with that key makes
+ * on the same logits (sampler.h; kv/kvknown.c's known tokens). The tokens
+ * seen enter it as a running hash (hist), one step per tkv_sampler_accept
+ * and one more per token returned, so the key costs the same at any length.
  */
 #include "tokenkv.h"
 
@@ -37,6 +45,8 @@ struct tkv_sampler {
     tkv_token *recent; /* ring of the last repeat_last_n tokens */
     size_t n_recent, recent_head;
     uint64_t s[4]; /* xoshiro256** state */
+    uint64_t params_key; /* a hash of what in p and bias changes a choice (tkv__sampler_key) */
+    uint64_t hist;       /* a running hash of the tokens seen and returned, in order */
     const tkv_grammar *g; /* NULL: unconstrained */
     tkv__gmatch *gm;
     uint8_t *allowed; /* (n_vocab) with a grammar */
@@ -77,19 +87,47 @@ static uint64_t splitmix64(uint64_t *x) {
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-static uint64_t next_u64(tkv_sampler *s) {
-    uint64_t r = rotl(s->s[1] * 5, 7) * 9, t = s->s[1] << 17;
-    s->s[2] ^= s->s[0];
-    s->s[3] ^= s->s[1];
-    s->s[1] ^= s->s[2];
-    s->s[0] ^= s->s[3];
-    s->s[2] ^= t;
-    s->s[3] = rotl(s->s[3], 45);
+/* One step of xoshiro256** on state x; its output. */
+static uint64_t step_u64(uint64_t x[4]) {
+    uint64_t r = rotl(x[1] * 5, 7) * 9, t = x[1] << 17;
+    x[2] ^= x[0];
+    x[3] ^= x[1];
+    x[1] ^= x[2];
+    x[0] ^= x[3];
+    x[2] ^= t;
+    x[3] = rotl(x[3], 45);
     return r;
 }
 
+static uint64_t next_u64(tkv_sampler *s) { return step_u64(s->s); }
+
 /* uniform in [0, 1) */
 static double next_unit(tkv_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+/* The running hash of the tokens seen, one more token in: h after `tok` (returned: also counted). */
+static uint64_t hist_step(uint64_t h, tkv_token tok, bool returned) {
+    uint64_t x = h ^ ((uint64_t)(uint32_t)tok | (uint64_t)returned << 32);
+    return splitmix64(&x);
+}
+
+/* What in the parameters changes a choice: every field the chain reads, and the bias copy. */
+static uint64_t params_key(const tkv_sampler *s) {
+    const tkv_sampler_params *p = &s->p;
+    uint64_t h = 0x746b76736d706c31ull; /* "tkvsmpl1" */
+    const float f[] = {p->temperature, p->top_p, p->min_p, p->repeat_penalty, p->presence_penalty, p->frequency_penalty};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        uint32_t b;
+        memcpy(&b, &f[i], sizeof b);
+        h ^= b, h = splitmix64(&h);
+    }
+    h ^= (uint64_t)(uint32_t)p->top_k << 32 | (uint32_t)p->repeat_last_n, h = splitmix64(&h);
+    for (size_t i = 0; i < p->n_logit_bias; i++) {
+        uint32_t b;
+        memcpy(&b, &s->bias[i].bias, sizeof b);
+        h ^= (uint64_t)(uint32_t)s->bias[i].token << 32 | b, h = splitmix64(&h);
+    }
+    return h;
+}
 
 tkv_status tkv_sampler_create(const tkv_sampler_params *params, size_t n_vocab, tkv_sampler **out) {
     if (!out || n_vocab == 0) return tkv__fail(TKV_ERR_INVALID, "tkv_sampler_create: no output or an empty vocabulary");
@@ -119,6 +157,7 @@ tkv_status tkv_sampler_create(const tkv_sampler_params *params, size_t n_vocab, 
     }
     uint64_t x = s->p.seed;
     for (int i = 0; i < 4; i++) s->s[i] = splitmix64(&x);
+    s->params_key = params_key(s);
     *out = s;
     return TKV_OK;
 }
@@ -154,7 +193,9 @@ tkv_status tkv_sampler_set_grammar(tkv_sampler *s, const tkv_grammar *g) {
 }
 
 void tkv_sampler_accept(tkv_sampler *s, tkv_token token) {
-    if (!s || s->p.repeat_last_n == 0) return;
+    if (!s) return;
+    s->hist = hist_step(s->hist, token, false);
+    if (s->p.repeat_last_n == 0) return;
     const size_t cap = (size_t)s->p.repeat_last_n;
     s->recent[(s->recent_head + s->n_recent) % cap] = token;
     if (s->n_recent < cap) s->n_recent++;
@@ -362,16 +403,52 @@ bool tkv__sampler_argmax(const tkv_sampler *s) {
     return true;
 }
 
-void tkv__sampler_took(tkv_sampler *s, tkv_token tok) {
+/* What returning tok does to the state, after the choice: its count, the running hash, the window. */
+static void returned(tkv_sampler *s, tkv_token tok) {
     if (s->count && tok >= 0 && (size_t)tok < s->n_vocab) s->count[tok]++;
+    s->hist = hist_step(s->hist, tok, true);
     tkv_sampler_accept(s, tok);
+}
+
+/* The key of a state (tkv__sampler_key): never TKV__SAMPLER_KEY_NONE or _ARGMAX. */
+static uint64_t state_key(const tkv_sampler *s, const uint64_t g[4], uint64_t hist) {
+    uint64_t h = s->params_key;
+    for (int i = 0; i < 4; i++) h ^= g[i], h = splitmix64(&h);
+    h ^= hist, h = splitmix64(&h);
+    return h > TKV__SAMPLER_KEY_ARGMAX ? h : h + 2;
+}
+
+uint64_t tkv__sampler_key(const tkv_sampler *s) {
+    if (s->g) return TKV__SAMPLER_KEY_NONE; /* a grammar's rejection may draw twice; its matcher's state is not keyed */
+    if (tkv__sampler_argmax(s)) return TKV__SAMPLER_KEY_ARGMAX;
+    return state_key(s, s->s, s->hist);
+}
+
+void tkv__sampler_sim_start(const tkv_sampler *s, tkv__sampler_sim *sim) {
+    memcpy(sim->s, s->s, sizeof sim->s);
+    sim->hist = s->hist;
+}
+
+uint64_t tkv__sampler_sim_key(const tkv_sampler *s, const tkv__sampler_sim *sim) {
+    if (s->g) return TKV__SAMPLER_KEY_NONE;
+    if (tkv__sampler_argmax(s)) return TKV__SAMPLER_KEY_ARGMAX;
+    return state_key(s, sim->s, sim->hist);
+}
+
+void tkv__sampler_sim_took(const tkv_sampler *s, tkv__sampler_sim *sim, tkv_token tok) {
+    if (s->p.temperature > 0 && !s->g) step_u64(sim->s); /* a choice at a temperature draws once */
+    sim->hist = hist_step(hist_step(sim->hist, tok, true), tok, false);
+}
+
+void tkv__sampler_took(tkv_sampler *s, tkv_token tok) {
+    if (s->p.temperature > 0 && !s->g) next_u64(s); /* the draw its choice made */
+    returned(s, tok);
     s->last_kind = LAST_NONE;
 }
 
 tkv_token tkv_sampler_sample(tkv_sampler *s, const float *logits) {
     if (!s || !logits) return -1; /* NULL logits: what tkv_get_logits* give after a failed decode */
     const tkv_token chosen = s->g ? choose_in_grammar(s, logits) : choose(s, logits, NULL);
-    if (s->count && chosen >= 0 && (size_t)chosen < s->n_vocab) s->count[chosen]++;
-    tkv_sampler_accept(s, chosen);
+    returned(s, chosen);
     return chosen;
 }

@@ -435,6 +435,101 @@ static void test_known_with_a_window_pool(void **state) {
     tkv_model_free(m);
 }
 
+/* The tokens one at a time without drafts after p for a fresh sampler of sp, in a fresh context of m: the oracle of
+   a sampled run (the first from the prompt's logits, then each step's). */
+static size_t one_at_a_time(const tkv_model *m, const tkv_token *p, size_t n_p, const tkv_sampler_params *sp,
+                            tkv_token *gen, size_t n_gen) {
+    tkv_context *c = tu_context(m, 512, 1, TKV_TYPE_F16);
+    tkv_sampler *smp = sampler(m, sp);
+    assert_int_equal(tkv_seq_sync(c, 0, 0, p, n_p, NULL), TKV_OK);
+    tkv_token t = tkv_sampler_sample(smp, tkv_get_logits_last(c));
+    size_t n = 0;
+    while (!tkv_token_is_eog(m, t) && n < n_gen) {
+        gen[n++] = t;
+        size_t n_out = 0;
+        if (n < n_gen) assert_int_equal(tkv_seq_decode_draft(c, 0, t, NULL, 0, smp, 1, &t, &n_out), TKV_OK);
+    }
+    tkv_sampler_free(smp);
+    tkv_context_free(c);
+    return n;
+}
+
+/* A sampler that draws, or whose choice depends on the tokens it saw, knows the tokens a sampler of the same state
+   chose: a retry with the same parameters and seed (or the same penalties) takes the first run's answer, and its
+   sampler is then where a decoding run's would be (decoding on gives the run's next tokens); another seed or
+   penalty takes nothing. The run itself is held to one-at-a-time decoding in another context. */
+static void test_known_for_the_same_sampler_state(void **state) {
+    (void)state;
+    tkv_token p[64];
+    const size_t n_p = prompt(tu_model, "The sun was hot and the little bird", p, 64);
+    tkv_sampler_params sp[2];
+    sp[0] = tkv_sampler_default_params(), sp[0].temperature = 0.9f, sp[0].top_k = 40, sp[0].seed = 7;
+    sp[1] = tkv_sampler_default_params(), sp[1].temperature = 0, sp[1].repeat_penalty = 1.3f;
+    for (int v = 0; v < 2; v++) {
+        tkv_context *ctx = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+        tkv_sampler *smp = sampler(tu_model, &sp[v]);
+        tkv_token gen[N_GEN], want[N_GEN], out[64];
+        const size_t n = generate(ctx, 0, p, n_p, smp, gen, N_GEN);
+        assert_true(n > 20);
+        assert_int_equal(one_at_a_time(tu_model, p, n_p, &sp[v], want, n), n);
+        assert_memory_equal(gen, want, n * sizeof *gen);
+        const size_t D = (size_t)tkv_seq_len(ctx, 0) - n_p;
+        /* the same parameters and seed: the first token from the prompt's logits (its row was not sampled through
+           the draft calls: nothing recorded), then 10 known, then decoding on gives the run's tokens */
+        tkv_sampler *again = sampler(tu_model, &sp[v]);
+        assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, n_p, NULL), TKV_OK);
+        assert_int_equal(tkv_sampler_sample(again, tkv_get_logits_last(ctx)), gen[0]);
+        size_t k = 0;
+        assert_int_equal(tkv_seq_follow_known(ctx, 1, gen[0], again, 10, out, &k), TKV_OK);
+        assert_int_equal(k, 10);
+        assert_memory_equal(out, gen + 1, k * sizeof *out);
+        tkv_token t = out[k - 1];
+        for (size_t i = k + 1; i < n; i++) {
+            size_t n_out = 0;
+            assert_int_equal(tkv_seq_decode_draft(ctx, 1, t, NULL, 0, again, 1, &t, &n_out), TKV_OK);
+            assert_int_equal(t, gen[i]);
+        }
+        assert_int_equal(tkv_seq_clear(ctx, 1), TKV_OK);
+        /* all of the run at once, then from a file in a fresh context */
+        tkv_sampler_free(again);
+        again = sampler(tu_model, &sp[v]);
+        assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, n_p, NULL), TKV_OK);
+        assert_int_equal(tkv_sampler_sample(again, tkv_get_logits_last(ctx)), gen[0]);
+        assert_int_equal(known_list(ctx, 1, p, n_p, gen[0], again, out), D);
+        assert_memory_equal(out, gen + 1, (D < n - 1 ? D : n - 1) * sizeof *out);
+        char dir[64], path[128];
+        assert_int_equal(tu_mkdtemp(dir, "known-key"), 0);
+        snprintf(path, sizeof path, "%s/seq.tkvc", dir);
+        assert_int_equal(tkv_seq_save(ctx, 0, path), TKV_OK);
+        tkv_context *c2 = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+        assert_int_equal(tkv_seq_load(c2, 0, path), TKV_OK);
+        tkv_sampler_free(again);
+        again = sampler(tu_model, &sp[v]);
+        assert_int_equal(tkv_seq_sync(c2, 1, 0, p, n_p, NULL), TKV_OK);
+        assert_int_equal(tkv_sampler_sample(again, tkv_get_logits_last(c2)), gen[0]);
+        assert_int_equal(known_list(c2, 1, p, n_p, gen[0], again, out), D);
+        assert_memory_equal(out, gen + 1, (D < n - 1 ? D : n - 1) * sizeof *out);
+        tkv_context_free(c2);
+        assert_int_equal(tu_rmtree(dir), 0);
+        /* another seed, or another penalty: nothing (its state's key is another) */
+        tkv_sampler_params other = sp[v];
+        if (v == 0) other.seed = 8;
+        else other.repeat_penalty = 1.2f;
+        tkv_sampler *o = sampler(tu_model, &other);
+        assert_int_equal(known_after(ctx, 1, p, n_p, gen[0], o), 0);
+        /* nor a sampler that saw one token more (its penalties' window differs) */
+        tkv_sampler *seen = sampler(tu_model, &sp[1]);
+        tkv_sampler_accept(seen, 5);
+        if (v == 1) assert_int_equal(known_after(ctx, 1, p, n_p, gen[0], seen), 0);
+        assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+        tkv_sampler_free(seen);
+        tkv_sampler_free(o);
+        tkv_sampler_free(again);
+        tkv_sampler_free(smp);
+        tkv_context_free(ctx);
+    }
+}
+
 /* ---- known tokens in cache files, directories and images ---------------------------------------------------- */
 
 static uint8_t *slurp(const char *path, size_t *size) {
@@ -528,7 +623,7 @@ static void test_known_through_files(void **state) {
     uint8_t *f = slurp(r.seq_path, &size);
     assert_int_equal(tu_get(f, 8, 4), 4);
     assert_int_equal(tu_get(r.img, 8, 4), 4);
-    assert_int_equal(tu_get(f, size - 48 - 8 * r.D + 8, 4), r.D); /* the counts block's n_known */
+    assert_int_equal(tu_get(f, size - 48 - 16 * r.D + 8, 4), r.D); /* the counts block's n_known */
     free(f);
     assert_run_known_when_loaded(tu_model, &r);
     /* a context that is not batch_invariant loads the K/V and takes nothing */
@@ -545,7 +640,7 @@ static void test_known_through_files(void **state) {
     /* nor does a file of another arithmetic (its identity changed, resealed) */
     uint8_t *w = malloc(r.img_size);
     memcpy(w, r.img, r.img_size);
-    const size_t arith = r.img_size - 48 - 8 * r.D + 16;
+    const size_t arith = r.img_size - 48 - 16 * r.D + 16;
     tu_put(w, arith, tu_get(w, arith, 8) ^ 1, 8);
     tkv__cachefile_reseal(w, r.img_size);
     tkv_context *c = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
@@ -564,7 +659,7 @@ static void test_known_records_checked(void **state) {
     saved_run r;
     tkv_token p[64];
     save_run(tu_model, p, prompt(tu_model, "Tom and his dog went to the park. Tom", p, 64), &r);
-    const size_t sz = r.img_size, rec = sz - 8 - 8 * r.D, counts = sz - 48 - 8 * r.D;
+    const size_t sz = r.img_size, rec = sz - 8 - 16 * r.D, counts = sz - 48 - 16 * r.D; /* records of 16 bytes */
     struct {
         size_t at;
         unsigned bytes;
@@ -574,8 +669,9 @@ static void test_known_records_checked(void **state) {
         const char *what;
     } cases[] = {
         {rec + 4, 4, 512, 1, TKV_ERR_FORMAT, "known token 0: id 512 is out of range"},
-        {rec + 12, 4, (uint32_t)-1, 1, TKV_ERR_FORMAT, "known token 1: id -1 is out of range"},
-        {rec + 8, 4, r.n_p, 1, TKV_ERR_FORMAT, "known token 1 at position"}, /* record 0's position again */
+        {rec + 20, 4, (uint32_t)-1, 1, TKV_ERR_FORMAT, "known token 1: id -1 is out of range"},
+        {rec + 24, 8, 0, 1, TKV_ERR_FORMAT, "known token 1 has no key"},
+        {rec + 16, 4, r.n_p, 1, TKV_ERR_FORMAT, "known token 1 at position"}, /* record 0's position again */
         {rec, 4, r.n_all, 1, TKV_ERR_FORMAT, "known token 0 at position"},   /* past the prefix */
         {counts + 16, 8, 0, 1, TKV_ERR_FORMAT, "version 4 with"},            /* records of no arithmetic */
         {counts + 12, 4, 1, 1, TKV_ERR_FORMAT, "reserved count 1"},
@@ -635,6 +731,7 @@ int main(void) {
         cmocka_unit_test(test_another_rows_choice_records_nothing),
         cmocka_unit_test(test_known_on_a_hybrid),
         cmocka_unit_test(test_known_with_a_window_pool),
+        cmocka_unit_test(test_known_for_the_same_sampler_state),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_known_through_files),
         cmocka_unit_test(test_known_records_checked),
