@@ -1998,14 +1998,18 @@ TKV_API tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t ro
                                         tkv_draft_token_fn on_token, void *user, tkv_token *out, size_t *n_out);
 
 /**
- * Take the tokens argmax decoding is known to produce next from the cache,
- * without computing them. A cell records the argmax of the logits computed
- * for its token when tkv_seq_decode_draft or tkv_seq_accept_draft sampled
- * that row with an argmax sampler (temperature <= 0, no penalty, logit bias
- * or grammar) in a batch_invariant context, whose logits depend on the
- * prefix alone. Where the cache holds pending after the sequence's end and
- * its cell records the next token, that token is known; while the known
- * token is cached after it and its cell records one, that one is known too.
+ * Take the tokens smp is known to choose next from the cache, without
+ * computing them. When tkv_seq_decode_draft or tkv_seq_accept_draft samples
+ * a row in a batch_invariant context, whose logits depend on the prefix
+ * alone, the row's cell records the token chosen and the state the sampler
+ * chose it in: its parameters, its generator's state and the tokens it saw
+ * (for any argmax sampler, temperature <= 0 with no penalty or logit bias,
+ * one state: the argmax); a sampler with a grammar records nothing. Where
+ * the cache holds pending after the sequence's end and its cell records a
+ * token chosen in smp's state, that token is known; while the known token
+ * is cached after it and its cell records one chosen in the state smp would
+ * then be in, that one is known too: a greedy retry, or one with the same
+ * parameters and seed.
  * out receives them (n_out, at most max_out; the first end-of-generation
  * token is the last), the sequence takes the cells of pending and of every
  * token returned but the last, which is the next pending token (as after a
@@ -2018,9 +2022,9 @@ TKV_API tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t ro
  * before the next token.
  *
  * Returns TKV_OK with n_out 0 and changes nothing when no token is known:
- * smp is not an argmax sampler, the context is not batch_invariant, nothing
- * is recorded after pending, or no checkpoint (hybrids) or held window
- * (swa_rows) lies on the way. Known tokens come without
+ * smp has a grammar, the context is not batch_invariant, nothing is
+ * recorded after pending in smp's state, or no checkpoint (hybrids) or held
+ * window (swa_rows) lies on the way. Known tokens come without
  * logits: tkv_sampler_last_probs has nothing to report for them. Cache
  * files and images carry the records (tkv_seq_save, tkv_cache_save,
  * tkv_cache_export); a context takes a loaded record only where the file's

@@ -112,8 +112,26 @@ def test_a_greedy_retry_is_answered_from_the_cache(stories, engine):
     assert steps[:2] == (0, 0)
     assert last["cached_tokens"] == len(stories.tokenize(prompt))
     assert last["completion_tokens"] == len(first)
-    # a sampler that draws knows nothing: it decodes
+    # a sampler that draws knows nothing the greedy one chose: it decodes
     assert len(seeded) > 0 and steps[2] > 0
+
+
+def test_a_seeded_retry_is_answered_from_the_cache(engine):
+    prompt = f"{SYSTEM} Tom saw a cat"
+
+    async def main():
+        kw = dict(max_tokens=20, temperature=0.8, top_k=40, seed=11)
+        first = await _collect(engine, engine.session("a"), prompt, **kw)
+        steps0 = engine.steps
+        again = await _collect(engine, engine.session("b"), prompt, **kw)
+        steps1 = engine.steps
+        other = await _collect(engine, engine.session("c"), prompt, **{**kw, "seed": 12})
+        return first, again, other, steps1 - steps0, engine.steps - steps1
+    first, again, other, steps, other_steps = asyncio.run(main())
+    # the same seed and parameters: the sampler's state is the first run's at every step, so
+    # its choices are known; another seed's state is another: it decodes
+    assert again == first and steps == 0
+    assert other_steps > 0
 
 
 def test_cancelling_stops_the_request_and_frees_the_session(stories, engine):

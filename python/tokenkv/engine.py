@@ -9,11 +9,11 @@ decode per step (continuous batching, as `tokenkv serve` does), with an asyncio 
 
 Sessions map to sequences of the engine's context and tenants to namespaces,
 so prefixes are shared within a tenant and never across tenants. Every row is
-sampled through tkv_seq_accept_draft, so the cache records each greedy
-choice, and a greedy request first takes the tokens greedy decoding chose
-after the same text before (tkv_seq_follow_known, docs/library.md): a retry
-or a regenerate at temperature 0 is answered from the cache without a step,
-the same tokens. Closing the
+sampled through tkv_seq_accept_draft, so the cache records each choice with
+its sampler's state, and a request first takes the tokens a sampler in its
+sampler's state chose after the same text before (tkv_seq_follow_known,
+docs/library.md): a greedy retry, or one with the same seed, is answered
+from the cache without a step, the same tokens. Closing the
 iterator (aclosing() does so when the consuming task is cancelled; without it
 Python closes an abandoned async generator only when it is collected) stops
 the request at the next step; a step that holds only cancelled requests is cut short through the
@@ -239,8 +239,8 @@ class Engine:
         return True
 
     def _known(self, req, pending):
-        """The tokens known to follow req's sequence and pending (tkv_seq_follow_known: what greedy
-        decoding chose after the same text before, recorded in the cache), at most those req may
+        """The tokens known to follow req's sequence and pending (tkv_seq_follow_known: what a sampler
+        in the state of req's chose after the same text before, recorded in the cache), at most those req may
         still generate; the sequence then holds pending and all of them but the last."""
         cap = req.max_tokens - req.generated
         if cap < 1:
@@ -271,7 +271,7 @@ class Engine:
         return all(self._hand(req, t) for t in tokens)
 
     def _step(self, live):
-        for r in live:  # generating greedy requests take what is known first (no step)
+        for r in live:  # generating requests take what is known first (no step)
             if r.next_token is not None and r.session.busy:
                 known = self._known(r, r.next_token)
                 if known:
@@ -324,7 +324,7 @@ class Engine:
         for i, r in enumerate(owners):
             if r is None:
                 continue
-            # sampled through the draft call (no drafts): the cache records a greedy choice
+            # sampled through the draft call (no drafts): the cache records the choice and the sampler's state
             with r.sampler._lock:
                 self.ctx._call(lib.tkv_seq_accept_draft, r.session.seq.id, i, ffi.NULL, 0, r.sampler._h.ptr, 1,
                                ffi.NULL, ffi.NULL, out, n)

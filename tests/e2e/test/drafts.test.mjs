@@ -7,9 +7,10 @@
 // again: the second time every answer is in the prefix tree) and for 8
 // concurrent clients, on a llama (stories260K) and a delta-net hybrid (qwen35,
 // whose rejected drafts are recomputed from a checkpoint of its state). The
-// retry is where drafts pay: /metrics and the timings show them accepted. A greedy retry takes its answer's tokens
-// from the tree as known tokens (tkv_seq_follow_known: what argmax decoding chose after the same text), without a
-// step (the hybrid as far as a saved state); one that lists logprobs verifies them. These servers carry every draft
+// retry is where drafts pay: /metrics and the timings show them accepted. A retry without logprobs or a grammar
+// takes its answer's tokens from the tree as known tokens (tkv_seq_follow_known: what a sampler in the same state,
+// greedy or with the same seed, chose after the same text), without a step (the hybrid as far as a saved state);
+// one that lists logprobs or has a grammar verifies them. These servers carry every draft
 // (--draft-always), so that what is verified does not depend on timing; a third server chooses the drafts worth
 // their rows from the step's measured cost, as `tokenkv serve --draft N` does by default, and must answer the
 // same whatever it chooses.
@@ -121,14 +122,15 @@ for (const model of MODELS) describe(`drafts from the cache (${model.name})`, ()
       same(await send(on, r), want[i], `retry, request ${i}`);
       const c2 = await draftCounters(on);
       assert.ok(c2.accepted - c1.accepted <= c2.drafted - c1.drafted, 'accepted <= drafted');
-      // a retry of an answer of more than one token finds all of it in the prefix tree: a greedy one without
-      // logprobs takes it as known tokens (all of it, the first from the prompt's last row, recorded by the first
-      // run; the hybrid as far as a state its first run left); any other verifies it as drafts and accepts them
-      const greedy = r.body.temperature === 0 && !r.body.logprobs;
+      // a retry of an answer of more than one token finds all of it in the prefix tree: one without logprobs or a
+      // grammar takes it as known tokens, greedy or seeded alike (the same seed: its sampler's state is the first
+      // run's at every step; all of it, the first from the prompt's last row, recorded by the first run; the
+      // hybrid as far as a state its first run left); any other verifies it as drafts and accepts them
+      const keyed = !r.body.logprobs && !r.body.grammar;
       const hybrid = model.name === 'qwen35';
-      if (want[i].n > 2 && greedy) assert.ok(c2.known - c1.known >= (hybrid ? 1 : want[i].n), `retry, request ${i}: known tokens`);
+      if (want[i].n > 2 && keyed) assert.ok(c2.known - c1.known >= (hybrid ? 1 : want[i].n), `retry, request ${i}: known tokens`);
       else if (want[i].n > 2) assert.ok(c2.accepted > c1.accepted, `retry, request ${i}: drafts accepted`);
-      if (!greedy) assert.equal(c2.known, c1.known, `request ${i}: no known tokens`);
+      if (!keyed) assert.equal(c2.known, c1.known, `request ${i}: no known tokens`);
     }
     const c3 = await draftCounters(on);
     assert.ok(c3.accepted > c0.accepted && c3.drafted >= c3.accepted);
@@ -152,8 +154,9 @@ for (const model of MODELS) describe(`drafts from the cache (${model.name})`, ()
   }));
 
   it('llama-server\'s per-request fields and timings', withLogs(async () => {
-    // seeded: a greedy retry would take known tokens instead of drafts
-    const body = { prompt: PROMPTS[0], n_predict: model.maxTokens, temperature: 0.8, seed: 77, ignore_eos: true };
+    // with probabilities: a retry that lists none would take known tokens instead of drafts
+    const body = { prompt: PROMPTS[0], n_predict: model.maxTokens, temperature: 0.8, seed: 77, ignore_eos: true,
+                   n_probs: 1 };
     const a = await post(on, '/completion', body);
     assert.equal(a.status, 200, a.body);
     const b = await post(on, '/completion', body); // a retry: drafted
