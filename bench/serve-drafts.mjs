@@ -18,9 +18,13 @@
 //          opening line), a newline and the opening again, so an answer
 //          that retells the story copies it from the prompt
 // C clients at once, R timed requests each, greedy, ignore_eos, non-streamed.
+// --temperature T > 0 samples instead (top_k 40), each request with a seed
+// of its own drawn from its prompt: a retry sends the same seed, as a
+// client's retry of the same request does.
 //
 //   node bench/serve-drafts.mjs --url http://127.0.0.1:8080 [--clients 4] [--rounds 2]
 //        [--prompt-words 120] [--max-tokens 96] [--seed 1] [--workloads retry,copy,none] [--route openai|native]
+//        [--temperature 0]
 //
 // --route native sends llama-server's POST /completion (n_predict) instead of /v1/completions.
 //
@@ -43,6 +47,7 @@ const maxTokens = Number(args['max-tokens'] ?? 96);
 const seed = Number(args.seed ?? 1);
 const workloads = (args.workloads ?? 'retry,copy,none').split(',');
 const native = (args.route ?? 'openai') === 'native';
+const temperature = Number(args.temperature ?? 0);
 
 const WORDS = ('the of and to in is was for on that with as it by at from his her they this be are or had ' +
   'not but which have one were all we when there can an their more so if about out up what some into time ' +
@@ -88,9 +93,15 @@ function length(w, c, k) {
   return Math.round(maxTokens / 2 + r() * maxTokens);
 }
 
+// The sampling fields of the request for prompt p: greedy, or --temperature with a seed of the prompt's.
+function sampling(p) {
+  if (!(temperature > 0)) return { temperature: 0 };
+  return { temperature, top_k: 40, seed: createHash('sha256').update(p).digest().readUInt32LE(0) & 0x7fffffff };
+}
+
 async function complete(p, n = maxTokens) {
-  const body = native ? { prompt: p, n_predict: n, temperature: 0, ignore_eos: true }
-                      : { model: 'm', prompt: p, max_tokens: n, temperature: 0, ignore_eos: true };
+  const body = native ? { prompt: p, n_predict: n, ignore_eos: true, ...sampling(p) }
+                      : { model: 'm', prompt: p, max_tokens: n, ignore_eos: true, ...sampling(p) };
   const res = await fetch(`${url}${native ? '/completion' : '/v1/completions'}`, {
     method: 'POST',
     headers: { 'Content-Type': 'application/json' },
