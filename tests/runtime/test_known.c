@@ -454,6 +454,19 @@ static size_t one_at_a_time(const tkv_model *m, const tkv_token *p, size_t n_p, 
     return n;
 }
 
+/* A retry of run gen[0..n) (D of its tokens decoded) after p on sequence 1 of c, with a fresh sampler of sp: its
+   first token from the prompt's logits, then all D known, the run's. */
+static void assert_retry_known(tkv_context *c, const tkv_sampler_params *sp, const tkv_token *p, size_t n_p,
+                               const tkv_token *gen, size_t n, size_t D) {
+    tkv_sampler *smp = sampler(tu_model, sp);
+    tkv_token out[64];
+    assert_int_equal(tkv_seq_sync(c, 1, 0, p, n_p, NULL), TKV_OK);
+    assert_int_equal(tkv_sampler_sample(smp, tkv_get_logits_last(c)), gen[0]);
+    assert_int_equal(known_list(c, 1, p, n_p, gen[0], smp, out), D);
+    assert_memory_equal(out, gen + 1, (D < n - 1 ? D : n - 1) * sizeof *out);
+    tkv_sampler_free(smp);
+}
+
 /* A sampler that draws, or whose choice depends on the tokens it saw, knows the tokens a sampler of the same state
    chose: a retry with the same parameters and seed (or the same penalties) takes the first run's answer, and its
    sampler is then where a decoding run's would be (decoding on gives the run's next tokens); another seed or
@@ -491,24 +504,14 @@ static void test_known_for_the_same_sampler_state(void **state) {
         }
         assert_int_equal(tkv_seq_clear(ctx, 1), TKV_OK);
         /* all of the run at once, then from a file in a fresh context */
-        tkv_sampler_free(again);
-        again = sampler(tu_model, &sp[v]);
-        assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, n_p, NULL), TKV_OK);
-        assert_int_equal(tkv_sampler_sample(again, tkv_get_logits_last(ctx)), gen[0]);
-        assert_int_equal(known_list(ctx, 1, p, n_p, gen[0], again, out), D);
-        assert_memory_equal(out, gen + 1, (D < n - 1 ? D : n - 1) * sizeof *out);
+        assert_retry_known(ctx, &sp[v], p, n_p, gen, n, D);
         char dir[64], path[128];
         assert_int_equal(tu_mkdtemp(dir, "known-key"), 0);
         snprintf(path, sizeof path, "%s/seq.tkvc", dir);
         assert_int_equal(tkv_seq_save(ctx, 0, path), TKV_OK);
         tkv_context *c2 = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
         assert_int_equal(tkv_seq_load(c2, 0, path), TKV_OK);
-        tkv_sampler_free(again);
-        again = sampler(tu_model, &sp[v]);
-        assert_int_equal(tkv_seq_sync(c2, 1, 0, p, n_p, NULL), TKV_OK);
-        assert_int_equal(tkv_sampler_sample(again, tkv_get_logits_last(c2)), gen[0]);
-        assert_int_equal(known_list(c2, 1, p, n_p, gen[0], again, out), D);
-        assert_memory_equal(out, gen + 1, (D < n - 1 ? D : n - 1) * sizeof *out);
+        assert_retry_known(c2, &sp[v], p, n_p, gen, n, D);
         tkv_context_free(c2);
         assert_int_equal(tu_rmtree(dir), 0);
         /* another seed, or another penalty: nothing (its state's key is another) */
