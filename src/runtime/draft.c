@@ -170,7 +170,11 @@ static tkv_status seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t row, co
            on_token may have cut the sequence short meanwhile) */
         if (key != TKV__SAMPLER_KEY_NONE && L0 + i < ctx->kv->seq[seq].n) {
             const uint32_t cell = ctx->kv->seq[seq].cells[L0 + i];
-            if (tkv__ctx_row_cell(ctx, row + i) == cell) tkv__kv_known_note(ctx->kv, cell, key, s);
+            /* a cell holds one record: an argmax's serves every greedy request and takes the cell, another's
+               serves only a sampler of the same state (a retry with the same seed) and takes only an empty one,
+               so that requests drawing with seeds of their own never push a greedy answer's out */
+            const bool room = key == TKV__SAMPLER_KEY_ARGMAX || ctx->kv->chosen[cell] == TKV_TOKEN_NULL;
+            if (room && tkv__ctx_row_cell(ctx, row + i) == cell) tkv__kv_known_note(ctx->kv, cell, key, s);
         }
         out[n++] = s;
         /* the next row was computed after draft[i]: it counts only if the sampler chose that same token */

@@ -533,6 +533,33 @@ static void test_known_for_the_same_sampler_state(void **state) {
     }
 }
 
+/* A cell holds one record, and an argmax's stays against a sampler's that draws: a seeded step through a greedy
+   answer's cell records nothing there, and the greedy retry still takes the whole answer. */
+static void test_a_greedy_record_stays(void **state) {
+    (void)state;
+    tkv_context *ctx = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+    tkv_token p[64], gen[N_GEN], q[128];
+    const size_t n_p = prompt(tu_model, "Once upon a time, a little girl", p, 64);
+    tkv_sampler *smp = greedy(tu_model);
+    const size_t n = generate(ctx, 0, p, n_p, smp, gen, N_GEN);
+    assert_true(n > 8);
+    const size_t D = (size_t)tkv_seq_len(ctx, 0) - n_p;
+    tkv_sampler_params sp = tkv_sampler_default_params();
+    sp.temperature = 0.9f, sp.seed = 3;
+    tkv_sampler *seeded = sampler(tu_model, &sp);
+    memcpy(q, p, n_p * sizeof *p);
+    memcpy(q + n_p, gen, 4 * sizeof *gen);
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, q, n_p + 4, NULL), TKV_OK);
+    tkv_token t;
+    size_t n_out = 0;
+    assert_int_equal(tkv_seq_decode_draft(ctx, 1, gen[4], NULL, 0, seeded, 1, &t, &n_out), TKV_OK);
+    assert_int_equal(tkv_seq_clear(ctx, 1), TKV_OK);
+    assert_int_equal(known_after(ctx, 1, p, n_p, gen[0], smp), D);
+    tkv_sampler_free(seeded);
+    tkv_sampler_free(smp);
+    tkv_context_free(ctx);
+}
+
 /* ---- known tokens in cache files, directories and images ---------------------------------------------------- */
 
 static uint8_t *slurp(const char *path, size_t *size) {
@@ -735,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_known_on_a_hybrid),
         cmocka_unit_test(test_known_with_a_window_pool),
         cmocka_unit_test(test_known_for_the_same_sampler_state),
+        cmocka_unit_test(test_a_greedy_record_stays),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_known_through_files),
         cmocka_unit_test(test_known_records_checked),
