@@ -1,7 +1,7 @@
 /*
  * arith_id.c — the identity of the arithmetic a context computes with, for
- * records that are facts about it: a known token (kv/kvknown.c) is what this
- * arithmetic's argmax chose after a prefix, and a cache file that carries
+ * records that are facts about it: a known token (kv/kvknown.c) is what a
+ * sampler chose from this arithmetic's logits after a prefix, and a cache file that carries
  * such records (kv/cachefile.c, version 4) is read back by a context that
  * takes them only where its identity is the writer's.
  *

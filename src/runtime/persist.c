@@ -71,7 +71,7 @@ static void put_states(tkv_context *ctx, const tkv__prec *r, uint32_t n, const u
  * cells, where the file's arithmetic is ctx's own (runtime/arith_id.c):
  * another build, kernel level or a context that is not batch_invariant
  * might choose other tokens, and takes none. A cell that already records
- * one keeps it (the same choice, by the same arithmetic).
+ * one keeps it (a cell holds one record; runtime/draft.c says which).
  */
 static void put_known(tkv_context *ctx, const tkv__prec *r, uint32_t n, const uint32_t *cells) {
     if (r->h.arith != tkv__arith_id(ctx)) return;

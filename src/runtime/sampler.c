@@ -418,11 +418,8 @@ static uint64_t state_key(const tkv_sampler *s, const uint64_t g[4], uint64_t hi
     return h > TKV__SAMPLER_KEY_ARGMAX ? h : h + 2;
 }
 
-uint64_t tkv__sampler_key(const tkv_sampler *s) {
-    if (s->g) return TKV__SAMPLER_KEY_NONE; /* a grammar's rejection may draw twice; its matcher's state is not keyed */
-    if (tkv__sampler_argmax(s)) return TKV__SAMPLER_KEY_ARGMAX;
-    return state_key(s, s->s, s->hist);
-}
+/* Whether a choice draws from the generator, once (a grammar's rejection may draw twice: not keyed). */
+static bool draws_once(const tkv_sampler *s) { return s->p.temperature > 0 && !s->g; }
 
 void tkv__sampler_sim_start(const tkv_sampler *s, tkv__sampler_sim *sim) {
     memcpy(sim->s, s->s, sizeof sim->s);
@@ -430,18 +427,24 @@ void tkv__sampler_sim_start(const tkv_sampler *s, tkv__sampler_sim *sim) {
 }
 
 uint64_t tkv__sampler_sim_key(const tkv_sampler *s, const tkv__sampler_sim *sim) {
-    if (s->g) return TKV__SAMPLER_KEY_NONE;
+    if (s->g) return TKV__SAMPLER_KEY_NONE; /* the matcher's state is not keyed */
     if (tkv__sampler_argmax(s)) return TKV__SAMPLER_KEY_ARGMAX;
     return state_key(s, sim->s, sim->hist);
 }
 
+uint64_t tkv__sampler_key(const tkv_sampler *s) {
+    tkv__sampler_sim now;
+    tkv__sampler_sim_start(s, &now);
+    return tkv__sampler_sim_key(s, &now);
+}
+
 void tkv__sampler_sim_took(const tkv_sampler *s, tkv__sampler_sim *sim, tkv_token tok) {
-    if (s->p.temperature > 0 && !s->g) step_u64(sim->s); /* a choice at a temperature draws once */
-    sim->hist = hist_step(hist_step(sim->hist, tok, true), tok, false);
+    if (draws_once(s)) step_u64(sim->s);
+    sim->hist = hist_step(hist_step(sim->hist, tok, true), tok, false); /* as returned() */
 }
 
 void tkv__sampler_took(tkv_sampler *s, tkv_token tok) {
-    if (s->p.temperature > 0 && !s->g) next_u64(s); /* the draw its choice made */
+    if (draws_once(s)) next_u64(s); /* the draw its choice made */
     returned(s, tok);
     s->last_kind = LAST_NONE;
 }
