@@ -26,6 +26,7 @@
  * and prints each shape's GFLOP/s (2 * weights * tokens / time of the layer's
  * products, activation quantization included), best of ITERS layers.
  */
+#include "base/alloc.h"
 #include "compute/kernels.h"
 #include "compute/ops.h"
 #include "compute/quant/quant.h"
@@ -279,8 +280,11 @@ int main(int argc, char **argv) {
             fflush(stdout);
             /* the same rows packed at load (compute/quant/repack.h), where this level reads them so */
             if (tkv__ops_packed_ok(t)) {
-                void *pk = aligned_alloc(64, (tkv__pack_bytes(t, n, rows) + 63) / 64 * 64);
+                /* on 2 MiB pages, as a model's packed weights (tkv_model_params.huge_pages) */
+                const size_t pbytes = (tkv__pack_bytes(t, n, rows) + TKV__HUGE_PAGE - 1) & ~(TKV__HUGE_PAGE - 1);
+                void *pk = aligned_alloc(TKV__HUGE_PAGE, pbytes);
                 if (!pk) return 1;
+                tkv__advise_huge_pages(pk, pbytes);
                 tkv__pack_rows(t, w, n, rows, pk);
                 double bp = 1e30;
                 for (int it = 0; it < iters; it++) {

@@ -33,7 +33,7 @@
 
 static const char *const bench_help =
     "usage: tokenkv bench -m MODEL [-p N] [-n N] [-d N] [-t THREADS] [-r REPS] [-ctk T] [-ctv T]\n"
-    "                      [--json] [--reference-order] [--no-repack] [--limits]\n"
+    "                      [--json] [--reference-order] [--no-repack] [--no-huge-pages] [--limits]\n"
     "\n"
     "Measure prompt processing (one batch of -p random tokens) and token generation\n"
     "(-n random tokens one at a time) in tokens per second: mean and standard\n"
@@ -56,6 +56,8 @@ static const char *const bench_help =
     "                          measure what invariance costs\n"
     "  --no-repack             keep the weights in the file's layout (no packed rows:\n"
     "                          tkv_model_params.repack), to measure what packing gives\n"
+    "  --no-huge-pages         no transparent huge pages under the packed weights\n"
+    "                          (tkv_model_params.huge_pages), to measure what they give\n"
     "  --limits                also measure this machine's limits with the same threads\n"
     "                          (tkv_limits_measure: the rate of reading memory no cache\n"
     "                          holds, the int8 multiply-add peak of the kernel level) and\n"
@@ -360,7 +362,7 @@ static bool print_json(const model_facts *f, int threads, int reps, size_t depth
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
     long n_prompt = 512, n_gen = 128, n_depth = 0, threads = 0, reps = 3;
-    bool json = false, invariant = true, repack = true, limits = false;
+    bool json = false, invariant = true, repack = true, huge_pages = true, limits = false;
     tkv_type type_k = TKV_TYPE_F16, type_v = TKV_TYPE_COUNT; /* V: as K */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -378,6 +380,10 @@ int cmd_bench(int argc, char **argv) {
         }
         if (!strcmp(a, "--no-repack")) {
             repack = false;
+            continue;
+        }
+        if (!strcmp(a, "--no-huge-pages")) {
+            huge_pages = false;
             continue;
         }
         if (!strcmp(a, "--limits")) {
@@ -420,6 +426,7 @@ int cmd_bench(int argc, char **argv) {
     bench b = {0};
     tkv_model_params mp = tkv_model_default_params();
     mp.repack = repack;
+    mp.huge_pages = huge_pages;
     if (tkv_model_load(model_path, &mp, &m) != TKV_OK) {
         cli_fail("bench", "%s", tkv_last_error(NULL));
         goto done;

@@ -124,6 +124,7 @@ static const opt options[] = {
     {{"--webui", "--ui"}, NULL, "LLAMA_ARG_UI", CLEAR(no_webui)},
     {{"--no-repack", "-nr"}, "TOKENKV_NO_REPACK", NULL, ON(no_repack)},
     {{"--repack"}, NULL, "LLAMA_ARG_REPACK", CLEAR(no_repack)},
+    {{"--no-huge-pages"}, "TOKENKV_NO_HUGE_PAGES", NULL, ON(no_huge_pages)},
     {{"--reference-order"}, "TOKENKV_REFERENCE_ORDER", NULL, ON(reference_order)},
     {{"--cache-dir"}, "TOKENKV_CACHE_DIR", NULL, STR(cache_dir)},
     {{"--cache-dir-max"}, "TOKENKV_CACHE_DIR_MAX", NULL, UINT(cache_dir_max, 0, 1125899906842624.0)},

@@ -452,6 +452,7 @@ int srv_main(const srv_opts *o) {
     tkv_model *model = NULL;
     tkv_model_params mp = tkv_model_default_params();
     mp.repack = !o->no_repack;
+    mp.huge_pages = !o->no_huge_pages;
     if (tkv_model_load(o->model_path, &mp, &model) != TKV_OK) {
         fprintf(stderr, "tokenkv serve: %s\n", tkv_last_error(NULL));
         return 1;

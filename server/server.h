@@ -67,6 +67,7 @@ typedef struct srv_opts {
     bool no_draft_known;       /* --no-draft-known: drafting requests compute every token (tkv_seq_follow_known off) */
     bool no_webui;             /* no web page at / */
     bool no_repack;            /* keep the weights in the file's layout (tkv_model_params.repack) */
+    bool no_huge_pages;        /* no huge pages under the packed weights (tkv_model_params.huge_pages) */
     bool reference_order;      /* tkv_context_params.batch_invariant false: the reference's arithmetic */
     const char *chat_template; /* a family name, a Jinja file or an inline Jinja template overriding the model's, or NULL */
     const char *grammar_file;  /* a GBNF grammar for requests that give none, or NULL */

@@ -10,7 +10,7 @@ import pytest
 
 import tokenkv
 import tokenkv_build
-from conftest import REPO, STORIES, TKV_BIN
+from conftest import REPO, SHARED, STORIES, TKV_BIN
 
 
 def test_cdef_is_generated_from_the_header_and_parses():
@@ -199,3 +199,24 @@ def test_a_sampler_keeps_its_grammar_alive(stories):
         out.append(t)
         logits = seq.decode([t])
     assert stories.detokenize([1] + out) in ("yes", "no")
+
+
+def test_huge_pages_is_a_load_option_that_changes_no_token():
+    # tkv_model_params.huge_pages reaches the load (a packed model, where it places the packed copy) and, being
+    # only where the weights live, changes no token
+    path = os.path.join(SHARED, "models", "parity", "parity-Q4_0.gguf")
+    outs = []
+    for huge in (True, False):
+        m = tokenkv.Model(path, huge_pages=huge)
+        c = tokenkv.Context(m, n_cells=256, n_seq_max=1, n_threads=2)
+        seq = c.sequence()
+        sampler = tokenkv.Sampler(m.n_vocab, temperature=0)
+        _, logits = seq.sync(m.tokenize("The cache knows its tokens"), return_logits=True)
+        got = []
+        for _ in range(12):
+            t = sampler.sample(logits)
+            got.append(t)
+            logits = seq.decode([t])
+        outs.append(got)
+        c.close()
+    assert outs[0] == outs[1]

@@ -23,10 +23,10 @@ class Model:
     """A loaded GGUF model (tkv_model_load): immutable, shared by any number of contexts and
     threads. Freed when closed (or collected) and no context or detokenizer over it is left."""
 
-    def __init__(self, path, *, vocab_only=False, repack=True, _image=None):
+    def __init__(self, path, *, vocab_only=False, repack=True, huge_pages=True, _image=None):
         params = ffi.new("tkv_model_params *")
         check(lib.tkv_model_params_init(params, ffi.sizeof("tkv_model_params")))
-        params.vocab_only, params.repack = vocab_only, repack
+        params.vocab_only, params.repack, params.huge_pages = vocab_only, repack, huge_pages
         out = ffi.new("tkv_model **")
         if _image is not None:
             self._image = _image  # the library reads it in place for the model's life
@@ -43,9 +43,9 @@ class Model:
         self._template_lock = threading.Lock()
 
     @classmethod
-    def from_bytes(cls, data, *, vocab_only=False, repack=True):
+    def from_bytes(cls, data, *, vocab_only=False, repack=True, huge_pages=True):
         """Load a GGUF image held in memory (kept referenced by the model)."""
-        return cls(None, vocab_only=vocab_only, repack=repack, _image=bytes(data))
+        return cls(None, vocab_only=vocab_only, repack=repack, huge_pages=huge_pages, _image=bytes(data))
 
     @property
     def ptr(self):

@@ -1,9 +1,12 @@
 /*
  * alloc.c — allocation with failure injection for tests.
  */
+#define _GNU_SOURCE /* MADV_HUGEPAGE */
 #include "alloc.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 /* Test-only state; -1 means "never fail". Production code never sets it. */
 static long fail_budget = -1;
@@ -32,4 +35,14 @@ long tkv__alloc_fail_after(long n) {
     n_allocs = 0;
     fail_budget = n;
     return made;
+}
+
+void tkv__advise_huge_pages(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t a = ((uintptr_t)p + TKV__HUGE_PAGE - 1) & ~(uintptr_t)(TKV__HUGE_PAGE - 1);
+    const uintptr_t b = ((uintptr_t)p + bytes) & ~(uintptr_t)(TKV__HUGE_PAGE - 1);
+    if (p && b > a) (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
+#else
+    (void)p, (void)bytes;
+#endif
 }

@@ -15,6 +15,20 @@ void *tkv__calloc(size_t n, size_t size);
 void *tkv__realloc(void *p, size_t size);
 void tkv__free(void *p);
 
+/* A 2 MiB page, the unit of tkv__advise_huge_pages. */
+#define TKV__HUGE_PAGE ((size_t)2 << 20)
+
+/*
+ * Ask the kernel for transparent huge pages under the 2 MiB-aligned interior
+ * of [p, p + bytes) (madvise MADV_HUGEPAGE), for memory that is streamed
+ * (the packed weights, the read probe's buffer) or strided through (the K/V
+ * rows): with 4 KiB pages such reads miss the TLB every 4 KiB, and the
+ * hardware prefetchers stop at every page's end. Advice only: a kernel
+ * without transparent huge pages, or with them off, ignores it, and nothing
+ * depends on it; call it before the memory is first touched.
+ */
+void tkv__advise_huge_pages(void *p, size_t bytes);
+
 /*
  * Test hook: the next `n` allocations succeed and every one after fails,
  * until tkv__alloc_fail_after(-1) turns injection off. Returns how many

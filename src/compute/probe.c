@@ -101,13 +101,15 @@ tkv_status tkv__probe_read(tkv__pool *pool, tkv__kernel_level level, size_t byte
     if (bytes < 64) bytes = 64;
     if (reps < 1) reps = 1;
     read_task *t = tkv__calloc(1, sizeof *t);
-    void *raw = tkv__malloc(bytes + 64);
+    /* on 2 MiB pages, as the packed weights ask for (tkv_model_params.huge_pages): the limit is the best read */
+    void *raw = tkv__malloc(bytes + TKV__HUGE_PAGE);
     if (!t || !raw) {
         tkv__free(t);
         tkv__free(raw);
         return tkv__fail(TKV_ERR_NOMEM, "the read probe: no memory for a buffer of %zu bytes", bytes);
     }
-    t->w = (uint64_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    t->w = (uint64_t *)(((uintptr_t)raw + TKV__HUGE_PAGE - 1) & ~(uintptr_t)(TKV__HUGE_PAGE - 1));
+    tkv__advise_huge_pages(t->w, bytes);
     t->lines = bytes / 64;
     t->read = levels[level].read;
     t->fill = true;

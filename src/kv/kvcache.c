@@ -2,7 +2,6 @@
  * kvcache.c — the KV cache's storage, its sequences, pins and check (see
  * kvcache.h); the transactions are in kvcache_txn.c.
  */
-#define _GNU_SOURCE /* MADV_HUGEPAGE */
 #include "kvcache_impl.h"
 
 #include "base/alloc.h"
@@ -11,24 +10,6 @@
 
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
-
-/*
- * Ask for 2 MiB pages under the K/V rows: attention reads each sequence's
- * cells, strided through every layer's rows, and with 4 KiB pages a decode
- * step of a few sequences misses the TLB on nearly every row. Only the
- * 2 MiB-aligned interior qualifies; a kernel without transparent huge pages
- * ignores the advice, and nothing depends on it.
- */
-static void advise_huge_pages(void *p, size_t bytes) {
-#ifdef MADV_HUGEPAGE
-    const uintptr_t huge = (uintptr_t)2 << 20, a = ((uintptr_t)p + huge - 1) & ~(huge - 1);
-    const uintptr_t b = ((uintptr_t)p + bytes) & ~(huge - 1);
-    if (p && b > a) (void)madvise((void *)a, b - a, MADV_HUGEPAGE);
-#else
-    (void)p, (void)bytes;
-#endif
-}
 
 bool tkv__kv_type_ok(tkv_type t) {
     switch (t) {
@@ -88,8 +69,10 @@ tkv_status tkv__kv_create(uint32_t n_cells, uint32_t n_layer, uint32_t n_embd_kv
                  bytes_v = (size_t)n_full * n_cells * kv->rows.row_size_v, bytes = bytes_k + bytes_v;
     kv->rows.k = tkv__malloc(bytes_k ? bytes_k : 1);
     kv->rows.v = tkv__malloc(bytes_v ? bytes_v : 1);
-    advise_huge_pages(kv->rows.k, bytes_k);
-    advise_huge_pages(kv->rows.v, bytes_v);
+    /* 2 MiB pages: attention reads each sequence's cells, strided through every layer's rows, and with 4 KiB
+       pages a decode step of a few sequences misses the TLB on nearly every row */
+    tkv__advise_huge_pages(kv->rows.k, bytes_k);
+    tkv__advise_huge_pages(kv->rows.v, bytes_v);
     kv->token = tkv__malloc(n_cells * sizeof *kv->token);
     kv->pos = tkv__malloc(n_cells * sizeof *kv->pos);
     kv->free = tkv__malloc(n_cells * sizeof *kv->free);

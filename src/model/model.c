@@ -16,7 +16,8 @@
 typedef unsigned long long ull;
 
 static tkv_model_params model_defaults(void) {
-    return (tkv_model_params){.size = sizeof(tkv_model_params), .vocab_only = false, .repack = true};
+    return (tkv_model_params){.size = sizeof(tkv_model_params), .vocab_only = false, .repack = true,
+                              .huge_pages = true};
 }
 
 tkv_status tkv_model_params_init(tkv_model_params *p, size_t size) {
@@ -656,7 +657,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
             st = check_tensors(g, &hp, &ext);
         if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &(tkv__layout){&ext.moe, &ext.delta, &ext.mamba, ext.kind, ext.attn, ext.n_pli}, &w);
         if (st == TKV_OK) st = check_experts(&w, &hp, &ext);
-        if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g);
+        if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g, p->huge_pages);
         if (st) tkv__weights_free(&w);
     }
     if (st && !p->vocab_only) {

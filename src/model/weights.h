@@ -120,10 +120,12 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
  * (compute/repack.h), into one allocation the weights own. The file's rows
  * stay mapped for everything else (embeddings, other levels, views that do
  * not start a group), but their pages are released (tkv__gguf_release): they
- * come back from the file only if one of those reads them. Returns
- * TKV_ERR_NOMEM (nothing packed, weights as they were).
+ * come back from the file only if one of those reads them. `huge`: the
+ * allocation starts on a 2 MiB boundary and asks for huge pages
+ * (tkv__advise_huge_pages). Returns TKV_ERR_NOMEM (nothing packed, weights
+ * as they were).
  */
-tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g);
+tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g, bool huge);
 
 void tkv__weights_free(tkv__weights *w);
 

@@ -5,9 +5,11 @@
  */
 #include "testutil.h"
 
+#include "base/alloc.h"
 #include "base/error.h"
 #include "compute/kernels.h"
 #include "compute/ops.h"
+#include "model/model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -385,8 +387,73 @@ static void test_repack_same_logits_q3_k_s(void **state) {
     repack_same_logits("models/parity/parity-Q3_K_S.gguf", TKV_TYPE_Q3_K);
 }
 
+/* The kernel's transparent huge page mode: 'a'lways, 'm'advise, 'n'ever, or 0 where it has none. */
+static char thp_mode(void) {
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (!f) return 0;
+    char line[128] = "";
+    const bool ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    const char *sel = ok ? strchr(line, '[') : NULL;
+    return sel ? sel[1] : 0;
+}
+
+/* The THPeligible line of the mapping of /proc/self/smaps that holds addr: whether the kernel may back it with
+   huge pages (1, 0), or -1 where smaps says nothing of it. */
+static int thp_eligible(const void *addr) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    if (!f) return -1;
+    char line[512];
+    bool inside = false;
+    int eligible = -1;
+    while (eligible < 0 && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char dash;
+        if (sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-') /* a mapping's first line */
+            inside = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+        else if (inside && !strncmp(line, "THPeligible:", 12))
+            eligible = atoi(line + 12);
+    }
+    fclose(f);
+    return eligible;
+}
+
+/* tkv_model_params.huge_pages: the packed weights lie in a mapping the kernel may back with 2 MiB pages, and
+   without it (where huge pages come only when asked for) in one it may not. */
+static void test_huge_pages(void **state) {
+    (void)state;
+    const char mode = thp_mode();
+    if (mode != 'a' && mode != 'm') TU_SKIP(); /* no transparent huge pages on this kernel */
+    for (int huge = 1; huge >= 0; huge--) {
+        tkv_model_params mp = tkv_model_default_params();
+        assert_true(mp.huge_pages); /* the default */
+        mp.huge_pages = huge;
+        tkv_model *m;
+        if (tkv_model_load(tu_shared("models/parity/parity-Q4_0.gguf"), &mp, &m) != TKV_OK)
+            fail_msg("%s", tkv_last_error(NULL));
+        if (!tkv_model_packed_size(m)) { /* this CPU's level reads no packed rows */
+            tkv_model_free(m);
+            TU_SKIP();
+        }
+        const uint8_t *start = m->w.pack_mem, *at = start + (uintptr_t)(-(uintptr_t)start & (TKV__HUGE_PAGE - 1));
+        const int eligible = thp_eligible(huge ? at : start + 64);
+        if (eligible < 0) { /* a kernel whose smaps does not say (before 5.x) */
+            tkv_model_free(m);
+            TU_SKIP();
+        }
+        if (huge) {
+            assert_int_equal(eligible, 1);
+            assert_int_equal((uintptr_t)at % TKV__HUGE_PAGE, 0);
+        } else if (mode == 'm') {
+            assert_int_equal(eligible, 0);
+        }
+        tkv_model_free(m);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_huge_pages),
         cmocka_unit_test(test_stories260k),      cmocka_unit_test(test_llama2_tiny_random),
         cmocka_unit_test(test_parity_models),    cmocka_unit_test(test_vocab_only_files),
         cmocka_unit_test(test_tiny_models),      cmocka_unit_test(test_bad_paths),
