@@ -64,7 +64,11 @@ static const char *const bench_help =
     "                          give generation as a fraction of the read rate (weight\n"
     "                          bytes read per token x tokens/s) and prefill as a fraction\n"
     "                          of the int8 peak (multiply-adds per token x tokens/s); with -d,\n"
-    "                          the weights' alone (attention's reads of the context are not counted)\n"
+    "                          the weights' alone (attention's reads of the context are not counted).\n"
+    "                          The limits are measured before and after each test, and each\n"
+    "                          test is held to the mean of its two: a machine whose memory is\n"
+    "                          shared moves between them, and a test whose two differ by more\n"
+    "                          than 15% is marked (its fraction is not to be trusted)\n"
     "  -h, --help              show this help\n";
 
 static bool parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
@@ -300,31 +304,58 @@ typedef struct against {
     bool comparable;  /* false for prefill of float weights: the int8 peak is not their bound */
 } against;
 
-static against hold_to_limits(const model_facts *f, const tkv_limits *lim, const result *r, bool prompt) {
-    if (prompt)
-        return (against){r->mean * f->macs_per_token / 1e9, lim->int8_gmacs, !f->float_weights};
-    return (against){r->mean * f->read_per_token / 1e9, lim->read_gbs, true};
+/* A test between two measurements of the limits: it is held to their mean; `steady` when they differ by at most
+   STEADY_PERCENT of it (the limits of a VM whose memory other guests share move by half within minutes). */
+#define STEADY_PERCENT 15.0
+typedef struct bracket {
+    double before, after, mean;
+    bool steady;
+} bracket;
+
+static bracket bracket_of(double before, double after) {
+    const double mean = (before + after) / 2;
+    return (bracket){before, after, mean, mean > 0 && fabs(after - before) <= mean * STEADY_PERCENT / 100.0};
 }
 
+/* The limit test r is held to, measured at lim[0] (before it) and lim[1] (after). */
+static bracket limit_of(const tkv_limits lim[2], bool prompt) {
+    return prompt ? bracket_of(lim[0].int8_gmacs, lim[1].int8_gmacs) : bracket_of(lim[0].read_gbs, lim[1].read_gbs);
+}
+
+static against hold_to_limits(const model_facts *f, const tkv_limits lim[2], const result *r, bool prompt) {
+    const double limit = limit_of(lim, prompt).mean;
+    if (prompt) return (against){r->mean * f->macs_per_token / 1e9, limit, !f->float_weights};
+    return (against){r->mean * f->read_per_token / 1e9, limit, true};
+}
+
+/* lim[i] and lim[i + 1] bracket test i. */
 static void print_limits(const model_facts *f, const tkv_limits *lim, const result *rs, const bool *prompt, int n) {
-    printf("\nlimits (tkv_limits_measure, %d threads, %s): read %.2f GB/s over %.0f MiB, int8 %.1f GMAC/s (%s)\n",
-           lim->n_threads, lim->level, lim->read_gbs, (double)lim->read_bytes / (1024.0 * 1024.0), lim->int8_gmacs,
-           lim->int8_instr);
+    printf("\nlimits (tkv_limits_measure, %d threads, %s, before and after each test): read over %.0f MiB,"
+           " int8 by %s\n", lim[0].n_threads, lim[0].level, (double)lim[0].read_bytes / (1024.0 * 1024.0),
+           lim[0].int8_instr);
     printf("per token: %.2f MB of weights read, %.3f G multiply-adds\n\n", f->read_per_token / 1e6,
            f->macs_per_token / 1e9);
-    printf("| %15s | %12s | %20s | %17s |\n", "test", "t/s", "rate", "of the limit");
-    printf("| %14s: | %11s: | %19s: | %16s: |\n", "--------------", "-----------", "-------------------", "----------------");
+    printf("| %15s | %12s | %20s | %25s | %17s |\n", "test", "t/s", "rate", "limit before / after", "of the limit");
+    printf("| %14s: | %11s: | %19s: | %24s: | %16s: |\n", "--------------", "-----------", "-------------------",
+           "------------------------", "----------------");
+    bool unsteady = false;
     for (int i = 0; i < n; i++) {
-        const against a = hold_to_limits(f, lim, &rs[i], prompt[i]);
-        char rate[32], frac[32];
+        const against a = hold_to_limits(f, lim + i, &rs[i], prompt[i]);
+        const bracket b = limit_of(lim + i, prompt[i]);
+        char rate[32], limit[48], frac[32];
         snprintf(rate, sizeof rate, prompt[i] ? "%.1f GMAC/s" : "%.2f GB/s read", a.rate);
-        if (a.comparable && a.limit > 0) snprintf(frac, sizeof frac, "%.1f%%", 100.0 * a.rate / a.limit);
+        snprintf(limit, sizeof limit, "%.1f / %.1f %s", b.before, b.after, prompt[i] ? "GMAC/s" : "GB/s");
+        if (a.comparable && a.limit > 0) snprintf(frac, sizeof frac, "%.1f%%%s", 100.0 * a.rate / a.limit, b.steady ? "" : " *");
         else snprintf(frac, sizeof frac, "- (float weights)");
-        printf("| %15s | %12.2f | %20s | %17s |\n", rs[i].test, rs[i].mean, rate, frac);
+        unsteady |= a.comparable && !b.steady;
+        printf("| %15s | %12.2f | %20s | %25s | %17s |\n", rs[i].test, rs[i].mean, rate, limit, frac);
     }
+    if (unsteady)
+        printf("\n* the limit moved by more than %.0f%% during the test: the machine changed under it\n", STEADY_PERCENT);
     fflush(stdout);
 }
 
+/* lim: the limits before and after r (two), or NULL */
 static bool print_json(const model_facts *f, int threads, int reps, size_t depth, const result *r,
                        const tkv_limits *lim, bool prompt) {
     json_t *o = json_object();
@@ -342,8 +373,12 @@ static bool print_json(const model_facts *f, int threads, int reps, size_t depth
     json_object_set_new(o, "params", json_integer((json_int_t)f->params));
     if (lim) {
         const against a = hold_to_limits(f, lim, r, prompt);
+        const bracket b = limit_of(lim, prompt);
         json_object_set_new(o, prompt ? "gmacs" : "weight_read_gbs", json_real(round2(a.rate)));
         json_object_set_new(o, prompt ? "int8_peak_gmacs" : "read_gbs", json_real(round2(a.limit)));
+        json_object_set_new(o, "limit_before", json_real(round2(b.before)));
+        json_object_set_new(o, "limit_after", json_real(round2(b.after)));
+        json_object_set_new(o, "limit_steady", json_boolean(b.steady));
         json_object_set_new(o, "fraction_of_limit",
                             a.comparable && a.limit > 0 ? json_real(round(a.rate / a.limit * 1e4) / 1e4) : json_null());
         json_object_set_new(o, "limits_level", json_string(lim->level));
@@ -463,8 +498,8 @@ int cmd_bench(int argc, char **argv) {
         cli_fail("bench", "out of memory");
         goto done;
     }
-    tkv_limits lim;
-    if (limits && tkv_limits_measure((int)threads, 0, &lim, sizeof lim) != TKV_OK) {
+    tkv_limits lim[3]; /* before the first test, between the two, after the last */
+    if (limits && tkv_limits_measure((int)threads, 0, &lim[0], sizeof lim[0]) != TKV_OK) {
         cli_fail("bench", "--limits: %s", tkv_last_error(NULL));
         goto done;
     }
@@ -478,8 +513,13 @@ int cmd_bench(int argc, char **argv) {
         result *r = &rs[n_results];
         prompt[n_results++] = test == 0;
         if (!measure(&b, test == 0, n, (int)reps, r)) goto done;
+        if (limits && tkv_limits_measure((int)threads, 0, &lim[n_results], sizeof lim[n_results]) != TKV_OK) {
+            cli_fail("bench", "--limits: %s", tkv_last_error(NULL));
+            goto done;
+        }
         if (json) {
-            if (!print_json(&facts, (int)threads, (int)reps, b.depth, r, limits ? &lim : NULL, test == 0)) {
+            if (!print_json(&facts, (int)threads, (int)reps, b.depth, r, limits ? &lim[n_results - 1] : NULL,
+                            test == 0)) {
                 cli_fail("bench", "out of memory");
                 goto done;
             }
@@ -487,7 +527,7 @@ int cmd_bench(int argc, char **argv) {
             print_row(&facts, (int)threads, r);
         }
     }
-    if (limits && !json) print_limits(&facts, &lim, rs, prompt, n_results);
+    if (limits && !json) print_limits(&facts, lim, rs, prompt, n_results);
     rc = 0;
 done:
     free(b.tok);

@@ -316,7 +316,8 @@ static void test_bench_depth(void **state) {
 /* `bench --limits --json`: the weight bytes and multiply-adds one token costs, from the model's
    shape (2 layers of n_embd 256, 4 heads of 64 and 2 KV heads, n_ff 512, untied output over the
    512-token vocabulary; F16, 2 bytes each; the token embedding is a lookup), and each rate as
-   tokens/s times them, held to the measured limit (prefill of float weights to none). */
+   tokens/s times them, held to the measured limit (prefill of float weights to none): the mean of the limits
+   measured before and after the test, marked steady when they differ by at most 15% of it. */
 static void test_bench_limits(void **state) {
     (void)state;
     const char *stories = tu_shared("models/stories260K.gguf");
@@ -342,6 +343,13 @@ static void test_bench_limits(void **state) {
         const double want = tps * (t ? 2 * macs : macs) / 1e9;
         assert_true(limit > 0);
         assert_true(fabs(rate - want) <= 0.006 + 1e-3 * want); /* both rounded to 2 decimals */
+        const double before = json_number_value(json_object_get(j, "limit_before"));
+        const double after = json_number_value(json_object_get(j, "limit_after"));
+        assert_true(before > 0 && after > 0);
+        assert_true(fabs(limit - (before + after) / 2) <= 0.011); /* three values rounded to 2 decimals */
+        const double moved = fabs(after - before) / ((before + after) / 2);
+        if (fabs(moved - 0.15) > 0.001) /* not at the edge, where the rounding decides */
+            assert_int_equal(json_is_true(json_object_get(j, "limit_steady")), moved <= 0.15);
         json_t *frac = json_object_get(j, "fraction_of_limit");
         if (t == 0) {
             assert_true(json_is_null(frac)); /* float weights: the int8 peak is not their bound */
