@@ -1551,6 +1551,42 @@ TKV_API tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size
 TKV_API tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size_t size, uint64_t ns,
                                         const tkv_token *tokens, size_t n, size_t *loaded);
 
+/** Flags of tkv_cache_load_image_ex. */
+typedef enum tkv_image_flags {
+    /** Where the image's tokens agree with all of tokens[0..n) and go on past
+        them, load its whole prefix: the tokens past n too (an answer evicted
+        with its prompt), whose K/V are the image's own tokens' and whose
+        known tokens (tkv_seq_follow_known) then take the answer back. */
+    TKV_IMAGE_CONTINUATION = 1u << 0,
+} tkv_image_flags;
+
+/**
+ * @brief tkv_cache_load_image with flags (tkv_image_flags).
+ *
+ * The same checks: the image is refused unless the part on which it agrees
+ * with tokens[0..n) holds some of its K/V. With TKV_IMAGE_CONTINUATION and
+ * an image whose tokens begin with all n, its whole prefix is loaded and
+ * *loaded is its length (more than n); otherwise as tkv_cache_load_image.
+ * The continuation is a cached prefix no sequence holds, as the rest.
+ *
+ * @param ctx     the context.
+ * @param data    the image.
+ * @param size    its bytes.
+ * @param ns      the namespace it must hold.
+ * @param tokens  the tokens it must agree with (a prefix of its, with the flag).
+ * @param n       their count.
+ * @param flags   a set of tkv_image_flags; 0 is tkv_cache_load_image.
+ * @param loaded  (may be NULL) receives the length of the prefix loaded.
+ * @return TKV_OK; on failure the cache is unchanged: TKV_ERR_FORMAT,
+ *         TKV_ERR_UNSUPPORTED (not a valid image); TKV_ERR_INVALID (NULL
+ *         argument, a flag this library does not know (named), another
+ *         model, KV type or geometry, another namespace, no agreeing K/V,
+ *         its prefix not cached); TKV_ERR_FULL; TKV_ERR_NOMEM; TKV_ERR_BUSY
+ *         (called from a callback).
+ */
+TKV_API tkv_status tkv_cache_load_image_ex(tkv_context *ctx, const void *data, size_t size, uint64_t ns,
+                                           const tkv_token *tokens, size_t n, uint32_t flags, size_t *loaded);
+
 /**
  * @brief Load a directory written by tkv_cache_save; tkv_cache_load_ex
  *        without the report.

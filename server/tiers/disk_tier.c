@@ -234,7 +234,8 @@ srv_disk_fetch *srv_disk_lookup(srv_disk *d, uint64_t ns, const tkv_token *token
     }
     if (!end) end = cached, n_chain = 0;
     /* then one file that starts where that ends and goes on past the prompt (a reply evicted with it, say):
-       the load keeps the part that agrees with the prompt. O(files), once per request. */
+       the load keeps the part that agrees with the prompt, and where it agrees with all of it, the reply too
+       (srv_disk_load). O(files), once per request. */
     if (n_chain < SRV_DISK_MAX_CHAIN) {
         const entry *best = NULL;
         for (size_t i = 0; i < d->cap; i++) {
@@ -280,8 +281,10 @@ size_t srv_disk_load(srv_disk *d, tkv_context *ctx, const srv_disk_fetch *f) {
         size_t len = 0;
         if (!f->file[k].data) break;
         /* the image must hold this namespace and these tokens: a file misnamed, damaged or of another
-           model is refused here */
-        if (tkv_cache_load_image(ctx, f->file[k].data, f->file[k].size, f->ns, f->tokens, f->n, &len) != TKV_OK) {
+           model is refused here. A file that goes on past the whole prompt brings the rest too (an answer
+           evicted with it): its cells' known tokens then answer a retry without decoding it again */
+        if (tkv_cache_load_image_ex(ctx, f->file[k].data, f->file[k].size, f->ns, f->tokens, f->n,
+                                    TKV_IMAGE_CONTINUATION, &len) != TKV_OK) {
             refused++;
             break;
         }

@@ -18,7 +18,9 @@
  * disk is found in memory: a file ending at i whose `from` is cached in RAM
  * or is the end of another file on disk (a chain), and then a file that
  * starts there and goes past the prompt's end (its first part may be the
- * prompt's: the load takes what agrees). The index is rebuilt from
+ * prompt's: the load takes what agrees, and where all of the prompt agrees,
+ * the rest of the file too: the answer, whose known tokens a retry then
+ * takes without decoding it). The index is rebuilt from
  * the names at start; the least recently used files go when the directory
  * passes BYTES.
  *
@@ -73,7 +75,8 @@ srv_disk_fetch *srv_disk_lookup(srv_disk *d, uint64_t ns, const tkv_token *token
 void srv_disk_read(srv_disk *d, srv_disk_fetch *f);
 
 /* Load what f read into the cache (inference thread). Returns the tokens
-   now cached from it (0 when nothing could be loaded). */
+   now cached from it (0 when nothing could be loaded; past the prompt's end
+   when a file went on past it). */
 size_t srv_disk_load(srv_disk *d, tkv_context *ctx, const srv_disk_fetch *f);
 
 void srv_disk_fetch_free(srv_disk_fetch *f);

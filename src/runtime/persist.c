@@ -182,11 +182,14 @@ tkv_status tkv_cache_event_image(const tkv_context *ctx, void *buf, size_t cap, 
 }
 
 static tkv_status cache_load_image(tkv_context *ctx, const void *data, size_t size, uint64_t ns,
-                                   const tkv_token *tokens, size_t n, size_t *loaded) {
+                                   const tkv_token *tokens, size_t n, uint32_t flags, size_t *loaded) {
     if (!ctx) return tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: ctx is NULL");
     tkv_status st;
     if (!data || (n && !tokens))
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: NULL argument"));
+    if (flags & ~(uint32_t)TKV_IMAGE_CONTINUATION)
+        return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image_ex: flags 0x%x are not tkv_image_flags",
+                                            flags & ~(uint32_t)TKV_IMAGE_CONTINUATION));
     tkv__pexpect e;
     tkv__prec rec;
     if ((st = tkv__persist_expect(ctx, &e)) || (st = tkv__cachefile_parse("image", data, size, &e, &rec)))
@@ -201,6 +204,8 @@ static tkv_status cache_load_image(tkv_context *ctx, const void *data, size_t si
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: the image holds other tokens "
                                                              "(its first %u tokens of K/V differ from those asked for)",
                                             rec.h.n_tokens - rec.h.kv_from));
+    /* the image found for these tokens, going on past them: the rest is its own tokens' K/V */
+    if ((flags & TKV_IMAGE_CONTINUATION) && agree == n) agree = rec.h.n_tokens;
     uint32_t n_new;
     if ((st = apply_n(ctx, "image", &rec, agree, -1, &n_new))) return tkv__ctx_fail(ctx, st);
     if (loaded) *loaded = agree;
@@ -209,7 +214,12 @@ static tkv_status cache_load_image(tkv_context *ctx, const void *data, size_t si
 
 tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size_t size, uint64_t ns, const tkv_token *tokens,
                                 size_t n, size_t *loaded) {
-    TKV__GUARDED(ctx, "tkv_cache_load_image", cache_load_image(ctx, data, size, ns, tokens, n, loaded));
+    TKV__GUARDED(ctx, "tkv_cache_load_image", cache_load_image(ctx, data, size, ns, tokens, n, 0, loaded));
+}
+
+tkv_status tkv_cache_load_image_ex(tkv_context *ctx, const void *data, size_t size, uint64_t ns,
+                                   const tkv_token *tokens, size_t n, uint32_t flags, size_t *loaded) {
+    TKV__GUARDED(ctx, "tkv_cache_load_image_ex", cache_load_image(ctx, data, size, ns, tokens, n, flags, loaded));
 }
 
 /* ---- one sequence --------------------------------------------------------- */

@@ -682,6 +682,50 @@ static void test_known_through_files(void **state) {
     drop_run(&r);
 }
 
+/* An image of the whole run loaded for its prompt alone (a disk tier's retry): plain, the part that agrees with the
+   prompt, and no token known past gen[0]; with TKV_IMAGE_CONTINUATION, its whole prefix, and the run's D tokens
+   known after gen[0]. A prompt that parts from the image before its end takes only the agreeing part either way,
+   and a flag the library does not know is refused by name, the cache unchanged. */
+static void test_known_through_an_image_continuation(void **state) {
+    (void)state;
+    saved_run r;
+    tkv_token p[64];
+    save_run(tu_model, p, prompt(tu_model, "Once upon a time, a little girl", p, 64), &r);
+    tkv_sampler *smp = greedy(tu_model);
+    for (uint32_t flags = 0; flags <= TKV_IMAGE_CONTINUATION; flags += TKV_IMAGE_CONTINUATION) {
+        tkv_context *c = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+        size_t loaded = 0, len = 0;
+        assert_int_equal(tkv_cache_load_image_ex(c, r.img, r.img_size, 0, r.p, r.n_p, flags, &loaded), TKV_OK);
+        assert_int_equal(loaded, flags ? r.n_all : r.n_p);
+        assert_int_equal(tkv_cache_match(c, 0, r.all, r.n_all, &len), TKV_OK);
+        assert_int_equal(len, loaded);
+        tkv_token out[64];
+        const size_t k = known_list(c, 1, r.p, r.n_p, r.gen[0], smp, out);
+        assert_int_equal(k, flags ? r.D : 0);
+        assert_memory_equal(out, r.gen + 1, (k < r.n - 1 ? k : r.n - 1) * sizeof *out);
+        assert_int_equal(tkv_cache_check(c), TKV_OK);
+        tkv_context_free(c);
+        /* the prompt with its last token changed: the image agrees on all but it */
+        c = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+        tkv_token q[64];
+        memcpy(q, r.p, r.n_p * sizeof *q);
+        q[r.n_p - 1] = (q[r.n_p - 1] + 1) % (tkv_token)tkv_vocab_size(tu_model);
+        assert_int_equal(tkv_cache_load_image_ex(c, r.img, r.img_size, 0, q, r.n_p, flags, &loaded), TKV_OK);
+        assert_int_equal(loaded, r.n_p - 1);
+        tkv_context_free(c);
+    }
+    tkv_context *c = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+    size_t loaded = 7, len = 1;
+    assert_int_equal(tkv_cache_load_image_ex(c, r.img, r.img_size, 0, r.p, r.n_p, 1u << 5, &loaded), TKV_ERR_INVALID);
+    assert_non_null(strstr(tkv_last_error(c), "flags 0x20"));
+    assert_int_equal(loaded, 7);
+    assert_int_equal(tkv_cache_match(c, 0, r.all, r.n_all, &len), TKV_OK);
+    assert_int_equal(len, 0);
+    tkv_context_free(c);
+    tkv_sampler_free(smp);
+    drop_run(&r);
+}
+
 /* A record out of range, out of order, of no arithmetic, or corrupt refuses the image with a message naming it, and
    the cache is as it was. */
 static void test_known_records_checked(void **state) {
@@ -765,6 +809,7 @@ int main(void) {
         cmocka_unit_test(test_a_greedy_record_stays),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_known_through_files),
+        cmocka_unit_test(test_known_through_an_image_continuation),
         cmocka_unit_test(test_known_records_checked),
         cmocka_unit_test(test_known_through_files_on_a_hybrid),
     };
