@@ -1555,19 +1555,22 @@ TKV_API tkv_status tkv_cache_load_image(tkv_context *ctx, const void *data, size
 typedef enum tkv_image_flags {
     /** Where the image's tokens agree with all of tokens[0..n) and go on past
         them, load its whole prefix: the tokens past n too (an answer evicted
-        with its prompt), whose K/V are the image's own tokens' and whose
-        known tokens (tkv_seq_follow_known) then take the answer back. */
+        with its prompt, or a later piece of it whose K/V all lies past n),
+        whose K/V are the image's own tokens' and whose known tokens
+        (tkv_seq_follow_known) then take the answer back. */
     TKV_IMAGE_CONTINUATION = 1u << 0,
 } tkv_image_flags;
 
 /**
  * @brief tkv_cache_load_image with flags (tkv_image_flags).
  *
- * The same checks: the image is refused unless the part on which it agrees
- * with tokens[0..n) holds some of its K/V. With TKV_IMAGE_CONTINUATION and
- * an image whose tokens begin with all n, its whole prefix is loaded and
- * *loaded is its length (more than n); otherwise as tkv_cache_load_image.
- * The continuation is a cached prefix no sequence holds, as the rest.
+ * With TKV_IMAGE_CONTINUATION and an image whose tokens begin with all n,
+ * its whole prefix is loaded and *loaded is its length (more than n), also
+ * when all its K/V lies past n: the K/V goes under the image's own tokens,
+ * whose part before its K/V must be cached (as for every image). Otherwise
+ * as tkv_cache_load_image: refused unless the part on which it agrees with
+ * tokens[0..n) holds some of its K/V. What is loaded is a cached prefix no
+ * sequence holds.
  *
  * @param ctx     the context.
  * @param data    the image.

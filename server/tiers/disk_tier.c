@@ -235,7 +235,9 @@ srv_disk_fetch *srv_disk_lookup(srv_disk *d, uint64_t ns, const tkv_token *token
     if (!end) end = cached, n_chain = 0;
     /* then one file that starts where that ends and goes on past the prompt (a reply evicted with it, say):
        the load keeps the part that agrees with the prompt, and where it agrees with all of it, the reply too
-       (srv_disk_load). O(files), once per request. */
+       (srv_disk_load); and the files that go on from its end, each the one most recently used of those whose
+       prefix key is the last one's key (the reply's later pieces: their tokens are in the files, not the
+       request). O(files) a file, once per request. */
     if (n_chain < SRV_DISK_MAX_CHAIN) {
         const entry *best = NULL;
         for (size_t i = 0; i < d->cap; i++) {
@@ -249,6 +251,21 @@ srv_disk_fetch *srv_disk_lookup(srv_disk *d, uint64_t ns, const tkv_token *token
             chain[0] = best;
             n_chain++;
             end = n;
+        }
+        for (const entry *last = best; last && n_chain < SRV_DISK_MAX_CHAIN;) {
+            const entry *next = NULL;
+            for (size_t i = 0; i < d->cap; i++) {
+                const entry *e = &d->tab[i];
+                if (e->state == SLOT_LIVE && e->from == last->end && e->skey == last->key &&
+                    (!next || e->used > next->used))
+                    next = e;
+            }
+            if (next) {
+                memmove(chain + 1, chain, n_chain * sizeof *chain);
+                chain[0] = next;
+                n_chain++;
+            }
+            last = next;
         }
     }
     if (end <= cached) n_chain = 0;

@@ -19,8 +19,9 @@
  * or is the end of another file on disk (a chain), and then a file that
  * starts there and goes past the prompt's end (its first part may be the
  * prompt's: the load takes what agrees, and where all of the prompt agrees,
- * the rest of the file too: the answer, whose known tokens a retry then
- * takes without decoding it). The index is rebuilt from
+ * the rest of the file too), then the files that go on from its end, each
+ * found by the last one's key (an answer evicted in pieces, whose known
+ * tokens a retry then takes without decoding it). The index is rebuilt from
  * the names at start; the least recently used files go when the directory
  * passes BYTES.
  *

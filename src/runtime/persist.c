@@ -200,12 +200,14 @@ static tkv_status cache_load_image(tkv_context *ctx, const void *data, size_t si
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: the image holds another namespace"));
     uint32_t agree = 0;
     while (agree < rec.h.n_tokens && agree < n && tkv__cachefile_token(&rec, agree) == tokens[agree]) agree++;
+    /* an image that goes on from all of these tokens: its whole prefix, its own tokens' K/V, which the load puts
+       only under its own tokens (the part before its K/V must be cached: apply_n), also an image whose K/V all
+       lies past them (the next piece of an answer evicted in pieces) */
+    if ((flags & TKV_IMAGE_CONTINUATION) && agree == n) agree = rec.h.n_tokens;
     if (agree <= rec.h.kv_from)
         return tkv__ctx_fail(ctx, tkv__fail(TKV_ERR_INVALID, "tkv_cache_load_image: the image holds other tokens "
                                                              "(its first %u tokens of K/V differ from those asked for)",
                                             rec.h.n_tokens - rec.h.kv_from));
-    /* the image found for these tokens, going on past them: the rest is its own tokens' K/V */
-    if ((flags & TKV_IMAGE_CONTINUATION) && agree == n) agree = rec.h.n_tokens;
     uint32_t n_new;
     if ((st = apply_n(ctx, "image", &rec, agree, -1, &n_new))) return tkv__ctx_fail(ctx, st);
     if (loaded) *loaded = agree;

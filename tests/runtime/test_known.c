@@ -684,8 +684,10 @@ static void test_known_through_files(void **state) {
 
 /* An image of the whole run loaded for its prompt alone (a disk tier's retry): plain, the part that agrees with the
    prompt, and no token known past gen[0]; with TKV_IMAGE_CONTINUATION, its whole prefix, and the run's D tokens
-   known after gen[0]. A prompt that parts from the image before its end takes only the agreeing part either way,
-   and a flag the library does not know is refused by name, the cache unchanged. */
+   known after gen[0]. The run in two pieces (the second's K/V all past the prompt, as an eviction cuts an answer):
+   with the flag the two load one after the other, the second refused while the first is not cached; without it
+   the second is refused. A prompt that parts from the image before its end takes only the agreeing part either
+   way, and a flag the library does not know is refused by name, the cache unchanged. */
 static void test_known_through_an_image_continuation(void **state) {
     (void)state;
     saved_run r;
@@ -714,7 +716,41 @@ static void test_known_through_an_image_continuation(void **state) {
         assert_int_equal(loaded, r.n_p - 1);
         tkv_context_free(c);
     }
+    /* two pieces: [0, cut) and [cut, n_all), cut 3 tokens past the prompt */
+    const size_t cut = r.n_p + 3;
+    size_t size[2];
+    uint8_t *piece[2];
     tkv_context *c = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+    assert_int_equal(tkv_cache_import(c, 0, r.all, r.n_all, 0, r.img, r.img_size), TKV_OK);
+    for (int k = 0; k < 2; k++) {
+        const size_t end = k ? r.n_all : cut, from = k ? cut : 0;
+        assert_int_equal(tkv_cache_export(c, 0, r.all, end, from, NULL, 0, &size[k]), TKV_ERR_FULL);
+        piece[k] = malloc(size[k]);
+        assert_non_null(piece[k]);
+        assert_int_equal(tkv_cache_export(c, 0, r.all, end, from, piece[k], size[k], &size[k]), TKV_OK);
+    }
+    tkv_context_free(c);
+    for (uint32_t flags = 0; flags <= TKV_IMAGE_CONTINUATION; flags += TKV_IMAGE_CONTINUATION) {
+        c = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+        size_t loaded = 0, len = 0;
+        /* the second piece first: the part before its K/V is not cached */
+        assert_int_equal(tkv_cache_load_image_ex(c, piece[1], size[1], 0, r.p, r.n_p, flags, &loaded), TKV_ERR_INVALID);
+        assert_int_equal(tkv_cache_match(c, 0, r.all, r.n_all, &len), TKV_OK);
+        assert_int_equal(len, 0);
+        assert_int_equal(tkv_cache_load_image_ex(c, piece[0], size[0], 0, r.p, r.n_p, flags, &loaded), TKV_OK);
+        assert_int_equal(loaded, flags ? cut : r.n_p);
+        const tkv_status st = tkv_cache_load_image_ex(c, piece[1], size[1], 0, r.p, r.n_p, flags, &loaded);
+        assert_int_equal(st, flags ? TKV_OK : TKV_ERR_INVALID); /* without: it agrees on none of its K/V */
+        if (flags) assert_int_equal(loaded, r.n_all);
+        assert_int_equal(tkv_cache_match(c, 0, r.all, r.n_all, &len), TKV_OK);
+        assert_int_equal(len, flags ? r.n_all : r.n_p);
+        assert_int_equal(known_after(c, 1, r.p, r.n_p, r.gen[0], smp), flags ? r.D : 0);
+        assert_int_equal(tkv_cache_check(c), TKV_OK);
+        tkv_context_free(c);
+    }
+    free(piece[0]);
+    free(piece[1]);
+    c = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
     size_t loaded = 7, len = 1;
     assert_int_equal(tkv_cache_load_image_ex(c, r.img, r.img_size, 0, r.p, r.n_p, 1u << 5, &loaded), TKV_ERR_INVALID);
     assert_non_null(strstr(tkv_last_error(c), "flags 0x20"));

@@ -25,7 +25,7 @@ async function complete(server, prompt) {
   const r = await post(server, '/v1/completions', { prompt, max_tokens: 8, temperature: 0 });
   assert.equal(r.status, 200, r.body);
   return { text: r.json.choices[0].text, cached: r.json.usage.prompt_tokens_details.cached_tokens,
-           prompt: r.json.usage.prompt_tokens };
+           prompt: r.json.usage.prompt_tokens, completion: r.json.usage.completion_tokens };
 }
 
 const files = async (dir) => (await readdir(dir)).filter((n) => n.endsWith('.tkvc'));
@@ -104,12 +104,10 @@ it('evicted prefixes come back from the disk, across a restart; damaged files ar
 });
 
 // Known tokens come back with their cells: a greedy request's prompt evicted to the disk is loaded back with the
-// record of what its last row chose (format version 4), and the file that goes on past the prompt brings the
-// answer's first cells with it (TKV_IMAGE_CONTINUATION), so a drafting server's retry takes its first tokens from
-// the cache, the same text: more than the first one, which the prompt's own last cell gives (how many more: where
-// the eviction cut the run into files; the files past that one are not looked up, their keys need the answer's
-// tokens).
-it('an evicted greedy prompt comes back from the disk with its answer\'s first tokens known', async (t) => {
+// record of what its last row chose (format version 4), and the files that go on past the prompt (the eviction
+// cuts the answer into pieces; each next piece is found by the last one's key) bring the answer's cells with them
+// (TKV_IMAGE_CONTINUATION), so a drafting server's retry takes its whole answer from the cache, the same text.
+it('an evicted greedy prompt comes back from the disk with its whole answer known', async (t) => {
   const dir = await mkdtemp(path.join(os.tmpdir(), 'tkv-e2e-disk-known-'));
   t.after(() => rm(dir, { recursive: true, force: true }));
   const server = await startServer(['--ctx', '128', '-np', '1', '--cache-disk', dir, '--draft', '8', '--draft-always']);
@@ -122,7 +120,7 @@ it('an evicted greedy prompt comes back from the disk with its answer\'s first t
     const back = await complete(server, A);
     assert.ok(back.cached >= first.prompt - 2, `cached_tokens ${back.cached} of ${first.prompt}: not from the disk`);
     assert.equal(back.text, first.text);
-    assert.ok(await known() - k0 >= 2, `known tokens after the load: ${await known() - k0}`);
+    assert.equal(await known() - k0, first.completion, 'known tokens after the load: the whole answer');
     await stopAndCheck(server);
   } catch (e) {
     e.message = `${e.message}\n--- server ---\n${tail(server.log())}`;
