@@ -17,7 +17,10 @@
  *   bits 4-5  0: load as a cached prefix (tkv_cache_load's way), else into
  *             that sequence;
  *   bit 6     instead, tkv_cache_import it as the prefix template (bit 2)
- *             holds (a shared store's way: the key promises the tokens);
+ *             holds (a shared store's way: the key promises the tokens),
+ *             or with bits 4-5 both set, tkv_cache_load_image_ex it with
+ *             TKV_IMAGE_CONTINUATION for those tokens but the last (a disk
+ *             tier's way: the prompt, and the answer past it);
  *   bit 7     all of it against a context over the delta-net hybrid qwen35
  *             instead, whose valid files carry recurrent-state checkpoints:
  *             bit 2 clear, a prompt's (format version 3); set, the prompt
@@ -174,11 +177,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the hybrid's files are sequences (K/V from 0): 12 tokens, or htoks' 16 */
     const tkv_token *it = hybrid && k ? htoks : toks;
     const size_t it_n = hybrid ? (k ? 16 : 12) : tmpl_n[k], it_from = hybrid ? 0 : tmpl_from[k];
-    tkv_status st = ctl & 64 ? tkv_cache_import(c, 5, it, it_n, it_from, buf, n)
-                             : tkv__persist_load_image(c, "fuzz", buf, n, seq);
+    const bool continued = (ctl & 64) && s == 3;
+    size_t loaded = 0;
+    tkv_status st = continued ? tkv_cache_load_image_ex(c, buf, n, 5, it, it_n - 1, TKV_IMAGE_CONTINUATION, &loaded)
+                    : ctl & 64 ? tkv_cache_import(c, 5, it, it_n, it_from, buf, n)
+                               : tkv__persist_load_image(c, "fuzz", buf, n, seq);
     if (st != TKV_OK && tkv_last_error(NULL)[0] == '\0') die("a failure without a message");
     if (mode == 2 && changed && st == TKV_OK) die("a changed file loaded");
     if (mode == 2 && !changed && st != TKV_OK) die("the valid file did not load");
+    if (continued && mode >= 2 && !changed && st == TKV_OK && loaded != it_n) die("the continuation did not load whole");
     if (tkv_cache_check(c) != TKV_OK) die("cache check");
     if (seq >= 0) tkv_seq_clear(c, seq);
     tkv_cache_clear(c);
