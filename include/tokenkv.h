@@ -2053,9 +2053,13 @@ TKV_API tkv_status tkv_seq_accept_draft(tkv_context *ctx, tkv_seq seq, size_t ro
  * computing them. When tkv_seq_decode_draft or tkv_seq_accept_draft samples
  * a row in a batch_invariant context, whose logits depend on the prefix
  * alone, the row's cell records the token chosen and the state the sampler
- * chose it in: its parameters, its generator's state and the tokens it saw
+ * chose it in: its parameters, its generator's state (at a temperature:
+ * a greedy choice is the same whatever the seed) and the tokens it saw
  * (for any argmax sampler, temperature <= 0 with no penalty or logit bias,
- * one state: the argmax); a sampler with a grammar records nothing. Where
+ * one state: the argmax; with a grammar, at temperature <= 0 only, the
+ * grammar too, whose matcher's state is then a function of the grammar and
+ * the tokens returned since it was set; at a temperature a grammar's
+ * rejection may draw twice, and that sampler records nothing). Where
  * the cache holds pending after the sequence's end and its cell records a
  * token chosen in smp's state, that token is known; while the known token
  * is cached after it and its cell records one chosen in the state smp would

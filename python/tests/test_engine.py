@@ -165,7 +165,9 @@ def test_cancelling_stops_the_request_and_frees_the_session(stories, engine):
 def test_a_second_request_on_a_busy_session_is_refused(engine):
     async def main():
         s = engine.session("y")
-        agen = engine.generate(s, SYSTEM, max_tokens=50)
+        # more tokens than any earlier request's answer: known tokens (an earlier greedy answer to SYSTEM) cannot
+        # finish it before the second request comes
+        agen = engine.generate(s, SYSTEM, max_tokens=10 ** 6)
         await agen.__anext__()
         with pytest.raises(tokenkv.Busy):
             await engine.generate(s, SYSTEM).__anext__()

@@ -155,6 +155,9 @@ tkv_status tkv__grammar_create_vocab(const char *gbnf, size_t len, const char *r
                                      tkv_grammar **out);
 size_t tkv__grammar_n_vocab(const tkv_grammar *g);
 const tkv__gbnf *tkv__grammar_gbnf(const tkv_grammar *g);
+/* A hash of what decides which tokens g allows after which (its text, root and vocabulary): two grammars of one id
+   allow the same tokens after the same tokens (the sampler's key, runtime/sampler.h). */
+uint64_t tkv__grammar_id(const tkv_grammar *g);
 
 /*
  * Whether token may come next in m's state; with commit and *ok, m advances

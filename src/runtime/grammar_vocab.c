@@ -22,6 +22,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 typedef struct tnode {
     uint32_t end;            /* index past this node's subtree (children start at this + 1) */
@@ -38,6 +39,7 @@ struct tkv_grammar {
     tnode *t;     /* (n_t) preorder; t[0] is the root (the empty prefix) */
     size_t n_t;
     tkv_token *ended; /* tokens in trie order */
+    uint64_t id;      /* tkv__grammar_id */
 };
 
 typedef struct entry {
@@ -177,6 +179,13 @@ tkv_status tkv__grammar_create_vocab(const char *gbnf, size_t len, const char *r
     G->t[0].byte = 0;
     build(G, e, tmp, 0, k, 0, 0, &n_ended);
     tkv__free(e), tkv__free(tmp);
+    /* what decides which tokens it allows after which: its text, its root, the vocabulary's pieces and ends */
+    const char *r = root ? root : "root"; /* NULL is "root" */
+    G->id = XXH3_64bits(gbnf, len);
+    G->id = XXH3_64bits_withSeed(r, strlen(r) + 1, G->id);
+    G->id = XXH3_64bits_withSeed(G->bytes, at, G->id);
+    G->id = XXH3_64bits_withSeed(G->off, (n_vocab + 1) * sizeof *G->off, G->id);
+    G->id = XXH3_64bits_withSeed(G->eog, n_vocab, G->id);
     *out = G;
     return TKV_OK;
 }
@@ -223,6 +232,8 @@ tkv_status tkv_grammar_create(const tkv_model *model, const char *gbnf, size_t l
 size_t tkv__grammar_n_vocab(const tkv_grammar *g) { return g->n_vocab; }
 
 const tkv__gbnf *tkv__grammar_gbnf(const tkv_grammar *g) { return g->g; }
+
+uint64_t tkv__grammar_id(const tkv_grammar *g) { return g->id; }
 
 tkv_status tkv__grammar_token(const tkv_grammar *g, tkv__gmatch *m, tkv_token token, bool commit, bool *ok) {
     *ok = false;

@@ -49,6 +49,8 @@ struct tkv_sampler {
     uint64_t hist;       /* a running hash of the tokens seen and returned, in order */
     const tkv_grammar *g; /* NULL: unconstrained */
     tkv__gmatch *gm;
+    uint64_t g_key;       /* with g: its id and the history it started from (state_key) */
+    bool g_lost;          /* the matcher missed a token (out of memory): its state is no longer the tokens' */
     uint8_t *allowed; /* (n_vocab) with a grammar */
     uint32_t *count;  /* (n_vocab) times each token was returned, with presence/frequency penalties */
     tkv_logit_bias *bias; /* (p.n_logit_bias) a copy */
@@ -183,12 +185,16 @@ tkv_status tkv_sampler_set_grammar(tkv_sampler *s, const tkv_grammar *g) {
     tkv__gmatch_free(s->gm);
     s->gm = NULL;
     s->g = NULL;
+    s->g_lost = false;
     if (!g) return TKV_OK;
     if (!s->allowed && !(s->allowed = tkv__malloc(s->n_vocab)))
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for the sampler's grammar");
     tkv_status st = tkv__gmatch_create(tkv__grammar_gbnf(g), &s->gm);
     if (st) return st;
     s->g = g;
+    /* the matcher starts here: its state is then a function of the grammar and the tokens returned since */
+    uint64_t k = tkv__grammar_id(g) ^ s->hist;
+    s->g_key = splitmix64(&k);
     return TKV_OK;
 }
 
@@ -382,16 +388,21 @@ tkv_status tkv_sampler_last_probs(const tkv_sampler *s, size_t k, tkv_token *ids
     return TKV_OK;
 }
 
-/* With a grammar: the unconstrained choice if allowed, else the choice among the allowed tokens. */
+/* With a grammar: the unconstrained choice if allowed, else the choice among the allowed tokens. Where the matcher
+   cannot follow (out of memory), the choice is unconstrained and the matcher's state stops being the tokens':
+   g_lost, and no key after it. */
 static tkv_token choose_in_grammar(tkv_sampler *s, const float *logits) {
     tkv_token chosen = choose(s, logits, NULL);
     bool ok = false;
     if (!tkv__grammar_token(s->g, s->gm, chosen, true, &ok) && ok) return chosen;
     size_t n = 0;
-    if (tkv__grammar_allowed(s->g, s->gm, s->allowed, &n)) return chosen; /* out of memory: unconstrained */
+    if (tkv__grammar_allowed(s->g, s->gm, s->allowed, &n)) { /* out of memory: unconstrained */
+        s->g_lost = true;
+        return chosen;
+    }
     if (n == 0 && tkv__grammar_mark_eog(s->g, s->allowed) == 0) return chosen; /* nothing may follow, no EOG */
     chosen = choose(s, logits, s->allowed);
-    tkv__grammar_token(s->g, s->gm, chosen, true, &ok);
+    if (tkv__grammar_token(s->g, s->gm, chosen, true, &ok)) s->g_lost = true;
     return chosen;
 }
 
@@ -410,10 +421,16 @@ static void returned(tkv_sampler *s, tkv_token tok) {
     tkv_sampler_accept(s, tok);
 }
 
-/* The key of a state (tkv__sampler_key): never TKV__SAMPLER_KEY_NONE or _ARGMAX. */
+/* The key of a state (tkv__sampler_key): never TKV__SAMPLER_KEY_NONE or _ARGMAX. With a grammar, its id and the
+   history its matcher started from: the matcher's state is then the grammar's after the tokens returned since,
+   which hist follows; at a temperature, the generator's state. */
 static uint64_t state_key(const tkv_sampler *s, const uint64_t g[4], uint64_t hist) {
     uint64_t h = s->params_key;
-    for (int i = 0; i < 4; i++) h ^= g[i], h = splitmix64(&h);
+    if (s->g) h ^= s->g_key, h = splitmix64(&h);
+    /* the generator only where a choice draws: a greedy choice is the same whatever the seed (a server gives each
+       request without one a seed of its own) */
+    if (s->p.temperature > 0)
+        for (int i = 0; i < 4; i++) h ^= g[i], h = splitmix64(&h);
     h ^= hist, h = splitmix64(&h);
     return h > TKV__SAMPLER_KEY_ARGMAX ? h : h + 2;
 }
@@ -421,13 +438,17 @@ static uint64_t state_key(const tkv_sampler *s, const uint64_t g[4], uint64_t hi
 /* Whether a choice draws from the generator, once (a grammar's rejection may draw twice: not keyed). */
 static bool draws_once(const tkv_sampler *s) { return s->p.temperature > 0 && !s->g; }
 
+/* Whether a state has a key: a choice that depends on the generator only through one draw (none when greedy; a
+   grammar's rejection may draw twice at a temperature), and a grammar's matcher that kept up with the tokens. */
+static bool keyed(const tkv_sampler *s) { return !s->g || (!(s->p.temperature > 0) && !s->g_lost); }
+
 void tkv__sampler_sim_start(const tkv_sampler *s, tkv__sampler_sim *sim) {
     memcpy(sim->s, s->s, sizeof sim->s);
     sim->hist = s->hist;
 }
 
 uint64_t tkv__sampler_sim_key(const tkv_sampler *s, const tkv__sampler_sim *sim) {
-    if (s->g) return TKV__SAMPLER_KEY_NONE; /* the matcher's state is not keyed */
+    if (!keyed(s)) return TKV__SAMPLER_KEY_NONE;
     if (tkv__sampler_argmax(s)) return TKV__SAMPLER_KEY_ARGMAX;
     return state_key(s, sim->s, sim->hist);
 }
@@ -445,6 +466,10 @@ void tkv__sampler_sim_took(const tkv_sampler *s, tkv__sampler_sim *sim, tkv_toke
 
 void tkv__sampler_took(tkv_sampler *s, tkv_token tok) {
     if (draws_once(s)) next_u64(s); /* the draw its choice made */
+    if (s->g) { /* the matcher goes past it as the choice's did (a keyed choice: the grammar allowed it) */
+        bool ok = false;
+        if (tkv__grammar_token(s->g, s->gm, tok, true, &ok) || !ok) s->g_lost = true;
+    }
     returned(s, tok);
     s->last_kind = LAST_NONE;
 }

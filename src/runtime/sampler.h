@@ -18,7 +18,8 @@ bool tkv__sampler_argmax(const tkv_sampler *s);
  * (its parameters, generator state and the tokens it has seen are the same), so a choice recorded under a key
  * (kv/kvknown.c) is a fact for every sampler that reaches the prefix with that key. TKV__SAMPLER_KEY_ARGMAX for a
  * sampler whose choice is the argmax whatever its state (tkv__sampler_argmax); TKV__SAMPLER_KEY_NONE where no
- * key is given (a grammar: its rejection may draw twice).
+ * key is given (a grammar at a temperature: its rejection may draw twice; a grammar whose matcher lost track of
+ * the tokens). A greedy sampler with a grammar has one: the grammar's id, and the history since it was set.
  */
 enum { TKV__SAMPLER_KEY_NONE = 0, TKV__SAMPLER_KEY_ARGMAX = 1 };
 uint64_t tkv__sampler_key(const tkv_sampler *s);
@@ -35,7 +36,8 @@ uint64_t tkv__sampler_sim_key(const tkv_sampler *s, const tkv__sampler_sim *sim)
 void tkv__sampler_sim_took(const tkv_sampler *s, tkv__sampler_sim *sim, tkv_token tok);
 
 /* Record tok as chosen without logits, as tkv_sampler_sample records a choice: the generator's draw at a
-   temperature, the penalties' history and the key's; tkv_sampler_last_probs then has nothing to report. */
+   temperature, the grammar's matcher past it, the penalties' history and the key's; tkv_sampler_last_probs then
+   has nothing to report. */
 void tkv__sampler_took(tkv_sampler *s, tkv_token tok);
 
 #endif

@@ -435,12 +435,13 @@ static void test_known_with_a_window_pool(void **state) {
     tkv_model_free(m);
 }
 
-/* The tokens one at a time without drafts after p for a fresh sampler of sp, in a fresh context of m: the oracle of
-   a sampled run (the first from the prompt's logits, then each step's). */
-static size_t one_at_a_time(const tkv_model *m, const tkv_token *p, size_t n_p, const tkv_sampler_params *sp,
-                            tkv_token *gen, size_t n_gen) {
+/* The tokens one at a time without drafts after p for a fresh sampler of sp (and grammar g, or NULL), in a fresh
+   context of m: the oracle of a sampled run (the first from the prompt's logits, then each step's). */
+static size_t one_at_a_time_in(const tkv_model *m, const tkv_token *p, size_t n_p, const tkv_sampler_params *sp,
+                               const tkv_grammar *g, tkv_token *gen, size_t n_gen) {
     tkv_context *c = tu_context(m, 512, 1, TKV_TYPE_F16);
     tkv_sampler *smp = sampler(m, sp);
+    assert_int_equal(tkv_sampler_set_grammar(smp, g), TKV_OK);
     assert_int_equal(tkv_seq_sync(c, 0, 0, p, n_p, NULL), TKV_OK);
     tkv_token t = tkv_sampler_sample(smp, tkv_get_logits_last(c));
     size_t n = 0;
@@ -452,6 +453,11 @@ static size_t one_at_a_time(const tkv_model *m, const tkv_token *p, size_t n_p, 
     tkv_sampler_free(smp);
     tkv_context_free(c);
     return n;
+}
+
+static size_t one_at_a_time(const tkv_model *m, const tkv_token *p, size_t n_p, const tkv_sampler_params *sp,
+                            tkv_token *gen, size_t n_gen) {
+    return one_at_a_time_in(m, p, n_p, sp, NULL, gen, n_gen);
 }
 
 /* A retry of run gen[0..n) (D of its tokens decoded) after p on sequence 1 of c, with a fresh sampler of sp: its
@@ -468,9 +474,10 @@ static void assert_retry_known(tkv_context *c, const tkv_sampler_params *sp, con
 }
 
 /* A sampler that draws, or whose choice depends on the tokens it saw, knows the tokens a sampler of the same state
-   chose: a retry with the same parameters and seed (or the same penalties) takes the first run's answer, and its
-   sampler is then where a decoding run's would be (decoding on gives the run's next tokens); another seed or
-   penalty takes nothing. The run itself is held to one-at-a-time decoding in another context. */
+   chose: a retry with the same parameters and seed (or the same penalties, greedy: any seed) takes the first run's
+   answer, and its sampler is then where a decoding run's would be (decoding on gives the run's next tokens);
+   another seed (at a temperature) or penalty takes nothing. The run itself is held to one-at-a-time decoding in
+   another context. */
 static void test_known_for_the_same_sampler_state(void **state) {
     (void)state;
     tkv_token p[64];
@@ -503,8 +510,14 @@ static void test_known_for_the_same_sampler_state(void **state) {
             assert_int_equal(t, gen[i]);
         }
         assert_int_equal(tkv_seq_clear(ctx, 1), TKV_OK);
-        /* all of the run at once, then from a file in a fresh context */
+        /* all of the run at once, then from a file in a fresh context; greedy, also with another seed (no choice
+           draws: a server gives each request without a seed one of its own) */
         assert_retry_known(ctx, &sp[v], p, n_p, gen, n, D);
+        if (v == 1) {
+            tkv_sampler_params reseeded = sp[v];
+            reseeded.seed = sp[v].seed + 12345;
+            assert_retry_known(ctx, &reseeded, p, n_p, gen, n, D);
+        }
         char dir[64], path[128];
         assert_int_equal(tu_mkdtemp(dir, "known-key"), 0);
         snprintf(path, sizeof path, "%s/seq.tkvc", dir);
@@ -558,6 +571,121 @@ static void test_a_greedy_record_stays(void **state) {
     tkv_sampler_free(seeded);
     tkv_sampler_free(smp);
     tkv_context_free(ctx);
+}
+
+/* The text of token t (at most 63 bytes), NUL-terminated. */
+static const char *piece_of(tkv_token t, char out[64]) {
+    size_t len = 0;
+    assert_int_equal(tkv_token_to_piece(tu_model, t, 0, out, 63, &len), TKV_OK);
+    out[len] = '\0';
+    return out;
+}
+
+/* A greedy sampler with a grammar knows what a greedy sampler with the same grammar (the same text, another
+   object) chose: the run's tokens, which one-at-a-time decoding with the grammar gives, all D of them. The grammar
+   counts (at most 60 characters, no e): after some known tokens the sampler's matcher is where the run's was, so
+   decoding on gives the run's next tokens and ends where the run did (a matcher left behind would allow more). A
+   plain greedy sampler, one with a grammar that allows the run's first token but not a later one, and a grammar at
+   a temperature (whose rejection may draw twice) take nothing on that path, and a grammar at a temperature records
+   nothing. */
+static void test_known_with_a_grammar(void **state) {
+    (void)state;
+    static const char no_e[] = "root ::= [^eE]{1,60}";
+    tkv_grammar *g = NULL, *same = NULL, *other = NULL;
+    assert_int_equal(tkv_grammar_create(tu_model, no_e, strlen(no_e), NULL, &g), TKV_OK);
+    assert_int_equal(tkv_grammar_create(tu_model, no_e, strlen(no_e), "root", &same), TKV_OK);
+    tkv_sampler_params sp = tkv_sampler_default_params();
+    sp.temperature = 0;
+    tkv_context *ctx = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
+    tkv_token p[64], gen[N_GEN], want[N_GEN];
+    const size_t n_p = prompt(tu_model, "Tom and his dog went to the park. Tom", p, 64);
+    tkv_sampler *smp = sampler(tu_model, &sp);
+    assert_int_equal(tkv_sampler_set_grammar(smp, g), TKV_OK);
+    const size_t n = generate(ctx, 0, p, n_p, smp, gen, N_GEN);
+    assert_true(n > 10);
+    assert_int_equal(one_at_a_time_in(tu_model, p, n_p, &sp, g, want, N_GEN), n);
+    assert_memory_equal(gen, want, n * sizeof *gen);
+    size_t chars = 0;
+    for (size_t i = 0; i < n; i++) { /* the grammar held: no e in the text, and at most 60 characters */
+        char piece[64];
+        assert_null(strchr(piece_of(gen[i], piece), 'e'));
+        chars += strlen(piece);
+    }
+    assert_true(chars <= 60 && n < N_GEN); /* it ended at the grammar's end */
+    /* the other grammar: also no letter that a later token has and the first has not */
+    char first[64], later[64], letter = 0;
+    piece_of(gen[0], first);
+    for (size_t i = 1; i < n && !letter; i++)
+        for (const char *c = piece_of(gen[i], later); *c && !letter; c++)
+            if (*c >= 'a' && *c <= 'z' && !strchr(first, *c)) letter = *c;
+    assert_true(letter != 0);
+    char no_e_nor[64];
+    snprintf(no_e_nor, sizeof no_e_nor, "root ::= [^eE%c]{1,60}", letter);
+    assert_int_equal(tkv_grammar_create(tu_model, no_e_nor, strlen(no_e_nor), NULL, &other), TKV_OK);
+    const size_t D = (size_t)tkv_seq_len(ctx, 0) - n_p;
+    assert_true(D > 8);
+    /* a fresh sampler with the same grammar, its first token from the prompt's logits: then all D, the run's */
+    tkv_sampler *retry = sampler(tu_model, &sp);
+    assert_int_equal(tkv_sampler_set_grammar(retry, same), TKV_OK);
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, n_p, NULL), TKV_OK);
+    assert_int_equal(tkv_sampler_sample(retry, tkv_get_logits_last(ctx)), gen[0]);
+    tkv_token out[64];
+    assert_int_equal(known_list(ctx, 1, p, n_p, gen[0], retry, out), D);
+    assert_memory_equal(out, gen + 1, (D < n - 1 ? D : n - 1) * sizeof *out);
+    tkv_sampler_free(retry);
+    /* 5 of them, then decoding on, one token at a time */
+    retry = sampler(tu_model, &sp);
+    assert_int_equal(tkv_sampler_set_grammar(retry, same), TKV_OK);
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, n_p, NULL), TKV_OK);
+    assert_int_equal(tkv_sampler_sample(retry, tkv_get_logits_last(ctx)), gen[0]);
+    size_t k = 0;
+    assert_int_equal(tkv_seq_follow_known(ctx, 1, gen[0], retry, 5, out, &k), TKV_OK);
+    assert_int_equal(k, 5);
+    tkv_token t = out[k - 1];
+    for (size_t i = k + 1; i <= n; i++) {
+        size_t n_out = 0;
+        assert_int_equal(tkv_seq_decode_draft(ctx, 1, t, NULL, 0, retry, 1, &t, &n_out), TKV_OK);
+        if (i < n) assert_int_equal(t, gen[i]);
+        else assert_true(tkv_token_is_eog(tu_model, t)); /* where the run ended */
+    }
+    assert_int_equal(tkv_seq_clear(ctx, 1), TKV_OK);
+    tkv_sampler_free(retry);
+    /* others take nothing on its path */
+    tkv_sampler *plain = greedy(tu_model), *another = sampler(tu_model, &sp), *warm = NULL;
+    assert_int_equal(tkv_sampler_set_grammar(another, other), TKV_OK);
+    tkv_sampler_params hot = sp;
+    hot.temperature = 0.8f, hot.seed = 7;
+    warm = sampler(tu_model, &hot);
+    assert_int_equal(tkv_sampler_set_grammar(warm, g), TKV_OK);
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, p, n_p, NULL), TKV_OK);
+    (void)tkv_sampler_sample(plain, tkv_get_logits_last(ctx)); /* their first tokens */
+    (void)tkv_sampler_sample(warm, tkv_get_logits_last(ctx));
+    assert_int_equal(tkv_sampler_sample(another, tkv_get_logits_last(ctx)), gen[0]); /* the same first choice */
+    assert_int_equal(known_after(ctx, 1, p, n_p, gen[0], plain), 0);
+    assert_int_equal(known_after(ctx, 1, p, n_p, gen[0], another), 0);
+    assert_int_equal(known_after(ctx, 1, p, n_p, gen[0], warm), 0);
+    /* a grammar at a temperature records nothing: the same seed's retry finds nothing */
+    tkv_token q[64], sgen[N_GEN];
+    const size_t n_q = prompt(tu_model, "The sun was hot and the little bird", q, 64);
+    tkv_sampler *seeded = sampler(tu_model, &hot);
+    assert_int_equal(tkv_sampler_set_grammar(seeded, g), TKV_OK);
+    assert_true(generate(ctx, 0, q, n_q, seeded, sgen, N_GEN) > 10);
+    tkv_sampler_free(seeded);
+    tkv_sampler *again = sampler(tu_model, &hot);
+    assert_int_equal(tkv_sampler_set_grammar(again, g), TKV_OK);
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, q, n_q, NULL), TKV_OK);
+    assert_int_equal(tkv_sampler_sample(again, tkv_get_logits_last(ctx)), sgen[0]);
+    assert_int_equal(known_after(ctx, 1, q, n_q, sgen[0], again), 0);
+    assert_int_equal(tkv_cache_check(ctx), TKV_OK);
+    tkv_sampler_free(again);
+    tkv_sampler_free(warm);
+    tkv_sampler_free(another);
+    tkv_sampler_free(plain);
+    tkv_sampler_free(smp);
+    tkv_context_free(ctx);
+    tkv_grammar_free(g);
+    tkv_grammar_free(same);
+    tkv_grammar_free(other);
 }
 
 /* ---- known tokens in cache files, directories and images ---------------------------------------------------- */
@@ -844,6 +972,7 @@ int main(void) {
         cmocka_unit_test(test_known_for_the_same_sampler_state),
         cmocka_unit_test(test_a_greedy_record_stays),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_known_with_a_grammar),
         cmocka_unit_test(test_known_through_files),
         cmocka_unit_test(test_known_through_an_image_continuation),
         cmocka_unit_test(test_known_records_checked),
