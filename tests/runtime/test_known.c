@@ -80,6 +80,19 @@ static size_t generate(tkv_context *ctx, tkv_seq s, const tkv_token *p, size_t n
     return n;
 }
 
+/* A run of smp after a prompt on sequence 0 (generate): the prompt's tokens, the run's, and how many of those the
+   sequence decoded (the last one the run sampled may be pending). */
+typedef struct run {
+    tkv_token p[64], gen[N_GEN];
+    size_t n_p, n, D;
+} run;
+
+static void run_after(tkv_context *ctx, tkv_sampler *smp, const char *text, run *r) {
+    r->n_p = prompt(tkv_context_model(ctx), text, r->p, 64);
+    r->n = generate(ctx, 0, r->p, r->n_p, smp, r->gen, N_GEN);
+    r->D = (size_t)tkv_seq_len(ctx, 0) - r->n_p;
+}
+
 /* The argmax of a logits row, lowest id on ties: the oracle, written from the header's words. */
 static tkv_token argmax(const float *l, size_t n) {
     size_t best = 0;
@@ -127,13 +140,14 @@ static size_t known_after(tkv_context *ctx, tkv_seq s, const tkv_token *p, size_
 static void test_known_tokens_are_the_argmax(void **state) {
     (void)state;
     tkv_context *ctx = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
-    tkv_token p[64], gen[N_GEN], out[64];
-    const size_t n_p = prompt(tu_model, "Once upon a time, a little girl", p, 64);
     tkv_sampler *smp = greedy(tu_model);
-    const size_t n = generate(ctx, 0, p, n_p, smp, gen, N_GEN);
+    run r;
+    run_after(ctx, smp, "Once upon a time, a little girl", &r);
+    const tkv_token *p = r.p, *gen = r.gen;
+    const size_t n_p = r.n_p, n = r.n, D = r.D;
+    tkv_token out[64];
     assert_true(n > 20);
     /* the run decoded gen[0 .. D), each row sampled (the last token it sampled may be pending) */
-    const size_t D = (size_t)tkv_seq_len(ctx, 0) - n_p;
     assert_true(D + 1 >= n && D <= n);
     /* another sequence after the same prompt: after gen[0] (sampled from the prompt's logits, which nothing
        recorded) the D tokens chosen after gen[0 .. D) are known */
@@ -551,23 +565,22 @@ static void test_known_for_the_same_sampler_state(void **state) {
 static void test_a_greedy_record_stays(void **state) {
     (void)state;
     tkv_context *ctx = tu_context(tu_model, 512, 2, TKV_TYPE_F16);
-    tkv_token p[64], gen[N_GEN], q[128];
-    const size_t n_p = prompt(tu_model, "Once upon a time, a little girl", p, 64);
     tkv_sampler *smp = greedy(tu_model);
-    const size_t n = generate(ctx, 0, p, n_p, smp, gen, N_GEN);
-    assert_true(n > 8);
-    const size_t D = (size_t)tkv_seq_len(ctx, 0) - n_p;
+    run r;
+    run_after(ctx, smp, "Once upon a time, a little girl", &r);
+    assert_true(r.n > 8);
     tkv_sampler_params sp = tkv_sampler_default_params();
     sp.temperature = 0.9f, sp.seed = 3;
     tkv_sampler *seeded = sampler(tu_model, &sp);
-    memcpy(q, p, n_p * sizeof *p);
-    memcpy(q + n_p, gen, 4 * sizeof *gen);
-    assert_int_equal(tkv_seq_sync(ctx, 1, 0, q, n_p + 4, NULL), TKV_OK);
+    tkv_token q[128];
+    memcpy(q, r.p, r.n_p * sizeof *q);
+    memcpy(q + r.n_p, r.gen, 4 * sizeof *q);
+    assert_int_equal(tkv_seq_sync(ctx, 1, 0, q, r.n_p + 4, NULL), TKV_OK);
     tkv_token t;
     size_t n_out = 0;
-    assert_int_equal(tkv_seq_decode_draft(ctx, 1, gen[4], NULL, 0, seeded, 1, &t, &n_out), TKV_OK);
+    assert_int_equal(tkv_seq_decode_draft(ctx, 1, r.gen[4], NULL, 0, seeded, 1, &t, &n_out), TKV_OK);
     assert_int_equal(tkv_seq_clear(ctx, 1), TKV_OK);
-    assert_int_equal(known_after(ctx, 1, p, n_p, gen[0], smp), D);
+    assert_int_equal(known_after(ctx, 1, r.p, r.n_p, r.gen[0], smp), r.D);
     tkv_sampler_free(seeded);
     tkv_sampler_free(smp);
     tkv_context_free(ctx);
