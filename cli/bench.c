@@ -296,16 +296,9 @@ static void print_row(const model_facts *f, int threads, const result *r) {
 
 static double round2(double v) { return round(v * 100.0) / 100.0; }
 
-/* A result against the machine's limits: prefill in multiply-adds against the int8 peak,
-   generation in weight bytes read against the read rate. */
-typedef struct against {
-    double rate;      /* GMAC/s (pp) or GB/s (tg) */
-    double limit;     /* the limit it is held to, same unit */
-    bool comparable;  /* false for prefill of float weights: the int8 peak is not their bound */
-} against;
-
-/* A test between two measurements of the limits: it is held to their mean; `steady` when they differ by at most
-   STEADY_PERCENT of it (the limits of a VM whose memory other guests share move by half within minutes). */
+/* The limits a test is held to, measured before and after it: it is held to their mean; `steady` when they differ
+   by at most STEADY_PERCENT of it (the limits of a VM whose memory other guests share move by half within
+   minutes). */
 #define STEADY_PERCENT 15.0
 typedef struct bracket {
     double before, after, mean;
@@ -317,15 +310,20 @@ static bracket bracket_of(double before, double after) {
     return (bracket){before, after, mean, mean > 0 && fabs(after - before) <= mean * STEADY_PERCENT / 100.0};
 }
 
-/* The limit test r is held to, measured at lim[0] (before it) and lim[1] (after). */
-static bracket limit_of(const tkv_limits lim[2], bool prompt) {
-    return prompt ? bracket_of(lim[0].int8_gmacs, lim[1].int8_gmacs) : bracket_of(lim[0].read_gbs, lim[1].read_gbs);
-}
+/* A result against the machine's limits: prefill in multiply-adds against the int8 peak,
+   generation in weight bytes read against the read rate. */
+typedef struct against {
+    double rate;      /* GMAC/s (pp) or GB/s (tg) */
+    bracket limit;    /* the limit it is held to (limit.mean), same unit */
+    bool comparable;  /* false for prefill of float weights: the int8 peak is not their bound */
+} against;
 
+/* Result r held to the limits measured at lim[0] (before it) and lim[1] (after). */
 static against hold_to_limits(const model_facts *f, const tkv_limits lim[2], const result *r, bool prompt) {
-    const double limit = limit_of(lim, prompt).mean;
-    if (prompt) return (against){r->mean * f->macs_per_token / 1e9, limit, !f->float_weights};
-    return (against){r->mean * f->read_per_token / 1e9, limit, true};
+    if (prompt)
+        return (against){r->mean * f->macs_per_token / 1e9, bracket_of(lim[0].int8_gmacs, lim[1].int8_gmacs),
+                         !f->float_weights};
+    return (against){r->mean * f->read_per_token / 1e9, bracket_of(lim[0].read_gbs, lim[1].read_gbs), true};
 }
 
 /* lim[i] and lim[i + 1] bracket test i. */
@@ -341,13 +339,13 @@ static void print_limits(const model_facts *f, const tkv_limits *lim, const resu
     bool unsteady = false;
     for (int i = 0; i < n; i++) {
         const against a = hold_to_limits(f, lim + i, &rs[i], prompt[i]);
-        const bracket b = limit_of(lim + i, prompt[i]);
         char rate[32], limit[48], frac[32];
         snprintf(rate, sizeof rate, prompt[i] ? "%.1f GMAC/s" : "%.2f GB/s read", a.rate);
-        snprintf(limit, sizeof limit, "%.1f / %.1f %s", b.before, b.after, prompt[i] ? "GMAC/s" : "GB/s");
-        if (a.comparable && a.limit > 0) snprintf(frac, sizeof frac, "%.1f%%%s", 100.0 * a.rate / a.limit, b.steady ? "" : " *");
+        snprintf(limit, sizeof limit, "%.1f / %.1f %s", a.limit.before, a.limit.after, prompt[i] ? "GMAC/s" : "GB/s");
+        if (a.comparable && a.limit.mean > 0)
+            snprintf(frac, sizeof frac, "%.1f%%%s", 100.0 * a.rate / a.limit.mean, a.limit.steady ? "" : " *");
         else snprintf(frac, sizeof frac, "- (float weights)");
-        unsteady |= a.comparable && !b.steady;
+        unsteady |= a.comparable && !a.limit.steady;
         printf("| %15s | %12.2f | %20s | %25s | %17s |\n", rs[i].test, rs[i].mean, rate, limit, frac);
     }
     if (unsteady)
@@ -373,14 +371,14 @@ static bool print_json(const model_facts *f, int threads, int reps, size_t depth
     json_object_set_new(o, "params", json_integer((json_int_t)f->params));
     if (lim) {
         const against a = hold_to_limits(f, lim, r, prompt);
-        const bracket b = limit_of(lim, prompt);
         json_object_set_new(o, prompt ? "gmacs" : "weight_read_gbs", json_real(round2(a.rate)));
-        json_object_set_new(o, prompt ? "int8_peak_gmacs" : "read_gbs", json_real(round2(a.limit)));
-        json_object_set_new(o, "limit_before", json_real(round2(b.before)));
-        json_object_set_new(o, "limit_after", json_real(round2(b.after)));
-        json_object_set_new(o, "limit_steady", json_boolean(b.steady));
-        json_object_set_new(o, "fraction_of_limit",
-                            a.comparable && a.limit > 0 ? json_real(round(a.rate / a.limit * 1e4) / 1e4) : json_null());
+        json_object_set_new(o, prompt ? "int8_peak_gmacs" : "read_gbs", json_real(round2(a.limit.mean)));
+        json_object_set_new(o, "limit_before", json_real(round2(a.limit.before)));
+        json_object_set_new(o, "limit_after", json_real(round2(a.limit.after)));
+        json_object_set_new(o, "limit_steady", json_boolean(a.limit.steady));
+        json_object_set_new(o, "fraction_of_limit", a.comparable && a.limit.mean > 0
+                                                        ? json_real(round(a.rate / a.limit.mean * 1e4) / 1e4)
+                                                        : json_null());
         json_object_set_new(o, "limits_level", json_string(lim->level));
         json_object_set_new(o, "weight_bytes_per_token", json_integer((json_int_t)f->read_per_token));
         json_object_set_new(o, "macs_per_token", json_integer((json_int_t)f->macs_per_token));
