@@ -9,7 +9,7 @@
 #include <assert.h>
 #include <string.h>
 
-enum { Q4_0_CHUNK = 64, Q4_0_BLOCK = 16 * 16, Q4_0_SCALES = 16 * 2 };
+enum { Q4_0_CHUNK = 64 };
 
 /* How a type's rows are packed (compute/quant/repack.h). */
 typedef enum pack_kind {
@@ -51,7 +51,7 @@ size_t tkv__pack_stride(tkv_type type, size_t n) {
     const pack_kind k = kind_of(type);
     if (k == PACK_NONE) return 0;
     const size_t be = tkv__quant_block_elems(type), nb = n / be;
-    const size_t bytes = k == PACK_TRANSPOSED ? nb * (Q4_0_BLOCK + Q4_0_SCALES)
+    const size_t bytes = k == PACK_TRANSPOSED ? (nb + 1) / 2 * TKV__B4_PACK_PAIR
                          : k == PACK_Q8_0     ? (nb + 1) / 2 * TKV__Q8_0_PACK_PAIR
                          : k == PACK_Q5_0     ? nb * TKV__Q5_0_PACK_BLOCK
                          : k == PACK_K45      ? nb * TKV__K45_PACK_BLOCK(type == TKV_TYPE_Q5_K)
@@ -113,8 +113,8 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
         }
         const tkv__block_q4_0 *b = (const tkv__block_q4_0 *)(const void *)row;
         for (size_t i = 0; i < nb; i++) {
-            for (size_t j = 0; j < 4; j++) memcpy(g + i * Q4_0_BLOCK + j * Q4_0_CHUNK + 4 * k, b[i].qs + 4 * j, 4);
-            memcpy(g + nb * Q4_0_BLOCK + i * Q4_0_SCALES + 2 * k, &b[i].d, 2);
+            for (size_t j = 0; j < 4; j++) memcpy(g + tkv__b4_pack_quants(i) + j * Q4_0_CHUNK + 4 * k, b[i].qs + 4 * j, 4);
+            memcpy(g + tkv__b4_pack_scales(i) + 2 * k, &b[i].d, 2);
         }
     }
 }

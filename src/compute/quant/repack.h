@@ -12,16 +12,21 @@
  * rows in groups of TKV__PACK_ROWS = 16, so that a zmm's lane k is row k of
  * the group and a block of 16 rows reduces to one integer per lane with no
  * transposes. Group g (rows 16 g .. 16 g + 15; rows past the matrix's end
- * are zero) of a matrix with nb blocks per row:
+ * are zero) of a matrix with nb blocks per row holds its blocks in pairs of
+ * TKV__B4_PACK_PAIR = 576 bytes (9 cache lines), pair p = blocks 2p, 2p + 1:
  *
- *   bytes [0, 256 nb)        quants: block i at 256 i, as 4 chunks of 64
- *                            bytes; chunk j, bytes 4k .. 4k + 3 = row k's
- *                            qs[4j .. 4j + 3] (both nibbles, as stored)
- *   bytes [256 nb, 288 nb)   scales: block i at 256 nb + 32 i, row k's fp16
- *                            d at + 2k
+ *   bytes [0, 256)      quants of block 2p, as 4 chunks of 64 bytes; chunk j,
+ *                       bytes 4k .. 4k + 3 = row k's qs[4j .. 4j + 3] (both
+ *                       nibbles, as stored)
+ *   bytes [256, 512)    quants of block 2p + 1, the same way
+ *   bytes [512, 576)    scales of block 2p, then of 2p + 1: row k's fp16 d
+ *                       at + 2k
  *
- * and the next group starts tkv__pack_stride() bytes on (288 nb rounded up
- * to 64: every chunk stays on one cache line).
+ * (tkv__b4_pack_quants, tkv__b4_pack_scales); an odd nb's last pair has its
+ * second block's bytes zero. With the scales inline a group is one stream,
+ * as Q8_0's below: the quants and a separate run of scales after them (the
+ * order before) read 32-34 GB/s from memory on one thread where this one
+ * reads more (bench/RESULTS.md, "Q4_0 and IQ4_NL in one stream").
  *
  * Transposed Q8_0 (the same products): the same chunks, 8 a block (32
  * bytes a row), with the scales inline so that a group is one stream,
@@ -152,6 +157,16 @@ static inline size_t tkv__q8_0_pack_quants(size_t i) {
 
 static inline size_t tkv__q8_0_pack_scales(size_t i) {
     return i / 2 * TKV__Q8_0_PACK_PAIR + 1024 + i % 2 * 32;
+}
+
+/* Where block i of a packed Q4_0 or IQ4_NL group (above) has its quants and its scales. */
+#define TKV__B4_PACK_PAIR 576
+static inline size_t tkv__b4_pack_quants(size_t i) {
+    return i / 2 * TKV__B4_PACK_PAIR + i % 2 * 256;
+}
+
+static inline size_t tkv__b4_pack_scales(size_t i) {
+    return i / 2 * TKV__B4_PACK_PAIR + 512 + i % 2 * 32;
 }
 
 /* Offsets in one Q5_0 block of a packed group (above). */

@@ -114,15 +114,17 @@ static inline __m128i iq4xs_scales(const tkv__block_iq4_xs *x) {
 #define PREFETCH_AHEAD 8192
 
 /*
- * Q4_0's and IQ4_NL's products over packed rows, whose arithmetic per byte
- * is the least, ask at two distances: PREFETCH_NEAR into L1 (a line there
+ * The avx2 level's Q4_0 and IQ4_NL products over packed rows, whose
+ * arithmetic per byte is the least, ask at two distances: PREFETCH_NEAR into L1 (a line there
  * waits in a fill buffer, of which a core has a few dozen, so this one
  * stays short) and PREFETCH_FAR into L2 (prefetch_far), which keeps more
  * lines on their way from memory than the L1 requests can. Two threads,
  * products of 2048 rows from memory (bench_kernels -n 2048 -r 262144 -T 2
  * -c 2048, 4 interleaved runs): Q4_0 37.7 -> 47.4 GB/s at avx512, 18.5 ->
  * 23.0 at avx2 (which had no software prefetch); llama1b Q4_0 generation
- * 59.4 -> 66.1 t/s (bench/RESULTS.md); the avx2 level's Q4_K asks at
+ * 59.4 -> 66.1 t/s (bench/RESULTS.md), with the scales apart from the
+ * quants then (the avx512 level's, in one stream now, asks PREFETCH_AHEAD
+ * on alone: prefetch_b4_block); the avx2 level's Q4_K asks at
  * both too (its k45_prefetch: Zen 1, llama1b Q4_K_M 25.0 -> 27.0 t/s).
  * The others keep PREFETCH_AHEAD alone (an earlier try of Q4_K's gained 9%
  * alone but nothing in the Q4_K_M model): Q5_K's gained nothing, and the
@@ -150,19 +152,21 @@ INLINE void prefetch_far(const uint8_t *p, size_t len) {
 }
 
 /*
- * The prefetches for block i of a transposed Q4_0 / IQ4_NL group g (compute/quant/repack.h: nb blocks a row, the
- * next group gs bytes on): its quants PREFETCH_NEAR on (in the next group past the last block) and every other
- * block their scales' line into L1; PREFETCH_FAR on into L2, the group's bytes taken in order as if spread over its
- * blocks (288 each).
+ * The prefetches for block i of a transposed Q4_0 / IQ4_NL group g (compute/quant/repack.h: one stream of pairs of
+ * blocks, 288 bytes a block on average, so that consecutive blocks cover every line; past the group's end lies the
+ * next group, which they then ask for). The avx512 level asks PREFETCH_AHEAD on into L1: one thread, products of
+ * 2048 rows from memory (bench_kernels -n 2048 -r 262144 -T 1 -c 2048, Zen 5, 3 interleaved runs), Q4_0 42-43
+ * GB/s against 34-36 at both distances or 37-38 with none (the read probe: 44).
  */
-INLINE void prefetch_b4_block(const uint8_t *g, size_t gs, size_t nb, size_t i) {
-    enum { PF = PREFETCH_NEAR / 256 };
-    const size_t ia = i + PF;
-    const uint8_t *pg = ia < nb ? g : g + gs;
-    const size_t ib = ia < nb ? ia : ia - nb;
-    prefetch_span(pg + ib * 256, 256);
-    if (i % 2 == 0) _mm_prefetch((const char *)(pg + nb * 256 + 32 * ib), _MM_HINT_T0);
-    prefetch_far(g + i * gs / nb, 288);
+INLINE void prefetch_b4_block(const uint8_t *g, size_t i) {
+    prefetch_span(g + 288 * i + PREFETCH_AHEAD, 288);
+}
+
+/* The avx2 level's: at both distances, which a one-stream Q8_0 group needed on the core that level runs on alone
+   (Zen 1: the avx2 packed_few's note). */
+INLINE void prefetch_b4_block_near_far(const uint8_t *g, size_t i) {
+    prefetch_span(g + 288 * i + PREFETCH_NEAR, 288);
+    prefetch_far(g + 288 * i, 288);
 }
 
 /* The tiles of a chunk of tn tokens: 'big' tokens each, then 4, 2, 1 (no padding). */

@@ -322,25 +322,25 @@ void tkv__gemm_q5_0_avx2(size_t n, const void *w, size_t wrs, size_t nr, const v
 /* ==== packed rows (compute/quant/repack.h) ========================================================= */
 
 /* The 8 rows' scales of half h of packed block i. */
-INLINE __m256 half_scales(const uint8_t *g, size_t nb, size_t i, int h, b4_kind kind) {
+INLINE __m256 half_scales(const uint8_t *g, size_t i, int h, b4_kind kind) {
     const size_t off = kind == B4_Q8_0   ? tkv__q8_0_pack_scales(i)
                        : kind == B4_Q5_0 ? i * TKV__Q5_0_PACK_BLOCK + TKV__Q5_0_PACK_SCALES
-                                         : nb * 256 + 32 * i;
+                                         : tkv__b4_pack_scales(i);
     return _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(const void *)(g + off + 16 * h)));
 }
 
 /* Block i of half h (rows 8h .. 8h + 7) of a packed group into e: the
    steps unpack16 would make, read from the group's chunks with no
    transposes (a half is bytes 32h .. 32h + 31 of each chunk). */
-INLINE void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h, b4_kind kind) {
+INLINE void unpack_packed8(pan8 *e, const uint8_t *g, size_t i, int h, b4_kind kind) {
     if (kind == B4_Q8_0) { /* Q8_0's 8 chunks are its 8 steps */
         const uint8_t *b = g + tkv__q8_0_pack_quants(i) + 32 * h;
         for (int j = 0; j < 8; j++) put_signed(e, j, _mm256_load_si256((const __m256i *)(const void *)(b + 64 * j)));
-        _mm256_store_ps((float *)&e->d, half_scales(g, nb, i, h, kind));
+        _mm256_store_ps((float *)&e->d, half_scales(g, i, h, kind));
         return;
     }
     const __m256i m = _mm256_set1_epi8(0x0f);
-    const uint8_t *b = g + i * (kind == B4_Q5_0 ? TKV__Q5_0_PACK_BLOCK : 256) + 32 * h;
+    const uint8_t *b = g + (kind == B4_Q5_0 ? i * TKV__Q5_0_PACK_BLOCK : tkv__b4_pack_quants(i)) + 32 * h;
     const __m256i fifth = kind == B4_Q5_0 ? LOADA256(b + TKV__Q5_0_PACK_FIFTH) : _mm256_setzero_si256();
     for (int j = 0; j < 4; j++) {
         const __m256i u = _mm256_load_si256((const __m256i *)(const void *)(b + 64 * j));
@@ -349,11 +349,11 @@ INLINE void unpack_packed8(pan8 *e, const uint8_t *g, size_t nb, size_t i, int h
         put_step(e, j, lo, kind);
         put_step(e, 4 + j, hi, kind);
     }
-    _mm256_store_ps((float *)&e->d, half_scales(g, nb, i, h, kind));
+    _mm256_store_ps((float *)&e->d, half_scales(g, i, h, kind));
 }
 
 /* The prefetches for block i of a packed Q5_0 group g, one stream: its bytes PREFETCH_NEAR on into L1 and
-   PREFETCH_FAR on into L2 (prefetch_far), as Q4_0's (prefetch_b4_block). */
+   PREFETCH_FAR on into L2 (prefetch_far), as Q4_0's (prefetch_b4_block_near_far). */
 INLINE void prefetch_q5_0_block(const uint8_t *g, size_t i) {
     const uint8_t *b = g + i * TKV__Q5_0_PACK_BLOCK;
     prefetch_span(b + PREFETCH_NEAR, TKV__Q5_0_PACK_BLOCK);
@@ -383,7 +383,7 @@ INLINE void steps_pair(const uint8_t *g, size_t i, int h, int j, b4_kind kind, _
         return;
     }
     const __m256i m = _mm256_set1_epi8(0x0f);
-    const __m256i u = LOADA256(g + i * (kind == B4_Q5_0 ? TKV__Q5_0_PACK_BLOCK : 256) + 32 * h + 64 * j);
+    const __m256i u = LOADA256(g + (kind == B4_Q5_0 ? i * TKV__Q5_0_PACK_BLOCK : tkv__b4_pack_quants(i)) + 32 * h + 64 * j);
     q[0] = _mm256_and_si256(u, m), q[1] = _mm256_and_si256(_mm256_srli_epi32(u, 4), m);
     if (kind == B4_Q5_0)
         q[0] = _mm256_or_si256(q[0], fifth_bit(fifth, j)), q[1] = _mm256_or_si256(q[1], fifth_bit(fifth, 4 + j));
@@ -401,7 +401,7 @@ INLINE void steps_pair(const uint8_t *g, size_t i, int h, int j, b4_kind kind, _
  * panel in L1 instead, a step was stored and loaded again, and on cores
  * that split a ymm store in two (Zen 1) those stores bound the product.
  */
-INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *const *yt, const tokb *const *tb,
+INLINE void packed_few(const uint8_t *g, size_t nb, const uint8_t *const *yt, const tokb *const *tb,
                        float *y, size_t ldy, int nrow, int T, b4_kind kind) {
     const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values)), one = _mm256_set1_epi16(1);
     __m256 acc[2][TT];
@@ -409,7 +409,7 @@ INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *co
     for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
         if (kind == B4_Q5_0) prefetch_q5_0_block(g, i);
-        else if (kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i); /* as packed_b4 */
+        else if (kind != B4_Q8_0) prefetch_b4_block_near_far(g, i); /* as packed_b4 */
         __m256i s[2][TT], mid[2][TT], fifth[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         UNROLL
         for (int t = 0; t < T; t++) s[0][t] = s[1][t] = mid[0][t] = mid[1][t] = _mm256_setzero_si256();
@@ -449,7 +449,7 @@ INLINE void packed_few(const uint8_t *g, size_t gs, size_t nb, const uint8_t *co
         }
         UNROLL
         for (int h = 0; h < 2; h++) {
-            const __m256 dw = half_scales(g, nb, i, h, kind);
+            const __m256 dw = half_scales(g, i, h, kind);
             UNROLL
             for (int t = 0; t < T; t++) {
                 const __m256i si = b4_unsigned(kind) ? unsigned_sum(s[h][t], mid[h][t], tb[t][i].corr, kind) : s[h][t];
@@ -493,10 +493,10 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
                 float *yo = y + t0 * ldy + r;
                 const int nrow = (int)min_sz(2 * ROWS, nr - r);
                 switch (tn) {
-                case 4: packed_few(g, gs, nb, yt, tb, yo, ldy, nrow, 4, kind); break;
-                case 3: packed_few(g, gs, nb, yt, tb, yo, ldy, nrow, 3, kind); break;
-                case 2: packed_few(g, gs, nb, yt, tb, yo, ldy, nrow, 2, kind); break;
-                default: packed_few(g, gs, nb, yt, tb, yo, ldy, nrow, 1, kind); break;
+                case 4: packed_few(g, nb, yt, tb, yo, ldy, nrow, 4, kind); break;
+                case 3: packed_few(g, nb, yt, tb, yo, ldy, nrow, 3, kind); break;
+                case 2: packed_few(g, nb, yt, tb, yo, ldy, nrow, 2, kind); break;
+                default: packed_few(g, nb, yt, tb, yo, ldy, nrow, 1, kind); break;
                 }
             }
             continue;
@@ -511,8 +511,8 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
                     /* util.h: the first half's pass reads the group from memory (Q8_0's group is one stream: the
                        hardware prefetcher's alone) */
                     if (h == 0 && kind == B4_Q5_0) prefetch_q5_0_block(g, i);
-                    else if (h == 0 && kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i);
-                    unpack_packed8(&b.pan[i - k0], g, nb, i, h, kind);
+                    else if (h == 0 && kind != B4_Q8_0) prefetch_b4_block_near_far(g, i);
+                    unpack_packed8(&b.pan[i - k0], g, i, h, kind);
                 }
                 panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, nrow, kind);
             }

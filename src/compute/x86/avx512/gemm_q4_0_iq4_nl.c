@@ -502,7 +502,7 @@ void tkv__gemv_q8_0_avx512(size_t n, const void *w, size_t wrs, size_t nr, const
  * unpack16 makes them, but from one aligned 64-byte chunk per 2 steps
  * instead of 16 rows' loads and transposes; returns the 16 scales.
  */
-INLINE __m512 unpack_packed(const uint8_t *g, size_t nb, size_t i, __m512i q[8], b4_kind kind, __m512i book) {
+INLINE __m512 unpack_packed(const uint8_t *g, size_t i, __m512i q[8], b4_kind kind, __m512i book) {
     if (kind == B4_Q8_0) { /* Q8_0's 8 chunks are its 8 steps, + 128 */
         const uint8_t *b = g + tkv__q8_0_pack_quants(i);
         UNROLL
@@ -510,26 +510,26 @@ INLINE __m512 unpack_packed(const uint8_t *g, size_t nb, size_t i, __m512i q[8],
         return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(g + tkv__q8_0_pack_scales(i))));
     }
     const __m512i m = _mm512_set1_epi8(0x0f);
-    const uint8_t *b = g + i * 256;
+    const uint8_t *b = g + tkv__b4_pack_quants(i);
     UNROLL
     for (int j = 0; j < 4; j++) {
         const __m512i u = _mm512_load_si512((const void *)(b + 64 * j));
         q[j] = b4_bytes(_mm512_and_si512(u, m), kind, book);
         q[4 + j] = b4_bytes(_mm512_and_si512(_mm512_srli_epi32(u, 4), m), kind, book);
     }
-    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(g + nb * 256 + 32 * i)));
+    return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(const void *)(g + tkv__b4_pack_scales(i))));
 }
 
 /* T tokens over blocks [k0, k1) of packed group g, into acc[0..T). */
-INLINE void packed_run(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
+INLINE void packed_run(const uint8_t *g, size_t k0, size_t k1, const uint8_t *const *yt,
                        const tokb *const *tb, __m512 *acc, int T, b4_kind kind) {
     const __m512i book = iq4nl_book();
     for (size_t i = k0; i < k1; i++) {
         /* util.h: the rows stream from memory once. A Q8_0 group is one stream, which the hardware prefetcher
            follows alone: asking for its lines ahead made it slower (bench/RESULTS.md) */
-        if (kind != B4_Q8_0) prefetch_b4_block(g, gs, nb, i);
+        if (kind != B4_Q8_0) prefetch_b4_block(g, i);
         __m512i q[8];
-        const __m512 d = unpack_packed(g, nb, i, q, kind, book);
+        const __m512 d = unpack_packed(g, i, q, kind, book);
         const uint8_t *yb[TT];
         const tokb *te[TT];
         UNROLL
@@ -543,12 +543,12 @@ INLINE void packed_run(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t
  * st (zero when k0 = 0), back to it, or after the last block to y[t * ldy +
  * k] for the rows in rmask.
  */
-INLINE void packed_tile(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt, const tokb *const *tb,
+INLINE void packed_tile(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt, const tokb *const *tb,
                         float *st, float *y, size_t ldy, __mmask16 rmask, int T, b4_kind kind) {
     __m512 acc[TT];
     UNROLL
     for (int t = 0; t < T; t++) acc[t] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * t);
-    packed_run(g, gs, nb, k0, k1, yt, tb, acc, T, kind);
+    packed_run(g, k0, k1, yt, tb, acc, T, kind);
     UNROLL
     for (int t = 0; t < T; t++) {
         if (k1 < nb) _mm512_store_ps(st + 16 * t, acc[t]);
@@ -556,18 +556,18 @@ INLINE void packed_tile(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_
     }
 }
 
-INLINE void packed_tile_any(const uint8_t *g, size_t gs, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
+INLINE void packed_tile_any(const uint8_t *g, size_t nb, size_t k0, size_t k1, const uint8_t *const *yt,
                             const tokb *const *tb, float *st, float *y, size_t ldy, __mmask16 rmask, int T,
                             b4_kind kind) {
     switch (T) {
-    case 8: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 8, kind); break;
-    case 7: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 7, kind); break;
-    case 6: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 6, kind); break;
-    case 5: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 5, kind); break;
-    case 4: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 4, kind); break;
-    case 3: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 3, kind); break;
-    case 2: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 2, kind); break;
-    default: packed_tile(g, gs, nb, k0, k1, yt, tb, st, y, ldy, rmask, 1, kind); break;
+    case 8: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 8, kind); break;
+    case 7: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 7, kind); break;
+    case 6: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 6, kind); break;
+    case 5: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 5, kind); break;
+    case 4: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 4, kind); break;
+    case 3: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 3, kind); break;
+    case 2: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 2, kind); break;
+    default: packed_tile(g, nb, k0, k1, yt, tb, st, y, ldy, rmask, 1, kind); break;
     }
 }
 
@@ -612,7 +612,7 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
                         for (size_t i = k0; i < k1; i++) {
                             pan16 *e = &b.pair[h][i - k0];
                             __m512i q[8];
-                            const __m512 d = unpack_packed(g + (size_t)h * gs, nb, i, q, kind, book);
+                            const __m512 d = unpack_packed(g + (size_t)h * gs, i, q, kind, book);
                             for (int j = 0; j < 8; j++) _mm512_store_si512(&e->q[j], q[j]);
                             _mm512_store_ps(&e->d, d);
                         }
@@ -625,7 +625,7 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
                 const uint8_t *yt[TT];
                 const tokb *tb[TT];
                 for (size_t t = 0; t < tn; t++) yt[t] = xb + (t0 + t) * xrs, tb[t] = b.tab + t * nb;
-                packed_tile_any(g, gs, nb, 0, nb, yt, tb, NULL, y + t0 * ldy + r, ldy, rmask, (int)tn, kind);
+                packed_tile_any(g, nb, 0, nb, yt, tb, NULL, y + t0 * ldy + r, ldy, rmask, (int)tn, kind);
                 continue;
             }
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
@@ -633,7 +633,7 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
                 for (size_t i = k0; i < k1; i++) {
                     pan16 *e = &b.pan[i - k0];
                     __m512i q[8];
-                    const __m512 d = unpack_packed(g, nb, i, q, kind, book);
+                    const __m512 d = unpack_packed(g, i, q, kind, book);
                     for (int j = 0; j < 8; j++) _mm512_store_si512(&e->q[j], q[j]);
                     _mm512_store_ps(&e->d, d);
                 }
