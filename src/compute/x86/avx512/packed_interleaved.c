@@ -5,9 +5,11 @@
  *
  * One token (generation): each group of 16 rows is read once, in order,
  * block i of its 16 rows from one span (the whole matrix is one sequential
- * stream, which the hardware prefetcher follows: software prefetches of the
- * blocks ahead made a 4096 x 4096 product slower here, 31 GB/s against 40
- * for Q6_K); a zmm holds a row pair's 8 lanes
+ * stream), each row pair's bytes asked for PREFETCH_AHEAD on as it is read:
+ * spread so, one thread reads Q6_K from memory at 41-42 GB/s, where the
+ * whole span of 16 rows asked for at once, a span or more ahead, read 37-38
+ * (bench_kernels -n 2048 -r 262144 -T 1 -c 2048, Zen 5; the read probe: 44;
+ * IQ4_XS, bound by its arithmetic, 34 -> 35); a zmm holds a row pair's 8 lanes
  * each (row 2p in lanes 0-7, 2p + 1 in 8-15), as the tiled products do, so
  * the token's per-block work (its broadcast quants, its
  * scale) is done once for 16 rows and every multiply covers two rows. The
@@ -125,7 +127,6 @@ INLINE void q6k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, floa
         for (int p = 0; p < PAIRS; p++) acc[t][p] = _mm512_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *blk = g + i * G * BS, *yb[2];
-        prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
         __m512i bsums[2];
         __m512 yd[2];
         /* one token: its 8 chunks of 32 quants in both halves, kept in registers for the 8 row pairs */
@@ -143,6 +144,7 @@ INLINE void q6k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, floa
         }
         for (int p = 0; p < PAIRS; p++) {
             const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)(blk + 2 * p * BS), *b = a + 1;
+            prefetch_span(blk + 2 * p * BS + PREFETCH_AHEAD, 2 * BS); /* the file's header: a row pair at a time */
             const __m512i sc = halves_epi(_mm256_cvtepi8_epi16(LOAD128(a->scales)), _mm256_cvtepi8_epi16(LOAD128(b->scales)));
             const __m512 dw = halves_f16(&a->d, &b->d);
             __m512i q[8];
@@ -213,7 +215,6 @@ INLINE void iq4xs_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, fl
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (size_t i = 0; i < nb; i++) {
         const uint8_t *blk = g + i * G * BS;
-        prefetch_span(blk + (PREFETCH_AHEAD / (G * BS) + 1) * G * BS, G * BS);
         float yd[2];
         /* each token's sub-block c in both halves, and -128 x the sum of each 4 of its quants (what the + 128
            adds to a lane of vpdpbusd) */
@@ -230,6 +231,7 @@ INLINE void iq4xs_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, fl
         }
         for (int p = 0; p < PAIRS; p++) {
             const tkv__block_iq4_xs *a = (const tkv__block_iq4_xs *)(const void *)(blk + 2 * p * BS), *b = a + 1;
+            prefetch_span(blk + 2 * p * BS + PREFETCH_AHEAD, 2 * BS); /* as q6k_rows' */
             /* dwords 0-7: a's sub-block scales, 8-15: b's */
             const __m512i sc = iq4xs_scales_pair(a, b);
             __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
