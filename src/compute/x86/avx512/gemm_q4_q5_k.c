@@ -74,19 +74,17 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __
         for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm512_setzero_si512(), summ[t] = sumi[t];
         UNROLL
         for (int c = 0; c < 4; c++) {
+            /* util.h's PREFETCH_AHEAD on, a quarter of a superblock a chunk (and the line it starts in). One thread
+               from memory (bench_kernels -n 2048 -r 262144 -T 1 -c 2048, Zen 5, 3 interleaved runs): Q4_K 38.9-40.0
+               GB/s, Q5_K 34.8-36.6, against 37.2-39.1 and 33.3-35.0 a line a load; whole superblocks on (9.5 KB for
+               Q4_K), 37-38; 4 or 6 KB on, or 12, slower; L2 asked 32 KB on besides, 29-32 */
+            if (pf) prefetch_span(b + PREFETCH_AHEAD + SB * (size_t)c / 4, SB / 4 + 64);
             __m512i slo[TT][CMAX], shi[TT][CMAX];
             UNROLL
             for (int t = 0; t < T; t++)
                 for (int u = 0; u < C; u++) slo[t][u] = _mm512_setzero_si512(), shi[t][u] = slo[t][u];
             UNROLL
             for (int j = 0; j < 8; j++) {
-                if (pf) { /* util.h's PREFETCH_AHEAD on, a line a load: the quant lines, the chunks of c = 0 and 1 the rest.
-                             Whole superblocks on (4 of Q4_K's, 9.5 KB) read 37-38 GB/s from memory on one thread
-                             where this reads 38-41 (bench_kernels -n 2048 -r 262144 -T 1 -c 2048, Zen 5) */
-                    _mm_prefetch((const char *)b + PREFETCH_AHEAD + 64 * (8 * c + j), _MM_HINT_T0);
-                    if (c == 0 && 2048 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PREFETCH_AHEAD + 2048 + 64 * j, _MM_HINT_T0);
-                    if (c == 1 && 2560 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PREFETCH_AHEAD + 2560 + 64 * j, _MM_HINT_T0);
-                }
                 const __m512i q = _mm512_load_si512((const void *)(b + 64 * (8 * c + j)));
                 __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi32(q, 4), m4);
                 if (five) {
