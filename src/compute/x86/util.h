@@ -124,7 +124,7 @@ static inline __m128i iq4xs_scales(const tkv__block_iq4_xs *x) {
  * 23.0 at avx2 (which had no software prefetch); llama1b Q4_0 generation
  * 59.4 -> 66.1 t/s (bench/RESULTS.md), with the scales apart from the
  * quants then (the avx512 level's, in one stream now, asks PREFETCH_AHEAD
- * on alone: prefetch_b4_block); the avx2 level's Q4_K asks at
+ * on alone: prefetch_block_ahead); the avx2 level's Q4_K asks at
  * both too (its k45_prefetch: Zen 1, llama1b Q4_K_M 25.0 -> 27.0 t/s).
  * The others keep PREFETCH_AHEAD alone (an earlier try of Q4_K's gained 9%
  * alone but nothing in the Q4_K_M model): Q5_K's gained nothing, and the
@@ -152,21 +152,22 @@ INLINE void prefetch_far(const uint8_t *p, size_t len) {
 }
 
 /*
- * The prefetches for block i of a transposed Q4_0 / IQ4_NL group g (compute/quant/repack.h: one stream of pairs of
- * blocks, 288 bytes a block on average, so that consecutive blocks cover every line; past the group's end lies the
- * next group, which they then ask for). The avx512 level asks PREFETCH_AHEAD on into L1: one thread, products of
- * 2048 rows from memory (bench_kernels -n 2048 -r 262144 -T 1 -c 2048, Zen 5, 3 interleaved runs), Q4_0 42-43
- * GB/s against 34-36 at both distances or 37-38 with none (the read probe: 44).
+ * The prefetches for block i of a packed group g that is one stream of blocks `bytes` long each on average
+ * (compute/quant/repack.h: Q4_0 and IQ4_NL 288 in pairs of 576, Q8_0 544 in pairs of 1088, Q5_0 352), so that
+ * consecutive blocks cover every line; past the group's end lies the next group, which they then ask for. The avx512
+ * level asks PREFETCH_AHEAD on into L1: one thread, products of 2048 rows from memory (bench_kernels -n 2048 -r 262144
+ * -T 1 -c 2048, Zen 5, 3 interleaved runs), Q4_0 42-43 GB/s against 34-36 at both distances or 37-38 with none, Q8_0
+ * 41-43 against 40 with none (the read probe: 44).
  */
-INLINE void prefetch_b4_block(const uint8_t *g, size_t i) {
-    prefetch_span(g + 288 * i + PREFETCH_AHEAD, 288);
+INLINE void prefetch_block_ahead(const uint8_t *g, size_t i, size_t bytes) {
+    prefetch_span(g + bytes * i + PREFETCH_AHEAD, bytes);
 }
 
 /* The avx2 level's: at both distances, which a one-stream Q8_0 group needed on the core that level runs on alone
    (Zen 1: the avx2 packed_few's note). */
-INLINE void prefetch_b4_block_near_far(const uint8_t *g, size_t i) {
-    prefetch_span(g + 288 * i + PREFETCH_NEAR, 288);
-    prefetch_far(g + 288 * i, 288);
+INLINE void prefetch_block_near_far(const uint8_t *g, size_t i, size_t bytes) {
+    prefetch_span(g + bytes * i + PREFETCH_NEAR, bytes);
+    prefetch_far(g + bytes * i, bytes);
 }
 
 /* The tiles of a chunk of tn tokens: 'big' tokens each, then 4, 2, 1 (no padding). */

@@ -352,12 +352,10 @@ INLINE void unpack_packed8(pan8 *e, const uint8_t *g, size_t i, int h, b4_kind k
     _mm256_store_ps((float *)&e->d, half_scales(g, i, h, kind));
 }
 
-/* The prefetches for block i of a packed Q5_0 group g, one stream: its bytes PREFETCH_NEAR on into L1 and
-   PREFETCH_FAR on into L2 (prefetch_far), as Q4_0's (prefetch_b4_block_near_far). */
-INLINE void prefetch_q5_0_block(const uint8_t *g, size_t i) {
-    const uint8_t *b = g + i * TKV__Q5_0_PACK_BLOCK;
-    prefetch_span(b + PREFETCH_NEAR, TKV__Q5_0_PACK_BLOCK);
-    prefetch_far(b, TKV__Q5_0_PACK_BLOCK);
+/* The prefetches for block i of a packed group g, one stream: Q4_0's, IQ4_NL's and Q5_0's at both distances
+   (util.h's prefetch_block_near_far); Q8_0's are packed_few's own, a line or two a step. */
+INLINE void prefetch_packed_block(const uint8_t *g, size_t i, b4_kind kind) {
+    if (kind != B4_Q8_0) prefetch_block_near_far(g, i, kind == B4_Q5_0 ? TKV__Q5_0_PACK_BLOCK : TKV__B4_PACK_PAIR / 2);
 }
 
 /* A half's tile accumulators to y: token t's first nrow (1..8) rows at y + t ldy. */
@@ -408,8 +406,7 @@ INLINE void packed_few(const uint8_t *g, size_t nb, const uint8_t *const *yt, co
     UNROLL
     for (int t = 0; t < T; t++) acc[0][t] = acc[1][t] = _mm256_setzero_ps();
     for (size_t i = 0; i < nb; i++) {
-        if (kind == B4_Q5_0) prefetch_q5_0_block(g, i);
-        else if (kind != B4_Q8_0) prefetch_b4_block_near_far(g, i); /* as packed_b4 */
+        prefetch_packed_block(g, i, kind); /* as packed_b4 */
         __m256i s[2][TT], mid[2][TT], fifth[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
         UNROLL
         for (int t = 0; t < T; t++) s[0][t] = s[1][t] = mid[0][t] = mid[1][t] = _mm256_setzero_si256();
@@ -510,8 +507,7 @@ INLINE void packed_b4(size_t n, const void *w, size_t gs, size_t nr, const void 
                 for (size_t i = k0; i < k1; i++) {
                     /* util.h: the first half's pass reads the group from memory (Q8_0's group is one stream: the
                        hardware prefetcher's alone) */
-                    if (h == 0 && kind == B4_Q5_0) prefetch_q5_0_block(g, i);
-                    else if (h == 0 && kind != B4_Q8_0) prefetch_b4_block_near_far(g, i);
+                    if (h == 0) prefetch_packed_block(g, i, kind);
                     unpack_packed8(&b.pan[i - k0], g, i, h, kind);
                 }
                 panel_tiles(b.pan, k0, k1, nb, xb, xrs, t0, tn, b.tab, b.st, y + r, ldy, nrow, kind);

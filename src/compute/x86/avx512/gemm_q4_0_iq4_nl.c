@@ -525,12 +525,9 @@ INLINE void packed_run(const uint8_t *g, size_t k0, size_t k1, const uint8_t *co
                        const tokb *const *tb, __m512 *acc, int T, b4_kind kind) {
     const __m512i book = iq4nl_book();
     for (size_t i = k0; i < k1; i++) {
-        /* util.h: the rows stream from memory once, asked for PREFETCH_AHEAD on. A Q8_0 group's 544 bytes a
-           block too: one thread from memory (bench_kernels -n 2048 -r 262144 -T 1 -c 2048, Zen 5) 41.3-42.9 GB/s
-           against 39.9-40.2 with the hardware prefetcher alone (4 KB on: 41.1-42.3, 16 KB: 39.7-40.0); bench-1b
-           tg64 at 2 threads +2-6% (asked at both distances, near and far, they had made it slower: bench/RESULTS.md) */
-        if (kind != B4_Q8_0) prefetch_b4_block(g, i);
-        else prefetch_span(g + (TKV__Q8_0_PACK_PAIR / 2) * i + PREFETCH_AHEAD, TKV__Q8_0_PACK_PAIR / 2);
+        /* util.h: the rows stream from memory once, asked for PREFETCH_AHEAD on (Q8_0's too: asked at both
+           distances, near and far, they had made it slower, bench/RESULTS.md) */
+        prefetch_block_ahead(g, i, kind == B4_Q8_0 ? TKV__Q8_0_PACK_PAIR / 2 : TKV__B4_PACK_PAIR / 2);
         __m512i q[8];
         const __m512 d = unpack_packed(g, i, q, kind, book);
         const uint8_t *yb[TT];

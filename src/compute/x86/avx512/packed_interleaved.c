@@ -144,7 +144,7 @@ INLINE void q6k_rows(const uint8_t *g, size_t nb, const uint8_t *const *ya, floa
         }
         for (int p = 0; p < PAIRS; p++) {
             const tkv__block_q6_K *a = (const tkv__block_q6_K *)(const void *)(blk + 2 * p * BS), *b = a + 1;
-            prefetch_span(blk + 2 * p * BS + PREFETCH_AHEAD, 2 * BS); /* the file's header: a row pair at a time */
+            prefetch_span(blk + 2 * p * BS + PREFETCH_AHEAD, 2 * BS); /* a row pair at a time: the top comment */
             const __m512i sc = halves_epi(_mm256_cvtepi8_epi16(LOAD128(a->scales)), _mm256_cvtepi8_epi16(LOAD128(b->scales)));
             const __m512 dw = halves_f16(&a->d, &b->d);
             __m512i q[8];
