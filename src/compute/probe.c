@@ -54,8 +54,8 @@ static const struct {
 } levels[TKV__KERNEL_LEVELS] = {
     [TKV__KERNEL_SCALAR] = {tkv__probe_read_scalar, tkv__probe_int8_scalar, 8, "scalar C (baseline x86-64)"},
 #if defined(__x86_64__)
-    /* 8 chains x 8 int32 lanes x 4 products per round */
-    [TKV__KERNEL_AVX2] = {tkv__probe_read_avx2, tkv__probe_int8_avx2, 8 * 8 * 4, "vpmaddubsw+vpmaddwd+vpaddd ymm"},
+    /* 6 chains x 8 int32 lanes x 4 products per round */
+    [TKV__KERNEL_AVX2] = {tkv__probe_read_avx2, tkv__probe_int8_avx2, 6 * 8 * 4, "vpmaddubsw+vpmaddwd+vpaddd ymm"},
     /* 12 chains x 16 int32 lanes x 4 products per round */
     [TKV__KERNEL_AVX512] = {tkv__probe_read_avx512, tkv__probe_int8_avx512, 12 * 16 * 4, "vpdpbusd zmm"},
 #else

@@ -2,8 +2,12 @@
  * probe.c (AVX2) — the read and int8 probes' loops at this level (see
  * compute/probe.h): 32-byte loads into four chains of 64-bit adds, and
  * the triple this level's integer products are made of (vpmaddubsw: u8 x
- * s8 pairs to int16; vpmaddwd by ones: pairs to int32; vpaddd) on eight
- * independent accumulators.
+ * s8 pairs to int16; vpmaddwd by ones: pairs to int32; vpaddd) on six
+ * independent accumulators, each chain with its own signed operand. Only
+ * the vpaddd carries a chain from round to round, so six cover its latency;
+ * the operands pass through an empty asm every round, so no two chains'
+ * products are one value to the compiler (with one operand for all, gcc 12
+ * computed the product once a round and timed a chain of vpaddd).
  */
 #include "compute/probe.h"
 
@@ -30,27 +34,26 @@ uint64_t tkv__probe_read_avx2(const uint64_t *w, size_t n) {
     return s;
 }
 
-#define PROBE_STEP(c) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones))
+#define PROBE_STEP(c, b) c = _mm256_add_epi32(c, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), ones))
 
 void tkv__probe_int8_avx2(uint64_t iters, uint64_t *macs) {
-    __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(1);
+    /* 6 chains: with 6 operands, a and the ones, 14 of the 16 ymm registers */
+    __m256i a = _mm256_set1_epi8(1), b0 = a, b1 = a, b2 = a, b3 = a, b4 = a, b5 = a;
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
+    __m256i c0 = _mm256_setzero_si256(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
     for (uint64_t it = 0; it < iters; it++) {
-        /* the inputs pass through an empty asm: the loop cannot be folded */
-        __asm__ volatile("" : "+x"(a), "+x"(b));
-        PROBE_STEP(c0);
-        PROBE_STEP(c1);
-        PROBE_STEP(c2);
-        PROBE_STEP(c3);
-        PROBE_STEP(c4);
-        PROBE_STEP(c5);
-        PROBE_STEP(c6);
-        PROBE_STEP(c7);
+        /* the operands pass through an empty asm: the loop cannot be folded, nor chains share a product */
+        __asm__ volatile("" : "+x"(a), "+x"(b0), "+x"(b1), "+x"(b2), "+x"(b3), "+x"(b4), "+x"(b5));
+        PROBE_STEP(c0, b0);
+        PROBE_STEP(c1, b1);
+        PROBE_STEP(c2, b2);
+        PROBE_STEP(c3, b3);
+        PROBE_STEP(c4, b4);
+        PROBE_STEP(c5, b5);
     }
-    const __m256i all[8] = {c0, c1, c2, c3, c4, c5, c6, c7};
+    const __m256i all[6] = {c0, c1, c2, c3, c4, c5};
     uint64_t s = 0;
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < 6; k++) {
         const __m256i lo = _mm256_cvtepu32_epi64(_mm256_castsi256_si128(all[k]));
         const __m256i hi = _mm256_cvtepu32_epi64(_mm256_extracti128_si256(all[k], 1));
         s += sum_epi64(_mm256_add_epi64(lo, hi));

@@ -3,7 +3,11 @@
  * compute/probe.h): 64-byte loads into four chains of 64-bit adds, and
  * vpdpbusd (the instruction of this level's integer products) on twelve
  * independent accumulators, enough to cover its latency on every core that
- * has it.
+ * has it. The accumulators pass through an empty asm every round: twelve
+ * chains of the same inputs are otherwise one value to the compiler, which
+ * then runs one chain and multiplies its sum by twelve (gcc 12 did), so the
+ * probe timed the instruction's latency, not its throughput (a peak 1.5x
+ * too high on Zen 5: 3 a cycle where the core retires 2).
  */
 #include "compute/probe.h"
 
@@ -40,8 +44,11 @@ void tkv__probe_int8_avx512(uint64_t iters, uint64_t *macs) {
     __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0;
     __m512i c6 = c0, c7 = c0, c8 = c0, c9 = c0, c10 = c0, c11 = c0;
     for (uint64_t it = 0; it < iters; it++) {
-        /* the inputs pass through an empty asm: the loop cannot be folded */
-        __asm__ volatile("" : "+v"(a), "+v"(b));
+        /* inputs and accumulators pass through an empty asm: the loop cannot be
+           folded, nor the twelve chains merged into one */
+        __asm__ volatile(""
+                         : "+v"(a), "+v"(b), "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5), "+v"(c6),
+                           "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
         c0 = _mm512_dpbusd_epi32(c0, a, b);
         c1 = _mm512_dpbusd_epi32(c1, a, b);
         c2 = _mm512_dpbusd_epi32(c2, a, b);
