@@ -243,7 +243,7 @@ static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_B
 /* The types summed block-reduced at every level (compute/quant/quant.h). */
 static int block_reduced(tkv_type t) {
     return t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4 || t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K ||
-           t == TKV_TYPE_Q2_K || t == TKV_TYPE_Q3_K;
+           t == TKV_TYPE_Q2_K || t == TKV_TYPE_Q3_K || t == TKV_TYPE_IQ4_XS;
 }
 
 static void check_dot(tkv_type t, size_t n, const tkv__kernels *simd) {
@@ -583,7 +583,44 @@ static float q3k_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
     return acc;
 }
 
+/*
+ * IQ4_XS in tokenkv's block-reduced order (compute/quant/quant.h; the
+ * reference sums it lane-wise): per superblock the exact sum_b (ls_b - 32)
+ * sum(v a), then acc = fmaf(sum, d_w * d_a, acc) from +0. Written here from
+ * the format alone: fp16 d, 2 bytes of the scales' high bits (sub-block b:
+ * bits 2b, 2b + 1), 4 bytes of their low bits (sub-block b: nibble b % 2 of
+ * byte b / 2), then 16 bytes of nibbles a sub-block, as an IQ4_NL block's
+ * (element e < 16 the low nibble of byte e, e >= 16 the high one of e - 16),
+ * each the index of its value in the GGUF codebook.
+ */
+static float iq4xs_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
+    static const int book[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    float acc = 0.0f;
+    for (size_t i = 0; i < n / 256; i++) {
+        const uint8_t *blk = w + 136 * i, *qs = blk + 8, *ab = a + 292 * i;
+        uint16_t dw, sh;
+        float da;
+        memcpy(&dw, blk, 2);
+        memcpy(&sh, blk + 2, 2);
+        memcpy(&da, ab, 4);
+        const int8_t *aq = (const int8_t *)(ab + 4);
+        int sumi = 0;
+        for (int b = 0; b < 8; b++) {
+            const int ls = ((blk[4 + b / 2] >> (4 * (b % 2))) & 15) | (((sh >> (2 * b)) & 3) << 4);
+            int sq = 0;
+            for (int e = 0; e < 32; e++) {
+                const int nib = e < 16 ? qs[16 * b + e] & 15 : qs[16 * b + e - 16] >> 4;
+                sq += book[nib] * aq[32 * b + e];
+            }
+            sumi += (ls - 32) * sq;
+        }
+        acc = fmaf((float)sumi, tkv__quant_f16_to_f32(dw) * da, acc);
+    }
+    return acc;
+}
+
 static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a) {
+    if (t == TKV_TYPE_IQ4_XS) return iq4xs_dot_ref(n, w, a);
     if (t == TKV_TYPE_Q2_K) return q2k_dot_ref(n, w, a);
     if (t == TKV_TYPE_Q3_K) return q3k_dot_ref(n, w, a);
     return t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K ? k45_dot_ref(n, w, a, t == TKV_TYPE_Q5_K) : b4_dot_ref(t, n, w, a);
@@ -592,7 +629,7 @@ static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8
 /*
  * Every level's vec_dot, gemm, gemv and packed product (where it has one)
  * of Q4_0, IQ4_NL, MXFP4 and Q8_0 rows of 1 to 16 blocks (and Q5_0's at the avx2 level, the one whose order
- * it is) and Q4_K, Q5_K, Q2_K and Q3_K rows of 1 to 33
+ * it is) and Q4_K, Q5_K, Q2_K, Q3_K and IQ4_XS rows of 1 to 33
  * against those models, bit for bit (from 2 blocks on, the lane-wise order
  * IQ4_NL, MXFP4 and Q4_K had before is an ulp off in most outputs): 19 rows
  * (a whole packed group and a partial one), 1 to 9 tokens and 37.
@@ -600,7 +637,7 @@ static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8
 static void test_b4_reference_order(void **state) {
     (void)state;
     const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q8_0, TKV_TYPE_Q4_K,
-                              TKV_TYPE_Q5_K, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_Q5_0};
+                              TKV_TYPE_Q5_K, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_IQ4_XS, TKV_TYPE_Q5_0};
     const size_t n_rows = 19, ldy = 19, tok_counts[] = {1, 2, 3, 4, 5, 8, 9, 37};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const tkv_type t = types[ti], at = tkv__quant_vec_dot_type(t), be = tkv__quant_block_elems(t);
@@ -666,7 +703,7 @@ static void test_b4_reference_order(void **state) {
 
 /*
  * The reference-order entries (kernels.h's vec_dot_ref, gemm_ref: Q5_K, Q2_K,
- * Q3_K, Q8_0 and Q5_0 summed lane-wise, as the reference's plain x86 vec_dots; Q2_K's at
+ * Q3_K, IQ4_XS, Q8_0 and Q5_0 summed lane-wise, as the reference's plain x86 vec_dots; Q2_K's at
  * avx512 block-reduced, as it repacks there; the scalar Q8_0 and Q5_0 as its plain C): at every level that
  * has them, the gemm bit for bit its level's vec_dot_ref (1 to 9 tokens and
  * 37, 19 rows, 1 to 17 superblocks), and each vec_dot_ref within the
@@ -726,7 +763,7 @@ static void test_ref_entries(void **state) {
             free(w), free(xq), free(x), free(y), free(wf), free(af);
         }
     }
-    assert_int_equal(seen, 5); /* Q5_K, Q2_K, Q3_K, Q8_0, Q5_0 */
+    assert_int_equal(seen, 6); /* Q5_K, Q2_K, Q3_K, Q8_0, Q5_0, IQ4_XS */
 }
 
 /* Extreme quants: every weight quant at its most negative/positive, activations at +-127. */

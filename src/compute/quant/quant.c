@@ -564,16 +564,29 @@ float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a) {
     return s;
 }
 
+/* One IQ4_XS block against y: the exact sum of its sub-block sums times their scales. */
+static int32_t iq4xs_block_sum(const tkv__block_iq4_xs *x, const tkv__block_q8_K *y) {
+    int32_t sumi = 0;
+    for (int b = 0; b < 8; b++) sumi += tkv__iq4_xs_scale(x, b) * tkv__book4_sum(tkv__iq4nl_values, x->qs + 16 * b, y->qs + 32 * b);
+    return sumi;
+}
+
+/* Block-reduced (compute/quant/quant.h): per block the exact sum, then one fma into the running sum. */
 float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a) {
     const tkv__block_iq4_xs *x = w;
     const tkv__block_q8_K *y = a;
     float s = 0.0f;
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        int sumi = 0;
-        for (int b = 0; b < 8; b++)
-            sumi += tkv__iq4_xs_scale(&x[i], b) * tkv__book4_sum(tkv__iq4nl_values, x[i].qs + 16 * b, y[i].qs + 32 * b);
-        s += (float)sumi * (tkv__quant_f16_to_f32(x[i].d) * y[i].d);
-    }
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        s = fmaf((float)iq4xs_block_sum(&x[i], &y[i]), tkv__quant_f16_to_f32(x[i].d) * y[i].d, s);
+    return s;
+}
+
+float tkv__quant_vec_dot_iq4_xs_lanes(size_t n, const void *w, const void *a) {
+    const tkv__block_iq4_xs *x = w;
+    const tkv__block_q8_K *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        s += (float)iq4xs_block_sum(&x[i], &y[i]) * (tkv__quant_f16_to_f32(x[i].d) * y[i].d);
     return s;
 }
 

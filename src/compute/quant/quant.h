@@ -492,7 +492,12 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *                   vec_dot_ref), d_a * d_w * sum_g(sc_g * sumi_g) -
  *                   d_a * dmin_w * sum_g(mn_g * bsum_g).
  *   Q6_K:           d_a * d_w * sum_g(scales_g * sumi_g)      (q - 32 folded in)
- *   IQ4_XS:         d_w * d_a * sum_b((ls_b - 32) * sumi_b)
+ *   IQ4_XS:         block-reduced, one running sum from +0:
+ *                   s = fmaf((float)sum_b((ls_b - 32) * sumi_b), d_w * d_a, s);
+ *                   bit for bit at every level. The reference sums it
+ *                   lane-wise (it never repacks IQ4_XS on x86):
+ *                   tkv__quant_vec_dot_iq4_xs_lanes (kernels.h's vec_dot_ref),
+ *                   d_w * d_a * sum_b((ls_b - 32) * sumi_b)
  *   Q2_K:           block-reduced as Q4_K (sc_b and mn_b over its 16
  *                   sub-blocks of 16): the reference's x86 order over its
  *                   repacked Q2_K rows (on CPUs with AVX-512, every matrix
@@ -529,6 +534,7 @@ float tkv__quant_vec_dot_q5_K_lanes(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q6_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_iq4_xs_lanes(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_mxfp4(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q2_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q2_K_lanes(size_t n, const void *w, const void *a);

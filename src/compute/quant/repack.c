@@ -21,13 +21,14 @@ typedef enum pack_kind {
     PACK_K45,         /* Q4_K's and Q5_K's transposed superblocks */
     PACK_Q2K,         /* Q2_K's transposed superblocks */
     PACK_Q3K,         /* Q3_K's */
+    PACK_IQ4XS,       /* IQ4_XS's */
 } pack_kind;
 
 static const pack_kind kinds[TKV_TYPE_COUNT] = {
     [TKV_TYPE_Q4_0] = PACK_TRANSPOSED,   [TKV_TYPE_IQ4_NL] = PACK_TRANSPOSED, [TKV_TYPE_Q8_0] = PACK_Q8_0,
     [TKV_TYPE_Q5_0] = PACK_Q5_0,
     [TKV_TYPE_Q4_K] = PACK_K45, [TKV_TYPE_Q5_K] = PACK_K45, [TKV_TYPE_Q6_K] = PACK_INTERLEAVED,
-    [TKV_TYPE_IQ4_XS] = PACK_INTERLEAVED, [TKV_TYPE_Q2_K] = PACK_Q2K, [TKV_TYPE_Q3_K] = PACK_Q3K,
+    [TKV_TYPE_IQ4_XS] = PACK_IQ4XS, [TKV_TYPE_Q2_K] = PACK_Q2K, [TKV_TYPE_Q3_K] = PACK_Q3K,
 };
 
 static pack_kind kind_of(tkv_type type) {
@@ -57,6 +58,7 @@ size_t tkv__pack_stride(tkv_type type, size_t n) {
                          : k == PACK_K45      ? nb * TKV__K45_PACK_BLOCK(type == TKV_TYPE_Q5_K)
                          : k == PACK_Q2K      ? nb * TKV__Q2K_PACK_BLOCK
                          : k == PACK_Q3K      ? nb * TKV__Q3K_PACK_BLOCK
+                         : k == PACK_IQ4XS    ? nb * TKV__IQ4XS_PACK_BLOCK
                                               : nb * TKV__PACK_ROWS * tkv__quant_row_size(type, be);
     return (bytes + 63) / 64 * 64;
 }
@@ -73,13 +75,14 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
     const uint8_t *src = w;
     uint8_t *dst = out;
     memset(dst, 0, tkv__pack_bytes(type, n, nr));
-    if (kind == PACK_K45 || kind == PACK_Q2K || kind == PACK_Q3K) {
+    if (kind == PACK_K45 || kind == PACK_Q2K || kind == PACK_Q3K || kind == PACK_IQ4XS) {
         for (size_t r = 0; r < nr; r += TKV__PACK_ROWS) {
             const void *rows[TKV__PACK_ROWS];
             for (size_t k = 0; k < TKV__PACK_ROWS; k++) rows[k] = r + k < nr ? src + (r + k) * rs : NULL;
             uint8_t *g = dst + r / TKV__PACK_ROWS * stride;
             if (kind == PACK_Q2K) tkv__pack_q2k_blocks(rows, 0, nb, g);
             else if (kind == PACK_Q3K) tkv__pack_q3k_blocks(rows, 0, nb, g);
+            else if (kind == PACK_IQ4XS) tkv__pack_iq4xs_blocks(rows, 0, nb, g);
             else tkv__pack_k45_blocks(rows, type == TKV_TYPE_Q5_K, 0, nb, g);
         }
         return;
@@ -183,6 +186,24 @@ void tkv__pack_q3k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, siz
             for (size_t u = 0; u < 8; u++) memcpy(o + TKV__Q3K_PACK_HMASK + 64 * u + 4 * k, b->hmask + 4 * u, 4);
             for (size_t sb = 0; sb < 16; sb++) o[TKV__Q3K_PACK_SCALES + 32 * (sb / 2) + 2 * k + sb % 2] = (uint8_t)sc[sb];
             memcpy(o + TKV__Q3K_PACK_D + 2 * k, &b->d, 2);
+        }
+    }
+}
+
+void tkv__pack_iq4xs_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {
+    _Static_assert(TKV__IQ4XS_PACK_BLOCK % 64 == 0 && TKV__IQ4XS_PACK_D + 2 * TKV__PACK_ROWS <= TKV__IQ4XS_PACK_BLOCK,
+                   "a superblock of a group fills whole cache lines");
+    uint8_t *o = out;
+    for (size_t i = i0; i < i1; i++, o += TKV__IQ4XS_PACK_BLOCK) {
+        memset(o, 0, TKV__IQ4XS_PACK_BLOCK);
+        for (size_t k = 0; k < TKV__PACK_ROWS; k++) {
+            if (!rows[k]) continue;
+            const tkv__block_iq4_xs *b = (const tkv__block_iq4_xs *)rows[k] + i;
+            for (int sb = 0; sb < 8; sb++) {
+                for (size_t j = 0; j < 4; j++) memcpy(o + 256 * (size_t)sb + 64 * j + 4 * k, b->qs + 16 * sb + 4 * j, 4);
+                o[TKV__IQ4XS_PACK_SCALES + 16 * sb + k] = (uint8_t)(int8_t)tkv__iq4_xs_scale(b, sb);
+            }
+            memcpy(o + TKV__IQ4XS_PACK_D + 2 * k, &b->d, 2);
         }
     }
 }

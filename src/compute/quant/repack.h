@@ -84,6 +84,18 @@
  *                 of sub-block 2h + e
  *   [1792, 1824)  row k's fp16 d at + 2k; then 32 bytes of zeros
  *
+ * Transposed IQ4_XS (the block-reduced products of each level's
+ * gemm_iq4_xs.c): superblock i of the group at TKV__IQ4XS_PACK_BLOCK i =
+ * 2240 i (35 cache lines: 2.9% over the file's bytes, the scales unpacked
+ * to bytes):
+ *
+ *   [0, 2048)     quants: sub-block b (b < 8) at 256 b, as a Q4_0 block's
+ *                 (chunk j at 256 b + 64 j, bytes 4k .. 4k + 3 = row k's
+ *                 qs[16 b + 4j .. 16 b + 4j + 3]: the low nibbles elements
+ *                 32 b + 4j.., the high ones 32 b + 16 + 4j..)
+ *   [2048, 2176)  scales: byte 16 b + k = row k's ls_b - 32 (a signed byte)
+ *   [2176, 2208)  row k's fp16 d at + 2k; then 32 bytes of zeros
+ *
  * Transposed Q5_0 (the avx2 level's block-reduced products, in its
  * gemm_q4_0_iq4_nl.c): one stream, block i of the group at
  * TKV__Q5_0_PACK_BLOCK i = 352 i (11 x 32 bytes: the file's bytes),
@@ -95,7 +107,7 @@
  *                 every byte, which one shift brings to bit 4 for all rows)
  *   [320, 352)    row k's fp16 d at + 2k
  *
- * Interleaved (Q6_K, IQ4_XS: the lane-wise products of gemm.h, whose
+ * Interleaved (Q6_K: the lane-wise products of gemm.h, whose
  * per-row float lanes leave nothing to gain from a transpose): the file's
  * blocks as they are, block i of row k of the group at (16 i + k) bs (bs the
  * type's block bytes), so a product over 16 rows reads block i of all of
@@ -112,7 +124,7 @@
 #define TKV__PACK_ROWS 16
 
 /*
- * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q8_0, Q5_0, Q4_K, Q5_K, Q2_K, Q3_K; Q6_K, IQ4_XS). A level's kernel table says
+ * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q8_0, Q5_0, Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS; Q6_K). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);
@@ -192,5 +204,13 @@ void tkv__pack_q2k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, siz
 
 /* The same for 16 Q3_K rows, superblock i at out + (i - i0) TKV__Q3K_PACK_BLOCK. */
 void tkv__pack_q3k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+
+/* Offsets in one IQ4_XS superblock of a packed group (above). */
+#define TKV__IQ4XS_PACK_SCALES 2048
+#define TKV__IQ4XS_PACK_D 2176
+#define TKV__IQ4XS_PACK_BLOCK 2240
+
+/* The same for 16 IQ4_XS rows, superblock i at out + (i - i0) TKV__IQ4XS_PACK_BLOCK. */
+void tkv__pack_iq4xs_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
 
 #endif

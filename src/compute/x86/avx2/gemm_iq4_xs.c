@@ -1,31 +1,29 @@
 /*
- * compute/x86/avx2/gemm_iq4_xs.c — the tiled product of IQ4_XS weights for
- * prefill and decode steps of several sequences (see gemm.h), AVX2 + FMA +
- * F16C, bit for bit compute/x86/avx2/kernels.c's tkv__dot_iq4_xs_avx2: per
- * (row, token) and super-block the same 8 integer lanes (lane j: elements
- * 4j .. 4j + 3 of every sub-block, each sub-block's products times its
- * scale), one fma of d_w d_a per super-block and lane, and the vec_dot's
- * horizontal sum.
+ * compute/x86/avx2/gemm_iq4_xs.c — IQ4_XS products at the avx2 level over the transposed
+ * layout of compute/quant/repack.h, in the block-reduced order of compute/quant/quant.h, bit for
+ * bit the level's vec_dot (and the scalar one): the product over packed rows and the tiled
+ * product over the file's rows (which builds the same layout for a chunk of K on its stack).
+ * The avx512 level's gemm_iq4_xs.c says why the layout.
  *
- * As at avx512 (compute/x86/avx512/gemm_iq4_xs.c) the panel holds each
- * element's codebook value times its sub-block's scale as an int16, so a
- * half sub-block of one row and one token is one vpmaddwd with the token's
- * 16 quants widened to words (8 lanes of 2 elements), added into a lane sum
- * for the first 16 elements and one for the last 16. Once per super-block
- * vphaddd pairs them into the vec_dot's lanes, in the order
- * 0, 1, 4, 5, 2, 3, 6, 7: the float accumulators keep that order (every
- * float operation is per lane) and the finish puts it right.
+ * A ymm's lane k is row 8h + k of the group's half h. Per 32 bytes of a
+ * sub-block's quants (4 of each of 8 rows): the low and the high nibbles'
+ * codebook values by a byte shuffle each; their values as unsigned
+ * codebook + 128 bytes would overflow vpmaddubsw's int16 pairs, so each
+ * token's 4 activation bytes take the value's signs (vpsignb) and multiply
+ * its magnitude (pairs of at most 2 x 127 x 127: no saturation), widened to
+ * int32 at once (vpmaddwd by 1), as gemm_q4_0_iq4_nl.c's IQ4_NL step; per
+ * sub-block and token the sum times the row's scale (vpmulld), per
+ * superblock one conversion, the scale product and one fma.
  *
- * Tile: 2 rows x 2 tokens: 8 integer accumulators, the token's widened
- * quants and the panel's words as memory operands fill the 16 ymm; the
- * float accumulators live in the stash (a load and a store per super-block).
+ * Tokens run in tiles of up to 2 (16 ymm registers); each superblock's two
+ * halves follow one another, so its bytes come from memory once and from
+ * L1 the second time.
  */
 #include "compute/gemm.h"
 #include "util.h"
-#include "compute/x86/tile_driver.h"
 #include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
 
-#include <assert.h>
 #include <stdalign.h>
 #include <stdint.h>
 #include <string.h>
@@ -33,149 +31,148 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 
-#define TK 2       /* tokens per tile */
-#define KC 8       /* blocks per chunk of K */
-#define TC_MAXK 64 /* tokens per chunk when K is cut (the stash holds them all); TILE_TC_DIRECT when it is not */
-
-enum { XB = sizeof(tkv__block_iq4_xs), AB = sizeof(tkv__block_q8_K), Q8K_QS = 4 };
-
-/* One super-block of a group's 2 rows (1 KiB + 32 bytes). */
-typedef struct px {
-    int16_t w[8][2][32]; /* sub-block c, row k: its 32 elements' (ls - 32) x codebook value, in element order */
-    float d[8];          /* row k's fp16 d as a float at d[k] */
-} px;
-
-/* Row k's block (at blk) into e. */
-static inline void px_row(px *e, int k, const uint8_t *blk) {
-    const tkv__block_iq4_xs *x = (const tkv__block_iq4_xs *)(const void *)blk;
-    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
-    alignas(16) int16_t sc[8];
-    _mm_store_si128((__m128i *)(void *)sc, iq4xs_scales(x));
-    UNROLL
-    for (int c = 0; c < 8; c++) {
-        const __m256i q = _mm256_shuffle_epi8(book, nibbles32(x->qs + 16 * c));
-        const __m256i s = _mm256_set1_epi16(sc[c]);
-        _mm256_store_si256((__m256i *)(void *)e->w[c][k], _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)), s));
-        _mm256_store_si256((__m256i *)(void *)(e->w[c][k] + 16),
-                           _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)), s));
-    }
-    e->d[k] = f16(x->d);
-}
-
-#define LOADW(p) _mm256_load_si256((const __m256i *)(const void *)(p))
+enum {
+    ROWS = TKV__PACK_ROWS, /* rows per group: two ymm's lanes */
+    QBS = sizeof(tkv__block_q8_K),
+    SB = TKV__IQ4XS_PACK_BLOCK,
+    TT = 2,   /* tokens per tile */
+    KC = 16,  /* superblocks per panel of the file-rows product (35 KiB) */
+    TC = 64,  /* tokens per chunk: their activations stay in L2 while the groups pass */
+    Y_QS = 4, /* offset of a Q8_K block's quants */
+};
 
 /*
- * The tile: 2 rows x T tokens over blocks k0..k1-1 (block i's rows at
- * pan[i - k0]). st: the 2 T float accumulators, [row][token], 8 floats each
- * in vphaddd's lane order.
+ * Superblocks [0, cnt) of one group at pk for T tokens, the group's first
+ * nrow rows: yb0[t] is token t's Q8_K block of the first superblock;
+ * acc[2 t + h] carries token t's running sums of half h. pf: ask for the
+ * group's bytes PREFETCH_AHEAD on (it streams from memory).
  */
-INLINE void tile(const px *pan, size_t k0, size_t k1, const uint8_t *const *yt, float *st, int init, int T) {
-    if (init)
-        for (int q = 0; q < 2 * T; q++) _mm256_store_ps(st + 8 * q, _mm256_setzero_ps());
-    for (size_t i = k0; i < k1; i++) {
-        const px *e = pan + (i - k0);
-        const uint8_t *yb[TK];
-        __m256i lo[2][TK], hi[2][TK];
+INLINE void xs_run(const uint8_t *pk, size_t cnt, size_t nrow, const uint8_t *const *yb0, __m256 *acc, int T, int pf) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
+    const int NH = nrow > 8 ? 2 : 1;
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *b = pk + i * SB, *yb[TT];
         UNROLL
-        for (int t = 0; t < T; t++) {
-            yb[t] = yt[t] + i * AB;
+        for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS;
+        for (int h = 0; h < NH; h++) {
+            __m256i sumi[TT];
             UNROLL
-            for (int k = 0; k < 2; k++) lo[k][t] = hi[k][t] = _mm256_setzero_si256();
-        }
-        /* not unrolled: unrolled, gcc schedules all 8 sub-blocks' products first and spills them */
-        _Pragma("GCC unroll 1") for (int c = 0; c < 8; c++)
+            for (int t = 0; t < T; t++) sumi[t] = _mm256_setzero_si256();
+            UNROLL
+            for (int s = 0; s < 8; s++) {
+                /* util.h's PREFETCH_AHEAD on, an eighth of a superblock a sub-block (and the line it starts in) */
+                if (pf && h == 0) prefetch_span(b + PREFETCH_AHEAD + SB * (size_t)s / 8, SB / 8 + 64);
+                __m256i c[TT];
+                UNROLL
+                for (int t = 0; t < T; t++) c[t] = _mm256_setzero_si256();
+                UNROLL
+                for (int j = 0; j < 4; j++) {
+                    const __m256i q = LOADA256(b + 256 * s + 64 * j + 32 * h);
+                    const __m256i wl = _mm256_shuffle_epi8(book, _mm256_and_si256(q, m4));
+                    const __m256i wh = _mm256_shuffle_epi8(book, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+                    const __m256i al = _mm256_abs_epi8(wl), ah = _mm256_abs_epi8(wh);
+                    UNROLL
+                    for (int t = 0; t < T; t++) {
+                        const uint8_t *a = yb[t] + Y_QS + 32 * s + 4 * j;
+                        const __m256i pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast32(a), wl));
+                        const __m256i ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast32(a + 16), wh));
+                        c[t] = _mm256_add_epi32(c[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones)));
+                    }
+                }
+                const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(b + TKV__IQ4XS_PACK_SCALES + 16 * s + 8 * h)));
+                UNROLL
+                for (int t = 0; t < T; t++) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_mullo_epi32(c[t], sc));
+            }
+            const __m256 dw = _mm256_cvtph_ps(LOAD128(b + TKV__IQ4XS_PACK_D + 16 * h));
             UNROLL
             for (int t = 0; t < T; t++) {
-                const __m256i yl = _mm256_cvtepi8_epi16(LOAD128(yb[t] + Q8K_QS + 32 * c));
-                const __m256i yh = _mm256_cvtepi8_epi16(LOAD128(yb[t] + Q8K_QS + 32 * c + 16));
-                UNROLL
-                for (int k = 0; k < 2; k++) {
-                    lo[k][t] = _mm256_add_epi32(lo[k][t], _mm256_madd_epi16(LOADW(e->w[c][k]), yl));
-                    hi[k][t] = _mm256_add_epi32(hi[k][t], _mm256_madd_epi16(LOADW(e->w[c][k] + 16), yh));
-                }
-            }
-        UNROLL
-        for (int t = 0; t < T; t++) {
-            float yd;
-            memcpy(&yd, yb[t], sizeof yd);
-            UNROLL
-            for (int k = 0; k < 2; k++) {
-                float *a = st + 8 * (k * T + t);
-                const __m256 d = _mm256_set1_ps(e->d[k] * yd);
-                const __m256 v = _mm256_cvtepi32_ps(_mm256_hadd_epi32(lo[k][t], hi[k][t]));
-                _mm256_store_ps(a, _mm256_fmadd_ps(d, v, _mm256_load_ps(a)));
+                float yd;
+                memcpy(&yd, yb[t], sizeof yd);
+                acc[2 * t + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), _mm256_mul_ps(dw, _mm256_set1_ps(yd)), acc[2 * t + h]);
             }
         }
     }
 }
 
-/* The horizontal sums, out: the lanes back in order (vphaddd's 0, 1, 4, 5 | 2, 3, 6, 7), then reduce8's. */
-static void finish(const float *st, int T, float *y, size_t ldy, size_t nrow) {
-    __m256 a[8];
-    for (int q = 0; q < 8; q++)
-        a[q] = q / 2 < T ? _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_load_ps(st + 8 * ((q % 2) * T + q / 2))),
-                                                                  _MM_SHUFFLE(3, 1, 2, 0)))
-                         : _mm256_setzero_ps();
-    store_tile(y, ldy, reduce8(a), (int)min_sz(2, nrow), T);
+/*
+ * One group (pk: its superblock k0; cnt superblocks) for the T tokens at
+ * yt[t] (their rows; block k0 of each is read first): the running sums from
+ * the stash st (32 floats a token, util.h's; zero when first), back to it,
+ * or when last to y[t ldy + k] for the group's first nrow rows.
+ */
+INLINE void xs_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
+                    float *y, size_t ldy, size_t nrow, int T, int pf) {
+    const uint8_t *yb[TT];
+    __m256 acc[2 * TT], accm[2 * TT]; /* acc[2 t + h]; accm stays +0 (util.h's sums take acc - accm) */
+    UNROLL
+    for (int t = 0; t < T; t++) {
+        yb[t] = yt[t] + k0 * QBS;
+        for (int h = 0; h < 2; h++) {
+            sums_start(st ? st + 32 * t : NULL, first, 1, h, &acc[2 * t + h], &accm[2 * t + h]);
+        }
+    }
+    xs_run(pk, cnt, nrow, yb, acc, T, pf);
+    UNROLL
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < 2 && (size_t)h * 8 < nrow; h++)
+            sums_end(st ? st + 32 * t : NULL, last, 1, h, &acc[2 * t + h], &accm[2 * t + h], y + (size_t)t * ldy, ldy, nrow);
 }
 
-enum { STT = 2 * TK * 8 /* stash floats per tile */ };
-
-/* The product's buffers (on the stack). */
-typedef struct xs_bufs {
-    alignas(64) px pan[KC];                         /* 8 KiB */
-    alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 4 KiB */
-} xs_bufs;
-
-/* The product's state: its buffers and the panel's block stride (tile_bstride). */
-typedef struct xs_state {
-    xs_bufs *b;
-    size_t bst;
-} xs_state;
-
-INLINE void xs_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
-    xs_state *s = f;
-    const size_t o = i * s->bst;
-    px_row(&s->b->pan[i - k0], 0, rows[0] + o);
-    px_row(&s->b->pan[i - k0], 1, rows[1] + o);
+/*
+ * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
+ * [k0, k0 + cnt) at pk, in tiles of 2 and 1; stash st (32 floats a token).
+ */
+INLINE void xs_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
+                      float *st, int first, int last, float *y, size_t ldy, size_t nrow, int stream) {
+    for (size_t u = 0; u < tn;) {
+        const int T = (int)min_sz(TT, tn - u);
+        const uint8_t *yt[TT];
+        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
+        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
+        if (T == 2) xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, pf);
+        else xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, pf);
+        u += (size_t)T;
+    }
 }
 
-INLINE void xs_tile(void *f, const tile_chunk *c, const tile_step *s) {
-    xs_state *q = f;
-    (void)c;
-    if (s->T == 2) tile(q->b->pan, s->k0, s->k1, s->yt, s->st, s->k0 == 0, 2);
-    else tile(q->b->pan, s->k0, s->k1, s->yt, s->st, s->k0 == 0, 1);
+/* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups; each group is read
+   once per chunk of TC tokens, its tiles one after another. */
+void tkv__packed_iq4_xs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK_K;
+    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
+        const size_t tn = min_sz(TC, n_tok - t0);
+        for (size_t r = 0; r < nr; r += ROWS)
+            xs_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r), 1);
+    }
 }
 
-INLINE void xs_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
-    (void)f;
-    finish(st, T, y, ldy, nrow);
-}
-
-/* packed: the job's rows are packed (compute/quant/repack.h; a constant, so the panel's block stride is one too) */
-INLINE void gemm_xs(const tile_job *job, int packed) {
-    xs_bufs bufs;
-    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
-                   "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    xs_state s = {.b = &bufs, .bst = (packed ? TKV__PACK_ROWS : 1) * (size_t)XB};
-    assert(s.bst == tile_bstride(job, XB));
-    const size_t nb = job->n / TKV__QK_K;
-    const int direct = nb <= KC;
-    const tile_shape sh = {.nb = nb, .bs = XB, .kc = KC, .tc = direct ? TILE_TC_DIRECT : TC_MAXK, .rows = 2, .big = TK,
-                           .st = bufs.st, .stt = STT, .by_token = 0};
-    const tile_ops ops = {.table = NULL, .panel = xs_panel, .tile = xs_tile, .finish = xs_finish};
-    tile_product(job, &sh, &ops, &s);
-}
-
+/* Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of KC superblocks transposed into a panel
+   on the stack (the packed layout), then every token's tiles over it, their sums carried in a stash. */
 void tkv__gemm_iq4_xs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm_xs(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
-}
-
-/* The same product over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
-void tkv__gemm_iq4_xs_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
-                                  size_t n_tok, float *y, size_t ldy) {
-    gemm_xs(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1);
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK_K;
+    struct {
+        alignas(64) uint8_t pan[KC * SB]; /* 35 KiB */
+        alignas(64) float st[TC * 32];    /* 8 KiB */
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
+        const size_t tn = min_sz(TC, n_tok - t0);
+        for (size_t r = 0; r < nr; r += ROWS) {
+            const void *rows[ROWS];
+            for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
+            for (size_t k0 = 0; k0 < nb; k0 += KC) {
+                const size_t cnt = min_sz(KC, nb - k0);
+                tkv__pack_iq4xs_blocks(rows, k0, k0 + cnt, b.pan);
+                xs_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, min_sz(ROWS, nr - r), 0);
+            }
+        }
+    }
 }
 
 #endif

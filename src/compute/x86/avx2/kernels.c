@@ -220,26 +220,43 @@ float tkv__dot_q8_0_avx2(size_t n, const void *w, const void *a) {
 /*
  * IQ4_XS: per sub-block the codebook products as int16 pairs (maddubs),
  * times the sub-block's scale in the pairs' sum (madd), all eight into one
- * 8-lane integer sum per super-block; then, as the reference does, one fma
- * of its float scale per super-block and lane.
+ * 8-lane integer sum per super-block (exact). The reference's order
+ * (tkv__dot_iq4_xs_lanes_avx2, vec_dot_ref) then fma's its float scale into
+ * each lane and sums the lanes at the end; the default, block-reduced one
+ * (tkv__dot_iq4_xs_avx2) sums the lanes per super-block and fma's that once,
+ * bit for bit each level's gemm_iq4_xs.c.
  */
-float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a) {
+static inline __m256i iq4xs_lanes(const tkv__block_iq4_xs *x, const int8_t *yqs, __m256i book) {
+    __m256i sumi = _mm256_setzero_si256();
+    for (int b = 0; b < 8; b++) {
+        const __m256i q = _mm256_shuffle_epi8(book, nibbles32(x->qs + 16 * b));
+        const __m256i yq = LOAD256(yqs + 32 * b);
+        const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
+        const __m256i ls = _mm256_set1_epi16((short)tkv__iq4_xs_scale(x, b));
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pairs, ls));
+    }
+    return sumi;
+}
+
+float tkv__dot_iq4_xs_lanes_avx2(size_t n, const void *w, const void *a) {
     const tkv__block_iq4_xs *x = w;
     const tkv__block_q8_K *y = a;
     const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
     __m256 acc = _mm256_setzero_ps();
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        __m256i sumi = _mm256_setzero_si256();
-        for (int b = 0; b < 8; b++) {
-            const __m256i q = _mm256_shuffle_epi8(book, nibbles32(x[i].qs + 16 * b));
-            const __m256i yq = LOAD256(y[i].qs + 32 * b);
-            const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
-            const __m256i ls = _mm256_set1_epi16((short)tkv__iq4_xs_scale(&x[i], b));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pairs, ls));
-        }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
-    }
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(x[i].d) * y[i].d), _mm256_cvtepi32_ps(iq4xs_lanes(&x[i], y[i].qs, book)), acc);
     return hsum_f32(acc);
+}
+
+/* IQ4_XS block-reduced (compute/quant/quant.h): per block the exact sum, then one fma into the running sum. */
+float tkv__dot_iq4_xs_avx2(size_t n, const void *w, const void *a) {
+    const tkv__block_iq4_xs *x = w;
+    const tkv__block_q8_K *y = a;
+    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        s = fmaf((float)hsum_i32(iq4xs_lanes(&x[i], y[i].qs, book)), f16(x[i].d) * y[i].d, s);
+    return s;
 }
 
 /*
@@ -863,10 +880,10 @@ const tkv__kernels tkv__kernel_avx2_part = {
     .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_lanes_avx2,
                     [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = dot_q8_0,
-                    [TKV_TYPE_Q5_0] = dot_q5_0},
+                    [TKV_TYPE_Q5_0] = dot_q5_0, [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_lanes_avx2},
     .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx2, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_lanes_avx2,
                  [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_lanes_avx2,
-                 [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_lanes_avx2},
+                 [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_lanes_avx2, [TKV_TYPE_IQ4_XS] = tkv__gemm_iq4_xs_lanes_avx2},
     .quantize =
         {
             [TKV_TYPE_F16] = quant_f16,

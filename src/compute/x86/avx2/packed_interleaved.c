@@ -1,7 +1,9 @@
 /*
  * compute/x86/avx2/packed_interleaved.c — the products over packed rows (kernels.h's
- * `packed`; compute/quant/repack.h's interleaved layout) of Q6_K and IQ4_XS
- * at the avx2 level, bit for bit the level's vec_dots (compute/x86/avx2/kernels.c).
+ * `packed`; compute/quant/repack.h's interleaved layout) of Q6_K at the
+ * avx2 level, bit for bit the level's vec_dot (compute/x86/avx2/kernels.c;
+ * IQ4_XS, which this file had too, is block-reduced over a transposed
+ * layout now: gemm_iq4_xs.c).
  *
  * One token (generation): a group of 16 rows is read once, in order, block
  * i of its rows from one span of 16 blocks; the rows' accumulators (more
@@ -20,8 +22,8 @@
  *
  * Two tokens run it once per token, each group from cache the second time;
  * three and more go to the tiled products over the same packed rows
- * (gemm_q8_0_q4_q5_q6_k.c's Q6_K, gemm_iq4_xs.c: tile_driver.h
- * reads blocks TKV__PACK_ROWS apart).
+ * (gemm_q8_0_q4_q5_q6_k.c's Q6_K: tile_driver.h reads blocks
+ * TKV__PACK_ROWS apart).
  */
 #include "compute/gemm.h"
 #include "util.h"
@@ -46,11 +48,6 @@ enum {
 
 #define Q8K_QS 4
 #define Q8K_BSUMS 260
-
-/* Word w (0..7) of each 128-bit lane's first 8 words in all 16 words: a vpshufb pattern. */
-static inline __m256i word_pick(int w) {
-    return _mm256_set1_epi16((short)(2 * w | (2 * w + 1) << 8));
-}
 
 /* The vec_dot's horizontal sum: ((v0 + v4) + (v2 + v6)) + ((v1 + v5) + (v3 + v7)). */
 static inline float hsum(__m256 v) {
@@ -104,37 +101,6 @@ static void q6k_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, flo
     for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
 }
 
-/* ==== IQ4_XS ======================================================================== */
-
-/* The first nk rows of a group of IQ4_XS rows, one token (its nb Q8_K blocks at ya). */
-static void iq4xs_rows(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out) {
-    enum { BS = sizeof(tkv__block_iq4_xs), QBS = sizeof(tkv__block_q8_K), PF = (PREFETCH_AHEAD / (G * BS) + 1) * G * BS };
-    __m256 acc[G];
-    for (int k = 0; k < G; k++) acc[k] = _mm256_setzero_ps();
-    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
-    for (size_t i = 0; i < nb; i++) {
-        const uint8_t *yb = ya + i * QBS, *blk = g + i * G * BS;
-        float yd;
-        memcpy(&yd, yb, sizeof yd);
-        for (int k = 0; k < nk; k++) {
-            const tkv__block_iq4_xs *x = (const tkv__block_iq4_xs *)(const void *)(blk + (size_t)k * BS);
-            prefetch_span((const uint8_t *)x + PF, BS); /* a row's lines at a time, as q6k_rows */
-            /* the 8 sub-block scales as words in both lanes: set1_epi16 of each is one vpshufb */
-            const __m256i s16 = _mm256_broadcastsi128_si256(iq4xs_scales(x));
-            __m256i sumi = _mm256_setzero_si256();
-            UNROLL
-            for (int b = 0; b < 8; b++) {
-                const __m256i q = _mm256_shuffle_epi8(book, nibbles32(x->qs + 16 * b));
-                const __m256i yq = LOAD256(yb + Q8K_QS + 32 * b);
-                const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(yq, q));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(pairs, _mm256_shuffle_epi8(s16, word_pick(b))));
-            }
-            acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(f16(x->d) * yd), _mm256_cvtepi32_ps(sumi), acc[k]);
-        }
-    }
-    for (int k = 0; k < nk; k++) out[k] = hsum(acc[k]);
-}
-
 /* ==== the entries ===================================================================== */
 
 typedef void rows_fn(const uint8_t *g, size_t nb, int nk, const uint8_t *ya, float *out);
@@ -147,7 +113,5 @@ static void by_token(rows_fn *f, size_t nb, const uint8_t *w, size_t gs, size_t 
 }
 
 PACKED_ENTRY(tkv__packed_q6_K_avx2, tkv__gemm_q6_K_packed_avx2, q6k_rows, TKV__QK_K)
-
-PACKED_ENTRY(tkv__packed_iq4_xs_avx2, tkv__gemm_iq4_xs_packed_avx2, iq4xs_rows, TKV__QK_K)
 
 #endif

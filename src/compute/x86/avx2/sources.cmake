@@ -14,6 +14,7 @@ set(TKV_AVX2_SOURCES
   compute/x86/avx2/gemm_q2_q3_k_lanes.c
   compute/x86/avx2/gemm_q2_q3_k.c
   compute/x86/avx2/gemm_iq4_xs.c
+  compute/x86/avx2/gemm_iq4_xs_lanes.c
   compute/x86/avx2/gemm_float.c
   compute/x86/avx2/gemm_bf16_pairs.c
   compute/x86/avx2/gemm_iq3.c

@@ -1,33 +1,36 @@
 /*
- * compute/x86/avx512/gemm_iq4_xs.c — the tiled product of IQ4_XS weights for
- * prefill and decode steps of several sequences (see gemm.h), AVX-512
- * F/BW/VL + VNNI, bit for bit the vec_dot this level keeps from avx2
- * (compute/x86/avx2/kernels.c's tkv__dot_iq4_xs_avx2): per (row, token) and
- * super-block the same 8 integer lanes (lane j: elements 4j .. 4j + 3 of
- * every sub-block, each sub-block's products times its scale), then one fma
- * of d_w d_a per super-block and lane, and the vec_dot's horizontal sum.
+ * compute/x86/avx512/gemm_iq4_xs.c — IQ4_XS products at the avx512 level (AVX-512 F/BW/VL + VNNI)
+ * over the transposed layout of compute/quant/repack.h, in the block-reduced order of
+ * compute/quant/quant.h, so they equal the level's vec_dot (and the scalar one) bit for bit: the
+ * product over packed rows (generation reads every row once, in one sequential stream per
+ * group), and the tiled product over the file's rows, which builds the same layout for a chunk
+ * of K on its stack first.
  *
- * The panel holds each element's codebook value times its sub-block's scale
- * as an int16 (|(ls - 32) v| <= 32 * 127, exact), so a sub-block of one row
- * and one token is one vpdpwssd with the token's 32 quants widened to words:
- * 16 lanes of 2 elements, where the vec_dot's lane j is lanes 2j and 2j + 1
- * (exact integers, added once per super-block). A scale folded into a byte,
- * as Q2_K's and Q3_K's tiles do, does not fit (up to 4064), and vpdpbusd
- * with a vpmulld by the scale per sub-block costs more instructions than the
- * word products (the one-token product over packed rows does that: it has no
- * panel to fold the scale into).
+ * Lane k of a zmm is row k of a group of 16, so a superblock reduces to one
+ * integer per lane with no horizontal sums, as gemm_q4_q5_k.c's Q4_K. A
+ * sub-block of 32 is an IQ4_NL block without its own scale, transposed as
+ * gemm_q4_0_iq4_nl.c's: per 64-byte chunk (4 bytes of each of 16 rows) one
+ * and, one shift and one and give the low and the high nibbles, a byte
+ * shuffle each their codebook values + 128 (1..241, unsigned for vpdpbusd);
+ * per token one vpdpbusd each with the token's 4 activation bytes
+ * broadcast, the sum starting from -128 times the token's sum over the
+ * sub-block (its two sums of 16), so it is exact. Per sub-block and token
+ * the sum times the row's scale (vpmulld by 16 scale bytes widened); per
+ * superblock and token one conversion, the scale product and one fma for
+ * all 16 rows. Against the lane-wise order (gemm_iq4_xs_lanes.c, a row
+ * pair per zmm, the scales picked by a permute per sub-block, the vec_dot's
+ * horizontal sums per row) a sub-block's vpmulld covers 32 products of a
+ * row instead of 4.
  *
- * Tile: 4 rows x 4 tokens: 16 integer accumulators of a super-block, then
- * per row pair and token the lanes paired into the vec_dot's 8 per row and
- * fma'd into the float accumulators, which hold a row pair per zmm (rows 2p
- * in lanes 0-7, 2p + 1 in 8-15) as every avx512 tile does.
+ * Tokens run in tiles of up to 4 over a group; with fewer than 4 a token's
+ * sums are split over independent chains (integer sums are exact, so the
+ * split changes no bit) so that vpdpbusd's latency is hidden.
  */
 #include "compute/gemm.h"
 #include "util.h"
-#include "compute/x86/tile_driver.h"
 #include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
 
-#include <assert.h>
 #include <stdalign.h>
 #include <stdint.h>
 #include <string.h>
@@ -36,149 +39,163 @@
     defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
 #include <immintrin.h>
 
-#define TK 4       /* tokens per tile */
-#define KC 8       /* blocks per chunk of K */
-#define TC_MAXK 64 /* tokens per chunk when K is cut (the stash holds them all); TILE_TC_DIRECT when it is not */
-
-enum { XB = sizeof(tkv__block_iq4_xs), AB = sizeof(tkv__block_q8_K), Q8K_QS = 4 };
-
-/* One super-block of a group's 4 rows (2 KiB + 128 bytes). */
-typedef struct px {
-    int16_t w[8][4][32]; /* sub-block c, row k: its 32 elements' (ls - 32) x codebook value, in element order */
-    float d[2][16];      /* row pair p: [fp16 d of row 2p x 8 | of row 2p + 1 x 8] */
-} px;
-
-/* Row k's block (at blk) into e. */
-static inline void px_row(px *e, int k, const uint8_t *blk) {
-    const tkv__block_iq4_xs *x = (const tkv__block_iq4_xs *)(const void *)blk;
-    const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
-    alignas(16) int16_t sc[8];
-    _mm_store_si128((__m128i *)(void *)sc, iq4xs_scales(x));
-    UNROLL
-    for (int c = 0; c < 8; c++) {
-        const __m512i v = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(book, nibbles32(x->qs + 16 * c)));
-        _mm512_store_si512(e->w[c][k], _mm512_mullo_epi16(v, _mm512_set1_epi16(sc[c])));
-    }
-}
+enum {
+    ROWS = TKV__PACK_ROWS, /* rows per group: a zmm's lanes */
+    QBS = sizeof(tkv__block_q8_K),
+    SB = TKV__IQ4XS_PACK_BLOCK,
+    TT = 4,       /* tokens per tile */
+    KC = 16,      /* superblocks per panel of the file-rows product (35 KiB) */
+    TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
+    Y_QS = 4,     /* offset of a Q8_K block's quants */
+    Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
+};
 
 /*
- * The tile: 4 rows x T tokens over blocks k0..k1-1 (block i's rows at
- * pan[i - k0]). st: the 2 T float accumulators, [pair][token], 16 floats each.
+ * Superblocks [0, cnt) of one group at pk for T tokens: yb0[t] is token t's
+ * Q8_K block of the first one; acc[t] carries the running sums of the 16
+ * rows. pf: ask for the group's bytes PREFETCH_AHEAD on (it streams from
+ * memory).
  */
-INLINE void tile(const px *pan, size_t k0, size_t k1, const uint8_t *const *yt, float *st, int init, int T) {
-    /* lanes 2j of two rows' accumulators (row a's to 0-7, row b's to 8-15), and lanes 2j + 1 */
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    __m512 acc[2][TK];
-    UNROLL
-    for (int p = 0; p < 2; p++)
-        UNROLL
-        for (int t = 0; t < T; t++) acc[p][t] = init ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * (p * T + t));
-    for (size_t i = k0; i < k1; i++) {
-        const px *e = pan + (i - k0);
-        const uint8_t *yb[TK];
-        __m512i s[4][TK];
+INLINE void xs_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, int T, int pf) {
+    enum { CMAX = 4 };
+    const int C = T >= 4 ? 1 : T >= 2 ? 2 : 4;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i book = _mm512_xor_si512(_mm512_broadcast_i32x4(LOAD128(tkv__iq4nl_values)), _mm512_set1_epi8((char)0x80));
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *b = pk + i * SB, *yb[TT];
+        __m512i sumi[TT];
         UNROLL
         for (int t = 0; t < T; t++) {
-            yb[t] = yt[t] + i * AB;
-            UNROLL
-            for (int k = 0; k < 4; k++) s[k][t] = _mm512_setzero_si512();
+            yb[t] = yb0[t] + i * QBS;
+            sumi[t] = _mm512_setzero_si512();
         }
         UNROLL
-        for (int c = 0; c < 8; c++) {
-            __m512i w[4];
-            UNROLL
-            for (int k = 0; k < 4; k++) w[k] = _mm512_load_si512(e->w[c][k]);
+        for (int s = 0; s < 8; s++) {
+            /* util.h's PREFETCH_AHEAD on, half a superblock (and the line it starts in) every 4 sub-blocks: two
+               threads from memory (bench_kernels -n 2048 -r 262144 -T 2 -c 2048, Zen 5, 6 interleaved runs) read
+               49.7-52.8 GB/s when the VM's memory is contended and 80 when not, an eighth every sub-block 42-43
+               and 74-80 (IQ4_NL beside them: 50-53 and 80-85); one thread 42.4 against 41.0 */
+            if (pf && s % 4 == 0) prefetch_span(b + PREFETCH_AHEAD + SB * (size_t)s / 8, SB / 2 + 64);
+            __m512i c[TT][CMAX];
             UNROLL
             for (int t = 0; t < T; t++) {
-                const __m512i yv = _mm512_cvtepi8_epi16(LOAD256(yb[t] + Q8K_QS + 32 * c));
+                int16_t h0, h1;
+                memcpy(&h0, yb[t] + Y_BSUMS + 4 * s, 2), memcpy(&h1, yb[t] + Y_BSUMS + 4 * s + 2, 2);
+                c[t][0] = _mm512_set1_epi32(-128 * (h0 + h1));
+                for (int u = 1; u < C; u++) c[t][u] = _mm512_setzero_si512();
+            }
+            UNROLL
+            for (int j = 0; j < 4; j++) {
+                const __m512i q = _mm512_load_si512((const void *)(b + 256 * s + 64 * j));
+                const __m512i lo = _mm512_shuffle_epi8(book, _mm512_and_si512(q, m4));
+                const __m512i hi = _mm512_shuffle_epi8(book, _mm512_and_si512(_mm512_srli_epi32(q, 4), m4));
                 UNROLL
-                for (int k = 0; k < 4; k++) s[k][t] = _mm512_dpwssd_epi32(s[k][t], w[k], yv);
+                for (int t = 0; t < T; t++) {
+                    const uint8_t *a = yb[t] + Y_QS + 32 * s + 4 * j;
+                    c[t][(2 * j) % C] = _mm512_dpbusd_epi32(c[t][(2 * j) % C], lo, bcast32(a));
+                    c[t][(2 * j + 1) % C] = _mm512_dpbusd_epi32(c[t][(2 * j + 1) % C], hi, bcast32(a + 16));
+                }
+            }
+            const __m512i sc = _mm512_cvtepi8_epi32(LOAD128(b + TKV__IQ4XS_PACK_SCALES + 16 * s));
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                for (int u = 1; u < C; u++) c[t][0] = _mm512_add_epi32(c[t][0], c[t][u]);
+                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(c[t][0], sc));
             }
         }
+        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + TKV__IQ4XS_PACK_D));
         UNROLL
         for (int t = 0; t < T; t++) {
             float yd;
             memcpy(&yd, yb[t], sizeof yd);
-            const __m512 dt = _mm512_set1_ps(yd);
-            UNROLL
-            for (int p = 0; p < 2; p++) {
-                const __m512i lanes = _mm512_add_epi32(_mm512_permutex2var_epi32(s[2 * p][t], even, s[2 * p + 1][t]),
-                                                       _mm512_permutex2var_epi32(s[2 * p][t], odd, s[2 * p + 1][t]));
-                acc[p][t] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_load_ps(e->d[p]), dt), _mm512_cvtepi32_ps(lanes), acc[p][t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, _mm512_set1_ps(yd)), acc[t]);
+        }
+    }
+}
+
+/*
+ * One group (pk: its superblock k0; cnt superblocks) for the T tokens at
+ * yt[t] (their rows; block k0 of each is read first): the running sums from
+ * the stash st (zero when first), back to it, or when last to y[t ldy + k]
+ * for the rows in rmask. The stash has util.h's two zmm a token (the second,
+ * the mins' sums of other types, stays +0 here).
+ */
+INLINE void xs_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
+                    float *y, size_t ldy, __mmask16 rmask, int T, int pf) {
+    __m512 acc[TT], accm[TT];
+    const uint8_t *yb[TT];
+    UNROLL
+    for (int t = 0; t < T; t++) yb[t] = yt[t] + k0 * QBS;
+    sums_start(st, first, T, acc, accm);
+    xs_run(pk, cnt, yb, acc, T, pf); /* accm stays +0: acc - accm is acc */
+    sums_end(st, last, T, acc, accm, y, ldy, rmask);
+}
+
+/*
+ * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
+ * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1; stash st (2 zmm a token).
+ */
+INLINE void xs_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
+                      float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int stream) {
+    for (size_t u = 0; u < tn;) {
+        const int T = (int)min_sz(TT, tn - u);
+        const uint8_t *yt[TT];
+        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
+        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
+        switch (T) {
+        case 4: xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, pf); break;
+        case 3: xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, pf); break;
+        case 2: xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, pf); break;
+        default: xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, pf); break;
+        }
+        u += (size_t)T;
+    }
+}
+
+/*
+ * Over packed rows (kernels.h's `packed`): w is the first group, gs the
+ * stride between groups. Each group is read once per chunk of TC tokens,
+ * whole (a group of a 5632-long row is 48 KiB: L2), its tiles one after
+ * another.
+ */
+void tkv__packed_iq4_xs_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                               float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK_K;
+    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
+        const size_t tn = min_sz(TC, n_tok - t0);
+        for (size_t r = 0; r < nr; r += ROWS)
+            xs_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, group_rows(r, nr), 1);
+    }
+}
+
+/*
+ * Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of
+ * KC superblocks transposed into a panel on the stack (the packed layout),
+ * then every token's tiles over it, their sums carried in a stash.
+ */
+void tkv__gemm_iq4_xs_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    const uint8_t *wb = w, *xb = xq;
+    const size_t nb = n / TKV__QK_K;
+    struct {
+        alignas(64) uint8_t pan[KC * SB]; /* 35 KiB */
+        alignas(64) float st[TC * 32];    /* 8 KiB */
+    } b;
+    _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
+    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
+        const size_t tn = min_sz(TC, n_tok - t0);
+        for (size_t r = 0; r < nr; r += ROWS) {
+            const void *rows[ROWS];
+            for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
+            for (size_t k0 = 0; k0 < nb; k0 += KC) {
+                const size_t cnt = min_sz(KC, nb - k0);
+                tkv__pack_iq4xs_blocks(rows, k0, k0 + cnt, b.pan);
+                xs_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, group_rows(r, nr), 0);
             }
         }
     }
-    UNROLL
-    for (int p = 0; p < 2; p++)
-        UNROLL
-        for (int t = 0; t < T; t++) _mm512_store_ps(st + 16 * (p * T + t), acc[p][t]);
-}
-
-enum { STT = 2 * TK * 16 /* stash floats per tile */ };
-
-/* The product's buffers (on the stack). */
-typedef struct xs_bufs {
-    alignas(64) px pan[KC];                         /* 17 KiB */
-    alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 9 KiB */
-} xs_bufs;
-
-/* The product's state: its buffers and the panel's block stride (tile_bstride). */
-typedef struct xs_state {
-    xs_bufs *b;
-    size_t bst;
-} xs_state;
-
-INLINE void xs_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
-    xs_state *s = f;
-    const size_t o = i * s->bst;
-    px *e = &s->b->pan[i - k0];
-    UNROLL
-    for (int k = 0; k < 4; k++) px_row(e, k, rows[k] + o);
-    UNROLL
-    for (int p = 0; p < 2; p++) _mm512_store_ps(e->d[p], halves_f16(rows[2 * p] + o, rows[2 * p + 1] + o));
-}
-
-INLINE void xs_tile(void *f, const tile_chunk *c, const tile_step *s) {
-    xs_state *q = f;
-    (void)c;
-    switch (s->T) {
-    case 4: tile(q->b->pan, s->k0, s->k1, s->yt, s->st, s->k0 == 0, 4); break;
-    case 2: tile(q->b->pan, s->k0, s->k1, s->yt, s->st, s->k0 == 0, 2); break;
-    default: tile(q->b->pan, s->k0, s->k1, s->yt, s->st, s->k0 == 0, 1); break;
-    }
-}
-
-INLINE void xs_finish(void *f, const float *st, int T, float *y, size_t ldy, size_t nrow) {
-    (void)f;
-    store_pairs4(st, T, y, ldy, nrow);
-}
-
-/* packed: the job's rows are packed (compute/quant/repack.h; a constant, so the panel's block stride is one too) */
-INLINE void gemm_xs(const tile_job *job, int packed) {
-    xs_bufs bufs;
-    _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
-                   "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    _Static_assert(offsetof(tkv__block_iq4_xs, d) == 0, "halves_f16 reads a block's d at its start");
-    xs_state s = {.b = &bufs, .bst = (packed ? TKV__PACK_ROWS : 1) * (size_t)XB};
-    assert(s.bst == tile_bstride(job, XB));
-    const size_t nb = job->n / TKV__QK_K;
-    const int direct = nb <= KC;
-    const tile_shape sh = {.nb = nb, .bs = XB, .kc = KC, .tc = direct ? TILE_TC_DIRECT : TC_MAXK, .rows = 4, .big = TK,
-                           .st = bufs.st, .stt = STT, .by_token = 0};
-    const tile_ops ops = {.table = NULL, .panel = xs_panel, .tile = xs_tile, .finish = xs_finish};
-    tile_product(job, &sh, &ops, &s);
-}
-
-void tkv__gemm_iq4_xs_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
-    gemm_xs(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
-}
-
-/* The same product over packed rows (compute/quant/repack.h: gs apart), for batches of tokens. */
-void tkv__gemm_iq4_xs_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
-                                    size_t n_tok, float *y, size_t ldy) {
-    gemm_xs(&(tile_job){n, w, 0, nr, xq, xrs, n_tok, y, ldy, gs}, 1);
 }
 
 #endif

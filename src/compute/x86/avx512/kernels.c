@@ -314,7 +314,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q5_K] = tkv__dot_q5_K_avx2,
             [TKV_TYPE_Q6_K] = dot_q6_K,
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx2, /* block-reduced as Q4_0 (gemm_q4_0_iq4_nl.c) */
-            [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_avx2, /* compute/x86/avx2/kernels.c's, with this level's packed product */
+            [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_avx2, /* compute/x86/avx2/kernels.c's, block-reduced as gemm_iq4_xs.c */
             [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* compute/x86/avx2/dot_iq3.c's: the tiled products follow it */
             [TKV_TYPE_IQ3_S] = tkv__kernel_dot_iq3_s_avx2,
             [TKV_TYPE_IQ2_XXS] = tkv__dot_iq2_xxs_avx2, /* compute/x86/avx2/kernels.c's, with compute/x86/avx2/gemm_iq2.c's products */
@@ -378,10 +378,10 @@ const tkv__kernels tkv__kernel_avx512_part = {
        level's entries are its plain lane-wise order, as it computes without AVX-512) */
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2,
                     [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = dot_q8_0,
-                    [TKV_TYPE_Q5_0] = dot_q5_0},
+                    [TKV_TYPE_Q5_0] = dot_q5_0, [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_lanes_avx2},
     .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx512, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512,
                  [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx512, [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_lanes_avx512,
-                 [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx512},
+                 [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx512, [TKV_TYPE_IQ4_XS] = tkv__gemm_iq4_xs_lanes_avx512},
     .silu = silu,
     .softcap = softcap,
     .swiglu = swiglu,

@@ -13,6 +13,7 @@ set(TKV_AVX512_SOURCES
   compute/x86/avx512/gemm_q3_k_lanes.c
   compute/x86/avx512/gemm_q2_q3_k.c
   compute/x86/avx512/gemm_iq4_xs.c
+  compute/x86/avx512/gemm_iq4_xs_lanes.c
   compute/x86/avx512/gemm_float.c
   compute/x86/avx512/gemm_bf16_pairs.c
   compute/x86/avx512/dot_iq1.c
