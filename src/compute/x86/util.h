@@ -12,6 +12,7 @@
 #define TKV_GEMM_X86_UTIL_H
 
 #include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -149,6 +150,59 @@ INLINE void prefetch_span(const uint8_t *p, size_t len) {
    [p, p + len) of a stream, so that consecutive steps cover every line of it (always inlined: prefetch_span). */
 INLINE void prefetch_far(const uint8_t *p, size_t len) {
     for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)p + PREFETCH_FAR + o, _MM_HINT_T1);
+}
+
+/*
+ * The two drivers of the products over transposed superblocks (each level's gemm_q4_q5_k.c, gemm_q2_q3_k.c,
+ * gemm_iq4_xs.c). A pass: tokens [t0, t0 + tn) of xb (rows xrs apart) over superblocks [k0, k0 + cnt) of one group
+ * of 16 rows at pk; their running sums from the stash st unless first, back to it unless last, else to y (the
+ * group's first nrow rows, ldy apart); stream: the group comes from memory, so the pass asks for it ahead.
+ */
+typedef struct sb_pass {
+    const uint8_t *pk;
+    size_t k0, cnt;
+    const uint8_t *xb;
+    size_t xrs, t0, tn;
+    float *st;
+    int first, last;
+    float *y;
+    size_t ldy, nrow;
+    int stream;
+} sb_pass;
+
+/* A type's pass (its tiles), and its layout's packing (compute/quant/repack.h's tkv__pack_*_blocks). */
+typedef void sb_pass_fn(const sb_pass *p);
+typedef void sb_pack_fn(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+
+/* Over packed rows (kernels.h's `packed`; w the first group, gs apart; nb superblocks a row): each group once per
+   chunk of tc tokens, whole, in one pass. */
+static inline void sb_over_packed(sb_pass_fn *pass, size_t nb, const void *w, size_t gs, size_t nr, const void *xq,
+                                  size_t xrs, size_t n_tok, float *y, size_t ldy, size_t tc) {
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc)
+        for (size_t r = 0; r < nr; r += TKV__PACK_ROWS)
+            pass(&(sb_pass){.pk = (const uint8_t *)w + r / TKV__PACK_ROWS * gs, .k0 = 0, .cnt = nb, .xb = xq, .xrs = xrs,
+                            .t0 = t0, .tn = min_sz(tc, n_tok - t0), .st = NULL, .first = 1, .last = 1, .y = y + r,
+                            .ldy = ldy, .nrow = min_sz(TKV__PACK_ROWS, nr - r), .stream = 1});
+}
+
+/* Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of kc superblocks packed into pan by pack,
+   then a pass over them, the sums carried through the stash st (32 floats a token of a chunk of tc). */
+static inline void sb_over_rows(sb_pass_fn *pass, sb_pack_fn *pack, size_t nb, const void *w, size_t wrs, size_t nr,
+                                const void *xq, size_t xrs, size_t n_tok, float *y, size_t ldy, size_t tc, size_t kc,
+                                void *pan, float *st) {
+    const uint8_t *wb = w;
+    for (size_t t0 = 0; t0 < n_tok; t0 += tc)
+        for (size_t r = 0; r < nr; r += TKV__PACK_ROWS) {
+            const void *rows[TKV__PACK_ROWS];
+            for (size_t k = 0; k < TKV__PACK_ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
+            for (size_t k0 = 0; k0 < nb; k0 += kc) {
+                const size_t cnt = min_sz(kc, nb - k0);
+                pack(rows, k0, k0 + cnt, pan);
+                pass(&(sb_pass){.pk = pan, .k0 = k0, .cnt = cnt, .xb = xq, .xrs = xrs, .t0 = t0,
+                                .tn = min_sz(tc, n_tok - t0), .st = st, .first = k0 == 0, .last = k0 + cnt == nb,
+                                .y = y + r, .ldy = ldy, .nrow = min_sz(TKV__PACK_ROWS, nr - r), .stream = 0});
+            }
+        }
 }
 
 /*

@@ -137,42 +137,29 @@ INLINE void xs_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *x
     }
 }
 
-/* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups; each group is read
-   once per chunk of TC tokens, its tiles one after another. */
-void tkv__packed_iq4_xs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                             float *y, size_t ldy) {
-    const uint8_t *wb = w, *xb = xq;
-    const size_t nb = n / TKV__QK_K;
-    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
-        const size_t tn = min_sz(TC, n_tok - t0);
-        for (size_t r = 0; r < nr; r += ROWS)
-            xs_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r), 1);
-    }
+/* A pass (util.h's sb_pass) of IQ4_XS's tiles. */
+static void xs_pass(const sb_pass *p) {
+    xs_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy, p->nrow,
+              p->stream);
 }
 
-/* Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of KC superblocks transposed into a panel
-   on the stack (the packed layout), then every token's tiles over it, their sums carried in a stash. */
+/* Over packed rows (kernels.h's `packed`): each group read once per chunk of TC tokens, its tiles one after
+   another. */
+void tkv__packed_iq4_xs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    sb_over_packed(xs_pass, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy, TC);
+}
+
+/* Over the file's rows: per group of 16 rows, chunks of KC superblocks transposed into a panel on the stack (the
+   packed layout), then every token's tiles over it, their sums carried in a stash. */
 void tkv__gemm_iq4_xs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    const uint8_t *wb = w, *xb = xq;
-    const size_t nb = n / TKV__QK_K;
     struct {
         alignas(64) uint8_t pan[KC * SB]; /* 35 KiB */
         alignas(64) float st[TC * 32];    /* 8 KiB */
     } b;
     _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
-        const size_t tn = min_sz(TC, n_tok - t0);
-        for (size_t r = 0; r < nr; r += ROWS) {
-            const void *rows[ROWS];
-            for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
-            for (size_t k0 = 0; k0 < nb; k0 += KC) {
-                const size_t cnt = min_sz(KC, nb - k0);
-                tkv__pack_iq4xs_blocks(rows, k0, k0 + cnt, b.pan);
-                xs_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy, min_sz(ROWS, nr - r), 0);
-            }
-        }
-    }
+    sb_over_rows(xs_pass, tkv__pack_iq4xs_blocks, n / TKV__QK_K, w, wrs, nr, xq, xrs, n_tok, y, ldy, TC, KC, b.pan, b.st);
 }
 
 #endif

@@ -183,63 +183,48 @@ INLINE void q23k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t 
     }
 }
 
-/* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups. */
-INLINE void packed23(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
-                     size_t ldy, int three) {
-    const uint8_t *wb = w, *xb = xq;
-    const size_t nb = n / TKV__QK_K;
-    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
-        const size_t tn = min_sz(TC, n_tok - t0);
-        for (size_t r = 0; r < nr; r += ROWS)
-            q23k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r), three, 1);
-    }
+/* Passes (util.h's sb_pass) of Q2_K's and Q3_K's tiles. */
+static void q2k_pass(const sb_pass *p) {
+    q23k_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy, p->nrow, 0,
+                p->stream);
 }
 
-/* Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of KC superblocks transposed into a panel
-   on the stack (the packed layout), then every token's tiles over it, their sums carried in a stash. */
-INLINE void gemm23(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
-                   size_t ldy, int three) {
-    const uint8_t *wb = w, *xb = xq;
-    const size_t nb = n / TKV__QK_K;
+static void q3k_pass(const sb_pass *p) {
+    q23k_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy, p->nrow, 1,
+                p->stream);
+}
+
+/* Over the file's rows: per group of 16 rows, chunks of KC superblocks transposed into a panel on the stack (the
+   packed layout), then every token's tiles over it, their sums carried in a stash. */
+static void gemm23(sb_pass_fn *pass, sb_pack_fn *pack, size_t n, const void *w, size_t wrs, size_t nr, const void *xq,
+                   size_t xrs, size_t n_tok, float *y, size_t ldy) {
     struct {
         alignas(64) uint8_t pan[KC * TKV__Q3K_PACK_BLOCK]; /* 29 KiB */
         alignas(64) float st[TC * 32];                     /* 8 KiB */
     } b;
     _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
-        const size_t tn = min_sz(TC, n_tok - t0);
-        for (size_t r = 0; r < nr; r += ROWS) {
-            const void *rows[ROWS];
-            for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
-            for (size_t k0 = 0; k0 < nb; k0 += KC) {
-                const size_t cnt = min_sz(KC, nb - k0);
-                if (three) tkv__pack_q3k_blocks(rows, k0, k0 + cnt, b.pan);
-                else tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.pan);
-                q23k_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
-                            min_sz(ROWS, nr - r), three, 0);
-            }
-        }
-    }
+    sb_over_rows(pass, pack, n / TKV__QK_K, w, wrs, nr, xq, xrs, n_tok, y, ldy, TC, KC, b.pan, b.st);
 }
 
+/* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups. */
 void tkv__packed_q2_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    packed23(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 0);
+    sb_over_packed(q2k_pass, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy, TC);
 }
 
 void tkv__packed_q3_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    packed23(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 1);
+    sb_over_packed(q3k_pass, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy, TC);
 }
 
 void tkv__gemm_q2_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
+    gemm23(q2k_pass, tkv__pack_q2k_blocks, n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 void tkv__gemm_q3_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm23(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
+    gemm23(q3k_pass, tkv__pack_q3k_blocks, n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 #endif

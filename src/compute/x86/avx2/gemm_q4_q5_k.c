@@ -281,65 +281,60 @@ INLINE void k45_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *
     }
 }
 
-/* Over packed rows (kernels.h's `packed`): w is the first group, gs the stride between groups. */
-INLINE void packed_k45(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
-                       size_t ldy, int five) {
-    const uint8_t *wb = w, *xb = xq;
-    const size_t nb = n / TKV__QK_K;
-    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
-        const size_t tn = min_sz(TC, n_tok - t0);
-        for (size_t r = 0; r < nr; r += ROWS)
-            k45_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, min_sz(ROWS, nr - r), five, 1);
-    }
+/* Passes (util.h's sb_pass) of Q4_K's and Q5_K's tiles, and their layouts' packing. */
+static void q4k_pass(const sb_pass *p) {
+    k45_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy,
+               p->nrow, 0, p->stream);
+}
+
+static void q5k_pass(const sb_pass *p) {
+    k45_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy,
+               p->nrow, 1, p->stream);
+}
+
+static void pack_q4k(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {
+    tkv__pack_k45_blocks(rows, 0, i0, i1, out);
+}
+
+static void pack_q5k(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {
+    tkv__pack_k45_blocks(rows, 1, i0, i1, out);
 }
 
 /*
- * Over the file's rows (wrs bytes apart): per group of 16 rows, chunks of
- * KC superblocks transposed into a panel on the stack (the packed layout),
- * then every token's tiles over it, their sums carried in a stash.
+ * Over the file's rows: per group of 16 rows, chunks of KC superblocks
+ * transposed into a panel on the stack (the packed layout), then every
+ * token's tiles over it, their sums carried in a stash.
  */
-INLINE void gemm_k45(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,
-                     size_t ldy, int five) {
-    const uint8_t *wb = w, *xb = xq;
-    const size_t nb = n / TKV__QK_K;
+static void gemm_k45(sb_pass_fn *pass, sb_pack_fn *pack, size_t n, const void *w, size_t wrs, size_t nr, const void *xq,
+                     size_t xrs, size_t n_tok, float *y, size_t ldy) {
     struct {
         alignas(64) uint8_t pan[KC * TKV__K45_PACK_BLOCK(1)]; /* 45 KiB */
         alignas(64) float st[TC * 32];                        /* 8 KiB */
     } b;
     _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    for (size_t t0 = 0; t0 < n_tok; t0 += TC) {
-        const size_t tn = min_sz(TC, n_tok - t0);
-        for (size_t r = 0; r < nr; r += ROWS) {
-            const void *rows[ROWS];
-            for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
-            for (size_t k0 = 0; k0 < nb; k0 += KC) {
-                const size_t cnt = min_sz(KC, nb - k0);
-                tkv__pack_k45_blocks(rows, five, k0, k0 + cnt, b.pan);
-                k45_tokens(b.pan, k0, cnt, xb, xrs, t0, tn, b.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
-                           min_sz(ROWS, nr - r), five, 0);
-            }
-        }
-    }
+    sb_over_rows(pass, pack, n / TKV__QK_K, w, wrs, nr, xq, xrs, n_tok, y, ldy, TC, KC, b.pan, b.st);
 }
 
+/* Over packed rows: each group read once per chunk of TC tokens, whole (a Q4_K group of a 8192-long row is 74 KiB:
+   L2), its tiles one after another. */
 void tkv__packed_q4_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
-    packed_k45(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 0);
+                             float *y, size_t ldy) {
+    sb_over_packed(q4k_pass, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy, TC);
 }
 
 void tkv__packed_q5_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                           float *y, size_t ldy) {
-    packed_k45(n, w, gs, nr, xq, xrs, n_tok, y, ldy, 1);
+                             float *y, size_t ldy) {
+    sb_over_packed(q5k_pass, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy, TC);
 }
 
 void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy) {
-    gemm_k45(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0);
+                           float *y, size_t ldy) {
+    gemm_k45(q4k_pass, pack_q4k, n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                         float *y, size_t ldy) {
-    gemm_k45(n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 1);
+                           float *y, size_t ldy) {
+    gemm_k45(q5k_pass, pack_q5k, n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 #endif
