@@ -15,7 +15,10 @@
  * sub-block and token the sum times the row's scale (vpmulld), per
  * superblock one conversion, the scale product and one fma.
  *
- * Tokens run in tiles of up to 2 (16 ymm registers); each superblock's two
+ * Tokens run in tiles of up to 4 (more than the 16 ymm registers hold, but
+ * the unpacking, a third of a tile of 2 tokens, counts for twice as many:
+ * bench_kernels --prefill -t 256 -l avx2, 1b shape, 110-111 -> 123-125
+ * GF/s); each superblock's two
  * halves follow one another, so its bytes come from memory once and from
  * L1 the second time.
  */
@@ -35,7 +38,7 @@ enum {
     ROWS = TKV__PACK_ROWS, /* rows per group: two ymm's lanes */
     QBS = sizeof(tkv__block_q8_K),
     SB = TKV__IQ4XS_PACK_BLOCK,
-    TT = 2,   /* tokens per tile */
+    TT = 4,   /* tokens per tile */
     KC = 16,  /* superblocks per panel of the file-rows product (35 KiB) */
     TC = 64,  /* tokens per chunk: their activations stay in L2 while the groups pass */
     Y_QS = 4, /* offset of a Q8_K block's quants */
@@ -121,7 +124,7 @@ INLINE void xs_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *con
 
 /*
  * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
- * [k0, k0 + cnt) at pk, in tiles of 2 and 1; stash st (32 floats a token).
+ * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2 and 1; stash st (32 floats a token).
  */
 INLINE void xs_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
                       float *st, int first, int last, float *y, size_t ldy, size_t nrow, int stream) {
@@ -131,7 +134,9 @@ INLINE void xs_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *x
         for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
         float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
         const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
-        if (T == 2) xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, pf);
+        if (T == 4) xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 4, pf);
+        else if (T == 3) xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 3, pf);
+        else if (T == 2) xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, pf);
         else xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, pf);
         u += (size_t)T;
     }
