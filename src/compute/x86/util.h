@@ -170,6 +170,19 @@ typedef struct sb_pass {
     int stream;
 } sb_pass;
 
+/*
+ * Tile u of pass p (its tokens u .. u + T - 1, T at most tt: the return): their activation rows yt, their running
+ * sums' place in the stash (*st: NULL when the pass has none) and their outputs (*y). A type's tiles take T as a
+ * constant, so its pass switches on it.
+ */
+INLINE int sb_tile(const sb_pass *p, size_t u, size_t tt, const uint8_t **yt, float **st, float **y) {
+    const int T = (int)min_sz(tt, p->tn - u);
+    for (int t = 0; t < T; t++) yt[t] = p->xb + (p->t0 + u + (size_t)t) * p->xrs;
+    *st = p->st ? p->st + 32 * u : NULL;
+    *y = p->y + (p->t0 + u) * p->ldy;
+    return T;
+}
+
 /* A type's pass (its tiles), and its layout's packing (compute/quant/repack.h's tkv__pack_*_blocks). */
 typedef void sb_pass_fn(const sb_pass *p);
 typedef void sb_pack_fn(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);

@@ -122,30 +122,18 @@ INLINE void xs_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *con
             sums_end(st ? st + 32 * t : NULL, last, 1, h, &acc[2 * t + h], &accm[2 * t + h], y + (size_t)t * ldy, ldy, nrow);
 }
 
-/*
- * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
- * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2 and 1; stash st (32 floats a token).
- */
-INLINE void xs_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                      float *st, int first, int last, float *y, size_t ldy, size_t nrow, int stream) {
-    for (size_t u = 0; u < tn;) {
-        const int T = (int)min_sz(TT, tn - u);
+/* Pass p (util.h's sb_pass) in tiles of 4, 3, 2, 1; the first tile reads the group from memory when p streams it, the others from cache. */
+static void xs_pass(const sb_pass *p) {
+    for (size_t u = 0; u < p->tn;) {
         const uint8_t *yt[TT];
-        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
-        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
-        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
-        if (T == 4) xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 4, pf);
-        else if (T == 3) xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 3, pf);
-        else if (T == 2) xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, pf);
-        else xs_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, pf);
+        float *sb, *yo;
+        const int T = sb_tile(p, u, TT, yt, &sb, &yo), pf = p->stream && u == 0;
+        if (T == 4) xs_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, p->nrow, 4, pf);
+        else if (T == 3) xs_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, p->nrow, 3, pf);
+        else if (T == 2) xs_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, p->nrow, 2, pf);
+        else xs_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, p->nrow, 1, pf);
         u += (size_t)T;
     }
-}
-
-/* A pass (util.h's sb_pass) of IQ4_XS's tiles. */
-static void xs_pass(const sb_pass *p) {
-    xs_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy, p->nrow,
-              p->stream);
 }
 
 /* Over packed rows (kernels.h's `packed`): each group read once per chunk of TC tokens, its tiles one after

@@ -165,33 +165,27 @@ INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *c
     }
 }
 
-/* Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks [k0, k0 + cnt) at pk, in tiles of 2, 1;
-   stash st (32 floats a token). */
-INLINE void q23k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                        float *st, int first, int last, float *y, size_t ldy, size_t nrow, int three, int stream) {
-    for (size_t u = 0; u < tn;) {
-        const int T = (int)min_sz(TT, tn - u);
+/* Pass p (util.h's sb_pass) in tiles of 4, 3, 2, 1; the first tile reads the group from memory when p streams it, the others from cache. */
+INLINE void q23k_tokens(const sb_pass *p, int three) {
+    for (size_t u = 0; u < p->tn;) {
         const uint8_t *yt[TT];
-        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
-        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
-        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
-        if (T == 4) q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 4, three, pf);
-        else if (T == 3) q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 3, three, pf);
-        else if (T == 2) q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 2, three, pf);
-        else q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, nrow, 1, three, pf);
+        float *sb, *yo;
+        const int T = sb_tile(p, u, TT, yt, &sb, &yo), pf = p->stream && u == 0;
+        if (T == 4) q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, p->nrow, 4, three, pf);
+        else if (T == 3) q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, p->nrow, 3, three, pf);
+        else if (T == 2) q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, p->nrow, 2, three, pf);
+        else q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, p->nrow, 1, three, pf);
         u += (size_t)T;
     }
 }
 
 /* Passes (util.h's sb_pass) of Q2_K's and Q3_K's tiles. */
 static void q2k_pass(const sb_pass *p) {
-    q23k_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy, p->nrow, 0,
-                p->stream);
+    q23k_tokens(p, 0);
 }
 
 static void q3k_pass(const sb_pass *p) {
-    q23k_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy, p->nrow, 1,
-                p->stream);
+    q23k_tokens(p, 1);
 }
 
 /* Over the file's rows: per group of 16 rows, chunks of KC superblocks transposed into a panel on the stack (the

@@ -194,24 +194,18 @@ INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *c
     sums_end(st, last, T, acc, accm, y, ldy, rmask);
 }
 
-/*
- * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
- * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1; stash st (2 zmm a token).
- */
-INLINE void q23k_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                        float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int three, int ex,
-                        int stream) {
-    for (size_t u = 0; u < tn;) {
-        const int T = (int)min_sz(TT, tn - u);
+/* Pass p (util.h's sb_pass) in tiles of 4, 3, 2, 1; the first tile reads the group from memory when p streams it, the others from cache. */
+INLINE void q23k_tokens(const sb_pass *p, int three, int ex) {
+    const __mmask16 rmask = (__mmask16)((1u << p->nrow) - 1u);
+    for (size_t u = 0; u < p->tn;) {
         const uint8_t *yt[TT];
-        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
-        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
-        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
+        float *sb, *yo;
+        const int T = sb_tile(p, u, TT, yt, &sb, &yo), pf = p->stream && u == 0;
         switch (T) {
-        case 4: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, three, ex, pf); break;
-        case 3: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, three, ex, pf); break;
-        case 2: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, three, ex, pf); break;
-        default: q23k_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, three, ex, pf); break;
+        case 4: q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 4, three, ex, pf); break;
+        case 3: q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 3, three, ex, pf); break;
+        case 2: q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 2, three, ex, pf); break;
+        default: q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 1, three, ex, pf); break;
         }
         u += (size_t)T;
     }
@@ -231,7 +225,7 @@ typedef struct ex_bufs {
  * the file's rows, one superblock packed at a time.
  */
 INLINE void group_ex(const uint8_t *pk, const void *const *rows, size_t nb, const uint8_t *xb, size_t xrs, size_t t0,
-                     size_t tn, float *y, size_t ldy, __mmask16 rmask, int three, ex_bufs *b) {
+                     size_t tn, float *y, size_t ldy, size_t nrow, int three, ex_bufs *b) {
     for (size_t k0 = 0; k0 < nb; k0 += KCX) {
         const size_t cnt = min_sz(KCX, nb - k0);
         for (size_t i = 0; i < cnt; i++) {
@@ -243,7 +237,9 @@ INLINE void group_ex(const uint8_t *pk, const void *const *rows, size_t nb, cons
             }
             expand23(src, b->pan + i * EX_BLOCK, three);
         }
-        q23k_tokens(b->pan, k0, cnt, xb, xrs, t0, tn, b->st, k0 == 0, k0 + cnt == nb, y, ldy, rmask, three, 1, 0);
+        q23k_tokens(&(sb_pass){.pk = b->pan, .k0 = k0, .cnt = cnt, .xb = xb, .xrs = xrs, .t0 = t0, .tn = tn, .st = b->st,
+                                .first = k0 == 0, .last = k0 + cnt == nb, .y = y, .ldy = ldy, .nrow = nrow},
+                    three, 1);
     }
 }
 
@@ -263,10 +259,12 @@ INLINE void packed23(size_t n, const void *w, size_t gs, size_t nr, const void *
         const size_t tn = min_sz(TC, n_tok - t0);
         for (size_t r = 0; r < nr; r += ROWS) {
             if (tn >= EX_MIN_TOK)
-                group_ex(wb + r / ROWS * gs, NULL, nb, xb, xrs, t0, tn, y + r, ldy, group_rows(r, nr), three, &b);
+                group_ex(wb + r / ROWS * gs, NULL, nb, xb, xrs, t0, tn, y + r, ldy, min_sz(ROWS, nr - r), three, &b);
             else
-                q23k_tokens(wb + r / ROWS * gs, 0, nb, xb, xrs, t0, tn, NULL, 1, 1, y + r, ldy, group_rows(r, nr), three, 0,
-                            1);
+                q23k_tokens(&(sb_pass){.pk = wb + r / ROWS * gs, .cnt = nb, .xb = xb, .xrs = xrs, .t0 = t0, .tn = tn,
+                                       .first = 1, .last = 1, .y = y + r, .ldy = ldy, .nrow = min_sz(ROWS, nr - r),
+                                       .stream = 1},
+                            three, 0);
         }
     }
 }
@@ -291,15 +289,17 @@ INLINE void gemm23(size_t n, const void *w, size_t wrs, size_t nr, const void *x
             const void *rows[ROWS];
             for (size_t k = 0; k < ROWS; k++) rows[k] = r + k < nr ? wb + (r + k) * wrs : NULL;
             if (tn >= EX_MIN_TOK) {
-                group_ex(NULL, rows, nb, xb, xrs, t0, tn, y + r, ldy, group_rows(r, nr), three, &b.ex);
+                group_ex(NULL, rows, nb, xb, xrs, t0, tn, y + r, ldy, min_sz(ROWS, nr - r), three, &b.ex);
                 continue;
             }
             for (size_t k0 = 0; k0 < nb; k0 += KC) {
                 const size_t cnt = min_sz(KC, nb - k0);
                 if (three) tkv__pack_q3k_blocks(rows, k0, k0 + cnt, b.few.pan);
                 else tkv__pack_q2k_blocks(rows, k0, k0 + cnt, b.few.pan);
-                q23k_tokens(b.few.pan, k0, cnt, xb, xrs, t0, tn, b.few.st, k0 == 0, k0 + cnt == nb, y + r, ldy,
-                            group_rows(r, nr), three, 0, 0);
+                q23k_tokens(&(sb_pass){.pk = b.few.pan, .k0 = k0, .cnt = cnt, .xb = xb, .xrs = xrs, .t0 = t0, .tn = tn,
+                                       .st = b.few.st, .first = k0 == 0, .last = k0 + cnt == nb, .y = y + r, .ldy = ldy,
+                                       .nrow = min_sz(ROWS, nr - r)},
+                            three, 0);
             }
         }
     }

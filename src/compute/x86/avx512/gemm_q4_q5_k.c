@@ -150,23 +150,18 @@ INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
     sums_end(st, last, T, acc, accm, y, ldy, rmask);
 }
 
-/*
- * Tokens [t0, t0 + tn) (rows of xb, xrs apart) over one group's superblocks
- * [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1; stash st (2 zmm a token).
- */
-INLINE void k45_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                       float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int five, int stream) {
-    for (size_t u = 0; u < tn;) {
-        const int T = (int)min_sz(TT, tn - u);
+/* Pass p (util.h's sb_pass) in tiles of 4, 3, 2, 1; the first tile reads the group from memory when p streams it, the others from cache. */
+INLINE void k45_tokens(const sb_pass *p, int five) {
+    const __mmask16 rmask = (__mmask16)((1u << p->nrow) - 1u);
+    for (size_t u = 0; u < p->tn;) {
         const uint8_t *yt[TT];
-        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
-        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
-        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
+        float *sb, *yo;
+        const int T = sb_tile(p, u, TT, yt, &sb, &yo), pf = p->stream && u == 0;
         switch (T) {
-        case 4: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, five, pf); break;
-        case 3: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, five, pf); break;
-        case 2: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, five, pf); break;
-        default: k45_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, five, pf); break;
+        case 4: k45_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 4, five, pf); break;
+        case 3: k45_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 3, five, pf); break;
+        case 2: k45_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 2, five, pf); break;
+        default: k45_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 1, five, pf); break;
         }
         u += (size_t)T;
     }
@@ -174,13 +169,11 @@ INLINE void k45_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *
 
 /* Passes (util.h's sb_pass) of Q4_K's and Q5_K's tiles, and their layouts' packing. */
 static void q4k_pass(const sb_pass *p) {
-    k45_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy,
-               (__mmask16)((1u << p->nrow) - 1u), 0, p->stream);
+    k45_tokens(p, 0);
 }
 
 static void q5k_pass(const sb_pass *p) {
-    k45_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy,
-               (__mmask16)((1u << p->nrow) - 1u), 1, p->stream);
+    k45_tokens(p, 1);
 }
 
 static void pack_q4k(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {

@@ -124,11 +124,6 @@ static inline __m512i bcast32(const uint8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
-/* The rows of a group starting at row r of nr, as a lane mask. */
-static inline __mmask16 group_rows(size_t r, size_t nr) {
-    return (__mmask16)((1u << min_sz(16, nr - r)) - 1u);
-}
-
 /* A tile's T tokens' running sums: zero when first, else from the stash st. */
 static inline void sums_start(const float *st, int first, int T, __m512 *acc, __m512 *accm) {
     for (int t = 0; t < T; t++) {
