@@ -31,6 +31,15 @@ static const pack_kind kinds[TKV_TYPE_COUNT] = {
     [TKV_TYPE_IQ4_XS] = PACK_IQ4XS, [TKV_TYPE_Q2_K] = PACK_Q2K, [TKV_TYPE_Q3_K] = PACK_Q3K,
 };
 
+/* The superblock layouts' packing, a group of 16 rows at a time (NULL: the other layouts, a row at a time). */
+typedef void superblocks_fn(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+
+static superblocks_fn *const superblock_packers[TKV_TYPE_COUNT] = {
+    [TKV_TYPE_Q4_K] = tkv__pack_q4k_blocks,   [TKV_TYPE_Q5_K] = tkv__pack_q5k_blocks,
+    [TKV_TYPE_Q2_K] = tkv__pack_q2k_blocks,   [TKV_TYPE_Q3_K] = tkv__pack_q3k_blocks,
+    [TKV_TYPE_IQ4_XS] = tkv__pack_iq4xs_blocks,
+};
+
 static pack_kind kind_of(tkv_type type) {
     return (unsigned)type < TKV_TYPE_COUNT ? kinds[type] : PACK_NONE;
 }
@@ -75,15 +84,12 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
     const uint8_t *src = w;
     uint8_t *dst = out;
     memset(dst, 0, tkv__pack_bytes(type, n, nr));
-    if (kind == PACK_K45 || kind == PACK_Q2K || kind == PACK_Q3K || kind == PACK_IQ4XS) {
+    superblocks_fn *const pack_superblocks = superblock_packers[type];
+    if (pack_superblocks) {
         for (size_t r = 0; r < nr; r += TKV__PACK_ROWS) {
             const void *rows[TKV__PACK_ROWS];
             for (size_t k = 0; k < TKV__PACK_ROWS; k++) rows[k] = r + k < nr ? src + (r + k) * rs : NULL;
-            uint8_t *g = dst + r / TKV__PACK_ROWS * stride;
-            if (kind == PACK_Q2K) tkv__pack_q2k_blocks(rows, 0, nb, g);
-            else if (kind == PACK_Q3K) tkv__pack_q3k_blocks(rows, 0, nb, g);
-            else if (kind == PACK_IQ4XS) tkv__pack_iq4xs_blocks(rows, 0, nb, g);
-            else tkv__pack_k45_blocks(rows, type == TKV_TYPE_Q5_K, 0, nb, g);
+            pack_superblocks(rows, 0, nb, dst + r / TKV__PACK_ROWS * stride);
         }
         return;
     }
@@ -152,6 +158,14 @@ void tkv__pack_k45_blocks(const void *const rows[TKV__PACK_ROWS], int five, size
             memcpy(o + S + 288 + 2 * k, &b->dmin, 2);
         }
     }
+}
+
+void tkv__pack_q4k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {
+    tkv__pack_k45_blocks(rows, 0, i0, i1, out);
+}
+
+void tkv__pack_q5k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {
+    tkv__pack_k45_blocks(rows, 1, i0, i1, out);
 }
 
 void tkv__pack_q2k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {

@@ -160,6 +160,9 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
  * rows build a panel of on the stack.
  */
 void tkv__pack_k45_blocks(const void *const rows[TKV__PACK_ROWS], int five, size_t i0, size_t i1, void *out);
+/* The same for Q4_K (five = 0) and Q5_K (five = 1) alone, with the other layouts' signature. */
+void tkv__pack_q4k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+void tkv__pack_q5k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
 
 /* Where block i of a packed Q8_0 group (above) has its quants and its scales. */
 #define TKV__Q8_0_PACK_PAIR 1088

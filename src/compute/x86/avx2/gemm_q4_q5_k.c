@@ -275,21 +275,13 @@ INLINE void k45_tokens(const sb_pass *p, int five) {
     }
 }
 
-/* Passes (util.h's sb_pass) of Q4_K's and Q5_K's tiles, and their layouts' packing. */
+/* Passes (util.h's sb_pass) of Q4_K's and Q5_K's tiles. */
 static void q4k_pass(const sb_pass *p) {
     k45_tokens(p, 0);
 }
 
 static void q5k_pass(const sb_pass *p) {
     k45_tokens(p, 1);
-}
-
-static void pack_q4k(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {
-    tkv__pack_k45_blocks(rows, 0, i0, i1, out);
-}
-
-static void pack_q5k(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {
-    tkv__pack_k45_blocks(rows, 1, i0, i1, out);
 }
 
 /*
@@ -321,12 +313,12 @@ void tkv__packed_q5_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const 
 
 void tkv__gemm_q4_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm_k45(q4k_pass, pack_q4k, n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
+    gemm_k45(q4k_pass, tkv__pack_q4k_blocks, n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm_k45(q5k_pass, pack_q5k, n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
+    gemm_k45(q5k_pass, tkv__pack_q5k_blocks, n, w, wrs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 #endif
