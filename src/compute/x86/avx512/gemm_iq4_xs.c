@@ -17,10 +17,10 @@
  * sub-block (its two sums of 16), so it is exact. Per sub-block and token
  * the sum times the row's scale (vpmulld by 16 scale bytes widened); per
  * superblock and token one conversion, the scale product and one fma for
- * all 16 rows. Against the lane-wise order (gemm_iq4_xs_lanes.c, a row
- * pair per zmm, the scales picked by a permute per sub-block, the vec_dot's
- * horizontal sums per row) a sub-block's vpmulld covers 32 products of a
- * row instead of 4.
+ * all 16 rows. In the lane-wise order (kept as gemm_ref: gemm_iq4_xs_lanes.c,
+ * a row pair per zmm, the vec_dot's horizontal sums per row) a scale
+ * multiplies every 4 products of a row; here a sub-block's vpmulld covers
+ * 32.
  *
  * Tokens run in tiles of up to 4 over a group; with fewer than 4 a token's
  * sums are split over independent chains (integer sums are exact, so the
