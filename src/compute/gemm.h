@@ -8,9 +8,9 @@
  * same way), gemm_q4_0_iq4_nl.c (Q4_0, IQ4_NL and Q8_0, block-reduced), gemm_q4_1_q5.c (Q4_1, Q5_0, Q5_1),
  * gemm_q2_q3_k_lanes.c and gemm_q3_k_lanes.c (the reference's lane-wise orders of Q2_K, at avx2, and Q3_K),
  * gemm_iq4_xs.c (IQ4_XS, block-reduced, over its transposed layout) and gemm_iq4_xs_lanes.c (the reference's
- * lane-wise order), gemm_iq3.c, gemm_iq2.c (avx2 only), gemm_float.c; the IQ1
- * types' in avx2/dot_iq1.c (their dots in compute/x86/iq1.h); the one-token products over Q6_K rows
- * packed at load (compute/quant/repack.h) in packed_interleaved.c. Each folder is compiled with its level's -m flags
+ * lane-wise order), gemm_q6_k.c (Q6_K, block-reduced, over its transposed layout), gemm_iq3.c, gemm_iq2.c (avx2
+ * only), gemm_float.c; the IQ1 types' in avx2/dot_iq1.c (their dots in compute/x86/iq1.h). Each folder is compiled
+ * with its level's -m flags
  * (its sources.cmake) and reached only through a table the CPU supports.
  * Their shared helpers are in compute/x86/util.h and each level's util.h.
  *
@@ -29,10 +29,10 @@
  *     gemm_q4_0_iq4_nl.c) and the products over packed rows
  *     (compute/quant/repack.h) hold a row per lane and reduce a block with
  *     no horizontal sum.
- *   - Q4_K, Q5_K, Q2_K, Q3_K and IQ4_XS (every level): block-reduced per
+ *   - Q4_K, Q5_K, Q6_K, Q2_K, Q3_K and IQ4_XS (every level): block-reduced per
  *     superblock (compute/quant/quant.h: the exact sum of the scales times
  *     the sub-blocks' sums, one fma into the running sum), over their
- *     transposed layouts (gemm_q4_q5_k.c, gemm_q2_q3_k.c, gemm_iq4_xs.c).
+ *     transposed layouts (gemm_q4_q5_k.c, gemm_q6_k.c, gemm_q2_q3_k.c, gemm_iq4_xs.c).
  *   - Q5_0 at the avx2 level: block-reduced as Q4_0 (s_b = sum((q - 16) * y)),
  *     over its packed rows too (gemm_q4_0_iq4_nl.c); the reference's
  *     lane-wise order, below, is its vec_dot_ref and the avx512 level's default.
@@ -125,7 +125,7 @@ void tkv__gemm_q5_K_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr,
                                float *y, size_t ldy);
 void tkv__gemm_q5_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+void tkv__gemm_q6_K_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 /* compute/x86/avx512/gemm_q4_1_q5.c: Q4_1, Q5_0 and Q5_1 */
 void tkv__gemm_q4_1_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
@@ -225,7 +225,7 @@ void tkv__gemm_q5_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, c
                                float *y, size_t ldy);
 void tkv__gemm_q5_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
-void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+void tkv__gemm_q6_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy);
 /* compute/x86/avx2/gemm_q4_1_q5.c: Q4_1, Q5_1 and Q5_0 in the reference's lane-wise order (Q5_0's is the level's
    gemm_ref: its default is block-reduced, above) */
@@ -245,16 +245,21 @@ void tkv__gemm_iq1_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const 
 void tkv__gemm_iq1_m_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 
-/* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: its tiled Q6_K product over packed rows (compute/quant/repack.h,
-   groups gs apart), and compute/x86/avx2/packed_interleaved.c: the packed entries (kernels.h's `packed`: one
-   token read straight from the groups, more through these); Q4_K's and Q5_K's in gemm_q4_q5_k.c */
+/* The avx2 level's products over packed rows (kernels.h's `packed`): Q4_K's and Q5_K's in gemm_q4_q5_k.c, Q6_K's in
+   gemm_q6_k.c */
 void tkv__packed_q4_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 void tkv__packed_q5_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-void tkv__gemm_q6_K_packed_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                                float *y, size_t ldy);
 void tkv__packed_q6_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy);
+/* Q6_K: compute/x86/avx2/kernels.c's block-reduced vec_dot (the avx512 table's too); each level's products over
+   its transposed packed rows and over file rows (gemm_q6_k.c); the lane-wise tiles, gemm_ref, are
+   gemm_q8_0_q4_q5_q6_k.c's (above) */
+float tkv__dot_q6_K_avx2(size_t n, const void *w, const void *a);
+void tkv__gemm_q6_K_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                         float *y, size_t ldy);
+void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
 /* IQ4_XS: compute/x86/avx2/kernels.c's vec_dots (the avx512 table's too), the block-reduced default and the
    reference's lane-wise order (vec_dot_ref); each level's block-reduced products over the transposed packed rows
@@ -273,15 +278,12 @@ void tkv__gemm_iq4_xs_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr,
                                  size_t n_tok, float *y, size_t ldy);
 void tkv__gemm_iq4_xs_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
                                    size_t n_tok, float *y, size_t ldy);
-/* compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c: its tiled Q6_K product over packed rows (compute/quant/repack.h,
-   groups gs apart), and compute/x86/avx512/packed_interleaved.c: the packed entries (kernels.h's `packed`: one
-   token read straight from the groups, more through these); Q4_K's and Q5_K's in gemm_q4_q5_k.c */
+/* The avx512 level's products over packed rows (kernels.h's `packed`): Q4_K's and Q5_K's in gemm_q4_q5_k.c, Q6_K's in
+   gemm_q6_k.c */
 void tkv__packed_q4_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 void tkv__packed_q5_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
-void tkv__gemm_q6_K_packed_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
-                                  float *y, size_t ldy);
 void tkv__packed_q6_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy);
 

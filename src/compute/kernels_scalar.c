@@ -128,7 +128,7 @@ const tkv__kernels tkv__kernel_scalar_part = {
         },
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = tkv__quant_vec_dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__quant_vec_dot_q2_K_lanes,
                     [TKV_TYPE_Q3_K] = tkv__quant_vec_dot_q3_K_lanes, [TKV_TYPE_Q8_0] = tkv__quant_vec_dot_q8_0_ref,
-                    [TKV_TYPE_IQ4_XS] = tkv__quant_vec_dot_iq4_xs_lanes,
+                    [TKV_TYPE_IQ4_XS] = tkv__quant_vec_dot_iq4_xs_lanes, [TKV_TYPE_Q6_K] = tkv__quant_vec_dot_q6_K_lanes,
                     [TKV_TYPE_Q5_0] = tkv__quant_vec_dot_q5_0 /* the reference's plain C order, as the default */},
     .quantize =
         {

@@ -243,7 +243,7 @@ static const tkv_type weight_types[] = {TKV_TYPE_F32,  TKV_TYPE_F16,  TKV_TYPE_B
 /* The types summed block-reduced at every level (compute/quant/quant.h). */
 static int block_reduced(tkv_type t) {
     return t == TKV_TYPE_Q4_0 || t == TKV_TYPE_IQ4_NL || t == TKV_TYPE_MXFP4 || t == TKV_TYPE_Q4_K || t == TKV_TYPE_Q5_K ||
-           t == TKV_TYPE_Q2_K || t == TKV_TYPE_Q3_K || t == TKV_TYPE_IQ4_XS;
+           t == TKV_TYPE_Q2_K || t == TKV_TYPE_Q3_K || t == TKV_TYPE_IQ4_XS || t == TKV_TYPE_Q6_K;
 }
 
 static void check_dot(tkv_type t, size_t n, const tkv__kernels *simd) {
@@ -619,7 +619,43 @@ static float iq4xs_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
     return acc;
 }
 
+/*
+ * Q6_K in tokenkv's block-reduced order (the reference sums it lane-wise):
+ * per superblock the exact sum_g scale_g sum((q - 32) a) over its 16
+ * sub-blocks of 16, then acc = fmaf(sum, d_w * d_a, acc) from +0. Written
+ * here from the format alone: 128 bytes of low bits, 64 of high bits, 16
+ * signed scales, fp16 d; element 128h + 32s + l (s < 4, l < 32) takes the
+ * low nibble (s even) or high nibble (s odd) of ql[64h + 32 (s % 2) + l]
+ * and bits 2s, 2s + 1 of qh[32h + l] as its bits 4, 5.
+ */
+static float q6k_dot_ref(size_t n, const uint8_t *w, const uint8_t *a) {
+    float acc = 0.0f;
+    for (size_t i = 0; i < n / 256; i++) {
+        const uint8_t *blk = w + 210 * i, *ql = blk, *qh = blk + 128, *ab = a + 292 * i;
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        uint16_t dw;
+        float da;
+        memcpy(&dw, blk + 208, 2);
+        memcpy(&da, ab, 4);
+        const int8_t *aq = (const int8_t *)(ab + 4);
+        int sumi = 0;
+        for (int g = 0; g < 16; g++) {
+            int sq = 0;
+            for (int l16 = 0; l16 < 16; l16++) {
+                const int e = 16 * g + l16, h = e / 128, s = e % 128 / 32, l = e % 32;
+                const int lo = (ql[64 * h + 32 * (s % 2) + l] >> (4 * (s / 2))) & 15;
+                const int q = lo | ((qh[32 * h + l] >> (2 * s)) & 3) << 4;
+                sq += (q - 32) * aq[e];
+            }
+            sumi += sc[g] * sq;
+        }
+        acc = fmaf((float)sumi, tkv__quant_f16_to_f32(dw) * da, acc);
+    }
+    return acc;
+}
+
 static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8_t *a) {
+    if (t == TKV_TYPE_Q6_K) return q6k_dot_ref(n, w, a);
     if (t == TKV_TYPE_IQ4_XS) return iq4xs_dot_ref(n, w, a);
     if (t == TKV_TYPE_Q2_K) return q2k_dot_ref(n, w, a);
     if (t == TKV_TYPE_Q3_K) return q3k_dot_ref(n, w, a);
@@ -629,7 +665,7 @@ static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8
 /*
  * Every level's vec_dot, gemm, gemv and packed product (where it has one)
  * of Q4_0, IQ4_NL, MXFP4 and Q8_0 rows of 1 to 16 blocks (and Q5_0's at the avx2 level, the one whose order
- * it is) and Q4_K, Q5_K, Q2_K, Q3_K and IQ4_XS rows of 1 to 33
+ * it is) and Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS and Q6_K rows of 1 to 33
  * against those models, bit for bit (from 2 blocks on, the lane-wise order
  * IQ4_NL, MXFP4 and Q4_K had before is an ulp off in most outputs): 19 rows
  * (a whole packed group and a partial one), 1 to 9 tokens and 37.
@@ -637,7 +673,8 @@ static float reduced_dot_ref(tkv_type t, size_t n, const uint8_t *w, const uint8
 static void test_b4_reference_order(void **state) {
     (void)state;
     const tkv_type types[] = {TKV_TYPE_Q4_0, TKV_TYPE_IQ4_NL, TKV_TYPE_MXFP4, TKV_TYPE_Q8_0, TKV_TYPE_Q4_K,
-                              TKV_TYPE_Q5_K, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_IQ4_XS, TKV_TYPE_Q5_0};
+                              TKV_TYPE_Q5_K, TKV_TYPE_Q2_K, TKV_TYPE_Q3_K, TKV_TYPE_IQ4_XS, TKV_TYPE_Q6_K,
+                              TKV_TYPE_Q5_0};
     const size_t n_rows = 19, ldy = 19, tok_counts[] = {1, 2, 3, 4, 5, 8, 9, 37};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const tkv_type t = types[ti], at = tkv__quant_vec_dot_type(t), be = tkv__quant_block_elems(t);
@@ -703,7 +740,7 @@ static void test_b4_reference_order(void **state) {
 
 /*
  * The reference-order entries (kernels.h's vec_dot_ref, gemm_ref: Q5_K, Q2_K,
- * Q3_K, IQ4_XS, Q8_0 and Q5_0 summed lane-wise, as the reference's plain x86 vec_dots; Q2_K's at
+ * Q3_K, IQ4_XS, Q6_K, Q8_0 and Q5_0 summed lane-wise, as the reference's plain x86 vec_dots; Q2_K's at
  * avx512 block-reduced, as it repacks there; the scalar Q8_0 and Q5_0 as its plain C): at every level that
  * has them, the gemm bit for bit its level's vec_dot_ref (1 to 9 tokens and
  * 37, 19 rows, 1 to 17 superblocks), and each vec_dot_ref within the
@@ -763,7 +800,7 @@ static void test_ref_entries(void **state) {
             free(w), free(xq), free(x), free(y), free(wf), free(af);
         }
     }
-    assert_int_equal(seen, 6); /* Q5_K, Q2_K, Q3_K, Q8_0, Q5_0, IQ4_XS */
+    assert_int_equal(seen, 7); /* Q5_K, Q2_K, Q3_K, Q8_0, Q5_0, IQ4_XS, Q6_K */
 }
 
 /* Extreme quants: every weight quant at its most negative/positive, activations at +-127. */

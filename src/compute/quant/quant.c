@@ -786,21 +786,35 @@ float tkv__quant_vec_dot_q5_K_lanes(size_t n, const void *w, const void *a) {
     return dot_k(n, w, a, 1);
 }
 
+/* One Q6_K block against y: the exact sum of its sub-block sums (of q - 32) times their scales. */
+static int32_t q6k_block_sum(const tkv__block_q6_K *x, const tkv__block_q8_K *y) {
+    uint8_t q[256];
+    q6_unpack(x, q);
+    int32_t sumi = 0;
+    for (int g = 0; g < 16; g++) {
+        int32_t sg = 0;
+        for (int l = 0; l < 16; l++) sg += (q[16 * g + l] - 32) * y->qs[16 * g + l];
+        sumi += x->scales[g] * sg;
+    }
+    return sumi;
+}
+
+/* Block-reduced (compute/quant/quant.h): per block the exact sum, then one fma into the running sum. */
 float tkv__quant_vec_dot_q6_K(size_t n, const void *w, const void *a) {
     const tkv__block_q6_K *x = w;
     const tkv__block_q8_K *y = a;
-    uint8_t q[256];
     float s = 0.0f;
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        q6_unpack(&x[i], q);
-        int32_t sumi = 0;
-        for (int g = 0; g < 16; g++) {
-            int32_t sg = 0;
-            for (int l = 0; l < 16; l++) sg += (q[16 * g + l] - 32) * y[i].qs[16 * g + l];
-            sumi += x[i].scales[g] * sg;
-        }
-        s += (y[i].d * tkv__quant_f16_to_f32(x[i].d)) * (float)sumi;
-    }
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        s = fmaf((float)q6k_block_sum(&x[i], &y[i]), tkv__quant_f16_to_f32(x[i].d) * y[i].d, s);
+    return s;
+}
+
+float tkv__quant_vec_dot_q6_K_lanes(size_t n, const void *w, const void *a) {
+    const tkv__block_q6_K *x = w;
+    const tkv__block_q8_K *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        s += (y[i].d * tkv__quant_f16_to_f32(x[i].d)) * (float)q6k_block_sum(&x[i], &y[i]);
     return s;
 }
 

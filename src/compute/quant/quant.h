@@ -491,7 +491,12 @@ void tkv__quant_quantize_q8_K(const float *x, void *y, size_t n);
  *                   lane-wise: tkv__quant_vec_dot_q5_K_lanes (kernels.h's
  *                   vec_dot_ref), d_a * d_w * sum_g(sc_g * sumi_g) -
  *                   d_a * dmin_w * sum_g(mn_g * bsum_g).
- *   Q6_K:           d_a * d_w * sum_g(scales_g * sumi_g)      (q - 32 folded in)
+ *   Q6_K:           block-reduced, one running sum from +0:
+ *                   s = fmaf((float)sum_g(scales_g * sumi_g), d_w * d_a, s)
+ *                   (q - 32 folded in); bit for bit at every level. The
+ *                   reference sums it lane-wise (it never repacks Q6_K on
+ *                   x86): tkv__quant_vec_dot_q6_K_lanes (kernels.h's
+ *                   vec_dot_ref), d_a * d_w * sum_g(scales_g * sumi_g)
  *   IQ4_XS:         block-reduced, one running sum from +0:
  *                   s = fmaf((float)sum_b((ls_b - 32) * sumi_b), d_w * d_a, s);
  *                   bit for bit at every level. The reference sums it
@@ -532,6 +537,7 @@ float tkv__quant_vec_dot_q4_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q5_K(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q5_K_lanes(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_q6_K(size_t n, const void *w, const void *a);
+float tkv__quant_vec_dot_q6_K_lanes(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_nl(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_xs(size_t n, const void *w, const void *a);
 float tkv__quant_vec_dot_iq4_xs_lanes(size_t n, const void *w, const void *a);

@@ -17,17 +17,17 @@ typedef enum pack_kind {
     PACK_TRANSPOSED,  /* Q4_0's 4-byte chunks per row and lane */
     PACK_Q8_0,        /* the same for Q8_0, in pairs of blocks with their scales */
     PACK_Q5_0,        /* the same for Q5_0, its fifth bits and scales after each block */
-    PACK_INTERLEAVED, /* the file's blocks, block i of the group's 16 rows side by side */
     PACK_K45,         /* Q4_K's and Q5_K's transposed superblocks */
     PACK_Q2K,         /* Q2_K's transposed superblocks */
     PACK_Q3K,         /* Q3_K's */
     PACK_IQ4XS,       /* IQ4_XS's */
+    PACK_Q6K,         /* Q6_K's */
 } pack_kind;
 
 static const pack_kind kinds[TKV_TYPE_COUNT] = {
     [TKV_TYPE_Q4_0] = PACK_TRANSPOSED,   [TKV_TYPE_IQ4_NL] = PACK_TRANSPOSED, [TKV_TYPE_Q8_0] = PACK_Q8_0,
     [TKV_TYPE_Q5_0] = PACK_Q5_0,
-    [TKV_TYPE_Q4_K] = PACK_K45, [TKV_TYPE_Q5_K] = PACK_K45, [TKV_TYPE_Q6_K] = PACK_INTERLEAVED,
+    [TKV_TYPE_Q4_K] = PACK_K45, [TKV_TYPE_Q5_K] = PACK_K45, [TKV_TYPE_Q6_K] = PACK_Q6K,
     [TKV_TYPE_IQ4_XS] = PACK_IQ4XS, [TKV_TYPE_Q2_K] = PACK_Q2K, [TKV_TYPE_Q3_K] = PACK_Q3K,
 };
 
@@ -37,7 +37,7 @@ typedef void superblocks_fn(const void *const rows[TKV__PACK_ROWS], size_t i0, s
 static superblocks_fn *const superblock_packers[TKV_TYPE_COUNT] = {
     [TKV_TYPE_Q4_K] = tkv__pack_q4k_blocks,   [TKV_TYPE_Q5_K] = tkv__pack_q5k_blocks,
     [TKV_TYPE_Q2_K] = tkv__pack_q2k_blocks,   [TKV_TYPE_Q3_K] = tkv__pack_q3k_blocks,
-    [TKV_TYPE_IQ4_XS] = tkv__pack_iq4xs_blocks,
+    [TKV_TYPE_IQ4_XS] = tkv__pack_iq4xs_blocks, [TKV_TYPE_Q6_K] = tkv__pack_q6k_blocks,
 };
 
 static pack_kind kind_of(tkv_type type) {
@@ -68,7 +68,7 @@ size_t tkv__pack_stride(tkv_type type, size_t n) {
                          : k == PACK_Q2K      ? nb * TKV__Q2K_PACK_BLOCK
                          : k == PACK_Q3K      ? nb * TKV__Q3K_PACK_BLOCK
                          : k == PACK_IQ4XS    ? nb * TKV__IQ4XS_PACK_BLOCK
-                                              : nb * TKV__PACK_ROWS * tkv__quant_row_size(type, be);
+                                              : nb * TKV__Q6K_PACK_BLOCK;
     return (bytes + 63) / 64 * 64;
 }
 
@@ -97,10 +97,6 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
         uint8_t *g = dst + r / TKV__PACK_ROWS * stride;
         const size_t k = r % TKV__PACK_ROWS;
         const uint8_t *row = src + r * rs;
-        if (kind == PACK_INTERLEAVED) {
-            for (size_t i = 0; i < nb; i++) memcpy(g + (i * TKV__PACK_ROWS + k) * bs, row + i * bs, bs);
-            continue;
-        }
         if (kind == PACK_Q8_0) {
             const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)row;
             for (size_t i = 0; i < nb; i++) {
@@ -218,6 +214,28 @@ void tkv__pack_iq4xs_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, s
                 o[TKV__IQ4XS_PACK_SCALES + 16 * sb + k] = (uint8_t)(int8_t)tkv__iq4_xs_scale(b, sb);
             }
             memcpy(o + TKV__IQ4XS_PACK_D + 2 * k, &b->d, 2);
+        }
+    }
+}
+
+void tkv__pack_q6k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {
+    _Static_assert(TKV__Q6K_PACK_BLOCK % 64 == 0 && TKV__Q6K_PACK_D + 2 * TKV__PACK_ROWS <= TKV__Q6K_PACK_BLOCK,
+                   "a superblock of a group fills whole cache lines");
+    uint8_t *o = out;
+    for (size_t i = i0; i < i1; i++, o += TKV__Q6K_PACK_BLOCK) {
+        memset(o, 0, TKV__Q6K_PACK_BLOCK);
+        for (size_t k = 0; k < TKV__PACK_ROWS; k++) {
+            if (!rows[k]) continue;
+            const tkv__block_q6_K *b = (const tkv__block_q6_K *)rows[k] + i;
+            for (size_t n = 0; n < 2; n++)
+                for (size_t m = 0; m < 8; m++) {
+                    uint8_t *u = o + TKV__Q6K_PACK_UNIT * (8 * n + m);
+                    memcpy(u + 4 * k, b->ql + 64 * n + 4 * m, 4);
+                    memcpy(u + 64 + 4 * k, b->ql + 64 * n + 32 + 4 * m, 4);
+                    memcpy(u + 128 + 4 * k, b->qh + 32 * n + 4 * m, 4);
+                }
+            for (size_t g = 0; g < 16; g++) o[TKV__Q6K_PACK_SCALES + 32 * (g / 2) + 2 * k + g % 2] = (uint8_t)b->scales[g];
+            memcpy(o + TKV__Q6K_PACK_D + 2 * k, &b->d, 2);
         }
     }
 }

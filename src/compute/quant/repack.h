@@ -107,12 +107,23 @@
  *                 every byte, which one shift brings to bit 4 for all rows)
  *   [320, 352)    row k's fp16 d at + 2k
  *
- * Interleaved (Q6_K: the lane-wise products of gemm.h, whose
- * per-row float lanes leave nothing to gain from a transpose): the file's
- * blocks as they are, block i of row k of the group at (16 i + k) bs (bs the
- * type's block bytes), so a product over 16 rows reads block i of all of
- * them from one span of 16 bs bytes, in order (the products in each level's
- * packed_interleaved.c).
+ * Transposed Q6_K (the block-reduced products of each level's gemm_q6_k.c):
+ * superblock i of the group at TKV__Q6K_PACK_BLOCK i = 3392 i (53 cache
+ * lines: 1% over the file's bytes), in 16 units of TKV__Q6K_PACK_UNIT =
+ * 192 bytes, unit 8n + m (n < 2, m < 8) at 192 (8n + m), so that a unit
+ * holds all the bits of 4 elements of each of 4 sub-blocks:
+ *
+ *   [0, 64)       bytes 4k .. 4k + 3 = row k's ql[64n + 4m ..] (low nibbles:
+ *                 elements 128n + 4m.., high: 128n + 64 + 4m..)
+ *   [64, 128)     row k's ql[64n + 32 + 4m ..] (elements 128n + 32 + 4m..
+ *                 and 128n + 96 + 4m..)
+ *   [128, 192)    row k's qh[32n + 4m ..] (bits 0-1, 2-3, 4-5, 6-7: the
+ *                 high bits of those four elements, in that order)
+ *   then [3072, 3328)  scales: byte 32 p + 2 k + e = row k's scale of
+ *                 sub-block 2 p + e (a row's pair as one word pair: the
+ *                 multipliers of vpmaddwd and vpdpwssd)
+ *   [3328, 3360)  row k's fp16 d at + 2k; then 32 bytes of zeros
+ *
  */
 #ifndef TKV_REPACK_H
 #define TKV_REPACK_H
@@ -124,7 +135,7 @@
 #define TKV__PACK_ROWS 16
 
 /*
- * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q8_0, Q5_0, Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS; Q6_K). A level's kernel table says
+ * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q8_0, Q5_0, Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS, Q6_K). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);
@@ -215,5 +226,14 @@ void tkv__pack_q3k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, siz
 
 /* The same for 16 IQ4_XS rows, superblock i at out + (i - i0) TKV__IQ4XS_PACK_BLOCK. */
 void tkv__pack_iq4xs_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+
+/* Offsets in one Q6_K superblock of a packed group (above). */
+#define TKV__Q6K_PACK_UNIT 192
+#define TKV__Q6K_PACK_SCALES 3072
+#define TKV__Q6K_PACK_D 3328
+#define TKV__Q6K_PACK_BLOCK 3392
+
+/* The same for 16 Q6_K rows, superblock i at out + (i - i0) TKV__Q6K_PACK_BLOCK. */
+void tkv__pack_q6k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
 
 #endif

@@ -129,7 +129,7 @@ static inline __m128i iq4xs_scales(const tkv__block_iq4_xs *x) {
  * both too (its k45_prefetch: Zen 1, llama1b Q4_K_M 25.0 -> 27.0 t/s).
  * The others keep PREFETCH_AHEAD alone (an earlier try of Q4_K's gained 9%
  * alone but nothing in the Q4_K_M model): Q5_K's gained nothing, and the
- * interleaved products (Q8_0, Q2_K, Q3_K, IQ4_XS), bound by their
+ * interleaved products of the time (Q8_0, Q2_K, Q3_K, IQ4_XS), bound by their
  * arithmetic, lost 3-7% with it.
  */
 #define PREFETCH_NEAR 4096
@@ -259,16 +259,6 @@ INLINE void prefetch_rows(const uint8_t *const *rows, int nrow, size_t off, size
     for (int k = 0; k < nrow; k++)
         for (size_t o = 0; o < len; o += 64) _mm_prefetch((const char *)rows[k] + off + o, _MM_HINT_T0);
 }
-
-/* A packed product's entry (compute/x86/avx2/packed_interleaved.c; the avx512 level's file has PACKED_ENTRY2, with
-   two-token products): BY_TOKEN_MAX+ tokens through the tiled product over the packed rows, fewer one token at a
-   time through the level's by_token and one-token kernel `one`; the level's file defines BY_TOKEN_MAX and by_token. */
-#define PACKED_ENTRY(name, tiled, one, block_elems)                                                              \
-    void name(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok, float *y,  \
-              size_t ldy) {                                                                                    \
-        if (n_tok >= BY_TOKEN_MAX) tiled(n, w, gs, nr, xq, xrs, n_tok, y, ldy);                               \
-        else by_token(one, n / (block_elems), w, gs, nr, xq, xrs, n_tok, y, ldy);                              \
-    }
 
 #endif
 #endif

@@ -544,39 +544,53 @@ static float dot_q5_K_lanes(size_t n, const void *w, const void *a) {
     return dot_k(n, w, sizeof(tkv__block_q5_K), a, 1);
 }
 
-static float dot_q6_K(size_t n, const void *w, const void *a) {
+/* One Q6_K block's exact integer lanes: per group the products (q unsigned) times its scale, less 32 x the
+   scales by the sums of 16. */
+static inline __m256i q6k_lanes(const tkv__block_q6_K *x, const tkv__block_q8_K *y) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        const __m256i ql0 = LOAD256(x->ql + 64 * h), ql1 = LOAD256(x->ql + 64 * h + 32);
+        const __m256i qh = LOAD256(x->qh + 32 * h);
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+        for (int k = 0; k < 4; k++) {
+            const int g = 8 * h + 2 * k; /* groups g (low lane) and g + 1 (high lane) */
+            const __m256i p16 = _mm256_maddubs_epi16(q[k], LOAD256(y->qs + 128 * h + 32 * k));
+            const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x->scales[g + 1]), _mm_set1_epi16(x->scales[g]));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
+        }
+    }
+    /* the -32 offset: subtract 32 * sum_g scales[g] * bsums[g] */
+    const __m256i sc16 = _mm256_cvtepi8_epi16(LOAD128(x->scales));
+    const __m256i corr = _mm256_madd_epi16(LOAD256(Q8K_BSUMS(y)), sc16);
+    return _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+}
+
+/* Q6_K in the reference's lane-wise order (vec_dot_ref): one fma a block and lane, the lanes summed at the end. */
+static float dot_q6_K_lanes(size_t n, const void *w, const void *a) {
     const tkv__block_q6_K *x = w;
     const tkv__block_q8_K *y = a;
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     __m256 acc = _mm256_setzero_ps();
-    for (size_t i = 0; i < n / TKV__QK_K; i++) {
-        const float d = y[i].d * f16(x[i].d);
-        __m256i sumi = _mm256_setzero_si256();
-        for (int h = 0; h < 2; h++) {
-            const __m256i ql0 = LOAD256(x[i].ql + 64 * h), ql1 = LOAD256(x[i].ql + 64 * h + 32);
-            const __m256i qh = LOAD256(x[i].qh + 32 * h);
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
-            for (int k = 0; k < 4; k++) {
-                const int g = 8 * h + 2 * k; /* groups g (low lane) and g + 1 (high lane) */
-                const __m256i p16 = _mm256_maddubs_epi16(q[k], LOAD256(y[i].qs + 128 * h + 32 * k));
-                const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x[i].scales[g + 1]), _mm_set1_epi16(x[i].scales[g]));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p16, sc));
-            }
-        }
-        /* the -32 offset: subtract 32 * sum_g scales[g] * bsums[g] */
-        const __m256i sc16 = _mm256_cvtepi8_epi16(LOAD128(x[i].scales));
-        const __m256i corr = _mm256_madd_epi16(LOAD256(Q8K_BSUMS(&y[i])), sc16);
-        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-    }
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * f16(x[i].d)), _mm256_cvtepi32_ps(q6k_lanes(&x[i], &y[i])), acc);
     return hsum_f32(acc);
+}
+
+/* Q6_K block-reduced (compute/quant/quant.h): per block the exact sum, then one fma into the running sum. */
+float tkv__dot_q6_K_avx2(size_t n, const void *w, const void *a) {
+    const tkv__block_q6_K *x = w;
+    const tkv__block_q8_K *y = a;
+    float s = 0.0f;
+    for (size_t i = 0; i < n / TKV__QK_K; i++)
+        s = fmaf((float)hsum_i32(q6k_lanes(&x[i], &y[i])), f16(x[i].d) * y[i].d, s);
+    return s;
 }
 
 /* ---- activation quantization ------------------------------------------------- */
@@ -831,7 +845,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q5_1] = dot_q5_1,
             [TKV_TYPE_Q4_K] = tkv__dot_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__dot_q5_K_avx2,
-            [TKV_TYPE_Q6_K] = dot_q6_K,
+            [TKV_TYPE_Q6_K] = tkv__dot_q6_K_avx2,
         },
     /* tiled products (compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c), bit for bit these vec_dots */
     .gemm =
@@ -845,7 +859,7 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx2, /* compute/x86/avx2/gemm_q2_q3_k.c */
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx2,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx2,
-            [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2,
+            [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx2, /* compute/x86/avx2/gemm_q6_k.c */
             [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx2,
             [TKV_TYPE_IQ4_XS] = tkv__gemm_iq4_xs_avx2, /* compute/x86/avx2/gemm_iq4_xs.c */
             [TKV_TYPE_IQ1_S] = tkv__gemm_iq1_s_avx2, /* compute/x86/avx2/dot_iq1.c */
@@ -880,10 +894,12 @@ const tkv__kernels tkv__kernel_avx2_part = {
     .lanes_kn = {[TKV_TYPE_F32] = 16, [TKV_TYPE_F16] = 16, [TKV_TYPE_BF16] = 16},
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_lanes_avx2,
                     [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = dot_q8_0,
-                    [TKV_TYPE_Q5_0] = dot_q5_0, [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_lanes_avx2},
+                    [TKV_TYPE_Q5_0] = dot_q5_0, [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_lanes_avx2,
+                    [TKV_TYPE_Q6_K] = dot_q6_K_lanes},
     .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx2, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_lanes_avx2,
                  [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_lanes_avx2,
-                 [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_lanes_avx2, [TKV_TYPE_IQ4_XS] = tkv__gemm_iq4_xs_lanes_avx2},
+                 [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_lanes_avx2, [TKV_TYPE_IQ4_XS] = tkv__gemm_iq4_xs_lanes_avx2,
+                 [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_lanes_avx2},
     .quantize =
         {
             [TKV_TYPE_F16] = quant_f16,

@@ -8,13 +8,13 @@ set(TKV_AVX2_SOURCES
   compute/x86/avx2/dot_iq3.c
   compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c
   compute/x86/avx2/gemm_q4_q5_k.c
-  compute/x86/avx2/packed_interleaved.c
   compute/x86/avx2/gemm_q4_0_iq4_nl.c
   compute/x86/avx2/gemm_q4_1_q5.c
   compute/x86/avx2/gemm_q2_q3_k_lanes.c
   compute/x86/avx2/gemm_q2_q3_k.c
   compute/x86/avx2/gemm_iq4_xs.c
   compute/x86/avx2/gemm_iq4_xs_lanes.c
+  compute/x86/avx2/gemm_q6_k.c
   compute/x86/avx2/gemm_float.c
   compute/x86/avx2/gemm_bf16_pairs.c
   compute/x86/avx2/gemm_iq3.c

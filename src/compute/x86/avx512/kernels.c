@@ -178,7 +178,8 @@ static float dot_q5_K_lanes(size_t n, const void *w, const void *a) {
     return dot_k(n, w, sizeof(tkv__block_q5_K), a, 1);
 }
 
-static float dot_q6_K(size_t n, const void *w, const void *a) {
+/* Q6_K in the reference's lane-wise order (vec_dot_ref; the default: avx2's tkv__dot_q6_K_avx2, block-reduced). */
+static float dot_q6_K_lanes(size_t n, const void *w, const void *a) {
     const tkv__block_q6_K *x = w;
     const tkv__block_q8_K *y = a;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
@@ -312,7 +313,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q3_K] = tkv__dot_q3_K_avx2,
             [TKV_TYPE_Q4_K] = tkv__dot_q4_K_avx2, /* with gemm_q4_q5_k.c's products */
             [TKV_TYPE_Q5_K] = tkv__dot_q5_K_avx2,
-            [TKV_TYPE_Q6_K] = dot_q6_K,
+            [TKV_TYPE_Q6_K] = tkv__dot_q6_K_avx2, /* compute/x86/avx2/kernels.c's, block-reduced as gemm_q6_k.c */
             [TKV_TYPE_IQ4_NL] = tkv__dot_iq4_nl_avx2, /* block-reduced as Q4_0 (gemm_q4_0_iq4_nl.c) */
             [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_avx2, /* compute/x86/avx2/kernels.c's, block-reduced as gemm_iq4_xs.c */
             [TKV_TYPE_IQ3_XXS] = tkv__kernel_dot_iq3_xxs_avx2, /* compute/x86/avx2/dot_iq3.c's: the tiled products follow it */
@@ -336,7 +337,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_avx512, /* compute/x86/avx512/gemm_q2_q3_k.c */
             [TKV_TYPE_Q4_K] = tkv__gemm_q4_K_avx512,
             [TKV_TYPE_Q5_K] = tkv__gemm_q5_K_avx512,
-            [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512,
+            [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_avx512, /* compute/x86/avx512/gemm_q6_k.c */
             [TKV_TYPE_IQ4_NL] = tkv__gemm_iq4_nl_avx512,
             [TKV_TYPE_IQ4_XS] = tkv__gemm_iq4_xs_avx512, /* compute/x86/avx512/gemm_iq4_xs.c */
             [TKV_TYPE_IQ3_XXS] = tkv__gemm_iq3_xxs_avx512, /* compute/x86/avx512/gemm_iq3.c */
@@ -378,10 +379,12 @@ const tkv__kernels tkv__kernel_avx512_part = {
        level's entries are its plain lane-wise order, as it computes without AVX-512) */
     .vec_dot_ref = {[TKV_TYPE_Q5_K] = dot_q5_K_lanes, [TKV_TYPE_Q2_K] = tkv__dot_q2_K_avx2,
                     [TKV_TYPE_Q3_K] = tkv__dot_q3_K_lanes_avx2, [TKV_TYPE_Q8_0] = dot_q8_0,
-                    [TKV_TYPE_Q5_0] = dot_q5_0, [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_lanes_avx2},
+                    [TKV_TYPE_Q5_0] = dot_q5_0, [TKV_TYPE_IQ4_XS] = tkv__dot_iq4_xs_lanes_avx2,
+                    [TKV_TYPE_Q6_K] = dot_q6_K_lanes},
     .gemm_ref = {[TKV_TYPE_Q5_K] = tkv__gemm_q5_K_lanes_avx512, [TKV_TYPE_Q2_K] = tkv__gemm_q2_K_avx512,
                  [TKV_TYPE_Q3_K] = tkv__gemm_q3_K_lanes_avx512, [TKV_TYPE_Q8_0] = tkv__gemm_q8_0_lanes_avx512,
-                 [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx512, [TKV_TYPE_IQ4_XS] = tkv__gemm_iq4_xs_lanes_avx512},
+                 [TKV_TYPE_Q5_0] = tkv__gemm_q5_0_avx512, [TKV_TYPE_IQ4_XS] = tkv__gemm_iq4_xs_lanes_avx512,
+                 [TKV_TYPE_Q6_K] = tkv__gemm_q6_K_lanes_avx512},
     .silu = silu,
     .softcap = softcap,
     .swiglu = swiglu,

@@ -1,0 +1,299 @@
+/*
+ * compute/x86/avx512/gemm_q6_k.c — Q6_K products at the avx512 level (AVX-512 F/BW/VL + VNNI)
+ * over the transposed layout of compute/quant/repack.h, in the block-reduced order of
+ * compute/quant/quant.h, so they equal the level's vec_dot (and the scalar one) bit for bit: the
+ * product over packed rows and the tiled product over the file's rows, which builds the same
+ * layout for a chunk of K on its stack first.
+ *
+ * Lane k of a zmm is row k of a group of 16, so a superblock reduces to one
+ * integer per lane with no horizontal sums. A unit of the layout (192
+ * bytes: two 64-byte chunks of low bits and one of high bits) gives four
+ * values of 4 elements of each row, one in each of 4 sub-blocks (a shift,
+ * an and and a vpternlogd each, 0..63 as unsigned bytes for vpdpbusd); per
+ * token one vpdpbusd each, the sum of a sub-block starting from -32 times
+ * the token's sum of its 16 quants (the q - 32 offset), so it is exact. Per
+ * 4 units (4 sub-blocks complete) and token the sums times the rows'
+ * scales (vpmulld); per superblock and token one conversion, the scale
+ * product and one fma for all 16 rows. Against the lane-wise order
+ * (gemm_q8_0_q4_q5_q6_k.c's tiles, vpmaddubsw then vpdpwssd by the scale
+ * words: two multiplies a 4 products) one vpdpbusd a 4 products and one
+ * vpmulld a 16.
+ *
+ * Decode steps run straight from the packed rows (tiles of up to 4
+ * tokens); 8 tokens and more (prefill) first expand each superblock's
+ * values to bytes, KCX superblocks at a time, so that a tile's steps are
+ * loads instead of the unpacking, and go a pair of sub-blocks at a time:
+ * the tile then holds two sums per token instead of four, and the q - 32
+ * offset comes off once per superblock (the rows' scale pairs of the
+ * layout times the token's pairs of sums of 16 by vpdpwssd, as the avx2
+ * level's). Each tile shape is a function of its own: inlined together
+ * into the pass they spilled their sums (one token from L1 86 -> 92 GB/s,
+ * 4 tokens 36 -> 40).
+ */
+#include "compute/gemm.h"
+#include "util.h"
+#include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
+
+#include <stdalign.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__) && defined(__AVX2__) && defined(__F16C__)
+#include <immintrin.h>
+
+enum {
+    QBS = sizeof(tkv__block_q8_K),
+    PB = TKV__Q6K_PACK_BLOCK,
+    UNIT = TKV__Q6K_PACK_UNIT,
+    TT = 4,        /* tokens per tile */
+    KC = 8,        /* superblocks per panel of the file-rows product (27 KiB) */
+    TC = 64,       /* tokens per chunk: their activations stay in L2 while the groups pass */
+    Y_QS = 4,      /* offset of a Q8_K block's quants */
+    Y_BSUMS = 260, /* ... and of its 16 sums of 16 */
+    /* an expanded superblock: unit u's four values at 256 u (64 bytes each), then the packed superblock's tail */
+    EX_VALUES = 4096,
+    EXB = EX_VALUES + (PB - TKV__Q6K_PACK_SCALES), /* 69 cache lines */
+    KCX = 8,     /* superblocks per expanded panel (35 KiB) */
+    EX_MIN = 8,  /* tokens from which a pass expands its superblocks first */
+};
+
+/* Where a superblock's scales and d are, packed or expanded. */
+#define SCALES(ex) ((ex) ? (size_t)EX_VALUES : (size_t)TKV__Q6K_PACK_SCALES)
+#define DOFF(ex) (SCALES(ex) + (TKV__Q6K_PACK_D - TKV__Q6K_PACK_SCALES))
+
+/* The four values (0..63) of unit u of packed superblock b: v[0..3] for its elements at + 0, 32, 64, 96. */
+INLINE void unit_values(const uint8_t *b, int u, __m512i v[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+    const uint8_t *p = b + UNIT * u;
+    const __m512i a = _mm512_load_si512((const void *)p), c = _mm512_load_si512((const void *)(p + 64));
+    const __m512i h = _mm512_load_si512((const void *)(p + 128));
+    /* (x & 0x0f) | y, y's bits 4-5 the two high bits: one vpternlogd (0xea: a & b | c) after the high bits' and */
+    v[0] = _mm512_ternarylogic_epi32(a, m4, _mm512_and_si512(_mm512_slli_epi16(h, 4), m30), 0xea);
+    v[1] = _mm512_ternarylogic_epi32(c, m4, _mm512_and_si512(_mm512_slli_epi16(h, 2), m30), 0xea);
+    v[2] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(a, 4), m4, _mm512_and_si512(h, m30), 0xea);
+    v[3] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(c, 4), m4, _mm512_and_si512(_mm512_srli_epi16(h, 2), m30), 0xea);
+}
+
+/* Packed superblock b expanded into e (EXB bytes, 64-byte aligned). */
+static void expand6(const uint8_t *b, uint8_t *e) {
+    for (int u = 0; u < 16; u++) {
+        __m512i v[4];
+        unit_values(b, u, v);
+        for (int j = 0; j < 4; j++) _mm512_store_si512((void *)(e + 256 * u + 64 * j), v[j]);
+    }
+    memcpy(e + EX_VALUES, b + TKV__Q6K_PACK_SCALES, PB - TKV__Q6K_PACK_SCALES);
+}
+
+/*
+ * Superblocks [0, cnt) of one group at pk (packed, or expanded: ex) for T
+ * tokens: yb0[t] is token t's Q8_K block of the first one; acc[t] carries
+ * the running sums of the 16 rows. pf: ask for the group's bytes
+ * PREFETCH_AHEAD on (it streams from memory).
+ */
+INLINE void q6_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, int T, int pf, int ex) {
+    const size_t SB = ex ? EXB : PB;
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *b = pk + i * SB, *yb[TT];
+        __m512i sumi[TT];
+        UNROLL
+        for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm512_setzero_si512();
+        UNROLL
+        for (int n = 0; n < 2; n++) {
+            UNROLL
+            for (int q = 0; q < 2; q++) { /* units 8n + 4q .. 8n + 4q + 3: sub-blocks 8n + 2v + q for values v */
+                __m512i c[TT][4];
+                UNROLL
+                for (int t = 0; t < T; t++)
+                    for (int v = 0; v < 4; v++) {
+                        int16_t bs;
+                        memcpy(&bs, yb[t] + Y_BSUMS + 2 * (8 * n + 2 * v + q), 2);
+                        c[t][v] = _mm512_set1_epi32(-32 * bs);
+                    }
+                UNROLL
+                for (int mm = 0; mm < 4; mm++) {
+                    const int m = 4 * q + mm, u = 8 * n + m;
+                    /* util.h's PREFETCH_AHEAD on, spread over the units (half a superblock at a time, as IQ4_XS
+                       asks, and a quarter read 0-8% less on two threads from memory; noisy) */
+                    if (pf) prefetch_span(b + PREFETCH_AHEAD + SB * (size_t)u / 16, SB / 16 + 64);
+                    __m512i val[4];
+                    if (ex) {
+                        UNROLL
+                        for (int v = 0; v < 4; v++) val[v] = _mm512_load_si512((const void *)(b + 256 * u + 64 * v));
+                    } else {
+                        unit_values(b, u, val);
+                    }
+                    UNROLL
+                    for (int t = 0; t < T; t++) {
+                        const uint8_t *a = yb[t] + Y_QS + 128 * n + 4 * m;
+                        UNROLL
+                        for (int v = 0; v < 4; v++) c[t][v] = _mm512_dpbusd_epi32(c[t][v], val[v], bcast32(a + 32 * v));
+                    }
+                }
+                UNROLL
+                for (int v = 0; v < 4; v++) {
+                    /* dword k: row k's scales of sub-blocks 2p, 2p + 1 as words (p = 4n + v); this one's, signed */
+                    const __m512i pw = _mm512_cvtepi8_epi16(LOAD256(b + SCALES(ex) + 32 * (size_t)(4 * n + v)));
+                    const __m512i sc = q ? _mm512_srai_epi32(pw, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pw, 16), 16);
+                    UNROLL
+                    for (int t = 0; t < T; t++) sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(c[t][v], sc));
+                }
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + DOFF(ex)));
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            float yd;
+            memcpy(&yd, yb[t], sizeof yd);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, _mm512_set1_ps(yd)), acc[t]);
+        }
+    }
+}
+
+/* A token's 4 activation bytes at p broadcast, as a load gcc folds into the product's operand ({1to16}): through
+   bcast32's memcpy it made a vpbroadcastd of each and spilled the tile's sums to keep them. */
+typedef int32_t i32_unaligned __attribute__((may_alias, aligned(1)));
+static inline __m512i bcast32_op(const uint8_t *p) { return _mm512_set1_epi32(*(const i32_unaligned *)(const void *)p); }
+
+/*
+ * The same over expanded superblocks (ex), one sub-block at a time: its four
+ * values' bytes are loads, so the tile keeps a sub-block's sum per token
+ * instead of four, and the q - 32 offset comes off once per superblock: the
+ * rows' scale pairs times the token's pairs of sums of 16 (eight vpdpwssd),
+ * 32 times that off the integer.
+ */
+INLINE void q6_run_ex(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, int T) {
+    for (size_t i = 0; i < cnt; i++) {
+        const uint8_t *b = pk + i * EXB, *yb[TT];
+        __m512i sumi[TT], sums[TT];
+        UNROLL
+        for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = sums[t] = _mm512_setzero_si512();
+        UNROLL
+        for (int p = 0; p < 8; p++) { /* sub-blocks 2p + q = 8n + 2v + q: value v of units 8n + 4q .. 8n + 4q + 3 */
+            const int n = p / 4, v = p % 4;
+            /* dword k: row k's scales of sub-blocks 2p and 2p + 1 as words */
+            const __m512i pw = _mm512_cvtepi8_epi16(LOAD256(b + EX_VALUES + 32 * (size_t)p));
+            UNROLL
+            for (int t = 0; t < T; t++) sums[t] = _mm512_dpwssd_epi32(sums[t], pw, bcast32(yb[t] + Y_BSUMS + 4 * p));
+            /* both sub-blocks' sums side by side: 2 T chains of vpdpbusd in flight */
+            __m512i c[2][TT];
+            UNROLL
+            for (int t = 0; t < T; t++) c[0][t] = c[1][t] = _mm512_setzero_si512();
+            UNROLL
+            for (int mm = 0; mm < 4; mm++)
+                UNROLL
+                for (int q = 0; q < 2; q++) {
+                    const int m = 4 * q + mm, u = 8 * n + m;
+                    const __m512i val = _mm512_load_si512((const void *)(b + 256 * u + 64 * v));
+                    UNROLL
+                    for (int t = 0; t < T; t++)
+                        c[q][t] = _mm512_dpbusd_epi32(c[q][t], val, bcast32_op(yb[t] + Y_QS + 128 * n + 32 * v + 4 * m));
+                }
+            const __m512i sc0 = _mm512_srai_epi32(_mm512_slli_epi32(pw, 16), 16), sc1 = _mm512_srai_epi32(pw, 16);
+            UNROLL
+            for (int t = 0; t < T; t++)
+                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(c[0][t], sc0), _mm512_mullo_epi32(c[1][t], sc1)));
+        }
+        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + EX_VALUES + (TKV__Q6K_PACK_D - TKV__Q6K_PACK_SCALES)));
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            float yd;
+            memcpy(&yd, yb[t], sizeof yd);
+            const __m512i total = _mm512_sub_epi32(sumi[t], _mm512_slli_epi32(sums[t], 5));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(dw, _mm512_set1_ps(yd)), acc[t]);
+        }
+    }
+}
+
+/* Each tile shape out of line (inlined into one pass function, the shapes' sums spilled). */
+#define Q6_RUN_SHAPE(T)                                                                                                \
+    NOINLINE void q6_run_##T(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, int pf, int ex) { \
+        if (ex) q6_run_ex(pk, cnt, yb0, acc, T);                                                                       \
+        else q6_run(pk, cnt, yb0, acc, T, pf, 0);                                                                      \
+    }
+Q6_RUN_SHAPE(1)
+Q6_RUN_SHAPE(2)
+Q6_RUN_SHAPE(3)
+Q6_RUN_SHAPE(4)
+
+/* One group's tile (gemm_iq4_xs.c's xs_tile): T tokens over superblocks k0 .. k0 + cnt - 1 at pk. */
+INLINE void q6_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *const *yt, float *st, int first, int last,
+                    float *y, size_t ldy, __mmask16 rmask, int T, int pf, int ex) {
+    __m512 acc[TT], accm[TT];
+    const uint8_t *yb[TT];
+    UNROLL
+    for (int t = 0; t < T; t++) yb[t] = yt[t] + k0 * QBS;
+    sums_start(st, first, T, acc, accm);
+    switch (T) { /* accm stays +0: acc - accm is acc */
+    case 4: q6_run_4(pk, cnt, yb, acc, pf, ex); break;
+    case 3: q6_run_3(pk, cnt, yb, acc, pf, ex); break;
+    case 2: q6_run_2(pk, cnt, yb, acc, pf, ex); break;
+    default: q6_run_1(pk, cnt, yb, acc, pf, ex); break;
+    }
+    sums_end(st, last, T, acc, accm, y, ldy, rmask);
+}
+
+/* Tokens [t0, t0 + tn) over one group's superblocks [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1. */
+INLINE void q6_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
+                      float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int stream, int ex) {
+    for (size_t u = 0; u < tn;) {
+        const int T = (int)min_sz(TT, tn - u);
+        const uint8_t *yt[TT];
+        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
+        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
+        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
+        switch (T) {
+        case 4: q6_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, pf, ex); break;
+        case 3: q6_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, pf, ex); break;
+        case 2: q6_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, pf, ex); break;
+        default: q6_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, pf, ex); break;
+        }
+        u += (size_t)T;
+    }
+}
+
+/* A pass (util.h's sb_pass): a few tokens straight from the packed superblocks; more over expanded panels of KCX
+   superblocks, their sums through the pass's stash (or one of its own when the pass is a whole row). */
+static void q6_pass(const sb_pass *p) {
+    const __mmask16 rmask = (__mmask16)((1u << p->nrow) - 1u);
+    if (p->tn < EX_MIN) {
+        q6_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy, rmask,
+                  p->stream, 0);
+        return;
+    }
+    struct {
+        alignas(64) uint8_t ex[KCX * EXB]; /* 35 KiB */
+        alignas(64) float st[TC * 32];     /* 8 KiB */
+    } b;
+    _Static_assert(sizeof b <= 48 * 1024, "with the file-rows product's panel, under 80 KiB of stack (kernels.h)");
+    float *st = p->st ? p->st : b.st;
+    for (size_t c0 = 0; c0 < p->cnt; c0 += KCX) {
+        const size_t c = min_sz(KCX, p->cnt - c0);
+        for (size_t i = 0; i < c; i++) {
+            if (p->stream) prefetch_span(p->pk + (c0 + i + 1) * PB + PREFETCH_AHEAD, PB);
+            expand6(p->pk + (c0 + i) * PB, b.ex + i * EXB);
+        }
+        q6_tokens(b.ex, p->k0 + c0, c, p->xb, p->xrs, p->t0, p->tn, st, p->first && c0 == 0,
+                  p->last && c0 + c == p->cnt, p->y, p->ldy, rmask, 0, 1);
+    }
+}
+
+/* Over packed rows (kernels.h's `packed`): each group read once per chunk of TC tokens. */
+void tkv__packed_q6_K_avx512(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                             float *y, size_t ldy) {
+    sb_over_packed(q6_pass, n / TKV__QK_K, w, gs, nr, xq, xrs, n_tok, y, ldy, TC);
+}
+
+/* Over the file's rows: per group of 16 rows, chunks of KC superblocks transposed into a panel on the stack (the
+   packed layout), then every token's tiles over it, their sums carried in a stash. */
+void tkv__gemm_q6_K_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                           float *y, size_t ldy) {
+    struct {
+        alignas(64) uint8_t pan[KC * PB]; /* 27 KiB */
+        alignas(64) float st[TC * 32];    /* 8 KiB */
+    } b;
+    sb_over_rows(q6_pass, tkv__pack_q6k_blocks, n / TKV__QK_K, w, wrs, nr, xq, xrs, n_tok, y, ldy, TC, KC, b.pan, b.st);
+}
+
+#endif
