@@ -75,6 +75,34 @@ static void expand6(const uint8_t *b, uint8_t *e) {
     memcpy(e + EX_VALUES, b + TKV__Q6K_PACK_SCALES, PB - TKV__Q6K_PACK_SCALES);
 }
 
+/* Sub-blocks 2p and 2p + 1 (= 8n + 2v + q: value v of units 8n + 4q .. 8n + 4q + 3) of superblock b, half h, into the
+   T tokens' sums (sumi) and their sums of 16 times the scales (sums). */
+INLINE void q6_pair(const uint8_t *b, int p, int h, int NH, size_t SB, size_t PF, const uint8_t *const *yb, __m256i *sumi,
+                    __m256i *sums, int T, int pf, int ex) {
+    /* a dword's low word twice, its high word twice */
+    const __m256i dup0 = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, /**/
+                                          0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+    const __m256i dup1 = _mm256_add_epi8(dup0, _mm256_set1_epi8(2));
+    const int n = p / 4, v = p % 4;
+    if (pf) /* the superblock PF on, spread over the steps (a burst held the loads behind it) */
+        prefetch_span(b + PF + SB * (size_t)(8 * h + p) / (size_t)(8 * NH), SB / (size_t)(8 * NH) + 64);
+    /* dword k: row 8h + k's scales of sub-blocks 2p and 2p + 1 as words */
+    const __m256i pw = _mm256_cvtepi8_epi16(LOAD128(b + SCALES(ex) + 32 * (size_t)p + 16 * (size_t)h));
+    const __m256i sw[2] = {_mm256_shuffle_epi8(pw, dup0), _mm256_shuffle_epi8(pw, dup1)};
+    UNROLL
+    for (int t = 0; t < T; t++) sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(pw, bcast32(yb[t] + Y_BSUMS + 4 * p)));
+    UNROLL
+    for (int m = 0; m < 8; m++) {
+        const int u = 8 * n + m;
+        const __m256i val = ex ? LOADA256(b + 256 * u + 64 * v + 32 * h) : unit_value(b, u, v, h);
+        UNROLL
+        for (int t = 0; t < T; t++)
+            sumi[t] = _mm256_add_epi32(
+                sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(val, bcast32(yb[t] + Y_QS + 128 * n + 32 * v + 4 * m)),
+                                           sw[m / 4]));
+    }
+}
+
 /*
  * Superblocks [0, cnt) of one group at pk (packed, or expanded: ex) for T
  * tokens, the group's first nrow rows: yb0[t] is token t's Q8_K block of
@@ -85,10 +113,6 @@ INLINE void q6_run(const uint8_t *pk, size_t cnt, size_t nrow, const uint8_t *co
                    int ex) {
     const size_t SB = ex ? EXB : PB, PF = (PREFETCH_AHEAD / SB + 1) * SB;
     const int NH = nrow > 8 ? 2 : 1;
-    /* a dword's low word twice, its high word twice */
-    const __m256i dup0 = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13, /**/
-                                          0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
-    const __m256i dup1 = _mm256_add_epi8(dup0, _mm256_set1_epi8(2));
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
         UNROLL
@@ -97,26 +121,12 @@ INLINE void q6_run(const uint8_t *pk, size_t cnt, size_t nrow, const uint8_t *co
             __m256i sumi[TT], sums[TT];
             UNROLL
             for (int t = 0; t < T; t++) sumi[t] = sums[t] = _mm256_setzero_si256();
-            UNROLL
-            for (int p = 0; p < 8; p++) { /* sub-blocks 2p + q = 8n + 2v + q: value v of units 8n + 4q .. 8n + 4q + 3 */
-                const int n = p / 4, v = p % 4;
-                if (pf) /* the superblock PF on, spread over the steps (a burst held the loads behind it) */
-                    prefetch_span(b + PF + SB * (size_t)(8 * h + p) / (size_t)(8 * NH), SB / (size_t)(8 * NH) + 64);
-                /* dword k: row 8h + k's scales of sub-blocks 2p and 2p + 1 as words */
-                const __m256i pw = _mm256_cvtepi8_epi16(LOAD128(b + SCALES(ex) + 32 * (size_t)p + 16 * (size_t)h));
-                const __m256i sw[2] = {_mm256_shuffle_epi8(pw, dup0), _mm256_shuffle_epi8(pw, dup1)};
+            if (ex) { /* the values are loads: a loop (unrolled, it spilled the sums: prefill 147 -> 190 GF/s) */
+                _Pragma("GCC unroll 1")
+                for (int p = 0; p < 8; p++) q6_pair(b, p, h, NH, SB, PF, yb, sumi, sums, T, 0, 1);
+            } else { /* the shifts that make a value depend on which it is: unrolled */
                 UNROLL
-                for (int t = 0; t < T; t++) sums[t] = _mm256_add_epi32(sums[t], _mm256_madd_epi16(pw, bcast32(yb[t] + Y_BSUMS + 4 * p)));
-                UNROLL
-                for (int m = 0; m < 8; m++) {
-                    const int u = 8 * n + m;
-                    const __m256i val = ex ? LOADA256(b + 256 * u + 64 * v + 32 * h) : unit_value(b, u, v, h);
-                    UNROLL
-                    for (int t = 0; t < T; t++)
-                        sumi[t] = _mm256_add_epi32(
-                            sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(val, bcast32(yb[t] + Y_QS + 128 * n + 32 * v + 4 * m)),
-                                                       sw[m / 4]));
-                }
+                for (int p = 0; p < 8; p++) q6_pair(b, p, h, NH, SB, PF, yb, sumi, sums, T, pf, 0);
             }
             const __m256 dw = _mm256_cvtph_ps(LOAD128(b + DOFF(ex) + 16 * (size_t)h));
             UNROLL

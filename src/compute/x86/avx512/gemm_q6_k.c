@@ -169,7 +169,7 @@ INLINE void q6_run_ex(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, 
         __m512i sumi[TT], sums[TT];
         UNROLL
         for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = sums[t] = _mm512_setzero_si512();
-        UNROLL
+        _Pragma("GCC unroll 1")
         for (int p = 0; p < 8; p++) { /* sub-blocks 2p + q = 8n + 2v + q: value v of units 8n + 4q .. 8n + 4q + 3 */
             const int n = p / 4, v = p % 4;
             /* dword k: row k's scales of sub-blocks 2p and 2p + 1 as words */
