@@ -19,7 +19,6 @@
 #define TKV_X86_TILE_DRIVER_H
 
 #include "util.h"
-#include "compute/quant/repack.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -43,32 +42,18 @@ typedef struct tile_job {
     size_t xrs, n_tok;
     float *y; /* out: y[t * ldy + r] */
     size_t ldy;
-    /* 0: the file's rows (wrs apart, blocks bs apart); else packed rows
-       (compute/quant/repack.h, interleaved): groups of TKV__PACK_ROWS rows gs
-       apart from w, row k of a group k bs on, its blocks TKV__PACK_ROWS bs
-       apart (tile_bstride) */
-    size_t gs;
 } tile_job;
 
-/* Bytes from block i of a row to block i + 1: what a panel adds per block. */
-static inline size_t tile_bstride(const tile_job *job, size_t bs) {
-    return job->gs ? TKV__PACK_ROWS * bs : bs;
-}
-
 /* Row r's first block (r < nr). */
-static inline const uint8_t *tile_row(const tile_job *job, size_t r, size_t bs) {
-    return job->gs ? job->w + r / TKV__PACK_ROWS * job->gs + r % TKV__PACK_ROWS * bs : job->w + r * job->wrs;
+static inline const uint8_t *tile_row(const tile_job *job, size_t r) {
+    return job->w + r * job->wrs;
 }
 
-/* Ask for blocks [i0, i0 + nblk) of nrow rows (see prefetch_rows), bst apart. Not always_inline: forced
-   into the tile loop it made the 8-token tiles over packed rows slower (Q3_K +40%, IQ4_XS +27%, Q6_K +30%,
-   bench_kernels -n 2048 -r 5632 -t 8), the loop's code, not its prefetches (the same count for Q3_K). */
-static inline void tile_prefetch(const uint8_t *const *rows, int nrow, size_t i0, size_t nblk, size_t bs, size_t bst) {
-    if (bst == bs) {
-        prefetch_rows(rows, nrow, i0 * bs, nblk * bs);
-        return;
-    }
-    for (size_t i = i0; i < i0 + nblk; i++) prefetch_rows(rows, nrow, i * bst, bs);
+/* Ask for blocks [i0, i0 + nblk) of nrow rows (see prefetch_rows), bs bytes each. Not always_inline: forced
+   into the tile loop it made 8-token tiles slower (Q3_K +40%, IQ4_XS +27%, Q6_K +30%, bench_kernels -n 2048
+   -r 5632 -t 8, when these tiles also ran over packed rows), the loop's code, not its prefetches. */
+static inline void tile_prefetch(const uint8_t *const *rows, int nrow, size_t i0, size_t nblk, size_t bs) {
+    prefetch_rows(rows, nrow, i0 * bs, nblk * bs);
 }
 
 /* The tiles of one chunk of tokens: tile j is tokens t0 + start[j] ... + len[j] - 1. */
@@ -106,7 +91,7 @@ typedef struct tile_shape {
  * table   the per-token tables of a chunk (scales, sums), once per chunk;
  * panel   block i of the group's rows (rows[0 .. rows - 1]: their first
  *         blocks; past the last row, the last again) into the panel, at slot
- *         i - k0: block i of a row is tile_bstride() i bytes on;
+ *         i - k0: block i of a row is i bs bytes on;
  * tile    one tile over the panel's blocks;
  * finish  a tile's horizontal sums out to y (nrow rows left from the group's first).
  */
@@ -149,7 +134,7 @@ INLINE void tile_scales(const tile_job *job, const tile_chunk *c, size_t nb, siz
  * chunk of tokens keeps its slot until the last chunk of K.
  */
 INLINE void tile_product(const tile_job *job, const tile_shape *sh, const tile_ops *ops, void *f) {
-    const size_t nb = sh->nb, kc = sh->kc, bs = sh->bs, nr = job->nr, bst = tile_bstride(job, bs);
+    const size_t nb = sh->nb, kc = sh->kc, bs = sh->bs, nr = job->nr;
     const size_t rows_n = (size_t)sh->rows;
     const int direct = nb <= kc;
     tile_chunk c;
@@ -159,17 +144,17 @@ INLINE void tile_product(const tile_job *job, const tile_shape *sh, const tile_o
         if (ops->table) ops->table(f, job, &c);
         for (size_t r = 0; r < nr; r += rows_n) {
             const uint8_t *rows[TILE_ROWS_MAX]; /* past the end: the last row again (computed, not stored) */
-            for (size_t k = 0; k < rows_n; k++) rows[k] = tile_row(job, min_sz(r + k, nr - 1), bs);
+            for (size_t k = 0; k < rows_n; k++) rows[k] = tile_row(job, min_sz(r + k, nr - 1));
             float *const yr = job->y + c.t0 * job->ldy + r;
             for (size_t k0 = 0; k0 < nb; k0 += kc) {
                 const size_t k1 = min_sz(k0 + kc, nb);
                 for (size_t i = k0; i < k1; i++) ops->panel(f, rows, i, k0);
                 if (k1 < nb) {
-                    tile_prefetch(rows, sh->rows, k1, min_sz(kc, nb - k1), bs, bst);
+                    tile_prefetch(rows, sh->rows, k1, min_sz(kc, nb - k1), bs);
                 } else if (r + rows_n < nr) {
                     const uint8_t *nx[TILE_ROWS_MAX];
-                    for (size_t k = 0; k < rows_n; k++) nx[k] = tile_row(job, min_sz(r + rows_n + k, nr - 1), bs);
-                    tile_prefetch(nx, sh->rows, 0, min_sz(kc, nb), bs, bst);
+                    for (size_t k = 0; k < rows_n; k++) nx[k] = tile_row(job, min_sz(r + rows_n + k, nr - 1));
+                    tile_prefetch(nx, sh->rows, 0, min_sz(kc, nb), bs);
                 }
                 for (int j = 0; j < c.ntile; j++) {
                     const uint8_t *yt[TILE_T_MAX];

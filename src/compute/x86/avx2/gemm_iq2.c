@@ -218,17 +218,17 @@ INLINE void gemm_iq2(const tile_job *job, int ty) {
 
 void tkv__gemm_iq2_xxs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                             float *y, size_t ldy) {
-    gemm_iq2(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, XXS);
+    gemm_iq2(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, XXS);
 }
 
 void tkv__gemm_iq2_xs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemm_iq2(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, XS);
+    gemm_iq2(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, XS);
 }
 
 void tkv__gemm_iq2_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy) {
-    gemm_iq2(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, S);
+    gemm_iq2(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, S);
 }
 
 #endif

@@ -159,13 +159,12 @@ typedef struct q23_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct q23_state {
     q23_bufs *b;
-    size_t bst; /* bytes from a row's block to its next (tile_bstride) */
     int three;
 } q23_state;
 
 INLINE void q23_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     q23_state *s = f;
-    for (int k = 0; k < 2; k++) pq_fill(&s->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * s->bst, s->three);
+    for (int k = 0; k < 2; k++) pq_fill(&s->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * (s->three ? Q3B : Q2B), s->three);
 }
 
 INLINE void q23_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -183,8 +182,7 @@ INLINE void gemm23(const tile_job *job, int three) {
     q23_bufs bufs;
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    q23_state s = {.b = &bufs, .bst = three ? Q3B : Q2B, .three = three};
-    assert(s.bst == tile_bstride(job, three ? Q3B : Q2B));
+    q23_state s = {.b = &bufs, .three = three};
     const size_t nb = job->n / TKV__QK_K;
     const int direct = nb <= KC;
     const size_t tc = direct ? TILE_TC_DIRECT : TC_MAXK;
@@ -198,13 +196,13 @@ INLINE void gemm23(const tile_job *job, int three) {
 /* Q2_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_q3_k.c's) */
 void tkv__gemm_q2_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 0);
 }
 
 /* Q3_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_q3_k.c's) */
 void tkv__gemm_q3_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                                float *y, size_t ldy) {
-    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 1);
+    gemm23(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 1);
 }
 
 #endif

@@ -237,17 +237,17 @@ INLINE void gemm5(const tile_job *job, kind5 kd) {
 
 void tkv__gemm_q4_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, K4_1);
+    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, K4_1);
 }
 
 void tkv__gemm_q5_0_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
                                size_t n_tok, float *y, size_t ldy) {
-    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, K5_0);
+    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, K5_0);
 }
 
 void tkv__gemm_q5_1_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, K5_1);
+    gemm5(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, K5_1);
 }
 
 #endif

@@ -123,7 +123,7 @@ typedef struct q8_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct q8_state {
     q8_bufs *b;
-    size_t nb, bst; /* blocks per row; bytes from a row's block to its next (tile_bstride) */
+    size_t nb; /* blocks per row */
 } q8_state;
 
 /* Token scales as floats: tile j's at da + nb * start[j], [block][token]. */
@@ -134,7 +134,7 @@ INLINE void q8_table(void *f, const tile_job *job, const tile_chunk *c) {
 
 INLINE void q8_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     q8_state *b = f;
-    for (int k = 0; k < 2; k++) p32_q8_0(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst);
+    for (int k = 0; k < 2; k++) p32_q8_0(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * sizeof(tkv__block_q8_0));
 }
 
 INLINE void q8_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -155,8 +155,6 @@ INLINE void gemm32(const tile_job *job) {
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.nb = job->n / TKV__QK;
-    b.bst = sizeof(tkv__block_q8_0);
-    assert(b.bst == tile_bstride(job, sizeof(tkv__block_q8_0)));
     const int direct = b.nb <= KC32;
     size_t tc = TAB_BYTES / sizeof(float) / b.nb;
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX;
@@ -170,7 +168,7 @@ INLINE void gemm32(const tile_job *job) {
 
 void tkv__gemm_q8_0_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
                                size_t n_tok, float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0});
+    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy});
 }
 
 /* ==== Q5_K / Q6_K =============================================================== */
@@ -224,9 +222,9 @@ NOINLINE void pk_q5_K(pk *e, const uint8_t *blk) {
     _mm256_store_ps(e->d, _mm256_set1_ps(f16(b->d)));
 }
 
-NOINLINE void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bst) {
+NOINLINE void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bs) {
     for (int k = 0; k < 2; k++) {
-        const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bst);
+        const tkv__block_q4_K *b = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bs);
         uint8_t s[16];
         tkv__quant_k4_unpack(b->scales, s);
         const float dmin = f16(b->dmin);
@@ -340,7 +338,7 @@ typedef struct k_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct k_state {
     k_bufs *b;
-    size_t nb, bs, bst; /* blocks per row, bytes per block, bytes from a row's block to its next */
+    size_t nb, bs; /* blocks per row, bytes per block */
     int six; /* Q6_K, else Q5_K */
 } k_state;
 
@@ -366,10 +364,10 @@ INLINE void k_table(void *f, const tile_job *job, const tile_chunk *c) {
 INLINE void k_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     k_state *b = f;
     for (int k = 0; k < 2; k++) {
-        if (b->six) pk_q6_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst);
-        else pk_q5_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bst);
+        if (b->six) pk_q6_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bs);
+        else pk_q5_K(&b->b->pan[2 * (i - k0) + (size_t)k], rows[k] + i * b->bs);
     }
-    if (!b->six) pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bst);
+    if (!b->six) pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bs);
 }
 
 INLINE void k_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -382,8 +380,8 @@ INLINE void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size
     finishk(st, T, y, ldy, nrow, ((k_state *)f)->six);
 }
 
-/* kind: 5 or 6 (Q5_K, Q6_K); packed as gemm32's */
-INLINE void gemmk(const tile_job *job, int kind, int packed) {
+/* kind: 5 or 6 (Q5_K, Q6_K) */
+INLINE void gemmk(const tile_job *job, int kind) {
     k_bufs bufs;
     k_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
@@ -391,8 +389,6 @@ INLINE void gemmk(const tile_job *job, int kind, int packed) {
     b.six = kind == 6;
     b.nb = job->n / TKV__QK_K;
     b.bs = b.six ? sizeof(tkv__block_q6_K) : sizeof(tkv__block_q5_K);
-    b.bst = (packed ? TKV__PACK_ROWS : 1) * b.bs;
-    assert(b.bst == tile_bstride(job, b.bs));
     const int direct = b.nb <= KCK;
     /* see compute/x86/avx512/gemm_q8_0_q4_q5_q6_k.c */
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX, tiles = TAB_BYTES / sizeof(tk) / b.nb;
@@ -408,12 +404,12 @@ INLINE void gemmk(const tile_job *job, int kind, int packed) {
 /* Q5_K in the reference's lane-wise order (kernels.h's gemm_ref) */
 void tkv__gemm_q5_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5, 0);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 5);
 }
 
 void tkv__gemm_q6_K_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 6, 0);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 6);
 }
 
 

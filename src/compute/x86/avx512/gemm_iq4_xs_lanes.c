@@ -124,15 +124,14 @@ typedef struct xs_bufs {
     alignas(64) float st[(TC_MAXK / TK + 2) * STT]; /* 9 KiB */
 } xs_bufs;
 
-/* The product's state: its buffers and the panel's block stride (tile_bstride). */
+/* The product's state: its buffers. */
 typedef struct xs_state {
     xs_bufs *b;
-    size_t bst;
 } xs_state;
 
 INLINE void xs_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     xs_state *s = f;
-    const size_t o = i * s->bst;
+    const size_t o = i * XB;
     px *e = &s->b->pan[i - k0];
     UNROLL
     for (int k = 0; k < 4; k++) px_row(e, k, rows[k] + o);
@@ -155,14 +154,13 @@ INLINE void xs_finish(void *f, const float *st, int T, float *y, size_t ldy, siz
     store_pairs4(st, T, y, ldy, nrow);
 }
 
-/* packed: the job's rows are packed (compute/quant/repack.h; a constant, so the panel's block stride is one too) */
-INLINE void gemm_xs(const tile_job *job, int packed) {
+/* The tiled product over the job's rows. */
+INLINE void gemm_xs(const tile_job *job) {
     xs_bufs bufs;
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     _Static_assert(offsetof(tkv__block_iq4_xs, d) == 0, "halves_f16 reads a block's d at its start");
-    xs_state s = {.b = &bufs, .bst = (packed ? TKV__PACK_ROWS : 1) * (size_t)XB};
-    assert(s.bst == tile_bstride(job, XB));
+    xs_state s = {.b = &bufs};
     const size_t nb = job->n / TKV__QK_K;
     const int direct = nb <= KC;
     const tile_shape sh = {.nb = nb, .bs = XB, .kc = KC, .tc = direct ? TILE_TC_DIRECT : TC_MAXK, .rows = 4, .big = TK,
@@ -173,7 +171,7 @@ INLINE void gemm_xs(const tile_job *job, int packed) {
 
 void tkv__gemm_iq4_xs_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                              float *y, size_t ldy) {
-    gemm_xs(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 0);
+    gemm_xs(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy});
 }
 
 #endif

@@ -137,7 +137,7 @@ typedef struct q3_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct q3_state {
     q3_bufs *b;
-    size_t nb, bst; /* blocks per row; bytes from a row's block to its next (tile_bstride) */
+    size_t nb; /* blocks per row */
 } q3_state;
 
 /* Tile j's table at tab + j nb. */
@@ -154,7 +154,7 @@ INLINE void q3_table(void *f, const tile_job *job, const tile_chunk *c) {
 
 INLINE void q3_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     q3_state *s = f;
-    const size_t o = i * s->bst;
+    const size_t o = i * Q3B;
     pq_fill(&s->b->pan[2 * (i - k0)], rows[0] + o, rows[1] + o);
     pq_fill(&s->b->pan[2 * (i - k0) + 1], rows[2] + o, rows[3] + o);
 }
@@ -174,8 +174,7 @@ INLINE void gemm3(const tile_job *job) {
     q3_bufs bufs;
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
-    q3_state s = {.b = &bufs, .nb = job->n / TKV__QK_K, .bst = Q3B};
-    assert(s.bst == tile_bstride(job, Q3B));
+    q3_state s = {.b = &bufs, .nb = job->n / TKV__QK_K};
     const size_t nb = s.nb;
     const int direct = nb <= KC;
     /* tokens per chunk: the tiles' tables must fit (the last, shorter chunk may have 2 more tiles than tc / TK) */
@@ -192,7 +191,7 @@ INLINE void gemm3(const tile_job *job) {
 /* Q3_K in the reference's lane-wise order (kernels.h's gemm_ref; the default order is gemm_q2_q3_k.c's) */
 void tkv__gemm_q3_K_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
                                  size_t n_tok, float *y, size_t ldy) {
-    gemm3(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0});
+    gemm3(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy});
 }
 
 #endif

@@ -155,7 +155,7 @@ typedef struct q8_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct q8_state {
     q8_bufs *b;
-    size_t nb, bst; /* blocks per row; bytes from a row's block to its next (tile_bstride) */
+    size_t nb; /* blocks per row */
 } q8_state;
 
 /* Token scales as floats: tile j's at da + nb * start[j], [block][token]. */
@@ -167,7 +167,7 @@ INLINE void q8_table(void *f, const tile_job *job, const tile_chunk *c) {
 INLINE void q8_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     q8_state *b = f;
     for (int p = 0; p < RP32; p++)
-        p32_q8_0(&b->b->pan[RP32 * (i - k0) + (size_t)p], rows[2 * p] + i * b->bst, rows[2 * p + 1] + i * b->bst);
+        p32_q8_0(&b->b->pan[RP32 * (i - k0) + (size_t)p], rows[2 * p] + i * sizeof(tkv__block_q8_0), rows[2 * p + 1] + i * sizeof(tkv__block_q8_0));
 }
 
 INLINE void q8_tile(void *f, const tile_chunk *c, const tile_step *s) {
@@ -188,8 +188,6 @@ INLINE void gemm32(const tile_job *job) {
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
                    "the buffers of a product live on the stack (kernels.h: under 80 KiB)");
     b.nb = job->n / TKV__QK;
-    b.bst = sizeof(tkv__block_q8_0);
-    assert(b.bst == tile_bstride(job, sizeof(tkv__block_q8_0)));
     const int direct = b.nb <= KC32;
     size_t tc = TAB_BYTES / sizeof(float) / b.nb; /* tokens whose scales fit the table */
     const size_t cap = direct ? TILE_TC_DIRECT : TC_MAX32;
@@ -203,7 +201,7 @@ INLINE void gemm32(const tile_job *job) {
 
 void tkv__gemm_q8_0_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,
                                  size_t n_tok, float *y, size_t ldy) {
-    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0});
+    gemm32(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy});
 }
 
 /* ==== Q5_K / Q6_K =============================================================== */
@@ -264,9 +262,9 @@ NOINLINE void pk_q5_K(pk *e, const uint8_t *ba, const uint8_t *bb) {
     _mm512_store_ps(e->d, halves_ps(f16(a->d), f16(b->d)));
 }
 
-static void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bst) {
+static void pkm_q45_K(pkm *m, const uint8_t *const *rows, size_t i, size_t bs) {
     for (int k = 0; k < 4; k++) {
-        const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bst);
+        const tkv__block_q4_K *a = (const tkv__block_q4_K *)(const void *)(rows[k] + i * bs);
         uint8_t s[16];
         tkv__quant_k4_unpack(a->scales, s);
         for (int g = 0; g < 4; g++) m->mn[g][k] = (int32_t)((uint32_t)s[8 + 2 * g] | (uint32_t)s[9 + 2 * g] << 16);
@@ -400,7 +398,7 @@ typedef struct k_bufs {
 /* The product's state: its buffers and constants (a local whose fields the compiler keeps in registers). */
 typedef struct k_state {
     k_bufs *b;
-    size_t nb, bs, bst; /* blocks per row, bytes per block, bytes from a row's block to its next */
+    size_t nb, bs; /* blocks per row, bytes per block */
     int six; /* Q6_K, else Q5_K */
 } k_state;
 
@@ -424,14 +422,14 @@ INLINE void k_table(void *f, const tile_job *job, const tile_chunk *c) {
 
 INLINE void k_panel(void *f, const uint8_t *const *rows, size_t i, size_t k0) {
     k_state *b = f;
-    const size_t o = i * b->bst;
+    const size_t o = i * b->bs;
     if (b->six) {
         pk_q6_K(&b->b->pan[2 * (i - k0)], rows[0] + o, rows[1] + o);
         pk_q6_K(&b->b->pan[2 * (i - k0) + 1], rows[2] + o, rows[3] + o);
     } else {
         pk_q5_K(&b->b->pan[2 * (i - k0)], rows[0] + o, rows[1] + o);
         pk_q5_K(&b->b->pan[2 * (i - k0) + 1], rows[2] + o, rows[3] + o);
-        pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bst);
+        pkm_q45_K(&b->b->pm[i - k0], rows, i, b->bs);
     }
 }
 
@@ -445,8 +443,8 @@ INLINE void k_finish(void *f, const float *st, int T, float *y, size_t ldy, size
     finishk(st, T, y, ldy, nrow, ((k_state *)f)->six);
 }
 
-/* kind: 5 or 6 (Q5_K, Q6_K); packed: the job's rows are packed (a constant, so the panel's block stride is one too) */
-INLINE void gemmk(const tile_job *job, int kind, int packed) {
+/* kind: 5 or 6 (Q5_K, Q6_K) */
+INLINE void gemmk(const tile_job *job, int kind) {
     k_bufs bufs;
     k_state b = {.b = &bufs};
     _Static_assert(sizeof bufs + sizeof(tile_chunk) <= 80 * 1024,
@@ -454,8 +452,6 @@ INLINE void gemmk(const tile_job *job, int kind, int packed) {
     b.six = kind == 6;
     b.nb = job->n / TKV__QK_K;
     b.bs = b.six ? sizeof(tkv__block_q6_K) : sizeof(tkv__block_q5_K);
-    b.bst = (packed ? TKV__PACK_ROWS : 1) * b.bs;
-    assert(b.bst == tile_bstride(job, b.bs));
     const int direct = b.nb <= KCK;
     /* tokens per chunk: a multiple of TK whose tiles' tables fit (the last,
        shorter chunk may have 2 more tiles than tc / TK); Q6_K has no table */
@@ -472,12 +468,12 @@ INLINE void gemmk(const tile_job *job, int kind, int packed) {
 /* Q5_K in the reference's lane-wise order (kernels.h's gemm_ref) */
 void tkv__gemm_q5_K_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 5, 0);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 5);
 }
 
 void tkv__gemm_q6_K_lanes_avx512(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy) {
-    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy, 0}, 6, 0);
+    gemmk(&(tile_job){n, w, wrs, nr, xq, xrs, n_tok, y, ldy}, 6);
 }
 
 
