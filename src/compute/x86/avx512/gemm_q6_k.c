@@ -234,20 +234,19 @@ INLINE void q6_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *con
     sums_end(st, last, T, acc, accm, y, ldy, rmask);
 }
 
-/* Tokens [t0, t0 + tn) over one group's superblocks [k0, k0 + cnt) at pk, in tiles of 4, 3, 2, 1. */
-INLINE void q6_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *xb, size_t xrs, size_t t0, size_t tn,
-                      float *st, int first, int last, float *y, size_t ldy, __mmask16 rmask, int stream, int ex) {
-    for (size_t u = 0; u < tn;) {
-        const int T = (int)min_sz(TT, tn - u);
+/* Pass p's tokens in tiles of 4, 3, 2, 1 over its superblocks (expanded: ex); the first tile reads the group from
+   memory when p streams it, the others from cache. */
+INLINE void q6_tokens(const sb_pass *p, int ex) {
+    const __mmask16 rmask = (__mmask16)((1u << p->nrow) - 1u);
+    for (size_t u = 0; u < p->tn;) {
         const uint8_t *yt[TT];
-        for (int t = 0; t < T; t++) yt[t] = xb + (t0 + u + (size_t)t) * xrs;
-        float *sb = st ? st + 32 * u : NULL, *yo = y + (t0 + u) * ldy;
-        const int pf = stream && u == 0; /* the first tile reads the group from memory, the others from cache */
+        float *sb, *yo;
+        const int T = sb_tile(p, u, TT, yt, &sb, &yo), pf = p->stream && u == 0;
         switch (T) {
-        case 4: q6_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 4, pf, ex); break;
-        case 3: q6_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 3, pf, ex); break;
-        case 2: q6_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 2, pf, ex); break;
-        default: q6_tile(pk, k0, cnt, yt, sb, first, last, yo, ldy, rmask, 1, pf, ex); break;
+        case 4: q6_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 4, pf, ex); break;
+        case 3: q6_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 3, pf, ex); break;
+        case 2: q6_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 2, pf, ex); break;
+        default: q6_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 1, pf, ex); break;
         }
         u += (size_t)T;
     }
@@ -256,10 +255,8 @@ INLINE void q6_tokens(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *x
 /* A pass (util.h's sb_pass): a few tokens straight from the packed superblocks; more over expanded panels of KCX
    superblocks, their sums through the pass's stash (or one of its own when the pass is a whole row). */
 static void q6_pass(const sb_pass *p) {
-    const __mmask16 rmask = (__mmask16)((1u << p->nrow) - 1u);
     if (p->tn < EX_MIN) {
-        q6_tokens(p->pk, p->k0, p->cnt, p->xb, p->xrs, p->t0, p->tn, p->st, p->first, p->last, p->y, p->ldy, rmask,
-                  p->stream, 0);
+        q6_tokens(p, 0);
         return;
     }
     struct {
@@ -267,15 +264,16 @@ static void q6_pass(const sb_pass *p) {
         alignas(64) float st[TC * 32];     /* 8 KiB */
     } b;
     _Static_assert(sizeof b <= 48 * 1024, "with the file-rows product's panel, under 80 KiB of stack (kernels.h)");
-    float *st = p->st ? p->st : b.st;
     for (size_t c0 = 0; c0 < p->cnt; c0 += KCX) {
         const size_t c = min_sz(KCX, p->cnt - c0);
         for (size_t i = 0; i < c; i++) {
             if (p->stream) prefetch_span(p->pk + (c0 + i + 1) * PB + PREFETCH_AHEAD, PB);
             expand6(p->pk + (c0 + i) * PB, b.ex + i * EXB);
         }
-        q6_tokens(b.ex, p->k0 + c0, c, p->xb, p->xrs, p->t0, p->tn, st, p->first && c0 == 0,
-                  p->last && c0 + c == p->cnt, p->y, p->ldy, rmask, 0, 1);
+        sb_pass q = *p; /* the same tokens over this panel */
+        q.pk = b.ex, q.k0 = p->k0 + c0, q.cnt = c, q.st = p->st ? p->st : b.st;
+        q.first = p->first && c0 == 0, q.last = p->last && c0 + c == p->cnt, q.stream = 0;
+        q6_tokens(&q, 1);
     }
 }
 
