@@ -253,7 +253,7 @@ void tkv__packed_q5_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const 
                            float *y, size_t ldy);
 void tkv__packed_q6_K_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                            float *y, size_t ldy);
-/* Q6_K: compute/x86/avx2/kernels.c's block-reduced vec_dot (the avx512 table's too); each level's products over
+/* Q6_K: compute/x86/avx2/kernels.c's block-reduced vec_dot (the avx512 table has its own, with vpdpwssd); each level's products over
    its transposed packed rows and over file rows (gemm_q6_k.c); the lane-wise tiles, gemm_ref, are
    gemm_q8_0_q4_q5_q6_k.c's (above) */
 float tkv__dot_q6_K_avx2(size_t n, const void *w, const void *a);
