@@ -3,7 +3,7 @@
  * over the transposed layout of compute/quant/repack.h, in the block-reduced order of
  * compute/quant/quant.h, so they equal the level's vec_dot (and the scalar one) bit for bit: the
  * product over packed rows and the tiled product over the file's rows, which builds the same
- * layout for a chunk of K on its stack first.
+ * layout for a chunk of K on its stack first (pack6: dword transposes of the 16 rows).
  *
  * Lane k of a zmm is row k of a group of 16, so a superblock reduces to one
  * integer per lane with no horizontal sums. A unit of the layout (192
@@ -26,9 +26,11 @@
  * the tile then holds two sums per token instead of four, and the q - 32
  * offset comes off once per superblock (the rows' scale pairs of the
  * layout times the token's pairs of sums of 16 by vpdpwssd, as the avx2
- * level's). Each tile shape is a function of its own: inlined together
- * into the pass they spilled their sums (one token from L1 86 -> 92 GB/s,
- * 4 tokens 36 -> 40).
+ * level's), in a loop rather than unrolled (unrolled, gcc hoisted the
+ * products above the scale multiplies and spilled the sums: prefill 380 ->
+ * 450 GF/s as a loop). Each tile shape is a function of its own: inlined
+ * together into the pass they spilled their sums (one token from L1 86 ->
+ * 92 GB/s, 4 tokens 36 -> 40).
  */
 #include "compute/gemm.h"
 #include "util.h"
