@@ -16,6 +16,7 @@
 #include "compute/quant/grids.h"
 #include "compute/quant/iq.h"
 #include "compute/x86/q2_q3_k.h"
+#include "compute/x86/q6_k_dot.h"
 #include "compute/x86/tq1.h"
 
 #include <math.h>
@@ -583,38 +584,9 @@ static float dot_q6_K_lanes(size_t n, const void *w, const void *a) {
     return hsum_f32(acc);
 }
 
-/* The sums of 8 vectors' lanes, sum j in lane j (integer adds: exact in any order). */
-static inline __m256i hsum8_i32(const __m256i v[8]) {
-    const __m256i b0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i b1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20), _mm256_permute2x128_si256(b0, b1, 0x31));
-}
-
-/* Q6_K block-reduced (compute/quant/quant.h): per block the exact sum, then one fma into the running sum, in
-   block order. The sums of 8 blocks are reduced together: one block's alone at the end of each held the next
-   behind it (one row from L1 at 21 GB/s, against the lane-wise dot's 31; bench_kernels -n 2048 -r 1024, Zen 5).
-   The rows a decode step reads unpacked (--no-repack) take this, at both levels; each block asks for the bytes
-   8 KiB on (the rows follow each other: the next rows' blocks), which the lane-wise dot did without and this
-   one, waiting on its batches, cannot (llama1b Q6_K tg32 --no-repack, 2 threads: 35 t/s without, 44-46 with,
-   the lane-wise dot 43.5-44). */
+/* Q6_K block-reduced (compute/x86/q6_k_dot.h): the avx2 lanes. */
 float tkv__dot_q6_K_avx2(size_t n, const void *w, const void *a) {
-    const tkv__block_q6_K *x = w;
-    const tkv__block_q8_K *y = a;
-    const size_t nb = n / TKV__QK_K;
-    float s = 0.0f;
-    size_t i = 0;
-    for (; i + 8 <= nb; i += 8) {
-        __m256i v[8];
-        for (int j = 0; j < 8; j++) {
-            for (int l = 0; l < 4; l++) _mm_prefetch((const char *)&x[i + j] + 8192 + 64 * l, _MM_HINT_T0);
-            v[j] = q6k_lanes(&x[i + j], &y[i + j]);
-        }
-        alignas(32) float f[8];
-        _mm256_store_ps(f, _mm256_cvtepi32_ps(hsum8_i32(v)));
-        for (int j = 0; j < 8; j++) s = fmaf(f[j], f16(x[i + j].d) * y[i + j].d, s);
-    }
-    for (; i < nb; i++) s = fmaf((float)hsum_i32(q6k_lanes(&x[i], &y[i])), f16(x[i].d) * y[i].d, s);
-    return s;
+    return tkv__q6k_dot_reduced(n, w, a, q6k_lanes);
 }
 
 /* ---- activation quantization ------------------------------------------------- */

@@ -18,6 +18,7 @@
 #include "compute/gemm.h"
 #include "compute/kernels.h"
 #include "compute/quant/quant.h"
+#include "compute/x86/q6_k_dot.h"
 
 #include <math.h>
 #include <stdalign.h>
@@ -214,40 +215,10 @@ static float dot_q6_K_lanes(size_t n, const void *w, const void *a) {
     return hsum256(acc);
 }
 
-/* The sums of 8 vectors' lanes, sum j in lane j (integer adds: exact in any order). */
-static inline __m256i hsum8_i32(const __m256i v[8]) {
-    const __m256i b0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i b1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(b0, b1, 0x20), _mm256_permute2x128_si256(b0, b1, 0x31));
-}
-
-/* Q6_K block-reduced (compute/quant/quant.h), as avx2's tkv__dot_q6_K_avx2 (which says why 8 blocks at a time,
-   and why the prefetch) with vpdpwssd: one row from L1 at 29 GB/s (that one here: 27; one block at a time, no
-   prefetch: 18.5; the lane-wise dot: 30-33), from memory as the lane-wise dot (27.3-27.6 GB/s, one thread). */
+/* Q6_K block-reduced (compute/x86/q6_k_dot.h) with the vpdpwssd lanes: one row from L1 at 29 GB/s, where the
+   avx2 level's lanes take 27 (bench_kernels -n 2048 -r 1024). */
 static float dot_q6_K(size_t n, const void *w, const void *a) {
-    const tkv__block_q6_K *x = w;
-    const tkv__block_q8_K *y = a;
-    const size_t nb = n / TKV__QK_K;
-    float s = 0.0f;
-    size_t i = 0;
-    for (; i + 8 <= nb; i += 8) {
-        __m256i v[8];
-        for (int j = 0; j < 8; j++) {
-            for (int l = 0; l < 4; l++) _mm_prefetch((const char *)&x[i + j] + 8192 + 64 * l, _MM_HINT_T0);
-            v[j] = q6k_lanes(&x[i + j], &y[i + j]);
-        }
-        alignas(32) float f[8];
-        _mm256_store_ps(f, _mm256_cvtepi32_ps(hsum8_i32(v)));
-        for (int j = 0; j < 8; j++) s = fmaf(f[j], f16(x[i + j].d) * y[i + j].d, s);
-    }
-    for (; i < nb; i++) {
-        const __m256i v = q6k_lanes(&x[i], &y[i]);
-        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-        s = fmaf((float)_mm_cvtsi128_si32(t), f16(x[i].d) * y[i].d, s);
-    }
-    return s;
+    return tkv__q6k_dot_reduced(n, w, a, q6k_lanes);
 }
 
 /* ---- element-wise: SiLU as the reference computes it on an AVX-512 CPU --------- */
