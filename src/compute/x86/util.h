@@ -183,6 +183,19 @@ INLINE int sb_tile(const sb_pass *p, size_t u, size_t tt, const uint8_t **yt, fl
     return T;
 }
 
+/* The part of a packed Q6_K superblock o from its scales on (repack.h: scales as each row's pairs, d, padding) for
+   block i of the 16 rows (NULL: zeros), as tkv__pack_q6k_blocks writes it: the levels' own packers (each
+   gemm_q6_k.c's pack6) transpose the values and leave this here. */
+INLINE void pack6_tail(const void *const rows[TKV__PACK_ROWS], size_t i, uint8_t *o) {
+    memset(o + TKV__Q6K_PACK_SCALES, 0, TKV__Q6K_PACK_BLOCK - TKV__Q6K_PACK_SCALES);
+    for (int k = 0; k < TKV__PACK_ROWS; k++) {
+        if (!rows[k]) continue;
+        const tkv__block_q6_K *b = (const tkv__block_q6_K *)rows[k] + i;
+        for (int g = 0; g < 16; g++) o[TKV__Q6K_PACK_SCALES + 32 * (g / 2) + 2 * k + g % 2] = (uint8_t)b->scales[g];
+        memcpy(o + TKV__Q6K_PACK_D + 2 * k, &b->d, 2);
+    }
+}
+
 /* A type's pass (its tiles), and its layout's packing (compute/quant/repack.h's tkv__pack_*_blocks). */
 typedef void sb_pass_fn(const sb_pass *p);
 typedef void sb_pack_fn(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);

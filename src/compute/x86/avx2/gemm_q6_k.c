@@ -255,12 +255,7 @@ static void pack6(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, 
                         _mm256_store_si256((__m256i *)(void *)(o + UNIT * (8 * n + m) + 64 * c + 32 * h), v[m]);
                 }
         }
-        memset(o + TKV__Q6K_PACK_SCALES, 0, PB - TKV__Q6K_PACK_SCALES);
-        for (int k = 0; k < TKV__PACK_ROWS; k++) {
-            if (!blk[k]) continue;
-            for (int g = 0; g < 16; g++) o[TKV__Q6K_PACK_SCALES + 32 * (g / 2) + 2 * k + g % 2] = (uint8_t)blk[k]->scales[g];
-            memcpy(o + TKV__Q6K_PACK_D + 2 * k, &blk[k]->d, 2);
-        }
+        pack6_tail(rows, i, o);
     }
 }
 
