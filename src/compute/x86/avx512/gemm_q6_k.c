@@ -61,10 +61,6 @@ enum {
     EX_MIN = 8,  /* tokens from which a pass expands its superblocks first */
 };
 
-/* Where a superblock's scales and d are, packed or expanded. */
-#define SCALES(ex) ((ex) ? (size_t)EX_VALUES : (size_t)TKV__Q6K_PACK_SCALES)
-#define DOFF(ex) (SCALES(ex) + (TKV__Q6K_PACK_D - TKV__Q6K_PACK_SCALES))
-
 /* The four values (0..63) of unit u of packed superblock b: v[0..3] for its elements at + 0, 32, 64, 96. */
 INLINE void unit_values(const uint8_t *b, int u, __m512i v[4]) {
     const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
@@ -89,15 +85,14 @@ static void expand6(const uint8_t *b, uint8_t *e) {
 }
 
 /*
- * Superblocks [0, cnt) of one group at pk (packed, or expanded: ex) for T
- * tokens: yb0[t] is token t's Q8_K block of the first one; acc[t] carries
+ * Superblocks [0, cnt) of one packed group at pk for T tokens (decode
+ * steps): yb0[t] is token t's Q8_K block of the first one; acc[t] carries
  * the running sums of the 16 rows. pf: ask for the group's bytes
  * PREFETCH_AHEAD on (it streams from memory).
  */
-INLINE void q6_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, int T, int pf, int ex) {
-    const size_t SB = ex ? EXB : PB;
+INLINE void q6_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, int T, int pf) {
     for (size_t i = 0; i < cnt; i++) {
-        const uint8_t *b = pk + i * SB, *yb[TT];
+        const uint8_t *b = pk + i * PB, *yb[TT];
         __m512i sumi[TT];
         UNROLL
         for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm512_setzero_si512();
@@ -118,14 +113,9 @@ INLINE void q6_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m
                     const int m = 4 * q + mm, u = 8 * n + m;
                     /* util.h's PREFETCH_AHEAD on, spread over the units (half a superblock at a time, as IQ4_XS
                        asks, and a quarter read 0-8% less on two threads from memory; noisy) */
-                    if (pf) prefetch_span(b + PREFETCH_AHEAD + SB * (size_t)u / 16, SB / 16 + 64);
+                    if (pf) prefetch_span(b + PREFETCH_AHEAD + PB * (size_t)u / 16, PB / 16 + 64);
                     __m512i val[4];
-                    if (ex) {
-                        UNROLL
-                        for (int v = 0; v < 4; v++) val[v] = _mm512_load_si512((const void *)(b + 256 * u + 64 * v));
-                    } else {
-                        unit_values(b, u, val);
-                    }
+                    unit_values(b, u, val);
                     UNROLL
                     for (int t = 0; t < T; t++) {
                         const uint8_t *a = yb[t] + Y_QS + 128 * n + 4 * m;
@@ -136,14 +126,14 @@ INLINE void q6_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m
                 UNROLL
                 for (int v = 0; v < 4; v++) {
                     /* dword k: row k's scales of sub-blocks 2p, 2p + 1 as words (p = 4n + v); this one's, signed */
-                    const __m512i pw = _mm512_cvtepi8_epi16(LOAD256(b + SCALES(ex) + 32 * (size_t)(4 * n + v)));
+                    const __m512i pw = _mm512_cvtepi8_epi16(LOAD256(b + TKV__Q6K_PACK_SCALES + 32 * (size_t)(4 * n + v)));
                     const __m512i sc = q ? _mm512_srai_epi32(pw, 16) : _mm512_srai_epi32(_mm512_slli_epi32(pw, 16), 16);
                     UNROLL
                     for (int t = 0; t < T; t++) sumi[t] = _mm512_add_epi32(sumi[t], _mm512_mullo_epi32(c[t][v], sc));
                 }
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + DOFF(ex)));
+        const __m512 dw = _mm512_cvtph_ps(LOADA256(b + TKV__Q6K_PACK_D));
         UNROLL
         for (int t = 0; t < T; t++) {
             float yd;
@@ -212,7 +202,7 @@ INLINE void q6_run_ex(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, 
 #define Q6_RUN_SHAPE(T)                                                                                                \
     NOINLINE void q6_run_##T(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, int pf, int ex) { \
         if (ex) q6_run_ex(pk, cnt, yb0, acc, T);                                                                       \
-        else q6_run(pk, cnt, yb0, acc, T, pf, 0);                                                                      \
+        else q6_run(pk, cnt, yb0, acc, T, pf);                                                                      \
     }
 Q6_RUN_SHAPE(1)
 Q6_RUN_SHAPE(2)
