@@ -2,7 +2,8 @@
  * compute/x86/q6_k_dot.h — Q6_K's block-reduced vec_dot (compute/quant/quant.h:
  * per block the exact integer sum, then one fma into the running sum, in
  * block order), written once for both levels' kernels.c: each gives its
- * own integer lanes of one block (avx2 by vpmaddwd, avx512 by vpdpwssd).
+ * own integer lanes of one block (avx2 by vpmaddwd, avx512 by vpdpwssd),
+ * from the block's values unpacked here (their lane-wise vec_dot_ref too).
  *
  * The sums of 8 blocks are reduced together: one block's alone at the end
  * of each held the next behind it (one row from L1 at 18.5-21 GB/s against
@@ -26,6 +27,21 @@
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
+
+/* Half h of a Q6_K block's values (0..63, unsigned bytes): q[k] is elements 128h + 32k .. + 31, groups 8h + 2k
+   and 8h + 2k + 1 (the layout of the file's block, which both levels' lanes read). */
+static inline void tkv__q6k_half_values(const tkv__block_q6_K *x, int h, __m256i q[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(const void *)(x->ql + 64 * h));
+    const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(const void *)(x->ql + 64 * h + 32));
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)(const void *)(x->qh + 32 * h));
+    q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                           _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+}
 
 /* A level's exact integer lanes of one Q6_K block: their sum is the block's sum. */
 typedef __m256i tkv__q6k_lanes_fn(const tkv__block_q6_K *x, const tkv__block_q8_K *y);

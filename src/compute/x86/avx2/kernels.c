@@ -548,19 +548,10 @@ static float dot_q5_K_lanes(size_t n, const void *w, const void *a) {
 /* One Q6_K block's exact integer lanes: per group the products (q unsigned) times its scale, less 32 x the
    scales by the sums of 16. */
 static inline __m256i q6k_lanes(const tkv__block_q6_K *x, const tkv__block_q8_K *y) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     __m256i sumi = _mm256_setzero_si256();
     for (int h = 0; h < 2; h++) {
-        const __m256i ql0 = LOAD256(x->ql + 64 * h), ql1 = LOAD256(x->ql + 64 * h + 32);
-        const __m256i qh = LOAD256(x->qh + 32 * h);
         __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+        tkv__q6k_half_values(x, h, q);
         for (int k = 0; k < 4; k++) {
             const int g = 8 * h + 2 * k; /* groups g (low lane) and g + 1 (high lane) */
             const __m256i p16 = _mm256_maddubs_epi16(q[k], LOAD256(y->qs + 128 * h + 32 * k));

@@ -181,21 +181,12 @@ static float dot_q5_K_lanes(size_t n, const void *w, const void *a) {
 
 /* One Q6_K block's exact integer lanes (vpdpwssd by the group scales): the sum of the 8 is the block's sum. */
 static inline __m256i q6k_lanes(const tkv__block_q6_K *x, const tkv__block_q8_K *y) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
     /* start from -32 * sum_g scales[g] * bsums[g]: the q - 32 offset */
     const __m256i corr = _mm256_madd_epi16(LOAD256(Q8K_BSUMS(y)), _mm256_cvtepi8_epi16(LOAD128(x->scales)));
     __m256i sumi[2] = {_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5)), _mm256_setzero_si256()};
     for (int h = 0; h < 2; h++) { /* a chain of vpdpwssd per half: one of 8 held a block to its latency */
-        const __m256i ql0 = LOAD256(x->ql + 64 * h), ql1 = LOAD256(x->ql + 64 * h + 32);
-        const __m256i qh = LOAD256(x->qh + 32 * h);
         __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+        tkv__q6k_half_values(x, h, q);
         for (int k = 0; k < 4; k++) {
             const int g = 8 * h + 2 * k; /* groups g (low 128 bits) and g + 1 (high) */
             const __m256i sc = _mm256_set_m128i(_mm_set1_epi16(x->scales[g + 1]), _mm_set1_epi16(x->scales[g]));
