@@ -5,7 +5,9 @@
  * The tables below were generated from Python's own str methods: runs of code
  * points whose mapping is one code point at a fixed distance (every code point
  * of the run, or every second one: Latin Extended pairs alternate), and the
- * code points that map to several (ß upper is "SS").
+ * code points that map to several (ß upper is "SS"). The last section maps
+ * whole strings with them: str.lower, upper, capitalize and title
+ * (tkv__jstr_case) and Jinja2's title filter (tkv__jinja_title).
  */
 #include "jinja.h"
 
@@ -544,4 +546,102 @@ tkv__jcase_kind tkv__jcase_class(uint32_t cp) {
         else return (tkv__jcase_kind)((cp - CLASSES[mid].lo) % 2 ? CLASSES[mid].odd : CLASSES[mid].even);
     }
     return TKV__JKIND_NONE;
+}
+
+/* ---- strings mapped (text/jinja/jinja.h: tkv__jstr_case, tkv__jinja_title) ---- */
+
+/* Add cp mapped by mode; ASCII without the tables (its title case is its upper case). */
+static void add_mapped(tkv__jctx *c, tkv__jbuf *b, uint32_t cp, tkv__jcase mode) {
+    char e[16];
+    if (cp < 0x80) {
+        char ch = (char)cp;
+        if (mode != TKV__JCASE_LOWER && ch >= 'a' && ch <= 'z') ch = (char)(ch - 32);
+        else if (mode == TKV__JCASE_LOWER && ch >= 'A' && ch <= 'Z') ch = (char)(ch + 32);
+        tkv__jbuf_addc(c, b, ch);
+        return;
+    }
+    tkv__jbuf_add(c, b, e, tkv__jcase_map(cp, mode, e));
+}
+
+/*
+ * Python's str.lower, upper, capitalize (not title). Lowering gives a final sigma (U+03C2) for a capital sigma
+ * after a cased letter and before none, as Python's does. Bytes that are not UTF-8 stay as they are.
+ */
+static tkv__jv map_case(tkv__jctx *c, tkv__jv s, tkv__jstr_case_op op) {
+    tkv__jbuf b = {0};
+    tkv__jbuf_add(c, &b, "", 0);
+    tkv__jstep(c, (long)s.u.str.n / 16);
+    for (size_t i = 0; i < s.u.str.n;) {
+        size_t used;
+        uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
+        bool stray = used == 1 && cp >= 0x80;
+        const tkv__jcase m = op == TKV__JSTR_UPPER                   ? TKV__JCASE_UPPER
+                             : op == TKV__JSTR_CAPITALIZE && i == 0 ? TKV__JCASE_TITLE
+                                                                    : TKV__JCASE_LOWER;
+        if (stray) {
+            tkv__jbuf_add(c, &b, s.u.str.p + i, 1);
+        } else if (m == TKV__JCASE_LOWER && cp == 0x3a3) {
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), TKV__JCASE_LOWER);
+        } else {
+            add_mapped(c, &b, cp, m);
+        }
+        i += used;
+    }
+    return tkv__jbuf_value(&b);
+}
+
+tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, tkv__jstr_case_op op) {
+    if (op != TKV__JSTR_TITLE) return map_case(c, s, op);
+    /* Python's str.title: title case after an uncased code point, lower case after a cased one */
+    tkv__jbuf b = {0};
+    tkv__jbuf_add(c, &b, "", 0);
+    bool prev_cased = false;
+    tkv__jstep(c, (long)s.u.str.n / 16);
+    for (size_t i = 0; i < s.u.str.n;) {
+        size_t used;
+        uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
+        if (used == 1 && cp >= 0x80) tkv__jbuf_add(c, &b, s.u.str.p + i, 1);
+        else if (prev_cased && cp == 0x3a3)
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, 0, i, i + used, s.u.str.n), TKV__JCASE_LOWER);
+        else add_mapped(c, &b, cp, prev_cased ? TKV__JCASE_LOWER : TKV__JCASE_TITLE);
+        prev_cased = !(used == 1 && cp >= 0x80) && tkv__jcase_cased(cp);
+        i += used;
+    }
+    return tkv__jbuf_value(&b);
+}
+
+static bool title_sep(uint32_t cp) {
+    return tkv__py_isspace(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
+}
+
+/*
+ * Jinja2's title filter: item[0].upper() + item[1:].lower() for the items between runs of whitespace and
+ * -({[< (so a final sigma is judged within item[1:]).
+ */
+tkv__jv tkv__jinja_title(tkv__jctx *c, tkv__jv s) {
+    tkv__jbuf b = {0};
+    tkv__jbuf_add(c, &b, "", 0);
+    bool start = true;
+    size_t rest = 0; /* where item[1:] of the current item begins */
+    for (size_t i = 0; i < s.u.str.n;) {
+        size_t used;
+        uint32_t cp = tkv__utf8_decode(s.u.str.p + i, s.u.str.n - i, &used);
+        bool sep = title_sep(cp);
+        if (sep || (used == 1 && cp >= 0x80)) {
+            tkv__jbuf_add(c, &b, s.u.str.p + i, used);
+        } else if (start) {
+            add_mapped(c, &b, cp, TKV__JCASE_UPPER);
+            rest = i + used;
+        } else if (cp == 0x3a3) {
+            size_t end = i + used, u2;
+            while (end < s.u.str.n && !title_sep(tkv__utf8_decode(s.u.str.p + end, s.u.str.n - end, &u2))) end += u2;
+            add_mapped(c, &b, tkv__jcase_sigma(s.u.str.p, rest, i, i + used, end), TKV__JCASE_LOWER);
+        } else {
+            add_mapped(c, &b, cp, TKV__JCASE_LOWER);
+        }
+        if (start && !sep && !(used == 1 && cp >= 0x80)) start = false;
+        else if (sep) start = true;
+        i += used;
+    }
+    return tkv__jbuf_value(&b);
 }

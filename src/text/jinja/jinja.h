@@ -369,6 +369,9 @@ typedef enum tkv__jstr_case_op {
 /* Python's str methods the filters share: case, strip (whitespace when chars is not a string), replace (count < 0:
  * all). */
 tkv__jv tkv__jstr_case(tkv__jctx *c, tkv__jv s, tkv__jstr_case_op op);
+/* Jinja2's title filter (not str.title): each item between runs of whitespace and -({[< upper-cased in its first
+ * code point and lowered in the rest. */
+tkv__jv tkv__jinja_title(tkv__jctx *c, tkv__jv s);
 tkv__jv tkv__jstr_strip(tkv__jctx *c, tkv__jv s, tkv__jv chars, bool left, bool right);
 tkv__jv tkv__jstr_replace(tkv__jctx *c, tkv__jv s, tkv__jv old, tkv__jv rep, int64_t count);
 /* fmt % args, as Python formats a str (args: a tuple, a dict for %(name)s, or one value). */
