@@ -6,137 +6,22 @@
  * truncated at every length, or with a bit flipped anywhere are refused with
  * a message naming the problem and the cache unchanged; injected allocation
  * failures change nothing; max_bytes and most-recently-used-first order are
- * respected; a directory with bad files loads the good ones.
+ * respected; a directory with bad files loads the good ones. The directory
+ * as an attack surface and saves that fail part way are
+ * test_persist_dir.c's; the helpers both share are persist_util.h's.
  */
 #include "testutil.h"
+#include "persist_util.h"
 
 #include "base/alloc.h"
 #include "runtime/context.h"
 #include "runtime/persist.h"
 
-#include <dirent.h>
-#include <signal.h>
-#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static tkv_context *new_ctx_of(const tkv_model *m, uint32_t n_cells, tkv_type kv_type) {
-    return tu_context(m, n_cells, 8, kv_type);
-}
-
-static tkv_context *new_ctx(uint32_t n_cells) { return new_ctx_of(tu_model, n_cells, TKV_TYPE_F16); }
-
-static void check(const tkv_context *ctx) {
-    if (tkv_cache_check(ctx) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
-}
-
-static void sync(tkv_context *ctx, tkv_seq s, uint64_t ns, const tkv_token *t, size_t n) {
-    size_t reused;
-    if (tkv_seq_sync(ctx, s, ns, t, n, &reused) != TKV_OK) fail_msg("%s", tkv_last_error(ctx));
-}
-
-/* A list of n tokens: stem-dependent start, then a deterministic tail. */
-static void list(tkv_token *t, size_t n, int stem, int tail) {
-    for (size_t i = 0; i < n; i++) t[i] = (tkv_token)(i == 0 ? 1 : 3 + (stem * 37 + (i < 8 ? 0 : tail) * 11 + (int)i * 7) % 500);
-}
-
-static size_t match(const tkv_context *ctx, uint64_t ns, const tkv_token *t, size_t n) {
-    size_t len;
-    assert_int_equal(tkv_cache_match(ctx, ns, t, n, &len), TKV_OK);
-    return len;
-}
-
-/* A fresh empty directory (static buffer). */
-static const char *temp_dir(void) {
-    static char d[64];
-    assert_int_equal(tu_mkdtemp(d, "persist"), 0);
-    return d;
-}
-
-static void remove_dir(const char *dir) { assert_int_equal(tu_rmtree(dir), 0); }
-
-static void rmdir_if(const char *dir) {
-    struct stat sb;
-    if (stat(dir, &sb) == 0) remove_dir(dir);
-}
-
-/* Names of the files in dir but the manifest, sorted, into names[] (count returned); sizes summed into *bytes. */
-static int list_dir(const char *dir, char names[][64], int cap, uint64_t *bytes) {
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    int n = 0;
-    if (bytes) *bytes = 0;
-    for (struct dirent *de; (de = readdir(d));) {
-        if (de->d_name[0] == '.' || !strcmp(de->d_name, "manifest")) continue;
-        assert_true(n < cap);
-        assert_true(strlen(de->d_name) < 64);
-        memcpy(names[n++], de->d_name, strlen(de->d_name) + 1);
-        if (bytes) {
-            char p[512];
-            struct stat sb;
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            assert_int_equal(stat(p, &sb), 0);
-            *bytes += (uint64_t)sb.st_size;
-        }
-    }
-    closedir(d);
-    qsort(names, (size_t)n, 64, (int (*)(const void *, const void *))strcmp);
-    return n;
-}
-
-/* The file names DIR/manifest lists, in its order (most recently used first), into names[] (count returned). */
-static int ranked(const char *dir, char names[][64], int cap) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/manifest", dir);
-    size_t size;
-    char *text = (char *)tu_read_file(p, &size);
-    assert_non_null(text);
-    int n = 0;
-    const char *line = strchr(text, '\n') + 1;
-    while (line < text + size && strncmp(line, "checksum ", 9) != 0) {
-        assert_true(n < cap);
-        snprintf(names[n++], 64, "%.16s.tkvc", line);
-        line += 17;
-    }
-    free(text);
-    return n;
-}
-
-static void write_bytes(const char *path, const uint8_t *p, size_t n) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (n) assert_int_equal(fwrite(p, 1, n, f), n);
-    fclose(f);
-}
-
-/* What must not change when a load fails. */
-typedef struct snap {
-    tkv_stats st;
-    size_t n[4];
-    tkv_token t[4][128];
-} snap;
-
-static void take_snap(const tkv_context *ctx, snap *s) {
-    memset(s, 0, sizeof *s);
-    assert_int_equal(tkv_cache_stats_ex(ctx, &s->st, sizeof s->st), TKV_OK);
-    s->st.meta_bytes = 0; /* capacity reserved by a failed call is not content */
-    for (int q = 0; q < 4; q++) assert_int_equal(tkv_seq_tokens(ctx, q, s->t[q], 128, &s->n[q]), TKV_OK);
-}
-
-static void assert_unchanged(const tkv_context *ctx, const snap *before) {
-    check(ctx);
-    snap now;
-    take_snap(ctx, &now);
-    assert_memory_equal(before, &now, sizeof now);
-}
-
-static void assert_error_has(const void *obj, const char *what) {
-    const char *msg = tkv_last_error(obj);
-    if (!strstr(msg, what)) fail_msg("error '%s' does not say '%s'", msg, what);
-}
 
 /* ---- one sequence ------------------------------------------------------- */
 
@@ -529,23 +414,6 @@ static void test_flipped_bits(void **state) {
 }
 
 /* ---- the whole cache ------------------------------------------------------ */
-
-/* A cache with shared prefixes in two namespaces, some held, some not. */
-enum { N_LISTS = 6, LEN = 40 };
-static tkv_token lists[N_LISTS][LEN + 1];
-static const uint64_t list_ns[N_LISTS] = {0, 0, 0, 9, 9, 0};
-
-static tkv_context *filled_ctx(uint32_t n_cells) {
-    tkv_context *ctx = new_ctx(n_cells);
-    for (int i = 0; i < N_LISTS; i++) {
-        list(lists[i], LEN + 1, i % 3, i); /* stems shared by i, i+3; tails differ after 8 */
-        sync(ctx, i % 4, list_ns[i], lists[i], LEN);
-    }
-    tkv_seq_truncate(ctx, 1, 12); /* some of it held by no sequence */
-    check(ctx);
-    return ctx;
-}
-
 static void test_cache_roundtrip(void **state) {
     (void)state;
     const char *dir = temp_dir();
@@ -627,11 +495,6 @@ static tkv_context *four_prefixes(tkv_token p[4][LEN], const int *len) {
         tkv_seq_clear(ctx, 0);
     }
     return ctx;
-}
-
-static uint64_t node_file_size(uint32_t depth, uint32_t n) {
-    tkv__phdr h = {.n_layer = 5, .row_size = 64, .row_size_v = 64, .n_tokens = depth + n, .kv_from = depth};
-    return tkv__cachefile_file_size(&h);
 }
 
 static void test_max_bytes_mru(void **state) {
@@ -901,173 +764,6 @@ static void test_alloc_failures(void **state) {
     remove_dir(dir);
 }
 
-/* ---- the cache directory as an attack surface ------------------------------------ */
-
-static mode_t mode_of(const char *path) {
-    struct stat sb;
-    assert_int_equal(lstat(path, &sb), 0);
-    return sb.st_mode & 07777;
-}
-
-/* Files of a save are the user's alone (0600, in a 0700 directory the save creates); a directory or file
-   others may write is refused; a link planted where a file goes is replaced, never followed. */
-static void test_directory_trust(void **state) {
-    (void)state;
-    char parent[64], dir[96], names[64][64], p[512];
-    snprintf(parent, sizeof parent, "%s", temp_dir());
-    snprintf(dir, sizeof dir, "%s/cache", parent);
-    tkv_context *a = filled_ctx(512);
-    assert_int_equal(tkv_cache_save(a, dir, 0), TKV_OK);
-    assert_int_equal(mode_of(dir), 0700);
-    int n = list_dir(dir, names, 64, NULL);
-    assert_true(n >= 2);
-    for (int i = 0; i < n; i++) {
-        snprintf(p, sizeof p, "%s/%.63s", dir, names[i]);
-        assert_int_equal(mode_of(p), 0600);
-    }
-    /* a victim, and a link to it in place of each file the next save writes */
-    char victim[128];
-    snprintf(victim, sizeof victim, "%s/victim", parent);
-    write_bytes(victim, (const uint8_t *)"precious", 8);
-    for (int i = 0; i < n; i++) {
-        snprintf(p, sizeof p, "%s/%.63s", dir, names[i]);
-        assert_int_equal(unlink(p), 0);
-        assert_int_equal(symlink(victim, p), 0);
-    }
-    tkv_context *b = new_ctx(512);
-    tkv_cache_load_info info;
-    assert_int_equal(tkv_cache_load_ex(b, dir, &info), TKV_OK); /* links are not followed: each one skipped */
-    assert_int_equal(info.files_loaded, 0);
-    assert_int_equal(info.files_skipped, n);
-    assert_int_equal(tkv_cache_save(a, dir, 0), TKV_OK);
-    size_t vn;
-    uint8_t *v = tu_read_file(victim, &vn);
-    assert_int_equal(vn, 8);
-    assert_memory_equal(v, "precious", 8);
-    free(v);
-    assert_int_equal(list_dir(dir, names, 64, NULL), n);
-    for (int i = 0; i < n; i++) {
-        snprintf(p, sizeof p, "%s/%.63s", dir, names[i]);
-        assert_int_equal(mode_of(p), 0600); /* regular files again */
-    }
-    /* a file others may write is skipped (with the files that continue its prefix) */
-    snprintf(p, sizeof p, "%s/%.63s", dir, names[n - 1]);
-    assert_int_equal(chmod(p, 0666), 0);
-    tkv_cache_clear(b);
-    assert_int_equal(tkv_cache_load_ex(b, dir, &info), TKV_OK);
-    assert_true(info.files_skipped >= 1 && info.files_loaded == n - info.files_skipped);
-    assert_non_null(strstr(info.first_skip_reason, "writable by other users"));
-    /* a directory others may write: refused by save and load, with what to do */
-    assert_int_equal(chmod(dir, 0777), 0);
-    assert_int_equal(tkv_cache_save(a, dir, 0), TKV_ERR_IO);
-    assert_error_has(a, "chmod go-w");
-    assert_int_equal(tkv_cache_load(b, dir), TKV_ERR_IO);
-    assert_error_has(b, "writable by other users");
-    assert_int_equal(chmod(dir, 0700), 0);
-    tkv_context_free(a);
-    tkv_context_free(b);
-    remove_dir(dir);
-    unlink(victim);
-    rmdir(parent);
-}
-
-/* Issue 38, finding 10: a directory planted where a cache file goes made every later save fail ("cannot
-   remove"). An empty one is removed and the file written; one with content is left as it is (its content is not
-   the cache's to delete), its file is not written, and every other file is: saves and loads go on. */
-static void test_planted_directory(void **state) {
-    (void)state;
-    char dir[64], names[64][64], p[512], q[600];
-    snprintf(dir, sizeof dir, "%s", temp_dir());
-    tkv_context *a = filled_ctx(512);
-    assert_int_equal(tkv_cache_save(a, dir, 0), TKV_OK);
-    const int n = list_dir(dir, names, 64, NULL);
-    int f[2], nf = 0; /* two cache files (not the manifest or the secret) */
-    for (int i = 0; i < n && nf < 2; i++) {
-        uint64_t h;
-        if (tkv__persist_parse_name(names[i], &h)) f[nf++] = i;
-    }
-    assert_int_equal(nf, 2);
-    snprintf(p, sizeof p, "%s/%.63s", dir, names[f[0]]);
-    assert_int_equal(unlink(p), 0);
-    assert_int_equal(mkdir(p, 0700), 0);
-    snprintf(q, sizeof q, "%s/keep", p);
-    write_bytes(q, (const uint8_t *)"mine", 4);
-    snprintf(p, sizeof p, "%s/%.63s", dir, names[f[1]]);
-    assert_int_equal(unlink(p), 0);
-    assert_int_equal(mkdir(p, 0700), 0);
-    for (int round = 0; round < 2; round++) assert_int_equal(tkv_cache_save(a, dir, 0), TKV_OK);
-    struct stat sb;
-    assert_int_equal(lstat(p, &sb), 0); /* the empty one: a file again */
-    assert_true(S_ISREG(sb.st_mode));
-    size_t kn;
-    uint8_t *k = tu_read_file(q, &kn); /* the other one: untouched */
-    assert_int_equal(kn, 4);
-    assert_memory_equal(k, "mine", 4);
-    free(k);
-    tkv_context *b = new_ctx(512);
-    tkv_cache_load_info info;
-    assert_int_equal(tkv_cache_load_ex(b, dir, &info), TKV_OK);
-    assert_true(info.files_loaded >= 1);
-    tkv_context_free(a);
-    tkv_context_free(b);
-    remove_dir(dir);
-}
-
-/* A save that fails part way (here: files over RLIMIT_FSIZE, as a full disk would refuse them) leaves no
-   partial file and never more than max_bytes on disk; the next save, with room again, completes. */
-static void test_failed_save(void **state) {
-    (void)state;
-    const char *d = temp_dir();
-    char dir[64], names[64][64];
-    snprintf(dir, sizeof dir, "%s", d);
-    tkv_context *a = filled_ctx(512);
-    assert_int_equal(tkv_cache_save(a, dir, 0), TKV_OK);
-    uint64_t full;
-    const int n_full = list_dir(dir, names, 64, &full);
-    /* a different cache to save over it: every file of the first save is stale. Its most recent prefix
-       (written first) is short, the others long: a file size limit between the two lets the first file
-       through and fails the next, as a disk that fills up part way would */
-    tkv_context *b = new_ctx(512);
-    tkv_token t[3][LEN];
-    const size_t len[3] = {LEN, LEN, 6};
-    for (int i = 0; i < 3; i++) {
-        list(t[i], LEN, 7 + i, 20 + i);
-        sync(b, (tkv_seq)i, 0, t[i], len[i]);
-    }
-    const uint64_t max = full; /* room for one generation, not two */
-    struct rlimit old;
-    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
-    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails with EFBIG instead */
-    struct rlimit small = old;
-    small.rlim_cur = node_file_size(0, 6) + 1;
-    assert_true(small.rlim_cur < node_file_size(0, LEN));
-    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
-    const tkv_status st = tkv_cache_save(b, dir, max);
-    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
-    signal(SIGXFSZ, prev);
-    assert_int_equal(st, TKV_ERR_IO);
-    uint64_t bytes;
-    int n = list_dir(dir, names, 64, &bytes);
-    for (int i = 0; i < n; i++) assert_null(strstr(names[i], ".tmp")); /* no partial file */
-    assert_true(n >= 1 && n < n_full); /* the short prefix's file; the first save's, gone first */
-    assert_true(bytes <= max);
-    /* with room again the save completes, within the limit, and loads whole */
-    assert_int_equal(tkv_cache_save(b, dir, max), TKV_OK);
-    n = list_dir(dir, names, 64, &bytes);
-    assert_true(n >= 1 && bytes <= max);
-    tkv_context *c = new_ctx(512);
-    tkv_cache_load_info info;
-    assert_int_equal(tkv_cache_load_ex(c, dir, &info), TKV_OK);
-    assert_int_equal(info.files_skipped, 0);
-    assert_int_equal(info.files_loaded, n);
-    for (int i = 0; i < 3; i++) assert_int_equal(match(c, 0, t[i], len[i]), len[i]);
-    check(c);
-    tkv_context_free(a);
-    tkv_context_free(b);
-    tkv_context_free(c);
-    remove_dir(dir);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seq_roundtrip),
@@ -1081,9 +777,6 @@ int main(void) {
         cmocka_unit_test(test_corrupt_directory),
         cmocka_unit_test(test_load_under_pressure),
         cmocka_unit_test(test_alloc_failures),
-        cmocka_unit_test(test_directory_trust),
-        cmocka_unit_test(test_planted_directory),
-        cmocka_unit_test(test_failed_save),
     };
     return cmocka_run_group_tests(tests, tu_stories_setup, tu_stories_teardown);
 }
