@@ -173,7 +173,7 @@ typedef struct sb_pass {
 /*
  * Tile u of pass p (its tokens u .. u + T - 1, T at most tt: the return): their activation rows yt, their running
  * sums' place in the stash (*st: NULL when the pass has none) and their outputs (*y). A type's tiles take T as a
- * constant, so its pass switches on it.
+ * constant, so its pass switches on it (SB_TILES).
  */
 INLINE int sb_tile(const sb_pass *p, size_t u, size_t tt, const uint8_t **yt, float **st, float **y) {
     const int T = (int)min_sz(tt, p->tn - u);
@@ -182,6 +182,28 @@ INLINE int sb_tile(const sb_pass *p, size_t u, size_t tt, const uint8_t **yt, fl
     *y = p->y + (p->t0 + u) * p->ldy;
     return T;
 }
+
+/*
+ * Pass p's tokens in tiles of at most tt (4 at most), one after another: TILE(T, yt, st, y, pf) runs one, with T a
+ * constant 4, 3, 2 or 1 (a tile's registers are sized by it), yt, st and y as sb_tile gives them, and pf true for the
+ * first tile when p streams its group from memory (the others read it from cache). A macro, so that each family's
+ * tile is inlined at each constant T. The avx512 level's passes use it (the same machine code as their switches
+ * written out); the avx2 level's keep their if-chains, which gcc 12 compiles to other code than this switch there,
+ * not timed on an AVX2-only core since.
+ */
+#define SB_TILES(p, tt, TILE)                                                                                        \
+    for (size_t sb_u_ = 0; sb_u_ < (p)->tn;) {                                                                       \
+        const uint8_t *sb_yt_[4];                                                                                    \
+        float *sb_st_, *sb_y_;                                                                                       \
+        const int sb_t_ = sb_tile((p), sb_u_, (tt), sb_yt_, &sb_st_, &sb_y_), sb_pf_ = (p)->stream && sb_u_ == 0;    \
+        switch (sb_t_) {                                                                                             \
+        case 4: TILE(4, sb_yt_, sb_st_, sb_y_, sb_pf_); break;                                                       \
+        case 3: TILE(3, sb_yt_, sb_st_, sb_y_, sb_pf_); break;                                                       \
+        case 2: TILE(2, sb_yt_, sb_st_, sb_y_, sb_pf_); break;                                                       \
+        default: TILE(1, sb_yt_, sb_st_, sb_y_, sb_pf_); break;                                                      \
+        }                                                                                                            \
+        sb_u_ += (size_t)sb_t_;                                                                                      \
+    }
 
 /* The part of a packed Q6_K superblock o from its scales on (repack.h: scales as each row's pairs, d, padding) for
    block i of the 16 rows (NULL: zeros), as tkv__pack_q6k_blocks writes it: the levels' own packers (each

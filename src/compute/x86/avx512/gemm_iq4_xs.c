@@ -134,18 +134,9 @@ INLINE void xs_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *con
 /* Pass p (util.h's sb_pass) in tiles of 4, 3, 2, 1; the first tile reads the group from memory when p streams it, the others from cache. */
 static void xs_pass(const sb_pass *p) {
     const __mmask16 rmask = (__mmask16)((1u << p->nrow) - 1u);
-    for (size_t u = 0; u < p->tn;) {
-        const uint8_t *yt[TT];
-        float *sb, *yo;
-        const int T = sb_tile(p, u, TT, yt, &sb, &yo), pf = p->stream && u == 0;
-        switch (T) {
-        case 4: xs_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 4, pf); break;
-        case 3: xs_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 3, pf); break;
-        case 2: xs_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 2, pf); break;
-        default: xs_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 1, pf); break;
-        }
-        u += (size_t)T;
-    }
+#define XS_TILE(T, yt, st, y, pf) xs_tile(p->pk, p->k0, p->cnt, yt, st, p->first, p->last, y, p->ldy, rmask, T, pf)
+    SB_TILES(p, TT, XS_TILE)
+#undef XS_TILE
 }
 
 /* Over packed rows (kernels.h's `packed`): each group read once per chunk of TC tokens, whole (a group of a

@@ -197,18 +197,9 @@ INLINE void q23k_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *c
 /* Pass p (util.h's sb_pass) in tiles of 4, 3, 2, 1; the first tile reads the group from memory when p streams it, the others from cache. */
 INLINE void q23k_tokens(const sb_pass *p, int three, int ex) {
     const __mmask16 rmask = (__mmask16)((1u << p->nrow) - 1u);
-    for (size_t u = 0; u < p->tn;) {
-        const uint8_t *yt[TT];
-        float *sb, *yo;
-        const int T = sb_tile(p, u, TT, yt, &sb, &yo), pf = p->stream && u == 0;
-        switch (T) {
-        case 4: q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 4, three, ex, pf); break;
-        case 3: q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 3, three, ex, pf); break;
-        case 2: q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 2, three, ex, pf); break;
-        default: q23k_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 1, three, ex, pf); break;
-        }
-        u += (size_t)T;
-    }
+#define Q23K_TILE(T, yt, st, y, pf) q23k_tile(p->pk, p->k0, p->cnt, yt, st, p->first, p->last, y, p->ldy, rmask, T, three, ex, pf)
+    SB_TILES(p, TT, Q23K_TILE)
+#undef Q23K_TILE
 }
 
 /* A product's buffers for many tokens (on the stack): an expanded panel, the packed superblock it is made from

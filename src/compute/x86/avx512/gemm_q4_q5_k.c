@@ -153,18 +153,9 @@ INLINE void k45_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *co
 /* Pass p (util.h's sb_pass) in tiles of 4, 3, 2, 1; the first tile reads the group from memory when p streams it, the others from cache. */
 INLINE void k45_tokens(const sb_pass *p, int five) {
     const __mmask16 rmask = (__mmask16)((1u << p->nrow) - 1u);
-    for (size_t u = 0; u < p->tn;) {
-        const uint8_t *yt[TT];
-        float *sb, *yo;
-        const int T = sb_tile(p, u, TT, yt, &sb, &yo), pf = p->stream && u == 0;
-        switch (T) {
-        case 4: k45_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 4, five, pf); break;
-        case 3: k45_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 3, five, pf); break;
-        case 2: k45_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 2, five, pf); break;
-        default: k45_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 1, five, pf); break;
-        }
-        u += (size_t)T;
-    }
+#define K45_TILE(T, yt, st, y, pf) k45_tile(p->pk, p->k0, p->cnt, yt, st, p->first, p->last, y, p->ldy, rmask, T, five, pf)
+    SB_TILES(p, TT, K45_TILE)
+#undef K45_TILE
 }
 
 /* Passes (util.h's sb_pass) of Q4_K's and Q5_K's tiles. */

@@ -230,18 +230,9 @@ INLINE void q6_tile(const uint8_t *pk, size_t k0, size_t cnt, const uint8_t *con
    memory when p streams it, the others from cache. */
 INLINE void q6_tokens(const sb_pass *p, int ex) {
     const __mmask16 rmask = (__mmask16)((1u << p->nrow) - 1u);
-    for (size_t u = 0; u < p->tn;) {
-        const uint8_t *yt[TT];
-        float *sb, *yo;
-        const int T = sb_tile(p, u, TT, yt, &sb, &yo), pf = p->stream && u == 0;
-        switch (T) {
-        case 4: q6_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 4, pf, ex); break;
-        case 3: q6_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 3, pf, ex); break;
-        case 2: q6_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 2, pf, ex); break;
-        default: q6_tile(p->pk, p->k0, p->cnt, yt, sb, p->first, p->last, yo, p->ldy, rmask, 1, pf, ex); break;
-        }
-        u += (size_t)T;
-    }
+#define Q6_TILE(T, yt, st, y, pf) q6_tile(p->pk, p->k0, p->cnt, yt, st, p->first, p->last, y, p->ldy, rmask, T, pf, ex)
+    SB_TILES(p, TT, Q6_TILE)
+#undef Q6_TILE
 }
 
 /* A pass (util.h's sb_pass): a few tokens straight from the packed superblocks; more over expanded panels of KCX
