@@ -120,7 +120,7 @@ INLINE void q6_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m
                     for (int t = 0; t < T; t++) {
                         const uint8_t *a = yb[t] + Y_QS + 128 * n + 4 * m;
                         UNROLL
-                        for (int v = 0; v < 4; v++) c[t][v] = _mm512_dpbusd_epi32(c[t][v], val[v], bcast32(a + 32 * v));
+                        for (int v = 0; v < 4; v++) c[t][v] = dpbusd_bcast(c[t][v], val[v], a + 32 * v);
                     }
                 }
                 UNROLL
@@ -142,11 +142,6 @@ INLINE void q6_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m
         }
     }
 }
-
-/* A token's 4 activation bytes at p broadcast, as a load gcc folds into the product's operand ({1to16}): through
-   bcast32's memcpy it made a vpbroadcastd of each and spilled the tile's sums to keep them. */
-typedef int32_t i32_unaligned __attribute__((may_alias, aligned(1)));
-static inline __m512i bcast32_op(const uint8_t *p) { return _mm512_set1_epi32(*(const i32_unaligned *)(const void *)p); }
 
 /*
  * The same over expanded superblocks (ex), one sub-block at a time: its four
@@ -180,7 +175,7 @@ INLINE void q6_run_ex(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, 
                     const __m512i val = _mm512_load_si512((const void *)(b + 256 * u + 64 * v));
                     UNROLL
                     for (int t = 0; t < T; t++)
-                        c[q][t] = _mm512_dpbusd_epi32(c[q][t], val, bcast32_op(yb[t] + Y_QS + 128 * n + 32 * v + 4 * m));
+                        c[q][t] = dpbusd_bcast(c[q][t], val, yb[t] + Y_QS + 128 * n + 32 * v + 4 * m);
                 }
             const __m512i sc0 = _mm512_srai_epi32(_mm512_slli_epi32(pw, 16), 16), sc1 = _mm512_srai_epi32(pw, 16);
             UNROLL

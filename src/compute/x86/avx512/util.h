@@ -126,8 +126,10 @@ static inline __m512i bcast32(const uint8_t *p) {
 
 /*
  * acc plus vpdpbusd of the unsigned bytes v by the 4 signed bytes at p in every lane, through the instruction's
- * embedded broadcast: gcc 12 does not fold bcast32 into it, and its vpbroadcastd of each token's bytes was one
- * instruction in six of the one-token Q2_K product's.
+ * embedded broadcast: gcc 12 folds neither bcast32 nor a may_alias load into it, and its vpbroadcastd of each
+ * token's bytes was one instruction in six of the one-token Q2_K product's. The Q2_K/Q3_K and Q6_K products take it
+ * (one thread in L2: Q3_K 68 -> 84 GB/s, Q6_K 94 -> 98); Q4_K's and IQ4_XS's keep bcast32, with which they ran
+ * 2% and 9% faster (an asm statement leaves gcc's scheduling and registers around it worse there).
  */
 static inline __m512i dpbusd_bcast(__m512i acc, __m512i v, const uint8_t *p) {
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(v), "m"(*(const struct { uint8_t b[4]; } *)p));
