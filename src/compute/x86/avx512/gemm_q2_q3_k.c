@@ -125,7 +125,7 @@ static void expand23(const uint8_t *b, uint8_t *e, int three) {
  */
 INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, __m512 *accm, int T,
                      int three, int ex, int pf) {
-    const size_t SB = SBYTES(three, ex), PF = PREFETCH_AHEAD / SB + 1;
+    const size_t SB = SBYTES(three, ex), PF = PREFETCH_NEAR / SB + 1; /* util.h's two distances */
     /* a chunk's values taken SA at a time, so that the tile's 2 T SA sums (8) and its running sums stay in the 32
        registers: all 4 for one token, 2 for two, 1 for more (the chunk's line read again from L1) */
     const int SA = T >= 3 ? 1 : T == 2 ? 2 : 4;
@@ -147,11 +147,15 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, _
                 UNROLL
                 for (int jj = 0; jj < 8; jj++) {
                     const int j = 8 * p + jj;
-                    if (pf && s0 == 0) { /* util.h's PREFETCH_AHEAD: lines 2j and 2j + 1 of the superblock PF on, in order
-                                            (Q3_K from memory read 3-9% faster so than quants and hmask interleaved) */
-                        if (128 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 128 * j, _MM_HINT_T0);
-                        if (128 * (size_t)j + 64 < SB) _mm_prefetch((const char *)b + PF * SB + 128 * j + 64, _MM_HINT_T0);
-                    }
+                    /* lines 2j and 2j + 1 of the superblock ahead, in order (Q3_K read 3-9% faster so than quants and
+                       hmask interleaved), at util.h's two distances: two threads from memory (bench_kernels -n 2048
+                       -r 262144 -T 2 -c 2048, 3 interleaved runs) Q3_K 36-39 -> 40-41 GB/s against PREFETCH_AHEAD
+                       alone, Q2_K 47-51 either way (at one thread both read the same) */
+                    if (pf && s0 == 0)
+                        for (size_t o = 128 * (size_t)j; o < 128 * (size_t)j + 128 && o < SB; o += 64) {
+                            _mm_prefetch((const char *)b + PF * SB + o, _MM_HINT_T0);
+                            _mm_prefetch((const char *)b + PREFETCH_FAR + o, _MM_HINT_T1);
+                        }
                     __m512i v[4];
                     const __m512i q = _mm512_load_si512((const void *)(b + 64 * j));
                     const __m512i hm = three ? _mm512_load_si512((const void *)(b + TKV__Q3K_PACK_HMASK + 64 * (j % 8))) : q;
