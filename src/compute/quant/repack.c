@@ -66,7 +66,7 @@ size_t tkv__pack_stride(tkv_type type, size_t n) {
                          : k == PACK_Q5_0     ? nb * TKV__Q5_0_PACK_BLOCK
                          : k == PACK_K45      ? nb * TKV__K45_PACK_BLOCK(type == TKV_TYPE_Q5_K)
                          : k == PACK_Q2K      ? nb * TKV__Q2K_PACK_BLOCK
-                         : k == PACK_Q3K      ? nb * TKV__Q3K_PACK_BLOCK
+                         : k == PACK_Q3K      ? TKV__Q3K_PACK_RUN(nb)
                          : k == PACK_IQ4XS    ? nb * TKV__IQ4XS_PACK_BLOCK
                                               : nb * TKV__Q6K_PACK_BLOCK;
     return (bytes + 63) / 64 * 64;
@@ -182,10 +182,11 @@ void tkv__pack_q2k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, siz
 }
 
 void tkv__pack_q3k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out) {
-    _Static_assert(TKV__Q3K_PACK_BLOCK % 64 == 0 && TKV__Q3K_PACK_D + 2 * TKV__PACK_ROWS <= TKV__Q3K_PACK_BLOCK,
-                   "a superblock of a group fills whole cache lines");
-    uint8_t *o = out;
-    for (size_t i = i0; i < i1; i++, o += TKV__Q3K_PACK_BLOCK) {
+    _Static_assert(TKV__Q3K_PACK_BLOCK % 64 == 0 && 2 * TKV__PACK_ROWS == 32,
+                   "a superblock of a run fills whole cache lines, and a d per row fills its 32 bytes");
+    uint8_t *o = out, *ds = (uint8_t *)out + TKV__Q3K_PACK_DS(i1 - i0, 0);
+    memset(ds, 0, 32 * (i1 - i0));
+    for (size_t i = i0; i < i1; i++, o += TKV__Q3K_PACK_BLOCK, ds += 32) {
         memset(o, 0, TKV__Q3K_PACK_BLOCK);
         for (size_t k = 0; k < TKV__PACK_ROWS; k++) {
             if (!rows[k]) continue;
@@ -195,7 +196,7 @@ void tkv__pack_q3k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, siz
             for (size_t j = 0; j < 16; j++) memcpy(o + 64 * j + 4 * k, b->qs + 4 * j, 4);
             for (size_t u = 0; u < 8; u++) memcpy(o + TKV__Q3K_PACK_HMASK + 64 * u + 4 * k, b->hmask + 4 * u, 4);
             for (size_t sb = 0; sb < 16; sb++) o[TKV__Q3K_PACK_SCALES + 32 * (sb / 2) + 2 * k + sb % 2] = (uint8_t)sc[sb];
-            memcpy(o + TKV__Q3K_PACK_D + 2 * k, &b->d, 2);
+            memcpy(ds + 2 * k, &b->d, 2);
         }
     }
 }

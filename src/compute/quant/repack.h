@@ -73,8 +73,11 @@
  *   [1280, 1312)  row k's fp16 d at + 2k;  [1312, 1344) its fp16 dmin at + 2k
  *
  * Transposed Q3_K (the block-reduced products of each level's gemm_q2_q3_k.c):
- * superblock i of the group at TKV__Q3K_PACK_BLOCK i = 1856 i (29 cache
- * lines: 5.5% over the file's bytes, the scales unpacked to bytes):
+ * a run of cnt superblocks (a group's nb, or a panel of them packed on a
+ * product's stack) holds superblock i at TKV__Q3K_PACK_BLOCK i = 1792 i (28
+ * cache lines), then the run's d: superblock i's at TKV__Q3K_PACK_DS(cnt, i)
+ * = 1792 cnt + 32 i, row k's fp16 d at + 2k (3.6% over the file's bytes,
+ * the scales unpacked to bytes):
  *
  *   [0, 1024)     quants: as Q2_K's (the two low bits of each element)
  *   [1024, 1536)  high bits: chunk u (u < 8) at 1024 + 64u, bytes 4k .. 4k + 3
@@ -82,7 +85,12 @@
  *                 128h + 32s + 4u + 0..3's, for quant chunk 8h + u)
  *   [1536, 1792)  scales: byte 32h + 2k + e = row k's sc - 32 (a signed byte)
  *                 of sub-block 2h + e
- *   [1792, 1824)  row k's fp16 d at + 2k; then 32 bytes of zeros
+ *
+ * The d's apart keep a superblock at 28 lines: with them inside (29 lines,
+ * the 29th d and zeros) two threads from memory read 18-25% slower
+ * (bench_kernels -n 2048 -r 262144 -T 2 -c 2048, Zen 5: 32-36 against 38-45
+ * GB/s; 30 lines read as 29, 27 as 28), and llama1b Q3_K_M generated 2-14%
+ * slower (bench/RESULTS.md).
  *
  * Transposed IQ4_XS (the block-reduced products of each level's
  * gemm_iq4_xs.c): superblock i of the group at TKV__IQ4XS_PACK_BLOCK i =
@@ -210,14 +218,18 @@ static inline size_t tkv__b4_pack_scales(size_t i) {
    above, superblock i at out + (i - i0) TKV__Q2K_PACK_BLOCK: as tkv__pack_k45_blocks. */
 void tkv__pack_q2k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
 
-/* Offsets in one Q3_K superblock of a packed group (above). */
+/* Offsets in one Q3_K superblock of a packed run (above), and of superblock i's d in a run of cnt. */
 #define TKV__Q3K_PACK_HMASK 1024
 #define TKV__Q3K_PACK_SCALES 1536
-#define TKV__Q3K_PACK_D 1792
-#define TKV__Q3K_PACK_BLOCK 1856
+#define TKV__Q3K_PACK_BLOCK 1792
+#define TKV__Q3K_PACK_DS(cnt, i) (TKV__Q3K_PACK_BLOCK * (size_t)(cnt) + 32 * (size_t)(i))
 
-/* The same for 16 Q3_K rows, superblock i at out + (i - i0) TKV__Q3K_PACK_BLOCK. */
+/* The same for 16 Q3_K rows as one run of i1 - i0 superblocks (TKV__Q3K_PACK_RUN(i1 - i0) bytes at out),
+   superblock i at out + (i - i0) TKV__Q3K_PACK_BLOCK, its d at out + TKV__Q3K_PACK_DS(i1 - i0, i - i0). */
 void tkv__pack_q3k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+
+/* Bytes of a packed Q3_K run of cnt superblocks (its d's included). */
+#define TKV__Q3K_PACK_RUN(cnt) ((size_t)(cnt) * (TKV__Q3K_PACK_BLOCK + 32))
 
 /* Offsets in one IQ4_XS superblock of a packed group (above). */
 #define TKV__IQ4XS_PACK_SCALES 2048

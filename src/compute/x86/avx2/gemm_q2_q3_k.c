@@ -32,7 +32,7 @@ enum {
     ROWS = TKV__PACK_ROWS,    /* rows per group: two ymm's lanes */
     QBS = sizeof(tkv__block_q8_K),
     TT = 4,       /* tokens per tile */
-    KC = 16,      /* superblocks per panel of the file-rows product (Q2_K 21 KiB, Q3_K 29 KiB) */
+    KC = 16,      /* superblocks per panel of the file-rows product (Q2_K 21 KiB, Q3_K 28.5 KiB) */
     TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
     Y_QS = 4,     /* offset of a Q8_K block's quants */
     Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
@@ -127,7 +127,7 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const
             UNROLL
             for (int t = 0; t < T; t++) summ[t] = _mm256_add_epi32(summ[t], _mm256_madd_epi16(mn, bcast32(yb[t] + Y_BSUMS + 4 * h)));
         }
-        const __m256 dw = _mm256_cvtph_ps(LOAD128(b + (three ? TKV__Q3K_PACK_D : TKV__Q2K_PACK_D) + 16 * hf));
+        const __m256 dw = _mm256_cvtph_ps(LOAD128((three ? pk + TKV__Q3K_PACK_DS(cnt, i) : b + TKV__Q2K_PACK_D) + 16 * hf));
         const __m256 dm = three ? dw : _mm256_cvtph_ps(LOAD128(b + TKV__Q2K_PACK_DMIN + 16 * hf));
         UNROLL
         for (int t = 0; t < T; t++) {
@@ -193,7 +193,7 @@ static void q3k_pass(const sb_pass *p) {
 static void gemm23(sb_pass_fn *pass, sb_pack_fn *pack, size_t n, const void *w, size_t wrs, size_t nr, const void *xq,
                    size_t xrs, size_t n_tok, float *y, size_t ldy) {
     struct {
-        alignas(64) uint8_t pan[KC * TKV__Q3K_PACK_BLOCK]; /* 29 KiB */
+        alignas(64) uint8_t pan[TKV__Q3K_PACK_RUN(KC)]; /* 28.5 KiB */
         alignas(64) float st[TC * 32];                     /* 8 KiB */
     } b;
     _Static_assert(sizeof b <= 80 * 1024, "the buffers of a product live on the stack (kernels.h: under 80 KiB)");

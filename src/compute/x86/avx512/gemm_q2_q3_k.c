@@ -42,7 +42,7 @@ enum {
     ROWS = TKV__PACK_ROWS,    /* rows per group: a zmm's lanes */
     QBS = sizeof(tkv__block_q8_K),
     TT = 4,       /* tokens per tile */
-    KC = 16,      /* superblocks per panel of the file-rows product (Q2_K 21 KiB, Q3_K 29 KiB) */
+    KC = 16,      /* superblocks per panel of the file-rows product (Q2_K 21 KiB, Q3_K 28.5 KiB) */
     TC = 64,      /* tokens per chunk: their activations stay in L2 while the groups pass */
     Y_QS = 4,     /* offset of a Q8_K block's quants */
     Y_BSUMS = 260 /* ... and of its 16 sums of 16 */
@@ -52,7 +52,8 @@ enum {
  * A superblock expanded for products of many tokens (ex): value s of quant
  * chunk j (Q3_K's with its high bit: 0..7) as 64 bytes at 64 (4j + s), then
  * the packed superblock's tail from its scales on (scales, d and Q2_K's
- * dmin, at the same offsets from it as in repack.h's layouts). Unpacking the
+ * dmin, at Q2_K's offsets from it in repack.h's layout; Q3_K's d, apart in
+ * its run there, follows its scales here as Q2_K's does). Unpacking the
  * values once per panel instead of once per tile of 4 tokens made Q3_K's
  * prefill 1.5 times as fast (its high bits take two more operations a value).
  */
@@ -105,16 +106,21 @@ static inline __m512i chunk_weighted(__m512i q, __m512i hm, int j, int s, int th
     return _mm512_ternarylogic_epi32(lo, h, _mm512_set1_epi8((char)(1 << to)), 0xF8); /* lo | (h & bit) */
 }
 
-/* The packed superblock b expanded into e (EX_BLOCK bytes, 64-byte aligned). */
-static void expand23(const uint8_t *b, uint8_t *e, int three) {
+/* The packed superblock b (Q3_K: its d at d, apart in the run) expanded into e (EX_BLOCK bytes, 64-byte aligned). */
+static void expand23(const uint8_t *b, const uint8_t *d, uint8_t *e, int three) {
     for (int j = 0; j < 16; j++)
         for (int s = 0; s < 4; s++) _mm512_store_si512((void *)(e + 64 * (4 * j + s)), chunk_value(b, j, s, three));
-    memcpy(e + EX_VALUES, b + TAIL(three, 0), (three ? TKV__Q3K_PACK_D : TKV__Q2K_PACK_DMIN) + 32 - TAIL(three, 0));
+    if (three) {
+        memcpy(e + EX_VALUES, b + TKV__Q3K_PACK_SCALES, 256);
+        memcpy(e + EX_VALUES + 256, d, 32);
+    } else {
+        memcpy(e + EX_VALUES, b + TKV__Q2K_PACK_SCALES, TKV__Q2K_PACK_BLOCK - TKV__Q2K_PACK_SCALES);
+    }
 }
 
 /*
  * Superblocks [0, cnt) of one group of Q2_K (three: Q3_K) rows at pk for T
- * tokens: yb0[t] is token t's Q8_K block of the first one. acc[t] and
+ * tokens (a run of them: Q3_K's d's follow it unless ex, repack.h), yb0[t] is token t's Q8_K block of the first one. acc[t] and
  * accm[t] carry the scales' and (Q2_K) the mins' running sums of the 16 rows.
  *
  * Q3_K's values are the low bits plus 4 where the high bit is set (0..7,
@@ -195,7 +201,7 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, _
             UNROLL
             for (int t = 0; t < T; t++) summ[t] = _mm512_dpwssd_epi32(summ[t], mn, bcast32(yb[t] + Y_BSUMS + 4 * h));
         }
-        const __m512 dw = _mm512_cvtph_ps(LOAD256(b + TAIL(three, ex) + 256));
+        const __m512 dw = _mm512_cvtph_ps(LOAD256(three && !ex ? pk + TKV__Q3K_PACK_DS(cnt, i) : b + TAIL(three, ex) + 256));
         const __m512 dm = three ? dw : _mm512_cvtph_ps(LOAD256(b + TAIL(three, ex) + 288));
         UNROLL
         for (int t = 0; t < T; t++) {
@@ -242,7 +248,7 @@ INLINE void q23k_tokens(const sb_pass *p, int three, int ex) {
    when the rows are the file's, and the tiles' stash. */
 typedef struct ex_bufs {
     alignas(64) uint8_t pan[KCX * EX_BLOCK];        /* 35 KiB */
-    alignas(64) uint8_t one[TKV__Q3K_PACK_BLOCK];   /* 2 KiB */
+    alignas(64) uint8_t one[TKV__Q3K_PACK_RUN(1)];  /* 2 KiB */
     alignas(64) float st[TC * 32];                  /* 8 KiB */
 } ex_bufs;
 
@@ -256,13 +262,14 @@ INLINE void group_ex(const uint8_t *pk, const void *const *rows, size_t nb, cons
     for (size_t k0 = 0; k0 < nb; k0 += KCX) {
         const size_t cnt = min_sz(KCX, nb - k0);
         for (size_t i = 0; i < cnt; i++) {
-            const uint8_t *src = pk + (k0 + i) * SBYTES(three, 0);
+            const uint8_t *src = b->one, *d = b->one + TKV__Q3K_PACK_DS(1, 0); /* Q3_K's d, apart in its run */
             if (rows) {
                 if (three) tkv__pack_q3k_blocks(rows, k0 + i, k0 + i + 1, b->one);
                 else tkv__pack_q2k_blocks(rows, k0 + i, k0 + i + 1, b->one);
-                src = b->one;
+            } else {
+                src = pk + (k0 + i) * SBYTES(three, 0), d = pk + TKV__Q3K_PACK_DS(nb, k0 + i);
             }
-            expand23(src, b->pan + i * EX_BLOCK, three);
+            expand23(src, d, b->pan + i * EX_BLOCK, three);
         }
         q23k_tokens(&(sb_pass){.pk = b->pan, .k0 = k0, .cnt = cnt, .xb = xb, .xrs = xrs, .t0 = t0, .tn = tn, .st = b->st,
                                 .first = k0 == 0, .last = k0 + cnt == nb, .y = y, .ldy = ldy, .nrow = nrow},
@@ -305,7 +312,7 @@ INLINE void gemm23(size_t n, const void *w, size_t wrs, size_t nr, const void *x
     union {
         ex_bufs ex;
         struct {
-            alignas(64) uint8_t pan[KC * TKV__Q3K_PACK_BLOCK]; /* 29 KiB */
+            alignas(64) uint8_t pan[TKV__Q3K_PACK_RUN(KC)]; /* 28.5 KiB */
             alignas(64) float st[TC * 32];                     /* 8 KiB */
         } few;
     } b;
