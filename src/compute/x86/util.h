@@ -126,11 +126,12 @@ static inline __m128i iq4xs_scales(const tkv__block_iq4_xs *x) {
  * 59.4 -> 66.1 t/s (bench/RESULTS.md), with the scales apart from the
  * quants then (the avx512 level's, in one stream now, asks PREFETCH_AHEAD
  * on alone: prefetch_block_ahead); the avx2 level's Q4_K asks at
- * both too (its k45_prefetch: Zen 1, llama1b Q4_K_M 25.0 -> 27.0 t/s).
- * The others keep PREFETCH_AHEAD alone (an earlier try of Q4_K's gained 9%
- * alone but nothing in the Q4_K_M model): Q5_K's gained nothing, and the
- * interleaved products of the time (Q8_0, Q2_K, Q3_K, IQ4_XS), bound by their
- * arithmetic, lost 3-7% with it.
+ * both too (its k45_prefetch: Zen 1, llama1b Q4_K_M 25.0 -> 27.0 t/s), and
+ * so does the avx512 level's one-token Q2_K/Q3_K run (Zen 5, two threads:
+ * Q3_K 36-39 -> 40-41 GB/s; its q23k_run). The others keep PREFETCH_AHEAD
+ * alone: on Zen 5 both distances cost Q4_K, Q5_K, Q6_K, IQ4_XS, Q4_0, Q8_0
+ * and IQ4_NL 2-12% on two threads from memory (2026-12-07), as earlier
+ * tries of Q4_K, Q5_K and the interleaved products had found.
  */
 #define PREFETCH_NEAR 4096
 #define PREFETCH_FAR 32768
