@@ -131,7 +131,7 @@ static void expand23(const uint8_t *b, const uint8_t *d, uint8_t *e, int three) 
  */
 INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, __m512 *acc, __m512 *accm, int T,
                      int three, int ex, int pf) {
-    const size_t SB = SBYTES(three, ex), PF = PREFETCH_NEAR / SB + 1; /* util.h's two distances */
+    const size_t SB = SBYTES(three, ex), PF = PREFETCH_NEAR / SB + 1; /* Q3_K's near distance, in superblocks */
     /* a chunk's values taken SA at a time, so that the tile's 2 T SA sums (8) and its running sums stay in the 32
        registers: all 4 for one token, 2 for two, 1 for more (the chunk's line read again from L1) */
     const int SA = T >= 3 ? 1 : T == 2 ? 2 : 4;
@@ -154,13 +154,19 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, _
                 for (int jj = 0; jj < 8; jj++) {
                     const int j = 8 * p + jj;
                     /* lines 2j and 2j + 1 of the superblock ahead, in order (Q3_K read 3-9% faster so than quants and
-                       hmask interleaved), at util.h's two distances: two threads from memory (bench_kernels -n 2048
-                       -r 262144 -T 2 -c 2048, 3 interleaved runs) Q3_K 36-39 -> 40-41 GB/s against PREFETCH_AHEAD
-                       alone, Q2_K 47-51 either way (at one thread both read the same) */
+                       hmask interleaved). Q3_K at util.h's two distances, Q2_K at PREFETCH_AHEAD alone: products of
+                       2048 rows from memory (bench_kernels -n 2048 -r 131072 -c 2048, Zen 5, interleaved runs each
+                       between two read probes, 2026-12-07), medians: two threads, Q2_K 84 -> 97 GB/s where the
+                       probe read 65 or more, 60 -> 65 where it read under 60; Q3_K 49 GB/s against 41 at one
+                       distance (8 or 16 KiB, T0 or NTA) */
                     if (pf && s0 == 0)
                         for (size_t o = 128 * (size_t)j; o < 128 * (size_t)j + 128 && o < SB; o += 64) {
-                            _mm_prefetch((const char *)b + PF * SB + o, _MM_HINT_T0);
-                            _mm_prefetch((const char *)b + PREFETCH_FAR + o, _MM_HINT_T1);
+                            if (three) {
+                                _mm_prefetch((const char *)b + PF * SB + o, _MM_HINT_T0);
+                                _mm_prefetch((const char *)b + PREFETCH_FAR + o, _MM_HINT_T1);
+                            } else {
+                                _mm_prefetch((const char *)b + PREFETCH_AHEAD + o, _MM_HINT_T0);
+                            }
                         }
                     __m512i v[4];
                     const __m512i q = _mm512_load_si512((const void *)(b + 64 * j));
