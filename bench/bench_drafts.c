@@ -11,18 +11,12 @@
  * tokens per second of each, their ratio, the drafts accepted per step, and
  * whether the tokens were the same (they must be).
  */
+#include "bench_clock.h"
 #include "tokenkv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;

@@ -19,6 +19,7 @@
  *     this vocabulary, where sampling weighs the most against decoding.
  * Sampling uses the default chain (top-k 40, top-p 0.95, min-p 0.05, T 0.8).
  */
+#include "bench_clock.h"
 #include "tokenkv.h"
 
 #include "runtime/grammar.h"
@@ -26,13 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static const char JSON[] =
     "root   ::= object\n"

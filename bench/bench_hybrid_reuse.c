@@ -25,12 +25,12 @@
  * prompt that had a common prefix, "replay_ms" that many tokens at the
  * run's own prefill rate (its time over the tokens it computed).
  */
+#include "bench_clock.h"
 #include "tokenkv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { MAX_PROMPTS = 2000, MIN_LEN = 100, MAX_LEN = 200 };
 
@@ -38,12 +38,6 @@ typedef struct prompt {
     size_t n, ideal;
     tkv_token t[MAX_LEN];
 } prompt;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static size_t common(const prompt *a, const prompt *b) {
     size_t i = 0;

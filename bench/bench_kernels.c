@@ -26,6 +26,7 @@
  * and prints each shape's GFLOP/s (2 * weights * tokens / time of the layer's
  * products, activation quantization included), best of ITERS layers.
  */
+#include "bench_clock.h"
 #include "base/alloc.h"
 #include "compute/kernels.h"
 #include "compute/ops.h"
@@ -36,13 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint64_t rng = 88172645463325252ull;
 

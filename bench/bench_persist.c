@@ -14,6 +14,7 @@
  * defaults to stories260K; give a bigger one (`tokenkv mkmodel`) for
  * realistic K/V rows.
  */
+#include "bench_clock.h"
 #include "tokenkv.h"
 
 #include <dirent.h>
@@ -21,16 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { N_SEQ = 8, SHARED = 64, REPS = 3 };
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(const char *what, const void *obj) {
     fprintf(stderr, "bench_persist: %s: %s\n", what, tkv_last_error(obj));

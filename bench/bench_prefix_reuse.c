@@ -21,21 +21,15 @@
  * little on how a prompt was split into batches) and the greedy tokens must
  * be the same.
  */
+#include "bench_clock.h"
 #include "tokenkv.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { MAX_TOK = 2048, MAX_REQ = 64, GEN = 16 };
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct request {
     tkv_seq seq;

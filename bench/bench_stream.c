@@ -18,12 +18,13 @@
  * asserts nothing.
  */
 #define _GNU_SOURCE /* MADV_HUGEPAGE */
+#include "bench_clock.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -88,12 +89,6 @@ STREAM_FN(stream_k8, 8)
 STREAM_FN(stream_k16, 16)
 typedef long long (*stream_fn)(const char *, size_t, enum pf_kind, size_t);
 static const stream_fn fns[N_KS] = {stream_k0, stream_k4, stream_k8, stream_k16};
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* The threads run the same pass on their shares between two barriers; thread 0 times it. */
 typedef struct shared {

@@ -8,18 +8,12 @@
  * runs per vocabulary, in MB/s of input and tokens per second.
  */
 #define _GNU_SOURCE
+#include "bench_clock.h"
 #include "tokenkv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static const char *const english[] = {
     "Once upon a time, there was a little girl named Lily.",
