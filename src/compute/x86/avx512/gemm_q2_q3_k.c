@@ -158,12 +158,14 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, _
                        2048 rows from memory (bench_kernels -n 2048 -r 131072 -c 2048, Zen 5, interleaved runs each
                        between two read probes, 2026-12-07), medians: two threads, Q2_K 84 -> 97 GB/s where the
                        probe read 65 or more, 60 -> 65 where it read under 60; Q3_K 49 GB/s against 41 at one
-                       distance (8 or 16 KiB, T0 or NTA) */
+                       distance (8 or 16 KiB, T0 or NTA). Q3_K's far line goes to L1 too (T0): 69.7 -> 78.4 GB/s
+                       where the probe read 70 or more (n = 28, 29), 49.8 -> 50.2 under 60; 2 superblocks near
+                       instead of 3, or the far one at 16 or 64 KiB, read 67-72 there */
                     if (pf && s0 == 0)
                         for (size_t o = 128 * (size_t)j; o < 128 * (size_t)j + 128 && o < SB; o += 64) {
                             if (three) {
                                 _mm_prefetch((const char *)b + PF * SB + o, _MM_HINT_T0);
-                                _mm_prefetch((const char *)b + PREFETCH_FAR + o, _MM_HINT_T1);
+                                _mm_prefetch((const char *)b + PREFETCH_FAR + o, _MM_HINT_T0);
                             } else {
                                 _mm_prefetch((const char *)b + PREFETCH_AHEAD + o, _MM_HINT_T0);
                             }
