@@ -128,8 +128,9 @@ static inline __m128i iq4xs_scales(const tkv__block_iq4_xs *x) {
  * on alone: prefetch_block_ahead); the avx2 level's Q4_K asks at
  * both too (its k45_prefetch: Zen 1, llama1b Q4_K_M 25.0 -> 27.0 t/s), and
  * so does the avx512 level's one-token Q3_K run (Zen 5, two threads:
- * Q3_K 36-39 -> 40-41 GB/s; its q23k_run, where Q2_K asks PREFETCH_AHEAD
- * alone: 15% faster on two threads in the fast memory phase). The others keep PREFETCH_AHEAD
+ * Q3_K 36-39 -> 40-41 GB/s; its q23k_run, which asks for the far line
+ * into L1 as well, T0: 13% faster in the fast memory phase; Q2_K there
+ * asks PREFETCH_AHEAD alone: 15% faster). The others keep PREFETCH_AHEAD
  * alone: on Zen 5 both distances cost Q4_K, Q5_K, Q6_K, IQ4_XS, Q4_0, Q8_0
  * and IQ4_NL 2-12% on two threads from memory (2026-12-07), as earlier
  * tries of Q4_K, Q5_K and the interleaved products had found.
