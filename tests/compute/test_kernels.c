@@ -579,6 +579,73 @@ static int close_rel(float a, float b, double rel) {
     return fabs((double)a - b) <= rel * fmax(fabs(a), fabs(b)) + 1e-30;
 }
 
+/* rmsnorm's scale to the bit at every level, where the SIMD sum of squares takes another order than the
+   reference's sequential one: rows whose squares span 2^-140..2^60, rows whose mean is exactly halfway between
+   two floats (where only the sequential order decides), a row that overflows, and every length's tail. */
+static void test_rmsnorm_bits(void **state) {
+    (void)state;
+    const tkv__kernels *sc = tkv__kernel_table(TKV__KERNEL_SCALAR);
+    enum { N = 5632 };
+    float *x = malloc(N * sizeof(float)), *w = malloc(N * sizeof(float));
+    float *a = malloc(N * sizeof(float)), *b = malloc(N * sizeof(float));
+    assert_true(x && w && a && b);
+    for (size_t i = 0; i < N; i++) w[i] = rndf(-2.0f, 2.0f);
+    const size_t lens[] = {2, 15, 16, 17, 33, 64, 768, 2048, 2051, 5632};
+    for (int l = 1; l < TKV__KERNEL_LEVELS; l++) {
+        const tkv__kernels *simd = tkv__kernel_table((tkv__kernel_level)l);
+        if (!simd) continue;
+        for (int trial = 0; trial < 600; trial++) {
+            const size_t n = lens[trial % (sizeof lens / sizeof lens[0])];
+            const int kind = trial / 10 % 4;
+            memset(x, 0, n * sizeof(float));
+            if (kind == 0) /* wide: each element at its own binary exponent */
+                for (size_t i = 0; i < n; i++) x[i] = ldexpf(rndf(-1.0f, 1.0f), (int)(rndf(0.0f, 100.0f)) - 70);
+            else if (kind == 1) /* activations' own range */
+                for (size_t i = 0; i < n; i++) x[i] = rndf(-30.0f, 30.0f);
+            else if (kind == 2) { /* squares 2^-24 and 1, the rest 0: the sum 1 + 2^-24 over n a power of two is
+                                     halfway between floats; elsewhere not, but near */
+                x[(size_t)trial % n] = 0x1p-12f;
+                x[(size_t)(trial * 7 + 1) % n] = trial % 3 ? 1.0f : -1.0f;
+            } else { /* one element overflows its square: the scale is 0 */
+                for (size_t i = 0; i < n; i++) x[i] = rndf(-1.0f, 1.0f);
+                x[(size_t)trial % n] = 3e19f;
+            }
+            sc->rmsnorm(a, x, w, n, 1e-6f);
+            simd->rmsnorm(b, x, w, n, 1e-6f);
+            for (size_t i = 0; i < n; i++)
+                if (memcmp(&a[i], &b[i], sizeof a[i]))
+                    fail_msg("level %d rmsnorm kind %d n=%zu [%zu]: %.9g vs %.9g", l, kind, n, i, b[i], a[i]);
+        }
+        /* rows where the order of the sum decides the scale: squares 2n, then s^2 n 2^-23 (s odd) for a mean of
+           2 + s^2 2^-23, halfway between two floats, then n - 2 squares of n 2^-57, each below half an ulp of
+           the running sum. The sequential sum stays at halfway and its mean rounds to even; an order that adds
+           the small squares together first ends above. Each row is checked to be such a row (a pairwise sum in
+           float64 gives another scale) before the levels are compared on it. */
+        for (size_t n = 32; n <= 2048; n *= 4)
+            for (int si = 0; si < 4; si++) {
+                const int sq = (int[]){3, 7, 9, 15}[si]; /* odd s where the two floats' scales differ */
+                int j = 0;
+                while (((size_t)2 << (2 * j)) < n) j++; /* n = 2 4^j */
+                const float x0 = sqrtf(2.0f * (float)n);
+                x[0] = x0, x[1] = ldexpf((float)sq, j - 11);
+                for (size_t i = 2; i < n; i++) x[i] = ldexpf(x0, -28);
+                double seq = 0.0, pair[2048];
+                for (size_t i = 0; i < n; i++) seq += (double)(x[i] * x[i]), pair[i] = (double)(x[i] * x[i]);
+                for (size_t m = n; m > 1; m /= 2)
+                    for (size_t i = 0; i < m / 2; i++) pair[i] = pair[2 * i] + pair[2 * i + 1];
+                const float s_seq = 1.0f / sqrtf((float)(seq / (double)n)), s_pair = 1.0f / sqrtf((float)(pair[0] / (double)n));
+                assert_true(s_seq != s_pair);
+                sc->rmsnorm(a, x, w, n, 0.0f);
+                simd->rmsnorm(b, x, w, n, 0.0f);
+                assert_true(a[0] == (x0 * s_seq) * w[0]);
+                for (size_t i = 0; i < n; i++)
+                    if (memcmp(&a[i], &b[i], sizeof a[i]))
+                        fail_msg("level %d rmsnorm halfway n=%zu [%zu]: %.9g vs %.9g", l, n, i, b[i], a[i]);
+            }
+    }
+    free(x), free(w), free(a), free(b);
+}
+
 static void test_ops_levels(void **state) {
     (void)state;
     const tkv__kernels *sc = tkv__kernel_table(TKV__KERNEL_SCALAR);
@@ -599,8 +666,9 @@ static void test_ops_levels(void **state) {
             if (n > 10) x[3] = -INFINITY, x[7] = -100.0f; /* masked and tiny entries (softmax) */
             sc->rmsnorm(a, g, w, n, 1e-5f);
             simd->rmsnorm(b, g, w, n, 1e-5f);
+            /* the scale as the reference forms it, to the bit (its sum of squares is sequential) */
             for (size_t i = 0; i < n; i++)
-                if (!close_rel(a[i], b[i], 2e-6)) fail_msg("rmsnorm n=%zu [%zu]: %.9g vs %.9g", n, i, b[i], a[i]);
+                if (memcmp(&a[i], &b[i], sizeof a[i])) fail_msg("rmsnorm n=%zu [%zu]: %.9g vs %.9g", n, i, b[i], a[i]);
             memcpy(a, x, n * sizeof(float));
             memcpy(b, x, n * sizeof(float));
             sc->softmax(a, n);
@@ -663,6 +731,7 @@ int main(void) {
         cmocka_unit_test(test_packed_levels),
         cmocka_unit_test(test_quantize_levels),
         cmocka_unit_test(test_ops_levels),
+        cmocka_unit_test(test_rmsnorm_bits),
     };
     return TU_RESULT(cmocka_run_group_tests(tests, NULL, NULL));
 }
