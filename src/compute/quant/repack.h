@@ -231,6 +231,17 @@ void tkv__pack_q3k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, siz
 /* Bytes of a packed Q3_K run of cnt superblocks (its d's included). */
 #define TKV__Q3K_PACK_RUN(cnt) ((size_t)(cnt) * (TKV__Q3K_PACK_BLOCK + 32))
 
+/* A one-token product streaming runs of cnt superblocks (a group's, one after the other) at superblock i asks for
+   the d's of superblock i + TKV__Q3K_PACK_D_AHEAD: at this offset from the run, in it or past its end in the next
+   run. The d's lie after the superblocks, where the products' far prefetch reaches them a few superblocks into a
+   run: the first d's of a run longer than ~18 superblocks (ffn_down's rows of 5632) were read from memory where
+   they were needed (bench_kernels -n 5632 -c 2048 -T 2, avx512, Zen 5, each run between read probes, medians:
+   71 -> 78 GB/s where the probe read 70 or more, 45.5 -> 48.1 under 60; rows of 2048 unchanged, 82 and 56). */
+#define TKV__Q3K_PACK_D_AHEAD 8
+#define TKV__Q3K_PACK_DS_NEXT(cnt, i)                                                                                  \
+    ((i) + TKV__Q3K_PACK_D_AHEAD < (cnt) ? TKV__Q3K_PACK_DS(cnt, (i) + TKV__Q3K_PACK_D_AHEAD)                        \
+                                         : TKV__Q3K_PACK_RUN(cnt) + TKV__Q3K_PACK_DS(cnt, (i) + TKV__Q3K_PACK_D_AHEAD - (cnt)))
+
 /* Offsets in one IQ4_XS superblock of a packed group (above). */
 #define TKV__IQ4XS_PACK_SCALES 2048
 #define TKV__IQ4XS_PACK_D 2176

@@ -88,6 +88,8 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const
             UNROLL
             for (int jj = 0; jj < 4; jj++) {
                 const int j = 4 * m + jj;
+                if (pf && hf == 0 && three && j == 0) /* the d's ahead (repack.h) */
+                    _mm_prefetch((const char *)pk + TKV__Q3K_PACK_DS_NEXT(cnt, i), _MM_HINT_T0);
                 if (pf && hf == 0) { /* util.h's PREFETCH_AHEAD: the line of chunk j PF superblocks on, the rest with it */
                     _mm_prefetch((const char *)b + PF * SB + 64 * j, _MM_HINT_T0);
                     if (1024 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 1024 + 64 * j, _MM_HINT_T0);

@@ -161,6 +161,8 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, const uint8_t *const *yb0, _
                        distance (8 or 16 KiB, T0 or NTA). Q3_K's far line goes to L1 too (T0): 69.7 -> 78.4 GB/s
                        where the probe read 70 or more (n = 28, 29), 49.8 -> 50.2 under 60; 2 superblocks near
                        instead of 3, or the far one at 16 or 64 KiB, read 67-72 there */
+                    if (pf && s0 == 0 && three && !ex && j == 0) /* the d's ahead (repack.h) */
+                        _mm_prefetch((const char *)pk + TKV__Q3K_PACK_DS_NEXT(cnt, i), _MM_HINT_T0);
                     if (pf && s0 == 0)
                         for (size_t o = 128 * (size_t)j; o < 128 * (size_t)j + 128 && o < SB; o += 64) {
                             if (three) {
