@@ -47,7 +47,7 @@ void tkv__fwd_free(tkv__fwd *f) {
     float *bufs[] = {f->x,  f->h,      f->q,      f->k,  f->v,  f->att, f->tmp,          f->gate, f->up,
                      f->cs, f->cs_swa, f->bcx, f->router, f->ex, f->eg, f->eu,  f->ey, f->attn_scratch,
                      f->qg, f->qgate, f->dqkv, f->dc, f->dz, f->dbeta, f->dalpha, f->dout, f->shg, f->shy, f->mz, f->mc, f->my,
-                     f->ones, f->ple, f->plg, f->gi, f->gr};
+                     f->ones, f->ple, f->plg, f->gi, f->gr, f->rows1};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(f->xq);
     tkv__free(f->chosen);
@@ -188,7 +188,8 @@ tkv_status tkv__fwd_create(const tkv_model *m, uint32_t n_batch, uint32_t n_cell
     if (f->attn_scratch_per_thread < pl_all) f->attn_scratch_per_thread = pl_all; /* a token's per-layer embeddings */
     f->attn_scratch_per_thread += 64;
     f->attn_scratch = tkv__malloc((size_t)n_threads * f->attn_scratch_per_thread * sizeof(float));
-    if (!f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
+    f->rows1 = tkv__malloc((size_t)n_threads * 2 * f->n_embd * sizeof(float));
+    if (!f->rows1 || !f->x || !f->h || !f->q || !f->k || !f->v || !f->att || !f->tmp || !f->gate || !f->up || !f->cs || !f->xq ||
         !f->attn_scratch || (m->arch->swa_own_rope && !f->cs_swa) || (m->arch->shortconv && !f->bcx) || !moe_ok ||
         !extra_ok) {
         tkv__fwd_free(f);
@@ -641,6 +642,68 @@ static void per_layer_branch(pass *P, int ith, int nth, uint32_t l, acts_tag *ta
     tkv__pool_barrier(P->pool);
 }
 
+/*
+ * One token (generation), all threads. The per-token steps around the blocks (the residual add, the next norm,
+ * its activations) would be one thread's work while the others wait at the barrier after it. Instead each
+ * thread keeps its own copy of the residual row (f->rows1: `row`, and `row + n_embd` as scratch), applies every
+ * update to all of it (a few thousand adds, cheaper than a barrier), and writes only its share of x, h and the
+ * activations. The arithmetic is the per-token path's, element by element, so results do not depend on it.
+ */
+
+/* This thread's share [*a, *z) of the row (n_embd): whole activation blocks of w's product (16 elements at
+   least, or without w), as dense_ffn shares one token's activation. */
+static void one_row_share(const tkv__fwd *f, int ith, int nth, const tkv__tensor *w, size_t *a, size_t *z) {
+    const size_t blk = w ? tkv__quant_block_elems(tkv__quant_vec_dot_type(w->type)) : 16, unit = blk > 16 ? blk : 16;
+    const size_t per = ((f->n_embd + unit - 1) / unit + (size_t)nth - 1) / (size_t)nth * unit, e0 = (size_t)ith * per;
+    *a = e0 < f->n_embd ? e0 : f->n_embd;
+    *z = e0 + per < f->n_embd ? e0 + per : f->n_embd;
+}
+
+/* row += rs * y, y (n_embd) a block's output first given its bias (may be NULL) and its post-norm (may be NULL);
+   this thread's share of x written from it. y itself is left as it is. */
+static void one_row_add(pass *P, int ith, int nth, float *row, const float *y, const tkv__tensor *bias, const float *post,
+                        float rs) {
+    tkv__fwd *f = P->f;
+    const size_t E = f->n_embd;
+    if (bias || post) {
+        float *yy = row + E;
+        memcpy(yy, y, E * sizeof *yy);
+        if (bias) tkv__fwd_add_bias(yy, bias, E);
+        if (post) tkv__ops_rmsnorm(yy, yy, post, E, f->m->hp.rms_eps);
+        y = yy;
+    }
+    if (rs != 1.0f)
+        for (size_t i = 0; i < E; i++) row[i] += rs * y[i];
+    else
+        for (size_t i = 0; i < E; i++) row[i] += y[i];
+    size_t a, z;
+    one_row_share(f, ith, nth, NULL, &a, &z);
+    if (z > a) memcpy(f->x + a, row + a, (z - a) * sizeof *row);
+}
+
+/* The block's input from the row: h = rmsnorm(row) * norm (norm NULL: the row itself, x), this thread's share of
+   h written, and that share quantized for w, the block's first product (NULL: none; the tag then says f->xq holds
+   nothing). */
+static void one_row_norm(pass *P, int ith, int nth, float *row, const float *norm, const tkv__tensor *w, acts_tag *tag) {
+    tkv__fwd *f = P->f;
+    const size_t E = f->n_embd;
+    size_t a, z;
+    one_row_share(f, ith, nth, w, &a, &z);
+    const float *in = row;
+    if (norm) {
+        float *hh = row + E;
+        tkv__ops_rmsnorm(hh, row, norm, E, f->m->hp.rms_eps);
+        if (z > a) memcpy(f->h + a, hh + a, (z - a) * sizeof *hh);
+        in = hh;
+    }
+    if (!w) {
+        tag->src = NULL;
+        return;
+    }
+    if (z > a) tkv__ops_quantize_acts(w->type, in + a, 1, z - a, f->xq + tkv__ops_act_row_size(w->type, a));
+    *tag = (acts_tag){norm ? f->h : f->x, tkv__quant_vec_dot_type(w->type)};
+}
+
 /* One layer, all threads. False when the abort flag (set by thread 0 before the call) stopped it: every thread
    reads the flag after the same barrier, so all of them stop at the same layer. */
 static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
@@ -655,15 +718,23 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     tkv__split(n, ith, nth, &t0, &t1);
 
     const tkv__arch *arch = m->arch;
+    /* one token: this thread's copy of the residual row, loaded where x was last written by others */
+    float *row = n == 1 ? f->rows1 + (size_t)ith * 2 * f->n_embd : NULL;
+    if (row && (l == 0 || arch->per_layer_input)) memcpy(row, f->x, f->n_embd * sizeof *row);
     /* h = rmsnorm(x) * attn_norm                          (n, n_embd)
        (without pre-norms the branch reads x itself) */
     const float *attn_in = arch->pre_norms ? f->h : f->x;
-    if (arch->pre_norms)
-        for (size_t t = t0; t < t1; t++)
-            tkv__ops_rmsnorm(f->h + t * f->n_embd, f->x + t * f->n_embd, attn_norm, f->n_embd, hp->rms_eps);
-    /* attention's first product is Wq's, over attn_in: its activations now, by the same tokens */
-    if ((tkv__layer_kind)m->ext.kind[l] == TKV__LAYER_ATTN) acts_early(P, tag, &L->wq, attn_in, t0, t1);
-    else tag->src = NULL;
+    const tkv__tensor *first = (tkv__layer_kind)m->ext.kind[l] == TKV__LAYER_ATTN ? &L->wq : NULL;
+    if (row) {
+        one_row_norm(P, ith, nth, row, arch->pre_norms ? attn_norm : NULL, first, tag);
+    } else {
+        if (arch->pre_norms)
+            for (size_t t = t0; t < t1; t++)
+                tkv__ops_rmsnorm(f->h + t * f->n_embd, f->x + t * f->n_embd, attn_norm, f->n_embd, hp->rms_eps);
+        /* attention's first product is Wq's, over attn_in: its activations now, by the same tokens */
+        if (first) acts_early(P, tag, first, attn_in, t0, t1);
+        else tag->src = NULL;
+    }
     tkv__pool_barrier(P->pool);
     if (atomic_load(&P->aborted)) return false;
 
@@ -677,20 +748,27 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     const float rs = m->ext.residual_scale; /* granite: each block's output is scaled before the add */
     const float *ffn_in = arch->pre_norms ? f->h : f->x;
     const bool moe = arch->moe && l >= f->m->ext.moe.n_dense_lead;
-    for (size_t t = t0; t < t1; t++) {
-        float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
-        if (L->bo.data) tkv__fwd_add_bias(y, &L->bo, f->n_embd);
-        if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_attn_norm.data, f->n_embd, hp->rms_eps);
-        if (rs != 1.0f)
-            for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
-        else
-            for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
-        /* h = rmsnorm(x) * ffn_norm */
-        if (arch->pre_norms && !arch->one_block) tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
-    }
     /* the dense FFN's first product is Wgate's, over ffn_in: its activations now, by the same tokens */
-    if (!arch->one_block && !moe && !L->pre_norm_2.data) acts_early(P, tag, &L->w_gate, ffn_in, t0, t1);
-    else tag->src = NULL;
+    const tkv__tensor *ffn_first = !arch->one_block && !moe && !L->pre_norm_2.data ? &L->w_gate : NULL;
+    if (row) {
+        one_row_add(P, ith, nth, row, f->tmp, L->bo.data ? &L->bo : NULL, arch->post_norms ? L->post_attn_norm.data : NULL, rs);
+        if (!arch->one_block) one_row_norm(P, ith, nth, row, arch->pre_norms ? ffn_norm : NULL, ffn_first, tag);
+        else tag->src = NULL;
+    } else {
+        for (size_t t = t0; t < t1; t++) {
+            float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
+            if (L->bo.data) tkv__fwd_add_bias(y, &L->bo, f->n_embd);
+            if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_attn_norm.data, f->n_embd, hp->rms_eps);
+            if (rs != 1.0f)
+                for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
+            else
+                for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
+            /* h = rmsnorm(x) * ffn_norm */
+            if (arch->pre_norms && !arch->one_block) tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
+        }
+        if (ffn_first) acts_early(P, tag, ffn_first, ffn_in, t0, t1);
+        else tag->src = NULL;
+    }
     tkv__pool_barrier(P->pool);
     if (arch->one_block) return true; /* nemotron_h: the layer was its mixer */
 
@@ -711,10 +789,14 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     } else {
         dense_ffn(P, ith, nth, L, tag, ffn_in, f->tmp);
     }
-    for (size_t t = t0; t < t1; t++) {
-        float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
-        if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_ffn_norm.data, f->n_embd, hp->rms_eps);
-        for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
+    if (row) {
+        one_row_add(P, ith, nth, row, f->tmp, NULL, arch->post_norms ? L->post_ffn_norm.data : NULL, rs);
+    } else {
+        for (size_t t = t0; t < t1; t++) {
+            float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
+            if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_ffn_norm.data, f->n_embd, hp->rms_eps);
+            for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
+        }
     }
     /* The next layer begins with its norm (and its first product's activations) over this thread's own tokens
        of x, which this thread just wrote: no barrier until that phase's own. The per-layer branch and the

@@ -318,6 +318,71 @@ static void attend_f32(const pass *P, uint32_t layer, uint32_t t, size_t hq, flo
     for (size_t i = 0; i < hd; i++) out[i] = acc[i] * S_inv;
 }
 
+/* y[off, off + n) += the bias's elements [off, off + n) */
+static void add_bias_at(float *y, const tkv__tensor *b, size_t off, size_t n) {
+    tkv__tensor part = *b;
+    part.data = (const float *)b->data + off;
+    tkv__fwd_add_bias(y + off, &part, n);
+}
+
+/* Token t's K/V heads [g0, g1) of layer l and their query heads: the q gate split off, K as V, biases, per-head
+   norms, RoPE, the temperature, and K/V into the token's cell. All heads (g0 = 0, g1 = the layer's K/V heads):
+   every step, each K/V row stored whole whatever the cache type. Fewer: per-head steps alone (qk_norm not
+   TKV__QK_NORM_WHOLE) and an F16 cache, whose rows' heads are stored apart. */
+static void prep_heads(pass *P, uint32_t l, uint32_t t, size_t g0, size_t g1, float *scratch) {
+    tkv__fwd *f = P->f;
+    const tkv_model *m = f->m;
+    const tkv_hparams *hp = &m->hp;
+    const tkv__layer *L = &m->w.layers[l];
+    const tkv__attn_layer *A = shape_of(m, l);
+    const tkv__fwd_batch *b = P->b;
+    const tkv__arch *arch = m->arch;
+    const size_t hd = A->hd, n_q = hp->n_head * hd, n_kv = A->n_head_kv * hd, group = hp->n_head / A->n_head_kv;
+    const size_t h0 = g0 * group, h1 = g1 * group; /* query heads */
+    const size_t qo = h0 * hd, qn = (h1 - h0) * hd, ko = g0 * hd, kn = (g1 - g0) * hd; /* elements */
+    const bool whole = g0 == 0 && g1 == A->n_head_kv;
+    float *q = f->q + t * n_q, *k = f->k + t * n_kv, *v = f->v + t * n_kv;
+    if (arch->q_gate) /* qg: (n_head, 2, head_dim) -> q and the gate, (n_head, head_dim) each */
+        for (size_t h = h0; h < h1; h++) {
+            memcpy(q + h * hd, f->qg + t * 2 * n_q + 2 * h * hd, hd * sizeof *q);
+            memcpy(f->qgate + t * n_q + h * hd, f->qg + t * 2 * n_q + (2 * h + 1) * hd, hd * sizeof *q);
+        }
+    if (A->k_as_v) memcpy(v + ko, k + ko, kn * sizeof *v); /* V is the K projection, before K's norm */
+    if (arch->qkv_bias) add_bias_at(q, &L->bq, qo, qn), add_bias_at(k, &L->bk, ko, kn), add_bias_at(v, &L->bv, ko, kn);
+    const float *qnw = L->q_norm.data, *knw = L->k_norm.data;
+    if (arch->qk_norm == TKV__QK_NORM_HEAD) { /* each head of q, then of k: (head_dim) */
+        for (size_t h = h0; h < h1; h++) tkv__ops_rmsnorm(q + h * hd, q + h * hd, qnw, hd, hp->rms_eps);
+        for (size_t h = g0; h < g1 && A->own_kv; h++) tkv__ops_rmsnorm(k + h * hd, k + h * hd, knw, hd, hp->rms_eps);
+    } else if (arch->qk_norm == TKV__QK_NORM_WHOLE) { /* (n_q), (n_kv): whole only */
+        tkv__ops_rmsnorm(q, q, qnw, n_q, hp->rms_eps);
+        tkv__ops_rmsnorm(k, k, knw, n_kv, hp->rms_eps);
+    }
+    if (arch->v_norm && A->own_kv) /* each head of v, no weight: (head_dim) times ones */
+        for (size_t h = g0; h < g1; h++) tkv__ops_rmsnorm(v + h * hd, v + h * hd, f->ones, hd, hp->rms_eps);
+    const float *cs = (f->cs_swa && A->swa ? f->cs_swa : f->cs) + t * f->n_rot;
+    if (!arch->no_rope && (!arch->nope_period || (l + 1) % arch->nope_period != 0)) {
+        tkv__ops_rope(q + qo, h1 - h0, hd, A->n_rot, cs, arch->rope);
+        if (A->own_kv) tkv__ops_rope(k + ko, g1 - g0, hd, A->n_rot, cs, arch->rope);
+    }
+    if (m->ext.attn_temp_scale != 0) { /* attention temperature: q grows with log(position / n_ctx_orig) */
+        const float sc = 1 + m->ext.attn_temp_scale * logf(1 + floorf((float)b->pos[t] / (float)hp->n_ctx_orig));
+        for (size_t i = qo; i < qo + qn; i++) q[i] *= sc;
+    }
+    if (!A->own_kv) return; /* the rows at this cell are the source layer's, written before */
+    uint8_t *kr = tkv__kvrows_k(P->kv, A->kv_layer, b->cell[t]), *vr = tkv__kvrows_v(P->kv, A->kv_layer, b->cell[t]);
+    if (whole) {
+        tkv__fwd_store_row(P->kv, P->kv->type_k, kr, k, n_kv, scratch);
+        tkv__fwd_store_row(P->kv, P->kv->type_v, vr, v, n_kv, scratch);
+        return;
+    }
+    tkv__ops_to_f16(k + ko, kr + 2 * ko, kn);
+    tkv__ops_to_f16(v + ko, vr + 2 * ko, kn);
+    if (g1 == A->n_head_kv && n_kv < P->kv->n_embd_kv) { /* a hybrid's wider row: zeros after the heads */
+        memset(kr + 2 * n_kv, 0, 2 * (P->kv->n_embd_kv - n_kv));
+        memset(vr + 2 * n_kv, 0, 2 * (P->kv->n_embd_kv - n_kv));
+    }
+}
+
 /* The attention block of layer l: tmp (n, n_embd) = attention(attn_in) Wo, K/V into each token's cell
    (unless the layer reads another's: gemma4's KV-shared layers). */
 void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *attn_in) {
@@ -330,7 +395,7 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
     const uint32_t n = b->n;
     const tkv__arch *arch = m->arch;
     /* this layer's widths: q, att (n, n_q); k, v (n, n_kv); heads of hd */
-    const size_t hd = A->hd, n_q = hp->n_head * hd, n_kv = A->n_head_kv * hd;
+    const size_t hd = A->hd, n_q = hp->n_head * hd, group = hp->n_head / A->n_head_kv;
     size_t t0, t1;
     tkv__split(n, ith, nth, &t0, &t1);
     float *scratch = f->attn_scratch + (size_t)ith * f->attn_scratch_per_thread;
@@ -342,49 +407,41 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
     if (A->own_kv && !A->k_as_v) tkv__fwd_matmul(P, ith, nth, tag, &L->wv, attn_in, n, f->v);
     tkv__pool_barrier(P->pool);
 
-    /* biases, q/k (and v) norms, RoPE, and K/V into each token's cell */
-    for (size_t t = t0; t < t1; t++) {
-        float *q = f->q + t * n_q, *k = f->k + t * n_kv, *v = f->v + t * n_kv;
-        if (arch->q_gate) /* qg: (n_head, 2, head_dim) -> q and the gate, (n_head, head_dim) each */
-            for (size_t h = 0; h < hp->n_head; h++) {
-                memcpy(q + h * hd, f->qg + t * 2 * n_q + 2 * h * hd, hd * sizeof *q);
-                memcpy(f->qgate + t * n_q + h * hd, f->qg + t * 2 * n_q + (2 * h + 1) * hd, hd * sizeof *q);
-            }
-        if (A->k_as_v) memcpy(v, k, n_kv * sizeof *v); /* V is the K projection, before K's norm */
-        if (arch->qkv_bias) tkv__fwd_add_bias(q, &L->bq, n_q), tkv__fwd_add_bias(k, &L->bk, n_kv), tkv__fwd_add_bias(v, &L->bv, n_kv);
-        const float *qn = L->q_norm.data, *kn = L->k_norm.data;
-        if (arch->qk_norm == TKV__QK_NORM_HEAD) { /* each head of q, then of k: (head_dim) */
-            for (size_t h = 0; h < hp->n_head; h++) tkv__ops_rmsnorm(q + h * hd, q + h * hd, qn, hd, hp->rms_eps);
-            for (size_t h = 0; h < A->n_head_kv && A->own_kv; h++)
-                tkv__ops_rmsnorm(k + h * hd, k + h * hd, kn, hd, hp->rms_eps);
-        } else if (arch->qk_norm == TKV__QK_NORM_WHOLE) { /* (n_q), (n_kv) */
-            tkv__ops_rmsnorm(q, q, qn, n_q, hp->rms_eps);
-            tkv__ops_rmsnorm(k, k, kn, n_kv, hp->rms_eps);
+    const bool f16 = P->kv->type_k == TKV_TYPE_F16 && P->kv->type_v == TKV_TYPE_F16;
+    const bool one16 = f16 && b->attn_float && n == 1 && P->attn->scores16 && P->attn->scores16_rows && hd % 16 == 0;
+    if (one16 && arch->qk_norm != TKV__QK_NORM_WHOLE) {
+        /* One token: its K/V heads in runs of as many as a thread's share (at most TKV__ATTN_TOKENS: the scratch),
+           each run's rows read together (attend_one_heads). Each thread prepares its runs' heads itself (their
+           RoPE, their K/V into the cell), attends over them, gates them and, where a run is whole activation
+           blocks of Wo's product, quantizes them for it: two barriers fewer than one thread preparing every head
+           while the others wait. */
+        const size_t nkh = A->n_head_kv, per = (nkh + (size_t)nth - 1) / (size_t)nth;
+        const size_t run = per < TKV__ATTN_TOKENS ? per : TKV__ATTN_TOKENS;
+        const tkv_type vdt = tkv__quant_vec_dot_type(L->wo.type);
+        const bool acts = run * group * hd % tkv__quant_block_elems(vdt) == 0;
+        for (size_t g = (size_t)ith * run; g < nkh; g += (size_t)nth * run) {
+            const size_t ge = g + run < nkh ? g + run : nkh, a = g * group * hd, z = ge * group * hd;
+            prep_heads(P, l, 0, g, ge, scratch);
+            attend_one_heads(P, l, 0, g, ge, scratch);
+            if (arch->q_gate) /* att = att * sigmoid(gate) */
+                for (size_t i = a; i < z; i++) f->att[i] *= 1.0f / (1.0f + expf(-f->qgate[i]));
+            if (acts) tkv__ops_quantize_acts(L->wo.type, f->att + a, 1, z - a, f->xq + tkv__ops_act_row_size(L->wo.type, a));
         }
-        if (arch->v_norm && A->own_kv) /* each head of v, no weight: (head_dim) times ones */
-            for (size_t h = 0; h < A->n_head_kv; h++) tkv__ops_rmsnorm(v + h * hd, v + h * hd, f->ones, hd, hp->rms_eps);
-        const float *cs = (f->cs_swa && A->swa ? f->cs_swa : f->cs) + t * f->n_rot;
-        if (!arch->no_rope && (!arch->nope_period || (l + 1) % arch->nope_period != 0)) {
-            tkv__ops_rope(q, hp->n_head, hd, A->n_rot, cs, arch->rope);
-            if (A->own_kv) tkv__ops_rope(k, A->n_head_kv, hd, A->n_rot, cs, arch->rope);
-        }
-        if (m->ext.attn_temp_scale != 0) { /* attention temperature: q grows with log(position / n_ctx_orig) */
-            const float s = 1 + m->ext.attn_temp_scale * logf(1 + floorf((float)b->pos[t] / (float)hp->n_ctx_orig));
-            for (size_t i = 0; i < n_q; i++) q[i] *= s;
-        }
-        if (!A->own_kv) continue; /* the rows at this cell are the source layer's, written before */
-        tkv__fwd_store_row(P->kv, P->kv->type_k, tkv__kvrows_k(P->kv, A->kv_layer, b->cell[t]), k, n_kv, scratch);
-        tkv__fwd_store_row(P->kv, P->kv->type_v, tkv__kvrows_v(P->kv, A->kv_layer, b->cell[t]), v, n_kv, scratch);
+        *tag = acts ? (acts_tag){f->att, vdt} : (acts_tag){0}; /* the q, k, v products' reads of f->xq ended above */
+        tkv__pool_barrier(P->pool);
+        tkv__fwd_matmul(P, ith, nth, tag, &L->wo, f->att, n, f->tmp);
+        tkv__pool_barrier(P->pool);
+        return;
     }
+
+    /* biases, q/k (and v) norms, RoPE, and K/V into each token's cell */
+    for (size_t t = t0; t < t1; t++) prep_heads(P, l, (uint32_t)t, 0, A->n_head_kv, scratch);
     tkv__pool_barrier(P->pool);
 
     /* attention, one (token, head) pair at a time          att: (n, n_q)
        Pairs are dealt round-robin: a later token attends to more cells, so
        contiguous ranges would leave the first threads waiting for the last. */
-    const bool f16 = P->kv->type_k == TKV_TYPE_F16 && P->kv->type_v == TKV_TYPE_F16;
-    if (f16 && b->attn_float && n == 1 && P->attn->scores16 && P->attn->scores16_rows && hd % 16 == 0) {
-        /* one token: its K/V heads in runs of as many as a thread's share (at most TKV__ATTN_TOKENS: the
-           scratch), each run's rows read together (attend_one_heads) */
+    if (one16) { /* as above, after one thread prepared every head (a whole-row q/k norm) */
         const size_t nkh = A->n_head_kv, per = (nkh + (size_t)nth - 1) / (size_t)nth;
         const size_t run = per < TKV__ATTN_TOKENS ? per : TKV__ATTN_TOKENS;
         for (size_t g = (size_t)ith * run; g < nkh; g += (size_t)nth * run)

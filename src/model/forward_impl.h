@@ -63,6 +63,8 @@ struct tkv__fwd {
     int32_t *last;  /* (n_batch) scratch of index_runs: each run's last token so far */
     uint8_t *xq; /* (n_batch, act row of the widest input) quantized activations */
     float *attn_scratch; /* (n_threads, attn_scratch_per_thread): q/accumulator, or one weight per cell */
+    float *rows1;        /* (n_threads, 2, n_embd) one token (generation): each thread's own copy of the residual row
+                            and a row of scratch (forward.c, one_row_add) */
     size_t attn_scratch_per_thread;
     int n_threads;
 };
