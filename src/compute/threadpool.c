@@ -321,7 +321,7 @@ void tkv__pool_run(tkv__pool *p, tkv__task_fn fn, void *arg) {
     tkv__pool_barrier(p); /* the task ends when every thread has finished its share */
 }
 
-void tkv__pool_barrier(tkv__pool *p) {
+void tkv__pool_barrier_warm(tkv__pool *p, const void *addr, size_t bytes) {
     int k = atomic_load_explicit(&p->active, memory_order_relaxed);
     if (p->n == 1 || k <= 1) return;
     unsigned phase = atomic_load_explicit(&p->barrier_phase, memory_order_acquire);
@@ -330,6 +330,11 @@ void tkv__pool_barrier(tkv__pool *p) {
         bump(&p->barrier_phase, &p->phase_sleepers);
         return;
     }
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)addr + o, 0, 3);
     if (this_worker && this_worker->p == p) check_contention(this_worker);
     wait_change(p, &p->barrier_phase, phase, &p->phase_sleepers);
+}
+
+void tkv__pool_barrier(tkv__pool *p) {
+    tkv__pool_barrier_warm(p, NULL, 0);
 }

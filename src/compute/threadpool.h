@@ -41,6 +41,11 @@ int tkv__pool_narrow_to(int active, long long waited, long long wanted, bool las
 /* Inside a task: wait until every thread running it has reached it. */
 void tkv__pool_barrier(tkv__pool *p);
 
+/* tkv__pool_barrier, and a thread that has to wait first asks for [addr, addr + bytes) into its cache (what it
+   reads first after the barrier), so that the wait fetches it; the last thread to arrive asks for nothing (it
+   would only delay the others). */
+void tkv__pool_barrier_warm(tkv__pool *p, const void *addr, size_t bytes);
+
 /* [*r0, *r1): the share of n items of thread ith among nth. */
 static inline void tkv__split(size_t n, int ith, int nth, size_t *r0, size_t *r1) {
     *r0 = n * (size_t)ith / (size_t)nth;

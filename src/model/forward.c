@@ -248,18 +248,41 @@ static void rows_of(const pass *P, const tkv__tensor *w, size_t r0, size_t r1, c
     else if (r1 > r0) tkv__ops_matmul(w->type, w->data, w->ne0, r0, r1, xq, n, y, ldy);
 }
 
+/* Thread ith's rows [*r0, *r1) of w's product. */
+static void share_rows(const tkv__tensor *w, int ith, int nth, size_t *r0, size_t *r1) {
+    if (w->packed) { /* whole groups of packed rows to each thread */
+        const size_t G = TKV__PACK_ROWS;
+        tkv__split((w->ne1 + G - 1) / G, ith, nth, r0, r1);
+        *r0 *= G, *r1 = *r1 * G < w->ne1 ? *r1 * G : w->ne1;
+    } else {
+        tkv__split(w->ne1, ith, nth, r0, r1);
+    }
+}
+
 /* All threads: y (n rows, w->ne1) = x (n rows, w->ne0) W^T. */
 void tkv__fwd_matmul(pass *P, int ith, int nth, acts_tag *tag, const tkv__tensor *w, const float *x, uint32_t n, float *y) {
     acts_for(P, ith, nth, tag, w, x, n);
     size_t r0, r1;
-    if (w->packed) { /* whole groups of packed rows to each thread */
-        const size_t G = TKV__PACK_ROWS;
-        tkv__split((w->ne1 + G - 1) / G, ith, nth, &r0, &r1);
-        r0 *= G, r1 = r1 * G < w->ne1 ? r1 * G : w->ne1;
-    } else {
-        tkv__split(w->ne1, ith, nth, &r0, &r1);
-    }
+    share_rows(w, ith, nth, &r0, &r1);
     rows_of(P, w, r0, r1, P->f->xq, n, y, w->ne1);
+}
+
+/* What a thread that waits at a barrier asks into its cache of the product after it: as far as the products' own
+   prefetches run ahead of their reads (PREFETCH_AHEAD), so that the product starts on lines already there. */
+#define WARM_BYTES 8192
+
+void tkv__fwd_barrier_warm(pass *P, int ith, int nth, const tkv__tensor *w) {
+    size_t r0 = 0, r1 = 0;
+    if (w && w->data) share_rows(w, ith, nth, &r0, &r1);
+    if (r1 <= r0) {
+        tkv__pool_barrier(P->pool);
+        return;
+    }
+    const size_t rs = tkv__quant_row_size(w->type, w->ne0);
+    const uint8_t *at = w->packed ? (const uint8_t *)w->packed + r0 / TKV__PACK_ROWS * w->pack_stride
+                                  : (const uint8_t *)w->data + r0 * rs;
+    const size_t bytes = (r1 - r0) * rs < WARM_BYTES ? (r1 - r0) * rs : WARM_BYTES;
+    tkv__pool_barrier_warm(P->pool, at, bytes);
 }
 
 /* RoPE angles of one position. With factors (Llama 3.1's rope_freqs,
@@ -507,7 +530,8 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
 
 /* All threads: y (n, n_embd) = (act(in Wgate) * (in Wup)) Wdown, act SiLU (GELU: gemma); gate and up
    (n, n_ff) with n_ff Wgate's rows (the model's FFN, or a shared expert's). */
-static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y) {
+static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y,
+                      const tkv__tensor *after) {
     tkv__fwd *f = P->f;
     const uint32_t n = P->b->n;
     const size_t ff = L->w_gate.ne1;
@@ -515,7 +539,7 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
     tkv__split(n, ith, nth, &t0, &t1);
     tkv__fwd_matmul(P, ith, nth, tag, &L->w_gate, in, n, f->gate);
     tkv__fwd_matmul(P, ith, nth, tag, &L->w_up, in, n, f->up);
-    tkv__pool_barrier(P->pool);
+    tkv__fwd_barrier_warm(P, ith, nth, &L->w_down);
     /* the activation, token by token, each thread quantizing what it wrote for the down product (acts_early);
        a single token's (generation) shared out in runs of whole activation blocks of Wdown, at least 16
        elements (the SIMD width: each element goes through the same code whatever the thread count) */
@@ -537,9 +561,9 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
     } else {
         acts_early(P, tag, D, f->gate, t0, t1);
     }
-    tkv__pool_barrier(P->pool);
+    tkv__fwd_barrier_warm(P, ith, nth, D);
     tkv__fwd_matmul(P, ith, nth, tag, D, f->gate, n, y);
-    tkv__pool_barrier(P->pool);
+    tkv__fwd_barrier_warm(P, ith, nth, after); /* the product after the FFN (NULL: unknown) */
 }
 
 /*
@@ -554,7 +578,7 @@ static void gemma4_experts_ffn(pass *P, int ith, int nth, const tkv__layer *L, a
     const size_t D = f->n_embd;
     size_t t0, t1;
     tkv__split(P->b->n, ith, nth, &t0, &t1);
-    dense_ffn(P, ith, nth, L, tag, f->h, f->tmp);
+    dense_ffn(P, ith, nth, L, tag, f->h, f->tmp, NULL);
     for (size_t t = t0; t < t1; t++) { /* gi: the experts' input, gr: the router's     (n, n_embd) x2 */
         const float *x = f->x + t * D, *s = L->router_s.data;
         float *gr = f->gr + t * D;
@@ -735,7 +759,7 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         if (first) acts_early(P, tag, first, attn_in, t0, t1);
         else tag->src = NULL;
     }
-    tkv__pool_barrier(P->pool);
+    tkv__fwd_barrier_warm(P, ith, nth, first);
     if (atomic_load(&P->aborted)) return false;
 
     switch ((tkv__layer_kind)m->ext.kind[l]) {
@@ -769,7 +793,7 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         if (ffn_first) acts_early(P, tag, ffn_first, ffn_in, t0, t1);
         else tag->src = NULL;
     }
-    tkv__pool_barrier(P->pool);
+    tkv__fwd_barrier_warm(P, ith, nth, ffn_first);
     if (arch->one_block) return true; /* nemotron_h: the layer was its mixer */
 
     /* x = x + (silu(h Wgate) * (h Wup)) Wdown   gate, up: (n, n_ff) */
@@ -777,7 +801,7 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         moe_ffn(P, ith, nth, L, tag, ffn_in, ffn_in, f->tmp);
         if (L->sh_gate.data) { /* tmp += sigmoid(h . Wshgate) shared_expert(h)   (qwen35moe) */
             tkv__fwd_matmul(P, ith, nth, tag, &L->sh_gate, ffn_in, n, f->shg);
-            dense_ffn(P, ith, nth, L, tag, ffn_in, f->shy);
+            dense_ffn(P, ith, nth, L, tag, ffn_in, f->shy, NULL);
             for (size_t t = t0; t < t1; t++) {
                 const float w = 1.0f / (1.0f + expf(-f->shg[t]));
                 for (size_t i = 0; i < f->n_embd; i++) f->tmp[t * f->n_embd + i] += w * f->shy[t * f->n_embd + i];
@@ -787,7 +811,11 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     } else if (L->pre_norm_2.data) {
         gemma4_experts_ffn(P, ith, nth, L, tag);
     } else {
-        dense_ffn(P, ith, nth, L, tag, ffn_in, f->tmp);
+        /* the next product: the next layer's Wq (attention), or the output's */
+        const tkv__tensor *after = l + 1 == hp->n_layer ? &m->w.output
+                                   : (tkv__layer_kind)m->ext.kind[l + 1] == TKV__LAYER_ATTN ? &m->w.layers[l + 1].wq
+                                                                                         : NULL;
+        dense_ffn(P, ith, nth, L, tag, ffn_in, f->tmp, after);
     }
     if (row) {
         one_row_add(P, ith, nth, row, f->tmp, NULL, arch->post_norms ? L->post_ffn_norm.data : NULL, rs);

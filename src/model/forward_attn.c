@@ -405,7 +405,7 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
     tkv__fwd_matmul(P, ith, nth, tag, &L->wq, attn_in, n, arch->q_gate ? f->qg : f->q);
     if (A->own_kv) tkv__fwd_matmul(P, ith, nth, tag, &L->wk, attn_in, n, f->k);
     if (A->own_kv && !A->k_as_v) tkv__fwd_matmul(P, ith, nth, tag, &L->wv, attn_in, n, f->v);
-    tkv__pool_barrier(P->pool);
+    tkv__fwd_barrier_warm(P, ith, nth, &L->wo);
 
     const bool f16 = P->kv->type_k == TKV_TYPE_F16 && P->kv->type_v == TKV_TYPE_F16;
     const bool one16 = f16 && b->attn_float && n == 1 && P->attn->scores16 && P->attn->scores16_rows && hd % 16 == 0;
@@ -428,9 +428,9 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
             if (acts) tkv__ops_quantize_acts(L->wo.type, f->att + a, 1, z - a, f->xq + tkv__ops_act_row_size(L->wo.type, a));
         }
         *tag = acts ? (acts_tag){f->att, vdt} : (acts_tag){0}; /* the q, k, v products' reads of f->xq ended above */
-        tkv__pool_barrier(P->pool);
+        tkv__fwd_barrier_warm(P, ith, nth, &L->wo);
         tkv__fwd_matmul(P, ith, nth, tag, &L->wo, f->att, n, f->tmp);
-        tkv__pool_barrier(P->pool);
+        tkv__fwd_barrier_warm(P, ith, nth, &L->w_gate);
         return;
     }
 

@@ -99,6 +99,10 @@ void tkv__fwd_store_row(const tkv__kvrows *kv, tkv_type type, void *dst, const f
 /* y += the F32 bias b (n). */
 void tkv__fwd_add_bias(float *y, const tkv__tensor *b, size_t n);
 
+/* All threads: tkv__pool_barrier, where a thread that has to wait asks for the first lines of its share of w's
+   product (the next it reads; NULL: none) meanwhile. */
+void tkv__fwd_barrier_warm(pass *P, int ith, int nth, const tkv__tensor *w);
+
 /* The attention block of layer l (forward_attn.c), run by all threads: tmp (n, n_embd) =
    attention(attn_in) Wo, each token's K/V into its cell. */
 void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *attn_in);
