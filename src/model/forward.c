@@ -25,8 +25,10 @@
  * All threads of the pool run the whole pass together (one dispatch), each
  * taking its share of every step, with barriers between steps. Matrix
  * products split the weight rows (each weight row is read once per batch);
- * the other steps split tokens or (token, head) pairs. Activations are
- * quantized once per product input to the type the weights pair with.
+ * the other steps split tokens or (token, head) pairs, and a single token
+ * (generation) its row's elements and its K/V heads (one_row_add, the
+ * attention's one-token path). Activations are quantized once per product
+ * input to the type the weights pair with.
  */
 #include "forward.h"
 #include "forward_impl.h"
