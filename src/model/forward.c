@@ -530,6 +530,24 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
 }
 
 
+/* This thread's share [*a, *z) of one row of len elements: whole activation blocks of w's product (16 elements at
+   least, or without w: the SIMD width, so each element goes through the same code whatever the thread count). */
+static void block_share(size_t len, const tkv__tensor *w, int ith, int nth, size_t *a, size_t *z) {
+    const size_t blk = w ? tkv__quant_block_elems(tkv__quant_vec_dot_type(w->type)) : 16, unit = blk > 16 ? blk : 16;
+    const size_t per = ((len + unit - 1) / unit + (size_t)nth - 1) / (size_t)nth * unit, e0 = (size_t)ith * per;
+    *a = e0 < len ? e0 : len;
+    *z = e0 + per < len ? e0 + per : len;
+}
+
+/* Elements [a, z) of one row (a share from block_share) quantized from src into f->xq for w's product, by the
+   thread that wrote them; the tag then says f->xq holds the row `row` (src itself, or this thread's copy of it),
+   every thread's share after the next barrier. */
+static void acts_share(pass *P, acts_tag *tag, const tkv__tensor *w, const float *src, size_t a, size_t z,
+                       const float *row) {
+    if (z > a) tkv__ops_quantize_acts(w->type, src + a, 1, z - a, P->f->xq + tkv__ops_act_row_size(w->type, a));
+    *tag = (acts_tag){row, tkv__quant_vec_dot_type(w->type)};
+}
+
 /* All threads: y (n, n_embd) = (act(in Wgate) * (in Wup)) Wdown, act SiLU (GELU: gemma); gate and up
    (n, n_ff) with n_ff Wgate's rows (the model's FFN, or a shared expert's). */
 static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y,
@@ -546,23 +564,15 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
        a single token's (generation) shared out in runs of whole activation blocks of Wdown, at least 16
        elements (the SIMD width: each element goes through the same code whatever the thread count) */
     const tkv__tensor *D = &L->w_down;
-    const size_t blk = tkv__quant_block_elems(tkv__quant_vec_dot_type(D->type)), unit = blk > 16 ? blk : 16;
-    const size_t per = n == 1 ? ((ff + unit - 1) / unit + (size_t)nth - 1) / (size_t)nth * unit : ff;
-    const size_t e0 = n == 1 ? (size_t)ith * per : 0, e1 = n == 1 ? e0 + per : ff;
-    for (size_t t = n == 1 ? 0 : t0; t < (n == 1 ? 1 : t1); t++) {
-        const size_t a = e0 < ff ? e0 : ff, z = e1 < ff ? e1 : ff;
+    size_t a = 0, z = ff;
+    if (n == 1) block_share(ff, D, ith, nth, &a, &z);
+    for (size_t t = n == 1 ? 0 : t0; t < (n == 1 ? 1 : t1) && z > a; t++) {
         float *g = f->gate + t * ff + a, *u = f->up + t * ff + a;
-        if (z <= a) continue;
         if (f->m->arch->gemma) tkv__ops_geglu(g, g, u, z - a);
         else tkv__ops_swiglu(g, g, u, z - a);
     }
-    if (n == 1) { /* this thread's blocks of the one row */
-        const size_t a = e0 < ff ? e0 : ff, z = e1 < ff ? e1 : ff;
-        if (z > a) tkv__ops_quantize_acts(D->type, f->gate + a, 1, z - a, f->xq + tkv__ops_act_row_size(D->type, a));
-        *tag = (acts_tag){f->gate, tkv__quant_vec_dot_type(D->type)};
-    } else {
-        acts_early(P, tag, D, f->gate, t0, t1);
-    }
+    if (n == 1) acts_share(P, tag, D, f->gate, a, z, f->gate); /* this thread's blocks of the one row */
+    else acts_early(P, tag, D, f->gate, t0, t1);
     tkv__fwd_barrier_warm(P, ith, nth, D);
     tkv__fwd_matmul(P, ith, nth, tag, D, f->gate, n, y);
     tkv__fwd_barrier_warm(P, ith, nth, after); /* the product after the FFN (NULL: unknown) */
@@ -676,34 +686,28 @@ static void per_layer_branch(pass *P, int ith, int nth, uint32_t l, acts_tag *ta
  * activations. The arithmetic is the per-token path's, element by element, so results do not depend on it.
  */
 
-/* This thread's share [*a, *z) of the row (n_embd): whole activation blocks of w's product (16 elements at
-   least, or without w), as dense_ffn shares one token's activation. */
-static void one_row_share(const tkv__fwd *f, int ith, int nth, const tkv__tensor *w, size_t *a, size_t *z) {
-    const size_t blk = w ? tkv__quant_block_elems(tkv__quant_vec_dot_type(w->type)) : 16, unit = blk > 16 ? blk : 16;
-    const size_t per = ((f->n_embd + unit - 1) / unit + (size_t)nth - 1) / (size_t)nth * unit, e0 = (size_t)ith * per;
-    *a = e0 < f->n_embd ? e0 : f->n_embd;
-    *z = e0 + per < f->n_embd ? e0 + per : f->n_embd;
+/* x += rs * y (n_embd each), y a block's output, first given in place its bias (may be NULL) and its post-norm
+   (may be NULL). */
+static void add_block(const tkv__fwd *f, float *x, float *y, const tkv__tensor *bias, const float *post, float rs) {
+    const size_t E = f->n_embd;
+    if (bias) tkv__fwd_add_bias(y, bias, E);
+    if (post) tkv__ops_rmsnorm(y, y, post, E, f->m->hp.rms_eps);
+    if (rs != 1.0f)
+        for (size_t i = 0; i < E; i++) x[i] += rs * y[i];
+    else
+        for (size_t i = 0; i < E; i++) x[i] += y[i];
 }
 
-/* row += rs * y, y (n_embd) a block's output first given its bias (may be NULL) and its post-norm (may be NULL);
-   this thread's share of x written from it. y itself is left as it is. */
-static void one_row_add(pass *P, int ith, int nth, float *row, const float *y, const tkv__tensor *bias, const float *post,
+/* add_block on this thread's copy of the residual row, y left as it is (its bias and post-norm go to a copy), and
+   this thread's share of x written from the row. */
+static void one_row_add(pass *P, int ith, int nth, float *row, float *y, const tkv__tensor *bias, const float *post,
                         float rs) {
     tkv__fwd *f = P->f;
     const size_t E = f->n_embd;
-    if (bias || post) {
-        float *yy = row + E;
-        memcpy(yy, y, E * sizeof *yy);
-        if (bias) tkv__fwd_add_bias(yy, bias, E);
-        if (post) tkv__ops_rmsnorm(yy, yy, post, E, f->m->hp.rms_eps);
-        y = yy;
-    }
-    if (rs != 1.0f)
-        for (size_t i = 0; i < E; i++) row[i] += rs * y[i];
-    else
-        for (size_t i = 0; i < E; i++) row[i] += y[i];
+    if (bias || post) y = memcpy(row + E, y, E * sizeof *y);
+    add_block(f, row, y, bias, post, rs);
     size_t a, z;
-    one_row_share(f, ith, nth, NULL, &a, &z);
+    block_share(f->n_embd, NULL, ith, nth, &a, &z);
     if (z > a) memcpy(f->x + a, row + a, (z - a) * sizeof *row);
 }
 
@@ -714,7 +718,7 @@ static void one_row_norm(pass *P, int ith, int nth, float *row, const float *nor
     tkv__fwd *f = P->f;
     const size_t E = f->n_embd;
     size_t a, z;
-    one_row_share(f, ith, nth, w, &a, &z);
+    block_share(E, w, ith, nth, &a, &z);
     const float *in = row;
     if (norm) {
         float *hh = row + E;
@@ -722,12 +726,8 @@ static void one_row_norm(pass *P, int ith, int nth, float *row, const float *nor
         if (z > a) memcpy(f->h + a, hh + a, (z - a) * sizeof *hh);
         in = hh;
     }
-    if (!w) {
-        tag->src = NULL;
-        return;
-    }
-    if (z > a) tkv__ops_quantize_acts(w->type, in + a, 1, z - a, f->xq + tkv__ops_act_row_size(w->type, a));
-    *tag = (acts_tag){norm ? f->h : f->x, tkv__quant_vec_dot_type(w->type)};
+    if (w) acts_share(P, tag, w, in, a, z, norm ? f->h : f->x);
+    else tag->src = NULL;
 }
 
 /* One layer, all threads. False when the abort flag (set by thread 0 before the call) stopped it: every thread
@@ -782,13 +782,9 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
         else tag->src = NULL;
     } else {
         for (size_t t = t0; t < t1; t++) {
-            float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
-            if (L->bo.data) tkv__fwd_add_bias(y, &L->bo, f->n_embd);
-            if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_attn_norm.data, f->n_embd, hp->rms_eps);
-            if (rs != 1.0f)
-                for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
-            else
-                for (size_t i = 0; i < f->n_embd; i++) x[i] += y[i];
+            float *x = f->x + t * f->n_embd;
+            add_block(f, x, f->tmp + t * f->n_embd, L->bo.data ? &L->bo : NULL,
+                      arch->post_norms ? L->post_attn_norm.data : NULL, rs);
             /* h = rmsnorm(x) * ffn_norm */
             if (arch->pre_norms && !arch->one_block) tkv__ops_rmsnorm(f->h + t * f->n_embd, x, ffn_norm, f->n_embd, hp->rms_eps);
         }
@@ -822,11 +818,8 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     if (row) {
         one_row_add(P, ith, nth, row, f->tmp, NULL, arch->post_norms ? L->post_ffn_norm.data : NULL, rs);
     } else {
-        for (size_t t = t0; t < t1; t++) {
-            float *x = f->x + t * f->n_embd, *y = f->tmp + t * f->n_embd;
-            if (arch->post_norms) tkv__ops_rmsnorm(y, y, L->post_ffn_norm.data, f->n_embd, hp->rms_eps);
-            for (size_t i = 0; i < f->n_embd; i++) x[i] += rs * y[i];
-        }
+        for (size_t t = t0; t < t1; t++)
+            add_block(f, f->x + t * f->n_embd, f->tmp + t * f->n_embd, NULL, arch->post_norms ? L->post_ffn_norm.data : NULL, rs);
     }
     /* The next layer begins with its norm (and its first product's activations) over this thread's own tokens
        of x, which this thread just wrote: no barrier until that phase's own. The per-layer branch and the

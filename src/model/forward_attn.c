@@ -383,6 +383,13 @@ static void prep_heads(pass *P, uint32_t l, uint32_t t, size_t g0, size_t g1, fl
     }
 }
 
+/* One token's K/V heads (nkh) go to the threads in runs of this many: a thread's share, at most TKV__ATTN_TOKENS
+   (the scratch). */
+static size_t head_run(size_t nkh, int nth) {
+    const size_t per = (nkh + (size_t)nth - 1) / (size_t)nth;
+    return per < TKV__ATTN_TOKENS ? per : TKV__ATTN_TOKENS;
+}
+
 /* The attention block of layer l: tmp (n, n_embd) = attention(attn_in) Wo, K/V into each token's cell
    (unless the layer reads another's: gemma4's KV-shared layers). */
 void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *attn_in) {
@@ -415,8 +422,7 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
            RoPE, their K/V into the cell), attends over them, gates them and, where a run is whole activation
            blocks of Wo's product, quantizes them for it: two barriers fewer than one thread preparing every head
            while the others wait. */
-        const size_t nkh = A->n_head_kv, per = (nkh + (size_t)nth - 1) / (size_t)nth;
-        const size_t run = per < TKV__ATTN_TOKENS ? per : TKV__ATTN_TOKENS;
+        const size_t nkh = A->n_head_kv, run = head_run(nkh, nth);
         const tkv_type vdt = tkv__quant_vec_dot_type(L->wo.type);
         const bool acts = run * group * hd % tkv__quant_block_elems(vdt) == 0;
         for (size_t g = (size_t)ith * run; g < nkh; g += (size_t)nth * run) {
@@ -442,8 +448,7 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
        Pairs are dealt round-robin: a later token attends to more cells, so
        contiguous ranges would leave the first threads waiting for the last. */
     if (one16) { /* as above, after one thread prepared every head (a whole-row q/k norm) */
-        const size_t nkh = A->n_head_kv, per = (nkh + (size_t)nth - 1) / (size_t)nth;
-        const size_t run = per < TKV__ATTN_TOKENS ? per : TKV__ATTN_TOKENS;
+        const size_t nkh = A->n_head_kv, run = head_run(nkh, nth);
         for (size_t g = (size_t)ith * run; g < nkh; g += (size_t)nth * run)
             attend_one_heads(P, l, 0, g, g + run < nkh ? g + run : nkh, scratch);
     } else if (f16 && (b->attn_float || n >= TKV__ATTN_BATCHED_MIN)) {
