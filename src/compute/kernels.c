@@ -3,7 +3,8 @@
  *
  * On first use: detect the CPU features, build the complete table of every
  * supported level (scalar entries, overridden by avx2 ones, overridden by
- * avx512 ones), and make the best one active. The environment variable
+ * avx512 ones; on CPUs that run pdep in hardware the avx2 level takes its
+ * IQ1 dots with pdep too), and make the best one active. The environment variable
  * TKV_KERNELS=scalar|avx2|avx512 lowers the best level, as if the CPU
  * supported no more. Building a table only copies
  * function pointers out of static data, so nothing compiled with -mavx2 or
@@ -23,6 +24,7 @@ static int supported[TKV__KERNEL_LEVELS];
 static tkv__kernel_level best_level;
 static _Atomic int active_level;
 static int cpu_bf16_dot; /* AVX512_BF16, on a CPU of the avx512 level */
+static int cpu_fast_pdep; /* BMI2 with pdep in hardware (tkv__kernel_cpu_fast_pdep) */
 
 /* Copy the non-NULL entries of `part` over `t`. */
 static void overlay_attn(tkv__attn_ops *t, const tkv__attn_ops *part) {
@@ -75,6 +77,19 @@ static uint64_t xgetbv0(void) {
     return ((uint64_t)hi << 32) | lo;
 }
 
+/* AMD's CPUs before Zen 3 (family 0x17, Hygon's Zen-based 0x18 and the older ones) run pdep and pext in
+   microcode, 18 or more cycles each where later cores and Intel's take one. */
+static int pdep_in_microcode(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 1;
+    const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;   /* "AuthenticAMD" */
+    const int hygon = b == 0x6f677948u && d == 0x6e65476eu && c == 0x656e6975u; /* "HygonGenuine" */
+    if (!amd && !hygon) return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 1;
+    const unsigned family = ((a >> 8) & 0xf) + (((a >> 8) & 0xf) == 0xf ? (a >> 20) & 0xff : 0);
+    return family < 0x19;
+}
+
 /*
  * CPUID and XGETBV rather than __builtin_cpu_supports, which not every
  * compiler we build with knows all of these names for (clang 14: "f16c").
@@ -91,6 +106,7 @@ static tkv__kernel_level detect_x86(void) {
     if (!avx2) return TKV__KERNEL_SCALAR;
     const int avx512f = (b >> 16) & 1, avx512bw = (b >> 30) & 1, avx512vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
     const int bmi2 = (b >> 8) & 1; /* every AVX-512 CPU has it; the level's IQ1_M dot uses pdep */
+    cpu_fast_pdep = bmi2 && !pdep_in_microcode();
     const int zmm_state = (xcr0 & 0xe6) == 0xe6; /* plus opmask, ZMM0-15 upper halves, ZMM16-31 */
     if (!(avx512f && avx512bw && avx512vl && vnni && bmi2 && zmm_state)) return TKV__KERNEL_AVX2;
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) cpu_bf16_dot = (a >> 5) & 1;
@@ -107,6 +123,7 @@ static tkv__kernel_level detect(void) {
     if (l >= TKV__KERNEL_AVX512 && !tkv__kernel_avx512_part.name) l = TKV__KERNEL_AVX2;
     if (l < TKV__KERNEL_AVX512) cpu_bf16_dot = 0;
     if (l >= TKV__KERNEL_AVX2 && !tkv__kernel_avx2_part.name) l = TKV__KERNEL_SCALAR;
+    if (l < TKV__KERNEL_AVX2 || !tkv__kernel_avx2_bmi2_part.name) cpu_fast_pdep = 0;
     return l;
 }
 
@@ -127,6 +144,7 @@ static void init(void) {
     memset(&t, 0, sizeof t);
     for (int l = 0; l <= (int)best_level; l++) {
         overlay(&t, parts[l], attn[l]);
+        if (l == TKV__KERNEL_AVX2 && cpu_fast_pdep) overlay(&t, &tkv__kernel_avx2_bmi2_part, attn[l]);
         tables[l] = t;
         supported[l] = 1;
     }
@@ -151,6 +169,11 @@ tkv__kernel_level tkv__kernel_level_best(void) {
 int tkv__kernel_cpu_bf16_dot(void) {
     pthread_once(&init_once, init);
     return cpu_bf16_dot;
+}
+
+int tkv__kernel_cpu_fast_pdep(void) {
+    pthread_once(&init_once, init);
+    return cpu_fast_pdep;
 }
 
 const tkv__kernels *tkv__kernel_table(tkv__kernel_level level) {

@@ -177,6 +177,10 @@ tkv__kernel_level tkv__kernel_level_best(void);
    products (gemm.h) run where it has it. Any thread. */
 int tkv__kernel_cpu_bf16_dot(void);
 
+/* Whether this CPU has BMI2 and runs its pdep in hardware (not AMD's or Hygon's before Zen 3, which run it in
+   microcode): where the avx2 level's table takes tkv__kernel_avx2_bmi2_part. Any thread. */
+int tkv__kernel_cpu_fast_pdep(void);
+
 /*
  * The complete table of a level, or NULL when this CPU does not support it
  * (tests compare levels through these without changing the active one).
@@ -202,6 +206,9 @@ const char *tkv__kernel_level_name(tkv__kernel_level level);
 extern const tkv__kernels tkv__kernel_scalar_part;
 extern const tkv__kernels tkv__kernel_avx2_part;
 extern const tkv__kernels tkv__kernel_avx512_part;
+/* compute/x86/avx2/dot_iq1_bmi2.c: the avx2 level's IQ1 dots with BMI2's pdep, laid over the avx2 part where
+   the CPU runs pdep fast (tkv__kernel_cpu_fast_pdep) */
+extern const tkv__kernels tkv__kernel_avx2_bmi2_part;
 
 
 /* Scalar element-wise ops (the oracles; also table entries). */

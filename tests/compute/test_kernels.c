@@ -278,6 +278,55 @@ static void test_vec_dot_extremes(void **state) {
     }
 }
 
+/*
+ * The avx2 level's IQ1 dots with pdep (compute/x86/avx2/dot_iq1_bmi2.c) against its plain ones: the same grid
+ * points and integers by another route, so the same bits, on random rows and on index bytes at their limits
+ * (every grid entry's high bits, IQ1_M's shift signs). Run wherever the CPU has BMI2, fast pdep or not; the
+ * table takes them only where pdep is fast.
+ */
+static void test_iq1_pdep_bits(void **state) {
+    (void)state;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    __builtin_cpu_init();
+    if (!tkv__kernel_table(TKV__KERNEL_AVX2) || !tkv__kernel_avx2_bmi2_part.name || !__builtin_cpu_supports("bmi2"))
+        TU_SKIP();
+    const tkv__kernels *sc = tkv__kernel_table(TKV__KERNEL_SCALAR);
+    const tkv_type types[] = {TKV_TYPE_IQ1_S, TKV_TYPE_IQ1_M};
+    const size_t lens[] = {256, 512, 2048, 256 * 11};
+    enum { NMAX = 256 * 11 };
+    static uint8_t w[NMAX], a[NMAX * 2];
+    static float x[NMAX];
+    for (size_t ti = 0; ti < 2; ti++) {
+        const tkv_type t = types[ti], at = tkv__quant_vec_dot_type(t);
+        const tkv__vec_dot_fn plain = tkv__kernel_avx2_part.vec_dot[t], pdep = tkv__kernel_avx2_bmi2_part.vec_dot[t];
+        assert_non_null(plain);
+        assert_non_null(pdep);
+        const size_t bsz = tkv__quant_row_size(t, 256);
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const size_t n = lens[li];
+            for (int pat = -1; pat < 4; pat++) { /* -1: random; else qs and qh bytes all 0x00, 0xff, 0x80 or 0x7f */
+                rnd_weights(t, w, n);
+                if (pat >= 0)
+                    for (size_t b = 0; b < n / 256; b++) /* IQ1_S: qs (32) then qh (16) after d; IQ1_M: qs, qh first */
+                        memset(w + b * bsz + (t == TKV_TYPE_IQ1_S ? 2 : 0), (uint8_t[]){0x00, 0xff, 0x80, 0x7f}[pat], 48);
+                rnd_acts(x, n);
+                sc->quantize[at](x, a, n);
+                const float want = plain(n, w, a), got = pdep(n, w, a);
+                if (memcmp(&got, &want, sizeof got) != 0)
+                    fail_msg("%s n=%zu pattern %d: pdep %.9g, plain %.9g: not bit for bit", tkv_type_name(t), n, pat,
+                             got, want);
+            }
+        }
+    }
+    /* the table takes them exactly where pdep is fast */
+    const tkv__kernels *k = tkv__kernel_table(TKV__KERNEL_AVX2);
+    assert_true((k->vec_dot[TKV_TYPE_IQ1_S] == tkv__kernel_avx2_bmi2_part.vec_dot[TKV_TYPE_IQ1_S]) ==
+                (tkv__kernel_cpu_fast_pdep() != 0));
+#else
+    TU_SKIP();
+#endif
+}
+
 /* ---- tiled products (prefill) ---------------------------------------------------- */
 
 static const tkv_type gemm_types[] = {TKV_TYPE_Q8_0, TKV_TYPE_Q4_0, TKV_TYPE_Q4_1, TKV_TYPE_Q5_0, TKV_TYPE_Q5_1,
@@ -726,6 +775,7 @@ int main(void) {
         cmocka_unit_test(test_dispatch),
         cmocka_unit_test(test_vec_dot_levels),
         cmocka_unit_test(test_vec_dot_extremes),
+        cmocka_unit_test(test_iq1_pdep_bits),
         cmocka_unit_test(test_gemm_levels),
         cmocka_unit_test(test_gemm_extremes),
         cmocka_unit_test(test_packed_levels),

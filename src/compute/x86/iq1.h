@@ -3,8 +3,9 @@
  * tiled products share: compiled by the avx2 level (compute/x86/avx2/dot_iq1.c, with the tiled
  * products) and again by the avx512 level (compute/x86/avx512/dot_iq1.c), where the same C has 32 vector
  * registers (AVX-512VL's EVEX forms) instead of 16 and so no spills in the sub-block loop, and BMI2's
- * pdep to put IQ1_S's grid indices together: the same integer and float operations in the same order,
- * the same bits.
+ * pdep to put IQ1_S's grid indices together; and by compute/x86/avx2/dot_iq1_bmi2.c, the avx2 level's
+ * dots with pdep for both types, on CPUs where pdep is fast: the same integer and float operations in
+ * the same order, the same bits.
  *
  * Both follow the reference's lanes, so the parity files agree with it to
  * the bit where its rounding matters: lane k of a super-block's integer sum
@@ -53,6 +54,14 @@ static inline __m256i grid4(const uint16_t *ix) {
                              (long long)tkv__iq1s_grid[ix[1]], (long long)tkv__iq1s_grid[ix[0]]);
 }
 
+/* Four grid points from four 11-bit indices, index k in bits 16k.. of v (BMI2's pdep puts them together): the
+   loads' addresses come from general registers, not from vector lanes. */
+static inline __m256i grid4_of(uint64_t v) {
+    const uint64_t *g = tkv__iq1s_grid;
+    return _mm256_set_epi64x((long long)g[v >> 48], (long long)g[(v >> 32) & 0xffff], (long long)g[(v >> 16) & 0xffff],
+                             (long long)g[v & 0xffff]);
+}
+
 /* Products of grid bytes g (-1..1) with activations q as int16 pairs:
    maddubs needs an unsigned operand, so |g| with g's sign moved onto q. */
 static inline __m256i grid_pairs(__m256i g, __m256i q) {
@@ -89,7 +98,8 @@ static inline void iq1_s_indices(const tkv__block_iq1_s *x, uint16_t idx[32]) {
 
 #if defined(__BMI2__)
 /*
- * Where the build has BMI2 (the avx512 level), sub-block b's four grid
+ * Where the build has BMI2 (the avx512 level; the avx2 level's
+ * compute/x86/avx2/dot_iq1_bmi2.c), sub-block b's four grid
  * indices are put together by pdep in a general register instead: qs[4b..]
  * in the low bytes of four words, qh[b]'s four 3-bit fields above them. The
  * same points, the extraction off the vector ports: the dot 35% faster
@@ -100,9 +110,7 @@ static inline __m256i iq1_s_grid4(const tkv__block_iq1_s *x, int b, const uint16
     uint32_t q;
     memcpy(&q, x->qs + 4 * b, sizeof q);
     const uint64_t v = _pdep_u64(q, 0x00ff00ff00ff00ffULL) | _pdep_u64(x->qh[b] & 0x0fffu, 0x0700070007000700ULL);
-    const uint64_t *g = tkv__iq1s_grid;
-    return _mm256_set_epi64x((long long)g[v >> 48], (long long)g[(v >> 32) & 0xffff], (long long)g[(v >> 16) & 0xffff],
-                             (long long)g[v & 0xffff]);
+    return grid4_of(v);
 }
 #define IQ1_S_UNPACK(x, idx) ((void)0)
 #else
@@ -119,7 +127,6 @@ static inline float iq1_s_dot(size_t n, const void *w, const void *a) {
     __m256 acc = _mm256_setzero_ps();
     float accd = 0.0f;
     _Alignas(32) uint16_t idx[32];
-    _Alignas(16) int16_t ls[8];
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         IQ1_S_UNPACK(&x[i], idx);
         /* 2s + 1 per sub-block; the shift's part sum_b (+-ls_b) bsum_b, an
@@ -127,7 +134,7 @@ static inline float iq1_s_dot(size_t n, const void *w, const void *a) {
         const __m128i qh = _mm_loadu_si128((const __m128i *)(const void *)x[i].qh);
         const __m128i ls8 = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7)), 1),
                                          _mm_set1_epi16(1));
-        _mm_store_si128((__m128i *)(void *)ls, ls8);
+        const __m256i ls2 = _mm256_broadcastsi128_si256(ls8); /* sub-block b's factor: word b in every lane */
         const __m128i sls = _mm_sign_epi16(ls8, _mm_or_si128(qh, _mm_set1_epi16(1))); /* bit 15: negative */
         const __m256i sls2 = _mm256_set_m128i(_mm_unpackhi_epi16(sls, sls), _mm_unpacklo_epi16(sls, sls));
         const __m256i bs = _mm256_madd_epi16(load_q((const int8_t *)(const void *)y[i].bsums), sls2);
@@ -136,10 +143,12 @@ static inline float iq1_s_dot(size_t n, const void *w, const void *a) {
         bs4 = _mm_add_epi32(bs4, _mm_shuffle_epi32(bs4, 0xb1));
         const int sumd = _mm_cvtsi128_si32(bs4);
         __m256i sumi = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8") /* unrolled, the sub-block's shuffle control folds */
         for (int b = 0; b < 8; b++) {
             const __m256i g = iq1_s_grid4(&x[i], b, idx);
             sumi = _mm256_add_epi32(sumi,
-                                    _mm256_madd_epi16(grid_pairs(g, load_q(y[i].qs + 32 * b)), _mm256_set1_epi16(ls[b])));
+                                    _mm256_madd_epi16(grid_pairs(g, load_q(y[i].qs + 32 * b)),
+                                                      _mm256_shuffle_epi8(ls2, _mm256_set1_epi16((short)(0x0100 + 0x0202 * b)))));
         }
         const float d = y[i].d * _cvtsh_ss(x[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -236,6 +245,28 @@ static inline void iq1_m_indices(const tkv__block_iq1_m *x, const __m128i qh, ui
                        _mm256_or_si256(q1, _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(lo, hi)), 8)));
 }
 
+#if defined(__BMI2__)
+/* Where the build has BMI2 (compute/x86/avx2/dot_iq1_bmi2.c), sub-block b's four IQ1_M grid indices by pdep in a
+   general register, as the avx512 level's iq1_m_grid8: qs[4b..] in the low bytes of four words, the low 3 bits of
+   the groups' qh nibbles (qh[2b], qh[2b + 1], low nibble first) above them. The same points. */
+static inline __m256i iq1_m_grid4(const tkv__block_iq1_m *x, int b, const uint16_t *idx) {
+    (void)idx;
+    uint32_t q;
+    uint16_t h;
+    memcpy(&q, x->qs + 4 * b, sizeof q);
+    memcpy(&h, x->qh + 2 * b, sizeof h);
+    const uint64_t v = _pdep_u64(q, 0x00ff00ff00ff00ffULL) | _pdep_u64(h & 0x7777u, 0x0f000f000f000f00ULL);
+    return grid4_of(v);
+}
+#define IQ1_M_INDICES(x, qh, idx) ((void)0)
+#else
+static inline __m256i iq1_m_grid4(const tkv__block_iq1_m *x, int b, const uint16_t *idx) {
+    (void)x;
+    return grid4(idx + 4 * b);
+}
+#define IQ1_M_INDICES(x, qh, idx) iq1_m_indices(x, qh, idx)
+#endif
+
 static inline float iq1_m_dot(size_t n, const void *w, const void *a) {
     const tkv__block_iq1_m *x = w;
     const tkv__block_q8_K *y = a;
@@ -250,15 +281,16 @@ static inline float iq1_m_dot(size_t n, const void *w, const void *a) {
     _Alignas(32) uint16_t idx[32];
     for (size_t i = 0; i < n / TKV__QK_K; i++) {
         const __m128i qh = _mm_loadu_si128((const __m128i *)(const void *)x[i].qh);
-        iq1_m_indices(&x[i], qh, idx);
+        IQ1_M_INDICES(&x[i], qh, idx);
         /* bit j: group 2j's shift sign (qh byte j bit 3); bit 16 + j: group 2j + 1's (bit 7) */
         const uint32_t sg = (uint32_t)_mm_movemask_epi8(_mm_slli_epi16(qh, 4)) |
                             (uint32_t)_mm_movemask_epi8(qh) << 16;
         const __m256i sgv = _mm256_set1_epi32((int)sg);
         const __m256i ls16 = iq1_m_ls16(&x[i]);
         __m256i sumi = _mm256_setzero_si256(), sumd = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8") /* unrolled, the sub-block's constants (shuffle and shift controls) fold */
         for (int b = 0; b < 8; b++) {
-            const __m256i g = grid4(idx + 4 * b);
+            const __m256i g = iq1_m_grid4(&x[i], b, idx);
             const __m256i q = load_q(y[i].qs + 32 * b);
             const __m256i ls = _mm256_shuffle_epi8(ls16, _mm256_add_epi8(ctl0, _mm256_set1_epi8((char)(2 * b))));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(grid_pairs(g, q), ls));

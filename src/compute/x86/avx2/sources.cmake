@@ -4,6 +4,7 @@ set(TKV_AVX2_SOURCES
   compute/x86/avx2/recurrent.c
   compute/x86/avx2/attention.c
   compute/x86/avx2/dot_iq1.c
+  compute/x86/avx2/dot_iq1_bmi2.c
   compute/x86/avx2/dot_iq2.c
   compute/x86/avx2/dot_iq3.c
   compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c
@@ -24,5 +25,7 @@ set(TKV_AVX2_SOURCES
 if(TKV_X86)
   set_source_files_properties(${TKV_AVX2_SOURCES} PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
 endif()
+# the IQ1 dots with pdep, laid over the level only where the CPU runs it fast (kernels.c)
+set_property(SOURCE compute/x86/avx2/dot_iq1_bmi2.c APPEND PROPERTY COMPILE_OPTIONS "-mbmi2")
 # the recurrent steps sum in the scalar twin's order: no multiply and add may be fused
 set_property(SOURCE compute/x86/avx2/recurrent.c APPEND PROPERTY COMPILE_OPTIONS "-ffp-contract=off")

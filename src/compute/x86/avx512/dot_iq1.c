@@ -15,16 +15,6 @@ float tkv__dot_iq1_s_avx512(size_t n, const void *w, const void *a) {
 }
 
 /*
- * Four grid points from four 11-bit indices, index k in bits 16k.. of a: the
- * loads' addresses come from general registers, not from vector lanes.
- */
-static inline __m256i grid4_of(uint64_t a) {
-    const uint64_t *g = tkv__iq1s_grid;
-    return _mm256_set_epi64x((long long)g[a >> 48], (long long)g[(a >> 32) & 0xffff], (long long)g[(a >> 16) & 0xffff],
-                             (long long)g[a & 0xffff]);
-}
-
-/*
  * The 8 grid points of IQ1_M groups 8p .. 8p + 7 (qs: their 8 low index
  * bytes, qh: their 4 bytes of nibbles, low nibble first), each index
  * qs[g] | (nibble & 7) << 8 put together by pdep in a general register, as
