@@ -27,6 +27,7 @@
  * products, activation quantization included), best of ITERS layers.
  */
 #include "bench_clock.h"
+#include "bench_rng.h"
 #include "base/alloc.h"
 #include "compute/kernels.h"
 #include "compute/ops.h"
@@ -37,15 +38,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t rng = 88172645463325252ull;
-
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 11);
-}
 
 static float rndf(void) {
     return (float)(rnd() & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
