@@ -88,6 +88,10 @@ static void check_model(const char *mix, const char *path) {
     assert_int_equal(tkv_model_hparams(m, &hp), TKV_OK);
     const size_t nv = hp.n_vocab;
     const tkv__kernel_level best = tkv__kernel_level_best();
+    /* under the sanitizers one run: ASan and UBSan see a bad access on any run, and races are TSan's, whose
+       stage does not run this test */
+    const char *e = getenv("TKV_THREADS_REPS");
+    const int reps = e ? atoi(e) : 2;
     for (int l = 0; l <= (int)best; l++) {
         assert_int_equal(tkv__kernel_force_level((tkv__kernel_level)l), 0);
         float *one = logits_of(m, 1, nv);
@@ -97,10 +101,7 @@ static void check_model(const char *mix, const char *path) {
             zero += one[i] == 0.0f;
         }
         if (zero == ROWS * nv) fail_msg("%s %s: every logit is 0", mix, tkv__kernel_level_name(l));
-        /* several runs: a race shows only now and then (under the sanitizers one: ASan and UBSan see a bad access
-           on any run, and races are TSan's, whose stage does not run this test) */
-        const char *e = getenv("TKV_THREADS_REPS");
-        const int reps = e ? atoi(e) : 2;
+        /* several runs: a race shows only now and then */
         for (int rep = 0; rep < reps; rep++)
             for (int nth = 2; nth <= 3; nth++) {
                 float *many = logits_of(m, nth, nv);
