@@ -5,6 +5,8 @@
 #include "repack.h"
 
 #include "quant.h"
+#include "grids.h"
+#include "iq.h"
 
 #include <assert.h>
 #include <string.h>
@@ -22,6 +24,7 @@ typedef enum pack_kind {
     PACK_Q3K,         /* Q3_K's */
     PACK_IQ4XS,       /* IQ4_XS's */
     PACK_Q6K,         /* Q6_K's */
+    PACK_IQ2,         /* IQ2_XXS's, IQ2_XS's and IQ2_S's blocks as planes of codes and signs, a row at a time */
 } pack_kind;
 
 static const pack_kind kinds[TKV_TYPE_COUNT] = {
@@ -29,6 +32,7 @@ static const pack_kind kinds[TKV_TYPE_COUNT] = {
     [TKV_TYPE_Q5_0] = PACK_Q5_0,
     [TKV_TYPE_Q4_K] = PACK_K45, [TKV_TYPE_Q5_K] = PACK_K45, [TKV_TYPE_Q6_K] = PACK_Q6K,
     [TKV_TYPE_IQ4_XS] = PACK_IQ4XS, [TKV_TYPE_Q2_K] = PACK_Q2K, [TKV_TYPE_Q3_K] = PACK_Q3K,
+    [TKV_TYPE_IQ2_XXS] = PACK_IQ2, [TKV_TYPE_IQ2_XS] = PACK_IQ2, [TKV_TYPE_IQ2_S] = PACK_IQ2,
 };
 
 /* The superblock layouts' packing, a group of 16 rows at a time (NULL: the other layouts, a row at a time). */
@@ -52,6 +56,58 @@ static uint32_t q5_0_fifth_by_step(const uint8_t qh[4]) {
     return out;
 }
 
+/* A code of an IQ2 grid level (repack.h: 8, 25, 43 -> 0, 1, 2); every IQ2 grid byte is one of the three. */
+static unsigned iq2_code(uint8_t level) {
+    assert(level == 8 || level == 25 || level == 43);
+    return level == 8 ? 0 : level == 25 ? 1 : 2;
+}
+
+/*
+ * One IQ2_XXS, IQ2_XS or IQ2_S block as planes (repack.h) at o (TKV__IQ2_PACK_BLOCK bytes): per group g = 4b + l
+ * (b the sub-block), its grid point, its 8 sign bits and its sub-block's two ls read as compute/quant/iq.h
+ * describes each type.
+ */
+static void iq2_planes(tkv_type type, const uint8_t *blk, uint8_t *o) {
+    memset(o, 0, TKV__IQ2_PACK_BLOCK);
+    memcpy(o + TKV__IQ2_PACK_D, blk, 2); /* every IQ2 block starts with its fp16 d */
+    for (unsigned b = 0; b < 8; b++) {
+        uint64_t grid[4];
+        uint8_t signs[4], ls;
+        if (type == TKV_TYPE_IQ2_XXS) {
+            const tkv__block_iq2_xxs *x = (const tkv__block_iq2_xxs *)(const void *)blk;
+            uint32_t aux[2]; /* four grid index bytes, then the sign indices and ls */
+            memcpy(aux, (const uint8_t *)x->qs + 8 * b, 8);
+            for (unsigned l = 0; l < 4; l++) {
+                grid[l] = tkv__iq2xxs_grid[(aux[0] >> 8 * l) & 255];
+                signs[l] = tkv__iq_signs[(aux[1] >> 7 * l) & 127];
+            }
+            ls = (uint8_t)(aux[1] >> 28 | (aux[1] >> 28) << 4); /* one ls for both halves */
+        } else if (type == TKV_TYPE_IQ2_XS) {
+            const tkv__block_iq2_xs *x = (const tkv__block_iq2_xs *)(const void *)blk;
+            for (unsigned l = 0; l < 4; l++) {
+                uint16_t q;
+                memcpy(&q, (const uint8_t *)x->qs + 2 * (4 * b + l), 2);
+                grid[l] = tkv__iq2xs_grid[q & 511];
+                signs[l] = tkv__iq_signs[q >> 9];
+            }
+            ls = x->scales[b];
+        } else {
+            const tkv__block_iq2_s *x = (const tkv__block_iq2_s *)(const void *)blk;
+            for (unsigned l = 0; l < 4; l++) {
+                grid[l] = tkv__iq2s_grid[x->qs[4 * b + l] | ((x->qh[b] >> 2 * l) & 3u) << 8];
+                signs[l] = x->qs[32 + 4 * b + l];
+            }
+            ls = x->scales[b];
+        }
+        o[TKV__IQ2_PACK_SCALES + b] = ls;
+        for (unsigned e = 0; e < 32; e++) { /* element e of sub-block b: group e / 8's byte e % 8 */
+            const unsigned l = e / 8, j = e % 8;
+            o[TKV__IQ2_PACK_CODES + 32 * (b / 4) + e] |= (uint8_t)(iq2_code((uint8_t)(grid[l] >> 8 * j)) << 2 * (b % 4));
+            o[TKV__IQ2_PACK_SIGNS + e] |= (uint8_t)(((signs[l] >> j) & 1u) << b);
+        }
+    }
+}
+
 int tkv__pack_supported(tkv_type type) {
     _Static_assert(sizeof(tkv__block_iq4_nl) == sizeof(tkv__block_q4_0), "IQ4_NL has Q4_0's block layout");
     return kind_of(type) != PACK_NONE;
@@ -68,6 +124,7 @@ size_t tkv__pack_stride(tkv_type type, size_t n) {
                          : k == PACK_Q2K      ? nb * TKV__Q2K_PACK_BLOCK
                          : k == PACK_Q3K      ? TKV__Q3K_PACK_RUN(nb)
                          : k == PACK_IQ4XS    ? nb * TKV__IQ4XS_PACK_BLOCK
+                         : k == PACK_IQ2      ? TKV__PACK_ROWS * nb * TKV__IQ2_PACK_BLOCK
                                               : nb * TKV__Q6K_PACK_BLOCK;
     return (bytes + 63) / 64 * 64;
 }
@@ -97,6 +154,11 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
         uint8_t *g = dst + r / TKV__PACK_ROWS * stride;
         const size_t k = r % TKV__PACK_ROWS;
         const uint8_t *row = src + r * rs;
+        if (kind == PACK_IQ2) {
+            for (size_t i = 0; i < nb; i++)
+                iq2_planes(type, row + i * bs, g + (k * nb + i) * TKV__IQ2_PACK_BLOCK);
+            continue;
+        }
         if (kind == PACK_Q8_0) {
             const tkv__block_q8_0 *b = (const tkv__block_q8_0 *)(const void *)row;
             for (size_t i = 0; i < nb; i++) {

@@ -132,6 +132,28 @@
  *                 multipliers of vpmaddwd and vpdpwssd)
  *   [3328, 3360)  row k's fp16 d at + 2k; then 32 bytes of zeros
  *
+ * IQ2 planes (IQ2_XXS, IQ2_XS and IQ2_S; the one product over all three is
+ * compute/x86/avx2/packed_iq2.c's): not transposed, a row at a time, row k of
+ * the group at TKV__IQ2_PACK_BLOCK nb k, its block i TKV__IQ2_PACK_BLOCK i on,
+ * each block's 256 elements as the 3 bits that decide them. Every byte of the
+ * three grids is a level 8, 25 or 43 (compute/quant/grids.c), whose code
+ * 0, 1, 2 one vpshufb turns back into the level; the 8 signs of a group are
+ * stored whatever rule made them (IQ2_XXS's and IQ2_XS's parity, IQ2_S's
+ * bytes). Element e (e < 32) of sub-block b of a block of 106 bytes:
+ *
+ *   [0, 64)       codes: bits 2 (b % 4), + 1 of byte 32 (b / 4) + e
+ *   [64, 96)      signs: bit b of byte 64 + e (set: negative)
+ *   [96, 98)      the block's fp16 d
+ *   [98, 106)     scales: byte 98 + b = the low nibble ls of the sub-block's
+ *                 first 16 elements, the high one of its last 16 (IQ2_XS's
+ *                 and IQ2_S's byte; IQ2_XXS's one ls in both nibbles)
+ *
+ * The same integers in the same lanes as the vec_dots, so the same floats.
+ * The block is 43% over IQ2_XS's 74 bytes (29% over IQ2_S's 82, 61% over
+ * IQ2_XXS's 66): a one-token product decodes a sub-block in five vector
+ * operations where the file's 16-bit indices take some forty scalar ones
+ * (bench/RESULTS.md).
+ *
  */
 #ifndef TKV_REPACK_H
 #define TKV_REPACK_H
@@ -143,7 +165,8 @@
 #define TKV__PACK_ROWS 16
 
 /*
- * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q8_0, Q5_0, Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS, Q6_K). A level's kernel table says
+ * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q8_0, Q5_0, Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS, Q6_K, IQ2_XXS,
+ * IQ2_XS, IQ2_S). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);
@@ -258,5 +281,12 @@ void tkv__pack_iq4xs_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, s
 
 /* The same for 16 Q6_K rows, superblock i at out + (i - i0) TKV__Q6K_PACK_BLOCK. */
 void tkv__pack_q6k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+
+/* Offsets in one block of IQ2 planes (above). */
+#define TKV__IQ2_PACK_CODES 0
+#define TKV__IQ2_PACK_SIGNS 64
+#define TKV__IQ2_PACK_D 96
+#define TKV__IQ2_PACK_SCALES 98
+#define TKV__IQ2_PACK_BLOCK 106
 
 #endif
