@@ -56,8 +56,12 @@ static const struct {
 #if defined(__x86_64__)
     /* 6 chains x 8 int32 lanes x 4 products per round */
     [TKV__KERNEL_AVX2] = {tkv__probe_read_avx2, tkv__probe_int8_avx2, 6 * 8 * 4, "vpmaddubsw+vpmaddwd+vpaddd ymm"},
+#if !defined(TKV_NO_AVX512) /* the build's option: an empty AVX-512 level, never selected */
     /* 12 chains x 16 int32 lanes x 4 products per round */
     [TKV__KERNEL_AVX512] = {tkv__probe_read_avx512, tkv__probe_int8_avx512, 12 * 16 * 4, "vpdpbusd zmm"},
+#else
+    [TKV__KERNEL_AVX512] = {tkv__probe_read_scalar, tkv__probe_int8_scalar, 8, "scalar C (baseline)"},
+#endif
 #else
     [TKV__KERNEL_AVX2] = {tkv__probe_read_scalar, tkv__probe_int8_scalar, 8, "scalar C (baseline)"},
     [TKV__KERNEL_AVX512] = {tkv__probe_read_scalar, tkv__probe_int8_scalar, 8, "scalar C (baseline)"},

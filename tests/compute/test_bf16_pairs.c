@@ -92,11 +92,13 @@ typedef struct impl {
 static size_t impls(impl *out) {
     size_t k = 0;
 #if defined(__x86_64__)
+#if !defined(TKV_NO_AVX512) /* the build's option: an empty AVX-512 level */
     if (tkv__kernel_table(TKV__KERNEL_AVX512)) {
         if (tkv__kernel_cpu_bf16_dot()) out[k++] = (impl){"vdpbf16ps", tkv__lanes_bf16_pairs_dp_avx512, TKV__KERNEL_AVX512};
         out[k++] = (impl){"avx512 emulation", tkv__lanes_bf16_pairs_emu_avx512, TKV__KERNEL_AVX512};
         out[k++] = (impl){"avx512 ops", NULL, TKV__KERNEL_AVX512};
     }
+#endif
     if (tkv__kernel_table(TKV__KERNEL_AVX2)) {
         out[k++] = (impl){"avx2 emulation", tkv__lanes_bf16_pairs_avx2, TKV__KERNEL_AVX2};
         out[k++] = (impl){"avx2 ops", NULL, TKV__KERNEL_AVX2};

@@ -22,7 +22,9 @@ static const tkv__probe_read_fn read_fns[TKV__KERNEL_LEVELS] = {
     tkv__probe_read_scalar,
 #if defined(__x86_64__)
     tkv__probe_read_avx2,
+#if !defined(TKV_NO_AVX512) /* the build's option: an empty AVX-512 level */
     tkv__probe_read_avx512,
+#endif
 #endif
 };
 

@@ -21,7 +21,7 @@ set(TKV_AVX512_SOURCES
   compute/x86/avx512/gemm_tq1.c
   compute/x86/avx512/probe.c
 )
-if(TKV_X86)
+if(TKV_X86 AND NOT TKV_NO_AVX512)
   set_source_files_properties(${TKV_AVX512_SOURCES} PROPERTIES
   COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c;-mbmi2")
 endif()
