@@ -195,10 +195,14 @@ void tkv__gemm_iq2_xs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const
                            float *y, size_t ldy);
 void tkv__gemm_iq2_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
-/* compute/x86/avx2/packed_iq2.c: the three over rows packed as IQ2 planes (compute/quant/repack.h), bit for bit
-   those vec_dots (the packed entry of both levels) */
+/* compute/x86/avx2/packed_planes.c: the three over rows packed as IQ2 planes, and IQ3_XXS and IQ3_S over rows
+   packed as IQ3 nibbles (compute/quant/repack.h), bit for bit their vec_dots (the packed entries of both levels) */
 void tkv__packed_iq2_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
+void tkv__packed_iq3_xxs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,
+                              size_t n_tok, float *y, size_t ldy);
+void tkv__packed_iq3_s_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy);
 
 /* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: Q8_0 in the reference's lane-wise order (kernels.h's gemm_ref) */
 void tkv__gemm_q8_0_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,

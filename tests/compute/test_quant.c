@@ -698,23 +698,59 @@ static void test_iq2_layouts(void **state) {
 }
 
 /*
- * IQ2 planes (compute/quant/repack.h): rows of random IQ2_XXS, IQ2_XS and IQ2_S
- * blocks packed, then every element read back from the planes as the header
- * describes them (code, sign bit, nibble of ls, d) and held to the scalar
+ * The grid types' packed rows (compute/quant/repack.h: IQ2 planes, IQ3
+ * nibbles): rows of random IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S
+ * blocks packed, then every element read back from the packed bytes as the
+ * header describes them (code, sign, scale, d) and held to the scalar
  * dequantization of the file's rows, to the bit. 19 rows: a whole group and
  * a partial one; the rows past the end are zero.
  */
-static void test_iq2_planes(void **state) {
+typedef struct grid_pack {
+    tkv_type type;
+    size_t block;      /* packed bytes a block */
+    float level[8];    /* by code */
+} grid_pack;
+
+/* Element e (< 32) of sub-block b of a packed block, dequantized in the scalar code's order (quant/iq2.c, iq3.c). */
+static float packed_element(const grid_pack *g, const uint8_t *blk, size_t b, size_t e) {
+    if (g->block == TKV__IQ2_PACK_BLOCK) {
+        uint16_t dh;
+        memcpy(&dh, blk + TKV__IQ2_PACK_D, 2);
+        const unsigned code = blk[TKV__IQ2_PACK_CODES + 32 * (b / 4) + e] >> 2 * (b % 4) & 3;
+        const int neg = blk[TKV__IQ2_PACK_SIGNS + e] >> b & 1;
+        const uint8_t sc = blk[TKV__IQ2_PACK_SCALES + b];
+        const int ls = e < 16 ? sc & 15 : sc >> 4;
+        assert_true(code < 3);
+        const float dl = tkv__quant_f16_to_f32(dh) * (0.5f + (float)ls) * 0.25f;
+        return dl * (neg ? -g->level[code] : g->level[code]);
+    }
+    uint16_t dh;
+    memcpy(&dh, blk + TKV__IQ3_PACK_D, 2);
+    const unsigned nib = blk[TKV__IQ3_PACK_CODES + 32 * (b / 2) + e] >> 4 * (b % 2) & 15;
+    const unsigned s = blk[TKV__IQ3_PACK_SCALES + b]; /* 2 ls + 1 */
+    assert_true(s % 2 == 1 && s <= 31);
+    const float d = tkv__quant_f16_to_f32(dh);
+    const float db = g->type == TKV_TYPE_IQ3_XXS ? d * (0.5f + (float)((s - 1) / 2)) * 0.5f : d * (float)s;
+    return db * (nib & 8 ? -g->level[nib & 7] : g->level[nib & 7]);
+}
+
+static void test_grid_packs(void **state) {
     (void)state;
-    static const tkv_type types[] = {TKV_TYPE_IQ2_XXS, TKV_TYPE_IQ2_XS, TKV_TYPE_IQ2_S};
-    static const float level[3] = {8, 25, 43};
+    static const grid_pack packs[] = {
+        {TKV_TYPE_IQ2_XXS, TKV__IQ2_PACK_BLOCK, {8, 25, 43}},
+        {TKV_TYPE_IQ2_XS, TKV__IQ2_PACK_BLOCK, {8, 25, 43}},
+        {TKV_TYPE_IQ2_S, TKV__IQ2_PACK_BLOCK, {8, 25, 43}},
+        {TKV_TYPE_IQ3_XXS, TKV__IQ3_PACK_BLOCK, {4, 12, 20, 28, 36, 44, 52, 62}},
+        {TKV_TYPE_IQ3_S, TKV__IQ3_PACK_BLOCK, {1, 3, 5, 7, 9, 11, 13, 15}},
+    };
     const size_t n = 768, nb = n / TKV__QK_K, nr = 19;
     uint64_t rng = 0x9e3779b97f4a7c15ull;
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const tkv_type t = types[ti];
+    for (size_t pi = 0; pi < sizeof packs / sizeof packs[0]; pi++) {
+        const grid_pack *g = &packs[pi];
+        const tkv_type t = g->type;
         assert_true(tkv__pack_supported(t));
-        const size_t rs = tkv__quant_row_size(t, n), gs = tkv__pack_stride(t, n);
-        assert_int_equal(gs, (TKV__PACK_ROWS * nb * TKV__IQ2_PACK_BLOCK + 63) / 64 * 64);
+        const size_t rs = tkv__quant_row_size(t, n), bs = rs / nb, gs = tkv__pack_stride(t, n);
+        assert_int_equal(gs, (TKV__PACK_ROWS * nb * g->block + 63) / 64 * 64);
         uint8_t *w = malloc(nr * rs), *pk = malloc(tkv__pack_bytes(t, n, nr));
         float *want = malloc(n * sizeof(float));
         assert_true(w && pk && want);
@@ -722,36 +758,24 @@ static void test_iq2_planes(void **state) {
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
             w[i] = (uint8_t)(rng >> 24);
         }
-        for (size_t r = 0; r < nr; r++) { /* d: a finite fp16 in [1/16, 2) */
-            for (size_t i = 0; i < nb; i++) w[r * rs + i * (rs / nb) + 1] = (uint8_t)(0x2c + w[r * rs + i * (rs / nb) + 1] % 16);
-        }
+        for (size_t i = 0; i < nr * nb; i++) w[i * bs + 1] = (uint8_t)(0x2c + w[i * bs + 1] % 16); /* d in [1/16, 2) */
         tkv__pack_rows(t, w, n, nr, pk);
         for (size_t r = 0; r < nr; r++) {
             tkv__quant_dequantize_row(t, w + r * rs, want, n);
-            const uint8_t *row = pk + r / TKV__PACK_ROWS * gs + r % TKV__PACK_ROWS * nb * TKV__IQ2_PACK_BLOCK;
-            for (size_t i = 0; i < nb; i++) {
-                const uint8_t *blk = row + i * TKV__IQ2_PACK_BLOCK;
-                uint16_t dh;
-                memcpy(&dh, blk + TKV__IQ2_PACK_D, 2);
-                const float d = tkv__quant_f16_to_f32(dh);
+            const uint8_t *row = pk + r / TKV__PACK_ROWS * gs + r % TKV__PACK_ROWS * nb * g->block;
+            for (size_t i = 0; i < nb; i++)
                 for (size_t b = 0; b < 8; b++)
                     for (size_t e = 0; e < 32; e++) {
-                        const unsigned code = blk[TKV__IQ2_PACK_CODES + 32 * (b / 4) + e] >> 2 * (b % 4) & 3;
-                        const int neg = blk[TKV__IQ2_PACK_SIGNS + e] >> b & 1;
-                        const uint8_t sc = blk[TKV__IQ2_PACK_SCALES + b];
-                        const int ls = e < 16 ? sc & 15 : sc >> 4;
-                        assert_true(code < 3);
-                        const float got = d * (0.5f + (float)ls) * 0.25f * (neg ? -level[code] : level[code]);
+                        const float got = packed_element(g, row + i * g->block, b, e);
                         const size_t at = 256 * i + 32 * b + e;
                         if (f2u(got) != f2u(want[at]))
-                            fail_msg("%s row %zu element %zu: planes give %g, the file's row %g", tkv_type_name(t), r,
-                                     at, (double)got, (double)want[at]);
+                            fail_msg("%s row %zu element %zu: packed %g, the file's row %g", tkv_type_name(t), r, at,
+                                     (double)got, (double)want[at]);
                     }
-            }
         }
         for (size_t k = nr % TKV__PACK_ROWS; k < TKV__PACK_ROWS; k++) /* the last group's rows past the end */
-            for (size_t j = 0; j < nb * TKV__IQ2_PACK_BLOCK; j++)
-                assert_int_equal(pk[nr / TKV__PACK_ROWS * gs + k * nb * TKV__IQ2_PACK_BLOCK + j], 0);
+            for (size_t j = 0; j < nb * g->block; j++)
+                assert_int_equal(pk[nr / TKV__PACK_ROWS * gs + k * nb * g->block + j], 0);
         free(w), free(pk), free(want);
     }
 }
@@ -909,7 +933,7 @@ int main(void) {
         cmocka_unit_test(test_parity_dequantize),
         cmocka_unit_test(test_parity_vec_dot),
         cmocka_unit_test(test_iq2_layouts),
-        cmocka_unit_test(test_iq2_planes),
+        cmocka_unit_test(test_grid_packs),
         cmocka_unit_test(test_parity_iq2),
         cmocka_unit_test(test_quantize_formulas),
     };

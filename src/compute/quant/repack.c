@@ -25,6 +25,7 @@ typedef enum pack_kind {
     PACK_IQ4XS,       /* IQ4_XS's */
     PACK_Q6K,         /* Q6_K's */
     PACK_IQ2,         /* IQ2_XXS's, IQ2_XS's and IQ2_S's blocks as planes of codes and signs, a row at a time */
+    PACK_IQ3,         /* IQ3_XXS's and IQ3_S's as nibbles of code and sign, a row at a time */
 } pack_kind;
 
 static const pack_kind kinds[TKV_TYPE_COUNT] = {
@@ -33,6 +34,7 @@ static const pack_kind kinds[TKV_TYPE_COUNT] = {
     [TKV_TYPE_Q4_K] = PACK_K45, [TKV_TYPE_Q5_K] = PACK_K45, [TKV_TYPE_Q6_K] = PACK_Q6K,
     [TKV_TYPE_IQ4_XS] = PACK_IQ4XS, [TKV_TYPE_Q2_K] = PACK_Q2K, [TKV_TYPE_Q3_K] = PACK_Q3K,
     [TKV_TYPE_IQ2_XXS] = PACK_IQ2, [TKV_TYPE_IQ2_XS] = PACK_IQ2, [TKV_TYPE_IQ2_S] = PACK_IQ2,
+    [TKV_TYPE_IQ3_XXS] = PACK_IQ3, [TKV_TYPE_IQ3_S] = PACK_IQ3,
 };
 
 /* The superblock layouts' packing, a group of 16 rows at a time (NULL: the other layouts, a row at a time). */
@@ -108,6 +110,51 @@ static void iq2_planes(tkv_type type, const uint8_t *blk, uint8_t *o) {
     }
 }
 
+/* The code of an IQ3 grid level (repack.h): IQ3_XXS's 4, 12, .., 52, 62 and IQ3_S's 1, 3, .., 15 -> 0..7. */
+static unsigned iq3_code(tkv_type type, unsigned level) {
+    if (type == TKV_TYPE_IQ3_XXS) {
+        assert(level == 62 || (level >= 4 && level <= 52 && level % 8 == 4));
+        return level == 62 ? 7 : (level - 4) / 8;
+    }
+    assert(level % 2 == 1 && level <= 15);
+    return (level - 1) / 2;
+}
+
+/*
+ * One IQ3_XXS or IQ3_S block as nibbles (repack.h) at o (TKV__IQ3_PACK_BLOCK bytes): per element its grid
+ * level's code and its sign, per sub-block 2 ls + 1, read as compute/quant/iq.h describes each type.
+ */
+static void iq3_nibbles(tkv_type type, const uint8_t *blk, uint8_t *o) {
+    memset(o, 0, TKV__IQ3_PACK_BLOCK);
+    memcpy(o + TKV__IQ3_PACK_D, blk, 2); /* both blocks start with their fp16 d */
+    for (unsigned b = 0; b < 8; b++) {
+        uint8_t level[32], neg[32];
+        unsigned ls;
+        if (type == TKV_TYPE_IQ3_XXS) {
+            const tkv__block_iq3_xxs *x = (const tkv__block_iq3_xxs *)(const void *)blk;
+            uint32_t word; /* four 7-bit sign indices (8 elements each), then ls */
+            memcpy(&word, x->qs + 64 + 4 * b, 4);
+            ls = word >> 28;
+            for (unsigned e = 0; e < 32; e++) {
+                level[e] = (uint8_t)(tkv__iq3xxs_grid[x->qs[8 * b + e / 4]] >> 8 * (e % 4));
+                neg[e] = (uint8_t)(tkv__iq_signs[(word >> 7 * (e / 8)) & 127] >> (e % 8) & 1);
+            }
+        } else {
+            const tkv__block_iq3_s *x = (const tkv__block_iq3_s *)(const void *)blk;
+            ls = (x->scales[b / 2] >> 4 * (b % 2)) & 15u;
+            for (unsigned e = 0; e < 32; e++) {
+                const unsigned g = e / 4;
+                level[e] = (uint8_t)(tkv__iq3s_grid[x->qs[8 * b + g] | ((x->qh[b] >> g) & 1u) << 8] >> 8 * (e % 4));
+                neg[e] = (uint8_t)(x->signs[4 * b + g / 2] >> (4 * (g % 2) + e % 4) & 1);
+            }
+        }
+        o[TKV__IQ3_PACK_SCALES + b] = (uint8_t)(2 * ls + 1);
+        for (unsigned e = 0; e < 32; e++)
+            o[TKV__IQ3_PACK_CODES + 32 * (b / 2) + e] |=
+                (uint8_t)((neg[e] << 3 | iq3_code(type, level[e])) << 4 * (b % 2));
+    }
+}
+
 int tkv__pack_supported(tkv_type type) {
     _Static_assert(sizeof(tkv__block_iq4_nl) == sizeof(tkv__block_q4_0), "IQ4_NL has Q4_0's block layout");
     return kind_of(type) != PACK_NONE;
@@ -125,6 +172,7 @@ size_t tkv__pack_stride(tkv_type type, size_t n) {
                          : k == PACK_Q3K      ? TKV__Q3K_PACK_RUN(nb)
                          : k == PACK_IQ4XS    ? nb * TKV__IQ4XS_PACK_BLOCK
                          : k == PACK_IQ2      ? TKV__PACK_ROWS * nb * TKV__IQ2_PACK_BLOCK
+                         : k == PACK_IQ3      ? TKV__PACK_ROWS * nb * TKV__IQ3_PACK_BLOCK
                                               : nb * TKV__Q6K_PACK_BLOCK;
     return (bytes + 63) / 64 * 64;
 }
@@ -157,6 +205,11 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
         if (kind == PACK_IQ2) {
             for (size_t i = 0; i < nb; i++)
                 iq2_planes(type, row + i * bs, g + (k * nb + i) * TKV__IQ2_PACK_BLOCK);
+            continue;
+        }
+        if (kind == PACK_IQ3) {
+            for (size_t i = 0; i < nb; i++)
+                iq3_nibbles(type, row + i * bs, g + (k * nb + i) * TKV__IQ3_PACK_BLOCK);
             continue;
         }
         if (kind == PACK_Q8_0) {

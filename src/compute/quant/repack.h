@@ -133,7 +133,7 @@
  *   [3328, 3360)  row k's fp16 d at + 2k; then 32 bytes of zeros
  *
  * IQ2 planes (IQ2_XXS, IQ2_XS and IQ2_S; the one product over all three is
- * compute/x86/avx2/packed_iq2.c's): not transposed, a row at a time, row k of
+ * compute/x86/avx2/packed_planes.c's): not transposed, a row at a time, row k of
  * the group at TKV__IQ2_PACK_BLOCK nb k, its block i TKV__IQ2_PACK_BLOCK i on,
  * each block's 256 elements as the 3 bits that decide them. Every byte of the
  * three grids is a level 8, 25 or 43 (compute/quant/grids.c), whose code
@@ -154,6 +154,21 @@
  * operations where the file's 16-bit indices take some forty scalar ones
  * (bench/RESULTS.md).
  *
+ * IQ3 nibbles (IQ3_XXS and IQ3_S, the same product): as the IQ2 planes, a
+ * row at a time, row k of the group at TKV__IQ3_PACK_BLOCK nb k. Each
+ * element is a nibble, its sign (set: negative) over the 3-bit code of its
+ * grid level (IQ3_XXS's 4, 12, .., 52, 62 and IQ3_S's 1, 3, .., 15 are
+ * codes 0..7, which one vpshufb turns back into the level). Element e (e <
+ * 32) of sub-block b of a block of 138 bytes:
+ *
+ *   [0, 128)      nibbles: the low nibble of byte 32 (b / 2) + e for even b,
+ *                 the high one for odd b
+ *   [128, 136)    byte 128 + b = the sub-block's 2 ls + 1
+ *   [136, 138)    the block's fp16 d
+ *
+ * (41% over IQ3_XXS's 98 bytes, 25% over IQ3_S's 110: the 4.3 bits an
+ * element of IQ4_XS.)
+ *
  */
 #ifndef TKV_REPACK_H
 #define TKV_REPACK_H
@@ -166,7 +181,7 @@
 
 /*
  * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q8_0, Q5_0, Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS, Q6_K, IQ2_XXS,
- * IQ2_XS, IQ2_S). A level's kernel table says
+ * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);
@@ -281,6 +296,12 @@ void tkv__pack_iq4xs_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, s
 
 /* The same for 16 Q6_K rows, superblock i at out + (i - i0) TKV__Q6K_PACK_BLOCK. */
 void tkv__pack_q6k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+
+/* Offsets in one block of IQ3 nibbles (above). */
+#define TKV__IQ3_PACK_CODES 0
+#define TKV__IQ3_PACK_SCALES 128
+#define TKV__IQ3_PACK_D 136
+#define TKV__IQ3_PACK_BLOCK 138
 
 /* Offsets in one block of IQ2 planes (above). */
 #define TKV__IQ2_PACK_CODES 0

@@ -903,9 +903,11 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_Q2_K] = tkv__packed_q2_K_avx2,
             [TKV_TYPE_Q3_K] = tkv__packed_q3_K_avx2,
             [TKV_TYPE_Q6_K] = tkv__packed_q6_K_avx2,
-            [TKV_TYPE_IQ2_XXS] = tkv__packed_iq2_avx2, /* compute/x86/avx2/packed_iq2.c */
+            [TKV_TYPE_IQ2_XXS] = tkv__packed_iq2_avx2, /* compute/x86/avx2/packed_planes.c */
             [TKV_TYPE_IQ2_XS] = tkv__packed_iq2_avx2,
             [TKV_TYPE_IQ2_S] = tkv__packed_iq2_avx2,
+            [TKV_TYPE_IQ3_XXS] = tkv__packed_iq3_xxs_avx2,
+            [TKV_TYPE_IQ3_S] = tkv__packed_iq3_s_avx2,
         },
     .lanes =
         {

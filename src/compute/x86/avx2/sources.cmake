@@ -20,7 +20,7 @@ set(TKV_AVX2_SOURCES
   compute/x86/avx2/gemm_bf16_pairs.c
   compute/x86/avx2/gemm_iq3.c
   compute/x86/avx2/gemm_iq2.c
-  compute/x86/avx2/packed_iq2.c
+  compute/x86/avx2/packed_planes.c
   compute/x86/avx2/probe.c
 )
 if(TKV_X86)

@@ -368,7 +368,7 @@ const tkv__kernels tkv__kernel_avx512_part = {
             [TKV_TYPE_Q3_K] = tkv__packed_q3_K_avx512,
             [TKV_TYPE_Q6_K] = tkv__packed_q6_K_avx512,
             /* with the avx2 IQ2 vec_dots this table keeps (measured on avx2 only: bench/RESULTS.md) */
-            [TKV_TYPE_IQ2_XXS] = tkv__packed_iq2_avx2, /* compute/x86/avx2/packed_iq2.c */
+            [TKV_TYPE_IQ2_XXS] = tkv__packed_iq2_avx2, /* compute/x86/avx2/packed_planes.c */
             [TKV_TYPE_IQ2_XS] = tkv__packed_iq2_avx2,
             [TKV_TYPE_IQ2_S] = tkv__packed_iq2_avx2,
         },
