@@ -2,7 +2,7 @@
  * conn.h — the server's connections under libmicrohttpd's event loop: what
  * MHD does not do for us.
  *
- * MHD runs a few polling threads (epoll); a handler or content reader must
+ * MHD runs a few polling threads (poll: server.c says why not epoll); a handler or content reader must
  * never block one. A request that has to wait (for the scheduler, for the
  * next streamed text) suspends its connection and whoever makes progress
  * wakes it (srv_link_wake: the scheduler's thread, a job's completion).
