@@ -203,6 +203,10 @@ void tkv__packed_iq3_xxs_avx2(size_t n, const void *w, size_t gs, size_t nr, con
                               size_t n_tok, float *y, size_t ldy);
 void tkv__packed_iq3_s_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                             float *y, size_t ldy);
+void tkv__packed_iq1_s_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy);
+void tkv__packed_iq1_m_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy);
 
 /* compute/x86/avx2/gemm_q8_0_q4_q5_q6_k.c: Q8_0 in the reference's lane-wise order (kernels.h's gemm_ref) */
 void tkv__gemm_q8_0_lanes_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs,

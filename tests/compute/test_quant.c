@@ -699,8 +699,8 @@ static void test_iq2_layouts(void **state) {
 
 /*
  * The grid types' packed rows (compute/quant/repack.h: IQ2 planes, IQ3
- * nibbles): rows of random IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S
- * blocks packed, then every element read back from the packed bytes as the
+ * nibbles, IQ1 planes): rows of random IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+ * IQ3_S, IQ1_S and IQ1_M blocks packed, then every element read back from the packed bytes as the
  * header describes them (code, sign, scale, d) and held to the scalar
  * dequantization of the file's rows, to the bit. 19 rows: a whole group and
  * a partial one; the rows past the end are zero.
@@ -711,8 +711,30 @@ typedef struct grid_pack {
     float level[8];    /* by code */
 } grid_pack;
 
-/* Element e (< 32) of sub-block b of a packed block, dequantized in the scalar code's order (quant/iq2.c, iq3.c). */
+/* Element e (< 32) of sub-block b of a packed block, dequantized in the scalar code's order (quant/iq1.c, iq2.c,
+   iq3.c). */
 static float packed_element(const grid_pack *g, const uint8_t *blk, size_t b, size_t e) {
+    if (g->type == TKV_TYPE_IQ1_S || g->type == TKV_TYPE_IQ1_M) {
+        const int mag = blk[TKV__IQ1_PACK_MAGS + e] >> b & 1, neg = blk[TKV__IQ1_PACK_SIGNS + e] >> b & 1;
+        assert_true(mag || !neg);
+        const float v = mag ? (neg ? -1.0f : 1.0f) : 0.0f;
+        uint16_t dh;
+        int ls, shift_neg;
+        if (g->type == TKV_TYPE_IQ1_S) {
+            const uint8_t sc = blk[TKV__IQ1S_PACK_SCALES + b];
+            ls = 2 * (sc & 7) + 1, shift_neg = sc >> 3 & 1;
+            memcpy(&dh, blk + TKV__IQ1S_PACK_D, 2);
+        } else {
+            const size_t grp = 4 * b + e / 8; /* group of the block */
+            uint32_t shifts;
+            memcpy(&shifts, blk + TKV__IQ1M_PACK_SHIFTS, 4);
+            ls = blk[TKV__IQ1M_PACK_LS + 2 * b + e / 16];
+            shift_neg = (int)(shifts >> (grp % 2 ? 16 + grp / 2 : grp / 2) & 1);
+            memcpy(&dh, blk + TKV__IQ1M_PACK_D, 2);
+        }
+        const float dl = tkv__quant_f16_to_f32(dh) * (float)ls;
+        return dl * (v + (shift_neg ? -TKV__IQ1_DELTA : TKV__IQ1_DELTA));
+    }
     if (g->block == TKV__IQ2_PACK_BLOCK) {
         uint16_t dh;
         memcpy(&dh, blk + TKV__IQ2_PACK_D, 2);
@@ -742,6 +764,8 @@ static void test_grid_packs(void **state) {
         {TKV_TYPE_IQ2_S, TKV__IQ2_PACK_BLOCK, {8, 25, 43}},
         {TKV_TYPE_IQ3_XXS, TKV__IQ3_PACK_BLOCK, {4, 12, 20, 28, 36, 44, 52, 62}},
         {TKV_TYPE_IQ3_S, TKV__IQ3_PACK_BLOCK, {1, 3, 5, 7, 9, 11, 13, 15}},
+        {TKV_TYPE_IQ1_S, TKV__IQ1_PACK_BLOCK(TKV_TYPE_IQ1_S), {0}},
+        {TKV_TYPE_IQ1_M, TKV__IQ1_PACK_BLOCK(TKV_TYPE_IQ1_M), {0}},
     };
     const size_t n = 768, nb = n / TKV__QK_K, nr = 19;
     uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -758,7 +782,13 @@ static void test_grid_packs(void **state) {
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
             w[i] = (uint8_t)(rng >> 24);
         }
-        for (size_t i = 0; i < nr * nb; i++) w[i * bs + 1] = (uint8_t)(0x2c + w[i * bs + 1] % 16); /* d in [1/16, 2) */
+        /* a finite d: the fp16 at the start of the block in [1/16, 2); IQ1_M's, whose top nibble is the top
+           nibble of its last scale byte, in [1/8, 2) (that nibble 3: sign 0, the exponent's top bits 011) */
+        for (size_t i = 0; i < nr * nb; i++) {
+            uint8_t *blk = w + i * bs;
+            if (t == TKV_TYPE_IQ1_M) blk[bs - 1] = (uint8_t)((blk[bs - 1] & 0x0f) | 0x30);
+            else blk[1] = (uint8_t)(0x2c + blk[1] % 16);
+        }
         tkv__pack_rows(t, w, n, nr, pk);
         for (size_t r = 0; r < nr; r++) {
             tkv__quant_dequantize_row(t, w + r * rs, want, n);

@@ -26,6 +26,7 @@ typedef enum pack_kind {
     PACK_Q6K,         /* Q6_K's */
     PACK_IQ2,         /* IQ2_XXS's, IQ2_XS's and IQ2_S's blocks as planes of codes and signs, a row at a time */
     PACK_IQ3,         /* IQ3_XXS's and IQ3_S's as nibbles of code and sign, a row at a time */
+    PACK_IQ1,         /* IQ1_S's and IQ1_M's as planes of magnitudes and signs, a row at a time */
 } pack_kind;
 
 static const pack_kind kinds[TKV_TYPE_COUNT] = {
@@ -35,6 +36,7 @@ static const pack_kind kinds[TKV_TYPE_COUNT] = {
     [TKV_TYPE_IQ4_XS] = PACK_IQ4XS, [TKV_TYPE_Q2_K] = PACK_Q2K, [TKV_TYPE_Q3_K] = PACK_Q3K,
     [TKV_TYPE_IQ2_XXS] = PACK_IQ2, [TKV_TYPE_IQ2_XS] = PACK_IQ2, [TKV_TYPE_IQ2_S] = PACK_IQ2,
     [TKV_TYPE_IQ3_XXS] = PACK_IQ3, [TKV_TYPE_IQ3_S] = PACK_IQ3,
+    [TKV_TYPE_IQ1_S] = PACK_IQ1, [TKV_TYPE_IQ1_M] = PACK_IQ1,
 };
 
 /* The superblock layouts' packing, a group of 16 rows at a time (NULL: the other layouts, a row at a time). */
@@ -155,6 +157,54 @@ static void iq3_nibbles(tkv_type type, const uint8_t *blk, uint8_t *o) {
     }
 }
 
+/*
+ * One IQ1_S or IQ1_M block as planes (repack.h) at o (TKV__IQ1_PACK_BLOCK bytes): per element whether its grid
+ * value is nonzero and whether it is -1; IQ1_S's per sub-block scale and shift sign as in its qh; IQ1_M's 2 ls + 1
+ * per half sub-block, its groups' shift signs and its assembled d (compute/quant/iq.h).
+ */
+static void iq1_planes(tkv_type type, const uint8_t *blk, uint8_t *o) {
+    memset(o, 0, TKV__IQ1_PACK_BLOCK(type));
+    const int m = type == TKV_TYPE_IQ1_M;
+    const tkv__block_iq1_s *xs = (const tkv__block_iq1_s *)(const void *)blk;
+    const tkv__block_iq1_m *xm = (const tkv__block_iq1_m *)(const void *)blk;
+    for (unsigned g = 0; g < 32; g++) { /* group g: elements 8 (g % 4) .. of sub-block g / 4 */
+        unsigned idx;
+        if (m) {
+            idx = xm->qs[g] | ((xm->qh[g / 2] >> 4 * (g % 2)) & 7u) << 8;
+        } else {
+            uint16_t qh;
+            memcpy(&qh, (const uint8_t *)xs->qh + 2 * (g / 4), 2);
+            idx = xs->qs[g] | ((qh >> 3 * (g % 4)) & 7u) << 8;
+        }
+        for (unsigned k = 0; k < 8; k++) {
+            const uint8_t v = (uint8_t)(tkv__iq1s_grid[idx] >> 8 * k); /* 0xff, 0 or 1 */
+            assert(v == 0xff || v <= 1);
+            const unsigned e = 8 * (g % 4) + k, b = g / 4;
+            o[TKV__IQ1_PACK_MAGS + e] |= (uint8_t)((v != 0) << b);
+            o[TKV__IQ1_PACK_SIGNS + e] |= (uint8_t)((v == 0xff) << b);
+        }
+    }
+    if (m) {
+        for (unsigned h = 0; h < 16; h++) { /* half h of sub-block h / 2: field h % 4 of word h / 4 */
+            const unsigned w = xm->scales[2 * (h / 4)] | (unsigned)xm->scales[2 * (h / 4) + 1] << 8;
+            o[TKV__IQ1M_PACK_LS + h] = (uint8_t)(2 * ((w >> 3 * (h % 4)) & 7u) + 1);
+        }
+        uint32_t shifts = 0;
+        for (unsigned j = 0; j < 16; j++)
+            shifts |= (uint32_t)(xm->qh[j] >> 3 & 1u) << j | (uint32_t)(xm->qh[j] >> 7 & 1u) << (16 + j);
+        memcpy(o + TKV__IQ1M_PACK_SHIFTS, &shifts, 4);
+        const uint16_t d = tkv__iq1_m_d(xm);
+        memcpy(o + TKV__IQ1M_PACK_D, &d, 2);
+    } else {
+        for (unsigned b = 0; b < 8; b++) {
+            uint16_t qh;
+            memcpy(&qh, (const uint8_t *)xs->qh + 2 * b, 2);
+            o[TKV__IQ1S_PACK_SCALES + b] = (uint8_t)(qh >> 12);
+        }
+        memcpy(o + TKV__IQ1S_PACK_D, blk, 2); /* IQ1_S starts with its fp16 d */
+    }
+}
+
 int tkv__pack_supported(tkv_type type) {
     _Static_assert(sizeof(tkv__block_iq4_nl) == sizeof(tkv__block_q4_0), "IQ4_NL has Q4_0's block layout");
     return kind_of(type) != PACK_NONE;
@@ -173,6 +223,7 @@ size_t tkv__pack_stride(tkv_type type, size_t n) {
                          : k == PACK_IQ4XS    ? nb * TKV__IQ4XS_PACK_BLOCK
                          : k == PACK_IQ2      ? TKV__PACK_ROWS * nb * TKV__IQ2_PACK_BLOCK
                          : k == PACK_IQ3      ? TKV__PACK_ROWS * nb * TKV__IQ3_PACK_BLOCK
+                         : k == PACK_IQ1      ? TKV__PACK_ROWS * nb * TKV__IQ1_PACK_BLOCK(type)
                                               : nb * TKV__Q6K_PACK_BLOCK;
     return (bytes + 63) / 64 * 64;
 }
@@ -210,6 +261,11 @@ void tkv__pack_rows(tkv_type type, const void *w, size_t n, size_t nr, void *out
         if (kind == PACK_IQ3) {
             for (size_t i = 0; i < nb; i++)
                 iq3_nibbles(type, row + i * bs, g + (k * nb + i) * TKV__IQ3_PACK_BLOCK);
+            continue;
+        }
+        if (kind == PACK_IQ1) {
+            for (size_t i = 0; i < nb; i++)
+                iq1_planes(type, row + i * bs, g + (k * nb + i) * TKV__IQ1_PACK_BLOCK(type));
             continue;
         }
         if (kind == PACK_Q8_0) {

@@ -169,6 +169,23 @@
  * (41% over IQ3_XXS's 98 bytes, 25% over IQ3_S's 110: the 4.3 bits an
  * element of IQ4_XS.)
  *
+ * IQ1 planes (IQ1_S and IQ1_M): as the IQ2 planes, a row at a time, row k
+ * of the group at TKV__IQ1_PACK_BLOCK(type) nb k. The grid's values are -1,
+ * 0 and +1; element e (e < 32) of sub-block b:
+ *
+ *   [0, 32)       magnitudes: bit b of byte e (set: the value is not 0)
+ *   [32, 64)      signs: bit b of byte 32 + e (set: the value is -1)
+ *   IQ1_S, 74 bytes (+48% over its 50):
+ *   [64, 72)      byte 64 + b = the top nibble of qh[b]: the scale s in
+ *                 bits 0-2, the shift's sign in bit 3
+ *   [72, 74)      the block's fp16 d
+ *   IQ1_M, 86 bytes (+54% over its 56):
+ *   [64, 80)      byte 64 + h = the 2 ls + 1 of half h of the block (half
+ *                 2b + j: sub-block b's elements 16 j ..)
+ *   [80, 84)      a little-endian uint32: bit j (j < 16) the shift sign of
+ *                 group 2j, bit 16 + j that of group 2j + 1
+ *   [84, 86)      the block's fp16 d, assembled from its scales
+ *
  */
 #ifndef TKV_REPACK_H
 #define TKV_REPACK_H
@@ -181,7 +198,7 @@
 
 /*
  * Whether `type` has a packed layout (Q4_0, IQ4_NL, Q8_0, Q5_0, Q4_K, Q5_K, Q2_K, Q3_K, IQ4_XS, Q6_K, IQ2_XXS,
- * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S). A level's kernel table says
+ * IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M). A level's kernel table says
  * whether it has a product that reads it (kernels.h, `packed`).
  */
 int tkv__pack_supported(tkv_type type);
@@ -296,6 +313,16 @@ void tkv__pack_iq4xs_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, s
 
 /* The same for 16 Q6_K rows, superblock i at out + (i - i0) TKV__Q6K_PACK_BLOCK. */
 void tkv__pack_q6k_blocks(const void *const rows[TKV__PACK_ROWS], size_t i0, size_t i1, void *out);
+
+/* Offsets in one block of IQ1 planes (above). */
+#define TKV__IQ1_PACK_MAGS 0
+#define TKV__IQ1_PACK_SIGNS 32
+#define TKV__IQ1S_PACK_SCALES 64
+#define TKV__IQ1S_PACK_D 72
+#define TKV__IQ1M_PACK_LS 64
+#define TKV__IQ1M_PACK_SHIFTS 80
+#define TKV__IQ1M_PACK_D 84
+#define TKV__IQ1_PACK_BLOCK(type) ((type) == TKV_TYPE_IQ1_M ? 86 : 74)
 
 /* Offsets in one block of IQ3 nibbles (above). */
 #define TKV__IQ3_PACK_CODES 0

@@ -29,6 +29,8 @@ const tkv__kernels tkv__kernel_avx2_bmi2_part = {
     .vec_dot = {[TKV_TYPE_IQ1_S] = tkv__dot_iq1_s_avx2_bmi2, [TKV_TYPE_IQ1_M] = tkv__dot_iq1_m_avx2_bmi2},
     /* dot_iq1.c's tiled products: bit for bit these dots too */
     .gemm = {[TKV_TYPE_IQ1_S] = tkv__gemm_iq1_s_avx2, [TKV_TYPE_IQ1_M] = tkv__gemm_iq1_m_avx2},
+    /* packed_planes.c's products over IQ1 planes: bit for bit these dots too */
+    .packed = {[TKV_TYPE_IQ1_S] = tkv__packed_iq1_s_avx2, [TKV_TYPE_IQ1_M] = tkv__packed_iq1_m_avx2},
 };
 
 #else /* not an x86-64 build with AVX2 flags: an empty part, never laid over */

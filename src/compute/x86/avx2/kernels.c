@@ -908,6 +908,8 @@ const tkv__kernels tkv__kernel_avx2_part = {
             [TKV_TYPE_IQ2_S] = tkv__packed_iq2_avx2,
             [TKV_TYPE_IQ3_XXS] = tkv__packed_iq3_xxs_avx2,
             [TKV_TYPE_IQ3_S] = tkv__packed_iq3_s_avx2,
+            [TKV_TYPE_IQ1_S] = tkv__packed_iq1_s_avx2,
+            [TKV_TYPE_IQ1_M] = tkv__packed_iq1_m_avx2,
         },
     .lanes =
         {

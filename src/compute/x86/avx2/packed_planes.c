@@ -22,7 +22,10 @@
 #include "util.h"
 #include "compute/quant/quant.h"
 #include "compute/quant/repack.h"
+#include "compute/quant/iq.h"
 
+#include <math.h>
+#include <stdalign.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -35,7 +38,7 @@
 enum { AB = sizeof(tkv__block_q8_K), Q8K_QS = 4 };
 
 /* Which packed layout, and which levels its codes stand for. */
-typedef enum planes_kind { IQ2, IQ3_XXS, IQ3_S } planes_kind;
+typedef enum planes_kind { IQ2, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M } planes_kind;
 
 /* The 2 ls + 1 of a block's 16 halves of sub-blocks, in both 128-bit lanes: byte 2b the low nibble of
    scales[b], 2b + 1 the high one (dot_iq2.c's scales16). */
@@ -68,7 +71,10 @@ INLINE __m256i levels(planes_kind kind) {
 
 /* A layout's block: its bytes, and where its d and scales are. */
 INLINE size_t block_bytes(planes_kind kind) {
-    return kind == IQ2 ? TKV__IQ2_PACK_BLOCK : TKV__IQ3_PACK_BLOCK;
+    return kind == IQ2     ? TKV__IQ2_PACK_BLOCK
+           : kind == IQ1_S ? TKV__IQ1_PACK_BLOCK(TKV_TYPE_IQ1_S)
+           : kind == IQ1_M ? TKV__IQ1_PACK_BLOCK(TKV_TYPE_IQ1_M)
+                           : TKV__IQ3_PACK_BLOCK;
 }
 
 /*
@@ -132,19 +138,119 @@ INLINE void row_pass(planes_kind kind, const uint8_t *row, size_t nb, const uint
     for (int t = 0; t < T; t++) out[t] = acc[t];
 }
 
+/*
+ * IQ1_S and IQ1_M (compute/x86/iq1.h's dots): one row against T tokens. The grid's products come from the
+ * planes: vpmaddubsw of the magnitude (0 or 1) with the activation signed by the sign plane gives the dots'
+ * int16 pairs (theirs: |g| with g's sign moved onto the activation; where g is 0 both are 0). The shift's part is
+ * the dots': IQ1_S's activation sums by sub-block times the signed 2 s + 1, an exact integer per block and token
+ * into a float by fmaf; IQ1_M's pairs of activations times each half's 2 ls + 1, signed by its group's shift,
+ * in 8 lanes. out[t]: the grid part's 8 float lanes; outd[t]: the shift part's (IQ1_S: lane 0 only).
+ */
+INLINE void row_pass_iq1(planes_kind kind, const uint8_t *row, size_t nb, const uint8_t *const *yt, int T,
+                         __m256 *out, __m256 *outd) {
+    const __m256i one = _mm256_set1_epi8(1), one32 = _mm256_set1_epi32(1);
+    /* IQ1_M: int16 lane 2j of sub-block b takes half 2b + (the lane's 128-bit half) (iq1_m_dot's ctl0), and
+       int32 lane k of sub-block b is group 4b + k / 2, its shift's sign at bit 31 after a shift left by cnt0 - 2b */
+    const __m256i ctl0 = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, /**/
+                                          1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128, 1, -128);
+    const __m256i cnt0 = _mm256_setr_epi32(31, 31, 15, 15, 30, 30, 14, 14);
+    const size_t bs = block_bytes(kind);
+    __m256 acc[TK], accd[TK];
+    float accs[TK];
+    UNROLL
+    for (int t = 0; t < T; t++) acc[t] = accd[t] = _mm256_setzero_ps(), accs[t] = 0.0f;
+    for (size_t i = 0; i < nb; i++) {
+        const uint8_t *blk = row + i * bs;
+        const __m256i mags = LOAD256(blk + TKV__IQ1_PACK_MAGS), sgns = LOAD256(blk + TKV__IQ1_PACK_SIGNS);
+        __m256i ls, sls2 = _mm256_setzero_si256(), shifts = _mm256_setzero_si256();
+        uint16_t dh;
+        if (kind == IQ1_S) {
+            /* 2 s + 1 per sub-block (word b), and the same signed by the shift (bit 3 to bit 15) */
+            const __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(blk + TKV__IQ1S_PACK_SCALES)));
+            const __m128i ls8 = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(7)), 1), _mm_set1_epi16(1));
+            const __m128i sls = _mm_sign_epi16(ls8, _mm_or_si128(_mm_slli_epi16(v, 12), _mm_set1_epi16(1)));
+            ls = _mm256_broadcastsi128_si256(ls8);
+            sls2 = _mm256_set_m128i(_mm_unpackhi_epi16(sls, sls), _mm_unpacklo_epi16(sls, sls));
+            memcpy(&dh, blk + TKV__IQ1S_PACK_D, 2);
+        } else {
+            ls = _mm256_broadcastsi128_si256(LOAD128(blk + TKV__IQ1M_PACK_LS));
+            int32_t sh;
+            memcpy(&sh, blk + TKV__IQ1M_PACK_SHIFTS, 4);
+            shifts = _mm256_set1_epi32(sh);
+            memcpy(&dh, blk + TKV__IQ1M_PACK_D, 2);
+        }
+        __m256i sumi[TK], sumd[TK];
+        UNROLL
+        for (int t = 0; t < T; t++) sumi[t] = sumd[t] = _mm256_setzero_si256();
+        UNROLL
+        for (int b = 0; b < 8; b++) {
+            const __m256i g = _mm256_and_si256(b ? _mm256_srli_epi16(mags, b) : mags, one);
+            const __m256i s = _mm256_or_si256(b == 7 ? sgns : _mm256_slli_epi16(sgns, 7 - b), one);
+            const __m256i lsb = kind == IQ1_S ? _mm256_shuffle_epi8(ls, _mm256_set1_epi16((short)(0x0100 + 0x0202 * b)))
+                                              : _mm256_shuffle_epi8(ls, _mm256_add_epi8(ctl0, _mm256_set1_epi8((char)(2 * b))));
+            const __m256i sd = _mm256_or_si256(_mm256_sllv_epi32(shifts, _mm256_sub_epi32(cnt0, _mm256_set1_epi32(2 * b))),
+                                               one32);
+            UNROLL
+            for (int t = 0; t < T; t++) {
+                const __m256i q = LOAD256(yt[t] + i * AB + Q8K_QS + 32 * b);
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(_mm256_maddubs_epi16(g, _mm256_sign_epi8(q, s)), lsb));
+                if (kind == IQ1_M)
+                    sumd[t] = _mm256_add_epi32(
+                        sumd[t], _mm256_sign_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(one, q), lsb), sd));
+            }
+        }
+        const float dw = f16(dh);
+        UNROLL
+        for (int t = 0; t < T; t++) {
+            float yd;
+            memcpy(&yd, yt[t] + i * AB, sizeof yd);
+            const float d = yd * dw;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            if (kind == IQ1_M) {
+                accd[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumd[t]), accd[t]);
+            } else { /* the activation sums (bsums, after the 256 quants) times the signed scales, one integer */
+                const __m256i bsd = _mm256_madd_epi16(LOAD256(yt[t] + i * AB + Q8K_QS + TKV__QK_K), sls2);
+                __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(bsd), _mm256_extracti128_si256(bsd, 1));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+                s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+                accs[t] = fmaf(d, (float)_mm_cvtsi128_si32(s4), accs[t]);
+            }
+        }
+    }
+    UNROLL
+    for (int t = 0; t < T; t++) out[t] = acc[t], outd[t] = kind == IQ1_M ? accd[t] : _mm256_set1_ps(accs[t]);
+}
+
 /* Rows [0, nr) of a group (row k at grp + block_bytes nb k) against T tokens; y[t * ldy + k]. */
 INLINE void group_pass(planes_kind kind, const uint8_t *grp, size_t nb, size_t nr, const uint8_t *const *yt, int T,
                        float *y, size_t ldy) {
     /* the vec_dots' last factor: IQ2's 1/8 (its 2 ls + 1 halves ls + 1/2, its grid is 4x), IQ3_XXS's 1/4 */
     const float last = kind == IQ2 ? 0.125f : kind == IQ3_XXS ? 0.25f : 1.0f;
     for (size_t k = 0; k < nr; k++) {
-        __m256 a[TK];
-        row_pass(kind, grp + k * nb * block_bytes(kind), nb, yt, T, a);
+        const uint8_t *row = grp + k * nb * block_bytes(kind);
+        __m256 a[TK], ad[TK];
+        if (kind == IQ1_S || kind == IQ1_M) row_pass_iq1(kind, row, nb, yt, T, a, ad);
+        else row_pass(kind, row, nb, yt, T, a);
         /* reduce8 pairs rows: this row's token t at r[2t], nothing beside it */
         __m256 r[8];
         for (int q = 0; q < 8; q++) r[q] = q % 2 == 0 && q / 2 < T ? a[q / 2] : _mm256_setzero_ps();
         const __m256 sums = reduce8(r);
-        store_tile(y + k, ldy, kind == IQ3_S ? sums : _mm256_mul_ps(_mm256_set1_ps(last), sums), 1, T);
+        __m256 v;
+        if (kind == IQ1_S || kind == IQ1_M) { /* the dots' hsum(acc) + 1/8 (IQ1_M: hsum(accd); IQ1_S: accd) */
+            __m256 dsum;
+            if (kind == IQ1_M) {
+                for (int q = 0; q < 8; q++) r[q] = q % 2 == 0 && q / 2 < T ? ad[q / 2] : _mm256_setzero_ps();
+                dsum = reduce8(r);
+            } else {
+                alignas(32) float l0[8] = {0};
+                for (int t = 0; t < T; t++) l0[t] = _mm256_cvtss_f32(ad[t]);
+                dsum = _mm256_load_ps(l0);
+            }
+            v = _mm256_add_ps(sums, _mm256_mul_ps(_mm256_set1_ps(TKV__IQ1_DELTA), dsum));
+        } else {
+            v = kind == IQ3_S ? sums : _mm256_mul_ps(_mm256_set1_ps(last), sums);
+        }
+        store_tile(y + k, ldy, v, 1, T);
     }
 }
 
@@ -161,6 +267,8 @@ NOINLINE void group_pass_any(planes_kind kind, const uint8_t *grp, size_t nb, si
     case IQ2: PASS(IQ2) break;
     case IQ3_XXS: PASS(IQ3_XXS) break;
     case IQ3_S: PASS(IQ3_S) break;
+    case IQ1_S: PASS(IQ1_S) break;
+    case IQ1_M: PASS(IQ1_M) break;
     }
 #undef PASS
 }
@@ -198,6 +306,16 @@ void tkv__packed_iq3_xxs_avx2(size_t n, const void *w, size_t gs, size_t nr, con
 void tkv__packed_iq3_s_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                             float *y, size_t ldy) {
     packed(IQ3_S, n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_iq1_s_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy) {
+    packed(IQ1_S, n, w, gs, nr, xq, xrs, n_tok, y, ldy);
+}
+
+void tkv__packed_iq1_m_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
+                            float *y, size_t ldy) {
+    packed(IQ1_M, n, w, gs, nr, xq, xrs, n_tok, y, ldy);
 }
 
 #endif
