@@ -195,8 +195,9 @@ void tkv__gemm_iq2_xs_avx2(size_t n, const void *w, size_t wrs, size_t nr, const
                            float *y, size_t ldy);
 void tkv__gemm_iq2_s_avx2(size_t n, const void *w, size_t wrs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
-/* compute/x86/avx2/packed_planes.c: the three over rows packed as IQ2 planes, and IQ3_XXS and IQ3_S over rows
-   packed as IQ3 nibbles (compute/quant/repack.h), bit for bit their vec_dots (the packed entries of both levels) */
+/* compute/x86/avx2/packed_planes.c: the three over rows packed as IQ2 planes (the packed entries of both levels),
+   IQ3_XXS and IQ3_S over IQ3 nibbles and IQ1_S and IQ1_M over IQ1 planes (the avx2 level's; compute/quant/repack.h),
+   bit for bit their vec_dots */
 void tkv__packed_iq2_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy);
 void tkv__packed_iq3_xxs_avx2(size_t n, const void *w, size_t gs, size_t nr, const void *xq, size_t xrs,

@@ -1,8 +1,9 @@
 /*
  * compute/x86/avx2/packed_planes.c — the products over grid types' rows packed element by element
  * (compute/quant/repack.h): IQ2_XXS, IQ2_XS and IQ2_S as planes of codes and signs, IQ3_XXS and IQ3_S as
- * nibbles of code and sign; any number of tokens, bit for bit the avx2 vec_dots (compute/x86/avx2/dot_iq2.c,
- * dot_iq3.c; the avx512 table keeps those, and these with them).
+ * nibbles of code and sign, IQ1_S and IQ1_M as planes of magnitudes and signs; any number of tokens, bit for
+ * bit the avx2 vec_dots (compute/x86/avx2/dot_iq2.c, dot_iq3.c, compute/x86/iq1.h; the avx512 table keeps the
+ * IQ2 dots, and the IQ2 product with them).
  *
  * The vec_dots spend most of a one-token product taking the file's indices apart: a grid point is a load
  * addressed by bits of the block, four or eight per sub-block, and the signs come from a table by another
