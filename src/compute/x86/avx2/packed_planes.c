@@ -70,7 +70,7 @@ INLINE __m256i levels(planes_kind kind) {
                             1, 3, 5, 7, 9, 11, 13, 15, 1, 3, 5, 7, 9, 11, 13, 15);
 }
 
-/* A layout's block: its bytes, and where its d and scales are. */
+/* The bytes of one block of a layout. */
 INLINE size_t block_bytes(planes_kind kind) {
     return kind == IQ2     ? TKV__IQ2_PACK_BLOCK
            : kind == IQ1_S ? TKV__IQ1_PACK_BLOCK(TKV_TYPE_IQ1_S)
@@ -79,8 +79,8 @@ INLINE size_t block_bytes(planes_kind kind) {
 }
 
 /*
- * One row (blocks at row, nb of them) against T tokens (yt[t]: token t's q8_K row): out[t] the vec_dot's
- * float accumulator, 8 lanes a token, before its horizontal sum.
+ * IQ2 and IQ3: one row (blocks at row, nb of them) against T tokens (yt[t]: token t's q8_K row): out[t] the
+ * vec_dot's float accumulator, 8 lanes a token, before its horizontal sum.
  */
 INLINE void row_pass(planes_kind kind, const uint8_t *row, size_t nb, const uint8_t *const *yt, int T, __m256 *out) {
     const __m256i level = levels(kind);
