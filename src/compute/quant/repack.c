@@ -60,19 +60,15 @@ static uint32_t q5_0_fifth_by_step(const uint8_t qh[4]) {
     return out;
 }
 
-/* A code of an IQ2 grid level (repack.h: 8, 25, 43 -> 0, 1, 2); every IQ2 grid byte is one of the three. */
-static unsigned iq2_code(uint8_t level) {
-    assert(level == 8 || level == 25 || level == 43);
-    return level == 8 ? 0 : level == 25 ? 1 : 2;
-}
-
 /*
  * One IQ2_XXS, IQ2_XS or IQ2_S block as planes (repack.h) at o (TKV__IQ2_PACK_BLOCK bytes): per group g = 4b + l
  * (b the sub-block), its grid point, its 8 sign bits and its sub-block's two ls read as compute/quant/iq.h
- * describes each type.
+ * describes each type. Every element's code and sign first, then each output byte whole: a 1B model's IQ2_XS
+ * file loads in 2.0-2.2 s where a read-modify-write per element and bit took 4.0 (0.75 s without packing; Zen 3,
+ * 2 threads, `tokenkv bench -p 8 -n 0 -r 1` under /usr/bin/time).
  */
 static void iq2_planes(tkv_type type, const uint8_t *blk, uint8_t *o) {
-    memset(o, 0, TKV__IQ2_PACK_BLOCK);
+    uint8_t code[8][32], neg[8][32]; /* [sub-block][element] */
     memcpy(o + TKV__IQ2_PACK_D, blk, 2); /* every IQ2 block starts with its fp16 d */
     for (unsigned b = 0; b < 8; b++) {
         uint64_t grid[4];
@@ -105,10 +101,19 @@ static void iq2_planes(tkv_type type, const uint8_t *blk, uint8_t *o) {
         }
         o[TKV__IQ2_PACK_SCALES + b] = ls;
         for (unsigned e = 0; e < 32; e++) { /* element e of sub-block b: group e / 8's byte e % 8 */
-            const unsigned l = e / 8, j = e % 8;
-            o[TKV__IQ2_PACK_CODES + 32 * (b / 4) + e] |= (uint8_t)(iq2_code((uint8_t)(grid[l] >> 8 * j)) << 2 * (b % 4));
-            o[TKV__IQ2_PACK_SIGNS + e] |= (uint8_t)(((signs[l] >> j) & 1u) << b);
+            const uint8_t v = (uint8_t)(grid[e / 8] >> 8 * (e % 8));
+            assert(v == 8 || v == 25 || v == 43); /* every IQ2 grid byte is one of the three levels */
+            code[b][e] = (uint8_t)((v > 8) + (v > 25));
+            neg[b][e] = (uint8_t)(signs[e / 8] >> (e % 8) & 1);
         }
+    }
+    for (unsigned e = 0; e < 32; e++) {
+        for (unsigned h = 0; h < 2; h++)
+            o[TKV__IQ2_PACK_CODES + 32 * h + e] = (uint8_t)(code[4 * h][e] | code[4 * h + 1][e] << 2 |
+                                                           code[4 * h + 2][e] << 4 | code[4 * h + 3][e] << 6);
+        unsigned sg = 0;
+        for (unsigned b = 0; b < 8; b++) sg |= (unsigned)neg[b][e] << b;
+        o[TKV__IQ2_PACK_SIGNS + e] = (uint8_t)sg;
     }
 }
 
