@@ -22,6 +22,7 @@
 #include "compute/quant/grids.h"
 #include "compute/quant/iq.h"
 #include "compute/x86/iq_signs.h"
+#include "util.h"
 
 #include <stdalign.h>
 #include <stdint.h>
@@ -48,16 +49,7 @@ static inline __m256i bit_mask32(const uint32_t *p) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
-/* The 2 ls + 1 of a block's 16 halves of sub-blocks, in both 128-bit lanes: byte 2b the low nibble of
-   scales[b], 2b + 1 the high one. */
-static inline __m256i scales16(const uint8_t *scales) {
-    const __m128i s8 = _mm_loadl_epi64((const __m128i *)(const void *)scales);
-    const __m128i lh = _mm_unpacklo_epi8(_mm_and_si128(s8, _mm_set1_epi8(15)),
-                                         _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
-    return _mm256_broadcastsi128_si256(_mm_add_epi8(_mm_add_epi8(lh, lh), _mm_set1_epi8(1)));
-}
-
-/* sub-block b's scales from scales16: byte 2b to the low lane's int16, 2b + 1 to the high lane's; the odd
+/* sub-block b's scales from iq2_scales16: byte 2b to the low lane's int16, 2b + 1 to the high lane's; the odd
    bytes of the control (0x80 + 2b) zero the high byte of each int16 */
 static inline __m256i sub_scales(__m256i ls, int b) {
     const __m256i ctl0 = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, /**/
@@ -130,7 +122,7 @@ float tkv__dot_iq2_s_avx2(size_t n, const void *w, const void *a) {
             const __m256i lo = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x[i].qs + 16 * half)));
             _mm256_store_si256((__m256i *)(void *)(gi + 16 * half), _mm256_or_si256(lo, hi));
         }
-        const __m256i sumi = block_lanes(IQ2_S, tkv__iq2s_grid, &x[i], gi, sw, scales16(x[i].scales), y[i].qs);
+        const __m256i sumi = block_lanes(IQ2_S, tkv__iq2s_grid, &x[i], gi, sw, iq2_scales16(x[i].scales), y[i].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return 0.125f * hsum_f32(acc);
@@ -148,7 +140,7 @@ float tkv__dot_iq2_xs_avx2(size_t n, const void *w, const void *a) {
         const __m256i sb = _mm256_permute4x64_epi64(
             _mm256_packus_epi16(_mm256_srli_epi16(q0, 9), _mm256_srli_epi16(q1, 9)), 0xd8);
         _mm256_store_si256((__m256i *)(void *)sw, iq_with_parity(sb));
-        const __m256i sumi = block_lanes(IQ2_XS, tkv__iq2xs_grid, &x[i], NULL, sw, scales16(x[i].scales), y[i].qs);
+        const __m256i sumi = block_lanes(IQ2_XS, tkv__iq2xs_grid, &x[i], NULL, sw, iq2_scales16(x[i].scales), y[i].qs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[i].d) * y[i].d), _mm256_cvtepi32_ps(sumi), acc);
     }
     return 0.125f * hsum_f32(acc);

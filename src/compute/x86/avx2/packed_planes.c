@@ -41,17 +41,8 @@ enum { AB = sizeof(tkv__block_q8_K), Q8K_QS = 4 };
 /* Which packed layout, and which levels its codes stand for. */
 typedef enum planes_kind { IQ2, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M } planes_kind;
 
-/* The 2 ls + 1 of a block's 16 halves of sub-blocks, in both 128-bit lanes: byte 2b the low nibble of
-   scales[b], 2b + 1 the high one (dot_iq2.c's scales16). */
-INLINE __m256i iq2_scales16(const uint8_t *scales) {
-    const __m128i s8 = _mm_loadl_epi64((const __m128i *)(const void *)scales);
-    const __m128i lh = _mm_unpacklo_epi8(_mm_and_si128(s8, _mm_set1_epi8(15)),
-                                         _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
-    return _mm256_broadcastsi128_si256(_mm_add_epi8(_mm_add_epi8(lh, lh), _mm_set1_epi8(1)));
-}
-
 /* From bytes sc (byte j at j and 8 + j of both 128-bit lanes): byte 2b to every int16 of the low lane, byte 2b +
-   1 to the high lane's (IQ2: sub-block b's halves, scales16's pairs), or byte b to all of them (IQ3: one scale a
+   1 to the high lane's (IQ2: sub-block b's halves, iq2_scales16's pairs), or byte b to all of them (IQ3: one scale a
    sub-block); the odd bytes of the control (0x80) zero the high byte of each int16. */
 INLINE __m256i sub_scales(__m256i sc, planes_kind kind, int b) {
     const __m256i ctl0 = _mm256_setr_epi8(0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, 0, -128, /**/

@@ -61,6 +61,15 @@ static inline __m256i bcast32(const uint8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* The 2 ls + 1 of an IQ2 block's 16 halves of sub-blocks from its 8 scale bytes, in both 128-bit lanes: byte 2b
+   the low nibble of scales[b], 2b + 1 the high one (dot_iq2.c's vec_dots and packed_planes.c's IQ2 planes). */
+static inline __m256i iq2_scales16(const uint8_t *scales) {
+    const __m128i s8 = _mm_loadl_epi64((const __m128i *)(const void *)scales);
+    const __m128i lh = _mm_unpacklo_epi8(_mm_and_si128(s8, _mm_set1_epi8(15)),
+                                         _mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(15)));
+    return _mm256_broadcastsi128_si256(_mm_add_epi8(_mm_add_epi8(lh, lh), _mm_set1_epi8(1)));
+}
+
 /* Bit k (0..7) of each byte of h moved to bit 4, the rest zero: a fifth bit as 16 (Q5_K's packed qh, Q5_0's packed
    fifth bits: compute/quant/repack.h). */
 static inline __m256i fifth_bit(__m256i h, int k) {
