@@ -117,6 +117,8 @@ static bool is_float_type(tkv_type t) { return t == TKV_TYPE_F32 || t == TKV_TYP
  * once and gives one multiply-add per element, except the token embedding,
  * a row lookup (unless the output is tied to it, which reads it whole), and
  * 3-dim expert tensors, of which a token uses n_expert_used of n_expert.
+ * The bytes are what the products read: the repacked rows at their packed
+ * size (tkv_model_tensor_read_bytes), which the IQ1-IQ3 layouts enlarge.
  * Attention's own work (scores over the cached K/V) is not counted: the
  * figures are the weights' share, which dominates at short contexts.
  */
@@ -141,7 +143,7 @@ static void token_cost(const tkv_model *m, model_facts *f) {
         double share = 1.0;
         if (ti.n_dims == 3 && n_expert > 0 && n_used > 0 && ti.ne[2] == (uint64_t)n_expert)
             share = (double)n_used / (double)n_expert;
-        bytes += share * (double)ti.n_bytes;
+        bytes += share * (double)tkv_model_tensor_read_bytes(m, i);
         macs += share * (double)ti.n_elems;
         if (is_float_type(ti.type)) float_macs += share * (double)ti.n_elems;
     }

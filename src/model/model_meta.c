@@ -208,6 +208,12 @@ tkv_status tkv_model_tensor_at(const tkv_model *model, size_t i, tkv_tensor_info
     return TKV_OK;
 }
 
+uint64_t tkv_model_tensor_read_bytes(const tkv_model *model, size_t i) {
+    if (!model || i >= model->gguf->n_tensors) return 0;
+    const tkv__gguf_tensor *t = &model->gguf->tensors[i];
+    return tkv__weights_read_bytes(&model->w, &model->hp, model->gguf->data + t->offset, t->n_bytes);
+}
+
 tkv_status tkv_model_tensor_find(const tkv_model *model, const char *name, tkv_tensor_info *out) {
     const tkv__gguf_tensor *t = model && name ? tkv__gguf_tensor_find(model->gguf, name) : NULL;
     if (!t || !out) return TKV_ERR_INVALID;

@@ -82,20 +82,25 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
     return st;
 }
 
+/* The matrices of a layer, in one fixed order. */
+enum { LAYER_MATRICES = 22 };
+static tkv__tensor *layer_matrix(tkv__layer *L, size_t k) {
+    tkv__tensor *m[LAYER_MATRICES] = {&L->wq,       &L->wk,       &L->wv,       &L->wo,       &L->w_gate,  &L->w_up,
+                                      &L->w_down,   &L->router,   &L->exp_gate, &L->exp_up,   &L->exp_down,
+                                      &L->conv_in,  &L->conv_out, &L->dn_qkv,   &L->dn_z,     &L->dn_beta,
+                                      &L->dn_alpha, &L->dn_out,   &L->m_in,     &L->m_out,    &L->inp_gate,
+                                      &L->proj};
+    return m[k];
+}
+
 /* Every matrix of the weights, in one fixed order; *n receives the count. */
 static size_t matrices(tkv__weights *w, const tkv_hparams *hp, tkv__tensor **out) {
     size_t n = 0;
     if (out) out[n] = &w->output, out[n + 1] = &w->pl_proj;
     n += 2;
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        tkv__layer *L = &w->layers[l];
-        tkv__tensor *m[] = {&L->wq,     &L->wk,     &L->wv,     &L->wo,     &L->w_gate,  &L->w_up,
-                            &L->w_down, &L->router, &L->exp_gate, &L->exp_up, &L->exp_down, &L->conv_in, &L->conv_out,
-                            &L->dn_qkv, &L->dn_z,   &L->dn_beta, &L->dn_alpha, &L->dn_out, &L->m_in, &L->m_out,
-                            &L->inp_gate, &L->proj};
-        for (size_t i = 0; i < sizeof m / sizeof m[0]; i++, n++)
-            if (out) out[n] = m[i];
-    }
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        for (size_t k = 0; k < LAYER_MATRICES; k++, n++)
+            if (out) out[n] = layer_matrix(&w->layers[l], k);
     return n;
 }
 
@@ -172,6 +177,21 @@ tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__
     w->pack_mem = mem;
     w->pack_bytes = total;
     return TKV_OK;
+}
+
+size_t tkv__weights_read_bytes(const tkv__weights *w, const tkv_hparams *hp, const void *data, size_t n) {
+    if (!w->pack_mem) return n;
+    const uint8_t *lo = data, *hi = lo + n;
+    size_t bytes = n;
+    for (size_t i = 0; i < 2 + (size_t)hp->n_layer * LAYER_MATRICES; i++) {
+        const tkv__tensor *t = i == 0   ? &w->output
+                               : i == 1 ? &w->pl_proj
+                                        : layer_matrix(&w->layers[(i - 2) / LAYER_MATRICES], (i - 2) % LAYER_MATRICES);
+        const uint8_t *at = t->data;
+        if (!t->packed || at < lo || at >= hi) continue;
+        bytes = bytes - t->ne1 * t->row_size + tkv__pack_bytes(t->type, t->ne0, t->ne1);
+    }
+    return bytes;
 }
 
 void tkv__weights_free(tkv__weights *w) {

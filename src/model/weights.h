@@ -127,6 +127,14 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
  */
 tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g, bool huge);
 
+/*
+ * Bytes the products read for the file's span [data, data + n) (one tensor's
+ * rows): the span's own size, with each packed matrix in it (tkv__weights_pack)
+ * counted at its packed size instead of its rows'. n when nothing in it is
+ * packed.
+ */
+size_t tkv__weights_read_bytes(const tkv__weights *w, const tkv_hparams *hp, const void *data, size_t n);
+
 void tkv__weights_free(tkv__weights *w);
 
 #endif

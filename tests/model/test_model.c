@@ -387,6 +387,64 @@ static void test_repack_same_logits_q3_k_s(void **state) {
     repack_same_logits("models/parity/parity-Q3_K_S.gguf", TKV_TYPE_Q3_K);
 }
 
+/* Bytes of an IQ1-IQ3 block in its packed layout (compute/quant/repack.h: codes and signs, a nibble per element,
+   magnitude and sign bits, with their scales and d), or 0 for the types this test leaves to tkv__pack_stride. */
+static size_t iq_packed_block(tkv_type type) {
+    switch (type) {
+    case TKV_TYPE_IQ2_XXS: case TKV_TYPE_IQ2_XS: case TKV_TYPE_IQ2_S: return 106;
+    case TKV_TYPE_IQ3_XXS: case TKV_TYPE_IQ3_S: return 138;
+    case TKV_TYPE_IQ1_S: return 74;
+    case TKV_TYPE_IQ1_M: return 86;
+    default: return 0;
+    }
+}
+
+/*
+ * tkv_model_tensor_read_bytes: every matrix of the parity models (whole
+ * tensors, no fused ones) whose type this level reads packed counts at whole
+ * 16-row groups of its packed layout, each group a multiple of 64 bytes (the
+ * IQ types from their documented block sizes); everything else, and every
+ * tensor of a load without repack, at its stored size. The packed tensors
+ * together are tkv_model_packed_size.
+ */
+static void test_tensor_read_bytes(void **state) {
+    (void)state;
+    static const char *const files[] = {"parity-IQ2_XXS", "parity-IQ3_S", "parity-IQ1_M", "parity-IQ1_S",
+                                        "parity-Q4_K_M",  "parity-Q4_0"};
+    assert_int_equal(tkv_model_tensor_read_bytes(NULL, 0), 0);
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++) {
+        char path[96];
+        snprintf(path, sizeof path, "models/parity/%s.gguf", files[f]);
+        tkv_model *m[2];
+        for (int i = 0; i < 2; i++) {
+            tkv_model_params mp = tkv_model_default_params();
+            mp.repack = i == 0;
+            if (tkv_model_load(tu_shared(path), &mp, &m[i]) != TKV_OK) fail_msg("%s", tkv_last_error(NULL));
+        }
+        const size_t n = tkv_model_tensor_count(m[0]);
+        uint64_t packed = 0;
+        for (size_t i = 0; i < n; i++) {
+            tkv_tensor_info ti;
+            assert_int_equal(tkv_model_tensor_at(m[0], i, &ti), TKV_OK);
+            assert_int_equal(tkv_model_tensor_read_bytes(m[1], i), ti.n_bytes);
+            uint64_t want = ti.n_bytes;
+            if (ti.n_dims >= 2 && strcmp(ti.name, "token_embd.weight") && tkv__ops_packed_ok(ti.type)) {
+                const size_t iq = iq_packed_block(ti.type), nb = ti.ne[0] / 256;
+                const size_t stride = iq ? (16 * nb * iq + 63) / 64 * 64 : tkv__pack_stride(ti.type, ti.ne[0]);
+                want = (ti.ne[1] + 15) / 16 * stride;
+                packed += want;
+            }
+            if (tkv_model_tensor_read_bytes(m[0], i) != want)
+                fail_msg("%s %s: %llu bytes read, expected %llu (stored %llu)", files[f], ti.name,
+                         (unsigned long long)tkv_model_tensor_read_bytes(m[0], i), (unsigned long long)want,
+                         (unsigned long long)ti.n_bytes);
+        }
+        assert_int_equal(packed, tkv_model_packed_size(m[0]));
+        assert_int_equal(tkv_model_tensor_read_bytes(m[0], n), 0);
+        for (int i = 0; i < 2; i++) tkv_model_free(m[i]);
+    }
+}
+
 /* The kernel's transparent huge page mode: 'a'lways, 'm'advise, 'n'ever, or 0 where it has none. */
 static char thp_mode(void) {
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
@@ -458,6 +516,7 @@ int main(void) {
         cmocka_unit_test(test_parity_models),    cmocka_unit_test(test_vocab_only_files),
         cmocka_unit_test(test_tiny_models),      cmocka_unit_test(test_bad_paths),
         cmocka_unit_test(test_repack_same_logits),
+        cmocka_unit_test(test_tensor_read_bytes),
         cmocka_unit_test(test_repack_same_logits_iq4_nl),
         cmocka_unit_test(test_repack_same_logits_q8_0),
         cmocka_unit_test(test_repack_same_logits_q4_k_m),
