@@ -117,7 +117,11 @@ typedef struct tkv_model_params {
      * sign bits, take 61%, 43% and 29% more than the file's rows, and on
      * CPUs without AVX-512 IQ3_XXS and IQ3_S, as a nibble an element, 41%
      * and 25% more, and IQ1_S and IQ1_M, as planes of magnitude and sign
-     * bits, 48% and 54% more): faster
+     * bits, 48% and 54% more; these enlarging layouts are used only where
+     * their growth fits in half the memory available once the file is
+     * resident: /proc/meminfo's MemAvailable, or a cgroup's limit less its
+     * usage, as the load finds them; else those matrices keep the file's
+     * rows, as tkv_model_tensor_read_bytes shows): faster
      * prompt processing (Q4_0, IQ4_NL, Q8_0, Q4_K, Q2_K, the IQ2 types), generation
      * and batched steps, the same results bit for bit. The copy takes the
      * place of the mapped file's pages of those weights, which the load

@@ -30,6 +30,16 @@ void tkv__free(void *p);
 void tkv__advise_huge_pages(void *p, size_t bytes);
 
 /*
+ * Bytes of memory this process may still take without pushing the machine
+ * (or its container) into swap or the OOM killer: the least of
+ * /proc/meminfo's MemAvailable and, where the process's cgroup (v2, or v1's
+ * memory controller) or one above it sets a limit, that limit less the
+ * group's usage. SIZE_MAX where none of them can be read (not Linux).
+ * Reads a few small files; call it at load, not on hot paths.
+ */
+size_t tkv__mem_available(void);
+
+/*
  * Test hook: the next `n` allocations succeed and every one after fails,
  * until tkv__alloc_fail_after(-1) turns injection off. Returns how many
  * allocations were made since the last call (lets a test count the

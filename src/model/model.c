@@ -644,6 +644,15 @@ static tkv_status check_experts(const tkv__weights *w, const tkv_hparams *hp, co
 
 /* ---- load / free -------------------------------------------------------- */
 
+/* The growth the packed layouts may take (tkv__weights_pack): half of what the machine (or the process's cgroup)
+   has available once the whole file is resident, the other half left to the contexts' caches and buffers, which
+   the load does not know yet. SIZE_MAX where the available memory cannot be read. */
+static size_t pack_room(size_t file_size) {
+    const size_t avail = tkv__mem_available();
+    if (avail == SIZE_MAX) return SIZE_MAX;
+    return avail > file_size ? (avail - file_size) / 2 : 0;
+}
+
 static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model **out) {
     tkv_hparams hp;
     tkv_status st = read_hparams(g, &hp);
@@ -657,7 +666,7 @@ static tkv_status finish_load(tkv__gguf *g, const tkv_model_params *p, tkv_model
             st = check_tensors(g, &hp, &ext);
         if (st == TKV_OK) st = tkv__weights_bind(g, &hp, tkv__arch_find(hp.arch), &(tkv__layout){&ext.moe, &ext.delta, &ext.mamba, ext.kind, ext.attn, ext.n_pli}, &w);
         if (st == TKV_OK) st = check_experts(&w, &hp, &ext);
-        if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g, p->huge_pages);
+        if (st == TKV_OK && p->repack) st = tkv__weights_pack(&w, &hp, g, p->huge_pages, pack_room(g->size));
         if (st) tkv__weights_free(&w);
     }
     if (st && !p->vocab_only) {

@@ -122,7 +122,7 @@ static void *pack_worker(void *arg) {
     pack_job *j = arg;
     for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nm;) {
         tkv__tensor *t = j->m[i];
-        if (!t->packed) continue;
+        if (!t || !t->packed) continue;
         tkv__pack_rows(t->type, t->data, t->ne0, t->ne1, (void *)(uintptr_t)t->packed);
         /* the packed copy serves the products: without this the process
            would hold both (twice the weights in its RSS) */
@@ -143,14 +143,33 @@ static void pack_all(tkv__tensor **m, size_t nm, const tkv__gguf *g) {
     for (int k = 0; k < n; k++) pthread_join(th[k], NULL);
 }
 
-tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g, bool huge) {
+bool tkv__pack_enlarges(tkv_type type, size_t n, size_t nr, size_t row_size) {
+    const size_t rows = nr * row_size;
+    return tkv__pack_bytes(type, n, nr) > rows + rows / 8;
+}
+
+tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g, bool huge, size_t room) {
     const size_t nm = matrices(w, hp, NULL);
     tkv__tensor **m = tkv__calloc(nm, sizeof *m);
     if (!m) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the list of matrices");
     matrices(w, hp, m);
-    size_t total = 0;
+    /* the growth of the enlarging layouts: all of them or none, so that a model's speed does not depend on
+       which of its matrices came first */
+    size_t growth = 0;
     for (size_t i = 0; i < nm; i++)
-        if (packable(m[i])) total += tkv__pack_bytes(m[i]->type, m[i]->ne0, m[i]->ne1);
+        if (packable(m[i]) && tkv__pack_enlarges(m[i]->type, m[i]->ne0, m[i]->ne1, m[i]->row_size))
+            growth += tkv__pack_bytes(m[i]->type, m[i]->ne0, m[i]->ne1) - m[i]->ne1 * m[i]->row_size;
+    const bool enlarge = growth <= room;
+    size_t total = 0;
+    for (size_t i = 0; i < nm; i++) {
+        if (!packable(m[i])) continue;
+        if (!enlarge && tkv__pack_enlarges(m[i]->type, m[i]->ne0, m[i]->ne1, m[i]->row_size)) {
+            m[i] = NULL; /* stays on the file's rows */
+            continue;
+        }
+        total += tkv__pack_bytes(m[i]->type, m[i]->ne0, m[i]->ne1);
+    }
+    w->pack_held = enlarge ? 0 : growth;
     if (total == 0) {
         tkv__free(m);
         return TKV_OK;
@@ -167,7 +186,7 @@ tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__
     if (huge) tkv__advise_huge_pages(at, span);
     for (size_t i = 0; i < nm; i++) { /* each matrix's place, then the copies */
         tkv__tensor *t = m[i];
-        if (!packable(t)) continue;
+        if (!t || !packable(t)) continue;
         t->packed = at;
         t->pack_stride = tkv__pack_stride(t->type, t->ne0);
         at += tkv__pack_bytes(t->type, t->ne0, t->ne1);

@@ -104,6 +104,7 @@ typedef struct tkv__weights {
     tkv__layer *layers;     /* (n_layer) */
     void *pack_mem;         /* every tensor's packed rows (one allocation), or NULL */
     size_t pack_bytes;
+    size_t pack_held;       /* the growth of the enlarging layouts left unpacked for lack of room, or 0 */
 } tkv__weights;
 
 /*
@@ -122,10 +123,18 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
  * not start a group), but their pages are released (tkv__gguf_release): they
  * come back from the file only if one of those reads them. `huge`: the
  * allocation starts on a 2 MiB boundary and asks for huge pages
- * (tkv__advise_huge_pages). Returns TKV_ERR_NOMEM (nothing packed, weights
- * as they were).
+ * (tkv__advise_huge_pages). `room`: the bytes of memory the packed copies
+ * may take beyond the rows they replace (SIZE_MAX: no bound). The layouts
+ * that enlarge their rows by more than an eighth (tkv__pack_enlarges: the
+ * IQ1-IQ3 ones) are packed only when all of their growth fits in it; the
+ * others always are (their groups round them up by a few percent at most).
+ * Returns TKV_ERR_NOMEM (nothing packed, weights as they were).
  */
-tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g, bool huge);
+tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g, bool huge, size_t room);
+
+/* Whether the packed layout of a matrix of nr rows of n elements of `type` is larger than its rows by more than
+   an eighth. */
+bool tkv__pack_enlarges(tkv_type type, size_t n, size_t nr, size_t row_size);
 
 /*
  * Bytes the products read for the file's span [data, data + n) (one tensor's

@@ -445,6 +445,89 @@ static void test_tensor_read_bytes(void **state) {
     }
 }
 
+/* The bytes read of tensor i of m when every matrix the level packs is packed, except the enlarging ones when
+   `enlarge` is false (iq_packed_block's sizes for the IQ types, tkv__pack_stride's for the rest). */
+static uint64_t expected_read(const tkv_model *m, size_t i, bool enlarge) {
+    tkv_tensor_info ti;
+    assert_int_equal(tkv_model_tensor_at(m, i, &ti), TKV_OK);
+    if (ti.n_dims < 2 || !strcmp(ti.name, "token_embd.weight") || !tkv__ops_packed_ok(ti.type)) return ti.n_bytes;
+    const size_t iq = iq_packed_block(ti.type), nb = ti.ne[0] / 256;
+    const size_t stride = iq ? (16 * nb * iq + 63) / 64 * 64 : tkv__pack_stride(ti.type, ti.ne[0]);
+    const uint64_t packed = (ti.ne[1] + 15) / 16 * stride;
+    return !enlarge && packed > ti.n_bytes + ti.n_bytes / 8 ? ti.n_bytes : packed;
+}
+
+/*
+ * The packed layouts that enlarge their rows (the IQ1-IQ3 ones) are packed
+ * only when all of their growth fits in the room the load gives them; the
+ * others always are. tkv__weights_pack on a model loaded without repack,
+ * with room for the growth, one byte less, and none: which tensors are read
+ * packed, the growth held back, and logits bit for bit those of the file's
+ * rows either way. Then tkv__mem_available is a plausible figure.
+ */
+static void test_pack_room(void **state) {
+    (void)state;
+    tkv_model_params mp = tkv_model_default_params();
+    mp.repack = false;
+    tkv_model *plain;
+    if (tkv_model_load(tu_shared("models/parity/parity-IQ2_XXS.gguf"), &mp, &plain) != TKV_OK)
+        fail_msg("%s", tkv_last_error(NULL));
+    if (!tkv__ops_packed_ok(TKV_TYPE_IQ2_XXS)) {
+        tkv_model_free(plain);
+        TU_SKIP();
+    }
+    const size_t n = tkv_model_tensor_count(plain);
+    uint64_t growth = 0;
+    for (size_t i = 0; i < n; i++) {
+        tkv_tensor_info ti;
+        assert_int_equal(tkv_model_tensor_at(plain, i, &ti), TKV_OK);
+        if (expected_read(plain, i, false) == ti.n_bytes) growth += expected_read(plain, i, true) - ti.n_bytes;
+    }
+    assert_true(growth > 0); /* the file's IQ2_XXS matrices */
+    enum { N = 21 };
+    const size_t n_vocab = tkv_vocab_size(plain);
+    float *want = malloc(N * n_vocab * sizeof(float)), *got = malloc(N * n_vocab * sizeof(float));
+    assert_non_null(want), assert_non_null(got);
+    tkv_token tok[N];
+    tkv_pos pos[N];
+    tkv_seq seq[N];
+    bool all[N];
+    for (int k = 0; k < N; k++) tok[k] = (tkv_token)(3 + (k * 29) % 500), pos[k] = k, seq[k] = 0, all[k] = true;
+    for (int pass = 0; pass < 4; pass++) { /* the file's rows; room for the growth; a byte less; none */
+        const size_t room = pass == 1 ? growth : pass == 2 ? growth - 1 : 0;
+        tkv_model *m;
+        if (tkv_model_load(tu_shared("models/parity/parity-IQ2_XXS.gguf"), &mp, &m) != TKV_OK)
+            fail_msg("%s", tkv_last_error(NULL));
+        if (pass > 0) assert_int_equal(tkv__weights_pack(&m->w, &m->hp, m->gguf, false, room), TKV_OK);
+        const bool enlarge = pass == 1;
+        for (size_t i = 0; i < n && pass > 0; i++)
+            if (tkv_model_tensor_read_bytes(m, i) != expected_read(m, i, enlarge))
+                fail_msg("room %zu, tensor %zu: %llu bytes read, expected %llu", room, i,
+                         (unsigned long long)tkv_model_tensor_read_bytes(m, i),
+                         (unsigned long long)expected_read(m, i, enlarge));
+        if (pass > 0) assert_int_equal(m->w.pack_held, enlarge ? 0 : growth);
+        tkv_context *ctx = tu_context(m, 64, 2, TKV_TYPE_F16);
+        tkv_batch b = {N, tok, pos, seq, all};
+        assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
+        for (int k = 0; k < N; k++) memcpy((pass ? got : want) + k * n_vocab, tkv_get_logits(ctx, k), n_vocab * sizeof(float));
+        tkv_context_free(ctx);
+        if (pass > 0) assert_memory_equal(got, want, N * n_vocab * sizeof(float));
+        tkv_model_free(m);
+    }
+    free(want), free(got);
+    tkv_model_free(plain);
+    const size_t avail = tkv__mem_available();
+    assert_true(avail > 0);
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f && avail != SIZE_MAX) { /* never above the machine's memory */
+        unsigned long long total_kb = 0;
+        char line[128];
+        while (fgets(line, sizeof line, f) && sscanf(line, "MemTotal: %llu kB", &total_kb) != 1) {}
+        assert_true(total_kb > 0 && avail <= total_kb * 1024);
+    }
+    if (f) fclose(f);
+}
+
 /* The kernel's transparent huge page mode: 'a'lways, 'm'advise, 'n'ever, or 0 where it has none. */
 static char thp_mode(void) {
     FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
@@ -517,6 +600,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_models),      cmocka_unit_test(test_bad_paths),
         cmocka_unit_test(test_repack_same_logits),
         cmocka_unit_test(test_tensor_read_bytes),
+        cmocka_unit_test(test_pack_room),
         cmocka_unit_test(test_repack_same_logits_iq4_nl),
         cmocka_unit_test(test_repack_same_logits_q8_0),
         cmocka_unit_test(test_repack_same_logits_q4_k_m),
