@@ -466,6 +466,9 @@ int cmd_bench(int argc, char **argv) {
         cli_fail("bench", "%s", tkv_last_error(NULL));
         goto done;
     }
+    if (tkv_model_pack_held(m)) /* the figures are the file rows' products (tkv_model_pack_held) */
+        fprintf(stderr, "tokenkv bench: the IQ layouts, %.1f MiB larger than the file's rows, were left out: they do"
+                        " not fit in half the memory available\n", (double)tkv_model_pack_held(m) / (1 << 20));
     tkv_hparams hp;
     if (tkv_model_hparams(m, &hp) != TKV_OK) {
         cli_fail("bench", "%s", tkv_last_error(NULL));

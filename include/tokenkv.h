@@ -263,6 +263,16 @@ TKV_API uint64_t tkv_model_file_size(const tkv_model *model);
 TKV_API uint64_t tkv_model_packed_size(const tkv_model *model);
 
 /**
+ * Bytes the enlarging packed layouts (the IQ1-IQ3 ones,
+ * tkv_model_params.repack) would have added that the load left out because
+ * they did not fit in half the memory available once the file is resident;
+ * those matrices are read from the file's rows, at their slower speed.
+ * @param model  a loaded model, or NULL.
+ * @return 0 when nothing was left out (or repack off, or NULL).
+ */
+TKV_API uint64_t tkv_model_pack_held(const tkv_model *model);
+
+/**
  * Bytes of one sequence's recurrent state: every delta-net and Mamba-2
  * layer's (qwen35, qwen35moe, granitehybrid, nemotron_h), the size of one
  * checkpoint (tkv_context_params.state_cache_mib; docs/library.md, "Hybrid

@@ -469,6 +469,10 @@ int srv_main(const srv_opts *o) {
     if (tkv_model_packed_size(model)) /* memory a user sees in RSS beside the mapped file */
         fprintf(stderr, "tokenkv serve: %.1f MiB of weights repacked for this CPU's products\n",
                 (double)tkv_model_packed_size(model) / (1 << 20));
+    if (tkv_model_pack_held(model))
+        fprintf(stderr, "tokenkv serve: the IQ layouts, %.1f MiB larger than the file's rows, were left out: they do not"
+                        " fit in half the memory available (the file's rows serve those products, slower)\n",
+                (double)tkv_model_pack_held(model) / (1 << 20));
     tkv_hparams hp;
     tkv_model_hparams(model, &hp);
     srv_state S = {.o = o, .model = model, .started = (int64_t)time(NULL)};

@@ -754,6 +754,7 @@ tkv_status tkv_model_hparams(const tkv_model *model, tkv_hparams *out) {
 uint32_t tkv_model_gguf_version(const tkv_model *model) { return model->gguf->version; }
 uint64_t tkv_model_file_size(const tkv_model *model) { return model->gguf->size; }
 uint64_t tkv_model_packed_size(const tkv_model *model) { return model ? model->w.pack_bytes : 0; }
+uint64_t tkv_model_pack_held(const tkv_model *model) { return model ? model->w.pack_held : 0; }
 
 uint64_t tkv_model_state_size(const tkv_model *model) {
     return model && model->has_hparams ? (uint64_t)model->ext.state_floats * sizeof(float) : 0;

@@ -505,7 +505,7 @@ static void test_pack_room(void **state) {
                 fail_msg("room %zu, tensor %zu: %llu bytes read, expected %llu", room, i,
                          (unsigned long long)tkv_model_tensor_read_bytes(m, i),
                          (unsigned long long)expected_read(m, i, enlarge));
-        if (pass > 0) assert_int_equal(m->w.pack_held, enlarge ? 0 : growth);
+        if (pass > 0) assert_int_equal(tkv_model_pack_held(m), enlarge ? 0 : growth);
         tkv_context *ctx = tu_context(m, 64, 2, TKV_TYPE_F16);
         tkv_batch b = {N, tok, pos, seq, all};
         assert_int_equal(tkv_decode(ctx, &b), TKV_OK);
