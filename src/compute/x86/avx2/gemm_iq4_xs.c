@@ -10,10 +10,12 @@
  * codebook values by a byte shuffle each; their values as unsigned
  * codebook + 128 bytes would overflow vpmaddubsw's int16 pairs, so each
  * token's 4 activation bytes take the value's signs (vpsignb) and multiply
- * its magnitude (pairs of at most 2 x 127 x 127: no saturation), widened to
- * int32 at once (vpmaddwd by 1), as gemm_q4_0_iq4_nl.c's IQ4_NL step; per
- * sub-block and token the sum times the row's scale (vpmulld), per
- * superblock one conversion, the scale product and one fma.
+ * its magnitude (pairs of at most 2 x 127 x 127: no saturation), as
+ * gemm_q4_0_iq4_nl.c's IQ4_NL step, then widened to int32 and multiplied by
+ * the row's sub-block scale in one vpmaddwd (at most 2 x 32258 x 32 a dword,
+ * 64 of them a superblock: no overflow, and integer sums in any order are
+ * the vec_dot's); per superblock one conversion, the scale product and one
+ * fma.
  *
  * Tokens run in tiles of up to 4 (more than the 16 ymm registers hold, but
  * the unpacking, a third of a tile of 2 tokens, counts for twice as many:
@@ -51,7 +53,7 @@ enum {
  * group's bytes PREFETCH_AHEAD on (it streams from memory).
  */
 INLINE void xs_run(const uint8_t *pk, size_t cnt, size_t nrow, const uint8_t *const *yb0, __m256 *acc, int T, int pf) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i book = _mm256_broadcastsi128_si256(LOAD128(tkv__iq4nl_values));
     const int NH = nrow > 8 ? 2 : 1;
     for (size_t i = 0; i < cnt; i++) {
@@ -66,9 +68,9 @@ INLINE void xs_run(const uint8_t *pk, size_t cnt, size_t nrow, const uint8_t *co
             for (int s = 0; s < 8; s++) {
                 /* util.h's PREFETCH_AHEAD on, an eighth of a superblock a sub-block (and the line it starts in) */
                 if (pf && h == 0) prefetch_span(b + PREFETCH_AHEAD + SB * (size_t)s / 8, SB / 8 + 64);
-                __m256i c[TT];
-                UNROLL
-                for (int t = 0; t < T; t++) c[t] = _mm256_setzero_si256();
+                /* row k's scale in both words of dword k: vpmaddwd widens and scales at once */
+                const __m128i s8 = _mm_loadl_epi64((const __m128i *)(const void *)(b + TKV__IQ4XS_PACK_SCALES + 16 * s + 8 * h));
+                const __m256i sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s8, s8));
                 UNROLL
                 for (int j = 0; j < 4; j++) {
                     const __m256i q = LOADA256(b + 256 * s + 64 * j + 32 * h);
@@ -80,12 +82,9 @@ INLINE void xs_run(const uint8_t *pk, size_t cnt, size_t nrow, const uint8_t *co
                         const uint8_t *a = yb[t] + Y_QS + 32 * s + 4 * j;
                         const __m256i pl = _mm256_maddubs_epi16(al, _mm256_sign_epi8(bcast32(a), wl));
                         const __m256i ph = _mm256_maddubs_epi16(ah, _mm256_sign_epi8(bcast32(a + 16), wh));
-                        c[t] = _mm256_add_epi32(c[t], _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones)));
+                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(_mm256_madd_epi16(pl, sc), _mm256_madd_epi16(ph, sc)));
                     }
                 }
-                const __m256i sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(b + TKV__IQ4XS_PACK_SCALES + 16 * s + 8 * h)));
-                UNROLL
-                for (int t = 0; t < T; t++) sumi[t] = _mm256_add_epi32(sumi[t], _mm256_mullo_epi32(c[t], sc));
             }
             const __m256 dw = _mm256_cvtph_ps(LOAD128(b + TKV__IQ4XS_PACK_D + 16 * h));
             UNROLL
