@@ -17,10 +17,12 @@
  * the vec_dot's); per superblock one conversion, the scale product and one
  * fma.
  *
- * Tokens run in tiles of up to 4 (more than the 16 ymm registers hold, but
- * the unpacking, a third of a tile of 2 tokens, counts for twice as many:
- * bench_kernels --prefill -t 256 -l avx2, 1b shape, 110-111 -> 123-125
- * GF/s); each superblock's two
+ * Tokens run in tiles of up to 4 (the unpacking, a third of a tile of 2
+ * tokens, counts for twice as many: bench_kernels --prefill -t 256 -l avx2,
+ * 1b shape, 110-111 -> 123-125 GF/s; with the scales in the widening, the 4
+ * tokens' sums, the values and the constants fit the 16 ymm registers, where
+ * a separate sum a token did not: 1.18-1.30x, bench/RESULTS.md); each
+ * superblock's two
  * halves follow one another, so its bytes come from memory once and from
  * L1 the second time.
  */
