@@ -49,14 +49,14 @@ void tkv__advise_huge_pages(void *p, size_t bytes) {
 #endif
 }
 
-/* The first number in the file at path (scaled by `unit`), or SIZE_MAX when it cannot be read or is "max". */
-static size_t read_number(const char *path, size_t unit) {
+/* The first number in the file at path, or SIZE_MAX when it cannot be read or is "max". */
+static size_t read_number(const char *path) {
     FILE *f = fopen(path, "r");
     if (!f) return SIZE_MAX;
     unsigned long long v;
     const int ok = fscanf(f, "%llu", &v) == 1;
     fclose(f);
-    return ok && v < SIZE_MAX / unit ? (size_t)v * unit : SIZE_MAX;
+    return ok && v < SIZE_MAX ? (size_t)v : SIZE_MAX;
 }
 
 /* MemAvailable of /proc/meminfo, in bytes (SIZE_MAX when absent). */
@@ -84,10 +84,10 @@ static size_t cgroup_room(const char *root, const char *group, const char *limit
     for (;;) {
         char path[600];
         snprintf(path, sizeof path, "%s/%s", dir, limit);
-        const size_t lim = read_number(path, 1);
+        const size_t lim = read_number(path);
         if (lim != SIZE_MAX && lim < ((size_t)1 << 60)) { /* v1 writes "no limit" as a number near 2^63 */
             snprintf(path, sizeof path, "%s/%s", dir, usage);
-            const size_t used = read_number(path, 1);
+            const size_t used = read_number(path);
             const size_t left = used == SIZE_MAX ? lim : used >= lim ? 0 : lim - used;
             if (left < room) room = left;
         }

@@ -93,15 +93,13 @@ static tkv__tensor *layer_matrix(tkv__layer *L, size_t k) {
     return m[k];
 }
 
-/* Every matrix of the weights, in one fixed order; *n receives the count. */
-static size_t matrices(tkv__weights *w, const tkv_hparams *hp, tkv__tensor **out) {
-    size_t n = 0;
-    if (out) out[n] = &w->output, out[n + 1] = &w->pl_proj;
-    n += 2;
-    for (uint32_t l = 0; l < hp->n_layer; l++)
-        for (size_t k = 0; k < LAYER_MATRICES; k++, n++)
-            if (out) out[n] = layer_matrix(&w->layers[l], k);
-    return n;
+/* How many matrices the weights have, in matrix_at's order. */
+static size_t n_matrices(const tkv_hparams *hp) { return 2 + (size_t)hp->n_layer * LAYER_MATRICES; }
+
+/* The i-th matrix of the weights, in one fixed order: the output, the per-layer projection, each layer's. */
+static tkv__tensor *matrix_at(tkv__weights *w, size_t i) {
+    if (i < 2) return i == 0 ? &w->output : &w->pl_proj;
+    return layer_matrix(&w->layers[(i - 2) / LAYER_MATRICES], (i - 2) % LAYER_MATRICES);
 }
 
 static bool packable(const tkv__tensor *t) {
@@ -122,7 +120,7 @@ static void *pack_worker(void *arg) {
     pack_job *j = arg;
     for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->nm;) {
         tkv__tensor *t = j->m[i];
-        if (!t || !t->packed) continue;
+        if (!t) continue;
         tkv__pack_rows(t->type, t->data, t->ne0, t->ne1, (void *)(uintptr_t)t->packed);
         /* the packed copy serves the products: without this the process
            would hold both (twice the weights in its RSS) */
@@ -143,31 +141,31 @@ static void pack_all(tkv__tensor **m, size_t nm, const tkv__gguf *g) {
     for (int k = 0; k < n; k++) pthread_join(th[k], NULL);
 }
 
-bool tkv__pack_enlarges(tkv_type type, size_t n, size_t nr, size_t row_size) {
-    const size_t rows = nr * row_size;
-    return tkv__pack_bytes(type, n, nr) > rows + rows / 8;
+/* Whether t's packed layout is larger than its rows by more than an eighth (the IQ1-IQ3 ones; the others' groups
+   round them up by a few percent at most). */
+static bool enlarges(const tkv__tensor *t) {
+    const size_t rows = t->ne1 * t->row_size;
+    return tkv__pack_bytes(t->type, t->ne0, t->ne1) > rows + rows / 8;
 }
 
 tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g, bool huge, size_t room) {
-    const size_t nm = matrices(w, hp, NULL);
-    tkv__tensor **m = tkv__calloc(nm, sizeof *m);
+    const size_t nm = n_matrices(hp);
+    tkv__tensor **m = tkv__calloc(nm, sizeof *m); /* the matrices to pack; NULL: the file's rows serve it */
     if (!m) return tkv__fail(TKV_ERR_NOMEM, "out of memory for the list of matrices");
-    matrices(w, hp, m);
     /* the growth of the enlarging layouts: all of them or none, so that a model's speed does not depend on
        which of its matrices came first */
     size_t growth = 0;
-    for (size_t i = 0; i < nm; i++)
-        if (packable(m[i]) && tkv__pack_enlarges(m[i]->type, m[i]->ne0, m[i]->ne1, m[i]->row_size))
-            growth += tkv__pack_bytes(m[i]->type, m[i]->ne0, m[i]->ne1) - m[i]->ne1 * m[i]->row_size;
+    for (size_t i = 0; i < nm; i++) {
+        tkv__tensor *t = matrix_at(w, i);
+        if (!packable(t)) continue;
+        m[i] = t;
+        if (enlarges(t)) growth += tkv__pack_bytes(t->type, t->ne0, t->ne1) - t->ne1 * t->row_size;
+    }
     const bool enlarge = growth <= room;
     size_t total = 0;
     for (size_t i = 0; i < nm; i++) {
-        if (!packable(m[i])) continue;
-        if (!enlarge && tkv__pack_enlarges(m[i]->type, m[i]->ne0, m[i]->ne1, m[i]->row_size)) {
-            m[i] = NULL; /* stays on the file's rows */
-            continue;
-        }
-        total += tkv__pack_bytes(m[i]->type, m[i]->ne0, m[i]->ne1);
+        if (m[i] && !enlarge && enlarges(m[i])) m[i] = NULL;
+        if (m[i]) total += tkv__pack_bytes(m[i]->type, m[i]->ne0, m[i]->ne1);
     }
     w->pack_held = enlarge ? 0 : growth;
     if (total == 0) {
@@ -186,7 +184,7 @@ tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__
     if (huge) tkv__advise_huge_pages(at, span);
     for (size_t i = 0; i < nm; i++) { /* each matrix's place, then the copies */
         tkv__tensor *t = m[i];
-        if (!t || !packable(t)) continue;
+        if (!t) continue;
         t->packed = at;
         t->pack_stride = tkv__pack_stride(t->type, t->ne0);
         at += tkv__pack_bytes(t->type, t->ne0, t->ne1);
@@ -202,10 +200,8 @@ size_t tkv__weights_read_bytes(const tkv__weights *w, const tkv_hparams *hp, con
     if (!w->pack_mem) return n;
     const uint8_t *lo = data, *hi = lo + n;
     size_t bytes = n;
-    for (size_t i = 0; i < 2 + (size_t)hp->n_layer * LAYER_MATRICES; i++) {
-        const tkv__tensor *t = i == 0   ? &w->output
-                               : i == 1 ? &w->pl_proj
-                                        : layer_matrix(&w->layers[(i - 2) / LAYER_MATRICES], (i - 2) % LAYER_MATRICES);
+    for (size_t i = 0; i < n_matrices(hp); i++) {
+        const tkv__tensor *t = matrix_at((tkv__weights *)(uintptr_t)w, i);
         const uint8_t *at = t->data;
         if (!t->packed || at < lo || at >= hi) continue;
         bytes = bytes - t->ne1 * t->row_size + tkv__pack_bytes(t->type, t->ne0, t->ne1);

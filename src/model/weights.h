@@ -125,16 +125,12 @@ tkv_status tkv__weights_bind(const tkv__gguf *g, const tkv_hparams *hp, const tk
  * allocation starts on a 2 MiB boundary and asks for huge pages
  * (tkv__advise_huge_pages). `room`: the bytes of memory the packed copies
  * may take beyond the rows they replace (SIZE_MAX: no bound). The layouts
- * that enlarge their rows by more than an eighth (tkv__pack_enlarges: the
- * IQ1-IQ3 ones) are packed only when all of their growth fits in it; the
- * others always are (their groups round them up by a few percent at most).
+ * that enlarge their rows by more than an eighth (the IQ1-IQ3 ones) are
+ * packed only when all of their growth fits in it; the others always are
+ * (their groups round them up by a few percent at most).
  * Returns TKV_ERR_NOMEM (nothing packed, weights as they were).
  */
 tkv_status tkv__weights_pack(tkv__weights *w, const tkv_hparams *hp, const tkv__gguf *g, bool huge, size_t room);
-
-/* Whether the packed layout of a matrix of nr rows of n elements of `type` is larger than its rows by more than
-   an eighth. */
-bool tkv__pack_enlarges(tkv_type type, size_t n, size_t nr, size_t row_size);
 
 /*
  * Bytes the products read for the file's span [data, data + n) (one tensor's
