@@ -14,7 +14,10 @@
  * sub-blocks. Tokens run in tiles of up to 4 (their accumulators spill
  * from the 16 ymm registers, but each chunk's unpacking serves more
  * tokens: Zen 1, a layer's prefill products, Q3_K +10%), each half of the
- * group in turn.
+ * group in turn. One token's pass over packed rows asks for the group's
+ * lines PREFETCH_AHEAD on in both halves' passes, a share each step: asked
+ * in the first half's alone, the memory idled through the second (Zen 3,
+ * two threads from memory: Q2_K ~10 -> ~16 GB/s, Q3_K ~9 -> ~12).
  */
 #include "compute/gemm.h"
 #include "util.h"
@@ -72,10 +75,13 @@ static inline __m256i scale_pairs(__m256i sb, int e, int three) {
  */
 INLINE void q23k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm, int T,
                      int three, int pf) {
-    const size_t SB = SBYTES(three), PF = PREFETCH_AHEAD / SB + 1;
+    const size_t SB = SBYTES(three), G = three ? TKV__Q3K_PACK_RUN(cnt) : cnt * SB;
     const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
+        /* step hf cnt + i of the 2 cnt asks for its share of the run's lines PREFETCH_AHEAD on */
+        const size_t step = (size_t)hf * cnt + i, plo = (step * G / (2 * cnt)) & ~(size_t)63,
+                     phi = ((step + 1) * G / (2 * cnt)) & ~(size_t)63;
         __m256i sumi[TT], summ[TT];
         UNROLL
         for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm256_setzero_si256(), summ[t] = sumi[t];
@@ -88,12 +94,8 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const
             UNROLL
             for (int jj = 0; jj < 4; jj++) {
                 const int j = 4 * m + jj;
-                if (pf && hf == 0 && three && j == 0) /* the d's ahead (repack.h) */
-                    _mm_prefetch((const char *)pk + TKV__Q3K_PACK_DS_NEXT(cnt, i), _MM_HINT_T0);
-                if (pf && hf == 0) { /* util.h's PREFETCH_AHEAD: the line of chunk j PF superblocks on, the rest with it */
-                    _mm_prefetch((const char *)b + PF * SB + 64 * j, _MM_HINT_T0);
-                    if (1024 + 64 * (size_t)j < SB) _mm_prefetch((const char *)b + PF * SB + 1024 + 64 * j, _MM_HINT_T0);
-                }
+                if (pf && plo + 64 * (size_t)j < phi)
+                    _mm_prefetch((const char *)pk + PREFETCH_AHEAD + plo + 64 * j, _MM_HINT_T0);
                 const __m256i q = LOADA256(b + 64 * j + 32 * hf);
                 __m256i v[4] = {_mm256_and_si256(q, m3), _mm256_and_si256(_mm256_srli_epi16(q, 2), m3),
                                 _mm256_and_si256(_mm256_srli_epi16(q, 4), m3), _mm256_and_si256(_mm256_srli_epi16(q, 6), m3)};
