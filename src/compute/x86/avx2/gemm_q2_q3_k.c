@@ -94,6 +94,8 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const
             UNROLL
             for (int jj = 0; jj < 4; jj++) {
                 const int j = 4 * m + jj;
+                if (pf && hf == 0 && three && j == 0) /* the d's ahead (repack.h) */
+                    _mm_prefetch((const char *)pk + TKV__Q3K_PACK_DS_NEXT(cnt, i), _MM_HINT_T0);
                 if (pf && plo + 64 * (size_t)j < phi)
                     _mm_prefetch((const char *)pk + PREFETCH_AHEAD + plo + 64 * j, _MM_HINT_T0);
                 const __m256i q = LOADA256(b + 64 * j + 32 * hf);
