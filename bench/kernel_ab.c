@@ -14,10 +14,20 @@
  * arithmetic-bound dots are) with one quantized activation row, or with
  * TOKENS rows through the tiled products (compute/kernels.h's gemm). The sums
  * of both builds are printed: a change meant to keep the bits keeps them.
+ *
+ *   kernel_ab TYPE ROUNDS TOKENS PACKED_ROWS THREADS
+ *
+ * times the products over packed rows (compute/kernels.h's `packed`) instead:
+ * PACKED_ROWS x 2048 weights packed as a model's are at load
+ * (compute/quant/repack.h), so many that they come from memory as a layer's
+ * do in generation, shared out in whole groups of 16 rows over THREADS
+ * threads of the library's pool, each round one product of all of them.
  */
 #include "bench_clock.h"
 #include "bench_rng.h"
 #include "compute/quant/quant.h"
+#include "compute/quant/repack.h"
+#include "compute/threadpool.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -38,6 +48,22 @@ __attribute__((weak)) void tkv_ab_gemm_b(size_t n, const void *w, size_t wrs, si
 
 enum { COLS = 2048, ROWS = 1024 };
 
+/* One product over packed rows, shared out by groups over the pool's threads. */
+typedef struct packed_task {
+    gemm_fn f;
+    const uint8_t *pk, *a;
+    size_t gs, rows, ars, tok;
+    float *y;
+} packed_task;
+
+static void packed_run(void *arg, int ith, int nth) {
+    const packed_task *p = arg;
+    size_t g0, g1;
+    tkv__split((p->rows + TKV__PACK_ROWS - 1) / TKV__PACK_ROWS, ith, nth, &g0, &g1);
+    const size_t r0 = g0 * TKV__PACK_ROWS, r1 = g1 * TKV__PACK_ROWS < p->rows ? g1 * TKV__PACK_ROWS : p->rows;
+    if (r1 > r0) p->f(COLS, p->pk + g0 * p->gs, p->gs, r1 - r0, p->a, p->ars, p->tok, p->y + r0, p->rows);
+}
+
 /* The type named name, or TKV_TYPE_COUNT. */
 static tkv_type type_named(const char *name) {
     for (int k = 0; k < TKV_TYPE_COUNT; k++) {
@@ -47,29 +73,82 @@ static tkv_type type_named(const char *name) {
     return TKV_TYPE_COUNT;
 }
 
+/* Random bytes for a product's weights and tok quantized activation rows, ars bytes apart. Bit 6 of each weight
+   byte clear: a float scale or weight (fp16, bf16, f32) read from any two or four of them has its exponent's top
+   bit clear, so it is finite, and so are the sums both builds are compared by (random bytes: every index of a
+   grid type is in its table). */
+static int fill(tkv_type t, uint8_t *w, size_t wbytes, uint8_t *a, size_t tok, size_t ars) {
+    for (size_t i = 0; i < wbytes; i++) w[i] = (uint8_t)(rnd() & 0xbf);
+    float *x = malloc(COLS * sizeof *x);
+    if (!x) return -1;
+    for (size_t t1 = 0; t1 < tok; t1++) {
+        for (size_t i = 0; i < COLS; i++) x[i] = (float)(rnd() & 0xffff) / 32768.0f - 1.0f;
+        tkv__quant_quantize_row(tkv__quant_vec_dot_type(t), x, a + t1 * ars, COLS);
+    }
+    free(x);
+    return 0;
+}
+
+/* The two builds' products over packed rows, from memory, on threads (the header's second form). */
+static int packed_main(tkv_type t, int rounds, size_t tok, size_t rows, int threads, const char *name) {
+    const size_t rs = tkv__quant_row_size(t, COLS), ars = tkv__quant_row_size(tkv__quant_vec_dot_type(t), COLS);
+    const size_t pbytes = tkv__pack_bytes(t, COLS, rows);
+    uint8_t *w = malloc(rows * rs), *a = malloc(tok * ars), *pk = aligned_alloc(64, (pbytes + 63) & ~(size_t)63);
+    float *y = malloc(tok * rows * sizeof *y);
+    tkv__pool *pool = NULL;
+    if (!w || !a || !pk || !y || fill(t, w, rows * rs, a, tok, ars) || tkv__pool_create(threads, &pool) != TKV_OK)
+        return fprintf(stderr, "kernel_ab: out of memory\n"), 1;
+    tkv__pack_rows(t, w, COLS, rows, pk);
+    free(w);
+    packed_task task[2] = {{tkv_ab_gemm_a, pk, a, tkv__pack_stride(t, COLS), rows, ars, tok, y},
+                           {tkv_ab_gemm_b, pk, a, tkv__pack_stride(t, COLS), rows, ars, tok, y}};
+    double best[2] = {1e30, 1e30}, total[2] = {0, 0};
+    float sum[2] = {0, 0};
+    for (int k = 0; k < rounds; k++)
+        for (int i = 0; i < 2; i++) {
+            const int v = k & 1 ? 1 - i : i;
+            const double t0 = now();
+            tkv__pool_run(pool, packed_run, &task[v]);
+            const double dt = now() - t0;
+            float s = 0;
+            for (size_t j = 0; j < tok * rows; j++) s += y[j];
+            if (dt < best[v]) best[v] = dt;
+            total[v] += dt, sum[v] = s;
+        }
+    const double gb = (double)pbytes * 1e-9; /* packed bytes read per round */
+    printf("%s packed, %zu rows, %d threads  a %.3f GB/s (mean %.3f)  b %.3f GB/s (mean %.3f)  b/a %.3f (means %.3f)  "
+           "sums %s (%.9g, %.9g)\n",
+           name, rows, threads, gb / best[0], gb * rounds / total[0], gb / best[1], gb * rounds / total[1],
+           best[0] / best[1], total[0] / total[1], memcmp(&sum[0], &sum[1], sizeof sum[0]) ? "differ" : "equal", sum[0],
+           sum[1]);
+    tkv__pool_free(pool);
+    free(a), free(pk), free(y);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2 || argc > 4) return fprintf(stderr, "usage: kernel_ab TYPE [ROUNDS [TOKENS]]\n"), 2;
+    if (argc < 2 || argc > 6 || argc == 5)
+        return fprintf(stderr, "usage: kernel_ab TYPE [ROUNDS [TOKENS [PACKED_ROWS THREADS]]]\n"), 2;
     const tkv_type t = type_named(argv[1]);
     const int rounds = argc > 2 ? atoi(argv[2]) : 3000;
     const int n_tok = argc > 3 ? atoi(argv[3]) : 0; /* 0: the vec_dots; else the tiled products of so many tokens */
+    const long packed_rows = argc > 5 ? atol(argv[4]) : 0, threads = argc > 5 ? atol(argv[5]) : 0;
     if (t == TKV_TYPE_COUNT || rounds < 1 || n_tok < 0 || n_tok > 512)
         return fprintf(stderr, "kernel_ab: no type %s, or rounds or tokens out of range\n", argv[1]), 2;
     if (n_tok ? !tkv_ab_gemm_a || !tkv_ab_gemm_b : !tkv_ab_dot_a || !tkv_ab_dot_b)
         return fprintf(stderr, "kernel_ab: built without the two %s\n", n_tok ? "products" : "vec_dots"), 2;
+    if (argc > 5) {
+        if (!n_tok || packed_rows < TKV__PACK_ROWS || packed_rows > (1L << 22) || threads < 1 || threads > 64 ||
+            !tkv__pack_bytes(t, COLS, (size_t)packed_rows))
+            return fprintf(stderr, "kernel_ab: %s has no packed rows, or tokens, rows or threads out of range\n", argv[1]), 2;
+        return packed_main(t, rounds, (size_t)n_tok, (size_t)packed_rows, (int)threads, argv[1]);
+    }
     const size_t tok = n_tok ? (size_t)n_tok : 1;
     const tkv_type at = tkv__quant_vec_dot_type(t);
     const size_t rs = tkv__quant_row_size(t, COLS), ars = tkv__quant_row_size(at, COLS);
-    /* random bytes: every index of a grid type is in its table. Bit 6 of each byte clear: a float scale or
-       weight (fp16, bf16, f32) read from any two or four of them has its exponent's top bit clear, so it is
-       finite, and so are the sums both builds are compared by */
     uint8_t *w = malloc(ROWS * rs), *a = malloc(tok * ars);
-    float *x = malloc(COLS * sizeof *x), *y = malloc(tok * ROWS * sizeof *y);
-    if (!w || !a || !x || !y) return fprintf(stderr, "kernel_ab: out of memory\n"), 1;
-    for (size_t i = 0; i < ROWS * rs; i++) w[i] = (uint8_t)(rnd() & 0xbf);
-    for (size_t t1 = 0; t1 < tok; t1++) {
-        for (size_t i = 0; i < COLS; i++) x[i] = (float)(rnd() & 0xffff) / 32768.0f - 1.0f;
-        tkv__quant_quantize_row(at, x, a + t1 * ars, COLS);
-    }
+    float *y = malloc(tok * ROWS * sizeof *y);
+    if (!w || !a || !y || fill(t, w, ROWS * rs, a, tok, ars)) return fprintf(stderr, "kernel_ab: out of memory\n"), 1;
 
     const dot_fn f[2] = {tkv_ab_dot_a, tkv_ab_dot_b};
     const gemm_fn g[2] = {tkv_ab_gemm_a, tkv_ab_gemm_b};
@@ -94,6 +173,6 @@ int main(int argc, char **argv) {
     const double gb = (double)(ROWS * rs) * 1e-9; /* weight bytes read per round */
     printf("%s  a %.3f GB/s  b %.3f GB/s  b/a %.3f  sums %s (%.9g, %.9g)\n", argv[1], gb / best[0], gb / best[1],
            best[0] / best[1], memcmp(&sum[0], &sum[1], sizeof sum[0]) ? "differ" : "equal", sum[0], sum[1]);
-    free(w), free(a), free(x), free(y);
+    free(w), free(a), free(y);
     return 0;
 }
