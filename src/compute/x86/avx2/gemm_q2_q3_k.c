@@ -14,10 +14,8 @@
  * sub-blocks. Tokens run in tiles of up to 4 (their accumulators spill
  * from the 16 ymm registers, but each chunk's unpacking serves more
  * tokens: Zen 1, a layer's prefill products, Q3_K +10%), each half of the
- * group in turn. One token's pass over packed rows asks for the group's
- * lines PREFETCH_AHEAD on in both halves' passes, a share each step: asked
- * in the first half's alone, the memory idled through the second (Zen 3,
- * two threads from memory: Q2_K ~10 -> ~16 GB/s, Q3_K ~9 -> ~12).
+ * group in turn, each asking for its share of the lines ahead (util.h's
+ * half_share_of).
  */
 #include "compute/gemm.h"
 #include "util.h"
@@ -75,13 +73,11 @@ static inline __m256i scale_pairs(__m256i sb, int e, int three) {
  */
 INLINE void q23k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const *yb0, __m256 *acc, __m256 *accm, int T,
                      int three, int pf) {
-    const size_t SB = SBYTES(three), G = three ? TKV__Q3K_PACK_RUN(cnt) : cnt * SB;
+    const size_t SB = SBYTES(three), HALF = three ? TKV__Q3K_PACK_RUN(1) / 2 : SB / 2; /* a step's share of the run */
     const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
-        /* step hf cnt + i of the 2 cnt asks for its share of the run's lines PREFETCH_AHEAD on */
-        const size_t step = (size_t)hf * cnt + i, plo = (step * G / (2 * cnt)) & ~(size_t)63,
-                     phi = ((step + 1) * G / (2 * cnt)) & ~(size_t)63;
+        const half_share sh = half_share_of(HALF, cnt, hf, i); /* util.h: at most 15 lines, one a chunk */
         __m256i sumi[TT], summ[TT];
         UNROLL
         for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm256_setzero_si256(), summ[t] = sumi[t];
@@ -96,8 +92,7 @@ INLINE void q23k_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const
                 const int j = 4 * m + jj;
                 if (pf && hf == 0 && three && j == 0) /* the d's ahead (repack.h) */
                     _mm_prefetch((const char *)pk + TKV__Q3K_PACK_DS_NEXT(cnt, i), _MM_HINT_T0);
-                if (pf && plo + 64 * (size_t)j < phi)
-                    _mm_prefetch((const char *)pk + PREFETCH_AHEAD + plo + 64 * j, _MM_HINT_T0);
+                if (pf) line_ahead(pk, sh, (size_t)j, 0);
                 const __m256i q = LOADA256(b + 64 * j + 32 * hf);
                 __m256i v[4] = {_mm256_and_si256(q, m3), _mm256_and_si256(_mm256_srli_epi16(q, 2), m3),
                                 _mm256_and_si256(_mm256_srli_epi16(q, 4), m3), _mm256_and_si256(_mm256_srli_epi16(q, 6), m3)};

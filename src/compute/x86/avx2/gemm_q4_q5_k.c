@@ -109,6 +109,7 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (size_t i = 0; i < cnt; i++) {
         const uint8_t *b = pk + i * SB, *yb[TT];
+        const half_share sh = half_share_of(SB / 2, cnt, hf, i); /* Q4_K (util.h): 18 lines, one a step */
         __m256i sumi[TT], summ[TT];
         UNROLL
         for (int t = 0; t < T; t++) yb[t] = yb0[t] + i * QBS, sumi[t] = _mm256_setzero_si256(), summ[t] = sumi[t];
@@ -121,7 +122,8 @@ INLINE void k45_run(const uint8_t *pk, size_t cnt, int hf, const uint8_t *const 
             for (int t = 0; t < T; t++) slo[t] = _mm256_setzero_si256(), shi[t] = slo[t];
             UNROLL
             for (int j = 0; j < 8; j++) {
-                if (pf && hf == 0) k45_prefetch(b, SB, c, j, !five);
+                if (pf && !five) line_ahead(pk, sh, (size_t)(8 * c + j), 1);
+                else if (pf && hf == 0) k45_prefetch(b, SB, c, j, 0);
                 const __m256i q = LOADA256(b + 64 * (8 * c + j) + 32 * hf);
                 __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 if (five) { /* bit 2c of the chunk's qh bytes: the low nibbles' fifth bit; 2c + 1: the high ones' */
