@@ -68,8 +68,9 @@ INLINE void xs_run(const uint8_t *pk, size_t cnt, size_t nrow, const uint8_t *co
             for (int t = 0; t < T; t++) sumi[t] = _mm256_setzero_si256();
             UNROLL
             for (int s = 0; s < 8; s++) {
-                /* util.h's PREFETCH_AHEAD on, an eighth of a superblock a sub-block (and the line it starts in) */
-                if (pf && h == 0) prefetch_span(b + PREFETCH_AHEAD + SB * (size_t)s / 8, SB / 8 + 64);
+                /* util.h's PREFETCH_AHEAD on, a share of the superblock a (half, sub-block) and the line it starts
+                   in: both halves ask, so the memory does not idle through the second (2-4 tokens +6%) */
+                if (pf) prefetch_span(b + PREFETCH_AHEAD + SB * (size_t)(8 * h + s) / (size_t)(8 * NH), SB / (size_t)(8 * NH) + 64);
                 /* row k's scale in both words of dword k: vpmaddwd widens and scales at once */
                 const __m128i s8 = _mm_loadl_epi64((const __m128i *)(const void *)(b + TKV__IQ4XS_PACK_SCALES + 16 * s + 8 * h));
                 const __m256i sc = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s8, s8));
