@@ -66,7 +66,10 @@ INLINE void xs_run(const uint8_t *pk, size_t cnt, size_t nrow, const uint8_t *co
             __m256i sumi[TT];
             UNROLL
             for (int t = 0; t < T; t++) sumi[t] = _mm256_setzero_si256();
-            UNROLL
+            /* a loop: unrolled 8 times, gcc 12 spilled a tile of 4 tokens' values and sums to the stack (a third
+               of the prefill's time on instructions at %rsp); rolled, bench/kernel-ab: 1.68-1.72x at 16 and 128
+               tokens, 1.39x at 4, one token in cache 1.15x */
+            _Pragma("GCC unroll 1")
             for (int s = 0; s < 8; s++) {
                 /* util.h's PREFETCH_AHEAD on, a share of the superblock a (half, sub-block) and the line it starts
                    in: both halves ask, so the memory does not idle through the second (2-4 tokens +6%) */
