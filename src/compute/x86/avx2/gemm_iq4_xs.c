@@ -21,10 +21,10 @@
  * tokens, counts for twice as many: bench_kernels --prefill -t 256 -l avx2,
  * 1b shape, 110-111 -> 123-125 GF/s; with the scales in the widening, the 4
  * tokens' sums, the values and the constants fit the 16 ymm registers, where
- * a separate sum a token did not: 1.18-1.30x, bench/RESULTS.md); each
- * superblock's two
- * halves follow one another, so its bytes come from memory once and from
- * L1 the second time.
+ * a separate sum a token did not: 1.18-1.30x, bench/RESULTS.md, once the
+ * sub-block loop stays a loop: xs_run); each superblock's two halves follow
+ * one another, so its bytes come from memory once and from L1 the second
+ * time.
  */
 #include "compute/gemm.h"
 #include "util.h"
