@@ -96,8 +96,8 @@ static int packed_main(tkv_type t, int rounds, size_t tok, size_t rows, int thre
     uint8_t *w = malloc(rows * rs), *a = malloc(tok * ars), *pk = aligned_alloc(64, (pbytes + 63) & ~(size_t)63);
     float *y = malloc(tok * rows * sizeof *y);
     tkv__pool *pool = NULL;
-    if (!w || !a || !pk || !y || fill(t, w, rows * rs, a, tok, ars) || tkv__pool_create(threads, &pool) != TKV_OK)
-        return fprintf(stderr, "kernel_ab: out of memory\n"), 1;
+    if (!w || !a || !pk || !y || fill(t, w, rows * rs, a, tok, ars)) return fprintf(stderr, "kernel_ab: out of memory\n"), 1;
+    if (tkv__pool_create(threads, &pool) != TKV_OK) return fprintf(stderr, "kernel_ab: no pool of %d threads\n", threads), 1;
     tkv__pack_rows(t, w, COLS, rows, pk);
     free(w);
     packed_task task[2] = {{tkv_ab_gemm_a, pk, a, tkv__pack_stride(t, COLS), rows, ars, tok, y},
