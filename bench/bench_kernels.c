@@ -178,9 +178,9 @@ static void mm_run(void *arg, int ith, int nth) {
     const mm_task *m = arg;
     for (size_t c0 = 0; c0 < m->rows; c0 += m->call) {
         const size_t c1 = c0 + m->call < m->rows ? c0 + m->call : m->rows;
-        size_t g0, g1;
-        tkv__split((c1 - c0 + TKV__PACK_ROWS - 1) / TKV__PACK_ROWS, ith, nth, &g0, &g1);
-        const size_t r0 = c0 + g0 * TKV__PACK_ROWS, r1 = c0 + g1 * TKV__PACK_ROWS < c1 ? c0 + g1 * TKV__PACK_ROWS : c1;
+        size_t r0, r1;
+        tkv__split_groups(c1 - c0, TKV__PACK_ROWS, ith, nth, &r0, &r1);
+        r0 += c0, r1 += c0;
         if (r1 > r0) tkv__ops_matmul_packed(m->t, m->pk, m->n, r0, r1, m->xq, m->n_tok, m->y, m->rows);
         tkv__pool_barrier(m->pool);
     }

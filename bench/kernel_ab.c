@@ -58,10 +58,9 @@ typedef struct packed_task {
 
 static void packed_run(void *arg, int ith, int nth) {
     const packed_task *p = arg;
-    size_t g0, g1;
-    tkv__split((p->rows + TKV__PACK_ROWS - 1) / TKV__PACK_ROWS, ith, nth, &g0, &g1);
-    const size_t r0 = g0 * TKV__PACK_ROWS, r1 = g1 * TKV__PACK_ROWS < p->rows ? g1 * TKV__PACK_ROWS : p->rows;
-    if (r1 > r0) p->f(COLS, p->pk + g0 * p->gs, p->gs, r1 - r0, p->a, p->ars, p->tok, p->y + r0, p->rows);
+    size_t r0, r1;
+    tkv__split_groups(p->rows, TKV__PACK_ROWS, ith, nth, &r0, &r1);
+    if (r1 > r0) p->f(COLS, p->pk + r0 / TKV__PACK_ROWS * p->gs, p->gs, r1 - r0, p->a, p->ars, p->tok, p->y + r0, p->rows);
 }
 
 /* The type named name, or TKV_TYPE_COUNT. */

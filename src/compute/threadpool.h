@@ -52,4 +52,11 @@ static inline void tkv__split(size_t n, int ith, int nth, size_t *r0, size_t *r1
     *r1 = n * (size_t)(ith + 1) / (size_t)nth;
 }
 
+/* [*r0, *r1): the share of n rows of thread ith among nth in whole groups of g rows (the last group may be short:
+   *r1 stops at n), as the products over packed rows take them. */
+static inline void tkv__split_groups(size_t n, size_t g, int ith, int nth, size_t *r0, size_t *r1) {
+    tkv__split((n + g - 1) / g, ith, nth, r0, r1);
+    *r0 *= g, *r1 = *r1 * g < n ? *r1 * g : n;
+}
+
 #endif

@@ -253,9 +253,7 @@ static void rows_of(const pass *P, const tkv__tensor *w, size_t r0, size_t r1, c
 /* Thread ith's rows [*r0, *r1) of w's product. */
 static void share_rows(const tkv__tensor *w, int ith, int nth, size_t *r0, size_t *r1) {
     if (w->packed) { /* whole groups of packed rows to each thread */
-        const size_t G = TKV__PACK_ROWS;
-        tkv__split((w->ne1 + G - 1) / G, ith, nth, r0, r1);
-        *r0 *= G, *r1 = *r1 * G < w->ne1 ? *r1 * G : w->ne1;
+        tkv__split_groups(w->ne1, TKV__PACK_ROWS, ith, nth, r0, r1);
     } else {
         tkv__split(w->ne1, ith, nth, r0, r1);
     }
