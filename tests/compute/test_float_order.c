@@ -193,10 +193,13 @@ static void test_lanes_order_avx512(void **state) {
     lanes_order(TKV__KERNEL_AVX512);
 }
 
-/* Larger shapes, past the edges of the tiles' blocking (compute/x86/avx512/gemm_float.c):
-   a thread's range of more than a block of 128 rows ending in a partial
-   tile, token counts past a multiple of the 6-token tile, the longest row
-   whose tokens are widened once (2048) and longer ones (other tiles). */
+/* Larger shapes, past the edges of the tiles' blocking (compute/x86/avx512/gemm_float.c:
+   blocks of 128 rows, 6-token tiles, rows of up to 2048 widened once, longer
+   ones in other tiles; compute/x86/avx2/gemm_float.c: blocks of 96 rows,
+   tiles of 3 rows x 4 tokens, chunks of 1024 elements): a thread's range of
+   more than a block ending in a partial tile, token counts past a multiple
+   of each tile, rows of one chunk, of whole chunks and of a partial last
+   chunk. */
 static void lanes_shapes(tkv__kernel_level level) {
     if (tkv__kernel_force_level(level) != 0) TU_SKIP();
     static const struct {

@@ -115,128 +115,116 @@ float tkv__dot_bf16_ref_avx2(size_t n, const void *w, const void *a) {
 
 /*
  * All three as at the avx512 level (its comment says why): the tokens of a
- * tile are widened once, whole rows, into xbuf, and only the weights in
- * the tile. Tiles of RT rows x TT tokens: the RT x TT accumulators of two
- * halves, the widened weights and a token's halves fill the 16 ymm
- * registers. Measured at this level on the avx512 machine (the 125M
- * layer's products, 512 tokens, one thread): BF16 62 -> 88 GFLOP/s, F32
- * 40 -> 79. F16 there was faster in tiles of 2 rows x 2 tokens that widen
- * both operands (LANES_WIDE: 93 against 84), but the cores that run this
- * level are those without AVX-512, and on one of them (Zen 1, whose 8-lane
- * widening is two operations) these tiles are twice as fast: 12.1-12.5 ->
- * 26.7-27.1 GFLOP/s (bench_kernels --prefill -t 256, the 125m
- * layer on one thread; 1b: 12.2-12.5 -> 20.3-20.7). Rows longer than XMAX
- * take LANES_WIDE. The tile shape changes no sum: each entry is one
- * accumulator over its whole row, in element order.
+ * tile are widened once per chunk into xbuf, and only the weights in the
+ * tile. The tile shape changes no sum: each entry is one accumulator over
+ * its whole row, in element order, carried across chunks in a stash.
+ *
+ * Each entry's 16 lanes are two independent 8-lane halves (lane l sums
+ * elements l, l + 16, ...), so a tile runs its chunk twice, lanes 0-7 then
+ * lanes 8-15, and holds twice the entries in the 16 ymm registers: tiles
+ * of RT = 3 rows x TT = 4 tokens, 12 accumulators, the rows' widened
+ * weights and a token's 8 values. A step of 8 elements is 12 fused
+ * multiply-adds against 7 loads and 3 widenings (the earlier tiles of one
+ * row x 6 tokens, each entry as two halves at once, were 12 against 14
+ * loads and 2 widenings). xbuf keeps each token's halves apart, so a pass
+ * reads only the lines of its half, 8 KiB a chunk (the earlier whole rows,
+ * 48 KiB at 2048 elements, left L1). Zen 3, one thread, 384 rows x 512
+ * tokens in cache: F16 at 2048 elements 37 -> 70 GF/s; at the 125M shape,
+ * pp512 +16% (0.74x -> 0.80-0.90x llama-bench's).
  */
-#define RT 1
-#define TT 6
-#define RB 128    /* rows per block: a block's weights stay in L2 across its token tiles */
-#define XMAX 2048 /* elements: xbuf holds TT rows of it, 48 KiB of stack */
+#define RT 3
+#define TT 4
+#define RB 96   /* rows per block, a multiple of RT: the stash, 24 KiB */
+#define KC 1024 /* elements per chunk: xbuf, 4 tokens' chunk as floats, 16 KiB */
 
-static inline v16 ldx(const float *p) { return (v16){_mm256_load_ps(p), _mm256_load_ps(p + 8)}; }
+/* v in a register: gcc would fold its load into each row's multiply-add, one load per row */
+#define REG(v) __asm__("" : "+x"(v))
 
-/* The tile at rows wr and tokens xp (n floats apart): nt is a constant
-   where it is inlined, so the accumulators stay in registers. */
-#define DEFINE_TILE(name, LD, es)                                                                                     \
-    static inline __attribute__((always_inline)) void name(size_t n, const uint8_t *const *wr, const float *xp,       \
-                                                           float *yt, size_t ldy, size_t nr, size_t nt) {             \
-        v16 acc[RT][TT];                                                                                              \
-        for (size_t r = 0; r < RT; r++)                                                                               \
-            for (size_t t = 0; t < nt; t++) acc[r][t] = v16_zero();                                                   \
-        for (size_t i = 0; i < n; i += 16) {                                                                          \
-            v16 wv[RT];                                                                                               \
-            for (size_t r = 0; r < RT; r++) wv[r] = LD(wr[r] + i * (es));                                             \
-            for (size_t t = 0; t < nt; t++) {                                                                         \
-                const v16 xv = ldx(xp + t * n + i);                                                                   \
-                for (size_t r = 0; r < RT; r++) acc[r][t] = v16_fma(wv[r], xv, acc[r][t]);                            \
+/* 8 elements of a row as floats */
+static inline __m256 ld8_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)(const void *)p); }
+static inline __m256 ld8_f16(const uint8_t *p) { return _mm256_cvtph_ps(LD128(p)); }
+#define ld8_bf16 bf16x8
+
+/* Rows wr[0 .. RT) over elements [0, kc) of the chunk, nt tokens of xbuf (KC floats each: lanes 0-7 of every
+   16-element step, then lanes 8-15), half h at a time: the accumulators (row, token, half) from st (zero at the
+   rows' first chunk) back to st. nt is a constant where it is inlined, so they stay in registers. */
+#define DEFINE_TILE(name, LD8, es)                                                                                    \
+    static inline __attribute__((always_inline)) void name(size_t kc, const uint8_t *const *wr, const float *xbuf,    \
+                                                           __m256 *st, int first, size_t nt) {                        \
+        for (size_t h = 0; h < 2; h++) {                                                                              \
+            __m256 acc[RT][TT];                                                                                       \
+            for (size_t r = 0; r < RT; r++)                                                                           \
+                for (size_t t = 0; t < nt; t++) acc[r][t] = first ? _mm256_setzero_ps() : st[(r * TT + t) * 2 + h];  \
+            for (size_t i = 0; i < kc; i += 16) {                                                                     \
+                __m256 wv[RT];                                                                                        \
+                for (size_t r = 0; r < RT; r++) wv[r] = LD8(wr[r] + (i + 8 * h) * (es));                              \
+                for (size_t t = 0; t < nt; t++) {                                                                     \
+                    __m256 xv = _mm256_load_ps(xbuf + t * KC + h * (KC / 2) + i / 2);                                 \
+                    REG(xv);                                                                                          \
+                    for (size_t r = 0; r < RT; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);                \
+                }                                                                                                     \
             }                                                                                                         \
+            for (size_t r = 0; r < RT; r++)                                                                           \
+                for (size_t t = 0; t < nt; t++) st[(r * TT + t) * 2 + h] = acc[r][t];                                 \
         }                                                                                                             \
-        for (size_t t = 0; t < nt; t++)                                                                               \
-            for (size_t r = 0; r < nr; r++) yt[t * ldy + r] = reduce16(acc[r][t]);                                   \
     }
 
-DEFINE_TILE(tile_f32, ld_f32, 4)
-DEFINE_TILE(tile_bf16, ld_bf16, 2)
-DEFINE_TILE(tile_f16, ld_f16, 2)
+DEFINE_TILE(tile_f32, ld8_f32, 4)
+DEFINE_TILE(tile_bf16, ld8_bf16, 2)
+DEFINE_TILE(tile_f16, ld8_f16, 2)
 
-/* Tiles of 2 rows x 2 tokens that widen both operands. */
-#define LANES_WIDE(LD, es)                                                                                            \
-    do {                                                                                                              \
-        for (size_t r0 = 0; r0 < n_rows; r0 += 2)                                                                     \
-            for (size_t t0 = 0; t0 < n_tok; t0 += 2) {                                                                \
-                const size_t nr = n_rows - r0 < 2 ? n_rows - r0 : 2, nt = n_tok - t0 < 2 ? n_tok - t0 : 2;            \
-                const uint8_t *wt = wb + r0 * wrs, *xt = xb + t0 * xrs;                                               \
-                float *yt = y + t0 * ldy + r0;                                                                        \
-                v16 acc[2][2];                                                                                        \
-                for (size_t r = 0; r < 2; r++)                                                                        \
-                    for (size_t t = 0; t < 2; t++) acc[r][t] = v16_zero();                                            \
-                if (nr == 2 && nt == 2) {                                                                             \
-                    for (size_t i = 0; i < n; i += 16) {                                                              \
-                        const v16 w0 = LD(wt + i * (es)), w1 = LD(wt + wrs + i * (es));                               \
-                        for (size_t t = 0; t < 2; t++) {                                                              \
-                            const v16 xv = LD(xt + t * xrs + i * (es));                                               \
-                            acc[0][t] = v16_fma(w0, xv, acc[0][t]);                                                   \
-                            acc[1][t] = v16_fma(w1, xv, acc[1][t]);                                                   \
-                        }                                                                                             \
-                    }                                                                                                 \
-                } else {                                                                                              \
-                    for (size_t i = 0; i < n; i += 16)                                                                \
-                        for (size_t r = 0; r < nr; r++)                                                               \
-                            for (size_t t = 0; t < nt; t++)                                                           \
-                                acc[r][t] = v16_fma(LD(wt + r * wrs + i * (es)), LD(xt + t * xrs + i * (es)), acc[r][t]); \
-                }                                                                                                     \
-                for (size_t r = 0; r < nr; r++)                                                                       \
-                    for (size_t t = 0; t < nt; t++) yt[t * ldy + r] = reduce16(acc[r][t]);                           \
-            }                                                                                                         \
-    } while (0)
-
-#define LANES_LOOP(LD, es, TILE)                                                                                      \
+/* Rows in blocks of RB, each block's tokens in tiles of TT, each tile's rows in chunks of KC (a last odd row of a
+   block computed twice, kept once); the stash's entries reduced to y after a tile's last chunk. */
+#define LANES_LOOP(LD8, es, TILE)                                                                                     \
     const uint8_t *wb = w, *xb = xq;                                                                                  \
-    if (n > XMAX) {                                                                                                   \
-        LANES_WIDE(LD, es);                                                                                           \
-        return;                                                                                                       \
-    }                                                                                                                 \
-    _Alignas(32) float xbuf[TT * XMAX];                                                                               \
+    __m256 st[RB * TT * 2];                                                                                           \
+    _Alignas(32) float xbuf[TT * KC];                                                                                 \
+    _Static_assert(sizeof st + sizeof xbuf <= 80 * 1024, "the buffers of a product live on the stack (kernels.h)");   \
     for (size_t rb = 0; rb < n_rows; rb += RB) {                                                                      \
         const size_t re = n_rows - rb < RB ? n_rows : rb + RB;                                                        \
         for (size_t t0 = 0; t0 < n_tok; t0 += TT) {                                                                   \
             const size_t nt = n_tok - t0 < TT ? n_tok - t0 : TT;                                                      \
-            for (size_t t = 0; t < nt; t++)                                                                           \
-                for (size_t i = 0; i < n; i += 16) {                                                                  \
-                    const v16 v = LD(xb + (t0 + t) * xrs + i * (es));                                                 \
-                    _mm256_store_ps(xbuf + t * n + i, v.lo), _mm256_store_ps(xbuf + t * n + i + 8, v.hi);             \
-                }                                                                                                     \
-            for (size_t r0 = rb; r0 < re; r0 += RT) {                                                                 \
-                const size_t nr = re - r0 < RT ? re - r0 : RT;                                                        \
-                const uint8_t *wr[RT];                                                                                \
-                for (size_t r = 0; r < RT; r++) wr[r] = wb + (r0 + (r < nr ? r : nr - 1)) * wrs;                      \
-                float *yt = y + t0 * ldy + r0;                                                                        \
-                switch (nt) {                                                                                         \
-                case 6: TILE(n, wr, xbuf, yt, ldy, nr, 6); break;                                                     \
-                case 5: TILE(n, wr, xbuf, yt, ldy, nr, 5); break;                                                     \
-                case 4: TILE(n, wr, xbuf, yt, ldy, nr, 4); break;                                                     \
-                case 3: TILE(n, wr, xbuf, yt, ldy, nr, 3); break;                                                     \
-                case 2: TILE(n, wr, xbuf, yt, ldy, nr, 2); break;                                                     \
-                default: TILE(n, wr, xbuf, yt, ldy, nr, 1); break;                                                    \
+            for (size_t k0 = 0; k0 < n; k0 += KC) {                                                                   \
+                const size_t kc = n - k0 < KC ? n - k0 : KC;                                                          \
+                for (size_t t = 0; t < nt; t++)                                                                       \
+                    for (size_t i = 0; i < kc; i += 16) {                                                             \
+                        const uint8_t *xi = xb + (t0 + t) * xrs + (k0 + i) * (es);                                    \
+                        _mm256_store_ps(xbuf + t * KC + i / 2, LD8(xi));                                              \
+                        _mm256_store_ps(xbuf + t * KC + KC / 2 + i / 2, LD8(xi + 8 * (es)));                          \
+                    }                                                                                                 \
+                for (size_t r0 = rb; r0 < re; r0 += RT) {                                                             \
+                    const uint8_t *wr[RT];                                                                            \
+                    for (size_t r = 0; r < RT; r++) wr[r] = wb + (r0 + r < re ? r0 + r : re - 1) * wrs + k0 * (es);   \
+                    __m256 *sr = st + (r0 - rb) * TT * 2;                                                             \
+                    switch (nt) {                                                                                     \
+                    case 4: TILE(kc, wr, xbuf, sr, k0 == 0, 4); break;                                                \
+                    case 3: TILE(kc, wr, xbuf, sr, k0 == 0, 3); break;                                                \
+                    case 2: TILE(kc, wr, xbuf, sr, k0 == 0, 2); break;                                                \
+                    default: TILE(kc, wr, xbuf, sr, k0 == 0, 1); break;                                               \
+                    }                                                                                                 \
                 }                                                                                                     \
             }                                                                                                         \
+            for (size_t r = rb; r < re; r++)                                                                          \
+                for (size_t t = 0; t < nt; t++) {                                                                     \
+                    const __m256 *e = st + (r - rb) * TT * 2 + 2 * t;                                                 \
+                    y[(t0 + t) * ldy + r] = sum16_halves(e[0], e[1]);                                                 \
+                }                                                                                                     \
         }                                                                                                             \
     }
 
 void tkv__lanes_f32_avx2(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    LANES_LOOP(ld_f32, 4, tile_f32)
+    LANES_LOOP(ld8_f32, 4, tile_f32)
 }
 
 void tkv__lanes_f16_avx2(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs, size_t n_tok,
                          float *y, size_t ldy) {
-    LANES_LOOP(ld_f16, 2, tile_f16)
+    LANES_LOOP(ld8_f16, 2, tile_f16)
 }
 
 void tkv__lanes_bf16_avx2(size_t n, const void *w, size_t wrs, size_t n_rows, const void *xq, size_t xrs, size_t n_tok,
                           float *y, size_t ldy) {
-    LANES_LOOP(ld_bf16, 2, tile_bf16)
+    LANES_LOOP(ld8_bf16, 2, tile_bf16)
 }
 
 #endif
