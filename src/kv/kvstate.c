@@ -34,10 +34,11 @@ tkv_status tkv__kv_states_create(tkv__kvcache *kv, size_t floats, uint32_t n_slo
     s->seq_run = tkv__malloc(n_seq * sizeof *s->seq_run);
     s->run = tkv__calloc(n_cells, sizeof *s->run);
     s->state = tkv__calloc(n_seq, sizeof *s->state);
+    s->work = tkv__calloc(n_seq, sizeof *s->work);
     s->snap = tkv__calloc(n_cells, sizeof *s->snap);
     s->snap_kind = tkv__calloc(n_cells, sizeof *s->snap_kind);
     if (!s->slot_mem || !s->slot_cell || !s->slot_kind || !s->slot_used || !s->slot_token || !s->slot_pos || !s->cell_slot ||
-        !s->run_seq || !s->run_len || !s->run_old || !s->ends || !s->seq_run || !s->run || !s->state || !s->snap || !s->snap_kind)
+        !s->run_seq || !s->run_len || !s->run_old || !s->ends || !s->seq_run || !s->run || !s->state || !s->work || !s->snap || !s->snap_kind)
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for %u recurrent-state checkpoints of %zu KiB", n_slots,
                          floats * sizeof(float) >> 10);
     for (uint32_t i = 0; i < n_slots; i++) s->slot_cell[i] = -1;
@@ -50,6 +51,7 @@ void tkv__kv_states_free(tkv__kvcache *kv) {
     tkv__kvstates *s = kv->st;
     if (!s) return;
     for (uint32_t i = 0; i < s->n_alloc; i++) tkv__free(s->slot_mem[i]);
+    for (uint32_t r = 0; r < s->work_cap; r++) tkv__free(s->work[r]);
     void *bufs[] = {s->slot_mem, s->slot_cell, s->slot_kind, s->slot_used, s->slot_token, s->slot_pos,
                     s->cell_slot, s->run_seq, s->run_len,   s->run_old,   s->ends,   s->seq_run,    s->run,
                     s->state,   s->snap,      s->snap_kind, s->work,      s->snaps};
@@ -136,13 +138,19 @@ static int32_t take_slot(tkv__kvcache *kv) {
     return best;
 }
 
-/* Save src as the checkpoint of cell (one there already holds the same state: only its kind and use change). */
-static void install(tkv__kvcache *kv, const float *src, uint32_t cell, tkv__ckpt_kind kind) {
+/* Save *src as the checkpoint of cell (one there already holds the same state: only its kind and use change):
+   copied, or with trade, *src becomes the slot's memory and the slot's old memory goes to *src. */
+static void install(tkv__kvcache *kv, float **src, bool trade, uint32_t cell, tkv__ckpt_kind kind) {
     tkv__kvstates *s = kv->st;
     int32_t slot = s->cell_slot[cell];
     if (slot < 0) {
         if ((slot = take_slot(kv)) < 0) return; /* every slot serves a sequence's end: this one is not kept */
-        memcpy(slot_mem(s, slot), src, s->floats * sizeof(float));
+        if (trade) {
+            float *old = s->slot_mem[slot];
+            s->slot_mem[slot] = *src, *src = old;
+        } else {
+            memcpy(slot_mem(s, slot), *src, s->floats * sizeof(float));
+        }
         s->slot_cell[slot] = (int32_t)cell;
         s->slot_token[slot] = kv->token[cell];
         s->slot_pos[slot] = kv->pos[cell];
@@ -158,7 +166,8 @@ bool tkv__kv_state_put(tkv__kvcache *kv, uint32_t cell, const float *src) {
     tkv__kvstates *s = kv->st;
     if (!s || cell >= kv->rows.n_cells || kv->token[cell] == TKV_TOKEN_NULL) return false;
     if (s->cell_slot[cell] < 0 && reserve_slots(s, 1) != TKV_OK) return false;
-    install(kv, src, cell, TKV__CKPT_KEEP);
+    float *from = (float *)src; /* copied, not written */
+    install(kv, &from, false, cell, TKV__CKPT_KEEP);
     return s->cell_slot[cell] >= 0;
 }
 
@@ -187,9 +196,8 @@ tkv_status tkv__kv_stage_states(tkv__kvcache *kv, const tkv_batch *b, const uint
             st = tkv__fail(TKV_ERR_INVALID, "tkv_decode: sequence %d has no recurrent state after its %u tokens",
                            (int)s->run_seq[r], q->n);
     }
-    if (!st && s->n_runs > s->work_cap) {
-        float *w = tkv__realloc(s->work, (size_t)s->n_runs * s->floats * sizeof(float));
-        if (w) s->work = w, s->work_cap = s->n_runs;
+    while (!st && s->n_runs > s->work_cap) {
+        if ((s->work[s->work_cap] = tkv__malloc(s->floats * sizeof(float)))) s->work_cap++;
         else st = tkv__fail(TKV_ERR_NOMEM, "out of memory for %u recurrent states", s->n_runs);
     }
     if (!st) st = reserve_slots(s, s->n_runs + n_snap);
@@ -204,7 +212,7 @@ tkv_status tkv__kv_stage_states(tkv__kvcache *kv, const tkv_batch *b, const uint
     }
     for (uint32_t r = 0; r < s->n_runs; r++) {
         const tkv__kvseq *q = &kv->seq[s->run_seq[r]];
-        s->state[r] = s->work + (size_t)r * s->floats;
+        s->state[r] = s->work[r];
         if (q->n) memcpy(s->state[r], slot_mem(s, s->cell_slot[q->cells[q->n - 1]]), s->floats * sizeof(float));
         else memset(s->state[r], 0, s->floats * sizeof(float)); /* a sequence's first token starts from zeros */
     }
@@ -229,10 +237,11 @@ void tkv__kv_states_commit(tkv__kvcache *kv, const tkv_batch *b) {
     /* each run's end first (never dropped: the slots suffice for every sequence's end), then the copies */
     for (uint32_t r = 0; r < s->n_runs; r++) {
         const tkv__kvseq *q = &kv->seq[s->run_seq[r]];
-        install(kv, s->state[r], q->cells[q->n - 1], s->run_len[r] > 1 ? TKV__CKPT_KEEP : TKV__CKPT_MOVING);
+        install(kv, &s->work[r], true, q->cells[q->n - 1], s->run_len[r] > 1 ? TKV__CKPT_KEEP : TKV__CKPT_MOVING);
+        s->state[r] = NULL; /* s->work[r] may be another buffer now */
     }
     for (size_t i = 0; i < b->n; i++)
-        if (s->snap[i]) install(kv, s->snap[i], kv->seq[b->seq[i]].cells[b->pos[i]], (tkv__ckpt_kind)s->snap_kind[i]);
+        if (s->snap[i]) install(kv, &s->snap[i], false, kv->seq[b->seq[i]].cells[b->pos[i]], (tkv__ckpt_kind)s->snap_kind[i]);
     /* where a run started: a generation step moves the sequence's state on (the old one goes unless another
        sequence ends there); a prompt that extends a sequence keeps it (a turn of a conversation) */
     for (uint32_t r = 0; r < s->n_runs; r++) {

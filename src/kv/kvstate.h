@@ -59,7 +59,9 @@ typedef struct tkv__kvstates {
     float **state;         /* (n_seq) each run's working state, in work */
     float **snap;          /* (n_cells) NULL, or batch token i's copy, in snaps */
     uint8_t *snap_kind;    /* (n_cells) */
-    float *work, *snaps;   /* scratch: (work_cap, floats), (snap_cap, floats) */
+    float **work;          /* (n_seq) run r's working state, made as decodes need it (work_cap of them); a commit
+                              trades it for the memory of the slot that keeps it, so a step's state is not copied */
+    float *snaps;          /* scratch: (snap_cap, floats) */
     uint32_t work_cap, snap_cap;
 } tkv__kvstates;
 
