@@ -528,6 +528,14 @@ static void moe_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *ta
 }
 
 
+/* u = relu(u)^2, n elements (nemotron_h's MLP activation). */
+static void relu_sq(float *u, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float v = u[i] > 0 ? u[i] : 0;
+        u[i] = v * v;
+    }
+}
+
 /* This thread's share [*a, *z) of one row of len elements: whole activation blocks of w's product (16 elements at
    least, or without w: the SIMD width, so each element goes through the same code whatever the thread count). */
 static void block_share(size_t len, const tkv__tensor *w, int ith, int nth, size_t *a, size_t *z) {
@@ -547,15 +555,18 @@ static void acts_share(pass *P, acts_tag *tag, const tkv__tensor *w, const float
 }
 
 /* All threads: y (n, n_embd) = (act(in Wgate) * (in Wup)) Wdown, act SiLU (GELU: gemma); gate and up
-   (n, n_ff) with n_ff Wgate's rows (the model's FFN, or a shared expert's). */
+   (n, n_ff) with n_ff Wup's rows (the model's FFN, or a shared expert's). Without Wgate (nemotron_h's MLP
+   layers): y = relu(in Wup)^2 Wdown, the activation in up. */
 static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *tag, const float *in, float *y,
                       const tkv__tensor *after) {
     tkv__fwd *f = P->f;
     const uint32_t n = P->b->n;
-    const size_t ff = L->w_gate.ne1;
+    const size_t ff = L->w_up.ne1;
+    const bool gated = L->w_gate.data != NULL;
+    float *act = gated ? f->gate : f->up; /* (n, n_ff) the down product's input */
     size_t t0, t1;
     tkv__split(n, ith, nth, &t0, &t1);
-    tkv__fwd_matmul(P, ith, nth, tag, &L->w_gate, in, n, f->gate);
+    if (gated) tkv__fwd_matmul(P, ith, nth, tag, &L->w_gate, in, n, f->gate);
     tkv__fwd_matmul(P, ith, nth, tag, &L->w_up, in, n, f->up);
     tkv__fwd_barrier_warm(P, ith, nth, &L->w_down);
     /* the activation, token by token, each thread quantizing what it wrote for the down product (acts_early);
@@ -566,13 +577,14 @@ static void dense_ffn(pass *P, int ith, int nth, const tkv__layer *L, acts_tag *
     if (n == 1) block_share(ff, D, ith, nth, &a, &z);
     for (size_t t = n == 1 ? 0 : t0; t < (n == 1 ? 1 : t1) && z > a; t++) {
         float *g = f->gate + t * ff + a, *u = f->up + t * ff + a;
-        if (f->m->arch->gemma) tkv__ops_geglu(g, g, u, z - a);
+        if (!gated) relu_sq(u, z - a);
+        else if (f->m->arch->gemma) tkv__ops_geglu(g, g, u, z - a);
         else tkv__ops_swiglu(g, g, u, z - a);
     }
-    if (n == 1) acts_share(P, tag, D, f->gate, a, z, f->gate); /* this thread's blocks of the one row */
-    else acts_early(P, tag, D, f->gate, t0, t1);
+    if (n == 1) acts_share(P, tag, D, act, a, z, act); /* this thread's blocks of the one row */
+    else acts_early(P, tag, D, act, t0, t1);
     tkv__fwd_barrier_warm(P, ith, nth, D);
-    tkv__fwd_matmul(P, ith, nth, tag, D, f->gate, n, y);
+    tkv__fwd_matmul(P, ith, nth, tag, D, act, n, y);
     tkv__fwd_barrier_warm(P, ith, nth, after); /* the product after the FFN (NULL: unknown) */
 }
 
@@ -766,7 +778,7 @@ static bool layer_pass(pass *P, int ith, int nth, uint32_t l, acts_tag *tag) {
     case TKV__LAYER_SHORTCONV: tkv__fwd_conv_mixer(P, ith, nth, l, tag, attn_in); break;
     case TKV__LAYER_DELTANET: tkv__fwd_delta_mixer(P, ith, nth, l, tag, attn_in); break;
     case TKV__LAYER_MAMBA2: tkv__fwd_mamba_mixer(P, ith, nth, l, tag, attn_in); break;
-    case TKV__LAYER_MLP: tkv__fwd_mlp_mixer(P, ith, nth, l, tag, attn_in); break;
+    case TKV__LAYER_MLP: dense_ffn(P, ith, nth, L, tag, attn_in, f->tmp, NULL); break;
     case TKV__LAYER_ATTN: tkv__fwd_attn_mixer(P, ith, nth, l, tag, attn_in); break;
     }
     const float rs = m->ext.residual_scale; /* granite: each block's output is scaled before the add */

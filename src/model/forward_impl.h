@@ -112,6 +112,5 @@ void tkv__fwd_attn_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, c
 void tkv__fwd_conv_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in);
 void tkv__fwd_delta_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in);
 void tkv__fwd_mamba_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in);
-void tkv__fwd_mlp_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in);
 
 #endif

@@ -251,25 +251,3 @@ void tkv__fwd_mamba_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, 
     tkv__fwd_matmul(P, ith, nth, tag, &L->m_out, f->my, n, f->tmp);
     tkv__pool_barrier(P->pool);
 }
-
-/* nemotron_h's MLP layer: tmp (n, n_embd) = relu(in Wup)^2 Wdown. */
-void tkv__fwd_mlp_mixer(pass *P, int ith, int nth, uint32_t l, acts_tag *tag, const float *in) {
-    tkv__fwd *f = P->f;
-    const tkv__layer *L = &f->m->w.layers[l];
-    const uint32_t n = P->b->n;
-    const size_t ff = L->w_up.ne1;
-    size_t t0, t1;
-    tkv__split(n, ith, nth, &t0, &t1);
-    tkv__fwd_matmul(P, ith, nth, tag, &L->w_up, in, n, f->up);
-    tkv__pool_barrier(P->pool);
-    for (size_t t = t0; t < t1; t++)
-        for (size_t i = 0; i < ff; i++) {
-            const float u = f->up[t * ff + i] > 0 ? f->up[t * ff + i] : 0;
-            f->up[t * ff + i] = u * u;
-        }
-    tag->src = NULL;
-    tkv__pool_barrier(P->pool);
-    tkv__fwd_matmul(P, ith, nth, tag, &L->w_down, f->up, n, f->tmp);
-    tkv__pool_barrier(P->pool);
-}
-
