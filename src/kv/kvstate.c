@@ -33,12 +33,11 @@ tkv_status tkv__kv_states_create(tkv__kvcache *kv, size_t floats, uint32_t n_slo
     s->ends = tkv__calloc(n_seq, sizeof *s->ends);
     s->seq_run = tkv__malloc(n_seq * sizeof *s->seq_run);
     s->run = tkv__calloc(n_cells, sizeof *s->run);
-    s->state = tkv__calloc(n_seq, sizeof *s->state);
     s->work = tkv__calloc(n_seq, sizeof *s->work);
     s->snap = tkv__calloc(n_cells, sizeof *s->snap);
     s->snap_kind = tkv__calloc(n_cells, sizeof *s->snap_kind);
     if (!s->slot_mem || !s->slot_cell || !s->slot_kind || !s->slot_used || !s->slot_token || !s->slot_pos || !s->cell_slot ||
-        !s->run_seq || !s->run_len || !s->run_old || !s->ends || !s->seq_run || !s->run || !s->state || !s->work || !s->snap || !s->snap_kind)
+        !s->run_seq || !s->run_len || !s->run_old || !s->ends || !s->seq_run || !s->run || !s->work || !s->snap || !s->snap_kind)
         return tkv__fail(TKV_ERR_NOMEM, "out of memory for %u recurrent-state checkpoints of %zu KiB", n_slots,
                          floats * sizeof(float) >> 10);
     for (uint32_t i = 0; i < n_slots; i++) s->slot_cell[i] = -1;
@@ -54,7 +53,7 @@ void tkv__kv_states_free(tkv__kvcache *kv) {
     for (uint32_t r = 0; r < s->work_cap; r++) tkv__free(s->work[r]);
     void *bufs[] = {s->slot_mem, s->slot_cell, s->slot_kind, s->slot_used, s->slot_token, s->slot_pos,
                     s->cell_slot, s->run_seq, s->run_len,   s->run_old,   s->ends,   s->seq_run,    s->run,
-                    s->state,   s->snap,      s->snap_kind, s->work,      s->snaps};
+                    s->snap,      s->snap_kind, s->work,      s->snaps};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) tkv__free(bufs[i]);
     tkv__free(s);
     kv->st = NULL;
@@ -138,36 +137,38 @@ static int32_t take_slot(tkv__kvcache *kv) {
     return best;
 }
 
-/* Save *src as the checkpoint of cell (one there already holds the same state: only its kind and use change):
-   copied, or with trade, *src becomes the slot's memory and the slot's old memory goes to *src. */
-static void install(tkv__kvcache *kv, float **src, bool trade, uint32_t cell, tkv__ckpt_kind kind) {
+/* Make the slot of cell's checkpoint, kind and use updated: the slot newly taken, whose memory the caller fills;
+   -1 when the cell already has one (it holds the same state) or when none is kept (every slot serves a sequence's
+   end). */
+static int32_t install(tkv__kvcache *kv, uint32_t cell, tkv__ckpt_kind kind) {
     tkv__kvstates *s = kv->st;
-    int32_t slot = s->cell_slot[cell];
+    int32_t slot = s->cell_slot[cell], fill = -1;
     if (slot < 0) {
-        if ((slot = take_slot(kv)) < 0) return; /* every slot serves a sequence's end: this one is not kept */
-        if (trade) {
-            float *old = s->slot_mem[slot];
-            s->slot_mem[slot] = *src, *src = old;
-        } else {
-            memcpy(slot_mem(s, slot), *src, s->floats * sizeof(float));
-        }
+        if ((slot = take_slot(kv)) < 0) return -1;
         s->slot_cell[slot] = (int32_t)cell;
         s->slot_token[slot] = kv->token[cell];
         s->slot_pos[slot] = kv->pos[cell];
         s->slot_kind[slot] = TKV__CKPT_NONE;
         s->cell_slot[cell] = slot;
         s->saved++;
+        fill = slot;
     }
     if (kind > s->slot_kind[slot]) s->slot_kind[slot] = (uint8_t)kind;
     s->slot_used[slot] = ++s->clock;
+    return fill;
+}
+
+/* install, with src copied into a new slot. */
+static void install_copy(tkv__kvcache *kv, const float *src, uint32_t cell, tkv__ckpt_kind kind) {
+    const int32_t slot = install(kv, cell, kind);
+    if (slot >= 0) memcpy(slot_mem(kv->st, slot), src, kv->st->floats * sizeof(float));
 }
 
 bool tkv__kv_state_put(tkv__kvcache *kv, uint32_t cell, const float *src) {
     tkv__kvstates *s = kv->st;
     if (!s || cell >= kv->rows.n_cells || kv->token[cell] == TKV_TOKEN_NULL) return false;
     if (s->cell_slot[cell] < 0 && reserve_slots(s, 1) != TKV_OK) return false;
-    float *from = (float *)src; /* copied, not written */
-    install(kv, &from, false, cell, TKV__CKPT_KEEP);
+    install_copy(kv, src, cell, TKV__CKPT_KEEP);
     return s->cell_slot[cell] >= 0;
 }
 
@@ -212,9 +213,8 @@ tkv_status tkv__kv_stage_states(tkv__kvcache *kv, const tkv_batch *b, const uint
     }
     for (uint32_t r = 0; r < s->n_runs; r++) {
         const tkv__kvseq *q = &kv->seq[s->run_seq[r]];
-        s->state[r] = s->work[r];
-        if (q->n) memcpy(s->state[r], slot_mem(s, s->cell_slot[q->cells[q->n - 1]]), s->floats * sizeof(float));
-        else memset(s->state[r], 0, s->floats * sizeof(float)); /* a sequence's first token starts from zeros */
+        if (q->n) memcpy(s->work[r], slot_mem(s, s->cell_slot[q->cells[q->n - 1]]), s->floats * sizeof(float));
+        else memset(s->work[r], 0, s->floats * sizeof(float)); /* a sequence's first token starts from zeros */
     }
     n_snap = 0;
     for (size_t i = 0; i < b->n; i++) {
@@ -237,11 +237,14 @@ void tkv__kv_states_commit(tkv__kvcache *kv, const tkv_batch *b) {
     /* each run's end first (never dropped: the slots suffice for every sequence's end), then the copies */
     for (uint32_t r = 0; r < s->n_runs; r++) {
         const tkv__kvseq *q = &kv->seq[s->run_seq[r]];
-        install(kv, &s->work[r], true, q->cells[q->n - 1], s->run_len[r] > 1 ? TKV__CKPT_KEEP : TKV__CKPT_MOVING);
-        s->state[r] = NULL; /* s->work[r] may be another buffer now */
+        const int32_t slot = install(kv, q->cells[q->n - 1], s->run_len[r] > 1 ? TKV__CKPT_KEEP : TKV__CKPT_MOVING);
+        if (slot >= 0) { /* the working state becomes the slot's memory, the slot's old memory the next working state */
+            float *old = s->slot_mem[slot];
+            s->slot_mem[slot] = s->work[r], s->work[r] = old;
+        }
     }
     for (size_t i = 0; i < b->n; i++)
-        if (s->snap[i]) install(kv, &s->snap[i], false, kv->seq[b->seq[i]].cells[b->pos[i]], (tkv__ckpt_kind)s->snap_kind[i]);
+        if (s->snap[i]) install_copy(kv, s->snap[i], kv->seq[b->seq[i]].cells[b->pos[i]], (tkv__ckpt_kind)s->snap_kind[i]);
     /* where a run started: a generation step moves the sequence's state on (the old one goes unless another
        sequence ends there); a prompt that extends a sequence keeps it (a turn of a conversation) */
     for (uint32_t r = 0; r < s->n_runs; r++) {

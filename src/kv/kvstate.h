@@ -18,7 +18,8 @@
  * taken as the decodes need it), least recently used first out, except the
  * ones at a sequence's end. The forward pass writes
  * into the transaction's scratch (a working state per run, a copy per marked
- * token); the commit copies them into slots, the rollback drops them, so an
+ * token); the commit hands each working state to its slot and copies the
+ * marked ones, the rollback drops them, so an
  * aborted decode leaves every checkpoint as it was.
  */
 #ifndef TKV_KVSTATE_H
@@ -56,7 +57,6 @@ typedef struct tkv__kvstates {
     int32_t *seq_run;      /* (n_seq) sequence s's run, -1: none */
     uint32_t *ends;        /* (n_seq) scratch: the sequences' end cells, sorted (take_slot) */
     uint32_t *run;         /* (n_cells) batch token i's run */
-    float **state;         /* (n_seq) each run's working state, in work */
     float **snap;          /* (n_cells) NULL, or batch token i's copy, in snaps */
     uint8_t *snap_kind;    /* (n_cells) */
     float **work;          /* (n_seq) run r's working state, made as decodes need it (work_cap of them); a commit

@@ -365,7 +365,7 @@ tkv_status tkv__ctx_decode(tkv_context *ctx, const tkv_batch *b) {
             .logits = ctx->logits + o0 * n_vocab,
             .attn_float = ctx->params.batch_invariant,
         };
-        if (kv->st) fb.n_runs = kv->st->n_runs, fb.run = kv->st->run + c0, fb.state = kv->st->state,
+        if (kv->st) fb.n_runs = kv->st->n_runs, fb.run = kv->st->run + c0, fb.state = kv->st->work,
                     fb.snap = kv->st->snap + c0;
         st = tkv__forward(ctx->fwd, &kv->rows, ctx->pool, &fb, ctx->params.abort_cb, ctx->params.abort_user);
         for (size_t o = o0; o < o1; o++) ctx->out[o] += (uint32_t)c0;
